@@ -1,0 +1,92 @@
+"""Shared fixtures: unique meshes, data dirs, node factories, leak checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import zmesh
+
+LOOPBACK = ["127.0.0.1"]
+
+
+def wait_until(pred: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
+               what: str = "condition") -> object:
+    """Poll ``pred`` until it is truthy; fail the test with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def mesh_name() -> str:
+    """A mesh name no other test (or machine) uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def make_node(tmp_path: Path, mesh_name: str) -> Iterator[Callable[..., zmesh.Node]]:
+    """Start nodes bound to loopback in this test's mesh; all are closed at the end."""
+    nodes: list[zmesh.Node] = []
+
+    def make(name: str, **kw: object) -> zmesh.Node:
+        kw.setdefault("mesh", mesh_name)
+        kw.setdefault("data_dir", str(tmp_path / name))
+        kw.setdefault("interfaces", LOOPBACK)
+        kw.setdefault("mdns", False)
+        kw.setdefault("heartbeat_interval_s", 0.2)
+        kw.setdefault("dead_after_s", 1.5)
+        node = zmesh.Node(name, **kw).start()  # type: ignore[arg-type]
+        nodes.append(node)
+        return node
+
+    yield make
+    for node in reversed(nodes):
+        node.close()
+
+
+def wait_members(node: zmesh.Node, topic: str, lane: str, count: int,
+                 timeout: float = 10.0) -> None:
+    """Wait until ``node`` as producer sees ``count`` live members in a lane."""
+    def ready() -> bool:
+        for ln in node.status()["lanes"]:
+            if ln["topic"] == topic and ln["lane"] == lane and len(ln["members"]) == count:
+                return True
+        return False
+    wait_until(ready, timeout, what=f"{count} members of {topic}/{lane} at {node.name}")
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads() -> Iterator[None]:
+    """Fail a test that leaves zmesh threads running."""
+    before = set(threading.enumerate())
+    yield
+    def leaked() -> list[threading.Thread]:
+        return [t for t in threading.enumerate()
+                if t not in before and t.is_alive() and t.name.startswith("zmesh")]
+    deadline = time.monotonic() + 5
+    while leaked() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not leaked(), f"leaked threads: {leaked()}"
+
+
+def spawn(args: list[str], **kw: object) -> subprocess.Popen:
+    """A Python child process running this interpreter, with the repo on its path."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return subprocess.Popen([sys.executable, *args], env=env, **kw)  # type: ignore[call-overload]

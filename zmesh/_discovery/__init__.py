@@ -1,0 +1,1 @@
+"""How nodes find each other: mDNS on the LAN, static seeds elsewhere."""

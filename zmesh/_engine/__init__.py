@@ -1,0 +1,1 @@
+"""The node's IO thread and its delivery state."""

@@ -1,0 +1,145 @@
+"""The consumer half of a node: incoming batches, dedupe, and settlements going back.
+
+Runs only on the IO thread. A redelivered message that this node already acked is acked
+again without reaching a handler (the ``seen`` window in LMDB); one still held by a local
+subscription is dropped. An ack is written to ``seen`` in the loop's transaction and sent
+to the producer only after that commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._protocol.frames import Ack, Batch, Fail, Nack
+from .._store.store import Store, WriteBatch, u64
+from .stats import Counters
+
+if TYPE_CHECKING:
+    from ..subscription import Message, Subscription
+    from .engine import Engine
+
+log = logging.getLogger(__name__)
+
+PRUNE_INTERVAL_S = 1.0
+
+
+class Consumer:
+    """Local subscriptions and the dedupe window."""
+
+    def __init__(self, engine: Engine, store: Store, counters: Counters) -> None:
+        self.engine = engine
+        self.store = store
+        self.counters = counters
+        self.subs: dict[tuple[str, str], list[Subscription]] = {}
+        self._rr: dict[tuple[str, str], int] = defaultdict(int)
+        self._held: set[tuple[bytes, str, int]] = set()
+        self._floors: dict[tuple[bytes, str], int] = {}
+        self._pruned: dict[tuple[bytes, str], tuple[int, float]] = {}
+        self._acks: dict[tuple[bytes, str, str], list[int]] = defaultdict(list)
+        self._nacks: list[Nack] = []
+        self._fails: list[Fail] = []
+        self._outgoing: list[tuple[bytes, Ack | Nack | Fail]] = []
+
+    # -- subscriptions --------------------------------------------------------------------
+
+    def add(self, sub: Subscription) -> None:
+        self.subs.setdefault((sub.topic, sub.lane), []).append(sub)
+
+    def remove(self, sub: Subscription, left: list[Message]) -> None:
+        key = (sub.topic, sub.lane)
+        subs = self.subs.get(key, [])
+        if sub in subs:
+            subs.remove(sub)
+        if not subs:
+            self.subs.pop(key, None)
+        for msg in left:
+            msg._settled = "released"
+            self.settle(msg, "nacked", 0.0)
+
+    # -- incoming -------------------------------------------------------------------------
+
+    def on_batch(self, batch: Batch, wb: WriteBatch, now: float) -> None:
+        from ..subscription import Message
+
+        producer, topic, lane = batch.node_id, batch.topic, batch.lane
+        subs = self.subs.get((topic, lane))
+        seqs = [item.seq for item in batch.items]
+        if not subs:
+            # Our hello without this lane is on its way; give the messages back.
+            self.counters.add("released_no_subscription", len(seqs))
+            self._outgoing.append((producer, Nack(self.engine.node_id, topic, lane,
+                                                  tuple(seqs), 0.0)))
+            return
+        self._note_floor(producer, lane, batch.floor, wb, now)
+        lane_b = lane.encode()
+        keys = [producer + u64(s) + lane_b for s in seqs]
+        seen = self.store.seen_filter(keys)
+        fresh: list[Message] = []
+        reack: list[int] = []
+        held = self._held
+        engine = self.engine
+        group = subs[0].group
+        for item, payload, key in zip(batch.items, batch.payloads, keys, strict=True):
+            if key in seen:
+                reack.append(item.seq)
+                continue
+            hk = (producer, lane, item.seq)
+            if hk in held:
+                self.counters.add("duplicates_held", 1)
+                continue
+            held.add(hk)
+            fresh.append(Message(engine, producer, lane, item.seq, topic, group, item.key,
+                                 payload, item.headers, item.attempt, item.partition,
+                                 item.published_at))
+        if reack:
+            self.counters.add("duplicates_dropped", len(reack))
+            self._outgoing.append((producer, Ack(self.engine.node_id, topic, lane,
+                                                 tuple(reack))))
+        if fresh:
+            self.counters.add("received", len(fresh))
+            if len(subs) == 1:
+                subs[0]._deliver(fresh)
+            else:
+                i = self._rr[(topic, lane)] = (self._rr[(topic, lane)] + 1) % len(subs)
+                subs[i]._deliver(fresh)
+
+    def _note_floor(self, producer: bytes, lane: str, floor: int, wb: WriteBatch,
+                    now: float) -> None:
+        key = (producer, lane)
+        last = self._pruned.get(key)
+        if last is None or (floor > last[0] and now - last[1] >= PRUNE_INTERVAL_S):
+            if floor > 0:
+                wb.seen_prune.append((producer, floor, lane.encode()))
+            self._pruned[key] = (floor, now)
+
+    # -- settling -------------------------------------------------------------------------
+
+    def settle(self, msg: Message, how: str, arg: object, wb: WriteBatch | None = None) -> None:
+        producer, lane, seq = msg._producer, msg._lane, msg.id.seq
+        self._held.discard((producer, lane, seq))
+        if how == "acked":
+            assert wb is not None
+            wb.seen_put.append(producer + u64(seq) + lane.encode())
+            self._acks[(producer, msg.topic, lane)].append(seq)
+            self.counters.add("acked_local", 1)
+        elif how == "nacked":
+            delay = -1.0 if arg is None else float(arg)  # type: ignore[arg-type]
+            self._outgoing.append((producer, Nack(self.engine.node_id, msg.topic, lane,
+                                                  (seq,), delay)))
+        elif how == "failed":
+            self._outgoing.append((producer, Fail(self.engine.node_id, msg.topic, lane, seq,
+                                                  str(arg))))
+
+    def flush(self, send: Callable[[bytes, Ack | Nack | Fail], None]) -> None:
+        """After commit: send acks (grouped per producer and lane), nacks and fails."""
+        me = self.engine.node_id
+        for (producer, topic, lane), seqs in self._acks.items():
+            for i in range(0, len(seqs), 5000):
+                send(producer, Ack(me, topic, lane, tuple(seqs[i:i + 5000])))
+        self._acks.clear()
+        out, self._outgoing = self._outgoing, []
+        for producer, msg in out:
+            send(producer, msg)

@@ -1,0 +1,748 @@
+"""The IO thread: it owns every ZeroMQ socket and does every LMDB write of a node.
+
+Other threads talk to it only through ``submit`` (a deque plus a wake-up byte on an inproc
+PAIR socket). One loop iteration: poll, drain commands, receive data and control, run
+timers, commit one LMDB transaction, then send what that commit allows (receipts, acks,
+data batches).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import zmq
+
+from .._discovery.mdns import MdnsDiscovery
+from .._discovery.static import seed_endpoints
+from .._protocol.codec import decode_batch, decode_control, encode_batch_header, encode_control
+from .._protocol.frames import (
+    Ack,
+    Batch,
+    Bye,
+    Fail,
+    Hello,
+    Nack,
+    PeerRef,
+    StatusReply,
+    StatusRequest,
+    SubInfo,
+)
+from .._receipt import MessageId, Receipt
+from .._store.store import Store, WriteBatch
+from ..config import NodeConfig
+from ..errors import DecodeError, NodeStateError, OutboxFullError, StoreError, ZMeshError
+from .consumer import Consumer
+from .lane import Entry, Lane
+from .peers import Peer, endpoint, lane_name
+from .producer import Producer, Publish
+from .stats import Counters
+
+if TYPE_CHECKING:
+    from ..subscription import Message, Subscription
+
+log = logging.getLogger(__name__)
+
+RECV_BURST = 512
+START_TIMEOUT_S = 15.0
+DEALER_LINGER_MS = 200
+CONTACT_EXPIRY_BEATS = 10
+FORGET_DEAD_AFTER_S = 600.0
+CTRL_BACKLOG_MAX = 10_000
+SEND_RETRY_S = 0.005
+
+
+class _Call:
+    """A function to run on the IO thread, and its result."""
+
+    __slots__ = ("fn", "done", "result", "error")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Engine:
+    """One node's IO thread and everything it owns."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.store = Store(config.data_dir, config.map_size_bytes)
+        try:
+            self.node_id, self.incarnation, next_seq, next_lane = self.store.open_identity()
+        except Exception:
+            self.store.close()
+            raise
+        self.counters = Counters()
+        self.cond = threading.Condition()
+        self.producer = Producer(self.store, self.node_id, next_seq, next_lane,
+                                 dict(config.topics), config.memory_budget_bytes,
+                                 self.counters)
+        self.consumer = Consumer(self, self.store, self.counters)
+        self._next_seq = next_seq
+        self._staged = 0
+        self._cmds: deque[tuple] = deque()
+        self._wake_pending = False
+        self._wake_lock = threading.Lock()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._state = "new"  # new -> running -> closing -> closed
+        self.peers: dict[bytes, Peer] = {}
+        self._self_peer: Peer | None = None
+        self._contacts: dict[str, tuple[zmq.Socket, int, bool]] = {}  # ep -> sock, beats, seed
+        self._ctrl_backlog: dict[bytes, list[bytes]] = {}
+        self._local_subs: list[Subscription] = []
+        self._mdns: MdnsDiscovery | None = None
+        self._foreign_logged: set[bytes] = set()
+        self._wb = WriteBatch()
+        self._next_beat = 0.0
+        self._send_retry_at = 0.0
+        self.ctrl_port = 0
+        self.data_port = 0
+        self.hosts: tuple[str, ...] = ()
+
+    # == user-thread side ================================================================
+
+    def start(self) -> None:
+        if self._state != "new":
+            raise NodeStateError(f"node {self.config.name!r} was already started")
+        self._state = "running"
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"zmesh-io-{self.config.name}")
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT_S):
+            raise NodeStateError(f"node {self.config.name!r} IO thread did not start within "
+                                 f"{START_TIMEOUT_S:g}s")
+        if self._failure is not None:
+            self._thread.join()
+            self._state = "closed"
+            self.store.close()
+            failure = self._failure
+            if isinstance(failure, ZMeshError):
+                raise failure
+            raise NodeStateError(f"node {self.config.name!r} failed to start: "
+                                 f"{failure}") from failure
+
+    def _check_running(self) -> None:
+        if self._state != "running":
+            if self._failure is not None:
+                raise NodeStateError(f"node {self.config.name!r} stopped after an internal "
+                                     f"error: {self._failure!r}")
+            raise NodeStateError(f"node {self.config.name!r} is {self._state}; use it inside "
+                                 "'with' or after start()")
+
+    def submit(self, cmd: tuple) -> None:
+        self._check_running()
+        self._cmds.append(cmd)
+        if not self._wake_pending:
+            self._wake_pending = True
+            with self._wake_lock:
+                self._wake_tx.send(b"", zmq.NOBLOCK)
+
+    def publish(self, topic: str, payload: bytes, key: str | None, headers: dict | None,
+                priority: int, expires_at: float | None, deliver_at: float | None,
+                partition_of: Callable[[int], int], timeout_s: float) -> Receipt:
+        self._check_running()
+        limit = self.config.max_outbox_messages
+        with self.cond:
+            if self.producer.depth + self._staged >= limit:
+                deadline = time.monotonic() + timeout_s
+                while self.producer.depth + self._staged >= limit:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise OutboxFullError(self.producer.depth + self._staged, limit,
+                                              timeout_s)
+                    self.cond.wait(remaining)
+                    self._check_running()
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            self._staged += 1
+        receipt = Receipt(MessageId(self.node_id.hex(), seq), self.cond)
+        self.submit(("pub", Publish(seq, topic, partition_of(seq), key, headers, payload,
+                                    priority, time.time(), expires_at, deliver_at, receipt)))
+        return receipt
+
+    def settle(self, msg: Message, how: str, arg: object) -> None:
+        self.submit(("settle", msg, how, arg))
+
+    def subscribe(self, sub: Subscription) -> None:
+        self.submit(("sub", sub))
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        left = sub._drain_unsettled()
+        self.submit(("unsub", sub, left))
+
+    def call(self, fn: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+        """Run ``fn`` on the IO thread and return its result."""
+        call = _Call(fn)
+        self.submit(("call", call))
+        if not call.done.wait(timeout_s):
+            raise NodeStateError(f"node {self.config.name!r} did not answer within "
+                                 f"{timeout_s:g}s")
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def close(self) -> None:
+        if self._state in ("new", "closed"):
+            if self._state == "new":
+                self.store.close()
+            self._state = "closed"
+            return
+        if self._state == "running" and self._thread is not None and self._thread.is_alive():
+            self._cmds.append(("stop",))
+            with self._wake_lock:
+                self._wake_tx.send(b"", zmq.NOBLOCK)
+        self._state = "closing"
+        if self._thread is not None:
+            self._thread.join()
+        self._state = "closed"
+        with self.cond:
+            self.cond.notify_all()
+
+    # == IO thread =======================================================================
+
+    def _run(self) -> None:
+        try:
+            self._setup()
+        except BaseException as exc:  # reported by start()
+            self._failure = exc
+            self._teardown_sockets()
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            while self._loop_once():
+                pass
+        except BaseException as exc:
+            log.exception("zmesh IO thread of %s stopped on an internal error",
+                          self.config.name)
+            self._failure = exc
+            self._state = "closing"
+        finally:
+            self._teardown()
+
+    def _setup(self) -> None:
+        cfg = self.config
+        self.ctx = zmq.Context()
+        self._wake_rx = self.ctx.socket(zmq.PAIR)
+        self._wake_tx = self.ctx.socket(zmq.PAIR)
+        wake_ep = f"inproc://zmesh-wake-{self.node_id.hex()}-{self.incarnation}"
+        self._wake_rx.bind(wake_ep)
+        self._wake_tx.connect(wake_ep)
+        max_frame = cfg.max_message_bytes + (1 << 20)
+        self.pull = self.ctx.socket(zmq.PULL)
+        self.router = self.ctx.socket(zmq.ROUTER)
+        for sock in (self.pull, self.router):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
+        try:
+            self.data_port = self._bind(self.pull)
+            self.ctrl_port = self._bind(self.router)
+        except zmq.ZMQError as exc:
+            raise ZMeshError(f"cannot bind on interfaces {list(cfg.interfaces) or ['*']}: "
+                             f"{exc}") from exc
+        self.hosts = tuple(cfg.interfaces) or ("*",)
+        inproc = f"inproc://zmesh-{self.node_id.hex()}-{self.incarnation}"
+        self.pull.bind(inproc + "-data")
+        self.router.bind(inproc + "-ctrl")
+        self._self_peer = self._make_peer(self.node_id, cfg.name, self.incarnation,
+                                          inproc + "-ctrl", inproc + "-data", time.monotonic())
+        self._self_peer.is_self = True
+        self.poller = zmq.Poller()
+        self.poller.register(self._wake_rx, zmq.POLLIN)
+        self.poller.register(self.pull, zmq.POLLIN)
+        self.poller.register(self.router, zmq.POLLIN)
+        now = time.monotonic()
+        self.producer.load(now)
+        for topic, tcfg in self.producer.topics.items():
+            self.producer.set_topic(topic, tcfg, self._wb, now)
+        self._commit(self._wb, [])
+        self._wb = WriteBatch()
+        for ep in seed_endpoints(cfg.seeds):
+            self._contact(ep, seed=True)
+        if cfg.mdns:
+            self._mdns = MdnsDiscovery(
+                name=cfg.name, mesh=cfg.mesh, node_id=self.node_id, ctrl_port=self.ctrl_port,
+                data_port=self.data_port, interfaces=cfg.interfaces,
+                on_peer=lambda pid, ep: self._cmds_from_discovery(pid, ep))
+            self._mdns.start()
+        log.info("node %s (%s) of mesh %s up: control %s data %s", cfg.name,
+                 self.node_id.hex()[:12], cfg.mesh, self.ctrl_port, self.data_port)
+
+    def _cmds_from_discovery(self, peer_id: bytes, ep: str) -> None:
+        if self._state == "running":
+            self.submit(("contact", ep, peer_id))
+
+    def _bind(self, sock: zmq.Socket) -> int:
+        ifaces = list(self.config.interfaces) or ["*"]
+        sock.bind(f"tcp://{_host(ifaces[0])}:*")
+        port = int(sock.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+        for iface in ifaces[1:]:
+            sock.bind(f"tcp://{_host(iface)}:{port}")
+        return port
+
+    def _make_peer(self, node_id: bytes, name: str, incarnation: int, ctrl_ep: str,
+                   data_ep: str, now: float) -> Peer:
+        push = self.ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.setsockopt(zmq.IMMEDIATE, 1)
+        push.connect(data_ep)
+        adopted = self._contacts.pop(ctrl_ep, None)
+        if adopted is not None:
+            dealer = adopted[0]
+        else:
+            dealer = self.ctx.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
+            dealer.connect(ctrl_ep)
+        return Peer(node_id, name, incarnation, ctrl_ep, data_ep, push, dealer, now)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _loop_once(self) -> bool:
+        now = time.monotonic()
+        timeout_ms = self._poll_timeout_ms(now)
+        events = dict(self.poller.poll(timeout_ms))
+        now = time.monotonic()
+        wb = self._wb
+        self._wb = WriteBatch()
+        pubs: list[Publish] = []
+        stop = False
+        if self._wake_rx in events:
+            self._wake_pending = False
+            try:
+                while True:
+                    self._wake_rx.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+        if self._cmds:
+            stop = self._drain_commands(wb, pubs, now)
+        if self.pull in events:
+            self._recv_data(wb, now)
+        if self.router in events:
+            self._recv_control(wb, now)
+        self._timers(now, wb)
+        self.producer.stage(pubs, wb, now)
+        stored = self._commit(wb, pubs)
+        if stored:
+            self.producer.added(stored, now)
+        self._notify(len(pubs))
+        self.consumer.flush(self._send_ctrl)
+        if now >= self._send_retry_at:
+            self._send_retry_at = 0.0
+            self.producer.dispatch(now, self._send_data, self._wb)
+        return not stop
+
+    def _poll_timeout_ms(self, now: float) -> int:
+        if self._cmds or self._wb:
+            return 0
+        wake = self._next_beat
+        nxt = self.producer.next_wakeup()
+        if nxt is not None:
+            wake = min(wake, nxt)
+        if self._send_retry_at:
+            wake = min(wake, self._send_retry_at)
+        return max(0, int((wake - now) * 1000) + 1)
+
+    def _drain_commands(self, wb: WriteBatch, pubs: list[Publish], now: float) -> bool:
+        cmds = self._cmds
+        stop = False
+        while cmds:
+            cmd = cmds.popleft()
+            kind = cmd[0]
+            if kind == "pub":
+                pubs.append(cmd[1])
+            elif kind == "settle":
+                self.consumer.settle(cmd[1], cmd[2], cmd[3], wb)
+            elif kind == "contact":
+                _, ep, peer_id = cmd
+                peer = self.peers.get(peer_id)
+                if peer is None or (not peer.alive and peer.ctrl_ep != ep):
+                    self._contact(ep)
+            elif kind == "sub":
+                self._local_subs.append(cmd[1])
+                self.consumer.add(cmd[1])
+                self._subs_changed(wb, now)
+            elif kind == "unsub":
+                if cmd[1] in self._local_subs:
+                    self._local_subs.remove(cmd[1])
+                self.consumer.remove(cmd[1], cmd[2])
+                self._subs_changed(wb, now)
+            elif kind == "topic":
+                self.producer.set_topic(cmd[1], cmd[2], wb, now)
+            elif kind == "call":
+                call: _Call = cmd[1]
+                try:
+                    call.result = call.fn()
+                except BaseException as exc:
+                    call.error = exc
+                call.done.set()
+            elif kind == "stop":
+                stop = True
+        return stop
+
+    def _commit(self, wb: WriteBatch, pubs: list[Publish]) -> list[Publish]:
+        """Commit the loop's batch; returns the publishes that are now stored."""
+        if not wb:
+            return pubs
+        try:
+            self.store.commit(wb)
+            return pubs
+        except StoreError as exc:
+            log.error("%s", exc)
+            self.counters.add("store_errors", 1)
+            for p in pubs:
+                if p.receipt is not None:
+                    p.receipt._error = exc
+            # Settlements free space: keep them even when new messages cannot be stored.
+            try:
+                self.store.commit(wb.without_growth())
+            except StoreError:
+                log.exception("could not commit settlements either")
+            return []
+
+    def _notify(self, staged_done: int) -> None:
+        p = self.producer
+        if not (staged_done or p.stored or p.acked):
+            return
+        with self.cond:
+            self._staged -= staged_done
+            for r in p.stored:
+                r._stored = True
+            for r in p.acked:
+                r._stored = True
+                r._acked = True
+            p.stored.clear()
+            p.acked.clear()
+            self.cond.notify_all()
+
+    # -- receiving -----------------------------------------------------------------------
+
+    def _recv_data(self, wb: WriteBatch, now: float) -> None:
+        pull = self.pull
+        limit = self.config.max_message_bytes
+        for _ in range(RECV_BURST):
+            try:
+                frames = pull.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                batch = decode_batch(frames, limit)
+            except DecodeError as exc:
+                self.counters.add("decode_errors", 1)
+                log.debug("dropped a bad data frame: %s", exc)
+                continue
+            self.consumer.on_batch(batch, wb, now)
+
+    def _recv_control(self, wb: WriteBatch, now: float) -> None:
+        router = self.router
+        for _ in range(RECV_BURST):
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            if len(frames) != 2:
+                self.counters.add("decode_errors", 1)
+                continue
+            try:
+                msg = decode_control(frames[1].bytes)
+            except DecodeError as exc:
+                self.counters.add("decode_errors", 1)
+                log.debug("dropped a bad control frame: %s", exc)
+                continue
+            if isinstance(msg, Ack):
+                self.producer.on_ack(msg.topic, msg.lane, msg.seqs, wb)
+            elif isinstance(msg, Hello):
+                try:
+                    addr = frames[1].get("Peer-Address")
+                except zmq.ZMQError:
+                    addr = None
+                self._on_hello(msg, addr, wb, now)
+            elif isinstance(msg, Nack):
+                self.producer.on_nack(msg.topic, msg.lane, msg.seqs,
+                                      None if msg.delay_s < 0 else msg.delay_s, wb, now)
+            elif isinstance(msg, Fail):
+                self.producer.on_fail(msg.topic, msg.lane, msg.seq, msg.reason, wb)
+            elif isinstance(msg, Bye):
+                peer = self.peers.get(msg.node_id)
+                if peer is not None and peer.incarnation == msg.incarnation:
+                    self._forget(peer, now, "said bye")
+            elif isinstance(msg, StatusRequest):
+                reply = encode_control(StatusReply(msg.token, self.status()))
+                try:
+                    router.send_multipart([frames[0].bytes, reply], zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    self.counters.add("status_reply_dropped", 1)
+
+    # -- peers ---------------------------------------------------------------------------
+
+    def _hello(self) -> Hello:
+        subs = tuple(SubInfo(s.topic, s.group, s.mode, s.config.max_in_flight,
+                             s.config.batch_size) for s in self._local_subs)
+        refs = tuple(PeerRef(p.node_id, p.ctrl_ep) for p in self.peers.values() if p.alive)
+        return Hello(self.node_id, self.config.name, self.config.mesh, self.incarnation,
+                     self.ctrl_port, self.data_port, self.hosts, subs, refs)
+
+    def _contact(self, ep: str, seed: bool = False) -> None:
+        if any(p.ctrl_ep == ep and p.alive for p in self.peers.values()):
+            return
+        if ep in self._contacts:
+            return
+        dealer = self.ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.SNDHWM, 4)
+        dealer.connect(ep)
+        self._contacts[ep] = (dealer, 0, seed)
+        self._send_raw(dealer, encode_control(self._hello()))
+
+    def _send_raw(self, sock: zmq.Socket, frame: bytes) -> bool:
+        try:
+            sock.send(frame, zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            self.counters.add("control_send_full", 1)
+            return False
+
+    def _on_hello(self, hello: Hello, addr: str | None, wb: WriteBatch, now: float) -> None:
+        if hello.mesh != self.config.mesh:
+            self.counters.add("foreign_mesh_hellos", 1)
+            if hello.node_id not in self._foreign_logged:
+                self._foreign_logged.add(hello.node_id)
+                log.info("ignoring node %s of mesh %r (this is mesh %r)", hello.name,
+                         hello.mesh, self.config.mesh)
+            return
+        if hello.node_id == self.node_id:
+            return
+        host = addr or next((h for h in hello.hosts if h not in ("*", "0.0.0.0")), None)
+        if host is None:
+            self.counters.add("hello_without_address", 1)
+            return
+        ctrl_ep, data_ep = endpoint(host, hello.ctrl_port), endpoint(host, hello.data_port)
+        peer = self.peers.get(hello.node_id)
+        if peer is not None:
+            if hello.incarnation < peer.incarnation:
+                return  # a late hello of an earlier life
+            if hello.incarnation != peer.incarnation or peer.ctrl_ep != ctrl_ep:
+                log.info("peer %s restarted (incarnation %d -> %d)", peer.name,
+                         peer.incarnation, hello.incarnation)
+                self._forget(peer, now, "restarted")
+                peer = None
+        if peer is None:
+            peer = self._make_peer(hello.node_id, hello.name, hello.incarnation, ctrl_ep,
+                                   data_ep, now)
+            self.peers[hello.node_id] = peer
+            log.info("peer %s (%s) joined at %s", hello.name, hello.node_id.hex()[:12],
+                     ctrl_ep)
+            self._send_raw(peer.dealer, encode_control(self._hello()))
+            for frame in self._ctrl_backlog.pop(hello.node_id, ()):
+                self._send_raw(peer.dealer, frame)
+        peer.last_seen = now
+        if not peer.alive:
+            log.info("peer %s is back", peer.name)
+            peer.alive = True
+            self._send_raw(peer.dealer, encode_control(self._hello()))
+        if hello.subs != peer.subs:
+            self._apply_subs(peer, hello.subs, wb, now)
+        for ref in hello.peers:
+            if ref.node_id != self.node_id and ref.node_id not in self.peers:
+                self._contact(ref.ctrl_endpoint)
+
+    def _apply_subs(self, peer: Peer, subs: tuple[SubInfo, ...], wb: WriteBatch,
+                    now: float) -> None:
+        new = {(s.topic, lane_name(s, peer.node_id)): s for s in subs}
+        for key in peer.lanes.keys() - new.keys():
+            lane = self.producer.lanes.get(key)
+            if lane is not None:
+                lane.remove_member(peer.node_id, now)
+        for (topic, name), s in new.items():
+            lane = self.producer.ensure_lane(topic, name, s.group, s.mode, wb, now)
+            lane.set_member(peer.node_id, s.max_in_flight, s.batch_size)
+        peer.subs = subs
+        peer.lanes = new
+
+    def _subs_changed(self, wb: WriteBatch, now: float) -> None:
+        hello = self._hello()
+        assert self._self_peer is not None
+        self._apply_subs(self._self_peer, hello.subs, wb, now)
+        frame = encode_control(hello)
+        for peer in self.peers.values():
+            self._send_raw(peer.dealer, frame)
+
+    def _mark_dead(self, peer: Peer, now: float, why: str) -> None:
+        peer.alive = False
+        peer.dead_since = now
+        peer.subs = ()
+        peer.lanes = {}
+        moved = self.producer.member_gone(peer.node_id, now)
+        log.log(logging.WARNING if why == "silent" else logging.INFO,
+                "peer %s (%s) is gone (%s, last heard %.1fs ago); %d in-flight messages "
+                "pending again", peer.name, peer.node_id.hex()[:12], why,
+                now - peer.last_seen, moved)
+
+    def _forget(self, peer: Peer, now: float, why: str) -> None:
+        if peer.alive:
+            self._mark_dead(peer, now, why)
+        self.peers.pop(peer.node_id, None)
+        peer.close()
+
+    def _timers(self, now: float, wb: WriteBatch) -> None:
+        nxt = self.producer.next_wakeup()
+        if nxt is not None and nxt <= now:
+            self.producer.tick(now, wb)
+        if now < self._next_beat:
+            return
+        self._next_beat = now + self.config.heartbeat_interval_s
+        frame = encode_control(self._hello())
+        dead_after = self.config.dead_after_s
+        for peer in list(self.peers.values()):
+            if peer.alive and now - peer.last_seen > dead_after:
+                self._mark_dead(peer, now, "silent")
+            elif not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
+                self._forget(peer, now, "dead too long")
+                continue
+            self._send_raw(peer.dealer, frame)
+        for ep, (sock, beats, seed) in list(self._contacts.items()):
+            if not seed and beats >= CONTACT_EXPIRY_BEATS:
+                sock.close(linger=0)
+                del self._contacts[ep]
+                continue
+            self._contacts[ep] = (sock, beats + 1, seed)
+            self._send_raw(sock, frame)
+        for ep in seed_endpoints(self.config.seeds):
+            self._contact(ep, seed=True)
+
+    # -- sending -------------------------------------------------------------------------
+
+    def _send_ctrl(self, node_id: bytes, msg: Ack | Nack | Fail) -> None:
+        frame = encode_control(msg)
+        peer = self._self_peer if node_id == self.node_id else self.peers.get(node_id)
+        if peer is None:
+            backlog = self._ctrl_backlog.setdefault(node_id, [])
+            if len(backlog) < CTRL_BACKLOG_MAX:
+                backlog.append(frame)
+            else:
+                self.counters.add("control_dropped_unknown_peer", 1)
+            return
+        self._send_raw(peer.dealer, frame)
+
+    def _send_data(self, member: bytes, lane: Lane, entries: list[Entry],
+                   records: list[bytes]) -> int:
+        peer = self._self_peer if member == self.node_id else self.peers.get(member)
+        if peer is None or not peer.alive:
+            return 0
+        batch_size = lane.members[member].batch_size
+        floor = lane.floor()
+        sent = 0
+        unpack = msgpack.unpackb
+        for start in range(0, len(entries), batch_size):
+            chunk = entries[start:start + batch_size]
+            items = []
+            payloads = []
+            for entry, record in zip(chunk, records[start:start + batch_size], strict=True):
+                _t, _p, key, headers, _prio, published_at, _e, _d, payload = unpack(record)
+                items.append((entry.seq, entry.partition, key, headers, entry.attempt,
+                              published_at))
+                payloads.append(payload)
+            header = encode_batch_header(self.node_id, self.incarnation, lane.topic,
+                                         lane.name, floor, items)
+            try:
+                peer.push.send_multipart([header, *payloads], zmq.NOBLOCK)
+            except zmq.Again:
+                self._send_retry_at = time.monotonic() + SEND_RETRY_S
+                self.counters.add("data_send_blocked", 1)
+                break
+            sent += len(chunk)
+        self.counters.add("sent", sent)
+        return sent
+
+    # -- status and teardown -------------------------------------------------------------
+
+    def status(self) -> dict:
+        """A snapshot for status displays (IO thread)."""
+        now = time.monotonic()
+        lanes = []
+        for (topic, name), lane in self.producer.lanes.items():
+            group, mode = self.producer.lane_meta[(topic, name)]
+            lanes.append({
+                "topic": topic, "lane": name, "group": group, "mode": mode,
+                "members": [m.hex() for m in lane.members],
+                "pending": len(lane), "ready": lane.ready_count,
+                "in_flight": lane.in_flight_count(),
+            })
+        return {
+            "node": {"id": self.node_id.hex(), "name": self.config.name,
+                     "mesh": self.config.mesh, "incarnation": self.incarnation,
+                     "control_port": self.ctrl_port, "data_port": self.data_port},
+            "outbox": self.producer.depth,
+            "lanes": lanes,
+            "subscriptions": [{"topic": s.topic, "group": s.group, "mode": s.mode,
+                               "delivered": s.delivered} for s in self._local_subs],
+            "peers": [p.info(now) for p in self.peers.values()],
+            "counters": self.counters.snapshot(),
+        }
+
+    def _teardown(self) -> None:
+        try:
+            if self._cmds:
+                wb = self._wb
+                pubs: list[Publish] = []
+                self._drain_commands(wb, pubs, time.monotonic())
+                self.producer.stage(pubs, wb, time.monotonic())
+                stored = self._commit(wb, pubs)
+                if stored:
+                    self.producer.added(stored, time.monotonic())
+                self._notify(len(pubs))
+            elif self._wb:
+                self._commit(self._wb, [])
+            self.consumer.flush(self._send_ctrl)
+            bye = encode_control(Bye(self.node_id, self.incarnation))
+            for peer in self.peers.values():
+                self._send_raw(peer.dealer, bye)
+        except Exception:
+            log.exception("error while closing node %s", self.config.name)
+        finally:
+            for sub in list(self._local_subs):
+                sub._drain_unsettled()
+            self._teardown_sockets()
+            self.store.close()
+            self._state = "closed"
+            with self.cond:
+                self.cond.notify_all()
+
+    def _teardown_sockets(self) -> None:
+        if self._mdns is not None:
+            try:
+                self._mdns.close()
+            except Exception:
+                log.exception("closing mDNS failed")
+            self._mdns = None
+        for peer in self.peers.values():
+            peer.close(DEALER_LINGER_MS)
+        self.peers.clear()
+        if self._self_peer is not None:
+            self._self_peer.close()
+        for sock, _beats, _seed in self._contacts.values():
+            sock.close(linger=0)
+        self._contacts.clear()
+        ctx = getattr(self, "ctx", None)
+        if ctx is not None:
+            for name in ("pull", "router", "_wake_rx", "_wake_tx"):
+                sock = getattr(self, name, None)
+                if sock is not None:
+                    sock.close(linger=0)
+            ctx.term()
+
+
+def _host(iface: str) -> str:
+    if iface in ("*", "0.0.0.0", ""):
+        return "*"
+    return f"[{iface}]" if ":" in iface else iface
+

@@ -1,0 +1,346 @@
+"""Delivery state of one lane: the messages of one topic owed to one group.
+
+A lane is pure state with the current time passed in: no sockets, no disk, no clock. The
+engine feeds it publishes, membership changes, acks and ticks, and sends what ``take``
+hands out. Every unsettled sequence is in exactly one state:
+
+- READY: waiting in its partition's heap, most urgent (lowest priority number) first;
+- DELAYED: waiting for ``not_before`` (a schedule, a nack delay or a retry backoff);
+- IN_FLIGHT: sent to a member, waiting for its ack until ``deadline``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from bisect import insort
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from .routing import rendezvous
+
+READY = 0
+DELAYED = 1
+IN_FLIGHT = 2
+
+
+class Entry:
+    """One unsettled message of a lane."""
+
+    __slots__ = ("seq", "partition", "priority", "attempt", "state", "member", "deadline",
+                 "not_before", "expires_at")
+
+    def __init__(self, seq: int, partition: int, priority: int, attempt: int,
+                 not_before: float, expires_at: float) -> None:
+        self.seq = seq
+        self.partition = partition
+        self.priority = priority
+        self.attempt = attempt
+        self.state = READY
+        self.member: bytes | None = None
+        self.deadline = 0.0
+        self.not_before = not_before
+        self.expires_at = expires_at  # 0.0: never
+
+
+@dataclass(slots=True)
+class Member:
+    """A live member of the lane's group and its credit."""
+
+    max_in_flight: int
+    batch_size: int
+    in_flight: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Retry timing of a lane (from the topic's config)."""
+
+    ack_timeout_s: float = 30.0
+    retry_backoff_s: float = 0.5
+    max_retry_backoff_s: float = 30.0
+    max_attempts: int = 0  # 0: unlimited
+
+
+@dataclass(slots=True)
+class TickResult:
+    """What a tick settled or moved."""
+
+    timed_out: int = 0
+    expired: list[int] = field(default_factory=list)
+    exhausted: list[Entry] = field(default_factory=list)
+
+
+class Lane:
+    """Unsettled messages of (topic, lane) at this producer, and who gets them next."""
+
+    def __init__(
+        self, topic: str, name: str, *, producer: bytes, partitions: int, timing: Timing,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.producer = producer
+        self.timing = timing
+        self._rng = rng
+        self.entries: dict[int, Entry] = {}
+        self.members: dict[bytes, Member] = {}
+        self._partitions = partitions
+        self._ready: list[list[tuple[int, int]]] = [[] for _ in range(partitions)]
+        self._ready_count = 0
+        self._delayed: list[tuple[float, int]] = []
+        self._deadlines: list[tuple[float, int]] = []
+        self._expiring: list[tuple[float, int]] = []
+        self._order: deque[int] = deque()
+        self._next_floor = 0
+        self._owners: list[bytes | None] | None = None
+
+    # -- content --------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, seq: int) -> bool:
+        return seq in self.entries
+
+    def add(self, seq: int, partition: int, priority: int = 0, attempt: int = 0, *,
+            now: float, not_before: float = 0.0, expires_at: float = 0.0) -> None:
+        """Owe ``seq`` to this lane's group."""
+        if seq in self.entries:
+            return
+        partition = self._grow(partition)
+        entry = Entry(seq, partition, priority, attempt, not_before, expires_at)
+        self.entries[seq] = entry
+        if self._order and seq < self._order[-1]:
+            insort(self._order, seq)  # rare: a replayed old message
+        else:
+            self._order.append(seq)
+        if seq >= self._next_floor:
+            self._next_floor = seq + 1
+        if expires_at:
+            heapq.heappush(self._expiring, (expires_at, seq))
+        self._schedule(entry, not_before, now)
+
+    def _grow(self, partition: int) -> int:
+        # Messages stored under a larger partition count (topic reconfigured) keep theirs.
+        while partition >= self._partitions:
+            self._ready.append([])
+            self._partitions += 1
+            self._owners = None
+        return partition
+
+    def _schedule(self, entry: Entry, not_before: float, now: float) -> None:
+        entry.member = None
+        if not_before > now:
+            entry.state = DELAYED
+            entry.not_before = not_before
+            heapq.heappush(self._delayed, (not_before, entry.seq))
+        else:
+            entry.state = READY
+            entry.not_before = 0.0
+            heapq.heappush(self._ready[entry.partition], (entry.priority, entry.seq))
+            self._ready_count += 1
+
+    def _remove(self, seq: int) -> Entry | None:
+        entry = self.entries.pop(seq, None)
+        if entry is None:
+            return None
+        if entry.state == IN_FLIGHT and entry.member is not None:
+            member = self.members.get(entry.member)
+            if member is not None:
+                member.in_flight.discard(seq)
+        elif entry.state == READY:
+            self._ready_count -= 1  # its heap record goes stale and is skipped later
+        return entry
+
+    def floor(self) -> int:
+        """Every sequence of this lane below the floor is settled."""
+        order, entries = self._order, self.entries
+        while order and order[0] not in entries:
+            order.popleft()
+        return order[0] if order else self._next_floor
+
+    @property
+    def ready_count(self) -> int:
+        return self._ready_count
+
+    def in_flight_count(self) -> int:
+        return sum(len(m.in_flight) for m in self.members.values())
+
+    # -- membership -----------------------------------------------------------------------
+
+    def set_member(self, member: bytes, max_in_flight: int, batch_size: int) -> bool:
+        """Add or update a live member; True when it is new."""
+        current = self.members.get(member)
+        if current is not None:
+            current.max_in_flight, current.batch_size = max_in_flight, batch_size
+            return False
+        self.members[member] = Member(max_in_flight, batch_size)
+        self._owners = None
+        return True
+
+    def remove_member(self, member: bytes, now: float) -> int:
+        """A member left or died: its in-flight messages are ready again at once."""
+        gone = self.members.pop(member, None)
+        if gone is None:
+            return 0
+        self._owners = None
+        for seq in gone.in_flight:
+            entry = self.entries.get(seq)
+            if entry is not None and entry.state == IN_FLIGHT:
+                self._schedule(entry, 0.0, now)
+        return len(gone.in_flight)
+
+    def owner(self, partition: int) -> bytes | None:
+        """The live member that receives this partition."""
+        if self._owners is None:
+            members = sorted(self.members)
+            self._owners = [rendezvous(members, self.producer, p)
+                            for p in range(self._partitions)]
+        return self._owners[partition]
+
+    # -- delivery -------------------------------------------------------------------------
+
+    def take(self, now: float, limit: int = 10_000) -> tuple[dict[bytes, list[Entry]], list[int]]:
+        """Hand out ready messages to their owners within their credit.
+
+        Returns (member -> entries now in flight, in partition-then-priority order) and the
+        sequences found expired on the way (already removed).
+        """
+        out: dict[bytes, list[Entry]] = {}
+        expired: list[int] = []
+        if not self._ready_count or not self.members:
+            return out, expired
+        deadline = now + self.timing.ack_timeout_s
+        taken = 0
+        for partition, heap in enumerate(self._ready):
+            if not heap:
+                continue
+            owner = self.owner(partition)
+            if owner is None:
+                continue
+            member = self.members[owner]
+            room = member.max_in_flight - len(member.in_flight)
+            batch = out.get(owner)
+            while heap and room > 0 and taken < limit:
+                _, seq = heapq.heappop(heap)
+                entry = self.entries.get(seq)
+                if entry is None or entry.state != READY:
+                    continue  # stale heap record
+                self._ready_count -= 1
+                if entry.expires_at and entry.expires_at <= now:
+                    self._remove(seq)
+                    expired.append(seq)
+                    continue
+                entry.state = IN_FLIGHT
+                entry.member = owner
+                entry.deadline = deadline
+                entry.attempt += 1
+                member.in_flight.add(seq)
+                heapq.heappush(self._deadlines, (deadline, seq))
+                if batch is None:
+                    batch = out[owner] = []
+                batch.append(entry)
+                room -= 1
+                taken += 1
+            if taken >= limit:
+                break
+        return out, expired
+
+    def unsend(self, entries: Iterable[Entry], now: float) -> None:
+        """Sending failed before the message left: make it ready again, attempt undone."""
+        for entry in entries:
+            if self.entries.get(entry.seq) is entry and entry.state == IN_FLIGHT:
+                member = self.members.get(entry.member) if entry.member else None
+                if member is not None:
+                    member.in_flight.discard(entry.seq)
+                entry.attempt -= 1
+                self._schedule(entry, 0.0, now)
+
+    def ack(self, seqs: Iterable[int]) -> list[int]:
+        """Settle acked sequences; returns those that were still owed."""
+        settled = []
+        for seq in seqs:
+            if self._remove(seq) is not None:
+                settled.append(seq)
+        return settled
+
+    def nack(self, seqs: Iterable[int], delay_s: float | None, now: float) -> list[Entry]:
+        """Redeliver after ``delay_s`` (None: the lane's backoff for the attempt).
+
+        Returns entries that ran out of attempts (already removed): park them.
+        """
+        exhausted = []
+        for seq in seqs:
+            entry = self.entries.get(seq)
+            if entry is None or entry.state != IN_FLIGHT:
+                continue
+            if self._out_of_attempts(entry):
+                self._remove(seq)
+                exhausted.append(entry)
+                continue
+            self._release(entry)
+            delay = self.backoff(entry.attempt) if delay_s is None else max(0.0, delay_s)
+            self._schedule(entry, now + delay if delay > 0 else 0.0, now)
+        return exhausted
+
+    def fail(self, seq: int) -> Entry | None:
+        """Take ``seq`` out of delivery to be parked; None when it is not owed."""
+        return self._remove(seq)
+
+    def _release(self, entry: Entry) -> None:
+        member = self.members.get(entry.member) if entry.member else None
+        if member is not None:
+            member.in_flight.discard(entry.seq)
+
+    def _out_of_attempts(self, entry: Entry) -> bool:
+        return bool(self.timing.max_attempts) and entry.attempt >= self.timing.max_attempts
+
+    def backoff(self, attempt: int) -> float:
+        """Exponential backoff with jitter (0.5x to 1.5x) for a retry after ``attempt``."""
+        t = self.timing
+        base = min(t.max_retry_backoff_s, t.retry_backoff_s * (2 ** max(0, attempt - 1)))
+        return base * (0.5 + self._rng())
+
+    # -- time -----------------------------------------------------------------------------
+
+    def tick(self, now: float) -> TickResult:
+        """Move due delayed messages to ready, time out acks, expire old messages."""
+        result = TickResult()
+        delayed = self._delayed
+        while delayed and delayed[0][0] <= now:
+            t, seq = heapq.heappop(delayed)
+            entry = self.entries.get(seq)
+            if entry is not None and entry.state == DELAYED and entry.not_before == t:
+                self._schedule(entry, 0.0, now)
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            t, seq = heapq.heappop(deadlines)
+            entry = self.entries.get(seq)
+            if entry is None or entry.state != IN_FLIGHT or entry.deadline != t:
+                continue
+            result.timed_out += 1
+            if entry.expires_at and entry.expires_at <= now:
+                self._remove(seq)
+                result.expired.append(seq)
+                continue
+            if self._out_of_attempts(entry):
+                self._remove(seq)
+                result.exhausted.append(entry)
+                continue
+            self._release(entry)
+            self._schedule(entry, now + self.backoff(entry.attempt), now)
+        expiring = self._expiring
+        while expiring and expiring[0][0] <= now:
+            _, seq = heapq.heappop(expiring)
+            entry = self.entries.get(seq)
+            if entry is not None and entry.state != IN_FLIGHT:
+                self._remove(seq)
+                result.expired.append(seq)
+        return result
+
+    def next_wakeup(self) -> float | None:
+        """The earliest time ``tick`` has work, or None."""
+        times = [h[0][0] for h in (self._delayed, self._deadlines, self._expiring) if h]
+        return min(times) if times else None

@@ -1,0 +1,56 @@
+"""Per-peer state: identity, endpoints, liveness, subscriptions and outgoing sockets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import zmq
+
+from .._protocol.frames import SubInfo
+
+
+def endpoint(host: str, port: int) -> str:
+    """A tcp endpoint, bracketing IPv6 hosts."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"tcp://{host}:{port}"
+
+
+def lane_name(sub: SubInfo, member: bytes) -> str:
+    """The producer-side lane a subscription consumes: the group, or a member's own copy."""
+    return sub.group if sub.mode == "shared" else f"{sub.group}/{member.hex()}"
+
+
+@dataclass(slots=True)
+class Peer:
+    """Another node of the mesh as this node knows it."""
+
+    node_id: bytes
+    name: str
+    incarnation: int
+    ctrl_ep: str
+    data_ep: str
+    push: zmq.Socket
+    dealer: zmq.Socket
+    last_seen: float
+    alive: bool = True
+    is_self: bool = False
+    subs: tuple[SubInfo, ...] = ()
+    lanes: dict[tuple[str, str], SubInfo] = field(default_factory=dict)
+    dead_since: float = 0.0
+
+    def close(self, linger_ms: int = 0) -> None:
+        self.push.close(linger=0)
+        self.dealer.close(linger=linger_ms)
+
+    def info(self, now: float) -> dict:
+        return {
+            "id": self.node_id.hex(),
+            "name": self.name,
+            "incarnation": self.incarnation,
+            "control": self.ctrl_ep,
+            "data": self.data_ep,
+            "alive": self.alive,
+            "last_seen_s": round(now - self.last_seen, 3),
+            "subscriptions": [[s.topic, s.group, s.mode] for s in self.subs],
+        }

@@ -1,0 +1,386 @@
+"""The producer half of a node: the outbox, its lanes, and what to send next.
+
+Runs only on the IO thread. Publishes arrive as staged commands, are written to LMDB in
+the loop's one transaction, and only then join their lanes, so nothing is sent before it
+is stored. A message leaves the outbox when no lane of its topic owes it any more.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .._store.store import Store, WriteBatch, pack, pend_key, u64, unpackb
+from ..config import TopicConfig
+from .lane import Entry, Lane, Timing
+from .stats import Counters
+
+if TYPE_CHECKING:
+    from .._receipt import Receipt
+
+log = logging.getLogger(__name__)
+
+UNCLAIMED = ""  # lane name of a topic's messages published before any group was known
+
+
+@dataclass(slots=True)
+class Publish:
+    """A publish staged by a user thread for the IO thread to store."""
+
+    seq: int
+    topic: str
+    partition: int
+    key: str | None
+    headers: dict | None
+    payload: bytes
+    priority: int
+    published_at: float
+    expires_at: float | None
+    deliver_at: float | None
+    receipt: Receipt | None
+
+
+def _timing(cfg: TopicConfig) -> Timing:
+    return Timing(cfg.ack_timeout_s, cfg.retry_backoff_s, cfg.max_retry_backoff_s,
+                  cfg.max_attempts)
+
+
+def _mono(wall_at: float | None, now: float, wall_now: float) -> float:
+    """A wall-clock instant on the monotonic clock (0.0 when unset)."""
+    if not wall_at:
+        return 0.0
+    return now + (wall_at - wall_now)
+
+
+class Producer:
+    """Outbox, lanes and receipts of one node."""
+
+    def __init__(self, store: Store, node_id: bytes, next_seq: int, next_lane: int,
+                 topics: dict[str, TopicConfig], memory_budget_bytes: int,
+                 counters: Counters) -> None:
+        self.store = store
+        self.node_id = node_id
+        self.topics = topics
+        self.counters = counters
+        self.memory_budget_bytes = memory_budget_bytes
+        self.lanes: dict[tuple[str, str], Lane] = {}
+        self.lane_ids: dict[tuple[str, str], int] = {}
+        self.lane_meta: dict[tuple[str, str], tuple[str, str]] = {}  # group, mode
+        self.by_topic: dict[str, list[Lane]] = {}  # claimed lanes only
+        self.next_seq = next_seq
+        self._next_lane = next_lane
+        self._receipts: weakref.WeakValueDictionary[int, Receipt] = weakref.WeakValueDictionary()
+        self._mem: dict[int, bytes] = {}  # memory-durability records not yet spilled
+        self._mem_bytes = 0
+        self.depth = 0  # messages in the outbox
+        self.stored: list[Receipt] = []
+        self.acked: list[Receipt] = []
+
+    # -- configuration ------------------------------------------------------------------
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            cfg = self.topics[topic] = TopicConfig()
+        return cfg
+
+    def set_topic(self, topic: str, cfg: TopicConfig, batch: WriteBatch, now: float) -> None:
+        self.topics[topic] = cfg
+        for (t, _name), lane in self.lanes.items():
+            if t == topic:
+                lane.timing = _timing(cfg)
+        for group in cfg.groups:
+            self.ensure_lane(topic, group, group, "shared", batch, now)
+
+    # -- lanes --------------------------------------------------------------------------
+
+    def ensure_lane(self, topic: str, name: str, group: str, mode: str, batch: WriteBatch,
+                    now: float) -> Lane:
+        """The lane of (topic, name), created and remembered durably when new."""
+        key = (topic, name)
+        lane = self.lanes.get(key)
+        if lane is not None:
+            return lane
+        lane_id = self._next_lane
+        self._next_lane += 1
+        batch.meta_put[b"next_lane"] = lane_id_bytes(self._next_lane)
+        batch.lanes_put.append((pack([topic, name]), pack([lane_id, group, mode])))
+        lane = self._add_lane(topic, name, lane_id, group, mode)
+        if name != UNCLAIMED:
+            self._claim(topic, lane, batch, now)
+        log.info("lane %s/%s (%s %s) is new at this producer", topic, name, mode, group)
+        return lane
+
+    def _add_lane(self, topic: str, name: str, lane_id: int, group: str, mode: str) -> Lane:
+        cfg = self.topic_config(topic)
+        lane = Lane(topic, name, producer=self.node_id, partitions=cfg.partitions,
+                    timing=_timing(cfg))
+        key = (topic, name)
+        self.lanes[key] = lane
+        self.lane_ids[key] = lane_id
+        self.lane_meta[key] = (group, mode)
+        if name != UNCLAIMED:
+            self.by_topic.setdefault(topic, []).append(lane)
+        return lane
+
+    def _claim(self, topic: str, lane: Lane, batch: WriteBatch, now: float) -> None:
+        """Messages published before any group was known go to the first groups learned."""
+        unclaimed = self.lanes.get((topic, UNCLAIMED))
+        if unclaimed is None or not unclaimed.entries:
+            return
+        lanes = self.by_topic[topic]
+        uid = self.lane_ids[(topic, UNCLAIMED)]
+        seqs = list(unclaimed.entries)
+        log.info("%d messages of %s published before any group was known go to %s",
+                 len(seqs), topic, [ln.name for ln in lanes])
+        for seq in seqs:
+            entry = unclaimed.entries[seq]
+            value = pack([entry.partition, entry.priority, 0, None, None])
+            for target in lanes:
+                target.add(seq, entry.partition, entry.priority, 0, now=now,
+                           not_before=entry.not_before, expires_at=entry.expires_at)
+                if seq not in self._mem:
+                    batch.pend_put.append((pend_key(self.lane_ids[(topic, target.name)], seq),
+                                           value))
+            if seq not in self._mem:
+                batch.pend_del.append(pend_key(uid, seq))
+        unclaimed.ack(seqs)
+
+    def load(self, now: float) -> None:
+        """Rebuild lanes from LMDB after a start: everything unacked is pending again."""
+        by_id: dict[int, Lane] = {}
+        for topic, name, lane_id, group, mode in self.store.iter_lanes():
+            by_id[lane_id] = self._add_lane(topic, name, lane_id, group, mode)
+        wall = time.time()
+        seqs = set()
+        for lane_id, seq, (partition, priority, attempt, expires_at, deliver_at) in \
+                self.store.iter_pending():
+            lane = by_id.get(lane_id)
+            if lane is None:
+                log.error("pending entry %d of unknown lane %d is skipped", seq, lane_id)
+                continue
+            lane.add(seq, partition, priority, attempt, now=now,
+                     not_before=_mono(deliver_at, now, wall),
+                     expires_at=_mono(expires_at, now, wall))
+            seqs.add(seq)
+        self.depth = len(seqs)
+        if self.depth:
+            log.info("outbox reopened with %d unacknowledged messages", self.depth)
+
+    # -- publishing ---------------------------------------------------------------------
+
+    def stage(self, pubs: list[Publish], batch: WriteBatch, now: float) -> list[Publish]:
+        """Write publishes into the batch; returns those to add to lanes after commit."""
+        wall = time.time()
+        for p in pubs:
+            cfg = self.topic_config(p.topic)
+            record = pack([p.topic, p.partition, p.key, p.headers, p.priority, p.published_at,
+                           p.expires_at, p.deliver_at, p.payload])
+            lanes = self.by_topic.get(p.topic)
+            if not lanes:
+                lanes = [self.ensure_lane(p.topic, UNCLAIMED, "", "unclaimed", batch, now)]
+            if cfg.durability == "memory":
+                self._mem[p.seq] = record
+                self._mem_bytes += len(record)
+            else:
+                batch.msgs_put.append((u64(p.seq), record))
+                value = pack([p.partition, p.priority, 0, p.expires_at, p.deliver_at])
+                for lane in lanes:
+                    batch.pend_put.append((pend_key(self.lane_ids[(p.topic, lane.name)],
+                                                    p.seq), value))
+                if cfg.durability == "fsync":
+                    batch.fsync = True
+        if self._mem_bytes > self.memory_budget_bytes:
+            self._spill(batch, wall)
+        if pubs:
+            batch.meta_put[b"next_seq"] = u64(pubs[-1].seq + 1)
+        return pubs
+
+    def added(self, pubs: list[Publish], now: float) -> None:
+        """After commit: the publishes are stored; owe them to their lanes."""
+        wall = time.time()
+        for p in pubs:
+            lanes = self.by_topic.get(p.topic) or [self.lanes[(p.topic, UNCLAIMED)]]
+            nb = _mono(p.deliver_at, now, wall)
+            exp = _mono(p.expires_at, now, wall)
+            for lane in lanes:
+                lane.add(p.seq, p.partition, p.priority, now=now, not_before=nb, expires_at=exp)
+            self.depth += 1
+            if p.receipt is not None:
+                self._receipts[p.seq] = p.receipt
+                self.stored.append(p.receipt)
+        self.counters.add("published", len(pubs))
+
+    def _spill(self, batch: WriteBatch, wall: float) -> None:
+        """Memory durability over budget: move the oldest records to LMDB."""
+        target = self.memory_budget_bytes // 2
+        spilled = 0
+        while self._mem_bytes > target and self._mem:
+            seq = next(iter(self._mem))
+            record = self._mem.pop(seq)
+            self._mem_bytes -= len(record)
+            topic, partition, _k, _h, priority, _p, expires_at, deliver_at, _ = unpackb(record)
+            batch.msgs_put.append((u64(seq), record))
+            for lane in self._owing(topic, seq):
+                entry = lane.entries[seq]
+                batch.pend_put.append((pend_key(self.lane_ids[(topic, lane.name)], seq),
+                                       pack([partition, priority, entry.attempt, expires_at,
+                                             deliver_at])))
+            spilled += 1
+        self.counters.add("spilled", spilled)
+
+    def _owing(self, topic: str, seq: int) -> list[Lane]:
+        lanes = [lane for lane in self.by_topic.get(topic, ()) if seq in lane]
+        unclaimed = self.lanes.get((topic, UNCLAIMED))
+        if unclaimed is not None and seq in unclaimed:
+            lanes.append(unclaimed)
+        return lanes
+
+    # -- settling -----------------------------------------------------------------------
+
+    def _settled(self, topic: str, lane: Lane, seqs: Iterable[int], batch: WriteBatch) -> None:
+        """``lane`` no longer owes ``seqs``; drop each message that nobody owes."""
+        lane_id = self.lane_ids[(topic, lane.name)]
+        mem = self._mem
+        lanes = self.by_topic.get(topic, ())
+        for seq in seqs:
+            if seq not in mem:
+                batch.pend_del.append(pend_key(lane_id, seq))
+            if any(seq in other for other in lanes):
+                continue
+            record = mem.pop(seq, None)
+            if record is None:
+                batch.msgs_del.append(u64(seq))
+            else:
+                self._mem_bytes -= len(record)
+            self.depth -= 1
+            receipt = self._receipts.pop(seq, None)
+            if receipt is not None:
+                self.acked.append(receipt)
+
+    def on_ack(self, topic: str, name: str, seqs: Iterable[int], batch: WriteBatch) -> int:
+        lane = self.lanes.get((topic, name))
+        if lane is None:
+            return 0
+        settled = lane.ack(seqs)
+        self._settled(topic, lane, settled, batch)
+        self.counters.add("acked", len(settled))
+        return len(settled)
+
+    def on_nack(self, topic: str, name: str, seqs: Iterable[int], delay_s: float | None,
+                batch: WriteBatch, now: float) -> None:
+        lane = self.lanes.get((topic, name))
+        if lane is None:
+            return
+        seqs = list(seqs)
+        exhausted = lane.nack(seqs, delay_s, now)
+        self.counters.add("nacked", len(seqs))
+        self._persist_attempts(lane, seqs, batch)
+        for entry in exhausted:
+            self._park(lane, entry, "max attempts reached after nack", batch)
+
+    def on_fail(self, topic: str, name: str, seq: int, reason: str, batch: WriteBatch) -> None:
+        lane = self.lanes.get((topic, name))
+        if lane is None:
+            return
+        entry = lane.fail(seq)
+        if entry is not None:
+            self._park(lane, entry, reason, batch)
+
+    def _park(self, lane: Lane, entry: Entry, reason: str, batch: WriteBatch) -> None:
+        record = self._mem.get(entry.seq) or self.store.get_messages([entry.seq]).get(entry.seq)
+        lane_id = self.lane_ids[(lane.topic, lane.name)]
+        batch.dead_put.append((pend_key(lane_id, entry.seq),
+                               pack([reason, entry.attempt, time.time(), record])))
+        self.counters.add("dead_lettered", 1)
+        log.warning("message %d of %s parked in dead letters of %s: %s", entry.seq,
+                    lane.topic, lane.name, reason)
+        self._settled(lane.topic, lane, [entry.seq], batch)
+
+    def _persist_attempts(self, lane: Lane, seqs: Iterable[int], batch: WriteBatch) -> None:
+        lane_id = self.lane_ids[(lane.topic, lane.name)]
+        wanted = [s for s in seqs if s in lane.entries and s not in self._mem]
+        if not wanted:
+            return
+        records = self.store.get_messages(wanted)
+        for seq, record in records.items():
+            _t, partition, _k, _h, priority, _p, expires_at, deliver_at, _ = unpackb(record)
+            batch.pend_put.append((pend_key(lane_id, seq), pack(
+                [partition, priority, lane.entries[seq].attempt, expires_at, deliver_at])))
+
+    def member_gone(self, member: bytes, now: float) -> int:
+        moved = 0
+        for lane in self.lanes.values():
+            moved += lane.remove_member(member, now)
+        if moved:
+            self.counters.add("redelivered_member_gone", moved)
+        return moved
+
+    # -- time and sending ---------------------------------------------------------------
+
+    def tick(self, now: float, batch: WriteBatch) -> None:
+        for (topic, _name), lane in list(self.lanes.items()):
+            result = lane.tick(now)
+            if result.timed_out:
+                self.counters.add("ack_timeouts", result.timed_out)
+            if result.expired:
+                self.counters.add("expired", len(result.expired))
+                self._settled(topic, lane, result.expired, batch)
+            for entry in result.exhausted:
+                self._park(lane, entry, "max attempts reached after ack timeouts", batch)
+
+    def next_wakeup(self) -> float | None:
+        times = [t for lane in self.lanes.values() if (t := lane.next_wakeup()) is not None]
+        return min(times) if times else None
+
+    def dispatch(self, now: float, send: Callable[[bytes, Lane, list[Entry], list[bytes]], int],
+                 batch: WriteBatch) -> int:
+        """Hand ready messages to live members; ``send`` returns how many left."""
+        sent_total = 0
+        for (topic, name), lane in self.lanes.items():
+            if not lane.ready_count or not lane.members or name == UNCLAIMED:
+                continue
+            taken, expired = lane.take(now)
+            if expired:
+                self.counters.add("expired", len(expired))
+                self._settled(topic, lane, expired, batch)
+            if not taken:
+                continue
+            need = [e.seq for entries in taken.values() for e in entries
+                    if e.seq not in self._mem]
+            records = self.store.get_messages(need) if need else {}
+            for member, entries in taken.items():
+                good: list[Entry] = []
+                payloads: list[bytes] = []
+                missing = []
+                for entry in entries:
+                    record = self._mem.get(entry.seq) or records.get(entry.seq)
+                    if record is None:
+                        missing.append(entry.seq)
+                        continue
+                    good.append(entry)
+                    payloads.append(record)
+                if missing:
+                    log.error("outbox records missing for %d messages of %s; settled as lost",
+                              len(missing), topic)
+                    self.counters.add("lost_records", len(missing))
+                    lane.ack(missing)
+                    self._settled(topic, lane, missing, batch)
+                if good:
+                    sent = send(member, lane, good, payloads)
+                    sent_total += sent
+                    if sent < len(good):
+                        lane.unsend(good[sent:], now)
+        return sent_total
+
+    def pending_for(self, topic: str) -> int:
+        return sum(len(lane) for lane in self.by_topic.get(topic, ()))
+
+
+def lane_id_bytes(n: int) -> bytes:
+    return n.to_bytes(4, "big")
+

@@ -1,0 +1,1 @@
+"""zmesh wire format: frames and their pure codec."""

@@ -1,0 +1,229 @@
+"""Pure encode/decode of zmesh frames. Decoding raises only DecodeError."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+from ..errors import DecodeError
+from .frames import (
+    ACK,
+    BATCH,
+    BYE,
+    FAIL,
+    HELLO,
+    NACK,
+    PROTOCOL_VERSION,
+    STATUS_REP,
+    STATUS_REQ,
+    Ack,
+    Batch,
+    Bye,
+    Control,
+    Fail,
+    Hello,
+    Item,
+    Nack,
+    PeerRef,
+    StatusReply,
+    StatusRequest,
+    SubInfo,
+)
+
+MAX_HEADER_BYTES = 1 << 20
+MAX_BATCH_ITEMS = 10_000
+NODE_ID_BYTES = 16
+
+_packb = msgpack.Packer(use_bin_type=True).pack
+
+
+def _unpack(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Any:
+    if len(frame) > max_bytes:
+        raise DecodeError(f"header of {len(frame)} bytes exceeds {max_bytes}")
+    try:
+        return msgpack.unpackb(
+            frame,
+            raw=False,
+            strict_map_key=True,
+            max_bin_len=max_bytes,
+            max_str_len=max_bytes,
+            max_array_len=MAX_BATCH_ITEMS * 8,
+            max_map_len=MAX_BATCH_ITEMS,
+        )
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
+            msgpack.StackError, UnicodeDecodeError) as exc:
+        raise DecodeError(f"not msgpack: {exc}") from exc
+    except Exception as exc:  # msgpack raises a few odd types on hostile input
+        raise DecodeError(f"not msgpack: {type(exc).__name__}: {exc}") from exc
+
+
+def _check(cond: bool, what: str) -> None:
+    if not cond:
+        raise DecodeError(what)
+
+
+def _node_id(value: Any) -> bytes:
+    _check(isinstance(value, bytes) and len(value) == NODE_ID_BYTES, "bad node id")
+    return value
+
+
+def _str(value: Any, what: str, max_len: int = 256) -> str:
+    _check(isinstance(value, str) and len(value) <= max_len, f"bad {what}")
+    return value
+
+
+def _int(value: Any, what: str, lo: int = 0, hi: int = (1 << 63) - 1) -> int:
+    _check(type(value) is int and lo <= value <= hi, f"bad {what}")
+    return value
+
+
+def _num(value: Any, what: str) -> float:
+    _check(type(value) in (int, float), f"bad {what}")
+    return float(value)
+
+
+def _seqs(value: Any) -> tuple[int, ...]:
+    _check(isinstance(value, list) and len(value) <= MAX_BATCH_ITEMS, "bad seq list")
+    for s in value:
+        _check(type(s) is int and s >= 0, "bad seq")
+    return tuple(value)
+
+
+def _header(value: Any) -> dict | None:
+    if value is None:
+        return None
+    _check(isinstance(value, dict), "bad headers")
+    for k in value:
+        _check(isinstance(k, str), "bad header name")
+    return value
+
+
+# -- control -----------------------------------------------------------------------------
+
+
+def encode_control(msg: Control) -> bytes:
+    """One frame for a control message."""
+    v = PROTOCOL_VERSION
+    if isinstance(msg, Hello):
+        return _packb([
+            v, HELLO, msg.node_id, msg.name, msg.mesh, msg.incarnation, msg.ctrl_port,
+            msg.data_port, list(msg.hosts),
+            [[s.topic, s.group, s.mode, s.max_in_flight, s.batch_size] for s in msg.subs],
+            [[p.node_id, p.ctrl_endpoint] for p in msg.peers],
+        ])
+    if isinstance(msg, Ack):
+        return _packb([v, ACK, msg.node_id, msg.topic, msg.lane, list(msg.seqs)])
+    if isinstance(msg, Nack):
+        return _packb([v, NACK, msg.node_id, msg.topic, msg.lane, list(msg.seqs), msg.delay_s])
+    if isinstance(msg, Fail):
+        return _packb([v, FAIL, msg.node_id, msg.topic, msg.lane, msg.seq, msg.reason])
+    if isinstance(msg, Bye):
+        return _packb([v, BYE, msg.node_id, msg.incarnation])
+    if isinstance(msg, StatusRequest):
+        return _packb([v, STATUS_REQ, msg.token])
+    if isinstance(msg, StatusReply):
+        return _packb([v, STATUS_REP, msg.token, msg.status])
+    raise TypeError(f"not a control message: {msg!r}")
+
+
+def decode_control(frame: bytes) -> Control:
+    """Parse one control frame; DecodeError for anything that is not a valid one."""
+    obj = _unpack(frame)
+    _check(isinstance(obj, list) and len(obj) >= 2, "control frame is not a list")
+    _check(obj[0] == PROTOCOL_VERSION, f"unsupported protocol version {obj[0]!r}")
+    kind = obj[1]
+    try:
+        if kind == HELLO:
+            _check(len(obj) == 11, "bad hello length")
+            subs_raw, peers_raw = obj[9], obj[10]
+            _check(isinstance(subs_raw, list) and len(subs_raw) <= 4096, "bad subs")
+            _check(isinstance(peers_raw, list) and len(peers_raw) <= 4096, "bad peers")
+            hosts = obj[8]
+            _check(isinstance(hosts, list) and len(hosts) <= 64, "bad hosts")
+            subs = []
+            for s in subs_raw:
+                _check(isinstance(s, list) and len(s) == 5, "bad sub")
+                _check(s[2] in ("shared", "broadcast"), "bad sub mode")
+                subs.append(SubInfo(_str(s[0], "topic"), _str(s[1], "group"), s[2],
+                                    _int(s[3], "max_in_flight", 1, 1 << 24),
+                                    _int(s[4], "batch_size", 1, MAX_BATCH_ITEMS)))
+            peers = []
+            for p in peers_raw:
+                _check(isinstance(p, list) and len(p) == 2, "bad peer ref")
+                peers.append(PeerRef(_node_id(p[0]), _str(p[1], "endpoint")))
+            return Hello(
+                _node_id(obj[2]), _str(obj[3], "name"), _str(obj[4], "mesh"),
+                _int(obj[5], "incarnation"), _int(obj[6], "ctrl port", 1, 65535),
+                _int(obj[7], "data port", 1, 65535),
+                tuple(_str(h, "host") for h in hosts), tuple(subs), tuple(peers),
+            )
+        if kind == ACK:
+            _check(len(obj) == 6, "bad ack length")
+            return Ack(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"),
+                       _seqs(obj[5]))
+        if kind == NACK:
+            _check(len(obj) == 7, "bad nack length")
+            return Nack(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"),
+                        _seqs(obj[5]), _num(obj[6], "delay"))
+        if kind == FAIL:
+            _check(len(obj) == 7, "bad fail length")
+            return Fail(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"),
+                        _int(obj[5], "seq"), _str(obj[6], "reason", 4096))
+        if kind == BYE:
+            _check(len(obj) == 4, "bad bye length")
+            return Bye(_node_id(obj[2]), _int(obj[3], "incarnation"))
+        if kind == STATUS_REQ:
+            _check(len(obj) == 3, "bad status request length")
+            return StatusRequest(_int(obj[2], "token"))
+        if kind == STATUS_REP:
+            _check(len(obj) == 4 and isinstance(obj[3], dict), "bad status reply")
+            return StatusReply(_int(obj[2], "token"), obj[3])
+    except (TypeError, IndexError) as exc:
+        raise DecodeError(f"malformed control frame: {exc}") from exc
+    raise DecodeError(f"unknown control kind {kind!r}")
+
+
+# -- data --------------------------------------------------------------------------------
+
+
+def encode_batch_header(
+    node_id: bytes, incarnation: int, topic: str, lane: str, floor: int,
+    items: Sequence[tuple[int, int, str | None, dict | None, int, float]],
+) -> bytes:
+    """The first frame of a data batch; the payload frames follow it in item order."""
+    return _packb([PROTOCOL_VERSION, BATCH, node_id, incarnation, topic, lane, floor, items])
+
+
+def encode_batch(batch: Batch) -> list[bytes]:
+    """All frames of a data batch."""
+    items = [[i.seq, i.partition, i.key, i.headers, i.attempt, i.published_at]
+             for i in batch.items]
+    header = encode_batch_header(batch.node_id, batch.incarnation, batch.topic, batch.lane,
+                                 batch.floor, items)
+    return [header, *batch.payloads]
+
+
+def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
+    """Parse a data batch; DecodeError for anything that is not a valid one."""
+    _check(len(frames) >= 1, "empty data message")
+    obj = _unpack(frames[0])
+    _check(isinstance(obj, list) and len(obj) == 8, "bad batch header")
+    _check(obj[0] == PROTOCOL_VERSION, f"unsupported protocol version {obj[0]!r}")
+    _check(obj[1] == BATCH, "not a batch")
+    raw_items = obj[7]
+    _check(isinstance(raw_items, list) and len(raw_items) <= MAX_BATCH_ITEMS, "bad items")
+    payloads = tuple(frames[1:])
+    _check(len(payloads) == len(raw_items), "payload count does not match items")
+    items = []
+    for raw, payload in zip(raw_items, payloads, strict=True):
+        _check(isinstance(raw, list) and len(raw) == 6, "bad item")
+        _check(len(payload) <= max_message_bytes, "payload exceeds max_message_bytes")
+        key = raw[2]
+        _check(key is None or (isinstance(key, str) and len(key) <= 4096), "bad key")
+        items.append(Item(_int(raw[0], "seq"), _int(raw[1], "partition", 0, 65535), key,
+                          _header(raw[3]), _int(raw[4], "attempt", 0, 1 << 31),
+                          _num(raw[5], "published_at")))
+    return Batch(_node_id(obj[2]), _int(obj[3], "incarnation"), _str(obj[4], "topic"),
+                 _str(obj[5], "lane"), _int(obj[6], "floor"), tuple(items), payloads)

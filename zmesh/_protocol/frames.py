@@ -1,0 +1,143 @@
+"""Wire messages: frozen slotted dataclasses, no I/O.
+
+Data travels PUSH -> PULL as one multipart message: a msgpack header describing a batch,
+then one raw frame per payload. Control travels DEALER -> ROUTER as one msgpack frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROTOCOL_VERSION = 1
+
+# Control kinds.
+HELLO = 1
+BYE = 2
+ACK = 3
+NACK = 4
+FAIL = 5
+STATUS_REQ = 6
+STATUS_REP = 7
+# Data kinds.
+BATCH = 16
+
+
+@dataclass(frozen=True, slots=True)
+class SubInfo:
+    """One subscription a node announces: which lane of which topic it consumes."""
+
+    topic: str
+    group: str
+    mode: str  # "shared" | "broadcast"
+    max_in_flight: int
+    batch_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRef:
+    """A peer known to the sender, gossiped so others can contact it."""
+
+    node_id: bytes
+    ctrl_endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """Announcement and heartbeat: who I am, where I listen, what I consume."""
+
+    node_id: bytes
+    name: str
+    mesh: str
+    incarnation: int
+    ctrl_port: int
+    data_port: int
+    hosts: tuple[str, ...]
+    subs: tuple[SubInfo, ...]
+    peers: tuple[PeerRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Bye:
+    """The sender is closing cleanly: treat it as dead now."""
+
+    node_id: bytes
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The sender's group processed these sequences of the receiver's lane."""
+
+    node_id: bytes
+    topic: str
+    lane: str
+    seqs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """Redeliver these sequences after ``delay_s`` (negative: the lane's backoff)."""
+
+    node_id: bytes
+    topic: str
+    lane: str
+    seqs: tuple[int, ...]
+    delay_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Park this sequence in the lane's dead letters with a reason."""
+
+    node_id: bytes
+    topic: str
+    lane: str
+    seq: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequest:
+    """Ask a node for its status; answered on the same ROUTER connection."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    """A node's status as a plain msgpack-able mapping."""
+
+    token: int
+    status: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """Metadata of one message in a data batch; its payload is a separate frame."""
+
+    seq: int
+    partition: int
+    key: str | None
+    headers: dict | None
+    attempt: int
+    published_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Messages of one lane from one producer, with the lane's acked floor.
+
+    ``floor``: every sequence of this lane below it is settled at the producer and will
+    never be delivered again, so consumers may forget their dedupe entries below it.
+    """
+
+    node_id: bytes
+    incarnation: int
+    topic: str
+    lane: str
+    floor: int
+    items: tuple[Item, ...]
+    payloads: tuple[bytes, ...]
+
+
+Control = Hello | Bye | Ack | Nack | Fail | StatusRequest | StatusReply

@@ -1,0 +1,69 @@
+"""Publish receipts: what a producer can wait on after publish()."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import NamedTuple
+
+from .errors import TimeoutError, ZMeshError
+
+__all__ = ["MessageId", "Receipt"]
+
+
+class MessageId(NamedTuple):
+    """(producer node id in hex, sequence): unique across the mesh."""
+
+    producer: str
+    seq: int
+
+    def __str__(self) -> str:
+        return f"{self.producer}:{self.seq}"
+
+
+class Receipt:
+    """Tracks one published message: stored in the outbox, then acked by every group."""
+
+    __slots__ = ("id", "_cond", "_stored", "_acked", "_error", "__weakref__")
+
+    def __init__(self, msg_id: MessageId, cond: threading.Condition) -> None:
+        self.id = msg_id
+        self._cond = cond
+        self._stored = False
+        self._acked = False
+        self._error: ZMeshError | None = None
+
+    @property
+    def stored(self) -> bool:
+        """True once the message is in the outbox (per the topic's durability)."""
+        return self._stored
+
+    @property
+    def acked(self) -> bool:
+        """True once every group owed the message has acked it (or it was settled)."""
+        return self._acked
+
+    def _wait(self, attr: str, timeout: float | None, what: str) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not getattr(self, attr):
+                if self._error is not None:
+                    raise self._error
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"message {self.id} not {what} within {timeout:g}s")
+                self._cond.wait(remaining)
+        if self._error is not None and attr == "_stored":
+            raise self._error
+
+    def wait_stored(self, timeout: float | None = None) -> None:
+        """Block until the message is in the outbox; raise TimeoutError or the store's error."""
+        self._wait("_stored", timeout, "stored")
+
+    def wait_acked(self, timeout: float | None = None) -> None:
+        """Block until every group owed the message has settled it."""
+        self._wait("_acked", timeout, "acknowledged")
+
+    def __repr__(self) -> str:
+        state = "acked" if self._acked else "stored" if self._stored else "staged"
+        return f"<Receipt {self.id} {state}>"

@@ -1,0 +1,1 @@
+"""LMDB persistence of a node: outbox, lanes, dedupe window, dead letters."""

@@ -1,0 +1,254 @@
+"""The node's LMDB environment: one file set per data dir, written by one thread.
+
+Databases (keys are big-endian so LMDB's order is numeric order):
+
+- ``meta``:  node identity and counters (``node_id``, ``incarnation``, ``next_seq``,
+  ``next_lane``).
+- ``msgs``:  seq(8) -> msgpack [topic, partition, key, headers, priority, published_at,
+  expires_at, deliver_at, payload]: the outbox; immutable once written.
+- ``pend``:  lane_id(4) + seq(8) -> msgpack [partition, priority, attempt, expires_at,
+  deliver_at]: what each lane still owes. A message leaves ``msgs`` when no lane owes it.
+- ``lanes``: msgpack [topic, lane] -> msgpack [lane_id, group, mode]: every group this
+  producer has learned of, remembered so an offline group accumulates its backlog.
+- ``seen``:  producer(16) + seq(8) + lane -> b"": the consumer's dedupe window of acked
+  messages, pruned below each producer's announced floor.
+- ``dead``:  lane_id(4) + seq(8) -> msgpack [reason, attempts, failed_at, record]: parked
+  messages of a lane.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import msgpack
+
+from ..errors import DataDirLockedError, StoreError, StoreFullError
+
+log = logging.getLogger(__name__)
+
+_packb = msgpack.Packer(use_bin_type=True).pack
+
+
+def unpackb(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False)
+
+
+def u64(n: int) -> bytes:
+    return n.to_bytes(8, "big")
+
+
+def u32(n: int) -> bytes:
+    return n.to_bytes(4, "big")
+
+
+def pend_key(lane_id: int, seq: int) -> bytes:
+    return lane_id.to_bytes(4, "big") + seq.to_bytes(8, "big")
+
+
+def pack(obj: Any) -> bytes:
+    return _packb(obj)
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Everything one loop iteration of the IO thread writes, in one transaction."""
+
+    msgs_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    msgs_del: list[bytes] = field(default_factory=list)
+    pend_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    pend_del: list[bytes] = field(default_factory=list)
+    seen_put: list[bytes] = field(default_factory=list)
+    seen_prune: list[tuple[bytes, int, bytes]] = field(default_factory=list)
+    lanes_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    dead_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    dead_del: list[bytes] = field(default_factory=list)
+    meta_put: dict[bytes, bytes] = field(default_factory=dict)
+    fsync: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_del
+                    or self.seen_put or self.seen_prune or self.lanes_put or self.dead_put
+                    or self.dead_del or self.meta_put)
+
+    def without_growth(self) -> WriteBatch:
+        """The part of the batch that frees space (for retry when the map is full)."""
+        return WriteBatch(msgs_del=self.msgs_del, pend_del=self.pend_del,
+                          dead_del=self.dead_del, seen_prune=self.seen_prune,
+                          meta_put=self.meta_put)
+
+
+class Store:
+    """The LMDB environment of one node's data dir."""
+
+    def __init__(self, data_dir: str, map_size_bytes: int) -> None:
+        self.data_dir = Path(data_dir)
+        self.path = str(self.data_dir / "store")
+        self.map_size_bytes = map_size_bytes
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create data dir: {exc}", str(self.data_dir)) from exc
+        self._lock_fd = os.open(self.data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(self._lock_fd)
+            raise DataDirLockedError(str(self.data_dir)) from exc
+        try:
+            self.env = lmdb.open(
+                self.path, map_size=map_size_bytes, max_dbs=8, subdir=True,
+                sync=False, metasync=False, readahead=False, max_readers=64,
+            )
+            self.meta = self.env.open_db(b"meta")
+            self.msgs = self.env.open_db(b"msgs")
+            self.pend = self.env.open_db(b"pend")
+            self.lanes = self.env.open_db(b"lanes")
+            self.seen = self.env.open_db(b"seen")
+            self.dead = self.env.open_db(b"dead")
+        except lmdb.Error as exc:
+            os.close(self._lock_fd)
+            raise StoreError(
+                f"cannot open the LMDB store ({exc}); if it is damaged, restore the data dir "
+                "from a snapshot or move it aside to start this node afresh (its "
+                "unacknowledged messages would then be lost)", self.path,
+            ) from exc
+
+    def close(self) -> None:
+        try:
+            self.env.sync(True)
+            self.env.close()
+        finally:
+            os.close(self._lock_fd)
+
+    # -- identity -------------------------------------------------------------------------
+
+    def open_identity(self) -> tuple[bytes, int, int, int]:
+        """(node id, incarnation, next seq, next lane id); bumps the incarnation."""
+        with self._write() as txn:
+            node_id = txn.get(b"node_id", db=self.meta)
+            if node_id is None:
+                node_id = secrets.token_bytes(16)
+                txn.put(b"node_id", node_id, db=self.meta)
+            incarnation = int.from_bytes(txn.get(b"incarnation", b"\0" * 8, db=self.meta),
+                                         "big") + 1
+            txn.put(b"incarnation", u64(incarnation), db=self.meta)
+            next_seq = int.from_bytes(txn.get(b"next_seq", b"\0" * 8, db=self.meta), "big")
+            # Sequences allocated but never committed before a crash are skipped: resume
+            # past the highest one stored, whatever the counter says.
+            cur = txn.cursor(db=self.msgs)
+            if cur.last():
+                next_seq = max(next_seq, int.from_bytes(cur.key(), "big") + 1)
+            next_lane = int.from_bytes(txn.get(b"next_lane", u32(1), db=self.meta), "big")
+        self.env.sync(True)
+        return node_id, incarnation, max(next_seq, 1), next_lane
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def iter_lanes(self) -> Iterator[tuple[str, str, int, str, str]]:
+        """(topic, lane, lane_id, group, mode) of every remembered lane."""
+        with self.env.begin(db=self.lanes) as txn:
+            for k, v in txn.cursor():
+                topic, lane = unpackb(k)
+                lane_id, group, mode = unpackb(v)
+                yield topic, lane, lane_id, group, mode
+
+    def iter_pending(self) -> Iterator[tuple[int, int, list]]:
+        """(lane_id, seq, [partition, priority, attempt, expires_at, deliver_at])."""
+        with self.env.begin(db=self.pend) as txn:
+            for k, v in txn.cursor():
+                yield int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), unpackb(v)
+
+    def get_messages(self, seqs: list[int]) -> dict[int, bytes]:
+        out = {}
+        with self.env.begin(db=self.msgs, buffers=False) as txn:
+            get = txn.get
+            for seq in seqs:
+                rec = get(u64(seq))
+                if rec is not None:
+                    out[seq] = rec
+        return out
+
+    def seen_filter(self, keys: list[bytes]) -> set[bytes]:
+        """The keys already in the dedupe window."""
+        with self.env.begin(db=self.seen) as txn:
+            get = txn.get
+            return {k for k in keys if get(k) is not None}
+
+    def iter_dead(self, lane_id: int) -> Iterator[tuple[int, list]]:
+        with self.env.begin(db=self.dead) as txn:
+            cur = txn.cursor()
+            prefix = u32(lane_id)
+            if cur.set_range(prefix):
+                for k, v in cur:
+                    if not k.startswith(prefix):
+                        break
+                    yield int.from_bytes(k[4:], "big"), unpackb(v)
+
+    def stat(self) -> dict[str, int]:
+        with self.env.begin() as txn:
+            return {
+                "outbox": txn.stat(self.msgs)["entries"],
+                "pending": txn.stat(self.pend)["entries"],
+                "seen": txn.stat(self.seen)["entries"],
+                "dead": txn.stat(self.dead)["entries"],
+            }
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def _write(self) -> Any:
+        return self.env.begin(write=True)
+
+    def commit(self, batch: WriteBatch) -> None:
+        """Apply a batch in one transaction; StoreFullError when the map is full."""
+        try:
+            with self._write() as txn:
+                self._apply(txn, batch)
+        except lmdb.MapFullError as exc:
+            raise StoreFullError(self.path, self.map_size_bytes) from exc
+        except lmdb.Error as exc:
+            raise StoreError(f"LMDB write failed: {exc}", self.path) from exc
+        if batch.fsync:
+            self.env.sync(True)
+
+    def _apply(self, txn: Any, b: WriteBatch) -> None:
+        if b.msgs_put:
+            txn.cursor(db=self.msgs).putmulti(b.msgs_put, append=False)
+        if b.pend_put:
+            txn.cursor(db=self.pend).putmulti(b.pend_put)
+        if b.lanes_put:
+            txn.cursor(db=self.lanes).putmulti(b.lanes_put)
+        if b.dead_put:
+            txn.cursor(db=self.dead).putmulti(b.dead_put)
+        if b.seen_put:
+            txn.cursor(db=self.seen).putmulti([(k, b"") for k in b.seen_put])
+        for k, v in b.meta_put.items():
+            txn.put(k, v, db=self.meta)
+        delete = txn.delete
+        for k in b.pend_del:
+            delete(k, db=self.pend)
+        for k in b.msgs_del:
+            delete(k, db=self.msgs)
+        for k in b.dead_del:
+            delete(k, db=self.dead)
+        if b.seen_prune:
+            cur = txn.cursor(db=self.seen)
+            for producer, floor, lane in b.seen_prune:
+                if not cur.set_range(producer):
+                    continue
+                while True:
+                    k = cur.key()
+                    if not k.startswith(producer) or int.from_bytes(k[16:24], "big") >= floor:
+                        break
+                    if k[24:] == lane:
+                        if not cur.delete():
+                            break
+                    elif not cur.next():
+                        break

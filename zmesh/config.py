@@ -1,0 +1,222 @@
+"""Frozen, keyword-only configuration objects; units are in the field names."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import ConfigError
+
+__all__ = ["NodeConfig", "SubscriptionConfig", "TopicConfig"]
+
+Durability = Literal["fsync", "process", "memory"]
+Mode = Literal["shared", "broadcast"]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
+
+
+def check_name(kind: str, value: object) -> str:
+    """Validate a mesh, node, topic or group name and return it."""
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise ConfigError(
+            f"{kind} name {value!r} is invalid: use 1-128 characters from letters, digits, "
+            "'.', '_' and '-', starting with a letter or digit"
+        )
+    return value
+
+
+def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{owner}.{name} must be a number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{owner}.{name} must be {bound}, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TopicConfig:
+    """How a producer stores and delivers one topic.
+
+    durability: ``process`` (default) commits each batch of publishes to LMDB without fsync,
+    so a killed process loses nothing; ``fsync`` also fsyncs before the receipt resolves
+    (publishes share one fsync); ``memory`` keeps messages in memory until the node's
+    ``memory_budget_bytes`` is exceeded, then spills to LMDB.
+    """
+
+    durability: Durability = "process"
+    partitions: int = 16
+    ack_timeout_s: float = 30.0
+    retry_backoff_s: float = 0.5
+    max_retry_backoff_s: float = 30.0
+    max_attempts: int = 0
+    ttl_s: float | None = None
+    groups: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.durability not in ("fsync", "process", "memory"):
+            raise ConfigError(
+                f"TopicConfig.durability must be 'fsync', 'process' or 'memory', "
+                f"got {self.durability!r}"
+            )
+        if isinstance(self.partitions, bool) or not isinstance(self.partitions, int):
+            raise ConfigError(f"TopicConfig.partitions must be an int, got {self.partitions!r}")
+        if not 1 <= self.partitions <= 4096:
+            raise ConfigError(f"TopicConfig.partitions must be 1..4096, got {self.partitions}")
+        _positive("TopicConfig", "ack_timeout_s", self.ack_timeout_s)
+        _positive("TopicConfig", "retry_backoff_s", self.retry_backoff_s, allow_zero=True)
+        _positive("TopicConfig", "max_retry_backoff_s", self.max_retry_backoff_s, allow_zero=True)
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise ConfigError(f"TopicConfig.max_attempts must be an int, got {self.max_attempts!r}")
+        if self.max_attempts < 0:
+            raise ConfigError("TopicConfig.max_attempts must be >= 0 (0 means unlimited)")
+        if self.ttl_s is not None:
+            _positive("TopicConfig", "ttl_s", self.ttl_s)
+        if isinstance(self.groups, str):
+            raise ConfigError("TopicConfig.groups must be a list of group names, not a string")
+        object.__setattr__(self, "groups", tuple(check_name("group", g) for g in self.groups))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubscriptionConfig:
+    """How a node consumes a topic as a member of a group.
+
+    mode ``shared``: members of the group compete; each (producer, partition) goes to one
+    live member. ``broadcast``: this member gets its own copy of every message.
+    """
+
+    group: str
+    mode: Mode = "shared"
+    max_in_flight: int = 1000
+    batch_size: int = 100
+    concurrency: int = 1
+
+    def __post_init__(self) -> None:
+        check_name("group", self.group)
+        if "/" in self.group:
+            raise ConfigError("group names may not contain '/'")
+        if self.mode not in ("shared", "broadcast"):
+            raise ConfigError(
+                f"subscription mode must be 'shared' or 'broadcast', got {self.mode!r}"
+            )
+        for name in ("max_in_flight", "batch_size", "concurrency"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"SubscriptionConfig.{name} must be an int >= 1, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeConfig:
+    """Identity, discovery, limits and timing of a node.
+
+    interfaces: addresses to bind and to speak mDNS on; empty means all interfaces.
+    seeds: control addresses ``"host:port"`` of peers to contact directly.
+    """
+
+    name: str
+    mesh: str = "default"
+    data_dir: str
+    interfaces: tuple[str, ...] = ()
+    mdns: bool = True
+    seeds: tuple[str, ...] = ()
+    heartbeat_interval_s: float = 1.0
+    dead_after_s: float = 5.0
+    max_outbox_messages: int = 1_000_000
+    publish_timeout_s: float = 10.0
+    map_size_bytes: int = 1 << 30
+    memory_budget_bytes: int = 64 << 20
+    max_message_bytes: int = 8 << 20
+    topics: Mapping[str, TopicConfig] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_name("node", self.name)
+        check_name("mesh", self.mesh)
+        if not isinstance(self.data_dir, str | Path) or not str(self.data_dir):
+            raise ConfigError(f"NodeConfig.data_dir must be a path, got {self.data_dir!r}")
+        object.__setattr__(self, "data_dir", str(self.data_dir))
+        for name in ("interfaces", "seeds"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ConfigError(f"NodeConfig.{name} must be a list of strings, not a string")
+            object.__setattr__(self, name, tuple(value))
+        for seed in self.seeds:
+            parse_seed(seed)
+        _positive("NodeConfig", "heartbeat_interval_s", self.heartbeat_interval_s)
+        _positive("NodeConfig", "dead_after_s", self.dead_after_s)
+        if self.dead_after_s <= self.heartbeat_interval_s:
+            raise ConfigError(
+                "NodeConfig.dead_after_s must be longer than heartbeat_interval_s "
+                f"({self.dead_after_s} <= {self.heartbeat_interval_s})"
+            )
+        for name in ("max_outbox_messages", "map_size_bytes", "max_message_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"NodeConfig.{name} must be an int >= 1, got {value!r}")
+        _positive("NodeConfig", "publish_timeout_s", self.publish_timeout_s, allow_zero=True)
+        _positive("NodeConfig", "memory_budget_bytes", self.memory_budget_bytes, allow_zero=True)
+        for topic, cfg in self.topics.items():
+            check_name("topic", topic)
+            if not isinstance(cfg, TopicConfig):
+                raise ConfigError(f"NodeConfig.topics[{topic!r}] must be a TopicConfig")
+        object.__setattr__(self, "topics", dict(self.topics))
+
+    def replace(self, **changes: Any) -> NodeConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> NodeConfig:
+        """Read a node definition: a ``[node]`` table and ``[topics.NAME]`` tables."""
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read node definition: {exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        return cls.from_mapping(data, source=str(path))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<config>") -> NodeConfig:
+        """Build from parsed TOML; errors name the source and the offending key."""
+        unknown = set(data) - {"node", "topics", "subscriptions"}
+        if unknown:
+            raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}")
+        node = dict(data.get("node", {}))
+        topics_raw = data.get("topics", {})
+        topics = {}
+        for topic, opts in topics_raw.items():
+            topics[topic] = _build(TopicConfig, opts, f"{source}: [topics.{topic}]")
+        node_fields = {f.name for f in dataclasses.fields(cls)} - {"topics"}
+        bad = set(node) - node_fields
+        if bad:
+            raise ConfigError(
+                f"{source}: [node] has unknown key(s) {sorted(bad)}; known: {sorted(node_fields)}"
+            )
+        return _build(cls, {**node, "topics": topics}, f"{source}: [node]")
+
+
+def _build(cls: Any, opts: Mapping[str, Any], where: str) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    bad = set(opts) - names
+    if bad:
+        raise ConfigError(f"{where} has unknown key(s) {sorted(bad)}; known: {sorted(names)}")
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in opts.items()}
+    try:
+        return cls(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def parse_seed(seed: str) -> tuple[str, int]:
+    """Split ``"host:port"``; raise ConfigError naming the seed when it is not one."""
+    host, sep, port = str(seed).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"seed {seed!r} must be 'host:port' with a port in 1..65535")
+    return host.strip("[]"), int(port)

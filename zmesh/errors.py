@@ -1,0 +1,110 @@
+"""Every exception zmesh raises.
+
+The tree::
+
+    ZMeshError
+    ├── ConfigError                 bad configuration value (also ValueError)
+    ├── ArgumentError               bad argument to a call (also ValueError)
+    ├── NodeStateError              node not started, already closed, or failed
+    ├── DataDirLockedError          another process holds the node's data dir
+    ├── StoreError                  the LMDB store cannot be opened, read or written
+    │   └── StoreFullError          the LMDB map is full
+    ├── OutboxFullError             publish() waited for room in the outbox and gave up
+    ├── MessageStateError           ack/nack/fail on a message already settled
+    ├── TimeoutError                a wait_* call ran out of time (also builtins.TimeoutError)
+    └── DecodeError                 a frame that is not valid zmesh wire data (internal)
+
+No ``zmq.ZMQError`` or ``lmdb.Error`` leaves the public API: they are wrapped with
+``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+__all__ = [
+    "ArgumentError",
+    "ConfigError",
+    "DataDirLockedError",
+    "DecodeError",
+    "MessageStateError",
+    "NodeStateError",
+    "OutboxFullError",
+    "StoreError",
+    "StoreFullError",
+    "TimeoutError",
+    "ZMeshError",
+]
+
+
+class ZMeshError(Exception):
+    """Base class of every zmesh error."""
+
+
+class ConfigError(ZMeshError, ValueError):
+    """A configuration value or call argument is invalid."""
+
+
+class ArgumentError(ZMeshError, ValueError):
+    """A call got an argument it cannot use; the message says which and why."""
+
+
+class NodeStateError(ZMeshError):
+    """The node is not in a state that allows the call."""
+
+
+class DataDirLockedError(ZMeshError):
+    """Another live process already runs a node on this data dir."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"data dir {path!r} is in use by another zmesh node; "
+            "give each node its own data_dir"
+        )
+        self.path = path
+
+
+class StoreError(ZMeshError):
+    """The node's LMDB store failed."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message if path is None else f"{message} (store: {path})")
+        self.path = path
+
+
+class StoreFullError(StoreError):
+    """The LMDB map is full; raise ``map_size_bytes`` or drain the outbox."""
+
+    def __init__(self, path: str, map_size_bytes: int) -> None:
+        super().__init__(
+            f"LMDB map of {map_size_bytes} bytes is full; raise NodeConfig.map_size_bytes "
+            "or let consumers drain the outbox",
+            path,
+        )
+        self.map_size_bytes = map_size_bytes
+
+
+class OutboxFullError(ZMeshError):
+    """publish() found the outbox full for longer than its timeout."""
+
+    def __init__(self, depth: int, limit: int, timeout_s: float) -> None:
+        super().__init__(
+            f"outbox holds {depth} unacknowledged messages (limit {limit}) and no room "
+            f"came within {timeout_s:g}s; raise NodeConfig.max_outbox_messages, pass a "
+            "longer publish timeout, or start consumers for the backlog"
+        )
+        self.depth = depth
+        self.limit = limit
+        self.timeout_s = timeout_s
+
+
+class MessageStateError(ZMeshError):
+    """A message was acked, nacked or failed twice."""
+
+
+class TimeoutError(ZMeshError, builtins.TimeoutError):  # noqa: A001 - deliberate shadow
+    """A wait ran out of time."""
+
+
+class DecodeError(ZMeshError):
+    """Bytes that are not a valid zmesh frame; the engine counts and drops them."""

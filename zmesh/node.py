@@ -1,0 +1,219 @@
+"""The node: the one object an application holds."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._engine.engine import Engine
+from ._engine.routing import partition_for
+from ._receipt import Receipt
+from .config import NodeConfig, SubscriptionConfig, TopicConfig, check_name
+from .errors import ArgumentError, ConfigError
+from .subscription import Message, Subscription
+
+__all__ = ["Node"]
+
+
+class Node:
+    """A zmesh node: discovers its mesh, publishes through its outbox, consumes by group.
+
+    ``with zmesh.Node("sensor-1", mesh="plant", data_dir="var/sensor-1") as node:`` starts
+    it and closes it cleanly; ``start()`` and ``close()`` do the same explicitly.
+    """
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        mesh: str = "default",
+        data_dir: str | Path | None = None,
+        interfaces: Sequence[str] | None = None,
+        mdns: bool = True,
+        seeds: Sequence[str] = (),
+        config: NodeConfig | None = None,
+        **options: Any,
+    ) -> None:
+        if config is None:
+            if name is None:
+                raise ConfigError("Node needs a name (or config=NodeConfig(...))")
+            if data_dir is None:
+                raise ConfigError(f"Node {name!r} needs data_dir: where its outbox lives")
+            config = NodeConfig(name=name, mesh=mesh, data_dir=str(data_dir),
+                                interfaces=tuple(interfaces or ()), mdns=mdns,
+                                seeds=tuple(seeds), **options)
+        elif name is not None or data_dir is not None or options:
+            raise ConfigError("pass either config=NodeConfig(...) or keyword settings, not both")
+        self.config = config
+        self._topics: dict[str, TopicConfig] = dict(config.topics)
+        self._engine = Engine(config)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Node:
+        """A node from a TOML definition (see NodeConfig.from_toml)."""
+        return cls(config=NodeConfig.from_toml(path))
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> Node:
+        """Bind sockets, reopen the outbox, start discovery; returns self."""
+        self._engine.start()
+        return self
+
+    def close(self) -> None:
+        """Stop subscriptions, flush acks, say bye to peers, close sockets and the store."""
+        for sub in list(self._engine._local_subs):
+            sub._drain_unsettled()
+        self._engine.close()
+
+    def __enter__(self) -> Node:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- identity -----------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The stable node id (hex), persisted in the data dir."""
+        return self._engine.node_id.hex()
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def control_address(self) -> str:
+        """``host:port`` of the control socket, usable as another node's seed."""
+        host = next((i for i in self.config.interfaces if i not in ("*", "0.0.0.0")),
+                    "127.0.0.1")
+        return f"{host}:{self._engine.ctrl_port}"
+
+    # -- producing ----------------------------------------------------------------------
+
+    def topic(self, name: str, config: TopicConfig | None = None, **options: Any) -> TopicConfig:
+        """Set how this node produces ``name`` (durability, partitions, ack timeout, ...)."""
+        check_name("topic", name)
+        cfg = config if config is not None else TopicConfig(**options)
+        if config is not None and options:
+            raise ConfigError("pass either a TopicConfig or keyword options, not both")
+        self._engine.submit(("topic", name, cfg))
+        self._topics[name] = cfg
+        return cfg
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes | bytearray | memoryview | str,
+        *,
+        key: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        priority: int = 0,
+        ttl: float | None = None,
+        deliver_at: float | _dt.datetime | None = None,
+        delay: float | None = None,
+        timeout: float | None = None,
+    ) -> Receipt:
+        """Store a message in the outbox for every known group of ``topic``.
+
+        Returns at once with a Receipt (``wait_stored``, ``wait_acked``). Blocks only when
+        the outbox is full, up to ``timeout`` (default ``NodeConfig.publish_timeout_s``),
+        then raises OutboxFullError.
+        """
+        check_name("topic", topic)
+        if isinstance(payload, str):
+            payload = payload.encode()
+        elif isinstance(payload, bytearray | memoryview):
+            payload = bytes(payload)
+        elif not isinstance(payload, bytes):
+            raise ArgumentError(f"payload must be bytes or str, got {type(payload).__name__}")
+        if len(payload) > self.config.max_message_bytes:
+            raise ArgumentError(f"payload of {len(payload)} bytes exceeds max_message_bytes "
+                                f"{self.config.max_message_bytes}")
+        if key is not None and not isinstance(key, str):
+            raise ArgumentError(f"key must be a str or None, got {type(key).__name__}")
+        if headers is not None:
+            if not isinstance(headers, Mapping) or not all(isinstance(k, str) for k in headers):
+                raise ArgumentError("headers must be a mapping with str keys")
+            headers = dict(headers)
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 255:
+            raise ArgumentError(f"priority must be an int 0..255 (0 most urgent), got {priority!r}")
+        now = time.time()
+        tcfg = self._topics.get(topic)
+        if ttl is None and tcfg is not None:
+            ttl = tcfg.ttl_s
+        if ttl is not None and (not isinstance(ttl, int | float) or ttl <= 0):
+            raise ArgumentError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        if deliver_at is not None and delay is not None:
+            raise ArgumentError("pass deliver_at or delay, not both")
+        if isinstance(deliver_at, _dt.datetime):
+            deliver_at = deliver_at.timestamp()
+        if delay is not None:
+            if not isinstance(delay, int | float) or delay < 0:
+                raise ArgumentError(f"delay must be >= 0 seconds, got {delay!r}")
+            deliver_at = now + delay
+        if deliver_at is not None and not isinstance(deliver_at, int | float):
+            raise ArgumentError("deliver_at must be a datetime or a UNIX timestamp")
+        partitions = tcfg.partitions if tcfg is not None else TopicConfig().partitions
+        if timeout is None:
+            timeout = self.config.publish_timeout_s
+        return self._engine.publish(
+            topic, payload, key, headers, priority,
+            None if ttl is None else now + ttl,
+            None if deliver_at is None else float(deliver_at),
+            lambda seq: partition_for(key, partitions, seq), timeout)
+
+    # -- consuming ----------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topic: str,
+        group: str | None = None,
+        *,
+        mode: str = "shared",
+        handler: Callable[[Message], Any] | None = None,
+        max_in_flight: int = 1000,
+        batch_size: int = 100,
+        concurrency: int = 1,
+        config: SubscriptionConfig | None = None,
+    ) -> Subscription:
+        """Consume ``topic`` as a member of ``group``.
+
+        Without ``handler`` returns a Subscription to iterate; with one, messages are
+        handled on worker threads (acked when it returns, nacked when it raises).
+        """
+        check_name("topic", topic)
+        if config is None:
+            if group is None:
+                raise ArgumentError("subscribe needs group=: the consumer service this node "
+                                    "is a member of")
+            config = SubscriptionConfig(group=group, mode=mode,  # type: ignore[arg-type]
+                                        max_in_flight=max_in_flight, batch_size=batch_size,
+                                        concurrency=concurrency)
+        if handler is not None and not callable(handler):
+            raise ArgumentError("handler must be callable")
+        sub = Subscription(self._engine, topic, config, handler)
+        self._engine.subscribe(sub)
+        sub._start_handlers(self.config.name)
+        return sub
+
+    # -- inspection ---------------------------------------------------------------------
+
+    def status(self) -> dict:
+        """Topics, lanes, outbox depth, peers and counters, as a plain dict."""
+        return self._engine.call(self._engine.status)
+
+    def peers(self) -> list[dict]:
+        """Peers as discovered: id, name, addresses, liveness, subscriptions."""
+        return self.status()["peers"]
+
+    def stats(self) -> dict[str, int]:
+        """Event counters (published, acked, redelivered, expired, ...)."""
+        return self._engine.counters.snapshot()
+
+    def __repr__(self) -> str:
+        return f"<zmesh.Node {self.name} mesh={self.config.mesh} id={self.id[:12]}>"

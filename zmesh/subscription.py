@@ -1,0 +1,214 @@
+"""Subscriptions and the messages they deliver."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ._receipt import MessageId
+from .config import SubscriptionConfig
+from .errors import MessageStateError, NodeStateError
+
+if TYPE_CHECKING:
+    from ._engine.engine import Engine
+
+__all__ = ["Message", "Subscription"]
+
+log = logging.getLogger(__name__)
+
+
+class Message:
+    """One delivered message; settle it exactly once with ack, nack or fail."""
+
+    __slots__ = ("id", "topic", "key", "payload", "headers", "attempt", "partition", "group",
+                 "published_at", "_producer", "_lane", "_engine", "_settled")
+
+    def __init__(self, engine: Engine, producer: bytes, lane: str, seq: int, topic: str,
+                 group: str, key: str | None, payload: bytes, headers: dict | None,
+                 attempt: int, partition: int, published_at: float) -> None:
+        self.id = MessageId(producer.hex(), seq)
+        self.topic = topic
+        self.group = group
+        self.key = key
+        self.payload = payload
+        self.headers = headers or {}
+        self.attempt = attempt
+        self.partition = partition
+        self.published_at = published_at
+        self._producer = producer
+        self._lane = lane
+        self._engine = engine
+        self._settled: str | None = None
+
+    def _settle(self, how: str, arg: Any) -> None:
+        if self._settled is not None:
+            raise MessageStateError(f"message {self.id} was already {self._settled}")
+        self._settled = how
+        self._engine.settle(self, how, arg)
+
+    def ack(self) -> None:
+        """Done with it: the group will not get it again."""
+        self._settle("acked", None)
+
+    def nack(self, delay: float | None = None) -> None:
+        """Redeliver after ``delay`` seconds (None: the topic's retry backoff)."""
+        if delay is not None and delay < 0:
+            raise ValueError("nack delay must be >= 0")
+        self._settle("nacked", delay)
+
+    def fail(self, reason: str = "") -> None:
+        """Park it in the group's dead letters at the producer; no redelivery until replayed."""
+        self._settle("failed", str(reason))
+
+    @property
+    def settled(self) -> bool:
+        return self._settled is not None
+
+    def __repr__(self) -> str:
+        return (f"<Message {self.id} topic={self.topic!r} key={self.key!r} "
+                f"attempt={self.attempt} {len(self.payload)}B>")
+
+
+class Subscription:
+    """Messages of one topic for one group, in arrival order.
+
+    Iterate it (``for msg in sub``) until the subscription or its node closes, or pull
+    with ``get`` / ``fetch``. Each message must be settled with ack, nack or fail; the
+    number of unsettled messages is bounded by ``max_in_flight`` per producer.
+    """
+
+    def __init__(self, engine: Engine, topic: str, config: SubscriptionConfig,
+                 handler: Callable[[Message], Any] | None = None) -> None:
+        self.topic = topic
+        self.config = config
+        self.group = config.group
+        self.mode = config.mode
+        self._engine = engine
+        self._queue: deque[Message] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._listeners: list[Callable[[], None]] = []
+        self._handler = handler
+        self._workers: list[threading.Thread] = []
+        self.delivered = 0
+        self.handled = 0
+        self.handler_errors = 0
+
+    @property
+    def lane(self) -> str:
+        """The producer-side lane this subscription consumes."""
+        if self.mode == "broadcast":
+            return f"{self.group}/{self._engine.node_id.hex()}"
+        return self.group
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _start_handlers(self, name: str) -> None:
+        if self._handler is None:
+            return
+        for i in range(self.config.concurrency):
+            t = threading.Thread(target=self._handle_loop, daemon=True,
+                                 name=f"zmesh-handler-{name}-{self.topic}-{i}")
+            t.start()
+            self._workers.append(t)
+
+    def _handle_loop(self) -> None:
+        handler = self._handler
+        assert handler is not None
+        while True:
+            msg = self.get()
+            if msg is None:
+                return
+            try:
+                handler(msg)
+            except Exception:
+                self.handler_errors += 1
+                log.exception("handler for %s/%s raised on %s; nacking it", self.topic,
+                              self.group, msg.id)
+                if not msg.settled:
+                    msg.nack()
+                continue
+            self.handled += 1
+            if not msg.settled:
+                msg.ack()
+
+    def _deliver(self, msgs: list[Message]) -> None:
+        """Called by the IO thread."""
+        with self._cond:
+            self._queue.extend(msgs)
+            self.delivered += len(msgs)
+            self._cond.notify_all()
+        for listener in self._listeners:
+            listener()
+
+    def get(self, timeout: float | None = None) -> Message | None:
+        """The next message; None on timeout or once the subscription is closed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._queue:
+                if self._closed:
+                    return None
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            return self._queue.popleft()
+
+    def fetch(self, max_messages: int = 100, timeout: float | None = None) -> list[Message]:
+        """Up to ``max_messages`` messages; waits up to ``timeout`` for the first one."""
+        first = self.get(timeout)
+        if first is None:
+            return []
+        out = [first]
+        with self._cond:
+            while self._queue and len(out) < max_messages:
+                out.append(self._queue.popleft())
+        return out
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            msg = self.get()
+            if msg is None:
+                return
+            yield msg
+
+    def _add_listener(self, fn: Callable[[], None]) -> None:
+        self._listeners.append(fn)
+
+    def _drain_unsettled(self) -> list[Message]:
+        with self._cond:
+            self._closed = True
+            left = list(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+        for listener in self._listeners:
+            listener()
+        return left
+
+    def close(self) -> None:
+        """Stop consuming: queued messages go back to the producers for other members."""
+        if self._closed:
+            return
+        try:
+            self._engine.unsubscribe(self)
+        except NodeStateError:
+            self._drain_unsettled()
+        for t in self._workers:
+            if t is not threading.current_thread():
+                t.join()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<Subscription {self.topic}/{self.group} {self.mode} "
+                f"queued={len(self._queue)}{' closed' if self._closed else ''}>")
