@@ -1,0 +1,184 @@
+"""A child process of the crash-recovery test: one producer or one consumer node.
+
+    python tests/faults/crash_worker.py producer --mesh M --data-dir D --addr-dir A \
+        --progress P --count N
+    python tests/faults/crash_worker.py consumer --mesh M --data-dir D --addr-dir A \
+        --name c1 --group g1 --log L
+
+Every node binds 127.0.0.1 only, with mDNS off; peers are found through static seeds.
+Each node writes its control address to ``ADDR_DIR/<name>.addr`` (atomically). Consumers
+seed from the producer's file and meet each other by gossip through it; a producer seeds
+from every consumer file present when it starts, which is how a restarted producer (bound
+to a new port) finds the consumers again.
+
+The producer publishes message indexes ``start..N-1`` to topic ``crash`` (groups g1 and g2
+declared up front) and appends, fsync'd, the highest index known stored to the progress
+file every ``--checkpoint`` messages; a restarted producer resumes after the last recorded
+index. It exits 0 once its outbox is empty (every message acked by both groups).
+
+A consumer appends ``index seq attempt`` per message to its log, flushes and fsyncs the
+batch, then acks it. SIGTERM closes the node cleanly and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import zmesh
+
+TOPIC = "crash"
+GROUPS = ("g1", "g2")
+LOOPBACK = ["127.0.0.1"]
+TIMING = {"heartbeat_interval_s": 0.2, "dead_after_s": 1.5}
+ADDR_WAIT_S = 30.0
+PUBLISH_ATTEMPTS = 12  # each waits up to publish_timeout_s for room in the outbox
+DRAIN_TIMEOUT_S = 240.0
+FETCH_MAX = 500
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_addr(path: Path, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if path.exists():
+            text = path.read_text().strip()
+            if text:
+                return text
+        if time.monotonic() >= deadline:
+            raise SystemExit(f"no address in {path} after {timeout_s:g}s")
+        time.sleep(0.02)
+
+
+def last_progress(path: Path) -> int:
+    """The highest index recorded as stored, or -1."""
+    if not path.exists():
+        return -1
+    best = -1
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line.isdigit():  # a torn last line (killed mid-write) is ignored
+            best = max(best, int(line))
+    return best
+
+
+def run_producer(args: argparse.Namespace) -> int:
+    addr_dir = Path(args.addr_dir)
+    own = addr_dir / "producer.addr"
+    seeds = sorted(p.read_text().strip() for p in addr_dir.glob("*.addr")
+                   if p != own and p.read_text().strip())
+    progress = Path(args.progress)
+    start = last_progress(progress) + 1
+    node = zmesh.Node("producer", mesh=args.mesh, data_dir=args.data_dir,
+                      interfaces=LOOPBACK, mdns=False, seeds=seeds,
+                      max_outbox_messages=args.max_outbox, publish_timeout_s=10.0, **TIMING)
+    node.start()
+    try:
+        node.topic(TOPIC, groups=list(GROUPS))
+        write_atomic(own, node.control_address)
+        print(f"producer {node.id[:12]} at {node.control_address} resumes at index {start} "
+              f"(outbox {node.status()['outbox']}, seeds {seeds})", flush=True)
+        with open(progress, "a") as prog:
+            receipt = None
+            for index in range(start, args.count):
+                for attempt in range(PUBLISH_ATTEMPTS):
+                    try:
+                        receipt = node.publish(TOPIC, str(index).encode())
+                        break
+                    except zmesh.OutboxFullError:
+                        print(f"outbox full at index {index} (attempt {attempt + 1})",
+                              flush=True)
+                else:
+                    print(f"gave up publishing index {index}", flush=True)
+                    return 2
+                if (index + 1) % args.checkpoint == 0 or index == args.count - 1:
+                    receipt.wait_stored(timeout=30)
+                    prog.write(f"{index}\n")
+                    prog.flush()
+                    os.fsync(prog.fileno())
+        print(f"producer published up to {args.count - 1}; draining", flush=True)
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while True:
+            depth = node.status()["outbox"]
+            if depth == 0:
+                break
+            if time.monotonic() >= deadline:
+                print(f"outbox still holds {depth} after {DRAIN_TIMEOUT_S:g}s: "
+                      f"{node.status()['lanes']}", flush=True)
+                return 3
+            time.sleep(0.05)
+        print(f"producer done: {node.stats()}", flush=True)
+        return 0
+    finally:
+        node.close()
+
+
+def run_consumer(args: argparse.Namespace) -> int:
+    stop = False
+
+    def on_term(_sig: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    addr_dir = Path(args.addr_dir)
+    seed = read_addr(addr_dir / "producer.addr", ADDR_WAIT_S)
+    node = zmesh.Node(args.name, mesh=args.mesh, data_dir=args.data_dir,
+                      interfaces=LOOPBACK, mdns=False, seeds=[seed], **TIMING)
+    node.start()
+    try:
+        write_atomic(addr_dir / f"{args.name}.addr", node.control_address)
+        sub = node.subscribe(TOPIC, group=args.group)
+        print(f"consumer {args.name} ({args.group}) {node.id[:12]} at "
+              f"{node.control_address}, seed {seed}", flush=True)
+        with open(args.log, "a") as log:
+            fd = log.fileno()
+            while not stop:
+                msgs = sub.fetch(FETCH_MAX, timeout=0.1)
+                if not msgs:
+                    continue
+                log.write("".join(f"{int(m.payload)} {m.id.seq} {m.attempt}\n" for m in msgs))
+                log.flush()
+                os.fsync(fd)
+                for m in msgs:
+                    m.ack()
+        print(f"consumer {args.name} stopping: {node.stats()}", flush=True)
+        return 0
+    finally:
+        node.close()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="crash_worker")
+    roles = parser.add_subparsers(dest="role", required=True)
+    prod = roles.add_parser("producer")
+    cons = roles.add_parser("consumer")
+    for p in (prod, cons):
+        p.add_argument("--mesh", required=True)
+        p.add_argument("--data-dir", required=True)
+        p.add_argument("--addr-dir", required=True)
+    prod.add_argument("--progress", required=True)
+    prod.add_argument("--count", type=int, required=True)
+    prod.add_argument("--checkpoint", type=int, default=1000)
+    prod.add_argument("--max-outbox", type=int, default=20_000)
+    cons.add_argument("--name", required=True)
+    cons.add_argument("--group", required=True, choices=GROUPS)
+    cons.add_argument("--log", required=True)
+    args = parser.parse_args(argv)
+    return run_producer(args) if args.role == "producer" else run_consumer(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,93 @@
+"""The producer's outbox: restarts, durability modes, limits and bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+import zmesh
+from tests.conftest import wait_members, wait_until
+from tests.integration.test_delivery import drain
+
+
+def test_restarted_producer_resumes_from_its_outbox(make_node, tmp_path):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    rs = [prod.publish("t", str(i).encode()) for i in range(200)]
+    for r in rs:
+        r.wait_stored(5)
+    prod.close()
+    prod2 = make_node("prod", data_dir=str(tmp_path / "prod"))
+    assert prod2.status()["outbox"] == 200
+    cons = make_node("cons", seeds=[prod2.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = drain(sub, 200)
+    assert sorted(int(m.payload) for m in got) == list(range(200))
+    wait_until(lambda: prod2.status()["outbox"] == 0, what="outbox drained")
+    # New sequences continue after the old ones: ids stay unique.
+    r = prod2.publish("t", b"next")
+    assert r.id.seq > max(rr.id.seq for rr in rs)
+
+
+@pytest.mark.parametrize("durability", ["fsync", "process", "memory"])
+def test_each_durability_mode_delivers(make_node, durability):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(durability=durability)})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    rs = [prod.publish("t", bytes(100)) for _ in range(500)]
+    assert len(drain(sub, 500)) == 500
+    for r in rs:
+        r.wait_acked(10)
+
+
+def test_memory_mode_spills_to_lmdb_past_its_budget(make_node, tmp_path):
+    prod = make_node("prod", memory_budget_bytes=20_000,
+                     topics={"t": zmesh.TopicConfig(durability="memory", groups=("g",))})
+    rs = [prod.publish("t", bytes(1000)) for _ in range(100)]
+    for r in rs:
+        r.wait_stored(5)
+    assert prod.stats().get("spilled", 0) > 0
+    cons = make_node("cons", seeds=[prod.control_address])
+    assert len(drain(cons.subscribe("t", group="g"), 100)) == 100
+    for r in rs:
+        r.wait_acked(10)
+
+
+def test_full_outbox_blocks_then_raises_a_clear_error(make_node):
+    prod = make_node("prod", max_outbox_messages=10, topics={"t": zmesh.TopicConfig(groups=("g",))})
+    for _ in range(10):
+        prod.publish("t", b"x")
+    with pytest.raises(zmesh.OutboxFullError, match="max_outbox_messages") as err:
+        prod.publish("t", b"x", timeout=0.2)
+    assert err.value.limit == 10
+
+
+def test_a_data_dir_serves_one_node_at_a_time(make_node, tmp_path):
+    make_node("a")
+    with pytest.raises(zmesh.DataDirLockedError):
+        zmesh.Node("a2", data_dir=str(tmp_path / "a"), mdns=False)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"payload": 123}, "payload"),
+    ({"key": 5}, "key"),
+    ({"priority": -1}, "priority"),
+    ({"ttl": 0}, "ttl"),
+    ({"headers": {1: 2}}, "headers"),
+    ({"delay": 1, "deliver_at": 5.0}, "deliver_at or delay"),
+])
+def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match):
+    prod = make_node("prod")
+    args = {"payload": b"x", **kwargs}
+    with pytest.raises(zmesh.ArgumentError, match=match):
+        prod.publish("t", args.pop("payload"), **args)
+
+
+def test_bad_names_and_closed_nodes_give_clear_errors(make_node, tmp_path):
+    with pytest.raises(zmesh.ConfigError, match="topic name"):
+        make_node("prod").publish("bad topic!", b"x")
+    node = zmesh.Node("n", data_dir=str(tmp_path / "n"), mdns=False)
+    with pytest.raises(zmesh.NodeStateError, match="start"):
+        node.publish("t", b"x")
+    node.close()
+    with pytest.raises(zmesh.ArgumentError, match="group"):
+        make_node("c").subscribe("t")
