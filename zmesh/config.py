@@ -130,6 +130,7 @@ class NodeConfig:
     map_size_bytes: int = 1 << 30
     memory_budget_bytes: int = 64 << 20
     max_message_bytes: int = 8 << 20
+    dedupe_window_s: float = 86_400.0
     topics: Mapping[str, TopicConfig] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -158,6 +159,7 @@ class NodeConfig:
                 raise ConfigError(f"NodeConfig.{name} must be an int >= 1, got {value!r}")
         _positive("NodeConfig", "publish_timeout_s", self.publish_timeout_s, allow_zero=True)
         _positive("NodeConfig", "memory_budget_bytes", self.memory_budget_bytes, allow_zero=True)
+        _positive("NodeConfig", "dedupe_window_s", self.dedupe_window_s)
         for topic, cfg in self.topics.items():
             check_name("topic", topic)
             if not isinstance(cfg, TopicConfig):

@@ -116,6 +116,7 @@ class Node:
         ttl: float | None = None,
         deliver_at: float | _dt.datetime | None = None,
         delay: float | None = None,
+        msg_id: str | None = None,
         timeout: float | None = None,
     ) -> Receipt:
         """Store a message in the outbox for every known group of ``topic``.
@@ -123,6 +124,10 @@ class Node:
         Returns at once with a Receipt (``wait_stored``, ``wait_acked``). Blocks only when
         the outbox is full, up to ``timeout`` (default ``NodeConfig.publish_timeout_s``),
         then raises OutboxFullError.
+
+        ``msg_id`` makes the publish idempotent: a second publish of the same id on this node
+        within ``NodeConfig.dedupe_window_s`` stores nothing new, and its receipt follows the
+        first message.
         """
         check_name("topic", topic)
         if isinstance(payload, str):
@@ -158,6 +163,8 @@ class Node:
             deliver_at = now + delay
         if deliver_at is not None and not isinstance(deliver_at, int | float):
             raise ArgumentError("deliver_at must be a datetime or a UNIX timestamp")
+        if msg_id is not None and (not isinstance(msg_id, str) or not 0 < len(msg_id) <= 256):
+            raise ArgumentError("msg_id must be a non-empty str of at most 256 characters")
         partitions = tcfg.partitions if tcfg is not None else TopicConfig().partitions
         if timeout is None:
             timeout = self.config.publish_timeout_s
@@ -165,7 +172,7 @@ class Node:
             topic, payload, key, headers, priority,
             None if ttl is None else now + ttl,
             None if deliver_at is None else float(deliver_at),
-            lambda seq: partition_for(key, partitions, seq), timeout)
+            lambda seq: partition_for(key, partitions, seq), timeout, msg_id)
 
     # -- consuming ----------------------------------------------------------------------
 

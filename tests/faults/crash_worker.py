@@ -86,7 +86,7 @@ def run_producer(args: argparse.Namespace) -> int:
                       max_outbox_messages=args.max_outbox, publish_timeout_s=10.0, **TIMING)
     node.start()
     try:
-        node.topic(TOPIC, groups=list(GROUPS))
+        node.topic(TOPIC, groups=list(GROUPS), ack_timeout_s=args.ack_timeout)
         write_atomic(own, node.control_address)
         print(f"producer {node.id[:12]} at {node.control_address} resumes at index {start} "
               f"(outbox {node.status()['outbox']}, seeds {seeds})", flush=True)
@@ -173,6 +173,7 @@ def main(argv: list[str]) -> int:
     prod.add_argument("--count", type=int, required=True)
     prod.add_argument("--checkpoint", type=int, default=1000)
     prod.add_argument("--max-outbox", type=int, default=20_000)
+    prod.add_argument("--ack-timeout", type=float, default=5.0)
     cons.add_argument("--name", required=True)
     cons.add_argument("--group", required=True, choices=GROUPS)
     cons.add_argument("--log", required=True)

@@ -91,3 +91,24 @@ def test_bad_names_and_closed_nodes_give_clear_errors(make_node, tmp_path):
     node.close()
     with pytest.raises(zmesh.ArgumentError, match="group"):
         make_node("c").subscribe("t")
+
+
+def test_msg_id_makes_publish_idempotent_across_restarts(make_node, tmp_path):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    first = prod.publish("t", b"v1", msg_id="order-7")
+    again = prod.publish("t", b"v1-retry", msg_id="order-7")
+    first.wait_stored(5)
+    again.wait_stored(5)
+    assert again.id == first.id
+    prod.close()
+    prod = make_node("prod", data_dir=str(tmp_path / "prod"))
+    after_restart = prod.publish("t", b"v1-after-crash", msg_id="order-7")
+    after_restart.wait_stored(5)
+    assert after_restart.id == first.id
+    assert prod.status()["outbox"] == 1
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    assert [m.payload for m in drain(sub, 1)] == [b"v1"]
+    after_restart.wait_acked(10)
+    assert sub.get(timeout=0.3) is None
+    assert prod.stats()["duplicates_suppressed"] == 1

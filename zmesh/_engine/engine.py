@@ -149,7 +149,8 @@ class Engine:
 
     def publish(self, topic: str, payload: bytes, key: str | None, headers: dict | None,
                 priority: int, expires_at: float | None, deliver_at: float | None,
-                partition_of: Callable[[int], int], timeout_s: float) -> Receipt:
+                partition_of: Callable[[int], int], timeout_s: float,
+                msg_id: str | None = None) -> Receipt:
         self._check_running()
         limit = self.config.max_outbox_messages
         with self.cond:
@@ -167,7 +168,8 @@ class Engine:
             self._staged += 1
         receipt = Receipt(MessageId(self.node_id.hex(), seq), self.cond)
         self.submit(("pub", Publish(seq, topic, partition_of(seq), key, headers, payload,
-                                    priority, time.time(), expires_at, deliver_at, receipt)))
+                                    priority, time.time(), expires_at, deliver_at, receipt,
+                                    msg_id)))
         return receipt
 
     def settle(self, msg: Message, how: str, arg: object) -> None:
@@ -330,10 +332,8 @@ class Engine:
         if self.router in events:
             self._recv_control(wb, now)
         self._timers(now, wb)
-        self.producer.stage(pubs, wb, now)
-        stored = self._commit(wb, pubs)
-        if stored:
-            self.producer.added(stored, now)
+        fresh = self.producer.stage(pubs, wb, now)
+        self.producer.added(self._commit(wb, fresh), now)
         self._notify(len(pubs))
         self.consumer.flush(self._send_ctrl)
         if now >= self._send_retry_at:
@@ -600,6 +600,7 @@ class Engine:
         if now < self._next_beat:
             return
         self._next_beat = now + self.config.heartbeat_interval_s
+        wb.ids_prune_before = time.time() - self.config.dedupe_window_s
         frame = encode_control(self._hello())
         dead_after = self.config.dead_after_s
         for peer in list(self.peers.values()):
@@ -695,10 +696,8 @@ class Engine:
                 wb = self._wb
                 pubs: list[Publish] = []
                 self._drain_commands(wb, pubs, time.monotonic())
-                self.producer.stage(pubs, wb, time.monotonic())
-                stored = self._commit(wb, pubs)
-                if stored:
-                    self.producer.added(stored, time.monotonic())
+                fresh = self.producer.stage(pubs, wb, time.monotonic())
+                self.producer.added(self._commit(wb, fresh), time.monotonic())
                 self._notify(len(pubs))
             elif self._wb:
                 self._commit(self._wb, [])

@@ -42,6 +42,7 @@ class Publish:
     expires_at: float | None
     deliver_at: float | None
     receipt: Receipt | None
+    msg_id: str | None = None
 
 
 def _timing(cfg: TopicConfig) -> Timing:
@@ -79,6 +80,8 @@ class Producer:
         self.depth = 0  # messages in the outbox
         self.stored: list[Receipt] = []
         self.acked: list[Receipt] = []
+        self.duplicates: list[tuple[int, Receipt]] = []  # (original seq, receipt)
+        self._followers: dict[int, list[Receipt]] = {}  # receipts of suppressed duplicates
 
     # -- configuration ------------------------------------------------------------------
 
@@ -173,9 +176,34 @@ class Producer:
 
     # -- publishing ---------------------------------------------------------------------
 
+    def _suppress_duplicates(self, pubs: list[Publish], batch: WriteBatch) -> list[Publish]:
+        """Drop publishes whose msg_id this node already published within the window."""
+        ids = [p.msg_id.encode() for p in pubs if p.msg_id is not None]
+        if not ids:
+            return pubs
+        known = self.store.lookup_ids(ids)
+        fresh = []
+        for p in pubs:
+            if p.msg_id is None:
+                fresh.append(p)
+                continue
+            mid = p.msg_id.encode()
+            original = known.get(mid)
+            if original is None:
+                known[mid] = p.seq
+                batch.ids_put.append((mid, p.seq, p.published_at))
+                fresh.append(p)
+                continue
+            self.counters.add("duplicates_suppressed", 1)
+            if p.receipt is not None:
+                p.receipt.id = p.receipt.id._replace(seq=original)
+                self.duplicates.append((original, p.receipt))
+        return fresh
+
     def stage(self, pubs: list[Publish], batch: WriteBatch, now: float) -> list[Publish]:
         """Write publishes into the batch; returns those to add to lanes after commit."""
         wall = time.time()
+        pubs = self._suppress_duplicates(pubs, batch)
         for p in pubs:
             cfg = self.topic_config(p.topic)
             record = pack([p.topic, p.partition, p.key, p.headers, p.priority, p.published_at,
@@ -214,6 +242,16 @@ class Producer:
                 self._receipts[p.seq] = p.receipt
                 self.stored.append(p.receipt)
         self.counters.add("published", len(pubs))
+        for original, receipt in self.duplicates:
+            if self._owed(original):
+                self._followers.setdefault(original, []).append(receipt)
+                self.stored.append(receipt)
+            else:
+                self.acked.append(receipt)
+        self.duplicates.clear()
+
+    def _owed(self, seq: int) -> bool:
+        return any(seq in lane for lane in self.lanes.values())
 
     def _spill(self, batch: WriteBatch, wall: float) -> None:
         """Memory durability over budget: move the oldest records to LMDB."""
@@ -261,6 +299,8 @@ class Producer:
             receipt = self._receipts.pop(seq, None)
             if receipt is not None:
                 self.acked.append(receipt)
+            if self._followers:
+                self.acked.extend(self._followers.pop(seq, ()))
 
     def on_ack(self, topic: str, name: str, seqs: Iterable[int], batch: WriteBatch) -> int:
         lane = self.lanes.get((topic, name))

@@ -14,6 +14,8 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   messages, pruned below each producer's announced floor.
 - ``dead``:  lane_id(4) + seq(8) -> msgpack [reason, attempts, failed_at, record]: parked
   messages of a lane.
+- ``ids``:   caller-chosen msg_id -> seq(8) + published_at(8): the producer's idempotency
+  window; ``ids_t``: published_at(8) + msg_id -> b"", the same in time order for pruning.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import fcntl
 import logging
 import os
 import secrets
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,18 +74,21 @@ class WriteBatch:
     dead_put: list[tuple[bytes, bytes]] = field(default_factory=list)
     dead_del: list[bytes] = field(default_factory=list)
     meta_put: dict[bytes, bytes] = field(default_factory=dict)
+    ids_put: list[tuple[bytes, int, float]] = field(default_factory=list)
+    ids_prune_before: float = 0.0
     fsync: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_del
                     or self.seen_put or self.seen_prune or self.lanes_put or self.dead_put
-                    or self.dead_del or self.meta_put)
+                    or self.dead_del or self.meta_put or self.ids_put
+                    or self.ids_prune_before)
 
     def without_growth(self) -> WriteBatch:
         """The part of the batch that frees space (for retry when the map is full)."""
         return WriteBatch(msgs_del=self.msgs_del, pend_del=self.pend_del,
                           dead_del=self.dead_del, seen_prune=self.seen_prune,
-                          meta_put=self.meta_put)
+                          meta_put=self.meta_put, ids_prune_before=self.ids_prune_before)
 
 
 class Store:
@@ -104,7 +110,7 @@ class Store:
             raise DataDirLockedError(str(self.data_dir)) from exc
         try:
             self.env = lmdb.open(
-                self.path, map_size=map_size_bytes, max_dbs=8, subdir=True,
+                self.path, map_size=map_size_bytes, max_dbs=16, subdir=True,
                 sync=False, metasync=False, readahead=False, max_readers=64,
             )
             self.meta = self.env.open_db(b"meta")
@@ -113,6 +119,8 @@ class Store:
             self.lanes = self.env.open_db(b"lanes")
             self.seen = self.env.open_db(b"seen")
             self.dead = self.env.open_db(b"dead")
+            self.ids = self.env.open_db(b"ids")
+            self.ids_t = self.env.open_db(b"ids_t")
         except lmdb.Error as exc:
             os.close(self._lock_fd)
             raise StoreError(
@@ -182,6 +190,16 @@ class Store:
             get = txn.get
             return {k for k in keys if get(k) is not None}
 
+    def lookup_ids(self, msg_ids: list[bytes]) -> dict[bytes, int]:
+        """Sequences of msg_ids already published within the idempotency window."""
+        out = {}
+        with self.env.begin(db=self.ids) as txn:
+            for mid in msg_ids:
+                v = txn.get(mid)
+                if v is not None:
+                    out[mid] = int.from_bytes(v[:8], "big")
+        return out
+
     def iter_dead(self, lane_id: int) -> Iterator[tuple[int, list]]:
         with self.env.begin(db=self.dead) as txn:
             cur = txn.cursor()
@@ -218,6 +236,18 @@ class Store:
         if batch.fsync:
             self.env.sync(True)
 
+    def _prune_ids(self, txn: Any, before: float, limit: int = 10_000) -> None:
+        cur = txn.cursor(db=self.ids_t)
+        if not cur.first():
+            return
+        for _ in range(limit):
+            k = cur.key()
+            if not k or struct.unpack(">d", k[:8])[0] >= before:
+                return
+            txn.delete(k[8:], db=self.ids)
+            if not cur.delete():
+                return
+
     def _apply(self, txn: Any, b: WriteBatch) -> None:
         if b.msgs_put:
             txn.cursor(db=self.msgs).putmulti(b.msgs_put, append=False)
@@ -229,6 +259,12 @@ class Store:
             txn.cursor(db=self.dead).putmulti(b.dead_put)
         if b.seen_put:
             txn.cursor(db=self.seen).putmulti([(k, b"") for k in b.seen_put])
+        for mid, seq, at in b.ids_put:
+            stamp = struct.pack(">d", at)
+            txn.put(mid, u64(seq) + stamp, db=self.ids)
+            txn.put(stamp + mid, b"", db=self.ids_t)
+        if b.ids_prune_before:
+            self._prune_ids(txn, b.ids_prune_before)
         for k, v in b.meta_put.items():
             txn.put(k, v, db=self.meta)
         delete = txn.delete
