@@ -1,0 +1,33 @@
+"""The asyncio twin on real nodes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import zmesh.aio
+from tests.conftest import LOOPBACK
+
+
+def test_async_publish_subscribe_and_ack(tmp_path, mesh_name):
+    async def main() -> list[bytes]:
+        common = dict(mesh=mesh_name, interfaces=LOOPBACK, mdns=False,
+                      heartbeat_interval_s=0.2, dead_after_s=1.5)
+        async with zmesh.aio.Node("p", data_dir=str(tmp_path / "p"), **common) as prod:
+            async with zmesh.aio.Node("c", data_dir=str(tmp_path / "c"),
+                                      seeds=[prod.control_address], **common) as cons:
+                sub = cons.subscribe("t", group="g")
+                receipts = [await prod.publish("t", str(i).encode()) for i in range(50)]
+                got = []
+                async for msg in sub:
+                    got.append(msg.payload)
+                    msg.ack()
+                    if len(got) == 50:
+                        break
+                for r in receipts:
+                    await r.wait_acked(10)
+                assert await sub.get(timeout=0.1) is None
+                await sub.close()
+                return got
+
+    got = asyncio.run(asyncio.wait_for(main(), 30))
+    assert sorted(int(p) for p in got) == list(range(50))
