@@ -1,0 +1,84 @@
+"""The ``zmesh`` click group and its entry point.
+
+Exit codes: 0 success; 1 a zmesh error or a failed run (no reply, unacked messages, lost
+messages); 2 bad usage or bad configuration; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+import click
+
+from .. import __version__
+from ..errors import ArgumentError, ConfigError, ZMeshError
+from .demo import demo
+from .noderun import node
+from .output import err_console, print_error
+from .pubsub import pub, sub
+from .status import peers, status
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _setup_logging(level: str) -> None:
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
+    logging.basicConfig(level=level.upper(), handlers=[handler], format="%(message)s",
+                        force=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+              default="WARNING", show_default=True, envvar="ZMESH_LOG_LEVEL",
+              help="Level of zmesh's own log lines (written to stderr).")
+@click.version_option(__version__, prog_name="zmesh")
+@click.pass_context
+def cli(ctx: click.Context, log_level: str) -> None:
+    """zmesh: brokerless publish/subscribe with mDNS discovery and an LMDB outbox.
+
+    Start with `zmesh demo`, which runs a producer and two consumer groups on loopback,
+    crashes a consumer on purpose and shows that nothing is lost.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["log_level"] = log_level.upper()
+    _setup_logging(log_level)
+
+
+cli.add_command(demo)
+cli.add_command(pub)
+cli.add_command(sub)
+cli.add_command(status)
+cli.add_command(peers)
+cli.add_command(node)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the command line and return its exit code (errors become one line, no traceback)."""
+    try:
+        rv = cli.main(args=list(argv) if argv is not None else None, prog_name="zmesh",
+                      standalone_mode=False)
+    except click.exceptions.Abort:
+        print_error("interrupted")
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except (ConfigError, ArgumentError) as exc:
+        print_error(str(exc))
+        return 2
+    except ZMeshError as exc:
+        print_error(str(exc))
+        return 1
+    except KeyboardInterrupt:
+        print_error("interrupted")
+        return 130
+    return rv if isinstance(rv, int) else 0
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(run())
