@@ -4,6 +4,7 @@ outbox, delivering at least once per group with retries at the producer.
 
 from ._receipt import MessageId, Receipt
 from .config import NodeConfig, SubscriptionConfig, TopicConfig
+from .deadletters import DeadLetter
 from .errors import (
     ArgumentError,
     ConfigError,
@@ -26,6 +27,7 @@ __all__ = [
     "ArgumentError",
     "ConfigError",
     "DataDirLockedError",
+    "DeadLetter",
     "DecodeError",
     "Message",
     "MessageId",

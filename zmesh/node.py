@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ._engine.engine import Engine
 from ._engine.routing import partition_for
-from ._receipt import Receipt
+from ._receipt import MessageId, Receipt
 from .config import NodeConfig, SubscriptionConfig, TopicConfig, check_name
+from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError
 from .subscription import Message, Subscription
 
@@ -212,7 +213,28 @@ class Node:
 
     def status(self) -> dict:
         """Topics, lanes, outbox depth, peers and counters, as a plain dict."""
-        return self._engine.call(self._engine.status)
+        return self._engine.call(lambda _wb, _now: self._engine.status())
+
+    # -- dead letters -------------------------------------------------------------------
+
+    def dead_letters(self, topic: str, group: str, *, limit: int = 1000) -> list[DeadLetter]:
+        """Messages of ``topic`` parked for ``group`` at this producer, oldest first."""
+        dead = self._engine.producer.dead
+        return self._engine.call(lambda _wb, _now: dead.list(topic, group, limit))
+
+    def replay_dead_letters(self, topic: str, group: str,
+                            ids: Iterable[MessageId | int] | None = None) -> int:
+        """Deliver parked messages to ``group`` again (all of them when ``ids`` is None)."""
+        dead = self._engine.producer.dead
+        seqs = _seqs(ids, self.id)
+        return self._engine.call(lambda wb, now: dead.replay(topic, group, seqs, wb, now))
+
+    def purge_dead_letters(self, topic: str, group: str,
+                           ids: Iterable[MessageId | int] | None = None) -> int:
+        """Delete parked messages for good (all of them when ``ids`` is None)."""
+        dead = self._engine.producer.dead
+        seqs = _seqs(ids, self.id)
+        return self._engine.call(lambda wb, _now: dead.purge(topic, group, seqs, wb))
 
     def peers(self) -> list[dict]:
         """Peers as discovered: id, name, addresses, liveness, subscriptions."""
@@ -224,3 +246,19 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<zmesh.Node {self.name} mesh={self.config.mesh} id={self.id[:12]}>"
+
+
+def _seqs(ids: Iterable[MessageId | int] | None, producer: str) -> set[int] | None:
+    if ids is None:
+        return None
+    out = set()
+    for i in ids:
+        if isinstance(i, MessageId):
+            if i.producer != producer:
+                raise ArgumentError(f"message {i} was not published by this node")
+            out.add(i.seq)
+        elif isinstance(i, int) and not isinstance(i, bool):
+            out.add(i)
+        else:
+            raise ArgumentError(f"ids must be MessageId or int sequences, got {i!r}")
+    return out

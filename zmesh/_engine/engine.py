@@ -62,7 +62,7 @@ class _Call:
 
     __slots__ = ("fn", "done", "result", "error")
 
-    def __init__(self, fn: Callable[[], Any]) -> None:
+    def __init__(self, fn: Callable[[WriteBatch, float], Any]) -> None:
         self.fn = fn
         self.done = threading.Event()
         self.result: Any = None
@@ -182,8 +182,12 @@ class Engine:
         left = sub._drain_unsettled()
         self.submit(("unsub", sub, left))
 
-    def call(self, fn: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-        """Run ``fn`` on the IO thread and return its result."""
+    def call(self, fn: Callable[[WriteBatch, float], Any], timeout_s: float = 10.0) -> Any:
+        """Run ``fn(write_batch, now)`` on the IO thread and return its result.
+
+        What ``fn`` adds to the write batch is committed in that loop iteration, before the
+        result is returned.
+        """
         call = _Call(fn)
         self.submit(("call", call))
         if not call.done.wait(timeout_s):
@@ -271,6 +275,8 @@ class Engine:
         self._wb = WriteBatch()
         for ep in seed_endpoints(cfg.seeds):
             self._contact(ep, seed=True)
+        for ep in self.store.known_peers().values():
+            self._contact(ep)
         if cfg.mdns:
             self._mdns = MdnsDiscovery(
                 name=cfg.name, mesh=cfg.mesh, node_id=self.node_id, ctrl_port=self.ctrl_port,
@@ -317,6 +323,7 @@ class Engine:
         wb = self._wb
         self._wb = WriteBatch()
         pubs: list[Publish] = []
+        calls: list[_Call] = []
         stop = False
         if self._wake_rx in events:
             self._wake_pending = False
@@ -326,7 +333,7 @@ class Engine:
             except zmq.Again:
                 pass
         if self._cmds:
-            stop = self._drain_commands(wb, pubs, now)
+            stop = self._drain_commands(wb, pubs, calls, now)
         if self.pull in events:
             self._recv_data(wb, now)
         if self.router in events:
@@ -334,6 +341,8 @@ class Engine:
         self._timers(now, wb)
         fresh = self.producer.stage(pubs, wb, now)
         self.producer.added(self._commit(wb, fresh), now)
+        for call in calls:
+            call.done.set()
         self._notify(len(pubs))
         self.consumer.flush(self._send_ctrl)
         if now >= self._send_retry_at:
@@ -352,7 +361,8 @@ class Engine:
             wake = min(wake, self._send_retry_at)
         return max(0, int((wake - now) * 1000) + 1)
 
-    def _drain_commands(self, wb: WriteBatch, pubs: list[Publish], now: float) -> bool:
+    def _drain_commands(self, wb: WriteBatch, pubs: list[Publish], calls: list[_Call],
+                        now: float) -> bool:
         cmds = self._cmds
         stop = False
         while cmds:
@@ -381,10 +391,10 @@ class Engine:
             elif kind == "call":
                 call: _Call = cmd[1]
                 try:
-                    call.result = call.fn()
+                    call.result = call.fn(wb, now)
                 except BaseException as exc:
                     call.error = exc
-                call.done.set()
+                calls.append(call)
             elif kind == "stop":
                 stop = True
         return stop
@@ -539,6 +549,7 @@ class Engine:
             peer = self._make_peer(hello.node_id, hello.name, hello.incarnation, ctrl_ep,
                                    data_ep, now)
             self.peers[hello.node_id] = peer
+            wb.peers_put[hello.node_id] = ctrl_ep.encode()
             log.info("peer %s (%s) joined at %s", hello.name, hello.node_id.hex()[:12],
                      ctrl_ep)
             self._send_raw(peer.dealer, encode_control(self._hello()))
@@ -608,6 +619,7 @@ class Engine:
                 self._mark_dead(peer, now, "silent")
             elif not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
                 self._forget(peer, now, "dead too long")
+                wb.peers_del.append(peer.node_id)
                 continue
             self._send_raw(peer.dealer, frame)
         for ep, (sock, beats, seed) in list(self._contacts.items()):
@@ -695,9 +707,12 @@ class Engine:
             if self._cmds:
                 wb = self._wb
                 pubs: list[Publish] = []
-                self._drain_commands(wb, pubs, time.monotonic())
+                calls: list[_Call] = []
+                self._drain_commands(wb, pubs, calls, time.monotonic())
                 fresh = self.producer.stage(pubs, wb, time.monotonic())
                 self.producer.added(self._commit(wb, fresh), time.monotonic())
+                for call in calls:
+                    call.done.set()
                 self._notify(len(pubs))
             elif self._wb:
                 self._commit(self._wb, [])

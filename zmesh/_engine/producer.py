@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .._store.store import Store, WriteBatch, pack, pend_key, u64, unpackb
 from ..config import TopicConfig
+from .deadletters import DeadLetters
 from .lane import Entry, Lane, Timing
 from .stats import Counters
 
@@ -80,8 +81,9 @@ class Producer:
         self.depth = 0  # messages in the outbox
         self.stored: list[Receipt] = []
         self.acked: list[Receipt] = []
-        self.duplicates: list[tuple[int, Receipt]] = []  # (original seq, receipt)
+        self.duplicates: list[tuple[str, int, Receipt]] = []  # (topic, original seq, receipt)
         self._followers: dict[int, list[Receipt]] = {}  # receipts of suppressed duplicates
+        self.dead = DeadLetters(self)
 
     # -- configuration ------------------------------------------------------------------
 
@@ -171,6 +173,7 @@ class Producer:
                      expires_at=_mono(expires_at, now, wall))
             seqs.add(seq)
         self.depth = len(seqs)
+        self.dead.load()
         if self.depth:
             log.info("outbox reopened with %d unacknowledged messages", self.depth)
 
@@ -197,7 +200,7 @@ class Producer:
             self.counters.add("duplicates_suppressed", 1)
             if p.receipt is not None:
                 p.receipt.id = p.receipt.id._replace(seq=original)
-                self.duplicates.append((original, p.receipt))
+                self.duplicates.append((p.topic, original, p.receipt))
         return fresh
 
     def stage(self, pubs: list[Publish], batch: WriteBatch, now: float) -> list[Publish]:
@@ -242,16 +245,17 @@ class Producer:
                 self._receipts[p.seq] = p.receipt
                 self.stored.append(p.receipt)
         self.counters.add("published", len(pubs))
-        for original, receipt in self.duplicates:
-            if self._owed(original):
+        for topic, original, receipt in self.duplicates:
+            if self.owed(topic, original):
                 self._followers.setdefault(original, []).append(receipt)
                 self.stored.append(receipt)
             else:
                 self.acked.append(receipt)
         self.duplicates.clear()
 
-    def _owed(self, seq: int) -> bool:
-        return any(seq in lane for lane in self.lanes.values())
+    def owed(self, topic: str, seq: int) -> bool:
+        """Some lane of ``topic`` still owes ``seq``."""
+        return bool(self._owing(topic, seq))
 
     def _spill(self, batch: WriteBatch, wall: float) -> None:
         """Memory durability over budget: move the oldest records to LMDB."""
@@ -284,10 +288,13 @@ class Producer:
         """``lane`` no longer owes ``seqs``; drop each message that nobody owes."""
         lane_id = self.lane_ids[(topic, lane.name)]
         mem = self._mem
+        dead = self.dead
         lanes = self.by_topic.get(topic, ())
         for seq in seqs:
             if seq not in mem:
                 batch.pend_del.append(pend_key(lane_id, seq))
+            if dead.replayed:
+                dead.settled(lane_id, seq, batch)
             if any(seq in other for other in lanes):
                 continue
             record = mem.pop(seq, None)
@@ -333,12 +340,7 @@ class Producer:
 
     def _park(self, lane: Lane, entry: Entry, reason: str, batch: WriteBatch) -> None:
         record = self._mem.get(entry.seq) or self.store.get_messages([entry.seq]).get(entry.seq)
-        lane_id = self.lane_ids[(lane.topic, lane.name)]
-        batch.dead_put.append((pend_key(lane_id, entry.seq),
-                               pack([reason, entry.attempt, time.time(), record])))
-        self.counters.add("dead_lettered", 1)
-        log.warning("message %d of %s parked in dead letters of %s: %s", entry.seq,
-                    lane.topic, lane.name, reason)
+        self.dead.park(lane, entry, reason, record, batch)
         self._settled(lane.topic, lane, [entry.seq], batch)
 
     def _persist_attempts(self, lane: Lane, seqs: Iterable[int], batch: WriteBatch) -> None:

@@ -12,8 +12,10 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   producer has learned of, remembered so an offline group accumulates its backlog.
 - ``seen``:  producer(16) + seq(8) + lane -> b"": the consumer's dedupe window of acked
   messages, pruned below each producer's announced floor.
-- ``dead``:  lane_id(4) + seq(8) -> msgpack [reason, attempts, failed_at, record]: parked
-  messages of a lane.
+- ``dead``:  lane_id(4) + seq(8) -> msgpack [state, reason, attempts, failed_at, history,
+  record]: parked messages of a lane (see _engine/deadletters.py).
+- ``peers``: node id(16) -> control endpoint: peers this node knew, contacted again after
+  a restart so a node whose ports changed is found without mDNS or seeds.
 - ``ids``:   caller-chosen msg_id -> seq(8) + published_at(8): the producer's idempotency
   window; ``ids_t``: published_at(8) + msg_id -> b"", the same in time order for pruning.
 """
@@ -75,6 +77,8 @@ class WriteBatch:
     dead_del: list[bytes] = field(default_factory=list)
     meta_put: dict[bytes, bytes] = field(default_factory=dict)
     ids_put: list[tuple[bytes, int, float]] = field(default_factory=list)
+    peers_put: dict[bytes, bytes] = field(default_factory=dict)
+    peers_del: list[bytes] = field(default_factory=list)
     ids_prune_before: float = 0.0
     fsync: bool = False
 
@@ -82,7 +86,7 @@ class WriteBatch:
         return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_del
                     or self.seen_put or self.seen_prune or self.lanes_put or self.dead_put
                     or self.dead_del or self.meta_put or self.ids_put
-                    or self.ids_prune_before)
+                    or self.ids_prune_before or self.peers_put or self.peers_del)
 
     def without_growth(self) -> WriteBatch:
         """The part of the batch that frees space (for retry when the map is full)."""
@@ -121,6 +125,7 @@ class Store:
             self.dead = self.env.open_db(b"dead")
             self.ids = self.env.open_db(b"ids")
             self.ids_t = self.env.open_db(b"ids_t")
+            self.peers = self.env.open_db(b"peers")
         except lmdb.Error as exc:
             os.close(self._lock_fd)
             raise StoreError(
@@ -190,6 +195,11 @@ class Store:
             get = txn.get
             return {k for k in keys if get(k) is not None}
 
+    def known_peers(self) -> dict[bytes, str]:
+        """Control endpoints of the peers this node knew before it stopped."""
+        with self.env.begin(db=self.peers) as txn:
+            return {bytes(k): v.decode() for k, v in txn.cursor()}
+
     def lookup_ids(self, msg_ids: list[bytes]) -> dict[bytes, int]:
         """Sequences of msg_ids already published within the idempotency window."""
         out = {}
@@ -199,6 +209,16 @@ class Store:
                 if v is not None:
                     out[mid] = int.from_bytes(v[:8], "big")
         return out
+
+    def get_dead(self, lane_id: int, seq: int) -> list | None:
+        with self.env.begin(db=self.dead) as txn:
+            value = txn.get(pend_key(lane_id, seq))
+        return None if value is None else unpackb(value)
+
+    def iter_all_dead(self) -> Iterator[tuple[int, int, list]]:
+        with self.env.begin(db=self.dead) as txn:
+            for k, v in txn.cursor():
+                yield int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), unpackb(v)
 
     def iter_dead(self, lane_id: int) -> Iterator[tuple[int, list]]:
         with self.env.begin(db=self.dead) as txn:
@@ -265,9 +285,13 @@ class Store:
             txn.put(stamp + mid, b"", db=self.ids_t)
         if b.ids_prune_before:
             self._prune_ids(txn, b.ids_prune_before)
+        delete = txn.delete
         for k, v in b.meta_put.items():
             txn.put(k, v, db=self.meta)
-        delete = txn.delete
+        for k, v in b.peers_put.items():
+            txn.put(k, v, db=self.peers)
+        for k in b.peers_del:
+            delete(k, db=self.peers)
         for k in b.pend_del:
             delete(k, db=self.pend)
         for k in b.msgs_del:

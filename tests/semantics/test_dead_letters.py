@@ -1,0 +1,62 @@
+"""Dead letters: fail → listed with reason and attempts → replay → delivered → acked."""
+
+from __future__ import annotations
+
+import zmesh
+from tests.conftest import wait_members, wait_until
+
+
+def test_fail_list_replay_ack(make_node, tmp_path):
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("orders", group="billing")
+    wait_members(prod, "orders", "billing", 1)
+    r = prod.publish("orders", b"bad-record", key="k1", headers={"v": 1})
+    msg = sub.get(timeout=5)
+    assert msg is not None
+    msg.fail("cannot parse")
+    wait_until(lambda: prod.dead_letters("orders", "billing"), what="a dead letter")
+    [dead] = prod.dead_letters("orders", "billing")
+    assert dead.id == r.id and dead.payload == b"bad-record" and dead.key == "k1"
+    assert dead.reason == "cannot parse" and dead.attempts == 1
+    assert dead.headers == {"v": 1} and len(dead.history) == 1
+    r.wait_acked(5)  # settled for its only group: parked is not owed
+    assert sub.get(timeout=0.3) is None, "a parked message is never redelivered"
+
+    # Across a producer restart, the dead letter stays parked.
+    prod.close()
+    prod = make_node("prod", data_dir=str(tmp_path / "prod"))
+    assert [d.id for d in prod.dead_letters("orders", "billing")] == [r.id]
+    wait_members(prod, "orders", "billing", 1)
+    assert prod.replay_dead_letters("orders", "billing") == 1
+    again = sub.get(timeout=10)
+    assert again is not None and again.id == r.id and again.payload == b"bad-record"
+    again.fail("still bad")
+    wait_until(lambda: prod.dead_letters("orders", "billing"), what="parked again")
+    [dead] = prod.dead_letters("orders", "billing")
+    assert [h[2] for h in dead.history] == ["cannot parse", "still bad"]
+    assert prod.replay_dead_letters("orders", "billing", [r.id]) == 1
+    third = sub.get(timeout=10)
+    assert third is not None and third.id == r.id
+    third.ack()
+    wait_until(lambda: prod.status()["outbox"] == 0, what="outbox empty")
+    assert prod.dead_letters("orders", "billing") == []
+
+
+def test_max_attempts_parks_and_purge_deletes(make_node):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(max_attempts=2,
+                                                             retry_backoff_s=0.0)})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    prod.publish("t", b"poison")
+    for attempt in (1, 2):
+        msg = sub.get(timeout=5)
+        assert msg is not None and msg.attempt == attempt
+        msg.nack(0)
+    wait_until(lambda: prod.dead_letters("t", "g"), what="parked after 2 attempts")
+    [dead] = prod.dead_letters("t", "g")
+    assert dead.attempts == 2 and "max attempts" in dead.reason
+    assert prod.purge_dead_letters("t", "g") == 1
+    assert prod.dead_letters("t", "g") == []
+    assert prod.stats()["dead_purged"] == 1

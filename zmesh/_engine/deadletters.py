@@ -1,0 +1,125 @@
+"""Parking, listing, replaying and purging dead letters (IO thread only).
+
+``dead`` values are msgpack ``[state, reason, attempts, failed_at, history, record]``;
+state PARKED is listed and never delivered; state REPLAYED is kept only to carry the
+history until the replayed message is settled again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from .._receipt import MessageId
+from .._store.store import WriteBatch, pack, pend_key, u64, unpackb
+from ..deadletters import DeadLetter
+from .lane import Entry, Lane
+
+if TYPE_CHECKING:
+    from .producer import Producer
+
+log = logging.getLogger(__name__)
+
+PARKED = 0
+REPLAYED = 1
+
+
+class DeadLetters:
+    """The dead-letter store of one producer."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.p = producer
+        self.replayed: set[tuple[int, int]] = set()  # (lane id, seq)
+
+    def load(self) -> None:
+        for lane_id, seq, value in self.p.store.iter_all_dead():
+            if value[0] == REPLAYED:
+                self.replayed.add((lane_id, seq))
+
+    def park(self, lane: Lane, entry: Entry, reason: str, record: bytes | None,
+             batch: WriteBatch) -> None:
+        lane_id = self.p.lane_ids[(lane.topic, lane.name)]
+        old = self.p.store.get_dead(lane_id, entry.seq)
+        history = list(old[4]) if old else []
+        now = time.time()
+        history.append([now, entry.attempt, reason])
+        self.replayed.discard((lane_id, entry.seq))
+        batch.dead_put.append((pend_key(lane_id, entry.seq),
+                               pack([PARKED, reason, entry.attempt, now, history, record])))
+        self.p.counters.add("dead_lettered", 1)
+        log.warning("message %d of %s parked in dead letters of %s: %s", entry.seq,
+                    lane.topic, lane.name, reason)
+
+    def settled(self, lane_id: int, seq: int, batch: WriteBatch) -> None:
+        """A replayed message was settled: its history is no longer needed."""
+        if (lane_id, seq) in self.replayed:
+            self.replayed.discard((lane_id, seq))
+            batch.dead_del.append(pend_key(lane_id, seq))
+
+    def _lanes(self, topic: str, group: str) -> list[tuple[Lane, int]]:
+        out = []
+        for key, lane in self.p.lanes.items():
+            if key[0] == topic and self.p.lane_meta[key][0] == group:
+                out.append((lane, self.p.lane_ids[key]))
+        return out
+
+    def list(self, topic: str, group: str, limit: int) -> list[DeadLetter]:
+        producer = self.p.node_id.hex()
+        out: list[DeadLetter] = []
+        for lane, lane_id in self._lanes(topic, group):
+            for seq, value in self.p.store.iter_dead(lane_id):
+                state, reason, attempts, failed_at, history, record = value
+                if state != PARKED:
+                    continue
+                _t, _p, key, headers, *_rest, payload = unpackb(record) if record else \
+                    [None, None, None, None, None, None, None, None, b""]
+                out.append(DeadLetter(
+                    MessageId(producer, seq), topic, group, lane.name, key, payload,
+                    headers or {}, reason, attempts, failed_at,
+                    tuple((float(h[0]), int(h[1]), str(h[2])) for h in history)))
+                if len(out) >= limit:
+                    return out
+        return out
+
+    def _select(self, topic: str, group: str, seqs: Collection[int] | None):
+        for lane, lane_id in self._lanes(topic, group):
+            for seq, value in list(self.p.store.iter_dead(lane_id)):
+                if value[0] == PARKED and (seqs is None or seq in seqs):
+                    yield lane, lane_id, seq, value
+
+    def replay(self, topic: str, group: str, seqs: Collection[int] | None,
+               batch: WriteBatch, now: float) -> int:
+        """Make parked messages owed to their lane again; returns how many."""
+        count = 0
+        for lane, lane_id, seq, value in self._select(topic, group, seqs):
+            _state, reason, attempts, failed_at, history, record = value
+            if record is None:
+                log.error("dead letter %d of %s/%s has no record; purge it", seq, topic,
+                          lane.name)
+                continue
+            fields = unpackb(record)
+            partition, priority, expires_at = fields[1], fields[4], fields[6]
+            if not self.p.owed(topic, seq):
+                self.p.depth += 1
+                batch.msgs_put.append((u64(seq), record))
+            batch.pend_put.append((pend_key(lane_id, seq),
+                                   pack([partition, priority, 0, expires_at, None])))
+            batch.dead_put.append((pend_key(lane_id, seq),
+                                   pack([REPLAYED, reason, attempts, failed_at, history, None])))
+            lane.add(seq, partition, priority, 0, now=now)
+            self.replayed.add((lane_id, seq))
+            count += 1
+        self.p.counters.add("dead_replayed", count)
+        return count
+
+    def purge(self, topic: str, group: str, seqs: Collection[int] | None,
+              batch: WriteBatch) -> int:
+        """Delete parked messages for good; returns how many (counted as purged)."""
+        count = 0
+        for _lane, lane_id, seq, _value in self._select(topic, group, seqs):
+            batch.dead_del.append(pend_key(lane_id, seq))
+            count += 1
+        self.p.counters.add("dead_purged", count)
+        return count

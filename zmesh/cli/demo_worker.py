@@ -1,0 +1,195 @@
+"""One node process of ``zmesh demo``: ``python -m zmesh.cli.demo_worker ROLE ...``.
+
+Each worker talks to the demo as JSON lines on stdout (``{"event": ...}``); its logs go to
+stderr. A worker stops on SIGTERM, on a ``stop`` line, or when its stdin closes (the demo
+went away), so it never outlives the demo for long.
+
+- ``producer`` declares the demo topic with both groups, waits until every consumer joined,
+  publishes N messages (payload: index and send time), and waits until all are acked.
+- ``consumer`` joins a group and, per fetched batch, appends one record per message to its
+  records file *before* acking: ``index attempt sent_at received_at``. With
+  ``--crash-after K`` it stops after recording a batch past K messages, without acking it,
+  and reports ``crash-point`` so the demo can kill it there: the window where work is done
+  but the ack is not, which at-least-once delivery has to cover.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from ..node import Node
+
+TOPIC = "demo.readings"
+LOOPBACK = ["127.0.0.1"]
+HEARTBEAT_S = 0.5
+DEAD_AFTER_S = 3.0
+ACK_TIMEOUT_S = 10.0
+PROGRESS_EVERY_S = 0.1
+FETCH_MAX = 500
+
+_emit_lock = threading.Lock()
+
+
+def emit(event: str, **fields: Any) -> None:
+    """One JSON line to the demo."""
+    line = json.dumps({"event": event, **fields})
+    with _emit_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def _watch_stop() -> threading.Event:
+    stop = threading.Event()
+
+    def read_stdin() -> None:
+        for line in sys.stdin:
+            if line.strip() == "stop":
+                break
+        stop.set()  # "stop", or EOF: the demo is gone
+
+    threading.Thread(target=read_stdin, daemon=True, name="demo-stdin").start()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return stop
+
+
+def _node(args: argparse.Namespace, name: str, seeds: list[str]) -> Node:
+    # mDNS speaks on loopback only; the seed makes discovery independent of it.
+    return Node(name, mesh=args.mesh, data_dir=args.data_dir, interfaces=LOOPBACK, mdns=True,
+                seeds=seeds, heartbeat_interval_s=HEARTBEAT_S, dead_after_s=DEAD_AFTER_S)
+
+
+def _groups(spec: str) -> dict[str, int]:
+    return {g: int(n) for g, n in (part.split(":") for part in spec.split(","))}
+
+
+def run_producer(args: argparse.Namespace, stop: threading.Event) -> int:
+    groups = _groups(args.groups)
+    with _node(args, "producer", []) as node:
+        node.topic(TOPIC, groups=sorted(groups), ack_timeout_s=ACK_TIMEOUT_S)
+        emit("up", control=node.control_address, id=node.id)
+        deadline = time.monotonic() + args.join_timeout
+        while True:
+            members = {g: 0 for g in groups}
+            for lane in node.status()["lanes"]:
+                if lane["topic"] == TOPIC and lane["group"] in members:
+                    members[lane["group"]] = len(lane["members"])
+            emit("joining", members=members)
+            if all(members[g] >= n for g, n in groups.items()):
+                break
+            if time.monotonic() >= deadline:
+                emit("error", message=f"consumers did not join within {args.join_timeout:g}s "
+                                      f"(members per group: {members})")
+                return 1
+            if stop.wait(0.1):
+                return 1
+        emit("ready")
+        receipts = []
+        started = time.time()
+        next_report = time.monotonic() + PROGRESS_EVERY_S
+        for i in range(args.messages):
+            payload = f"{i} {time.time():.6f}"
+            receipts.append(node.publish(TOPIC, payload, key=f"sensor-{i % 64}"))
+            if time.monotonic() >= next_report:
+                next_report = time.monotonic() + PROGRESS_EVERY_S
+                emit("progress", published=i + 1, acked=sum(r.acked for r in receipts))
+            if stop.is_set():
+                return 1
+        deadline = time.monotonic() + args.timeout
+        while True:
+            acked = sum(r.acked for r in receipts)
+            emit("progress", published=len(receipts), acked=acked)
+            if acked == len(receipts):
+                break
+            if time.monotonic() >= deadline:
+                emit("timeout", acked=acked, counters=node.stats(), status=node.status())
+                return 1
+            if stop.wait(PROGRESS_EVERY_S):
+                return 1
+        emit("done", published=len(receipts), started=started, finished=time.time(),
+             counters=node.stats())
+    return 0
+
+
+def _record(fd: int, msgs: list, received: float) -> None:
+    lines = []
+    for msg in msgs:
+        index, sent = msg.payload.split(b" ", 1)
+        lines.append(f"{int(index)} {msg.attempt} {float(sent):.6f} {received:.6f}\n")
+    data = "".join(lines).encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def run_consumer(args: argparse.Namespace, stop: threading.Event) -> int:
+    fd = os.open(args.records, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    handled = 0
+    crash_after = args.crash_after
+    try:
+        with _node(args, args.name, [args.seed]) as node:
+            sub = node.subscribe(TOPIC, group=args.group, max_in_flight=2000,
+                                 batch_size=200)
+            emit("up", name=args.name, control=node.control_address, id=node.id)
+            next_report = 0.0
+            while not stop.is_set():
+                batch = sub.fetch(FETCH_MAX, timeout=PROGRESS_EVERY_S)
+                if batch:
+                    _record(fd, batch, time.time())
+                    handled += len(batch)
+                    if crash_after and handled >= crash_after:
+                        crash_after = 0
+                        emit("crash-point", handled=handled, unacked=len(batch))
+                        # The demo SIGKILLs us here; carry on if it does not within the wait.
+                        stop.wait(args.hang_s)
+                    for msg in batch:
+                        msg.ack()
+                if time.monotonic() >= next_report:
+                    next_report = time.monotonic() + PROGRESS_EVERY_S
+                    emit("progress", handled=handled)
+            sub.close()
+    finally:
+        os.close(fd)
+    emit("bye", handled=handled)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m zmesh.cli.demo_worker")
+    parser.add_argument("role", choices=["producer", "consumer"])
+    parser.add_argument("--mesh", required=True)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--groups", default="workers:2,audit:1", help="producer: GROUP:N,...")
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--join-timeout", type=float, default=30.0)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--name")
+    parser.add_argument("--group")
+    parser.add_argument("--seed")
+    parser.add_argument("--records")
+    parser.add_argument("--crash-after", type=int, default=0)
+    parser.add_argument("--hang-s", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = _watch_stop()
+    try:
+        if args.role == "producer":
+            return run_producer(args, stop)
+        return run_consumer(args, stop)
+    except Exception as exc:
+        logging.getLogger(__name__).exception("demo %s failed", args.role)
+        emit("error", message=f"{type(exc).__name__}: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

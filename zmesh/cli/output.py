@@ -1,0 +1,125 @@
+"""What the CLI prints: consoles, one-line errors, and the status tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+class CliError(click.ClickException):
+    """A failure the user can act on: printed as one line, with an exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: Any = None) -> None:
+        print_error(self.format_message())
+
+
+def print_error(message: str) -> None:
+    """``zmesh: error: ...`` on stderr."""
+    err_console.print(f"[bold red]zmesh: error:[/] {escape(message)}", soft_wrap=True)
+
+
+def note(message: str) -> None:
+    """A progress or status line for humans, on stderr (stdout stays for data)."""
+    err_console.print(escape(message), soft_wrap=True)
+
+
+def short(node_id: str) -> str:
+    return node_id[:12]
+
+
+def _names(status: dict) -> dict[str, str]:
+    """Node id -> name, for everyone this node knows (itself included)."""
+    names = {p["id"]: p["name"] for p in status.get("peers", [])}
+    node = status.get("node", {})
+    if "id" in node:
+        names[node["id"]] = node.get("name", "?")
+    return names
+
+
+def node_table(status: dict) -> Table:
+    node = status.get("node", {})
+    table = Table(title="node", show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for label, value in (
+        ("name", node.get("name")),
+        ("id", node.get("id")),
+        ("mesh", node.get("mesh")),
+        ("incarnation", node.get("incarnation")),
+        ("control port", node.get("control_port")),
+        ("data port", node.get("data_port")),
+        ("outbox", status.get("outbox")),
+    ):
+        table.add_row(label, escape(str(value)))
+    return table
+
+
+def lanes_table(status: dict) -> Table:
+    names = _names(status)
+    table = Table(title="lanes (messages this node owes each group)", title_justify="left")
+    for col in ("topic", "lane", "group", "mode"):
+        table.add_column(col)
+    for col in ("pending", "ready", "in flight"):
+        table.add_column(col, justify="right")
+    table.add_column("members")
+    for lane in sorted(status.get("lanes", []), key=lambda ln: (ln["topic"], ln["lane"])):
+        members = ", ".join(names.get(m, short(m)) for m in lane.get("members", []))
+        table.add_row(escape(lane["topic"]), escape(lane["lane"] or "(unclaimed)"),
+                      escape(lane.get("group", "")), lane.get("mode", ""),
+                      str(lane.get("pending", 0)), str(lane.get("ready", 0)),
+                      str(lane.get("in_flight", 0)), escape(members) or "-")
+    return table
+
+
+def subscriptions_table(status: dict) -> Table:
+    table = Table(title="subscriptions (what this node consumes)", title_justify="left")
+    for col in ("topic", "group", "mode"):
+        table.add_column(col)
+    table.add_column("delivered", justify="right")
+    for s in status.get("subscriptions", []):
+        table.add_row(escape(s["topic"]), escape(s["group"]), s["mode"], str(s["delivered"]))
+    return table
+
+
+def peers_table(status: dict) -> Table:
+    table = Table(title="peers", title_justify="left")
+    for col in ("name", "id", "control", "alive"):
+        table.add_column(col)
+    table.add_column("last seen", justify="right")
+    table.add_column("subscriptions")
+    for p in sorted(status.get("peers", []), key=lambda p: p["name"]):
+        subs = ", ".join(f"{t}/{g} ({m})" for t, g, m in p.get("subscriptions", []))
+        table.add_row(escape(p["name"]), short(p["id"]), escape(p["control"]),
+                      "[green]yes[/]" if p["alive"] else "[red]no[/]",
+                      f"{p['last_seen_s']:.1f}s", escape(subs) or "-")
+    return table
+
+
+def counters_table(status: dict) -> Table:
+    table = Table(title="counters", title_justify="left")
+    table.add_column("counter")
+    table.add_column("value", justify="right")
+    for name, value in sorted(status.get("counters", {}).items()):
+        table.add_row(escape(name), str(value))
+    return table
+
+
+def render_status(status: dict, out: Console = console) -> None:
+    """Every table of a status reply."""
+    out.print(node_table(status))
+    out.print(lanes_table(status))
+    if status.get("subscriptions"):
+        out.print(subscriptions_table(status))
+    out.print(peers_table(status))
+    out.print(counters_table(status))
