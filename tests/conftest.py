@@ -85,7 +85,7 @@ def no_leaked_threads() -> Iterator[None]:
 
 def spawn(args: list[str], **kw: object) -> subprocess.Popen:
     """A Python child process running this interpreter, with the repo on its path."""
-    env = dict(os.environ)
+    env = dict(kw.pop("env", None) or os.environ)  # type: ignore[call-overload]
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("PYTHONUNBUFFERED", "1")

@@ -20,6 +20,7 @@ from .errors import (
 )
 from .node import Node
 from .subscription import Message, Subscription
+from .transaction import Transaction
 
 __version__ = "0.1.0"
 
@@ -43,5 +44,6 @@ __all__ = [
     "SubscriptionConfig",
     "TimeoutError",
     "TopicConfig",
+    "Transaction",
     "ZMeshError",
 ]

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from ._engine.engine import Engine
+from ._engine.producer import Publish
 from ._engine.routing import partition_for
 from ._receipt import MessageId, Receipt
 from .config import NodeConfig, SubscriptionConfig, TopicConfig, check_name
 from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError
 from .subscription import Message, Subscription
+from .transaction import Transaction
 
 __all__ = ["Node"]
 
@@ -130,6 +132,19 @@ class Node:
         within ``NodeConfig.dedupe_window_s`` stores nothing new, and its receipt follows the
         first message.
         """
+        pub = self._prepare(topic, payload, key=key, headers=headers, priority=priority,
+                            ttl=ttl, deliver_at=deliver_at, delay=delay, msg_id=msg_id,
+                            timeout=timeout)
+        self._engine.submit(("pub", pub))
+        assert pub.receipt is not None
+        return pub.receipt
+
+    def _prepare(self, topic: str, payload: bytes | bytearray | memoryview | str, *,
+                 key: str | None = None, headers: Mapping[str, Any] | None = None,
+                 priority: int = 0, ttl: float | None = None,
+                 deliver_at: float | _dt.datetime | None = None, delay: float | None = None,
+                 msg_id: str | None = None, timeout: float | None = None) -> Publish:
+        """Validate a publish and allocate its sequence (shared with transactions)."""
         check_name("topic", topic)
         if isinstance(payload, str):
             payload = payload.encode()
@@ -169,11 +184,20 @@ class Node:
         partitions = tcfg.partitions if tcfg is not None else TopicConfig().partitions
         if timeout is None:
             timeout = self.config.publish_timeout_s
-        return self._engine.publish(
+        return self._engine.prepare(
             topic, payload, key, headers, priority,
             None if ttl is None else now + ttl,
             None if deliver_at is None else float(deliver_at),
             lambda seq: partition_for(key, partitions, seq), timeout, msg_id)
+
+    def transaction(self, timeout: float | None = None) -> Transaction:
+        """Publish several messages and ack received ones atomically.
+
+        ``with node.transaction() as tx: tx.publish(...); tx.ack(msg)`` commits all of it in
+        one LMDB transaction when the block ends without an exception, and none of it
+        otherwise: consume-transform-produce without loss or duplicates.
+        """
+        return Transaction(self, self.config.publish_timeout_s if timeout is None else timeout)
 
     # -- consuming ----------------------------------------------------------------------
 

@@ -133,6 +133,15 @@ class Consumer:
             self._outgoing.append((producer, Fail(self.engine.node_id, msg.topic, lane, seq,
                                                   str(arg))))
 
+    def rollback(self) -> None:
+        """The commit holding the staged acks failed: forget them, and the messages too, so
+        a redelivery reaches the application again."""
+        for (producer, _topic, lane), seqs in self._acks.items():
+            for seq in seqs:
+                self._held.discard((producer, lane, seq))
+        self.counters.add("acks_rolled_back", sum(len(v) for v in self._acks.values()))
+        self._acks.clear()
+
     def flush(self, send: Callable[[bytes, Ack | Nack | Fail], None]) -> None:
         """After commit: send acks (grouped per producer and lane), nacks and fails."""
         me = self.engine.node_id

@@ -147,10 +147,14 @@ class Engine:
             with self._wake_lock:
                 self._wake_tx.send(b"", zmq.NOBLOCK)
 
-    def publish(self, topic: str, payload: bytes, key: str | None, headers: dict | None,
+    def prepare(self, topic: str, payload: bytes, key: str | None, headers: dict | None,
                 priority: int, expires_at: float | None, deliver_at: float | None,
                 partition_of: Callable[[int], int], timeout_s: float,
-                msg_id: str | None = None) -> Receipt:
+                msg_id: str | None = None) -> Publish:
+        """Allocate a sequence and a receipt, waiting up to ``timeout_s`` for outbox room.
+
+        The caller must submit the publish (or ``abandon`` it).
+        """
         self._check_running()
         limit = self.config.max_outbox_messages
         with self.cond:
@@ -167,10 +171,23 @@ class Engine:
             self._next_seq = seq + 1
             self._staged += 1
         receipt = Receipt(MessageId(self.node_id.hex(), seq), self.cond)
-        self.submit(("pub", Publish(seq, topic, partition_of(seq), key, headers, payload,
-                                    priority, time.time(), expires_at, deliver_at, receipt,
-                                    msg_id)))
-        return receipt
+        return Publish(seq, topic, partition_of(seq), key, headers, payload, priority,
+                       time.time(), expires_at, deliver_at, receipt, msg_id)
+
+    def abandon(self, count: int) -> None:
+        """Prepared publishes that will never be submitted (an aborted transaction)."""
+        with self.cond:
+            self._staged -= count
+            self.cond.notify_all()
+
+    def transact(self, pubs: list[Publish], acks: list[Message], timeout_s: float) -> None:
+        """Store ``pubs`` and settle ``acks`` in one LMDB transaction, or none of it."""
+        done = _Call(lambda _wb, _now: None)
+        self.submit(("tx", pubs, acks, done))
+        if not done.done.wait(timeout_s):
+            raise NodeStateError(f"transaction not committed within {timeout_s:g}s")
+        if done.error is not None:
+            raise done.error
 
     def settle(self, msg: Message, how: str, arg: object) -> None:
         self.submit(("settle", msg, how, arg))
@@ -304,13 +321,12 @@ class Engine:
         push.setsockopt(zmq.LINGER, 0)
         push.setsockopt(zmq.IMMEDIATE, 1)
         push.connect(data_ep)
-        adopted = self._contacts.pop(ctrl_ep, None)
-        if adopted is not None:
-            dealer = adopted[0]
-        else:
-            dealer = self.ctx.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
-            dealer.connect(ctrl_ep)
+        contact = self._contacts.pop(ctrl_ep, None)
+        if contact is not None:
+            contact[0].close(linger=0)  # its tiny queue was for hellos only
+        dealer = self.ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
+        dealer.connect(ctrl_ep)
         return Peer(node_id, name, incarnation, ctrl_ep, data_ep, push, dealer, now)
 
     # -- the loop ------------------------------------------------------------------------
@@ -340,10 +356,12 @@ class Engine:
             self._recv_control(wb, now)
         self._timers(now, wb)
         fresh = self.producer.stage(pubs, wb, now)
-        self.producer.added(self._commit(wb, fresh), now)
+        self.producer.added(self._commit(wb, fresh, calls), now)
         for call in calls:
             call.done.set()
         self._notify(len(pubs))
+        if self._ctrl_backlog:
+            self._flush_ctrl_backlog()
         self.consumer.flush(self._send_ctrl)
         if now >= self._send_retry_at:
             self._send_retry_at = 0.0
@@ -372,6 +390,12 @@ class Engine:
                 pubs.append(cmd[1])
             elif kind == "settle":
                 self.consumer.settle(cmd[1], cmd[2], cmd[3], wb)
+            elif kind == "tx":
+                _, tx_pubs, acks, done = cmd
+                for msg in acks:
+                    self.consumer.settle(msg, "acked", None, wb)
+                pubs.extend(tx_pubs)
+                calls.append(done)
             elif kind == "contact":
                 _, ep, peer_id = cmd
                 peer = self.peers.get(peer_id)
@@ -399,8 +423,13 @@ class Engine:
                 stop = True
         return stop
 
-    def _commit(self, wb: WriteBatch, pubs: list[Publish]) -> list[Publish]:
-        """Commit the loop's batch; returns the publishes that are now stored."""
+    def _commit(self, wb: WriteBatch, pubs: list[Publish],
+                calls: list[_Call] | None = None) -> list[Publish]:
+        """Commit the loop's batch; returns the publishes that are now stored.
+
+        When the commit fails nothing of it happened: publishes and transactions get the
+        error, and acks staged in it are not sent (their messages may come again).
+        """
         if not wb:
             return pubs
         try:
@@ -412,6 +441,9 @@ class Engine:
             for p in pubs:
                 if p.receipt is not None:
                     p.receipt._error = exc
+            for call in calls or ():
+                call.error = exc
+            self.consumer.rollback()
             # Settlements free space: keep them even when new messages cannot be stored.
             try:
                 self.store.commit(wb.without_growth())
@@ -553,8 +585,6 @@ class Engine:
             log.info("peer %s (%s) joined at %s", hello.name, hello.node_id.hex()[:12],
                      ctrl_ep)
             self._send_raw(peer.dealer, encode_control(self._hello()))
-            for frame in self._ctrl_backlog.pop(hello.node_id, ()):
-                self._send_raw(peer.dealer, frame)
         peer.last_seen = now
         if not peer.alive:
             log.info("peer %s is back", peer.name)
@@ -635,16 +665,38 @@ class Engine:
     # -- sending -------------------------------------------------------------------------
 
     def _send_ctrl(self, node_id: bytes, msg: Ack | Nack | Fail) -> None:
+        """Send a settlement to a producer; hold it while the producer is unknown or its
+        socket is full, so acks are delayed rather than lost."""
         frame = encode_control(msg)
         peer = self._self_peer if node_id == self.node_id else self.peers.get(node_id)
-        if peer is None:
-            backlog = self._ctrl_backlog.setdefault(node_id, [])
-            if len(backlog) < CTRL_BACKLOG_MAX:
-                backlog.append(frame)
-            else:
-                self.counters.add("control_dropped_unknown_peer", 1)
-            return
-        self._send_raw(peer.dealer, frame)
+        backlog = self._ctrl_backlog.get(node_id)
+        if peer is not None and not backlog:
+            try:
+                peer.dealer.send(frame, zmq.NOBLOCK)
+                return
+            except zmq.Again:
+                pass
+        backlog = self._ctrl_backlog.setdefault(node_id, [])
+        if len(backlog) < CTRL_BACKLOG_MAX:
+            backlog.append(frame)
+        else:
+            self.counters.add("control_dropped", 1)
+
+    def _flush_ctrl_backlog(self) -> None:
+        for node_id, backlog in list(self._ctrl_backlog.items()):
+            peer = self._self_peer if node_id == self.node_id else self.peers.get(node_id)
+            if peer is None:
+                continue
+            sent = 0
+            try:
+                for frame in backlog:
+                    peer.dealer.send(frame, zmq.NOBLOCK)
+                    sent += 1
+            except zmq.Again:
+                self._send_retry_at = self._send_retry_at or time.monotonic() + SEND_RETRY_S
+            del backlog[:sent]
+            if not backlog:
+                del self._ctrl_backlog[node_id]
 
     def _send_data(self, member: bytes, lane: Lane, entries: list[Entry],
                    records: list[bytes]) -> int:
@@ -710,7 +762,7 @@ class Engine:
                 calls: list[_Call] = []
                 self._drain_commands(wb, pubs, calls, time.monotonic())
                 fresh = self.producer.stage(pubs, wb, time.monotonic())
-                self.producer.added(self._commit(wb, fresh), time.monotonic())
+                self.producer.added(self._commit(wb, fresh, calls), time.monotonic())
                 for call in calls:
                     call.done.set()
                 self._notify(len(pubs))

@@ -1,0 +1,68 @@
+"""Child process of the transaction kill test: source, transformer or sink."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import zmesh
+
+COMMON = dict(mesh=os.environ["ZMESH_TEST_MESH"], interfaces=["127.0.0.1"], mdns=False,
+              heartbeat_interval_s=0.2, dead_after_s=1.5)
+
+
+def main() -> int:
+    role, data_dir, path = sys.argv[1], sys.argv[2], sys.argv[3]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if role == "source":
+        count = int(sys.argv[4])
+        node = zmesh.Node("source", data_dir=data_dir,
+                          topics={"a": zmesh.TopicConfig(groups=("xf",))}, **COMMON).start()
+        with open(path + ".tmp", "w") as f:
+            f.write(node.control_address)
+        os.replace(path + ".tmp", path)
+        receipts = [node.publish("a", str(i).encode()) for i in range(count)]
+        deadline = time.monotonic() + 240
+        for r in receipts:
+            r.wait_acked(max(0.1, deadline - time.monotonic()))
+        stop.wait(240)
+        node.close()
+        return 0
+    seed = open(sys.argv[4]).read()
+    if role == "transformer":
+        node = zmesh.Node("transformer", data_dir=data_dir, seeds=[seed],
+                          topics={"b": zmesh.TopicConfig(groups=("sink",))}, **COMMON).start()
+        sub = node.subscribe("a", group="xf", max_in_flight=50, batch_size=10)
+        while not stop.is_set():
+            msg = sub.get(timeout=0.1)
+            if msg is None:
+                continue
+            with node.transaction() as tx:
+                tx.publish("b", msg.payload)
+                tx.ack(msg)
+        node.close()
+        return 0
+    if role == "sink":
+        node = zmesh.Node("sink", data_dir=data_dir, seeds=[seed], **COMMON).start()
+        sub = node.subscribe("b", group="sink")
+        with open(path, "a") as log:
+            while not stop.is_set():
+                msgs = sub.fetch(500, timeout=0.1)
+                if not msgs:
+                    continue
+                log.write("".join(m.payload.decode() + "\n" for m in msgs))
+                log.flush()
+                os.fsync(log.fileno())
+                for m in msgs:
+                    m.ack()
+        node.close()
+        return 0
+    raise SystemExit(f"unknown role {role}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Transactions through the public API on real nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+import zmesh
+from tests.conftest import wait_members, wait_until
+from tests.integration.test_delivery import drain
+
+
+def test_consume_transform_produce_commits_together(make_node):
+    src = make_node("src", topics={"a": zmesh.TopicConfig(groups=("xf",))})
+    xf = make_node("xf", seeds=[src.control_address],
+                   topics={"b": zmesh.TopicConfig(groups=("sink",))})
+    sink = make_node("sink", seeds=[xf.control_address])
+    sub_a = xf.subscribe("a", group="xf")
+    sub_b = sink.subscribe("b", group="sink")
+    rs = [src.publish("a", str(i).encode()) for i in range(20)]
+    for _ in range(20):
+        msg = sub_a.get(timeout=10)
+        assert msg is not None
+        with xf.transaction() as tx:
+            tx.publish("b", b"x" + msg.payload)
+            tx.publish("b", b"y" + msg.payload)
+            tx.ack(msg)
+        assert msg.settled
+    for r in rs:
+        r.wait_acked(10)
+    got = sorted(m.payload for m in drain(sub_b, 40))
+    assert got == sorted([b"x%d" % i for i in range(20)] + [b"y%d" % i for i in range(20)])
+
+
+def test_an_aborted_transaction_leaves_nothing(make_node):
+    src = make_node("src")
+    xf = make_node("xf", seeds=[src.control_address],
+                   topics={"b": zmesh.TopicConfig(groups=("sink",))})
+    sub_a = xf.subscribe("a", group="xf")
+    wait_members(src, "a", "xf", 1)
+    src.publish("a", b"in")
+    msg = sub_a.get(timeout=10)
+    assert msg is not None
+    with pytest.raises(RuntimeError), xf.transaction() as tx:
+        tx.publish("b", b"out")
+        tx.ack(msg)
+        raise RuntimeError("transform failed")
+    assert not msg.settled
+    assert xf.status()["outbox"] == 0
+    msg.ack()  # still the application's to settle
+    wait_until(lambda: src.status()["outbox"] == 0, what="ack to reach the source")
+
+
+def test_transaction_rejects_foreign_and_settled_messages(make_node):
+    src = make_node("src")
+    a = make_node("a", seeds=[src.control_address])
+    b = make_node("b", seeds=[src.control_address])
+    sub = a.subscribe("t", group="g")
+    wait_members(src, "t", "g", 1)
+    src.publish("t", b"m")
+    msg = sub.get(timeout=10)
+    assert msg is not None
+    with pytest.raises(zmesh.ArgumentError, match="not received by this node"):
+        b.transaction().ack(msg)
+    msg.ack()
+    with pytest.raises(zmesh.MessageStateError):
+        a.transaction().ack(msg)

@@ -1,0 +1,88 @@
+"""Transactions: publishes and acks committed together, or not at all."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._receipt import Receipt
+from .errors import ArgumentError, MessageStateError, NodeStateError
+from .subscription import Message
+
+if TYPE_CHECKING:
+    from ._engine.producer import Publish
+    from .node import Node
+
+__all__ = ["Transaction"]
+
+
+class Transaction:
+    """Collects publishes and acks; ``commit`` (or leaving the ``with`` block) stores the
+    publishes and settles the acks in one LMDB transaction.
+
+    Leaving the block with an exception, or calling ``abort``, discards everything: the
+    messages to ack stay unsettled (nack them or let them be redelivered).
+    """
+
+    def __init__(self, node: Node, timeout_s: float) -> None:
+        self._node = node
+        self._timeout_s = timeout_s
+        self._pubs: list[Publish] = []
+        self._acks: list[Message] = []
+        self._done = False
+
+    def publish(self, topic: str, payload: bytes | str, **kwargs: Any) -> Receipt:
+        """Like Node.publish, but stored only when the transaction commits."""
+        self._check_open()
+        try:
+            pub = self._node._prepare(topic, payload, **kwargs)
+        except TypeError as exc:
+            raise ArgumentError(f"bad publish arguments: {exc}") from exc
+        self._pubs.append(pub)
+        assert pub.receipt is not None
+        return pub.receipt
+
+    def ack(self, msg: Message) -> None:
+        """Ack ``msg`` when the transaction commits."""
+        self._check_open()
+        if msg._engine is not self._node._engine:
+            raise ArgumentError(f"message {msg.id} was not received by this node")
+        if msg.settled or msg in self._acks:
+            raise MessageStateError(f"message {msg.id} was already {msg._settled or 'added'}")
+        self._acks.append(msg)
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise NodeStateError("this transaction has already committed or aborted")
+
+    def commit(self) -> None:
+        """Store and settle everything at once; raises (and nothing happened) on failure."""
+        self._check_open()
+        self._done = True
+        if not self._pubs and not self._acks:
+            return
+        for msg in self._acks:
+            msg._settled = "acked"
+        try:
+            self._node._engine.transact(self._pubs, self._acks, self._timeout_s)
+        except BaseException:
+            for msg in self._acks:
+                msg._settled = None
+            raise
+
+    def abort(self) -> None:
+        """Discard the publishes; leave the messages unsettled."""
+        if self._done:
+            return
+        self._done = True
+        self._node._engine.abandon(len(self._pubs))
+        self._pubs.clear()
+        self._acks.clear()
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
