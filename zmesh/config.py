@@ -46,6 +46,9 @@ class TopicConfig:
     so a killed process loses nothing; ``fsync`` also fsyncs before the receipt resolves
     (publishes share one fsync); ``memory`` keeps messages in memory until the node's
     ``memory_budget_bytes`` is exceeded, then spills to LMDB.
+
+    latest_wins: a new message replaces a still-unsent message with the same key in each
+    group, so a slow or offline group gets the latest value per key, not every stale one.
     """
 
     durability: Durability = "process"
@@ -56,6 +59,7 @@ class TopicConfig:
     max_attempts: int = 0
     ttl_s: float | None = None
     groups: tuple[str, ...] = ()
+    latest_wins: bool = False
 
     def __post_init__(self) -> None:
         if self.durability not in ("fsync", "process", "memory"):
@@ -76,6 +80,9 @@ class TopicConfig:
             raise ConfigError("TopicConfig.max_attempts must be >= 0 (0 means unlimited)")
         if self.ttl_s is not None:
             _positive("TopicConfig", "ttl_s", self.ttl_s)
+        if not isinstance(self.latest_wins, bool):
+            raise ConfigError(f"TopicConfig.latest_wins must be true or false, got "
+                              f"{self.latest_wins!r}")
         if isinstance(self.groups, str):
             raise ConfigError("TopicConfig.groups must be a list of group names, not a string")
         object.__setattr__(self, "groups", tuple(check_name("group", g) for g in self.groups))

@@ -48,7 +48,7 @@ class DeadLetters:
         self.replayed.discard((lane_id, entry.seq))
         batch.dead_put.append((pend_key(lane_id, entry.seq),
                                pack([PARKED, reason, entry.attempt, now, history, record])))
-        self.p.counters.add("dead_lettered", 1)
+        self.p._count(lane, "dead_lettered", 1)
         log.warning("message %d of %s parked in dead letters of %s: %s", entry.seq,
                     lane.topic, lane.name, reason)
 

@@ -356,7 +356,7 @@ class Engine:
             self._recv_control(wb, now)
         self._timers(now, wb)
         fresh = self.producer.stage(pubs, wb, now)
-        self.producer.added(self._commit(wb, fresh, calls), now)
+        self.producer.added(self._commit(wb, fresh, calls), now, self._wb)
         for call in calls:
             call.done.set()
         self._notify(len(pubs))
@@ -740,7 +740,7 @@ class Engine:
                 "topic": topic, "lane": name, "group": group, "mode": mode,
                 "members": [m.hex() for m in lane.members],
                 "pending": len(lane), "ready": lane.ready_count,
-                "in_flight": lane.in_flight_count(),
+                "in_flight": lane.in_flight_count(), **lane.counts,
             })
         return {
             "node": {"id": self.node_id.hex(), "name": self.config.name,
@@ -756,18 +756,19 @@ class Engine:
 
     def _teardown(self) -> None:
         try:
-            if self._cmds:
-                wb = self._wb
-                pubs: list[Publish] = []
-                calls: list[_Call] = []
-                self._drain_commands(wb, pubs, calls, time.monotonic())
-                fresh = self.producer.stage(pubs, wb, time.monotonic())
-                self.producer.added(self._commit(wb, fresh, calls), time.monotonic())
-                for call in calls:
-                    call.done.set()
-                self._notify(len(pubs))
-            elif self._wb:
-                self._commit(self._wb, [])
+            # What was submitted before close() is stored and settled, not dropped.
+            now = time.monotonic()
+            wb, self._wb = self._wb, WriteBatch()
+            pubs: list[Publish] = []
+            calls: list[_Call] = []
+            self._drain_commands(wb, pubs, calls, now)
+            fresh = self.producer.stage(pubs, wb, now)
+            self.producer.added(self._commit(wb, fresh, calls), now, self._wb)
+            for call in calls:
+                call.done.set()
+            self._notify(len(pubs))
+            self._commit(self._wb, [])
+            self._flush_ctrl_backlog()
             self.consumer.flush(self._send_ctrl)
             bye = encode_control(Bye(self.node_id, self.incarnation))
             for peer in self.peers.values():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import random
 from bisect import insort
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -95,6 +95,7 @@ class Lane:
         self._order: deque[int] = deque()
         self._next_floor = 0
         self._owners: list[bytes | None] | None = None
+        self.counts: Counter[str] = Counter()  # per-lane event counts, shown in status
 
     # -- content --------------------------------------------------------------------------
 
@@ -132,6 +133,9 @@ class Lane:
 
     def _schedule(self, entry: Entry, not_before: float, now: float) -> None:
         entry.member = None
+        if entry.expires_at and entry.expires_at <= now and entry.state == IN_FLIGHT:
+            # Its expiry passed while it was in flight (tick skipped it): due again now.
+            heapq.heappush(self._expiring, (entry.expires_at, entry.seq))
         if not_before > now:
             entry.state = DELAYED
             entry.not_before = not_before
@@ -202,50 +206,71 @@ class Lane:
 
     # -- delivery -------------------------------------------------------------------------
 
+    def _head(self, partition: int) -> tuple[int, int] | None:
+        """The valid top of a partition's heap, dropping stale records on the way."""
+        heap = self._ready[partition]
+        entries = self.entries
+        while heap:
+            seq = heap[0][1]
+            entry = entries.get(seq)
+            if entry is not None and entry.state == READY:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
     def take(self, now: float, limit: int = 10_000) -> tuple[dict[bytes, list[Entry]], list[int]]:
         """Hand out ready messages to their owners within their credit.
 
-        Returns (member -> entries now in flight, in partition-then-priority order) and the
+        Across all partitions a member owns, the most urgent message (lowest priority, then
+        lowest sequence) goes first. Returns (member -> entries now in flight) and the
         sequences found expired on the way (already removed).
         """
         out: dict[bytes, list[Entry]] = {}
         expired: list[int] = []
         if not self._ready_count or not self.members:
             return out, expired
-        deadline = now + self.timing.ack_timeout_s
-        taken = 0
-        for partition, heap in enumerate(self._ready):
-            if not heap:
-                continue
+        heads: list[tuple[int, int, int]] = []
+        for partition in range(self._partitions):
             owner = self.owner(partition)
             if owner is None:
                 continue
             member = self.members[owner]
-            room = member.max_in_flight - len(member.in_flight)
-            batch = out.get(owner)
-            while heap and room > 0 and taken < limit:
-                _, seq = heapq.heappop(heap)
-                entry = self.entries.get(seq)
-                if entry is None or entry.state != READY:
-                    continue  # stale heap record
+            if len(member.in_flight) >= member.max_in_flight:
+                continue
+            head = self._head(partition)
+            if head is not None:
+                heads.append((head[0], head[1], partition))
+        heapq.heapify(heads)
+        deadline = now + self.timing.ack_timeout_s
+        taken = 0
+        while heads and taken < limit:
+            _, seq, partition = heapq.heappop(heads)
+            owner = self.owner(partition)
+            assert owner is not None
+            member = self.members[owner]
+            if len(member.in_flight) >= member.max_in_flight:
+                continue  # this member is full: its partitions wait for acks
+            heapq.heappop(self._ready[partition])
+            entry = self.entries[seq]
+            if entry.expires_at and entry.expires_at <= now:
+                self._remove(seq)
+                expired.append(seq)
+            else:
                 self._ready_count -= 1
-                if entry.expires_at and entry.expires_at <= now:
-                    self._remove(seq)
-                    expired.append(seq)
-                    continue
                 entry.state = IN_FLIGHT
                 entry.member = owner
                 entry.deadline = deadline
                 entry.attempt += 1
                 member.in_flight.add(seq)
                 heapq.heappush(self._deadlines, (deadline, seq))
+                batch = out.get(owner)
                 if batch is None:
                     batch = out[owner] = []
                 batch.append(entry)
-                room -= 1
                 taken += 1
-            if taken >= limit:
-                break
+            head = self._head(partition)
+            if head is not None:
+                heapq.heappush(heads, (head[0], head[1], partition))
         return out, expired
 
     def unsend(self, entries: Iterable[Entry], now: float) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from .._store.store import Store, WriteBatch, pack, pend_key, u64, unpackb
 from ..config import TopicConfig
 from .deadletters import DeadLetters
-from .lane import Entry, Lane, Timing
+from .lane import IN_FLIGHT, Entry, Lane, Timing
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ class Producer:
         self.duplicates: list[tuple[str, int, Receipt]] = []  # (topic, original seq, receipt)
         self._followers: dict[int, list[Receipt]] = {}  # receipts of suppressed duplicates
         self.dead = DeadLetters(self)
+        self._latest: dict[tuple[str, str], dict[str, int]] = {}  # latest_wins: key -> seq
 
     # -- configuration ------------------------------------------------------------------
 
@@ -95,6 +96,8 @@ class Producer:
 
     def set_topic(self, topic: str, cfg: TopicConfig, batch: WriteBatch, now: float) -> None:
         self.topics[topic] = cfg
+        if cfg.latest_wins:
+            self.index_latest(topic)
         for (t, _name), lane in self.lanes.items():
             if t == topic:
                 lane.timing = _timing(cfg)
@@ -231,15 +234,21 @@ class Producer:
             batch.meta_put[b"next_seq"] = u64(pubs[-1].seq + 1)
         return pubs
 
-    def added(self, pubs: list[Publish], now: float) -> None:
-        """After commit: the publishes are stored; owe them to their lanes."""
+    def added(self, pubs: list[Publish], now: float, batch: WriteBatch) -> None:
+        """After commit: the publishes are stored; owe them to their lanes.
+
+        ``batch`` is the next iteration's: what this supersedes is deleted there.
+        """
         wall = time.time()
         for p in pubs:
             lanes = self.by_topic.get(p.topic) or [self.lanes[(p.topic, UNCLAIMED)]]
             nb = _mono(p.deliver_at, now, wall)
             exp = _mono(p.expires_at, now, wall)
+            latest = p.key is not None and self.topic_config(p.topic).latest_wins
             for lane in lanes:
                 lane.add(p.seq, p.partition, p.priority, now=now, not_before=nb, expires_at=exp)
+                if latest:
+                    self._supersede(lane, p.key, p.seq, batch)  # type: ignore[arg-type]
             self.depth += 1
             if p.receipt is not None:
                 self._receipts[p.seq] = p.receipt
@@ -315,7 +324,7 @@ class Producer:
             return 0
         settled = lane.ack(seqs)
         self._settled(topic, lane, settled, batch)
-        self.counters.add("acked", len(settled))
+        self._count(lane, "acked", len(settled))
         return len(settled)
 
     def on_nack(self, topic: str, name: str, seqs: Iterable[int], delay_s: float | None,
@@ -325,7 +334,7 @@ class Producer:
             return
         seqs = list(seqs)
         exhausted = lane.nack(seqs, delay_s, now)
-        self.counters.add("nacked", len(seqs))
+        self._count(lane, "nacked", len(seqs))
         self._persist_attempts(lane, seqs, batch)
         for entry in exhausted:
             self._park(lane, entry, "max attempts reached after nack", batch)
@@ -354,6 +363,41 @@ class Producer:
             batch.pend_put.append((pend_key(lane_id, seq), pack(
                 [partition, priority, lane.entries[seq].attempt, expires_at, deliver_at])))
 
+    def _supersede(self, lane: Lane, key: str, seq: int, batch: WriteBatch) -> None:
+        """latest_wins: ``seq`` replaces the lane's unsent message with the same key."""
+        keys = self._latest.setdefault((lane.topic, lane.name), {})
+        old = keys.get(key)
+        keys[key] = seq
+        if old is None or old == seq:
+            return
+        entry = lane.entries.get(old)
+        if entry is not None and entry.state != IN_FLIGHT:
+            lane.ack([old])
+            self._settled(lane.topic, lane, [old], batch)
+            self._count(lane, "superseded", 1)
+
+    def index_latest(self, topic: str) -> None:
+        """Rebuild the key index of a latest_wins topic from its stored messages."""
+        wanted: dict[int, list[Lane]] = {}
+        for lane in self._owing_lanes(topic):
+            for seq in lane.entries:
+                wanted.setdefault(seq, []).append(lane)
+        records = self.store.get_messages([s for s in wanted if s not in self._mem])
+        records.update({s: self._mem[s] for s in wanted if s in self._mem})
+        for seq in sorted(records):
+            key = unpackb(records[seq])[2]
+            if key is not None:
+                for lane in wanted[seq]:
+                    self._latest.setdefault((topic, lane.name), {})[key] = seq
+
+    def _owing_lanes(self, topic: str) -> list[Lane]:
+        return [lane for (t, _n), lane in self.lanes.items() if t == topic]
+
+    def _count(self, lane: Lane, name: str, n: int) -> None:
+        if n:
+            lane.counts[name] += n
+            self.counters.add(name, n)
+
     def member_gone(self, member: bytes, now: float) -> int:
         moved = 0
         for lane in self.lanes.values():
@@ -368,9 +412,9 @@ class Producer:
         for (topic, _name), lane in list(self.lanes.items()):
             result = lane.tick(now)
             if result.timed_out:
-                self.counters.add("ack_timeouts", result.timed_out)
+                self._count(lane, "ack_timeouts", result.timed_out)
             if result.expired:
-                self.counters.add("expired", len(result.expired))
+                self._count(lane, "expired", len(result.expired))
                 self._settled(topic, lane, result.expired, batch)
             for entry in result.exhausted:
                 self._park(lane, entry, "max attempts reached after ack timeouts", batch)
@@ -388,7 +432,7 @@ class Producer:
                 continue
             taken, expired = lane.take(now)
             if expired:
-                self.counters.add("expired", len(expired))
+                self._count(lane, "expired", len(expired))
                 self._settled(topic, lane, expired, batch)
             if not taken:
                 continue
