@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -31,7 +32,7 @@ def check_name(kind: str, value: object) -> str:
 
 
 def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         raise ConfigError(f"{owner}.{name} must be a number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
@@ -146,10 +147,13 @@ class NodeConfig:
         if not isinstance(self.data_dir, str | Path) or not str(self.data_dir):
             raise ConfigError(f"NodeConfig.data_dir must be a path, got {self.data_dir!r}")
         object.__setattr__(self, "data_dir", str(self.data_dir))
+        if not isinstance(self.mdns, bool):
+            raise ConfigError(f"NodeConfig.mdns must be true or false, got {self.mdns!r}")
         for name in ("interfaces", "seeds"):
             value = getattr(self, name)
-            if isinstance(value, str):
-                raise ConfigError(f"NodeConfig.{name} must be a list of strings, not a string")
+            if isinstance(value, str) or not isinstance(value, list | tuple) or \
+                    not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"NodeConfig.{name} must be a list of strings, got {value!r}")
             object.__setattr__(self, name, tuple(value))
         for seed in self.seeds:
             parse_seed(seed)
@@ -167,6 +171,9 @@ class NodeConfig:
         _positive("NodeConfig", "publish_timeout_s", self.publish_timeout_s, allow_zero=True)
         _positive("NodeConfig", "memory_budget_bytes", self.memory_budget_bytes, allow_zero=True)
         _positive("NodeConfig", "dedupe_window_s", self.dedupe_window_s)
+        if not isinstance(self.topics, Mapping):
+            raise ConfigError(f"NodeConfig.topics must map topic names to TopicConfig, "
+                              f"got {self.topics!r}")
         for topic, cfg in self.topics.items():
             check_name("topic", topic)
             if not isinstance(cfg, TopicConfig):
@@ -192,14 +199,20 @@ class NodeConfig:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<config>") -> NodeConfig:
         """Build from parsed TOML; errors name the source and the offending key."""
-        unknown = set(data) - {"node", "topics", "subscriptions"}
+        unknown = set(data) - {"node", "topics"}
         if unknown:
-            raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}")
-        node = dict(data.get("node", {}))
-        topics_raw = data.get("topics", {})
+            raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}; "
+                              "a node definition has [node] and [topics.NAME] tables")
+        node = _table(data.get("node", {}), f"{source}: [node]")
+        topics_raw = _table(data.get("topics", {}), f"{source}: [topics]")
         topics = {}
         for topic, opts in topics_raw.items():
-            topics[topic] = _build(TopicConfig, opts, f"{source}: [topics.{topic}]")
+            where = f"{source}: [topics.{topic}]"
+            try:
+                check_name("topic", topic)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from exc
+            topics[topic] = _build(TopicConfig, _table(opts, where), where)
         node_fields = {f.name for f in dataclasses.fields(cls)} - {"topics"}
         bad = set(node) - node_fields
         if bad:
@@ -207,6 +220,12 @@ class NodeConfig:
                 f"{source}: [node] has unknown key(s) {sorted(bad)}; known: {sorted(node_fields)}"
             )
         return _build(cls, {**node, "topics": topics}, f"{source}: [node]")
+
+
+def _table(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a table, got {value!r}")
+    return value
 
 
 def _build(cls: Any, opts: Mapping[str, Any], where: str) -> Any:

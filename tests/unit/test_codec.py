@@ -44,10 +44,12 @@ from zmesh._protocol.frames import (
 from zmesh.errors import DecodeError
 
 # No example database: nothing is written into the repository.
-FAST = settings(max_examples=150, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
-FUZZ = settings(max_examples=700, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+FUZZ = settings(
+    max_examples=700, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 MAX_MESSAGE_BYTES = 1 << 16
 CONTROL_TYPES = (Hello, Bye, Ack, Nack, Fail, StatusRequest, StatusReply)
@@ -64,43 +66,65 @@ seq_lists = st.lists(u63, max_size=50).map(tuple)
 finite = st.floats(allow_nan=False)
 
 sub_infos = st.builds(
-    SubInfo, topic=names, group=names, mode=st.sampled_from(["shared", "broadcast"]),
-    max_in_flight=st.integers(1, 1 << 24), batch_size=st.integers(1, MAX_BATCH_ITEMS),
+    SubInfo,
+    topic=names,
+    group=names,
+    mode=st.sampled_from(["shared", "broadcast"]),
+    max_in_flight=st.integers(1, 1 << 24),
+    batch_size=st.integers(1, MAX_BATCH_ITEMS),
 )
 peer_refs = st.builds(PeerRef, node_id=node_ids, ctrl_endpoint=names)
 
 # Plain msgpack values that come back equal (lists, not tuples; str map keys).
-scalars = (st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 64) - 1) | finite
-           | st.text(max_size=20) | st.binary(max_size=20))
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(1 << 63), (1 << 64) - 1)
+    | finite
+    | st.text(max_size=20)
+    | st.binary(max_size=20)
+)
 msgpack_values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
 hellos = st.builds(
-    Hello, node_id=node_ids, name=names, mesh=names, incarnation=u63, ctrl_port=ports,
-    data_port=ports, hosts=st.lists(names, max_size=5).map(tuple),
+    Hello,
+    node_id=node_ids,
+    name=names,
+    mesh=names,
+    incarnation=u63,
+    ctrl_port=ports,
+    data_port=ports,
+    hosts=st.lists(names, max_size=5).map(tuple),
     subs=st.lists(sub_infos, max_size=5).map(tuple),
     peers=st.lists(peer_refs, max_size=5).map(tuple),
 )
 acks = st.builds(Ack, node_id=node_ids, topic=names, lane=names, seqs=seq_lists)
-nacks = st.builds(Nack, node_id=node_ids, topic=names, lane=names, seqs=seq_lists,
-                  delay_s=finite)
-fails = st.builds(Fail, node_id=node_ids, topic=names, lane=names, seq=u63,
-                  reason=st.text(max_size=300))
+nacks = st.builds(Nack, node_id=node_ids, topic=names, lane=names, seqs=seq_lists, delay_s=finite)
+fails = st.builds(
+    Fail, node_id=node_ids, topic=names, lane=names, seq=u63, reason=st.text(max_size=300)
+)
 byes = st.builds(Bye, node_id=node_ids, incarnation=u63)
 status_requests = st.builds(StatusRequest, token=u63)
-status_replies = st.builds(StatusReply, token=u63,
-                           status=st.dictionaries(st.text(max_size=8), msgpack_values,
-                                                  max_size=6))
+status_replies = st.builds(
+    StatusReply, token=u63, status=st.dictionaries(st.text(max_size=8), msgpack_values, max_size=6)
+)
 controls = hellos | acks | nacks | fails | byes | status_requests | status_replies
 
 headers = st.none() | st.dictionaries(st.text(max_size=10), msgpack_values, max_size=4)
 items = st.builds(
-    Item, seq=u63, partition=st.integers(0, 65535), key=st.none() | st.text(max_size=60),
-    headers=headers, attempt=st.integers(0, 1 << 31), published_at=finite,
+    Item,
+    seq=u63,
+    partition=st.integers(0, 65535),
+    key=st.none() | st.text(max_size=60),
+    headers=headers,
+    attempt=st.integers(0, 1 << 31),
+    published_at=finite,
 )
 
 
@@ -108,15 +132,28 @@ items = st.builds(
 def batches(draw: st.DrawFn) -> Batch:
     pairs = draw(st.lists(st.tuples(items, st.binary(max_size=64)), max_size=8))
     return Batch(
-        node_id=draw(node_ids), incarnation=draw(u63), topic=draw(names), lane=draw(names),
-        floor=draw(u63), items=tuple(i for i, _ in pairs), payloads=tuple(p for _, p in pairs),
+        node_id=draw(node_ids),
+        incarnation=draw(u63),
+        topic=draw(names),
+        lane=draw(names),
+        floor=draw(u63),
+        items=tuple(i for i, _ in pairs),
+        payloads=tuple(p for _, p in pairs),
     )
 
 
 def sample_hello() -> Hello:
-    return Hello(NODE, "n1", "plant", 7, 5000, 5001, ("127.0.0.1",),
-                 (SubInfo("metrics", "agg", "shared", 100, 10),),
-                 (PeerRef(b"\x02" * NODE_ID_BYTES, "127.0.0.1:6000"),))
+    return Hello(
+        NODE,
+        "n1",
+        "plant",
+        7,
+        5000,
+        5001,
+        ("127.0.0.1",),
+        (SubInfo("metrics", "agg", "shared", 100, 10),),
+        (PeerRef(b"\x02" * NODE_ID_BYTES, "127.0.0.1:6000"),),
+    )
 
 
 SAMPLE_CONTROLS: list[Any] = [
@@ -131,10 +168,15 @@ SAMPLE_CONTROLS: list[Any] = [
 
 
 def sample_batch() -> Batch:
-    return Batch(NODE, 3, "metrics", "agg", 10,
-                 (Item(10, 4, "line-4", {"unit": "C"}, 1, 1.5),
-                  Item(11, 0, None, None, 0, 2.0)),
-                 (b"first", b""))
+    return Batch(
+        NODE,
+        3,
+        "metrics",
+        "agg",
+        10,
+        (Item(10, 4, "line-4", {"unit": "C"}, 1, 1.5), Item(11, 0, None, None, 0, 2.0)),
+        (b"first", b""),
+    )
 
 
 def repack(frame: bytes, change: Any) -> bytes:
@@ -165,8 +207,7 @@ def test_every_control_kind_round_trips(msg: Any) -> None:
 def test_control_kinds_are_distinct_on_the_wire() -> None:
     kinds = [msgpack.unpackb(encode_control(m))[1] for m in SAMPLE_CONTROLS]
     assert kinds == [HELLO, ACK, NACK, FAIL, BYE, STATUS_REQ, STATUS_REP]
-    assert all(msgpack.unpackb(encode_control(m))[0] == PROTOCOL_VERSION
-               for m in SAMPLE_CONTROLS)
+    assert all(msgpack.unpackb(encode_control(m))[0] == PROTOCOL_VERSION for m in SAMPLE_CONTROLS)
 
 
 def test_nack_delay_decodes_as_float() -> None:
@@ -208,9 +249,12 @@ def test_empty_batch_round_trips() -> None:
 def test_batch_header_encoder_matches_batch_encoder() -> None:
     batch = sample_batch()
     header = encode_batch_header(
-        batch.node_id, batch.incarnation, batch.topic, batch.lane, batch.floor,
-        [(i.seq, i.partition, i.key, i.headers, i.attempt, i.published_at)
-         for i in batch.items],
+        batch.node_id,
+        batch.incarnation,
+        batch.topic,
+        batch.lane,
+        batch.floor,
+        [(i.seq, i.partition, i.key, i.headers, i.attempt, i.published_at) for i in batch.items],
     )
     assert decode_batch([header, *batch.payloads], MAX_MESSAGE_BYTES) == batch
 
@@ -250,34 +294,110 @@ small_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3), 
 field_values = small_values | node_ids | st.sampled_from([PROTOCOL_VERSION, BATCH, HELLO, ACK])
 
 
-def swap(obj: list, path: list[int], value: object) -> None:
-    """Replace the element reached by following ``path`` into nested lists with ``value``."""
+def paths(obj: list, prefix: tuple[int, ...] = ()) -> list[tuple[int, ...]]:
+    """Every position in a nested list, as index paths."""
+    out = []
+    for index, child in enumerate(obj):
+        out.append((*prefix, index))
+        if isinstance(child, list):
+            out.extend(paths(child, (*prefix, index)))
+    return out
+
+
+def swap(obj: list, path: tuple[int, ...], value: object) -> None:
+    """Replace the element at ``path`` with ``value``."""
     for index in path[:-1]:
-        child = obj[index % len(obj)]
-        if not isinstance(child, list) or not child:
-            break
-        obj = child
-    obj[path[-1] % len(obj)] = value
+        obj = obj[index]
+    obj[path[-1]] = value
+
+
+def replaced(frame: bytes, path: tuple[int, ...], value: object) -> bytes:
+    """``frame`` with the element at ``path`` replaced by ``value``."""
+    return repack(frame, lambda obj: swap(obj, path, value))
+
+
+EDGE_VALUES: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    65535,
+    65536,
+    1 << 31,
+    (1 << 31) + 1,
+    (1 << 63) - 1,
+    1 << 63,
+    -(1 << 63),
+    (1 << 64) - 1,
+    0.5,
+    -0.0,
+    float("nan"),
+    float("inf"),
+    "",
+    "x",
+    "x" * 257,
+    "x" * 4097,
+    b"",
+    b"\x01" * NODE_ID_BYTES,
+    b"\x01" * (NODE_ID_BYTES + 1),
+    [],
+    [0],
+    [[]],
+    [None] * 6,
+    {},
+    {"a": 1},
+    {b"k": 1},
+    msgpack.ExtType(5, b"x"),
+    msgpack.Timestamp(0, 0),
+]
+
+
+@pytest.mark.parametrize("msg", SAMPLE_CONTROLS, ids=lambda m: type(m).__name__)
+def test_control_with_any_field_set_to_an_edge_value(msg: Any) -> None:
+    frame = encode_control(msg)
+    for path in paths(msgpack.unpackb(frame)):
+        for value in EDGE_VALUES:
+            decode_control_or_decode_error(replaced(frame, path, value))
+
+
+@pytest.mark.parametrize("extra_payloads", [-1, 0, 1])
+def test_batch_with_any_field_set_to_an_edge_value(extra_payloads: int) -> None:
+    frames = encode_batch(sample_batch())
+    payloads = frames[1:] + [b"x"] * extra_payloads if extra_payloads >= 0 else frames[1:-1]
+    for path in paths(msgpack.unpackb(frames[0])):
+        for value in EDGE_VALUES:
+            decode_batch_or_decode_error([replaced(frames[0], path, value), *payloads])
+
+
+control_fields = st.sampled_from(SAMPLE_CONTROLS).flatmap(
+    lambda msg: st.tuples(
+        st.just(msg), st.sampled_from(paths(msgpack.unpackb(encode_control(msg))))
+    )
+)
+batch_fields = st.sampled_from(paths(msgpack.unpackb(encode_batch(sample_batch())[0])))
 
 
 @FUZZ
-@given(st.sampled_from(SAMPLE_CONTROLS), st.lists(st.integers(0, 20), min_size=1, max_size=3),
-       field_values)
+@given(control_fields, field_values)
 def test_control_with_a_random_field_raises_only_decode_error(
-    msg: Any, path: list[int], value: object,
+    msg_path: tuple[Any, tuple[int, ...]],
+    value: object,
 ) -> None:
-    frame = repack(encode_control(msg), lambda obj: swap(obj, path, value))
-    decode_control_or_decode_error(frame)
+    msg, path = msg_path
+    decode_control_or_decode_error(replaced(encode_control(msg), path, value))
 
 
 @FUZZ
-@given(st.lists(st.integers(0, 20), min_size=1, max_size=3), field_values,
-       st.integers(-1, 1))
+@given(batch_fields, field_values, st.integers(-1, 1))
 def test_batch_with_a_random_field_raises_only_decode_error(
-    path: list[int], value: object, extra_payloads: int,
+    path: tuple[int, ...],
+    value: object,
+    extra_payloads: int,
 ) -> None:
     frames = encode_batch(sample_batch())
-    header = repack(frames[0], lambda obj: swap(obj, path, value))
+    header = replaced(frames[0], path, value)
     payloads = frames[1:] + [b"x"] * extra_payloads if extra_payloads >= 0 else frames[1:-1]
     decode_batch_or_decode_error([header, *payloads])
 
@@ -285,7 +405,8 @@ def test_batch_with_a_random_field_raises_only_decode_error(
 @FUZZ
 @given(st.lists(field_values, max_size=10), st.lists(st.binary(max_size=8), max_size=3))
 def test_frame_shaped_garbage_raises_only_decode_error(
-    fields: list, payloads: list[bytes],
+    fields: list,
+    payloads: list[bytes],
 ) -> None:
     for kind in (HELLO, BYE, ACK, NACK, FAIL, STATUS_REQ, STATUS_REP, BATCH):
         frame = msgpack.packb([PROTOCOL_VERSION, kind, *fields], use_bin_type=True)
@@ -373,10 +494,17 @@ def test_control_with_a_missing_field(msg: Any) -> None:
         decode_control(frame)
 
 
-@pytest.mark.parametrize("frame", [
-    msgpack.packb([]), msgpack.packb([PROTOCOL_VERSION]), msgpack.packb({"v": 1}),
-    msgpack.packb(PROTOCOL_VERSION), b"",
-], ids=["empty-list", "version-only", "map", "int", "no-bytes"])
+@pytest.mark.parametrize(
+    "frame",
+    [
+        msgpack.packb([]),
+        msgpack.packb([PROTOCOL_VERSION]),
+        msgpack.packb({"v": 1}),
+        msgpack.packb(PROTOCOL_VERSION),
+        b"",
+    ],
+    ids=["empty-list", "version-only", "map", "int", "no-bytes"],
+)
 def test_control_that_is_not_a_frame(frame: bytes) -> None:
     with pytest.raises(DecodeError):
         decode_control(frame)
@@ -430,12 +558,16 @@ def test_batch_with_bad_node_id_length(length: int) -> None:
         decode_batch([header, *frames[1:]], MAX_MESSAGE_BYTES)
 
 
-@pytest.mark.parametrize("change", [
-    lambda obj: obj.append(0),
-    lambda obj: obj.pop(),
-    lambda obj: obj[7][0].append(0),
-    lambda obj: obj[7][0].pop(),
-], ids=["header-extra", "header-missing", "item-extra", "item-missing"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda obj: obj.append(0),
+        lambda obj: obj.pop(),
+        lambda obj: obj[7][0].append(0),
+        lambda obj: obj[7][0].pop(),
+    ],
+    ids=["header-extra", "header-missing", "item-extra", "item-missing"],
+)
 def test_batch_with_wrong_lengths(change: Any) -> None:
     frames = encode_batch(sample_batch())
     with pytest.raises(DecodeError):
@@ -466,19 +598,52 @@ def test_payload_at_max_message_bytes_is_accepted() -> None:
 
 
 def test_payload_over_max_message_bytes() -> None:
-    batch = Batch(NODE, 0, "t", "g", 0,
-                  (Item(0, 0, None, None, 0, 0.0), Item(1, 0, None, None, 0, 0.0)),
-                  (b"ok", b"x" * 101))
+    batch = Batch(
+        NODE,
+        0,
+        "t",
+        "g",
+        0,
+        (Item(0, 0, None, None, 0, 0.0), Item(1, 0, None, None, 0, 0.0)),
+        (b"ok", b"x" * 101),
+    )
     with pytest.raises(DecodeError, match="max_message_bytes"):
         decode_batch(encode_batch(batch), 100)
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    (0, -1), (0, "1"), (0, True), (1, 65536), (1, -1), (2, 5), (2, "k" * 4097),
-    (3, [1]), (3, {1: "x"}), (4, -1), (4, 1 << 32), (5, "now"), (5, None),
-], ids=["seq-negative", "seq-text", "seq-bool", "partition-big", "partition-negative",
-        "key-int", "key-long", "headers-list", "headers-int-key", "attempt-negative",
-        "attempt-big", "published-text", "published-none"])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        (0, -1),
+        (0, "1"),
+        (0, True),
+        (1, 65536),
+        (1, -1),
+        (2, 5),
+        (2, "k" * 4097),
+        (3, [1]),
+        (3, {1: "x"}),
+        (4, -1),
+        (4, 1 << 32),
+        (5, "now"),
+        (5, None),
+    ],
+    ids=[
+        "seq-negative",
+        "seq-text",
+        "seq-bool",
+        "partition-big",
+        "partition-negative",
+        "key-int",
+        "key-long",
+        "headers-list",
+        "headers-int-key",
+        "attempt-negative",
+        "attempt-big",
+        "published-text",
+        "published-none",
+    ],
+)
 def test_batch_item_with_bad_field(field: int, value: object) -> None:
     frames = encode_batch(sample_batch())
     header = repack(frames[0], lambda obj: obj[7][0].__setitem__(field, value))
@@ -486,10 +651,29 @@ def test_batch_item_with_bad_field(field: int, value: object) -> None:
         decode_batch([header, *frames[1:]], MAX_MESSAGE_BYTES)
 
 
-@pytest.mark.parametrize(("index", "value"), [
-    (3, -1), (3, "1"), (4, 7), (4, "t" * 257), (5, None), (6, -1), (6, 1.5), (7, {}),
-], ids=["incarnation-negative", "incarnation-text", "topic-int", "topic-long", "lane-none",
-        "floor-negative", "floor-float", "items-map"])
+@pytest.mark.parametrize(
+    ("index", "value"),
+    [
+        (3, -1),
+        (3, "1"),
+        (4, 7),
+        (4, "t" * 257),
+        (5, None),
+        (6, -1),
+        (6, 1.5),
+        (7, {}),
+    ],
+    ids=[
+        "incarnation-negative",
+        "incarnation-text",
+        "topic-int",
+        "topic-long",
+        "lane-none",
+        "floor-negative",
+        "floor-float",
+        "items-map",
+    ],
+)
 def test_batch_header_with_bad_field(index: int, value: object) -> None:
     frames = encode_batch(sample_batch())
     header = repack(frames[0], lambda obj: obj.__setitem__(index, value))
@@ -497,35 +681,61 @@ def test_batch_header_with_bad_field(index: int, value: object) -> None:
         decode_batch([header, *frames[1:]], MAX_MESSAGE_BYTES)
 
 
-@pytest.mark.parametrize("change", [
-    lambda obj: obj.__setitem__(6, 0),                       # ctrl port 0
-    lambda obj: obj.__setitem__(7, 65536),                   # data port too big
-    lambda obj: obj.__setitem__(8, "127.0.0.1"),             # hosts not a list
-    lambda obj: obj.__setitem__(8, [1]),                     # host not text
-    lambda obj: obj[9][0].__setitem__(2, "fanout"),          # unknown sub mode
-    lambda obj: obj[9][0].__setitem__(3, 0),                 # max_in_flight 0
-    lambda obj: obj[9][0].__setitem__(4, MAX_BATCH_ITEMS + 1),
-    lambda obj: obj[9].__setitem__(0, "sub"),                # sub not a list
-    lambda obj: obj[10][0].append("extra"),                  # peer ref length
-    lambda obj: obj.__setitem__(5, -1),                      # incarnation negative
-], ids=["ctrl-port", "data-port", "hosts", "host", "mode", "max-in-flight", "batch-size",
-        "sub", "peer", "incarnation"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda obj: obj.__setitem__(6, 0),  # ctrl port 0
+        lambda obj: obj.__setitem__(7, 65536),  # data port too big
+        lambda obj: obj.__setitem__(8, "127.0.0.1"),  # hosts not a list
+        lambda obj: obj.__setitem__(8, [1]),  # host not text
+        lambda obj: obj[9][0].__setitem__(2, "fanout"),  # unknown sub mode
+        lambda obj: obj[9][0].__setitem__(3, 0),  # max_in_flight 0
+        lambda obj: obj[9][0].__setitem__(4, MAX_BATCH_ITEMS + 1),
+        lambda obj: obj[9].__setitem__(0, "sub"),  # sub not a list
+        lambda obj: obj[10][0].append("extra"),  # peer ref length
+        lambda obj: obj.__setitem__(5, -1),  # incarnation negative
+    ],
+    ids=[
+        "ctrl-port",
+        "data-port",
+        "hosts",
+        "host",
+        "mode",
+        "max-in-flight",
+        "batch-size",
+        "sub",
+        "peer",
+        "incarnation",
+    ],
+)
 def test_hello_with_bad_field(change: Any) -> None:
     with pytest.raises(DecodeError):
         decode_control(repack(encode_control(sample_hello()), change))
 
 
-@pytest.mark.parametrize(("msg", "index", "value"), [
-    (Ack(NODE, "t", "g", (1,)), 5, [-1]),
-    (Ack(NODE, "t", "g", (1,)), 5, [1.0]),
-    (Ack(NODE, "t", "g", (1,)), 5, 1),
-    (Nack(NODE, "t", "g", (1,), 1.0), 6, "soon"),
-    (Fail(NODE, "t", "g", 1, "r"), 6, "r" * 4097),
-    (Fail(NODE, "t", "g", 1, "r"), 5, None),
-    (StatusReply(1, {}), 3, [1]),
-    (StatusRequest(1), 2, -5),
-], ids=["ack-negative-seq", "ack-float-seq", "ack-seqs-int", "nack-delay-text",
-        "fail-reason-long", "fail-seq-none", "status-not-map", "status-token-negative"])
+@pytest.mark.parametrize(
+    ("msg", "index", "value"),
+    [
+        (Ack(NODE, "t", "g", (1,)), 5, [-1]),
+        (Ack(NODE, "t", "g", (1,)), 5, [1.0]),
+        (Ack(NODE, "t", "g", (1,)), 5, 1),
+        (Nack(NODE, "t", "g", (1,), 1.0), 6, "soon"),
+        (Fail(NODE, "t", "g", 1, "r"), 6, "r" * 4097),
+        (Fail(NODE, "t", "g", 1, "r"), 5, None),
+        (StatusReply(1, {}), 3, [1]),
+        (StatusRequest(1), 2, -5),
+    ],
+    ids=[
+        "ack-negative-seq",
+        "ack-float-seq",
+        "ack-seqs-int",
+        "nack-delay-text",
+        "fail-reason-long",
+        "fail-seq-none",
+        "status-not-map",
+        "status-token-negative",
+    ],
+)
 def test_control_with_bad_field(msg: Any, index: int, value: object) -> None:
     frame = repack(encode_control(msg), lambda obj: obj.__setitem__(index, value))
     with pytest.raises(DecodeError):
@@ -557,4 +767,3 @@ def test_deeply_nested_input_is_rejected() -> None:
     frame = b"\x91" * 100_000 + b"\x00"  # 100k nested one-element arrays
     with pytest.raises(DecodeError):
         decode_control(frame)
-

@@ -132,8 +132,10 @@ def decode_control(frame: bytes) -> Control:
     """Parse one control frame; DecodeError for anything that is not a valid one."""
     obj = _unpack(frame)
     _check(isinstance(obj, list) and len(obj) >= 2, "control frame is not a list")
-    _check(obj[0] == PROTOCOL_VERSION, f"unsupported protocol version {obj[0]!r}")
+    _check(type(obj[0]) is int and obj[0] == PROTOCOL_VERSION,
+           f"unsupported protocol version {obj[0]!r}")
     kind = obj[1]
+    _check(type(kind) is int, "bad kind")
     try:
         if kind == HELLO:
             _check(len(obj) == 11, "bad hello length")
@@ -210,8 +212,9 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
     _check(len(frames) >= 1, "empty data message")
     obj = _unpack(frames[0])
     _check(isinstance(obj, list) and len(obj) == 8, "bad batch header")
-    _check(obj[0] == PROTOCOL_VERSION, f"unsupported protocol version {obj[0]!r}")
-    _check(obj[1] == BATCH, "not a batch")
+    _check(type(obj[0]) is int and obj[0] == PROTOCOL_VERSION,
+           f"unsupported protocol version {obj[0]!r}")
+    _check(type(obj[1]) is int and obj[1] == BATCH, "not a batch")
     raw_items = obj[7]
     _check(isinstance(raw_items, list) and len(raw_items) <= MAX_BATCH_ITEMS, "bad items")
     payloads = tuple(frames[1:])

@@ -1,0 +1,602 @@
+"""Lane: delivery state of one (topic, group), driven with explicit times and no clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from zmesh._engine.lane import Entry, Lane, Timing
+
+PRODUCER = b"P" * 16
+A, B, C, D = (bytes([i]) * 16 for i in b"ABCD")
+
+
+def half() -> float:
+    """A jitter draw that makes the jitter factor exactly 1.0."""
+    return 0.5
+
+
+def make_lane(
+    partitions: int = 1,
+    rng: Callable[[], float] = half,
+    producer: bytes = PRODUCER,
+    **timing: float,
+) -> Lane:
+    return Lane(
+        "metrics", "agg", producer=producer, partitions=partitions, timing=Timing(**timing), rng=rng
+    )  # type: ignore[arg-type]
+
+
+def seqs(entries: list[Entry]) -> list[int]:
+    return [e.seq for e in entries]
+
+
+def taken(lane: Lane, now: float, member: bytes = A) -> list[int]:
+    """Sequences handed to ``member`` by one take; fails if anyone else got some."""
+    out, expired = lane.take(now)
+    assert set(out) <= {member}, f"unexpected members {set(out) - {member}}"
+    assert expired == []
+    return seqs(out.get(member, []))
+
+
+def partitions_of(lane: Lane, member: bytes) -> list[int]:
+    return [p for p in range(lane._partitions) if lane.owner(p) == member]
+
+
+# -- credit and order ---------------------------------------------------------------------
+
+
+def test_take_respects_max_in_flight() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=3, batch_size=10)
+    for seq in range(10):
+        lane.add(seq, 0, now=0.0)
+    assert taken(lane, 0.0) == [0, 1, 2]
+    assert taken(lane, 0.0) == []
+    assert lane.in_flight_count() == 3
+    assert lane.ready_count == 7
+
+
+def test_each_member_gets_at_most_its_own_credit() -> None:
+    lane = make_lane(partitions=16)
+    lane.set_member(A, max_in_flight=2, batch_size=10)
+    lane.set_member(B, max_in_flight=5, batch_size=10)
+    owned_a, owned_b = partitions_of(lane, A), partitions_of(lane, B)
+    assert owned_a and owned_b and sorted(owned_a + owned_b) == list(range(16))
+    seq = 0
+    for partition in range(16):
+        for _ in range(3):
+            lane.add(seq, partition, now=0.0)
+            seq += 1
+    out, _ = lane.take(0.0)
+    assert len(out[A]) == 2
+    assert len(out[B]) == 5
+    assert {e.partition for e in out[A]} <= set(owned_a)
+    assert {e.partition for e in out[B]} <= set(owned_b)
+    assert all(e.member == m for m in out for e in out[m])
+
+
+def test_raising_credit_lets_more_through() -> None:
+    lane = make_lane()
+    assert lane.set_member(A, max_in_flight=1, batch_size=10) is True
+    for seq in range(4):
+        lane.add(seq, 0, now=0.0)
+    assert taken(lane, 0.0) == [0]
+    assert lane.set_member(A, max_in_flight=3, batch_size=10) is False
+    assert taken(lane, 0.0) == [1, 2]
+
+
+def test_take_limit() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=100, batch_size=10)
+    for seq in range(10):
+        lane.add(seq, 0, now=0.0)
+    out, _ = lane.take(0.0, limit=4)
+    assert seqs(out[A]) == [0, 1, 2, 3]
+    assert lane.ready_count == 6
+
+
+def test_no_members_takes_nothing() -> None:
+    lane = make_lane()
+    lane.add(0, 0, now=0.0)
+    assert lane.take(0.0) == ({}, [])
+    assert lane.owner(0) is None
+    assert 0 in lane and len(lane) == 1
+
+
+def test_order_within_a_partition_is_priority_then_seq() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=100, batch_size=10)
+    for seq, priority in [(0, 2), (1, 0), (2, 1), (3, 0), (4, 2), (5, 1)]:
+        lane.add(seq, 0, priority, now=0.0)
+    assert taken(lane, 0.0) == [1, 3, 2, 5, 0, 4]
+
+
+def test_limited_credit_goes_to_the_most_urgent() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=1, batch_size=10)
+    lane.add(0, 0, priority=5, now=0.0)
+    lane.add(1, 0, priority=5, now=0.0)
+    assert taken(lane, 0.0) == [0]
+    lane.add(2, 0, priority=0, now=0.0)  # arrives later but is more urgent
+    lane.ack([0])
+    assert taken(lane, 0.0) == [2]
+    lane.ack([2])
+    assert taken(lane, 0.0) == [1]
+
+
+def test_most_urgent_goes_first_across_a_members_partitions() -> None:
+    lane = make_lane(partitions=2)
+    lane.set_member(A, max_in_flight=1, batch_size=10)
+    lane.add(0, 0, priority=3, now=0.0)
+    lane.add(1, 1, priority=0, now=0.0)  # later partition, more urgent
+    assert taken(lane, 0.0) == [1]
+    lane.ack([1])
+    assert taken(lane, 0.0) == [0]
+
+
+# -- ack ----------------------------------------------------------------------------------
+
+
+def test_ack_settles_and_frees_credit() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=1, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    lane.add(1, 0, now=0.0)
+    assert taken(lane, 0.0) == [0]
+    assert taken(lane, 0.0) == []
+    assert lane.ack([0]) == [0]
+    assert 0 not in lane and len(lane) == 1
+    assert lane.in_flight_count() == 0
+    assert taken(lane, 0.0) == [1]
+
+
+def test_ack_of_unknown_seqs_is_ignored() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    for seq in range(3):
+        lane.add(seq, 0, now=0.0)
+    assert taken(lane, 0.0) == [0, 1, 2]
+    assert lane.ack([0]) == [0]
+    assert lane.ack([0, 7, 99]) == []
+    assert len(lane) == 2
+    assert lane.in_flight_count() == 2
+    assert lane.ack([2, 42, 1]) == [2, 1]
+    assert len(lane) == 0
+
+
+def test_ack_of_a_ready_message_settles_it() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    lane.add(1, 0, now=0.0)
+    assert lane.ack([0]) == [0]
+    assert lane.ready_count == 1
+    assert taken(lane, 0.0) == [1]
+
+
+# -- timeouts, backoff, attempts ----------------------------------------------------------
+
+
+def test_backoff_is_exponential_and_capped() -> None:
+    lane = make_lane(retry_backoff_s=0.5, max_retry_backoff_s=3.0)
+    assert [lane.backoff(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert lane.backoff(0) == 0.5
+
+
+@pytest.mark.parametrize(("draw", "factor"), [(0.0, 0.5), (0.25, 0.75), (0.999, 1.499)])
+def test_backoff_jitter_scales_between_half_and_one_and_a_half(draw: float, factor: float) -> None:
+    lane = make_lane(rng=lambda: draw, retry_backoff_s=2.0, max_retry_backoff_s=100.0)
+    assert lane.backoff(2) == pytest.approx(4.0 * factor)
+
+
+def test_ack_timeout_redelivers_after_exponential_backoff() -> None:
+    lane = make_lane(ack_timeout_s=10.0, retry_backoff_s=1.0, max_retry_backoff_s=5.0)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    now = 0.0
+    attempts = []
+    # (backoff after this attempt) with jitter factor 1.0: 1, 2, 4, then capped at 5.
+    for backoff in (1.0, 2.0, 4.0, 5.0, 5.0):
+        out, _ = lane.take(now)
+        (entry,) = out[A]
+        attempts.append(entry.attempt)
+        assert entry.deadline == now + 10.0
+        assert lane.tick(now + 9.999).timed_out == 0
+        assert taken(lane, now + 9.999) == []
+        result = lane.tick(now + 10.0)
+        assert result.timed_out == 1 and not result.expired and not result.exhausted
+        assert lane.in_flight_count() == 0
+        assert lane.next_wakeup() == now + 10.0 + backoff
+        # Not again before the backoff has passed, even with free credit.
+        lane.tick(now + 10.0 + backoff - 0.001)
+        assert taken(lane, now + 10.0 + backoff - 0.001) == []
+        now += 10.0 + backoff
+        lane.tick(now)
+    assert attempts == [1, 2, 3, 4, 5]
+    assert taken(lane, now) == [0]
+
+
+def test_restored_attempt_count_continues() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, attempt=4, now=0.0)
+    out, _ = lane.take(0.0)
+    assert out[A][0].attempt == 5
+
+
+def test_max_attempts_exhausts_on_timeout() -> None:
+    lane = make_lane(ack_timeout_s=10.0, retry_backoff_s=1.0, max_attempts=3)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    now = 0.0
+    for attempt in (1, 2, 3):
+        out, _ = lane.take(now)
+        assert [(e.seq, e.attempt) for e in out[A]] == [(0, attempt)]
+        now += 10.0
+        result = lane.tick(now)
+        assert result.timed_out == 1
+        if attempt < 3:
+            assert result.exhausted == []
+            now += 2.0 ** (attempt - 1)
+            lane.tick(now)
+    assert seqs(result.exhausted) == [0]
+    assert result.exhausted[0].attempt == 3
+    assert 0 not in lane and len(lane) == 0
+    assert lane.in_flight_count() == 0
+    assert lane.take(now) == ({}, [])
+
+
+def test_unlimited_attempts_never_exhaust() -> None:
+    lane = make_lane(ack_timeout_s=1.0, retry_backoff_s=0.0, max_attempts=0)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    now = 0.0
+    for attempt in range(1, 51):
+        out, _ = lane.take(now)
+        assert out[A][0].attempt == attempt
+        now += 1.0
+        assert lane.tick(now).exhausted == []
+    assert 0 in lane
+
+
+# -- nack -----------------------------------------------------------------------------------
+
+
+def test_nack_with_explicit_delay() -> None:
+    lane = make_lane(retry_backoff_s=100.0, max_retry_backoff_s=100.0)
+    lane.set_member(A, max_in_flight=1, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    lane.add(1, 0, now=0.0)
+    assert taken(lane, 0.0) == [0]
+    assert lane.nack([0], 5.0, now=1.0) == []
+    # The nack freed the credit: the next message goes out meanwhile.
+    assert taken(lane, 1.0) == [1]
+    lane.ack([1])
+    lane.tick(5.999)
+    assert taken(lane, 5.999) == []
+    assert lane.next_wakeup() == 6.0
+    lane.tick(6.0)
+    out, _ = lane.take(6.0)
+    assert [(e.seq, e.attempt) for e in out[A]] == [(0, 2)]
+
+
+def test_nack_without_delay_uses_the_backoff() -> None:
+    lane = make_lane(retry_backoff_s=2.0, max_retry_backoff_s=60.0)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    now = 0.0
+    for attempt, backoff in [(1, 2.0), (2, 4.0), (3, 8.0)]:
+        out, _ = lane.take(now)
+        assert out[A][0].attempt == attempt
+        assert lane.nack([0], None, now=now) == []
+        lane.tick(now + backoff - 0.001)
+        assert taken(lane, now + backoff - 0.001) == []
+        now += backoff
+        lane.tick(now)
+    assert taken(lane, now) == [0]
+
+
+def test_nack_with_zero_delay_is_ready_at_once() -> None:
+    lane = make_lane(retry_backoff_s=100.0)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    assert taken(lane, 0.0) == [0]
+    lane.nack([0], 0.0, now=1.0)
+    assert taken(lane, 1.0) == [0]
+
+
+def test_nack_of_unknown_or_not_in_flight_seqs_is_ignored() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    assert lane.nack([0, 5], 1.0, now=0.0) == []  # 0 is ready, not in flight
+    assert lane.ready_count == 1
+    assert taken(lane, 0.0) == [0]
+
+
+def test_nack_exhausts_after_max_attempts() -> None:
+    lane = make_lane(max_attempts=2)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    assert taken(lane, 0.0) == [0]
+    assert lane.nack([0], 0.0, now=0.0) == []
+    assert taken(lane, 0.0) == [0]
+    exhausted = lane.nack([0], 0.0, now=0.0)
+    assert seqs(exhausted) == [0] and exhausted[0].attempt == 2
+    assert 0 not in lane
+    assert lane.in_flight_count() == 0
+
+
+def test_fail_removes_the_message() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    assert taken(lane, 0.0) == [0]
+    entry = lane.fail(0)
+    assert entry is not None and entry.seq == 0
+    assert lane.fail(0) is None
+    assert lane.in_flight_count() == 0 and len(lane) == 0
+
+
+# -- schedule and expiry --------------------------------------------------------------------
+
+
+def test_scheduled_message_is_not_taken_early() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0, not_before=5.0)
+    lane.add(1, 0, now=0.0)
+    assert taken(lane, 0.0) == [1]
+    assert lane.next_wakeup() == 5.0
+    lane.tick(4.999)
+    assert taken(lane, 4.999) == []
+    lane.tick(5.0)
+    assert taken(lane, 5.0) == [0]
+
+
+def test_schedule_in_the_past_is_ready_at_once() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=10.0, not_before=5.0)
+    assert taken(lane, 10.0) == [0]
+
+
+def test_take_drops_expired_messages() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0, expires_at=5.0)
+    lane.add(1, 0, now=0.0)
+    lane.add(2, 0, now=0.0, expires_at=50.0)
+    out, expired = lane.take(6.0)
+    assert seqs(out[A]) == [1, 2]
+    assert expired == [0]
+    assert 0 not in lane and len(lane) == 2
+
+
+def test_ready_count_stays_right_when_take_drops_expired() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0, expires_at=5.0)
+    lane.add(1, 0, now=0.0)
+    out, expired = lane.take(6.0)
+    assert seqs(out[A]) == [1] and expired == [0]
+    assert lane.ready_count == 0
+    # A later message must still go out.
+    lane.add(2, 0, now=6.0)
+    assert lane.ready_count == 1
+    assert taken(lane, 6.0) == [2]
+
+
+def test_tick_expires_waiting_messages() -> None:
+    lane = make_lane()
+    lane.add(0, 0, now=0.0, expires_at=5.0)  # ready, no member
+    lane.add(1, 0, now=0.0, not_before=20.0, expires_at=6.0)  # scheduled past its expiry
+    lane.add(2, 0, now=0.0, expires_at=60.0)
+    assert lane.next_wakeup() == 5.0
+    assert lane.tick(4.999).expired == []
+    assert lane.tick(5.0).expired == [0]
+    assert lane.tick(6.0).expired == [1]
+    assert sorted(lane.entries) == [2]
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.tick(20.0)
+    assert taken(lane, 20.0) == [2]
+
+
+def test_in_flight_message_expires_at_its_ack_timeout() -> None:
+    lane = make_lane(ack_timeout_s=10.0)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0, expires_at=5.0)
+    assert taken(lane, 0.0) == [0]
+    assert lane.tick(6.0).expired == []  # in flight: its ack may still come
+    result = lane.tick(10.0)
+    assert result.expired == [0] and result.timed_out == 1
+    assert len(lane) == 0 and lane.in_flight_count() == 0
+
+
+def test_message_that_expired_in_flight_expires_when_its_member_dies() -> None:
+    lane = make_lane(ack_timeout_s=30.0)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0, expires_at=5.0)
+    assert taken(lane, 0.0) == [0]
+    assert lane.tick(6.0).expired == []
+    assert lane.remove_member(A, now=7.0) == 1
+    # Past its expiry and owed to nobody: the next tick drops it, without a member.
+    assert lane.tick(8.0).expired == [0]
+    assert len(lane) == 0
+
+
+def test_message_that_expired_in_flight_expires_when_nacked() -> None:
+    lane = make_lane(ack_timeout_s=30.0)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0, expires_at=5.0)
+    assert taken(lane, 0.0) == [0]
+    assert lane.tick(6.0).expired == []
+    lane.nack([0], 1.0, now=7.0)
+    lane.remove_member(A, now=7.0)
+    assert lane.tick(9.0).expired == [0]
+    assert len(lane) == 0
+
+
+# -- membership -----------------------------------------------------------------------------
+
+
+def test_remove_member_re_pends_its_in_flight_for_the_others() -> None:
+    lane = make_lane(partitions=16, ack_timeout_s=30.0)
+    lane.set_member(A, max_in_flight=100, batch_size=10)
+    lane.set_member(B, max_in_flight=100, batch_size=10)
+    owned_a = partitions_of(lane, A)
+    assert owned_a
+    for seq, partition in enumerate(owned_a * 2):
+        lane.add(seq, partition, now=0.0)
+    out, _ = lane.take(1.0)
+    moved = sorted(seqs(out[A]))
+    assert moved == list(range(2 * len(owned_a))) and B not in out
+    assert lane.remove_member(A, now=2.0) == len(moved)
+    assert lane.remove_member(A, now=2.0) == 0
+    assert lane.in_flight_count() == 0
+    assert lane.ready_count == len(moved)
+    # At once: no tick, no timeout needed.
+    out, _ = lane.take(2.0)
+    assert set(out) == {B}
+    assert sorted(seqs(out[B])) == moved
+    assert all(e.attempt == 2 and e.member == B for e in out[B])
+    # The dead member's old deadlines do not time the new deliveries out.
+    assert lane.tick(31.0).timed_out == 0
+    assert lane.tick(32.0).timed_out == len(moved)
+
+
+def test_owner_is_stable_for_a_fixed_member_set() -> None:
+    one = make_lane(partitions=64)
+    for m in (A, B, C, D):
+        one.set_member(m, 10, 10)
+    other = make_lane(partitions=64)
+    for m in (D, B, A, C):  # another join order
+        other.set_member(m, 10, 10)
+    owners = [one.owner(p) for p in range(64)]
+    assert owners == [other.owner(p) for p in range(64)]
+    assert owners == [one.owner(p) for p in range(64)]
+    assert set(owners) == {A, B, C, D}  # everyone owns something
+
+
+def test_owner_depends_on_the_producer() -> None:
+    one, other = make_lane(partitions=64), make_lane(partitions=64, producer=b"Q" * 16)
+    for lane in (one, other):
+        for m in (A, B, C, D):
+            lane.set_member(m, 10, 10)
+    assert [one.owner(p) for p in range(64)] != [other.owner(p) for p in range(64)]
+
+
+def test_only_a_leaving_members_partitions_move_and_they_move_back() -> None:
+    lane = make_lane(partitions=64)
+    for m in (A, B, C, D):
+        lane.set_member(m, 10, 10)
+    before = [lane.owner(p) for p in range(64)]
+    lane.remove_member(C, now=0.0)
+    during = [lane.owner(p) for p in range(64)]
+    for p in range(64):
+        if before[p] == C:
+            assert during[p] in (A, B, D)
+        else:
+            assert during[p] == before[p]
+    assert C in before and C not in during
+    lane.set_member(C, 10, 10)
+    assert [lane.owner(p) for p in range(64)] == before
+
+
+def test_a_key_stays_with_one_member_while_membership_is_stable() -> None:
+    lane = make_lane(partitions=8)
+    for m in (A, B):
+        lane.set_member(m, 1000, 10)
+    for seq in range(80):
+        lane.add(seq, seq % 8, now=0.0)
+    out, _ = lane.take(0.0)
+    for member, entries in out.items():
+        for entry in entries:
+            assert lane.owner(entry.partition) == member
+    assert sum(len(v) for v in out.values()) == 80
+
+
+# -- floor and unsend -----------------------------------------------------------------------
+
+
+def test_floor_is_the_lowest_unsettled_seq() -> None:
+    lane = make_lane()
+    assert lane.floor() == 0
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    for seq in range(5):
+        lane.add(seq, 0, now=0.0)
+    assert lane.floor() == 0
+    lane.ack([0])
+    assert lane.floor() == 1
+    lane.ack([2])
+    assert lane.floor() == 1
+    lane.ack([1])
+    assert lane.floor() == 3
+    lane.fail(3)
+    assert lane.floor() == 4
+    lane.ack([4])
+    assert lane.floor() == 5  # empty: the next sequence
+
+
+def test_floor_starts_at_the_first_seq_and_follows_old_replays() -> None:
+    lane = make_lane()
+    lane.add(10, 0, now=0.0)
+    lane.add(11, 0, now=0.0)
+    assert lane.floor() == 10
+    lane.add(3, 0, now=0.0)  # a replayed old message
+    assert lane.floor() == 3
+    lane.ack([3, 10])
+    assert lane.floor() == 11
+    lane.ack([11])
+    assert lane.floor() == 12
+
+
+def test_unsend_restores_ready_state_and_attempt() -> None:
+    lane = make_lane(ack_timeout_s=10.0)
+    lane.set_member(A, max_in_flight=2, batch_size=10)
+    for seq, priority in [(0, 1), (1, 0), (2, 2)]:
+        lane.add(seq, 0, priority, now=0.0)
+    out, _ = lane.take(0.0)
+    assert [(e.seq, e.attempt) for e in out[A]] == [(1, 1), (0, 1)]
+    lane.unsend(out[A], now=0.0)
+    assert lane.in_flight_count() == 0
+    assert lane.ready_count == 3
+    assert all(e.attempt == 0 for e in out[A])
+    out, _ = lane.take(5.0)
+    assert [(e.seq, e.attempt) for e in out[A]] == [(1, 1), (0, 1)]
+    # The unsent delivery's deadline (10.0) times nothing out; the new one (15.0) does.
+    assert lane.tick(10.0).timed_out == 0
+    assert lane.tick(15.0).timed_out == 2
+
+
+def test_unsend_ignores_settled_entries() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    out, _ = lane.take(0.0)
+    lane.ack([0])
+    lane.unsend(out[A], now=0.0)
+    assert len(lane) == 0 and lane.ready_count == 0
+    assert lane.take(0.0) == ({}, [])
+
+
+def test_add_is_idempotent() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    lane.add(0, 0, now=0.0)
+    assert len(lane) == 1 and lane.ready_count == 1
+    assert taken(lane, 0.0) == [0]
+    lane.add(0, 0, now=0.0)  # already in flight: nothing changes
+    assert taken(lane, 0.0) == []
+
+
+def test_partition_beyond_the_configured_count_is_kept() -> None:
+    lane = make_lane(partitions=2)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 5, now=0.0)
+    assert lane.owner(5) == A
+    out, _ = lane.take(0.0)
+    assert [(e.seq, e.partition) for e in out[A]] == [(0, 5)]
