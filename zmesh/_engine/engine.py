@@ -342,12 +342,14 @@ class Engine:
         calls: list[_Call] = []
         stop = False
         if self._wake_rx in events:
-            self._wake_pending = False
+            # Consume the wake-ups first, then re-arm: a wake-up sent after this point
+            # stays in the socket, and a command queued before it is drained below.
             try:
                 while True:
                     self._wake_rx.recv(zmq.NOBLOCK)
             except zmq.Again:
                 pass
+            self._wake_pending = False
         if self._cmds:
             stop = self._drain_commands(wb, pubs, calls, now)
         if self.pull in events:
