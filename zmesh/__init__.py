@@ -24,6 +24,14 @@ from .transaction import Transaction
 
 __version__ = "0.1.0"
 
+
+def snapshot(data_dir: str, dest: str) -> None:
+    """Copy a node's data dir consistently (its node may be running, in any process)."""
+    from ._store.store import snapshot_data_dir
+
+    snapshot_data_dir(str(data_dir), str(dest))
+
+
 __all__ = [
     "ArgumentError",
     "ConfigError",
@@ -46,4 +54,5 @@ __all__ = [
     "TopicConfig",
     "Transaction",
     "ZMeshError",
+    "snapshot",
 ]

@@ -239,6 +239,15 @@ class Node:
         """Topics, lanes, outbox depth, peers and counters, as a plain dict."""
         return self._engine.call(lambda _wb, _now: self._engine.status())
 
+    def snapshot(self, dest: str | Path) -> Path:
+        """Copy this node's store consistently, while it runs, into the new data dir ``dest``.
+
+        A node started on ``dest`` resumes from the copy with the same node id: start it
+        only in place of this one (after a loss), never beside it.
+        """
+        self._engine.store.snapshot(str(dest))
+        return Path(dest)
+
     # -- dead letters -------------------------------------------------------------------
 
     def dead_letters(self, topic: str, group: str, *, limit: int = 1000) -> list[DeadLetter]:

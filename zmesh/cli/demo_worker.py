@@ -36,6 +36,7 @@ PROGRESS_EVERY_S = 0.1
 FETCH_MAX = 500
 
 _emit_lock = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -114,7 +115,9 @@ def run_producer(args: argparse.Namespace, stop: threading.Event) -> int:
                 return 1
             if stop.wait(PROGRESS_EVERY_S):
                 return 1
-        emit("done", published=len(receipts), started=started, finished=time.time(),
+        finished = time.time()
+        log.info("all %d messages acked; counters %s", len(receipts), node.stats())
+        emit("done", published=len(receipts), started=started, finished=finished,
              counters=node.stats())
     return 0
 
@@ -139,7 +142,8 @@ def run_consumer(args: argparse.Namespace, stop: threading.Event) -> int:
                                  batch_size=200)
             emit("up", name=args.name, control=node.control_address, id=node.id)
             next_report = 0.0
-            while not stop.is_set():
+            give_up = time.monotonic() + args.max_seconds  # never outlive a lost demo
+            while not stop.is_set() and time.monotonic() < give_up:
                 batch = sub.fetch(FETCH_MAX, timeout=PROGRESS_EVERY_S)
                 if batch:
                     _record(fd, batch, time.time())
@@ -155,6 +159,7 @@ def run_consumer(args: argparse.Namespace, stop: threading.Event) -> int:
                     next_report = time.monotonic() + PROGRESS_EVERY_S
                     emit("progress", handled=handled)
             sub.close()
+            log.info("stopping after %d messages; counters %s", handled, node.stats())
     finally:
         os.close(fd)
     emit("bye", handled=handled)
@@ -177,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records")
     parser.add_argument("--crash-after", type=int, default=0)
     parser.add_argument("--hang-s", type=float, default=30.0)
+    parser.add_argument("--max-seconds", type=float, default=3600.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -186,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_producer(args, stop)
         return run_consumer(args, stop)
     except Exception as exc:
-        logging.getLogger(__name__).exception("demo %s failed", args.role)
+        log.exception("demo %s failed", args.role)
         emit("error", message=f"{type(exc).__name__}: {exc}")
         return 1
 

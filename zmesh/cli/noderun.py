@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from ..node import Node
@@ -27,7 +29,7 @@ def run(file: str) -> None:
         click.echo(f"node {n.name} ({n.id[:12]}) of mesh {n.config.mesh}: "
                    f"control {n.control_address}")
         # Flushed at once so a supervisor reading stdout can seed other nodes from it.
-        click.get_text_stream("stdout").flush()
+        sys.stdout.flush()
         while not signals.stop.wait(1.0):
             pass
         note(f"node {n.name}: stopping")

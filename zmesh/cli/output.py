@@ -18,7 +18,7 @@ class CliError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click reads it per instance
 
     def show(self, file: Any = None) -> None:
         print_error(self.format_message())
@@ -65,20 +65,35 @@ def node_table(status: dict) -> Table:
     return table
 
 
+LANE_FIELDS = {"topic", "lane", "group", "mode", "members", "pending", "ready", "in_flight"}
+
+
 def lanes_table(status: dict) -> Table:
     names = _names(status)
+    lanes = sorted(status.get("lanes", []), key=lambda ln: (ln["topic"], ln["lane"]))
+    # Per-lane event counts (acked, nacked, ack_timeouts, expired, ...) vary by version.
+    counts = [{k: v for k, v in ln.items() if k not in LANE_FIELDS and isinstance(v, int)}
+              for ln in lanes]
+    other = [", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k != "acked")
+             for c in counts]
     table = Table(title="lanes (messages this node owes each group)", title_justify="left")
-    for col in ("topic", "lane", "group", "mode"):
-        table.add_column(col)
-    for col in ("pending", "ready", "in flight"):
-        table.add_column(col, justify="right")
-    table.add_column("members")
-    for lane in sorted(status.get("lanes", []), key=lambda ln: (ln["topic"], ln["lane"])):
+    table.add_column("topic", overflow="fold")
+    table.add_column("group", overflow="fold")
+    table.add_column("mode", no_wrap=True)
+    for col in ("pending", "in flight", "acked"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("members", overflow="fold")
+    if any(other):
+        table.add_column("other counts", overflow="fold")
+    for lane, count, extra in zip(lanes, counts, other, strict=True):
         members = ", ".join(names.get(m, short(m)) for m in lane.get("members", []))
-        table.add_row(escape(lane["topic"]), escape(lane["lane"] or "(unclaimed)"),
-                      escape(lane.get("group", "")), lane.get("mode", ""),
-                      str(lane.get("pending", 0)), str(lane.get("ready", 0)),
-                      str(lane.get("in_flight", 0)), escape(members) or "-")
+        row = [escape(lane["topic"]), escape(lane.get("group") or "(none yet)"),
+               lane.get("mode", ""), str(lane.get("pending", 0)),
+               str(lane.get("in_flight", 0)), str(count.get("acked", 0)),
+               escape(members) or "-"]
+        if any(other):
+            row.append(escape(extra) or "-")
+        table.add_row(*row)
     return table
 
 
@@ -94,13 +109,15 @@ def subscriptions_table(status: dict) -> Table:
 
 def peers_table(status: dict) -> Table:
     table = Table(title="peers", title_justify="left")
-    for col in ("name", "id", "control", "alive"):
-        table.add_column(col)
+    table.add_column("name", overflow="fold")
+    table.add_column("id")
+    table.add_column("control", overflow="fold")
+    table.add_column("alive")
     table.add_column("last seen", justify="right")
-    table.add_column("subscriptions")
+    table.add_column("subscriptions", overflow="fold")
     for p in sorted(status.get("peers", []), key=lambda p: p["name"]):
         subs = ", ".join(f"{t}/{g} ({m})" for t, g, m in p.get("subscriptions", []))
-        table.add_row(escape(p["name"]), short(p["id"]), escape(p["control"]),
+        table.add_row(escape(p["name"]), short(p["id"]), escape(p["control"].removeprefix("tcp://")),
                       "[green]yes[/]" if p["alive"] else "[red]no[/]",
                       f"{p['last_seen_s']:.1f}s", escape(subs) or "-")
     return table
@@ -112,6 +129,8 @@ def counters_table(status: dict) -> Table:
     table.add_column("value", justify="right")
     for name, value in sorted(status.get("counters", {}).items()):
         table.add_row(escape(name), str(value))
+    if not status.get("counters"):
+        table.add_row("(nothing counted yet)", "")
     return table
 
 

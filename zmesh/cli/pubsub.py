@@ -16,6 +16,7 @@ from .client import StopSignals, cli_node, node_options
 from .output import CliError, err_console, note
 
 PROGRESS_ABOVE = 100  # show a progress bar while waiting for more acks than this
+DISCOVERY_STABLE_S = 0.5
 
 
 def _payloads(data: str, count: int | None) -> Iterator[bytes]:
@@ -23,8 +24,7 @@ def _payloads(data: str, count: int | None) -> Iterator[bytes]:
         for _ in range(1 if count is None else count):
             yield data.encode()
         return
-    stdin = click.get_binary_stream("stdin")
-    for n, line in enumerate(stdin):
+    for n, line in enumerate(sys.stdin.buffer):
         if count is not None and n >= count:
             return
         yield line.rstrip(b"\r\n")
@@ -43,6 +43,27 @@ def _wait_acked(receipts: list[Receipt], timeout: float) -> int:
                 break
             progress.update(task, completed=n + 1)
     return sum(1 for r in receipts if r.acked)
+
+
+def _settle_discovery(node: Node, topic: str, max_wait_s: float) -> None:
+    """Wait until the peers and groups this node knows stop changing (up to ``max_wait_s``).
+
+    A message is owed to the groups its producer knows when it is published (or, before any
+    is known, to the first ones found), so a one-shot publisher looks around first.
+    """
+    deadline = time.monotonic() + max_wait_s
+    last: tuple[frozenset[str], frozenset[str]] | None = None
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        status = node.status()
+        view = (frozenset(p["id"] for p in status["peers"] if p["alive"]),
+                frozenset(ln["lane"] for ln in status["lanes"] if ln["topic"] == topic))
+        now = time.monotonic()
+        if view != last:
+            last, since = view, now
+        elif view[0] and now - since >= DISCOVERY_STABLE_S:
+            return
+        time.sleep(0.05)
 
 
 def _unclaimed_hint(node: Node, topic: str) -> str:
@@ -66,9 +87,13 @@ def _unclaimed_hint(node: Node, topic: str) -> str:
               help="Publish DATA this many times (with -: at most this many lines).")
 @click.option("--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds to wait for every group's acks.")
+@click.option("--discovery-wait", type=click.FloatRange(min=0), default=3.0,
+              show_default=True,
+              help="Seconds at most to look for peers and their groups before publishing.")
 def pub(topic: str, data: str, mesh: str, interfaces: tuple[str, ...],
         seeds: tuple[str, ...], no_mdns: bool, data_dir: str | None, name: str | None,
-        key: str | None, groups: tuple[str, ...], count: int | None, timeout: float) -> None:
+        key: str | None, groups: tuple[str, ...], count: int | None, timeout: float,
+        discovery_wait: float) -> None:
     """Publish DATA to TOPIC (DATA `-` or absent: each line of stdin) and wait for acks.
 
     Exits 0 when every message was acknowledged by every group within --timeout.
@@ -77,6 +102,7 @@ def pub(topic: str, data: str, mesh: str, interfaces: tuple[str, ...],
                   data_dir=data_dir, name=name) as node:
         if groups:
             node.topic(topic, groups=list(groups))
+        _settle_discovery(node, topic, discovery_wait)
         receipts = [node.publish(topic, payload, key=key) for payload in _payloads(data, count)]
         if not receipts:
             note("nothing to publish")

@@ -1,0 +1,58 @@
+"""zmesh.spark: mesh streams into Apache Spark, and Spark results back into the mesh.
+
+A :class:`Bridge` joins a group on some topics and keeps what it receives in a log of its
+own, with an offset per (topic, partition), acking upstream only once a message is logged.
+The ``zmesh`` PySpark data source (``pip install 'zmesh[spark]'``, PySpark >= 4.2) reads
+that log by offset, in batch or streaming queries, and publishes rows back through the
+bridge with ids that make a retried batch a duplicate::
+
+    bridge = zmesh.spark.Bridge(node, topics=["metrics"], log_dir="var/bridge").start()
+    zmesh.spark.register(spark)
+    df = (spark.readStream.format("zmesh").option("endpoint", bridge.endpoint)
+          .option("reader", "metrics-job").load())
+
+The bridge needs only the core dependencies; the data source needs pyspark and pyarrow.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._bridge import Bridge
+from ._config import BridgeConfig
+from ._errors import BridgeError, DataLossError, LogFullError
+
+if TYPE_CHECKING:
+    from ._source import ZMeshDataSource
+
+__all__ = [
+    "Bridge",
+    "BridgeConfig",
+    "BridgeError",
+    "DataLossError",
+    "LogFullError",
+    "ZMeshDataSource",
+    "register",
+]
+
+
+def _data_source() -> type:
+    try:
+        from ._source import ZMeshDataSource
+    except ImportError as exc:
+        raise ImportError(
+            f"the zmesh Spark data source needs PySpark >= 4.2 and pyarrow ({exc}); "
+            "install them with: pip install 'zmesh[spark]'"
+        ) from exc
+    return ZMeshDataSource
+
+
+def register(spark: Any) -> None:
+    """Register the ``zmesh`` format with a SparkSession."""
+    spark.dataSource.register(_data_source())
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ZMeshDataSource":
+        return _data_source()
+    raise AttributeError(f"module 'zmesh.spark' has no attribute {name!r}")

@@ -1,0 +1,416 @@
+"""The bridge: a node role that turns mesh topics into a replayable, offset-addressed log.
+
+One thread owns the bridge's ROUTER socket and does every write to its LMDB log. Each loop
+iteration takes what the subscriptions delivered, appends it in one transaction (dropping
+message ids already logged), and acks upstream only after that commit; then it answers
+readers (stream bounds, offset ranges), publishes sink rows, and prunes on a timer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import threading
+import time
+import tomllib
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from .._engine.stats import Counters
+from ..config import NodeConfig
+from ..errors import ArgumentError, ConfigError, DecodeError, NodeStateError, ZMeshError
+from ..node import Node
+from ..subscription import Message, Subscription
+from ._config import BridgeConfig
+from ._errors import BridgeError, LogFullError
+from ._log import BridgeLog, Incoming
+from ._wire import Reply, Request, decode_request, encode_reply
+
+__all__ = ["Bridge"]
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 15.0
+RECV_BURST = 64
+FETCH_MAX_RECORDS = 50_000
+FULL_BACKOFF_S = 1.0
+_PUBLISH_TAKES_MSG_ID = "msg_id" in inspect.signature(Node.publish).parameters
+
+
+class _Call:
+    __slots__ = ("fn", "done", "result", "error")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Bridge:
+    """Joins ``group`` on ``topics``, logs every message with a per-partition offset before
+    acking it, and serves offset ranges and sink publishes on a ROUTER at ``endpoint``.
+
+    ``Bridge(node, topics=["metrics"], log_dir="var/bridge-log")`` uses a running node;
+    given a NodeConfig instead, the bridge starts and closes a node of its own.
+    """
+
+    def __init__(self, node: Node | NodeConfig, config: BridgeConfig | None = None,
+                 **options: Any) -> None:
+        if config is None:
+            config = BridgeConfig(**options)
+        elif options:
+            raise ConfigError("pass either config=BridgeConfig(...) or keyword settings")
+        if isinstance(node, NodeConfig):
+            self.node, self._owns_node = Node(config=node), True
+        elif isinstance(node, Node):
+            self.node, self._owns_node = node, False
+        else:
+            raise ArgumentError(f"Bridge needs a zmesh.Node or NodeConfig, got {node!r}")
+        self.config = config
+        self.counters = Counters()
+        self._log: BridgeLog | None = None
+        self._subs: tuple[Subscription, ...] = ()
+        self._cmds: deque[tuple] = deque()
+        self._ctx: zmq.Context | None = None
+        self._wake_tx: zmq.Socket | None = None
+        self._wake_lock = threading.Lock()
+        self._wake_pending = False
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._state = "new"
+        self._endpoint = ""
+        self._busy = False
+        self._paused_until = 0.0
+        self._next_prune = 0.0
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Bridge:
+        """A bridge and its own node from a definition with ``[node]``, ``[topics.*]`` and
+        ``[bridge]`` tables (see docs/spark.md)."""
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read bridge definition: {exc}") from exc
+        bridge = data.pop("bridge", None)
+        if not isinstance(bridge, dict):
+            raise ConfigError(f"{path}: a bridge definition needs a [bridge] table")
+        node_cfg = NodeConfig.from_mapping(data, source=str(path))
+        return cls(node_cfg, BridgeConfig.from_mapping(bridge, source=str(path)))
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """Where readers and sink writers connect (``tcp://host:port``)."""
+        return self._endpoint
+
+    def start(self) -> Bridge:
+        """Open the log, bind the ROUTER, start the thread, then subscribe; returns self."""
+        if self._state != "new":
+            raise NodeStateError("bridge was already started")
+        self._state = "running"
+        if self._owns_node:
+            self.node.start()
+        try:
+            self._log = BridgeLog(self.config.log_dir, map_size_bytes=self.config.map_size_bytes)
+            self._log.register()
+            self._ctx = zmq.Context()
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name=f"zmesh-bridge-{self.node.name}")
+            self._thread.start()
+            if not self._ready.wait(START_TIMEOUT_S):
+                raise BridgeError(f"bridge thread did not start within {START_TIMEOUT_S:g}s")
+            if self._failure is not None:
+                raise BridgeError(f"bridge failed to start: {self._failure}") from self._failure
+            tx = self._ctx.socket(zmq.PAIR)
+            tx.setsockopt(zmq.LINGER, 0)
+            tx.connect(f"inproc://zmesh-bridge-{id(self)}")
+            self._wake_tx = tx
+            cfg = self.config
+            for topic in cfg.topics:
+                sub = self.node.subscribe(topic, cfg.group, mode=cfg.mode,
+                                          max_in_flight=cfg.max_in_flight,
+                                          batch_size=cfg.batch_size)
+                sub._add_listener(self._wake)
+                self._subs = (*self._subs, sub)
+            self._wake()
+        except BaseException:
+            self.close()
+            raise
+        log.info("bridge on %s: %s/%s logged in %s, serving %s", self.node.name,
+                 ",".join(self.config.topics), self.config.group, self.config.log_dir,
+                 self._endpoint)
+        return self
+
+    def close(self) -> None:
+        """Finish the batch in hand, stop serving, release what is queued, close the log."""
+        if self._state == "closed":
+            return
+        self._state = "closing"
+        if self._thread is not None and self._thread.is_alive():
+            self._cmds.append(("stop",))
+            self._wake(force=True)
+            self._thread.join()
+        for sub in self._subs:
+            sub.close()
+        with self._wake_lock:
+            if self._wake_tx is not None:
+                self._wake_tx.close(linger=0)
+                self._wake_tx = None
+        if self._ctx is not None:
+            self._ctx.term()
+        if self._log is not None:
+            self._log.close()
+        if self._owns_node:
+            self.node.close()
+        self._state = "closed"
+
+    def __enter__(self) -> Bridge:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- inspection -----------------------------------------------------------------------
+
+    def streams(self) -> dict[str, tuple[int, int]]:
+        """``topic/partition`` -> (head, end): the retained offsets are [head, end)."""
+        return self._require_log().streams()
+
+    def readers(self) -> dict[str, dict]:
+        """Registered streaming readers: their topics, watermarks and when last seen."""
+        return self._require_log().readers()
+
+    def stats(self) -> dict[str, int]:
+        """Counters (appended, duplicates, acked, fetched, published, pruned, ...)."""
+        return {**self.counters.snapshot(), **self._require_log().stat()}
+
+    def drop_reader(self, name: str) -> bool:
+        """Forget a streaming reader so retention stops waiting for it."""
+        return bool(self._call(lambda: self._require_log().drop_reader(name)))
+
+    def prune(self) -> int:
+        """Run retention now (it also runs every ``prune_interval_s``)."""
+        return int(self._call(lambda: self._prune(time.time())))
+
+    def _require_log(self) -> BridgeLog:
+        if self._log is None or self._state != "running":
+            raise NodeStateError(f"bridge is {self._state}; use it after start()")
+        return self._log
+
+    def _call(self, fn: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+        self._require_log()
+        call = _Call(fn)
+        self._cmds.append(("call", call))
+        self._wake(force=True)
+        if not call.done.wait(timeout_s):
+            raise BridgeError(f"bridge did not answer within {timeout_s:g}s")
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    # -- thread side ----------------------------------------------------------------------
+
+    def _wake(self, force: bool = False) -> None:
+        if self._wake_pending and not force:
+            return
+        self._wake_pending = True
+        with self._wake_lock:
+            if self._wake_tx is not None:
+                with contextlib.suppress(zmq.ZMQError):  # a wake-up is already queued
+                    self._wake_tx.send(b"", zmq.NOBLOCK)
+
+    def _run(self) -> None:
+        assert self._ctx is not None
+        wake = self._ctx.socket(zmq.PAIR)
+        router = self._ctx.socket(zmq.ROUTER)
+        for sock in (wake, router):
+            sock.setsockopt(zmq.LINGER, 0)
+        try:
+            wake.bind(f"inproc://zmesh-bridge-{id(self)}")
+            router.bind(self.config.bind)
+            self._endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        except zmq.ZMQError as exc:
+            self._failure = BridgeError(f"cannot bind {self.config.bind}: {exc}")
+            wake.close()
+            router.close()
+            self._ready.set()
+            return
+        self._ready.set()
+        poller = zmq.Poller()
+        poller.register(wake, zmq.POLLIN)
+        poller.register(router, zmq.POLLIN)
+        try:
+            while self._loop_once(poller, wake, router):
+                pass
+        except BaseException as exc:
+            log.exception("bridge thread of %s stopped on an internal error", self.node.name)
+            self._failure = exc
+        finally:
+            wake.close()
+            router.close()
+
+    def _loop_once(self, poller: zmq.Poller, wake: zmq.Socket, router: zmq.Socket) -> bool:
+        mono = time.monotonic()
+        wait_s = 0.0 if self._busy else max(0.0, min(self._next_prune - mono, 1.0))
+        events = dict(poller.poll(int(wait_s * 1000)))
+        if wake in events:
+            self._wake_pending = False
+            try:
+                while True:
+                    wake.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+        while self._cmds:
+            cmd = self._cmds.popleft()
+            if cmd[0] == "stop":
+                self._ingest()
+                return False
+            call: _Call = cmd[1]
+            try:
+                call.result = call.fn()
+            except BaseException as exc:
+                call.error = exc
+            call.done.set()
+        self._busy = self._ingest()
+        if router in events:
+            self._serve(router)
+        if time.monotonic() >= self._next_prune:
+            self._next_prune = time.monotonic() + self.config.prune_interval_s
+            self._prune(time.time())
+        return True
+
+    def _ingest(self) -> bool:
+        """Append what the subscriptions hold, then ack it; True if more may be waiting."""
+        if time.monotonic() < self._paused_until:
+            return False
+        budget = self.config.ingest_batch_max
+        msgs: list[Message] = []
+        for sub in self._subs:
+            while budget > 0:
+                got = sub.fetch(min(budget, 1000), timeout=0)
+                if not got:
+                    break
+                msgs.extend(got)
+                budget -= len(got)
+        if not msgs:
+            return False
+        items = [Incoming(f"{m.topic}/{m.partition}", bytes.fromhex(m.id.producer), m.id.seq,
+                          m.key, m.headers or None, m.published_at, m.payload) for m in msgs]
+        assert self._log is not None
+        try:
+            added, dups = self._log.append(items, time.time())
+            if self.config.fsync:
+                self._log.sync()
+        except BridgeError as exc:
+            # Not logged, so not acked: the producers keep the messages and redeliver.
+            self.counters.add("log_write_failures", 1)
+            self._paused_until = time.monotonic() + FULL_BACKOFF_S
+            if isinstance(exc, LogFullError) or self.counters.get("log_write_failures") == 1:
+                log.warning("%s; %d messages go back to their producers", exc, len(msgs))
+            for m in msgs:
+                m.nack(FULL_BACKOFF_S)
+            return False
+        for m in msgs:
+            m.ack()
+        self.counters.add("appended", added)
+        self.counters.add("duplicates", dups)
+        return budget == 0
+
+    def _prune(self, now: float) -> int:
+        assert self._log is not None
+        cfg = self.config
+        try:
+            self._log.env.reader_check()
+            n = self._log.prune(now, retain_s=cfg.retain_s, retain_records=cfg.retain_records,
+                                reader_ttl_s=cfg.reader_ttl_s)
+            self._log.sink_prune(now, cfg.sink_window_s)
+        except ZMeshError:
+            log.exception("bridge retention failed; trying again in %gs", cfg.prune_interval_s)
+            return 0
+        except Exception as exc:  # lmdb.Error from reader_check
+            log.warning("bridge retention failed: %s", exc)
+            return 0
+        self.counters.add("pruned", n)
+        return n
+
+    def _serve(self, router: zmq.Socket) -> None:
+        for _ in range(RECV_BURST):
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                req = decode_request(frames[1:])
+            except DecodeError as exc:
+                self.counters.add("decode_errors", 1)
+                log.debug("dropped a bad bridge request: %s", exc)
+                continue
+            try:
+                rep = self._handle(req)
+            except (ZMeshError, ValueError, TypeError, KeyError) as exc:
+                self.counters.add("request_errors", 1)
+                rep = Reply(req.token, False, error=str(exc) or type(exc).__name__)
+            try:
+                router.send_multipart([frames[0], *encode_reply(rep)], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                self.counters.add("replies_dropped", 1)
+
+    def _handle(self, req: Request) -> Reply:
+        assert self._log is not None
+        args = req.args
+        if req.kind == "fetch":
+            stream, start, end = str(args["stream"]), int(args["start"]), int(args["end"])
+            limit = max(1, min(int(args.get("max", FETCH_MAX_RECORDS)), FETCH_MAX_RECORDS))
+            first, records = self._log.read(stream, start, end, limit)
+            self.counters.add("fetches", 1)
+            self.counters.add("records_served", len(records))
+            return Reply(req.token, True, {"first": first}, parts=tuple(records))
+        if req.kind == "info":
+            reader = args.get("reader")
+            if reader is not None:
+                topics = args.get("topics")
+                wm = {str(k): int(v) for k, v in dict(args.get("wm") or {}).items()}
+                self._log.set_watermark(str(reader), None if topics is None
+                                        else [str(t) for t in topics], wm, time.time())
+            streams = {k: list(v) for k, v in self._log.streams().items()}
+            return Reply(req.token, True, {"streams": streams})
+        if req.kind == "publish":
+            return Reply(req.token, True, self._publish(args["rows"], req.parts))
+        return Reply(req.token, True, {"dropped": self._log.drop_reader(str(args["reader"]))})
+
+    def _publish(self, rows: list, payloads: tuple[bytes, ...]) -> dict[str, int]:
+        """Publish sink rows not published before; reply only once they are stored."""
+        assert self._log is not None
+        if len(rows) != len(payloads):
+            raise ArgumentError(f"publish of {len(rows)} rows carried {len(payloads)} payloads")
+        seen = self._log.sink_filter([str(r[0]).encode() for r in rows])
+        receipts = []
+        dups = 0
+        for (rid, topic, key, headers), payload in zip(rows, payloads, strict=True):
+            rid_b = str(rid).encode()
+            if rid_b in seen:
+                dups += 1
+                continue
+            seen.add(rid_b)
+            kw: dict[str, Any] = {"key": key, "headers": headers}
+            if _PUBLISH_TAKES_MSG_ID:
+                kw["msg_id"] = str(rid)
+            receipts.append((rid_b, self.node.publish(str(topic), payload, **kw)))
+        deadline = time.monotonic() + self.config.publish_timeout_s
+        for _rid, receipt in receipts:
+            receipt.wait_stored(max(0.0, deadline - time.monotonic()))
+        if receipts:
+            self._log.sink_put([(rid, r.id.producer, r.id.seq) for rid, r in receipts],
+                               time.time())
+        self.counters.add("published", len(receipts))
+        self.counters.add("publish_duplicates", dups)
+        return {"published": len(receipts), "duplicates": dups}

@@ -1,0 +1,120 @@
+"""A client of one bridge: request/reply over a DEALER, bounded in time and attempts.
+
+Every request is idempotent (info moves watermarks forward only, fetch reads, publish is
+deduplicated by row id), so a request that times out is simply sent again.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+import zmq
+
+from ..errors import DecodeError
+from ._errors import BridgeError
+from ._wire import Reply, Request, decode_reply, encode_request
+
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_ATTEMPTS = 3
+
+
+def check_endpoint(endpoint: object) -> str:
+    if not isinstance(endpoint, str) or not endpoint.startswith(("tcp://", "ipc://")):
+        raise BridgeError(f"bridge endpoint must look like 'tcp://host:port', got {endpoint!r}")
+    return endpoint
+
+
+class BridgeClient:
+    """Talks to the bridge at ``endpoint``; one per thread (ZeroMQ sockets are not shared)."""
+
+    def __init__(self, endpoint: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 attempts: int = DEFAULT_ATTEMPTS) -> None:
+        self.endpoint = check_endpoint(endpoint)
+        self.timeout_s = timeout_s
+        self.attempts = max(1, attempts)
+        self._token = secrets.randbelow(1 << 30)
+        self._ctx: zmq.Context | None = None
+        self._sock: zmq.Socket | None = None
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            if self._ctx is None:
+                self._ctx = zmq.Context()
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(self.endpoint)
+            self._sock = sock
+        return self._sock
+
+    def _reset(self) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    def close(self) -> None:
+        self._reset()
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+    def __enter__(self) -> BridgeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(self, kind: str, args: dict[str, Any], parts: tuple[bytes, ...] = ()) -> Reply:
+        """Send a request and return the bridge's reply; BridgeError when it fails."""
+        self._token += 1
+        frames = encode_request(Request(kind, self._token, args, parts))
+        for _attempt in range(self.attempts):
+            try:
+                sock = self._socket()
+                sock.send_multipart(frames, copy=False)
+                deadline = time.monotonic() + self.timeout_s
+                while (remaining := deadline - time.monotonic()) > 0:
+                    if not sock.poll(int(remaining * 1000) + 1, zmq.POLLIN):
+                        continue
+                    try:
+                        rep = decode_reply(sock.recv_multipart())
+                    except DecodeError:
+                        continue
+                    if rep.token != self._token:
+                        continue  # the answer to an attempt we gave up on
+                    if not rep.ok:
+                        raise BridgeError(f"bridge {self.endpoint} refused {kind}: {rep.error}")
+                    return rep
+            except zmq.ZMQError as exc:
+                raise BridgeError(f"bridge {self.endpoint}: {exc}") from exc
+            self._reset()
+        raise BridgeError(f"bridge {self.endpoint} did not answer {kind!r} within "
+                          f"{self.timeout_s:g}s, {self.attempts} times")
+
+    # -- requests -------------------------------------------------------------------------
+
+    def info(self, *, reader: str | None = None, topics: list[str] | None = None,
+             watermark: dict[str, int] | None = None) -> dict[str, tuple[int, int]]:
+        """Stream bounds ``topic/partition`` -> (head, end); with ``reader``, registers it
+        and moves its watermarks up to ``watermark``."""
+        args: dict[str, Any] = {}
+        if reader is not None:
+            args = {"reader": reader, "topics": topics, "wm": dict(watermark or {})}
+        streams = self.call("info", args).result.get("streams", {})
+        return {name: (int(b[0]), int(b[1])) for name, b in streams.items()}
+
+    def fetch(self, stream: str, start: int, end: int,
+              max_records: int) -> tuple[int, list[bytes]]:
+        """(offset of the first record, records) of ``stream`` in [start, end)."""
+        rep = self.call("fetch", {"stream": stream, "start": start, "end": end,
+                                  "max": max_records})
+        return int(rep.result["first"]), list(rep.parts)
+
+    def publish(self, rows: list[list[Any]], payloads: list[bytes]) -> dict[str, int]:
+        """Publish sink rows ``[row_id, topic, key, headers]``; returns once stored."""
+        rep = self.call("publish", {"rows": rows}, tuple(payloads))
+        return {k: int(v) for k, v in rep.result.items()}
+
+    def drop_reader(self, reader: str) -> bool:
+        return bool(self.call("drop", {"reader": reader}).result.get("dropped"))

@@ -1,0 +1,104 @@
+"""The bridge's configuration: a frozen keyword-only dataclass a ``[bridge]`` TOML table fills."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..config import check_name
+from ..errors import ConfigError
+
+__all__ = ["BridgeConfig"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BridgeConfig:
+    """How a bridge consumes, keeps and serves its log.
+
+    topics: topics to consume as a member of ``group`` (``mode`` shared or broadcast).
+    log_dir: the bridge's own LMDB log (not the node's data dir).
+    bind: where the ROUTER serving readers and sink writers binds (``tcp://host:port``;
+    port ``*`` picks a free one; read the real one from ``Bridge.endpoint``).
+    retain_s: time floor: every record stays at least this long, even once read.
+    retain_records: size floor: the last N records of each partition always stay.
+    reader_ttl_s: forget a streaming reader silent this long (None: never); retention
+    then stops waiting for it.
+    sink_window_s: how long published sink row ids are remembered for dedupe.
+    """
+
+    topics: tuple[str, ...]
+    log_dir: str
+    group: str = "spark"
+    mode: Literal["shared", "broadcast"] = "shared"
+    bind: str = "tcp://127.0.0.1:*"
+    retain_s: float = 3600.0
+    retain_records: int = 0
+    reader_ttl_s: float | None = None
+    map_size_bytes: int = 1 << 30
+    fsync: bool = False
+    sink_window_s: float = 7 * 86_400.0
+    max_in_flight: int = 5000
+    batch_size: int = 500
+    ingest_batch_max: int = 5000
+    prune_interval_s: float = 1.0
+    publish_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.topics, str):
+            raise ConfigError("BridgeConfig.topics must be a list of topic names, not a string")
+        object.__setattr__(self, "topics", tuple(check_name("topic", t) for t in self.topics))
+        if not self.topics:
+            raise ConfigError("BridgeConfig.topics must name at least one topic")
+        check_name("group", self.group)
+        if self.mode not in ("shared", "broadcast"):
+            raise ConfigError(f"BridgeConfig.mode must be 'shared' or 'broadcast', "
+                              f"got {self.mode!r}")
+        log_dir = os.fspath(self.log_dir) if isinstance(self.log_dir, os.PathLike) else None
+        if log_dir is None and (not isinstance(self.log_dir, str) or not self.log_dir):
+            raise ConfigError(f"BridgeConfig.log_dir must be a path, got {self.log_dir!r}")
+        object.__setattr__(self, "log_dir", str(log_dir or self.log_dir))
+        if not isinstance(self.bind, str) or not self.bind.startswith(("tcp://", "ipc://")):
+            raise ConfigError(f"BridgeConfig.bind must be 'tcp://host:port' or 'ipc://path', "
+                              f"got {self.bind!r}")
+        for name in ("retain_s", "sink_window_s", "prune_interval_s", "publish_timeout_s"):
+            _number(name, getattr(self, name), allow_zero=name == "retain_s")
+        if self.reader_ttl_s is not None:
+            _number("reader_ttl_s", self.reader_ttl_s)
+        for name in ("retain_records",):
+            _int(name, getattr(self, name), minimum=0)
+        for name in ("map_size_bytes", "max_in_flight", "batch_size", "ingest_batch_max"):
+            _int(name, getattr(self, name), minimum=1)
+        if not isinstance(self.fsync, bool):
+            raise ConfigError(f"BridgeConfig.fsync must be true or false, got {self.fsync!r}")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<config>") -> BridgeConfig:
+        """Build from a parsed ``[bridge]`` table; errors name the source and the key."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        bad = set(data) - names
+        if bad:
+            raise ConfigError(f"{source}: [bridge] has unknown key(s) {sorted(bad)}; "
+                              f"known: {sorted(names)}")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        try:
+            return cls(**values)  # type: ignore[arg-type]
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: [bridge]: {exc}") from exc
+        except TypeError as exc:
+            raise ConfigError(f"{source}: [bridge]: {exc}") from exc
+
+
+def _number(name: str, value: object, *, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"BridgeConfig.{name} must be a number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"BridgeConfig.{name} must be {'>= 0' if allow_zero else '> 0'}, "
+                          f"got {value!r}")
+
+
+def _int(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"BridgeConfig.{name} must be an int >= {minimum}, got {value!r}")

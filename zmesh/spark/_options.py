@@ -1,0 +1,159 @@
+"""Options of the ``zmesh`` data source, parsed once on the driver into frozen objects.
+
+Spark lower-cases option names (``maxRecordsPerBatch`` arrives as ``maxrecordsperbatch``);
+errors quote them in their documented spelling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import check_name
+from ..errors import ArgumentError
+from ._client import check_endpoint
+from ._offsets import parse_spec
+
+SOURCE_OPTIONS = ("endpoint", "path", "topics", "reader", "startingOffsets", "endingOffsets",
+                  "maxRecordsPerBatch", "minPartitions", "maxRecordsPerPartition",
+                  "failOnDataLoss", "payloadFormat", "payloadSchema", "requestTimeoutMs",
+                  "fetchMaxRecords")
+SINK_OPTIONS = ("endpoint", "topic", "payloadFormat", "idColumns", "writeId", "batchRows",
+                "requestTimeoutMs")
+PAYLOAD_FORMATS = ("json", "msgpack")
+
+
+def _lower(options: Mapping[str, Any], known: tuple[str, ...], what: str) -> dict[str, str]:
+    names = {k.lower(): k for k in known}
+    opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
+    bad = sorted(set(opts) - set(names))
+    if bad:
+        raise ArgumentError(f"unknown zmesh {what} option(s) {bad}; known: {list(known)}")
+    return opts
+
+
+def _int(opts: dict[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ArgumentError(f"option {name} must be an integer >= {minimum}, got {raw!r}")
+    return value
+
+
+def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise ArgumentError(f"option {name} must be true or false, got {raw!r}")
+    return raw.lower() == "true"
+
+
+def _format(opts: dict[str, str]) -> str | None:
+    fmt = opts.get("payloadformat")
+    if fmt is not None and fmt.lower() not in PAYLOAD_FORMATS:
+        raise ArgumentError(f"option payloadFormat must be one of {PAYLOAD_FORMATS}, got {fmt!r}")
+    return None if fmt is None else fmt.lower()
+
+
+def _timeout(opts: dict[str, str]) -> float:
+    return (_int(opts, "requestTimeoutMs", 30_000) or 30_000) / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """How a reader finds the bridge and what it reads."""
+
+    endpoint: str
+    path: str | None
+    topics: tuple[str, ...] | None
+    reader: str | None
+    starting: str | dict[str, int]
+    ending: str | dict[str, int]
+    max_records_per_batch: int | None
+    min_partitions: int
+    max_records_per_partition: int
+    fail_on_data_loss: bool
+    payload_format: str | None
+    payload_schema: str | None
+    timeout_s: float
+    fetch_max_records: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
+        opts = _lower(options, SOURCE_OPTIONS, "source")
+        if "endpoint" not in opts:
+            raise ArgumentError("the zmesh source needs option endpoint: the bridge's "
+                                "'tcp://host:port' (Bridge.endpoint)")
+        topics = None
+        if opts.get("topics"):
+            topics = tuple(check_name("topic", t.strip()) for t in opts["topics"].split(","))
+        reader = opts.get("reader")
+        if reader is not None:
+            check_name("reader", reader)
+        fmt, schema = _format(opts), opts.get("payloadschema")
+        if (fmt is None) != (schema is None):
+            raise ArgumentError("options payloadFormat and payloadSchema go together: "
+                                "payloadSchema is a DDL string like 'sensor string, value double'")
+        return cls(
+            endpoint=check_endpoint(opts["endpoint"]),
+            path=opts.get("path") or None,
+            topics=topics,
+            reader=reader,
+            starting=parse_spec(opts.get("startingoffsets"), "earliest", "startingOffsets"),
+            ending=parse_spec(opts.get("endingoffsets"), "latest", "endingOffsets"),
+            max_records_per_batch=_int(opts, "maxRecordsPerBatch", None),
+            min_partitions=_int(opts, "minPartitions", 2) or 2,
+            max_records_per_partition=_int(opts, "maxRecordsPerPartition", 50_000) or 50_000,
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            payload_format=fmt,
+            payload_schema=schema,
+            timeout_s=_timeout(opts),
+            fetch_max_records=_int(opts, "fetchMaxRecords", 10_000) or 10_000,
+        )
+
+    def require_reader(self) -> str:
+        if self.reader is None:
+            raise ArgumentError("a streaming read needs option reader: a name unique to the "
+                                "query, under which the bridge keeps its watermark so "
+                                "retention never removes what the query may still replay")
+        return self.reader
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    """Where and how a writer publishes rows."""
+
+    endpoint: str
+    topic: str | None
+    payload_format: str
+    id_columns: tuple[str, ...]
+    write_id: str | None
+    batch_rows: int
+    timeout_s: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> SinkOptions:
+        opts = _lower(options, SINK_OPTIONS, "sink")
+        if "endpoint" not in opts:
+            raise ArgumentError("the zmesh sink needs option endpoint: the bridge's "
+                                "'tcp://host:port' (Bridge.endpoint)")
+        topic = opts.get("topic")
+        if topic is not None:
+            check_name("topic", topic)
+        ids = tuple(c.strip() for c in opts.get("idcolumns", "").split(",") if c.strip())
+        return cls(
+            endpoint=check_endpoint(opts["endpoint"]),
+            topic=topic,
+            payload_format=_format(opts) or "json",
+            id_columns=ids,
+            write_id=opts.get("writeid") or None,
+            batch_rows=_int(opts, "batchRows", 1000) or 1000,
+            timeout_s=_timeout(opts),
+        )
