@@ -23,15 +23,12 @@ from .._discovery.static import seed_endpoints
 from .._protocol.codec import decode_batch, decode_control, encode_batch_header, encode_control
 from .._protocol.frames import (
     Ack,
-    Batch,
     Bye,
     Fail,
     Hello,
     Nack,
-    PeerRef,
     StatusReply,
     StatusRequest,
-    SubInfo,
 )
 from .._receipt import MessageId, Receipt
 from .._store.store import Store, WriteBatch
@@ -39,7 +36,7 @@ from ..config import NodeConfig
 from ..errors import DecodeError, NodeStateError, OutboxFullError, StoreError, ZMeshError
 from .consumer import Consumer
 from .lane import Entry, Lane
-from .peers import Peer, endpoint, lane_name
+from .mesh import Mesh
 from .producer import Producer, Publish
 from .stats import Counters
 
@@ -95,19 +92,14 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._state = "new"  # new -> running -> closing -> closed
-        self.peers: dict[bytes, Peer] = {}
-        self._self_peer: Peer | None = None
-        self._contacts: dict[str, tuple[zmq.Socket, int, bool]] = {}  # ep -> sock, beats, seed
-        self._ctrl_backlog: dict[bytes, list[bytes]] = {}
         self._local_subs: list[Subscription] = []
         self._mdns: MdnsDiscovery | None = None
-        self._foreign_logged: set[bytes] = set()
         self._wb = WriteBatch()
         self._next_beat = 0.0
         self._send_retry_at = 0.0
+        self.mesh: Mesh | None = None
         self.ctrl_port = 0
         self.data_port = 0
-        self.hosts: tuple[str, ...] = ()
 
     # == user-thread side ================================================================
 
@@ -273,13 +265,16 @@ class Engine:
         except zmq.ZMQError as exc:
             raise ZMeshError(f"cannot bind on interfaces {list(cfg.interfaces) or ['*']}: "
                              f"{exc}") from exc
-        self.hosts = tuple(cfg.interfaces) or ("*",)
         inproc = f"inproc://zmesh-{self.node_id.hex()}-{self.incarnation}"
         self.pull.bind(inproc + "-data")
         self.router.bind(inproc + "-ctrl")
-        self._self_peer = self._make_peer(self.node_id, cfg.name, self.incarnation,
+        mesh = self.mesh = Mesh(self.ctx, cfg, self.node_id, self.incarnation, self.producer,
+                                self.counters, lambda: self._local_subs)
+        mesh.ctrl_port, mesh.data_port = self.ctrl_port, self.data_port
+        mesh.hosts = tuple(cfg.interfaces) or ("*",)
+        mesh.self_peer = mesh.make_peer(self.node_id, cfg.name, self.incarnation,
                                           inproc + "-ctrl", inproc + "-data", time.monotonic())
-        self._self_peer.is_self = True
+        mesh.self_peer.is_self = True
         self.poller = zmq.Poller()
         self.poller.register(self._wake_rx, zmq.POLLIN)
         self.poller.register(self.pull, zmq.POLLIN)
@@ -291,9 +286,9 @@ class Engine:
         self._commit(self._wb, [])
         self._wb = WriteBatch()
         for ep in seed_endpoints(cfg.seeds):
-            self._contact(ep, seed=True)
+            mesh.contact(ep, seed=True)
         for ep in self.store.known_peers().values():
-            self._contact(ep)
+            mesh.contact(ep)
         if cfg.mdns:
             self._mdns = MdnsDiscovery(
                 name=cfg.name, mesh=cfg.mesh, node_id=self.node_id, ctrl_port=self.ctrl_port,
@@ -314,20 +309,6 @@ class Engine:
         for iface in ifaces[1:]:
             sock.bind(f"tcp://{_host(iface)}:{port}")
         return port
-
-    def _make_peer(self, node_id: bytes, name: str, incarnation: int, ctrl_ep: str,
-                   data_ep: str, now: float) -> Peer:
-        push = self.ctx.socket(zmq.PUSH)
-        push.setsockopt(zmq.LINGER, 0)
-        push.setsockopt(zmq.IMMEDIATE, 1)
-        push.connect(data_ep)
-        contact = self._contacts.pop(ctrl_ep, None)
-        if contact is not None:
-            contact[0].close(linger=0)  # its tiny queue was for hellos only
-        dealer = self.ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
-        dealer.connect(ctrl_ep)
-        return Peer(node_id, name, incarnation, ctrl_ep, data_ep, push, dealer, now)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -362,9 +343,11 @@ class Engine:
         for call in calls:
             call.done.set()
         self._notify(len(pubs))
-        if self._ctrl_backlog:
-            self._flush_ctrl_backlog()
-        self.consumer.flush(self._send_ctrl)
+        mesh = self.mesh
+        assert mesh is not None
+        if mesh.ctrl_backlog and mesh.flush_ctrl_backlog():
+            self._send_retry_at = self._send_retry_at or now + SEND_RETRY_S
+        self.consumer.flush(mesh.send_ctrl)
         if now >= self._send_retry_at:
             self._send_retry_at = 0.0
             self.producer.dispatch(now, self._send_data, self._wb)
@@ -384,6 +367,8 @@ class Engine:
     def _drain_commands(self, wb: WriteBatch, pubs: list[Publish], calls: list[_Call],
                         now: float) -> bool:
         cmds = self._cmds
+        mesh = self.mesh
+        assert mesh is not None
         stop = False
         while cmds:
             cmd = cmds.popleft()
@@ -400,18 +385,18 @@ class Engine:
                 calls.append(done)
             elif kind == "contact":
                 _, ep, peer_id = cmd
-                peer = self.peers.get(peer_id)
+                peer = mesh.peers.get(peer_id)
                 if peer is None or (not peer.alive and peer.ctrl_ep != ep):
-                    self._contact(ep)
+                    mesh.contact(ep)
             elif kind == "sub":
                 self._local_subs.append(cmd[1])
                 self.consumer.add(cmd[1])
-                self._subs_changed(wb, now)
+                mesh.subs_changed(wb, now)
             elif kind == "unsub":
                 if cmd[1] in self._local_subs:
                     self._local_subs.remove(cmd[1])
                 self.consumer.remove(cmd[1], cmd[2])
-                self._subs_changed(wb, now)
+                mesh.subs_changed(wb, now)
             elif kind == "topic":
                 self.producer.set_topic(cmd[1], cmd[2], wb, now)
             elif kind == "call":
@@ -488,6 +473,8 @@ class Engine:
 
     def _recv_control(self, wb: WriteBatch, now: float) -> None:
         router = self.router
+        mesh = self.mesh
+        assert mesh is not None
         for _ in range(RECV_BURST):
             try:
                 frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -509,16 +496,16 @@ class Engine:
                     addr = frames[1].get("Peer-Address")
                 except zmq.ZMQError:
                     addr = None
-                self._on_hello(msg, addr, wb, now)
+                mesh.on_hello(msg, addr, wb, now)
             elif isinstance(msg, Nack):
                 self.producer.on_nack(msg.topic, msg.lane, msg.seqs,
                                       None if msg.delay_s < 0 else msg.delay_s, wb, now)
             elif isinstance(msg, Fail):
                 self.producer.on_fail(msg.topic, msg.lane, msg.seq, msg.reason, wb)
             elif isinstance(msg, Bye):
-                peer = self.peers.get(msg.node_id)
+                peer = mesh.peers.get(msg.node_id)
                 if peer is not None and peer.incarnation == msg.incarnation:
-                    self._forget(peer, now, "said bye")
+                    mesh.forget(peer, now, "said bye")
             elif isinstance(msg, StatusRequest):
                 reply = encode_control(StatusReply(msg.token, self.status()))
                 try:
@@ -528,181 +515,22 @@ class Engine:
 
     # -- peers ---------------------------------------------------------------------------
 
-    def _hello(self) -> Hello:
-        subs = tuple(SubInfo(s.topic, s.group, s.mode, s.config.max_in_flight,
-                             s.config.batch_size) for s in self._local_subs)
-        refs = tuple(PeerRef(p.node_id, p.ctrl_ep) for p in self.peers.values() if p.alive)
-        return Hello(self.node_id, self.config.name, self.config.mesh, self.incarnation,
-                     self.ctrl_port, self.data_port, self.hosts, subs, refs)
-
-    def _contact(self, ep: str, seed: bool = False) -> None:
-        if any(p.ctrl_ep == ep and p.alive for p in self.peers.values()):
-            return
-        if ep in self._contacts:
-            return
-        dealer = self.ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.setsockopt(zmq.SNDHWM, 4)
-        dealer.connect(ep)
-        self._contacts[ep] = (dealer, 0, seed)
-        self._send_raw(dealer, encode_control(self._hello()))
-
-    def _send_raw(self, sock: zmq.Socket, frame: bytes) -> bool:
-        try:
-            sock.send(frame, zmq.NOBLOCK)
-            return True
-        except zmq.Again:
-            self.counters.add("control_send_full", 1)
-            return False
-
-    def _on_hello(self, hello: Hello, addr: str | None, wb: WriteBatch, now: float) -> None:
-        if hello.mesh != self.config.mesh:
-            self.counters.add("foreign_mesh_hellos", 1)
-            if hello.node_id not in self._foreign_logged:
-                self._foreign_logged.add(hello.node_id)
-                log.info("ignoring node %s of mesh %r (this is mesh %r)", hello.name,
-                         hello.mesh, self.config.mesh)
-            return
-        if hello.node_id == self.node_id:
-            return
-        host = addr or next((h for h in hello.hosts if h not in ("*", "0.0.0.0")), None)
-        if host is None:
-            self.counters.add("hello_without_address", 1)
-            return
-        ctrl_ep, data_ep = endpoint(host, hello.ctrl_port), endpoint(host, hello.data_port)
-        peer = self.peers.get(hello.node_id)
-        if peer is not None:
-            if hello.incarnation < peer.incarnation:
-                return  # a late hello of an earlier life
-            if hello.incarnation != peer.incarnation or peer.ctrl_ep != ctrl_ep:
-                log.info("peer %s restarted (incarnation %d -> %d)", peer.name,
-                         peer.incarnation, hello.incarnation)
-                self._forget(peer, now, "restarted")
-                peer = None
-        if peer is None:
-            peer = self._make_peer(hello.node_id, hello.name, hello.incarnation, ctrl_ep,
-                                   data_ep, now)
-            self.peers[hello.node_id] = peer
-            wb.peers_put[hello.node_id] = ctrl_ep.encode()
-            log.info("peer %s (%s) joined at %s", hello.name, hello.node_id.hex()[:12],
-                     ctrl_ep)
-            self._send_raw(peer.dealer, encode_control(self._hello()))
-        peer.last_seen = now
-        if not peer.alive:
-            log.info("peer %s is back", peer.name)
-            peer.alive = True
-            self._send_raw(peer.dealer, encode_control(self._hello()))
-        if hello.subs != peer.subs:
-            self._apply_subs(peer, hello.subs, wb, now)
-        for ref in hello.peers:
-            if ref.node_id != self.node_id and ref.node_id not in self.peers:
-                self._contact(ref.ctrl_endpoint)
-
-    def _apply_subs(self, peer: Peer, subs: tuple[SubInfo, ...], wb: WriteBatch,
-                    now: float) -> None:
-        new = {(s.topic, lane_name(s, peer.node_id)): s for s in subs}
-        for key in peer.lanes.keys() - new.keys():
-            lane = self.producer.lanes.get(key)
-            if lane is not None:
-                lane.remove_member(peer.node_id, now)
-        for (topic, name), s in new.items():
-            lane = self.producer.ensure_lane(topic, name, s.group, s.mode, wb, now)
-            lane.set_member(peer.node_id, s.max_in_flight, s.batch_size)
-        peer.subs = subs
-        peer.lanes = new
-
-    def _subs_changed(self, wb: WriteBatch, now: float) -> None:
-        hello = self._hello()
-        assert self._self_peer is not None
-        self._apply_subs(self._self_peer, hello.subs, wb, now)
-        frame = encode_control(hello)
-        for peer in self.peers.values():
-            self._send_raw(peer.dealer, frame)
-
-    def _mark_dead(self, peer: Peer, now: float, why: str) -> None:
-        peer.alive = False
-        peer.dead_since = now
-        peer.subs = ()
-        peer.lanes = {}
-        moved = self.producer.member_gone(peer.node_id, now)
-        log.log(logging.WARNING if why == "silent" else logging.INFO,
-                "peer %s (%s) is gone (%s, last heard %.1fs ago); %d in-flight messages "
-                "pending again", peer.name, peer.node_id.hex()[:12], why,
-                now - peer.last_seen, moved)
-
-    def _forget(self, peer: Peer, now: float, why: str) -> None:
-        if peer.alive:
-            self._mark_dead(peer, now, why)
-        self.peers.pop(peer.node_id, None)
-        peer.close()
-
     def _timers(self, now: float, wb: WriteBatch) -> None:
         nxt = self.producer.next_wakeup()
         if nxt is not None and nxt <= now:
             self.producer.tick(now, wb)
-        if now < self._next_beat:
-            return
-        self._next_beat = now + self.config.heartbeat_interval_s
-        wb.ids_prune_before = time.time() - self.config.dedupe_window_s
-        frame = encode_control(self._hello())
-        dead_after = self.config.dead_after_s
-        for peer in list(self.peers.values()):
-            if peer.alive and now - peer.last_seen > dead_after:
-                self._mark_dead(peer, now, "silent")
-            elif not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
-                self._forget(peer, now, "dead too long")
-                wb.peers_del.append(peer.node_id)
-                continue
-            self._send_raw(peer.dealer, frame)
-        for ep, (sock, beats, seed) in list(self._contacts.items()):
-            if not seed and beats >= CONTACT_EXPIRY_BEATS:
-                sock.close(linger=0)
-                del self._contacts[ep]
-                continue
-            self._contacts[ep] = (sock, beats + 1, seed)
-            self._send_raw(sock, frame)
-        for ep in seed_endpoints(self.config.seeds):
-            self._contact(ep, seed=True)
+        if now >= self._next_beat:
+            self._next_beat = now + self.config.heartbeat_interval_s
+            wb.ids_prune_before = time.time() - self.config.dedupe_window_s
+            assert self.mesh is not None
+            self.mesh.beat(now, wb)
 
     # -- sending -------------------------------------------------------------------------
 
-    def _send_ctrl(self, node_id: bytes, msg: Ack | Nack | Fail) -> None:
-        """Send a settlement to a producer; hold it while the producer is unknown or its
-        socket is full, so acks are delayed rather than lost."""
-        frame = encode_control(msg)
-        peer = self._self_peer if node_id == self.node_id else self.peers.get(node_id)
-        backlog = self._ctrl_backlog.get(node_id)
-        if peer is not None and not backlog:
-            try:
-                peer.dealer.send(frame, zmq.NOBLOCK)
-                return
-            except zmq.Again:
-                pass
-        backlog = self._ctrl_backlog.setdefault(node_id, [])
-        if len(backlog) < CTRL_BACKLOG_MAX:
-            backlog.append(frame)
-        else:
-            self.counters.add("control_dropped", 1)
-
-    def _flush_ctrl_backlog(self) -> None:
-        for node_id, backlog in list(self._ctrl_backlog.items()):
-            peer = self._self_peer if node_id == self.node_id else self.peers.get(node_id)
-            if peer is None:
-                continue
-            sent = 0
-            try:
-                for frame in backlog:
-                    peer.dealer.send(frame, zmq.NOBLOCK)
-                    sent += 1
-            except zmq.Again:
-                self._send_retry_at = self._send_retry_at or time.monotonic() + SEND_RETRY_S
-            del backlog[:sent]
-            if not backlog:
-                del self._ctrl_backlog[node_id]
-
     def _send_data(self, member: bytes, lane: Lane, entries: list[Entry],
                    records: list[bytes]) -> int:
-        peer = self._self_peer if member == self.node_id else self.peers.get(member)
+        assert self.mesh is not None
+        peer = self.mesh.peer(member)
         if peer is None or not peer.alive:
             return 0
         batch_size = lane.members[member].batch_size
@@ -752,7 +580,7 @@ class Engine:
             "lanes": lanes,
             "subscriptions": [{"topic": s.topic, "group": s.group, "mode": s.mode,
                                "delivered": s.delivered} for s in self._local_subs],
-            "peers": [p.info(now) for p in self.peers.values()],
+            "peers": [p.info(now) for p in self.mesh.peers.values()] if self.mesh else [],
             "counters": self.counters.snapshot(),
         }
 
@@ -770,11 +598,13 @@ class Engine:
                 call.done.set()
             self._notify(len(pubs))
             self._commit(self._wb, [])
-            self._flush_ctrl_backlog()
-            self.consumer.flush(self._send_ctrl)
+            mesh = self.mesh
+            assert mesh is not None
+            mesh.flush_ctrl_backlog()
+            self.consumer.flush(mesh.send_ctrl)
             bye = encode_control(Bye(self.node_id, self.incarnation))
-            for peer in self.peers.values():
-                self._send_raw(peer.dealer, bye)
+            for peer in mesh.peers.values():
+                mesh.send_raw(peer.dealer, bye)
         except Exception:
             log.exception("error while closing node %s", self.config.name)
         finally:
@@ -793,14 +623,8 @@ class Engine:
             except Exception:
                 log.exception("closing mDNS failed")
             self._mdns = None
-        for peer in self.peers.values():
-            peer.close(DEALER_LINGER_MS)
-        self.peers.clear()
-        if self._self_peer is not None:
-            self._self_peer.close()
-        for sock, _beats, _seed in self._contacts.values():
-            sock.close(linger=0)
-        self._contacts.clear()
+        if self.mesh is not None:
+            self.mesh.close()
         ctx = getattr(self, "ctx", None)
         if ctx is not None:
             for name in ("pull", "router", "_wake_rx", "_wake_tx"):

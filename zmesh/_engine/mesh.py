@@ -1,0 +1,249 @@
+"""This node's view of the mesh: peers, contacts, hello and heartbeats, liveness, and the
+control messages it sends. Runs only on the IO thread."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import zmq
+
+from .._discovery.static import seed_endpoints
+from .._protocol.codec import encode_control
+from .._protocol.frames import Ack, Fail, Hello, Nack, PeerRef, SubInfo
+from .._store.store import WriteBatch
+from ..config import NodeConfig
+from .peers import Peer, endpoint, lane_name
+from .producer import Producer
+from .stats import Counters
+
+if TYPE_CHECKING:
+    from ..subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+DEALER_LINGER_MS = 200
+CONTACT_EXPIRY_BEATS = 10
+FORGET_DEAD_AFTER_S = 600.0
+CTRL_BACKLOG_MAX = 10_000
+
+
+class Mesh:
+    """Peers of one node and the sockets to them."""
+
+    def __init__(self, ctx: zmq.Context, config: NodeConfig, node_id: bytes, incarnation: int,
+                 producer: Producer, counters: Counters,
+                 local_subs: Callable[[], list[Subscription]]) -> None:
+        self.ctx = ctx
+        self.config = config
+        self.node_id = node_id
+        self.incarnation = incarnation
+        self.producer = producer
+        self.counters = counters
+        self._local_subs = local_subs
+        self.peers: dict[bytes, Peer] = {}
+        self.self_peer: Peer | None = None
+        self._contacts: dict[str, tuple[zmq.Socket, int, bool]] = {}  # ep -> sock, beats, seed
+        self.ctrl_backlog: dict[bytes, list[bytes]] = {}
+        self._foreign_logged: set[bytes] = set()
+        self.ctrl_port = 0
+        self.data_port = 0
+        self.hosts: tuple[str, ...] = ()
+
+    def peer(self, node_id: bytes) -> Peer | None:
+        """The peer (or this node itself) with that id."""
+        return self.self_peer if node_id == self.node_id else self.peers.get(node_id)
+
+    def make_peer(self, node_id: bytes, name: str, incarnation: int, ctrl_ep: str,
+                   data_ep: str, now: float) -> Peer:
+        push = self.ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.setsockopt(zmq.IMMEDIATE, 1)
+        push.connect(data_ep)
+        contact = self._contacts.pop(ctrl_ep, None)
+        if contact is not None:
+            contact[0].close(linger=0)  # its tiny queue was for hellos only
+        dealer = self.ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
+        dealer.connect(ctrl_ep)
+        return Peer(node_id, name, incarnation, ctrl_ep, data_ep, push, dealer, now)
+
+    def hello(self) -> Hello:
+        subs = tuple(SubInfo(s.topic, s.group, s.mode, s.config.max_in_flight,
+                             s.config.batch_size) for s in self._local_subs())
+        refs = tuple(PeerRef(p.node_id, p.ctrl_ep) for p in self.peers.values() if p.alive)
+        return Hello(self.node_id, self.config.name, self.config.mesh, self.incarnation,
+                     self.ctrl_port, self.data_port, self.hosts, subs, refs)
+
+    def contact(self, ep: str, seed: bool = False) -> None:
+        if any(p.ctrl_ep == ep and p.alive for p in self.peers.values()):
+            return
+        if ep in self._contacts:
+            return
+        dealer = self.ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.SNDHWM, 4)
+        dealer.connect(ep)
+        self._contacts[ep] = (dealer, 0, seed)
+        self.send_raw(dealer, encode_control(self.hello()))
+
+    def send_raw(self, sock: zmq.Socket, frame: bytes) -> bool:
+        try:
+            sock.send(frame, zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            self.counters.add("control_send_full", 1)
+            return False
+
+    def on_hello(self, hello: Hello, addr: str | None, wb: WriteBatch, now: float) -> None:
+        if hello.mesh != self.config.mesh:
+            self.counters.add("foreign_mesh_hellos", 1)
+            if hello.node_id not in self._foreign_logged:
+                self._foreign_logged.add(hello.node_id)
+                log.info("ignoring node %s of mesh %r (this is mesh %r)", hello.name,
+                         hello.mesh, self.config.mesh)
+            return
+        if hello.node_id == self.node_id:
+            return
+        host = addr or next((h for h in hello.hosts if h not in ("*", "0.0.0.0")), None)
+        if host is None:
+            self.counters.add("hello_without_address", 1)
+            return
+        ctrl_ep, data_ep = endpoint(host, hello.ctrl_port), endpoint(host, hello.data_port)
+        peer = self.peers.get(hello.node_id)
+        if peer is not None:
+            if hello.incarnation < peer.incarnation:
+                return  # a late hello of an earlier life
+            if hello.incarnation != peer.incarnation or peer.ctrl_ep != ctrl_ep:
+                log.info("peer %s restarted (incarnation %d -> %d)", peer.name,
+                         peer.incarnation, hello.incarnation)
+                self.forget(peer, now, "restarted")
+                peer = None
+        if peer is None:
+            peer = self.make_peer(hello.node_id, hello.name, hello.incarnation, ctrl_ep,
+                                   data_ep, now)
+            self.peers[hello.node_id] = peer
+            wb.peers_put[hello.node_id] = ctrl_ep.encode()
+            log.info("peer %s (%s) joined at %s", hello.name, hello.node_id.hex()[:12],
+                     ctrl_ep)
+            self.send_raw(peer.dealer, encode_control(self.hello()))
+        peer.last_seen = now
+        if not peer.alive:
+            log.info("peer %s is back", peer.name)
+            peer.alive = True
+            self.send_raw(peer.dealer, encode_control(self.hello()))
+        if hello.subs != peer.subs:
+            self.apply_subs(peer, hello.subs, wb, now)
+        for ref in hello.peers:
+            if ref.node_id != self.node_id and ref.node_id not in self.peers:
+                self.contact(ref.ctrl_endpoint)
+
+    def apply_subs(self, peer: Peer, subs: tuple[SubInfo, ...], wb: WriteBatch,
+                    now: float) -> None:
+        new = {(s.topic, lane_name(s, peer.node_id)): s for s in subs}
+        for key in peer.lanes.keys() - new.keys():
+            lane = self.producer.lanes.get(key)
+            if lane is not None:
+                lane.remove_member(peer.node_id, now)
+        for (topic, name), s in new.items():
+            lane = self.producer.ensure_lane(topic, name, s.group, s.mode, wb, now)
+            lane.set_member(peer.node_id, s.max_in_flight, s.batch_size)
+        peer.subs = subs
+        peer.lanes = new
+
+    def subs_changed(self, wb: WriteBatch, now: float) -> None:
+        hello = self.hello()
+        assert self.self_peer is not None
+        self.apply_subs(self.self_peer, hello.subs, wb, now)
+        frame = encode_control(hello)
+        for peer in self.peers.values():
+            self.send_raw(peer.dealer, frame)
+
+    def mark_dead(self, peer: Peer, now: float, why: str) -> None:
+        peer.alive = False
+        peer.dead_since = now
+        peer.subs = ()
+        peer.lanes = {}
+        moved = self.producer.member_gone(peer.node_id, now)
+        log.log(logging.WARNING if why == "silent" else logging.INFO,
+                "peer %s (%s) is gone (%s, last heard %.1fs ago); %d in-flight messages "
+                "pending again", peer.name, peer.node_id.hex()[:12], why,
+                now - peer.last_seen, moved)
+
+    def forget(self, peer: Peer, now: float, why: str) -> None:
+        if peer.alive:
+            self.mark_dead(peer, now, why)
+        self.peers.pop(peer.node_id, None)
+        peer.close()
+
+    def beat(self, now: float, wb: WriteBatch) -> None:
+        """Heartbeat: hello to every peer and contact, and liveness."""
+        frame = encode_control(self.hello())
+        dead_after = self.config.dead_after_s
+        for peer in list(self.peers.values()):
+            if peer.alive and now - peer.last_seen > dead_after:
+                self.mark_dead(peer, now, "silent")
+            elif not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
+                self.forget(peer, now, "dead too long")
+                wb.peers_del.append(peer.node_id)
+                continue
+            self.send_raw(peer.dealer, frame)
+        for ep, (sock, beats, seed) in list(self._contacts.items()):
+            if not seed and beats >= CONTACT_EXPIRY_BEATS:
+                sock.close(linger=0)
+                del self._contacts[ep]
+                continue
+            self._contacts[ep] = (sock, beats + 1, seed)
+            self.send_raw(sock, frame)
+        for ep in seed_endpoints(self.config.seeds):
+            self.contact(ep, seed=True)
+
+    # -- sending -------------------------------------------------------------------------
+
+    def send_ctrl(self, node_id: bytes, msg: Ack | Nack | Fail) -> None:
+        """Send a settlement to a producer; hold it while the producer is unknown or its
+        socket is full, so acks are delayed rather than lost."""
+        frame = encode_control(msg)
+        peer = self.self_peer if node_id == self.node_id else self.peers.get(node_id)
+        backlog = self.ctrl_backlog.get(node_id)
+        if peer is not None and not backlog:
+            try:
+                peer.dealer.send(frame, zmq.NOBLOCK)
+                return
+            except zmq.Again:
+                pass
+        backlog = self.ctrl_backlog.setdefault(node_id, [])
+        if len(backlog) < CTRL_BACKLOG_MAX:
+            backlog.append(frame)
+        else:
+            self.counters.add("control_dropped", 1)
+
+    def flush_ctrl_backlog(self) -> bool:
+        """Send what waits; True when a socket was still full."""
+        blocked = False
+        for node_id, backlog in list(self.ctrl_backlog.items()):
+            peer = self.self_peer if node_id == self.node_id else self.peers.get(node_id)
+            if peer is None:
+                continue
+            sent = 0
+            try:
+                for frame in backlog:
+                    peer.dealer.send(frame, zmq.NOBLOCK)
+                    sent += 1
+            except zmq.Again:
+                blocked = True
+            del backlog[:sent]
+            if not backlog:
+                del self.ctrl_backlog[node_id]
+        return blocked
+
+    def close(self) -> None:
+        for peer in self.peers.values():
+            peer.close(DEALER_LINGER_MS)
+        self.peers.clear()
+        if self.self_peer is not None:
+            self.self_peer.close()
+        for sock, _beats, _seed in self._contacts.values():
+            sock.close(linger=0)
+        self._contacts.clear()
