@@ -24,14 +24,22 @@ class MessageId(NamedTuple):
 class Receipt:
     """Tracks one published message: stored in the outbox, then acked by every group."""
 
-    __slots__ = ("id", "_cond", "_stored", "_acked", "_error", "__weakref__")
+    __slots__ = ("id", "count", "_cond", "_stored", "_acked", "_unacked", "_error",
+                 "__weakref__")
 
-    def __init__(self, msg_id: MessageId, cond: threading.Condition) -> None:
+    def __init__(self, msg_id: MessageId, cond: threading.Condition, count: int = 1) -> None:
         self.id = msg_id
+        self.count = count
         self._cond = cond
         self._stored = False
         self._acked = False
+        self._unacked = count
         self._error: ZMeshError | None = None
+
+    @property
+    def ids(self) -> list[MessageId]:
+        """Every message this receipt covers (one, or a publish_many batch in order)."""
+        return [MessageId(self.id.producer, self.id.seq + i) for i in range(self.count)]
 
     @property
     def stored(self) -> bool:
@@ -61,9 +69,10 @@ class Receipt:
         self._wait("_stored", timeout, "stored")
 
     def wait_acked(self, timeout: float | None = None) -> None:
-        """Block until every group owed the message has settled it."""
+        """Block until every group owed the message (each message of a batch) settled it."""
         self._wait("_acked", timeout, "acknowledged")
 
     def __repr__(self) -> str:
         state = "acked" if self._acked else "stored" if self._stored else "staged"
-        return f"<Receipt {self.id} {state}>"
+        more = f" (+{self.count - 1})" if self.count > 1 else ""
+        return f"<Receipt {self.id}{more} {state}>"

@@ -132,31 +132,67 @@ class Node:
         within ``NodeConfig.dedupe_window_s`` stores nothing new, and its receipt follows the
         first message.
         """
-        pub = self._prepare(topic, payload, key=key, headers=headers, priority=priority,
-                            ttl=ttl, deliver_at=deliver_at, delay=delay, msg_id=msg_id,
-                            timeout=timeout)
-        self._engine.submit(("pub", pub))
-        assert pub.receipt is not None
-        return pub.receipt
+        pubs = self._prepare(topic, [payload], keys=[key], headers=headers, priority=priority,
+                             ttl=ttl, deliver_at=deliver_at, delay=delay, msg_id=msg_id,
+                             timeout=timeout)
+        self._engine.submit(("pub", pubs))
+        assert pubs[0].receipt is not None
+        return pubs[0].receipt
 
-    def _prepare(self, topic: str, payload: bytes | bytearray | memoryview | str, *,
-                 key: str | None = None, headers: Mapping[str, Any] | None = None,
+    def publish_many(
+        self,
+        topic: str,
+        payloads: Sequence[bytes | bytearray | memoryview | str],
+        *,
+        keys: Sequence[str | None] | None = None,
+        headers: Mapping[str, Any] | None = None,
+        priority: int = 0,
+        ttl: float | None = None,
+        timeout: float | None = None,
+    ) -> Receipt:
+        """Publish a batch in one go: consecutive ids, stored in one commit, one receipt.
+
+        ``keys`` (one per payload) route each message like ``publish(key=...)``;
+        ``receipt.ids`` lists the message ids; ``wait_acked`` waits for every message.
+        """
+        payloads = list(payloads)
+        if not payloads:
+            raise ArgumentError("publish_many needs at least one payload")
+        if keys is None:
+            key_list: list[str | None] = [None] * len(payloads)
+        else:
+            key_list = list(keys)
+            if len(key_list) != len(payloads):
+                raise ArgumentError(f"{len(key_list)} keys for {len(payloads)} payloads")
+        pubs = self._prepare(topic, payloads, keys=key_list, headers=headers,
+                             priority=priority, ttl=ttl, timeout=timeout)
+        self._engine.submit(("pub", pubs))
+        assert pubs[0].receipt is not None
+        return pubs[0].receipt
+
+    def _prepare(self, topic: str, payloads: list[Any], *,
+                 keys: list[str | None], headers: Mapping[str, Any] | None = None,
                  priority: int = 0, ttl: float | None = None,
                  deliver_at: float | _dt.datetime | None = None, delay: float | None = None,
                  msg_id: str | None = None, timeout: float | None = None) -> Publish:
-        """Validate a publish and allocate its sequence (shared with transactions)."""
+        """Validate publishes and allocate their sequences (shared with transactions)."""
         check_name("topic", topic)
-        if isinstance(payload, str):
-            payload = payload.encode()
-        elif isinstance(payload, bytearray | memoryview):
-            payload = bytes(payload)
-        elif not isinstance(payload, bytes):
-            raise ArgumentError(f"payload must be bytes or str, got {type(payload).__name__}")
-        if len(payload) > self.config.max_message_bytes:
-            raise ArgumentError(f"payload of {len(payload)} bytes exceeds max_message_bytes "
-                                f"{self.config.max_message_bytes}")
-        if key is not None and not isinstance(key, str):
-            raise ArgumentError(f"key must be a str or None, got {type(key).__name__}")
+        limit = self.config.max_message_bytes
+        for i, payload in enumerate(payloads):
+            if type(payload) is not bytes:
+                if isinstance(payload, str):
+                    payloads[i] = payload = payload.encode()
+                elif isinstance(payload, bytes | bytearray | memoryview):
+                    payloads[i] = payload = bytes(payload)
+                else:
+                    raise ArgumentError(
+                        f"payload must be bytes or str, got {type(payload).__name__}")
+            if len(payload) > limit:
+                raise ArgumentError(f"payload of {len(payload)} bytes exceeds "
+                                    f"max_message_bytes {limit}")
+        for key in keys:
+            if key is not None and not isinstance(key, str):
+                raise ArgumentError(f"key must be a str or None, got {type(key).__name__}")
         if headers is not None:
             if not isinstance(headers, Mapping) or not all(isinstance(k, str) for k in headers):
                 raise ArgumentError("headers must be a mapping with str keys")
@@ -185,10 +221,10 @@ class Node:
         if timeout is None:
             timeout = self.config.publish_timeout_s
         return self._engine.prepare(
-            topic, payload, key, headers, priority,
+            topic, payloads, keys, headers, priority,
             None if ttl is None else now + ttl,
             None if deliver_at is None else float(deliver_at),
-            lambda seq: partition_for(key, partitions, seq), timeout, msg_id)
+            lambda key, seq: partition_for(key, partitions, seq), timeout, msg_id)
 
     def transaction(self, timeout: float | None = None) -> Transaction:
         """Publish several messages and ack received ones atomically.

@@ -171,6 +171,15 @@ class Subscription:
                 out.append(self._queue.popleft())
         return out
 
+    def ack_many(self, messages: list[Message]) -> None:
+        """Ack a batch of messages with one command to the IO thread."""
+        for msg in messages:
+            if msg._settled is not None:
+                raise MessageStateError(f"message {msg.id} was already {msg._settled}")
+        for msg in messages:
+            msg._settled = "acked"
+        self._engine.submit(("ack_many", messages))
+
     def __iter__(self) -> Iterator[Message]:
         while True:
             msg = self.get()

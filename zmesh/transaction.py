@@ -33,8 +33,9 @@ class Transaction:
     def publish(self, topic: str, payload: bytes | str, **kwargs: Any) -> Receipt:
         """Like Node.publish, but stored only when the transaction commits."""
         self._check_open()
+        key = kwargs.pop("key", None)
         try:
-            pub = self._node._prepare(topic, payload, **kwargs)
+            [pub] = self._node._prepare(topic, [payload], keys=[key], **kwargs)
         except TypeError as exc:
             raise ArgumentError(f"bad publish arguments: {exc}") from exc
         self._pubs.append(pub)

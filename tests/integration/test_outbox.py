@@ -112,3 +112,26 @@ def test_msg_id_makes_publish_idempotent_across_restarts(make_node, tmp_path):
     after_restart.wait_acked(10)
     assert sub.get(timeout=0.3) is None
     assert prod.stats()["duplicates_suppressed"] == 1
+
+
+def test_publish_many_and_ack_many(make_node):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    receipt = prod.publish_many("t", [str(i).encode() for i in range(1000)],
+                                keys=[f"k{i % 7}" for i in range(1000)])
+    receipt.wait_stored(5)
+    assert receipt.count == 1000 and len(receipt.ids) == 1000
+    assert receipt.ids[-1].seq - receipt.ids[0].seq == 999
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = []
+    while len(got) < 1000:
+        msgs = sub.fetch(500, timeout=5)
+        assert msgs
+        sub.ack_many(msgs)
+        got.extend(msgs)
+    receipt.wait_acked(10)
+    assert sorted(int(m.payload) for m in got) == list(range(1000))
+    with pytest.raises(zmesh.MessageStateError):
+        sub.ack_many(got[:1])
+    with pytest.raises(zmesh.ArgumentError, match="keys"):
+        prod.publish_many("t", [b"a", b"b"], keys=["x"])

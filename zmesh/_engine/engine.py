@@ -96,6 +96,8 @@ class Engine:
         self._mdns: MdnsDiscovery | None = None
         self._wb = WriteBatch()
         self._next_beat = 0.0
+        self._awaiting: set[bytes] = set()
+        self._hold_until = 0.0
         self._send_retry_at = 0.0
         self.mesh: Mesh | None = None
         self.ctrl_port = 0
@@ -139,32 +141,34 @@ class Engine:
             with self._wake_lock:
                 self._wake_tx.send(b"", zmq.NOBLOCK)
 
-    def prepare(self, topic: str, payload: bytes, key: str | None, headers: dict | None,
-                priority: int, expires_at: float | None, deliver_at: float | None,
-                partition_of: Callable[[int], int], timeout_s: float,
-                msg_id: str | None = None) -> Publish:
-        """Allocate a sequence and a receipt, waiting up to ``timeout_s`` for outbox room.
-
-        The caller must submit the publish (or ``abandon`` it).
+    def prepare(self, topic: str, payloads: list[bytes], keys: list[str | None],
+                headers: dict | None, priority: int, expires_at: float | None,
+                deliver_at: float | None, partition_of: Callable[[str | None, int], int],
+                timeout_s: float, msg_id: str | None = None) -> list[Publish]:
+        """Allocate consecutive sequences and one receipt for ``payloads``, waiting up to
+        ``timeout_s`` for outbox room. The caller must submit them (or ``abandon`` them).
         """
         self._check_running()
+        n = len(payloads)
         limit = self.config.max_outbox_messages
         with self.cond:
-            if self.producer.depth + self._staged >= limit:
+            if self.producer.depth + self._staged + n > limit:
                 deadline = time.monotonic() + timeout_s
-                while self.producer.depth + self._staged >= limit:
+                while self.producer.depth + self._staged + n > limit:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise OutboxFullError(self.producer.depth + self._staged, limit,
                                               timeout_s)
                     self.cond.wait(remaining)
                     self._check_running()
-            seq = self._next_seq
-            self._next_seq = seq + 1
-            self._staged += 1
-        receipt = Receipt(MessageId(self.node_id.hex(), seq), self.cond)
-        return Publish(seq, topic, partition_of(seq), key, headers, payload, priority,
-                       time.time(), expires_at, deliver_at, receipt, msg_id)
+            first = self._next_seq
+            self._next_seq = first + n
+            self._staged += n
+        receipt = Receipt(MessageId(self.node_id.hex(), first), self.cond, n)
+        now = time.time()
+        return [Publish(first + i, topic, partition_of(key, first + i), key, headers, payload,
+                        priority, now, expires_at, deliver_at, receipt, msg_id)
+                for i, (payload, key) in enumerate(zip(payloads, keys, strict=True))]
 
     def abandon(self, count: int) -> None:
         """Prepared publishes that will never be submitted (an aborted transaction)."""
@@ -287,8 +291,15 @@ class Engine:
         self._wb = WriteBatch()
         for ep in seed_endpoints(cfg.seeds):
             mesh.contact(ep, seed=True)
-        for ep in self.store.known_peers().values():
+        known = self.store.known_peers()
+        for ep in known.values():
             mesh.contact(ep)
+        if known and self.producer.depth:
+            # Hold the reopened backlog until the peers we knew are back (or presumed dead):
+            # handing all of a group's partitions to whichever member says hello first
+            # would redeliver what the others acked just before our crash.
+            self._awaiting = set(known)
+            self._hold_until = now + cfg.dead_after_s
         if cfg.mdns:
             self._mdns = MdnsDiscovery(
                 name=cfg.name, mesh=cfg.mesh, node_id=self.node_id, ctrl_port=self.ctrl_port,
@@ -348,7 +359,9 @@ class Engine:
         if mesh.ctrl_backlog and mesh.flush_ctrl_backlog():
             self._send_retry_at = self._send_retry_at or now + SEND_RETRY_S
         self.consumer.flush(mesh.send_ctrl)
-        if now >= self._send_retry_at:
+        if self._awaiting and now >= self._hold_until:
+            self._awaiting.clear()
+        if now >= self._send_retry_at and not self._awaiting:
             self._send_retry_at = 0.0
             self.producer.dispatch(now, self._send_data, self._wb)
         return not stop
@@ -362,6 +375,8 @@ class Engine:
             wake = min(wake, nxt)
         if self._send_retry_at:
             wake = min(wake, self._send_retry_at)
+        if self._awaiting:
+            wake = min(wake, self._hold_until)
         return max(0, int((wake - now) * 1000) + 1)
 
     def _drain_commands(self, wb: WriteBatch, pubs: list[Publish], calls: list[_Call],
@@ -374,9 +389,13 @@ class Engine:
             cmd = cmds.popleft()
             kind = cmd[0]
             if kind == "pub":
-                pubs.append(cmd[1])
+                pubs.extend(cmd[1])
             elif kind == "settle":
                 self.consumer.settle(cmd[1], cmd[2], cmd[3], wb)
+            elif kind == "ack_many":
+                settle = self.consumer.settle
+                for msg in cmd[1]:
+                    settle(msg, "acked", None, wb)
             elif kind == "tx":
                 _, tx_pubs, acks, done = cmd
                 for msg in acks:
@@ -447,8 +466,10 @@ class Engine:
             for r in p.stored:
                 r._stored = True
             for r in p.acked:
-                r._stored = True
-                r._acked = True
+                r._unacked -= 1
+                if r._unacked <= 0:
+                    r._stored = True
+                    r._acked = True
             p.stored.clear()
             p.acked.clear()
             self.cond.notify_all()
@@ -497,6 +518,7 @@ class Engine:
                 except zmq.ZMQError:
                     addr = None
                 mesh.on_hello(msg, addr, wb, now)
+                self._awaiting.discard(msg.node_id)
             elif isinstance(msg, Nack):
                 self.producer.on_nack(msg.topic, msg.lane, msg.seqs,
                                       None if msg.delay_s < 0 else msg.delay_s, wb, now)
