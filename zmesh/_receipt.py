@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from .errors import TimeoutError, ZMeshError
@@ -24,12 +25,16 @@ class MessageId(NamedTuple):
 class Receipt:
     """Tracks one published message: stored in the outbox, then acked by every group."""
 
-    __slots__ = ("id", "count", "_cond", "_stored", "_acked", "_unacked", "_error",
-                 "__weakref__")
+    __slots__ = ("id", "count", "topic", "_cond", "_stored", "_acked", "_unacked", "_error",
+                 "_watch", "_watched")
 
-    def __init__(self, msg_id: MessageId, cond: threading.Condition, count: int = 1) -> None:
+    def __init__(self, msg_id: MessageId, cond: threading.Condition, count: int = 1,
+                 topic: str = "", watch: Callable[[Receipt], None] | None = None) -> None:
         self.id = msg_id
         self.count = count
+        self.topic = topic
+        self._watch = watch
+        self._watched = False
         self._cond = cond
         self._stored = False
         self._acked = False
@@ -48,8 +53,18 @@ class Receipt:
 
     @property
     def acked(self) -> bool:
-        """True once every group owed the message has acked it (or it was settled)."""
+        """True once every group owed the message has acked it (or it was settled).
+
+        Acks are tracked from the first time this is asked (or ``wait_acked`` is called),
+        so the first answer may lag by one loop of the node.
+        """
+        self._start_watch()
         return self._acked
+
+    def _start_watch(self) -> None:
+        if not self._watched and self._watch is not None:
+            self._watched = True
+            self._watch(self)
 
     def _wait(self, attr: str, timeout: float | None, what: str) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -70,6 +85,7 @@ class Receipt:
 
     def wait_acked(self, timeout: float | None = None) -> None:
         """Block until every group owed the message (each message of a batch) settled it."""
+        self._start_watch()
         self._wait("_acked", timeout, "acknowledged")
 
     def __repr__(self) -> str:

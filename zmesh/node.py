@@ -52,6 +52,7 @@ class Node:
             raise ConfigError("pass either config=NodeConfig(...) or keyword settings, not both")
         self.config = config
         self._topics: dict[str, TopicConfig] = dict(config.topics)
+        self._known_topics: set[str] = set()  # names that passed check_name
         self._engine = Engine(config)
 
     @classmethod
@@ -176,7 +177,9 @@ class Node:
                  deliver_at: float | _dt.datetime | None = None, delay: float | None = None,
                  msg_id: str | None = None, timeout: float | None = None) -> Publish:
         """Validate publishes and allocate their sequences (shared with transactions)."""
-        check_name("topic", topic)
+        if topic not in self._known_topics:
+            check_name("topic", topic)
+            self._known_topics.add(topic)
         limit = self.config.max_message_bytes
         for i, payload in enumerate(payloads):
             if type(payload) is not bytes:

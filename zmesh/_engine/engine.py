@@ -84,7 +84,11 @@ class Engine:
                                  self.counters)
         self.consumer = Consumer(self, self.store, self.counters)
         self._next_seq = next_seq
-        self._staged = 0
+        self._node_hex = self.node_id.hex()
+        self._watches: list[Receipt] = []
+        self._alloc = threading.Lock()  # sequence allocation (application threads)
+        self._submitted = 0  # messages prepared by application threads (under _alloc)
+        self._done = 0  # of those, stored or failed (IO thread)
         self._cmds: deque[tuple] = deque()
         self._wake_pending = False
         self._wake_lock = threading.Lock()
@@ -151,20 +155,24 @@ class Engine:
         self._check_running()
         n = len(payloads)
         limit = self.config.max_outbox_messages
-        with self.cond:
-            if self.producer.depth + self._staged + n > limit:
-                deadline = time.monotonic() + timeout_s
-                while self.producer.depth + self._staged + n > limit:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise OutboxFullError(self.producer.depth + self._staged, limit,
-                                              timeout_s)
-                    self.cond.wait(remaining)
-                    self._check_running()
-            first = self._next_seq
-            self._next_seq = first + n
-            self._staged += n
-        receipt = Receipt(MessageId(self.node_id.hex(), first), self.cond, n)
+        deadline = 0.0
+        while True:
+            with self._alloc:
+                depth = self.producer.depth + self._submitted - self._done
+                if depth + n <= limit or depth == 0:
+                    first = self._next_seq
+                    self._next_seq = first + n
+                    self._submitted += n
+                    break
+            # Full: wait for acks (or stores) to make room, up to the timeout.
+            deadline = deadline or time.monotonic() + timeout_s
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise OutboxFullError(depth, limit, timeout_s)
+            with self.cond:
+                self.cond.wait(remaining)
+            self._check_running()
+        receipt = Receipt(MessageId(self._node_hex, first), self.cond, n, topic, self.watch)
         now = time.time()
         return [Publish(first + i, topic, partition_of(key, first + i), key, headers, payload,
                         priority, now, expires_at, deliver_at, receipt, msg_id)
@@ -172,9 +180,15 @@ class Engine:
 
     def abandon(self, count: int) -> None:
         """Prepared publishes that will never be submitted (an aborted transaction)."""
+        with self._alloc:
+            self._submitted -= count
         with self.cond:
-            self._staged -= count
             self.cond.notify_all()
+
+    def watch(self, receipt: Receipt) -> None:
+        """Someone waits for ``receipt`` to be acked: have the IO thread track it."""
+        if self._state == "running":
+            self.submit(("watch", receipt))
 
     def transact(self, pubs: list[Publish], acks: list[Message], timeout_s: float) -> None:
         """Store ``pubs`` and settle ``acks`` in one LMDB transaction, or none of it."""
@@ -351,6 +365,9 @@ class Engine:
         self._timers(now, wb)
         fresh = self.producer.stage(pubs, wb, now)
         self.producer.added(self._commit(wb, fresh, calls), now, self._wb)
+        if self._watches:
+            self.producer.watch(self._watches)
+            self._watches.clear()
         for call in calls:
             call.done.set()
         self._notify(len(pubs))
@@ -396,6 +413,8 @@ class Engine:
                 settle = self.consumer.settle
                 for msg in cmd[1]:
                     settle(msg, "acked", None, wb)
+            elif kind == "watch":
+                self._watches.append(cmd[1])
             elif kind == "tx":
                 _, tx_pubs, acks, done = cmd
                 for msg in acks:
@@ -461,8 +480,8 @@ class Engine:
         p = self.producer
         if not (staged_done or p.stored or p.acked):
             return
+        self._done += staged_done
         with self.cond:
-            self._staged -= staged_done
             for r in p.stored:
                 r._stored = True
             for r in p.acked:

@@ -90,7 +90,9 @@ class Lane:
         self._ready: list[list[tuple[int, int]]] = [[] for _ in range(partitions)]
         self._ready_count = 0
         self._delayed: list[tuple[float, int]] = []
-        self._deadlines: list[tuple[float, int]] = []
+        # One record per take(): (deadline, serial, seqs handed out then).
+        self._deadlines: list[tuple[float, int, list[int]]] = []
+        self._serial = 0
         self._expiring: list[tuple[float, int]] = []
         self._order: deque[int] = deque()
         self._next_floor = 0
@@ -243,6 +245,7 @@ class Lane:
         heapq.heapify(heads)
         deadline = now + self.timing.ack_timeout_s
         taken = 0
+        sent: list[int] = []
         while heads and taken < limit:
             _, seq, partition = heapq.heappop(heads)
             owner = self.owner(partition)
@@ -262,7 +265,7 @@ class Lane:
                 entry.deadline = deadline
                 entry.attempt += 1
                 member.in_flight.add(seq)
-                heapq.heappush(self._deadlines, (deadline, seq))
+                sent.append(seq)
                 batch = out.get(owner)
                 if batch is None:
                     batch = out[owner] = []
@@ -271,6 +274,9 @@ class Lane:
             head = self._head(partition)
             if head is not None:
                 heapq.heappush(heads, (head[0], head[1], partition))
+        if sent:
+            self._serial += 1
+            heapq.heappush(self._deadlines, (deadline, self._serial, sent))
         return out, expired
 
     def unsend(self, entries: Iterable[Entry], now: float) -> None:
@@ -341,21 +347,21 @@ class Lane:
                 self._schedule(entry, 0.0, now)
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
-            t, seq = heapq.heappop(deadlines)
-            entry = self.entries.get(seq)
-            if entry is None or entry.state != IN_FLIGHT or entry.deadline != t:
-                continue
-            result.timed_out += 1
-            if entry.expires_at and entry.expires_at <= now:
-                self._remove(seq)
-                result.expired.append(seq)
-                continue
-            if self._out_of_attempts(entry):
-                self._remove(seq)
-                result.exhausted.append(entry)
-                continue
-            self._release(entry)
-            self._schedule(entry, now + self.backoff(entry.attempt), now)
+            t, _, seqs = heapq.heappop(deadlines)
+            for seq in seqs:
+                entry = self.entries.get(seq)
+                if entry is None or entry.state != IN_FLIGHT or entry.deadline != t:
+                    continue  # acked, or sent again since with a later deadline
+                result.timed_out += 1
+                if entry.expires_at and entry.expires_at <= now:
+                    self._remove(seq)
+                    result.expired.append(seq)
+                elif self._out_of_attempts(entry):
+                    self._remove(seq)
+                    result.exhausted.append(entry)
+                else:
+                    self._release(entry)
+                    self._schedule(entry, now + self.backoff(entry.attempt), now)
         expiring = self._expiring
         while expiring and expiring[0][0] <= now:
             _, seq = heapq.heappop(expiring)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -75,7 +74,7 @@ class Producer:
         self.by_topic: dict[str, list[Lane]] = {}  # claimed lanes only
         self.next_seq = next_seq
         self._next_lane = next_lane
-        self._receipts: weakref.WeakValueDictionary[int, Receipt] = weakref.WeakValueDictionary()
+        self._receipts: dict[int, Receipt] = {}  # seq -> receipt someone waits to see acked
         self._mem: dict[int, bytes] = {}  # memory-durability records not yet spilled
         self._mem_bytes = 0
         self.depth = 0  # messages in the outbox
@@ -250,9 +249,8 @@ class Producer:
                 if latest:
                     self._supersede(lane, p.key, p.seq, batch)  # type: ignore[arg-type]
             self.depth += 1
-            if p.receipt is not None:
-                self._receipts[p.seq] = p.receipt
-                self.stored.append(p.receipt)
+            if p.receipt is not None and p.seq == p.receipt.id.seq:
+                self.stored.append(p.receipt)  # once per receipt, also for a batch
         self.counters.add("published", len(pubs))
         for topic, original, receipt in self.duplicates:
             if self.owed(topic, original):
@@ -261,6 +259,20 @@ class Producer:
             else:
                 self.acked.append(receipt)
         self.duplicates.clear()
+
+    def watch(self, receipts: list[Receipt]) -> None:
+        """Track receipts whose acks someone waits for; those settled already resolve now.
+
+        Runs after the loop's publishes joined their lanes, so a message published before
+        the wait is owed (or settled), never unknown.
+        """
+        for receipt in receipts:
+            first = receipt.id.seq
+            for seq in range(first, first + receipt.count):
+                if self.owed(receipt.topic, seq) and receipt._error is None:
+                    self._receipts[seq] = receipt
+                elif seq not in self._receipts:
+                    self.acked.append(receipt)
 
     def owed(self, topic: str, seq: int) -> bool:
         """Some lane of ``topic`` still owes ``seq``."""
@@ -312,9 +324,10 @@ class Producer:
             else:
                 self._mem_bytes -= len(record)
             self.depth -= 1
-            receipt = self._receipts.pop(seq, None)
-            if receipt is not None:
-                self.acked.append(receipt)
+            if self._receipts:
+                receipt = self._receipts.pop(seq, None)
+                if receipt is not None:
+                    self.acked.append(receipt)
             if self._followers:
                 self.acked.extend(self._followers.pop(seq, ()))
 

@@ -33,6 +33,7 @@ from .output import CliError, console
 
 STARTUP_TIMEOUT_S = 30.0
 STOP_GRACE_S = 20.0
+IDLE_KILL_S = 10.0  # the producer paused and the victim never reached its crash point
 TAIL_LINES = 15
 
 
@@ -86,6 +87,17 @@ class Fleet:
                 event = {"event": "noise", "line": raw.decode(errors="replace").rstrip()}
             self.events.put((name, proc.pid, event))
         self.events.put((name, proc.pid, {"event": "exit"}))
+
+    def send(self, name: str, line: str) -> None:
+        """A command line on a child's stdin (``go``, ``stop``)."""
+        child = self.children.get(name)
+        if child is None or child.proc.stdin is None:
+            return
+        try:
+            child.proc.stdin.write(line.encode() + b"\n")
+            child.proc.stdin.flush()
+        except OSError:  # gone: its exit event tells the rest
+            pass
 
     def kill(self, name: str) -> None:
         """SIGKILL a child, as a crash would, and reap it."""
@@ -188,9 +200,13 @@ class Demo:
         # The victim: a member of a shared group with company, so its partitions move.
         crowded = [g for g, n in groups.items() if n > 1] or list(groups)
         self.victim = f"{crowded[0]}-{groups[crowded[0]]}" if kill else None
-        share = messages // groups[crowded[0]]
-        self.crash_after = max(1, share // 3)
+        # The producer holds back the second half until the victim crashed and restarted;
+        # the victim crashes a third of the way into its expected share of the first half.
+        self.pause_at = messages // 2 if kill else 0
+        self.crash_after = max(1, self.pause_at // groups[crowded[0]] // 3)
         self.crash = "none (--no-kill)" if not kill else "not reached"
+        self.crashed = False
+        self.paused_at: float | None = None
         self.done: dict[str, Any] | None = None
         self.seed = ""
 
@@ -200,32 +216,32 @@ class Demo:
                 "--records", str(self.root / f"{name}.records"),
                 "--crash-after", str(crash_after)]
 
-    def _next(self, deadline: float, what: str) -> tuple[str, int, dict[str, Any]]:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise CliError(f"demo timed out waiting for {what}")
-            try:
-                name, pid, event = self.fleet.events.get(timeout=min(remaining, 0.5))
-            except queue.Empty:
-                continue
-            kind = event.get("event")
-            if kind == "error":
-                raise CliError(f"{name}: {event.get('message')}\n{self.fleet.tail(name)}")
-            if kind == "exit" and not self.fleet.is_expected(name, pid):
-                raise CliError(f"{name} exited unexpectedly\n{self.fleet.tail(name)}")
-            return name, pid, event
+    def _next(self, deadline: float, what: str) -> tuple[str, dict[str, Any]]:
+        """The next event of a worker; ("", {}) after half a second without one."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise CliError(f"demo timed out waiting for {what}")
+        try:
+            name, pid, event = self.fleet.events.get(timeout=min(remaining, 0.5))
+        except queue.Empty:
+            return "", {}
+        kind = event.get("event")
+        if kind == "error":
+            raise CliError(f"{name}: {event.get('message')}\n{self.fleet.tail(name)}")
+        if kind == "exit" and not self.fleet.is_expected(name, pid):
+            raise CliError(f"{name} exited unexpectedly\n{self.fleet.tail(name)}")
+        return name, event
 
     def run(self) -> DemoResult:
         fleet = self.fleet
         fleet.start("producer", [
             "producer", "--mesh", self.mesh, "--data-dir", str(self.root / "producer"),
             "--groups", ",".join(f"{g}:{n}" for g, n in self.groups.items()),
-            "--messages", str(self.messages), "--join-timeout", str(STARTUP_TIMEOUT_S),
-            "--timeout", str(self.timeout_s)])
+            "--messages", str(self.messages), "--pause-at", str(self.pause_at),
+            "--join-timeout", str(STARTUP_TIMEOUT_S), "--timeout", str(self.timeout_s)])
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self.seed:
-            name, _pid, event = self._next(deadline, "the producer to start")
+            name, event = self._next(deadline, "the producer to start")
             if name == "producer" and event["event"] == "up":
                 self.seed = event["control"]
         console.print(f"mesh [bold]{self.mesh}[/] on 127.0.0.1: producer at {self.seed}; "
@@ -247,27 +263,31 @@ class Demo:
             published = progress.add_task("published", total=self.messages)
             acked = progress.add_task("acked by every group", total=self.messages)
             while self.done is None:
-                name, _pid, event = self._next(deadline, "every message to be acked")
-                kind = event["event"]
-                if name == "producer" and kind == "joining":
+                name, event = self._next(deadline, "every message to be acked")
+                kind = event.get("event")
+                if (self.paused_at is not None and not self.crashed
+                        and time.monotonic() - self.paused_at > IDLE_KILL_S):
+                    self._crash({"handled": "its", "unacked": 0}, progress)
+                if name == "producer" and kind == "paused":
+                    self.paused_at = time.monotonic()
+                elif name == "producer" and kind == "joining":
                     progress.update(joined, completed=min(total_members,
                                                           sum(event["members"].values())))
                 elif name == "producer" and kind == "progress":
                     progress.update(joined, completed=total_members)
                     progress.update(published, completed=event["published"])
                     progress.update(acked, completed=event["acked"])
-                elif name == "producer" and kind == "timeout":
-                    raise CliError(f"only {event['acked']} of {self.messages} messages were "
-                                   f"acked by every group within {self.timeout_s:g}s")
-                elif name == "producer" and kind == "done":
+                elif name == "producer" and kind in ("done", "timeout"):
                     progress.update(published, completed=event["published"])
-                    progress.update(acked, completed=event["published"])
+                    progress.update(acked, completed=event["acked"])
                     self.done = event
-                elif name == self.victim and kind == "crash-point":
+                elif name == self.victim and kind == "crash-point" and not self.crashed:
                     self._crash(event, progress)
 
     def _crash(self, event: dict[str, Any], progress: Progress) -> None:
+        """Kill the victim as a crash would, restart it on its data dir, resume publishing."""
         assert self.victim is not None
+        self.crashed = True
         self.fleet.kill(self.victim)
         group = self.victim.rsplit("-", 1)[0]
         self.crash = (f"{self.victim} killed (SIGKILL) with {event['unacked']} messages "
@@ -276,17 +296,19 @@ class Demo:
                                f"handling {event['handled']} messages "
                                f"({event['unacked']} not yet acked); restarting it")
         self.fleet.start(self.victim, self.consumer_args(self.victim, group, 0))
+        self.fleet.send("producer", "go")
 
     def _result(self) -> DemoResult:
         assert self.done is not None
         groups = [read_group(g, n, [self.root / f"{g}-{i}.records" for i in range(1, n + 1)],
                              self.messages) for g, n in self.groups.items()]
-        elapsed = self.done["finished"] - self.done["started"]
-        return DemoResult(self.messages, groups, True, elapsed, self.done["counters"],
-                          self.crash)
+        completed = self.done["event"] == "done"
+        elapsed = self.done["finished"] - self.done["started"] if completed else None
+        return DemoResult(self.messages, groups, completed, self.done["acked"], elapsed,
+                          self.done["counters"], self.crash)
 
 
-@click.command()
+@click.command(short_help="Local demo: producer, two groups, a crashed consumer, no loss.")
 @click.option("--messages", type=click.IntRange(min=1, max=5_000_000), default=20000,
               show_default=True, help="How many messages the producer publishes.")
 @click.option("--consumers", default="workers:2,audit:1", show_default=True,
@@ -321,6 +343,9 @@ def demo(ctx: click.Context, messages: int, consumers: str, kill: bool, timeout:
             console.print(f"kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
+    if not result.completed:
+        raise CliError(f"only {result.acked:,} of {messages:,} messages were acked by every "
+                       f"group within {timeout:g}s of publishing")
     lost = result.lost_total
     if lost:
         per_group = ", ".join(f"{g.group} {result.lost(g)}" for g in result.groups)

@@ -32,6 +32,7 @@ class DemoResult:
     messages: int
     groups: list[GroupResult]
     completed: bool  # the producer saw every message acked by every group
+    acked: int  # messages acked by every group, as the producer saw it
     elapsed_s: float | None
     producer_counters: dict[str, int]
     crash: str
@@ -106,7 +107,8 @@ def result_table(result: DemoResult) -> Table:
     detail = ", ".join(f"{g.group} {g.duplicates:,}" for g in result.groups)
     table.add_row("duplicates seen by handlers", f"{dup:,} ({detail})")
     lost = result.lost_total
-    table.add_row("lost", f"[green]{lost}[/]" if lost == 0 else f"[bold red]{lost:,}[/]")
+    label = "lost" if result.completed else "not delivered in time"
+    table.add_row(label, f"[green]{lost}[/]" if lost == 0 else f"[bold red]{lost:,}[/]")
     table.add_row("crash", result.crash)
     if result.elapsed_s:
         rate = result.messages / result.elapsed_s

@@ -5,12 +5,15 @@ stderr. A worker stops on SIGTERM, on a ``stop`` line, or when its stdin closes 
 went away), so it never outlives the demo for long.
 
 - ``producer`` declares the demo topic with both groups, waits until every consumer joined,
-  publishes N messages (payload: index and send time), and waits until all are acked.
+  publishes N messages (payload: index and send time), and waits until all are acked. With
+  ``--pause-at K`` it stops publishing after K messages until the demo sends ``go`` (after
+  the crash), so the crash always happens mid-run.
 - ``consumer`` joins a group and, per fetched batch, appends one record per message to its
   records file *before* acking: ``index attempt sent_at received_at``. With
   ``--crash-after K`` it stops after recording a batch past K messages, without acking it,
   and reports ``crash-point`` so the demo can kill it there: the window where work is done
-  but the ack is not, which at-least-once delivery has to cover.
+  but the ack is not, which at-least-once delivery has to cover. If its share of the
+  messages runs out before K (the producer is paused), it reports ``crash-point`` idle.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import threading
 import time
 from typing import Any
 
+from .._receipt import Receipt
 from ..node import Node
 
 TOPIC = "demo.readings"
@@ -34,6 +38,7 @@ DEAD_AFTER_S = 3.0
 ACK_TIMEOUT_S = 10.0
 PROGRESS_EVERY_S = 0.1
 FETCH_MAX = 500
+IDLE_CRASH_S = 1.0
 
 _emit_lock = threading.Lock()
 log = logging.getLogger(__name__)
@@ -47,19 +52,26 @@ def emit(event: str, **fields: Any) -> None:
         sys.stdout.flush()
 
 
-def _watch_stop() -> threading.Event:
-    stop = threading.Event()
+class Commands:
+    """What the demo tells a worker on stdin: ``go`` (producer) and ``stop`` (all).
 
-    def read_stdin() -> None:
+    SIGTERM and SIGINT also stop; so does the end of stdin (the demo is gone).
+    """
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.go = threading.Event()
+        threading.Thread(target=self._read, daemon=True, name="demo-stdin").start()
+        signal.signal(signal.SIGTERM, lambda *_: self.stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stop.set())
+
+    def _read(self) -> None:
         for line in sys.stdin:
-            if line.strip() == "stop":
+            if line.strip() == "go":
+                self.go.set()
+            elif line.strip() == "stop":
                 break
-        stop.set()  # "stop", or EOF: the demo is gone
-
-    threading.Thread(target=read_stdin, daemon=True, name="demo-stdin").start()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    return stop
+        self.stop.set()
 
 
 def _node(args: argparse.Namespace, name: str, seeds: list[str]) -> Node:
@@ -72,7 +84,7 @@ def _groups(spec: str) -> dict[str, int]:
     return {g: int(n) for g, n in (part.split(":") for part in spec.split(","))}
 
 
-def run_producer(args: argparse.Namespace, stop: threading.Event) -> int:
+def run_producer(args: argparse.Namespace, cmds: Commands) -> int:
     groups = _groups(args.groups)
     with _node(args, "producer", []) as node:
         node.topic(TOPIC, groups=sorted(groups), ack_timeout_s=ACK_TIMEOUT_S)
@@ -90,19 +102,27 @@ def run_producer(args: argparse.Namespace, stop: threading.Event) -> int:
                 emit("error", message=f"consumers did not join within {args.join_timeout:g}s "
                                       f"(members per group: {members})")
                 return 1
-            if stop.wait(0.1):
+            if cmds.stop.wait(0.1):
                 return 1
         emit("ready")
-        receipts = []
+        receipts: list[Receipt] = []
         started = time.time()
         next_report = time.monotonic() + PROGRESS_EVERY_S
         for i in range(args.messages):
+            if i == args.pause_at and i:
+                emit("paused", published=i)
+                deadline = time.monotonic() + args.join_timeout
+                while not cmds.go.wait(PROGRESS_EVERY_S):
+                    emit("progress", published=i, acked=sum(r.acked for r in receipts))
+                    if cmds.stop.is_set() or time.monotonic() >= deadline:
+                        emit("error", message=f"no 'go' within {args.join_timeout:g}s")
+                        return 1
             payload = f"{i} {time.time():.6f}"
             receipts.append(node.publish(TOPIC, payload, key=f"sensor-{i % 64}"))
             if time.monotonic() >= next_report:
                 next_report = time.monotonic() + PROGRESS_EVERY_S
                 emit("progress", published=i + 1, acked=sum(r.acked for r in receipts))
-            if stop.is_set():
+            if cmds.stop.is_set():
                 return 1
         deadline = time.monotonic() + args.timeout
         while True:
@@ -111,14 +131,17 @@ def run_producer(args: argparse.Namespace, stop: threading.Event) -> int:
             if acked == len(receipts):
                 break
             if time.monotonic() >= deadline:
-                emit("timeout", acked=acked, counters=node.stats(), status=node.status())
+                log.warning("only %d of %d messages acked in time; status %s", acked,
+                            len(receipts), node.status())
+                emit("timeout", published=len(receipts), acked=acked, started=started,
+                     finished=time.time(), counters=node.stats())
                 return 1
-            if stop.wait(PROGRESS_EVERY_S):
+            if cmds.stop.wait(PROGRESS_EVERY_S):
                 return 1
         finished = time.time()
         log.info("all %d messages acked; counters %s", len(receipts), node.stats())
-        emit("done", published=len(receipts), started=started, finished=finished,
-             counters=node.stats())
+        emit("done", published=len(receipts), acked=len(receipts), started=started,
+             finished=finished, counters=node.stats())
     return 0
 
 
@@ -132,7 +155,13 @@ def _record(fd: int, msgs: list, received: float) -> None:
         data = data[os.write(fd, data):]
 
 
-def run_consumer(args: argparse.Namespace, stop: threading.Event) -> int:
+def _crash_point(cmds: Commands, args: argparse.Namespace, handled: int, unacked: int) -> None:
+    emit("crash-point", handled=handled, unacked=unacked)
+    # The demo SIGKILLs us here; carry on if it does not within the wait.
+    cmds.stop.wait(args.hang_s)
+
+
+def run_consumer(args: argparse.Namespace, cmds: Commands) -> int:
     fd = os.open(args.records, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     handled = 0
     crash_after = args.crash_after
@@ -142,21 +171,25 @@ def run_consumer(args: argparse.Namespace, stop: threading.Event) -> int:
                                  batch_size=200)
             emit("up", name=args.name, control=node.control_address, id=node.id)
             next_report = 0.0
+            last_batch = time.monotonic()
             give_up = time.monotonic() + args.max_seconds  # never outlive a lost demo
-            while not stop.is_set() and time.monotonic() < give_up:
+            while not cmds.stop.is_set() and time.monotonic() < give_up:
                 batch = sub.fetch(FETCH_MAX, timeout=PROGRESS_EVERY_S)
+                now = time.monotonic()
                 if batch:
+                    last_batch = now
                     _record(fd, batch, time.time())
                     handled += len(batch)
                     if crash_after and handled >= crash_after:
                         crash_after = 0
-                        emit("crash-point", handled=handled, unacked=len(batch))
-                        # The demo SIGKILLs us here; carry on if it does not within the wait.
-                        stop.wait(args.hang_s)
+                        _crash_point(cmds, args, handled, len(batch))
                     for msg in batch:
                         msg.ack()
-                if time.monotonic() >= next_report:
-                    next_report = time.monotonic() + PROGRESS_EVERY_S
+                elif crash_after and handled and now - last_batch >= IDLE_CRASH_S:
+                    crash_after = 0  # our share ran out first: crash between batches
+                    _crash_point(cmds, args, handled, 0)
+                if now >= next_report:
+                    next_report = now + PROGRESS_EVERY_S
                     emit("progress", handled=handled)
             sub.close()
             log.info("stopping after %d messages; counters %s", handled, node.stats())
@@ -174,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--groups", default="workers:2,audit:1", help="producer: GROUP:N,...")
     parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--pause-at", type=int, default=0)
     parser.add_argument("--join-timeout", type=float, default=30.0)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--name")
@@ -186,11 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    stop = _watch_stop()
+    cmds = Commands()
     try:
         if args.role == "producer":
-            return run_producer(args, stop)
-        return run_consumer(args, stop)
+            return run_producer(args, cmds)
+        return run_consumer(args, cmds)
     except Exception as exc:
         log.exception("demo %s failed", args.role)
         emit("error", message=f"{type(exc).__name__}: {exc}")

@@ -75,7 +75,7 @@ def _unclaimed_hint(node: Node, topic: str) -> str:
             "--interface, or name the groups with --group")
 
 
-@click.command()
+@click.command(short_help="Publish DATA (or stdin lines) to TOPIC and wait for acks.")
 @click.argument("topic")
 @click.argument("data", required=False, default="-")
 @node_options
@@ -134,7 +134,7 @@ def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
     return True
 
 
-@click.command()
+@click.command(short_help="Consume TOPIC in a group: print or --exec each message, ack it.")
 @click.argument("topic")
 @click.option("--group", required=True, help="Consumer group to join.")
 @click.option("--mode", type=click.Choice(["shared", "broadcast"]), default="shared",

@@ -127,7 +127,7 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, dt.datetime | dt.date):
         return v.isoformat()
     if isinstance(v, decimal.Decimal):
-        return str(v)
+        return float(v)  # a JSON number, as Spark's to_json writes it
     if isinstance(v, bytes):
         return base64.b64encode(v).decode()
     raise TypeError(f"cannot encode {type(v).__name__} as JSON")
@@ -137,7 +137,7 @@ def _msgpackable(v: Any) -> Any:
     if isinstance(v, dt.datetime | dt.date):
         return v.isoformat()
     if isinstance(v, decimal.Decimal):
-        return str(v)
+        return float(v)
     return v
 
 

@@ -263,12 +263,14 @@ class Bridge:
         wait_s = 0.0 if self._busy else max(0.0, min(self._next_prune - mono, 1.0))
         events = dict(poller.poll(int(wait_s * 1000)))
         if wake in events:
-            self._wake_pending = False
             try:
                 while True:
                     wake.recv(zmq.NOBLOCK)
             except zmq.Again:
                 pass
+            # Re-arm only after draining: a wake-up sent before this point is drained, but
+            # what it announced is handled below; one sent after it wakes the next poll.
+            self._wake_pending = False
         while self._cmds:
             cmd = self._cmds.popleft()
             if cmd[0] == "stop":

@@ -22,12 +22,13 @@ SOURCE_OPTIONS = ("endpoint", "path", "topics", "reader", "startingOffsets", "en
 SINK_OPTIONS = ("endpoint", "topic", "payloadFormat", "idColumns", "writeId", "batchRows",
                 "requestTimeoutMs")
 PAYLOAD_FORMATS = ("json", "msgpack")
+SPARK_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})  # Spark passes these on
 
 
 def _lower(options: Mapping[str, Any], known: tuple[str, ...], what: str) -> dict[str, str]:
-    names = {k.lower(): k for k in known}
+    names = {k.lower() for k in known} | SPARK_OPTIONS
     opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
-    bad = sorted(set(opts) - set(names))
+    bad = sorted(set(opts) - names)
     if bad:
         raise ArgumentError(f"unknown zmesh {what} option(s) {bad}; known: {list(known)}")
     return opts

@@ -140,8 +140,9 @@ class _Planner:
             max_per_partition=self.opts.max_records_per_partition)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        return read_ranges(self.opts, self.schema, partition.ranges)
+        # An empty plan still gets one task, with a partition that is not ours: read nothing.
+        ranges = partition.ranges if isinstance(partition, RangePartition) else ()
+        return read_ranges(self.opts, self.schema, ranges)
 
 
 class ZMeshBatchReader(_Planner, DataSourceReader):
