@@ -123,6 +123,10 @@ class NodeConfig:
 
     interfaces: addresses to bind and to speak mDNS on; empty means all interfaces.
     seeds: control addresses ``"host:port"`` of peers to contact directly.
+    secret_key_file / trusted_keys_dir / trusted_keys: CurveZMQ security; with a secret
+    key every socket is encrypted and only trusted public keys (and this node's own) may
+    connect. ban_after_bad_frames: refuse new connections from an address that sent this
+    many undecodable control frames (0: never).
     """
 
     name: str
@@ -139,6 +143,10 @@ class NodeConfig:
     memory_budget_bytes: int = 64 << 20
     max_message_bytes: int = 8 << 20
     dedupe_window_s: float = 86_400.0
+    secret_key_file: str | None = None
+    trusted_keys_dir: str | None = None
+    trusted_keys: tuple[str, ...] = ()
+    ban_after_bad_frames: int = 1000
     topics: Mapping[str, TopicConfig] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -164,6 +172,12 @@ class NodeConfig:
                 "NodeConfig.dead_after_s must be longer than heartbeat_interval_s "
                 f"({self.dead_after_s} <= {self.heartbeat_interval_s})"
             )
+        if isinstance(self.trusted_keys, str):
+            raise ConfigError("NodeConfig.trusted_keys must be a list of keys, not a string")
+        object.__setattr__(self, "trusted_keys", tuple(self.trusted_keys))
+        if isinstance(self.ban_after_bad_frames, bool) or \
+                not isinstance(self.ban_after_bad_frames, int) or self.ban_after_bad_frames < 0:
+            raise ConfigError("NodeConfig.ban_after_bad_frames must be an int >= 0")
         for name in ("max_outbox_messages", "map_size_bytes", "max_message_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

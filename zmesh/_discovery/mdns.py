@@ -43,7 +43,8 @@ class MdnsDiscovery:
 
     def __init__(self, *, name: str, mesh: str, node_id: bytes, ctrl_port: int,
                  data_port: int, interfaces: Sequence[str],
-                 on_peer: Callable[[bytes, str], None]) -> None:
+                 on_peer: Callable[[bytes, str, bytes], None],
+                 public_key: bytes = b"") -> None:
         self.mesh = mesh
         self.node_id = node_id
         self._on_peer = on_peer
@@ -56,7 +57,8 @@ class MdnsDiscovery:
             addresses=[socket.inet_aton(a) for a in addrs],
             port=ctrl_port,
             properties={"v": str(PROTOCOL_VERSION), "mesh": mesh, "id": node_id.hex(),
-                        "ctrl": str(ctrl_port), "data": str(data_port)},
+                        "ctrl": str(ctrl_port), "data": str(data_port),
+                        "pk": public_key.decode()},
             server=f"zmesh-{node_id.hex()[:12]}.local.",
         )
         self._zc: Zeroconf | None = None
@@ -101,8 +103,9 @@ class MdnsDiscovery:
             return
         if peer_id == self.node_id or len(peer_id) != 16:
             return
+        key = _txt(props, b"pk").encode()
         for addr in info.parsed_addresses(IPVersion.V4Only):
-            self._on_peer(peer_id, endpoint(addr, ctrl))
+            self._on_peer(peer_id, endpoint(addr, ctrl), key)
 
     def close(self) -> None:
         self._closed.set()

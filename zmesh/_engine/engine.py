@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from .._discovery.mdns import MdnsDiscovery
 from .._discovery.static import seed_endpoints
@@ -31,6 +32,7 @@ from .._protocol.frames import (
     StatusRequest,
 )
 from .._receipt import MessageId, Receipt
+from .._security import Keys, ZapHandler, load_keys, server_options
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
 from ..errors import DecodeError, NodeStateError, OutboxFullError, StoreError, ZMeshError
@@ -71,6 +73,9 @@ class Engine:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
+        self.keys = load_keys(config.secret_key_file, config.trusted_keys_dir,
+                              config.trusted_keys)
+        _warn_if_open(self.keys, config.mesh)
         self.store = Store(config.data_dir, config.map_size_bytes)
         try:
             self.node_id, self.incarnation, next_seq, next_lane = self.store.open_identity()
@@ -86,6 +91,7 @@ class Engine:
         self._next_seq = next_seq
         self._node_hex = self.node_id.hex()
         self._watches: list[Receipt] = []
+        self._bad_frames: dict[str, int] = {}
         self._alloc = threading.Lock()  # sequence allocation (application threads)
         self._submitted = 0  # messages prepared by application threads (under _alloc)
         self._done = 0  # of those, stored or failed (IO thread)
@@ -272,11 +278,14 @@ class Engine:
         self._wake_rx.bind(wake_ep)
         self._wake_tx.connect(wake_ep)
         max_frame = cfg.max_message_bytes + (1 << 20)
+        # The ZAP handler must be bound before any server socket, or CURVE admits everyone.
+        self.zap = ZapHandler(self.ctx, self.keys, self.counters)
         self.pull = self.ctx.socket(zmq.PULL)
         self.router = self.ctx.socket(zmq.ROUTER)
         for sock in (self.pull, self.router):
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
+            server_options(sock, self.keys)
         try:
             self.data_port = self._bind(self.pull)
             self.ctrl_port = self._bind(self.router)
@@ -287,16 +296,26 @@ class Engine:
         self.pull.bind(inproc + "-data")
         self.router.bind(inproc + "-ctrl")
         mesh = self.mesh = Mesh(self.ctx, cfg, self.node_id, self.incarnation, self.producer,
-                                self.counters, lambda: self._local_subs)
+                                self.counters, lambda: self._local_subs, self.keys)
         mesh.ctrl_port, mesh.data_port = self.ctrl_port, self.data_port
         mesh.hosts = tuple(cfg.interfaces) or ("*",)
         mesh.self_peer = mesh.make_peer(self.node_id, cfg.name, self.incarnation,
-                                          inproc + "-ctrl", inproc + "-data", time.monotonic())
+                                        inproc + "-ctrl", inproc + "-data", time.monotonic(),
+                                        self.keys.public if self.keys else b"")
         mesh.self_peer.is_self = True
         self.poller = zmq.Poller()
         self.poller.register(self._wake_rx, zmq.POLLIN)
         self.poller.register(self.pull, zmq.POLLIN)
         self.poller.register(self.router, zmq.POLLIN)
+        self.poller.register(self.zap.sock, zmq.POLLIN)
+        # Failed handshakes (a keyless node at a secured one, garbage instead of ZMTP) never
+        # reach ZAP; the sockets' monitors report them.
+        failed = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                  | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+        self._monitors = [self.pull.get_monitor_socket(failed),
+                          self.router.get_monitor_socket(failed)]
+        for mon in self._monitors:
+            self.poller.register(mon, zmq.POLLIN)
         now = time.monotonic()
         self.producer.load(now)
         for topic, tcfg in self.producer.topics.items():
@@ -306,8 +325,8 @@ class Engine:
         for ep in seed_endpoints(cfg.seeds):
             mesh.contact(ep, seed=True)
         known = self.store.known_peers()
-        for ep in known.values():
-            mesh.contact(ep)
+        for ep, key in known.values():
+            mesh.contact(ep, key=key)
         if known and self.producer.depth:
             # Hold the reopened backlog until the peers we knew are back (or presumed dead):
             # handing all of a group's partitions to whichever member says hello first
@@ -318,14 +337,15 @@ class Engine:
             self._mdns = MdnsDiscovery(
                 name=cfg.name, mesh=cfg.mesh, node_id=self.node_id, ctrl_port=self.ctrl_port,
                 data_port=self.data_port, interfaces=cfg.interfaces,
-                on_peer=lambda pid, ep: self._cmds_from_discovery(pid, ep))
+                on_peer=self._cmds_from_discovery,
+                public_key=self.keys.public if self.keys else b"")
             self._mdns.start()
         log.info("node %s (%s) of mesh %s up: control %s data %s", cfg.name,
                  self.node_id.hex()[:12], cfg.mesh, self.ctrl_port, self.data_port)
 
-    def _cmds_from_discovery(self, peer_id: bytes, ep: str) -> None:
+    def _cmds_from_discovery(self, peer_id: bytes, ep: str, key: bytes) -> None:
         if self._state == "running":
-            self.submit(("contact", ep, peer_id))
+            self.submit(("contact", ep, peer_id, key))
 
     def _bind(self, sock: zmq.Socket) -> int:
         ifaces = list(self.config.interfaces) or ["*"]
@@ -358,6 +378,11 @@ class Engine:
             self._wake_pending = False
         if self._cmds:
             stop = self._drain_commands(wb, pubs, calls, now)
+        if self.zap.sock in events:
+            self.zap.handle()
+        for mon in self._monitors:
+            if mon in events:
+                self._on_monitor(mon)
         if self.pull in events:
             self._recv_data(wb, now)
         if self.router in events:
@@ -422,10 +447,10 @@ class Engine:
                 pubs.extend(tx_pubs)
                 calls.append(done)
             elif kind == "contact":
-                _, ep, peer_id = cmd
+                _, ep, peer_id, key = cmd
                 peer = mesh.peers.get(peer_id)
                 if peer is None or (not peer.alive and peer.ctrl_ep != ep):
-                    mesh.contact(ep)
+                    mesh.contact(ep, key=key)
             elif kind == "sub":
                 self._local_subs.append(cmd[1])
                 self.consumer.add(cmd[1])
@@ -511,6 +536,32 @@ class Engine:
                 continue
             self.consumer.on_batch(batch, wb, now)
 
+    def _on_monitor(self, mon: zmq.Socket) -> None:
+        while True:
+            try:
+                event = recv_monitor_message(mon, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            n = self.counters.get("handshakes_failed") + 1
+            self.counters.add("handshakes_failed", 1)
+            if n in (1, 10, 100, 1000) or n % 10_000 == 0:
+                log.warning("%d failed handshakes so far (last: %s on %s); a node without "
+                            "the mesh's keys, or not speaking zmesh, tries to connect", n,
+                            zmq.Event(event["event"]).name, event["endpoint"])
+
+    def _abuse(self, frame: zmq.Frame) -> None:
+        """Count bad control frames per source address; ban an address past the limit."""
+        limit = self.config.ban_after_bad_frames
+        addr = _meta(frame, "Peer-Address")
+        if not limit or addr is None:
+            return
+        n = self._bad_frames[addr] = self._bad_frames.get(addr, 0) + 1
+        if n == limit:
+            self.zap.banned.add(addr)
+            self.counters.add("addresses_banned", 1)
+            log.warning("banning %s: %d undecodable control frames; it can no longer "
+                        "connect to this node", addr, n)
+
     def _recv_control(self, wb: WriteBatch, now: float) -> None:
         router = self.router
         mesh = self.mesh
@@ -520,23 +571,20 @@ class Engine:
                 frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            if len(frames) != 2:
-                self.counters.add("decode_errors", 1)
-                continue
             try:
+                if len(frames) != 2:
+                    raise DecodeError(f"{len(frames)} frames")
                 msg = decode_control(frames[1].bytes)
             except DecodeError as exc:
                 self.counters.add("decode_errors", 1)
                 log.debug("dropped a bad control frame: %s", exc)
+                self._abuse(frames[-1])
                 continue
             if isinstance(msg, Ack):
                 self.producer.on_ack(msg.topic, msg.lane, msg.seqs, wb)
             elif isinstance(msg, Hello):
-                try:
-                    addr = frames[1].get("Peer-Address")
-                except zmq.ZMQError:
-                    addr = None
-                mesh.on_hello(msg, addr, wb, now)
+                mesh.on_hello(msg, _meta(frames[1], "Peer-Address"),
+                              (_meta(frames[1], "User-Id") or "").encode(), wb, now)
                 self._awaiting.discard(msg.node_id)
             elif isinstance(msg, Nack):
                 self.producer.on_nack(msg.topic, msg.lane, msg.seqs,
@@ -666,6 +714,15 @@ class Engine:
             self._mdns = None
         if self.mesh is not None:
             self.mesh.close()
+        for name in ("pull", "router"):
+            sock = getattr(self, name, None)
+            if sock is not None and not sock.closed and getattr(self, "_monitors", None):
+                sock.disable_monitor()
+        for mon in getattr(self, "_monitors", ()):
+            mon.close(linger=0)
+        zap = getattr(self, "zap", None)
+        if zap is not None:
+            zap.close()
         ctx = getattr(self, "ctx", None)
         if ctx is not None:
             for name in ("pull", "router", "_wake_rx", "_wake_tx"):
@@ -673,6 +730,24 @@ class Engine:
                 if sock is not None:
                     sock.close(linger=0)
             ctx.term()
+
+
+_open_warned: set[str] = set()
+
+
+def _warn_if_open(keys: Keys | None, mesh: str) -> None:
+    """Say once per mesh and process that a mesh without keys admits anyone."""
+    if keys is None and mesh not in _open_warned:
+        _open_warned.add(mesh)
+        log.warning("mesh %r is open: no CURVE keys are configured, so anyone on the "
+                    "network can join it (set secret_key_file and trusted keys)", mesh)
+
+
+def _meta(frame: zmq.Frame, name: str) -> str | None:
+    try:
+        return frame.get(name)  # type: ignore[no-any-return]
+    except zmq.ZMQError:
+        return None
 
 
 def _host(iface: str) -> str:

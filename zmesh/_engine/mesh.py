@@ -12,6 +12,7 @@ import zmq
 from .._discovery.static import seed_endpoints
 from .._protocol.codec import encode_control
 from .._protocol.frames import Ack, Fail, Hello, Nack, PeerRef, SubInfo
+from .._security import Keys, client_options
 from .._store.store import WriteBatch
 from ..config import NodeConfig
 from .peers import Peer, endpoint, lane_name
@@ -34,8 +35,9 @@ class Mesh:
 
     def __init__(self, ctx: zmq.Context, config: NodeConfig, node_id: bytes, incarnation: int,
                  producer: Producer, counters: Counters,
-                 local_subs: Callable[[], list[Subscription]]) -> None:
+                 local_subs: Callable[[], list[Subscription]], keys: Keys | None) -> None:
         self.ctx = ctx
+        self.keys = keys
         self.config = config
         self.node_id = node_id
         self.incarnation = incarnation
@@ -44,7 +46,8 @@ class Mesh:
         self._local_subs = local_subs
         self.peers: dict[bytes, Peer] = {}
         self.self_peer: Peer | None = None
-        self._contacts: dict[str, tuple[zmq.Socket, int, bool]] = {}  # ep -> sock, beats, seed
+        # (endpoint, server key) -> (socket, heartbeats without answer, is a seed)
+        self._contacts: dict[tuple[str, bytes], tuple[zmq.Socket, int, bool]] = {}
         self.ctrl_backlog: dict[bytes, list[bytes]] = {}
         self._foreign_logged: set[bytes] = set()
         self.ctrl_port = 0
@@ -56,37 +59,49 @@ class Mesh:
         return self.self_peer if node_id == self.node_id else self.peers.get(node_id)
 
     def make_peer(self, node_id: bytes, name: str, incarnation: int, ctrl_ep: str,
-                   data_ep: str, now: float) -> Peer:
+                  data_ep: str, now: float, key: bytes = b"") -> Peer:
         push = self.ctx.socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
         push.setsockopt(zmq.IMMEDIATE, 1)
+        client_options(push, self.keys, key)
         push.connect(data_ep)
-        contact = self._contacts.pop(ctrl_ep, None)
-        if contact is not None:
-            contact[0].close(linger=0)  # its tiny queue was for hellos only
+        for ck in [ck for ck in self._contacts if ck[0] == ctrl_ep]:
+            self._contacts.pop(ck)[0].close(linger=0)  # its tiny queue was for hellos only
         dealer = self.ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
+        client_options(dealer, self.keys, key)
         dealer.connect(ctrl_ep)
-        return Peer(node_id, name, incarnation, ctrl_ep, data_ep, push, dealer, now)
+        return Peer(node_id, name, incarnation, ctrl_ep, data_ep, push, dealer, now,
+                    public_key=key)
 
     def hello(self) -> Hello:
         subs = tuple(SubInfo(s.topic, s.group, s.mode, s.config.max_in_flight,
                              s.config.batch_size) for s in self._local_subs())
-        refs = tuple(PeerRef(p.node_id, p.ctrl_ep) for p in self.peers.values() if p.alive)
+        refs = tuple(PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode())
+                     for p in self.peers.values() if p.alive)
         return Hello(self.node_id, self.config.name, self.config.mesh, self.incarnation,
                      self.ctrl_port, self.data_port, self.hosts, subs, refs)
 
-    def contact(self, ep: str, seed: bool = False) -> None:
+    def contact(self, ep: str, seed: bool = False, key: bytes = b"") -> None:
+        """Say hello to a control endpoint whose node we do not know yet.
+
+        On a secured mesh the server key must be known; when it is not (a seed), every
+        trusted key is tried: only the right one completes the CURVE handshake.
+        """
         if any(p.ctrl_ep == ep and p.alive for p in self.peers.values()):
             return
-        if ep in self._contacts:
-            return
-        dealer = self.ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.setsockopt(zmq.SNDHWM, 4)
-        dealer.connect(ep)
-        self._contacts[ep] = (dealer, 0, seed)
-        self.send_raw(dealer, encode_control(self.hello()))
+        candidates = [key] if key or self.keys is None else sorted(self.keys.trusted)
+        frame = encode_control(self.hello())
+        for k in candidates:
+            if (ep, k) in self._contacts:
+                continue
+            dealer = self.ctx.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.setsockopt(zmq.SNDHWM, 4)
+            client_options(dealer, self.keys, k)
+            dealer.connect(ep)
+            self._contacts[(ep, k)] = (dealer, 0, seed)
+            self.send_raw(dealer, frame)
 
     def send_raw(self, sock: zmq.Socket, frame: bytes) -> bool:
         try:
@@ -96,7 +111,9 @@ class Mesh:
             self.counters.add("control_send_full", 1)
             return False
 
-    def on_hello(self, hello: Hello, addr: str | None, wb: WriteBatch, now: float) -> None:
+    def on_hello(self, hello: Hello, addr: str | None, key: bytes, wb: WriteBatch,
+                 now: float) -> None:
+        """A hello (or heartbeat) arrived; ``key`` is the sender's authenticated CURVE key."""
         if hello.mesh != self.config.mesh:
             self.counters.add("foreign_mesh_hellos", 1)
             if hello.node_id not in self._foreign_logged:
@@ -122,9 +139,9 @@ class Mesh:
                 peer = None
         if peer is None:
             peer = self.make_peer(hello.node_id, hello.name, hello.incarnation, ctrl_ep,
-                                   data_ep, now)
+                                  data_ep, now, key)
             self.peers[hello.node_id] = peer
-            wb.peers_put[hello.node_id] = ctrl_ep.encode()
+            wb.peers_put[hello.node_id] = f"{ctrl_ep} {key.decode()}".strip().encode()
             log.info("peer %s (%s) joined at %s", hello.name, hello.node_id.hex()[:12],
                      ctrl_ep)
             self.send_raw(peer.dealer, encode_control(self.hello()))
@@ -137,7 +154,7 @@ class Mesh:
             self.apply_subs(peer, hello.subs, wb, now)
         for ref in hello.peers:
             if ref.node_id != self.node_id and ref.node_id not in self.peers:
-                self.contact(ref.ctrl_endpoint)
+                self.contact(ref.ctrl_endpoint, key=ref.public_key.encode())
 
     def apply_subs(self, peer: Peer, subs: tuple[SubInfo, ...], wb: WriteBatch,
                     now: float) -> None:

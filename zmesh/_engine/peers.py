@@ -38,6 +38,7 @@ class Peer:
     subs: tuple[SubInfo, ...] = ()
     lanes: dict[tuple[str, str], SubInfo] = field(default_factory=dict)
     dead_since: float = 0.0
+    public_key: bytes = b""  # Z85 CURVE key, on a secured mesh
 
     def close(self, linger_ms: int = 0) -> None:
         self.push.close(linger=0)

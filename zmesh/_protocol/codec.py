@@ -111,7 +111,7 @@ def encode_control(msg: Control) -> bytes:
             v, HELLO, msg.node_id, msg.name, msg.mesh, msg.incarnation, msg.ctrl_port,
             msg.data_port, list(msg.hosts),
             [[s.topic, s.group, s.mode, s.max_in_flight, s.batch_size] for s in msg.subs],
-            [[p.node_id, p.ctrl_endpoint] for p in msg.peers],
+            [[p.node_id, p.ctrl_endpoint, p.public_key] for p in msg.peers],
         ])
     if isinstance(msg, Ack):
         return _packb([v, ACK, msg.node_id, msg.topic, msg.lane, list(msg.seqs)])
@@ -153,8 +153,9 @@ def decode_control(frame: bytes) -> Control:
                                     _int(s[4], "batch_size", 1, MAX_BATCH_ITEMS)))
             peers = []
             for p in peers_raw:
-                _check(isinstance(p, list) and len(p) == 2, "bad peer ref")
-                peers.append(PeerRef(_node_id(p[0]), _str(p[1], "endpoint")))
+                _check(isinstance(p, list) and len(p) == 3, "bad peer ref")
+                peers.append(PeerRef(_node_id(p[0]), _str(p[1], "endpoint"),
+                                     _str(p[2], "public key", 40)))
             return Hello(
                 _node_id(obj[2]), _str(obj[3], "name"), _str(obj[4], "mesh"),
                 _int(obj[5], "incarnation"), _int(obj[6], "ctrl port", 1, 65535),

@@ -39,6 +39,7 @@ class PeerRef:
 
     node_id: bytes
     ctrl_endpoint: str
+    public_key: str = ""  # Z85 CURVE key on a secured mesh
 
 
 @dataclass(frozen=True, slots=True)

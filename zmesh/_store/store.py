@@ -14,7 +14,7 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   messages, pruned below each producer's announced floor.
 - ``dead``:  lane_id(4) + seq(8) -> msgpack [state, reason, attempts, failed_at, history,
   record]: parked messages of a lane (see _engine/deadletters.py).
-- ``peers``: node id(16) -> control endpoint: peers this node knew, contacted again after
+- ``peers``: node id(16) -> "endpoint[ key]": peers this node knew, contacted again after
   a restart so a node whose ports changed is found without mDNS or seeds.
 - ``ids``:   caller-chosen msg_id -> seq(8) + published_at(8): the producer's idempotency
   window; ``ids_t``: published_at(8) + msg_id -> b"", the same in time order for pruning.
@@ -199,10 +199,14 @@ class Store:
             get = txn.get
             return {k for k in keys if get(k) is not None}
 
-    def known_peers(self) -> dict[bytes, str]:
-        """Control endpoints of the peers this node knew before it stopped."""
+    def known_peers(self) -> dict[bytes, tuple[str, bytes]]:
+        """(control endpoint, CURVE key or b"") of the peers this node knew before."""
+        out = {}
         with self.env.begin(db=self.peers) as txn:
-            return {bytes(k): v.decode() for k, v in txn.cursor()}
+            for k, v in txn.cursor():
+                ep, _, key = v.decode().partition(" ")
+                out[bytes(k)] = (ep, key.encode())
+        return out
 
     def lookup_ids(self, msg_ids: list[bytes]) -> dict[bytes, int]:
         """Sequences of msg_ids already published within the idempotency window."""
