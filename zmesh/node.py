@@ -70,7 +70,8 @@ class Node:
     def close(self) -> None:
         """Stop subscriptions, flush acks, say bye to peers, close sockets and the store."""
         for sub in list(self._engine._local_subs):
-            sub._drain_unsettled()
+            if not sub.closed:
+                sub.close()  # gives what it still holds back to the producers
         self._engine.close()
 
     def __enter__(self) -> Node:

@@ -73,7 +73,15 @@ sub_infos = st.builds(
     max_in_flight=st.integers(1, 1 << 24),
     batch_size=st.integers(1, MAX_BATCH_ITEMS),
 )
-peer_refs = st.builds(PeerRef, node_id=node_ids, ctrl_endpoint=names)
+hosts = st.one_of(
+    st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9.\-]{0,30}\Z"),
+    st.ip_addresses(v=4).map(str),
+    st.ip_addresses(v=6).map(lambda a: f"[{a}]"),
+)
+endpoints = st.builds(lambda h, p: f"tcp://{h}:{p}", hosts, ports)
+curve_keys = st.one_of(st.just(""), st.text(min_size=40, max_size=40))
+peer_refs = st.builds(PeerRef, node_id=node_ids, ctrl_endpoint=endpoints,
+                      public_key=curve_keys)
 
 # Plain msgpack values that come back equal (lists, not tuples; str map keys).
 scalars = (
@@ -152,7 +160,7 @@ def sample_hello() -> Hello:
         5001,
         ("127.0.0.1",),
         (SubInfo("metrics", "agg", "shared", 100, 10),),
-        (PeerRef(b"\x02" * NODE_ID_BYTES, "127.0.0.1:6000"),),
+        (PeerRef(b"\x02" * NODE_ID_BYTES, "tcp://127.0.0.1:6000"),),
     )
 
 
@@ -767,3 +775,12 @@ def test_deeply_nested_input_is_rejected() -> None:
     frame = b"\x91" * 100_000 + b"\x00"  # 100k nested one-element arrays
     with pytest.raises(DecodeError):
         decode_control(frame)
+
+
+@pytest.mark.parametrize("endpoint", ["127.0.0.1:6000", "tcp://127.0.0.1X1", "tcp://h:0",
+                                      "tcp://h:70000", "ipc:///tmp/x", "tcp://a b:1", ""])
+def test_hello_with_an_unusable_peer_endpoint_is_rejected(endpoint: str) -> None:
+    hello = Hello(b"\x01" * NODE_ID_BYTES, "n", "m", 1, 5000, 5001, (), (),
+                  (PeerRef(b"\x02" * NODE_ID_BYTES, endpoint),))
+    with pytest.raises(DecodeError, match="endpoint"):
+        decode_control(encode_control(hello))

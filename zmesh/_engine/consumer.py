@@ -106,6 +106,12 @@ class Consumer:
                 i = self._rr[(topic, lane)] = (self._rr[(topic, lane)] + 1) % len(subs)
                 subs[i]._deliver(fresh)
 
+    def release(self, batch: Batch) -> None:
+        """Give a batch back to its producer without delivering it."""
+        self._outgoing.append((batch.node_id, Nack(self.engine.node_id, batch.topic,
+                                                   batch.lane,
+                                                   tuple(i.seq for i in batch.items), 0.0)))
+
     def _note_floor(self, producer: bytes, lane: str, floor: int, wb: WriteBatch,
                     now: float) -> None:
         key = (producer, lane)

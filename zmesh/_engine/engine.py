@@ -534,6 +534,12 @@ class Engine:
                 self.counters.add("decode_errors", 1)
                 log.debug("dropped a bad data frame: %s", exc)
                 continue
+            if self.mesh is not None and self.mesh.peer(batch.node_id) is None:
+                # Data can overtake its producer's hello; hand it back until we know the
+                # producer (the nack waits for it), and never deliver a stranger's batch.
+                self.counters.add("batches_from_unknown_peers", 1)
+                self.consumer.release(batch)
+                continue
             self.consumer.on_batch(batch, wb, now)
 
     def _on_monitor(self, mon: zmq.Socket) -> None:
@@ -580,27 +586,39 @@ class Engine:
                 log.debug("dropped a bad control frame: %s", exc)
                 self._abuse(frames[-1])
                 continue
-            if isinstance(msg, Ack):
-                self.producer.on_ack(msg.topic, msg.lane, msg.seqs, wb)
-            elif isinstance(msg, Hello):
-                mesh.on_hello(msg, _meta(frames[1], "Peer-Address"),
-                              (_meta(frames[1], "User-Id") or "").encode(), wb, now)
-                self._awaiting.discard(msg.node_id)
-            elif isinstance(msg, Nack):
-                self.producer.on_nack(msg.topic, msg.lane, msg.seqs,
-                                      None if msg.delay_s < 0 else msg.delay_s, wb, now)
-            elif isinstance(msg, Fail):
-                self.producer.on_fail(msg.topic, msg.lane, msg.seq, msg.reason, wb)
-            elif isinstance(msg, Bye):
-                peer = mesh.peers.get(msg.node_id)
-                if peer is not None and peer.incarnation == msg.incarnation:
-                    mesh.forget(peer, now, "said bye")
-            elif isinstance(msg, StatusRequest):
-                reply = encode_control(StatusReply(msg.token, self.status()))
-                try:
-                    router.send_multipart([frames[0].bytes, reply], zmq.NOBLOCK)
-                except zmq.ZMQError:
-                    self.counters.add("status_reply_dropped", 1)
+            try:
+                self._on_control(msg, frames, wb, now)
+            except Exception:
+                # Input must never stop the IO thread; this is a bug to report, not a crash.
+                self.counters.add("internal_errors", 1)
+                log.exception("error while handling a %s; the node goes on",
+                              type(msg).__name__)
+
+    def _on_control(self, msg: object, frames: list[zmq.Frame], wb: WriteBatch,
+                    now: float) -> None:
+        mesh = self.mesh
+        assert mesh is not None
+        if isinstance(msg, Ack):
+            self.producer.on_ack(msg.topic, msg.lane, msg.seqs, wb)
+        elif isinstance(msg, Hello):
+            mesh.on_hello(msg, _meta(frames[1], "Peer-Address"),
+                          (_meta(frames[1], "User-Id") or "").encode(), wb, now)
+            self._awaiting.discard(msg.node_id)
+        elif isinstance(msg, Nack):
+            self.producer.on_nack(msg.topic, msg.lane, msg.seqs,
+                                  None if msg.delay_s < 0 else msg.delay_s, wb, now)
+        elif isinstance(msg, Fail):
+            self.producer.on_fail(msg.topic, msg.lane, msg.seq, msg.reason, wb)
+        elif isinstance(msg, Bye):
+            peer = mesh.peers.get(msg.node_id)
+            if peer is not None and peer.incarnation == msg.incarnation:
+                mesh.forget(peer, now, "said bye")
+        elif isinstance(msg, StatusRequest):
+            reply = encode_control(StatusReply(msg.token, self.status()))
+            try:
+                self.router.send_multipart([frames[0].bytes, reply], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                self.counters.add("status_reply_dropped", 1)
 
     # -- peers ---------------------------------------------------------------------------
 

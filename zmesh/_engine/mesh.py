@@ -28,6 +28,8 @@ DEALER_LINGER_MS = 200
 CONTACT_EXPIRY_BEATS = 10
 FORGET_DEAD_AFTER_S = 600.0
 CTRL_BACKLOG_MAX = 10_000
+CTRL_BACKLOG_PEERS_MAX = 256  # distinct nodes with waiting settlements
+CTRL_BACKLOG_UNKNOWN_MAX = 1000  # frames waiting for a node not (yet) known
 
 
 class Mesh:
@@ -38,6 +40,9 @@ class Mesh:
                  local_subs: Callable[[], list[Subscription]], keys: Keys | None) -> None:
         self.ctx = ctx
         self.keys = keys
+        # A connection whose data stays unacknowledged this long is reset and redialed,
+        # rather than left in TCP's exponential retransmission backoff.
+        self._maxrt_ms = max(1000, int(config.dead_after_s * 1000))
         self.config = config
         self.node_id = node_id
         self.incarnation = incarnation
@@ -63,12 +68,14 @@ class Mesh:
         push = self.ctx.socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
         push.setsockopt(zmq.IMMEDIATE, 1)
+        push.setsockopt(zmq.TCP_MAXRT, self._maxrt_ms)
         client_options(push, self.keys, key)
         push.connect(data_ep)
         for ck in [ck for ck in self._contacts if ck[0] == ctrl_ep]:
             self._contacts.pop(ck)[0].close(linger=0)  # its tiny queue was for hellos only
         dealer = self.ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
+        dealer.setsockopt(zmq.TCP_MAXRT, self._maxrt_ms)
         client_options(dealer, self.keys, key)
         dealer.connect(ctrl_ep)
         return Peer(node_id, name, incarnation, ctrl_ep, data_ep, push, dealer, now,
@@ -99,7 +106,13 @@ class Mesh:
             dealer.setsockopt(zmq.LINGER, 0)
             dealer.setsockopt(zmq.SNDHWM, 4)
             client_options(dealer, self.keys, k)
-            dealer.connect(ep)
+            try:
+                dealer.connect(ep)
+            except zmq.ZMQError as exc:
+                dealer.close(linger=0)
+                self.counters.add("bad_endpoints", 1)
+                log.warning("cannot contact %r: %s", ep, exc)
+                return
             self._contacts[(ep, k)] = (dealer, 0, seed)
             self.send_raw(dealer, frame)
 
@@ -137,6 +150,12 @@ class Mesh:
                          peer.incarnation, hello.incarnation)
                 self.forget(peer, now, "restarted")
                 peer = None
+            elif not peer.alive:
+                # Back after a silence (a healed partition): its old connections may sit
+                # in TCP retransmission backoff for minutes, so start over with new ones.
+                log.info("peer %s is back after %.1fs", peer.name, now - peer.dead_since)
+                self.forget(peer, now, "back")
+                peer = None
         if peer is None:
             peer = self.make_peer(hello.node_id, hello.name, hello.incarnation, ctrl_ep,
                                   data_ep, now, key)
@@ -146,10 +165,6 @@ class Mesh:
                      ctrl_ep)
             self.send_raw(peer.dealer, encode_control(self.hello()))
         peer.last_seen = now
-        if not peer.alive:
-            log.info("peer %s is back", peer.name)
-            peer.alive = True
-            self.send_raw(peer.dealer, encode_control(self.hello()))
         if hello.subs != peer.subs:
             self.apply_subs(peer, hello.subs, wb, now)
         for ref in hello.peers:
@@ -230,8 +245,13 @@ class Mesh:
                 return
             except zmq.Again:
                 pass
-        backlog = self.ctrl_backlog.setdefault(node_id, [])
-        if len(backlog) < CTRL_BACKLOG_MAX:
+        backlog = self.ctrl_backlog.get(node_id)
+        if backlog is None:
+            if len(self.ctrl_backlog) >= CTRL_BACKLOG_PEERS_MAX:
+                self.counters.add("control_dropped", 1)  # too many unknown nodes
+                return
+            backlog = self.ctrl_backlog[node_id] = []
+        if len(backlog) < (CTRL_BACKLOG_MAX if peer is not None else CTRL_BACKLOG_UNKNOWN_MAX):
             backlog.append(frame)
         else:
             self.counters.add("control_dropped", 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,6 +85,16 @@ def _num(value: Any, what: str) -> float:
     return float(value)
 
 
+_ENDPOINT = re.compile(r"^tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+):(\d{1,5})$")
+
+
+def _endpoint(value: Any) -> str:
+    ep = _str(value, "endpoint")
+    m = _ENDPOINT.match(ep)
+    _check(m is not None and 0 < int(m.group(2)) < 65536, "bad endpoint")
+    return ep
+
+
 def _seqs(value: Any) -> tuple[int, ...]:
     _check(isinstance(value, list) and len(value) <= MAX_BATCH_ITEMS, "bad seq list")
     for s in value:
@@ -154,7 +165,7 @@ def decode_control(frame: bytes) -> Control:
             peers = []
             for p in peers_raw:
                 _check(isinstance(p, list) and len(p) == 3, "bad peer ref")
-                peers.append(PeerRef(_node_id(p[0]), _str(p[1], "endpoint"),
+                peers.append(PeerRef(_node_id(p[0]), _endpoint(p[1]),
                                      _str(p[2], "public key", 40)))
             return Hello(
                 _node_id(obj[2]), _str(obj[3], "name"), _str(obj[4], "mesh"),

@@ -267,7 +267,7 @@ class Demo:
                 kind = event.get("event")
                 if (self.paused_at is not None and not self.crashed
                         and time.monotonic() - self.paused_at > IDLE_KILL_S):
-                    self._crash({"handled": "its", "unacked": 0}, progress)
+                    self._crash({"handled": 0, "unacked": 0, "idle": True}, progress)
                 if name == "producer" and kind == "paused":
                     self.paused_at = time.monotonic()
                 elif name == "producer" and kind == "joining":
@@ -290,8 +290,12 @@ class Demo:
         self.crashed = True
         self.fleet.kill(self.victim)
         group = self.victim.rsplit("-", 1)[0]
-        self.crash = (f"{self.victim} killed (SIGKILL) with {event['unacked']} messages "
-                      f"handled but not acked; restarted on its data dir")
+        if event.get("idle"):
+            self.crash = (f"{self.victim} killed (SIGKILL) while idle (no messages came its "
+                          "way); restarted on its data dir")
+        else:
+            self.crash = (f"{self.victim} killed (SIGKILL) with {event['unacked']} messages "
+                          f"handled but not acked; restarted on its data dir")
         progress.console.print(f"[yellow]crash:[/] {self.victim} killed with SIGKILL after "
                                f"handling {event['handled']} messages "
                                f"({event['unacked']} not yet acked); restarting it")

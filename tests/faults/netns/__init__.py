@@ -1,0 +1,1 @@
+"""Fault tests across hosts made of network namespaces (root only)."""

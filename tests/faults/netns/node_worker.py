@@ -1,0 +1,232 @@
+"""One zmesh node of the netns fault tests, run inside a host namespace.
+
+    ip netns exec NS python node_worker.py producer --name p --mesh M --data-dir D \
+        --iface 10.77.0.1 --run-dir R --count N --rate R --groups g1,g2
+    ip netns exec NS python node_worker.py consumer --name c1 --mesh M --data-dir D \
+        --iface 10.77.0.2 --run-dir R --group g1
+
+Every node binds its host's ``eth0`` address only and finds the others over mDNS on it (no
+seeds), with short heartbeats. It writes ``RUN_DIR/NAME.info.json`` (id, control address,
+incarnation, pid) once started, and ``RUN_DIR/NAME.status.json`` (its ``node.status()``)
+every ``STATUS_INTERVAL_S``; both atomically.
+
+The producer waits for ``RUN_DIR/go``, then publishes message indexes ``start..N-1`` to
+topic ``stream`` at ``--rate`` per second (the groups declared up front, so nothing depends
+on who is discovered first), and appends, fsync'd, the highest index known stored to
+``RUN_DIR/progress`` every ``CHECKPOINT`` messages. A restarted producer resumes after the
+last recorded index. It exits 0 once its outbox is empty (every group acked everything).
+
+A consumer appends ``index seq attempt partition incarnation`` per message to
+``RUN_DIR/NAME.log``, flushes and fsyncs the batch, then acks it. SIGTERM closes it
+cleanly (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import zmesh
+
+TOPIC = "stream"
+PARTITIONS = 8
+TIMING = {"heartbeat_interval_s": 0.2, "dead_after_s": 1.5}
+STATUS_INTERVAL_S = 0.1
+CHECKPOINT = 200
+PACE_CHUNK = 20
+GO_WAIT_S = 60.0
+PUBLISH_ATTEMPTS = 6  # each waits up to publish_timeout_s for room in the outbox
+DRAIN_TIMEOUT_S = 120.0
+FETCH_MAX = 500
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def last_progress(path: Path) -> int:
+    """The highest index recorded as stored, or -1."""
+    if not path.exists():
+        return -1
+    lines = path.read_text().split("\n")[:-1]  # a torn last line (killed mid-write) is not one
+    return max((int(line) for line in lines if line.isdigit()), default=-1)
+
+
+class StatusWriter:
+    """Writes the node's status to a file every STATUS_INTERVAL_S, off the main thread."""
+
+    def __init__(self, node: zmesh.Node, path: Path) -> None:
+        self.node = node
+        self.path = path
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # the main thread writes a last status too
+        self._thread = threading.Thread(target=self._run, name="status-writer", daemon=True)
+
+    def start(self) -> StatusWriter:
+        self.write()
+        self._thread.start()
+        return self
+
+    def write(self) -> None:
+        with self._lock:
+            status = self.node.status()
+            status["written_at"] = time.time()
+            write_atomic(self.path, json.dumps(status, default=str))
+
+    def _run(self) -> None:
+        while not self._stop.wait(STATUS_INTERVAL_S):
+            try:
+                self.write()
+            except zmesh.ZMeshError:
+                return  # the node is closing
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+def make_node(args: argparse.Namespace, **options: object) -> zmesh.Node:
+    node = zmesh.Node(args.name, mesh=args.mesh, data_dir=args.data_dir,
+                      interfaces=[args.iface], mdns=True, **TIMING, **options)
+    node.start()
+    run_dir = Path(args.run_dir)
+    write_atomic(run_dir / f"{args.name}.info.json", json.dumps({
+        "id": node.id, "control": node.control_address, "pid": os.getpid(),
+        "incarnation": node.status()["node"]["incarnation"]}))
+    return node
+
+
+def run_producer(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    progress = run_dir / "progress"
+    start = last_progress(progress) + 1
+    node = make_node(args, max_outbox_messages=args.max_outbox, publish_timeout_s=10.0)
+    status = None
+    try:
+        node.topic(TOPIC, groups=args.groups.split(","), partitions=PARTITIONS)
+        status = StatusWriter(node, run_dir / f"{args.name}.status.json").start()
+        print(f"producer {node.id[:12]} at {node.control_address} resumes at index {start} "
+              f"(outbox {node.status()['outbox']})", flush=True)
+        go = run_dir / "go"
+        deadline = time.monotonic() + GO_WAIT_S
+        while not go.exists():
+            if time.monotonic() >= deadline:
+                print(f"no {go} after {GO_WAIT_S:g}s", flush=True)
+                return 4
+            time.sleep(0.02)
+        t0 = time.monotonic()
+        with open(progress, "a") as prog:
+            receipt = None
+            for index in range(start, args.count):
+                if (index - start) % PACE_CHUNK == 0:
+                    due = t0 + (index - start) / args.rate
+                    delay = due - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)  # pacing the stream, not synchronising
+                for attempt in range(PUBLISH_ATTEMPTS):
+                    try:
+                        receipt = node.publish(TOPIC, str(index).encode())
+                        break
+                    except zmesh.OutboxFullError:
+                        print(f"outbox full at index {index} (attempt {attempt + 1})",
+                              flush=True)
+                else:
+                    print(f"gave up publishing index {index}", flush=True)
+                    return 2
+                if (index + 1) % CHECKPOINT == 0 or index == args.count - 1:
+                    # Receipts resolve in publish order: every index up to this one is stored.
+                    receipt.wait_stored(timeout=30)
+                    prog.write(f"{index}\n")
+                    prog.flush()
+                    os.fsync(prog.fileno())
+        print(f"producer published up to {args.count - 1}; draining", flush=True)
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while True:
+            depth = node.status()["outbox"]
+            if depth == 0:
+                break
+            if time.monotonic() >= deadline:
+                print(f"outbox still holds {depth} after {DRAIN_TIMEOUT_S:g}s: "
+                      f"{node.status()['lanes']}", flush=True)
+                return 3
+            time.sleep(0.05)
+        status.write()
+        print(f"producer done: {node.stats()}", flush=True)
+        return 0
+    finally:
+        if status is not None:
+            status.stop()
+        node.close()
+
+
+def run_consumer(args: argparse.Namespace) -> int:
+    stop = False
+
+    def on_term(_sig: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    run_dir = Path(args.run_dir)
+    node = make_node(args)
+    status = None
+    try:
+        incarnation = node.status()["node"]["incarnation"]
+        sub = node.subscribe(TOPIC, group=args.group)
+        status = StatusWriter(node, run_dir / f"{args.name}.status.json").start()
+        print(f"consumer {args.name} ({args.group}) {node.id[:12]} at "
+              f"{node.control_address}", flush=True)
+        with open(run_dir / f"{args.name}.log", "a") as log:
+            fd = log.fileno()
+            while not stop:
+                msgs = sub.fetch(FETCH_MAX, timeout=0.1)
+                if not msgs:
+                    continue
+                log.write("".join(f"{int(m.payload)} {m.id.seq} {m.attempt} "
+                                  f"{m.partition} {incarnation}\n" for m in msgs))
+                log.flush()
+                os.fsync(fd)
+                for m in msgs:
+                    m.ack()
+        print(f"consumer {args.name} stopping: {node.stats()}", flush=True)
+        return 0
+    finally:
+        if status is not None:
+            status.stop()
+        node.close()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="node_worker")
+    roles = parser.add_subparsers(dest="role", required=True)
+    prod = roles.add_parser("producer")
+    cons = roles.add_parser("consumer")
+    for p in (prod, cons):
+        p.add_argument("--name", required=True)
+        p.add_argument("--mesh", required=True)
+        p.add_argument("--data-dir", required=True)
+        p.add_argument("--iface", required=True)
+        p.add_argument("--run-dir", required=True)
+    prod.add_argument("--count", type=int, required=True)
+    prod.add_argument("--rate", type=float, required=True)
+    prod.add_argument("--groups", required=True)
+    prod.add_argument("--max-outbox", type=int, default=20_000)
+    cons.add_argument("--group", required=True)
+    args = parser.parse_args(argv)
+    return run_producer(args) if args.role == "producer" else run_consumer(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,278 @@
+"""The ``zmesh`` command, run as real processes on loopback (mDNS off, no fixed ports)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import spawn, wait_until
+
+CLI = ["-m", "zmesh.cli"]
+LOOP = ["--interface", "127.0.0.1", "--no-mdns"]
+ADDRESS_RE = re.compile(r"control (127\.0\.0\.1:\d+)")
+
+
+class Proc:
+    """A CLI child whose stdout and stderr go to files (no pipes to drain)."""
+
+    def __init__(self, tmp_path: Path, name: str, args: list[str],
+                 stdin: int | None = subprocess.DEVNULL) -> None:
+        self.out = tmp_path / f"{name}.out"
+        self.err = tmp_path / f"{name}.err"
+        with self.out.open("wb") as out, self.err.open("wb") as err:
+            self.popen = spawn([*CLI, *args], stdout=out, stderr=err, stdin=stdin)
+
+    def stdout(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.err.read_text(errors="replace")
+
+    def wait_for(self, pattern: re.Pattern[str] | str, timeout: float = 30.0,
+                 stream: str = "stdout") -> re.Match[str]:
+        """Wait until the output matches; fail early (with its stderr) if the process ends."""
+        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+
+        def seen() -> re.Match[str] | None:
+            found = regex.search(self.stdout() if stream == "stdout" else self.stderr())
+            if found is None and self.popen.poll() is not None:
+                pytest.fail(f"process exited {self.popen.returncode} before printing "
+                            f"{regex.pattern!r}; stderr:\n{self.stderr()}")
+            return found
+
+        return wait_until(seen, timeout, what=f"{regex.pattern!r} on {stream}")  # type: ignore[return-value]
+
+    def finish(self, timeout: float) -> int:
+        return self.popen.wait(timeout=timeout)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """Every process a test starts is stopped by pid at the end, killed if it must be."""
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        if p.popen.poll() is None:
+            p.popen.terminate()
+    for p in started:
+        try:
+            p.popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.popen.kill()
+            p.popen.wait(timeout=10)
+
+
+def run_cli(args: list[str], timeout: float = 60.0, stdin_data: bytes | None = None,
+            env: dict[str, str] | None = None, cwd: str | None = None,
+            ) -> subprocess.CompletedProcess:
+    """Run the CLI to completion (killed after ``timeout``); text stdout and stderr."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+    env.setdefault("COLUMNS", "120")  # rich tables wide enough to match rows
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.Popen([sys.executable, *CLI, *args], env=env, cwd=cwd,
+                            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(stdin_data, timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), err.decode())
+
+
+def hub_toml(tmp_path: Path, mesh: str) -> Path:
+    path = tmp_path / "hub.toml"
+    path.write_text(f"""
+[node]
+name = "hub"
+mesh = "{mesh}"
+data_dir = "{tmp_path / 'hub-data'}"
+interfaces = ["127.0.0.1"]
+mdns = false
+heartbeat_interval_s = 0.2
+dead_after_s = 2.0
+
+[topics.t]
+groups = ["g"]
+ack_timeout_s = 5.0
+""")
+    return path
+
+
+@pytest.fixture
+def hub(tmp_path: Path, mesh_name: str, procs: list[Proc]) -> tuple[Proc, str]:
+    """``zmesh node run`` on a TOML file: the seed the other commands start from."""
+    proc = Proc(tmp_path, "hub", ["node", "run", str(hub_toml(tmp_path, mesh_name))])
+    procs.append(proc)
+    return proc, proc.wait_for(ADDRESS_RE).group(1)
+
+
+def status_json(address: str) -> dict:
+    done = run_cli(["status", address, "--json", "--timeout", "5"])
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_pub_to_sub_through_a_seed(tmp_path: Path, mesh_name: str, hub: tuple[Proc, str],
+                                   procs: list[Proc]) -> None:
+    _, seed = hub
+    node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
+    sub = Proc(tmp_path, "sub", ["sub", "t", "--group", "g", *node, "--count", "3",
+                                 "--timeout", "60"])
+    procs.append(sub)
+    sub.wait_for("consuming t as g", stream="stderr")
+    pub = run_cli(["pub", "t", "-", *node, "--group", "g", "--timeout", "60"],
+                  stdin_data=b"alpha\nbeta\ngamma\n", timeout=90)
+    assert pub.returncode == 0, pub.stderr
+    assert "published 3, acknowledged 3" in pub.stdout
+    assert sub.finish(timeout=60) == 0, sub.stderr()
+    assert sorted(sub.stdout().split()) == ["alpha", "beta", "gamma"]
+
+
+def test_sub_exec_nacks_on_failure_then_acks(tmp_path: Path, mesh_name: str,
+                                             hub: tuple[Proc, str], procs: list[Proc]) -> None:
+    _, seed = hub
+    node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
+    flag, out = tmp_path / "failed-once", tmp_path / "handled.txt"
+    # The first run fails (nack: redelivered after the backoff); later runs append the payload.
+    cmd = f"test -e {flag} || {{ touch {flag}; exit 3; }}; cat >> {out}; echo >> {out}"
+    sub = Proc(tmp_path, "sub", ["sub", "t", "--group", "g", *node, "--count", "2",
+                                 "--timeout", "60", "--exec", cmd])
+    procs.append(sub)
+    sub.wait_for("consuming t as g", stream="stderr")
+    for payload in ("one", "two"):
+        done = run_cli(["pub", "t", payload, *node, "--group", "g", "--timeout", "60"],
+                       timeout=90)
+        assert done.returncode == 0, done.stderr
+    assert sub.finish(timeout=60) == 0, sub.stderr()
+    assert sorted(out.read_text().split()) == ["one", "two"]
+    assert "exited 3" in sub.stderr() and "nacked" in sub.stderr()
+
+
+def test_status_and_peers_of_a_running_node(tmp_path: Path, mesh_name: str,
+                                            hub: tuple[Proc, str], procs: list[Proc]) -> None:
+    hub_proc, address = hub
+    sub = Proc(tmp_path, "sub", ["sub", "t", "--group", "g", *LOOP, "--mesh", mesh_name,
+                                 "--seed", address, "--name", "reader-1", "--timeout", "120"])
+    procs.append(sub)
+
+    def sub_is_member() -> dict | None:
+        status = status_json(address)
+        lanes = [ln for ln in status["lanes"] if ln["topic"] == "t" and ln["lane"] == "g"]
+        return status if lanes and len(lanes[0]["members"]) == 1 else None
+
+    status = wait_until(sub_is_member, 30, interval=0.2, what="reader-1 in lane t/g at hub")
+    assert isinstance(status, dict)
+    assert status["node"]["name"] == "hub"
+    assert status["node"]["mesh"] == mesh_name
+    assert [p["name"] for p in status["peers"]] == ["reader-1"]
+    assert status["peers"][0]["subscriptions"] == [["t", "g", "shared"]]
+
+    text = run_cli(["status", address])
+    assert text.returncode == 0, text.stderr
+    for expected in ("hub", mesh_name, "lanes", "reader-1", "peers", "counters"):
+        assert expected in text.stdout
+    assert re.search(r"│ t\s+│ g\s+│ shared\s+│\s+0 │", text.stdout), text.stdout
+
+    peers = run_cli(["peers", address])
+    assert peers.returncode == 0, peers.stderr
+    assert "reader-1" in peers.stdout and "t/g (shared)" in peers.stdout
+    peers_json = json.loads(run_cli(["peers", address, "--json"]).stdout)
+    assert [p["name"] for p in peers_json] == ["reader-1"]
+
+    # A second node on the same data dir is refused with one clear line.
+    twin = run_cli(["node", "run", str(tmp_path / "hub.toml")], timeout=60)
+    assert twin.returncode == 1, twin.stderr
+    assert "in use by another zmesh node" in twin.stderr and "Traceback" not in twin.stderr
+
+    # SIGTERM stops `zmesh node run` cleanly.
+    hub_proc.popen.send_signal(signal.SIGTERM)
+    assert hub_proc.finish(timeout=30) == 0, hub_proc.stderr()
+    assert "hub: closed" in hub_proc.stderr()
+
+
+def test_status_without_a_node_fails_clearly() -> None:
+    # A listening socket that never speaks ZMTP: connectable, but no reply ever comes.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        done = run_cli(["status", f"127.0.0.1:{port}", "--timeout", "1"])
+    assert done.returncode == 1
+    assert f"no status reply from 127.0.0.1:{port} within 1s" in done.stderr
+    assert "Traceback" not in done.stderr
+    bad = run_cli(["status", "not-an-address"])
+    assert bad.returncode == 2
+    assert "host:port" in bad.stderr
+
+
+BAD_TOML = {
+    "invalid": ("[node\nname = 'x'\n", "invalid TOML"),
+    "unknown-key": ("[node]\nname = 'x'\ndata_dir = 'd'\ncolour = 'blue'\n", "colour"),
+    "bad-value": ("[node]\nname = 'x'\ndata_dir = 'd'\nheartbeat_interval_s = -1\n",
+                  "heartbeat_interval_s"),
+    "bad-topic": ("[node]\nname = 'x'\ndata_dir = 'd'\n[topics.t]\npartitions = 0\n",
+                  "partitions"),
+    "bad-name": ("[node]\nname = 'no spaces'\ndata_dir = 'd'\n", "name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TOML))
+def test_node_run_rejects_bad_toml(tmp_path: Path, case: str) -> None:
+    text, key = BAD_TOML[case]
+    path = tmp_path / f"{case}.toml"
+    path.write_text(text)
+    done = run_cli(["node", "run", str(path)], timeout=30, cwd=str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert str(path) in done.stderr
+    assert key in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_node_run_missing_file_and_bad_options() -> None:
+    missing = run_cli(["node", "run", "/nonexistent/node.toml"], timeout=30)
+    assert missing.returncode == 2
+    assert "/nonexistent/node.toml" in missing.stderr and "Traceback" not in missing.stderr
+    bad_mesh = run_cli(["pub", "t", "x", "--mesh", "not a mesh", *LOOP], timeout=30)
+    assert bad_mesh.returncode == 2
+    assert "mesh name" in bad_mesh.stderr and "Traceback" not in bad_mesh.stderr
+
+
+def test_help_and_console_script() -> None:
+    done = run_cli(["--help"], timeout=30)
+    assert done.returncode == 0
+    for command in ("demo", "pub", "sub", "status", "peers", "node"):
+        assert command in done.stdout
+    script = Path(sys.executable).parent / "zmesh"
+    if not script.exists():
+        pytest.skip("zmesh console script not installed next to this interpreter")
+    installed = subprocess.run([str(script), "--version"], capture_output=True, text=True,
+                               timeout=30, check=False)
+    assert installed.returncode == 0 and "zmesh" in installed.stdout
+
+
+@pytest.mark.slow
+def test_demo_loses_nothing(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = run_cli(["demo", "--messages", "3000", "--timeout", "120"], timeout=280,
+                   env={**os.environ, "TMPDIR": str(scratch)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "lost 0" in done.stdout
+    assert re.search(r"│ lost\s+│\s+0 │", done.stdout), done.stdout
+    assert re.search(r"delivered to workers \(2 members\)\s+│\s+3,000", done.stdout)
+    assert re.search(r"delivered to audit \(1 member\)\s+│\s+3,000", done.stdout)
+    assert "killed (SIGKILL)" in done.stdout
+    assert list(scratch.iterdir()) == []  # data dirs, records and logs are gone
