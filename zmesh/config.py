@@ -19,6 +19,7 @@ Durability = Literal["fsync", "process", "memory"]
 Mode = Literal["shared", "broadcast"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
+_HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def check_name(kind: str, value: object) -> str:
@@ -95,6 +96,8 @@ class SubscriptionConfig:
 
     mode ``shared``: members of the group compete; each (producer, partition) goes to one
     live member. ``broadcast``: this member gets its own copy of every message.
+    ``topic`` and ``handler`` (``"package.module:function"``) are for subscriptions a node
+    starts by itself, from NodeConfig.subscriptions (a node definition file).
     """
 
     group: str
@@ -102,9 +105,15 @@ class SubscriptionConfig:
     max_in_flight: int = 1000
     batch_size: int = 100
     concurrency: int = 1
+    topic: str | None = None
+    handler: str | None = None
 
     def __post_init__(self) -> None:
         check_name("group", self.group)
+        if self.topic is not None:
+            check_name("topic", self.topic)
+        if self.handler is not None and not _HANDLER_RE.match(str(self.handler)):
+            raise ConfigError(f"handler {self.handler!r} must be 'package.module:function'")
         if "/" in self.group:
             raise ConfigError("group names may not contain '/'")
         if self.mode not in ("shared", "broadcast"):
@@ -123,6 +132,8 @@ class NodeConfig:
 
     interfaces: addresses to bind and to speak mDNS on; empty means all interfaces.
     seeds: control addresses ``"host:port"`` of peers to contact directly.
+    metrics_address: ``host:port`` for a Prometheus endpoint (port 0: any free port; needs
+    the ``metrics`` extra).
     secret_key_file / trusted_keys_dir / trusted_keys: CurveZMQ security; with a secret
     key every socket is encrypted and only trusted public keys (and this node's own) may
     connect. ban_after_bad_frames: refuse new connections from an address that sent this
@@ -148,6 +159,8 @@ class NodeConfig:
     trusted_keys: tuple[str, ...] = ()
     ban_after_bad_frames: int = 1000
     topics: Mapping[str, TopicConfig] = field(default_factory=dict)
+    subscriptions: tuple[SubscriptionConfig, ...] = ()
+    metrics_address: str | None = None
 
     def __post_init__(self) -> None:
         check_name("node", self.name)
@@ -193,6 +206,15 @@ class NodeConfig:
             if not isinstance(cfg, TopicConfig):
                 raise ConfigError(f"NodeConfig.topics[{topic!r}] must be a TopicConfig")
         object.__setattr__(self, "topics", dict(self.topics))
+        subs = tuple(self.subscriptions)
+        for sub in subs:
+            if not isinstance(sub, SubscriptionConfig) or sub.topic is None or \
+                    sub.handler is None:
+                raise ConfigError("NodeConfig.subscriptions holds SubscriptionConfig with a "
+                                  "topic and a handler ('package.module:function')")
+        object.__setattr__(self, "subscriptions", subs)
+        if self.metrics_address is not None:
+            parse_seed(self.metrics_address, allow_port_zero=True)
 
     def replace(self, **changes: Any) -> NodeConfig:
         """A copy with some fields changed (validated again)."""
@@ -213,10 +235,11 @@ class NodeConfig:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<config>") -> NodeConfig:
         """Build from parsed TOML; errors name the source and the offending key."""
-        unknown = set(data) - {"node", "topics"}
+        unknown = set(data) - {"node", "topics", "subscriptions"}
         if unknown:
-            raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}; "
-                              "a node definition has [node] and [topics.NAME] tables")
+            raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}; a node "
+                              "definition has [node], [topics.NAME] and "
+                              "[subscriptions.NAME] tables")
         node = _table(data.get("node", {}), f"{source}: [node]")
         topics_raw = _table(data.get("topics", {}), f"{source}: [topics]")
         topics = {}
@@ -227,13 +250,24 @@ class NodeConfig:
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {exc}") from exc
             topics[topic] = _build(TopicConfig, _table(opts, where), where)
-        node_fields = {f.name for f in dataclasses.fields(cls)} - {"topics"}
+        subs = []
+        for name, opts in _table(data.get("subscriptions", {}),
+                                 f"{source}: [subscriptions]").items():
+            where = f"{source}: [subscriptions.{name}]"
+            opts = _table(opts, where)
+            for required in ("topic", "group", "handler"):
+                if required not in opts:
+                    raise ConfigError(f"{where} needs {required} = ... (handler is "
+                                      "'package.module:function', called per message)")
+            subs.append(_build(SubscriptionConfig, opts, where))
+        node_fields = {f.name for f in dataclasses.fields(cls)} - {"topics", "subscriptions"}
         bad = set(node) - node_fields
         if bad:
             raise ConfigError(
                 f"{source}: [node] has unknown key(s) {sorted(bad)}; known: {sorted(node_fields)}"
             )
-        return _build(cls, {**node, "topics": topics}, f"{source}: [node]")
+        return _build(cls, {**node, "topics": topics, "subscriptions": tuple(subs)},
+                      f"{source}: [node]")
 
 
 def _table(value: Any, where: str) -> Mapping[str, Any]:
@@ -256,9 +290,11 @@ def _build(cls: Any, opts: Mapping[str, Any], where: str) -> Any:
         raise ConfigError(f"{where}: {exc}") from exc
 
 
-def parse_seed(seed: str) -> tuple[str, int]:
-    """Split ``"host:port"``; raise ConfigError naming the seed when it is not one."""
+def parse_seed(seed: str, *, allow_port_zero: bool = False) -> tuple[str, int]:
+    """Split ``"host:port"``; raise ConfigError naming the address when it is not one."""
     host, sep, port = str(seed).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"seed {seed!r} must be 'host:port' with a port in 1..65535")
+    low = 0 if allow_port_zero else 1
+    if not sep or not host or not port.isdigit() or not low <= int(port) < 65536:
+        raise ConfigError(f"address {seed!r} must be 'host:port' with a port in "
+                          f"{low}..65535")
     return host.strip("[]"), int(port)

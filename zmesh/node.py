@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -53,6 +54,7 @@ class Node:
         self.config = config
         self._topics: dict[str, TopicConfig] = dict(config.topics)
         self._known_topics: set[str] = set()  # names that passed check_name
+        self._metrics: Any = None
         self._engine = Engine(config)
 
     @classmethod
@@ -63,15 +65,40 @@ class Node:
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> Node:
-        """Bind sockets, reopen the outbox, start discovery; returns self."""
+        """Bind sockets, reopen the outbox, start discovery, start the configured
+        subscriptions and metrics endpoint; returns self."""
+        try:
+            handlers = [(sub, resolve_handler(sub)) for sub in self.config.subscriptions]
+        except BaseException:
+            self._engine.close()
+            raise
         self._engine.start()
+        try:
+            for sub, handler in handlers:
+                assert sub.topic is not None
+                self.subscribe(sub.topic, config=sub, handler=handler)
+            if self.config.metrics_address is not None:
+                from ._metrics import serve_metrics
+
+                self._metrics = serve_metrics(self, self.config.metrics_address)
+        except BaseException:
+            self.close()
+            raise
         return self
+
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of the Prometheus endpoint, when metrics_address is set."""
+        return None if self._metrics is None else self._metrics.address
 
     def close(self) -> None:
         """Stop subscriptions, flush acks, say bye to peers, close sockets and the store."""
         for sub in list(self._engine._local_subs):
             if not sub.closed:
                 sub.close()  # gives what it still holds back to the producers
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
         self._engine.close()
 
     def __enter__(self) -> Node:
@@ -335,3 +362,18 @@ def _seqs(ids: Iterable[MessageId | int] | None, producer: str) -> set[int] | No
         else:
             raise ArgumentError(f"ids must be MessageId or int sequences, got {i!r}")
     return out
+
+
+def resolve_handler(sub: SubscriptionConfig) -> Callable[[Message], Any]:
+    """Import a subscription's ``package.module:function`` handler."""
+    module_name, _, attr = str(sub.handler).partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"subscription {sub.topic}/{sub.group}: cannot import handler "
+                          f"module {module_name!r}: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"subscription {sub.topic}/{sub.group}: {sub.handler!r} is not a "
+                          "function")
+    return fn  # type: ignore[no-any-return]

@@ -24,6 +24,8 @@ from .._discovery.static import seed_endpoints
 from .._protocol.codec import decode_batch, decode_control, encode_batch_header, encode_control
 from .._protocol.frames import (
     Ack,
+    AdminReply,
+    AdminRequest,
     Bye,
     Fail,
     Hello,
@@ -36,6 +38,7 @@ from .._security import Keys, ZapHandler, load_keys, server_options
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
 from ..errors import DecodeError, NodeStateError, OutboxFullError, StoreError, ZMeshError
+from .admin import admin
 from .consumer import Consumer
 from .lane import Entry, Lane
 from .mesh import Mesh
@@ -614,11 +617,15 @@ class Engine:
             if peer is not None and peer.incarnation == msg.incarnation:
                 mesh.forget(peer, now, "said bye")
         elif isinstance(msg, StatusRequest):
-            reply = encode_control(StatusReply(msg.token, self.status()))
-            try:
-                self.router.send_multipart([frames[0].bytes, reply], zmq.NOBLOCK)
-            except zmq.ZMQError:
-                self.counters.add("status_reply_dropped", 1)
+            self._reply(frames[0], StatusReply(msg.token, self.status()))
+        elif isinstance(msg, AdminRequest):
+            self._reply(frames[0], admin(self, msg, wb, now))
+
+    def _reply(self, identity: zmq.Frame, msg: StatusReply | AdminReply) -> None:
+        try:
+            self.router.send_multipart([identity.bytes, encode_control(msg)], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            self.counters.add("replies_dropped", 1)
 
     # -- peers ---------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ import msgpack
 from ..errors import DecodeError
 from .frames import (
     ACK,
+    ADMIN_REP,
+    ADMIN_REQ,
     BATCH,
     BYE,
     FAIL,
@@ -20,6 +22,8 @@ from .frames import (
     STATUS_REP,
     STATUS_REQ,
     Ack,
+    AdminReply,
+    AdminRequest,
     Batch,
     Bye,
     Control,
@@ -136,6 +140,10 @@ def encode_control(msg: Control) -> bytes:
         return _packb([v, STATUS_REQ, msg.token])
     if isinstance(msg, StatusReply):
         return _packb([v, STATUS_REP, msg.token, msg.status])
+    if isinstance(msg, AdminRequest):
+        return _packb([v, ADMIN_REQ, msg.token, msg.op, msg.args])
+    if isinstance(msg, AdminReply):
+        return _packb([v, ADMIN_REP, msg.token, msg.ok, msg.result, msg.error])
     raise TypeError(f"not a control message: {msg!r}")
 
 
@@ -191,6 +199,12 @@ def decode_control(frame: bytes) -> Control:
         if kind == STATUS_REQ:
             _check(len(obj) == 3, "bad status request length")
             return StatusRequest(_int(obj[2], "token"))
+        if kind == ADMIN_REQ:
+            _check(len(obj) == 5 and isinstance(obj[4], dict), "bad admin request")
+            return AdminRequest(_int(obj[2], "token"), _str(obj[3], "op", 32), obj[4])
+        if kind == ADMIN_REP:
+            _check(len(obj) == 6 and isinstance(obj[3], bool), "bad admin reply")
+            return AdminReply(_int(obj[2], "token"), obj[3], obj[4], _str(obj[5], "error", 4096))
         if kind == STATUS_REP:
             _check(len(obj) == 4 and isinstance(obj[3], dict), "bad status reply")
             return StatusReply(_int(obj[2], "token"), obj[3])

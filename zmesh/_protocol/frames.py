@@ -18,6 +18,8 @@ NACK = 4
 FAIL = 5
 STATUS_REQ = 6
 STATUS_REP = 7
+ADMIN_REQ = 8
+ADMIN_REP = 9
 # Data kinds.
 BATCH = 16
 
@@ -113,6 +115,25 @@ class StatusReply:
 
 
 @dataclass(frozen=True, slots=True)
+class AdminRequest:
+    """An operator's request to a node (dead letters: list, replay, purge)."""
+
+    token: int
+    op: str
+    args: dict
+
+
+@dataclass(frozen=True, slots=True)
+class AdminReply:
+    """The answer to an AdminRequest: a result, or an error message."""
+
+    token: int
+    ok: bool
+    result: object
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class Item:
     """Metadata of one message in a data batch; its payload is a separate frame."""
 
@@ -141,4 +162,5 @@ class Batch:
     payloads: tuple[bytes, ...]
 
 
-Control = Hello | Bye | Ack | Nack | Fail | StatusRequest | StatusReply
+Control = (Hello | Bye | Ack | Nack | Fail | StatusRequest | StatusReply | AdminRequest
+           | AdminReply)
