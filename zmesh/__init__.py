@@ -3,7 +3,7 @@ outbox, delivering at least once per group with retries at the producer.
 """
 
 from ._receipt import MessageId, Receipt
-from .config import NodeConfig, SubscriptionConfig, TopicConfig
+from .config import NodeConfig, ProducerConfig, RelayConfig, SubscriptionConfig, TopicConfig
 from .deadletters import DeadLetter
 from .errors import (
     ArgumentError,
@@ -45,7 +45,9 @@ __all__ = [
     "NodeConfig",
     "NodeStateError",
     "OutboxFullError",
+    "ProducerConfig",
     "Receipt",
+    "RelayConfig",
     "StoreError",
     "StoreFullError",
     "Subscription",

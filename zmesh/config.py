@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from .errors import ConfigError
 
-__all__ = ["NodeConfig", "SubscriptionConfig", "TopicConfig"]
+__all__ = ["NodeConfig", "ProducerConfig", "RelayConfig", "SubscriptionConfig", "TopicConfig"]
 
 Durability = Literal["fsync", "process", "memory"]
 Mode = Literal["shared", "broadcast"]
@@ -127,6 +127,48 @@ class SubscriptionConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ProducerConfig:
+    """A periodic producer a node runs by itself (a sensor): every ``interval_s`` it calls
+    ``source`` (``"package.module:function"``) and publishes what it returns; ``count``
+    bounds how many messages it sends (None: until the node closes)."""
+
+    topic: str
+    source: str
+    interval_s: float = 1.0
+    key: str | None = None
+    count: int | None = None
+
+    def __post_init__(self) -> None:
+        check_name("topic", self.topic)
+        if not _HANDLER_RE.match(str(self.source)):
+            raise ConfigError(f"source {self.source!r} must be 'package.module:function'")
+        _positive("ProducerConfig", "interval_s", self.interval_s)
+        if self.count is not None and (isinstance(self.count, bool)
+                                       or not isinstance(self.count, int) or self.count < 0):
+            raise ConfigError("ProducerConfig.count must be an int >= 0")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RelayConfig:
+    """Consume ``from_topic`` as a member of ``group`` and publish each message (or what
+    ``transform`` makes of it; None drops it) to ``to_topic``, in one transaction with its
+    ack."""
+
+    from_topic: str
+    to_topic: str
+    group: str
+    transform: str | None = None
+
+    def __post_init__(self) -> None:
+        check_name("topic", self.from_topic)
+        check_name("topic", self.to_topic)
+        check_name("group", self.group)
+        if self.transform is not None and not _HANDLER_RE.match(str(self.transform)):
+            raise ConfigError(f"transform {self.transform!r} must be "
+                              "'package.module:function'")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class NodeConfig:
     """Identity, discovery, limits and timing of a node.
 
@@ -160,6 +202,8 @@ class NodeConfig:
     ban_after_bad_frames: int = 1000
     topics: Mapping[str, TopicConfig] = field(default_factory=dict)
     subscriptions: tuple[SubscriptionConfig, ...] = ()
+    producers: tuple[ProducerConfig, ...] = ()
+    relays: tuple[RelayConfig, ...] = ()
     metrics_address: str | None = None
 
     def __post_init__(self) -> None:
@@ -213,6 +257,11 @@ class NodeConfig:
                 raise ConfigError("NodeConfig.subscriptions holds SubscriptionConfig with a "
                                   "topic and a handler ('package.module:function')")
         object.__setattr__(self, "subscriptions", subs)
+        for name, kind in (("producers", ProducerConfig), ("relays", RelayConfig)):
+            items = tuple(getattr(self, name))
+            if not all(isinstance(i, kind) for i in items):
+                raise ConfigError(f"NodeConfig.{name} holds {kind.__name__} objects")
+            object.__setattr__(self, name, items)
         if self.metrics_address is not None:
             parse_seed(self.metrics_address, allow_port_zero=True)
 
@@ -235,11 +284,11 @@ class NodeConfig:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<config>") -> NodeConfig:
         """Build from parsed TOML; errors name the source and the offending key."""
-        unknown = set(data) - {"node", "topics", "subscriptions"}
+        unknown = set(data) - {"node", "topics", "subscriptions", "producers", "relays"}
         if unknown:
             raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}; a node "
-                              "definition has [node], [topics.NAME] and "
-                              "[subscriptions.NAME] tables")
+                              "definition has [node], [topics.NAME], [subscriptions.NAME], "
+                              "[producers.NAME] and [relays.NAME] tables")
         node = _table(data.get("node", {}), f"{source}: [node]")
         topics_raw = _table(data.get("topics", {}), f"{source}: [topics]")
         topics = {}
@@ -260,14 +309,21 @@ class NodeConfig:
                     raise ConfigError(f"{where} needs {required} = ... (handler is "
                                       "'package.module:function', called per message)")
             subs.append(_build(SubscriptionConfig, opts, where))
-        node_fields = {f.name for f in dataclasses.fields(cls)} - {"topics", "subscriptions"}
+        roles: dict[str, list[Any]] = {"producers": [], "relays": []}
+        for table, kind in (("producers", ProducerConfig), ("relays", RelayConfig)):
+            for name, opts in _table(data.get(table, {}), f"{source}: [{table}]").items():
+                where = f"{source}: [{table}.{name}]"
+                roles[table].append(_build(kind, _table(opts, where), where))
+        node_fields = {f.name for f in dataclasses.fields(cls)} - {
+            "topics", "subscriptions", "producers", "relays"}
         bad = set(node) - node_fields
         if bad:
             raise ConfigError(
                 f"{source}: [node] has unknown key(s) {sorted(bad)}; known: {sorted(node_fields)}"
             )
-        return _build(cls, {**node, "topics": topics, "subscriptions": tuple(subs)},
-                      f"{source}: [node]")
+        return _build(cls, {**node, "topics": topics, "subscriptions": tuple(subs),
+                            "producers": tuple(roles["producers"]),
+                            "relays": tuple(roles["relays"])}, f"{source}: [node]")
 
 
 def _table(value: Any, where: str) -> Mapping[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ from ._engine.engine import Engine
 from ._engine.producer import Publish
 from ._engine.routing import partition_for
 from ._receipt import MessageId, Receipt
+from ._roles import Roles, resolve
 from .config import NodeConfig, SubscriptionConfig, TopicConfig, check_name
 from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError
@@ -55,6 +55,7 @@ class Node:
         self._topics: dict[str, TopicConfig] = dict(config.topics)
         self._known_topics: set[str] = set()  # names that passed check_name
         self._metrics: Any = None
+        self._roles: Roles | None = None
         self._engine = Engine(config)
 
     @classmethod
@@ -68,7 +69,9 @@ class Node:
         """Bind sockets, reopen the outbox, start discovery, start the configured
         subscriptions and metrics endpoint; returns self."""
         try:
-            handlers = [(sub, resolve_handler(sub)) for sub in self.config.subscriptions]
+            handlers = [(sub, resolve(str(sub.handler), f"subscription {sub.topic}/{sub.group}"))
+                        for sub in self.config.subscriptions]
+            roles = Roles(self)
         except BaseException:
             self._engine.close()
             raise
@@ -77,6 +80,8 @@ class Node:
             for sub, handler in handlers:
                 assert sub.topic is not None
                 self.subscribe(sub.topic, config=sub, handler=handler)
+            roles.start()
+            self._roles = roles
             if self.config.metrics_address is not None:
                 from ._metrics import serve_metrics
 
@@ -93,6 +98,9 @@ class Node:
 
     def close(self) -> None:
         """Stop subscriptions, flush acks, say bye to peers, close sockets and the store."""
+        if self._roles is not None:
+            self._roles.close()
+            self._roles = None
         for sub in list(self._engine._local_subs):
             if not sub.closed:
                 sub.close()  # gives what it still holds back to the producers
@@ -363,17 +371,3 @@ def _seqs(ids: Iterable[MessageId | int] | None, producer: str) -> set[int] | No
             raise ArgumentError(f"ids must be MessageId or int sequences, got {i!r}")
     return out
 
-
-def resolve_handler(sub: SubscriptionConfig) -> Callable[[Message], Any]:
-    """Import a subscription's ``package.module:function`` handler."""
-    module_name, _, attr = str(sub.handler).partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"subscription {sub.topic}/{sub.group}: cannot import handler "
-                          f"module {module_name!r}: {exc}") from exc
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise ConfigError(f"subscription {sub.topic}/{sub.group}: {sub.handler!r} is not a "
-                          "function")
-    return fn  # type: ignore[no-any-return]
