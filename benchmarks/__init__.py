@@ -1,0 +1,27 @@
+"""zmesh benchmarks: zmesh against raw pyzmq baselines measured in the same run.
+
+Run ``python -m benchmarks`` (``--quick`` for a short smoke run, ``--only NAME`` for some
+scenarios, ``--json PATH`` for the results). Every scenario runs its producer and its
+consumers as separate processes (``python -m benchmarks.worker ROLE PARAMS``) on
+127.0.0.1 with ephemeral ports; see docs/performance.md for what the figures mean.
+"""
+
+from __future__ import annotations
+
+SCENARIOS = (
+    "raw_pushpull_1",
+    "raw_pushpull_100",
+    "raw_dealer_router_acks",
+    "raw_dealer_router_lmdb",
+    "zmesh_process",
+    "zmesh_fsync",
+    "zmesh_memory",
+    "zmesh_batch_process",
+    "latency_raw",
+    "latency_zmesh_process",
+    "fanout_4_groups",
+    "offline_backlog",
+    "restart_first_message",
+)
+
+__all__ = ["SCENARIOS"]

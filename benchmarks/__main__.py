@@ -1,0 +1,129 @@
+"""The benchmark runner.
+
+    python -m benchmarks [--quick] [--reps N] [--json PATH] [--results-dir DIR]
+                         [--only NAME ...] [--profile DIR]
+
+Runs every scenario (or those named) ``--reps`` times, repetition by repetition, prints a
+table of medians with the ratio of each to the raw baseline of the same run and the
+targets met or missed, and writes everything as JSON. ``--results-dir`` writes
+results.json, results.txt (the table) and machine.md there. ``--profile`` runs every
+child under ``py-spy record`` (collapsed stacks per process, one folder per repetition).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from . import SCENARIOS, machine, report, scen_raw, scen_zmesh
+from ._child import BenchError
+from .sizes import FULL, QUICK
+
+RUNNERS = {**scen_raw.SCENARIOS, **scen_zmesh.SCENARIOS}
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="small counts and 1 repetition (a smoke run of about a minute)")
+    ap.add_argument("--reps", type=int, default=None,
+                    help="repetitions of each scenario; medians are reported (default 3, "
+                         "quick 1)")
+    ap.add_argument("--json", type=Path, help="write the results as JSON to this file")
+    ap.add_argument("--results-dir", type=Path,
+                    help="write results.json, results.txt and machine.md to this directory")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=SCENARIOS,
+                    help=f"run only these scenarios: {', '.join(SCENARIOS)}")
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="run every child process under py-spy and keep its samples in DIR")
+    args = ap.parse_args(argv)
+    if args.reps is None:
+        args.reps = 1 if args.quick else 3
+    if args.reps < 1:
+        ap.error("--reps must be >= 1")
+    return args
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    sizes = QUICK if args.quick else FULL
+    names = [n for n in SCENARIOS if not args.only or n in args.only]
+    out = Console() if sys.stdout.isatty() else Console(width=180)
+    err = Console(stderr=True)
+    started = _dt.datetime.now(_dt.UTC)
+    t_start = time.monotonic()
+    load_start = os.getloadavg()
+    raw: dict[str, dict[str, Any]] = {n: {"reps": [], "errors": []} for n in names}
+    root = Path(tempfile.mkdtemp(prefix="zmesh-bench-"))
+    try:
+        for rep in range(args.reps):
+            for name in names:
+                workdir = root / f"{name}-{rep}"
+                profile = args.profile / f"{name}-{rep}" if args.profile else None
+                t0 = time.monotonic()
+                err.print(f"[dim]rep {rep + 1}/{args.reps}[/] {name} ...", end=" ")
+                try:
+                    metrics = RUNNERS[name](workdir, sizes, profile)
+                except (BenchError, OSError, KeyError, ValueError) as exc:
+                    raw[name]["errors"].append(f"rep {rep + 1}: {exc}")
+                    err.print(f"[red]failed[/] ({time.monotonic() - t0:.1f}s)\n{exc}")
+                    continue
+                finally:
+                    shutil.rmtree(workdir, ignore_errors=True)
+                raw[name]["reps"].append(metrics)
+                err.print(f"{metrics['rate']:,.0f} msgs/s ({time.monotonic() - t0:.1f}s)")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    scenarios, targets = report.summarize(raw)
+    desc = machine.describe()
+    # Other work on the machine skews every figure: record how busy it was.
+    desc["load_average_start"] = [round(x, 2) for x in load_start]
+    desc["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    title = (f"zmesh benchmarks ({'quick' if args.quick else 'full'}, median of "
+             f"{args.reps}) - {desc['cpus']} CPUs {desc['cpu_model']}, Python "
+             f"{desc['python']}, libzmq {desc['libzmq']}, zmesh {desc['git_commit']}")
+    tab = report.table(scenarios, targets, title)
+    out.print(tab)
+    doc = {
+        "schema": "zmesh-bench/1",
+        "started_at": started.isoformat(timespec="seconds"),
+        "duration_s": round(time.monotonic() - t_start, 1),
+        "mode": "quick" if args.quick else "full",
+        "reps": args.reps,
+        "sizes": dataclasses.asdict(sizes),
+        "machine": desc,
+        "scenarios": scenarios,
+        "targets": targets,
+    }
+    text = json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n"
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text)
+    if args.results_dir:
+        args.results_dir.mkdir(parents=True, exist_ok=True)
+        (args.results_dir / "results.json").write_text(text)
+        rec = Console(record=True, width=200, file=open("/dev/null", "w"))  # noqa: SIM115
+        rec.print(tab)
+        (args.results_dir / "results.txt").write_text(rec.export_text())
+        rec.file.close()
+        (args.results_dir / "machine.md").write_text(machine.markdown(desc))
+    failed = [n for n, e in scenarios.items() if not e["reps"]]
+    if failed:
+        err.print(f"[red]no result for {', '.join(failed)}[/]")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

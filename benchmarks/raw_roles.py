@@ -1,0 +1,232 @@
+"""Raw pyzmq baselines, the worker side: what zmesh is measured against.
+
+- ``raw_pull`` / ``raw_push``: PUSH/PULL, ``batch`` messages of 100 bytes per frame (1: one
+  message per frame; 100: 100 payloads concatenated in one frame), optionally paced with a
+  sending time in each payload for latency.
+- ``raw_router`` / ``raw_dealer``: a hand-written acknowledged exchange. The DEALER sends one
+  message per frame (seq + payload) with at most ``window`` unacknowledged; the ROUTER acks
+  cumulatively every ``ack_every`` messages or when its queue is empty. With ``lmdb_dir`` the
+  DEALER first writes each chunk of up to ``chunk`` messages to an LMDB outbox in one
+  transaction (sync=False, metasync=False, like zmesh's ``process`` durability) and deletes
+  acknowledged ones in one transaction per batch of acks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import zmq
+
+from ._wio import Commands, cpu_s, emit, latency_s, payload, percentiles, rss_mb, stamped
+
+BIND = "tcp://127.0.0.1:*"
+CHECK_EVERY = 1024
+
+
+def _bound(sock: zmq.Socket) -> str:
+    sock.bind(BIND)
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def raw_pull(p: dict[str, Any], cmds: Commands) -> None:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 200)
+    emit("ready", endpoint=_bound(sock))
+    batch, warmup, count = p["batch"], p["warmup"], p["count"]
+    deadline = time.monotonic() + p["deadline_s"]
+    total = warmup + count
+    got = 0
+    lat: list[float] = []
+    warm_sent = False
+    cpu0 = 0.0
+    recv = sock.recv
+    try:
+        while got < total and not cmds.stopping:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"received {got} of {total} messages before the deadline")
+            for _ in range(CHECK_EVERY):
+                try:
+                    frame = recv()
+                except zmq.Again:
+                    break
+                if p.get("latency"):
+                    if got >= warmup:
+                        lat.append(latency_s(frame))
+                    got += 1
+                else:
+                    got += len(frame) // 100 if batch > 1 else 1
+                if got >= warmup and not warm_sent:
+                    warm_sent = True
+                    cpu0 = cpu_s()
+                    emit("warm")
+                if got >= total:
+                    break
+        t_end = time.monotonic()
+        emit("done", t_end=t_end, received=got, rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0,
+             **percentiles(lat))
+        cmds.wait_stop(p["deadline_s"])
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+def raw_push(p: dict[str, Any], cmds: Commands) -> None:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 5000)
+    sock.connect(p["endpoint"])
+    batch, warmup, count, rate = p["batch"], p["warmup"], p["count"], p.get("rate", 0)
+    frame = payload() * batch
+    deadline = time.monotonic() + p["deadline_s"]
+    try:
+        _push(sock, frame, warmup // batch, rate, deadline)
+        emit("warmed")
+        cmds.wait("go", p["deadline_s"])
+        t0, cpu0 = time.monotonic(), cpu_s()
+        _push(sock, frame, count // batch, rate, deadline)
+        emit("sent", t0=t0, t_sent=time.monotonic(), rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0)
+        cmds.wait_stop(p["deadline_s"])
+    finally:
+        sock.close()
+        ctx.term()
+
+
+def _push(sock: zmq.Socket, frame: bytes, frames: int, rate: float, deadline: float) -> None:
+    send = sock.send
+    if rate:
+        interval = 1.0 / rate
+        t_next = time.monotonic()
+        for _ in range(frames):
+            now = time.monotonic()
+            if now > deadline:
+                raise TimeoutError("paced sending ran past its deadline")
+            if t_next > now:
+                time.sleep(t_next - now)
+            send(stamped())
+            t_next += interval
+        return
+    done = 0
+    while done < frames:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"sent {done} of {frames} frames before the deadline")
+        n = min(CHECK_EVERY, frames - done)
+        for _ in range(n):
+            send(frame)
+        done += n
+
+
+def raw_router(p: dict[str, Any], cmds: Commands) -> None:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    emit("ready", endpoint=_bound(sock))
+    ack_every = p["ack_every"]
+    deadline = time.monotonic() + p["deadline_s"]
+    received = 0
+    recv = sock.recv_multipart
+    send = sock.send_multipart
+    try:
+        while not cmds.stopping and time.monotonic() < deadline:
+            if not sock.poll(100):
+                continue
+            ident = None
+            pending = 0
+            for _ in range(CHECK_EVERY):
+                try:
+                    ident, _frame = recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                received += 1
+                pending += 1
+                if pending >= ack_every:
+                    send([ident, received.to_bytes(8, "big")])
+                    pending = 0
+            if pending and ident is not None:
+                send([ident, received.to_bytes(8, "big")])
+        emit("result", received=received, rss_mb=rss_mb(), cpu_s=cpu_s())
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+def raw_dealer(p: dict[str, Any], cmds: Commands) -> None:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(p["endpoint"])
+    env = None
+    if p.get("lmdb_dir"):
+        import lmdb
+
+        env = lmdb.open(p["lmdb_dir"], map_size=1 << 30, sync=False, metasync=False,
+                        readahead=False)
+    ex = _Exchange(sock, env, p["window"], p["chunk"], time.monotonic() + p["deadline_s"])
+    try:
+        ex.run(p["warmup"])
+        t0, cpu0 = time.monotonic(), cpu_s()
+        ex.run(p["count"])
+        t1 = time.monotonic()
+        emit("result", t0=t0, t1=t1, rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0)
+        cmds.wait_stop(p["deadline_s"])
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+        if env is not None:
+            env.close()
+
+
+class _Exchange:
+    """The DEALER's side: a send window, cumulative acks, and an optional LMDB outbox."""
+
+    def __init__(self, sock: zmq.Socket, env: Any, window: int, chunk: int,
+                 deadline: float) -> None:
+        self.sock, self.env = sock, env
+        self.window, self.chunk, self.deadline = window, chunk, deadline
+        self.seq = 0
+        self.acked = 0
+        self.body = payload()
+
+    def run(self, n: int) -> None:
+        sock, env, body = self.sock, self.env, self.body
+        send = sock.send
+        target = self.seq + n
+        while self.acked < target:
+            if time.monotonic() > self.deadline:
+                raise TimeoutError(f"{self.acked} of {target} acked before the deadline")
+            room = min(self.window - (self.seq - self.acked), target - self.seq)
+            while room > 0:
+                k = min(room, self.chunk)
+                seqs = range(self.seq, self.seq + k)
+                if env is not None:
+                    with env.begin(write=True) as txn:
+                        txn.cursor().putmulti([(s.to_bytes(8, "big"), body) for s in seqs],
+                                              append=True)
+                for s in seqs:
+                    send(s.to_bytes(8, "big") + body)
+                self.seq += k
+                room -= k
+            if not sock.poll(100):
+                continue
+            new = self.acked
+            while True:
+                try:
+                    new = max(new, int.from_bytes(sock.recv(zmq.NOBLOCK), "big"))
+                except zmq.Again:
+                    break
+            if env is not None and new > self.acked:
+                with env.begin(write=True) as txn:
+                    delete = txn.delete
+                    for s in range(self.acked, new):
+                        delete(s.to_bytes(8, "big"))
+            self.acked = new
+
+
+ROLES = {
+    "raw_pull": raw_pull,
+    "raw_push": raw_push,
+    "raw_router": raw_router,
+    "raw_dealer": raw_dealer,
+}

@@ -1,0 +1,99 @@
+"""Raw pyzmq baselines, the parent side: start the two processes, time one repetition.
+
+Each function runs one repetition and returns its metrics: ``rate`` (messages per second
+over the timed part, after a warm-up), ``rss_mb`` per process, and what else it measures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ._child import children
+from .sizes import Sizes
+
+
+def _pushpull(workdir: Path, profile: Path | None, *, batch: int, warmup: int, count: int,
+              rate: float = 0.0, deadline_s: float) -> dict[str, Any]:
+    latency = bool(rate)
+    with children(workdir, profile) as kids:
+        pull = kids.start("raw_pull", name="raw-pull", batch=batch, warmup=warmup, count=count,
+                          latency=latency, deadline_s=deadline_s)
+        endpoint = pull.expect("ready", 15)["endpoint"]
+        push = kids.start("raw_push", name="raw-push", endpoint=endpoint, batch=batch,
+                          warmup=warmup, count=count, rate=rate, deadline_s=deadline_s)
+        push.expect("warmed", deadline_s)
+        pull.expect("warm", deadline_s)
+        push.send("go")
+        sent = push.expect("sent", deadline_s)
+        done = pull.expect("done", deadline_s)
+    out: dict[str, Any] = {
+        "rss_mb": {"producer": sent["rss_mb"], "consumer": done["rss_mb"]},
+        "seconds": done["t_end"] - sent["t0"],
+        "cpu_us_per_msg": {"producer": sent["cpu_s"] * 1e6 / count,
+                           "consumer": done["cpu_s"] * 1e6 / count},
+    }
+    if latency:
+        out["rate"] = count / (sent["t_sent"] - sent["t0"])
+        out.update({k: done[k] for k in ("p50_ms", "p99_ms", "max_ms", "samples")})
+    else:
+        out["rate"] = count / (done["t_end"] - sent["t0"])
+    return out
+
+
+def raw_pushpull_1(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    n = sizes.raw
+    return _pushpull(workdir, profile, batch=1, warmup=n // 10, count=n,
+                     deadline_s=sizes.deadline(n, 100_000))
+
+
+def raw_pushpull_100(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    n = sizes.raw_batched
+    return _pushpull(workdir, profile, batch=100, warmup=n // 10, count=n,
+                     deadline_s=sizes.deadline(n, 500_000))
+
+
+def latency_raw(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    n = int(sizes.latency_s * sizes.latency_rate)
+    return _pushpull(workdir, profile, batch=1, warmup=sizes.latency_warmup, count=n,
+                     rate=sizes.latency_rate, deadline_s=sizes.latency_s * 3 + 30)
+
+
+def _dealer_router(workdir: Path, profile: Path | None, *, lmdb: bool,
+                   sizes: Sizes) -> dict[str, Any]:
+    n = sizes.dealer_router
+    deadline_s = sizes.deadline(n, 30_000)
+    with children(workdir, profile) as kids:
+        router = kids.start("raw_router", name="raw-router", ack_every=100,
+                            deadline_s=deadline_s)
+        endpoint = router.expect("ready", 15)["endpoint"]
+        lmdb_dir = workdir / "raw-outbox"
+        dealer = kids.start("raw_dealer", name="raw-dealer", endpoint=endpoint, window=1000,
+                            chunk=100, warmup=n // 10, count=n,
+                            lmdb_dir=str(lmdb_dir) if lmdb else None, deadline_s=deadline_s)
+        res = dealer.expect("result", deadline_s)
+        router.send("stop")
+        got = router.expect("result", 30)
+    return {"rate": n / (res["t1"] - res["t0"]), "seconds": res["t1"] - res["t0"],
+            "rss_mb": {"producer": res["rss_mb"], "consumer": got["rss_mb"]},
+            "cpu_us_per_msg": {"producer": res["cpu_s"] * 1e6 / n,
+                               "consumer": got["cpu_s"] * 1e6 / max(1, got["received"])}}
+
+
+def raw_dealer_router_acks(workdir: Path, sizes: Sizes,
+                           profile: Path | None = None) -> dict[str, Any]:
+    return _dealer_router(workdir, profile, lmdb=False, sizes=sizes)
+
+
+def raw_dealer_router_lmdb(workdir: Path, sizes: Sizes,
+                           profile: Path | None = None) -> dict[str, Any]:
+    return _dealer_router(workdir, profile, lmdb=True, sizes=sizes)
+
+
+SCENARIOS = {
+    "raw_pushpull_1": raw_pushpull_1,
+    "raw_pushpull_100": raw_pushpull_100,
+    "raw_dealer_router_acks": raw_dealer_router_acks,
+    "raw_dealer_router_lmdb": raw_dealer_router_lmdb,
+    "latency_raw": latency_raw,
+}

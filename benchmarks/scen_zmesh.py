@@ -1,0 +1,193 @@
+"""zmesh scenarios, the parent side: start the nodes' processes, time one repetition.
+
+Throughput is messages acknowledged end to end per second: from the producer's first
+timed publish until every receipt of the timed messages is acked (after a warm-up that is
+itself acked). Each function returns ``rate``, ``rss_mb`` per process and its own figures.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ._child import Child, children
+from .sizes import Sizes
+
+TOPIC = "bench"
+# The consumer API of the backlog drain and of the restart; their rates are compared with
+# the live scenario of the same API (zmesh_process for "message").
+DRAIN_API = "message"
+DRAIN_REFERENCE = {"message": "zmesh_process", "batch": "zmesh_batch_process"}[DRAIN_API]
+
+
+def _mesh() -> str:
+    return f"bench-{uuid.uuid4().hex[:10]}"
+
+
+def _consumer(kids: Any, workdir: Path, mesh: str, group: str, *, seeds: list[str],
+              api: str, sizes: Sizes, deadline_s: float, **extra: Any) -> Child:
+    return kids.start("zmesh_consumer", name=f"consumer-{group}", mesh=mesh,
+                      data_dir=str(workdir / f"consumer-{group}"), seeds=seeds, topic=TOPIC,
+                      group=group, api=api, fetch=sizes.batch, deadline_s=deadline_s, **extra)
+
+
+def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str, api: str,
+          count: int, groups: tuple[str, ...] = ("g",), rate: float = 0.0,
+          warmup: int | None = None) -> dict[str, Any]:
+    mesh = _mesh()
+    warmup = sizes.warmup if warmup is None else warmup
+    deadline_s = (sizes.latency_s * 3 + 60) if rate else sizes.deadline(count * len(groups))
+    with children(workdir, profile) as kids:
+        prod = kids.start("zmesh_producer", name="producer", mesh=mesh,
+                          data_dir=str(workdir / "producer"), topic=TOPIC,
+                          durability=durability, groups=list(groups), api=api,
+                          batch=sizes.batch, warmup=warmup, count=count, rate=rate,
+                          deadline_s=deadline_s)
+        control = prod.expect("ready", 30)["control"]
+        cons = [_consumer(kids, workdir, mesh, g, seeds=[control], api=api, sizes=sizes,
+                          deadline_s=deadline_s, latency=bool(rate), expect=warmup + count)
+                for g in groups]
+        for c in cons:
+            c.expect("ready", 30)
+        res = prod.expect("result", deadline_s)
+        for c in cons:
+            c.send("stop")
+        got = [c.expect("result", 30) for c in cons]
+    t0 = res["t0"]
+    out: dict[str, Any] = {
+        "seconds": res["t1"] - t0,
+        "rss_mb": {"producer": res["rss_mb"],
+                   **{f"consumer_{g}": r["rss_mb"] for g, r in zip(groups, got, strict=True)}},
+        "cpu_us_per_msg": {
+            "producer": res["cpu_s"] * 1e6 / count,
+            **{f"consumer_{g}": r["cpu_s"] * 1e6 / (warmup + count)
+               for g, r in zip(groups, got, strict=True)}},
+        "producer_stats": {k: v for k, v in res["stats"].items()
+                           if k in ("redelivered_member_gone", "ack_timeouts", "nacked",
+                                    "data_send_blocked", "control_send_full",
+                                    "duplicates_dropped", "spilled")},
+    }
+    if rate:
+        out["rate"] = count / (res["t_published"] - t0)
+        out.update({k: got[0][k] for k in ("p50_ms", "p99_ms", "max_ms", "samples")})
+    elif len(groups) > 1:
+        per_group = {g: count / (res["lanes_done"][g] - t0) for g in groups}
+        out["group_rates"] = per_group
+        out["rate"] = min(per_group.values())
+        out["deliveries_per_s"] = count * len(groups) / (res["t1"] - t0)
+    else:
+        out["rate"] = count / (res["t1"] - t0)
+    return out
+
+
+def zmesh_process(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    return _live(workdir, sizes, profile, durability="process", api="message",
+                 count=sizes.zmesh)
+
+
+def zmesh_fsync(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    return _live(workdir, sizes, profile, durability="fsync", api="message", count=sizes.zmesh)
+
+
+def zmesh_memory(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    return _live(workdir, sizes, profile, durability="memory", api="message",
+                 count=sizes.zmesh)
+
+
+def zmesh_batch_process(workdir: Path, sizes: Sizes,
+                        profile: Path | None = None) -> dict[str, Any]:
+    return _live(workdir, sizes, profile, durability="process", api="batch",
+                 count=sizes.zmesh_batch, warmup=sizes.warmup * 4)
+
+
+def latency_zmesh_process(workdir: Path, sizes: Sizes,
+                          profile: Path | None = None) -> dict[str, Any]:
+    return _live(workdir, sizes, profile, durability="process", api="message",
+                 count=int(sizes.latency_s * sizes.latency_rate), rate=sizes.latency_rate,
+                 warmup=sizes.latency_warmup)
+
+
+def fanout_4_groups(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    return _live(workdir, sizes, profile, durability="process", api="message",
+                 count=sizes.fanout, groups=("g1", "g2", "g3", "g4"))
+
+
+def offline_backlog(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    """Publish a backlog while the group is offline; then its consumer comes and drains it."""
+    mesh, n = _mesh(), sizes.offline
+    deadline_s = sizes.deadline(n, 1_000) + 120
+    with children(workdir, profile) as kids:
+        prod = kids.start("zmesh_offline_producer", name="producer", mesh=mesh,
+                          data_dir=str(workdir / "producer"), topic=TOPIC, group="g", count=n,
+                          batch=1000, deadline_s=deadline_s)
+        control = prod.expect("ready", 30)["control"]
+        pub = prod.expect("published", deadline_s)
+        prod.send("drain")
+        cons = _consumer(kids, workdir, mesh, "g", seeds=[control], api=DRAIN_API,
+                         sizes=sizes, deadline_s=deadline_s, expect=n)
+        ready = cons.expect("ready", 30)
+        drained = prod.expect("drained", deadline_s)
+        cons.send("stop")
+        got = cons.expect("result", 30)
+    seconds = drained["t_empty"] - ready["t_subscribed"]
+    return {
+        "rate": n / seconds, "seconds": seconds, "backlog": pub["outbox"],
+        "publish_rate": pub["publish_rate"],
+        "producer_rss_after_publish_mb": pub["rss_mb"],
+        "producer_rss_after_publish": pub["rss_now"],
+        "first_message_after_reconnect_s": got["t_first"] - ready["t_subscribed"],
+        "rss_mb": {"producer": drained["rss_mb"], "consumer": got["rss_mb"]},
+    }
+
+
+def restart_first_message(workdir: Path, sizes: Sizes,
+                          profile: Path | None = None) -> dict[str, Any]:
+    """Reopen a producer with a large backlog; time its first delivery to a waiting consumer."""
+    mesh, n = _mesh(), sizes.restart
+    deadline_s = sizes.deadline(n, 1_000) + 120
+    data_dir = str(workdir / "producer")
+    with children(workdir, profile) as kids:
+        build = kids.start("zmesh_build_producer", name="producer-build", mesh=mesh,
+                           data_dir=data_dir, topic=TOPIC, group="g", count=n, batch=1000,
+                           deadline_s=deadline_s)
+        built = build.expect("built", deadline_s)
+        build.proc.wait(60)  # its data dir lock is released
+        cons = _consumer(kids, workdir, mesh, "g", seeds=[], api=DRAIN_API, sizes=sizes,
+                         deadline_s=deadline_s, expect=n, window_s=sizes.restart_window_s)
+        control = cons.expect("ready", 30)["control"]
+        prod = kids.start("zmesh_restart_producer", name="producer-restarted", mesh=mesh,
+                          data_dir=data_dir, seeds=[control], count=n, deadline_s=deadline_s)
+        started = prod.expect("started", 300)
+        first = cons.expect("first", 300)
+        time.sleep(sizes.restart_window_s + 0.3)
+        cons.send("stop")
+        got = cons.expect("result", 30)
+        prod.send("stop")
+        closed = prod.expect("result", 60)
+    window = got["window_count"]
+    if window:
+        rate = window / sizes.restart_window_s
+    else:  # everything came within the window
+        rate = got["count"] / max(1e-6, got["t_last"] - got["t_first"])
+    return {
+        "first_message_s": first["t"] - started["t0"],
+        "node_start_s": started["t_started"] - started["t0"],
+        "producer_rss_after_start": started["rss_now"],
+        "rate": rate, "backlog": built["outbox"], "build_publish_rate": built["publish_rate"],
+        "rss_mb": {"producer_build": built["rss_mb"], "producer": closed["rss_mb"],
+                   "consumer": got["rss_mb"]},
+    }
+
+
+SCENARIOS = {
+    "zmesh_process": zmesh_process,
+    "zmesh_fsync": zmesh_fsync,
+    "zmesh_memory": zmesh_memory,
+    "zmesh_batch_process": zmesh_batch_process,
+    "latency_zmesh_process": latency_zmesh_process,
+    "fanout_4_groups": fanout_4_groups,
+    "offline_backlog": offline_backlog,
+    "restart_first_message": restart_first_message,
+}

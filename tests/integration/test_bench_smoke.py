@@ -1,0 +1,58 @@
+"""The benchmark suite runs end to end (quick mode), so it never rots.
+
+Speed is not asserted: only that every scenario produced positive figures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import SCENARIOS
+from tests.conftest import spawn
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(180)
+def test_quick_benchmark_run_reports_every_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = spawn(["-m", "benchmarks", "--quick", "--json", str(out)], cwd=str(ROOT),
+                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output, _ = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    text = output.decode(errors="replace")
+    assert proc.returncode == 0, text[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["mode"] == "quick"
+    assert doc["machine"]["cpus"] >= 1 and doc["machine"]["libzmq"]
+    scenarios = doc["scenarios"]
+    assert set(scenarios) == set(SCENARIOS), text[-2000:]
+    for name, entry in scenarios.items():
+        assert not entry["errors"], f"{name}: {entry['errors']}"
+        assert entry["rate"] > 0, name
+        assert entry["ratio"] is not None and entry["ratio"] > 0, name
+        assert all(v > 0 for v in entry["median"]["rss_mb"].values()), name
+    for name in ("latency_raw", "latency_zmesh_process"):
+        assert scenarios[name]["median"]["p50_ms"] > 0
+        assert scenarios[name]["median"]["p99_ms"] >= scenarios[name]["median"]["p50_ms"]
+    assert scenarios["restart_first_message"]["median"]["first_message_s"] > 0
+    assert len(scenarios["fanout_4_groups"]["median"]["group_rates"]) == 4
+    assert {t["scenario"] for t in doc["targets"]} <= set(SCENARIOS)
+    assert all(t["met"] in (True, False) for t in doc["targets"])
+    assert "msgs/s" in text
+
+
+def test_benchmark_worker_rejects_unknown_roles() -> None:
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.worker", "nope", "{}"],
+                          cwd=str(ROOT), capture_output=True, timeout=60)
+    assert proc.returncode == 2
+    assert b"unknown role" in proc.stdout
