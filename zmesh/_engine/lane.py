@@ -24,6 +24,11 @@ READY = 0
 DELAYED = 1
 IN_FLIGHT = 2
 
+# A ready heap holds one int per message: priority above the sequence, so the smallest
+# is the most urgent, oldest one (an int costs a third of a (priority, seq) tuple).
+SEQ_BITS = 56
+SEQ_MASK = (1 << SEQ_BITS) - 1
+
 
 class Entry:
     """One unsettled message of a lane."""
@@ -87,7 +92,8 @@ class Lane:
         self.entries: dict[int, Entry] = {}
         self.members: dict[bytes, Member] = {}
         self._partitions = partitions
-        self._ready: list[list[tuple[int, int]]] = [[] for _ in range(partitions)]
+        self._ready: list[list[int]] = [[] for _ in range(partitions)]
+        self._bulk = False  # loading: append to the heaps, heapify once at the end
         self._ready_count = 0
         self._delayed: list[tuple[float, int]] = []
         # One record per take(): (deadline, serial, seqs handed out then).
@@ -145,7 +151,11 @@ class Lane:
         else:
             entry.state = READY
             entry.not_before = 0.0
-            heapq.heappush(self._ready[entry.partition], (entry.priority, entry.seq))
+            key = (entry.priority << SEQ_BITS) | entry.seq
+            if self._bulk:
+                self._ready[entry.partition].append(key)
+            else:
+                heapq.heappush(self._ready[entry.partition], key)
             self._ready_count += 1
 
     def _remove(self, seq: int) -> Entry | None:
@@ -208,17 +218,25 @@ class Lane:
 
     # -- delivery -------------------------------------------------------------------------
 
-    def _head(self, partition: int) -> tuple[int, int] | None:
+    def _head(self, partition: int) -> int | None:
         """The valid top of a partition's heap, dropping stale records on the way."""
         heap = self._ready[partition]
         entries = self.entries
         while heap:
-            seq = heap[0][1]
-            entry = entries.get(seq)
+            entry = entries.get(heap[0] & SEQ_MASK)
             if entry is not None and entry.state == READY:
                 return heap[0]
             heapq.heappop(heap)
         return None
+
+    def begin_bulk(self) -> None:
+        """Many adds follow (a restart): defer heap ordering to ``end_bulk``."""
+        self._bulk = True
+
+    def end_bulk(self) -> None:
+        self._bulk = False
+        for heap in self._ready:
+            heapq.heapify(heap)
 
     def take(self, now: float, limit: int = 10_000) -> tuple[dict[bytes, list[Entry]], list[int]]:
         """Hand out ready messages to their owners within their credit.
@@ -231,7 +249,7 @@ class Lane:
         expired: list[int] = []
         if not self._ready_count or not self.members:
             return out, expired
-        heads: list[tuple[int, int, int]] = []
+        heads: list[tuple[int, int]] = []  # (heap key, partition)
         for partition in range(self._partitions):
             owner = self.owner(partition)
             if owner is None:
@@ -241,13 +259,14 @@ class Lane:
                 continue
             head = self._head(partition)
             if head is not None:
-                heads.append((head[0], head[1], partition))
+                heads.append((head, partition))
         heapq.heapify(heads)
         deadline = now + self.timing.ack_timeout_s
         taken = 0
         sent: list[int] = []
         while heads and taken < limit:
-            _, seq, partition = heapq.heappop(heads)
+            key, partition = heapq.heappop(heads)
+            seq = key & SEQ_MASK
             owner = self.owner(partition)
             assert owner is not None
             member = self.members[owner]
@@ -273,7 +292,7 @@ class Lane:
                 taken += 1
             head = self._head(partition)
             if head is not None:
-                heapq.heappush(heads, (head[0], head[1], partition))
+                heapq.heappush(heads, (head, partition))
         if sent:
             self._serial += 1
             heapq.heappush(self._deadlines, (deadline, self._serial, sent))

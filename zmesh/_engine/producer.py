@@ -163,7 +163,8 @@ class Producer:
         for topic, name, lane_id, group, mode in self.store.iter_lanes():
             by_id[lane_id] = self._add_lane(topic, name, lane_id, group, mode)
         wall = time.time()
-        seqs = set()
+        for lane in by_id.values():
+            lane.begin_bulk()
         for lane_id, seq, (partition, priority, attempt, expires_at, deliver_at) in \
                 self.store.iter_pending():
             lane = by_id.get(lane_id)
@@ -173,8 +174,9 @@ class Producer:
             lane.add(seq, partition, priority, attempt, now=now,
                      not_before=_mono(deliver_at, now, wall),
                      expires_at=_mono(expires_at, now, wall))
-            seqs.add(seq)
-        self.depth = len(seqs)
+        for lane in by_id.values():
+            lane.end_bulk()
+        self.depth = self.store.stat()["outbox"] + len(self._mem)
         self.dead.load()
         if self.depth:
             log.info("outbox reopened with %d unacknowledged messages", self.depth)
