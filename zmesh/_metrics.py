@@ -26,7 +26,7 @@ class MetricsServer:
         except ImportError as exc:
             raise ConfigError("metrics_address needs prometheus-client: "
                               "pip install 'zmesh[metrics]'") from exc
-        host, port = parse_seed(address, allow_port_zero=True)
+        host, port = parse_seed(address, what="metrics_address", allow_port_zero=True)
         self._node = node
         self._counter = CounterMetricFamily
         self._gauge = GaugeMetricFamily

@@ -263,7 +263,7 @@ class NodeConfig:
                 raise ConfigError(f"NodeConfig.{name} holds {kind.__name__} objects")
             object.__setattr__(self, name, items)
         if self.metrics_address is not None:
-            parse_seed(self.metrics_address, allow_port_zero=True)
+            parse_seed(self.metrics_address, what="metrics_address", allow_port_zero=True)
 
     def replace(self, **changes: Any) -> NodeConfig:
         """A copy with some fields changed (validated again)."""
@@ -346,11 +346,12 @@ def _build(cls: Any, opts: Mapping[str, Any], where: str) -> Any:
         raise ConfigError(f"{where}: {exc}") from exc
 
 
-def parse_seed(seed: str, *, allow_port_zero: bool = False) -> tuple[str, int]:
+def parse_seed(seed: str, *, what: str = "seed",
+               allow_port_zero: bool = False) -> tuple[str, int]:
     """Split ``"host:port"``; raise ConfigError naming the address when it is not one."""
     host, sep, port = str(seed).rpartition(":")
     low = 0 if allow_port_zero else 1
     if not sep or not host or not port.isdigit() or not low <= int(port) < 65536:
-        raise ConfigError(f"address {seed!r} must be 'host:port' with a port in "
+        raise ConfigError(f"{what} {seed!r} must be 'host:port' with a port in "
                           f"{low}..65535")
     return host.strip("[]"), int(port)

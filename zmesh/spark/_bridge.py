@@ -3,13 +3,13 @@
 One thread owns the bridge's ROUTER socket and does every write to its LMDB log. Each loop
 iteration takes what the subscriptions delivered, appends it in one transaction (dropping
 message ids already logged), and acks upstream only after that commit; then it answers
-readers (stream bounds, offset ranges), publishes sink rows, and prunes on a timer.
+readers (stream bounds, offset ranges) and sink writers (``_service.py``), and prunes on a
+timer.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import threading
 import time
@@ -23,23 +23,21 @@ import zmq
 
 from .._engine.stats import Counters
 from ..config import NodeConfig
-from ..errors import ArgumentError, ConfigError, DecodeError, NodeStateError, ZMeshError
+from ..errors import ArgumentError, ConfigError, NodeStateError, ZMeshError
 from ..node import Node
 from ..subscription import Message, Subscription
 from ._config import BridgeConfig
 from ._errors import BridgeError, LogFullError
 from ._log import BridgeLog, Incoming
-from ._wire import Reply, Request, decode_request, encode_reply
+from ._service import Service
 
 __all__ = ["Bridge"]
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 15.0
-RECV_BURST = 64
-FETCH_MAX_RECORDS = 50_000
 FULL_BACKOFF_S = 1.0
-_PUBLISH_TAKES_MSG_ID = "msg_id" in inspect.signature(Node.publish).parameters
+PRUNE_ROUNDS = 32
 
 
 class _Call:
@@ -75,6 +73,7 @@ class Bridge:
         self.config = config
         self.counters = Counters()
         self._log: BridgeLog | None = None
+        self._service: Service | None = None
         self._subs: tuple[Subscription, ...] = ()
         self._cmds: deque[tuple] = deque()
         self._ctx: zmq.Context | None = None
@@ -117,11 +116,14 @@ class Bridge:
         if self._state != "new":
             raise NodeStateError("bridge was already started")
         self._state = "running"
-        if self._owns_node:
-            self.node.start()
         try:
-            self._log = BridgeLog(self.config.log_dir, map_size_bytes=self.config.map_size_bytes)
+            if self._owns_node:
+                self.node.start()
+            self._log = BridgeLog(self.config.log_dir, map_size_bytes=self.config.map_size_bytes,
+                                  max_log_bytes=self.config.max_log_bytes)
             self._log.register()
+            self._service = Service(self._log, self.node, self.counters,
+                                    self.config.publish_timeout_s)
             self._ctx = zmq.Context()
             self._thread = threading.Thread(target=self._run, daemon=True,
                                             name=f"zmesh-bridge-{self.node.name}")
@@ -190,7 +192,8 @@ class Bridge:
         return self._require_log().readers()
 
     def stats(self) -> dict[str, int]:
-        """Counters (appended, duplicates, acked, fetched, published, pruned, ...)."""
+        """Counters (appended, duplicates, fetches, records_served, published,
+        publish_duplicates, pruned, log_write_failures, ...) and log entry counts."""
         return {**self.counters.snapshot(), **self._require_log().stat()}
 
     def drop_reader(self, name: str) -> bool:
@@ -208,6 +211,8 @@ class Bridge:
 
     def _call(self, fn: Callable[[], Any], timeout_s: float = 10.0) -> Any:
         self._require_log()
+        if self._thread is None or not self._thread.is_alive():
+            raise BridgeError(f"the bridge thread has stopped: {self._failure!r}")
         call = _Call(fn)
         self._cmds.append(("call", call))
         self._wake(force=True)
@@ -284,7 +289,8 @@ class Bridge:
             call.done.set()
         self._busy = self._ingest()
         if router in events:
-            self._serve(router)
+            assert self._service is not None
+            self._service.serve(router)
         if time.monotonic() >= self._next_prune:
             self._next_prune = time.monotonic() + self.config.prune_interval_s
             self._prune(time.time())
@@ -307,33 +313,63 @@ class Bridge:
             return False
         items = [Incoming(f"{m.topic}/{m.partition}", bytes.fromhex(m.id.producer), m.id.seq,
                           m.key, m.headers or None, m.published_at, m.payload) for m in msgs]
-        assert self._log is not None
-        try:
-            added, dups = self._log.append(items, time.time())
-            if self.config.fsync:
-                self._log.sync()
-        except BridgeError as exc:
-            # Not logged, so not acked: the producers keep the messages and redeliver.
-            self.counters.add("log_write_failures", 1)
-            self._paused_until = time.monotonic() + FULL_BACKOFF_S
-            if isinstance(exc, LogFullError) or self.counters.get("log_write_failures") == 1:
-                log.warning("%s; %d messages go back to their producers", exc, len(msgs))
-            for m in msgs:
-                m.nack(FULL_BACKOFF_S)
-            return False
-        for m in msgs:
+        done, added, dups, error = self._append(items)
+        for m in msgs[:done]:
             m.ack()
         self.counters.add("appended", added)
         self.counters.add("duplicates", dups)
+        if error is not None:
+            # Not logged, so not acked: the producers keep the messages and redeliver.
+            self.counters.add("log_write_failures", 1)
+            self._paused_until = time.monotonic() + FULL_BACKOFF_S
+            if isinstance(error, LogFullError) or self.counters.get("log_write_failures") == 1:
+                log.warning("%s; %d messages go back to their producers", error,
+                            len(msgs) - done)
+            for m in msgs[done:]:
+                m.nack(FULL_BACKOFF_S)
+            return False
         return budget == 0
+
+    def _append(self, items: list[Incoming]) -> tuple[int, int, int, BridgeError | None]:
+        """Append as much of ``items`` as fits, in order, halving the transaction when
+        LMDB itself runs out of room. Returns (items done, appended, duplicates, and the
+        error that stopped it, if any)."""
+        assert self._log is not None
+        done = added = dups = 0
+        size = len(items)
+        while done < len(items):
+            chunk = items[done:done + size]
+            try:
+                taken, a, d = self._log.append(chunk, time.time())
+                if self.config.fsync:
+                    self._log.sync()
+            except LogFullError as exc:
+                if size == 1:
+                    return done, added, dups, exc
+                size //= 2
+                continue
+            except BridgeError as exc:
+                return done, added, dups, exc
+            done += taken
+            added += a
+            dups += d
+            if taken < len(chunk):
+                return done, added, dups, LogFullError(self._log.path, self._log.max_log_bytes)
+        return done, added, dups, None
 
     def _prune(self, now: float) -> int:
         assert self._log is not None
         cfg = self.config
         try:
             self._log.env.reader_check()
-            n = self._log.prune(now, retain_s=cfg.retain_s, retain_records=cfg.retain_records,
-                                reader_ttl_s=cfg.reader_ttl_s)
+            n = 0
+            for _ in range(PRUNE_ROUNDS):
+                got = self._log.prune(now, retain_s=cfg.retain_s,
+                                      retain_records=cfg.retain_records,
+                                      reader_ttl_s=cfg.reader_ttl_s)
+                n += got
+                if not got:
+                    break
             self._log.sink_prune(now, cfg.sink_window_s)
         except ZMeshError:
             log.exception("bridge retention failed; trying again in %gs", cfg.prune_interval_s)
@@ -343,76 +379,3 @@ class Bridge:
             return 0
         self.counters.add("pruned", n)
         return n
-
-    def _serve(self, router: zmq.Socket) -> None:
-        for _ in range(RECV_BURST):
-            try:
-                frames = router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                req = decode_request(frames[1:])
-            except DecodeError as exc:
-                self.counters.add("decode_errors", 1)
-                log.debug("dropped a bad bridge request: %s", exc)
-                continue
-            try:
-                rep = self._handle(req)
-            except (ZMeshError, ValueError, TypeError, KeyError) as exc:
-                self.counters.add("request_errors", 1)
-                rep = Reply(req.token, False, error=str(exc) or type(exc).__name__)
-            try:
-                router.send_multipart([frames[0], *encode_reply(rep)], zmq.NOBLOCK)
-            except zmq.ZMQError:
-                self.counters.add("replies_dropped", 1)
-
-    def _handle(self, req: Request) -> Reply:
-        assert self._log is not None
-        args = req.args
-        if req.kind == "fetch":
-            stream, start, end = str(args["stream"]), int(args["start"]), int(args["end"])
-            limit = max(1, min(int(args.get("max", FETCH_MAX_RECORDS)), FETCH_MAX_RECORDS))
-            first, records = self._log.read(stream, start, end, limit)
-            self.counters.add("fetches", 1)
-            self.counters.add("records_served", len(records))
-            return Reply(req.token, True, {"first": first}, parts=tuple(records))
-        if req.kind == "info":
-            reader = args.get("reader")
-            if reader is not None:
-                topics = args.get("topics")
-                wm = {str(k): int(v) for k, v in dict(args.get("wm") or {}).items()}
-                self._log.set_watermark(str(reader), None if topics is None
-                                        else [str(t) for t in topics], wm, time.time())
-            streams = {k: list(v) for k, v in self._log.streams().items()}
-            return Reply(req.token, True, {"streams": streams})
-        if req.kind == "publish":
-            return Reply(req.token, True, self._publish(args["rows"], req.parts))
-        return Reply(req.token, True, {"dropped": self._log.drop_reader(str(args["reader"]))})
-
-    def _publish(self, rows: list, payloads: tuple[bytes, ...]) -> dict[str, int]:
-        """Publish sink rows not published before; reply only once they are stored."""
-        assert self._log is not None
-        if len(rows) != len(payloads):
-            raise ArgumentError(f"publish of {len(rows)} rows carried {len(payloads)} payloads")
-        seen = self._log.sink_filter([str(r[0]).encode() for r in rows])
-        receipts = []
-        dups = 0
-        for (rid, topic, key, headers), payload in zip(rows, payloads, strict=True):
-            rid_b = str(rid).encode()
-            if rid_b in seen:
-                dups += 1
-                continue
-            seen.add(rid_b)
-            kw: dict[str, Any] = {"key": key, "headers": headers}
-            if _PUBLISH_TAKES_MSG_ID:
-                kw["msg_id"] = str(rid)
-            receipts.append((rid_b, self.node.publish(str(topic), payload, **kw)))
-        deadline = time.monotonic() + self.config.publish_timeout_s
-        for _rid, receipt in receipts:
-            receipt.wait_stored(max(0.0, deadline - time.monotonic()))
-        if receipts:
-            self._log.sink_put([(rid, r.id.producer, r.id.seq) for rid, r in receipts],
-                               time.time())
-        self.counters.add("published", len(receipts))
-        self.counters.add("publish_duplicates", dups)
-        return {"published": len(receipts), "duplicates": dups}

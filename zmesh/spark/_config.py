@@ -26,6 +26,8 @@ class BridgeConfig:
     retain_records: size floor: the last N records of each partition always stay.
     reader_ttl_s: forget a streaming reader silent this long (None: never); retention
     then stops waiting for it.
+    max_log_bytes: the log's budget (default: half of ``map_size_bytes``, leaving LMDB room
+    to prune); when it is reached the bridge stops acking and producers hold the rest.
     sink_window_s: how long published sink row ids are remembered for dedupe.
     """
 
@@ -38,8 +40,9 @@ class BridgeConfig:
     retain_records: int = 0
     reader_ttl_s: float | None = None
     map_size_bytes: int = 1 << 30
+    max_log_bytes: int | None = None
     fsync: bool = False
-    sink_window_s: float = 7 * 86_400.0
+    sink_window_s: float = 86_400.0
     max_in_flight: int = 5000
     batch_size: int = 500
     ingest_batch_max: int = 5000
@@ -71,6 +74,11 @@ class BridgeConfig:
             _int(name, getattr(self, name), minimum=0)
         for name in ("map_size_bytes", "max_in_flight", "batch_size", "ingest_batch_max"):
             _int(name, getattr(self, name), minimum=1)
+        if self.max_log_bytes is not None:
+            _int("max_log_bytes", self.max_log_bytes, minimum=1)
+            if self.max_log_bytes >= self.map_size_bytes:
+                raise ConfigError("BridgeConfig.max_log_bytes must be below map_size_bytes, "
+                                  "leaving LMDB room to prune")
         if not isinstance(self.fsync, bool):
             raise ConfigError(f"BridgeConfig.fsync must be true or false, got {self.fsync!r}")
 

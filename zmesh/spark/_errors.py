@@ -5,7 +5,7 @@ The tree::
     ZMeshError
     └── BridgeError                 a bridge request failed or the bridge is unreachable
         ├── DataLossError           requested offsets are no longer retained in the log
-        └── LogFullError            the bridge log's LMDB map is full
+        └── LogFullError            the bridge log reached its size limit
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ class DataLossError(BridgeError):
 
 
 class LogFullError(BridgeError):
-    """The bridge log's LMDB map is full; the bridge stops acking until space frees."""
+    """The bridge log reached its size limit; the bridge stops acking until space frees."""
 
-    def __init__(self, path: str, map_size_bytes: int) -> None:
+    def __init__(self, path: str, limit_bytes: int) -> None:
         super().__init__(
-            f"bridge log {path} is full ({map_size_bytes} bytes); raise map_size_bytes, "
-            "shorten retain_s, or let slow readers catch up"
+            f"bridge log {path} is full ({limit_bytes} bytes); raise max_log_bytes and "
+            "map_size_bytes, shorten retain_s, or let slow readers catch up"
         )
         self.path = path
-        self.map_size_bytes = map_size_bytes
+        self.limit_bytes = limit_bytes

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 _pack = msgpack.Packer(use_bin_type=True).pack
 _OPEN: dict[str, BridgeLog] = {}
+RECORD_OVERHEAD = 64  # keys, the ids entry and node headers, per record (estimate)
 _OPEN_LOCK = threading.Lock()
 
 
@@ -70,10 +71,13 @@ class BridgeLog:
     """Per-partition offset log, dedupe window, reader watermarks and sink row ids."""
 
     def __init__(self, log_dir: str | Path, *, map_size_bytes: int = 1 << 30,
-                 readonly: bool = False) -> None:
+                 max_log_bytes: int | None = None, readonly: bool = False) -> None:
         self.log_dir = Path(log_dir)
         self.path = str(self.log_dir / "log")
         self.map_size_bytes = map_size_bytes
+        # Below the map size, so that a full log still has the pages a prune needs.
+        self.max_log_bytes = max_log_bytes or map_size_bytes // 2
+        self.used_bytes = 0  # pages in use, measured after each commit (writer only)
         self.readonly = readonly
         self._lock_fd: int | None = None
         self._inode = 0
@@ -97,11 +101,8 @@ class BridgeLog:
             self._close_lock()
             raise BridgeError(f"cannot open bridge log {self.path}: {exc}") from exc
         if not readonly:
-            with self.env.begin() as txn:
-                self._next_sid = _int(txn.get(b"next_sid", b"\0\0\0\1", db=self.db["meta"]))
-                for k, v in txn.cursor(db=self.db["streams"]):
-                    self._bounds[bytes(k).decode()] = [_int(v[:4]), _int(v[4:12]),
-                                                       _int(v[12:20])]
+            self._reload_bounds()
+            self._measure()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -150,11 +151,26 @@ class BridgeLog:
 
     # -- reads ----------------------------------------------------------------------------
 
+    def _read(self, fn: Any, *args: Any) -> Any:
+        """Run a read transaction; lmdb errors become BridgeError."""
+        for attempt in (1, 2):
+            try:
+                with self.env.begin(buffers=False) as txn:
+                    return fn(txn, *args)
+            except lmdb.MapResizedError as exc:
+                # The writer's data outgrew this reader's mapping: adopt the new size.
+                if attempt == 2 or not self.readonly:
+                    raise BridgeError(f"bridge log {self.path}: {exc}") from exc
+                self.env.set_mapsize(0)
+            except lmdb.Error as exc:
+                raise BridgeError(f"cannot read bridge log {self.path}: {exc}") from exc
+        raise AssertionError("unreachable")
+
     def streams(self) -> dict[str, tuple[int, int]]:
         """Every stream ``topic/partition`` -> (head, end): retained offsets are [head, end)."""
-        with self.env.begin(db=self.db["streams"]) as txn:
-            return {bytes(k).decode(): (_int(v[4:12]), _int(v[12:20]))
-                    for k, v in txn.cursor()}
+        return self._read(lambda txn: {
+            bytes(k).decode(): (_int(v[4:12]), _int(v[12:20]))
+            for k, v in txn.cursor(db=self.db["streams"])})
 
     def read(self, stream: str, start: int, end: int, max_records: int,
              max_bytes: int = 32 << 20) -> tuple[int, list[bytes]]:
@@ -163,46 +179,58 @@ class BridgeLog:
         Returns (offset of the first record returned, records); fewer than asked when
         limits are hit. A first offset above ``start`` means retention removed the gap.
         """
+        return self._read(self._range, stream, start, end, max_records, max_bytes)
+
+    def _range(self, txn: Any, stream: str, start: int, end: int, max_records: int,
+               max_bytes: int) -> tuple[int, list[bytes]]:
         out: list[bytes] = []
-        with self.env.begin(buffers=False) as txn:
-            meta = txn.get(stream.encode(), db=self.db["streams"])
-            if meta is None:
-                return start, out
-            sid, head = meta[:4], _int(meta[4:12])
-            end = min(end, _int(meta[12:20]))
-            first = max(start, head)
-            cur = txn.cursor(db=self.db["log"])
-            if first >= end or not cur.set_key(sid + _u64(first)):
-                return first, out
-            size = 0
-            for value in cur.iternext(keys=False):
-                out.append(value)
-                size += len(value)
-                if len(out) >= min(max_records, end - first) or size >= max_bytes:
-                    break
+        meta = txn.get(stream.encode(), db=self.db["streams"])
+        if meta is None:
+            return start, out
+        sid, head = meta[:4], _int(meta[4:12])
+        end = min(end, _int(meta[12:20]))
+        first = max(start, head)
+        cur = txn.cursor(db=self.db["log"])
+        if first >= end or not cur.set_key(sid + _u64(first)):
+            return first, out
+        size, want = 0, min(max_records, end - first)
+        append = out.append
+        for value in cur.iternext(keys=False):
+            append(value)
+            size += len(value)
+            if len(out) >= want or size >= max_bytes:
+                break
         return first, out
 
     def readers(self) -> dict[str, dict]:
-        with self.env.begin(db=self.db["readers"]) as txn:
-            return {bytes(k).decode(): _unpack(v) for k, v in txn.cursor()}
+        return self._read(lambda txn: {bytes(k).decode(): _unpack(v)
+                                       for k, v in txn.cursor(db=self.db["readers"])})
 
     def stat(self) -> dict[str, int]:
-        with self.env.begin() as txn:
-            return {name: txn.stat(self.db[name])["entries"]
-                    for name in ("log", "ids", "sink", "readers")}
+        return self._read(lambda txn: {name: txn.stat(self.db[name])["entries"]
+                                       for name in ("log", "ids", "sink", "readers")})
 
     # -- writes (bridge thread) -------------------------------------------------------------
 
     def _write(self, fn: Any, *args: Any) -> Any:
         try:
             with self.env.begin(write=True) as txn:
-                return fn(txn, *args)
+                result = fn(txn, *args)
         except lmdb.MapFullError as exc:
             self._reload_bounds()
             raise LogFullError(self.path, self.map_size_bytes) from exc
         except lmdb.Error as exc:
             self._reload_bounds()
             raise BridgeError(f"bridge log write failed: {exc}") from exc
+        self._measure()
+        return result
+
+    def _measure(self) -> None:
+        with self.env.begin() as txn:
+            stats = [txn.stat(db) for db in self.db.values()]
+        stats.append(self.env.stat())
+        pages = sum(st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"] for st in stats)
+        self.used_bytes = pages * stats[-1]["psize"]
 
     def _reload_bounds(self) -> None:
         with self.env.begin() as txn:
@@ -215,34 +243,46 @@ class BridgeLog:
         txn.put(name.encode(), sid.to_bytes(4, "big") + _u64(head) + _u64(end),
                 db=self.db["streams"])
 
-    def append(self, items: Iterable[Incoming], now: float) -> tuple[int, int]:
-        """Append in one transaction, dropping message ids already logged; (added, dups)."""
+    def append(self, items: Iterable[Incoming], now: float) -> tuple[int, int, int]:
+        """Append in one transaction, dropping message ids already logged.
+
+        Returns (items taken, appended, duplicates); fewer items are taken than given
+        when the log reaches ``max_log_bytes``: the caller hands the rest back.
+        """
         return self._write(self._append, list(items), now)
 
-    def _append(self, txn: Any, items: list[Incoming], now: float) -> tuple[int, int]:
+    def _append(self, txn: Any, items: list[Incoming], now: float) -> tuple[int, int, int]:
         ids_db, log_db = self.db["ids"], self.db["log"]
         touched: set[str] = set()
-        added = dups = 0
+        added = dups = taken = 0
+        room = self.max_log_bytes - self.used_bytes
         for it in items:
             mid = it.producer + _u64(it.seq)
             if txn.get(mid, db=ids_db) is not None:
                 dups += 1
+                taken += 1
                 continue
+            record = _pack([it.producer, it.seq, it.key, it.headers, it.published_at, now,
+                            it.payload])
+            # Pages fill about half on random inserts: count a record twice.
+            room -= 2 * (len(record) + RECORD_OVERHEAD)
+            if room < 0:
+                break
             bounds = self._bounds.get(it.stream)
             if bounds is None:
                 bounds = self._bounds[it.stream] = [self._next_sid, 0, 0]
                 self._next_sid += 1
                 txn.put(b"next_sid", self._next_sid.to_bytes(4, "big"), db=self.db["meta"])
             loc = bounds[0].to_bytes(4, "big") + _u64(bounds[2])
-            txn.put(loc, _pack([it.producer, it.seq, it.key, it.headers, it.published_at, now,
-                                it.payload]), db=log_db)
+            txn.put(loc, record, db=log_db)
             txn.put(mid, loc, db=ids_db)
             bounds[2] += 1
             touched.add(it.stream)
             added += 1
+            taken += 1
         for name in touched:
             self._put_bounds(txn, name)
-        return added, dups
+        return taken, added, dups
 
     def set_watermark(self, reader: str, topics: list[str] | None, wm: dict[str, int],
                       now: float) -> None:
@@ -268,7 +308,8 @@ class BridgeLog:
     def prune(self, now: float, *, retain_s: float, retain_records: int = 0,
               reader_ttl_s: float | None = None, max_delete: int = 20_000) -> int:
         """Delete records every covering reader has passed, older than ``retain_s`` and
-        beyond the last ``retain_records`` of their stream; returns how many went."""
+        beyond the last ``retain_records`` of their stream; returns how many went (a
+        bounded number per call: call again while it returns more than 0)."""
         return self._write(self._prune, now, retain_s, retain_records, reader_ttl_s,
                            max_delete)
 
@@ -283,7 +324,10 @@ class BridgeLog:
                     txn.delete(name.encode(), db=self.db["readers"])
                     del readers[name]
         cutoff = now - retain_s
-        deleted = 0
+        deleted = freed = 0
+        # Each deletion copies its page first: a transaction freeing too much at once
+        # could need more free pages than a nearly full map has.
+        max_free = max(1 << 16, self.max_log_bytes // 16)
         for name, bounds in self._bounds.items():
             sid, head, end = bounds
             topic = name.rpartition("/")[0]
@@ -292,13 +336,14 @@ class BridgeLog:
                 if rec["topics"] is None or topic in rec["topics"]:
                     stop = min(stop, rec["wm"].get(name, 0))
             off = head
-            while off < stop and deleted < max_delete:
+            while off < stop and deleted < max_delete and freed < max_free:
                 loc = sid.to_bytes(4, "big") + _u64(off)
                 raw = txn.get(loc, db=self.db["log"])
                 if raw is not None:
                     producer, seq, _k, _h, _p, appended_at, _payload = _unpack(raw)
                     if appended_at > cutoff:
                         break
+                    freed += len(raw) + RECORD_OVERHEAD
                     txn.delete(loc, db=self.db["log"])
                     txn.delete(producer + _u64(seq), db=self.db["ids"])
                 off += 1
@@ -310,8 +355,8 @@ class BridgeLog:
 
     def sink_filter(self, row_ids: list[bytes]) -> set[bytes]:
         """The row ids the sink already published."""
-        with self.env.begin(db=self.db["sink"]) as txn:
-            return {r for r in row_ids if txn.get(r) is not None}
+        return self._read(lambda txn: {r for r in row_ids
+                                       if txn.get(r, db=self.db["sink"]) is not None})
 
     def sink_put(self, rows: list[tuple[bytes, str, int]], now: float) -> None:
         """Remember published rows: (row id, producer hex, seq)."""

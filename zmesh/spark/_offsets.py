@@ -47,12 +47,14 @@ def parse_spec(value: str | None, default: str, what: str) -> str | dict[str, in
     return data
 
 
-def resolve(spec: str | Mapping[str, int], bounds: Bounds) -> dict[str, int]:
+def resolve(spec: str | Mapping[str, int], bounds: Bounds,
+            missing: str = "earliest") -> dict[str, int]:
     """Concrete offsets for every stream: ``earliest`` is the head, ``latest`` the end;
-    streams a JSON spec leaves out start at their head."""
-    if spec == "latest":
-        return {s: end for s, (_head, end) in bounds.items()}
-    out = {s: head for s, (head, _end) in bounds.items()}
+    streams a JSON spec leaves out get ``missing`` (earliest or latest)."""
+    if spec == "latest" or (spec != "earliest" and missing == "latest"):
+        out = {s: end for s, (_head, end) in bounds.items()}
+    else:
+        out = {s: head for s, (head, _end) in bounds.items()}
     if isinstance(spec, Mapping):
         out.update(spec)
     return out

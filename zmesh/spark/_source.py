@@ -30,7 +30,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ._arrow import RecordConverter, source_ddl
+from ..errors import ArgumentError
+from ._arrow import BASE_COLUMNS, RecordConverter, source_ddl
 from ._client import BridgeClient
 from ._errors import BridgeError, DataLossError
 from ._log import BridgeLog
@@ -115,6 +116,10 @@ class _Planner:
     """Driver-side state shared by both readers: a lazily opened bridge client."""
 
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        base = [name for name, _type in BASE_COLUMNS]
+        if [f.name for f in schema.fields[:len(base)]] != base:
+            raise ArgumentError(f"the zmesh source's schema starts with the columns {base}; "
+                                "add decoded columns with payloadSchema, not .schema()")
         self.opts = opts
         self.schema = schema
         self._client: BridgeClient | None = None
@@ -155,7 +160,7 @@ class ZMeshBatchReader(_Planner, DataSourceReader):
         finally:
             self._close()
         start = resolve(self.opts.starting, bounds)
-        end = resolve(self.opts.ending, bounds)
+        end = resolve(self.opts.ending, bounds, missing="latest")
         end = {s: min(e, bounds[s][1]) if s in bounds else start.get(s, 0)
                for s, e in end.items()}
         return self._plan(start, end)
