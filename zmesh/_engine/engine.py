@@ -8,6 +8,7 @@ data batches).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -101,6 +102,7 @@ class Engine:
         self._cmds: deque[tuple] = deque()
         self._wake_pending = False
         self._wake_lock = threading.Lock()
+        self._wake_tx: zmq.Socket | None = None  # application threads' end of the wake pipe
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -151,8 +153,17 @@ class Engine:
         self._cmds.append(cmd)
         if not self._wake_pending:
             self._wake_pending = True
-            with self._wake_lock:
+            if not self._wake():
+                self._check_running()  # the IO thread stopped meanwhile: say why
+
+    def _wake(self) -> bool:
+        """Wake the IO thread; False when it has already closed its wake pipe."""
+        with self._wake_lock:
+            if self._wake_tx is None:
+                return False
+            with contextlib.suppress(zmq.Again):  # the pipe is full of wake-ups already
                 self._wake_tx.send(b"", zmq.NOBLOCK)
+            return True
 
     def prepare(self, topic: str, payloads: list[bytes], keys: list[str | None],
                 headers: dict | None, priority: int, expires_at: float | None,
@@ -241,8 +252,7 @@ class Engine:
             return
         if self._state == "running" and self._thread is not None and self._thread.is_alive():
             self._cmds.append(("stop",))
-            with self._wake_lock:
-                self._wake_tx.send(b"", zmq.NOBLOCK)
+            self._wake()
         self._state = "closing"
         if self._thread is not None:
             self._thread.join()
@@ -276,10 +286,12 @@ class Engine:
         cfg = self.config
         self.ctx = zmq.Context()
         self._wake_rx = self.ctx.socket(zmq.PAIR)
-        self._wake_tx = self.ctx.socket(zmq.PAIR)
         wake_ep = f"inproc://zmesh-wake-{self.node_id.hex()}-{self.incarnation}"
         self._wake_rx.bind(wake_ep)
-        self._wake_tx.connect(wake_ep)
+        wake_tx = self.ctx.socket(zmq.PAIR)
+        wake_tx.connect(wake_ep)
+        with self._wake_lock:
+            self._wake_tx = wake_tx
         max_frame = cfg.max_message_bytes + (1 << 20)
         # The ZAP handler must be bound before any server socket, or CURVE admits everyone.
         self.zap = ZapHandler(self.ctx, self.keys, self.counters)
@@ -750,7 +762,12 @@ class Engine:
             zap.close()
         ctx = getattr(self, "ctx", None)
         if ctx is not None:
-            for name in ("pull", "router", "_wake_rx", "_wake_tx"):
+            # Application threads send wake-ups under the lock: never close it under them.
+            with self._wake_lock:
+                if self._wake_tx is not None:
+                    self._wake_tx.close(linger=0)
+                    self._wake_tx = None
+            for name in ("pull", "router", "_wake_rx"):
                 sock = getattr(self, name, None)
                 if sock is not None:
                     sock.close(linger=0)
