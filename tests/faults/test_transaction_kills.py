@@ -6,7 +6,6 @@ import os
 import random
 import signal
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 

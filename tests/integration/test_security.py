@@ -11,7 +11,6 @@ import time
 import pytest
 import zmq
 
-import zmesh
 from tests.conftest import wait_members, wait_until
 from tests.integration.test_delivery import drain
 from zmesh._protocol.codec import decode_control, encode_control

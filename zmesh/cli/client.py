@@ -5,6 +5,7 @@ and stop signals.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import shutil
@@ -13,6 +14,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -20,9 +23,10 @@ import zmq
 
 from .._engine.peers import endpoint
 from .._protocol.codec import decode_control, encode_control
-from .._protocol.frames import StatusReply, StatusRequest
+from .._protocol.frames import AdminReply, AdminRequest, Control, StatusReply, StatusRequest
+from .._security import _check_key
 from ..config import parse_seed
-from ..errors import DecodeError
+from ..errors import ConfigError, DecodeError
 from ..node import Node
 from .output import CliError
 
@@ -76,32 +80,139 @@ def control_endpoint(address: str) -> str:
     return endpoint(host, port)
 
 
-def request_status(address: str, timeout_s: float) -> dict:
-    """Ask the node whose control socket is at ``address`` for its status."""
+@dataclass(frozen=True, slots=True)
+class CurveKeys:
+    """What a client needs to reach a secured node: its public key and a trusted pair."""
+
+    server: bytes
+    public: bytes
+    secret: bytes
+
+
+_CURVE_META = "zmesh.curve"
+
+
+def read_key(value: str, what: str) -> bytes:
+    """A Z85 CurveZMQ key, given inline or as a file that holds it (NAME.pub, NAME.key)."""
+    text = value
+    path = Path(value)
+    if len(value.strip()) != 40 or path.is_file():
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"{what}: {value!r} is neither a 40-character Z85 key nor a "
+                              f"readable key file ({exc.strerror})") from exc
+    return _check_key(text, f"{what} {value}")
+
+
+def load_curve(server_key: str | None, secret_key_file: str | None) -> CurveKeys | None:
+    """The keys of --server-key and --secret-key-file (None when neither is given)."""
+    if server_key is None and secret_key_file is None:
+        return None
+    if server_key is None or secret_key_file is None:
+        raise click.UsageError("--server-key and --secret-key-file go together: the node's "
+                               "public key and a key pair the node trusts")
+    if secret_key_file.endswith(".pub"):
+        raise click.UsageError(f"--secret-key-file {secret_key_file} looks like a public key; "
+                               "pass the NAME.key beside it")
+    secret = read_key(secret_key_file, "--secret-key-file")
+    return CurveKeys(read_key(server_key, "--server-key"), zmq.curve_public(secret), secret)
+
+
+def current_curve() -> CurveKeys | None:
+    """The keys given to the running command, if any."""
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.meta.get(_CURVE_META)
+
+
+def add_curve_options(cmd: click.Command) -> click.Command:
+    """Give a command that talks to a node's control socket --server-key and
+    --secret-key-file; its requests pick the keys up through ``current_curve()``."""
+    cmd.params.extend([
+        click.Option(["--server-key"], metavar="KEY|FILE",
+                     help="The node's public key (its NAME.pub, or the 'pk' of its mDNS "
+                          "record), for a node secured with CurveZMQ."),
+        click.Option(["--secret-key-file"], metavar="FILE", type=click.Path(dir_okay=False),
+                     help="Your secret key (NAME.key from `zmesh keys generate`); its "
+                          "NAME.pub must be in the node's trusted_keys_dir."),
+    ])
+    callback = cmd.callback
+    assert callback is not None
+
+    @functools.wraps(callback)
+    def with_keys(*args: Any, **kwargs: Any) -> Any:
+        keys = load_curve(kwargs.pop("server_key"), kwargs.pop("secret_key_file"))
+        click.get_current_context().meta[_CURVE_META] = keys
+        return callback(*args, **kwargs)
+
+    cmd.callback = with_keys
+    return cmd
+
+
+def _no_reply(address: str, what: str, timeout_s: float, keys: CurveKeys | None) -> CliError:
+    if keys is None:
+        hint = ("It may be a secured node (CurveZMQ; secret_key_file in its [node] table): "
+                "then pass --server-key (its NAME.pub) and --secret-key-file (a key pair "
+                "whose .pub is in its trusted_keys_dir)")
+    else:
+        hint = ("With keys given: check that --server-key is this node's public key and that "
+                "the .pub of --secret-key-file is in its trusted_keys_dir (the node counts "
+                "refusals as auth_denied and handshakes_failed)")
+    return CliError(f"no {what} reply from {address} within {timeout_s:g}s: is a zmesh "
+                    f"node's control socket listening there? {hint}")
+
+
+def request(address: str, msg: StatusRequest | AdminRequest, timeout_s: float,
+            keys: CurveKeys | None = None, what: str = "status") -> Control:
+    """Send one request to the control socket at ``address`` and return the matching
+    reply; ``keys`` (default: the command's --server-key/--secret-key-file) for CURVE."""
     ep = control_endpoint(address)
-    token = secrets.randbits(62)
+    keys = keys or current_curve()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     try:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, 64 << 20)
+        if keys is not None:
+            sock.curve_serverkey = keys.server
+            sock.curve_publickey = keys.public
+            sock.curve_secretkey = keys.secret
         sock.connect(ep)
-        sock.send(encode_control(StatusRequest(token)))
+        sock.send(encode_control(msg))
+        want = StatusReply if isinstance(msg, StatusRequest) else AdminReply
         deadline = time.monotonic() + timeout_s
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not sock.poll(max(1, int(remaining * 1000))):
-                raise CliError(f"no status reply from {address} within {timeout_s:g}s: is a "
-                               "zmesh node's control socket listening there?")
+                raise _no_reply(address, what, timeout_s, keys)
             try:
                 reply = decode_control(sock.recv(zmq.NOBLOCK))
             except (DecodeError, zmq.Again):
                 continue
-            if isinstance(reply, StatusReply) and reply.token == token:
-                return reply.status
+            if isinstance(reply, want) and reply.token == msg.token:
+                return reply
     finally:
         sock.close(linger=0)
         ctx.term()
+
+
+def request_status(address: str, timeout_s: float, keys: CurveKeys | None = None) -> dict:
+    """Ask the node whose control socket is at ``address`` for its status."""
+    reply = request(address, StatusRequest(secrets.randbits(62)), timeout_s, keys)
+    assert isinstance(reply, StatusReply)
+    return reply.status
+
+
+def request_admin(address: str, op: str, args: dict, timeout_s: float,
+                  keys: CurveKeys | None = None) -> Any:
+    """Run an operator's request (dead_letters, replay, purge) at the node; an error the
+    node reports becomes a CliError (exit 1) with its message."""
+    reply = request(address, AdminRequest(secrets.randbits(62), op, args), timeout_s, keys,
+                    what=op)
+    assert isinstance(reply, AdminReply)
+    if not reply.ok:
+        raise CliError(f"{address} refused {op}: {reply.error}")
+    return reply.result
 
 
 class StopSignals:

@@ -14,11 +14,17 @@ import click
 
 from .. import __version__
 from ..errors import ArgumentError, ConfigError, ZMeshError
+from .bench import bench
+from .client import add_curve_options
 from .demo import demo
+from .dlq import dlq
+from .doctor import doctor
+from .keys import keys, snapshot
 from .noderun import node
 from .output import err_console, print_error
 from .pubsub import pub, sub
 from .status import peers, status
+from .top import top
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -51,9 +57,15 @@ def cli(ctx: click.Context, log_level: str) -> None:
 cli.add_command(demo)
 cli.add_command(pub)
 cli.add_command(sub)
-cli.add_command(status)
-cli.add_command(peers)
+cli.add_command(add_curve_options(status))
+cli.add_command(add_curve_options(peers))
 cli.add_command(node)
+cli.add_command(top)
+cli.add_command(dlq)
+cli.add_command(keys)
+cli.add_command(snapshot)
+cli.add_command(doctor)
+cli.add_command(bench)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,123 @@
+"""``zmesh keys generate`` and ``zmesh snapshot``: an operator's files, no node involved."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from .. import snapshot as snapshot_data_dir
+from .._security import generate_keypair
+from ..config import check_name
+from ..errors import ConfigError
+from .output import CliError, console
+
+
+def _default_name() -> str:
+    host = socket.gethostname().split(".")[0]
+    try:
+        return check_name("key", host)
+    except ConfigError:
+        return "node"
+
+
+@click.group()
+def keys() -> None:
+    """CurveZMQ key pairs for secured meshes."""
+
+
+@keys.command("generate")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--name", help="Key name: writes NAME.key and NAME.pub (default: host name).")
+def generate(directory: str, name: str | None) -> None:
+    """Write a key pair into DIRECTORY: NAME.key (secret, mode 0600) and NAME.pub.
+
+    A node uses its pair through secret_key_file in its [node] table; every node (and
+    operator) that may connect to it needs its NAME.pub in the node's trusted_keys_dir.
+    """
+    name = check_name("key", name or _default_name())
+    d = Path(directory)
+    existing = [p for p in (d / f"{name}.key", d / f"{name}.pub") if p.exists()]
+    if existing:
+        raise CliError(f"{existing[0]} exists; refusing to overwrite a key (pick another "
+                       "--name, or remove the old pair if it is really unused)")
+    key_path, pub_path = generate_keypair(d, name)
+    public = pub_path.read_text().strip()
+    click.echo(f"secret key: {key_path} (mode 0600: keep it on this host, never copy it)")
+    click.echo(f"public key: {pub_path}")
+    click.echo(public)
+    click.echo("")
+    click.echo("To use it on a node, set in its [node] table:")
+    click.echo(f'  secret_key_file = "{key_path.resolve()}"')
+    click.echo('  trusted_keys_dir = "/etc/zmesh/trusted"   # the .pub files it trusts')
+    click.echo(f"To trust it: copy {pub_path.name} into every node's trusted_keys_dir (or add "
+               "the public key above to their trusted_keys list) and restart them; nodes "
+               "without it refuse this key (counted as auth_denied).")
+    click.echo(f"Operators reach a secured node with: zmesh status HOST:PORT --server-key "
+               f"NODE.pub --secret-key-file {key_path}")
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.2f} MiB"
+
+
+def _describe(store: Path) -> dict[str, object]:
+    """Node id and record counts of a copied store (empty when it cannot be read)."""
+    try:
+        import lmdb
+
+        env = lmdb.open(str(store), readonly=True, max_dbs=16, subdir=True, lock=False)
+    except Exception:
+        return {}
+    out: dict[str, object] = {}
+    try:
+        with env.begin() as txn:
+            for name, label in ((b"meta", None), (b"msgs", "outbox messages"),
+                                (b"pend", "pending entries"), (b"dead", "dead letters"),
+                                (b"seen", "dedupe entries")):
+                db = env.open_db(name, txn=txn, create=False)
+                if label is None:
+                    node_id = txn.get(b"node_id", db=db)
+                    if node_id:
+                        out["node id"] = node_id.hex()
+                else:
+                    out[label] = txn.stat(db)["entries"]
+    except Exception:
+        pass
+    finally:
+        env.close()
+    return out
+
+
+@click.command()
+@click.argument("data_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("dest", type=click.Path(file_okay=False))
+def snapshot(data_dir: str, dest: str) -> None:
+    """Copy the store of DATA_DIR into DEST consistently, even while its node runs.
+
+    DEST must not hold a store yet. The copy is compacted (free pages are left out).
+    """
+    src = Path(data_dir) / "store"
+    before = _size(src) if src.is_dir() else 0
+    snapshot_data_dir(data_dir, dest)
+    target = Path(dest) / "store"
+    table = Table(title=f"snapshot of {escape(data_dir)}", show_header=False,
+                  title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_row("copied to", escape(str(target)))
+    table.add_row("size", f"{_mib(_size(target))} (source files {_mib(before)})")
+    for label, value in _describe(target).items():
+        table.add_row(label, escape(f"{value:,}" if isinstance(value, int) else str(value)))
+    console.print(table)
+    click.echo(f"To restore: stop the node of {data_dir} if it still runs, then start it with "
+               f"data_dir = \"{Path(dest).resolve()}\" (or put {dest} in place of "
+               f"{data_dir}). The copy has the same node id: start it in place of the "
+               "original, never beside it; peers would take the two for one node.")
