@@ -1,0 +1,44 @@
+"""The pager: a consumer group member that prints every alert the Spark job publishes.
+
+    python alerts_consumer.py --mesh plant --seed 127.0.0.1:41235
+
+Runs until SIGTERM or Ctrl-C; each alert is printed once and acked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import threading
+
+import zmesh
+
+
+def show(msg: zmesh.Message) -> None:
+    a = json.loads(msg.payload)
+    print(f"ALERT {a['sensor']} window {a['window_start']} avg={a['avg_value']:.1f} "
+          f"max={a['max_value']:.1f} over {a['readings']} readings", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mesh", default="plant")
+    parser.add_argument("--seed", action="append", default=[], metavar="HOST:PORT")
+    parser.add_argument("--interface", action="append", default=[], metavar="IP")
+    parser.add_argument("--no-mdns", action="store_true")
+    parser.add_argument("--data-dir", default="var/pager")
+    args = parser.parse_args()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with zmesh.Node("pager", mesh=args.mesh, data_dir=args.data_dir, interfaces=args.interface,
+                    mdns=not args.no_mdns, seeds=args.seed) as node:
+        node.subscribe("alerts", group="pager", handler=show)
+        print(f"pager up: control {node.control_address}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Edge sensors: one zmesh node per sensor, publishing readings into the mesh.
+
+    python sensors.py --mesh plant --seed 127.0.0.1:41235 --sensors 3 --readings 60
+
+Readings are deterministic (see ``reading``), with event times on a simulated clock of one
+reading per second, so the pipeline's output can be checked. ``sensor-2`` runs hot for a
+while. When done, each sensor sends a heartbeat a minute later in event time, which moves
+Spark's watermark past every real window so they are all written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import threading
+from pathlib import Path
+
+import zmesh
+
+BASE_TS = 1_700_000_000.0  # event time of reading 0 (a multiple of the window)
+STEP_S = 1.0               # event time between two readings of a sensor
+HOT = ("sensor-2", 20, 30)  # this sensor reads hot for readings [20, 30)
+SPIKE = ("sensor-3", 40, 43)  # a short spike: the window's maximum, not its average
+
+
+def reading(sensor: int, i: int) -> dict:
+    """Reading ``i`` of sensor ``sensor`` (1-based)."""
+    name = f"sensor-{sensor}"
+    value = 20.0 + sensor + round(3 * math.sin(i / 3), 3)
+    if name == HOT[0] and HOT[1] <= i < HOT[2]:
+        value = 90.0 + i % 3
+    if name == SPIKE[0] and SPIKE[1] <= i < SPIKE[2]:
+        value = 95.0
+    return {"sensor": name, "ts": BASE_TS + i * STEP_S, "value": value}
+
+
+def heartbeat(sensor: int, readings: int) -> dict:
+    return {"sensor": f"sensor-{sensor}", "ts": BASE_TS + readings * STEP_S + 60, "value": 0.0,
+            "heartbeat": True}
+
+
+def run_sensor(sensor: int, args: argparse.Namespace, errors: list[BaseException]) -> None:
+    name = f"sensor-{sensor}"
+    try:
+        with zmesh.Node(name, mesh=args.mesh, data_dir=Path(args.data_dir) / name,
+                        interfaces=args.interface, mdns=not args.no_mdns,
+                        seeds=args.seed) as node:
+            node.topic("metrics", groups=["spark"])  # the bridge's group gets every reading
+            receipts = [node.publish("metrics", json.dumps(reading(sensor, i)), key=name)
+                        for i in range(args.readings)]
+            receipts.append(node.publish("metrics", json.dumps(heartbeat(sensor, args.readings)),
+                                         key=name))
+            for r in receipts:
+                r.wait_acked(args.timeout)
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mesh", default="plant")
+    parser.add_argument("--seed", action="append", default=[], metavar="HOST:PORT")
+    parser.add_argument("--interface", action="append", default=[], metavar="IP")
+    parser.add_argument("--no-mdns", action="store_true")
+    parser.add_argument("--sensors", type=int, default=3)
+    parser.add_argument("--readings", type=int, default=60)
+    parser.add_argument("--data-dir", default="var/sensors")
+    parser.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args()
+    errors: list[BaseException] = []
+    threads = [threading.Thread(target=run_sensor, args=(s, args, errors))
+               for s in range(1, args.sensors + 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit(f"sensors failed: {errors[0]!r}")
+    print(f"sensors: {args.sensors} x {args.readings} readings acknowledged by the mesh",
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Spark test fixtures: one SparkSession per test session, bridges with a producer."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import zmesh
+import zmesh.spark
+from tests.conftest import wait_members
+
+from ._session import build_session
+
+HAVE_PYSPARK = importlib.util.find_spec("pyspark") is not None
+needs_spark = pytest.mark.skipif(
+    not HAVE_PYSPARK, reason="pyspark is not installed (pip install -e '.[spark]')")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The shared local SparkSession (starting one takes ~5 s)."""
+    if not HAVE_PYSPARK:
+        pytest.skip("pyspark is not installed (pip install -e '.[spark]')")
+    session = build_session("zmesh-tests")
+    yield session
+    session.stop()
+
+
+@dataclass
+class Bridged:
+    """A bridge node with its Bridge, and a producer node seeded to it."""
+
+    node: zmesh.Node
+    bridge: zmesh.spark.Bridge
+    producer: zmesh.Node
+    log_dir: str
+
+    @property
+    def endpoint(self) -> str:
+        return self.bridge.endpoint
+
+    def publish(self, topic: str, n: int, start: int = 0, timeout: float = 60.0) -> None:
+        """Publish messages {"i": i, ...} for i in [start, start + n) and wait for acks."""
+        receipts = [self.producer.publish(topic, json.dumps(reading(i)).encode(),
+                                          key=f"sensor-{i % 5}", headers={"i": str(i)})
+                    for i in range(start, start + n)]
+        for r in receipts:
+            r.wait_acked(timeout)
+
+    def logged(self, topic: str | None = None) -> int:
+        return sum(end for s, (_h, end) in self.bridge.streams().items()
+                   if topic is None or s.startswith(topic + "/"))
+
+
+def reading(i: int) -> dict[str, Any]:
+    return {"i": i, "sensor": f"sensor-{i % 5}", "value": float(i % 97)}
+
+
+@pytest.fixture
+def bridged(make_node: Callable[..., zmesh.Node],
+            tmp_path: Path) -> Iterator[Callable[..., Bridged]]:
+    """Make a bridge (group ``spark``) on ``topics`` and a producer that knows it."""
+    made: list[zmesh.spark.Bridge] = []
+
+    def make(topics: tuple[str, ...] = ("readings",), **options: Any) -> Bridged:
+        node = make_node("bridge")
+        log_dir = str(tmp_path / "bridge-log")
+        bridge = zmesh.spark.Bridge(node, topics=list(topics), log_dir=log_dir,
+                                    **options).start()
+        made.append(bridge)
+        producer = make_node("producer", seeds=[node.control_address])
+        for topic in topics:
+            wait_members(producer, topic, "spark", 1)
+        return Bridged(node, bridge, producer, log_dir)
+
+    yield make
+    for bridge in made:
+        bridge.close()

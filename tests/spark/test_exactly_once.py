@@ -1,0 +1,199 @@
+"""Exactly once across driver crashes.
+
+One driver process runs two streaming queries through the bridge: into a Parquet sink,
+and back into the mesh through the zmesh sink to a consumer group. The driver (its whole
+process group: Python, the JVM, Python workers) is SIGKILLed twice mid-stream and started
+again from the checkpoints; messages keep arriving throughout. Each kill lands while a
+micro-batch has written output but is not committed, so the restarted query replays it.
+In the end the Parquet sink holds every message once and the group handled every
+message once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import zmesh
+from tests.conftest import spawn, wait_members, wait_until
+
+from .conftest import Bridged, needs_spark, reading
+
+pytestmark = [needs_spark, pytest.mark.slow]
+
+JOB = str(Path(__file__).with_name("stream_job.py"))
+CHUNKS = (800, 600, 600)  # published before run 1, during run 1, during run 2
+N = sum(CHUNKS)
+MAX_RECORDS = 200
+KILL_TIMEOUT_S = 150.0
+DRAIN_TIMEOUT_S = 180.0
+
+
+def batch_ids(checkpoint: Path, kind: str) -> list[int]:
+    folder = checkpoint / kind
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if (
+        folder.is_dir()) else []
+
+
+def in_flight(checkpoint: Path) -> int | None:
+    """The batch planned but not committed, if any."""
+    offsets, commits = batch_ids(checkpoint, "offsets"), batch_ids(checkpoint, "commits")
+    if offsets and (not commits or offsets[-1] > commits[-1]):
+        return offsets[-1]
+    return None
+
+
+class Driver:
+    """Runs stream_job.py again and again on the same checkpoints; kills its group."""
+
+    def __init__(self, tmp_path: Path, cfg: dict[str, Any]) -> None:
+        self.tmp_path = tmp_path
+        self.cfg = cfg
+        self.runs = 0
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, trigger: str, **overrides: Any) -> None:
+        self.runs += 1
+        cfg = {**self.cfg, "trigger": trigger, **overrides}
+        with (self.tmp_path / f"driver-{self.runs}.log").open("wb") as log:
+            self.proc = spawn([JOB, json.dumps(cfg)], stdout=log,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              start_new_session=True)
+
+    def output(self) -> str:
+        return (self.tmp_path / f"driver-{self.runs}.log").read_text(errors="replace")[-3000:]
+
+    def kill_mid_batch(self, checkpoint: Path, progress: Callable[[], int]) -> int:
+        """SIGKILL once a batch of ``checkpoint`` is in flight and ``progress`` (its sink's
+        output) moved after that batch was planned; returns the batch left uncommitted."""
+        assert self.proc is not None
+        deadline = time.monotonic() + KILL_TIMEOUT_S
+        watching: tuple[int, int] | None = None  # (batch, progress when it was planned)
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"driver exited {self.proc.returncode}:\n{self.output()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no batch with output in flight to kill:\n{self.output()}")
+            batch = in_flight(checkpoint)
+            if batch is None:
+                watching = None
+            elif watching is None or watching[0] != batch:
+                watching = (batch, progress())
+            elif progress() > watching[1]:
+                break
+            time.sleep(0.003)
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+        assert in_flight(checkpoint) == watching[0], "the killed batch stays to be replayed"
+        return watching[0]
+
+    def run_to_end(self) -> None:
+        self.start("available-now", max_records=5 * MAX_RECORDS)  # fewer, larger batches
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(DRAIN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.close()
+            pytest.fail(f"available-now run did not finish:\n{self.output()}")
+        assert code == 0, self.output()
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+
+class Feeder(threading.Thread):
+    """Publishes readings [start, start + n) in paced bursts of 100."""
+
+    def __init__(self, b: Bridged, start: int, n: int) -> None:
+        super().__init__(name="feeder", daemon=True)
+        self.b, self.first, self.n = b, start, n
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for i in range(self.first, self.first + self.n, 100):
+                self.b.publish("readings", min(100, self.first + self.n - i), start=i)
+                time.sleep(0.2)
+        except BaseException as exc:
+            self.error = exc
+
+    def finish(self) -> None:
+        self.join(60)
+        assert not self.is_alive() and self.error is None, self.error
+
+
+def parquet_files(out: Path) -> int:
+    return len(list(out.glob("part-*.parquet"))) if out.is_dir() else 0
+
+
+def test_driver_kills_lose_and_duplicate_nothing(
+        spark: Any, bridged: Callable[..., Bridged], make_node: Callable[..., zmesh.Node],
+        tmp_path: Path) -> None:
+    b = bridged()
+    handled: list[zmesh.Message] = []
+    lock = threading.Lock()
+
+    def handle(msg: zmesh.Message) -> None:
+        with lock:
+            handled.append(msg)
+
+    consumer = make_node("consumer", seeds=[b.node.control_address])
+    consumer.subscribe("copies", group="checker", handler=handle)
+    wait_members(b.node, "copies", "checker", 1)
+
+    out, ck_files, ck_mesh = tmp_path / "out", tmp_path / "ck-parquet", tmp_path / "ck-mesh"
+    driver = Driver(tmp_path, {"endpoint": b.endpoint, "max_records": MAX_RECORDS, "queries": [
+        {"sink": "parquet", "out": str(out), "reader": "to-parquet", "checkpoint": str(ck_files)},
+        {"sink": "zmesh", "topic": "copies", "reader": "to-mesh", "checkpoint": str(ck_mesh)},
+    ]})
+    first, second, third = CHUNKS
+    t0 = time.monotonic()
+
+    def mark(what: str) -> None:  # a timeline, shown when the test fails
+        print(f"{time.monotonic() - t0:7.1f}s {what}", flush=True)
+
+    try:
+        b.publish("readings", first)
+        driver.start("continuous")
+        feeder = Feeder(b, first, second)
+        feeder.start()
+        batch = driver.kill_mid_batch(ck_files, lambda: parquet_files(out))
+        mark(f"run 1 killed in batch {batch}")
+        feeder.finish()
+        driver.start("continuous")
+        feeder = Feeder(b, first + second, third)
+        feeder.start()
+        batch = driver.kill_mid_batch(ck_mesh, lambda: b.bridge.stats().get("published", 0))
+        mark(f"run 2 killed in batch {batch}")
+        feeder.finish()
+        assert b.logged("readings") == N
+        driver.run_to_end()
+        mark("run 3 drained the log")
+    finally:
+        driver.close()
+
+    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset",
+                                               "payload").collect()
+    assert len(rows) == N
+    assert len({(r.topic, r.partition, r.offset) for r in rows}) == N
+    assert sorted(json.loads(r.payload)["i"] for r in rows) == list(range(N))
+    assert parquet_files(out) > len(spark.read.parquet(str(out)).inputFiles()), (
+        "the killed batch left files that the sink's log does not list")
+
+    wait_until(lambda: len(handled) >= N, 60, what=f"{N} copies handled")
+    wait_until(lambda: b.node.status()["outbox"] == 0, 30, what="copies acked")
+    assert len(handled) == N
+    assert sorted(json.loads(m.payload)["i"] for m in handled) == list(range(N))
+    assert all(m.key == reading(json.loads(m.payload)["i"])["sensor"] for m in handled)
+    assert b.bridge.stats().get("publish_duplicates", 0) > 0, "a replayed batch was dropped"

@@ -1,0 +1,149 @@
+"""Pure parts of zmesh.spark: offset arithmetic, partition plans, options, wire, config."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import zmesh.spark
+from zmesh.errors import ArgumentError, ConfigError, DecodeError
+from zmesh.spark import BridgeConfig, BridgeError
+from zmesh.spark._offsets import advance, cap, count, parse_spec, plan, resolve, select
+from zmesh.spark._options import SinkOptions, SourceOptions
+from zmesh.spark._wire import (
+    Reply,
+    Request,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
+)
+
+BOUNDS = {"a/0": (0, 10), "a/1": (5, 8), "b/0": (0, 0)}
+
+
+def test_public_names_are_sorted_and_complete() -> None:
+    assert zmesh.spark.__all__ == sorted(zmesh.spark.__all__)
+    for name in zmesh.spark.__all__:
+        assert getattr(zmesh.spark, name) is not None
+
+
+def test_importable_without_pyspark() -> None:
+    code = ("import sys; sys.modules['pyspark'] = None; import zmesh.spark as s; "
+            "b = s.Bridge; s.BridgeConfig\n"
+            "try:\n    s.ZMeshDataSource\nexcept ImportError as e:\n    print('ok', e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.startswith("ok") and "zmesh[spark]" in out
+
+
+def test_select_and_resolve() -> None:
+    assert set(select(BOUNDS, ["a"])) == {"a/0", "a/1"}
+    assert select(BOUNDS, None) == BOUNDS
+    assert resolve("earliest", BOUNDS) == {"a/0": 0, "a/1": 5, "b/0": 0}
+    assert resolve("latest", BOUNDS) == {"a/0": 10, "a/1": 8, "b/0": 0}
+    assert resolve({"a/0": 3}, BOUNDS) == {"a/0": 3, "a/1": 5, "b/0": 0}
+    assert resolve({"a/0": 3}, BOUNDS, missing="latest") == {"a/0": 3, "a/1": 8, "b/0": 0}
+    assert resolve("earliest", BOUNDS, missing="latest") == {"a/0": 0, "a/1": 5, "b/0": 0}
+
+
+def test_parse_spec() -> None:
+    assert parse_spec(None, "earliest", "x") == "earliest"
+    assert parse_spec(" LATEST ", "earliest", "x") == "latest"
+    assert parse_spec('{"a/0": 4}', "earliest", "x") == {"a/0": 4}
+    for bad in ("soon", '{"a": 1}', '{"a/0": -1}', "[1]"):
+        with pytest.raises(ArgumentError):
+            parse_spec(bad, "earliest", "startingOffsets")
+
+
+def test_advance_takes_everything_without_a_limit() -> None:
+    assert advance({"a/0": 2}, {"a/0": 10, "a/1": 3}) == {"a/0": 10, "a/1": 3}
+    assert advance({"a/0": 2, "z/9": 4}, {"a/0": 2}) == {"a/0": 2, "z/9": 4}
+
+
+def test_advance_shares_a_row_limit_in_proportion() -> None:
+    start = {"a/0": 0, "a/1": 0}
+    end = advance(start, {"a/0": 300, "a/1": 100}, max_rows=100)
+    assert count(start, end) == 100
+    assert end == {"a/0": 75, "a/1": 25}
+    # a tiny limit still makes progress, and repeated calls reach the end
+    pos = dict(start)
+    for _ in range(400):
+        pos = advance(pos, {"a/0": 300, "a/1": 100}, max_rows=1)
+    assert pos == {"a/0": 300, "a/1": 100}
+
+
+def test_advance_refuses_a_log_behind_the_checkpoint() -> None:
+    with pytest.raises(BridgeError, match="deleted or replaced"):
+        advance({"a/0": 50}, {"a/0": 10})
+
+
+def test_cap_for_available_now() -> None:
+    assert cap({"a/0": 10, "a/1": 4}, {"a/0": 7}) == {"a/0": 7, "a/1": 4}
+
+
+def test_plan_cuts_even_partitions_in_a_stable_order() -> None:
+    start = {"a/0": 0, "a/1": 5}
+    end = {"a/0": 10, "a/1": 8, "b/0": 0}
+    parts = plan(start, end, min_partitions=2, max_per_partition=100)
+    assert parts == plan(dict(start), dict(end), min_partitions=2, max_per_partition=100)
+    assert len(parts) == 2
+    flat = [r for p in parts for r in p]
+    assert sum(e - b for _s, b, e in flat) == 13
+    assert flat[0] == ("a/0", 0, 7) and flat[1] == ("a/0", 7, 10) and flat[2] == ("a/1", 5, 8)
+    many = plan({}, {"a/0": 1000}, min_partitions=1, max_per_partition=300)
+    assert [p[0][2] - p[0][1] for p in many] == [250, 250, 250, 250]
+    assert plan({"a/0": 5}, {"a/0": 5}) == []
+    assert len(plan({}, {"a/0": 1}, min_partitions=4)) == 1
+
+
+def test_source_options() -> None:
+    opts = SourceOptions.parse({"endpoint": "tcp://127.0.0.1:5", "topics": "a, b",
+                                "maxrecordsperbatch": "10", "startingoffsets": "latest"})
+    assert opts.topics == ("a", "b") and opts.max_records_per_batch == 10
+    assert opts.starting == "latest" and opts.ending == "latest"
+    with pytest.raises(ArgumentError, match="reader"):
+        opts.require_reader()
+    with pytest.raises(ArgumentError, match="endpoint"):
+        SourceOptions.parse({})
+    with pytest.raises(ArgumentError, match="unknown zmesh source option"):
+        SourceOptions.parse({"endpoint": "tcp://h:1", "maxrecords": "5"})
+    with pytest.raises(ArgumentError, match="maxRecordsPerBatch"):
+        SourceOptions.parse({"endpoint": "tcp://h:1", "maxrecordsperbatch": "0"})
+    with pytest.raises(ArgumentError, match="go together"):
+        SourceOptions.parse({"endpoint": "tcp://h:1", "payloadformat": "json"})
+    with pytest.raises(BridgeError):
+        SourceOptions.parse({"endpoint": "h:1"})
+
+
+def test_sink_options() -> None:
+    opts = SinkOptions.parse({"endpoint": "tcp://h:1", "topic": "alerts",
+                              "idcolumns": "sensor, window_start"})
+    assert opts.id_columns == ("sensor", "window_start") and opts.payload_format == "json"
+    with pytest.raises(ConfigError):
+        SinkOptions.parse({"endpoint": "tcp://h:1", "topic": "bad topic"})
+
+
+def test_wire_round_trip() -> None:
+    req = Request("fetch", 7, {"stream": "a/0", "start": 1}, (b"x",))
+    assert decode_request(encode_request(req)) == req
+    rep = Reply(7, True, {"first": 1}, parts=(b"r1", b"r2"))
+    assert decode_reply(encode_reply(rep)) == rep
+    for bad in ([], [b"\xc1"], [b"\x80"], encode_request(Request("nope", 1, {}))):
+        with pytest.raises(DecodeError):
+            decode_request(bad)
+
+
+def test_bridge_config() -> None:
+    cfg = BridgeConfig(topics=["a"], log_dir="x")
+    assert cfg.topics == ("a",) and cfg.group == "spark"
+    with pytest.raises(ConfigError, match="topics"):
+        BridgeConfig(topics="a", log_dir="x")
+    with pytest.raises(ConfigError, match="bind"):
+        BridgeConfig(topics=["a"], log_dir="x", bind="127.0.0.1:5")
+    with pytest.raises(ConfigError, match="unknown key"):
+        BridgeConfig.from_mapping({"topics": ["a"], "log_dir": "x", "retain": 1})
+    with pytest.raises(ConfigError, match="retain_s"):
+        BridgeConfig.from_mapping({"topics": ["a"], "log_dir": "x", "retain_s": -1})
