@@ -211,7 +211,7 @@ class Node:
                  keys: list[str | None], headers: Mapping[str, Any] | None = None,
                  priority: int = 0, ttl: float | None = None,
                  deliver_at: float | _dt.datetime | None = None, delay: float | None = None,
-                 msg_id: str | None = None, timeout: float | None = None) -> Publish:
+                 msg_id: str | None = None, timeout: float | None = None) -> list[Publish]:
         """Validate publishes and allocate their sequences (shared with transactions)."""
         if topic not in self._known_topics:
             check_name("topic", topic)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import spawn, wait_until
+from zmesh.spark._client import BridgeClient
 
 CLI = ["-m", "zmesh.cli"]
 LOOP = ["--interface", "127.0.0.1", "--no-mdns"]
@@ -239,6 +240,39 @@ def test_node_run_rejects_bad_toml(tmp_path: Path, case: str) -> None:
     assert key in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "d").exists()
+
+
+def test_node_run_starts_a_spark_bridge_and_publishes_into_it(
+        tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]) -> None:
+    """A definition with a [bridge] table runs as a bridge: it logs what it is sent."""
+    _hub, seed = hub
+    path = tmp_path / "bridge.toml"
+    path.write_text(f"""
+[node]
+name = "bridge"
+mesh = "{mesh_name}"
+data_dir = "{tmp_path / 'bridge-data'}"
+interfaces = ["127.0.0.1"]
+mdns = false
+seeds = ["{seed}"]
+heartbeat_interval_s = 0.2
+
+[bridge]
+topics = ["t"]
+group = "g"
+log_dir = "{tmp_path / 'bridge-log'}"
+bind = "tcp://127.0.0.1:*"
+""")
+    bridge = Proc(tmp_path, "bridge", ["node", "run", str(path)])
+    procs.append(bridge)
+    endpoint = bridge.wait_for(r"bridge (tcp://127\.0\.0\.1:\d+)").group(1)
+    done = run_cli(["pub", "t", "-", "--mesh", mesh_name, "--seed", seed, *LOOP, "--group", "g"],
+                   stdin_data=b"one\ntwo\nthree\n")
+    assert done.returncode == 0, done.stderr
+    with BridgeClient(endpoint) as client:
+        assert sum(end for _head, end in client.info().values()) == 3
+    bridge.popen.send_signal(signal.SIGTERM)
+    assert bridge.finish(30) == 0, bridge.stderr()
 
 
 def test_node_run_missing_file_and_bad_options() -> None:

@@ -2,63 +2,73 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import msgpack
 import pytest
 
 import zmesh
+import zmesh.spark
 from tests.conftest import wait_until
 from zmesh.cli import roles
+from zmesh.cli.noderun import build, read_definition
+from zmesh.spark._client import BridgeClient
 
 NODES = Path(__file__).resolve().parents[2] / "nodes"
 FILES = sorted(NODES.glob("*.toml"))
 
 
-def local(path: Path, tmp_path: Path, mesh: str, **changes: object) -> zmesh.Node:
-    """The definition as it is, but on loopback, in this test's mesh and a temp dir."""
-    cfg = zmesh.NodeConfig.from_toml(path)
-    cfg = cfg.replace(mesh=mesh, data_dir=str(tmp_path / cfg.name), interfaces=("127.0.0.1",),
-                      heartbeat_interval_s=0.2, dead_after_s=1.5, **changes)
-    return zmesh.Node(config=cfg)
+def local(path: Path, tmp_path: Path, mesh: str,
+          **changes: object) -> zmesh.Node | zmesh.spark.Bridge:
+    """The definition as ``zmesh node run`` loads it, but on loopback, in this test's mesh,
+    in a temp dir and (a bridge) on an ephemeral port."""
+    node_cfg, bridge_cfg = read_definition(path)
+    node_cfg = node_cfg.replace(mesh=mesh, data_dir=str(tmp_path / node_cfg.name),
+                                interfaces=("127.0.0.1",), heartbeat_interval_s=0.2,
+                                dead_after_s=1.5, **changes)
+    if bridge_cfg is not None:
+        bridge_cfg = dataclasses.replace(bridge_cfg, bind="tcp://127.0.0.1:*",
+                                         log_dir=str(tmp_path / f"{node_cfg.name}-log"))
+    return build(node_cfg, bridge_cfg)
 
 
 def test_there_are_reference_roles():
     names = {p.stem for p in FILES}
-    assert {"sensor", "aggregator", "relay"} <= names
+    assert {"sensor", "aggregator", "relay", "spark-bridge"} <= names
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_each_definition_loads_and_starts(path, tmp_path, mesh_name):
-    node = local(path, tmp_path, mesh_name).start()
+    started = local(path, tmp_path, mesh_name).start()
+    node = started if isinstance(started, zmesh.Node) else started.node
     try:
         assert node.status()["node"]["name"] == node.name
     finally:
-        node.close()
+        started.close()
 
 
-def test_sensor_aggregator_relay_work_together(tmp_path, mesh_name):
+def test_the_reference_roles_work_together(tmp_path, mesh_name):
+    """sensor -> aggregator and relay -> spark bridge, found over mDNS on loopback."""
     started = []
     try:
-        for name in ("aggregator", "relay", "sensor"):
-            extra = {"mdns": True}
-            started.append(local(NODES / f"{name}.toml", tmp_path, mesh_name, **extra).start())
-        agg, relay, sensor = started
-        sink = zmesh.Node("sink", mesh=mesh_name, data_dir=str(tmp_path / "sink"),
-                          interfaces=["127.0.0.1"], heartbeat_interval_s=0.2,
-                          dead_after_s=1.5).start()
-        started.append(sink)
-        clean = sink.subscribe("readings.clean", group="spark")
-        got = []
+        for name in ("aggregator", "relay", "spark-bridge", "sensor"):
+            started.append(local(NODES / f"{name}.toml", tmp_path, mesh_name,
+                                 mdns=True).start())
+        bridge = started[2]
+        assert isinstance(bridge, zmesh.spark.Bridge)
 
-        def relayed() -> bool:
-            for m in clean.fetch(100, timeout=0.05):
-                got.append(json.loads(m.payload))
-                m.ack()
-            return len(got) >= 3
-        wait_until(relayed, 30, what="clean readings through the relay (mDNS on loopback)")
-        assert all("temp_k" in r for r in got)
+        def logged() -> int:
+            return sum(end for _head, end in bridge.streams().values())
+        wait_until(lambda: logged() >= 3, 30,
+                   what="clean readings through the relay into the bridge's log")
+        with BridgeClient(bridge.endpoint) as client:
+            stream, (head, end) = next(iter(client.info().items()))
+            _first, records = client.fetch(stream, head, end, 10)
+        # A log record is [producer, seq, key, headers, published_at, appended_at, payload].
+        assert records and all("temp_k" in json.loads(msgpack.unpackb(r)[6]) for r in records)
         wait_until(lambda: roles.snapshot(), 10, what="the aggregator's figures")
     finally:
-        for node in reversed(started):
-            node.close()
+        for runner in reversed(started):
+            runner.close()

@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
+from .._definition import read_definition
+from ..config import NodeConfig
 from ..node import Node
 from .client import StopSignals
 from .output import note
+
+if TYPE_CHECKING:
+    from ..spark import Bridge, BridgeConfig
+
+
+def build(node_cfg: NodeConfig, bridge_cfg: BridgeConfig | None) -> Node | Bridge:
+    """A node, or a bridge with its own node, not yet started."""
+    if bridge_cfg is None:
+        return Node(config=node_cfg)
+    from ..spark import Bridge
+
+    return Bridge(node_cfg, bridge_cfg)
 
 
 @click.group()
@@ -22,12 +37,18 @@ def run(file: str) -> None:
     """Start the node FILE defines and run it until SIGTERM or SIGINT.
 
     FILE has a [node] table (name, mesh, data_dir, interfaces, mdns, seeds, ...) and
-    [topics.NAME] tables. The node's control address is printed on stdout.
+    [topics.NAME], [subscriptions.NAME], [producers.NAME], [relays.NAME] tables; with a
+    [bridge] table the node is a Spark bridge. The node's control address (and a
+    bridge's endpoint) is printed on stdout.
     """
-    n = Node.from_toml(file)
-    with StopSignals() as signals, n:
-        click.echo(f"node {n.name} ({n.id[:12]}) of mesh {n.config.mesh}: "
-                   f"control {n.control_address}")
+    runner = build(*read_definition(file))
+    n = runner if isinstance(runner, Node) else runner.node
+    with StopSignals() as signals, runner:
+        line = (f"node {n.name} ({n.id[:12]}) of mesh {n.config.mesh}: "
+                f"control {n.control_address}")
+        if not isinstance(runner, Node):
+            line += f" bridge {runner.endpoint}"
+        click.echo(line)
         # Flushed at once so a supervisor reading stdout can seed other nodes from it.
         sys.stdout.flush()
         while not signals.stop.wait(1.0):

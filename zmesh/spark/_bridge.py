@@ -13,7 +13,6 @@ import contextlib
 import logging
 import threading
 import time
-import tomllib
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import zmq
 
+from .._definition import read_definition
 from .._engine.stats import Counters
 from ..config import NodeConfig
 from ..errors import ArgumentError, ConfigError, NodeStateError, ZMeshError
@@ -93,16 +93,10 @@ class Bridge:
     def from_toml(cls, path: str | Path) -> Bridge:
         """A bridge and its own node from a definition with ``[node]``, ``[topics.*]`` and
         ``[bridge]`` tables (see docs/spark.md)."""
-        path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read bridge definition: {exc}") from exc
-        bridge = data.pop("bridge", None)
-        if not isinstance(bridge, dict):
+        node_cfg, bridge_cfg = read_definition(path)
+        if bridge_cfg is None:
             raise ConfigError(f"{path}: a bridge definition needs a [bridge] table")
-        node_cfg = NodeConfig.from_mapping(data, source=str(path))
-        return cls(node_cfg, BridgeConfig.from_mapping(bridge, source=str(path)))
+        return cls(node_cfg, bridge_cfg)
 
     # -- lifecycle ------------------------------------------------------------------------
 
