@@ -1,0 +1,42 @@
+"""The mesh-to-Spark benchmark runs end to end on a small log, so it never rots.
+
+Speed is not asserted: only that every stage produced a positive rate.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import spawn
+
+from .conftest import needs_spark
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = {"ingest", "arrow", "batch/net", "batch/lmdb", "stream", "stream+json"}
+
+pytestmark = [needs_spark]
+
+
+@pytest.mark.timeout(240)
+def test_spark_benchmark_reports_every_stage(tmp_path: Path) -> None:
+    out = tmp_path / "spark.json"
+    proc = spawn(["-m", "benchmarks.bench_spark", "--messages", "3000", "--reps", "1",
+                  "--json", str(out)], cwd=str(ROOT), stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT)
+    try:
+        output, _ = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    text = output.decode(errors="replace")
+    assert proc.returncode == 0, text[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["messages"] == 3000
+    assert set(doc["rows_per_s"]) == STAGES, text[-2000:]
+    assert all(rate > 0 for rate in doc["rows_per_s"].values()), doc
+    assert "rows/s" in text
