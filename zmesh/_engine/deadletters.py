@@ -73,8 +73,11 @@ class DeadLetters:
                 state, reason, attempts, failed_at, history, record = value
                 if state != PARKED:
                     continue
-                _t, _p, key, headers, *_rest, payload = unpackb(record) if record else \
-                    [None, None, None, None, None, None, None, None, b""]
+                key: str | None = None
+                headers: dict | None = None
+                payload = b""
+                if record:
+                    _t, _p, key, headers, *_rest, payload = unpackb(record)
                 out.append(DeadLetter(
                     MessageId(producer, seq), topic, group, lane.name, key, payload,
                     headers or {}, reason, attempts, failed_at,

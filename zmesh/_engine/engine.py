@@ -787,7 +787,8 @@ def _warn_if_open(keys: Keys | None, mesh: str) -> None:
 
 def _meta(frame: zmq.Frame, name: str) -> str | None:
     try:
-        return frame.get(name)  # type: ignore[no-any-return]
+        value = frame.get(name)
+        return value if isinstance(value, str) else None
     except zmq.ZMQError:
         return None
 

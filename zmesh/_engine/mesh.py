@@ -228,8 +228,8 @@ class Mesh:
                 continue
             self._contacts[ep] = (sock, beats + 1, seed)
             self.send_raw(sock, frame)
-        for ep in seed_endpoints(self.config.seeds):
-            self.contact(ep, seed=True)
+        for seed_ep in seed_endpoints(self.config.seeds):
+            self.contact(seed_ep, seed=True)
 
     # -- sending -------------------------------------------------------------------------
 
