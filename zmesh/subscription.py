@@ -33,7 +33,7 @@ class Message:
     __slots__ = ("id", "topic", "key", "payload", "headers", "attempt", "partition", "group",
                  "published_at", "index", "_producer", "_lane", "_engine", "_settled")
 
-    def __init__(self, engine: Engine | None, producer: bytes, lane: str | None, seq: int,
+    def __init__(self, engine: Engine | None, producer: bytes, lane: str, seq: int,
                  topic: str, group: str | None, key: str | None, payload: bytes,
                  headers: dict | None, attempt: int, partition: int, published_at: float,
                  index: int | None = None) -> None:

@@ -378,7 +378,7 @@ class Store:
 
     def log_heads(self, topic_prefix: bytes, limit: int) -> list[tuple[int, bytes]]:
         """Up to ``limit`` oldest entries of a topic in publish order: (seq, rtime value)."""
-        out = []
+        out: list[tuple[int, bytes]] = []
         with self.env.begin(db=self.rtime) as txn:
             cur = txn.cursor()
             if cur.set_range(topic_prefix):
