@@ -38,6 +38,7 @@ class _Source:
 
     node_id: bytes
     sock: zmq.Socket
+    ctrl_ep: str
     cursors: dict[int, int] = field(default_factory=dict)
     token: int | None = None  # of the request awaiting its reply
     sent_at: float = 0.0
@@ -82,8 +83,12 @@ class ReplayReader:
         self._lock = threading.Lock()  # held while the reader's sockets are in use
         self._refreshed_at = 0.0
         self._max_bytes = engine.config.max_message_bytes + (2 << 20)
-        with self._lock:
-            self._refresh(time.monotonic())
+        try:
+            with self._lock:
+                self._refresh(time.monotonic())
+        except BaseException:
+            self._close_sockets()
+            raise
 
     # -- producers ----------------------------------------------------------------------
 
@@ -105,21 +110,33 @@ class ReplayReader:
             return out
 
         for node_id, name, ctrl_ep, key in engine.call(live):
-            if node_id in self._sources:
-                continue
             if self._producers is not None and node_id.hex() not in self._producers \
                     and name not in self._producers:
                 continue
-            sock = self._ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes)
-            client_options(sock, engine.keys, key)
-            sock.connect(ctrl_ep)
-            source = _Source(node_id, sock)
-            if self._partitions is not None:
-                source.cursors = dict.fromkeys(self._partitions, self.from_index)
-            self._sources[node_id] = source
-            self._poller.register(sock, zmq.POLLIN)
+            source = self._sources.get(node_id)
+            if source is not None:
+                if source.ctrl_ep == ctrl_ep:
+                    continue
+                # The producer restarted on other ports: same cursors, a new connection.
+                self._poller.unregister(source.sock)
+                source.sock.close(linger=0)
+                source.sock = self._connect(ctrl_ep, key)
+                source.ctrl_ep = ctrl_ep
+                source.token = None
+            else:
+                source = _Source(node_id, self._connect(ctrl_ep, key), ctrl_ep)
+                if self._partitions is not None:
+                    source.cursors = dict.fromkeys(self._partitions, self.from_index)
+                self._sources[node_id] = source
+            self._poller.register(source.sock, zmq.POLLIN)
+
+    def _connect(self, ctrl_ep: str, key: bytes) -> zmq.Socket:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes)
+        client_options(sock, self._engine.keys, key)
+        sock.connect(ctrl_ep)
+        return sock
 
     # -- fetching -----------------------------------------------------------------------
 

@@ -9,6 +9,8 @@ import textwrap
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 import zmesh
 from tests.conftest import LOOPBACK, spawn, wait_members, wait_until
 from tests.integration.test_delivery import drain
@@ -171,6 +173,33 @@ def test_retention_bytes_keeps_only_the_newest(make_node):
     assert [m.index for m in replayed] == list(range(20 - kept, 20))
     assert [m.payload for m in replayed] == payloads[20 - kept:]
     assert reader.gaps == 20 - kept
+
+
+def test_memory_topics_retain_in_memory(make_node):
+    topics = {"t": zmesh.TopicConfig(durability="memory", partitions=1, retention_s=600,
+                                     groups=("g",))}
+    prod = make_node("prod", topics=topics)
+    cons = make_node("cons", seeds=[prod.control_address])
+    prod.publish_many("t", [f"m-{i}" for i in range(5)])
+    consume_all(prod, cons, "t", 5)
+    with prod.replay("t", follow=False) as reader:
+        assert [(m.index, m.payload) for m in reader] == [(i, f"m-{i}".encode())
+                                                         for i in range(5)]
+
+
+def test_replay_arguments_and_a_topic_nobody_produces(make_node):
+    node = make_node("solo")
+    for bad in ({"from_index": -1}, {"from_index": 1.5}, {"batch_size": 0},
+                {"partitions": [4096]}, {"producers": "solo"}):
+        with pytest.raises(zmesh.ArgumentError):
+            node.replay("t", **bad)
+    with pytest.raises(zmesh.ConfigError):
+        node.replay("bad topic")
+    with node.replay("nothing-here", follow=False) as reader:
+        assert list(reader) == [] and reader.gaps == 0
+    follower = node.replay("nothing-here")
+    node.close()  # closes its readers too
+    assert follower.closed and list(follower) == []
 
 
 CHILD = textwrap.dedent("""
