@@ -120,6 +120,23 @@ def test_follow_sees_history_then_messages_published_later(make_node):
     assert reader.closed and list(reader) == []
 
 
+def test_a_following_reader_goes_on_after_its_producer_restarts(make_node, tmp_path: Path):
+    topics = {"t": zmesh.TopicConfig(partitions=1, retention_s=600)}
+    prod = make_node("prod", topics=topics)
+    reader_node = make_node("reader", seeds=[prod.control_address])
+    prod.publish_many("t", ["a", "b"]).wait_stored(5)
+    live_peers(reader_node, 1)
+    with reader_node.replay("t") as reader:
+        assert [next(reader).payload for _ in range(2)] == [b"a", b"b"]
+        prod.close()
+        # Restarted on new ephemeral ports: the reader finds it again through its node.
+        prod = make_node("prod", data_dir=str(tmp_path / "prod"), topics=topics)
+        prod.publish_many("t", ["c", "d"]).wait_stored(5)
+        later = [next(reader) for _ in range(2)]
+    assert [(m.index, m.payload) for m in later] == [(2, b"c"), (3, b"d")]
+    assert reader.gaps == 0
+
+
 def test_without_retention_only_unacked_messages_are_replayable(make_node):
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(partitions=1, groups=("g",))})
     cons = make_node("cons", seeds=[prod.control_address])
