@@ -337,7 +337,6 @@ class Store:
                     elif not cur.next():
                         break
 
-
     # -- the message index (retention and replay) ---------------------------------------
 
     def _apply_log(self, txn: Any, b: WriteBatch) -> None:
