@@ -19,6 +19,7 @@ from .errors import (
     ZMeshError,
 )
 from .node import Node
+from .replay import ReplayReader
 from .subscription import Message, Subscription
 from .transaction import Transaction
 
@@ -48,6 +49,7 @@ __all__ = [
     "ProducerConfig",
     "Receipt",
     "RelayConfig",
+    "ReplayReader",
     "StoreError",
     "StoreFullError",
     "Subscription",

@@ -51,6 +51,12 @@ class TopicConfig:
 
     latest_wins: a new message replaces a still-unsent message with the same key in each
     group, so a slow or offline group gets the latest value per key, not every stale one.
+
+    retention_s / retention_bytes: keep messages after every group acked them, for
+    ``Node.replay``, until they are older than ``retention_s`` (time since publish) or the
+    topic's retained records exceed ``retention_bytes`` (the oldest go first). Both 0
+    (default): an acked message leaves the store at once, and is replayable only while
+    some group has not acked it yet.
     """
 
     durability: Durability = "process"
@@ -62,6 +68,8 @@ class TopicConfig:
     ttl_s: float | None = None
     groups: tuple[str, ...] = ()
     latest_wins: bool = False
+    retention_s: float = 0.0
+    retention_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.durability not in ("fsync", "process", "memory"):
@@ -85,6 +93,11 @@ class TopicConfig:
         if not isinstance(self.latest_wins, bool):
             raise ConfigError(f"TopicConfig.latest_wins must be true or false, got "
                               f"{self.latest_wins!r}")
+        _positive("TopicConfig", "retention_s", self.retention_s, allow_zero=True)
+        if isinstance(self.retention_bytes, bool) or not isinstance(self.retention_bytes, int) \
+                or self.retention_bytes < 0:
+            raise ConfigError(f"TopicConfig.retention_bytes must be an int >= 0 (0: no size "
+                              f"cap), got {self.retention_bytes!r}")
         if isinstance(self.groups, str):
             raise ConfigError("TopicConfig.groups must be a list of group names, not a string")
         object.__setattr__(self, "groups", tuple(check_name("group", g) for g in self.groups))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from ._roles import Roles, resolve
 from .config import NodeConfig, SubscriptionConfig, TopicConfig, check_name
 from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError
+from .replay import ReplayReader
 from .subscription import Message, Subscription
 from .transaction import Transaction
 
@@ -56,6 +58,7 @@ class Node:
         self._known_topics: set[str] = set()  # names that passed check_name
         self._metrics: Any = None
         self._roles: Roles | None = None
+        self._readers: weakref.WeakSet[ReplayReader] = weakref.WeakSet()
         self._engine = Engine(config)
 
     @classmethod
@@ -101,6 +104,8 @@ class Node:
         if self._roles is not None:
             self._roles.close()
             self._roles = None
+        for reader in list(self._readers):
+            reader.close()
         for sub in list(self._engine._local_subs):
             if not sub.closed:
                 sub.close()  # gives what it still holds back to the producers
@@ -307,6 +312,51 @@ class Node:
         self._engine.subscribe(sub)
         sub._start_handlers(self.config.name)
         return sub
+
+    # -- replay -------------------------------------------------------------------------
+
+    def replay(
+        self,
+        topic: str,
+        from_index: int = 0,
+        *,
+        follow: bool = True,
+        partitions: Iterable[int] | None = None,
+        producers: Iterable[str] | None = None,
+        batch_size: int = 500,
+    ) -> ReplayReader:
+        """Read ``topic`` from each producer's stored history, starting at ``from_index``
+        in every partition, then (``follow=True``) the messages published afterwards.
+
+        Messages come in index order per producer and partition (``msg.index``). What a
+        producer keeps depends on the topic's ``retention_s`` / ``retention_bytes``
+        there; without retention only messages not yet acked by every group are stored.
+        Indexes no longer stored are skipped and counted in ``reader.gaps``. ``partitions``
+        limits the partitions read; ``producers`` limits the producers (node ids or names)
+        among this node and its live peers. Readers do not ack and do not affect groups;
+        close the reader (or use it in ``with``) when done.
+        """
+        check_name("topic", topic)
+        if isinstance(from_index, bool) or not isinstance(from_index, int) or from_index < 0:
+            raise ArgumentError(f"from_index must be an int >= 0, got {from_index!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or \
+                not 1 <= batch_size <= 10_000:
+            raise ArgumentError(f"batch_size must be an int 1..10000, got {batch_size!r}")
+        parts = None
+        if partitions is not None:
+            parts = list(partitions)
+            if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < 4096
+                       for p in parts):
+                raise ArgumentError(f"partitions must be ints 0..4095, got {parts!r}")
+        names = None
+        if producers is not None:
+            if isinstance(producers, str):
+                raise ArgumentError("producers must be a list of node ids or names")
+            names = [str(p) for p in producers]
+        reader = ReplayReader(self._engine, topic, from_index, follow=bool(follow),
+                              partitions=parts, producers=names, batch_size=batch_size)
+        self._readers.add(reader)
+        return reader
 
     # -- inspection ---------------------------------------------------------------------
 

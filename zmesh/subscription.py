@@ -22,14 +22,21 @@ log = logging.getLogger(__name__)
 
 
 class Message:
-    """One delivered message; settle it exactly once with ack, nack or fail."""
+    """One delivered message; settle it exactly once with ack, nack or fail.
+
+    ``index``: the message's place in its partition at its producer (0, 1, 2, ... per
+    topic and partition), the position ``Node.replay`` starts from. A message from a
+    replay reader has ``group`` None and ``attempt`` 0; settling it does nothing (readers
+    do not ack).
+    """
 
     __slots__ = ("id", "topic", "key", "payload", "headers", "attempt", "partition", "group",
-                 "published_at", "_producer", "_lane", "_engine", "_settled")
+                 "published_at", "index", "_producer", "_lane", "_engine", "_settled")
 
-    def __init__(self, engine: Engine, producer: bytes, lane: str, seq: int, topic: str,
-                 group: str, key: str | None, payload: bytes, headers: dict | None,
-                 attempt: int, partition: int, published_at: float) -> None:
+    def __init__(self, engine: Engine | None, producer: bytes, lane: str, seq: int,
+                 topic: str, group: str | None, key: str | None, payload: bytes,
+                 headers: dict | None, attempt: int, partition: int, published_at: float,
+                 index: int | None = None) -> None:
         self.id = MessageId(producer.hex(), seq)
         self.topic = topic
         self.group = group
@@ -39,6 +46,7 @@ class Message:
         self.attempt = attempt
         self.partition = partition
         self.published_at = published_at
+        self.index = index
         self._producer = producer
         self._lane = lane
         self._engine = engine
@@ -48,7 +56,8 @@ class Message:
         if self._settled is not None:
             raise MessageStateError(f"message {self.id} was already {self._settled}")
         self._settled = how
-        self._engine.settle(self, how, arg)
+        if self._engine is not None:
+            self._engine.settle(self, how, arg)
 
     def ack(self) -> None:
         """Done with it: the group will not get it again."""

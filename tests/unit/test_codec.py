@@ -24,6 +24,8 @@ from zmesh._protocol.frames import (
     BATCH,
     BYE,
     FAIL,
+    FETCH_REP,
+    FETCH_REQ,
     HELLO,
     NACK,
     PROTOCOL_VERSION,
@@ -33,6 +35,10 @@ from zmesh._protocol.frames import (
     Batch,
     Bye,
     Fail,
+    FetchHead,
+    FetchItem,
+    FetchReply,
+    FetchRequest,
     Hello,
     Item,
     Nack,
@@ -52,7 +58,8 @@ FUZZ = settings(
 )
 
 MAX_MESSAGE_BYTES = 1 << 16
-CONTROL_TYPES = (Hello, Bye, Ack, Nack, Fail, StatusRequest, StatusReply)
+CONTROL_TYPES = (Hello, Bye, Ack, Nack, Fail, StatusRequest, StatusReply, FetchRequest,
+                 FetchReply)
 U63 = (1 << 63) - 1
 NODE = b"\x01" * NODE_ID_BYTES
 
@@ -122,7 +129,25 @@ status_requests = st.builds(StatusRequest, token=u63)
 status_replies = st.builds(
     StatusReply, token=u63, status=st.dictionaries(st.text(max_size=8), msgpack_values, max_size=6)
 )
-controls = hellos | acks | nacks | fails | byes | status_requests | status_replies
+partitions = st.integers(0, 4095)
+fetch_requests = st.builds(
+    FetchRequest, token=u63, topic=names,
+    cursors=st.lists(st.tuples(partitions, u63), max_size=5).map(tuple),
+    start=st.none() | u63, max_items=st.integers(1, 10_000),
+)
+fetch_replies = st.builds(
+    FetchReply, token=u63, topic=names,
+    items=st.lists(st.builds(FetchItem, partition=partitions, index=u63, seq=u63,
+                             key=st.none() | st.text(max_size=60),
+                             headers=st.none() | st.dictionaries(st.text(max_size=10),
+                                                                 msgpack_values, max_size=4),
+                             published_at=finite, payload=st.binary(max_size=64)),
+                   max_size=5).map(tuple),
+    heads=st.lists(st.builds(FetchHead, partition=partitions, oldest=u63, next=u63,
+                             scanned=u63), max_size=5).map(tuple),
+)
+controls = (hellos | acks | nacks | fails | byes | status_requests | status_replies
+            | fetch_requests | fetch_replies)
 
 headers = st.none() | st.dictionaries(st.text(max_size=10), msgpack_values, max_size=4)
 items = st.builds(
@@ -133,6 +158,7 @@ items = st.builds(
     headers=headers,
     attempt=st.integers(0, 1 << 31),
     published_at=finite,
+    index=st.none() | u63,
 )
 
 
@@ -172,6 +198,9 @@ SAMPLE_CONTROLS: list[Any] = [
     Bye(NODE, 7),
     StatusRequest(42),
     StatusReply(42, {"lanes": [], "ok": True}),
+    FetchRequest(43, "metrics", ((0, 5), (3, 0)), 0, 500),
+    FetchReply(43, "metrics", (FetchItem(3, 7, 12, "k", {"h": 1}, 1.5, b"payload"),),
+               (FetchHead(3, 2, 9, 8), FetchHead(0, 0, 0, 5))),
 ]
 
 
@@ -182,7 +211,7 @@ def sample_batch() -> Batch:
         "metrics",
         "agg",
         10,
-        (Item(10, 4, "line-4", {"unit": "C"}, 1, 1.5), Item(11, 0, None, None, 0, 2.0)),
+        (Item(10, 4, "line-4", {"unit": "C"}, 1, 1.5, 7), Item(11, 0, None, None, 0, 2.0)),
         (b"first", b""),
     )
 
@@ -214,7 +243,7 @@ def test_every_control_kind_round_trips(msg: Any) -> None:
 
 def test_control_kinds_are_distinct_on_the_wire() -> None:
     kinds = [msgpack.unpackb(encode_control(m))[1] for m in SAMPLE_CONTROLS]
-    assert kinds == [HELLO, ACK, NACK, FAIL, BYE, STATUS_REQ, STATUS_REP]
+    assert kinds == [HELLO, ACK, NACK, FAIL, BYE, STATUS_REQ, STATUS_REP, FETCH_REQ, FETCH_REP]
     assert all(msgpack.unpackb(encode_control(m))[0] == PROTOCOL_VERSION for m in SAMPLE_CONTROLS)
 
 
@@ -262,7 +291,8 @@ def test_batch_header_encoder_matches_batch_encoder() -> None:
         batch.topic,
         batch.lane,
         batch.floor,
-        [(i.seq, i.partition, i.key, i.headers, i.attempt, i.published_at) for i in batch.items],
+        [(i.seq, i.partition, i.key, i.headers, i.attempt, i.published_at, i.index)
+         for i in batch.items],
     )
     assert decode_batch([header, *batch.payloads], MAX_MESSAGE_BYTES) == batch
 
@@ -416,7 +446,8 @@ def test_frame_shaped_garbage_raises_only_decode_error(
     fields: list,
     payloads: list[bytes],
 ) -> None:
-    for kind in (HELLO, BYE, ACK, NACK, FAIL, STATUS_REQ, STATUS_REP, BATCH):
+    for kind in (HELLO, BYE, ACK, NACK, FAIL, STATUS_REQ, STATUS_REP, FETCH_REQ, FETCH_REP,
+                 BATCH):
         frame = msgpack.packb([PROTOCOL_VERSION, kind, *fields], use_bin_type=True)
         decode_control_or_decode_error(frame)
         decode_batch_or_decode_error([frame, *payloads])
@@ -760,10 +791,65 @@ def test_oversized_header_is_rejected_before_parsing() -> None:
 
 
 def test_too_many_items_is_rejected() -> None:
-    items = [[i, 0, None, None, 0, 0.0] for i in range(MAX_BATCH_ITEMS + 1)]
+    items = [[i, 0, None, None, 0, 0.0, i] for i in range(MAX_BATCH_ITEMS + 1)]
     header = encode_batch_header(NODE, 0, "t", "g", 0, items)  # type: ignore[arg-type]
     with pytest.raises(DecodeError):
         decode_batch([header, *([b""] * len(items))], MAX_MESSAGE_BYTES)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda item: item.pop(),  # an item of the format before indexes
+        lambda item: item.append(0),
+        lambda item: item.__setitem__(6, -1),
+        lambda item: item.__setitem__(6, 1.0),
+        lambda item: item.__setitem__(6, "7"),
+    ],
+    ids=["six-fields", "eight-fields", "negative-index", "float-index", "text-index"],
+)
+def test_batch_item_with_bad_index(change: Any) -> None:
+    frames = encode_batch(sample_batch())
+    header = repack(frames[0], lambda obj: change(obj[7][0]))
+    with pytest.raises(DecodeError):
+        decode_batch([header, *frames[1:]], MAX_MESSAGE_BYTES)
+
+
+def test_batch_item_index_round_trips() -> None:
+    batch = decode_batch(encode_batch(sample_batch()), MAX_MESSAGE_BYTES)
+    assert [i.index for i in batch.items] == [7, None]
+
+
+@pytest.mark.parametrize(
+    ("msg", "change"),
+    [
+        (SAMPLE_CONTROLS[-2], lambda obj: obj[4].append([4096, 0])),  # partition too big
+        (SAMPLE_CONTROLS[-2], lambda obj: obj[4].append([1])),
+        (SAMPLE_CONTROLS[-2], lambda obj: obj.__setitem__(5, -1)),
+        (SAMPLE_CONTROLS[-2], lambda obj: obj.__setitem__(6, 0)),  # max items 0
+        (SAMPLE_CONTROLS[-2], lambda obj: obj.__setitem__(6, 10_001)),
+        (SAMPLE_CONTROLS[-1], lambda obj: obj[4][0].__setitem__(6, "text")),  # payload
+        (SAMPLE_CONTROLS[-1], lambda obj: obj[4][0].__setitem__(1, -1)),  # index
+        (SAMPLE_CONTROLS[-1], lambda obj: obj[4][0].pop()),
+        (SAMPLE_CONTROLS[-1], lambda obj: obj[5][0].append(1)),
+        (SAMPLE_CONTROLS[-1], lambda obj: obj[5][0].__setitem__(2, None)),
+    ],
+    ids=["cursor-partition", "cursor-short", "start-negative", "max-items-0",
+         "max-items-big", "payload-text", "index-negative", "item-short", "head-long",
+         "head-next-none"],
+)
+def test_fetch_with_bad_field(msg: Any, change: Any) -> None:
+    with pytest.raises(DecodeError):
+        decode_control(repack(encode_control(msg), change))
+
+
+def test_fetch_reply_over_the_default_size_needs_a_larger_limit() -> None:
+    big = FetchReply(1, "t", (FetchItem(0, 0, 1, None, None, 0.0, b"x" * MAX_HEADER_BYTES),),
+                     ())
+    frame = encode_control(big)
+    with pytest.raises(DecodeError, match="exceeds"):
+        decode_control(frame)
+    assert decode_control(frame, max_bytes=2 * MAX_HEADER_BYTES) == big
 
 
 def test_trailing_bytes_are_rejected() -> None:

@@ -29,6 +29,7 @@ def test_topic_config_defaults() -> None:
     assert cfg.max_attempts == 0
     assert cfg.ttl_s is None
     assert cfg.groups == ()
+    assert cfg.retention_s == 0 and cfg.retention_bytes == 0
 
 
 def test_topic_config_full() -> None:
@@ -41,8 +42,11 @@ def test_topic_config_full() -> None:
         max_attempts=5,
         ttl_s=60.0,
         groups=["agg", "pager"],
+        retention_s=3600.0,
+        retention_bytes=1 << 30,
     )  # type: ignore[arg-type]
     assert cfg.partitions == 1
+    assert cfg.retention_s == 3600.0 and cfg.retention_bytes == 1 << 30
     assert cfg.groups == ("agg", "pager")
     assert TopicConfig(partitions=4096).partitions == 4096
     for durability in ("fsync", "process", "memory"):
@@ -152,6 +156,14 @@ def test_config_error_is_a_value_error() -> None:
         ("ttl_s", 0, "TopicConfig.ttl_s"),
         ("ttl_s", -5.0, "TopicConfig.ttl_s"),
         ("ttl_s", "1h", "TopicConfig.ttl_s"),
+        ("retention_s", -1, "TopicConfig.retention_s"),
+        ("retention_s", "1d", "TopicConfig.retention_s"),
+        ("retention_s", True, "TopicConfig.retention_s"),
+        ("retention_s", None, "TopicConfig.retention_s"),
+        ("retention_bytes", -1, "TopicConfig.retention_bytes"),
+        ("retention_bytes", 1.5, "TopicConfig.retention_bytes"),
+        ("retention_bytes", "1GB", "TopicConfig.retention_bytes"),
+        ("retention_bytes", True, "TopicConfig.retention_bytes"),
         ("groups", "agg", "TopicConfig.groups"),
         ("groups", ["ok", "not ok"], "group name"),
         ("groups", [""], "group name"),
@@ -164,7 +176,7 @@ def test_topic_config_rejects(field: str, value: object, named: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "field", ["ack_timeout_s", "retry_backoff_s", "max_retry_backoff_s", "ttl_s"]
+    "field", ["ack_timeout_s", "retry_backoff_s", "max_retry_backoff_s", "ttl_s", "retention_s"]
 )
 def test_topic_config_rejects_nan(field: str) -> None:
     # NaN compares false with everything, so "< 0" and "== 0" let it through; a NaN
@@ -289,6 +301,8 @@ partitions = 8
 ack_timeout_s = 10.0
 max_attempts = 5
 ttl_s = 3600
+retention_s = 86400
+retention_bytes = 1073741824
 groups = ["aggregators", "archive"]
 
 [topics.alerts]
@@ -318,6 +332,8 @@ def test_from_toml_good_file(tmp_path: Path) -> None:
         ack_timeout_s=10.0,
         max_attempts=5,
         ttl_s=3600,
+        retention_s=86400,
+        retention_bytes=1 << 30,
         groups=("aggregators", "archive"),
     )
     assert cfg.topics["alerts"] == TopicConfig()
@@ -399,6 +415,9 @@ def test_from_toml_unknown_key_in_topic(tmp_path: Path) -> None:
         ("partitions = 8", "partitions = 0", "[topics.metrics]", "partitions"),
         ("partitions = 8", 'partitions = "8"', "[topics.metrics]", "partitions"),
         ("ttl_s = 3600", "ttl_s = -1", "[topics.metrics]", "ttl_s"),
+        ("retention_s = 86400", "retention_s = -1", "[topics.metrics]", "retention_s"),
+        ("retention_bytes = 1073741824", 'retention_bytes = "1G"', "[topics.metrics]",
+         "retention_bytes"),
         (
             'groups = ["aggregators", "archive"]',
             'groups = "aggregators"',

@@ -93,7 +93,7 @@ class Consumer:
             held.add(hk)
             fresh.append(Message(engine, producer, lane, item.seq, topic, group, item.key,
                                  payload, item.headers, item.attempt, item.partition,
-                                 item.published_at))
+                                 item.published_at, item.index))
         if reack:
             self.counters.add("duplicates_dropped", len(reack))
             self._outgoing.append((producer, Ack(self.engine.node_id, topic, lane,

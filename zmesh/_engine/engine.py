@@ -29,6 +29,10 @@ from .._protocol.frames import (
     AdminRequest,
     Bye,
     Fail,
+    FetchHead,
+    FetchItem,
+    FetchReply,
+    FetchRequest,
     Hello,
     Nack,
     StatusReply,
@@ -44,6 +48,7 @@ from .consumer import Consumer
 from .lane import Entry, Lane
 from .mesh import Mesh
 from .producer import Producer, Publish
+from .retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -58,6 +63,7 @@ CONTACT_EXPIRY_BEATS = 10
 FORGET_DEAD_AFTER_S = 600.0
 CTRL_BACKLOG_MAX = 10_000
 SEND_RETRY_S = 0.005
+FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one message)
 
 
 class _Call:
@@ -114,6 +120,7 @@ class Engine:
         self._awaiting: set[bytes] = set()
         self._hold_until = 0.0
         self._send_retry_at = 0.0
+        self._next_reclaim = 0.0
         self.mesh: Mesh | None = None
         self.ctrl_port = 0
         self.data_port = 0
@@ -434,6 +441,7 @@ class Engine:
             wake = min(wake, self._send_retry_at)
         if self._awaiting:
             wake = min(wake, self._hold_until)
+        wake = min(wake, self._next_reclaim)
         return max(0, int((wake - now) * 1000) + 1)
 
     def _drain_commands(self, wb: WriteBatch, pubs: list[Publish], calls: list[_Call],
@@ -632,8 +640,15 @@ class Engine:
             self._reply(frames[0], StatusReply(msg.token, self.status()))
         elif isinstance(msg, AdminRequest):
             self._reply(frames[0], admin(self, msg, wb, now))
+        elif isinstance(msg, FetchRequest):
+            items, heads = self.producer.fetch(msg.topic, dict(msg.cursors), msg.start,
+                                               msg.max_items, FETCH_REPLY_BYTES)
+            self.counters.add("fetched", len(items))
+            self._reply(frames[0], FetchReply(msg.token, msg.topic,
+                                              tuple(FetchItem(*i) for i in items),
+                                              tuple(FetchHead(*h) for h in heads)))
 
-    def _reply(self, identity: zmq.Frame, msg: StatusReply | AdminReply) -> None:
+    def _reply(self, identity: zmq.Frame, msg: StatusReply | AdminReply | FetchReply) -> None:
         try:
             self.router.send_multipart([identity.bytes, encode_control(msg)], zmq.NOBLOCK)
         except zmq.ZMQError:
@@ -650,11 +665,14 @@ class Engine:
             wb.ids_prune_before = time.time() - self.config.dedupe_window_s
             assert self.mesh is not None
             self.mesh.beat(now, wb)
+        if now >= self._next_reclaim:
+            more = self.producer.reclaim(wb, time.time())
+            self._next_reclaim = now + (RECLAIM_BUSY_S if more else RECLAIM_INTERVAL_S)
 
     # -- sending -------------------------------------------------------------------------
 
     def _send_data(self, member: bytes, lane: Lane, entries: list[Entry],
-                   records: list[bytes]) -> int:
+                   records: list[bytes], indexes: dict[int, int]) -> int:
         assert self.mesh is not None
         peer = self.mesh.peer(member)
         if peer is None or not peer.alive:
@@ -670,7 +688,7 @@ class Engine:
             for entry, record in zip(chunk, records[start:start + batch_size], strict=True):
                 _t, _p, key, headers, _prio, published_at, _e, _d, payload = unpack(record)
                 items.append((entry.seq, entry.partition, key, headers, entry.attempt,
-                              published_at))
+                              published_at, indexes.get(entry.seq)))
                 payloads.append(payload)
             header = encode_batch_header(self.node_id, self.incarnation, lane.topic,
                                          lane.name, floor, items)

@@ -17,6 +17,16 @@ from .._store.store import Store, WriteBatch, pack, pend_key, u64, unpackb
 from ..config import TopicConfig
 from .deadletters import DeadLetters
 from .lane import IN_FLIGHT, Entry, Lane, Timing
+from .retention import (
+    RECLAIM_CHUNK,
+    Head,
+    Indexes,
+    log_entry,
+    partition_prefix,
+    reclaimable,
+    retains,
+    topic_prefix,
+)
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -84,6 +94,10 @@ class Producer:
         self._followers: dict[int, list[Receipt]] = {}  # receipts of suppressed duplicates
         self.dead = DeadLetters(self)
         self._latest: dict[tuple[str, str], dict[str, int]] = {}  # latest_wins: key -> seq
+        self.indexes = Indexes(store.next_indexes())
+        # topic -> [index entries, their record bytes]: what retention_bytes is held against
+        self._log_totals: dict[str, list[int]] = {
+            prefix[:-1].decode(): [n, size] for prefix, (n, size) in store.log_totals().items()}
 
     # -- configuration ------------------------------------------------------------------
 
@@ -174,9 +188,13 @@ class Producer:
             lane.add(seq, partition, priority, attempt, now=now,
                      not_before=_mono(deliver_at, now, wall),
                      expires_at=_mono(expires_at, now, wall))
+        owed: set[int] = set()
         for lane in by_id.values():
             lane.end_bulk()
-        self.depth = self.store.stat()["outbox"] + len(self._mem)
+            owed.update(lane.entries)
+        # Retained messages stay in ``msgs`` after they are settled: the outbox is what some
+        # lane still owes.
+        self.depth = len(owed) + len(self._mem)
         self.dead.load()
         if self.depth:
             log.info("outbox reopened with %d unacknowledged messages", self.depth)
@@ -215,6 +233,13 @@ class Producer:
             cfg = self.topic_config(p.topic)
             record = pack([p.topic, p.partition, p.key, p.headers, p.priority, p.published_at,
                            p.expires_at, p.deliver_at, p.payload])
+            index = self.indexes.allocate(p.topic, p.partition)
+            batch.log_put.append(log_entry(p.topic, p.partition, index, p.seq, p.published_at,
+                                           len(record)))
+            batch.log_next[partition_prefix(p.topic, p.partition)] = index + 1
+            totals = self._log_totals.setdefault(p.topic, [0, 0])
+            totals[0] += 1
+            totals[1] += len(record)
             lanes = self.by_topic.get(p.topic)
             if not lanes:
                 lanes = [self.ensure_lane(p.topic, UNCLAIMED, "", "unclaimed", batch, now)]
@@ -313,6 +338,7 @@ class Producer:
         mem = self._mem
         dead = self.dead
         lanes = self.by_topic.get(topic, ())
+        keep = retains(self.topic_config(topic))  # retention reclaims the record later
         for seq in seqs:
             if seq not in mem:
                 batch.pend_del.append(pend_key(lane_id, seq))
@@ -320,11 +346,12 @@ class Producer:
                 dead.settled(lane_id, seq, batch)
             if any(seq in other for other in lanes):
                 continue
-            record = mem.pop(seq, None)
-            if record is None:
-                batch.msgs_del.append(u64(seq))
-            else:
-                self._mem_bytes -= len(record)
+            if not keep:
+                record = mem.pop(seq, None)
+                if record is None:
+                    batch.msgs_del.append(u64(seq))
+                else:
+                    self._mem_bytes -= len(record)
             self.depth -= 1
             if self._receipts:
                 receipt = self._receipts.pop(seq, None)
@@ -438,7 +465,8 @@ class Producer:
         times = [t for lane in self.lanes.values() if (t := lane.next_wakeup()) is not None]
         return min(times) if times else None
 
-    def dispatch(self, now: float, send: Callable[[bytes, Lane, list[Entry], list[bytes]], int],
+    def dispatch(self, now: float,
+                 send: Callable[[bytes, Lane, list[Entry], list[bytes], dict[int, int]], int],
                  batch: WriteBatch) -> int:
         """Hand ready messages to live members; ``send`` returns how many left."""
         sent_total = 0
@@ -454,6 +482,8 @@ class Producer:
             need = [e.seq for entries in taken.values() for e in entries
                     if e.seq not in self._mem]
             records = self.store.get_messages(need) if need else {}
+            indexes = self.store.get_indexes(
+                topic_prefix(topic), [e.seq for entries in taken.values() for e in entries])
             for member, entries in taken.items():
                 good: list[Entry] = []
                 payloads: list[bytes] = []
@@ -472,11 +502,88 @@ class Producer:
                     lane.ack(missing)
                     self._settled(topic, lane, missing, batch)
                 if good:
-                    sent = send(member, lane, good, payloads)
+                    sent = send(member, lane, good, payloads, indexes)
                     sent_total += sent
                     if sent < len(good):
                         lane.unsend(good[sent:], now)
         return sent_total
+
+    # -- retention and replay -----------------------------------------------------------
+
+    def reclaim(self, batch: WriteBatch, wall: float) -> bool:
+        """One bounded pass of retention over every topic with index entries; True when a
+        topic has more to reclaim at once (call again soon)."""
+        more = False
+        for topic, totals in self._log_totals.items():
+            if not totals[0]:
+                continue
+            prefix = topic_prefix(topic)
+            heads = [Head.decode(seq, v) for seq, v in self.store.log_heads(prefix,
+                                                                            RECLAIM_CHUNK)]
+            cfg = self.topic_config(topic)
+            n = reclaimable(heads, wall=wall, cfg=cfg, retained_bytes=totals[1],
+                            owed=lambda seq, t=topic: self.owed(t, seq))  # type: ignore[misc]
+            if not n:
+                continue
+            kept = retains(cfg)
+            for head in heads[:n]:
+                key = head.index.to_bytes(8, "big")
+                batch.log_del.append((partition_prefix(topic, head.partition) + key,
+                                      prefix + u64(head.seq)))
+                record = self._mem.pop(head.seq, None)
+                if record is not None:
+                    self._mem_bytes -= len(record)
+                elif kept:
+                    batch.msgs_del.append(u64(head.seq))
+                totals[0] -= 1
+                totals[1] -= head.size
+            if kept:
+                self.counters.add("retention_reclaimed", n)
+            more = more or n == RECLAIM_CHUNK
+        return more
+
+    def fetch(self, topic: str, cursors: dict[int, int], start: int | None, max_items: int,
+              max_bytes: int) -> tuple[list[tuple], list[tuple[int, int, int, int]]]:
+        """Stored messages of ``topic`` by index, for a reader.
+
+        ``cursors``: partition -> first index wanted; ``start``: the first index of every
+        other partition (None: only the partitions in ``cursors``). Returns items
+        ``(partition, index, seq, key, headers, published_at, payload)`` in index order per
+        partition, and per partition ``(partition, oldest stored index, next index, scanned
+        up to)``: the reader continues at "scanned up to"; indexes it skipped are gone.
+        """
+        nexts = self.indexes.partitions(topic)
+        wanted = set(cursors) | (set(nexts) if start is not None else set())
+        items: list[tuple] = []
+        heads: list[tuple[int, int, int, int]] = []
+        size = 0
+        for partition in sorted(wanted):
+            pos = cursors.get(partition, start if start is not None else 0)
+            nxt = nexts.get(partition, 0)
+            budget = max_items - len(items)
+            full = budget <= 0 or size >= max_bytes
+            oldest, entries = self.store.log_range(partition_prefix(topic, partition), pos,
+                                                   0 if full else budget)
+            scanned = pos
+            if not full:
+                records = self.store.get_messages([s for _i, s, _p in entries
+                                                   if s not in self._mem])
+                stopped = False
+                for index, seq, published_at in entries:
+                    if size >= max_bytes and items:
+                        stopped = True
+                        break
+                    scanned = index + 1
+                    record = self._mem.get(seq) or records.get(seq)
+                    if record is None:
+                        continue  # settled without retention: not replayable
+                    _t, _p, key, headers, _pr, _pa, _e, _d, payload = unpackb(record)
+                    items.append((partition, index, seq, key, headers, published_at, payload))
+                    size += len(payload)
+                if not stopped and len(entries) < budget:
+                    scanned = max(scanned, nxt)  # the whole partition was read
+            heads.append((partition, nxt if oldest is None else oldest, nxt, scanned))
+        return items, heads
 
     def pending_for(self, topic: str) -> int:
         return sum(len(lane) for lane in self.by_topic.get(topic, ()))

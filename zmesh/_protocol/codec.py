@@ -16,6 +16,8 @@ from .frames import (
     BATCH,
     BYE,
     FAIL,
+    FETCH_REP,
+    FETCH_REQ,
     HELLO,
     NACK,
     PROTOCOL_VERSION,
@@ -28,6 +30,10 @@ from .frames import (
     Bye,
     Control,
     Fail,
+    FetchHead,
+    FetchItem,
+    FetchReply,
+    FetchRequest,
     Hello,
     Item,
     Nack,
@@ -39,6 +45,7 @@ from .frames import (
 
 MAX_HEADER_BYTES = 1 << 20
 MAX_BATCH_ITEMS = 10_000
+MAX_PARTITIONS = 4096
 NODE_ID_BYTES = 16
 
 _packb = msgpack.Packer(use_bin_type=True).pack
@@ -144,12 +151,24 @@ def encode_control(msg: Control) -> bytes:
         return _packb([v, ADMIN_REQ, msg.token, msg.op, msg.args])
     if isinstance(msg, AdminReply):
         return _packb([v, ADMIN_REP, msg.token, msg.ok, msg.result, msg.error])
+    if isinstance(msg, FetchRequest):
+        return _packb([v, FETCH_REQ, msg.token, msg.topic, [list(c) for c in msg.cursors],
+                       msg.start, msg.max_items])
+    if isinstance(msg, FetchReply):
+        return _packb([v, FETCH_REP, msg.token, msg.topic,
+                       [[i.partition, i.index, i.seq, i.key, i.headers, i.published_at,
+                         i.payload] for i in msg.items],
+                       [[h.partition, h.oldest, h.next, h.scanned] for h in msg.heads]])
     raise TypeError(f"not a control message: {msg!r}")
 
 
-def decode_control(frame: bytes) -> Control:
-    """Parse one control frame; DecodeError for anything that is not a valid one."""
-    obj = _unpack(frame)
+def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
+    """Parse one control frame; DecodeError for anything that is not a valid one.
+
+    ``max_bytes``: the largest frame accepted (a reader raises it for fetch replies, which
+    carry payloads).
+    """
+    obj = _unpack(frame, max_bytes)
     _check(isinstance(obj, list) and len(obj) >= 2, "control frame is not a list")
     _check(type(obj[0]) is int and obj[0] == PROTOCOL_VERSION,
            f"unsupported protocol version {obj[0]!r}")
@@ -205,6 +224,42 @@ def decode_control(frame: bytes) -> Control:
         if kind == ADMIN_REP:
             _check(len(obj) == 6 and isinstance(obj[3], bool), "bad admin reply")
             return AdminReply(_int(obj[2], "token"), obj[3], obj[4], _str(obj[5], "error", 4096))
+        if kind == FETCH_REQ:
+            _check(len(obj) == 7, "bad fetch request length")
+            cursors = obj[4]
+            _check(isinstance(cursors, list) and len(cursors) <= MAX_PARTITIONS, "bad cursors")
+            for c in cursors:
+                _check(isinstance(c, list) and len(c) == 2, "bad cursor")
+            return FetchRequest(
+                _int(obj[2], "token"), _str(obj[3], "topic"),
+                tuple((_int(c[0], "partition", 0, MAX_PARTITIONS - 1), _int(c[1], "index"))
+                      for c in cursors),
+                None if obj[5] is None else _int(obj[5], "start index"),
+                _int(obj[6], "max items", 1, MAX_BATCH_ITEMS))
+        if kind == FETCH_REP:
+            _check(len(obj) == 6, "bad fetch reply length")
+            raw_items, raw_heads = obj[4], obj[5]
+            _check(isinstance(raw_items, list) and len(raw_items) <= MAX_BATCH_ITEMS,
+                   "bad fetch items")
+            _check(isinstance(raw_heads, list) and len(raw_heads) <= MAX_PARTITIONS,
+                   "bad fetch heads")
+            items = []
+            for i in raw_items:
+                _check(isinstance(i, list) and len(i) == 7, "bad fetch item")
+                key = i[3]
+                _check(key is None or (isinstance(key, str) and len(key) <= 4096), "bad key")
+                _check(isinstance(i[6], bytes), "bad payload")
+                items.append(FetchItem(_int(i[0], "partition", 0, MAX_PARTITIONS - 1),
+                                       _int(i[1], "index"), _int(i[2], "seq"), key,
+                                       _header(i[4]), _num(i[5], "published_at"), i[6]))
+            heads = []
+            for h in raw_heads:
+                _check(isinstance(h, list) and len(h) == 4, "bad fetch head")
+                heads.append(FetchHead(_int(h[0], "partition", 0, MAX_PARTITIONS - 1),
+                                       _int(h[1], "oldest index"), _int(h[2], "next index"),
+                                       _int(h[3], "scanned index")))
+            return FetchReply(_int(obj[2], "token"), _str(obj[3], "topic"), tuple(items),
+                              tuple(heads))
         if kind == STATUS_REP:
             _check(len(obj) == 4 and isinstance(obj[3], dict), "bad status reply")
             return StatusReply(_int(obj[2], "token"), obj[3])
@@ -218,15 +273,19 @@ def decode_control(frame: bytes) -> Control:
 
 def encode_batch_header(
     node_id: bytes, incarnation: int, topic: str, lane: str, floor: int,
-    items: Sequence[tuple[int, int, str | None, dict | None, int, float]],
+    items: Sequence[tuple[int, int, str | None, dict | None, int, float, int | None]],
 ) -> bytes:
-    """The first frame of a data batch; the payload frames follow it in item order."""
+    """The first frame of a data batch; the payload frames follow it in item order.
+
+    An item is ``(seq, partition, key, headers, attempt, published_at, index)``; index is
+    the message's index in its (topic, partition) at the producer, or None.
+    """
     return _packb([PROTOCOL_VERSION, BATCH, node_id, incarnation, topic, lane, floor, items])
 
 
 def encode_batch(batch: Batch) -> list[bytes]:
     """All frames of a data batch."""
-    items = [[i.seq, i.partition, i.key, i.headers, i.attempt, i.published_at]
+    items = [[i.seq, i.partition, i.key, i.headers, i.attempt, i.published_at, i.index]
              for i in batch.items]
     header = encode_batch_header(batch.node_id, batch.incarnation, batch.topic, batch.lane,
                                  batch.floor, items)
@@ -247,12 +306,13 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
     _check(len(payloads) == len(raw_items), "payload count does not match items")
     items = []
     for raw, payload in zip(raw_items, payloads, strict=True):
-        _check(isinstance(raw, list) and len(raw) == 6, "bad item")
+        _check(isinstance(raw, list) and len(raw) == 7, "bad item")
         _check(len(payload) <= max_message_bytes, "payload exceeds max_message_bytes")
         key = raw[2]
         _check(key is None or (isinstance(key, str) and len(key) <= 4096), "bad key")
         items.append(Item(_int(raw[0], "seq"), _int(raw[1], "partition", 0, 65535), key,
                           _header(raw[3]), _int(raw[4], "attempt", 0, 1 << 31),
-                          _num(raw[5], "published_at")))
+                          _num(raw[5], "published_at"),
+                          None if raw[6] is None else _int(raw[6], "index")))
     return Batch(_node_id(obj[2]), _int(obj[3], "incarnation"), _str(obj[4], "topic"),
                  _str(obj[5], "lane"), _int(obj[6], "floor"), tuple(items), payloads)

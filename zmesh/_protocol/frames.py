@@ -20,6 +20,8 @@ STATUS_REQ = 6
 STATUS_REP = 7
 ADMIN_REQ = 8
 ADMIN_REP = 9
+FETCH_REQ = 10
+FETCH_REP = 11
 # Data kinds.
 BATCH = 16
 
@@ -143,6 +145,59 @@ class Item:
     headers: dict | None
     attempt: int
     published_at: float
+    index: int | None = None  # per (topic, partition) at the producer; None: not indexed
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """A reader asks a producer for stored messages of a topic, by index.
+
+    ``cursors``: (partition, first index wanted); ``start``: the first index of every other
+    partition the producer has (None: only the partitions in ``cursors``).
+    """
+
+    token: int
+    topic: str
+    cursors: tuple[tuple[int, int], ...]
+    start: int | None
+    max_items: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchItem:
+    """One stored message in a FetchReply."""
+
+    partition: int
+    index: int
+    seq: int
+    key: str | None
+    headers: dict | None
+    published_at: float
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FetchHead:
+    """Where one partition stands at the producer, for the reader's cursor.
+
+    ``oldest``: the oldest stored index; ``next``: the next index to be allocated;
+    ``scanned``: the reader's next cursor (indexes below it that no item carried are gone).
+    """
+
+    partition: int
+    oldest: int
+    next: int
+    scanned: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchReply:
+    """The answer to a FetchRequest: items in index order per partition, and heads."""
+
+    token: int
+    topic: str
+    items: tuple[FetchItem, ...]
+    heads: tuple[FetchHead, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,4 +218,4 @@ class Batch:
 
 
 Control = (Hello | Bye | Ack | Nack | Fail | StatusRequest | StatusReply | AdminRequest
-           | AdminReply)
+           | AdminReply | FetchRequest | FetchReply)

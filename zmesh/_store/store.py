@@ -18,6 +18,12 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   a restart so a node whose ports changed is found without mDNS or seeds.
 - ``ids``:   caller-chosen msg_id -> seq(8) + published_at(8): the producer's idempotency
   window; ``ids_t``: published_at(8) + msg_id -> b"", the same in time order for pruning.
+- ``rlog``:  topic + NUL + partition(2) + index(8) -> seq(8) + published_at(8): the
+  index of every message of a topic per partition, what replay reads (_engine/retention.py).
+- ``rtime``: topic + NUL + seq(8) -> partition(2) + index(8) + size(4) + published_at(8):
+  the same entries in publish order, what retention reclaims from the oldest.
+- ``rnext``: topic + NUL + partition(2) -> next index(8), so indexes are never reused even
+  when retention reclaimed every entry of a partition.
 """
 
 from __future__ import annotations
@@ -81,18 +87,23 @@ class WriteBatch:
     peers_del: list[bytes] = field(default_factory=list)
     ids_prune_before: float = 0.0
     fsync: bool = False
+    log_put: list[tuple[bytes, bytes, bytes, bytes]] = field(default_factory=list)
+    log_next: dict[bytes, int] = field(default_factory=dict)
+    log_del: list[tuple[bytes, bytes]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_del
                     or self.seen_put or self.seen_prune or self.lanes_put or self.dead_put
                     or self.dead_del or self.meta_put or self.ids_put
-                    or self.ids_prune_before or self.peers_put or self.peers_del)
+                    or self.ids_prune_before or self.peers_put or self.peers_del
+                    or self.log_put or self.log_next or self.log_del)
 
     def without_growth(self) -> WriteBatch:
         """The part of the batch that frees space (for retry when the map is full)."""
         return WriteBatch(msgs_del=self.msgs_del, pend_del=self.pend_del,
                           dead_del=self.dead_del, seen_prune=self.seen_prune,
-                          meta_put=self.meta_put, ids_prune_before=self.ids_prune_before)
+                          meta_put=self.meta_put, ids_prune_before=self.ids_prune_before,
+                          log_del=self.log_del)
 
 
 class Store:
@@ -126,6 +137,9 @@ class Store:
             self.ids = self.env.open_db(b"ids")
             self.ids_t = self.env.open_db(b"ids_t")
             self.peers = self.env.open_db(b"peers")
+            self.rlog = self.env.open_db(b"rlog")
+            self.rtime = self.env.open_db(b"rtime")
+            self.rnext = self.env.open_db(b"rnext")
         except lmdb.Error as exc:
             os.close(self._lock_fd)
             raise StoreError(
@@ -306,6 +320,8 @@ class Store:
             delete(k, db=self.msgs)
         for k in b.dead_del:
             delete(k, db=self.dead)
+        if b.log_put or b.log_next or b.log_del:
+            self._apply_log(txn, b)
         if b.seen_prune:
             cur = txn.cursor(db=self.seen)
             for producer, floor, lane in b.seen_prune:
@@ -320,6 +336,96 @@ class Store:
                             break
                     elif not cur.next():
                         break
+
+    # -- the message index (retention and replay) ---------------------------------------
+
+    def _apply_log(self, txn: Any, b: WriteBatch) -> None:
+        for log_key, log_value, time_key, time_value in b.log_put:
+            txn.put(log_key, log_value, db=self.rlog)
+            txn.put(time_key, time_value, db=self.rtime)
+        for k, n in b.log_next.items():
+            txn.put(k, u64(n), db=self.rnext)
+        for log_key, time_key in b.log_del:
+            txn.delete(log_key, db=self.rlog)
+            txn.delete(time_key, db=self.rtime)
+
+    def next_indexes(self) -> dict[bytes, int]:
+        """topic + NUL + partition(2) -> the next index to allocate there.
+
+        The larger of the stored counter and the last stored index + 1, like next_seq: an
+        index is never handed out twice, also after a crash.
+        """
+        out: dict[bytes, int] = {}
+        with self.env.begin() as txn:
+            for k, v in txn.cursor(db=self.rnext):
+                out[bytes(k)] = int.from_bytes(v, "big")
+            cur = txn.cursor(db=self.rlog)
+            positioned = cur.first()
+            while positioned:
+                prefix = bytes(cur.key())[:-8]
+                # Indexes stay below 2**63: this key sorts past every index of the partition.
+                positioned = cur.set_range(prefix + b"\xff" * 8)
+                if positioned:
+                    cur.prev()
+                else:
+                    cur.last()
+                last = int.from_bytes(cur.key()[-8:], "big")
+                out[prefix] = max(out.get(prefix, 0), last + 1)
+                if positioned:
+                    cur.next()
+        return out
+
+    def log_heads(self, topic_prefix: bytes, limit: int) -> list[tuple[int, bytes]]:
+        """Up to ``limit`` oldest entries of a topic in publish order: (seq, rtime value)."""
+        out: list[tuple[int, bytes]] = []
+        with self.env.begin(db=self.rtime) as txn:
+            cur = txn.cursor()
+            if cur.set_range(topic_prefix):
+                for k, v in cur:
+                    if not k.startswith(topic_prefix) or len(out) >= limit:
+                        break
+                    out.append((int.from_bytes(k[len(topic_prefix):], "big"), bytes(v)))
+        return out
+
+    def log_totals(self) -> dict[bytes, tuple[int, int]]:
+        """topic + NUL -> (entries, record bytes) of the index, read once at start."""
+        out: dict[bytes, tuple[int, int]] = {}
+        with self.env.begin(db=self.rtime) as txn:
+            for k, v in txn.cursor():
+                prefix = bytes(k[:-8])
+                n, size = out.get(prefix, (0, 0))
+                out[prefix] = (n + 1, size + int.from_bytes(v[10:14], "big"))
+        return out
+
+    def log_range(self, partition_prefix: bytes, start: int,
+                  limit: int) -> tuple[int | None, list[tuple[int, int, float]]]:
+        """(oldest stored index, up to ``limit`` entries (index, seq, published_at) from
+        ``start``) of one partition of a topic."""
+        out: list[tuple[int, int, float]] = []
+        oldest = None
+        with self.env.begin(db=self.rlog) as txn:
+            cur = txn.cursor()
+            if cur.set_range(partition_prefix) and cur.key()[:-8] == partition_prefix:
+                oldest = int.from_bytes(cur.key()[-8:], "big")
+                if cur.set_range(partition_prefix + u64(max(start, 0))):
+                    for k, v in cur:
+                        if k[:-8] != partition_prefix or len(out) >= limit:
+                            break
+                        out.append((int.from_bytes(k[-8:], "big"),
+                                    int.from_bytes(v[:8], "big"),
+                                    struct.unpack(">d", v[8:16])[0]))
+        return oldest, out
+
+    def get_indexes(self, topic_prefix: bytes, seqs: list[int]) -> dict[int, int]:
+        """seq -> index of messages of one topic (those without an entry are left out)."""
+        out = {}
+        with self.env.begin(db=self.rtime) as txn:
+            get = txn.get
+            for seq in seqs:
+                v = get(topic_prefix + u64(seq))
+                if v is not None:
+                    out[seq] = int.from_bytes(v[2:10], "big")
+        return out
 
 
 def copy_env(env: Any, dest: str) -> None:
