@@ -165,8 +165,11 @@ class Mesh:
                      ctrl_ep)
             self.send_raw(peer.dealer, encode_control(self.hello()))
         peer.last_seen = now
-        if hello.subs != peer.subs:
-            self.apply_subs(peer, hello.subs, wb, now)
+        # A peer that does not list us yet would refuse our data (it cannot ack a stranger),
+        # so it becomes a member of our lanes only once its hello shows it knows us.
+        subs = hello.subs if any(r.node_id == self.node_id for r in hello.peers) else ()
+        if subs != peer.subs:
+            self.apply_subs(peer, subs, wb, now)
         for ref in hello.peers:
             if ref.node_id != self.node_id and ref.node_id not in self.peers:
                 self.contact(ref.ctrl_endpoint, key=ref.public_key.encode())
