@@ -27,13 +27,16 @@ def index(msg: zmesh.Message) -> int:
     return int(msg.payload.rstrip(b"."))
 
 
-def fill(node: zmesh.Node, limit: int = 5000) -> tuple[int, zmesh.StoreFullError]:
+def fill(node: zmesh.Node, limit: int = 5000,
+         receipts: list[zmesh.Receipt] | None = None) -> tuple[int, zmesh.StoreFullError]:
     """Publish until publish() gives up; (how many returned, the error)."""
     for i in range(limit):
         try:
-            node.publish("t", payload(i), timeout=0.5)
+            r = node.publish("t", payload(i), timeout=0.5)
         except zmesh.StoreFullError as exc:
             return i, exc
+        if receipts is not None:
+            receipts.append(r)
     pytest.fail(f"{limit} publishes of {PAYLOAD} bytes fit a {SMALL_MAP}-byte map")
 
 
@@ -61,6 +64,20 @@ def test_full_map_blocks_publish_loses_nothing_and_recovers(make_node, tmp_path)
     r = prod.publish("t", payload(accepted), timeout=5)
     r.wait_stored(5)
     assert [index(m) for m in drain(sub, 1)] == [accepted]
+
+
+def test_closing_with_held_publishes_fails_their_receipts(make_node, tmp_path):
+    prod = make_node("prod", map_size_bytes=SMALL_MAP, topics=GROUPS)
+    receipts: list[zmesh.Receipt] = []
+    fill(prod, receipts=receipts)
+    held = [r for r in receipts if not r.stored]
+    assert held and len(held) == prod.status()["store"]["held_publishes"]
+    prod.close()
+    for r in held:  # not a silent drop: whoever waits on them learns it
+        with pytest.raises(zmesh.StoreFullError):
+            r.wait_stored(1)
+    again = make_node("prod", data_dir=str(tmp_path / "prod"))
+    assert again.status()["outbox"] == len(receipts) - len(held)
 
 
 def test_max_map_size_grows_the_map_for_the_same_workload(make_node):
