@@ -193,6 +193,9 @@ class NodeConfig:
     key every socket is encrypted and only trusted public keys (and this node's own) may
     connect. ban_after_bad_frames: refuse new connections from an address that sent this
     many undecodable control frames (0: never).
+    map_size_bytes / max_map_size_bytes: the LMDB map; when it is full, publishes wait for
+    room (acks that delete messages), and with max_map_size_bytes above map_size_bytes the
+    map first doubles, step by step, up to that size (0: never grow).
     """
 
     name: str
@@ -206,6 +209,7 @@ class NodeConfig:
     max_outbox_messages: int = 1_000_000
     publish_timeout_s: float = 10.0
     map_size_bytes: int = 1 << 30
+    max_map_size_bytes: int = 0
     memory_budget_bytes: int = 64 << 20
     max_message_bytes: int = 8 << 20
     dedupe_window_s: float = 86_400.0
@@ -252,6 +256,13 @@ class NodeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"NodeConfig.{name} must be an int >= 1, got {value!r}")
+        grow = self.max_map_size_bytes
+        if isinstance(grow, bool) or not isinstance(grow, int) or grow < 0:
+            raise ConfigError(f"NodeConfig.max_map_size_bytes must be an int >= 0 (0: never "
+                              f"grow the map), got {grow!r}")
+        if 0 < grow < self.map_size_bytes:
+            raise ConfigError(f"NodeConfig.max_map_size_bytes ({grow}) must be 0 or at least "
+                              f"map_size_bytes ({self.map_size_bytes})")
         _positive("NodeConfig", "publish_timeout_s", self.publish_timeout_s, allow_zero=True)
         _positive("NodeConfig", "memory_budget_bytes", self.memory_budget_bytes, allow_zero=True)
         _positive("NodeConfig", "dedupe_window_s", self.dedupe_window_s)

@@ -73,15 +73,19 @@ class StoreError(ZMeshError):
 
 
 class StoreFullError(StoreError):
-    """The LMDB map is full; raise ``map_size_bytes`` or drain the outbox."""
+    """The LMDB map is full: publish() waited ``waited_s`` for room and gave up (or, with
+    ``waited_s`` None, a commit found no room)."""
 
-    def __init__(self, path: str, map_size_bytes: int) -> None:
+    def __init__(self, path: str, map_size_bytes: int, waited_s: float | None = None) -> None:
+        waited = "" if waited_s is None else f" and no room came within {waited_s:g}s"
         super().__init__(
-            f"LMDB map of {map_size_bytes} bytes is full; raise NodeConfig.map_size_bytes "
+            f"LMDB map of {map_size_bytes} bytes is full{waited}; raise "
+            "NodeConfig.map_size_bytes, set NodeConfig.max_map_size_bytes so the map grows, "
             "or let consumers drain the outbox",
             path,
         )
         self.map_size_bytes = map_size_bytes
+        self.waited_s = waited_s
 
 
 class OutboxFullError(ZMeshError):

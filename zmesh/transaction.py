@@ -75,7 +75,7 @@ class Transaction:
         if self._done:
             return
         self._done = True
-        self._node._engine.abandon(len(self._pubs))
+        self._node._engine.abandon(len(self._pubs), sum(len(p.payload) for p in self._pubs))
         self._pubs.clear()
         self._acks.clear()
 

@@ -80,6 +80,7 @@ def test_node_config_defaults_and_normalisation(tmp_path: Path) -> None:
     assert cfg.seeds == ("10.0.0.2:5000",)
     assert cfg.mdns is True
     assert cfg.topics["metrics"].partitions == 4
+    assert cfg.max_map_size_bytes == 0  # never grow the map unless asked
 
 
 def test_node_config_accepts_edge_values() -> None:
@@ -91,6 +92,8 @@ def test_node_config_accepts_edge_values() -> None:
         heartbeat_interval_s=0.1,
         dead_after_s=0.2,
         max_message_bytes=1,
+        map_size_bytes=1 << 20,
+        max_map_size_bytes=1 << 20,  # equal: allowed, the map just never grows
         seeds=["[::1]:65535", "host.example:1"],
     )
     assert cfg.publish_timeout_s == 0
@@ -242,6 +245,11 @@ def test_subscription_config_rejects(field: str, value: object, named: str) -> N
         ("max_outbox_messages", True, "NodeConfig.max_outbox_messages"),
         ("max_outbox_messages", 1.5, "NodeConfig.max_outbox_messages"),
         ("map_size_bytes", 0, "NodeConfig.map_size_bytes"),
+        ("max_map_size_bytes", -1, "NodeConfig.max_map_size_bytes"),
+        ("max_map_size_bytes", 1.5, "NodeConfig.max_map_size_bytes"),
+        ("max_map_size_bytes", True, "NodeConfig.max_map_size_bytes"),
+        ("max_map_size_bytes", "1G", "NodeConfig.max_map_size_bytes"),
+        ("max_map_size_bytes", 1 << 20, "at least map_size_bytes"),  # below the 1 GiB default
         ("max_message_bytes", -1, "NodeConfig.max_message_bytes"),
         ("publish_timeout_s", -1, "NodeConfig.publish_timeout_s"),
         ("memory_budget_bytes", -1, "NodeConfig.memory_budget_bytes"),
@@ -294,6 +302,8 @@ seeds = ["10.0.0.2:5555", "10.0.0.3:5555"]
 heartbeat_interval_s = 0.5
 dead_after_s = 3
 max_message_bytes = 1048576
+map_size_bytes = 1048576
+max_map_size_bytes = 8388608
 
 [topics.metrics]
 durability = "fsync"
@@ -324,6 +334,7 @@ def test_from_toml_good_file(tmp_path: Path) -> None:
     assert cfg.seeds == ("10.0.0.2:5555", "10.0.0.3:5555")
     assert cfg.heartbeat_interval_s == 0.5 and cfg.dead_after_s == 3
     assert cfg.max_message_bytes == 1 << 20
+    assert (cfg.map_size_bytes, cfg.max_map_size_bytes) == (1 << 20, 8 << 20)
     assert set(cfg.topics) == {"metrics", "alerts"}
     metrics = cfg.topics["metrics"]
     assert metrics == TopicConfig(
@@ -411,6 +422,8 @@ def test_from_toml_unknown_key_in_topic(tmp_path: Path) -> None:
         ('seeds = ["10.0.0.2:5555", "10.0.0.3:5555"]', 'seeds = ["10.0.0.2"]', "[node]", "seed"),
         ('interfaces = ["127.0.0.1"]', 'interfaces = "127.0.0.1"', "[node]", "interfaces"),
         ("max_message_bytes = 1048576", "max_message_bytes = 0", "[node]", "max_message_bytes"),
+        ("max_map_size_bytes = 8388608", "max_map_size_bytes = 1024", "[node]",
+         "max_map_size_bytes"),
         ('durability = "fsync"', 'durability = "disk"', "[topics.metrics]", "durability"),
         ("partitions = 8", "partitions = 0", "[topics.metrics]", "partitions"),
         ("partitions = 8", 'partitions = "8"', "[topics.metrics]", "partitions"),

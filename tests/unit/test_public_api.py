@@ -183,6 +183,7 @@ def test_store_full_is_a_store_error_with_numbers() -> None:
     assert err.map_size_bytes == 1 << 20
     assert err.path == "/var/n1"
     assert "1048576" in str(err) and "/var/n1" in str(err)
+    assert "max_map_size_bytes" in str(err) and err.waited_s is None
 
 
 def test_outbox_full_carries_its_numbers() -> None:

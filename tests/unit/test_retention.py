@@ -89,9 +89,9 @@ def test_store_derives_next_indexes_from_entries_and_counters(tmp_path: Path) ->
         wb.log_put.append(log_entry("t", 3, 0, 20, 9.0, 70))
         wb.log_put.append(log_entry("tt", 1, 8, 21, 9.0, 70))
         # A counter ahead of the entries (their entries were reclaimed) wins ...
-        wb.log_next[partition_prefix("u", 2)] = 12
+        wb.log_next.append((partition_prefix("u", 2), 12))
         # ... and entries ahead of a stale counter win too.
-        wb.log_next[partition_prefix("t", 0)] = 2
+        wb.log_next.append((partition_prefix("t", 0), 2))
         store.commit(wb)
         assert store.next_indexes() == {
             partition_prefix("t", 0): 5, partition_prefix("t", 3): 1,

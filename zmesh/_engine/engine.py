@@ -16,7 +16,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import msgpack
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
@@ -42,8 +41,15 @@ from .._receipt import MessageId, Receipt
 from .._security import Keys, ZapHandler, load_keys, server_options
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
-from ..errors import DecodeError, NodeStateError, OutboxFullError, StoreError, ZMeshError
+from ..errors import (
+    DecodeError,
+    NodeStateError,
+    OutboxFullError,
+    StoreFullError,
+    ZMeshError,
+)
 from .admin import admin
+from .commit import Committer
 from .consumer import Consumer
 from .lane import Entry, Lane
 from .mesh import Mesh
@@ -69,10 +75,11 @@ FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one messa
 class _Call:
     """A function to run on the IO thread, and its result."""
 
-    __slots__ = ("fn", "done", "result", "error")
+    __slots__ = ("fn", "done", "result", "error", "tx")
 
-    def __init__(self, fn: Callable[[WriteBatch, float], Any]) -> None:
+    def __init__(self, fn: Callable[[WriteBatch, float], Any], tx: bool = False) -> None:
         self.fn = fn
+        self.tx = tx  # a transaction: it fails with the commit of its publishes
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -105,6 +112,11 @@ class Engine:
         self._alloc = threading.Lock()  # sequence allocation (application threads)
         self._submitted = 0  # messages prepared by application threads (under _alloc)
         self._done = 0  # of those, stored or failed (IO thread)
+        # Payload bytes of the same: publishes may run ahead of the IO thread by at most
+        # an eighth of the map, so a map that fills up stops them soon after.
+        self._submitted_bytes = 0
+        self._done_bytes = 0
+        self._ahead_limit = config.map_size_bytes // 8
         self._cmds: deque[tuple] = deque()
         self._wake_pending = False
         self._wake_lock = threading.Lock()
@@ -116,6 +128,9 @@ class Engine:
         self._local_subs: list[Subscription] = []
         self._mdns: MdnsDiscovery | None = None
         self._wb = WriteBatch()
+        self.commits = Committer(self.store, self.producer, self.consumer, self.counters,
+                                 config.max_map_size_bytes)
+        self.held = self.commits.held  # publishes a full map holds back
         self._next_beat = 0.0
         self._awaiting: set[bytes] = set()
         self._hold_until = 0.0
@@ -181,20 +196,29 @@ class Engine:
         """
         self._check_running()
         n = len(payloads)
+        nbytes = sum(map(len, payloads))
         limit = self.config.max_outbox_messages
         deadline = 0.0
         while True:
             with self._alloc:
                 depth = self.producer.depth + self._submitted - self._done
-                if depth + n <= limit or depth == 0:
+                room = depth + n <= limit or depth == 0
+                ahead = self._submitted_bytes - self._done_bytes
+                if room and not self.held.full and (
+                        ahead + nbytes <= self._ahead_limit or ahead == 0):
                     first = self._next_seq
                     self._next_seq = first + n
                     self._submitted += n
+                    self._submitted_bytes += nbytes
                     break
             # Full: wait for acks (or stores) to make room, up to the timeout.
             deadline = deadline or time.monotonic() + timeout_s
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if room and self.held.full:  # the outbox has room, the LMDB map has not
+                    self.counters.add("publish_store_full", 1)
+                    raise StoreFullError(self.store.path, self.store.map_size_bytes,
+                                         timeout_s)
                 raise OutboxFullError(depth, limit, timeout_s)
             with self.cond:
                 self.cond.wait(remaining)
@@ -205,10 +229,11 @@ class Engine:
                         priority, now, expires_at, deliver_at, receipt, msg_id)
                 for i, (payload, key) in enumerate(zip(payloads, keys, strict=True))]
 
-    def abandon(self, count: int) -> None:
+    def abandon(self, count: int, nbytes: int) -> None:
         """Prepared publishes that will never be submitted (an aborted transaction)."""
         with self._alloc:
             self._submitted -= count
+            self._submitted_bytes -= nbytes
         with self.cond:
             self.cond.notify_all()
 
@@ -219,7 +244,7 @@ class Engine:
 
     def transact(self, pubs: list[Publish], acks: list[Message], timeout_s: float) -> None:
         """Store ``pubs`` and settle ``acks`` in one LMDB transaction, or none of it."""
-        done = _Call(lambda _wb, _now: None)
+        done = _Call(lambda _wb, _now: None, tx=True)
         self.submit(("tx", pubs, acks, done))
         if not done.done.wait(timeout_s):
             raise NodeStateError(f"transaction not committed within {timeout_s:g}s")
@@ -339,14 +364,15 @@ class Engine:
         for mon in self._monitors:
             self.poller.register(mon, zmq.POLLIN)
         now = time.monotonic()
-        self.producer.load(now)
+        self.producer.load(now, self._wb)
+        known = self.store.known_peers()
         for topic, tcfg in self.producer.topics.items():
             self.producer.set_topic(topic, tcfg, self._wb, now)
-        self._commit(self._wb, [])
+        self._set_aside_corrupt(self._wb)
+        self.commits.commit(self._wb, [])
         self._wb = WriteBatch()
         for ep in seed_endpoints(cfg.seeds):
             mesh.contact(ep, seed=True)
-        known = self.store.known_peers()
         for ep, key in known.values():
             mesh.contact(ep, key=key)
         if known and self.producer.depth:
@@ -364,6 +390,15 @@ class Engine:
             self._mdns.start()
         log.info("node %s (%s) of mesh %s up: control %s data %s", cfg.name,
                  self.node_id.hex()[:12], cfg.mesh, self.ctrl_port, self.data_port)
+
+    def _set_aside_corrupt(self, wb: WriteBatch) -> None:
+        """Move the records the restart could not decode to the ``bad`` db, loudly."""
+        for c in self.store.take_corrupt():
+            wb.quarantine.append((c.db, c.key, c.value))
+            self.counters.add("corrupt_records", 1)
+            log.error("record %s of the %r db in %s cannot be decoded (%s); it is set aside "
+                      "in the 'bad' db and the node goes on without it", c.key.hex(), c.db,
+                      self.store.path, c.reason)
 
     def _cmds_from_discovery(self, peer_id: bytes, ep: str, key: bytes) -> None:
         if self._state == "running":
@@ -410,14 +445,13 @@ class Engine:
         if self.router in events:
             self._recv_control(wb, now)
         self._timers(now, wb)
-        fresh = self.producer.stage(pubs, wb, now)
-        self.producer.added(self._commit(wb, fresh, calls), now, self._wb)
+        done = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
         if self._watches:
             self.producer.watch(self._watches)
             self._watches.clear()
         for call in calls:
             call.done.set()
-        self._notify(len(pubs))
+        self._notify(*done)  # after watch(): it resolves receipts already settled
         mesh = self.mesh
         assert mesh is not None
         if mesh.ctrl_backlog and mesh.flush_ctrl_backlog():
@@ -442,6 +476,9 @@ class Engine:
         if self._awaiting:
             wake = min(wake, self._hold_until)
         wake = min(wake, self._next_reclaim)
+        retry = self.held.next_retry()
+        if retry is not None:
+            wake = min(wake, retry)
         return max(0, int((wake - now) * 1000) + 1)
 
     def _drain_commands(self, wb: WriteBatch, pubs: list[Publish], calls: list[_Call],
@@ -468,6 +505,7 @@ class Engine:
                 for msg in acks:
                     self.consumer.settle(msg, "acked", None, wb)
                 pubs.extend(tx_pubs)
+                self.commits.tx_pubs.update(id(p) for p in tx_pubs)
                 calls.append(done)
             elif kind == "contact":
                 _, ep, peer_id, key = cmd
@@ -496,39 +534,12 @@ class Engine:
                 stop = True
         return stop
 
-    def _commit(self, wb: WriteBatch, pubs: list[Publish],
-                calls: list[_Call] | None = None) -> list[Publish]:
-        """Commit the loop's batch; returns the publishes that are now stored.
-
-        When the commit fails nothing of it happened: publishes and transactions get the
-        error, and acks staged in it are not sent (their messages may come again).
-        """
-        if not wb:
-            return pubs
-        try:
-            self.store.commit(wb)
-            return pubs
-        except StoreError as exc:
-            log.error("%s", exc)
-            self.counters.add("store_errors", 1)
-            for p in pubs:
-                if p.receipt is not None:
-                    p.receipt._error = exc
-            for call in calls or ():
-                call.error = exc
-            self.consumer.rollback()
-            # Settlements free space: keep them even when new messages cannot be stored.
-            try:
-                self.store.commit(wb.without_growth())
-            except StoreError:
-                log.exception("could not commit settlements either")
-            return []
-
-    def _notify(self, staged_done: int) -> None:
+    def _notify(self, staged_done: int, staged_bytes: int = 0) -> None:
         p = self.producer
         if not (staged_done or p.stored or p.acked):
             return
         self._done += staged_done
+        self._done_bytes += staged_bytes
         with self.cond:
             for r in p.stored:
                 r._stored = True
@@ -672,7 +683,7 @@ class Engine:
     # -- sending -------------------------------------------------------------------------
 
     def _send_data(self, member: bytes, lane: Lane, entries: list[Entry],
-                   records: list[bytes], indexes: dict[int, int]) -> int:
+                   records: list[list], indexes: dict[int, int]) -> int:
         assert self.mesh is not None
         peer = self.mesh.peer(member)
         if peer is None or not peer.alive:
@@ -680,13 +691,12 @@ class Engine:
         batch_size = lane.members[member].batch_size
         floor = lane.floor()
         sent = 0
-        unpack = msgpack.unpackb
         for start in range(0, len(entries), batch_size):
             chunk = entries[start:start + batch_size]
             items = []
             payloads = []
             for entry, record in zip(chunk, records[start:start + batch_size], strict=True):
-                _t, _p, key, headers, _prio, published_at, _e, _d, payload = unpack(record)
+                _t, _p, key, headers, _prio, published_at, _e, _d, payload = record
                 items.append((entry.seq, entry.partition, key, headers, entry.attempt,
                               published_at, indexes.get(entry.seq)))
                 payloads.append(payload)
@@ -721,6 +731,8 @@ class Engine:
                      "mesh": self.config.mesh, "incarnation": self.incarnation,
                      "control_port": self.ctrl_port, "data_port": self.data_port},
             "outbox": self.producer.depth,
+            "store": {"path": self.store.path, "map_size_bytes": self.store.map_size_bytes,
+                      "full": self.held.full, "held_publishes": len(self.held)},
             "lanes": lanes,
             "subscriptions": [{"topic": s.topic, "group": s.group, "mode": s.mode,
                                "delivered": s.delivered} for s in self._local_subs],
@@ -736,12 +748,13 @@ class Engine:
             pubs: list[Publish] = []
             calls: list[_Call] = []
             self._drain_commands(wb, pubs, calls, now)
-            fresh = self.producer.stage(pubs, wb, now)
-            self.producer.added(self._commit(wb, fresh, calls), now, self._wb)
+            self.held.freed()  # one last try for the held publishes
+            done = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
             for call in calls:
                 call.done.set()
-            self._notify(len(pubs))
-            self._commit(self._wb, [])
+            self._notify(*done)
+            self.commits.commit(self._wb, [])
+            self._notify(*self.commits.fail_held(self.config.name))
             mesh = self.mesh
             assert mesh is not None
             mesh.flush_ctrl_backlog()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._store.damage import decode_record
 from .._store.store import Store, WriteBatch, pack, pend_key, u64, unpackb
 from ..config import TopicConfig
 from .deadletters import DeadLetters
@@ -87,6 +88,8 @@ class Producer:
         self._receipts: dict[int, Receipt] = {}  # seq -> receipt someone waits to see acked
         self._mem: dict[int, bytes] = {}  # memory-durability records not yet spilled
         self._mem_bytes = 0
+        self._spilled: list[tuple[int, bytes]] = []  # by the last stage(), for unstage()
+        self._seq_written = next_seq  # next_seq as last staged: it never goes back
         self.depth = 0  # messages in the outbox
         self.stored: list[Receipt] = []
         self.acked: list[Receipt] = []
@@ -95,6 +98,8 @@ class Producer:
         self.dead = DeadLetters(self)
         self._latest: dict[tuple[str, str], dict[str, int]] = {}  # latest_wins: key -> seq
         self.indexes = Indexes(store.next_indexes())
+        self._staged: list[tuple[str, int, int, int]] = []  # this stage's (topic, partition,
+        # index, record size), undone by ``unstage``
         # topic -> [index entries, their record bytes]: what retention_bytes is held against
         self._log_totals: dict[str, list[int]] = {
             prefix[:-1].decode(): [n, size] for prefix, (n, size) in store.log_totals().items()}
@@ -171,8 +176,12 @@ class Producer:
                 batch.pend_del.append(pend_key(uid, seq))
         unclaimed.ack(seqs)
 
-    def load(self, now: float) -> None:
-        """Rebuild lanes from LMDB after a start: everything unacked is pending again."""
+    def load(self, now: float, batch: WriteBatch) -> None:
+        """Rebuild lanes from LMDB after a start: everything unacked is pending again.
+
+        A pending entry that cannot be decoded is rebuilt from its outbox record (attempt
+        0) when that record is sound; the damaged value itself is set aside by the engine.
+        """
         by_id: dict[int, Lane] = {}
         for topic, name, lane_id, group, mode in self.store.iter_lanes():
             by_id[lane_id] = self._add_lane(topic, name, lane_id, group, mode)
@@ -188,6 +197,9 @@ class Producer:
             lane.add(seq, partition, priority, attempt, now=now,
                      not_before=_mono(deliver_at, now, wall),
                      expires_at=_mono(expires_at, now, wall))
+        for c in self.store.corrupt:
+            if c.db == "pend" and len(c.key) == 12:
+                self._rebuild_pending(by_id, c.key, now, wall, batch)
         owed: set[int] = set()
         for lane in by_id.values():
             lane.end_bulk()
@@ -199,7 +211,48 @@ class Producer:
         if self.depth:
             log.info("outbox reopened with %d unacknowledged messages", self.depth)
 
+    def _rebuild_pending(self, by_id: dict[int, Lane], key: bytes, now: float, wall: float,
+                         batch: WriteBatch) -> None:
+        lane_id, seq = int.from_bytes(key[:4], "big"), int.from_bytes(key[4:], "big")
+        lane = by_id.get(lane_id)
+        raw = self.store.get_messages([seq]).get(seq)
+        fields = None if raw is None else decode_record(raw)
+        if lane is None or fields is None:
+            log.error("pending entry %d of lane %d is damaged and cannot be rebuilt", seq,
+                      lane_id)
+            return
+        _t, partition, _k, _h, priority, _p, expires_at, deliver_at, _ = fields
+        lane.add(seq, partition, priority, 0, now=now, not_before=_mono(deliver_at, now, wall),
+                 expires_at=_mono(expires_at, now, wall))
+        batch.pend_put.append((key, pack([partition, priority, 0, expires_at, deliver_at])))
+        log.warning("pending entry %d of lane %s/%s rebuilt from its outbox record", seq,
+                    lane.topic, lane.name)
+
     # -- publishing ---------------------------------------------------------------------
+
+    def prepare_lanes(self, pubs: list[Publish], batch: WriteBatch, now: float) -> None:
+        """Create the lanes ``pubs`` need before staging them, so a publish that must be
+        staged again later (a full map) never finds a lane that was not stored."""
+        for p in pubs:
+            if not self.by_topic.get(p.topic):
+                self.ensure_lane(p.topic, UNCLAIMED, "", "unclaimed", batch, now)
+
+    def unstage(self, pubs: list[Publish]) -> None:
+        """Undo ``stage`` in memory after its commit failed: nothing of it was stored."""
+        for topic, partition, index, size in reversed(self._staged):
+            self.indexes.release(topic, partition, index)
+            totals = self._log_totals[topic]
+            totals[0] -= 1
+            totals[1] -= size
+        self._staged.clear()
+        for p in pubs:
+            record = self._mem.pop(p.seq, None)
+            if record is not None:
+                self._mem_bytes -= len(record)
+        for seq, record in self._spilled:
+            self._mem[seq] = record
+            self._mem_bytes += len(record)
+        self._spilled.clear()
 
     def _suppress_duplicates(self, pubs: list[Publish], batch: WriteBatch) -> list[Publish]:
         """Drop publishes whose msg_id this node already published within the window."""
@@ -228,6 +281,8 @@ class Producer:
     def stage(self, pubs: list[Publish], batch: WriteBatch, now: float) -> list[Publish]:
         """Write publishes into the batch; returns those to add to lanes after commit."""
         wall = time.time()
+        self._spilled.clear()
+        self._staged.clear()
         pubs = self._suppress_duplicates(pubs, batch)
         for p in pubs:
             cfg = self.topic_config(p.topic)
@@ -236,10 +291,11 @@ class Producer:
             index = self.indexes.allocate(p.topic, p.partition)
             batch.log_put.append(log_entry(p.topic, p.partition, index, p.seq, p.published_at,
                                            len(record)))
-            batch.log_next[partition_prefix(p.topic, p.partition)] = index + 1
+            batch.log_next.append((partition_prefix(p.topic, p.partition), index + 1))
             totals = self._log_totals.setdefault(p.topic, [0, 0])
             totals[0] += 1
             totals[1] += len(record)
+            self._staged.append((p.topic, p.partition, index, len(record)))
             lanes = self.by_topic.get(p.topic)
             if not lanes:
                 lanes = [self.ensure_lane(p.topic, UNCLAIMED, "", "unclaimed", batch, now)]
@@ -256,8 +312,10 @@ class Producer:
                     batch.fsync = True
         if self._mem_bytes > self.memory_budget_bytes:
             self._spill(batch, wall)
-        if pubs:
-            batch.meta_put[b"next_seq"] = u64(pubs[-1].seq + 1)
+        top = max((p.seq for p in pubs), default=0) + 1
+        if top > self._seq_written:  # held publishes retried later have lower sequences
+            self._seq_written = top
+            batch.meta_put[b"next_seq"] = u64(top)
         return pubs
 
     def added(self, pubs: list[Publish], now: float, batch: WriteBatch) -> None:
@@ -313,6 +371,7 @@ class Producer:
             seq = next(iter(self._mem))
             record = self._mem.pop(seq)
             self._mem_bytes -= len(record)
+            self._spilled.append((seq, record))
             topic, partition, _k, _h, priority, _p, expires_at, deliver_at, _ = unpackb(record)
             batch.msgs_put.append((u64(seq), record))
             for lane in self._owing(topic, seq):
@@ -401,7 +460,10 @@ class Producer:
             return
         records = self.store.get_messages(wanted)
         for seq, record in records.items():
-            _t, partition, _k, _h, priority, _p, expires_at, deliver_at, _ = unpackb(record)
+            fields = decode_record(record)
+            if fields is None:
+                continue  # set aside when it is next sent
+            _t, partition, _k, _h, priority, _p, expires_at, deliver_at, _ = fields
             batch.pend_put.append((pend_key(lane_id, seq), pack(
                 [partition, priority, lane.entries[seq].attempt, expires_at, deliver_at])))
 
@@ -427,7 +489,8 @@ class Producer:
         records = self.store.get_messages([s for s in wanted if s not in self._mem])
         records.update({s: self._mem[s] for s in wanted if s in self._mem})
         for seq in sorted(records):
-            key = unpackb(records[seq])[2]
+            fields = decode_record(records[seq])
+            key = None if fields is None else fields[2]
             if key is not None:
                 for lane in wanted[seq]:
                     self._latest.setdefault((topic, lane.name), {})[key] = seq
@@ -466,9 +529,10 @@ class Producer:
         return min(times) if times else None
 
     def dispatch(self, now: float,
-                 send: Callable[[bytes, Lane, list[Entry], list[bytes], dict[int, int]], int],
+                 send: Callable[[bytes, Lane, list[Entry], list[list], dict[int, int]], int],
                  batch: WriteBatch) -> int:
-        """Hand ready messages to live members; ``send`` returns how many left."""
+        """Hand ready messages (decoded records) to live members; ``send`` returns how many
+        left. A record that cannot be decoded is set aside and settled, never sent."""
         sent_total = 0
         for (topic, name), lane in self.lanes.items():
             if not lane.ready_count or not lane.members or name == UNCLAIMED:
@@ -486,27 +550,47 @@ class Producer:
                 topic_prefix(topic), [e.seq for entries in taken.values() for e in entries])
             for member, entries in taken.items():
                 good: list[Entry] = []
-                payloads: list[bytes] = []
+                payloads: list[list] = []
                 missing = []
                 for entry in entries:
                     record = self._mem.get(entry.seq) or records.get(entry.seq)
-                    if record is None:
+                    fields = None if record is None else decode_record(record)
+                    if fields is None:
+                        if record is not None:
+                            self._set_aside(entry.seq, record, batch)
                         missing.append(entry.seq)
                         continue
                     good.append(entry)
-                    payloads.append(record)
+                    payloads.append(fields)
                 if missing:
-                    log.error("outbox records missing for %d messages of %s; settled as lost",
-                              len(missing), topic)
-                    self.counters.add("lost_records", len(missing))
-                    lane.ack(missing)
-                    self._settled(topic, lane, missing, batch)
+                    self._drop(topic, lane, missing, batch)
                 if good:
                     sent = send(member, lane, good, payloads, indexes)
                     sent_total += sent
                     if sent < len(good):
                         lane.unsend(good[sent:], now)
         return sent_total
+
+    def _set_aside(self, seq: int, record: bytes, batch: WriteBatch) -> None:
+        """An outbox record that cannot be decoded: move it to the ``bad`` db, count it."""
+        self._mem.pop(seq, None)
+        batch.quarantine.append(("msgs", u64(seq), record))
+        self.counters.add("corrupt_records", 1)
+        log.error("outbox record %d (key %s) of %s cannot be decoded; it is set aside in the "
+                  "'bad' db and settled for every group", seq, u64(seq).hex(), self.store.path)
+
+    def _drop(self, topic: str, lane: Lane, seqs: list[int], batch: WriteBatch) -> None:
+        """Messages whose record is gone or damaged: settle them for every lane owing them."""
+        bad = {k for db, k, _v in batch.quarantine if db == "msgs"}
+        lost = [s for s in seqs if u64(s) not in bad]
+        if lost:
+            log.error("outbox records missing for %d messages of %s; settled as lost",
+                      len(lost), topic)
+            self.counters.add("lost_records", len(lost))
+        for seq in seqs:
+            for owing in self._owing(topic, seq):
+                owing.ack([seq])
+                self._settled(topic, owing, [seq], batch)
 
     # -- retention and replay -----------------------------------------------------------
 
@@ -575,9 +659,10 @@ class Producer:
                         break
                     scanned = index + 1
                     record = self._mem.get(seq) or records.get(seq)
-                    if record is None:
-                        continue  # settled without retention: not replayable
-                    _t, _p, key, headers, _pr, _pa, _e, _d, payload = unpackb(record)
+                    fields = None if record is None else decode_record(record)
+                    if fields is None:
+                        continue  # settled without retention (or damaged): not replayable
+                    _t, _p, key, headers, _pr, _pa, _e, _d, payload = fields
                     items.append((partition, index, seq, key, headers, published_at, payload))
                     size += len(payload)
                 if not stopped and len(entries) < budget:

@@ -79,6 +79,11 @@ class Indexes:
         parts[partition] = index + 1
         return index
 
+    def release(self, topic: str, partition: int, index: int) -> None:
+        """``index`` and those after it were never stored (a failed commit): reuse them."""
+        parts = self._next.get(topic, {})
+        parts[partition] = min(parts.get(partition, 0), index)
+
     def next(self, topic: str, partition: int) -> int:
         return self._next.get(topic, {}).get(partition, 0)
 

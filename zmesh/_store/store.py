@@ -24,17 +24,20 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   the same entries in publish order, what retention reclaims from the oldest.
 - ``rnext``: topic + NUL + partition(2) -> next index(8), so indexes are never reused even
   when retention reclaimed every entry of a partition.
+- ``bad``:   db name + b"\\0" + key -> the raw value of a record that could not be decoded,
+  set aside so the node starts and an operator can inspect it (see damage.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 import secrets
 import struct
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +45,15 @@ import lmdb
 import msgpack
 
 from ..errors import DataDirLockedError, StoreError, StoreFullError
+from .batch import WriteBatch
+from .damage import FIX, Corrupt, check_store_files
 
 log = logging.getLogger(__name__)
+
+# Pages of the map new messages leave free (see Store._would_fill): at least this many,
+# and at least 1/RESERVE_FRACTION of the map.
+RESERVE_MIN_PAGES = 16
+RESERVE_FRACTION = 64
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -68,44 +78,6 @@ def pack(obj: Any) -> bytes:
     return _packb(obj)
 
 
-@dataclass(slots=True)
-class WriteBatch:
-    """Everything one loop iteration of the IO thread writes, in one transaction."""
-
-    msgs_put: list[tuple[bytes, bytes]] = field(default_factory=list)
-    msgs_del: list[bytes] = field(default_factory=list)
-    pend_put: list[tuple[bytes, bytes]] = field(default_factory=list)
-    pend_del: list[bytes] = field(default_factory=list)
-    seen_put: list[bytes] = field(default_factory=list)
-    seen_prune: list[tuple[bytes, int, bytes]] = field(default_factory=list)
-    lanes_put: list[tuple[bytes, bytes]] = field(default_factory=list)
-    dead_put: list[tuple[bytes, bytes]] = field(default_factory=list)
-    dead_del: list[bytes] = field(default_factory=list)
-    meta_put: dict[bytes, bytes] = field(default_factory=dict)
-    ids_put: list[tuple[bytes, int, float]] = field(default_factory=list)
-    peers_put: dict[bytes, bytes] = field(default_factory=dict)
-    peers_del: list[bytes] = field(default_factory=list)
-    ids_prune_before: float = 0.0
-    fsync: bool = False
-    log_put: list[tuple[bytes, bytes, bytes, bytes]] = field(default_factory=list)
-    log_next: dict[bytes, int] = field(default_factory=dict)
-    log_del: list[tuple[bytes, bytes]] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_del
-                    or self.seen_put or self.seen_prune or self.lanes_put or self.dead_put
-                    or self.dead_del or self.meta_put or self.ids_put
-                    or self.ids_prune_before or self.peers_put or self.peers_del
-                    or self.log_put or self.log_next or self.log_del)
-
-    def without_growth(self) -> WriteBatch:
-        """The part of the batch that frees space (for retry when the map is full)."""
-        return WriteBatch(msgs_del=self.msgs_del, pend_del=self.pend_del,
-                          dead_del=self.dead_del, seen_prune=self.seen_prune,
-                          meta_put=self.meta_put, ids_prune_before=self.ids_prune_before,
-                          log_del=self.log_del)
-
-
 class Store:
     """The LMDB environment of one node's data dir."""
 
@@ -113,6 +85,10 @@ class Store:
         self.data_dir = Path(data_dir)
         self.path = str(self.data_dir / "store")
         self.map_size_bytes = map_size_bytes
+        self.corrupt: list[Corrupt] = []  # records reads skipped, for the engine to set aside
+        # set_mapsize needs every transaction of this process closed; the only reads off
+        # the IO thread (snapshots) hold this lock, and growing the map takes it.
+        self._resize_lock = threading.Lock()
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -123,6 +99,11 @@ class Store:
         except BlockingIOError as exc:
             os.close(self._lock_fd)
             raise DataDirLockedError(str(self.data_dir)) from exc
+        try:
+            check_store_files(Path(self.path))
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
         try:
             self.env = lmdb.open(
                 self.path, map_size=map_size_bytes, max_dbs=16, subdir=True,
@@ -140,13 +121,19 @@ class Store:
             self.rlog = self.env.open_db(b"rlog")
             self.rtime = self.env.open_db(b"rtime")
             self.rnext = self.env.open_db(b"rnext")
+            self.bad = self.env.open_db(b"bad")
+            self._dbs = (self.meta, self.msgs, self.pend, self.lanes, self.seen, self.dead,
+                         self.ids, self.ids_t, self.peers, self.rlog, self.rtime, self.rnext,
+                         self.bad)
+            self._psize = self.env.stat()["psize"]
+            # A map grown before (or used past map_size_bytes) reopens at its real size.
+            self.map_size_bytes = self.env.info()["map_size"]
         except lmdb.Error as exc:
+            with contextlib.suppress(Exception):
+                self.env.close()
             os.close(self._lock_fd)
-            raise StoreError(
-                f"cannot open the LMDB store ({exc}); if it is damaged, restore the data dir "
-                "from a snapshot or move it aside to start this node afresh (its "
-                "unacknowledged messages would then be lost)", self.path,
-            ) from exc
+            raise StoreError(f"cannot open the LMDB store ({exc}); if it is damaged, {FIX}",
+                             self.path) from exc
 
     def close(self) -> None:
         try:
@@ -157,7 +144,39 @@ class Store:
 
     def snapshot(self, dest: str) -> None:
         """A consistent, compacted copy of this store into the data dir ``dest``."""
-        copy_env(self.env, dest)
+        with self._resize_lock:
+            copy_env(self.env, dest)
+
+    def grow(self, limit: int) -> bool:
+        """Double the map, up to ``limit`` bytes (IO thread only); False when it cannot."""
+        new = min(limit, self.map_size_bytes * 2)
+        if new <= self.map_size_bytes or not self._resize_lock.acquire(blocking=False):
+            return False  # at the limit, or a snapshot is reading: try again later
+        try:
+            self.env.set_mapsize(new)
+        except lmdb.Error as exc:
+            log.error("could not grow the LMDB map of %s to %d bytes: %s", self.path, new, exc)
+            return False
+        finally:
+            self._resize_lock.release()
+        log.warning("LMDB map of %s grown from %d to %d bytes (max_map_size_bytes %d)",
+                    self.path, self.map_size_bytes, new, limit)
+        self.map_size_bytes = new
+        return True
+
+    def _scan(self, db: Any, name: str, decode: Callable[[bytes, bytes], Any]) -> Iterator[Any]:
+        """Decoded records of ``db``; those that fail to decode go to ``self.corrupt``."""
+        with self.env.begin(db=db) as txn:
+            for k, v in txn.cursor():
+                try:
+                    yield decode(k, v)
+                except Exception as exc:  # any decoding failure means a damaged record
+                    self.corrupt.append(Corrupt(name, bytes(k), bytes(v),
+                                                f"{type(exc).__name__}: {exc}"))
+
+    def take_corrupt(self) -> list[Corrupt]:
+        out, self.corrupt = self.corrupt, []
+        return out
 
     # -- identity -------------------------------------------------------------------------
 
@@ -185,17 +204,20 @@ class Store:
 
     def iter_lanes(self) -> Iterator[tuple[str, str, int, str, str]]:
         """(topic, lane, lane_id, group, mode) of every remembered lane."""
-        with self.env.begin(db=self.lanes) as txn:
-            for k, v in txn.cursor():
-                topic, lane = unpackb(k)
-                lane_id, group, mode = unpackb(v)
-                yield topic, lane, lane_id, group, mode
+        def decode(k: bytes, v: bytes) -> tuple[str, str, int, str, str]:
+            topic, lane = unpackb(k)
+            lane_id, group, mode = unpackb(v)
+            return str(topic), str(lane), int(lane_id), str(group), str(mode)
+        yield from self._scan(self.lanes, "lanes", decode)
 
     def iter_pending(self) -> Iterator[tuple[int, int, list]]:
         """(lane_id, seq, [partition, priority, attempt, expires_at, deliver_at])."""
-        with self.env.begin(db=self.pend) as txn:
-            for k, v in txn.cursor():
-                yield int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), unpackb(v)
+        def decode(k: bytes, v: bytes) -> tuple[int, int, list]:
+            value = unpackb(v)
+            if len(k) != 12 or not isinstance(value, list) or len(value) != 5:
+                raise ValueError("not a pending entry")
+            return int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), value
+        yield from self._scan(self.pend, "pend", decode)
 
     def get_messages(self, seqs: list[int]) -> dict[int, bytes]:
         out = {}
@@ -215,12 +237,10 @@ class Store:
 
     def known_peers(self) -> dict[bytes, tuple[str, bytes]]:
         """(control endpoint, CURVE key or b"") of the peers this node knew before."""
-        out = {}
-        with self.env.begin(db=self.peers) as txn:
-            for k, v in txn.cursor():
-                ep, _, key = v.decode().partition(" ")
-                out[bytes(k)] = (ep, key.encode())
-        return out
+        def decode(k: bytes, v: bytes) -> tuple[bytes, tuple[str, bytes]]:
+            ep, _, key = bytes(v).decode().partition(" ")
+            return bytes(k), (ep, key.encode())
+        return dict(self._scan(self.peers, "peers", decode))
 
     def lookup_ids(self, msg_ids: list[bytes]) -> dict[bytes, int]:
         """Sequences of msg_ids already published within the idempotency window."""
@@ -238,9 +258,12 @@ class Store:
         return None if value is None else unpackb(value)
 
     def iter_all_dead(self) -> Iterator[tuple[int, int, list]]:
-        with self.env.begin(db=self.dead) as txn:
-            for k, v in txn.cursor():
-                yield int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), unpackb(v)
+        def decode(k: bytes, v: bytes) -> tuple[int, int, list]:
+            value = unpackb(v)
+            if not isinstance(value, list) or len(value) != 6:
+                raise ValueError("not a dead letter")
+            return int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), value
+        yield from self._scan(self.dead, "dead", decode)
 
     def iter_dead(self, lane_id: int) -> Iterator[tuple[int, list]]:
         with self.env.begin(db=self.dead) as txn:
@@ -259,6 +282,7 @@ class Store:
                 "pending": txn.stat(self.pend)["entries"],
                 "seen": txn.stat(self.seen)["entries"],
                 "dead": txn.stat(self.dead)["entries"],
+                "bad": txn.stat(self.bad)["entries"],
             }
 
     # -- writes ---------------------------------------------------------------------------
@@ -268,6 +292,8 @@ class Store:
 
     def commit(self, batch: WriteBatch) -> None:
         """Apply a batch in one transaction; StoreFullError when the map is full."""
+        if batch.msgs_put and self._would_fill(batch):
+            raise StoreFullError(self.path, self.map_size_bytes)
         try:
             with self._write() as txn:
                 self._apply(txn, batch)
@@ -277,6 +303,26 @@ class Store:
             raise StoreError(f"LMDB write failed: {exc}", self.path) from exc
         if batch.fsync:
             self.env.sync(True)
+
+    def _would_fill(self, batch: WriteBatch) -> bool:
+        """True when the new messages would eat into the reserve of the map.
+
+        LMDB reuses the pages a commit frees only from the second commit after it, so a
+        map filled to the last page may never commit again, not even the acks that would
+        empty it. New messages therefore stop RESERVE short of the end; deletions, dead
+        letters and the rest may use the reserve.
+        """
+        psize = self._psize
+        capacity = self.map_size_bytes // psize
+        reserve = max(RESERVE_MIN_PAGES, capacity // RESERVE_FRACTION)
+        need = sum(len(k) + len(v) + 32 for k, v in batch.msgs_put) // psize
+        need += len(batch.msgs_put) + sum(len(k) + len(v) + 16 for k, v in batch.pend_put) \
+            // psize + 2
+        if capacity - self.env.info()["last_pgno"] - 1 >= need + reserve:
+            return False  # the untouched end of the map is room enough: no need to count
+        with self.env.begin() as txn:
+            used = sum(_pages(txn.stat(db)) for db in self._dbs) + _pages(self.env.stat())
+        return used + need + reserve > capacity
 
     def _prune_ids(self, txn: Any, before: float, limit: int = 10_000) -> None:
         cur = txn.cursor(db=self.ids_t)
@@ -291,6 +337,10 @@ class Store:
                 return
 
     def _apply(self, txn: Any, b: WriteBatch) -> None:
+        # First: a rebuilt record may be put back under the key set aside here.
+        for name, key, value in b.quarantine:
+            txn.put(name.encode() + b"\0" + key, value, db=self.bad)
+            txn.delete(key, db=getattr(self, name))
         if b.msgs_put:
             txn.cursor(db=self.msgs).putmulti(b.msgs_put, append=False)
         if b.pend_put:
@@ -343,7 +393,7 @@ class Store:
         for log_key, log_value, time_key, time_value in b.log_put:
             txn.put(log_key, log_value, db=self.rlog)
             txn.put(time_key, time_value, db=self.rtime)
-        for k, n in b.log_next.items():
+        for k, n in b.log_next:
             txn.put(k, u64(n), db=self.rnext)
         for log_key, time_key in b.log_del:
             txn.delete(log_key, db=self.rlog)
@@ -426,6 +476,10 @@ class Store:
                 if v is not None:
                     out[seq] = int.from_bytes(v[2:10], "big")
         return out
+
+
+def _pages(stat: Any) -> int:
+    return int(stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"])
 
 
 def copy_env(env: Any, dest: str) -> None:

@@ -1,0 +1,199 @@
+"""Full disks and damaged stores: a full LMDB map blocks publish() and loses nothing; a
+damaged store is reported with its path and left untouched; a corrupt record is set
+aside without stopping the node."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lmdb
+import pytest
+
+import zmesh
+from tests.conftest import LOOPBACK, wait_members, wait_until
+from tests.integration.test_delivery import drain
+
+SMALL_MAP = 1 << 20
+PAYLOAD = 4000
+GROUPS = {"t": zmesh.TopicConfig(groups=("g",))}
+
+
+def payload(i: int) -> bytes:
+    return str(i).encode().ljust(PAYLOAD, b".")
+
+
+def index(msg: zmesh.Message) -> int:
+    return int(msg.payload.rstrip(b"."))
+
+
+def fill(node: zmesh.Node, limit: int = 5000,
+         receipts: list[zmesh.Receipt] | None = None) -> tuple[int, zmesh.StoreFullError]:
+    """Publish until publish() gives up; (how many returned, the error)."""
+    for i in range(limit):
+        try:
+            r = node.publish("t", payload(i), timeout=0.5)
+        except zmesh.StoreFullError as exc:
+            return i, exc
+        if receipts is not None:
+            receipts.append(r)
+    pytest.fail(f"{limit} publishes of {PAYLOAD} bytes fit a {SMALL_MAP}-byte map")
+
+
+def test_full_map_blocks_publish_loses_nothing_and_recovers(make_node, tmp_path):
+    prod = make_node("prod", map_size_bytes=SMALL_MAP, topics=GROUPS)
+    accepted, err = fill(prod)
+    store = str(tmp_path / "prod" / "store")
+    assert accepted > 50
+    assert store in str(err) and err.path == store
+    assert "map_size_bytes" in str(err) and "max_map_size_bytes" in str(err)
+    assert "drain" in str(err) and str(SMALL_MAP) in str(err)
+    assert err.waited_s == 0.5
+    status = prod.status()
+    assert status["store"]["full"] and status["store"]["held_publishes"] >= 1
+    assert status["counters"]["store_full"] >= 1
+    # Every publish that returned is owed to the group: stored, or held until there is room.
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = drain(sub, accepted, timeout=30)
+    assert sorted(index(m) for m in got) == list(range(accepted))
+    assert sub.fetch(100, timeout=0.3) == []
+    wait_until(lambda: prod.status()["outbox"] == 0, what="outbox drained")
+    assert not prod.status()["store"]["full"]
+    # Room came back by itself: publishing works again without a restart.
+    r = prod.publish("t", payload(accepted), timeout=5)
+    r.wait_stored(5)
+    assert [index(m) for m in drain(sub, 1)] == [accepted]
+
+
+def test_closing_with_held_publishes_fails_their_receipts(make_node, tmp_path):
+    prod = make_node("prod", map_size_bytes=SMALL_MAP, topics=GROUPS)
+    receipts: list[zmesh.Receipt] = []
+    fill(prod, receipts=receipts)
+    held = [r for r in receipts if not r.stored]
+    assert held and len(held) == prod.status()["store"]["held_publishes"]
+    prod.close()
+    for r in held:  # not a silent drop: whoever waits on them learns it
+        with pytest.raises(zmesh.StoreFullError):
+            r.wait_stored(1)
+    again = make_node("prod", data_dir=str(tmp_path / "prod"))
+    assert again.status()["outbox"] == len(receipts) - len(held)
+
+
+def test_max_map_size_grows_the_map_for_the_same_workload(make_node):
+    prod = make_node("prod", map_size_bytes=SMALL_MAP, max_map_size_bytes=16 * SMALL_MAP,
+                     topics=GROUPS)
+    count = 800  # about three times what fits in SMALL_MAP
+    rs = [prod.publish("t", payload(i), timeout=5) for i in range(count)]
+    for r in rs:
+        r.wait_stored(10)
+    status = prod.status()
+    assert status["store"]["map_size_bytes"] > SMALL_MAP
+    assert status["counters"]["map_grown"] >= 1
+    assert "store_full" not in status["counters"]
+    cons = make_node("cons", seeds=[prod.control_address])
+    got = drain(cons.subscribe("t", group="g"), count, timeout=30)
+    assert sorted(index(m) for m in got) == list(range(count))
+
+
+def test_a_transaction_the_full_map_cannot_take_fails_and_changes_nothing(make_node):
+    prod = make_node("prod", map_size_bytes=SMALL_MAP, topics=GROUPS)
+    committed = 0
+    for i in range(5000):
+        try:
+            with prod.transaction(timeout=5) as tx:
+                tx.publish("t", payload(i))
+        except zmesh.StoreFullError as exc:
+            err = exc
+            break
+        committed += 1
+    else:
+        pytest.fail("the map never filled up")
+    assert err.waited_s is None  # the commit failed at once, no waiting for room
+    assert prod.status()["counters"]["store_full"] >= 1
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = drain(sub, committed, timeout=30)
+    assert sorted(index(m) for m in got) == list(range(committed))
+    assert sub.fetch(100, timeout=0.3) == []
+
+
+@pytest.mark.parametrize("content", [os.urandom(64 * 1024), b""], ids=["garbage", "empty"])
+def test_a_damaged_data_file_is_reported_and_left_untouched(tmp_path, mesh_name, content):
+    store = tmp_path / "n" / "store"
+    store.mkdir(parents=True)
+    (store / "data.mdb").write_bytes(content)
+    with pytest.raises(zmesh.StoreError) as err:
+        zmesh.Node("n", mesh=mesh_name, data_dir=str(tmp_path / "n"), interfaces=LOOPBACK,
+                   mdns=False).start()
+    assert str(store) in str(err.value) and err.value.path == str(store)
+    assert "snapshot" in str(err.value) and "move it aside" in str(err.value)
+    assert (store / "data.mdb").read_bytes() == content
+
+
+def _publish_and_stop(make_node, name: str, count: int) -> list[int]:
+    node = make_node(name, topics=GROUPS)
+    rs = [node.publish("t", payload(i)) for i in range(count)]
+    for r in rs:
+        r.wait_stored(5)
+    node.close()
+    return [r.id.seq for r in rs]
+
+
+def _damage(data_dir: Path, db_name: bytes, pick) -> bytes:
+    """Overwrite one record of ``db_name`` with bytes msgpack cannot decode; its key."""
+    env = lmdb.open(str(data_dir / "store"), max_dbs=16, subdir=True)
+    try:
+        db = env.open_db(db_name)
+        with env.begin(write=True, db=db) as txn:
+            key = pick(list(txn.cursor().iternext(values=False)))
+            txn.put(key, b"\xc1 not msgpack")
+    finally:
+        env.close()
+    return key
+
+
+def _bad_records(data_dir: Path) -> list[bytes]:
+    env = lmdb.open(str(data_dir / "store"), max_dbs=16, subdir=True, readonly=True)
+    try:
+        with env.begin(db=env.open_db(b"bad", create=False)) as txn:
+            return list(txn.cursor().iternext(values=False))
+    finally:
+        env.close()
+
+
+def test_a_corrupt_outbox_record_is_set_aside_and_the_rest_delivered(make_node, tmp_path):
+    data_dir = tmp_path / "prod"
+    seqs = _publish_and_stop(make_node, "prod", 20)
+    key = _damage(data_dir, b"msgs", lambda keys: keys[4])
+    assert int.from_bytes(key, "big") == seqs[4]
+    prod = make_node("prod", data_dir=str(data_dir))
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = drain(sub, 19)
+    assert sorted(index(m) for m in got) == [i for i in range(20) if i != 4]
+    wait_until(lambda: prod.status()["outbox"] == 0, what="outbox settled")
+    assert prod.status()["counters"]["corrupt_records"] == 1
+    assert sub.fetch(10, timeout=0.3) == []
+    prod.close()
+    assert _bad_records(data_dir) == [b"msgs\0" + key]
+    # Set aside for good: the next restart finds nothing to complain about.
+    again = make_node("prod", data_dir=str(data_dir))
+    assert "corrupt_records" not in again.status()["counters"]
+
+
+def test_a_corrupt_pending_entry_is_rebuilt_at_restart(make_node, tmp_path):
+    data_dir = tmp_path / "prod"
+    _publish_and_stop(make_node, "prod", 20)
+    key = _damage(data_dir, b"pend", lambda keys: keys[7])
+    prod = make_node("prod", data_dir=str(data_dir))
+    assert prod.status()["counters"]["corrupt_records"] == 1
+    assert prod.status()["outbox"] == 20
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    got = drain(sub, 20)
+    assert sorted(index(m) for m in got) == list(range(20))
+    wait_until(lambda: prod.status()["outbox"] == 0, what="outbox settled")
+    prod.close()
+    assert _bad_records(data_dir) == [b"pend\0" + key]

@@ -1,0 +1,157 @@
+"""Committing the IO thread's write batch, and what a failed commit means.
+
+A full map is the failure that matters: it is grown when ``max_map_size_bytes`` allows;
+otherwise the batch is committed again without its publishes (held, see held.py) and
+without the consumer's acks (rolled back, not sent, so their messages come again), and
+transactions fail. Any other store error fails the publishes and transactions and keeps
+only what frees space. Runs on the IO thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from .._store.store import Store, WriteBatch, u64
+from ..errors import StoreError, StoreFullError
+from .held import Held
+
+if TYPE_CHECKING:
+    from .consumer import Consumer
+    from .producer import Producer, Publish
+    from .stats import Counters
+
+log = logging.getLogger(__name__)
+
+
+class Waiter(Protocol):
+    """A call or transaction waiting for the commit of its loop iteration."""
+
+    tx: bool
+    error: BaseException | None
+
+
+class Committer:
+    """Commits write batches for one engine; owns the publishes a full map holds."""
+
+    def __init__(self, store: Store, producer: Producer, consumer: Consumer,
+                 counters: Counters, max_map_size_bytes: int) -> None:
+        self.store = store
+        self.producer = producer
+        self.consumer = consumer
+        self.counters = counters
+        self.max_map_size_bytes = max_map_size_bytes
+        self.held = Held()
+        self.tx_pubs: set[int] = set()  # ids of this iteration's transaction publishes
+
+    def store_pubs(self, wb: WriteBatch, pubs: list[Publish], calls: Sequence[Waiter],
+                   now: float, next_wb: WriteBatch) -> tuple[int, int]:
+        """Stage the loop's publishes (and held ones due for a retry) and commit.
+
+        Returns (publishes, payload bytes) no longer waiting: stored or failed. Held
+        publishes are neither, so they still count against the outbox.
+        """
+        held_before, held_bytes = len(self.held), self.held.bytes
+        pubs_in, bytes_in = len(pubs), sum(len(p.payload) for p in pubs)
+        pubs = self.held.admit(pubs, self.tx_pubs, now)
+        self.producer.prepare_lanes(pubs, wb, now)
+        mark = wb.mark()  # what follows is the publishes' part of the batch
+        fresh = self.producer.stage(pubs, wb, now)
+        self.producer.added(self.commit(wb, fresh, calls, mark, now), now, next_wb)
+        self.tx_pubs.clear()
+        return (held_before + pubs_in - len(self.held),
+                held_bytes + bytes_in - self.held.bytes)
+
+    def commit(self, wb: WriteBatch, pubs: list[Publish], calls: Sequence[Waiter] | None = None,
+               mark: dict[str, int] | None = None, now: float = 0.0) -> list[Publish]:
+        """Commit the loop's batch; returns the publishes that are now stored.
+
+        ``mark`` (from ``WriteBatch.mark``) says where the publishes' part of ``wb`` starts.
+        """
+        if not wb:
+            return pubs
+        try:
+            self._commit_growing(wb)
+            if wb.frees_space():
+                self.held.freed()
+            if self.held.stored():
+                log.warning("LMDB map of %s has room again; held publishes are stored",
+                            self.store.path)
+            return pubs
+        except StoreFullError as exc:
+            error: StoreError = exc
+            full = True
+        except StoreError as exc:
+            error = exc
+            full = False
+        self.counters.add("store_full" if full else "store_errors", 1)
+        self.producer.unstage(pubs)
+        keep = [p for p in pubs if id(p) not in self.tx_pubs]
+        for p in pubs:
+            if p.receipt is not None and not (full and id(p) not in self.tx_pubs):
+                p.receipt._error = error
+        if not full:
+            log.error("%s", error)
+        elif keep and self.held.hold(keep, now):
+            log.error("%s; publishes wait for room (acks that delete messages)", error)
+        for call in calls or ():
+            if call.tx or not full:
+                call.error = error
+        self.consumer.rollback()
+        wb.seen_put.clear()
+        if mark is not None:
+            wb.truncate(mark)
+        if full:
+            # Never leave the failure without a commit: LMDB reuses the pages a commit
+            # freed only from the second commit after it, so an idle node whose last
+            # commit deleted the backlog would otherwise stay full for good.
+            wb.meta_put[b"store_full_at"] = u64(int(time.time()))
+        # A full map: the rest of the batch (settlements, lanes, dead letters, calls) may
+        # still fit. Any other error: keep only what frees space, as a last resort.
+        last: StoreError = error
+        for attempt in (wb, wb.without_growth()) if full else (wb.without_growth(),):
+            try:
+                self.store.commit(attempt)
+            except StoreError as exc:
+                last = exc
+                continue
+            if attempt.frees_space():
+                self.held.freed()
+            if attempt is not wb:
+                for call in calls or ():
+                    call.error = error  # what the call staged was not committed
+            return []
+        # Nothing could be written: settlements are not on disk and come back at restart.
+        log.error("could not commit settlements either: %s", last)
+        for call in calls or ():
+            call.error = error
+        return []
+
+    def _commit_growing(self, wb: WriteBatch) -> None:
+        limit = self.max_map_size_bytes
+        while True:
+            try:
+                self.store.commit(wb)
+                return
+            except StoreFullError:
+                if not limit or not self.store.grow(limit):
+                    raise
+                self.counters.add("map_grown", 1)
+
+    def fail_held(self, node: str) -> tuple[int, int]:
+        """Closing with publishes the full map never took: their receipts say so.
+
+        Returns (publishes, payload bytes) failed.
+        """
+        held = self.held.take_all()
+        if not held:
+            return 0, 0
+        error = StoreFullError(self.store.path, self.store.map_size_bytes)
+        for p in held:
+            if p.receipt is not None:
+                p.receipt._error = error
+        self.counters.add("publishes_failed_store_full", len(held))
+        log.error("node %s closed with %d publishes never stored: %s", node, len(held), error)
+        return len(held), sum(len(p.payload) for p in held)

@@ -1,0 +1,66 @@
+"""The write batch: everything one loop iteration of the IO thread commits at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Everything one loop iteration of the IO thread writes, in one transaction."""
+
+    msgs_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    msgs_del: list[bytes] = field(default_factory=list)
+    pend_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    pend_del: list[bytes] = field(default_factory=list)
+    seen_put: list[bytes] = field(default_factory=list)
+    seen_prune: list[tuple[bytes, int, bytes]] = field(default_factory=list)
+    lanes_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    dead_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    dead_del: list[bytes] = field(default_factory=list)
+    meta_put: dict[bytes, bytes] = field(default_factory=dict)
+    ids_put: list[tuple[bytes, int, float]] = field(default_factory=list)
+    peers_put: dict[bytes, bytes] = field(default_factory=dict)
+    peers_del: list[bytes] = field(default_factory=list)
+    # message indexes (see _engine/retention.py): (rlog key, value, rtime key, value);
+    # (rnext key, next index), applied in order; (rlog key, rtime key) to delete
+    log_put: list[tuple[bytes, bytes, bytes, bytes]] = field(default_factory=list)
+    log_next: list[tuple[bytes, int]] = field(default_factory=list)
+    log_del: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # (db name, key, raw value): records that cannot be decoded, moved to the ``bad`` db
+    quarantine: list[tuple[str, bytes, bytes]] = field(default_factory=list)
+    ids_prune_before: float = 0.0
+    fsync: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_del
+                    or self.seen_put or self.seen_prune or self.lanes_put or self.dead_put
+                    or self.dead_del or self.meta_put or self.ids_put
+                    or self.ids_prune_before or self.peers_put or self.peers_del
+                    or self.quarantine or self.log_put or self.log_next or self.log_del)
+
+    def frees_space(self) -> bool:
+        """True when committing this batch deleted stored records."""
+        return bool(self.msgs_del or self.pend_del or self.dead_del or self.seen_prune
+                    or self.log_del)
+
+    def mark(self) -> dict[str, int]:
+        """The length of every list now; ``truncate`` drops what was added after."""
+        return {f.name: len(getattr(self, f.name)) for f in fields(self)
+                if isinstance(getattr(self, f.name), list)}
+
+    def truncate(self, mark: dict[str, int]) -> None:
+        for name, n in mark.items():
+            del getattr(self, name)[n:]
+
+    def without_growth(self) -> WriteBatch:
+        """The part of the batch that frees space (the last resort when the map is full).
+
+        Parked messages (``dead_put``) and new lanes stay with the deletes: dropping them
+        while deleting the outbox records they came from would lose messages.
+        """
+        return WriteBatch(msgs_del=self.msgs_del, pend_del=self.pend_del,
+                          dead_del=self.dead_del, dead_put=self.dead_put,
+                          lanes_put=self.lanes_put, seen_prune=self.seen_prune,
+                          meta_put=self.meta_put, ids_prune_before=self.ids_prune_before,
+                          quarantine=self.quarantine, log_del=self.log_del)

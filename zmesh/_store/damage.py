@@ -1,0 +1,63 @@
+"""Recognising a damaged store: files LMDB must not open, records msgpack cannot decode.
+
+A damaged store is reported, never recreated: LMDB initialises an empty ``data.mdb`` as a
+new environment, which would silently throw away every message the old one held. A
+single record that cannot be decoded is set aside in the ``bad`` database (see
+``WriteBatch.quarantine``) and counted, so a restart never loops on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import msgpack
+
+from ..errors import StoreError
+
+# LMDB writes two meta pages when it creates an environment; anything shorter is not one.
+MIN_DATA_BYTES = 2 * 4096
+RECORD_FIELDS = 9  # msgs values: [topic, partition, key, headers, priority, published_at,
+#                                  expires_at, deliver_at, payload]
+
+FIX = ("restore the data dir from a snapshot (zmesh snapshot, Node.snapshot) or move it "
+       "aside to start this node afresh (its unacknowledged messages would then be lost)")
+
+
+class Corrupt(NamedTuple):
+    """A record that could not be decoded."""
+
+    db: str
+    key: bytes
+    value: bytes
+    reason: str
+
+
+def check_store_files(path: Path) -> None:
+    """Refuse a store directory that has lost or truncated its data file."""
+    data = path / "data.mdb"
+    if data.exists():
+        size = data.stat().st_size
+        if size < MIN_DATA_BYTES:
+            raise StoreError(f"{data} is {size} bytes, too short to be an LMDB store (it was "
+                             f"truncated?); {FIX}", str(path))
+    elif path.is_dir() and any(path.iterdir()):
+        raise StoreError(f"{data} is missing but the store directory is not empty; {FIX}",
+                         str(path))
+
+
+def decode_or_none(data: bytes) -> Any:
+    """msgpack-decoded ``data``, or None when it is not valid msgpack."""
+    try:
+        return msgpack.unpackb(data, raw=False)
+    except Exception:  # msgpack raises several unrelated types for bad input
+        return None
+
+
+def decode_record(data: bytes) -> list | None:
+    """An outbox record's fields, or None when the record is damaged."""
+    fields = decode_or_none(data)
+    if not isinstance(fields, list) or len(fields) != RECORD_FIELDS \
+            or not isinstance(fields[8], bytes):
+        return None
+    return fields
