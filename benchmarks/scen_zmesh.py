@@ -67,7 +67,8 @@ def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str,
         "producer_stats": {k: v for k, v in res["stats"].items()
                            if k in ("redelivered_member_gone", "ack_timeouts", "nacked",
                                     "data_send_blocked", "control_send_full",
-                                    "duplicates_dropped", "spilled")},
+                                    "duplicates_dropped", "spilled", "store_full",
+                                    "publish_store_full", "map_grown")},
     }
     if rate:
         out["rate"] = count / (res["t_published"] - t0)

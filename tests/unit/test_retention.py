@@ -100,7 +100,6 @@ def test_store_derives_next_indexes_from_entries_and_counters(tmp_path: Path) ->
         assert store.log_totals() == {topic_prefix("t"): (6, 320), topic_prefix("tt"): (1, 70)}
         oldest, entries = store.log_range(partition_prefix("t", 0), 3, 10)
         assert oldest == 0 and [(i, s) for i, s, _p in entries] == [(3, 13), (4, 14)]
-        assert store.get_indexes(topic_prefix("t"), [12, 20, 21]) == {12: 2, 20: 0}
         first = [Head.decode(seq, v) for seq, v in store.log_heads(topic_prefix("t"), 2)]
         assert first == [Head(10, 0, 0, 50, 1.0), Head(11, 0, 1, 50, 2.0)]
         wb = WriteBatch()

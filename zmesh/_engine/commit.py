@@ -53,7 +53,8 @@ class Committer:
         Returns (publishes, payload bytes) no longer waiting: stored or failed. Held
         publishes are neither, so they still count against the outbox.
         """
-        held_before, held_bytes = len(self.held), self.held.bytes
+        held_before = len(self.held)
+        held_bytes = self.held.bytes if held_before else 0
         pubs_in, bytes_in = len(pubs), sum(len(p.payload) for p in pubs)
         pubs = self.held.admit(pubs, self.tx_pubs, now)
         self.producer.prepare_lanes(pubs, wb, now)

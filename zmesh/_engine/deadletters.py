@@ -13,6 +13,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from .._receipt import MessageId
+from .._store.damage import decode_record
 from .._store.store import WriteBatch, pack, pend_key, u64, unpackb
 from ..deadletters import DeadLetter
 from .lane import Entry, Lane
@@ -76,8 +77,9 @@ class DeadLetters:
                 key: str | None = None
                 headers: dict | None = None
                 payload = b""
-                if record:
-                    _t, _p, key, headers, *_rest, payload = unpackb(record)
+                fields = decode_record(record) if record else None
+                if fields is not None:
+                    key, headers, payload = fields[2], fields[3], fields[8]
                 out.append(DeadLetter(
                     MessageId(producer, seq), topic, group, lane.name, key, payload,
                     headers or {}, reason, attempts, failed_at,
@@ -107,6 +109,7 @@ class DeadLetters:
             if not self.p.owed(topic, seq):
                 self.p.depth += 1
                 batch.msgs_put.append((u64(seq), record))
+                batch.msgs_bytes += len(record)
             batch.pend_put.append((pend_key(lane_id, seq),
                                    pack([partition, priority, 0, expires_at, None])))
             batch.dead_put.append((pend_key(lane_id, seq),

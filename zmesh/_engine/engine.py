@@ -69,6 +69,7 @@ CONTACT_EXPIRY_BEATS = 10
 FORGET_DEAD_AFTER_S = 600.0
 CTRL_BACKLOG_MAX = 10_000
 SEND_RETRY_S = 0.005
+MAX_PUBS_PER_LOOP = 10_000  # publishes staged in one loop iteration (one LMDB transaction)
 FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one message)
 
 
@@ -482,12 +483,14 @@ class Engine:
         return max(0, int((wake - now) * 1000) + 1)
 
     def _drain_commands(self, wb: WriteBatch, pubs: list[Publish], calls: list[_Call],
-                        now: float) -> bool:
+                        now: float, max_pubs: int = MAX_PUBS_PER_LOOP) -> bool:
+        """Apply queued commands in order; stops once ``max_pubs`` publishes are collected
+        (the rest waits for the next iteration, so one transaction stays bounded)."""
         cmds = self._cmds
         mesh = self.mesh
         assert mesh is not None
         stop = False
-        while cmds:
+        while cmds and len(pubs) < max_pubs:
             cmd = cmds.popleft()
             kind = cmd[0]
             if kind == "pub":
@@ -683,7 +686,7 @@ class Engine:
     # -- sending -------------------------------------------------------------------------
 
     def _send_data(self, member: bytes, lane: Lane, entries: list[Entry],
-                   records: list[list], indexes: dict[int, int]) -> int:
+                   records: list[list]) -> int:
         assert self.mesh is not None
         peer = self.mesh.peer(member)
         if peer is None or not peer.alive:
@@ -696,9 +699,9 @@ class Engine:
             items = []
             payloads = []
             for entry, record in zip(chunk, records[start:start + batch_size], strict=True):
-                _t, _p, key, headers, _prio, published_at, _e, _d, payload = record
+                _t, _p, key, headers, _prio, published_at, _e, _d, payload, index = record
                 items.append((entry.seq, entry.partition, key, headers, entry.attempt,
-                              published_at, indexes.get(entry.seq)))
+                              published_at, index))
                 payloads.append(payload)
             header = encode_batch_header(self.node_id, self.incarnation, lane.topic,
                                          lane.name, floor, items)
@@ -747,7 +750,7 @@ class Engine:
             wb, self._wb = self._wb, WriteBatch()
             pubs: list[Publish] = []
             calls: list[_Call] = []
-            self._drain_commands(wb, pubs, calls, now)
+            self._drain_commands(wb, pubs, calls, now, max_pubs=1 << 62)
             self.held.freed()  # one last try for the held publishes
             done = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
             for call in calls:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._store.damage import decode_record
-from .._store.store import Store, WriteBatch, pack, pend_key, u64, unpackb
+from .._store.store import Store, WriteBatch, pack, pend_key, u32, u64, unpackb
 from ..config import TopicConfig
 from .deadletters import DeadLetters
 from .lane import IN_FLIGHT, Entry, Lane, Timing
@@ -98,8 +98,10 @@ class Producer:
         self.dead = DeadLetters(self)
         self._latest: dict[tuple[str, str], dict[str, int]] = {}  # latest_wins: key -> seq
         self.indexes = Indexes(store.next_indexes())
-        self._staged: list[tuple[str, int, int, int]] = []  # this stage's (topic, partition,
-        # index, record size), undone by ``unstage``
+        # What the last ``stage`` allocated, for ``unstage`` to give back: the first index
+        # per (topic, partition), and per retaining topic the entries and record bytes.
+        self._staged_first: dict[tuple[str, int], int] = {}
+        self._staged_retained: dict[str, list[int]] = {}
         # topic -> [index entries, their record bytes]: what retention_bytes is held against
         self._log_totals: dict[str, list[int]] = {
             prefix[:-1].decode(): [n, size] for prefix, (n, size) in store.log_totals().items()}
@@ -221,7 +223,7 @@ class Producer:
             log.error("pending entry %d of lane %d is damaged and cannot be rebuilt", seq,
                       lane_id)
             return
-        _t, partition, _k, _h, priority, _p, expires_at, deliver_at, _ = fields
+        _t, partition, _k, _h, priority, _p, expires_at, deliver_at, _pl, _i = fields
         lane.add(seq, partition, priority, 0, now=now, not_before=_mono(deliver_at, now, wall),
                  expires_at=_mono(expires_at, now, wall))
         batch.pend_put.append((key, pack([partition, priority, 0, expires_at, deliver_at])))
@@ -239,12 +241,14 @@ class Producer:
 
     def unstage(self, pubs: list[Publish]) -> None:
         """Undo ``stage`` in memory after its commit failed: nothing of it was stored."""
-        for topic, partition, index, size in reversed(self._staged):
-            self.indexes.release(topic, partition, index)
+        for (topic, partition), first in self._staged_first.items():
+            self.indexes.release(topic, partition, first)
+        for topic, (n, size) in self._staged_retained.items():
             totals = self._log_totals[topic]
-            totals[0] -= 1
+            totals[0] -= n
             totals[1] -= size
-        self._staged.clear()
+        self._staged_first.clear()
+        self._staged_retained.clear()
         for p in pubs:
             record = self._mem.pop(p.seq, None)
             if record is not None:
@@ -282,34 +286,57 @@ class Producer:
         """Write publishes into the batch; returns those to add to lanes after commit."""
         wall = time.time()
         self._spilled.clear()
-        self._staged.clear()
+        first_index = self._staged_first
+        first_index.clear()
+        retained = self._staged_retained
+        retained.clear()
         pubs = self._suppress_duplicates(pubs, batch)
+        allocate = self.indexes.allocate
+        msgs_put, pend_put, mem = batch.msgs_put, batch.pend_put, self._mem
+        # What is the same for every publish of a topic, looked up once per topic and stage.
+        topics: dict[str, tuple[str, bool, list[bytes]]] = {}
+        record_bytes = 0
         for p in pubs:
-            cfg = self.topic_config(p.topic)
-            record = pack([p.topic, p.partition, p.key, p.headers, p.priority, p.published_at,
-                           p.expires_at, p.deliver_at, p.payload])
-            index = self.indexes.allocate(p.topic, p.partition)
-            batch.log_put.append(log_entry(p.topic, p.partition, index, p.seq, p.published_at,
-                                           len(record)))
-            batch.log_next.append((partition_prefix(p.topic, p.partition), index + 1))
-            totals = self._log_totals.setdefault(p.topic, [0, 0])
-            totals[0] += 1
-            totals[1] += len(record)
-            self._staged.append((p.topic, p.partition, index, len(record)))
-            lanes = self.by_topic.get(p.topic)
-            if not lanes:
-                lanes = [self.ensure_lane(p.topic, UNCLAIMED, "", "unclaimed", batch, now)]
-            if cfg.durability == "memory":
-                self._mem[p.seq] = record
+            topic = p.topic
+            known = topics.get(topic)
+            if known is None:
+                cfg = self.topic_config(topic)
+                lanes = self.by_topic.get(topic) or [
+                    self.ensure_lane(topic, UNCLAIMED, "", "unclaimed", batch, now)]
+                known = topics[topic] = (cfg.durability, retains(cfg),
+                                         [u32(self.lane_ids[(topic, ln.name)]) for ln in lanes])
+            durability, keep, lane_prefixes = known
+            index = allocate(topic, p.partition)
+            if (topic, p.partition) not in first_index:
+                first_index[(topic, p.partition)] = index
+            record = pack([topic, p.partition, p.key, p.headers, p.priority, p.published_at,
+                           p.expires_at, p.deliver_at, p.payload, index])
+            if keep:  # what replay reads and retention reclaims
+                batch.log_put.append(log_entry(topic, p.partition, index, p.seq,
+                                               p.published_at, len(record)))
+                totals = retained.setdefault(topic, [0, 0])
+                totals[0] += 1
+                totals[1] += len(record)
+            if durability == "memory":
+                mem[p.seq] = record
                 self._mem_bytes += len(record)
-            else:
-                batch.msgs_put.append((u64(p.seq), record))
-                value = pack([p.partition, p.priority, 0, p.expires_at, p.deliver_at])
-                for lane in lanes:
-                    batch.pend_put.append((pend_key(self.lane_ids[(p.topic, lane.name)],
-                                                    p.seq), value))
-                if cfg.durability == "fsync":
-                    batch.fsync = True
+                continue
+            seq_b = u64(p.seq)
+            msgs_put.append((seq_b, record))
+            record_bytes += len(record)
+            value = pack([p.partition, p.priority, 0, p.expires_at, p.deliver_at])
+            for prefix in lane_prefixes:
+                pend_put.append((prefix + seq_b, value))
+            if durability == "fsync":
+                batch.fsync = True
+        batch.msgs_bytes += record_bytes
+        for topic, partition in first_index:
+            batch.log_next.append((partition_prefix(topic, partition),
+                                   self.indexes.next(topic, partition)))
+        for topic, (n, size) in retained.items():
+            totals = self._log_totals.setdefault(topic, [0, 0])
+            totals[0] += n
+            totals[1] += size
         if self._mem_bytes > self.memory_budget_bytes:
             self._spill(batch, wall)
         top = max((p.seq for p in pubs), default=0) + 1
@@ -372,8 +399,9 @@ class Producer:
             record = self._mem.pop(seq)
             self._mem_bytes -= len(record)
             self._spilled.append((seq, record))
-            topic, partition, _k, _h, priority, _p, expires_at, deliver_at, _ = unpackb(record)
+            topic, partition, _k, _h, priority, _p, expires_at, deliver_at = unpackb(record)[:8]
             batch.msgs_put.append((u64(seq), record))
+            batch.msgs_bytes += len(record)
             for lane in self._owing(topic, seq):
                 entry = lane.entries[seq]
                 batch.pend_put.append((pend_key(self.lane_ids[(topic, lane.name)], seq),
@@ -463,7 +491,7 @@ class Producer:
             fields = decode_record(record)
             if fields is None:
                 continue  # set aside when it is next sent
-            _t, partition, _k, _h, priority, _p, expires_at, deliver_at, _ = fields
+            _t, partition, _k, _h, priority, _p, expires_at, deliver_at, _pl, _i = fields
             batch.pend_put.append((pend_key(lane_id, seq), pack(
                 [partition, priority, lane.entries[seq].attempt, expires_at, deliver_at])))
 
@@ -529,7 +557,7 @@ class Producer:
         return min(times) if times else None
 
     def dispatch(self, now: float,
-                 send: Callable[[bytes, Lane, list[Entry], list[list], dict[int, int]], int],
+                 send: Callable[[bytes, Lane, list[Entry], list[list]], int],
                  batch: WriteBatch) -> int:
         """Hand ready messages (decoded records) to live members; ``send`` returns how many
         left. A record that cannot be decoded is set aside and settled, never sent."""
@@ -546,8 +574,6 @@ class Producer:
             need = [e.seq for entries in taken.values() for e in entries
                     if e.seq not in self._mem]
             records = self.store.get_messages(need) if need else {}
-            indexes = self.store.get_indexes(
-                topic_prefix(topic), [e.seq for entries in taken.values() for e in entries])
             for member, entries in taken.items():
                 good: list[Entry] = []
                 payloads: list[list] = []
@@ -565,7 +591,7 @@ class Producer:
                 if missing:
                     self._drop(topic, lane, missing, batch)
                 if good:
-                    sent = send(member, lane, good, payloads, indexes)
+                    sent = send(member, lane, good, payloads)
                     sent_total += sent
                     if sent < len(good):
                         lane.unsend(good[sent:], now)
@@ -662,7 +688,7 @@ class Producer:
                     fields = None if record is None else decode_record(record)
                     if fields is None:
                         continue  # settled without retention (or damaged): not replayable
-                    _t, _p, key, headers, _pr, _pa, _e, _d, payload = fields
+                    _t, _p, key, headers, _pr, _pa, _e, _d, payload, _i = fields
                     items.append((partition, index, seq, key, headers, published_at, payload))
                     size += len(payload)
                 if not stopped and len(entries) < budget:

@@ -31,6 +31,7 @@ class WriteBatch:
     quarantine: list[tuple[str, bytes, bytes]] = field(default_factory=list)
     ids_prune_before: float = 0.0
     fsync: bool = False
+    msgs_bytes: int = 0  # bytes of the records in msgs_put (for the map's room check)
 
     def __bool__(self) -> bool:
         return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_del
@@ -52,6 +53,7 @@ class WriteBatch:
     def truncate(self, mark: dict[str, int]) -> None:
         for name, n in mark.items():
             del getattr(self, name)[n:]
+        self.msgs_bytes = sum(len(v) for _k, v in self.msgs_put)
 
     def without_growth(self) -> WriteBatch:
         """The part of the batch that frees space (the last resort when the map is full).

@@ -17,8 +17,8 @@ from ..errors import StoreError
 
 # LMDB writes two meta pages when it creates an environment; anything shorter is not one.
 MIN_DATA_BYTES = 2 * 4096
-RECORD_FIELDS = 9  # msgs values: [topic, partition, key, headers, priority, published_at,
-#                                  expires_at, deliver_at, payload]
+RECORD_FIELDS = 10  # msgs values: [topic, partition, key, headers, priority, published_at,
+#                                   expires_at, deliver_at, payload, index]
 
 FIX = ("restore the data dir from a snapshot (zmesh snapshot, Node.snapshot) or move it "
        "aside to start this node afresh (its unacknowledged messages would then be lost)")
@@ -55,9 +55,14 @@ def decode_or_none(data: bytes) -> Any:
 
 
 def decode_record(data: bytes) -> list | None:
-    """An outbox record's fields, or None when the record is damaged."""
+    """An outbox record's fields, or None when the record is damaged.
+
+    A record stored before messages had indexes (nine fields) gets index None.
+    """
     fields = decode_or_none(data)
-    if not isinstance(fields, list) or len(fields) != RECORD_FIELDS \
+    if not isinstance(fields, list) or len(fields) not in (RECORD_FIELDS - 1, RECORD_FIELDS) \
             or not isinstance(fields[8], bytes):
         return None
+    if len(fields) < RECORD_FIELDS:
+        fields.append(None)
     return fields

@@ -5,7 +5,7 @@ Databases (keys are big-endian so LMDB's order is numeric order):
 - ``meta``:  node identity and counters (``node_id``, ``incarnation``, ``next_seq``,
   ``next_lane``).
 - ``msgs``:  seq(8) -> msgpack [topic, partition, key, headers, priority, published_at,
-  expires_at, deliver_at, payload]: the outbox; immutable once written.
+  expires_at, deliver_at, payload, index]: the outbox; immutable once written.
 - ``pend``:  lane_id(4) + seq(8) -> msgpack [partition, priority, attempt, expires_at,
   deliver_at]: what each lane still owes. A message leaves ``msgs`` when no lane owes it.
 - ``lanes``: msgpack [topic, lane] -> msgpack [lane_id, group, mode]: every group this
@@ -315,9 +315,11 @@ class Store:
         psize = self._psize
         capacity = self.map_size_bytes // psize
         reserve = max(RESERVE_MIN_PAGES, capacity // RESERVE_FRACTION)
-        need = sum(len(k) + len(v) + 32 for k, v in batch.msgs_put) // psize
-        need += len(batch.msgs_put) + sum(len(k) + len(v) + 16 for k, v in batch.pend_put) \
-            // psize + 2
+        # Records (8-byte keys, node headers) and pending entries (12-byte keys, values of
+        # about 12 bytes), twice over: split leaves are half full, and a record too large
+        # for a leaf takes whole overflow pages.
+        need = 2 * (batch.msgs_bytes + 40 * len(batch.msgs_put)
+                    + 40 * len(batch.pend_put)) // psize + 2
         if capacity - self.env.info()["last_pgno"] - 1 >= need + reserve:
             return False  # the untouched end of the map is room enough: no need to count
         with self.env.begin() as txn:
@@ -393,7 +395,7 @@ class Store:
         for log_key, log_value, time_key, time_value in b.log_put:
             txn.put(log_key, log_value, db=self.rlog)
             txn.put(time_key, time_value, db=self.rtime)
-        for k, n in b.log_next:
+        for k, n in dict(b.log_next).items():  # the last of each partition
             txn.put(k, u64(n), db=self.rnext)
         for log_key, time_key in b.log_del:
             txn.delete(log_key, db=self.rlog)
@@ -465,17 +467,6 @@ class Store:
                                     int.from_bytes(v[:8], "big"),
                                     struct.unpack(">d", v[8:16])[0]))
         return oldest, out
-
-    def get_indexes(self, topic_prefix: bytes, seqs: list[int]) -> dict[int, int]:
-        """seq -> index of messages of one topic (those without an entry are left out)."""
-        out = {}
-        with self.env.begin(db=self.rtime) as txn:
-            get = txn.get
-            for seq in seqs:
-                v = get(topic_prefix + u64(seq))
-                if v is not None:
-                    out[seq] = int.from_bytes(v[2:10], "big")
-        return out
 
 
 def _pages(stat: Any) -> int:
