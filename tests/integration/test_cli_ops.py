@@ -293,4 +293,14 @@ def test_bench_runs_and_prints_rates() -> None:
     done = ok(["bench", "--messages", "2000", "--timeout", "120"], timeout=180)
     assert "msgs/s" in done.stdout
     assert re.search(r"throughput msgs/s\s+│\s+[\d,]+ │", done.stdout), done.stdout
-    assert "p99" in done.stdout and "python -m benchmarks" in done.stdout
+    assert "p99" in done.stdout and "zmesh bench --suite" in done.stdout
+
+
+def test_bench_suite_runs_the_benchmarks_of_the_checkout(tmp_path: Path) -> None:
+    """From anywhere, --suite finds the checkout this zmesh is installed from."""
+    done = run_cli(["bench", "--suite", "--quick", "--only", "raw_pushpull_1"], timeout=120,
+                   cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"raw_pushpull_1\s+│\s+[\d,]+ │", done.stdout), done.stdout
+    stray = run_cli(["bench", "--quick"], timeout=30)
+    assert stray.returncode == 2 and "--suite" in stray.stderr

@@ -155,7 +155,33 @@ def _table(messages: int, size: int, durability: str, thr: dict, res: dict,
     return table
 
 
-@click.command()
+def suite_root() -> Path | None:
+    """The source checkout holding ``benchmarks/``: the working directory or the one this
+    zmesh was installed from (an editable install)."""
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (root / "benchmarks" / "__main__.py").is_file() and (root / "zmesh").is_dir():
+            return root
+    return None
+
+
+def run_suite(args: tuple[str, ...]) -> None:
+    """``python -m benchmarks ARGS`` in the source checkout: zmesh against raw pyzmq."""
+    root = suite_root()
+    if root is None:
+        raise CliError("--suite runs the benchmark suite of a source checkout (benchmarks/ "
+                       "beside zmesh/); run it there, or from an editable install "
+                       "(pip install -e .)")
+    code = subprocess.call([sys.executable, "-m", "benchmarks", *args], cwd=str(root))
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.option("--suite", is_flag=True,
+              help="Run the full benchmark suite instead (zmesh against raw pyzmq, every "
+                   "durability, batch API, latency, fan-out, backlog, restart); arguments "
+                   "after it go to `python -m benchmarks`, e.g. --quick or --only NAME.")
+@click.argument("suite_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--messages", type=click.IntRange(min=1), default=20_000, show_default=True,
               help="Messages of the throughput run.")
 @click.option("--size", type=click.IntRange(min=9, max=1 << 20), default=100,
@@ -168,13 +194,20 @@ def _table(messages: int, size: int, durability: str, thr: dict, res: dict,
               help="Messages per second of the latency run.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
               help="Seconds before the run is abandoned.")
-def bench(messages: int, size: int, durability: str, latency_messages: int | None,
-          rate: float, timeout: float) -> None:
+def bench(suite: bool, suite_args: tuple[str, ...], messages: int, size: int,
+          durability: str, latency_messages: int | None, rate: float, timeout: float) -> None:
     """Measure this installation: msgs/s with a publish and an ack per message, then
     p50/p99 end-to-end latency at a paced rate; two node processes on 127.0.0.1.
 
-    The full comparison against raw ZeroMQ is `python -m benchmarks` in a source checkout.
+    The full comparison against raw ZeroMQ is `zmesh bench --suite` (`python -m benchmarks`
+    in a source checkout).
     """
+    if suite:
+        run_suite(suite_args)
+        return
+    if suite_args:
+        raise click.UsageError(f"unexpected arguments {' '.join(suite_args)!r} (they go to "
+                               "the benchmark suite only with --suite)")
     latency = latency_messages or min(1000, messages)
     warmup = min(200, messages)
     root = Path(tempfile.mkdtemp(prefix="zmesh-bench-"))
@@ -212,5 +245,5 @@ def bench(messages: int, size: int, durability: str, latency_messages: int | Non
     click.echo(f"{messages / float(thr['seconds']):,.0f} msgs/s; latency p50 "
                f"{res['p50_ms']:.3f} ms, p99 {res['p99_ms']:.3f} ms")
     click.echo("A quick local run, not a benchmark suite: the full comparison against raw "
-               "ZeroMQ (PUSH/PULL, DEALER/ROUTER with acks, LMDB) is `python -m benchmarks` "
+               "ZeroMQ (PUSH/PULL, DEALER/ROUTER with acks, LMDB) is `zmesh bench --suite` "
                "in a source checkout (make bench; see docs/performance.md).")
