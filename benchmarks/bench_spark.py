@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,13 +32,6 @@ from typing import Any
 import zmesh
 import zmesh.spark
 
-SPARK_CONF = {
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-}
 SCHEMA = "sensor string, value double, i long"
 
 
@@ -83,12 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", type=Path, help="write the figures as JSON here")
     args = ap.parse_args(argv)
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
     from zmesh.spark._arrow import BASE_DDL
+    from zmesh.spark._local import local_session
     from zmesh.spark._offsets import plan, resolve
     from zmesh.spark._options import SourceOptions
     from zmesh.spark._source import read_ranges
@@ -100,12 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         node, bridge, producer, results["ingest"] = ingest(work, n, args.payload)
         print(f"ingest (publish -> bridge log -> ack): {results['ingest']:,.0f} msg/s",
               flush=True)
-        builder = SparkSession.builder.master("local[2]").appName("zmesh-bench")
-        for k, v in SPARK_CONF.items():
-            builder = builder.config(k, v)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        zmesh.spark.register(spark)
+        spark = local_session("zmesh-bench")
         try:
             ep, log_dir = bridge.endpoint, str(work / "log")
             bounds = bridge.streams()

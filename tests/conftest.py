@@ -83,6 +83,18 @@ def no_leaked_threads() -> Iterator[None]:
     assert not leaked(), f"leaked threads: {leaked()}"
 
 
+def run_module(args: list[str], timeout: float, cwd: str) -> tuple[int, str]:
+    """Run ``python ARGS`` to its end (killed after ``timeout``): exit code, output."""
+    proc = spawn(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode, output.decode(errors="replace")
+
+
 def spawn(args: list[str], **kw: object) -> subprocess.Popen:
     """A Python child process running this interpreter, with the repo on its path."""
     env = dict(kw.pop("env", None) or os.environ)  # type: ignore[call-overload]

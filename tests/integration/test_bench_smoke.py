@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import SCENARIOS
-from tests.conftest import spawn
+from tests.conftest import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,16 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(180)
 def test_quick_benchmark_run_reports_every_scenario(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    proc = spawn(["-m", "benchmarks", "--quick", "--json", str(out)], cwd=str(ROOT),
-                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        output, _ = proc.communicate(timeout=150)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    text = output.decode(errors="replace")
-    assert proc.returncode == 0, text[-4000:]
+    code, text = run_module(["-m", "benchmarks", "--quick", "--json", str(out)], 150,
+                            str(ROOT))
+    assert code == 0, text[-4000:]
     doc = json.loads(out.read_text())
     assert doc["mode"] == "quick"
     assert doc["machine"]["cpus"] >= 1 and doc["machine"]["libzmq"]

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,22 +53,6 @@ class Proc:
 
     def finish(self, timeout: float) -> int:
         return self.popen.wait(timeout=timeout)
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    """Every process a test starts is stopped by pid at the end, killed if it must be."""
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        if p.popen.poll() is None:
-            p.popen.terminate()
-    for p in started:
-        try:
-            p.popen.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.popen.kill()
-            p.popen.wait(timeout=10)
 
 
 def run_cli(args: list[str], timeout: float = 60.0, stdin_data: bytes | None = None,

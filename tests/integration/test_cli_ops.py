@@ -9,10 +9,7 @@ import re
 import signal
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.conftest import spawn, wait_until
 from tests.integration.test_cli import ADDRESS_RE, Proc, run_cli
@@ -69,24 +66,6 @@ with zmesh.Node("producer", data_dir=f"{root}/producer", **opts) as prod, \\
             msg.ack()
             print("replayed ok", msg.payload.decode(), flush=True)
 '''
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    """Every child a test starts is stopped by pid at the end, killed if it must be."""
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        if p.popen.stdin is not None:
-            p.popen.stdin.close()
-        if p.popen.poll() is None:
-            p.popen.terminate()
-    for p in started:
-        try:
-            p.popen.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.popen.kill()
-            p.popen.wait(timeout=10)
 
 
 class App(Proc):

@@ -14,8 +14,7 @@ import pytest
 import zmesh
 import zmesh.spark
 from tests.conftest import wait_members
-
-from ._session import build_session
+from zmesh.spark._local import local_session as build_session
 
 HAVE_PYSPARK = importlib.util.find_spec("pyspark") is not None
 needs_spark = pytest.mark.skipif(

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from tests.spark._session import build_session
+from zmesh.spark._local import local_session as build_session
 
 
 def start(spark: Any, cfg: dict[str, Any], q: dict[str, Any]) -> Any:

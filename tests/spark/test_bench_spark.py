@@ -6,12 +6,11 @@ Speed is not asserted: only that every stage produced a positive rate.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import spawn
+from tests.conftest import run_module
 
 from .conftest import needs_spark
 
@@ -24,17 +23,9 @@ pytestmark = [needs_spark]
 @pytest.mark.timeout(240)
 def test_spark_benchmark_reports_every_stage(tmp_path: Path) -> None:
     out = tmp_path / "spark.json"
-    proc = spawn(["-m", "benchmarks.bench_spark", "--messages", "3000", "--reps", "1",
-                  "--json", str(out)], cwd=str(ROOT), stdout=subprocess.PIPE,
-                 stderr=subprocess.STDOUT)
-    try:
-        output, _ = proc.communicate(timeout=200)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    text = output.decode(errors="replace")
-    assert proc.returncode == 0, text[-4000:]
+    code, text = run_module(["-m", "benchmarks.bench_spark", "--messages", "3000", "--reps",
+                             "1", "--json", str(out)], 200, str(ROOT))
+    assert code == 0, text[-4000:]
     doc = json.loads(out.read_text())
     assert doc["messages"] == 3000
     assert set(doc["rows_per_s"]) == STAGES, text[-2000:]

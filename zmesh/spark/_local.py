@@ -1,7 +1,8 @@
-"""The local SparkSession settings every Spark test uses (in-process and in child drivers).
+"""A local SparkSession on loopback, as zmesh's tests and benchmarks run one.
 
-From TESTING.md: loopback only, no UI, two shuffle partitions, and Python workers started
-with this interpreter (otherwise they miss our packages and fail late).
+Loopback only, no UI, two shuffle partitions, and Python workers started with this
+interpreter (otherwise they miss the packages of this environment and fail late with
+"Python worker failed to connect back").
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 import sys
 from typing import Any
 
-SPARK_CONF = {
+LOCAL_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.enabled": "false",
@@ -20,23 +21,24 @@ SPARK_CONF = {
 }
 
 
-def spark_env() -> None:
+def local_env() -> None:
+    """Environment a local driver and its Python workers need (set before the JVM starts)."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 
-def build_session(app: str, master: str = "local[2]") -> Any:
-    """A local SparkSession with the zmesh format registered."""
-    spark_env()
+def local_session(app: str, master: str = "local[2]") -> Any:
+    """A local SparkSession with the ``zmesh`` format registered."""
+    local_env()
     from pyspark.sql import SparkSession
 
-    import zmesh.spark
+    from . import register
 
     builder = SparkSession.builder.master(master).appName(app)
-    for key, value in SPARK_CONF.items():
+    for key, value in LOCAL_CONF.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    zmesh.spark.register(session)
+    register(session)
     return session

@@ -1,0 +1,30 @@
+"""Fixtures of the integration tests."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.integration.test_cli import Proc
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """Every process a test starts is stopped by pid at the end, killed if it must be."""
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        if p.popen.stdin is not None:
+            p.popen.stdin.close()
+        if p.popen.poll() is None:
+            p.popen.terminate()
+    for p in started:
+        try:
+            p.popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.popen.kill()
+            p.popen.wait(timeout=10)
