@@ -35,9 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Stored messages whose fields dispatch keeps to send them without reading them back.
-RECENT_MAX = 50_000
-RECENT_MAX_BYTES = 16 << 20  # of their payloads
 UNCLAIMED = ""  # lane name of a topic's messages published before any group was known
 
 
@@ -103,11 +100,6 @@ class Producer:
         self.indexes = Indexes(store.next_indexes())
         # What the last ``stage`` allocated, for ``unstage`` to give back: the first index
         # per (topic, partition), and per retaining topic the entries and record bytes.
-        # seq -> record fields of messages stored lately (oldest first, at most RECENT_MAX):
-        # most messages are sent right after their commit, so dispatch need not read them
-        # back from LMDB and decode them.
-        self._recent: dict[int, list] = {}
-        self._recent_bytes = 0
         self._staged_first: dict[tuple[str, int], int] = {}
         self._staged_retained: dict[str, list[int]] = {}
         # topic -> [index entries, their record bytes]: what retention_bytes is held against
@@ -249,8 +241,6 @@ class Producer:
 
     def unstage(self, pubs: list[Publish]) -> None:
         """Undo ``stage`` in memory after its commit failed: nothing of it was stored."""
-        for p in pubs:
-            self._forget_recent(p.seq)
         for (topic, partition), first in self._staged_first.items():
             self.indexes.release(topic, partition, first)
         for topic, (n, size) in self._staged_retained.items():
@@ -267,11 +257,6 @@ class Producer:
             self._mem[seq] = record
             self._mem_bytes += len(record)
         self._spilled.clear()
-
-    def _forget_recent(self, seq: int) -> None:
-        fields = self._recent.pop(seq, None)
-        if fields is not None:
-            self._recent_bytes -= len(fields[8])
 
     def _suppress_duplicates(self, pubs: list[Publish], batch: WriteBatch) -> list[Publish]:
         """Drop publishes whose msg_id this node already published within the window."""
@@ -307,10 +292,10 @@ class Producer:
         retained.clear()
         pubs = self._suppress_duplicates(pubs, batch)
         allocate = self.indexes.allocate
-        msgs_put, pend_put, mem, recent = batch.msgs_put, batch.pend_put, self._mem, self._recent
+        msgs_put, pend_put, mem = batch.msgs_put, batch.pend_put, self._mem
         # What is the same for every publish of a topic, looked up once per topic and stage.
         topics: dict[str, tuple[str, bool, list[bytes]]] = {}
-        record_bytes = recent_bytes = 0
+        record_bytes = 0
         for p in pubs:
             topic = p.topic
             known = topics.get(topic)
@@ -324,11 +309,8 @@ class Producer:
             index = allocate(topic, p.partition)
             if (topic, p.partition) not in first_index:
                 first_index[(topic, p.partition)] = index
-            fields = [topic, p.partition, p.key, p.headers, p.priority, p.published_at,
-                      p.expires_at, p.deliver_at, p.payload, index]
-            record = pack(fields)
-            recent[p.seq] = fields
-            recent_bytes += len(p.payload)
+            record = pack([topic, p.partition, p.key, p.headers, p.priority, p.published_at,
+                           p.expires_at, p.deliver_at, p.payload, index])
             if keep:  # what replay reads and retention reclaims
                 batch.log_put.append(log_entry(topic, p.partition, index, p.seq,
                                                p.published_at, len(record)))
@@ -348,9 +330,6 @@ class Producer:
             if durability == "fsync":
                 batch.fsync = True
         batch.msgs_bytes += record_bytes
-        self._recent_bytes += recent_bytes
-        while len(recent) > RECENT_MAX or self._recent_bytes > RECENT_MAX_BYTES:
-            self._recent_bytes -= len(recent.pop(next(iter(recent)))[8])
         for topic, partition in first_index:
             batch.log_next.append((partition_prefix(topic, partition),
                                    self.indexes.next(topic, partition)))
@@ -454,8 +433,6 @@ class Producer:
                 dead.settled(lane_id, seq, batch)
             if any(seq in other for other in lanes):
                 continue
-            if seq in self._recent:
-                self._forget_recent(seq)
             if not keep:
                 record = mem.pop(seq, None)
                 if record is None:
@@ -594,21 +571,15 @@ class Producer:
                 self._settled(topic, lane, expired, batch)
             if not taken:
                 continue
-            recent, mem = self._recent, self._mem
             need = [e.seq for entries in taken.values() for e in entries
-                    if e.seq not in recent and e.seq not in mem]
+                    if e.seq not in self._mem]
             records = self.store.get_messages(need) if need else {}
             for member, entries in taken.items():
                 good: list[Entry] = []
                 payloads: list[list] = []
                 missing = []
                 for entry in entries:
-                    fields = recent.get(entry.seq)
-                    if fields is not None:
-                        good.append(entry)
-                        payloads.append(fields)
-                        continue
-                    record = mem.get(entry.seq) or records.get(entry.seq)
+                    record = self._mem.get(entry.seq) or records.get(entry.seq)
                     fields = None if record is None else decode_record(record)
                     if fields is None:
                         if record is not None:
