@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import zmesh
 
@@ -32,7 +33,7 @@ def main() -> int:
         stop.wait(240)
         node.close()
         return 0
-    seed = open(sys.argv[4]).read()
+    seed = Path(sys.argv[4]).read_text()
     if role == "transformer":
         node = zmesh.Node("transformer", data_dir=data_dir, seeds=[seed],
                           topics={"b": zmesh.TopicConfig(groups=("sink",))}, **COMMON).start()

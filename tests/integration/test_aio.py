@@ -12,7 +12,7 @@ def test_async_publish_subscribe_and_ack(tmp_path, mesh_name):
     async def main() -> list[bytes]:
         common = dict(mesh=mesh_name, interfaces=LOOPBACK, mdns=False,
                       heartbeat_interval_s=0.2, dead_after_s=1.5)
-        async with zmesh.aio.Node("p", data_dir=str(tmp_path / "p"), **common) as prod:
+        async with zmesh.aio.Node("p", data_dir=str(tmp_path / "p"), **common) as prod:  # noqa: SIM117 - c seeds from p
             async with zmesh.aio.Node("c", data_dir=str(tmp_path / "c"),
                                       seeds=[prod.control_address], **common) as cons:
                 sub = cons.subscribe("t", group="g")

@@ -192,11 +192,11 @@ class Producer:
             lane.begin_bulk()
         for lane_id, seq, (partition, priority, attempt, expires_at, deliver_at) in \
                 self.store.iter_pending():
-            lane = by_id.get(lane_id)
-            if lane is None:
+            owing = by_id.get(lane_id)
+            if owing is None:
                 log.error("pending entry %d of unknown lane %d is skipped", seq, lane_id)
                 continue
-            lane.add(seq, partition, priority, attempt, now=now,
+            owing.add(seq, partition, priority, attempt, now=now,
                      not_before=_mono(deliver_at, now, wall),
                      expires_at=_mono(expires_at, now, wall))
         for c in self.store.corrupt:

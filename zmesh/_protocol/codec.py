@@ -285,7 +285,7 @@ def encode_batch_header(
 
 def encode_batch(batch: Batch) -> list[bytes]:
     """All frames of a data batch."""
-    items = [[i.seq, i.partition, i.key, i.headers, i.attempt, i.published_at, i.index]
+    items = [(i.seq, i.partition, i.key, i.headers, i.attempt, i.published_at, i.index)
              for i in batch.items]
     header = encode_batch_header(batch.node_id, batch.incarnation, batch.topic, batch.lane,
                                  batch.floor, items)

@@ -119,7 +119,7 @@ def pub(topic: str, data: str, mesh: str, interfaces: tuple[str, ...],
 
 
 def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
-    env = dict(os.environ, ZMESH_TOPIC=msg.topic, ZMESH_GROUP=msg.group,
+    env = dict(os.environ, ZMESH_TOPIC=msg.topic, ZMESH_GROUP=msg.group or "",
                ZMESH_KEY=msg.key or "", ZMESH_MESSAGE_ID=str(msg.id),
                ZMESH_ATTEMPT=str(msg.attempt))
     try:
