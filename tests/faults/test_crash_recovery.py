@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -190,7 +191,8 @@ def _summary(cluster: Cluster, kills: list[str], t0: float) -> dict[str, dict[st
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_kill9_consumer_then_producer_loses_nothing(tmp_path: Path) -> None:
+def test_kill9_consumer_then_producer_loses_nothing(
+        tmp_path: Path, record_summary: Callable[[str], None]) -> None:
     t0 = time.monotonic()
     cluster = Cluster(tmp_path)
     kills: list[str] = []
@@ -271,6 +273,10 @@ def test_kill9_consumer_then_producer_loses_nothing(tmp_path: Path) -> None:
             rc = cluster.procs[name].wait(EXIT_TIMEOUT_S)
             assert rc == 0, f"{name} did not exit cleanly on SIGTERM (rc {rc})"
         reports = _summary(cluster, kills, t0)
+        record_summary(f"{N} messages, kills: {'; '.join(kills)}")
+        for group, rep in reports.items():
+            record_summary(f"  {group}: lost={rep['lost']} "
+                           f"duplicate_deliveries={rep['duplicate_deliveries']}")
         for group, rep in reports.items():
             assert rep["lost"] == 0, f"{group} lost {rep['lost']} messages"
             assert rep["unexpected"] == 0, f"{group} got indexes outside 0..{N - 1}"
