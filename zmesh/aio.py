@@ -12,10 +12,11 @@ from typing import Any
 from ._receipt import MessageId, Receipt
 from .errors import OutboxFullError
 from .node import Node as _SyncNode
+from .replay import ReplayReader as _SyncReplayReader
 from .subscription import Message
 from .subscription import Subscription as _SyncSubscription
 
-__all__ = ["Node", "Receipt", "Subscription"]
+__all__ = ["Node", "Receipt", "ReplayReader", "Subscription"]
 
 
 class AsyncReceipt:
@@ -103,6 +104,47 @@ class Subscription:
         await asyncio.to_thread(self._sub.close)
 
 
+def _next_or_none(reader: _SyncReplayReader) -> Message | None:
+    return next(reader, None)
+
+
+class ReplayReader:
+    """``async for msg in reader``: a replay reader whose waits do not block the loop."""
+
+    def __init__(self, reader: _SyncReplayReader) -> None:
+        self._reader = reader
+
+    @property
+    def gaps(self) -> int:
+        return self._reader.gaps
+
+    @property
+    def gap_ranges(self) -> list[tuple[str, int, int, int]]:
+        return self._reader.gap_ranges
+
+    @property
+    def closed(self) -> bool:
+        return self._reader.closed
+
+    def __aiter__(self) -> ReplayReader:
+        return self
+
+    async def __anext__(self) -> Message:
+        msg = await asyncio.to_thread(_next_or_none, self._reader)
+        if msg is None:
+            raise StopAsyncIteration
+        return msg
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._reader.close)
+
+    async def __aenter__(self) -> ReplayReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
 class Node:
     """``async with zmesh.aio.Node("name", mesh=..., data_dir=...) as node:``."""
 
@@ -152,6 +194,11 @@ class Node:
                   handler: Callable[[Message], Any] | None = None,
                   **kwargs: Any) -> Subscription:
         return Subscription(self._node.subscribe(topic, group, handler=handler, **kwargs))
+
+    async def replay(self, topic: str, from_index: int = 0, **kwargs: Any) -> ReplayReader:
+        """Like ``zmesh.Node.replay``; iterate the reader with ``async for``."""
+        reader = await asyncio.to_thread(self._node.replay, topic, from_index, **kwargs)
+        return ReplayReader(reader)
 
     async def status(self) -> dict:
         return await asyncio.to_thread(self._node.status)

@@ -330,8 +330,8 @@ class Node:
 
         Messages come in index order per producer and partition (``msg.index``). What a
         producer keeps depends on the topic's ``retention_s`` / ``retention_bytes``
-        there; without retention only messages not yet acked by every group are stored.
-        Indexes no longer stored are skipped and counted in ``reader.gaps``. ``partitions``
+        there; a topic without retention keeps no history for readers. Indexes no longer
+        (or never) stored are skipped and counted in ``reader.gaps``. ``partitions``
         limits the partitions read; ``producers`` limits the producers (node ids or names)
         among this node and its live peers. Readers do not ack and do not affect groups;
         close the reader (or use it in ``with``) when done.

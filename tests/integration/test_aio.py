@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import zmesh
 import zmesh.aio
 from tests.conftest import LOOPBACK
 
@@ -31,3 +32,21 @@ def test_async_publish_subscribe_and_ack(tmp_path, mesh_name):
 
     got = asyncio.run(asyncio.wait_for(main(), 30))
     assert sorted(int(p) for p in got) == list(range(50))
+
+
+def test_async_replay_reads_retained_history(tmp_path, mesh_name):
+    async def main() -> tuple[list[bytes], list[int], int]:
+        common = dict(mesh=mesh_name, interfaces=LOOPBACK, mdns=False,
+                      heartbeat_interval_s=0.2, dead_after_s=1.5)
+        topics = {"t": zmesh.TopicConfig(partitions=1, retention_s=600)}
+        async with zmesh.aio.Node("p", data_dir=str(tmp_path / "p"), topics=topics,
+                                  **common) as prod:
+            receipt = await prod.publish("t", b"first")
+            await receipt.wait_stored(5)
+            await (await prod.publish("t", b"second")).wait_stored(5)
+            async with await prod.replay("t", 0, follow=False) as reader:
+                got = [msg async for msg in reader]
+            return [m.payload for m in got], [m.index for m in got], reader.gaps
+
+    payloads, indexes, gaps = asyncio.run(asyncio.wait_for(main(), 30))
+    assert payloads == [b"first", b"second"] and indexes == [0, 1] and gaps == 0
