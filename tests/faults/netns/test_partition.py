@@ -26,9 +26,11 @@ from .node_worker import PARTITIONS
 N = 8000
 RATE = 500.0  # a 16 s stream: long enough to cover the cut, the detection and the return
 DISCOVERY_TIMEOUT_S = 20.0
-BEFORE_CUT = 300  # messages each consumer handles before the cut
+BEFORE_CUT = 50  # messages each consumer handles before the cut (see MOVED_MIN)
 DETECT_TIMEOUT_S = 10.0  # dead_after_s is 1.5 s
-MOVED_MIN = 300  # new messages of c1's partitions that c2 handles before the healing
+MOVED_MIN = 50  # new messages of c1's partitions that c2 handles before the healing
+# Both are small because c1's share of the stream is its share of the 16 partitions: at
+# 1 of 16 it gets ~31 msgs/s, and 300 would let the stream end before the healing.
 MOVE_TIMEOUT_S = 10.0
 RETURN_TIMEOUT_S = 20.0  # TCP retransmission backoff may add seconds after the link is up
 FINISH_TIMEOUT_S = 60.0
