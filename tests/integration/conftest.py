@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pytest
 
-if TYPE_CHECKING:
-    from tests.integration.test_cli import Proc
+
+class Child(Protocol):
+    """A test's child process (test_cli.Proc, test_examples.Script)."""
+
+    popen: subprocess.Popen
 
 
 @pytest.fixture
-def procs() -> Iterator[list[Proc]]:
+def procs() -> Iterator[list[Child]]:
     """Every process a test starts is stopped by pid at the end, killed if it must be."""
-    started: list[Proc] = []
+    started: list[Child] = []
     yield started
     for p in started:
         if p.popen.stdin is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,33 +40,17 @@ class Script:
         return wait_until(seen, timeout, what=regex.pattern)  # type: ignore[return-value]
 
 
-@pytest.fixture
-def scripts() -> Iterator[list[Script]]:
-    """Each script started by a test is stopped by pid at the end."""
-    started: list[Script] = []
-    yield started
-    for s in started:
-        if s.popen.poll() is None:
-            s.popen.terminate()
-    for s in started:
-        try:
-            s.popen.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            s.popen.kill()
-            s.popen.wait(timeout=10)
-
-
-def run_pair(tmp_path: Path, scripts: list[Script], common: list[str],
+def run_pair(tmp_path: Path, procs: list[Script], common: list[str],
              consumer_extra: list[str], seed: bool, count: int = 12) -> Script:
     consumer = Script(tmp_path, "consumer", [*common, "--count", str(count), "--timeout", "90",
                                              *consumer_extra])
-    scripts.append(consumer)
+    procs.append(consumer)
     address = consumer.wait_for(ADDRESS_RE).group(1)
     producer_args = [*common, "--count", str(count), "--timeout", "90"]
     if seed:
         producer_args += ["--seed", address]
     producer = Script(tmp_path, "producer", producer_args)
-    scripts.append(producer)
+    procs.append(producer)
     assert producer.popen.wait(timeout=120) == 0, producer.report()
     assert f"producer done: {count} messages acknowledged" in producer.stdout()
     assert consumer.popen.wait(timeout=60) == 0, consumer.report()
@@ -79,22 +62,22 @@ def received(consumer: Script) -> list[str]:
 
 
 def test_consumer_prints_every_message_seeded(tmp_path: Path, mesh_name: str,
-                                              scripts: list[Script]) -> None:
+                                              procs: list[Script]) -> None:
     common = ["--mesh", mesh_name, "--interface", "127.0.0.1", "--no-mdns"]
-    consumer = run_pair(tmp_path, scripts, common, [], seed=True)
+    consumer = run_pair(tmp_path, procs, common, [], seed=True)
     assert sorted(received(consumer)) == sorted(f"reading {i}" for i in range(12))
     assert "consumer done: 12 messages" in consumer.stdout()
 
 
-def test_handler_form(tmp_path: Path, mesh_name: str, scripts: list[Script]) -> None:
+def test_handler_form(tmp_path: Path, mesh_name: str, procs: list[Script]) -> None:
     common = ["--mesh", mesh_name, "--interface", "127.0.0.1", "--no-mdns"]
-    consumer = run_pair(tmp_path, scripts, common, ["--handler"], seed=True)
+    consumer = run_pair(tmp_path, procs, common, ["--handler"], seed=True)
     assert sorted(received(consumer)) == sorted(f"reading {i}" for i in range(12))
 
 
 def test_examples_find_each_other_over_mdns_on_loopback(tmp_path: Path, mesh_name: str,
-                                                         scripts: list[Script]) -> None:
+                                                         procs: list[Script]) -> None:
     # No seed: discovery by mDNS, which speaks on 127.0.0.1 only.
     common = ["--mesh", mesh_name, "--interface", "127.0.0.1"]
-    consumer = run_pair(tmp_path, scripts, common, [], seed=False, count=5)
+    consumer = run_pair(tmp_path, procs, common, [], seed=False, count=5)
     assert sorted(received(consumer)) == sorted(f"reading {i}" for i in range(5))

@@ -59,7 +59,7 @@ class Committer:
         pubs = self.held.admit(pubs, self.tx_pubs, now)
         self.producer.prepare_lanes(pubs, wb, now)
         mark = wb.mark()  # what follows is the publishes' part of the batch
-        fresh = self.producer.stage(pubs, wb, now)
+        fresh = self.producer.stage(pubs, wb)
         self.producer.added(self.commit(wb, fresh, calls, mark, now), now, next_wb)
         self.tx_pubs.clear()
         return (held_before + pubs_in - len(self.held),

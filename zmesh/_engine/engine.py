@@ -369,7 +369,8 @@ class Engine:
         known = self.store.known_peers()
         for topic, tcfg in self.producer.topics.items():
             self.producer.set_topic(topic, tcfg, self._wb, now)
-        self._set_aside_corrupt(self._wb)
+        for c in self.store.take_corrupt():  # what the restart could not decode
+            self.producer.set_aside(c.db, c.key, c.value, c.reason, self._wb)
         self.commits.commit(self._wb, [])
         self._wb = WriteBatch()
         for ep in seed_endpoints(cfg.seeds):
@@ -391,15 +392,6 @@ class Engine:
             self._mdns.start()
         log.info("node %s (%s) of mesh %s up: control %s data %s", cfg.name,
                  self.node_id.hex()[:12], cfg.mesh, self.ctrl_port, self.data_port)
-
-    def _set_aside_corrupt(self, wb: WriteBatch) -> None:
-        """Move the records the restart could not decode to the ``bad`` db, loudly."""
-        for c in self.store.take_corrupt():
-            wb.quarantine.append((c.db, c.key, c.value))
-            self.counters.add("corrupt_records", 1)
-            log.error("record %s of the %r db in %s cannot be decoded (%s); it is set aside "
-                      "in the 'bad' db and the node goes on without it", c.key.hex(), c.db,
-                      self.store.path, c.reason)
 
     def _cmds_from_discovery(self, peer_id: bytes, ep: str, key: bytes) -> None:
         if self._state == "running":

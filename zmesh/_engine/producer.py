@@ -282,8 +282,9 @@ class Producer:
                 self.duplicates.append((p.topic, original, p.receipt))
         return fresh
 
-    def stage(self, pubs: list[Publish], batch: WriteBatch, now: float) -> list[Publish]:
-        """Write publishes into the batch; returns those to add to lanes after commit."""
+    def stage(self, pubs: list[Publish], batch: WriteBatch) -> list[Publish]:
+        """Write publishes into the batch (after ``prepare_lanes``); returns those to add to
+        lanes after commit."""
         wall = time.time()
         self._spilled.clear()
         first_index = self._staged_first
@@ -301,8 +302,8 @@ class Producer:
             known = topics.get(topic)
             if known is None:
                 cfg = self.topic_config(topic)
-                lanes = self.by_topic.get(topic) or [
-                    self.ensure_lane(topic, UNCLAIMED, "", "unclaimed", batch, now)]
+                # prepare_lanes made the unclaimed lane of a topic with no group yet.
+                lanes = self.by_topic.get(topic) or [self.lanes[(topic, UNCLAIMED)]]
                 known = topics[topic] = (cfg.durability, retains(cfg),
                                          [u32(self.lane_ids[(topic, ln.name)]) for ln in lanes])
             durability, keep, lane_prefixes = known
@@ -583,7 +584,9 @@ class Producer:
                     fields = None if record is None else decode_record(record)
                     if fields is None:
                         if record is not None:
-                            self._set_aside(entry.seq, record, batch)
+                            self._mem.pop(entry.seq, None)
+                            self.set_aside("msgs", u64(entry.seq), record,
+                                           "an outbox record: settled for every group", batch)
                         missing.append(entry.seq)
                         continue
                     good.append(entry)
@@ -597,13 +600,14 @@ class Producer:
                         lane.unsend(good[sent:], now)
         return sent_total
 
-    def _set_aside(self, seq: int, record: bytes, batch: WriteBatch) -> None:
-        """An outbox record that cannot be decoded: move it to the ``bad`` db, count it."""
-        self._mem.pop(seq, None)
-        batch.quarantine.append(("msgs", u64(seq), record))
+    def set_aside(self, db: str, key: bytes, value: bytes, why: str,
+                  batch: WriteBatch) -> None:
+        """A record that cannot be decoded: move it to the ``bad`` db, count it, say so."""
+        batch.quarantine.append((db, key, value))
         self.counters.add("corrupt_records", 1)
-        log.error("outbox record %d (key %s) of %s cannot be decoded; it is set aside in the "
-                  "'bad' db and settled for every group", seq, u64(seq).hex(), self.store.path)
+        log.error("record %s of the %r db in %s cannot be decoded (%s); it is set aside in "
+                  "the 'bad' db and the node goes on without it", key.hex(), db,
+                  self.store.path, why)
 
     def _drop(self, topic: str, lane: Lane, seqs: list[int], batch: WriteBatch) -> None:
         """Messages whose record is gone or damaged: settle them for every lane owing them."""
@@ -643,7 +647,7 @@ class Producer:
                 record = self._mem.pop(head.seq, None)
                 if record is not None:
                     self._mem_bytes -= len(record)
-                elif kept:
+                else:  # (gone already if it was settled while the topic did not retain)
                     batch.msgs_del.append(u64(head.seq))
                 totals[0] -= 1
                 totals[1] -= head.size

@@ -1,10 +1,11 @@
 """Message indexes and retention: which index a message gets, and what is reclaimed when.
 
 Every message of a topic gets the next index of its (topic, partition) at this producer:
-0, 1, 2, ... Indexes are stored with the message (``rlog``/``rtime``/``rnext`` in the
-store) and never reused. With ``retention_s`` or ``retention_bytes`` a message stays in
-the store after every group settled it, so readers can replay it, until it is older than
-``retention_s`` or the topic's records exceed ``retention_bytes`` (oldest first).
+0, 1, 2, ... The index is kept in the message's record, the next one per partition in
+``rnext``; indexes are never reused. With ``retention_s`` or ``retention_bytes`` a message
+also gets ``rlog``/``rtime`` entries and stays in the store after every group settled it,
+so readers can replay it, until it is older than ``retention_s`` or the topic's records
+exceed ``retention_bytes`` (oldest first).
 
 Pure: no I/O; the wall-clock time is passed in, so the rules are tested without a clock.
 """
