@@ -11,7 +11,6 @@ from typing import Any
 
 from ._engine.engine import Engine
 from ._engine.producer import Publish
-from ._engine.routing import partition_for
 from ._receipt import MessageId, Receipt
 from ._roles import Roles, resolve
 from .config import NodeConfig, SubscriptionConfig, TopicConfig, check_name
@@ -22,6 +21,8 @@ from .subscription import Message, Subscription
 from .transaction import Transaction
 
 __all__ = ["Node"]
+
+DEFAULT_PARTITIONS = TopicConfig().partitions
 
 
 class Node:
@@ -241,34 +242,27 @@ class Node:
             if not isinstance(headers, Mapping) or not all(isinstance(k, str) for k in headers):
                 raise ArgumentError("headers must be a mapping with str keys")
             headers = dict(headers)
-        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 255:
+        if (type(priority) is not int or not 0 <= priority <= 255) and (
+                isinstance(priority, bool) or not isinstance(priority, int)
+                or not 0 <= priority <= 255):
             raise ArgumentError(f"priority must be an int 0..255 (0 most urgent), got {priority!r}")
-        now = time.time()
         tcfg = self._topics.get(topic)
         if ttl is None and tcfg is not None:
             ttl = tcfg.ttl_s
-        if ttl is not None and (not isinstance(ttl, int | float) or ttl <= 0):
-            raise ArgumentError(f"ttl must be a positive number of seconds, got {ttl!r}")
-        if deliver_at is not None and delay is not None:
-            raise ArgumentError("pass deliver_at or delay, not both")
-        if isinstance(deliver_at, _dt.datetime):
-            deliver_at = deliver_at.timestamp()
-        if delay is not None:
-            if not isinstance(delay, int | float) or delay < 0:
-                raise ArgumentError(f"delay must be >= 0 seconds, got {delay!r}")
-            deliver_at = now + delay
-        if deliver_at is not None and not isinstance(deliver_at, int | float):
-            raise ArgumentError("deliver_at must be a datetime or a UNIX timestamp")
+        now = 0.0
+        if ttl is not None:
+            if not isinstance(ttl, int | float) or ttl <= 0:
+                raise ArgumentError(f"ttl must be a positive number of seconds, got {ttl!r}")
+            now = time.time()
+        if deliver_at is not None or delay is not None:
+            deliver_at = _deliver_at(deliver_at, delay)
         if msg_id is not None and (not isinstance(msg_id, str) or not 0 < len(msg_id) <= 256):
             raise ArgumentError("msg_id must be a non-empty str of at most 256 characters")
-        partitions = tcfg.partitions if tcfg is not None else TopicConfig().partitions
-        if timeout is None:
-            timeout = self.config.publish_timeout_s
         return self._engine.prepare(
             topic, payloads, keys, headers, priority,
-            None if ttl is None else now + ttl,
-            None if deliver_at is None else float(deliver_at),
-            lambda key, seq: partition_for(key, partitions, seq), timeout, msg_id)
+            None if ttl is None else now + ttl, deliver_at,
+            DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions,
+            self.config.publish_timeout_s if timeout is None else timeout, msg_id)
 
     def transaction(self, timeout: float | None = None) -> Transaction:
         """Publish several messages and ack received ones atomically.
@@ -421,3 +415,17 @@ def _seqs(ids: Iterable[MessageId | int] | None, producer: str) -> set[int] | No
             raise ArgumentError(f"ids must be MessageId or int sequences, got {i!r}")
     return out
 
+
+def _deliver_at(deliver_at: float | _dt.datetime | None, delay: float | None) -> float:
+    """When a scheduled publish is due, as a UNIX timestamp."""
+    if deliver_at is not None and delay is not None:
+        raise ArgumentError("pass deliver_at or delay, not both")
+    if delay is not None:
+        if not isinstance(delay, int | float) or delay < 0:
+            raise ArgumentError(f"delay must be >= 0 seconds, got {delay!r}")
+        return time.time() + delay
+    if isinstance(deliver_at, _dt.datetime):
+        return deliver_at.timestamp()
+    if not isinstance(deliver_at, int | float):
+        raise ArgumentError("deliver_at must be a datetime or a UNIX timestamp")
+    return float(deliver_at)

@@ -55,6 +55,7 @@ from .lane import Entry, Lane
 from .mesh import Mesh
 from .producer import Producer, Publish
 from .retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
+from .routing import partition_for
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -172,7 +173,8 @@ class Engine:
                                  "'with' or after start()")
 
     def submit(self, cmd: tuple) -> None:
-        self._check_running()
+        if self._state != "running":
+            self._check_running()
         self._cmds.append(cmd)
         if not self._wake_pending:
             self._wake_pending = True
@@ -190,14 +192,30 @@ class Engine:
 
     def prepare(self, topic: str, payloads: list[bytes], keys: list[str | None],
                 headers: dict | None, priority: int, expires_at: float | None,
-                deliver_at: float | None, partition_of: Callable[[str | None, int], int],
-                timeout_s: float, msg_id: str | None = None) -> list[Publish]:
+                deliver_at: float | None, partitions: int, timeout_s: float,
+                msg_id: str | None = None) -> list[Publish]:
         """Allocate consecutive sequences and one receipt for ``payloads``, waiting up to
         ``timeout_s`` for outbox room. The caller must submit them (or ``abandon`` them).
         """
-        self._check_running()
         n = len(payloads)
-        nbytes = sum(map(len, payloads))
+        first = self._reserve(n, sum(map(len, payloads)) if n > 1 else len(payloads[0]),
+                              timeout_s)
+        receipt = Receipt(MessageId(self._node_hex, first), self.cond, n, topic, self.watch)
+        now = time.time()
+        if n == 1:  # publish(): no comprehension to set up for one message
+            key = keys[0]
+            return [Publish(first, topic, partition_for(key, partitions, first), key, headers,
+                            payloads[0], priority, now, expires_at, deliver_at, receipt,
+                            msg_id)]
+        return [Publish(seq, topic, partition_for(key, partitions, seq), key, headers, payload,
+                        priority, now, expires_at, deliver_at, receipt, msg_id)
+                for seq, payload, key in zip(range(first, first + n), payloads, keys,
+                                             strict=True)]
+
+    def _reserve(self, n: int, nbytes: int, timeout_s: float) -> int:
+        """The first of ``n`` sequences, once the outbox has room for them."""
+        if self._state != "running":
+            self._check_running()
         limit = self.config.max_outbox_messages
         deadline = 0.0
         while True:
@@ -211,7 +229,7 @@ class Engine:
                     self._next_seq = first + n
                     self._submitted += n
                     self._submitted_bytes += nbytes
-                    break
+                    return first
             # Full: wait for acks (or stores) to make room, up to the timeout.
             deadline = deadline or time.monotonic() + timeout_s
             remaining = deadline - time.monotonic()
@@ -224,11 +242,6 @@ class Engine:
             with self.cond:
                 self.cond.wait(remaining)
             self._check_running()
-        receipt = Receipt(MessageId(self._node_hex, first), self.cond, n, topic, self.watch)
-        now = time.time()
-        return [Publish(first + i, topic, partition_of(key, first + i), key, headers, payload,
-                        priority, now, expires_at, deliver_at, receipt, msg_id)
-                for i, (payload, key) in enumerate(zip(payloads, keys, strict=True))]
 
     def abandon(self, count: int, nbytes: int) -> None:
         """Prepared publishes that will never be submitted (an aborted transaction)."""
