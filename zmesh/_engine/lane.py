@@ -116,20 +116,28 @@ class Lane:
     def add(self, seq: int, partition: int, priority: int = 0, attempt: int = 0, *,
             now: float, not_before: float = 0.0, expires_at: float = 0.0) -> None:
         """Owe ``seq`` to this lane's group."""
-        if seq in self.entries:
+        entries = self.entries
+        if seq in entries:
             return
-        partition = self._grow(partition)
+        if partition >= self._partitions:
+            partition = self._grow(partition)
         entry = Entry(seq, partition, priority, attempt, not_before, expires_at)
-        self.entries[seq] = entry
-        if self._order and seq < self._order[-1]:
-            insort(self._order, seq)  # rare: a replayed old message
+        entries[seq] = entry
+        order = self._order
+        if order and seq < order[-1]:
+            insort(order, seq)  # rare: a replayed old message
         else:
-            self._order.append(seq)
+            order.append(seq)
         if seq >= self._next_floor:
             self._next_floor = seq + 1
         if expires_at:
             heapq.heappush(self._expiring, (expires_at, seq))
-        self._schedule(entry, not_before, now)
+        if not_before > now or self._bulk:
+            self._schedule(entry, not_before, now)
+        else:  # ready now: what _schedule does for a new entry, inline (the common case)
+            entry.not_before = 0.0
+            heapq.heappush(self._ready[partition], (priority << SEQ_BITS) | seq)
+            self._ready_count += 1
 
     def _grow(self, partition: int) -> int:
         # Messages stored under a larger partition count (topic reconfigured) keep theirs.
@@ -249,31 +257,39 @@ class Lane:
         expired: list[int] = []
         if not self._ready_count or not self.members:
             return out, expired
+        if self._owners is None:
+            self.owner(0)  # builds the owner table
+        owners = self._owners
+        assert owners is not None
+        members, ready, entries = self.members, self._ready, self.entries
         heads: list[tuple[int, int]] = []  # (heap key, partition)
         for partition in range(self._partitions):
-            owner = self.owner(partition)
+            owner = owners[partition]
             if owner is None:
                 continue
-            member = self.members[owner]
+            member = members[owner]
             if len(member.in_flight) >= member.max_in_flight:
                 continue
             head = self._head(partition)
             if head is not None:
                 heads.append((head, partition))
         heapq.heapify(heads)
+        heappop, heappush = heapq.heappop, heapq.heappush
         deadline = now + self.timing.ack_timeout_s
         taken = 0
         sent: list[int] = []
         while heads and taken < limit:
-            key, partition = heapq.heappop(heads)
+            key, partition = heappop(heads)
             seq = key & SEQ_MASK
-            owner = self.owner(partition)
+            owner = owners[partition]
             assert owner is not None
-            member = self.members[owner]
-            if len(member.in_flight) >= member.max_in_flight:
+            member = members[owner]
+            in_flight = member.in_flight
+            if len(in_flight) >= member.max_in_flight:
                 continue  # this member is full: its partitions wait for acks
-            heapq.heappop(self._ready[partition])
-            entry = self.entries[seq]
+            heap = ready[partition]
+            heappop(heap)
+            entry = entries[seq]
             if entry.expires_at and entry.expires_at <= now:
                 self._remove(seq)
                 expired.append(seq)
@@ -283,16 +299,20 @@ class Lane:
                 entry.member = owner
                 entry.deadline = deadline
                 entry.attempt += 1
-                member.in_flight.add(seq)
+                in_flight.add(seq)
                 sent.append(seq)
                 batch = out.get(owner)
                 if batch is None:
                     batch = out[owner] = []
                 batch.append(entry)
                 taken += 1
-            head = self._head(partition)
-            if head is not None:
-                heapq.heappush(heads, (head, partition))
+            while heap:  # the partition's next valid head (``_head``, inline)
+                top = heap[0]
+                nxt = entries.get(top & SEQ_MASK)
+                if nxt is not None and nxt.state == READY:
+                    heappush(heads, (top, partition))
+                    break
+                heappop(heap)
         if sent:
             self._serial += 1
             heapq.heappush(self._deadlines, (deadline, self._serial, sent))
@@ -311,9 +331,18 @@ class Lane:
     def ack(self, seqs: Iterable[int]) -> list[int]:
         """Settle acked sequences; returns those that were still owed."""
         settled = []
+        pop, members = self.entries.pop, self.members
         for seq in seqs:
-            if self._remove(seq) is not None:
-                settled.append(seq)
+            entry = pop(seq, None)
+            if entry is None:
+                continue
+            settled.append(seq)
+            if entry.state == IN_FLIGHT:  # what ``_remove`` does, inline (the common case)
+                member = members.get(entry.member) if entry.member is not None else None
+                if member is not None:
+                    member.in_flight.discard(seq)
+            elif entry.state == READY:
+                self._ready_count -= 1
         return settled
 
     def nack(self, seqs: Iterable[int], delay_s: float | None, now: float) -> list[Entry]:

@@ -296,6 +296,8 @@ class Producer:
         msgs_put, pend_put, mem = batch.msgs_put, batch.pend_put, self._mem
         # What is the same for every publish of a topic, looked up once per topic and stage.
         topics: dict[str, tuple[str, bool, list[bytes]]] = {}
+        # The pending value of a message without expiry or schedule, per (partition, priority).
+        plain: dict[tuple[int, int], bytes] = {}
         record_bytes = 0
         for p in pubs:
             topic = p.topic
@@ -307,13 +309,14 @@ class Producer:
                 known = topics[topic] = (cfg.durability, retains(cfg),
                                          [u32(self.lane_ids[(topic, ln.name)]) for ln in lanes])
             durability, keep, lane_prefixes = known
-            index = allocate(topic, p.partition)
-            if (topic, p.partition) not in first_index:
-                first_index[(topic, p.partition)] = index
-            record = pack([topic, p.partition, p.key, p.headers, p.priority, p.published_at,
+            partition = p.partition
+            index = allocate(topic, partition)
+            if (topic, partition) not in first_index:
+                first_index[(topic, partition)] = index
+            record = pack([topic, partition, p.key, p.headers, p.priority, p.published_at,
                            p.expires_at, p.deliver_at, p.payload, index])
             if keep:  # what replay reads and retention reclaims
-                batch.log_put.append(log_entry(topic, p.partition, index, p.seq,
+                batch.log_put.append(log_entry(topic, partition, index, p.seq,
                                                p.published_at, len(record)))
                 totals = retained.setdefault(topic, [0, 0])
                 totals[0] += 1
@@ -322,10 +325,16 @@ class Producer:
                 mem[p.seq] = record
                 self._mem_bytes += len(record)
                 continue
-            seq_b = u64(p.seq)
+            seq_b = p.seq.to_bytes(8, "big")
             msgs_put.append((seq_b, record))
             record_bytes += len(record)
-            value = pack([p.partition, p.priority, 0, p.expires_at, p.deliver_at])
+            if p.expires_at is None and p.deliver_at is None:
+                value = plain.get((partition, p.priority))
+                if value is None:
+                    value = plain[(partition, p.priority)] = pack(
+                        [partition, p.priority, 0, None, None])
+            else:
+                value = pack([partition, p.priority, 0, p.expires_at, p.deliver_at])
             for prefix in lane_prefixes:
                 pend_put.append((prefix + seq_b, value))
             if durability == "fsync":
@@ -352,15 +361,20 @@ class Producer:
         ``batch`` is the next iteration's: what this supersedes is deleted there.
         """
         wall = time.time()
+        topics: dict[str, tuple[list[Lane], bool]] = {}  # topic -> (lanes, latest_wins)
         for p in pubs:
-            lanes = self.by_topic.get(p.topic) or [self.lanes[(p.topic, UNCLAIMED)]]
-            nb = _mono(p.deliver_at, now, wall)
-            exp = _mono(p.expires_at, now, wall)
-            latest = p.key is not None and self.topic_config(p.topic).latest_wins
+            known = topics.get(p.topic)
+            if known is None:
+                known = topics[p.topic] = (
+                    self.by_topic.get(p.topic) or [self.lanes[(p.topic, UNCLAIMED)]],
+                    self.topic_config(p.topic).latest_wins)
+            lanes, latest_wins = known
+            nb = _mono(p.deliver_at, now, wall) if p.deliver_at else 0.0
+            exp = _mono(p.expires_at, now, wall) if p.expires_at else 0.0
             for lane in lanes:
                 lane.add(p.seq, p.partition, p.priority, now=now, not_before=nb, expires_at=exp)
-                if latest:
-                    self._supersede(lane, p.key, p.seq, batch)  # type: ignore[arg-type]
+                if latest_wins and p.key is not None:
+                    self._supersede(lane, p.key, p.seq, batch)
             self.depth += 1
             if p.receipt is not None and p.seq == p.receipt.id.seq:
                 self.stored.append(p.receipt)  # once per receipt, also for a batch
@@ -425,19 +439,22 @@ class Producer:
         lane_id = self.lane_ids[(topic, lane.name)]
         mem = self._mem
         dead = self.dead
-        lanes = self.by_topic.get(topic, ())
         keep = retains(self.topic_config(topic))  # retention reclaims the record later
+        others = [other.entries for other in self.by_topic.get(topic, ()) if other is not lane]
+        prefix = lane_id.to_bytes(4, "big")
+        pend_del, msgs_del = batch.pend_del, batch.msgs_del
         for seq in seqs:
+            seq_b = seq.to_bytes(8, "big")
             if seq not in mem:
-                batch.pend_del.append(pend_key(lane_id, seq))
+                pend_del.append(prefix + seq_b)
             if dead.replayed:
                 dead.settled(lane_id, seq, batch)
-            if any(seq in other for other in lanes):
+            if others and any(seq in other for other in others):
                 continue
             if not keep:
                 record = mem.pop(seq, None)
                 if record is None:
-                    batch.msgs_del.append(u64(seq))
+                    msgs_del.append(seq_b)
                 else:
                     self._mem_bytes -= len(record)
             self.depth -= 1
