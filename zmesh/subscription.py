@@ -20,6 +20,9 @@ __all__ = ["Message", "Subscription"]
 
 log = logging.getLogger(__name__)
 
+# MessageId's own __new__ is a Python function; the tuple constructor builds the same value.
+_message_id = tuple.__new__
+
 
 class Message:
     """One delivered message; settle it exactly once with ack, nack or fail.
@@ -36,8 +39,9 @@ class Message:
     def __init__(self, engine: Engine | None, producer: bytes, lane: str, seq: int,
                  topic: str, group: str | None, key: str | None, payload: bytes,
                  headers: dict | None, attempt: int, partition: int, published_at: float,
-                 index: int | None = None) -> None:
-        self.id = MessageId(producer.hex(), seq)
+                 index: int | None = None, producer_hex: str | None = None) -> None:
+        # ``producer_hex``: ``producer.hex()``, computed once per batch by the caller.
+        self.id = _message_id(MessageId, (producer_hex or producer.hex(), seq))
         self.topic = topic
         self.group = group
         self.key = key

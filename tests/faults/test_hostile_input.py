@@ -15,7 +15,7 @@ import zmq
 import zmesh
 from tests.conftest import wait_members, wait_until
 from zmesh._protocol.codec import encode_batch, encode_control
-from zmesh._protocol.frames import Ack, Batch, Hello, Item, Nack, PeerRef, SubInfo
+from zmesh._protocol.frames import PROTOCOL_VERSION, Ack, Batch, Hello, Nack, PeerRef, SubInfo
 
 BAD_FRAMES = 100_000
 MESSAGES = 20_000
@@ -29,10 +29,15 @@ def samples(mesh: str) -> list[list[bytes]]:
     hello = encode_control(Hello(nid, "evil", mesh + "-x", 1, 1, 2, ("127.0.0.1",),
                                  (SubInfo("t", "g", "shared", 10, 10),),
                                  (PeerRef(nid, "tcp://127.0.0.1:1", ""),)))
-    batch = encode_batch(Batch(nid, 1, "t", "g", 0,
-                               (Item(1, 0, "k", {"h": 1}, 1, 1.0),), (b"payload",)))
+    batch = Batch(nid, 1, "t", "g", 0, (1, 2), (0, 3), ("k", None), ({"h": 1}, None), (1, 0),
+                  (1.0, 2.0), (0, None), (b"payload", b"other"))
+    inline = encode_batch(batch)
+    # The same batch with its second payload in a frame of its own, as a large one travels.
+    header = msgpack.unpackb(inline[0])
+    header[14][1] = None
+    apart = [msgpack.packb(header), b"other"]
     return [[hello], [encode_control(Ack(nid, "t", "g", (1, 2, 3)))],
-            [encode_control(Nack(nid, "t", "g", (1,), 0.0))], batch]
+            [encode_control(Nack(nid, "t", "g", (1,), 0.0))], inline, apart]
 
 
 def mutate(rng: random.Random, msg: list[bytes]) -> list[bytes]:
@@ -51,7 +56,8 @@ def mutate(rng: random.Random, msg: list[bytes]) -> list[bytes]:
     elif choice == 4:
         frames.append(bytearray(rng.randbytes(10)))
     else:
-        frames[0] = bytearray(msgpack.packb([1, rng.randrange(30), *[rng.random()] * 3]))
+        frames[0] = bytearray(msgpack.packb([PROTOCOL_VERSION, rng.randrange(30),
+                                             *[rng.random()] * 3]))
     return [bytes(x) for x in frames]
 
 

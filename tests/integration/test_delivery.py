@@ -6,6 +6,7 @@ from collections import Counter, defaultdict
 
 import zmesh
 from tests.conftest import wait_members, wait_until
+from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES
 
 
 def drain(sub: zmesh.Subscription, count: int, timeout: float = 10.0) -> list[zmesh.Message]:
@@ -37,6 +38,27 @@ def test_seed_discovery_publish_and_ack(make_node):
     msg = got[0]
     assert msg.topic == "orders" and msg.group == "billing" and msg.attempt == 1
     assert msg.id.producer == prod.id
+
+
+def test_small_and_large_payloads_arrive_intact(make_node):
+    # Small payloads travel inside the batch's header frame, large ones as frames of
+    # their own; one batch here holds both kinds, with headers, keys and indexes.
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("blobs", group="g")
+    wait_members(prod, "blobs", "g", 1)
+    sizes = [0, 1, 100, LARGE_PAYLOAD_BYTES - 1, LARGE_PAYLOAD_BYTES, 3 * LARGE_PAYLOAD_BYTES,
+             7, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000,
+             40_000, 40_000, 40_000, 40_000, 5]
+    sent = {f"m{i}": bytes([i]) * size for i, size in enumerate(sizes)}
+    receipt = prod.publish_many("blobs", list(sent.values()), keys=list(sent),
+                                headers={"unit": "B"})
+    got = drain(sub, len(sent))
+    assert {m.key: m.payload for m in got} == sent
+    assert all(m.headers == {"unit": "B"} and m.id.producer == prod.id for m in got)
+    assert sorted(m.id for m in got) == receipt.ids
+    assert all(type(m.id) is zmesh.MessageId for m in got)
+    receipt.wait_acked(timeout=10)
 
 
 def test_shared_group_balances_and_keeps_keys_on_one_member(make_node):

@@ -66,12 +66,12 @@ class Consumer:
 
         producer, topic, lane = batch.node_id, batch.topic, batch.lane
         subs = self.subs.get((topic, lane))
-        seqs = [item.seq for item in batch.items]
+        seqs = batch.seqs
         if not subs:
             # Our hello without this lane is on its way; give the messages back.
             self.counters.add("released_no_subscription", len(seqs))
-            self._outgoing.append((producer, Nack(self.engine.node_id, topic, lane,
-                                                  tuple(seqs), 0.0)))
+            self._outgoing.append((producer, Nack(self.engine.node_id, topic, lane, seqs,
+                                                  0.0)))
             return
         self._note_floor(producer, lane, batch.floor, wb, now)
         lane_b = lane.encode()
@@ -82,18 +82,24 @@ class Consumer:
         held = self._held
         engine = self.engine
         group = subs[0].group
-        for item, payload, key in zip(batch.items, batch.payloads, keys, strict=True):
-            if key in seen:
-                reack.append(item.seq)
+        producer_hex = producer.hex()
+        duplicates = 0
+        for seq, dkey, key, payload, headers, attempt, partition, published_at, index in zip(
+                seqs, keys, batch.keys, batch.payloads, batch.headers, batch.attempts,
+                batch.partitions, batch.published_ats, batch.indexes, strict=True):
+            if dkey in seen:
+                reack.append(seq)
                 continue
-            hk = (producer, lane, item.seq)
+            hk = (producer, lane, seq)
             if hk in held:
-                self.counters.add("duplicates_held", 1)
+                duplicates += 1
                 continue
             held.add(hk)
-            fresh.append(Message(engine, producer, lane, item.seq, topic, group, item.key,
-                                 payload, item.headers, item.attempt, item.partition,
-                                 item.published_at, item.index))
+            fresh.append(Message(engine, producer, lane, seq, topic, group, key, payload,
+                                 headers, attempt, partition, published_at, index,
+                                 producer_hex))
+        if duplicates:
+            self.counters.add("duplicates_held", duplicates)
         if reack:
             self.counters.add("duplicates_dropped", len(reack))
             self._outgoing.append((producer, Ack(self.engine.node_id, topic, lane,
@@ -109,8 +115,7 @@ class Consumer:
     def release(self, batch: Batch) -> None:
         """Give a batch back to its producer without delivering it."""
         self._outgoing.append((batch.node_id, Nack(self.engine.node_id, batch.topic,
-                                                   batch.lane,
-                                                   tuple(i.seq for i in batch.items), 0.0)))
+                                                   batch.lane, batch.seqs, 0.0)))
 
     def _note_floor(self, producer: bytes, lane: str, floor: int, wb: WriteBatch,
                     now: float) -> None:

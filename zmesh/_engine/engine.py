@@ -21,11 +21,12 @@ from zmq.utils.monitor import recv_monitor_message
 
 from .._discovery.mdns import MdnsDiscovery
 from .._discovery.static import seed_endpoints
-from .._protocol.codec import decode_batch, decode_control, encode_batch_header, encode_control
+from .._protocol.codec import decode_batch, decode_control, encode_batch, encode_control
 from .._protocol.frames import (
     Ack,
     AdminReply,
     AdminRequest,
+    Batch,
     Bye,
     Fail,
     FetchHead,
@@ -72,6 +73,11 @@ CTRL_BACKLOG_MAX = 10_000
 SEND_RETRY_S = 0.005
 MAX_PUBS_PER_LOOP = 10_000  # publishes staged in one loop iteration (one LMDB transaction)
 FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one message)
+
+# Plain ints: pyzmq's Flag enums cost an enum operation per use on the data path.
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+_RCVMORE = int(zmq.RCVMORE)
 
 
 class _Call:
@@ -567,9 +573,13 @@ class Engine:
         limit = self.config.max_message_bytes
         for _ in range(RECV_BURST):
             try:
-                frames = pull.recv_multipart(zmq.NOBLOCK)
+                frames = [pull.recv(_NOBLOCK)]
             except zmq.Again:
                 return
+            # Usually one frame; large payloads follow as more parts of the same message,
+            # which ZeroMQ delivers whole.
+            while pull.getsockopt(_RCVMORE):
+                frames.append(pull.recv(_NOBLOCK))
             try:
                 batch = decode_batch(frames, limit)
             except DecodeError as exc:
@@ -699,19 +709,27 @@ class Engine:
         batch_size = lane.members[member].batch_size
         floor = lane.floor()
         sent = 0
+        push = peer.push
         for start in range(0, len(entries), batch_size):
             chunk = entries[start:start + batch_size]
-            items = []
-            payloads = []
-            for entry, record in zip(chunk, records[start:start + batch_size], strict=True):
-                _t, _p, key, headers, _prio, published_at, _e, _d, payload, index = record
-                items.append((entry.seq, entry.partition, key, headers, entry.attempt,
-                              published_at, index))
-                payloads.append(payload)
-            header = encode_batch_header(self.node_id, self.incarnation, lane.topic,
-                                         lane.name, floor, items)
+            (_t, _p, keys, headers, _prio, published_ats, _e, _d, payloads,
+             indexes) = zip(*records[start:start + batch_size], strict=True)
+            frames = encode_batch(Batch(
+                self.node_id, self.incarnation, lane.topic, lane.name, floor,
+                tuple([e.seq for e in chunk]), tuple([e.partition for e in chunk]), keys,
+                headers, tuple([e.attempt for e in chunk]), published_ats, indexes,
+                payloads))
             try:
-                peer.push.send_multipart([header, *payloads], zmq.NOBLOCK)
+                if len(frames) == 1:
+                    push.send(frames[0], _NOBLOCK)
+                else:
+                    # Only the first part can meet the high-water mark; the large payloads
+                    # after it go without a copy.
+                    push.send(frames[0], _NOBLOCK_MORE)
+                    last = len(frames) - 1
+                    for i in range(1, last):
+                        push.send(frames[i], _NOBLOCK_MORE, copy=False)
+                    push.send(frames[last], _NOBLOCK, copy=False)
             except zmq.Again:
                 self._send_retry_at = time.monotonic() + SEND_RETRY_S
                 self.counters.add("data_send_blocked", 1)

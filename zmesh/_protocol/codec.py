@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import partial
+from itertools import chain
+from operator import is_not
 from typing import Any
 
 import msgpack
@@ -35,7 +38,6 @@ from .frames import (
     FetchReply,
     FetchRequest,
     Hello,
-    Item,
     Nack,
     PeerRef,
     StatusReply,
@@ -47,8 +49,27 @@ MAX_HEADER_BYTES = 1 << 20
 MAX_BATCH_ITEMS = 10_000
 MAX_PARTITIONS = 4096
 NODE_ID_BYTES = 16
+MAX_KEY_CHARS = 4096
+# A data batch carries its payloads inside its header frame, except a payload this large
+# (sent as a frame of its own, without a copy) and any payload once the header holds
+# INLINE_PAYLOAD_BYTES of them, so the header stays within MAX_BATCH_HEADER_BYTES.
+LARGE_PAYLOAD_BYTES = 64 << 10
+INLINE_PAYLOAD_BYTES = 512 << 10
+MAX_BATCH_HEADER_BYTES = MAX_HEADER_BYTES + INLINE_PAYLOAD_BYTES
+U63 = (1 << 63) - 1
 
 _packb = msgpack.Packer(use_bin_type=True).pack
+
+# Column checks compare the set of an array's element types with these (bool is not int).
+_NONE = type(None)
+_INT: frozenset[type] = frozenset({int})
+_INT_OR_NONE: frozenset[type] = frozenset({int, _NONE})
+_NUMBER: frozenset[type] = frozenset({int, float})
+_STR_OR_NONE: frozenset[type] = frozenset({str, _NONE})
+_DICT_OR_NONE: frozenset[type] = frozenset({dict, _NONE})
+_BYTES_OR_NONE: frozenset[type] = frozenset({bytes, _NONE})
+_STR: frozenset[type] = frozenset({str})
+_not_none = partial(is_not, None)
 
 
 def _unpack(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Any:
@@ -86,7 +107,7 @@ def _str(value: Any, what: str, max_len: int = 256) -> str:
     return value
 
 
-def _int(value: Any, what: str, lo: int = 0, hi: int = (1 << 63) - 1) -> int:
+def _int(value: Any, what: str, lo: int = 0, hi: int = U63) -> int:
     _check(type(value) is int and lo <= value <= hi, f"bad {what}")
     return value
 
@@ -108,8 +129,8 @@ def _endpoint(value: Any) -> str:
 
 def _seqs(value: Any) -> tuple[int, ...]:
     _check(isinstance(value, list) and len(value) <= MAX_BATCH_ITEMS, "bad seq list")
-    for s in value:
-        _check(type(s) is int and s >= 0, "bad seq")
+    # One pass in C over the types, then the bound, instead of a call per element.
+    _check(not value or (set(map(type, value)) == _INT and min(value) >= 0), "bad seq")
     return tuple(value)
 
 
@@ -247,7 +268,8 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
             for i in raw_items:
                 _check(isinstance(i, list) and len(i) == 7, "bad fetch item")
                 key = i[3]
-                _check(key is None or (isinstance(key, str) and len(key) <= 4096), "bad key")
+                _check(key is None or (isinstance(key, str) and len(key) <= MAX_KEY_CHARS),
+                       "bad key")
                 _check(isinstance(i[6], bytes), "bad payload")
                 items.append(FetchItem(_int(i[0], "partition", 0, MAX_PARTITIONS - 1),
                                        _int(i[1], "index"), _int(i[2], "seq"), key,
@@ -271,48 +293,92 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
 # -- data --------------------------------------------------------------------------------
 
 
-def encode_batch_header(
-    node_id: bytes, incarnation: int, topic: str, lane: str, floor: int,
-    items: Sequence[tuple[int, int, str | None, dict | None, int, float, int | None]],
-) -> bytes:
-    """The first frame of a data batch; the payload frames follow it in item order.
-
-    An item is ``(seq, partition, key, headers, attempt, published_at, index)``; index is
-    the message's index in its (topic, partition) at the producer, or None.
-    """
-    return _packb([PROTOCOL_VERSION, BATCH, node_id, incarnation, topic, lane, floor, items])
-
-
 def encode_batch(batch: Batch) -> list[bytes]:
-    """All frames of a data batch."""
-    items = [(i.seq, i.partition, i.key, i.headers, i.attempt, i.published_at, i.index)
-             for i in batch.items]
-    header = encode_batch_header(batch.node_id, batch.incarnation, batch.topic, batch.lane,
-                                 batch.floor, items)
-    return [header, *batch.payloads]
+    """All frames of a data batch: the header, then the payloads that travel apart.
+
+    Small payloads go inside the header; a payload of ``LARGE_PAYLOAD_BYTES`` or more, or
+    one past ``INLINE_PAYLOAD_BYTES`` of inline payloads, is left as its own frame (the
+    same bytes object, for a zero-copy send) and nil takes its place in the header.
+    """
+    payloads: Sequence[bytes | None] = batch.payloads
+    extra: list[bytes] = []
+    if sum(map(len, batch.payloads)) >= LARGE_PAYLOAD_BYTES:
+        payloads, extra = _split(batch.payloads)
+    return [_packb([PROTOCOL_VERSION, BATCH, batch.node_id, batch.incarnation, batch.topic,
+                    batch.lane, batch.floor, batch.seqs, batch.partitions, batch.keys,
+                    batch.headers, batch.attempts, batch.published_ats, batch.indexes,
+                    payloads]),
+            *extra]
+
+
+def _split(payloads: Sequence[bytes]) -> tuple[list[bytes | None], list[bytes]]:
+    inline: list[bytes | None] = []
+    extra: list[bytes] = []
+    room = INLINE_PAYLOAD_BYTES
+    for p in payloads:
+        n = len(p)
+        if n < LARGE_PAYLOAD_BYTES and n <= room:
+            inline.append(p)
+            room -= n
+        else:
+            inline.append(None)
+            extra.append(p)
+    return inline, extra
+
+
+def _column(value: Any, n: int, what: str, types: frozenset[type]) -> set[type]:
+    """Check that ``value`` is an array of ``n`` elements of ``types``; its element types."""
+    _check(type(value) is list and len(value) == n, f"bad {what} column")
+    present = set(map(type, value))
+    _check(present <= types, f"bad {what}")
+    return present
+
+
+def _ints(value: Any, n: int, what: str, hi: int = U63) -> tuple[int, ...]:
+    present = _column(value, n, what, _INT)
+    _check(not present or (min(value) >= 0 and max(value) <= hi), f"bad {what}")
+    return tuple(value)
 
 
 def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
     """Parse a data batch; DecodeError for anything that is not a valid one."""
     _check(len(frames) >= 1, "empty data message")
-    obj = _unpack(frames[0])
-    _check(isinstance(obj, list) and len(obj) == 8, "bad batch header")
+    obj = _unpack(frames[0], MAX_BATCH_HEADER_BYTES)
+    _check(isinstance(obj, list) and len(obj) == 15, "bad batch header")
     _check(type(obj[0]) is int and obj[0] == PROTOCOL_VERSION,
            f"unsupported protocol version {obj[0]!r}")
     _check(type(obj[1]) is int and obj[1] == BATCH, "not a batch")
-    raw_items = obj[7]
-    _check(isinstance(raw_items, list) and len(raw_items) <= MAX_BATCH_ITEMS, "bad items")
-    payloads = tuple(frames[1:])
-    _check(len(payloads) == len(raw_items), "payload count does not match items")
-    items = []
-    for raw, payload in zip(raw_items, payloads, strict=True):
-        _check(isinstance(raw, list) and len(raw) == 7, "bad item")
-        _check(len(payload) <= max_message_bytes, "payload exceeds max_message_bytes")
-        key = raw[2]
-        _check(key is None or (isinstance(key, str) and len(key) <= 4096), "bad key")
-        items.append(Item(_int(raw[0], "seq"), _int(raw[1], "partition", 0, 65535), key,
-                          _header(raw[3]), _int(raw[4], "attempt", 0, 1 << 31),
-                          _num(raw[5], "published_at"),
-                          None if raw[6] is None else _int(raw[6], "index")))
+    seqs = obj[7]
+    _check(type(seqs) is list and len(seqs) <= MAX_BATCH_ITEMS, "bad seq column")
+    n = len(seqs)
+    keys = obj[9]
+    if str in _column(keys, n, "key", _STR_OR_NONE):
+        _check(max(map(len, filter(None, keys)), default=0) <= MAX_KEY_CHARS, "bad key")
+    headers = obj[10]
+    if dict in _column(headers, n, "headers", _DICT_OR_NONE):
+        # Every header name: the keys of every dict, in one pass.
+        _check(set(map(type, chain.from_iterable(filter(None, headers)))) <= _STR,
+               "bad header name")
+    published = obj[12]
+    if int in _column(published, n, "published_at", _NUMBER):
+        published = list(map(float, published))
+    indexes = obj[13]
+    present = _column(indexes, n, "index", _INT_OR_NONE)
+    if int in present:
+        ints = indexes if _NONE not in present else list(filter(_not_none, indexes))
+        _check(min(ints) >= 0 and max(ints) <= U63, "bad index")
+    payloads = obj[14]
+    extra = frames[1:]
+    if _NONE in _column(payloads, n, "payload", _BYTES_OR_NONE):
+        _check(payloads.count(None) == len(extra), "payload count does not match items")
+        taken = iter(extra)
+        payloads = [next(taken) if p is None else p for p in payloads]
+    else:
+        _check(not extra, "payload count does not match items")
+    _check(max(map(len, payloads), default=0) <= max_message_bytes,
+           "payload exceeds max_message_bytes")
     return Batch(_node_id(obj[2]), _int(obj[3], "incarnation"), _str(obj[4], "topic"),
-                 _str(obj[5], "lane"), _int(obj[6], "floor"), tuple(items), payloads)
+                 _str(obj[5], "lane"), _int(obj[6], "floor"), _ints(seqs, n, "seq"),
+                 _ints(obj[8], n, "partition", 65535), tuple(keys), tuple(headers),
+                 _ints(obj[11], n, "attempt", 1 << 31), tuple(published), tuple(indexes),
+                 tuple(payloads))

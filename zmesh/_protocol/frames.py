@@ -1,14 +1,27 @@
 """Wire messages: frozen slotted dataclasses, no I/O.
 
-Data travels PUSH -> PULL as one multipart message: a msgpack header describing a batch,
-then one raw frame per payload. Control travels DEALER -> ROUTER as one msgpack frame.
+Control travels DEALER -> ROUTER as one msgpack frame ``[version, kind, ...]``.
+
+Data travels PUSH -> PULL as one multipart message per batch. Its first frame is a
+msgpack list, with the batch's messages as parallel columns (one array per field, every
+array as long as the batch)::
+
+    [version, BATCH, node_id, incarnation, topic, lane, floor,
+     seqs, partitions, keys, headers, attempts, published_ats, indexes, payloads]
+
+``payloads`` holds each payload as a msgpack bin, so a batch of small messages is a single
+ZeroMQ frame. A payload of ``LARGE_PAYLOAD_BYTES`` (64 KiB) or more, and any payload past
+``INLINE_PAYLOAD_BYTES`` of inline payloads in one batch (both in ``codec``), travels
+instead as a raw frame of its own after the header, sent without a copy; its place in
+``payloads`` holds nil, and the nils take the extra frames in order. A batch with as many
+nils as extra frames is the only valid one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: data batches in columns, payloads inside the header frame
 
 # Control kinds.
 HELLO = 1
@@ -136,19 +149,6 @@ class AdminReply:
 
 
 @dataclass(frozen=True, slots=True)
-class Item:
-    """Metadata of one message in a data batch; its payload is a separate frame."""
-
-    seq: int
-    partition: int
-    key: str | None
-    headers: dict | None
-    attempt: int
-    published_at: float
-    index: int | None = None  # per (topic, partition) at the producer; None: not indexed
-
-
-@dataclass(frozen=True, slots=True)
 class FetchRequest:
     """A reader asks a producer for stored messages of a topic, by index.
 
@@ -204,6 +204,10 @@ class FetchReply:
 class Batch:
     """Messages of one lane from one producer, with the lane's acked floor.
 
+    The messages are columns: the i-th message is ``seqs[i]``, ``partitions[i]``, ...,
+    ``payloads[i]``; every column has one element per message. ``indexes[i]`` is the
+    message's index in its (topic, partition) at the producer, or None (not indexed).
+
     ``floor``: every sequence of this lane below it is settled at the producer and will
     never be delivered again, so consumers may forget their dedupe entries below it.
     """
@@ -213,7 +217,13 @@ class Batch:
     topic: str
     lane: str
     floor: int
-    items: tuple[Item, ...]
+    seqs: tuple[int, ...]
+    partitions: tuple[int, ...]
+    keys: tuple[str | None, ...]
+    headers: tuple[dict | None, ...]
+    attempts: tuple[int, ...]
+    published_ats: tuple[float, ...]
+    indexes: tuple[int | None, ...]
     payloads: tuple[bytes, ...]
 
 
