@@ -64,7 +64,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RECV_BURST = 512
+RECV_BURST = 512  # control frames handled per loop iteration
+# Messages received per loop iteration: a few batches, so their acks (committed at the end
+# of the iteration) flow back while the producer still has credit to send more.
+RECV_DATA_MSGS = 200
 START_TIMEOUT_S = 15.0
 DEALER_LINGER_MS = 200
 CONTACT_EXPIRY_BEATS = 10
@@ -571,7 +574,10 @@ class Engine:
     def _recv_data(self, wb: WriteBatch, now: float) -> None:
         pull = self.pull
         limit = self.config.max_message_bytes
+        received = 0
         for _ in range(RECV_BURST):
+            if received >= RECV_DATA_MSGS:
+                return
             try:
                 frames = [pull.recv(_NOBLOCK)]
             except zmq.Again:
@@ -592,6 +598,7 @@ class Engine:
                 self.counters.add("batches_from_unknown_peers", 1)
                 self.consumer.release(batch)
                 continue
+            received += len(batch.seqs)
             self.consumer.on_batch(batch, wb, now)
 
     def _on_monitor(self, mon: zmq.Socket) -> None:
