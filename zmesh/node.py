@@ -217,8 +217,10 @@ class Node:
                  keys: list[str | None], headers: Mapping[str, Any] | None = None,
                  priority: int = 0, ttl: float | None = None,
                  deliver_at: float | _dt.datetime | None = None, delay: float | None = None,
-                 msg_id: str | None = None, timeout: float | None = None) -> list[Publish]:
-        """Validate publishes and allocate their sequences (shared with transactions)."""
+                 msg_id: str | None = None, timeout: float | None = None,
+                 paced: bool = True) -> list[Publish]:
+        """Validate publishes and allocate their sequences (shared with transactions,
+        which are not ``paced``: see Engine.prepare)."""
         if topic not in self._known_topics:
             check_name("topic", topic)
             self._known_topics.add(topic)
@@ -262,7 +264,7 @@ class Node:
             topic, payloads, keys, headers, priority,
             None if ttl is None else now + ttl, deliver_at,
             DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions,
-            self.config.publish_timeout_s if timeout is None else timeout, msg_id)
+            self.config.publish_timeout_s if timeout is None else timeout, msg_id, paced)
 
     def transaction(self, timeout: float | None = None) -> Transaction:
         """Publish several messages and ack received ones atomically.

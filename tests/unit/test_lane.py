@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import pytest
 
-from zmesh._engine.lane import Entry, Lane, Timing
+from zmesh._engine.lane import IN_FLIGHT, Entry, Lane, Taken, Timing
 
 PRODUCER = b"P" * 16
 A, B, C, D = (bytes([i]) * 16 for i in b"ABCD")
@@ -28,7 +29,21 @@ def make_lane(
     )  # type: ignore[arg-type]
 
 
-def seqs(entries: list[Entry]) -> list[int]:
+class Sent(NamedTuple):
+    """One message of a take, as a row."""
+
+    seq: int
+    partition: int
+    attempt: int
+
+
+def sent(out: Taken) -> list[Sent]:
+    return [Sent(*row) for row in zip(out.seqs, out.partitions, out.attempts, strict=True)]
+
+
+def seqs(entries: list[Entry] | list[Sent] | Taken) -> list[int]:
+    if isinstance(entries, Taken):
+        return list(entries.seqs)
     return [e.seq for e in entries]
 
 
@@ -37,7 +52,7 @@ def taken(lane: Lane, now: float, member: bytes = A) -> list[int]:
     out, expired = lane.take(now)
     assert set(out) <= {member}, f"unexpected members {set(out) - {member}}"
     assert expired == []
-    return seqs(out.get(member, []))
+    return seqs(out[member]) if member in out else []
 
 
 def partitions_of(lane: Lane, member: bytes) -> list[int]:
@@ -72,9 +87,9 @@ def test_each_member_gets_at_most_its_own_credit() -> None:
     out, _ = lane.take(0.0)
     assert len(out[A]) == 2
     assert len(out[B]) == 5
-    assert {e.partition for e in out[A]} <= set(owned_a)
-    assert {e.partition for e in out[B]} <= set(owned_b)
-    assert all(e.member == m for m in out for e in out[m])
+    assert {e.partition for e in sent(out[A])} <= set(owned_a)
+    assert {e.partition for e in sent(out[B])} <= set(owned_b)
+    assert all(set(out[m].seqs) <= lane.members[m].in_flight for m in out)
 
 
 def test_raising_credit_lets_more_through() -> None:
@@ -200,9 +215,9 @@ def test_ack_timeout_redelivers_after_exponential_backoff() -> None:
     # (backoff after this attempt) with jitter factor 1.0: 1, 2, 4, then capped at 5.
     for backoff in (1.0, 2.0, 4.0, 5.0, 5.0):
         out, _ = lane.take(now)
-        (entry,) = out[A]
+        (entry,) = sent(out[A])
         attempts.append(entry.attempt)
-        assert entry.deadline == now + 10.0
+        assert lane.next_wakeup() == now + 10.0  # its ack deadline
         assert lane.tick(now + 9.999).timed_out == 0
         assert taken(lane, now + 9.999) == []
         result = lane.tick(now + 10.0)
@@ -223,7 +238,7 @@ def test_restored_attempt_count_continues() -> None:
     lane.set_member(A, max_in_flight=10, batch_size=10)
     lane.add(0, 0, attempt=4, now=0.0)
     out, _ = lane.take(0.0)
-    assert out[A][0].attempt == 5
+    assert sent(out[A])[0].attempt == 5
 
 
 def test_max_attempts_exhausts_on_timeout() -> None:
@@ -233,7 +248,7 @@ def test_max_attempts_exhausts_on_timeout() -> None:
     now = 0.0
     for attempt in (1, 2, 3):
         out, _ = lane.take(now)
-        assert [(e.seq, e.attempt) for e in out[A]] == [(0, attempt)]
+        assert [(e.seq, e.attempt) for e in sent(out[A])] == [(0, attempt)]
         now += 10.0
         result = lane.tick(now)
         assert result.timed_out == 1
@@ -255,7 +270,7 @@ def test_unlimited_attempts_never_exhaust() -> None:
     now = 0.0
     for attempt in range(1, 51):
         out, _ = lane.take(now)
-        assert out[A][0].attempt == attempt
+        assert sent(out[A])[0].attempt == attempt
         now += 1.0
         assert lane.tick(now).exhausted == []
     assert 0 in lane
@@ -279,7 +294,7 @@ def test_nack_with_explicit_delay() -> None:
     assert lane.next_wakeup() == 6.0
     lane.tick(6.0)
     out, _ = lane.take(6.0)
-    assert [(e.seq, e.attempt) for e in out[A]] == [(0, 2)]
+    assert [(e.seq, e.attempt) for e in sent(out[A])] == [(0, 2)]
 
 
 def test_nack_without_delay_uses_the_backoff() -> None:
@@ -289,7 +304,7 @@ def test_nack_without_delay_uses_the_backoff() -> None:
     now = 0.0
     for attempt, backoff in [(1, 2.0), (2, 4.0), (3, 8.0)]:
         out, _ = lane.take(now)
-        assert out[A][0].attempt == attempt
+        assert sent(out[A])[0].attempt == attempt
         assert lane.nack([0], None, now=now) == []
         lane.tick(now + backoff - 0.001)
         assert taken(lane, now + backoff - 0.001) == []
@@ -398,7 +413,7 @@ def test_tick_expires_waiting_messages() -> None:
     assert lane.tick(4.999).expired == []
     assert lane.tick(5.0).expired == [0]
     assert lane.tick(6.0).expired == [1]
-    assert sorted(lane.entries) == [2]
+    assert sorted(lane.seqs()) == [2]
     lane.set_member(A, max_in_flight=10, batch_size=10)
     lane.tick(20.0)
     assert taken(lane, 20.0) == [2]
@@ -461,7 +476,8 @@ def test_remove_member_re_pends_its_in_flight_for_the_others() -> None:
     out, _ = lane.take(2.0)
     assert set(out) == {B}
     assert sorted(seqs(out[B])) == moved
-    assert all(e.attempt == 2 and e.member == B for e in out[B])
+    assert all(e.attempt == 2 for e in sent(out[B]))
+    assert set(out[B].seqs) <= lane.members[B].in_flight
     # The dead member's old deadlines do not time the new deliveries out.
     assert lane.tick(31.0).timed_out == 0
     assert lane.tick(32.0).timed_out == len(moved)
@@ -512,9 +528,9 @@ def test_a_key_stays_with_one_member_while_membership_is_stable() -> None:
     for seq in range(80):
         lane.add(seq, seq % 8, now=0.0)
     out, _ = lane.take(0.0)
-    for member, entries in out.items():
-        for entry in entries:
-            assert lane.owner(entry.partition) == member
+    for member, taken_by in out.items():
+        for partition in taken_by.partitions:
+            assert lane.owner(partition) == member
     assert sum(len(v) for v in out.values()) == 80
 
 
@@ -559,13 +575,13 @@ def test_unsend_restores_ready_state_and_attempt() -> None:
     for seq, priority in [(0, 1), (1, 0), (2, 2)]:
         lane.add(seq, 0, priority, now=0.0)
     out, _ = lane.take(0.0)
-    assert [(e.seq, e.attempt) for e in out[A]] == [(1, 1), (0, 1)]
-    lane.unsend(out[A], now=0.0)
+    assert [(e.seq, e.attempt) for e in sent(out[A])] == [(1, 1), (0, 1)]
+    lane.unsend(out[A].seqs, now=0.0)
     assert lane.in_flight_count() == 0
     assert lane.ready_count == 3
-    assert all(e.attempt == 0 for e in out[A])
+    assert all(lane.attempt(seq) == 0 for seq in out[A].seqs)
     out, _ = lane.take(5.0)
-    assert [(e.seq, e.attempt) for e in out[A]] == [(1, 1), (0, 1)]
+    assert [(e.seq, e.attempt) for e in sent(out[A])] == [(1, 1), (0, 1)]
     # The unsent delivery's deadline (10.0) times nothing out; the new one (15.0) does.
     assert lane.tick(10.0).timed_out == 0
     assert lane.tick(15.0).timed_out == 2
@@ -577,7 +593,7 @@ def test_unsend_ignores_settled_entries() -> None:
     lane.add(0, 0, now=0.0)
     out, _ = lane.take(0.0)
     lane.ack([0])
-    lane.unsend(out[A], now=0.0)
+    lane.unsend(out[A].seqs, now=0.0)
     assert len(lane) == 0 and lane.ready_count == 0
     assert lane.take(0.0) == ({}, [])
 
@@ -599,4 +615,58 @@ def test_partition_beyond_the_configured_count_is_kept() -> None:
     lane.add(0, 5, now=0.0)
     assert lane.owner(5) == A
     out, _ = lane.take(0.0)
-    assert [(e.seq, e.partition) for e in out[A]] == [(0, 5)]
+    assert [(e.seq, e.partition) for e in sent(out[A])] == [(0, 5)]
+
+
+# -- plain messages (no Entry until something unusual happens) -----------------------------
+
+
+def test_plain_messages_need_no_entry_from_add_to_ack() -> None:
+    lane = make_lane(partitions=2)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    for seq in range(4):
+        lane.add(seq, seq % 2, now=0.0)
+    assert len(lane) == 4 and lane.entries == {}
+    assert sorted(taken(lane, 0.0)) == [0, 1, 2, 3]
+    assert lane.entries == {} and lane.in_flight_count() == 4
+    assert all(lane.state(seq) == IN_FLIGHT and lane.attempt(seq) == 1 for seq in range(4))
+    assert lane.ack([0, 1, 2, 3, 4]) == [0, 1, 2, 3]
+    assert len(lane) == 0 and lane.in_flight_count() == 0 and lane.floor() == 4
+
+
+def test_plain_and_other_messages_are_taken_in_urgency_order() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(0, 0, now=0.0)
+    lane.add(1, 0, now=0.0, expires_at=100.0)  # not plain: it can expire
+    lane.add(2, 0, now=0.0)
+    lane.add(3, 0, 1, now=0.0)  # priority 1: after every priority 0 message
+    lane.add(4, 0, now=0.0)
+    assert taken(lane, 0.0) == [0, 1, 2, 4, 3]
+
+
+def test_an_old_sequence_added_after_newer_plain_ones_goes_first() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    lane.add(5, 0, now=0.0)
+    lane.add(6, 0, now=0.0)
+    lane.add(3, 0, now=0.0)  # a replayed dead letter
+    assert taken(lane, 0.0) == [3, 5, 6]
+
+
+def test_a_plain_message_nacked_failed_or_acked_while_ready() -> None:
+    lane = make_lane(retry_backoff_s=1.0)
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    for seq in range(3):
+        lane.add(seq, 0, now=0.0)
+    assert taken(lane, 0.0) == [0, 1, 2]
+    assert lane.nack([0], None, now=1.0) == []  # back after the backoff (1 s for attempt 1)
+    failed = lane.fail(1)
+    assert failed is not None and failed.seq == 1 and failed.attempt == 1
+    assert lane.in_flight_count() == 1
+    lane.tick(2.0)
+    out, _ = lane.take(2.0)
+    assert sent(out[A]) == [Sent(0, 0, 2)]
+    lane.add(7, 0, now=2.0)
+    assert lane.ack([7]) == [7] and lane.ready_count == 0  # settled before it was sent
+    assert taken(lane, 2.0) == []

@@ -52,7 +52,7 @@ from ..errors import (
 from .admin import admin
 from .commit import Committer
 from .consumer import Consumer
-from .lane import Entry, Lane
+from .lane import Lane, Taken
 from .mesh import Mesh
 from .producer import Producer, Publish
 from .retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
@@ -75,6 +75,10 @@ FORGET_DEAD_AFTER_S = 600.0
 CTRL_BACKLOG_MAX = 10_000
 SEND_RETRY_S = 0.005
 MAX_PUBS_PER_LOOP = 10_000  # publishes staged in one loop iteration (one LMDB transaction)
+# Publishes that may wait for the IO thread. A publisher that gets further ahead waits for
+# it: this gives the IO thread the GIL, and keeps the queued publishes (memory, and the
+# garbage collector's work over them) bounded.
+MAX_AHEAD_MSGS = 2_000
 FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one message)
 
 # Plain ints: pyzmq's Flag enums cost an enum operation per use on the data path.
@@ -202,13 +206,16 @@ class Engine:
     def prepare(self, topic: str, payloads: list[bytes], keys: list[str | None],
                 headers: dict | None, priority: int, expires_at: float | None,
                 deliver_at: float | None, partitions: int, timeout_s: float,
-                msg_id: str | None = None) -> list[Publish]:
+                msg_id: str | None = None, paced: bool = True) -> list[Publish]:
         """Allocate consecutive sequences and one receipt for ``payloads``, waiting up to
         ``timeout_s`` for outbox room. The caller must submit them (or ``abandon`` them).
+
+        ``paced``: also wait while MAX_AHEAD_MSGS publishes wait for the IO thread (not for
+        a transaction, whose publishes are submitted only when it commits).
         """
         n = len(payloads)
         first = self._reserve(n, sum(map(len, payloads)) if n > 1 else len(payloads[0]),
-                              timeout_s)
+                              timeout_s, paced)
         receipt = Receipt(MessageId(self._node_hex, first), self.cond, n, topic, self.watch)
         now = time.time()
         if n == 1:  # publish(): no comprehension to set up for one message
@@ -221,7 +228,7 @@ class Engine:
                 for seq, payload, key in zip(range(first, first + n), payloads, keys,
                                              strict=True)]
 
-    def _reserve(self, n: int, nbytes: int, timeout_s: float) -> int:
+    def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
         """The first of ``n`` sequences, once the outbox has room for them."""
         if self._state != "running":
             self._check_running()
@@ -229,11 +236,13 @@ class Engine:
         deadline = 0.0
         while True:
             with self._alloc:
-                depth = self.producer.depth + self._submitted - self._done
+                waiting = self._submitted - self._done
+                depth = self.producer.depth + waiting
                 room = depth + n <= limit or depth == 0
                 ahead = self._submitted_bytes - self._done_bytes
                 if room and not self.held.full and (
-                        ahead + nbytes <= self._ahead_limit or ahead == 0):
+                        ahead + nbytes <= self._ahead_limit or ahead == 0) and (
+                        not paced or waiting + n <= MAX_AHEAD_MSGS or waiting == 0):
                     first = self._next_seq
                     self._next_seq = first + n
                     self._submitted += n
@@ -707,8 +716,7 @@ class Engine:
 
     # -- sending -------------------------------------------------------------------------
 
-    def _send_data(self, member: bytes, lane: Lane, entries: list[Entry],
-                   records: list[list]) -> int:
+    def _send_data(self, member: bytes, lane: Lane, out: Taken, records: list[list]) -> int:
         assert self.mesh is not None
         peer = self.mesh.peer(member)
         if peer is None or not peer.alive:
@@ -717,15 +725,15 @@ class Engine:
         floor = lane.floor()
         sent = 0
         push = peer.push
-        for start in range(0, len(entries), batch_size):
-            chunk = entries[start:start + batch_size]
+        for start in range(0, len(out.seqs), batch_size):
+            end = start + batch_size
+            seqs = out.seqs[start:end]
             (_t, _p, keys, headers, _prio, published_ats, _e, _d, payloads,
-             indexes) = zip(*records[start:start + batch_size], strict=True)
+             indexes) = zip(*records[start:end], strict=True)
             frames = encode_batch(Batch(
-                self.node_id, self.incarnation, lane.topic, lane.name, floor,
-                tuple([e.seq for e in chunk]), tuple([e.partition for e in chunk]), keys,
-                headers, tuple([e.attempt for e in chunk]), published_ats, indexes,
-                payloads))
+                self.node_id, self.incarnation, lane.topic, lane.name, floor, tuple(seqs),
+                tuple(out.partitions[start:end]), keys, headers,
+                tuple(out.attempts[start:end]), published_ats, indexes, payloads))
             try:
                 if len(frames) == 1:
                     push.send(frames[0], _NOBLOCK)
@@ -741,7 +749,7 @@ class Engine:
                 self._send_retry_at = time.monotonic() + SEND_RETRY_S
                 self.counters.add("data_send_blocked", 1)
                 break
-            sent += len(chunk)
+            sent += len(seqs)
         self.counters.add("sent", sent)
         return sent
 

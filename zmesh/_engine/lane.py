@@ -7,6 +7,13 @@ hands out. Every unsettled sequence is in exactly one state:
 - READY: waiting in its partition's heap, most urgent (lowest priority number) first;
 - DELAYED: waiting for ``not_before`` (a schedule, a nack delay or a retry backoff);
 - IN_FLIGHT: sent to a member, waiting for its ack until ``deadline``.
+
+Most messages are plain: priority 0, no schedule, no expiry, first attempt. A plain
+message costs no ``Entry``: while ready it is a sequence in its partition's FIFO and a
+``_plain`` slot (seq -> partition); once sent, a ``_sent`` slot (seq -> (partition, member,
+deadline)) until its ack. It becomes an ``Entry`` only when something unusual happens to
+it (a timeout, a nack, its member leaving, a failed send, a failure to park): that keeps
+the common path, and the memory of a large backlog, small.
 """
 
 from __future__ import annotations
@@ -49,6 +56,20 @@ class Entry:
         self.expires_at = expires_at  # 0.0: never
 
 
+class Taken:
+    """What one ``take`` hands a member, as columns in send order."""
+
+    __slots__ = ("seqs", "partitions", "attempts")
+
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+        self.partitions: list[int] = []
+        self.attempts: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+
 @dataclass(slots=True)
 class Member:
     """A live member of the lane's group and its credit."""
@@ -89,10 +110,14 @@ class Lane:
         self.producer = producer
         self.timing = timing
         self._rng = rng
-        self.entries: dict[int, Entry] = {}
+        self.entries: dict[int, Entry] = {}  # messages that are not plain (or no longer)
+        self._plain: dict[int, int] = {}  # ready plain messages: seq -> partition
+        self._sent: dict[int, tuple[int, bytes, float]] = {}  # seq -> (partition, member,
+        #                                                      deadline) of sent plain ones
         self.members: dict[bytes, Member] = {}
         self._partitions = partitions
         self._ready: list[list[int]] = [[] for _ in range(partitions)]
+        self._fresh: list[deque[int]] = [deque() for _ in range(partitions)]
         self._bulk = False  # loading: append to the heaps, heapify once at the end
         self._ready_count = 0
         self._delayed: list[tuple[float, int]] = []
@@ -108,21 +133,59 @@ class Lane:
     # -- content --------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.entries) + len(self._plain) + len(self._sent)
 
     def __contains__(self, seq: int) -> bool:
-        return seq in self.entries
+        return seq in self._plain or seq in self._sent or seq in self.entries
+
+    def seqs(self) -> list[int]:
+        """Every sequence this lane owes, in no particular order."""
+        return [*self.entries, *self._plain, *self._sent]
+
+    def attempt(self, seq: int) -> int:
+        """How many times ``seq`` was handed out (0 when it is not owed)."""
+        if seq in self._sent:
+            return 1
+        entry = self.entries.get(seq)
+        return 0 if entry is None else entry.attempt
+
+    def state(self, seq: int) -> int | None:
+        """READY, DELAYED or IN_FLIGHT; None when ``seq`` is not owed."""
+        if seq in self._plain:
+            return READY
+        if seq in self._sent:
+            return IN_FLIGHT
+        entry = self.entries.get(seq)
+        return None if entry is None else entry.state
+
+    def entry(self, seq: int) -> Entry | None:
+        """The ``Entry`` of ``seq`` (made now for a plain message); None when not owed."""
+        partition = self._plain.pop(seq, None)
+        if partition is not None:  # its FIFO slot goes stale and is skipped later
+            entry = Entry(seq, partition, 0, 0, 0.0, 0.0)
+            self.entries[seq] = entry
+            key = seq  # priority 0
+            if self._bulk:
+                self._ready[partition].append(key)
+            else:
+                heapq.heappush(self._ready[partition], key)
+            return entry
+        sent = self._sent.pop(seq, None)
+        if sent is not None:
+            entry = Entry(seq, sent[0], 0, 1, 0.0, 0.0)
+            entry.state = IN_FLIGHT
+            entry.member, entry.deadline = sent[1], sent[2]
+            self.entries[seq] = entry
+            return entry
+        return self.entries.get(seq)
 
     def add(self, seq: int, partition: int, priority: int = 0, attempt: int = 0, *,
             now: float, not_before: float = 0.0, expires_at: float = 0.0) -> None:
         """Owe ``seq`` to this lane's group."""
-        entries = self.entries
-        if seq in entries:
+        if seq in self._plain or seq in self._sent or seq in self.entries:
             return
         if partition >= self._partitions:
             partition = self._grow(partition)
-        entry = Entry(seq, partition, priority, attempt, not_before, expires_at)
-        entries[seq] = entry
         order = self._order
         if order and seq < order[-1]:
             insort(order, seq)  # rare: a replayed old message
@@ -130,19 +193,24 @@ class Lane:
             order.append(seq)
         if seq >= self._next_floor:
             self._next_floor = seq + 1
+        if not (priority or attempt or expires_at or not_before > now):
+            fresh = self._fresh[partition]
+            if not fresh or seq > fresh[-1]:  # FIFOs stay in sequence order
+                self._plain[seq] = partition
+                fresh.append(seq)
+                self._ready_count += 1
+                return
+        entry = Entry(seq, partition, priority, attempt, not_before, expires_at)
+        self.entries[seq] = entry
         if expires_at:
             heapq.heappush(self._expiring, (expires_at, seq))
-        if not_before > now or self._bulk:
-            self._schedule(entry, not_before, now)
-        else:  # ready now: what _schedule does for a new entry, inline (the common case)
-            entry.not_before = 0.0
-            heapq.heappush(self._ready[partition], (priority << SEQ_BITS) | seq)
-            self._ready_count += 1
+        self._schedule(entry, not_before, now)
 
     def _grow(self, partition: int) -> int:
         # Messages stored under a larger partition count (topic reconfigured) keep theirs.
         while partition >= self._partitions:
             self._ready.append([])
+            self._fresh.append(deque())
             self._partitions += 1
             self._owners = None
         return partition
@@ -180,8 +248,8 @@ class Lane:
 
     def floor(self) -> int:
         """Every sequence of this lane below the floor is settled."""
-        order, entries = self._order, self.entries
-        while order and order[0] not in entries:
+        order, plain, sent, entries = self._order, self._plain, self._sent, self.entries
+        while order and not (order[0] in plain or order[0] in sent or order[0] in entries):
             order.popleft()
         return order[0] if order else self._next_floor
 
@@ -211,7 +279,7 @@ class Lane:
             return 0
         self._owners = None
         for seq in gone.in_flight:
-            entry = self.entries.get(seq)
+            entry = self.entry(seq)
             if entry is not None and entry.state == IN_FLIGHT:
                 self._schedule(entry, 0.0, now)
         return len(gone.in_flight)
@@ -227,15 +295,22 @@ class Lane:
     # -- delivery -------------------------------------------------------------------------
 
     def _head(self, partition: int) -> int | None:
-        """The valid top of a partition's heap, dropping stale records on the way."""
+        """The partition's most urgent ready key, dropping stale records on the way."""
         heap = self._ready[partition]
         entries = self.entries
+        top = None
         while heap:
             entry = entries.get(heap[0] & SEQ_MASK)
             if entry is not None and entry.state == READY:
-                return heap[0]
+                top = heap[0]
+                break
             heapq.heappop(heap)
-        return None
+        fresh, plain = self._fresh[partition], self._plain
+        while fresh and fresh[0] not in plain:
+            fresh.popleft()
+        if fresh and (top is None or fresh[0] < top):
+            return fresh[0]  # a plain message's key is its sequence (priority 0)
+        return top
 
     def begin_bulk(self) -> None:
         """Many adds follow (a restart): defer heap ordering to ``end_bulk``."""
@@ -246,14 +321,14 @@ class Lane:
         for heap in self._ready:
             heapq.heapify(heap)
 
-    def take(self, now: float, limit: int = 10_000) -> tuple[dict[bytes, list[Entry]], list[int]]:
+    def take(self, now: float, limit: int = 10_000) -> tuple[dict[bytes, Taken], list[int]]:
         """Hand out ready messages to their owners within their credit.
 
         Across all partitions a member owns, the most urgent message (lowest priority, then
-        lowest sequence) goes first. Returns (member -> entries now in flight) and the
-        sequences found expired on the way (already removed).
+        lowest sequence) goes first. Returns (member -> what is now in flight to it) and
+        the sequences found expired on the way (already removed).
         """
-        out: dict[bytes, list[Entry]] = {}
+        out: dict[bytes, Taken] = {}
         expired: list[int] = []
         if not self._ready_count or not self.members:
             return out, expired
@@ -261,8 +336,8 @@ class Lane:
             self.owner(0)  # builds the owner table
         owners = self._owners
         assert owners is not None
-        members, ready, entries = self.members, self._ready, self.entries
-        heads: list[tuple[int, int]] = []  # (heap key, partition)
+        members, entries, plain, sent = self.members, self.entries, self._plain, self._sent
+        heads: list[tuple[int, int]] = []  # (key, partition)
         for partition in range(self._partitions):
             owner = owners[partition]
             if owner is None:
@@ -277,7 +352,7 @@ class Lane:
         heappop, heappush = heapq.heappop, heapq.heappush
         deadline = now + self.timing.ack_timeout_s
         taken = 0
-        sent: list[int] = []
+        handed: list[int] = []
         while heads and taken < limit:
             key, partition = heappop(heads)
             seq = key & SEQ_MASK
@@ -287,62 +362,80 @@ class Lane:
             in_flight = member.in_flight
             if len(in_flight) >= member.max_in_flight:
                 continue  # this member is full: its partitions wait for acks
-            heap = ready[partition]
-            heappop(heap)
-            entry = entries[seq]
-            if entry.expires_at and entry.expires_at <= now:
-                self._remove(seq)
-                expired.append(seq)
+            batch = out.get(owner)
+            if batch is None:
+                batch = out[owner] = Taken()
+            fresh = self._fresh[partition]
+            if plain.pop(seq, None) is not None:
+                fresh.popleft()
+                sent[seq] = (partition, owner, deadline)
+                attempt = 1
             else:
+                heappop(self._ready[partition])
+                entry = entries[seq]
+                if entry.expires_at and entry.expires_at <= now:
+                    self._remove(seq)
+                    expired.append(seq)
+                    attempt = 0
+                else:
+                    entry.state = IN_FLIGHT
+                    entry.member = owner
+                    entry.deadline = deadline
+                    entry.attempt += 1
+                    attempt = entry.attempt
+            if attempt:
                 self._ready_count -= 1
-                entry.state = IN_FLIGHT
-                entry.member = owner
-                entry.deadline = deadline
-                entry.attempt += 1
                 in_flight.add(seq)
-                sent.append(seq)
-                batch = out.get(owner)
-                if batch is None:
-                    batch = out[owner] = []
-                batch.append(entry)
+                handed.append(seq)
+                batch.seqs.append(seq)
+                batch.partitions.append(partition)
+                batch.attempts.append(attempt)
                 taken += 1
-            while heap:  # the partition's next valid head (``_head``, inline)
-                top = heap[0]
-                nxt = entries.get(top & SEQ_MASK)
-                if nxt is not None and nxt.state == READY:
-                    heappush(heads, (top, partition))
-                    break
-                heappop(heap)
-        if sent:
+            # The partition's next head (``_head``, inline for the plain-only case).
+            if self._ready[partition]:
+                head = self._head(partition)
+            else:
+                while fresh and fresh[0] not in plain:
+                    fresh.popleft()
+                head = fresh[0] if fresh else None
+            if head is not None:
+                heappush(heads, (head, partition))
+        if handed:
             self._serial += 1
-            heapq.heappush(self._deadlines, (deadline, self._serial, sent))
+            heapq.heappush(self._deadlines, (deadline, self._serial, handed))
+        for owner in [m for m, t in out.items() if not t.seqs]:
+            del out[owner]  # only expired messages were met for it
         return out, expired
 
-    def unsend(self, entries: Iterable[Entry], now: float) -> None:
-        """Sending failed before the message left: make it ready again, attempt undone."""
-        for entry in entries:
-            if self.entries.get(entry.seq) is entry and entry.state == IN_FLIGHT:
-                member = self.members.get(entry.member) if entry.member else None
-                if member is not None:
-                    member.in_flight.discard(entry.seq)
-                entry.attempt -= 1
-                self._schedule(entry, 0.0, now)
+    def unsend(self, seqs: Iterable[int], now: float) -> None:
+        """Sending failed before the messages left: ready again, attempt undone."""
+        for seq in seqs:
+            if seq not in self._sent:
+                entry = self.entries.get(seq)
+                if entry is None or entry.state != IN_FLIGHT:
+                    continue  # settled (or handed out again) meanwhile
+            entry = self.entry(seq)
+            assert entry is not None
+            self._release(entry)
+            entry.attempt -= 1
+            self._schedule(entry, 0.0, now)
 
     def ack(self, seqs: Iterable[int]) -> list[int]:
         """Settle acked sequences; returns those that were still owed."""
         settled = []
-        pop, members = self.entries.pop, self.members
+        sent_pop, members = self._sent.pop, self.members
         for seq in seqs:
-            entry = pop(seq, None)
-            if entry is None:
-                continue
-            settled.append(seq)
-            if entry.state == IN_FLIGHT:  # what ``_remove`` does, inline (the common case)
-                member = members.get(entry.member) if entry.member is not None else None
+            sent = sent_pop(seq, None)
+            if sent is not None:  # the common case: a plain message acked
+                member = members.get(sent[1])
                 if member is not None:
                     member.in_flight.discard(seq)
-            elif entry.state == READY:
-                self._ready_count -= 1
+                settled.append(seq)
+            elif self._plain.pop(seq, None) is not None:
+                self._ready_count -= 1  # its FIFO slot goes stale and is skipped later
+                settled.append(seq)
+            elif self._remove(seq) is not None:
+                settled.append(seq)
         return settled
 
     def nack(self, seqs: Iterable[int], delay_s: float | None, now: float) -> list[Entry]:
@@ -352,9 +445,10 @@ class Lane:
         """
         exhausted = []
         for seq in seqs:
-            entry = self.entries.get(seq)
-            if entry is None or entry.state != IN_FLIGHT:
+            if self.state(seq) != IN_FLIGHT:
                 continue
+            entry = self.entry(seq)
+            assert entry is not None
             if self._out_of_attempts(entry):
                 self._remove(seq)
                 exhausted.append(entry)
@@ -366,6 +460,8 @@ class Lane:
 
     def fail(self, seq: int) -> Entry | None:
         """Take ``seq`` out of delivery to be parked; None when it is not owed."""
+        if self.entry(seq) is None:
+            return None
         return self._remove(seq)
 
     def _release(self, entry: Entry) -> None:
@@ -397,7 +493,7 @@ class Lane:
         while deadlines and deadlines[0][0] <= now:
             t, _, seqs = heapq.heappop(deadlines)
             for seq in seqs:
-                entry = self.entries.get(seq)
+                entry = self.entry(seq) if seq in self._sent else self.entries.get(seq)
                 if entry is None or entry.state != IN_FLIGHT or entry.deadline != t:
                     continue  # acked, or sent again since with a later deadline
                 result.timed_out += 1

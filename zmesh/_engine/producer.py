@@ -17,7 +17,7 @@ from .._store.damage import decode_record
 from .._store.store import Store, WriteBatch, pack, pend_key, u32, u64, unpackb
 from ..config import TopicConfig
 from .deadletters import DeadLetters
-from .lane import IN_FLIGHT, Entry, Lane, Timing
+from .lane import IN_FLIGHT, Entry, Lane, Taken, Timing
 from .retention import (
     RECLAIM_CHUNK,
     Head,
@@ -61,11 +61,16 @@ def _timing(cfg: TopicConfig) -> Timing:
                   cfg.max_attempts)
 
 
-def _mono(wall_at: float | None, now: float, wall_now: float) -> float:
+def _offset() -> float:
+    """monotonic - wall clock, from two adjacent readings: what turns a UNIX time into a
+    monotonic one. (Pairing the loop's ``now`` with a later wall reading would move every
+    schedule earlier by the time in between.)"""
+    return time.monotonic() - time.time()
+
+
+def _mono(wall_at: float | None, offset: float) -> float:
     """A wall-clock instant on the monotonic clock (0.0 when unset)."""
-    if not wall_at:
-        return 0.0
-    return now + (wall_at - wall_now)
+    return wall_at + offset if wall_at else 0.0
 
 
 class Producer:
@@ -158,15 +163,16 @@ class Producer:
     def _claim(self, topic: str, lane: Lane, batch: WriteBatch, now: float) -> None:
         """Messages published before any group was known go to the first groups learned."""
         unclaimed = self.lanes.get((topic, UNCLAIMED))
-        if unclaimed is None or not unclaimed.entries:
+        if unclaimed is None or not len(unclaimed):
             return
         lanes = self.by_topic[topic]
         uid = self.lane_ids[(topic, UNCLAIMED)]
-        seqs = list(unclaimed.entries)
+        seqs = sorted(unclaimed.seqs())
         log.info("%d messages of %s published before any group was known go to %s",
                  len(seqs), topic, [ln.name for ln in lanes])
         for seq in seqs:
-            entry = unclaimed.entries[seq]
+            entry = unclaimed.entry(seq)
+            assert entry is not None
             value = pack([entry.partition, entry.priority, 0, None, None])
             for target in lanes:
                 target.add(seq, entry.partition, entry.priority, 0, now=now,
@@ -187,7 +193,7 @@ class Producer:
         by_id: dict[int, Lane] = {}
         for topic, name, lane_id, group, mode in self.store.iter_lanes():
             by_id[lane_id] = self._add_lane(topic, name, lane_id, group, mode)
-        wall = time.time()
+        offset = _offset()
         for lane in by_id.values():
             lane.begin_bulk()
         for lane_id, seq, (partition, priority, attempt, expires_at, deliver_at) in \
@@ -197,15 +203,15 @@ class Producer:
                 log.error("pending entry %d of unknown lane %d is skipped", seq, lane_id)
                 continue
             owing.add(seq, partition, priority, attempt, now=now,
-                     not_before=_mono(deliver_at, now, wall),
-                     expires_at=_mono(expires_at, now, wall))
+                     not_before=_mono(deliver_at, offset),
+                     expires_at=_mono(expires_at, offset))
         for c in self.store.corrupt:
             if c.db == "pend" and len(c.key) == 12:
-                self._rebuild_pending(by_id, c.key, now, wall, batch)
+                self._rebuild_pending(by_id, c.key, now, offset, batch)
         owed: set[int] = set()
         for lane in by_id.values():
             lane.end_bulk()
-            owed.update(lane.entries)
+            owed.update(lane.seqs())
         # Retained messages stay in ``msgs`` after they are settled: the outbox is what some
         # lane still owes.
         self.depth = len(owed) + len(self._mem)
@@ -213,7 +219,7 @@ class Producer:
         if self.depth:
             log.info("outbox reopened with %d unacknowledged messages", self.depth)
 
-    def _rebuild_pending(self, by_id: dict[int, Lane], key: bytes, now: float, wall: float,
+    def _rebuild_pending(self, by_id: dict[int, Lane], key: bytes, now: float, offset: float,
                          batch: WriteBatch) -> None:
         lane_id, seq = int.from_bytes(key[:4], "big"), int.from_bytes(key[4:], "big")
         lane = by_id.get(lane_id)
@@ -224,8 +230,8 @@ class Producer:
                       lane_id)
             return
         _t, partition, _k, _h, priority, _p, expires_at, deliver_at, _pl, _i = fields
-        lane.add(seq, partition, priority, 0, now=now, not_before=_mono(deliver_at, now, wall),
-                 expires_at=_mono(expires_at, now, wall))
+        lane.add(seq, partition, priority, 0, now=now, not_before=_mono(deliver_at, offset),
+                 expires_at=_mono(expires_at, offset))
         batch.pend_put.append((key, pack([partition, priority, 0, expires_at, deliver_at])))
         log.warning("pending entry %d of lane %s/%s rebuilt from its outbox record", seq,
                     lane.topic, lane.name)
@@ -360,7 +366,7 @@ class Producer:
 
         ``batch`` is the next iteration's: what this supersedes is deleted there.
         """
-        wall = time.time()
+        offset = _offset()
         topics: dict[str, tuple[list[Lane], bool]] = {}  # topic -> (lanes, latest_wins)
         for p in pubs:
             known = topics.get(p.topic)
@@ -369,8 +375,8 @@ class Producer:
                     self.by_topic.get(p.topic) or [self.lanes[(p.topic, UNCLAIMED)]],
                     self.topic_config(p.topic).latest_wins)
             lanes, latest_wins = known
-            nb = _mono(p.deliver_at, now, wall) if p.deliver_at else 0.0
-            exp = _mono(p.expires_at, now, wall) if p.expires_at else 0.0
+            nb = p.deliver_at + offset if p.deliver_at else 0.0
+            exp = p.expires_at + offset if p.expires_at else 0.0
             for lane in lanes:
                 lane.add(p.seq, p.partition, p.priority, now=now, not_before=nb, expires_at=exp)
                 if latest_wins and p.key is not None:
@@ -418,10 +424,9 @@ class Producer:
             batch.msgs_put.append((u64(seq), record))
             batch.msgs_bytes += len(record)
             for lane in self._owing(topic, seq):
-                entry = lane.entries[seq]
                 batch.pend_put.append((pend_key(self.lane_ids[(topic, lane.name)], seq),
-                                       pack([partition, priority, entry.attempt, expires_at,
-                                             deliver_at])))
+                                       pack([partition, priority, lane.attempt(seq),
+                                             expires_at, deliver_at])))
             spilled += 1
         self.counters.add("spilled", spilled)
 
@@ -440,7 +445,7 @@ class Producer:
         mem = self._mem
         dead = self.dead
         keep = retains(self.topic_config(topic))  # retention reclaims the record later
-        others = [other.entries for other in self.by_topic.get(topic, ()) if other is not lane]
+        others = [other for other in self.by_topic.get(topic, ()) if other is not lane]
         prefix = lane_id.to_bytes(4, "big")
         pend_del, msgs_del = batch.pend_del, batch.msgs_del
         for seq in seqs:
@@ -501,7 +506,7 @@ class Producer:
 
     def _persist_attempts(self, lane: Lane, seqs: Iterable[int], batch: WriteBatch) -> None:
         lane_id = self.lane_ids[(lane.topic, lane.name)]
-        wanted = [s for s in seqs if s in lane.entries and s not in self._mem]
+        wanted = [s for s in seqs if s in lane and s not in self._mem]
         if not wanted:
             return
         records = self.store.get_messages(wanted)
@@ -511,7 +516,7 @@ class Producer:
                 continue  # set aside when it is next sent
             _t, partition, _k, _h, priority, _p, expires_at, deliver_at, _pl, _i = fields
             batch.pend_put.append((pend_key(lane_id, seq), pack(
-                [partition, priority, lane.entries[seq].attempt, expires_at, deliver_at])))
+                [partition, priority, lane.attempt(seq), expires_at, deliver_at])))
 
     def _supersede(self, lane: Lane, key: str, seq: int, batch: WriteBatch) -> None:
         """latest_wins: ``seq`` replaces the lane's unsent message with the same key."""
@@ -520,8 +525,8 @@ class Producer:
         keys[key] = seq
         if old is None or old == seq:
             return
-        entry = lane.entries.get(old)
-        if entry is not None and entry.state != IN_FLIGHT:
+        state = lane.state(old)
+        if state is not None and state != IN_FLIGHT:
             lane.ack([old])
             self._settled(lane.topic, lane, [old], batch)
             self._count(lane, "superseded", 1)
@@ -530,7 +535,7 @@ class Producer:
         """Rebuild the key index of a latest_wins topic from its stored messages."""
         wanted: dict[int, list[Lane]] = {}
         for lane in self._owing_lanes(topic):
-            for seq in lane.entries:
+            for seq in lane.seqs():
                 wanted.setdefault(seq, []).append(lane)
         records = self.store.get_messages([s for s in wanted if s not in self._mem])
         records.update({s: self._mem[s] for s in wanted if s in self._mem})
@@ -575,11 +580,12 @@ class Producer:
         return min(times) if times else None
 
     def dispatch(self, now: float,
-                 send: Callable[[bytes, Lane, list[Entry], list[list]], int],
+                 send: Callable[[bytes, Lane, Taken, list[list]], int],
                  batch: WriteBatch) -> int:
         """Hand ready messages (decoded records) to live members; ``send`` returns how many
         left. A record that cannot be decoded is set aside and settled, never sent."""
         sent_total = 0
+        mem = self._mem
         for (topic, name), lane in self.lanes.items():
             if not lane.ready_count or not lane.members or name == UNCLAIMED:
                 continue
@@ -589,32 +595,30 @@ class Producer:
                 self._settled(topic, lane, expired, batch)
             if not taken:
                 continue
-            need = [e.seq for entries in taken.values() for e in entries
-                    if e.seq not in self._mem]
+            need = [seq for t in taken.values() for seq in t.seqs if seq not in mem]
             records = self.store.get_messages(need) if need else {}
-            for member, entries in taken.items():
-                good: list[Entry] = []
-                payloads: list[list] = []
+            for member, out in taken.items():
+                fields: list[list] = []
                 missing = []
-                for entry in entries:
-                    record = self._mem.get(entry.seq) or records.get(entry.seq)
-                    fields = None if record is None else decode_record(record)
-                    if fields is None:
+                for seq in out.seqs:
+                    record = mem.get(seq) or records.get(seq)
+                    decoded = None if record is None else decode_record(record)
+                    if decoded is None:
                         if record is not None:
-                            self._mem.pop(entry.seq, None)
-                            self.set_aside("msgs", u64(entry.seq), record,
+                            mem.pop(seq, None)
+                            self.set_aside("msgs", u64(seq), record,
                                            "an outbox record: settled for every group", batch)
-                        missing.append(entry.seq)
-                        continue
-                    good.append(entry)
-                    payloads.append(fields)
+                        missing.append(seq)
+                    fields.append(decoded)  # type: ignore[arg-type]
                 if missing:
+                    out = _without(out, fields)
+                    fields = [f for f in fields if f is not None]
                     self._drop(topic, lane, missing, batch)
-                if good:
-                    sent = send(member, lane, good, payloads)
+                if out.seqs:
+                    sent = send(member, lane, out, fields)
                     sent_total += sent
-                    if sent < len(good):
-                        lane.unsend(good[sent:], now)
+                    if sent < len(out):
+                        lane.unsend(out.seqs[sent:], now)
         return sent_total
 
     def set_aside(self, db: str, key: bytes, value: bytes, why: str,
@@ -719,6 +723,18 @@ class Producer:
 
     def pending_for(self, topic: str) -> int:
         return sum(len(lane) for lane in self.by_topic.get(topic, ()))
+
+
+def _without(out: Taken, fields: list) -> Taken:
+    """``out`` without the messages whose record is missing (None in ``fields``)."""
+    kept = Taken()
+    for seq, partition, attempt, f in zip(out.seqs, out.partitions, out.attempts, fields,
+                                          strict=True):
+        if f is not None:
+            kept.seqs.append(seq)
+            kept.partitions.append(partition)
+            kept.attempts.append(attempt)
+    return kept
 
 
 def lane_id_bytes(n: int) -> bytes:
