@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import heapq
 import random
-from bisect import insort
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .routing import rendezvous
+from .seqqueue import SeqQueue
 
 READY = 0
 DELAYED = 1
@@ -117,7 +117,7 @@ class Lane:
         self.members: dict[bytes, Member] = {}
         self._partitions = partitions
         self._ready: list[list[int]] = [[] for _ in range(partitions)]
-        self._fresh: list[deque[int]] = [deque() for _ in range(partitions)]
+        self._fresh: list[SeqQueue] = [SeqQueue() for _ in range(partitions)]
         self._bulk = False  # loading: append to the heaps, heapify once at the end
         self._ready_count = 0
         self._delayed: list[tuple[float, int]] = []
@@ -125,7 +125,7 @@ class Lane:
         self._deadlines: list[tuple[float, int, list[int]]] = []
         self._serial = 0
         self._expiring: list[tuple[float, int]] = []
-        self._order: deque[int] = deque()
+        self._order = SeqQueue()  # every owed sequence (and some settled ones), ascending
         self._next_floor = 0
         self._owners: list[bytes | None] | None = None
         self.counts: Counter[str] = Counter()  # per-lane event counts, shown in status
@@ -187,15 +187,17 @@ class Lane:
         if partition >= self._partitions:
             partition = self._grow(partition)
         order = self._order
-        if order and seq < order[-1]:
-            insort(order, seq)  # rare: a replayed old message
+        last = order.last()
+        if last is not None and seq < last:
+            order.insort(seq)  # rare: a replayed old message
         else:
             order.append(seq)
         if seq >= self._next_floor:
             self._next_floor = seq + 1
         if not (priority or attempt or expires_at or not_before > now):
             fresh = self._fresh[partition]
-            if not fresh or seq > fresh[-1]:  # FIFOs stay in sequence order
+            last = fresh.last()
+            if last is None or seq > last:  # FIFOs stay in sequence order
                 self._plain[seq] = partition
                 fresh.append(seq)
                 self._ready_count += 1
@@ -210,7 +212,7 @@ class Lane:
         # Messages stored under a larger partition count (topic reconfigured) keep theirs.
         while partition >= self._partitions:
             self._ready.append([])
-            self._fresh.append(deque())
+            self._fresh.append(SeqQueue())
             self._partitions += 1
             self._owners = None
         return partition
@@ -248,10 +250,8 @@ class Lane:
 
     def floor(self) -> int:
         """Every sequence of this lane below the floor is settled."""
-        order, plain, sent, entries = self._order, self._plain, self._sent, self.entries
-        while order and not (order[0] in plain or order[0] in sent or order[0] in entries):
-            order.popleft()
-        return order[0] if order else self._next_floor
+        first = self._order.first(self.__contains__)
+        return self._next_floor if first is None else first
 
     @property
     def ready_count(self) -> int:
@@ -305,11 +305,9 @@ class Lane:
                 top = heap[0]
                 break
             heapq.heappop(heap)
-        fresh, plain = self._fresh[partition], self._plain
-        while fresh and fresh[0] not in plain:
-            fresh.popleft()
-        if fresh and (top is None or fresh[0] < top):
-            return fresh[0]  # a plain message's key is its sequence (priority 0)
+        first = self._fresh[partition].first_in(self._plain)
+        if first is not None and (top is None or first < top):
+            return first  # a plain message's key is its sequence (priority 0)
         return top
 
     def begin_bulk(self) -> None:
@@ -391,13 +389,8 @@ class Lane:
                 batch.partitions.append(partition)
                 batch.attempts.append(attempt)
                 taken += 1
-            # The partition's next head (``_head``, inline for the plain-only case).
-            if self._ready[partition]:
-                head = self._head(partition)
-            else:
-                while fresh and fresh[0] not in plain:
-                    fresh.popleft()
-                head = fresh[0] if fresh else None
+            # The partition's next head (only plain messages: no heap to look at).
+            head = self._head(partition) if self._ready[partition] else fresh.first_in(plain)
             if head is not None:
                 heappush(heads, (head, partition))
         if handed:
