@@ -25,12 +25,13 @@ class MessageId(NamedTuple):
 class Receipt:
     """Tracks one published message: stored in the outbox, then acked by every group."""
 
-    __slots__ = ("id", "count", "topic", "_cond", "_stored", "_acked", "_unacked", "_error",
-                 "_watch", "_watched")
+    __slots__ = ("_producer", "_seq", "count", "topic", "_cond", "_stored", "_acked",
+                 "_unacked", "_error", "_watch", "_watched")
 
-    def __init__(self, msg_id: MessageId, cond: threading.Condition, count: int = 1,
+    def __init__(self, producer: str, seq: int, cond: threading.Condition, count: int = 1,
                  topic: str = "", watch: Callable[[Receipt], None] | None = None) -> None:
-        self.id = msg_id
+        self._producer = producer  # the id is made when asked for: most are never looked at
+        self._seq = seq
         self.count = count
         self.topic = topic
         self._watch = watch
@@ -42,9 +43,14 @@ class Receipt:
         self._error: ZMeshError | None = None
 
     @property
+    def id(self) -> MessageId:
+        """The id of the (first) message."""
+        return MessageId(self._producer, self._seq)
+
+    @property
     def ids(self) -> list[MessageId]:
         """Every message this receipt covers (one, or a publish_many batch in order)."""
-        return [MessageId(self.id.producer, self.id.seq + i) for i in range(self.count)]
+        return [MessageId(self._producer, self._seq + i) for i in range(self.count)]
 
     @property
     def stored(self) -> bool:

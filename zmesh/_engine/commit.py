@@ -58,7 +58,7 @@ class Committer:
         pubs_in, bytes_in = len(pubs), sum(len(p.payload) for p in pubs)
         pubs = self.held.admit(pubs, self.tx_pubs, now)
         self.producer.prepare_lanes(pubs, wb, now)
-        mark = wb.mark()  # what follows is the publishes' part of the batch
+        mark = wb.mark() if pubs else None  # what follows is the publishes' part
         fresh = self.producer.stage(pubs, wb)
         self.producer.added(self.commit(wb, fresh, calls, mark, now), now, next_wb)
         self.tx_pubs.clear()

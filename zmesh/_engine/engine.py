@@ -38,7 +38,7 @@ from .._protocol.frames import (
     StatusReply,
     StatusRequest,
 )
-from .._receipt import MessageId, Receipt
+from .._receipt import Receipt
 from .._security import Keys, ZapHandler, load_keys, server_options
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
@@ -122,6 +122,7 @@ class Engine:
         self.consumer = Consumer(self, self.store, self.counters)
         self._next_seq = next_seq
         self._node_hex = self.node_id.hex()
+        self._watch_fn = self.watch  # one bound method for every receipt
         self._watches: list[Receipt] = []
         self._bad_frames: dict[str, int] = {}
         self._alloc = threading.Lock()  # sequence allocation (application threads)
@@ -216,7 +217,7 @@ class Engine:
         n = len(payloads)
         first = self._reserve(n, sum(map(len, payloads)) if n > 1 else len(payloads[0]),
                               timeout_s, paced)
-        receipt = Receipt(MessageId(self._node_hex, first), self.cond, n, topic, self.watch)
+        receipt = Receipt(self._node_hex, first, self.cond, n, topic, self._watch_fn)
         now = time.time()
         if n == 1:  # publish(): no comprehension to set up for one message
             key = keys[0]

@@ -335,10 +335,11 @@ class Lane:
         owners = self._owners
         assert owners is not None
         members, entries, plain, sent = self.members, self.entries, self._plain, self._sent
+        ready, fifos = self._ready, self._fresh
         heads: list[tuple[int, int]] = []  # (key, partition)
         for partition in range(self._partitions):
             owner = owners[partition]
-            if owner is None:
+            if owner is None or not (ready[partition] or fifos[partition]):
                 continue
             member = members[owner]
             if len(member.in_flight) >= member.max_in_flight:

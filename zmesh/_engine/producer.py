@@ -284,7 +284,7 @@ class Producer:
                 continue
             self.counters.add("duplicates_suppressed", 1)
             if p.receipt is not None:
-                p.receipt.id = p.receipt.id._replace(seq=original)
+                p.receipt._seq = original
                 self.duplicates.append((p.topic, original, p.receipt))
         return fresh
 
@@ -382,7 +382,7 @@ class Producer:
                 if latest_wins and p.key is not None:
                     self._supersede(lane, p.key, p.seq, batch)
             self.depth += 1
-            if p.receipt is not None and p.seq == p.receipt.id.seq:
+            if p.receipt is not None and p.seq == p.receipt._seq:
                 self.stored.append(p.receipt)  # once per receipt, also for a batch
         self.counters.add("published", len(pubs))
         for topic, original, receipt in self.duplicates:
@@ -400,7 +400,7 @@ class Producer:
         the wait is owed (or settled), never unknown.
         """
         for receipt in receipts:
-            first = receipt.id.seq
+            first = receipt._seq
             for seq in range(first, first + receipt.count):
                 if self.owed(receipt.topic, seq) and receipt._error is None:
                     self._receipts[seq] = receipt

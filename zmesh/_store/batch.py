@@ -47,8 +47,7 @@ class WriteBatch:
 
     def mark(self) -> dict[str, int]:
         """The length of every list now; ``truncate`` drops what was added after."""
-        return {f.name: len(getattr(self, f.name)) for f in fields(self)
-                if isinstance(getattr(self, f.name), list)}
+        return {name: len(getattr(self, name)) for name in _LISTS}
 
     def truncate(self, mark: dict[str, int]) -> None:
         for name, n in mark.items():
@@ -66,3 +65,6 @@ class WriteBatch:
                           lanes_put=self.lanes_put, seen_prune=self.seen_prune,
                           meta_put=self.meta_put, ids_prune_before=self.ids_prune_before,
                           quarantine=self.quarantine, log_del=self.log_del)
+
+
+_LISTS = tuple(f.name for f in fields(WriteBatch) if f.default_factory is list)
