@@ -138,6 +138,11 @@ class Lane:
     def __contains__(self, seq: int) -> bool:
         return seq in self._plain or seq in self._sent or seq in self.entries
 
+    def owed_among(self, seqs: Iterable[int]) -> list[int]:
+        """Those of ``seqs`` this lane owes (one pass, no call per sequence)."""
+        plain, sent, entries = self._plain, self._sent, self.entries
+        return [s for s in seqs if s in plain or s in sent or s in entries]
+
     def seqs(self) -> list[int]:
         """Every sequence this lane owes, in no particular order."""
         return [*self.entries, *self._plain, *self._sent]

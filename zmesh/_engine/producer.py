@@ -445,7 +445,10 @@ class Producer:
         mem = self._mem
         dead = self.dead
         keep = retains(self.topic_config(topic))  # retention reclaims the record later
-        others = [other for other in self.by_topic.get(topic, ()) if other is not lane]
+        seqs = list(seqs)
+        # What another lane of the topic still owes stays in the outbox.
+        elsewhere = {s for other in self.by_topic.get(topic, ()) if other is not lane
+                     for s in other.owed_among(seqs)}
         prefix = lane_id.to_bytes(4, "big")
         pend_del, msgs_del = batch.pend_del, batch.msgs_del
         for seq in seqs:
@@ -454,7 +457,7 @@ class Producer:
                 pend_del.append(prefix + seq_b)
             if dead.replayed:
                 dead.settled(lane_id, seq, batch)
-            if others and any(seq in other for other in others):
+            if seq in elsewhere:
                 continue
             if not keep:
                 record = mem.pop(seq, None)
@@ -586,6 +589,9 @@ class Producer:
         left. A record that cannot be decoded is set aside and settled, never sent."""
         sent_total = 0
         mem = self._mem
+        # Records decoded in this call: the lanes of one topic mostly send the same
+        # messages, each read and decoded once for all of them.
+        known: dict[int, list] = {}
         for (topic, name), lane in self.lanes.items():
             if not lane.ready_count or not lane.members or name == UNCLAIMED:
                 continue
@@ -595,15 +601,22 @@ class Producer:
                 self._settled(topic, lane, expired, batch)
             if not taken:
                 continue
-            need = [seq for t in taken.values() for seq in t.seqs if seq not in mem]
+            need = [seq for t in taken.values() for seq in t.seqs
+                    if seq not in known and seq not in mem]
             records = self.store.get_messages(need) if need else {}
             for member, out in taken.items():
                 fields: list[list] = []
                 missing = []
                 for seq in out.seqs:
+                    decoded = known.get(seq)
+                    if decoded is not None:
+                        fields.append(decoded)
+                        continue
                     record = mem.get(seq) or records.get(seq)
                     decoded = None if record is None else decode_record(record)
-                    if decoded is None:
+                    if decoded is not None:
+                        known[seq] = decoded
+                    else:
                         if record is not None:
                             mem.pop(seq, None)
                             self.set_aside("msgs", u64(seq), record,

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 # Pages of the map new messages leave free (see Store._would_fill): at least this many,
 # and at least 1/RESERVE_FRACTION of the map.
 RESERVE_MIN_PAGES = 16
+PENDING_VALUES_KEPT = 4096  # distinct pending values decoded once each by iter_pending
 RESERVE_FRACTION = 64
 
 _packb = msgpack.Packer(use_bin_type=True).pack
@@ -210,11 +211,22 @@ class Store:
             return str(topic), str(lane), int(lane_id), str(group), str(mode)
         yield from self._scan(self.lanes, "lanes", decode)
 
-    def iter_pending(self) -> Iterator[tuple[int, int, list]]:
-        """(lane_id, seq, [partition, priority, attempt, expires_at, deliver_at])."""
-        def decode(k: bytes, v: bytes) -> tuple[int, int, list]:
-            value = unpackb(v)
-            if len(k) != 12 or not isinstance(value, list) or len(value) != 5:
+    def iter_pending(self) -> Iterator[tuple[int, int, tuple]]:
+        """(lane_id, seq, (partition, priority, attempt, expires_at, deliver_at))."""
+        # Most values repeat (a plain message's is the same for every message of its
+        # partition): each distinct value is decoded once.
+        known: dict[bytes, tuple] = {}
+
+        def decode(k: bytes, v: bytes) -> tuple[int, int, tuple]:
+            value = known.get(v)
+            if value is None:
+                fields = unpackb(v)
+                if not isinstance(fields, list) or len(fields) != 5:
+                    raise ValueError("not a pending entry")
+                value = tuple(fields)
+                if len(known) < PENDING_VALUES_KEPT:
+                    known[v] = value
+            if len(k) != 12:
                 raise ValueError("not a pending entry")
             return int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), value
         yield from self._scan(self.pend, "pend", decode)
