@@ -298,10 +298,10 @@ class Producer:
         retained = self._staged_retained
         retained.clear()
         pubs = self._suppress_duplicates(pubs, batch)
-        allocate = self.indexes.allocate
         msgs_put, pend_put, mem = batch.msgs_put, batch.pend_put, self._mem
-        # What is the same for every publish of a topic, looked up once per topic and stage.
-        topics: dict[str, tuple[str, bool, list[bytes]]] = {}
+        # What is the same for every publish of a topic, looked up once per topic and stage:
+        # durability, retention, lane key prefixes, next indexes, first indexes staged.
+        topics: dict[str, tuple[str, bool, list[bytes], dict[int, int], dict[int, int]]] = {}
         # The pending value of a message without expiry or schedule, per (partition, priority).
         plain: dict[tuple[int, int], bytes] = {}
         record_bytes = 0
@@ -313,12 +313,14 @@ class Producer:
                 # prepare_lanes made the unclaimed lane of a topic with no group yet.
                 lanes = self.by_topic.get(topic) or [self.lanes[(topic, UNCLAIMED)]]
                 known = topics[topic] = (cfg.durability, retains(cfg),
-                                         [u32(self.lane_ids[(topic, ln.name)]) for ln in lanes])
-            durability, keep, lane_prefixes = known
+                                         [u32(self.lane_ids[(topic, ln.name)]) for ln in lanes],
+                                         self.indexes.parts(topic), {})
+            durability, keep, lane_prefixes, next_index, firsts = known
             partition = p.partition
-            index = allocate(topic, partition)
-            if (topic, partition) not in first_index:
-                first_index[(topic, partition)] = index
+            index = next_index.get(partition, 0)
+            next_index[partition] = index + 1
+            if partition not in firsts:
+                firsts[partition] = index
             record = pack([topic, partition, p.key, p.headers, p.priority, p.published_at,
                            p.expires_at, p.deliver_at, p.payload, index])
             if keep:  # what replay reads and retention reclaims
@@ -346,6 +348,9 @@ class Producer:
             if durability == "fsync":
                 batch.fsync = True
         batch.msgs_bytes += record_bytes
+        for topic, known in topics.items():
+            for partition, index in known[4].items():
+                first_index[(topic, partition)] = index
         for topic, partition in first_index:
             batch.log_next.append((partition_prefix(topic, partition),
                                    self.indexes.next(topic, partition)))

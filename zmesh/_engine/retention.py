@@ -74,6 +74,10 @@ class Indexes:
             topic = key[:-3].decode()
             self._next.setdefault(topic, {})[int.from_bytes(key[-2:], "big")] = n
 
+    def parts(self, topic: str) -> dict[int, int]:
+        """partition -> next index of ``topic``, to allocate from in a loop."""
+        return self._next.setdefault(topic, {})
+
     def allocate(self, topic: str, partition: int) -> int:
         parts = self._next.setdefault(topic, {})
         index = parts.get(partition, 0)

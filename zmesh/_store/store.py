@@ -75,8 +75,7 @@ def pend_key(lane_id: int, seq: int) -> bytes:
     return lane_id.to_bytes(4, "big") + seq.to_bytes(8, "big")
 
 
-def pack(obj: Any) -> bytes:
-    return _packb(obj)
+pack: Callable[[Any], bytes] = _packb  # msgpack with bin types (IO thread only)
 
 
 class Store:
