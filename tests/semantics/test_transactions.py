@@ -64,3 +64,19 @@ def test_transaction_rejects_foreign_and_settled_messages(make_node):
     msg.ack()
     with pytest.raises(zmesh.MessageStateError):
         a.transaction().ack(msg)
+
+
+def test_a_transaction_larger_than_the_publish_queue_bound_commits(make_node):
+    # Publishers wait while MAX_AHEAD_MSGS publishes are queued for the IO thread; a
+    # transaction's publishes are queued only at commit, so they must not wait for that.
+    from zmesh._engine.engine import MAX_AHEAD_MSGS
+
+    node = make_node("tx", publish_timeout_s=2.0, topics={"t": zmesh.TopicConfig(groups=("g",))})
+    n = MAX_AHEAD_MSGS + 500
+    with node.transaction(timeout=10) as tx:
+        receipts = [tx.publish("t", b"%d" % i) for i in range(n)]
+    receipts[-1].wait_stored(5)
+    assert node.status()["outbox"] == n
+    # And a single publish_many larger than the bound goes through at once.
+    node.publish_many("t", [b"x"] * n, timeout=5).wait_stored(5)
+    assert node.status()["outbox"] == 2 * n
