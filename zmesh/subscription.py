@@ -34,13 +34,15 @@ class Message:
     """
 
     __slots__ = ("id", "topic", "key", "payload", "headers", "attempt", "partition", "group",
-                 "published_at", "index", "_producer", "_lane", "_engine", "_settled")
+                 "published_at", "index", "_producer", "_lane", "_engine", "_settled", "_seen")
 
     def __init__(self, engine: Engine | None, producer: bytes, lane: str, seq: int,
                  topic: str, group: str | None, key: str | None, payload: bytes,
                  headers: dict | None, attempt: int, partition: int, published_at: float,
-                 index: int | None = None, producer_hex: str | None = None) -> None:
-        # ``producer_hex``: ``producer.hex()``, computed once per batch by the caller.
+                 index: int | None = None, producer_hex: str | None = None,
+                 seen_key: bytes = b"") -> None:
+        # ``producer_hex``: ``producer.hex()``, computed once per batch by the caller;
+        # ``seen_key``: the consumer's dedupe key, written when the message is acked.
         self.id = _message_id(MessageId, (producer_hex or producer.hex(), seq))
         self.topic = topic
         self.group = group
@@ -55,6 +57,7 @@ class Message:
         self._lane = lane
         self._engine = engine
         self._settled: str | None = None
+        self._seen = seen_key
 
     def _settle(self, how: str, arg: Any) -> None:
         if self._settled is not None:

@@ -97,7 +97,7 @@ class Consumer:
             held.add(hk)
             fresh.append(Message(engine, producer, lane, seq, topic, group, key, payload,
                                  headers, attempt, partition, published_at, index,
-                                 producer_hex))
+                                 producer_hex, dkey))
         if duplicates:
             self.counters.add("duplicates_held", duplicates)
         if reack:
@@ -133,9 +133,8 @@ class Consumer:
         self._held.discard((producer, lane, seq))
         if how == "acked":
             assert wb is not None
-            wb.seen_put.append(producer + u64(seq) + lane.encode())
+            wb.seen_put.append(msg._seen or producer + u64(seq) + lane.encode())
             self._acks[(producer, msg.topic, lane)].append(seq)
-            self.counters.add("acked_local", 1)
         elif how == "nacked":
             delay = -1.0 if arg is None else float(arg)  # type: ignore[arg-type]
             self._outgoing.append((producer, Nack(self.engine.node_id, msg.topic, lane,
@@ -156,6 +155,7 @@ class Consumer:
     def flush(self, send: Callable[[bytes, Ack | Nack | Fail], None]) -> None:
         """After commit: send acks (grouped per producer and lane), nacks and fails."""
         me = self.engine.node_id
+        self.counters.add("acked_local", sum(map(len, self._acks.values())))
         for (producer, topic, lane), seqs in self._acks.items():
             for i in range(0, len(seqs), 5000):
                 send(producer, Ack(me, topic, lane, tuple(seqs[i:i + 5000])))
