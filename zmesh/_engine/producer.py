@@ -317,7 +317,7 @@ class Producer:
                                          self.indexes.parts(topic), {})
             durability, keep, lane_prefixes, next_index, firsts = known
             partition = p.partition
-            index = next_index.get(partition, 0)
+            index = next_index.get(partition, 0)  # Indexes.allocate, inline
             next_index[partition] = index + 1
             if partition not in firsts:
                 firsts[partition] = index
