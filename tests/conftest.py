@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -102,3 +103,21 @@ def spawn(args: list[str], **kw: object) -> subprocess.Popen:
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("PYTHONUNBUFFERED", "1")
     return subprocess.Popen([sys.executable, *args], env=env, **kw)  # type: ignore[call-overload]
+
+
+def kill_9_when(proc: subprocess.Popen, line: str | bytes) -> None:
+    """Wait for ``line`` on the child's stdout, then SIGKILL it; it is always reaped and
+    its pipes closed."""
+    try:
+        assert proc.stdout is not None
+        got = proc.stdout.readline()
+        assert got.strip() == line, got
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()

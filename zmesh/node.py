@@ -244,9 +244,7 @@ class Node:
             if not isinstance(headers, Mapping) or not all(isinstance(k, str) for k in headers):
                 raise ArgumentError("headers must be a mapping with str keys")
             headers = dict(headers)
-        if (type(priority) is not int or not 0 <= priority <= 255) and (
-                isinstance(priority, bool) or not isinstance(priority, int)
-                or not 0 <= priority <= 255):
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 255:
             raise ArgumentError(f"priority must be an int 0..255 (0 most urgent), got {priority!r}")
         tcfg = self._topics.get(topic)
         if ttl is None and tcfg is not None:

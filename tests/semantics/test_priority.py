@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-
 import zmesh
 from tests.integration.test_delivery import drain
 
@@ -29,7 +26,7 @@ def test_backlog_drains_most_urgent_first_even_after_kill(make_node, tmp_path):
 
 
 def test_priorities_survive_kill_9_of_the_producer(tmp_path, mesh_name):
-    from tests.conftest import spawn, wait_until
+    from tests.conftest import kill_9_when, spawn, wait_until
 
     script = tmp_path / "p.py"
     script.write_text(
@@ -43,20 +40,8 @@ def test_priorities_survive_kill_9_of_the_producer(tmp_path, mesh_name):
         "print('stored', flush=True)\n"
         "sys.stdin.read()\n")
     import subprocess
-    proc = spawn([str(script), mesh_name, str(tmp_path / "prod")], stdout=subprocess.PIPE,
-                 stdin=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "stored"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
+    kill_9_when(spawn([str(script), mesh_name, str(tmp_path / "prod")], stdout=subprocess.PIPE,
+                      stdin=subprocess.PIPE, text=True), "stored")
     prod = zmesh.Node("prod", mesh=mesh_name, data_dir=str(tmp_path / "prod"), mdns=False,
                       interfaces=["127.0.0.1"]).start()
     try:

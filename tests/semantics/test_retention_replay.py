@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import textwrap
 from collections import defaultdict
@@ -12,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import zmesh
-from tests.conftest import LOOPBACK, spawn, wait_members, wait_until
+from tests.conftest import LOOPBACK, kill_9_when, spawn, wait_members, wait_until
 from tests.integration.test_delivery import drain
 
 KEYS = [f"key-{i}" for i in range(10)]
@@ -247,19 +245,8 @@ CHILD = textwrap.dedent("""
 def test_indexes_continue_and_retained_messages_survive_kill_9(make_node, tmp_path: Path,
                                                                mesh_name: str):
     data_dir = tmp_path / "prod"
-    proc = spawn(["-c", CHILD, mesh_name, str(data_dir), "30"], stdout=subprocess.PIPE)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.strip() == b"ready", line
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+    kill_9_when(spawn(["-c", CHILD, mesh_name, str(data_dir), "30"], stdout=subprocess.PIPE),
+                b"ready")
 
     topics = {"t": zmesh.TopicConfig(partitions=2, retention_s=3600, groups=("g",))}
     prod = make_node("prod", data_dir=str(data_dir), topics=topics)

@@ -133,7 +133,7 @@ class Consumer:
         self._held.discard((producer, lane, seq))
         if how == "acked":
             assert wb is not None
-            wb.seen_put.append(msg._seen or producer + u64(seq) + lane.encode())
+            wb.seen_put.append(msg._seen)
             self._acks[(producer, msg.topic, lane)].append(seq)
         elif how == "nacked":
             delay = -1.0 if arg is None else float(arg)  # type: ignore[arg-type]

@@ -83,7 +83,6 @@ FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one messa
 
 # Plain ints: pyzmq's Flag enums cost an enum operation per use on the data path.
 _NOBLOCK = int(zmq.NOBLOCK)
-_NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _RCVMORE = int(zmq.RCVMORE)
 
 
@@ -187,8 +186,7 @@ class Engine:
                                  "'with' or after start()")
 
     def submit(self, cmd: tuple) -> None:
-        if self._state != "running":
-            self._check_running()
+        self._check_running()
         self._cmds.append(cmd)
         if not self._wake_pending:
             self._wake_pending = True
@@ -231,8 +229,7 @@ class Engine:
 
     def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
         """The first of ``n`` sequences, once the outbox has room for them."""
-        if self._state != "running":
-            self._check_running()
+        self._check_running()
         limit = self.config.max_outbox_messages
         deadline = 0.0
         while True:
@@ -738,14 +735,8 @@ class Engine:
             try:
                 if len(frames) == 1:
                     push.send(frames[0], _NOBLOCK)
-                else:
-                    # Only the first part can meet the high-water mark; the large payloads
-                    # after it go without a copy.
-                    push.send(frames[0], _NOBLOCK_MORE)
-                    last = len(frames) - 1
-                    for i in range(1, last):
-                        push.send(frames[i], _NOBLOCK_MORE, copy=False)
-                    push.send(frames[last], _NOBLOCK, copy=False)
+                else:  # large payloads: pyzmq sends parts past its copy threshold uncopied
+                    push.send_multipart(frames, _NOBLOCK, copy=False)
             except zmq.Again:
                 self._send_retry_at = time.monotonic() + SEND_RETRY_S
                 self.counters.add("data_send_blocked", 1)

@@ -395,8 +395,7 @@ class Lane:
                 batch.partitions.append(partition)
                 batch.attempts.append(attempt)
                 taken += 1
-            # The partition's next head (only plain messages: no heap to look at).
-            head = self._head(partition) if self._ready[partition] else fresh.first_in(plain)
+            head = self._head(partition)
             if head is not None:
                 heappush(heads, (head, partition))
         if handed:

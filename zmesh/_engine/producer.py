@@ -103,9 +103,9 @@ class Producer:
         self.dead = DeadLetters(self)
         self._latest: dict[tuple[str, str], dict[str, int]] = {}  # latest_wins: key -> seq
         self.indexes = Indexes(store.next_indexes())
-        # What the last ``stage`` allocated, for ``unstage`` to give back: the first index
-        # per (topic, partition), and per retaining topic the entries and record bytes.
-        self._staged_first: dict[tuple[str, int], int] = {}
+        # What the last ``stage`` allocated, for ``unstage`` to give back: per topic the first
+        # index of each partition, and per retaining topic the entries and record bytes.
+        self._staged_first: dict[str, dict[int, int]] = {}
         self._staged_retained: dict[str, list[int]] = {}
         # topic -> [index entries, their record bytes]: what retention_bytes is held against
         self._log_totals: dict[str, list[int]] = {
@@ -247,8 +247,9 @@ class Producer:
 
     def unstage(self, pubs: list[Publish]) -> None:
         """Undo ``stage`` in memory after its commit failed: nothing of it was stored."""
-        for (topic, partition), first in self._staged_first.items():
-            self.indexes.release(topic, partition, first)
+        for topic, firsts in self._staged_first.items():
+            for partition, first in firsts.items():
+                self.indexes.release(topic, partition, first)
         for topic, (n, size) in self._staged_retained.items():
             totals = self._log_totals[topic]
             totals[0] -= n
@@ -312,9 +313,10 @@ class Producer:
                 cfg = self.topic_config(topic)
                 # prepare_lanes made the unclaimed lane of a topic with no group yet.
                 lanes = self.by_topic.get(topic) or [self.lanes[(topic, UNCLAIMED)]]
+                first_index[topic] = {}
                 known = topics[topic] = (cfg.durability, retains(cfg),
                                          [u32(self.lane_ids[(topic, ln.name)]) for ln in lanes],
-                                         self.indexes.parts(topic), {})
+                                         self.indexes.parts(topic), first_index[topic])
             durability, keep, lane_prefixes, next_index, firsts = known
             partition = p.partition
             index = next_index.get(partition, 0)  # Indexes.allocate, inline
@@ -348,12 +350,10 @@ class Producer:
             if durability == "fsync":
                 batch.fsync = True
         batch.msgs_bytes += record_bytes
-        for topic, known in topics.items():
-            for partition, index in known[4].items():
-                first_index[(topic, partition)] = index
-        for topic, partition in first_index:
-            batch.log_next.append((partition_prefix(topic, partition),
-                                   self.indexes.next(topic, partition)))
+        for topic, firsts in first_index.items():
+            for partition in firsts:
+                batch.log_next.append((partition_prefix(topic, partition),
+                                       self.indexes.next(topic, partition)))
         for topic, (n, size) in retained.items():
             totals = self._log_totals.setdefault(topic, [0, 0])
             totals[0] += n
@@ -380,8 +380,8 @@ class Producer:
                     self.by_topic.get(p.topic) or [self.lanes[(p.topic, UNCLAIMED)]],
                     self.topic_config(p.topic).latest_wins)
             lanes, latest_wins = known
-            nb = p.deliver_at + offset if p.deliver_at else 0.0
-            exp = p.expires_at + offset if p.expires_at else 0.0
+            nb = _mono(p.deliver_at, offset)
+            exp = _mono(p.expires_at, offset)
             for lane in lanes:
                 lane.add(p.seq, p.partition, p.priority, now=now, not_before=nb, expires_at=exp)
                 if latest_wins and p.key is not None:

@@ -79,7 +79,7 @@ class Indexes:
         return self._next.setdefault(topic, {})
 
     def allocate(self, topic: str, partition: int) -> int:
-        parts = self._next.setdefault(topic, {})
+        parts = self.parts(topic)
         index = parts.get(partition, 0)
         parts[partition] = index + 1
         return index
