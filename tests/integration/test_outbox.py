@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 import zmesh
 from tests.conftest import wait_members, wait_until
 from tests.integration.test_delivery import drain
+from zmesh._store.pages import RELEASE_BYTES
 
 
 def test_restarted_producer_resumes_from_its_outbox(make_node, tmp_path):
@@ -135,3 +139,40 @@ def test_publish_many_and_ack_many(make_node):
         sub.ack_many(got[:1])
     with pytest.raises(zmesh.ArgumentError, match="keys"):
         prod.publish_many("t", [b"a", b"b"], keys=["x"])
+
+
+def _mapped_kb(path: str) -> int:
+    """Resident KiB of this process's mapping of ``path`` (/proc/self/smaps)."""
+    rss, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if "-" in line.split(" ", 1)[0]:
+                inside = line.rstrip("\n").endswith(path)
+            elif inside and line.startswith("Rss:"):
+                rss += int(line.split()[1])
+    return rss
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pages are released on Linux")
+def test_a_large_backlog_does_not_stay_mapped_in_memory(make_node):
+    """The store's file pages are let go of as records are written and read back: a backlog
+    far larger than RELEASE_BYTES never stays resident, and every record reads back whole."""
+    prod = make_node("prod", map_size_bytes=256 << 20,
+                     topics={"t": zmesh.TopicConfig(groups=("g",))})
+    pages = prod._engine.store.pages
+    n, size = 12_000, 4096  # 48 MiB of payloads
+    receipts = [prod.publish_many("t", [i.to_bytes(4, "big") * (size // 4)
+                                        for i in range(start, start + 500)])
+                for start in range(0, n, 500)]
+    for r in receipts:
+        r.wait_stored(30)
+    assert os.path.getsize(pages.path) > 3 * RELEASE_BYTES
+    assert pages.released >= 2
+    assert _mapped_kb(pages.path) * 1024 < 2 * RELEASE_BYTES
+    released = pages.released
+    cons = make_node("cons", seeds=[prod.control_address])
+    got = drain(cons.subscribe("t", group="g"), n, timeout=60)
+    assert sorted(int.from_bytes(m.payload[:4], "big") for m in got) == list(range(n))
+    assert all(m.payload == m.payload[:4] * (size // 4) for m in got)
+    assert pages.released > released  # reading the backlog back released pages too
+    assert _mapped_kb(pages.path) * 1024 < 2 * RELEASE_BYTES

@@ -5,7 +5,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zmesh._engine.seqqueue import COMPACT_AFTER, SeqQueue
+from zmesh._engine.seqqueue import COMPACT_AFTER, SPARSE, WINDOW_MIN, SeqQueue, SeqWindow
+
+
+def _window(mapping: dict[int, int]) -> SeqWindow:
+    w = SeqWindow()
+    for seq, partition in mapping.items():
+        w.put(seq, partition)
+    return w
 
 
 def test_first_skips_what_is_no_longer_owed_and_survives_compaction() -> None:
@@ -13,14 +20,14 @@ def test_first_skips_what_is_no_longer_owed_and_survives_compaction() -> None:
     n = 3 * COMPACT_AFTER
     for seq in range(n):
         q.append(seq)
-    owed = {seq: 0 for seq in range(n) if seq % 7 == 0}
+    owed = _window({seq: 0 for seq in range(n) if seq % 7 == 0})
     seen = []
     while (first := q.first_in(owed)) is not None:
         seen.append(first)
         q.popleft()
-        del owed[first]
+        assert owed.pop(first) == 0
     assert seen == [seq for seq in range(n) if seq % 7 == 0]
-    assert len(q) == 0 and q.last() is None
+    assert len(q) == 0 and q.first(lambda s: True) is None
     q.append(n)
     assert q.first(lambda s: True) == n and len(q) == 1
 
@@ -31,6 +38,7 @@ def test_insort_keeps_order_behind_the_front() -> None:
         q.append(seq)
     q.popleft()
     q.insort(7)
+    assert not q.append(12) and not q.append(3) and len(q) == 3  # only above the last
     assert [q.first(lambda s, k=k: s >= k) for k in (0, 8, 10)] == [7, 9, 12]
 
 
@@ -44,7 +52,7 @@ def test_matches_a_plain_list(ops: list[tuple[bool, int]]) -> None:
                 model.append(nxt)
                 nxt += 1
         else:
-            owed = dict.fromkeys(model[skip:], 0)
+            owed = _window(dict.fromkeys(model[skip:], 0))
             first = q.first_in(owed)
             model = model[skip:]
             assert first == (model[0] if model else None)
@@ -52,3 +60,52 @@ def test_matches_a_plain_list(ops: list[tuple[bool, int]]) -> None:
                 q.popleft()
                 model.pop(0)
         assert len(q) == len(model)
+
+
+def _check(w: SeqWindow, model: dict[int, int]) -> None:
+    assert len(w) == len(model) and bool(w) == bool(model)
+    assert sorted(w) == sorted(model)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["put", "pop", "has"]), st.integers(0, 3),
+                          st.integers(0, 40)), max_size=200))
+def test_window_matches_a_dict(ops: list[tuple[str, int, int]]) -> None:
+    w, model = SeqWindow(), {}
+    for op, partition, seq in ops:
+        if op == "put" and seq not in model:
+            w.put(seq, partition)
+            model[seq] = partition
+        elif op == "pop":
+            assert w.pop(seq) == model.pop(seq, None)
+        else:
+            assert (seq in w) == (seq in model)
+        _check(w, model)
+
+
+@given(st.lists(st.integers(1, 3 * WINDOW_MIN), min_size=1, max_size=40),
+       st.integers(0, 4095))
+def test_window_of_a_quiet_topic_moves_old_entries_aside(gaps: list[int], partition: int) -> None:
+    """Sequences far apart (one topic of a busy node) never make the window large."""
+    w, model, seq = SeqWindow(), {}, 0
+    for gap in gaps:
+        seq += gap
+        w.put(seq, partition)
+        model[seq] = partition
+        assert len(w._w) <= max(WINDOW_MIN, SPARSE * len(model)) + 1
+    _check(w, model)
+    for s in list(model):
+        assert s in w and w.pop(s) == model.pop(s)
+    _check(w, model)
+
+
+def test_window_of_a_dense_backlog_costs_two_bytes_per_message() -> None:
+    w = SeqWindow()
+    n = 200_000
+    for seq in range(10, 10 + n):
+        w.put(seq, seq % 16)
+    assert len(w) == n and not w._old and len(w._w) == n
+    for seq in range(10, 10 + n, 2):  # taken from the front of each partition
+        assert w.pop(seq) == seq % 16
+    assert len(w) == n // 2 and 11 in w and 10 not in w
+    w.put(10 + n, 3)  # the front is dropped only when the window would grow sparse
+    assert w.pop(10 + n) == 3 and w.pop(10 + n) is None

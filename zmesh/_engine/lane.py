@@ -13,19 +13,21 @@ message costs no ``Entry``: while ready it is a sequence in its partition's FIFO
 ``_plain`` slot (seq -> partition); once sent, a ``_sent`` slot (seq -> (partition, member,
 deadline)) until its ack. It becomes an ``Entry`` only when something unusual happens to
 it (a timeout, a nack, its member leaving, a failed send, a failure to park): that keeps
-the common path, and the memory of a large backlog, small.
+the common path, and the memory of a large backlog, small (the FIFOs and ``_plain`` are
+arrays: about 18 bytes per ready message, none of them objects).
 """
 
 from __future__ import annotations
 
 import heapq
 import random
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .routing import rendezvous
-from .seqqueue import SeqQueue
+from .seqqueue import SeqQueue, SeqWindow
 
 READY = 0
 DELAYED = 1
@@ -111,7 +113,7 @@ class Lane:
         self.timing = timing
         self._rng = rng
         self.entries: dict[int, Entry] = {}  # messages that are not plain (or no longer)
-        self._plain: dict[int, int] = {}  # ready plain messages: seq -> partition
+        self._plain = SeqWindow()  # ready plain messages: seq -> partition
         self._sent: dict[int, tuple[int, bytes, float]] = {}  # seq -> (partition, member,
         #                                                      deadline) of sent plain ones
         self.members: dict[bytes, Member] = {}
@@ -121,8 +123,9 @@ class Lane:
         self._bulk = False  # loading: append to the heaps, heapify once at the end
         self._ready_count = 0
         self._delayed: list[tuple[float, int]] = []
-        # One record per take(): (deadline, serial, seqs handed out then).
-        self._deadlines: list[tuple[float, int, list[int]]] = []
+        # One record per take(): (deadline, serial, seqs handed out then). It stays until its
+        # deadline, acked or not, so the sequences are an array: no int objects kept alive.
+        self._deadlines: list[tuple[float, int, array[int]]] = []
         self._serial = 0
         self._expiring: list[tuple[float, int]] = []
         self._order = SeqQueue()  # every owed sequence (and some settled ones), ascending
@@ -136,12 +139,12 @@ class Lane:
         return len(self.entries) + len(self._plain) + len(self._sent)
 
     def __contains__(self, seq: int) -> bool:
-        return seq in self._plain or seq in self._sent or seq in self.entries
+        return seq in self._sent or seq in self._plain or seq in self.entries
 
     def owed_among(self, seqs: Iterable[int]) -> list[int]:
         """Those of ``seqs`` this lane owes (one pass, no call per sequence)."""
         plain, sent, entries = self._plain, self._sent, self.entries
-        return [s for s in seqs if s in plain or s in sent or s in entries]
+        return [s for s in seqs if s in sent or s in plain or s in entries]
 
     def seqs(self) -> list[int]:
         """Every sequence this lane owes, in no particular order."""
@@ -165,7 +168,7 @@ class Lane:
 
     def entry(self, seq: int) -> Entry | None:
         """The ``Entry`` of ``seq`` (made now for a plain message); None when not owed."""
-        partition = self._plain.pop(seq, None)
+        partition = self._plain.pop(seq)
         if partition is not None:  # its FIFO slot goes stale and is skipped later
             entry = Entry(seq, partition, 0, 0, 0.0, 0.0)
             self.entries[seq] = entry
@@ -187,26 +190,19 @@ class Lane:
     def add(self, seq: int, partition: int, priority: int = 0, attempt: int = 0, *,
             now: float, not_before: float = 0.0, expires_at: float = 0.0) -> None:
         """Owe ``seq`` to this lane's group."""
-        if seq in self._plain or seq in self._sent or seq in self.entries:
+        if seq < self._next_floor and seq in self:  # (a new highest sequence is not owed)
             return
         if partition >= self._partitions:
             partition = self._grow(partition)
-        order = self._order
-        last = order.last()
-        if last is not None and seq < last:
-            order.insort(seq)  # rare: a replayed old message
-        else:
-            order.append(seq)
+        if not self._order.append(seq):
+            self._order.insort(seq)  # rare: a replayed old message
         if seq >= self._next_floor:
             self._next_floor = seq + 1
-        if not (priority or attempt or expires_at or not_before > now):
-            fresh = self._fresh[partition]
-            last = fresh.last()
-            if last is None or seq > last:  # FIFOs stay in sequence order
-                self._plain[seq] = partition
-                fresh.append(seq)
-                self._ready_count += 1
-                return
+        plain = not (priority or attempt or expires_at or not_before > now)
+        if plain and self._fresh[partition].append(seq):  # (FIFOs stay in sequence order)
+            self._plain.put(seq, partition)
+            self._ready_count += 1
+            return
         entry = Entry(seq, partition, priority, attempt, not_before, expires_at)
         self.entries[seq] = entry
         if expires_at:
@@ -356,7 +352,6 @@ class Lane:
         heappop, heappush = heapq.heappop, heapq.heappush
         deadline = now + self.timing.ack_timeout_s
         taken = 0
-        handed: list[int] = []
         while heads and taken < limit:
             key, partition = heappop(heads)
             seq = key & SEQ_MASK
@@ -370,7 +365,7 @@ class Lane:
             if batch is None:
                 batch = out[owner] = Taken()
             fresh = self._fresh[partition]
-            if plain.pop(seq, None) is not None:
+            if plain.pop(seq) is not None:
                 fresh.popleft()
                 sent[seq] = (partition, owner, deadline)
                 attempt = 1
@@ -390,7 +385,6 @@ class Lane:
             if attempt:
                 self._ready_count -= 1
                 in_flight.add(seq)
-                handed.append(seq)
                 batch.seqs.append(seq)
                 batch.partitions.append(partition)
                 batch.attempts.append(attempt)
@@ -398,7 +392,10 @@ class Lane:
             head = self._head(partition)
             if head is not None:
                 heappush(heads, (head, partition))
-        if handed:
+        if taken:
+            handed = array("q")
+            for t in out.values():
+                handed.extend(t.seqs)
             self._serial += 1
             heapq.heappush(self._deadlines, (deadline, self._serial, handed))
         for owner in [m for m, t in out.items() if not t.seqs]:
@@ -429,7 +426,7 @@ class Lane:
                 if member is not None:
                     member.in_flight.discard(seq)
                 settled.append(seq)
-            elif self._plain.pop(seq, None) is not None:
+            elif self._plain.pop(seq) is not None:
                 self._ready_count -= 1  # its FIFO slot goes stale and is skipped later
                 settled.append(seq)
             elif self._remove(seq) is not None:

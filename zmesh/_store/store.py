@@ -47,6 +47,7 @@ import msgpack
 from ..errors import DataDirLockedError, StoreError, StoreFullError
 from .batch import WriteBatch
 from .damage import FIX, Corrupt, check_store_files
+from .pages import MappedPages
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class Store:
                          self.ids, self.ids_t, self.peers, self.rlog, self.rtime, self.rnext,
                          self.bad)
             self._psize = self.env.stat()["psize"]
+            self.pages = MappedPages(os.path.join(self.path, "data.mdb"))
             # A map grown before (or used past map_size_bytes) reopens at its real size.
             self.map_size_bytes = self.env.info()["map_size"]
         except lmdb.Error as exc:
@@ -234,10 +236,13 @@ class Store:
         out = {}
         with self.env.begin(db=self.msgs, buffers=False) as txn:
             get = txn.get
+            size = 0
             for seq in seqs:
                 rec = get(u64(seq))
                 if rec is not None:
                     out[seq] = rec
+                    size += len(rec)
+        self.pages.add(size)
         return out
 
     def seen_filter(self, keys: list[bytes]) -> set[bytes]:
@@ -314,6 +319,9 @@ class Store:
             raise StoreError(f"LMDB write failed: {exc}", self.path) from exc
         if batch.fsync:
             self.env.sync(True)
+        # Records and, per pending entry, deletion or outbox entry, about a leaf slot each.
+        self.pages.add(batch.msgs_bytes + 32 * (len(batch.pend_put) + len(batch.pend_del)
+                                                + len(batch.msgs_del)))
 
     def _would_fill(self, batch: WriteBatch) -> bool:
         """True when the new messages would eat into the reserve of the map.
