@@ -127,6 +127,7 @@ class Store:
                          self.ids, self.ids_t, self.peers, self.rlog, self.rtime, self.rnext,
                          self.bad)
             self._psize = self.env.stat()["psize"]
+            self._overflow = self._psize // 2 - 32  # larger values go to overflow pages
             self.pages = MappedPages(os.path.join(self.path, "data.mdb"))
             # A map grown before (or used past map_size_bytes) reopens at its real size.
             self.map_size_bytes = self.env.info()["map_size"]
@@ -237,11 +238,15 @@ class Store:
         with self.env.begin(db=self.msgs, buffers=False) as txn:
             get = txn.get
             size = 0
+            big = self._overflow
             for seq in seqs:
                 rec = get(u64(seq))
                 if rec is not None:
                     out[seq] = rec
-                    size += len(rec)
+                    n = len(rec)
+                    # A large record has overflow pages of its own (and its deletion maps
+                    # the first one again): count the pages, not the bytes.
+                    size += n if n < big else n + 3 * self._psize
         self.pages.add(size)
         return out
 
