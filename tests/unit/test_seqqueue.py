@@ -27,9 +27,9 @@ def test_first_skips_what_is_no_longer_owed_and_survives_compaction() -> None:
         q.popleft()
         assert owed.pop(first) == 0
     assert seen == [seq for seq in range(n) if seq % 7 == 0]
-    assert len(q) == 0 and q.first(lambda s: True) is None
+    assert len(q) == 0 and q.first_in(_window({n: 0})) is None
     q.append(n)
-    assert q.first(lambda s: True) == n and len(q) == 1
+    assert q.first_in(_window({n: 0})) == n and len(q) == 1
 
 
 def test_insort_keeps_order_behind_the_front() -> None:
@@ -39,7 +39,10 @@ def test_insort_keeps_order_behind_the_front() -> None:
     q.popleft()
     q.insort(7)
     assert not q.append(12) and not q.append(3) and len(q) == 3  # only above the last
-    assert [q.first(lambda s, k=k: s >= k) for k in (0, 8, 10)] == [7, 9, 12]
+    owed = [q.first_owed(SeqWindow(), {s: 0 for s in (7, 9, 12) if s >= k}, {})
+            for k in (0, 8, 10)]
+    assert owed == [7, 9, 12]
+    assert q.first_owed(_window({12: 3}), {}, {9: 0}) == 12  # (9 was dropped before)
 
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=300))

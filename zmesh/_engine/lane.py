@@ -251,7 +251,7 @@ class Lane:
 
     def floor(self) -> int:
         """Every sequence of this lane below the floor is settled."""
-        first = self._order.first(self.__contains__)
+        first = self._order.first_owed(self._plain, self._sent, self.entries)
         return self._next_floor if first is None else first
 
     @property

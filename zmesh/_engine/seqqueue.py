@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import insort
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
 
@@ -44,15 +44,6 @@ class SeqQueue:
         """Put ``seq`` in its place (rare: an old sequence owed again)."""
         insort(self._a, seq, lo=self._head)
 
-    def first(self, keep: Callable[[int], bool]) -> int | None:
-        """The first sequence ``keep`` accepts, dropping those before it; None if none."""
-        a, head = self._a, self._head
-        end = len(a)
-        while head < end and not keep(a[head]):
-            head += 1
-        head = self._set_head(head)
-        return a[head] if head < len(a) else None
-
     def first_in(self, owned: SeqWindow) -> int | None:
         """``first`` for the common test, membership in a window (no call per item)."""
         a, head = self._a, self._head
@@ -66,6 +57,23 @@ class SeqQueue:
         while head < end:
             i = a[head] - base
             if (0 <= i < span and w[i]) or (old and a[head] in old):
+                break
+            head += 1
+        head = self._set_head(head)
+        return a[head] if head < len(a) else None
+
+    def first_owed(self, plain: SeqWindow, sent: dict, entries: dict) -> int | None:
+        """The first sequence in ``plain``, ``sent`` or ``entries`` (what a lane owes),
+        dropping those before it; None if none."""
+        a, head = self._a, self._head
+        end = len(a)
+        w, base, old = plain._w, plain._base, plain._old
+        span = len(w)
+        while head < end:
+            seq = a[head]
+            i = seq - base
+            if seq in sent or (0 <= i < span and w[i]) or seq in entries or \
+                    (old and seq in old):
                 break
             head += 1
         head = self._set_head(head)
