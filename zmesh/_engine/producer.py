@@ -306,18 +306,22 @@ class Producer:
         # The pending value of a message without expiry or schedule, per (partition, priority).
         plain: dict[tuple[int, int], bytes] = {}
         record_bytes = 0
+        last_topic = None
         for p in pubs:
             topic = p.topic
-            known = topics.get(topic)
-            if known is None:
-                cfg = self.topic_config(topic)
-                # prepare_lanes made the unclaimed lane of a topic with no group yet.
-                lanes = self.by_topic.get(topic) or [self.lanes[(topic, UNCLAIMED)]]
-                first_index[topic] = {}
-                known = topics[topic] = (cfg.durability, retains(cfg),
-                                         [u32(self.lane_ids[(topic, ln.name)]) for ln in lanes],
-                                         self.indexes.parts(topic), first_index[topic])
-            durability, keep, lane_prefixes, next_index, firsts = known
+            if topic != last_topic:  # (publishes mostly come in runs of one topic)
+                known = topics.get(topic)
+                if known is None:
+                    cfg = self.topic_config(topic)
+                    # prepare_lanes made the unclaimed lane of a topic with no group yet.
+                    lanes = self.by_topic.get(topic) or [self.lanes[(topic, UNCLAIMED)]]
+                    first_index[topic] = {}
+                    known = topics[topic] = (
+                        cfg.durability, retains(cfg),
+                        [u32(self.lane_ids[(topic, ln.name)]) for ln in lanes],
+                        self.indexes.parts(topic), first_index[topic])
+                durability, keep, lane_prefixes, next_index, firsts = known
+                last_topic = topic
             partition = p.partition
             index = next_index.get(partition, 0)  # Indexes.allocate, inline
             next_index[partition] = index + 1
@@ -351,9 +355,10 @@ class Producer:
                 batch.fsync = True
         batch.msgs_bytes += record_bytes
         for topic, firsts in first_index.items():
+            next_index = self.indexes.parts(topic)
             for partition in firsts:
                 batch.log_next.append((partition_prefix(topic, partition),
-                                       self.indexes.next(topic, partition)))
+                                       next_index[partition]))
         for topic, (n, size) in retained.items():
             totals = self._log_totals.setdefault(topic, [0, 0])
             totals[0] += n

@@ -89,9 +89,6 @@ class Indexes:
         parts = self._next.get(topic, {})
         parts[partition] = min(parts.get(partition, 0), index)
 
-    def next(self, topic: str, partition: int) -> int:
-        return self._next.get(topic, {}).get(partition, 0)
-
     def partitions(self, topic: str) -> dict[int, int]:
         """partition -> next index, for every partition that has had a message."""
         return dict(self._next.get(topic, {}))
