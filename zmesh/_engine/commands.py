@@ -1,0 +1,296 @@
+"""Commands from application threads to the IO thread, and how they wait for the answer.
+
+An application thread appends a command to a deque and, unless a wake-up is already
+pending, sends one wake-up byte on an inproc PAIR socket. A publish gets its sequences on
+the caller's thread, and waits while the outbox, the LMDB map or the IO thread's backlog
+has no room for it. The IO thread (engine.py) drains the deque at the start of a loop
+iteration and, after that iteration's commit, resolves receipts and wakes the waiters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import zmq
+
+from .._receipt import Receipt
+from ..errors import NodeStateError, OutboxFullError, StoreFullError
+from .producer import Publish
+from .routing import partition_for
+
+if TYPE_CHECKING:
+    from .._store.store import Store, WriteBatch
+    from ..config import NodeConfig
+    from ..subscription import Message, Subscription
+    from .commit import Committer
+    from .consumer import Consumer
+    from .held import Held
+    from .mesh import Mesh
+    from .producer import Producer
+    from .stats import Counters
+
+# Publishes that may wait for the IO thread. A publisher that gets further ahead waits for
+# it: this gives the IO thread the GIL, and keeps the queued publishes (memory, and the
+# garbage collector's work over them) bounded.
+MAX_AHEAD_MSGS = 2_000
+MAX_PUBS_PER_LOOP = 10_000  # publishes staged in one loop iteration (one LMDB transaction)
+
+
+class Call:
+    """A function to run on the IO thread, and its result."""
+
+    __slots__ = ("fn", "done", "result", "error", "tx")
+
+    def __init__(self, fn: Callable[[WriteBatch, float], Any], tx: bool = False) -> None:
+        self.fn = fn
+        self.tx = tx  # a transaction: it fails with the commit of its publishes
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Commands:
+    """Both ends of an Engine's command queue, and the state they share."""
+
+    # Set by Engine.__init__; the methods below use them.
+    config: NodeConfig
+    store: Store
+    producer: Producer
+    consumer: Consumer
+    commits: Committer
+    held: Held
+    counters: Counters
+    mesh: Mesh | None
+    _local_subs: list[Subscription]
+    _state: str
+    _failure: BaseException | None
+
+    def __init__(self, node_id: bytes, next_seq: int, map_size_bytes: int) -> None:
+        self.cond = threading.Condition()
+        self._next_seq = next_seq
+        self._node_hex = node_id.hex()
+        self._watch_fn = self.watch  # one bound method for every receipt
+        self._alloc = threading.Lock()  # sequence allocation (application threads)
+        self._submitted = 0  # messages prepared by application threads (under _alloc)
+        self._done = 0  # of those, stored or failed (IO thread)
+        # Payload bytes of the same: publishes may run ahead of the IO thread by at most
+        # an eighth of the map, so a map that fills up stops them soon after.
+        self._submitted_bytes = 0
+        self._done_bytes = 0
+        self._ahead_limit = map_size_bytes // 8
+        self._cmds: deque[tuple] = deque()
+        self._wake_pending = False
+        self._wake_lock = threading.Lock()
+        self._wake_tx: zmq.Socket | None = None  # application threads' end of the wake pipe
+        self._watches: list[Receipt] = []  # receipts to track, collected by the IO thread
+
+    # == application threads =============================================================
+
+    def _check_running(self) -> None:
+        if self._state != "running":
+            if self._failure is not None:
+                raise NodeStateError(f"node {self.config.name!r} stopped after an internal "
+                                     f"error: {self._failure!r}")
+            raise NodeStateError(f"node {self.config.name!r} is {self._state}; use it inside "
+                                 "'with' or after start()")
+
+    def submit(self, cmd: tuple) -> None:
+        self._check_running()
+        self._cmds.append(cmd)
+        if not self._wake_pending:
+            self._wake_pending = True
+            if not self._wake():
+                self._check_running()  # the IO thread stopped meanwhile: say why
+
+    def _wake(self) -> bool:
+        """Wake the IO thread; False when it has already closed its wake pipe."""
+        with self._wake_lock:
+            if self._wake_tx is None:
+                return False
+            with contextlib.suppress(zmq.Again):  # the pipe is full of wake-ups already
+                self._wake_tx.send(b"", zmq.NOBLOCK)
+            return True
+
+    def prepare(self, topic: str, payloads: list[bytes], keys: list[str | None],
+                headers: dict | None, priority: int, expires_at: float | None,
+                deliver_at: float | None, partitions: int, timeout_s: float,
+                msg_id: str | None = None, paced: bool = True) -> list[Publish]:
+        """Allocate consecutive sequences and one receipt for ``payloads``, waiting up to
+        ``timeout_s`` for outbox room. The caller must submit them (or ``abandon`` them).
+
+        ``paced``: also wait while MAX_AHEAD_MSGS publishes wait for the IO thread (not for
+        a transaction, whose publishes are submitted only when it commits).
+        """
+        n = len(payloads)
+        first = self._reserve(n, sum(map(len, payloads)) if n > 1 else len(payloads[0]),
+                              timeout_s, paced)
+        receipt = Receipt(self._node_hex, first, self.cond, n, topic, self._watch_fn)
+        now = time.time()
+        if n == 1:  # publish(): no comprehension to set up for one message
+            key = keys[0]
+            return [Publish(first, topic, partition_for(key, partitions, first), key, headers,
+                            payloads[0], priority, now, expires_at, deliver_at, receipt,
+                            msg_id)]
+        return [Publish(seq, topic, partition_for(key, partitions, seq), key, headers, payload,
+                        priority, now, expires_at, deliver_at, receipt, msg_id)
+                for seq, payload, key in zip(range(first, first + n), payloads, keys,
+                                             strict=True)]
+
+    def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
+        """The first of ``n`` sequences, once the outbox has room for them."""
+        self._check_running()
+        limit = self.config.max_outbox_messages
+        deadline = 0.0
+        while True:
+            with self._alloc:
+                waiting = self._submitted - self._done
+                depth = self.producer.depth + waiting
+                room = depth + n <= limit or depth == 0
+                ahead = self._submitted_bytes - self._done_bytes
+                if room and not self.held.full and (
+                        ahead + nbytes <= self._ahead_limit or ahead == 0) and (
+                        not paced or waiting + n <= MAX_AHEAD_MSGS or waiting == 0):
+                    first = self._next_seq
+                    self._next_seq = first + n
+                    self._submitted += n
+                    self._submitted_bytes += nbytes
+                    return first
+            # Full: wait for acks (or stores) to make room, up to the timeout.
+            deadline = deadline or time.monotonic() + timeout_s
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if room and self.held.full:  # the outbox has room, the LMDB map has not
+                    self.counters.add("publish_store_full", 1)
+                    raise StoreFullError(self.store.path, self.store.map_size_bytes,
+                                         timeout_s)
+                raise OutboxFullError(depth, limit, timeout_s)
+            with self.cond:
+                self.cond.wait(remaining)
+            self._check_running()
+
+    def abandon(self, count: int, nbytes: int) -> None:
+        """Prepared publishes that will never be submitted (an aborted transaction)."""
+        with self._alloc:
+            self._submitted -= count
+            self._submitted_bytes -= nbytes
+        with self.cond:
+            self.cond.notify_all()
+
+    def watch(self, receipt: Receipt) -> None:
+        """Someone waits for ``receipt`` to be acked: have the IO thread track it."""
+        if self._state == "running":
+            self.submit(("watch", receipt))
+
+    def transact(self, pubs: list[Publish], acks: list[Message], timeout_s: float) -> None:
+        """Store ``pubs`` and settle ``acks`` in one LMDB transaction, or none of it."""
+        done = Call(lambda _wb, _now: None, tx=True)
+        self.submit(("tx", pubs, acks, done))
+        if not done.done.wait(timeout_s):
+            raise NodeStateError(f"transaction not committed within {timeout_s:g}s")
+        if done.error is not None:
+            raise done.error
+
+    def settle(self, msg: Message, how: str, arg: object) -> None:
+        self.submit(("settle", msg, how, arg))
+
+    def subscribe(self, sub: Subscription) -> None:
+        self.submit(("sub", sub))
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        left = sub._drain_unsettled()
+        self.submit(("unsub", sub, left))
+
+    def call(self, fn: Callable[[WriteBatch, float], Any], timeout_s: float = 10.0) -> Any:
+        """Run ``fn(write_batch, now)`` on the IO thread and return its result.
+
+        What ``fn`` adds to the write batch is committed in that loop iteration, before the
+        result is returned.
+        """
+        call = Call(fn)
+        self.submit(("call", call))
+        if not call.done.wait(timeout_s):
+            raise NodeStateError(f"node {self.config.name!r} did not answer within "
+                                 f"{timeout_s:g}s")
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    # == IO thread =======================================================================
+
+    def _drain_commands(self, wb: WriteBatch, pubs: list[Publish], calls: list[Call],
+                        now: float, max_pubs: int = MAX_PUBS_PER_LOOP) -> bool:
+        """Apply queued commands in order; stops once ``max_pubs`` publishes are collected
+        (the rest waits for the next iteration, so one transaction stays bounded)."""
+        cmds = self._cmds
+        mesh = self.mesh
+        assert mesh is not None
+        stop = False
+        while cmds and len(pubs) < max_pubs:
+            cmd = cmds.popleft()
+            kind = cmd[0]
+            if kind == "pub":
+                pubs.extend(cmd[1])
+            elif kind == "settle":
+                self.consumer.settle(cmd[1], cmd[2], cmd[3], wb)
+            elif kind == "ack_many":
+                settle = self.consumer.settle
+                for msg in cmd[1]:
+                    settle(msg, "acked", None, wb)
+            elif kind == "watch":
+                self._watches.append(cmd[1])
+            elif kind == "tx":
+                _, tx_pubs, acks, done = cmd
+                for msg in acks:
+                    self.consumer.settle(msg, "acked", None, wb)
+                pubs.extend(tx_pubs)
+                self.commits.tx_pubs.update(id(p) for p in tx_pubs)
+                calls.append(done)
+            elif kind == "contact":
+                _, ep, peer_id, key = cmd
+                peer = mesh.peers.get(peer_id)
+                if peer is None or (not peer.alive and peer.ctrl_ep != ep):
+                    mesh.contact(ep, key=key)
+            elif kind == "sub":
+                self._local_subs.append(cmd[1])
+                self.consumer.add(cmd[1])
+                mesh.subs_changed(wb, now)
+            elif kind == "unsub":
+                if cmd[1] in self._local_subs:
+                    self._local_subs.remove(cmd[1])
+                self.consumer.remove(cmd[1], cmd[2])
+                mesh.subs_changed(wb, now)
+            elif kind == "topic":
+                self.producer.set_topic(cmd[1], cmd[2], wb, now)
+            elif kind == "call":
+                call: Call = cmd[1]
+                try:
+                    call.result = call.fn(wb, now)
+                except BaseException as exc:
+                    call.error = exc
+                calls.append(call)
+            elif kind == "stop":
+                stop = True
+        return stop
+
+    def _notify(self, staged_done: int, staged_bytes: int = 0) -> None:
+        p = self.producer
+        if not (staged_done or p.stored or p.acked):
+            return
+        self._done += staged_done
+        self._done_bytes += staged_bytes
+        with self.cond:
+            for r in p.stored:
+                r._stored = True
+            for r in p.acked:
+                r._unacked -= 1
+                if r._unacked <= 0:
+                    r._stored = True
+                    r._acked = True
+            p.stored.clear()
+            p.acked.clear()
+            self.cond.notify_all()

@@ -1,0 +1,269 @@
+"""The sockets a node listens on, and what arrives on them (IO thread only).
+
+PULL takes data batches; ROUTER takes control frames, and answers status, admin and fetch
+requests on the same socket. The ZAP handler vets whoever connects to either, and an
+address that keeps sending undecodable control frames is banned.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from .._protocol.codec import decode_batch, decode_control, encode_control
+from .._protocol.frames import (
+    Ack,
+    AdminReply,
+    AdminRequest,
+    Bye,
+    Fail,
+    FetchHead,
+    FetchItem,
+    FetchReply,
+    FetchRequest,
+    Hello,
+    Nack,
+    StatusReply,
+    StatusRequest,
+)
+from .._security import ZapHandler, server_options
+from ..errors import DecodeError, ZMeshError
+from .admin import admin
+
+if TYPE_CHECKING:
+    from .._store.store import WriteBatch
+    from .engine import Engine
+    from .mesh import Mesh
+
+log = logging.getLogger(__name__)
+
+RECV_BURST = 512  # control frames handled per loop iteration
+# Messages received per loop iteration: a few batches, so their acks (committed at the end
+# of the iteration) flow back while the producer still has credit to send more.
+RECV_DATA_MSGS = 200
+FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one message)
+
+# Plain ints: pyzmq's Flag enums cost an enum operation per use on the data path.
+_NOBLOCK = int(zmq.NOBLOCK)
+_RCVMORE = int(zmq.RCVMORE)
+
+
+class Listener:
+    """The PULL and ROUTER sockets of one node, with their ZAP handler and monitors."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.config = engine.config
+        self.counters = engine.counters
+        self.producer = engine.producer
+        self.consumer = engine.consumer
+        self._bad_frames: dict[str, int] = {}
+
+    def open(self, ctx: zmq.Context, inproc: str) -> tuple[int, int]:
+        """Bind PULL and ROUTER on the configured interfaces and under ``inproc``; returns
+        their TCP ports (data, control)."""
+        cfg = self.config
+        keys = self.engine.keys
+        max_frame = cfg.max_message_bytes + (1 << 20)
+        # The ZAP handler must be bound before any server socket, or CURVE admits everyone.
+        self.zap = ZapHandler(ctx, keys, self.counters)
+        self.pull = ctx.socket(zmq.PULL)
+        self.router = ctx.socket(zmq.ROUTER)
+        for sock in (self.pull, self.router):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
+            server_options(sock, keys)
+        try:
+            ports = self._bind(self.pull), self._bind(self.router)
+        except zmq.ZMQError as exc:
+            raise ZMeshError(f"cannot bind on interfaces {list(cfg.interfaces) or ['*']}: "
+                             f"{exc}") from exc
+        self.pull.bind(inproc + "-data")
+        self.router.bind(inproc + "-ctrl")
+        return ports
+
+    def _bind(self, sock: zmq.Socket) -> int:
+        ifaces = list(self.config.interfaces) or ["*"]
+        sock.bind(f"tcp://{_host(ifaces[0])}:*")
+        port = int(sock.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+        for iface in ifaces[1:]:
+            sock.bind(f"tcp://{_host(iface)}:{port}")
+        return port
+
+    def register(self, poller: zmq.Poller) -> None:
+        """Have ``poller`` watch these sockets and the monitors of their handshakes."""
+        poller.register(self.pull, zmq.POLLIN)
+        poller.register(self.router, zmq.POLLIN)
+        poller.register(self.zap.sock, zmq.POLLIN)
+        # Failed handshakes (a keyless node at a secured one, garbage instead of ZMTP) never
+        # reach ZAP; the sockets' monitors report them.
+        failed = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                  | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+        self._monitors = [self.pull.get_monitor_socket(failed),
+                          self.router.get_monitor_socket(failed)]
+        for mon in self._monitors:
+            poller.register(mon, zmq.POLLIN)
+
+    def receive(self, events: dict, wb: WriteBatch, now: float) -> None:
+        """Handle what the poller's ``events`` say is waiting on these sockets."""
+        if self.zap.sock in events:
+            self.zap.handle()
+        for mon in self._monitors:
+            if mon in events:
+                self._on_monitor(mon)
+        if self.pull in events:
+            self._recv_data(wb, now)
+        if self.router in events:
+            self._recv_control(wb, now)
+
+    def _recv_data(self, wb: WriteBatch, now: float) -> None:
+        pull = self.pull
+        mesh = self.engine.mesh
+        limit = self.config.max_message_bytes
+        received = 0
+        for _ in range(RECV_BURST):
+            if received >= RECV_DATA_MSGS:
+                return
+            try:
+                frames = [pull.recv(_NOBLOCK)]
+            except zmq.Again:
+                return
+            # Usually one frame; large payloads follow as more parts of the same message,
+            # which ZeroMQ delivers whole.
+            while pull.getsockopt(_RCVMORE):
+                frames.append(pull.recv(_NOBLOCK))
+            try:
+                batch = decode_batch(frames, limit)
+            except DecodeError as exc:
+                self.counters.add("decode_errors", 1)
+                log.debug("dropped a bad data frame: %s", exc)
+                continue
+            if mesh is not None and mesh.peer(batch.node_id) is None:
+                # Data can overtake its producer's hello; hand it back until we know the
+                # producer (the nack waits for it), and never deliver a stranger's batch.
+                self.counters.add("batches_from_unknown_peers", 1)
+                self.consumer.release(batch)
+                continue
+            received += len(batch.seqs)
+            self.consumer.on_batch(batch, wb, now)
+
+    def _on_monitor(self, mon: zmq.Socket) -> None:
+        while True:
+            try:
+                event = recv_monitor_message(mon, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            n = self.counters.get("handshakes_failed") + 1
+            self.counters.add("handshakes_failed", 1)
+            if n in (1, 10, 100, 1000) or n % 10_000 == 0:
+                log.warning("%d failed handshakes so far (last: %s on %s); a node without "
+                            "the mesh's keys, or not speaking zmesh, tries to connect", n,
+                            zmq.Event(event["event"]).name, event["endpoint"])
+
+    def _abuse(self, frame: zmq.Frame) -> None:
+        """Count bad control frames per source address; ban an address past the limit."""
+        limit = self.config.ban_after_bad_frames
+        addr = _meta(frame, "Peer-Address")
+        if not limit or addr is None:
+            return
+        n = self._bad_frames[addr] = self._bad_frames.get(addr, 0) + 1
+        if n == limit:
+            self.zap.banned.add(addr)
+            self.counters.add("addresses_banned", 1)
+            log.warning("banning %s: %d undecodable control frames; it can no longer "
+                        "connect to this node", addr, n)
+
+    def _recv_control(self, wb: WriteBatch, now: float) -> None:
+        router = self.router
+        mesh = self.engine.mesh
+        assert mesh is not None
+        for _ in range(RECV_BURST):
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                if len(frames) != 2:
+                    raise DecodeError(f"{len(frames)} frames")
+                msg = decode_control(frames[1].bytes)
+            except DecodeError as exc:
+                self.counters.add("decode_errors", 1)
+                log.debug("dropped a bad control frame: %s", exc)
+                self._abuse(frames[-1])
+                continue
+            try:
+                self._on_control(msg, frames, mesh, wb, now)
+            except Exception:
+                # Input must never stop the IO thread; this is a bug to report, not a crash.
+                self.counters.add("internal_errors", 1)
+                log.exception("error while handling a %s; the node goes on",
+                              type(msg).__name__)
+
+    def _on_control(self, msg: object, frames: list[zmq.Frame], mesh: Mesh, wb: WriteBatch,
+                    now: float) -> None:
+        if isinstance(msg, Ack):
+            self.producer.on_ack(msg.topic, msg.lane, msg.seqs, wb)
+        elif isinstance(msg, Hello):
+            mesh.on_hello(msg, _meta(frames[1], "Peer-Address"),
+                          (_meta(frames[1], "User-Id") or "").encode(), wb, now)
+            self.engine._awaiting.discard(msg.node_id)
+        elif isinstance(msg, Nack):
+            self.producer.on_nack(msg.topic, msg.lane, msg.seqs,
+                                  None if msg.delay_s < 0 else msg.delay_s, wb, now)
+        elif isinstance(msg, Fail):
+            self.producer.on_fail(msg.topic, msg.lane, msg.seq, msg.reason, wb)
+        elif isinstance(msg, Bye):
+            peer = mesh.peers.get(msg.node_id)
+            if peer is not None and peer.incarnation == msg.incarnation:
+                mesh.forget(peer, now, "said bye")
+        elif isinstance(msg, StatusRequest):
+            self._reply(frames[0], StatusReply(msg.token, self.engine.status()))
+        elif isinstance(msg, AdminRequest):
+            self._reply(frames[0], admin(self.engine, msg, wb, now))
+        elif isinstance(msg, FetchRequest):
+            items, heads = self.producer.fetch(msg.topic, dict(msg.cursors), msg.start,
+                                               msg.max_items, FETCH_REPLY_BYTES)
+            self.counters.add("fetched", len(items))
+            self._reply(frames[0], FetchReply(msg.token, msg.topic,
+                                              tuple(FetchItem(*i) for i in items),
+                                              tuple(FetchHead(*h) for h in heads)))
+
+    def _reply(self, identity: zmq.Frame, msg: StatusReply | AdminReply | FetchReply) -> None:
+        try:
+            self.router.send_multipart([identity.bytes, encode_control(msg)], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            self.counters.add("replies_dropped", 1)
+
+    def close(self) -> None:
+        """Close whatever of these sockets was opened (also after a failed ``open``)."""
+        monitors = getattr(self, "_monitors", ())
+        for name in ("pull", "router"):
+            sock = getattr(self, name, None)
+            if sock is not None and not sock.closed and monitors:
+                sock.disable_monitor()
+        for mon in monitors:
+            mon.close(linger=0)
+        zap = getattr(self, "zap", None)
+        if zap is not None:
+            zap.close()
+        for name in ("pull", "router"):
+            sock = getattr(self, name, None)
+            if sock is not None:
+                sock.close(linger=0)
+
+
+def _meta(frame: zmq.Frame, name: str) -> str | None:
+    try:
+        value = frame.get(name)
+        return value if isinstance(value, str) else None
+    except zmq.ZMQError:
+        return None
+
+
+def _host(iface: str) -> str:
+    if iface in ("*", "0.0.0.0", ""):
+        return "*"
+    return f"[{iface}]" if ":" in iface else iface
