@@ -31,6 +31,21 @@ def test_restarted_producer_resumes_from_its_outbox(make_node, tmp_path):
     assert r.id.seq > max(rr.id.seq for rr in rs)
 
 
+def test_a_reopened_outbox_counts_each_message_once(make_node, tmp_path):
+    """Two groups owe every message of one topic; the outbox is messages, not debts."""
+    prod = make_node("prod", topics={"a": zmesh.TopicConfig(groups=("g1", "g2")),
+                                     "b": zmesh.TopicConfig(groups=("g",))})
+    receipts = [prod.publish_many("a", [b"x"] * 30), prod.publish_many("b", [b"y"] * 20)]
+    for r in receipts:
+        r.wait_stored(5)
+    assert prod.status()["outbox"] == 50
+    prod.close()
+    reopened = make_node("prod", data_dir=str(tmp_path / "prod"))
+    assert reopened.status()["outbox"] == 50
+    assert sorted((ln["lane"], ln["pending"]) for ln in reopened.status()["lanes"]) == [
+        ("g", 20), ("g1", 30), ("g2", 30)]
+
+
 @pytest.mark.parametrize("durability", ["fsync", "process", "memory"])
 def test_each_durability_mode_delivers(make_node, durability):
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(durability=durability)})

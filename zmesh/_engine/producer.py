@@ -208,13 +208,15 @@ class Producer:
         for c in self.store.corrupt:
             if c.db == "pend" and len(c.key) == 12:
                 self._rebuild_pending(by_id, c.key, now, offset, batch)
-        owed: set[int] = set()
+        of_topic: dict[str, list[Lane]] = {}
         for lane in by_id.values():
             lane.end_bulk()
-            owed.update(lane.seqs())
+            of_topic.setdefault(lane.topic, []).append(lane)
         # Retained messages stay in ``msgs`` after they are settled: the outbox is what some
-        # lane still owes.
-        self.depth = len(owed) + len(self._mem)
+        # lane still owes, each message counted once (a topic's lanes owe the same ones).
+        self.depth = len(self._mem) + sum(
+            len(lanes[0]) if len(lanes) == 1 else len(set().union(*(ln.seqs() for ln in lanes)))
+            for lanes in of_topic.values())
         self.dead.load()
         if self.depth:
             log.info("outbox reopened with %d unacknowledged messages", self.depth)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from array import array
 from bisect import insort
 from collections.abc import Iterator
+from itertools import compress
 
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
 
@@ -131,9 +132,8 @@ class SeqWindow:
         return bool(self._old) and seq in self._old
 
     def __iter__(self) -> Iterator[int]:
-        base = self._base
         yield from list(self._old)
-        yield from [base + i for i, v in enumerate(self._w) if v]
+        yield from compress(range(self._base, self._base + len(self._w)), self._w)
 
     def put(self, seq: int, partition: int) -> None:
         """Map ``seq`` to ``partition`` (``seq`` must be absent)."""

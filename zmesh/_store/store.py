@@ -176,6 +176,7 @@ class Store:
                 except Exception as exc:  # any decoding failure means a damaged record
                     self.corrupt.append(Corrupt(name, bytes(k), bytes(v),
                                                 f"{type(exc).__name__}: {exc}"))
+        self.pages.release()  # (the whole db was read: a restart's pending entries)
 
     def take_corrupt(self) -> list[Corrupt]:
         out, self.corrupt = self.corrupt, []
