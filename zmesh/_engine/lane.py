@@ -389,7 +389,9 @@ class Lane:
                 batch.partitions.append(partition)
                 batch.attempts.append(attempt)
                 taken += 1
-            head = self._head(partition)
+            # (only plain messages in the partition: its FIFO alone says what is next)
+            head = self._head(partition) if ready[partition] else \
+                fifos[partition].first_in(plain)
             if head is not None:
                 heappush(heads, (head, partition))
         if taken:
