@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ._engine.engine import Engine
-from ._engine.producer import Publish
+from ._engine.staging import Publish
 from ._receipt import MessageId, Receipt
 from ._roles import Roles, resolve
 from .config import NodeConfig, SubscriptionConfig, TopicConfig, check_name

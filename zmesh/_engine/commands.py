@@ -20,8 +20,8 @@ import zmq
 
 from .._receipt import Receipt
 from ..errors import NodeStateError, OutboxFullError, StoreFullError
-from .producer import Publish
 from .routing import partition_for
+from .staging import Publish
 
 if TYPE_CHECKING:
     from .._store.store import Store, WriteBatch

@@ -20,7 +20,8 @@ from .held import Held
 
 if TYPE_CHECKING:
     from .consumer import Consumer
-    from .producer import Producer, Publish
+    from .producer import Producer
+    from .staging import Publish
     from .stats import Counters
 
 log = logging.getLogger(__name__)
@@ -57,10 +58,10 @@ class Committer:
         held_bytes = self.held.bytes if held_before else 0
         pubs_in, bytes_in = len(pubs), sum(len(p.payload) for p in pubs)
         pubs = self.held.admit(pubs, self.tx_pubs, now)
-        self.producer.prepare_lanes(pubs, wb, now)
+        self.producer.staging.prepare_lanes(pubs, wb, now)
         mark = wb.mark() if pubs else None  # what follows is the publishes' part
-        fresh = self.producer.stage(pubs, wb)
-        self.producer.added(self.commit(wb, fresh, calls, mark, now), now, next_wb)
+        fresh = self.producer.staging.stage(pubs, wb)
+        self.producer.staging.added(self.commit(wb, fresh, calls, mark, now), now, next_wb)
         self.tx_pubs.clear()
         return (held_before + pubs_in - len(self.held),
                 held_bytes + bytes_in - self.held.bytes)
@@ -88,7 +89,7 @@ class Committer:
             error = exc
             full = False
         self.counters.add("store_full" if full else "store_errors", 1)
-        self.producer.unstage(pubs)
+        self.producer.staging.unstage(pubs)
         keep = [p for p in pubs if id(p) not in self.tx_pubs]
         for p in pubs:
             if p.receipt is not None and not (full and id(p) not in self.tx_pubs):

@@ -26,11 +26,14 @@ from ..errors import NodeStateError, ZMeshError
 from .commands import Call, Commands
 from .commit import Committer
 from .consumer import Consumer
+from .dispatch import dispatch
 from .lane import Lane, Taken
 from .listener import Listener
 from .mesh import Mesh
-from .producer import Producer, Publish
+from .producer import Producer
+from .restart import load_outbox
 from .retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
+from .staging import Publish
 from .stats import Counters
 from .status import node_status
 
@@ -170,7 +173,7 @@ class Engine(Commands):
         self.poller.register(self._wake_rx, zmq.POLLIN)
         self.listener.register(self.poller)
         now = time.monotonic()
-        self.producer.load(now, self._wb)
+        load_outbox(self.producer, now, self._wb)
         known = self.store.known_peers()
         for topic, tcfg in self.producer.topics.items():
             self.producer.set_topic(topic, tcfg, self._wb, now)
@@ -243,7 +246,7 @@ class Engine(Commands):
             self._awaiting.clear()
         if now >= self._send_retry_at and not self._awaiting:
             self._send_retry_at = 0.0
-            self.producer.dispatch(now, self._send_data, self._wb)
+            dispatch(self.producer, now, self._send_data, self._wb)
         return not stop
 
     def _poll_timeout_ms(self, now: float) -> int:
@@ -275,7 +278,7 @@ class Engine(Commands):
             assert self.mesh is not None
             self.mesh.beat(now, wb)
         if now >= self._next_reclaim:
-            more = self.producer.reclaim(wb, time.time())
+            more = self.producer.retained.reclaim(wb, time.time())
             self._next_reclaim = now + (RECLAIM_BUSY_S if more else RECLAIM_INTERVAL_S)
 
     # -- sending -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .producer import Publish
+    from .staging import Publish
 
 RETRY_INTERVAL_S = 1.0  # also retry without a deletion seen: space may come from elsewhere
 

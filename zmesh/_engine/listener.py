@@ -224,8 +224,9 @@ class Listener:
         elif isinstance(msg, AdminRequest):
             self._reply(frames[0], admin(self.engine, msg, wb, now))
         elif isinstance(msg, FetchRequest):
-            items, heads = self.producer.fetch(msg.topic, dict(msg.cursors), msg.start,
-                                               msg.max_items, FETCH_REPLY_BYTES)
+            items, heads = self.producer.retained.fetch(msg.topic, dict(msg.cursors),
+                                                        msg.start, msg.max_items,
+                                                        FETCH_REPLY_BYTES)
             self.counters.add("fetched", len(items))
             self._reply(frames[0], FetchReply(msg.token, msg.topic,
                                               tuple(FetchItem(*i) for i in items),

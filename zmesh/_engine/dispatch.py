@@ -1,0 +1,102 @@
+"""Handing a producer's ready messages to live members (IO thread, once per loop).
+
+Records are read from LMDB (or memory) and decoded once per call for every lane that
+sends them. A record that cannot be decoded is set aside and settled, never sent; one
+that is missing is settled as lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._store.damage import decode_record
+from .._store.store import WriteBatch, u64
+from .lane import Lane, Taken
+from .staging import UNCLAIMED
+
+if TYPE_CHECKING:
+    from .producer import Producer
+
+log = logging.getLogger(__name__)
+
+
+def dispatch(producer: Producer, now: float,
+             send: Callable[[bytes, Lane, Taken, list[list]], int],
+             batch: WriteBatch) -> int:
+    """Hand ready messages (decoded records) to live members; ``send`` returns how many
+    left. A record that cannot be decoded is set aside and settled, never sent."""
+    sent_total = 0
+    mem = producer._mem
+    # Records decoded in this call: the lanes of one topic mostly send the same
+    # messages, each read and decoded once for all of them.
+    known: dict[int, list] = {}
+    for (topic, name), lane in producer.lanes.items():
+        if not lane.ready_count or not lane.members or name == UNCLAIMED:
+            continue
+        taken, expired = lane.take(now)
+        if expired:
+            producer._count(lane, "expired", len(expired))
+            producer._settled(topic, lane, expired, batch)
+        if not taken:
+            continue
+        need = [seq for t in taken.values() for seq in t.seqs
+                if seq not in known and seq not in mem]
+        records = producer.store.get_messages(need) if need else {}
+        for member, out in taken.items():
+            fields: list[list] = []
+            missing = []
+            for seq in out.seqs:
+                decoded = known.get(seq)
+                if decoded is not None:
+                    fields.append(decoded)
+                    continue
+                record = mem.get(seq) or records.get(seq)
+                decoded = None if record is None else decode_record(record)
+                if decoded is not None:
+                    known[seq] = decoded
+                else:
+                    if record is not None:
+                        mem.pop(seq, None)
+                        producer.set_aside("msgs", u64(seq), record,
+                                           "an outbox record: settled for every group", batch)
+                    missing.append(seq)
+                fields.append(decoded)  # type: ignore[arg-type]
+            if missing:
+                out = _without(out, fields)
+                fields = [f for f in fields if f is not None]
+                _drop(producer, topic, lane, missing, batch)
+            if out.seqs:
+                sent = send(member, lane, out, fields)
+                sent_total += sent
+                if sent < len(out):
+                    lane.unsend(out.seqs[sent:], now)
+    return sent_total
+
+
+def _drop(producer: Producer, topic: str, lane: Lane, seqs: list[int],
+          batch: WriteBatch) -> None:
+    """Messages whose record is gone or damaged: settle them for every lane owing them."""
+    bad = {k for db, k, _v in batch.quarantine if db == "msgs"}
+    lost = [s for s in seqs if u64(s) not in bad]
+    if lost:
+        log.error("outbox records missing for %d messages of %s; settled as lost",
+                  len(lost), topic)
+        producer.counters.add("lost_records", len(lost))
+    for seq in seqs:
+        for owing in producer._owing(topic, seq):
+            owing.ack([seq])
+            producer._settled(topic, owing, [seq], batch)
+
+
+def _without(out: Taken, fields: list) -> Taken:
+    """``out`` without the messages whose record is missing (None in ``fields``)."""
+    kept = Taken()
+    for seq, partition, attempt, f in zip(out.seqs, out.partitions, out.attempts, fields,
+                                          strict=True):
+        if f is not None:
+            kept.seqs.append(seq)
+            kept.partitions.append(partition)
+            kept.attempts.append(attempt)
+    return kept

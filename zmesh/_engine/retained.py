@@ -1,0 +1,124 @@
+"""The messages a producer keeps for replay (IO thread only): the record bytes each topic
+holds against ``retention_bytes``, reclaiming what retention lets go, and reading stored
+messages by index for readers.
+
+What may go is decided by the pure rules of retention.py; this applies them to the store.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._store.damage import decode_record
+from .._store.store import WriteBatch, u64
+from .retention import RECLAIM_CHUNK, Head, partition_prefix, reclaimable, retains, topic_prefix
+
+if TYPE_CHECKING:
+    from .producer import Producer
+
+
+class Retained:
+    """The retained messages of one producer: what they weigh, reclaiming, reading them."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.p = producer
+        # topic -> [index entries, their record bytes]: what retention_bytes is held against
+        self.totals: dict[str, list[int]] = {
+            prefix[:-1].decode(): [n, size]
+            for prefix, (n, size) in producer.store.log_totals().items()}
+        # Per retaining topic the entries and record bytes the last ``stage`` added, for
+        # ``unstage`` to give back.
+        self.staged: dict[str, list[int]] = {}
+
+    def count_staged(self) -> None:
+        """Add what the last ``stage`` put in ``staged`` to the totals."""
+        for topic, (n, size) in self.staged.items():
+            totals = self.totals.setdefault(topic, [0, 0])
+            totals[0] += n
+            totals[1] += size
+
+    def unstage(self) -> None:
+        """Take ``staged`` back out of the totals: its commit failed."""
+        for topic, (n, size) in self.staged.items():
+            totals = self.totals[topic]
+            totals[0] -= n
+            totals[1] -= size
+        self.staged.clear()
+
+    def reclaim(self, batch: WriteBatch, wall: float) -> bool:
+        """One bounded pass of retention over every topic with index entries; True when a
+        topic has more to reclaim at once (call again soon)."""
+        producer = self.p
+        more = False
+        for topic, totals in self.totals.items():
+            if not totals[0]:
+                continue
+            prefix = topic_prefix(topic)
+            heads = [Head.decode(seq, v)
+                     for seq, v in producer.store.log_heads(prefix, RECLAIM_CHUNK)]
+            cfg = producer.topic_config(topic)
+            n = reclaimable(heads, wall=wall, cfg=cfg, retained_bytes=totals[1],
+                            owed=lambda seq, t=topic: producer.owed(t, seq))  # type: ignore[misc]
+            if not n:
+                continue
+            kept = retains(cfg)
+            for head in heads[:n]:
+                key = head.index.to_bytes(8, "big")
+                batch.log_del.append((partition_prefix(topic, head.partition) + key,
+                                      prefix + u64(head.seq)))
+                record = producer._mem.pop(head.seq, None)
+                if record is not None:
+                    producer._mem_bytes -= len(record)
+                else:  # (gone already if it was settled while the topic did not retain)
+                    batch.msgs_del.append(u64(head.seq))
+                totals[0] -= 1
+                totals[1] -= head.size
+            if kept:
+                producer.counters.add("retention_reclaimed", n)
+            more = more or n == RECLAIM_CHUNK
+        return more
+
+    def fetch(self, topic: str, cursors: dict[int, int], start: int | None, max_items: int,
+              max_bytes: int) -> tuple[list[tuple], list[tuple[int, int, int, int]]]:
+        """Stored messages of ``topic`` by index, for a reader.
+
+        ``cursors``: partition -> first index wanted; ``start``: the first index of every
+        other partition (None: only the partitions in ``cursors``). Returns items
+        ``(partition, index, seq, key, headers, published_at, payload)`` in index order per
+        partition, and per partition ``(partition, oldest stored index, next index, scanned
+        up to)``: the reader continues at "scanned up to"; indexes it skipped are gone.
+        """
+        producer = self.p
+        nexts = producer.indexes.partitions(topic)
+        wanted = set(cursors) | (set(nexts) if start is not None else set())
+        items: list[tuple] = []
+        heads: list[tuple[int, int, int, int]] = []
+        size = 0
+        for partition in sorted(wanted):
+            pos = cursors.get(partition, start if start is not None else 0)
+            nxt = nexts.get(partition, 0)
+            budget = max_items - len(items)
+            full = budget <= 0 or size >= max_bytes
+            oldest, entries = producer.store.log_range(partition_prefix(topic, partition),
+                                                       pos, 0 if full else budget)
+            scanned = pos
+            if not full:
+                records = producer.store.get_messages([s for _i, s, _p in entries
+                                                       if s not in producer._mem])
+                stopped = False
+                for index, seq, published_at in entries:
+                    if size >= max_bytes and items:
+                        stopped = True
+                        break
+                    scanned = index + 1
+                    record = producer._mem.get(seq) or records.get(seq)
+                    fields = None if record is None else decode_record(record)
+                    if fields is None:
+                        continue  # settled without retention (or damaged): not replayable
+                    _t, _p, key, headers, _pr, _pa, _e, _d, payload, _i = fields
+                    items.append((partition, index, seq, key, headers, published_at, payload))
+                    size += len(payload)
+                if not stopped and len(entries) < budget:
+                    scanned = max(scanned, nxt)  # the whole partition was read
+            heads.append((partition, nxt if oldest is None else oldest, nxt, scanned))
+        return items, heads

@@ -1,0 +1,248 @@
+"""Publishes on their way into a producer's outbox (IO thread only).
+
+Publishes arrive as staged commands, are written to LMDB in the loop's one transaction,
+and only then join their lanes, so nothing is sent before it is stored. A commit that
+fails gives back what its staging allocated. A topic with no group known yet stages to
+its unclaimed lane, whose messages go to the first groups learned.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .._store.store import WriteBatch, pack, pend_key, u32, u64, unpackb
+from .lane import Lane
+from .retention import log_entry, partition_prefix, retains
+
+if TYPE_CHECKING:
+    from .._receipt import Receipt
+    from .producer import Producer
+
+UNCLAIMED = ""  # lane name of a topic's messages published before any group was known
+
+
+@dataclass(slots=True)
+class Publish:
+    """A publish staged by a user thread for the IO thread to store."""
+
+    seq: int
+    topic: str
+    partition: int
+    key: str | None
+    headers: dict | None
+    payload: bytes
+    priority: int
+    published_at: float
+    expires_at: float | None
+    deliver_at: float | None
+    receipt: Receipt | None
+    msg_id: str | None = None
+
+
+def mono_offset() -> float:
+    """monotonic - wall clock, from two adjacent readings: what turns a UNIX time into a
+    monotonic one. (Pairing the loop's ``now`` with a later wall reading would move every
+    schedule earlier by the time in between.)"""
+    return time.monotonic() - time.time()
+
+
+def mono_at(wall_at: float | None, offset: float) -> float:
+    """A wall-clock instant on the monotonic clock (0.0 when unset)."""
+    return wall_at + offset if wall_at else 0.0
+
+
+class Staging:
+    """Staging the publishes of one producer, and owing them to its lanes once stored."""
+
+    def __init__(self, producer: Producer, next_seq: int, memory_budget_bytes: int) -> None:
+        self.p = producer
+        self.memory_budget_bytes = memory_budget_bytes
+        self._spilled: list[tuple[int, bytes]] = []  # by the last stage(), for unstage()
+        self._seq_written = next_seq  # next_seq as last staged: it never goes back
+        self.duplicates: list[tuple[str, int, Receipt]] = []  # (topic, original seq, receipt)
+        # What the last ``stage`` allocated, for ``unstage`` to give back: per topic the first
+        # index of each partition (the retained entries and bytes are in ``Retained.staged``).
+        self._staged_first: dict[str, dict[int, int]] = {}
+
+    def prepare_lanes(self, pubs: list[Publish], batch: WriteBatch, now: float) -> None:
+        """Create the lanes ``pubs`` need before staging them, so a publish that must be
+        staged again later (a full map) never finds a lane that was not stored."""
+        for p in pubs:
+            if not self.p.by_topic.get(p.topic):
+                self.p.ensure_lane(p.topic, UNCLAIMED, "", "unclaimed", batch, now)
+
+    def unstage(self, pubs: list[Publish]) -> None:
+        """Undo ``stage`` in memory after its commit failed: nothing of it was stored."""
+        producer = self.p
+        for topic, firsts in self._staged_first.items():
+            for partition, first in firsts.items():
+                producer.indexes.release(topic, partition, first)
+        producer.retained.unstage()
+        self._staged_first.clear()
+        for p in pubs:
+            record = producer._mem.pop(p.seq, None)
+            if record is not None:
+                producer._mem_bytes -= len(record)
+        for seq, record in self._spilled:
+            producer._mem[seq] = record
+            producer._mem_bytes += len(record)
+        self._spilled.clear()
+
+    def _suppress_duplicates(self, pubs: list[Publish], batch: WriteBatch) -> list[Publish]:
+        """Drop publishes whose msg_id this node already published within the window."""
+        ids = [p.msg_id.encode() for p in pubs if p.msg_id is not None]
+        if not ids:
+            return pubs
+        known = self.p.store.lookup_ids(ids)
+        fresh = []
+        for p in pubs:
+            if p.msg_id is None:
+                fresh.append(p)
+                continue
+            mid = p.msg_id.encode()
+            original = known.get(mid)
+            if original is None:
+                known[mid] = p.seq
+                batch.ids_put.append((mid, p.seq, p.published_at))
+                fresh.append(p)
+                continue
+            self.p.counters.add("duplicates_suppressed", 1)
+            if p.receipt is not None:
+                p.receipt._seq = original
+                self.duplicates.append((p.topic, original, p.receipt))
+        return fresh
+
+    def stage(self, pubs: list[Publish], batch: WriteBatch) -> list[Publish]:
+        """Write publishes into the batch (after ``prepare_lanes``); returns those to add to
+        lanes after commit."""
+        producer = self.p
+        wall = time.time()
+        self._spilled.clear()
+        first_index = self._staged_first
+        first_index.clear()
+        retained = producer.retained.staged
+        retained.clear()
+        pubs = self._suppress_duplicates(pubs, batch)
+        msgs_put, pend_put, mem = batch.msgs_put, batch.pend_put, producer._mem
+        # What is the same for every publish of a topic, looked up once per topic and stage:
+        # durability, retention, lane key prefixes, next indexes, first indexes staged.
+        topics: dict[str, tuple[str, bool, list[bytes], dict[int, int], dict[int, int]]] = {}
+        # The pending value of a message without expiry or schedule, per (partition, priority).
+        plain: dict[tuple[int, int], bytes] = {}
+        record_bytes = 0
+        last_topic = None
+        for p in pubs:
+            topic = p.topic
+            if topic != last_topic:  # (publishes mostly come in runs of one topic)
+                known = topics.get(topic)
+                if known is None:
+                    cfg = producer.topic_config(topic)
+                    # prepare_lanes made the unclaimed lane of a topic with no group yet.
+                    lanes = producer.by_topic.get(topic) or [producer.lanes[(topic, UNCLAIMED)]]
+                    first_index[topic] = {}
+                    known = topics[topic] = (
+                        cfg.durability, retains(cfg),
+                        [u32(producer.lane_ids[(topic, ln.name)]) for ln in lanes],
+                        producer.indexes.parts(topic), first_index[topic])
+                durability, keep, lane_prefixes, next_index, firsts = known
+                last_topic = topic
+            partition = p.partition
+            index = next_index.get(partition, 0)  # Indexes.allocate, inline
+            next_index[partition] = index + 1
+            if partition not in firsts:
+                firsts[partition] = index
+            record = pack([topic, partition, p.key, p.headers, p.priority, p.published_at,
+                           p.expires_at, p.deliver_at, p.payload, index])
+            if keep:  # what replay reads and retention reclaims
+                batch.log_put.append(log_entry(topic, partition, index, p.seq,
+                                               p.published_at, len(record)))
+                totals = retained.setdefault(topic, [0, 0])
+                totals[0] += 1
+                totals[1] += len(record)
+            if durability == "memory":
+                mem[p.seq] = record
+                producer._mem_bytes += len(record)
+                continue
+            seq_b = p.seq.to_bytes(8, "big")
+            msgs_put.append((seq_b, record))
+            record_bytes += len(record)
+            if p.expires_at is None and p.deliver_at is None:
+                value = plain.get((partition, p.priority))
+                if value is None:
+                    value = plain[(partition, p.priority)] = pack(
+                        [partition, p.priority, 0, None, None])
+            else:
+                value = pack([partition, p.priority, 0, p.expires_at, p.deliver_at])
+            for prefix in lane_prefixes:
+                pend_put.append((prefix + seq_b, value))
+            if durability == "fsync":
+                batch.fsync = True
+        batch.msgs_bytes += record_bytes
+        for topic, firsts in first_index.items():
+            next_index = producer.indexes.parts(topic)
+            for partition in firsts:
+                batch.log_next.append((partition_prefix(topic, partition),
+                                       next_index[partition]))
+        producer.retained.count_staged()
+        if producer._mem_bytes > self.memory_budget_bytes:
+            self._spill(batch, wall)
+        top = max((p.seq for p in pubs), default=0) + 1
+        if top > self._seq_written:  # held publishes retried later have lower sequences
+            self._seq_written = top
+            batch.meta_put[b"next_seq"] = u64(top)
+        return pubs
+
+    def added(self, pubs: list[Publish], now: float, batch: WriteBatch) -> None:
+        """After commit: the publishes are stored; owe them to their lanes.
+
+        ``batch`` is the next iteration's: what this supersedes is deleted there.
+        """
+        producer = self.p
+        offset = mono_offset()
+        topics: dict[str, tuple[list[Lane], bool]] = {}  # topic -> (lanes, latest_wins)
+        for p in pubs:
+            known = topics.get(p.topic)
+            if known is None:
+                known = topics[p.topic] = (
+                    producer.by_topic.get(p.topic) or [producer.lanes[(p.topic, UNCLAIMED)]],
+                    producer.topic_config(p.topic).latest_wins)
+            lanes, latest_wins = known
+            nb = mono_at(p.deliver_at, offset)
+            exp = mono_at(p.expires_at, offset)
+            for lane in lanes:
+                lane.add(p.seq, p.partition, p.priority, now=now, not_before=nb, expires_at=exp)
+                if latest_wins and p.key is not None:
+                    producer._supersede(lane, p.key, p.seq, batch)
+            producer.depth += 1
+            if p.receipt is not None and p.seq == p.receipt._seq:
+                producer.stored.append(p.receipt)  # once per receipt, also for a batch
+        producer.counters.add("published", len(pubs))
+        for topic, original, receipt in self.duplicates:
+            if producer.owed(topic, original):
+                producer._followers.setdefault(original, []).append(receipt)
+                producer.stored.append(receipt)
+            else:
+                producer.acked.append(receipt)
+        self.duplicates.clear()
+
+    def _spill(self, batch: WriteBatch, wall: float) -> None:
+        """Memory durability over budget: move the oldest records to LMDB."""
+        producer = self.p
+        target = self.memory_budget_bytes // 2
+        spilled = 0
+        while producer._mem_bytes > target and producer._mem:
+            seq = next(iter(producer._mem))
+            record = producer._mem.pop(seq)
+            producer._mem_bytes -= len(record)
+            self._spilled.append((seq, record))
+            topic, partition, _k, _h, priority, _p, expires_at, deliver_at = unpackb(record)[:8]
+            batch.msgs_put.append((u64(seq), record))
+            batch.msgs_bytes += len(record)
+            for lane in producer._owing(topic, seq):
+                batch.pend_put.append((pend_key(producer.lane_ids[(topic, lane.name)], seq),
+                                       pack([partition, priority, lane.attempt(seq),
+                                             expires_at, deliver_at])))
+            spilled += 1
+        producer.counters.add("spilled", spilled)
