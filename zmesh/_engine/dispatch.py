@@ -66,7 +66,7 @@ def dispatch(producer: Producer, now: float,
             if missing:
                 out = _without(out, fields)
                 fields = [f for f in fields if f is not None]
-                _drop(producer, topic, lane, missing, batch)
+                _drop(producer, topic, missing, batch)
             if out.seqs:
                 sent = send(member, lane, out, fields)
                 sent_total += sent
@@ -75,8 +75,7 @@ def dispatch(producer: Producer, now: float,
     return sent_total
 
 
-def _drop(producer: Producer, topic: str, lane: Lane, seqs: list[int],
-          batch: WriteBatch) -> None:
+def _drop(producer: Producer, topic: str, seqs: list[int], batch: WriteBatch) -> None:
     """Messages whose record is gone or damaged: settle them for every lane owing them."""
     bad = {k for db, k, _v in batch.quarantine if db == "msgs"}
     lost = [s for s in seqs if u64(s) not in bad]

@@ -118,7 +118,6 @@ class Staging:
         """Write publishes into the batch (after ``prepare_lanes``); returns those to add to
         lanes after commit."""
         producer = self.p
-        wall = time.time()
         self._spilled.clear()
         first_index = self._staged_first
         first_index.clear()
@@ -187,7 +186,7 @@ class Staging:
                                        next_index[partition]))
         producer.retained.count_staged()
         if producer._mem_bytes > self.memory_budget_bytes:
-            self._spill(batch, wall)
+            self._spill(batch)
         top = max((p.seq for p in pubs), default=0) + 1
         if top > self._seq_written:  # held publishes retried later have lower sequences
             self._seq_written = top
@@ -227,7 +226,7 @@ class Staging:
                 producer.acked.append(receipt)
         self.duplicates.clear()
 
-    def _spill(self, batch: WriteBatch, wall: float) -> None:
+    def _spill(self, batch: WriteBatch) -> None:
         """Memory durability over budget: move the oldest records to LMDB."""
         producer = self.p
         target = self.memory_budget_bytes // 2
