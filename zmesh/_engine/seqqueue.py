@@ -145,8 +145,8 @@ class SeqWindow:
             if i >= WINDOW_MIN and i >= SPARSE * self._n:
                 self._shrink()
             return
-        if not self._n:
-            del w[:]
+        if not self._n and i >= 0:  # empty: start again at ``seq`` (the dict's entries
+            del w[:]  # all stay below the base, where lookups go to the dict)
             self._base = seq
             i = 0
         if i < 0:
