@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from itertools import compress
 
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
+_NONE: dict[int, object] = {}  # (first_in: owned by the window alone)
 
 
 class SeqQueue:
@@ -46,22 +47,13 @@ class SeqQueue:
         insort(self._a, seq, lo=self._head)
 
     def first_in(self, owned: SeqWindow) -> int | None:
-        """``first`` for the common test, membership in a window (no call per item)."""
+        """The first sequence in ``owned``, dropping those before it; None if none."""
         a, head = self._a, self._head
-        end = len(a)
-        w, base, old = owned._w, owned._base, owned._old
-        if head < end:  # the common case: the first one is owned
-            i = a[head] - base
-            if 0 <= i < len(w) and w[i]:
+        if head < len(a):  # the common case: the first one is owned
+            i = a[head] - owned._base
+            if 0 <= i < len(owned._w) and owned._w[i]:
                 return a[head]
-        span = len(w)
-        while head < end:
-            i = a[head] - base
-            if (0 <= i < span and w[i]) or (old and a[head] in old):
-                break
-            head += 1
-        head = self._set_head(head)
-        return a[head] if head < len(a) else None
+        return self.first_owed(owned, _NONE, _NONE)
 
     def first_owed(self, plain: SeqWindow, sent: dict, entries: dict) -> int | None:
         """The first sequence in ``plain``, ``sent`` or ``entries`` (what a lane owes),
