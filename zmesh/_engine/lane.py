@@ -364,13 +364,12 @@ class Lane:
             batch = out.get(owner)
             if batch is None:
                 batch = out[owner] = Taken()
-            fresh = self._fresh[partition]
             if plain.pop(seq) is not None:
-                fresh.popleft()
+                fifos[partition].popleft()
                 sent[seq] = (partition, owner, deadline)
                 attempt = 1
             else:
-                heappop(self._ready[partition])
+                heappop(ready[partition])
                 entry = entries[seq]
                 if entry.expires_at and entry.expires_at <= now:
                     self._remove(seq)
