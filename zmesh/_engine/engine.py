@@ -218,13 +218,12 @@ class Engine(Commands):
         calls: list[Call] = []
         stop = False
         if self._wake_rx in events:
-            # Consume the wake-ups first, then re-arm: a wake-up sent after this point
-            # stays in the socket, and a command queued before it is drained below.
-            try:
-                while True:
-                    self._wake_rx.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                pass
+            # Consume the wake-up first, then re-arm: a wake-up sent after this point stays
+            # in the socket, and a command queued before it is drained below. One byte per
+            # iteration: the flag lets a second one in only rarely (a race, close()), and it
+            # brings one more iteration, where reading until the pipe is empty would raise
+            # zmq.Again (several microseconds) on every wake-up.
+            self._wake_rx.recv(_NOBLOCK)
             self._wake_pending = False
         if self._cmds:
             stop = self._drain_commands(wb, pubs, calls, now)

@@ -48,7 +48,6 @@ FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one messa
 
 # Plain ints: pyzmq's Flag enums cost an enum operation per use on the data path.
 _NOBLOCK = int(zmq.NOBLOCK)
-_RCVMORE = int(zmq.RCVMORE)
 
 
 class Listener:
@@ -128,13 +127,15 @@ class Listener:
             if received >= RECV_DATA_MSGS:
                 return
             try:
-                frames = [pull.recv(_NOBLOCK)]
+                frame = pull.recv(_NOBLOCK, copy=False)
             except zmq.Again:
                 return
             # Usually one frame; large payloads follow as more parts of the same message,
             # which ZeroMQ delivers whole.
-            while pull.getsockopt(_RCVMORE):
-                frames.append(pull.recv(_NOBLOCK))
+            frames = [frame.bytes]
+            while frame.more:
+                frame = pull.recv(_NOBLOCK, copy=False)
+                frames.append(frame.bytes)
             try:
                 batch = decode_batch(frames, limit)
             except DecodeError as exc:
@@ -182,9 +183,13 @@ class Listener:
         assert mesh is not None
         for _ in range(RECV_BURST):
             try:
-                frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = [router.recv(_NOBLOCK, copy=False)]
             except zmq.Again:
                 return
+            # The parts of one message arrive whole; a Frame knows whether more follow,
+            # where recv_multipart asks the socket (a getsockopt per part).
+            while frames[-1].more:
+                frames.append(router.recv(_NOBLOCK, copy=False))
             try:
                 if len(frames) != 2:
                     raise DecodeError(f"{len(frames)} frames")
