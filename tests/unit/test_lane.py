@@ -7,7 +7,8 @@ from typing import NamedTuple
 
 import pytest
 
-from zmesh._engine.lane import IN_FLIGHT, Entry, Lane, Taken, Timing
+from zmesh._engine.delivery import IN_FLIGHT, Entry, Taken, Timing
+from zmesh._engine.lane import Lane
 
 PRODUCER = b"P" * 16
 A, B, C, D = (bytes([i]) * 16 for i in b"ABCD")

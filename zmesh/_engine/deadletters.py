@@ -16,7 +16,8 @@ from .._receipt import MessageId
 from .._store.damage import decode_record
 from .._store.store import WriteBatch, pack, pend_key, u64, unpackb
 from ..deadletters import DeadLetter
-from .lane import Entry, Lane
+from .delivery import Entry
+from .lane import Lane
 
 if TYPE_CHECKING:
     from .producer import Producer

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from .._store.damage import decode_record
 from .._store.store import WriteBatch, u64
-from .lane import Lane, Taken
+from .delivery import Taken
+from .lane import Lane
 from .staging import UNCLAIMED
 
 if TYPE_CHECKING:

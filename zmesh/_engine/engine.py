@@ -26,8 +26,9 @@ from ..errors import NodeStateError, ZMeshError
 from .commands import Call, Commands
 from .commit import Committer
 from .consumer import Consumer
+from .delivery import Taken
 from .dispatch import dispatch
-from .lane import Lane, Taken
+from .lane import Lane
 from .listener import Listener
 from .mesh import Mesh
 from .producer import Producer

@@ -24,80 +24,21 @@ import random
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
+from .delivery import (
+    DELAYED,
+    IN_FLIGHT,
+    READY,
+    SEQ_BITS,
+    SEQ_MASK,
+    Entry,
+    Member,
+    Taken,
+    TickResult,
+    Timing,
+)
 from .routing import rendezvous
 from .seqqueue import SeqQueue, SeqWindow
-
-READY = 0
-DELAYED = 1
-IN_FLIGHT = 2
-
-# A ready heap holds one int per message: priority above the sequence, so the smallest
-# is the most urgent, oldest one (an int costs a third of a (priority, seq) tuple).
-SEQ_BITS = 56
-SEQ_MASK = (1 << SEQ_BITS) - 1
-
-
-class Entry:
-    """One unsettled message of a lane."""
-
-    __slots__ = ("seq", "partition", "priority", "attempt", "state", "member", "deadline",
-                 "not_before", "expires_at")
-
-    def __init__(self, seq: int, partition: int, priority: int, attempt: int,
-                 not_before: float, expires_at: float) -> None:
-        self.seq = seq
-        self.partition = partition
-        self.priority = priority
-        self.attempt = attempt
-        self.state = READY
-        self.member: bytes | None = None
-        self.deadline = 0.0
-        self.not_before = not_before
-        self.expires_at = expires_at  # 0.0: never
-
-
-class Taken:
-    """What one ``take`` hands a member, as columns in send order."""
-
-    __slots__ = ("seqs", "partitions", "attempts")
-
-    def __init__(self) -> None:
-        self.seqs: list[int] = []
-        self.partitions: list[int] = []
-        self.attempts: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self.seqs)
-
-
-@dataclass(slots=True)
-class Member:
-    """A live member of the lane's group and its credit."""
-
-    max_in_flight: int
-    batch_size: int
-    in_flight: set[int] = field(default_factory=set)
-
-
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """Retry timing of a lane (from the topic's config)."""
-
-    ack_timeout_s: float = 30.0
-    retry_backoff_s: float = 0.5
-    max_retry_backoff_s: float = 30.0
-    max_attempts: int = 0  # 0: unlimited
-
-
-@dataclass(slots=True)
-class TickResult:
-    """What a tick settled or moved."""
-
-    timed_out: int = 0
-    expired: list[int] = field(default_factory=list)
-    exhausted: list[Entry] = field(default_factory=list)
 
 
 class Lane:

@@ -15,7 +15,8 @@ from .._store.damage import decode_record
 from .._store.store import Store, WriteBatch, pack, pend_key
 from ..config import TopicConfig
 from .deadletters import DeadLetters
-from .lane import IN_FLIGHT, Entry, Lane, Timing
+from .delivery import IN_FLIGHT, Entry, Timing
+from .lane import Lane
 from .retained import Retained
 from .retention import Indexes, retains
 from .staging import UNCLAIMED, Staging
