@@ -68,6 +68,11 @@ def test_matches_a_plain_list(ops: list[tuple[bool, int]]) -> None:
 def _check(w: SeqWindow, model: dict[int, int]) -> None:
     assert len(w) == len(model) and bool(w) == bool(model)
     assert sorted(w) == sorted(model)
+    # What a lane owes: the window's entries, or those of its sent and entries dicts.
+    probe = sorted({s + d for s in model for d in (-1, 0, 1)} | {-1, 0})
+    assert w.owed_among(probe, {}, {}) == [s for s in probe if s in model]
+    assert w.owed_among(probe, {-1: 0}, {probe[-1]: 0}) == \
+        [s for s in probe if s in model or s in (-1, probe[-1])]
 
 
 @given(st.lists(st.tuples(st.sampled_from(["put", "pop", "has"]), st.integers(0, 3),

@@ -84,8 +84,7 @@ class Lane:
 
     def owed_among(self, seqs: Iterable[int]) -> list[int]:
         """Those of ``seqs`` this lane owes (one pass, no call per sequence)."""
-        plain, sent, entries = self._plain, self._sent, self.entries
-        return [s for s in seqs if s in sent or s in plain or s in entries]
+        return self._plain.owed_among(seqs, self._sent, self.entries)
 
     def seqs(self) -> list[int]:
         """Every sequence this lane owes, in no particular order."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import insort
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import compress
 
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
@@ -126,6 +126,14 @@ class SeqWindow:
     def __iter__(self) -> Iterator[int]:
         yield from list(self._old)
         yield from compress(range(self._base, self._base + len(self._w)), self._w)
+
+    def owed_among(self, seqs: Iterable[int], sent: dict, entries: dict) -> list[int]:
+        """Those of ``seqs`` in this window, ``sent`` or ``entries`` (what a lane owes), in
+        one pass with no call per sequence (a settlement asks this of every other lane)."""
+        w, base, old = self._w, self._base, self._old
+        span = len(w)
+        return [s for s in seqs if s in sent or (0 <= s - base < span and w[s - base])
+                or s in entries or (old and s in old)]
 
     def put(self, seq: int, partition: int) -> None:
         """Map ``seq`` to ``partition`` (``seq`` must be absent)."""
