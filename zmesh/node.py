@@ -178,7 +178,7 @@ class Node:
         pubs = self._prepare(topic, [payload], keys=[key], headers=headers, priority=priority,
                              ttl=ttl, deliver_at=deliver_at, delay=delay, msg_id=msg_id,
                              timeout=timeout)
-        self._engine.submit(("pub", pubs))
+        self._engine.submit(pubs)
         assert pubs[0].receipt is not None
         return pubs[0].receipt
 
@@ -209,7 +209,7 @@ class Node:
                 raise ArgumentError(f"{len(key_list)} keys for {len(payloads)} payloads")
         pubs = self._prepare(topic, payloads, keys=key_list, headers=headers,
                              priority=priority, ttl=ttl, timeout=timeout)
-        self._engine.submit(("pub", pubs))
+        self._engine.submit(pubs)
         assert pubs[0].receipt is not None
         return pubs[0].receipt
 
