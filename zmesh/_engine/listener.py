@@ -127,15 +127,10 @@ class Listener:
             if received >= RECV_DATA_MSGS:
                 return
             try:
-                frame = pull.recv(_NOBLOCK, copy=False)
+                # Usually one frame; large payloads follow as more parts of the message.
+                frames = [f.bytes for f in _recv_parts(pull)]
             except zmq.Again:
                 return
-            # Usually one frame; large payloads follow as more parts of the same message,
-            # which ZeroMQ delivers whole.
-            frames = [frame.bytes]
-            while frame.more:
-                frame = pull.recv(_NOBLOCK, copy=False)
-                frames.append(frame.bytes)
             try:
                 batch = decode_batch(frames, limit)
             except DecodeError as exc:
@@ -183,13 +178,9 @@ class Listener:
         assert mesh is not None
         for _ in range(RECV_BURST):
             try:
-                frames = [router.recv(_NOBLOCK, copy=False)]
+                frames = _recv_parts(router)
             except zmq.Again:
                 return
-            # The parts of one message arrive whole; a Frame knows whether more follow,
-            # where recv_multipart asks the socket (a getsockopt per part).
-            while frames[-1].more:
-                frames.append(router.recv(_NOBLOCK, copy=False))
             try:
                 if len(frames) != 2:
                     raise DecodeError(f"{len(frames)} frames")
@@ -259,6 +250,18 @@ class Listener:
             sock = getattr(self, name, None)
             if sock is not None:
                 sock.close(linger=0)
+
+
+def _recv_parts(sock: zmq.Socket) -> list[zmq.Frame]:
+    """The parts of the next message, uncopied; zmq.Again when none waits.
+
+    ZeroMQ delivers a message's parts whole, and a Frame knows whether more follow, where
+    ``recv_multipart`` asks the socket (a getsockopt per part).
+    """
+    frames = [sock.recv(_NOBLOCK, copy=False)]
+    while frames[-1].more:
+        frames.append(sock.recv(_NOBLOCK, copy=False))
+    return frames
 
 
 def _meta(frame: zmq.Frame, name: str) -> str | None:
