@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 import zmesh
 from tests.conftest import wait_members, wait_until
 
 
-def test_fail_list_replay_ack(make_node, tmp_path):
-    prod = make_node("prod")
+@pytest.mark.parametrize("durability", ["process", "memory"])
+def test_fail_list_replay_ack(make_node, tmp_path, durability):
+    # A memory message is parked with its record (packed from the fields it was kept as).
+    topics = {"orders": zmesh.TopicConfig(durability=durability)}
+    prod = make_node("prod", topics=topics)
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("orders", group="billing")
     wait_members(prod, "orders", "billing", 1)
@@ -25,7 +30,7 @@ def test_fail_list_replay_ack(make_node, tmp_path):
 
     # Across a producer restart, the dead letter stays parked.
     prod.close()
-    prod = make_node("prod", data_dir=str(tmp_path / "prod"))
+    prod = make_node("prod", data_dir=str(tmp_path / "prod"), topics=topics)
     assert [d.id for d in prod.dead_letters("orders", "billing")] == [r.id]
     wait_members(prod, "orders", "billing", 1)
     assert prod.replay_dead_letters("orders", "billing") == 1

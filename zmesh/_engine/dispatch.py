@@ -1,14 +1,15 @@
 """Handing a producer's ready messages to live members (IO thread, once per loop).
 
-Records are read from LMDB (or memory) and decoded once per call for every lane that
-sends them. A record that cannot be decoded is set aside and settled, never sent; one
-that is missing is settled as lost.
+Records are read from LMDB and decoded once per call for every lane that sends them; a
+``memory`` message not spilled is kept as its fields and never packed. A record that
+cannot be decoded is set aside and settled, never sent; one that is missing is settled
+as lost.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .._store.damage import decode_record
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def dispatch(producer: Producer, now: float,
-             send: Callable[[bytes, Lane, Taken, list[list]], int],
+             send: Callable[[bytes, Lane, Taken, list[Sequence]], int],
              batch: WriteBatch) -> int:
     """Hand ready messages (decoded records) to live members; ``send`` returns how many
     left. A record that cannot be decoded is set aside and settled, never sent."""
@@ -32,7 +33,7 @@ def dispatch(producer: Producer, now: float,
     mem = producer._mem
     # Records decoded in this call: the lanes of one topic mostly send the same
     # messages, each read and decoded once for all of them.
-    known: dict[int, list] = {}
+    known: dict[int, Sequence] = {}
     for (topic, name), lane in producer.lanes.items():
         if not lane.ready_count or not lane.members or name == UNCLAIMED:
             continue
@@ -46,20 +47,19 @@ def dispatch(producer: Producer, now: float,
                 if seq not in known and seq not in mem]
         records = producer.store.get_messages(need) if need else {}
         for member, out in taken.items():
-            fields: list[list] = []
+            fields: list[Sequence] = []
             missing = []
             for seq in out.seqs:
-                decoded = known.get(seq)
-                if decoded is not None:
-                    fields.append(decoded)
+                fields_of = known.get(seq) or mem.get(seq)  # (memory: never packed)
+                if fields_of is not None:
+                    fields.append(fields_of)
                     continue
-                record = mem.get(seq) or records.get(seq)
+                record = records.get(seq)
                 decoded = None if record is None else decode_record(record)
                 if decoded is not None:
                     known[seq] = decoded
                 else:
                     if record is not None:
-                        mem.pop(seq, None)
                         producer.set_aside("msgs", u64(seq), record,
                                            "an outbox record: settled for every group", batch)
                     missing.append(seq)

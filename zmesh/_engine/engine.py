@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import zmq
@@ -283,7 +284,7 @@ class Engine(Commands):
 
     # -- sending -------------------------------------------------------------------------
 
-    def _send_data(self, member: bytes, lane: Lane, out: Taken, records: list[list]) -> int:
+    def _send_data(self, member: bytes, lane: Lane, out: Taken, records: list[Sequence]) -> int:
         assert self.mesh is not None
         peer = self.mesh.peer(member)
         if peer is None or not peer.alive:

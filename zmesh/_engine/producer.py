@@ -19,7 +19,7 @@ from .delivery import IN_FLIGHT, Entry, Timing
 from .lane import Lane
 from .retained import Retained
 from .retention import Indexes, retains
-from .staging import UNCLAIMED, Staging
+from .staging import UNCLAIMED, Staging, mem_size
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -49,7 +49,8 @@ class Producer:
         self.by_topic: dict[str, list[Lane]] = {}  # claimed lanes only
         self._next_lane = next_lane
         self._receipts: dict[int, Receipt] = {}  # seq -> receipt someone waits to see acked
-        self._mem: dict[int, bytes] = {}  # memory-durability records not yet spilled
+        # The fields of memory-durability messages not spilled (a record, unpacked).
+        self._mem: dict[int, tuple] = {}
         self._mem_bytes = 0
         self.depth = 0  # messages in the outbox
         self.stored: list[Receipt] = []
@@ -134,6 +135,21 @@ class Producer:
                 batch.pend_del.append(pend_key(uid, seq))
         unclaimed.ack(seqs)
 
+    def forget_mem(self, seq: int) -> bool:
+        """Drop a memory message's fields; False when it has none (stored in LMDB)."""
+        fields = self._mem.pop(seq, None)
+        if fields is None:
+            return False
+        self._mem_bytes -= mem_size(fields)
+        return True
+
+    def record(self, seq: int) -> bytes | None:
+        """The stored record of ``seq`` (a memory message's packed now); None if gone."""
+        fields = self._mem.get(seq)
+        if fields is not None:
+            return pack(fields)
+        return self.store.get_messages([seq]).get(seq)
+
     def owed(self, topic: str, seq: int) -> bool:
         """Some lane of ``topic`` still owes ``seq``."""
         return bool(self._owing(topic, seq))
@@ -182,11 +198,11 @@ class Producer:
             if seq in elsewhere:
                 continue
             if not keep:
-                record = mem.pop(seq, None)
-                if record is None:
+                fields = mem.pop(seq, None)
+                if fields is None:
                     msgs_del.append(seq_b)
                 else:
-                    self._mem_bytes -= len(record)
+                    self._mem_bytes -= mem_size(fields)
             self.depth -= 1
             if self._receipts:
                 receipt = self._receipts.pop(seq, None)
@@ -225,8 +241,7 @@ class Producer:
             self._park(lane, entry, reason, batch)
 
     def _park(self, lane: Lane, entry: Entry, reason: str, batch: WriteBatch) -> None:
-        record = self._mem.get(entry.seq) or self.store.get_messages([entry.seq]).get(entry.seq)
-        self.dead.park(lane, entry, reason, record, batch)
+        self.dead.park(lane, entry, reason, self.record(entry.seq), batch)
         self._settled(lane.topic, lane, [entry.seq], batch)
 
     def _persist_attempts(self, lane: Lane, seqs: Iterable[int], batch: WriteBatch) -> None:
@@ -263,9 +278,8 @@ class Producer:
             for seq in lane.seqs():
                 wanted.setdefault(seq, []).append(lane)
         records = self.store.get_messages([s for s in wanted if s not in self._mem])
-        records.update({s: self._mem[s] for s in wanted if s in self._mem})
-        for seq in sorted(records):
-            fields = decode_record(records[seq])
+        for seq in sorted([*records, *(s for s in wanted if s in self._mem)]):
+            fields = self._mem.get(seq) or decode_record(records[seq])
             key = None if fields is None else fields[2]
             if key is not None:
                 for lane in wanted[seq]:

@@ -66,10 +66,8 @@ class Retained:
                 key = head.index.to_bytes(8, "big")
                 batch.log_del.append((partition_prefix(topic, head.partition) + key,
                                       prefix + u64(head.seq)))
-                record = producer._mem.pop(head.seq, None)
-                if record is not None:
-                    producer._mem_bytes -= len(record)
-                else:  # (gone already if it was settled while the topic did not retain)
+                if not producer.forget_mem(head.seq):
+                    # (gone already if it was settled while the topic did not retain)
                     batch.msgs_del.append(u64(head.seq))
                 totals[0] -= 1
                 totals[1] -= head.size
@@ -111,8 +109,9 @@ class Retained:
                         stopped = True
                         break
                     scanned = index + 1
-                    record = producer._mem.get(seq) or records.get(seq)
-                    fields = None if record is None else decode_record(record)
+                    record = records.get(seq)
+                    fields = producer._mem.get(seq) or (
+                        None if record is None else decode_record(record))
                     if fields is None:
                         continue  # settled without retention (or damaged): not replayable
                     _t, _p, key, headers, _pr, _pa, _e, _d, payload, _i = fields

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._store.store import WriteBatch, pack, pend_key, u32, u64, unpackb
+from .._store.store import WriteBatch, pack, pend_key, u32, u64
 from .lane import Lane
 from .retention import log_entry, partition_prefix, retains
 
@@ -21,6 +21,16 @@ if TYPE_CHECKING:
     from .producer import Producer
 
 UNCLAIMED = ""  # lane name of a topic's messages published before any group was known
+# What a ``memory`` message held in RAM costs beyond its payload, key and headers: its
+# fields tuple, the floats and ints in it, and its slot in the producer's dict.
+MEM_RECORD_OVERHEAD = 200
+
+
+def mem_size(fields: tuple) -> int:
+    """The bytes a ``memory`` message's fields count against ``memory_budget_bytes``."""
+    key, headers = fields[2], fields[3]
+    return (len(fields[8]) + MEM_RECORD_OVERHEAD + (len(key) if key else 0)
+            + (len(pack(headers)) if headers else 0))
 
 
 @dataclass(slots=True)
@@ -59,7 +69,7 @@ class Staging:
     def __init__(self, producer: Producer, next_seq: int, memory_budget_bytes: int) -> None:
         self.p = producer
         self.memory_budget_bytes = memory_budget_bytes
-        self._spilled: list[tuple[int, bytes]] = []  # by the last stage(), for unstage()
+        self._spilled: list[tuple[int, tuple]] = []  # by the last stage(), for unstage()
         self._seq_written = next_seq  # next_seq as last staged: it never goes back
         self.duplicates: list[tuple[str, int, Receipt]] = []  # (topic, original seq, receipt)
         # What the last ``stage`` allocated, for ``unstage`` to give back: per topic the first
@@ -82,12 +92,10 @@ class Staging:
         producer.retained.unstage()
         self._staged_first.clear()
         for p in pubs:
-            record = producer._mem.pop(p.seq, None)
-            if record is not None:
-                producer._mem_bytes -= len(record)
-        for seq, record in self._spilled:
-            producer._mem[seq] = record
-            producer._mem_bytes += len(record)
+            producer.forget_mem(p.seq)
+        for seq, fields in self._spilled:
+            producer._mem[seq] = fields
+            producer._mem_bytes += mem_size(fields)
         self._spilled.clear()
 
     def _suppress_duplicates(self, pubs: list[Publish], batch: WriteBatch) -> list[Publish]:
@@ -152,17 +160,20 @@ class Staging:
             next_index[partition] = index + 1
             if partition not in firsts:
                 firsts[partition] = index
-            record = pack([topic, partition, p.key, p.headers, p.priority, p.published_at,
-                           p.expires_at, p.deliver_at, p.payload, index])
+            fields = (topic, partition, p.key, p.headers, p.priority, p.published_at,
+                      p.expires_at, p.deliver_at, p.payload, index)
+            # A memory message stays as its fields: packed only if it spills.
+            record = None if durability == "memory" else pack(fields)
             if keep:  # what replay reads and retention reclaims
+                size = len(pack(fields) if record is None else record)
                 batch.log_put.append(log_entry(topic, partition, index, p.seq,
-                                               p.published_at, len(record)))
+                                               p.published_at, size))
                 totals = retained.setdefault(topic, [0, 0])
                 totals[0] += 1
-                totals[1] += len(record)
-            if durability == "memory":
-                mem[p.seq] = record
-                producer._mem_bytes += len(record)
+                totals[1] += size
+            if record is None:
+                mem[p.seq] = fields
+                producer._mem_bytes += mem_size(fields)
                 continue
             seq_b = p.seq.to_bytes(8, "big")
             msgs_put.append((seq_b, record))
@@ -229,19 +240,26 @@ class Staging:
     def _spill(self, batch: WriteBatch) -> None:
         """Memory durability over budget: move the oldest records to LMDB."""
         producer = self.p
-        target = self.memory_budget_bytes // 2
-        spilled = 0
-        while producer._mem_bytes > target and producer._mem:
-            seq = next(iter(producer._mem))
-            record = producer._mem.pop(seq)
-            producer._mem_bytes -= len(record)
-            self._spilled.append((seq, record))
-            topic, partition, _k, _h, priority, _p, expires_at, deliver_at = unpackb(record)[:8]
+        mem = producer._mem
+        excess = producer._mem_bytes - self.memory_budget_bytes // 2
+        # The oldest first, found in one pass: taking them one by one from the front of the
+        # dict would walk the slots of every one taken before (quadratic in the spill).
+        oldest = []
+        for seq, fields in mem.items():
+            if excess <= 0:
+                break
+            excess -= mem_size(fields)
+            oldest.append(seq)
+        for seq in oldest:
+            fields = mem.pop(seq)
+            producer._mem_bytes -= mem_size(fields)
+            self._spilled.append((seq, fields))
+            topic, partition, _k, _h, priority, _p, expires_at, deliver_at, _pl, _i = fields
+            record = pack(fields)
             batch.msgs_put.append((u64(seq), record))
             batch.msgs_bytes += len(record)
             for lane in producer._owing(topic, seq):
                 batch.pend_put.append((pend_key(producer.lane_ids[(topic, lane.name)], seq),
                                        pack([partition, priority, lane.attempt(seq),
                                              expires_at, deliver_at])))
-            spilled += 1
-        producer.counters.add("spilled", spilled)
+        producer.counters.add("spilled", len(oldest))
