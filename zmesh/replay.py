@@ -204,7 +204,7 @@ class ReplayReader:
             if item.index > pos:
                 self._gap(producer, item.partition, pos, item.index)
             cursors[item.partition] = item.index + 1
-            self._buffer.append(Message(None, producer, "", item.seq, self.topic, None,
+            self._buffer.append(Message(None, (producer, self.topic, ""), item.seq, None,
                                         item.key, item.payload, item.headers, 0,
                                         item.partition, item.published_at, item.index))
         caught_up = True

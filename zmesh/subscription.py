@@ -34,17 +34,18 @@ class Message:
     """
 
     __slots__ = ("id", "topic", "key", "payload", "headers", "attempt", "partition", "group",
-                 "published_at", "index", "_producer", "_lane", "_engine", "_settled", "_seen")
+                 "published_at", "index", "_source", "_engine", "_settled", "_seen")
 
-    def __init__(self, engine: Engine | None, producer: bytes, lane: str, seq: int,
-                 topic: str, group: str | None, key: str | None, payload: bytes,
+    def __init__(self, engine: Engine | None, source: tuple[bytes, str, str], seq: int,
+                 group: str | None, key: str | None, payload: bytes,
                  headers: dict | None, attempt: int, partition: int, published_at: float,
                  index: int | None = None, producer_hex: str | None = None,
                  seen_key: bytes = b"") -> None:
+        # ``source``: (producer id, topic, lane), one tuple for every message of a batch;
         # ``producer_hex``: ``producer.hex()``, computed once per batch by the caller;
         # ``seen_key``: the consumer's dedupe key, written when the message is acked.
-        self.id = _message_id(MessageId, (producer_hex or producer.hex(), seq))
-        self.topic = topic
+        self.id = _message_id(MessageId, (producer_hex or source[0].hex(), seq))
+        self.topic = source[1]
         self.group = group
         self.key = key
         self.payload = payload
@@ -53,8 +54,7 @@ class Message:
         self.partition = partition
         self.published_at = published_at
         self.index = index
-        self._producer = producer
-        self._lane = lane
+        self._source = source
         self._engine = engine
         self._settled: str | None = None
         self._seen = seen_key
@@ -63,8 +63,8 @@ class Message:
         if self._settled is not None:
             raise MessageStateError(f"message {self.id} was already {self._settled}")
         self._settled = how
-        if self._engine is not None:
-            self._engine.settle(self, how, arg)
+        if self._engine is not None:  # (a bare message is an ack: no tuple per message)
+            self._engine.submit(self if how == "acked" else ("settle", self, how, arg))
 
     def ack(self) -> None:
         """Done with it: the group will not get it again."""
@@ -165,6 +165,12 @@ class Subscription:
 
     def get(self, timeout: float | None = None) -> Message | None:
         """The next message; None on timeout or once the subscription is closed."""
+        queue = self._queue
+        if queue:  # (popleft is atomic: taking a message that is there needs no lock)
+            try:
+                return queue.popleft()
+            except IndexError:  # another thread took the last one meanwhile
+                pass
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not self._queue:

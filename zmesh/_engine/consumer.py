@@ -35,7 +35,7 @@ class Consumer:
         self.counters = counters
         self.subs: dict[tuple[str, str], list[Subscription]] = {}
         self._rr: dict[tuple[str, str], int] = defaultdict(int)
-        self._held: set[tuple[bytes, str, int]] = set()
+        self._held: set[bytes] = set()  # dedupe keys of messages held by subscriptions
         self._floors: dict[tuple[bytes, str], int] = {}
         self._pruned: dict[tuple[bytes, str], tuple[int, float]] = {}
         self._acks: dict[tuple[bytes, str, str], list[int]] = defaultdict(list)
@@ -83,6 +83,7 @@ class Consumer:
         engine = self.engine
         group = subs[0].group
         producer_hex = producer.hex()
+        source = (producer, topic, lane)
         duplicates = 0
         for seq, dkey, key, payload, headers, attempt, partition, published_at, index in zip(
                 seqs, keys, batch.keys, batch.payloads, batch.headers, batch.attempts,
@@ -90,14 +91,12 @@ class Consumer:
             if dkey in seen:
                 reack.append(seq)
                 continue
-            hk = (producer, lane, seq)
-            if hk in held:
+            if dkey in held:
                 duplicates += 1
                 continue
-            held.add(hk)
-            fresh.append(Message(engine, producer, lane, seq, topic, group, key, payload,
-                                 headers, attempt, partition, published_at, index,
-                                 producer_hex, dkey))
+            held.add(dkey)
+            fresh.append(Message(engine, source, seq, group, key, payload, headers, attempt,
+                                 partition, published_at, index, producer_hex, dkey))
         if duplicates:
             self.counters.add("duplicates_held", duplicates)
         if reack:
@@ -129,12 +128,13 @@ class Consumer:
     # -- settling -------------------------------------------------------------------------
 
     def settle(self, msg: Message, how: str, arg: object, wb: WriteBatch | None = None) -> None:
-        producer, lane, seq = msg._producer, msg._lane, msg.id.seq
-        self._held.discard((producer, lane, seq))
+        source, seq = msg._source, msg.id.seq
+        producer, _topic, lane = source
+        self._held.discard(msg._seen)
         if how == "acked":
             assert wb is not None
             wb.seen_put.append(msg._seen)
-            self._acks[(producer, msg.topic, lane)].append(seq)
+            self._acks[source].append(seq)
         elif how == "nacked":
             delay = -1.0 if arg is None else float(arg)  # type: ignore[arg-type]
             self._outgoing.append((producer, Nack(self.engine.node_id, msg.topic, lane,
@@ -147,8 +147,9 @@ class Consumer:
         """The commit holding the staged acks failed: forget them, and the messages too, so
         a redelivery reaches the application again."""
         for (producer, _topic, lane), seqs in self._acks.items():
+            lane_b = lane.encode()
             for seq in seqs:
-                self._held.discard((producer, lane, seq))
+                self._held.discard(producer + u64(seq) + lane_b)
         self.counters.add("acks_rolled_back", sum(len(v) for v in self._acks.values()))
         self._acks.clear()
 
