@@ -47,7 +47,10 @@ import msgpack
 from ..errors import DataDirLockedError, StoreError, StoreFullError
 from .batch import WriteBatch
 from .damage import FIX, Corrupt, check_store_files
+from .keys import pend_key, u32, u64
+from .logindex import LogIndex
 from .pages import MappedPages
+from .snapshot import copy_env
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +67,10 @@ def unpackb(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False)
 
 
-def u64(n: int) -> bytes:
-    return n.to_bytes(8, "big")
-
-
-def u32(n: int) -> bytes:
-    return n.to_bytes(4, "big")
-
-
-def pend_key(lane_id: int, seq: int) -> bytes:
-    return lane_id.to_bytes(4, "big") + seq.to_bytes(8, "big")
-
-
 pack: Callable[[Any], bytes] = _packb  # msgpack with bin types (IO thread only)
 
 
-class Store:
+class Store(LogIndex):
     """The LMDB environment of one node's data dir."""
 
     def __init__(self, data_dir: str, map_size_bytes: int) -> None:
@@ -414,112 +405,6 @@ class Store:
                     elif not cur.next():
                         break
 
-    # -- the message index (retention and replay) ---------------------------------------
-
-    def _apply_log(self, txn: Any, b: WriteBatch) -> None:
-        for log_key, log_value, time_key, time_value in b.log_put:
-            txn.put(log_key, log_value, db=self.rlog)
-            txn.put(time_key, time_value, db=self.rtime)
-        for k, n in dict(b.log_next).items():  # the last of each partition
-            txn.put(k, u64(n), db=self.rnext)
-        for log_key, time_key in b.log_del:
-            txn.delete(log_key, db=self.rlog)
-            txn.delete(time_key, db=self.rtime)
-
-    def next_indexes(self) -> dict[bytes, int]:
-        """topic + NUL + partition(2) -> the next index to allocate there.
-
-        The larger of the stored counter and the last stored index + 1, like next_seq: an
-        index is never handed out twice, also after a crash.
-        """
-        out: dict[bytes, int] = {}
-        with self.env.begin() as txn:
-            for k, v in txn.cursor(db=self.rnext):
-                out[bytes(k)] = int.from_bytes(v, "big")
-            cur = txn.cursor(db=self.rlog)
-            positioned = cur.first()
-            while positioned:
-                prefix = bytes(cur.key())[:-8]
-                # Indexes stay below 2**63: this key sorts past every index of the partition.
-                positioned = cur.set_range(prefix + b"\xff" * 8)
-                if positioned:
-                    cur.prev()
-                else:
-                    cur.last()
-                last = int.from_bytes(cur.key()[-8:], "big")
-                out[prefix] = max(out.get(prefix, 0), last + 1)
-                if positioned:
-                    cur.next()
-        return out
-
-    def log_heads(self, topic_prefix: bytes, limit: int) -> list[tuple[int, bytes]]:
-        """Up to ``limit`` oldest entries of a topic in publish order: (seq, rtime value)."""
-        out: list[tuple[int, bytes]] = []
-        with self.env.begin(db=self.rtime) as txn:
-            cur = txn.cursor()
-            if cur.set_range(topic_prefix):
-                for k, v in cur:
-                    if not k.startswith(topic_prefix) or len(out) >= limit:
-                        break
-                    out.append((int.from_bytes(k[len(topic_prefix):], "big"), bytes(v)))
-        return out
-
-    def log_totals(self) -> dict[bytes, tuple[int, int]]:
-        """topic + NUL -> (entries, record bytes) of the index, read once at start."""
-        out: dict[bytes, tuple[int, int]] = {}
-        with self.env.begin(db=self.rtime) as txn:
-            for k, v in txn.cursor():
-                prefix = bytes(k[:-8])
-                n, size = out.get(prefix, (0, 0))
-                out[prefix] = (n + 1, size + int.from_bytes(v[10:14], "big"))
-        return out
-
-    def log_range(self, partition_prefix: bytes, start: int,
-                  limit: int) -> tuple[int | None, list[tuple[int, int, float]]]:
-        """(oldest stored index, up to ``limit`` entries (index, seq, published_at) from
-        ``start``) of one partition of a topic."""
-        out: list[tuple[int, int, float]] = []
-        oldest = None
-        with self.env.begin(db=self.rlog) as txn:
-            cur = txn.cursor()
-            if cur.set_range(partition_prefix) and cur.key()[:-8] == partition_prefix:
-                oldest = int.from_bytes(cur.key()[-8:], "big")
-                if cur.set_range(partition_prefix + u64(max(start, 0))):
-                    for k, v in cur:
-                        if k[:-8] != partition_prefix or len(out) >= limit:
-                            break
-                        out.append((int.from_bytes(k[-8:], "big"),
-                                    int.from_bytes(v[:8], "big"),
-                                    struct.unpack(">d", v[8:16])[0]))
-        return oldest, out
-
 
 def _pages(stat: Any) -> int:
     return int(stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"])
-
-
-def copy_env(env: Any, dest: str) -> None:
-    """Copy an open LMDB environment into ``dest/store`` (one read transaction)."""
-    target = Path(dest) / "store"
-    if target.exists() and any(target.iterdir()):
-        raise StoreError("snapshot destination is not empty", str(target))
-    target.mkdir(parents=True, exist_ok=True)
-    try:
-        env.copy(str(target), compact=True)
-    except lmdb.Error as exc:
-        raise StoreError(f"snapshot failed: {exc}", str(target)) from exc
-
-
-def snapshot_data_dir(data_dir: str, dest: str) -> None:
-    """Snapshot a data dir whether or not a node (in any process) is running on it."""
-    path = Path(data_dir) / "store"
-    if not (path / "data.mdb").exists():
-        raise StoreError("no zmesh store here", str(path))
-    try:
-        env = lmdb.open(str(path), readonly=True, max_dbs=16, subdir=True)
-    except lmdb.Error as exc:
-        raise StoreError(f"cannot open the store to snapshot it: {exc}", str(path)) from exc
-    try:
-        copy_env(env, dest)
-    finally:
-        env.close()
