@@ -6,9 +6,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zmesh._engine.delivery import IN_FLIGHT, Entry, Taken, Timing
 from zmesh._engine.lane import Lane
+from zmesh._engine.seqqueue import COMPACT_AFTER
 
 PRODUCER = b"P" * 16
 A, B, C, D = (bytes([i]) * 16 for i in b"ABCD")
@@ -691,3 +694,107 @@ def test_a_quiet_topics_sparse_sequences_keep_their_order_and_floor() -> None:
     assert sorted(lane.seqs()) == seqs[10:]
     lane.ack(first[10:])
     assert taken(lane, 0.0) == seqs[25:50]
+
+
+# -- take against a model -------------------------------------------------------------------
+
+
+@given(st.integers(1, 3), st.lists(st.tuples(
+    st.sampled_from(["add", "add", "add", "urgent", "old", "take", "ack", "nack", "ack_ready",
+                     "member"]),
+    st.integers(0, 1000)), max_size=60))
+@settings(max_examples=500)
+def test_take_matches_a_model_of_urgency_and_credit(partitions: int,
+                                                    ops: list[tuple[str, int]]) -> None:
+    """One member or two, plain messages or not: ``take`` hands out the most urgent ready
+    messages (priority, then sequence) of each member's partitions within its credit, with
+    their attempt counts, and ``ack`` settles them. With one member and only plain
+    messages ready, take has a path of its own; this checks that both agree."""
+    lane = make_lane(partitions=partitions, retry_backoff_s=0.0)
+    credit = {A: 4}
+    lane.set_member(A, max_in_flight=4, batch_size=10)
+    ready: dict[int, tuple[int, int]] = {}  # seq -> (priority, partition)
+    in_flight: dict[int, tuple[bytes, int, int]] = {}  # seq -> (member, priority, partition)
+    attempts: dict[int, int] = {}
+    settled: list[int] = []
+    seq = 0
+    for op, arg in ops:
+        if op in ("add", "urgent") or (op == "old" and not settled):
+            seq += 1
+            priority = 1 if op == "urgent" else 0
+            lane.add(seq, seq % partitions, priority, now=0.0)
+            ready[seq] = (priority, seq % partitions)
+        elif op == "old":  # a settled message owed again (a replayed dead letter)
+            old = settled.pop(arg % len(settled))
+            lane.add(old, old % partitions, now=0.0)
+            ready[old] = (0, old % partitions)
+        elif op == "take":
+            limit = 1 + arg % 5
+            got = lane.take(0.0, limit=limit)[0]
+            expected: dict[bytes, list[int]] = {}
+            left = limit
+            for s in sorted(ready, key=lambda s: ready[s][0] * 10**9 + s):
+                owner = lane.owner(ready[s][1])
+                mine = expected.setdefault(owner, []) if owner is not None else []
+                owing = sum(1 for m, _p, _q in in_flight.values() if m == owner)
+                if owner is not None and left and owing + len(mine) < credit[owner]:
+                    mine.append(s)
+                    left -= 1
+            expected = {m: v for m, v in expected.items() if v}
+            assert {m: t.seqs for m, t in got.items()} == expected
+            for member, t in got.items():
+                for s, partition, attempt in zip(t.seqs, t.partitions, t.attempts,
+                                                 strict=True):
+                    priority, p = ready.pop(s)
+                    assert partition == p
+                    attempts[s] = attempts.get(s, 0) + 1
+                    assert attempt == attempts[s]
+                    in_flight[s] = (member, priority, p)
+        elif op in ("ack", "nack") and in_flight:
+            s = sorted(in_flight)[arg % len(in_flight)]
+            _m, priority, p = in_flight.pop(s)
+            if op == "ack":
+                assert lane.ack([s]) == [s]
+                settled.append(s)
+                attempts.pop(s, None)
+            else:
+                assert lane.nack([s], 0.0, 0.0) == []
+                ready[s] = (priority, p)
+        elif op == "ack_ready" and ready:
+            s = sorted(ready)[arg % len(ready)]
+            del ready[s]
+            assert lane.ack([s]) == [s]
+            settled.append(s)
+            attempts.pop(s, None)
+        elif op == "member":  # a second member joins, or leaves (its messages go back)
+            if B in lane.members:
+                lane.remove_member(B, 0.0)
+                del credit[B]
+                for s in [s for s, v in in_flight.items() if v[0] == B]:
+                    _m, priority, p = in_flight.pop(s)
+                    ready[s] = (priority, p)
+            else:
+                lane.set_member(B, max_in_flight=2, batch_size=10)
+                credit[B] = 2
+        assert lane.ready_count == len(ready)
+        assert lane.in_flight_count() == len(in_flight)
+        assert len(lane) == len(ready) + len(in_flight)
+
+
+def test_taking_a_long_backlog_from_the_front_keeps_the_window_small() -> None:
+    """A backlog taken a little at a time from the front: what was taken is dropped from
+    the window now and then, and the FIFOs stay in step."""
+    lane = make_lane(partitions=4)
+    lane.set_member(A, max_in_flight=100, batch_size=100)
+    n = 10 * COMPACT_AFTER
+    for seq in range(1, n + 1):
+        lane.add(seq, seq % 4, now=0.0)
+    out = []
+    while lane.ready_count:
+        [t] = lane.take(0.0, limit=100)[0].values()
+        out += t.seqs
+        assert lane.ack(t.seqs) == t.seqs
+        # (the emptied front is dropped once it is half the window: 2 bytes a slot)
+        assert len(lane._plain._w) <= max(2 * (n - len(out)), 2 * COMPACT_AFTER)
+        assert sum(map(len, lane._fresh)) == lane.ready_count  # FIFOs hold no taken ones
+    assert out == list(range(1, n + 1)) and lane.floor() == n + 1

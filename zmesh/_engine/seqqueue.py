@@ -14,9 +14,9 @@ costs 2 bytes per sequence of the span it covers, so a backlog of 2,000,000 mess
 from __future__ import annotations
 
 from array import array
-from bisect import insort
+from bisect import bisect_right, insort
 from collections.abc import Iterable, Iterator
-from itertools import compress
+from itertools import compress, islice
 
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
 _NONE: dict[int, object] = {}  # (first_in: owned by the window alone)
@@ -45,6 +45,10 @@ class SeqQueue:
     def insort(self, seq: int) -> None:
         """Put ``seq`` in its place (rare: an old sequence owed again)."""
         insort(self._a, seq, lo=self._head)
+
+    def drop_through(self, seq: int) -> None:
+        """Drop every sequence up to ``seq`` (they were taken together)."""
+        self._set_head(bisect_right(self._a, seq, self._head))
 
     def first_in(self, owned: SeqWindow) -> int | None:
         """The first sequence in ``owned``, dropping those before it; None if none."""
@@ -103,13 +107,14 @@ class SeqWindow:
     oldest entries move to a dict, so it never costs much more than a dict would.
     """
 
-    __slots__ = ("_w", "_base", "_n", "_old")
+    __slots__ = ("_w", "_base", "_n", "_old", "_front")
 
     def __init__(self) -> None:
         self._w = array("H")
         self._base = 0
         self._n = 0  # entries in the window (not in ``_old``)
         self._old: dict[int, int] = {}  # entries below the window's base
+        self._front = 0  # every slot below this one is empty (``take_front`` emptied them)
 
     def __len__(self) -> int:
         return self._n + len(self._old)
@@ -148,10 +153,12 @@ class SeqWindow:
         if not self._n and i >= 0:  # empty: start again at ``seq`` (the dict's entries
             del w[:]  # all stay below the base, where lookups go to the dict)
             self._base = seq
-            i = 0
+            self._front = i = 0
         if i < 0:
             self._old[seq] = partition
             return
+        if i < self._front:
+            self._front = i
         span = len(w)
         if i < span:
             w[i] = partition + 1
@@ -177,6 +184,25 @@ class SeqWindow:
             return self._old.pop(seq, None)
         return None
 
+    def take_front(self, n: int) -> tuple[list[int], list[int]]:
+        """Remove the ``n`` lowest sequences of the window (the dict aside must be empty):
+        (sequences, partitions), with no call per sequence."""
+        w, base, front = self._w, self._base, self._front
+        seqs = list(islice(compress(range(base + front, base + len(w)), islice(w, front, None)),
+                           n))
+        if not seqs:
+            return seqs, []
+        end = seqs[-1] - base + 1
+        partitions = [v - 1 for v in w[front:end] if v]
+        w[front:end] = array("H", bytes(2 * (end - front)))
+        self._n -= len(seqs)
+        if end >= COMPACT_AFTER and end * 2 >= len(w):
+            del w[:end]
+            self._base = base + end
+            end = 0
+        self._front = end
+        return seqs, partitions
+
     def _shrink(self) -> None:
         """Drop the empty front of the span; while it is still sparse, move its oldest
         entries to the dict."""
@@ -193,3 +219,4 @@ class SeqWindow:
             front = end
         del w[:front]
         self._base += front
+        self._front = max(0, self._front - front)
