@@ -700,7 +700,7 @@ def test_a_quiet_topics_sparse_sequences_keep_their_order_and_floor() -> None:
 
 
 @given(st.integers(1, 3), st.lists(st.tuples(
-    st.sampled_from(["add", "add", "add", "urgent", "old", "take", "ack", "nack", "ack_ready",
+    st.sampled_from(["add", "add", "run", "urgent", "old", "take", "ack", "nack", "ack_ready",
                      "member"]),
     st.integers(0, 1000)), max_size=60))
 @settings(max_examples=500)
@@ -709,7 +709,9 @@ def test_take_matches_a_model_of_urgency_and_credit(partitions: int,
     """One member or two, plain messages or not: ``take`` hands out the most urgent ready
     messages (priority, then sequence) of each member's partitions within its credit, with
     their attempt counts, and ``ack`` settles them. With one member and only plain
-    messages ready, take has a path of its own; this checks that both agree."""
+    messages ready, take has a path of its own; this checks that both agree. Runs of new
+    plain messages join with ``add_plain`` (in order, or out of order as publishers on
+    several threads may hand them in)."""
     lane = make_lane(partitions=partitions, retry_backoff_s=0.0)
     credit = {A: 4}
     lane.set_member(A, max_in_flight=4, batch_size=10)
@@ -724,6 +726,13 @@ def test_take_matches_a_model_of_urgency_and_credit(partitions: int,
             priority = 1 if op == "urgent" else 0
             lane.add(seq, seq % partitions, priority, now=0.0)
             ready[seq] = (priority, seq % partitions)
+        elif op == "run":
+            run = list(range(seq + 1, seq + 2 + arg % 4))
+            seq = run[-1]
+            if arg % 3 == 0:
+                run.reverse()
+            lane.add_plain(run, [s % partitions for s in run])
+            ready.update({s: (0, s % partitions) for s in run})
         elif op == "old":  # a settled message owed again (a replayed dead letter)
             old = settled.pop(arg % len(settled))
             lane.add(old, old % partitions, now=0.0)
@@ -779,6 +788,7 @@ def test_take_matches_a_model_of_urgency_and_credit(partitions: int,
         assert lane.ready_count == len(ready)
         assert lane.in_flight_count() == len(in_flight)
         assert len(lane) == len(ready) + len(in_flight)
+        assert lane.floor() == min([*ready, *in_flight], default=seq + 1 if seq else 0)
 
 
 def test_taking_a_long_backlog_from_the_front_keeps_the_window_small() -> None:

@@ -38,7 +38,7 @@ from .delivery import (
     Timing,
 )
 from .routing import rendezvous
-from .seqqueue import SeqQueue, SeqWindow
+from .seqqueue import SeqQueue, SeqWindow, append_each
 
 
 class Lane:
@@ -148,6 +148,21 @@ class Lane:
         if expires_at:
             heapq.heappush(self._expiring, (expires_at, seq))
         self._schedule(entry, not_before, now)
+
+    def add_plain(self, seqs: list[int], partitions: list[int]) -> None:
+        """``add`` of new plain messages (no priority, schedule or expiry), ascending."""
+        if seqs[0] < self._next_floor or self._bulk or max(partitions) >= self._partitions \
+                or seqs != sorted(seqs):  # (publishers on several threads)
+            for seq, partition in zip(seqs, partitions, strict=True):
+                self.add(seq, partition, now=0.0)
+            return
+        # Above every sequence added before: each goes at the end of its FIFO and of the
+        # ordered sequences.
+        self._order.extend(seqs)
+        self._next_floor = seqs[-1] + 1
+        append_each(self._fresh, seqs, partitions)
+        self._plain.put_run(seqs, partitions)
+        self._ready_count += len(seqs)
 
     def _grow(self, partition: int) -> int:
         # Messages stored under a larger partition count (topic reconfigured) keep theirs.

@@ -42,6 +42,10 @@ class SeqQueue:
         a.append(seq)
         return True
 
+    def extend(self, seqs: list[int]) -> None:
+        """Put ascending ``seqs``, all above the last, at the end."""
+        self._a.extend(seqs)
+
     def insort(self, seq: int) -> None:
         """Put ``seq`` in its place (rare: an old sequence owed again)."""
         insort(self._a, seq, lo=self._head)
@@ -92,6 +96,14 @@ class SeqQueue:
             head = 0
         self._head = head
         return head
+
+
+def append_each(queues: list[SeqQueue], seqs: list[int], partitions: list[int]) -> None:
+    """Append each of ``seqs`` to the queue of its partition, where it is above the last
+    (new sequences), with no call per sequence."""
+    ends = [q._a.append for q in queues]
+    for seq, partition in zip(seqs, partitions, strict=True):
+        ends[partition](seq)
 
 
 WINDOW_MIN = 1 << 16  # slots a window may span whatever it holds
@@ -168,6 +180,21 @@ class SeqWindow:
         self._n += 1
         if i >= WINDOW_MIN and i >= SPARSE * self._n:
             self._shrink()
+
+    def put_run(self, seqs: list[int], partitions: list[int]) -> None:
+        """``put`` of ascending sequences; consecutive ones that continue the window are
+        appended in one call."""
+        w = self._w
+        first = seqs[0]
+        if self._n and first - self._base == len(w) and seqs[-1] - first == len(seqs) - 1:
+            w.extend([p + 1 for p in partitions])
+            self._n += len(seqs)
+            i = len(w) - 1
+            if i >= WINDOW_MIN and i >= SPARSE * self._n:
+                self._shrink()
+            return
+        for seq, partition in zip(seqs, partitions, strict=True):
+            self.put(seq, partition)
 
     def pop(self, seq: int) -> int | None:
         """Remove ``seq``; its partition, or None when it was absent."""

@@ -212,23 +212,42 @@ class Staging:
         producer = self.p
         offset = mono_offset()
         topics: dict[str, tuple[list[Lane], bool]] = {}  # topic -> (lanes, latest_wins)
-        for p in pubs:
-            known = topics.get(p.topic)
+        i, n = 0, len(pubs)
+        while i < n:
+            p = pubs[i]
+            topic = p.topic
+            known = topics.get(topic)
             if known is None:
-                known = topics[p.topic] = (
-                    producer.by_topic.get(p.topic) or [producer.lanes[(p.topic, UNCLAIMED)]],
-                    producer.topic_config(p.topic).latest_wins)
+                known = topics[topic] = (
+                    producer.by_topic.get(topic) or [producer.lanes[(topic, UNCLAIMED)]],
+                    producer.topic_config(topic).latest_wins)
             lanes, latest_wins = known
+            # A run of plain publishes of one topic joins each lane in one call.
+            j = i
+            while j < n and not latest_wins:
+                q = pubs[j]
+                if q.topic != topic or q.priority or q.deliver_at or q.expires_at:
+                    break
+                j += 1
+            if j > i + 1:
+                seqs, partitions = [q.seq for q in pubs[i:j]], [q.partition for q in pubs[i:j]]
+                for lane in lanes:
+                    lane.add_plain(seqs, partitions)
+                i = j
+                continue
             nb = mono_at(p.deliver_at, offset)
             exp = mono_at(p.expires_at, offset)
             for lane in lanes:
                 lane.add(p.seq, p.partition, p.priority, now=now, not_before=nb, expires_at=exp)
                 if latest_wins and p.key is not None:
                     producer._supersede(lane, p.key, p.seq, batch)
-            producer.depth += 1
+            i += 1
+        stored = producer.stored
+        for p in pubs:
             if p.receipt is not None and p.seq == p.receipt._seq:
-                producer.stored.append(p.receipt)  # once per receipt, also for a batch
-        producer.counters.add("published", len(pubs))
+                stored.append(p.receipt)  # once per receipt, also for a batch
+        producer.depth += n
+        producer.counters.add("published", n)
         for topic, original, receipt in self.duplicates:
             if producer.owed(topic, original):
                 producer._followers.setdefault(original, []).append(receipt)
