@@ -215,8 +215,8 @@ class SeqWindow:
         """Remove the ``n`` lowest sequences of the window (the dict aside must be empty):
         (sequences, partitions), with no call per sequence."""
         w, base, front = self._w, self._base, self._front
-        seqs = list(islice(compress(range(base + front, base + len(w)), islice(w, front, None)),
-                           n))
+        with memoryview(w) as view:  # (a view from the front, not an iteration up to it)
+            seqs = list(islice(compress(range(base + front, base + len(w)), view[front:]), n))
         if not seqs:
             return seqs, []
         end = seqs[-1] - base + 1
