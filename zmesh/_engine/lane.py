@@ -34,14 +34,14 @@ from .delivery import (
     Entry,
     Member,
     Taken,
-    TickResult,
     Timing,
 )
+from .retries import Retries
 from .routing import rendezvous
 from .seqqueue import SeqQueue, SeqWindow, append_each
 
 
-class Lane:
+class Lane(Retries):
     """Unsettled messages of (topic, lane) at this producer, and who gets them next."""
 
     def __init__(
@@ -388,19 +388,6 @@ class Lane:
         taken.seqs, taken.partitions, taken.attempts = seqs, partitions, [1] * len(seqs)
         return taken
 
-    def unsend(self, seqs: Iterable[int], now: float) -> None:
-        """Sending failed before the messages left: ready again, attempt undone."""
-        for seq in seqs:
-            if seq not in self._sent:
-                entry = self.entries.get(seq)
-                if entry is None or entry.state != IN_FLIGHT:
-                    continue  # settled (or handed out again) meanwhile
-            entry = self.entry(seq)
-            assert entry is not None
-            self._release(entry)
-            entry.attempt -= 1
-            self._schedule(entry, 0.0, now)
-
     def ack(self, seqs: Iterable[int]) -> list[int]:
         """Settle acked sequences; returns those that were still owed."""
         settled = []
@@ -418,85 +405,3 @@ class Lane:
             elif self._remove(seq) is not None:
                 settled.append(seq)
         return settled
-
-    def nack(self, seqs: Iterable[int], delay_s: float | None, now: float) -> list[Entry]:
-        """Redeliver after ``delay_s`` (None: the lane's backoff for the attempt).
-
-        Returns entries that ran out of attempts (already removed): park them.
-        """
-        exhausted = []
-        for seq in seqs:
-            if self.state(seq) != IN_FLIGHT:
-                continue
-            entry = self.entry(seq)
-            assert entry is not None
-            if self._out_of_attempts(entry):
-                self._remove(seq)
-                exhausted.append(entry)
-                continue
-            self._release(entry)
-            delay = self.backoff(entry.attempt) if delay_s is None else max(0.0, delay_s)
-            self._schedule(entry, now + delay if delay > 0 else 0.0, now)
-        return exhausted
-
-    def fail(self, seq: int) -> Entry | None:
-        """Take ``seq`` out of delivery to be parked; None when it is not owed."""
-        if self.entry(seq) is None:
-            return None
-        return self._remove(seq)
-
-    def _release(self, entry: Entry) -> None:
-        member = self.members.get(entry.member) if entry.member else None
-        if member is not None:
-            member.in_flight.discard(entry.seq)
-
-    def _out_of_attempts(self, entry: Entry) -> bool:
-        return bool(self.timing.max_attempts) and entry.attempt >= self.timing.max_attempts
-
-    def backoff(self, attempt: int) -> float:
-        """Exponential backoff with jitter (0.5x to 1.5x) for a retry after ``attempt``."""
-        t = self.timing
-        base = min(t.max_retry_backoff_s, t.retry_backoff_s * (2 ** max(0, attempt - 1)))
-        return base * (0.5 + self._rng())
-
-    # -- time -----------------------------------------------------------------------------
-
-    def tick(self, now: float) -> TickResult:
-        """Move due delayed messages to ready, time out acks, expire old messages."""
-        result = TickResult()
-        delayed = self._delayed
-        while delayed and delayed[0][0] <= now:
-            t, seq = heapq.heappop(delayed)
-            entry = self.entries.get(seq)
-            if entry is not None and entry.state == DELAYED and entry.not_before == t:
-                self._schedule(entry, 0.0, now)
-        deadlines = self._deadlines
-        while deadlines and deadlines[0][0] <= now:
-            t, _, seqs = heapq.heappop(deadlines)
-            for seq in seqs:
-                entry = self.entry(seq) if seq in self._sent else self.entries.get(seq)
-                if entry is None or entry.state != IN_FLIGHT or entry.deadline != t:
-                    continue  # acked, or sent again since with a later deadline
-                result.timed_out += 1
-                if entry.expires_at and entry.expires_at <= now:
-                    self._remove(seq)
-                    result.expired.append(seq)
-                elif self._out_of_attempts(entry):
-                    self._remove(seq)
-                    result.exhausted.append(entry)
-                else:
-                    self._release(entry)
-                    self._schedule(entry, now + self.backoff(entry.attempt), now)
-        expiring = self._expiring
-        while expiring and expiring[0][0] <= now:
-            _, seq = heapq.heappop(expiring)
-            entry = self.entries.get(seq)
-            if entry is not None and entry.state != IN_FLIGHT:
-                self._remove(seq)
-                result.expired.append(seq)
-        return result
-
-    def next_wakeup(self) -> float | None:
-        """The earliest time ``tick`` has work, or None."""
-        times = [h[0][0] for h in (self._delayed, self._deadlines, self._expiring) if h]
-        return min(times) if times else None
