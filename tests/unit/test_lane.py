@@ -106,6 +106,20 @@ def test_raising_credit_lets_more_through() -> None:
     assert taken(lane, 0.0) == [1, 2]
 
 
+def test_lowering_credit_below_what_a_member_holds_takes_nothing() -> None:
+    lane = make_lane()
+    lane.set_member(A, max_in_flight=3, batch_size=10)
+    for seq in range(5):
+        lane.add(seq, 0, now=0.0)
+    assert taken(lane, 0.0) == [0, 1, 2]
+    lane.set_member(A, max_in_flight=1, batch_size=10)
+    assert taken(lane, 0.0) == []
+    lane.ack([0, 1])
+    assert taken(lane, 0.0) == []  # it still holds 1, its whole credit
+    lane.ack([2])
+    assert taken(lane, 0.0) == [3]
+
+
 def test_take_limit() -> None:
     lane = make_lane()
     lane.set_member(A, max_in_flight=100, batch_size=10)

@@ -371,8 +371,10 @@ class Lane(Retries):
                     limit: int) -> Taken | None:
         """``take`` of the lowest ready sequences as a front of the window, with no heap and
         no call per message."""
-        seqs, partitions = self._plain.take_front(
-            min(limit, member.max_in_flight - len(member.in_flight)))
+        credit = min(limit, member.max_in_flight - len(member.in_flight))
+        if credit <= 0:  # (its credit may have been lowered below what it holds)
+            return None
+        seqs, partitions = self._plain.take_front(credit)
         if not seqs:
             return None
         last = seqs[-1]
