@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+import pytest
+
 import zmesh
 from tests.conftest import wait_members, wait_until
 from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES
@@ -214,3 +216,36 @@ def test_two_meshes_on_one_host_stay_apart(make_node, tmp_path):
     b = make_node("b", mesh="mesh-two", seeds=[a.control_address])
     wait_until(lambda: a.stats().get("foreign_mesh_hellos", 0) > 0, what="a foreign hello")
     assert a.peers() == [] and b.peers() == []
+
+
+@pytest.mark.parametrize("restart_consumer", [False, True])
+def test_a_redelivered_message_acked_before_is_dropped_by_the_dedupe_window(
+        make_node, tmp_path, restart_consumer):
+    """The ack reached the consumer's dedupe window but the producer never settled it: a
+    producer restored from a snapshot taken while the message was in flight sends it
+    again, and the consumer (also after its own restart) acks it without delivering it."""
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    r = prod.publish("t", b"once")
+    msg = sub.get(timeout=5)
+    assert msg is not None
+    prod.snapshot(str(tmp_path / "restored"))  # it is in flight here
+    later = prod.publish("t", b"after")  # never acked before the snapshot: delivered
+    msg.ack()
+    r.wait_acked(5)
+    second = sub.get(timeout=5)
+    assert second is not None and second.payload == b"after"
+    second.ack()
+    later.wait_acked(5)
+    prod.close()
+    if restart_consumer:
+        cons.close()
+        cons = make_node("cons2", data_dir=str(tmp_path / "cons"))
+        sub = cons.subscribe("t", group="g")
+    restored = make_node("restored", data_dir=str(tmp_path / "restored"),
+                         seeds=[cons.control_address])
+    wait_until(lambda: cons.stats().get("duplicates_dropped", 0) == 1, what="a dropped resend")
+    wait_until(lambda: restored.status()["outbox"] == 0, what="the resend acked")
+    assert sub.get(timeout=0.3) is None
