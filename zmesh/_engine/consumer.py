@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PRUNE_INTERVAL_S = 1.0
+_NONE_SEEN: frozenset[bytes] = frozenset()
 
 
 class Consumer:
@@ -39,6 +40,9 @@ class Consumer:
         self._floors: dict[tuple[bytes, str], int] = {}
         self._pruned: dict[tuple[bytes, str], tuple[int, float]] = {}
         self._acks: dict[tuple[bytes, str, str], list[int]] = defaultdict(list)
+        # The highest sequence this node acked per (producer, lane): every dedupe key in
+        # the store is at or below it, so a message above it needs no lookup.
+        self._tops = store.seen_tops()
         self._nacks: list[Nack] = []
         self._fails: list[Fail] = []
         self._outgoing: list[tuple[bytes, Ack | Nack | Fail]] = []
@@ -75,8 +79,10 @@ class Consumer:
             return
         self._note_floor(producer, lane, batch.floor, wb, now)
         lane_b = lane.encode()
-        keys = [producer + u64(s) + lane_b for s in seqs]
-        seen = self.store.seen_filter(keys)
+        keys = [producer + s.to_bytes(8, "big") + lane_b for s in seqs]
+        top = self._tops.get((producer, lane), -1)
+        seen = self.store.seen_filter([k for s, k in zip(seqs, keys, strict=True) if s <= top]) \
+            if min(seqs, default=top + 1) <= top else _NONE_SEEN
         fresh: list[Message] = []
         reack: list[int] = []
         held = self._held
@@ -157,7 +163,11 @@ class Consumer:
         """After commit: send acks (grouped per producer and lane), nacks and fails."""
         me = self.engine.node_id
         self.counters.add("acked_local", sum(map(len, self._acks.values())))
+        tops = self._tops
         for (producer, topic, lane), seqs in self._acks.items():
+            top = max(seqs)
+            if top > tops.get((producer, lane), -1):
+                tops[(producer, lane)] = top
             for i in range(0, len(seqs), 5000):
                 send(producer, Ack(me, topic, lane, tuple(seqs[i:i + 5000])))
         self._acks.clear()

@@ -248,6 +248,17 @@ class Store(LogIndex):
             get = txn.get
             return {k for k in keys if get(k) is not None}
 
+    def seen_tops(self) -> dict[tuple[bytes, str], int]:
+        """The highest sequence in the dedupe window per (producer, lane) (read at start)."""
+        out: dict[tuple[bytes, str], int] = {}
+        with self.env.begin(db=self.seen) as txn:
+            for k in txn.cursor().iternext(values=False):
+                key = (bytes(k[:16]), bytes(k[24:]).decode(errors="replace"))
+                seq = int.from_bytes(k[16:24], "big")
+                if seq > out.get(key, -1):
+                    out[key] = seq
+        return out
+
     def known_peers(self) -> dict[bytes, tuple[str, bytes]]:
         """(control endpoint, CURVE key or b"") of the peers this node knew before."""
         def decode(k: bytes, v: bytes) -> tuple[bytes, tuple[str, bytes]]:
