@@ -178,9 +178,10 @@ class Node:
         pubs = self._prepare(topic, [payload], keys=[key], headers=headers, priority=priority,
                              ttl=ttl, deliver_at=deliver_at, delay=delay, msg_id=msg_id,
                              timeout=timeout)
-        self._engine.submit(pubs)
-        assert pubs[0].receipt is not None
-        return pubs[0].receipt
+        [pub] = pubs
+        self._engine.submit(pub)  # (queued alone: the list is not kept)
+        assert pub.receipt is not None
+        return pub.receipt
 
     def publish_many(
         self,

@@ -83,7 +83,7 @@ class Commands:
         self._submitted_bytes = 0
         self._done_bytes = 0
         self._ahead_limit = map_size_bytes // 8
-        self._cmds: deque[tuple | list[Publish] | Message] = deque()
+        self._cmds: deque[tuple | list[Publish] | Publish | Message] = deque()
         self._wake_pending = False
         self._wake_lock = threading.Lock()
         self._wake_tx: zmq.Socket | None = None  # application threads' end of the wake pipe
@@ -99,10 +99,10 @@ class Commands:
             raise NodeStateError(f"node {self.config.name!r} is {self._state}; use it inside "
                                  "'with' or after start()")
 
-    def submit(self, cmd: tuple | list[Publish] | Message) -> None:
-        """Queue a command for the IO thread: a tuple naming it first, a list of publishes
-        or a message acked on its own (the most frequent commands come without a tuple
-        around them: one object fewer per message for the garbage collector to count)."""
+    def submit(self, cmd: tuple | list[Publish] | Publish | Message) -> None:
+        """Queue a command for the IO thread: a tuple naming it first, a publish, a list of
+        publishes or a message acked on its own (the most frequent commands come bare: one
+        object fewer per message for the garbage collector to count)."""
         self._check_running()
         self._cmds.append(cmd)
         if not self._wake_pending:
@@ -232,7 +232,10 @@ class Commands:
         stop = False
         while cmds and len(pubs) < max_pubs:
             cmd = cmds.popleft()
-            if isinstance(cmd, list):  # publishes
+            if isinstance(cmd, Publish):  # publish()
+                pubs.append(cmd)
+                continue
+            if isinstance(cmd, list):  # publish_many()
                 pubs.extend(cmd)
                 continue
             if not isinstance(cmd, tuple):  # a message acked on its own
