@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 
 import pytest
 
@@ -78,6 +80,41 @@ def test_full_outbox_blocks_then_raises_a_clear_error(make_node):
     with pytest.raises(zmesh.OutboxFullError, match="max_outbox_messages") as err:
         prod.publish("t", b"x", timeout=0.2)
     assert err.value.limit == 10
+
+
+def test_a_publish_blocked_on_a_full_outbox_goes_on_when_acks_make_room(make_node):
+    """Acks that settle messages wake a publisher waiting for outbox room at once, not
+    when its timeout runs out (it then found the room and went on, 30 s late)."""
+    prod = make_node("prod", max_outbox_messages=5,
+                     topics={"t": zmesh.TopicConfig(groups=("g",))})
+    for _ in range(5):
+        prod.publish("t", b"x")
+    waited: list[float] = []
+
+    def sixth() -> None:
+        t0 = time.monotonic()
+        prod.publish("t", b"sixth", timeout=30)
+        waited.append(time.monotonic() - t0)
+
+    publisher = threading.Thread(target=sixth)
+    publisher.start()
+    try:
+        wait_until(lambda: prod._engine.cond._waiters, what="the sixth publish waiting")
+        cons = make_node("cons", seeds=[prod.control_address])
+        sub = cons.subscribe("t", group="g")
+        for _ in range(5):
+            msg = sub.get(timeout=10)
+            assert msg is not None
+            msg.ack()
+        acked = time.monotonic()
+        publisher.join(40)
+        assert waited, "the sixth publish never returned"
+        assert time.monotonic() - acked < 15, "the publish waited for its timeout"
+        msg = sub.get(timeout=10)
+        assert msg is not None and msg.payload == b"sixth"
+        msg.ack()
+    finally:
+        publisher.join(40)
 
 
 def test_a_data_dir_serves_one_node_at_a_time(make_node, tmp_path):

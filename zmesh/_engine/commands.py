@@ -83,6 +83,8 @@ class Commands:
         self._submitted_bytes = 0
         self._done_bytes = 0
         self._ahead_limit = map_size_bytes // 8
+        self._depth_seen = 0  # the outbox depth and map state at the last _notify
+        self._full_seen = False
         self._cmds: deque[tuple | list[Publish] | Publish | Message] = deque()
         self._wake_pending = False
         self._wake_lock = threading.Lock()
@@ -147,17 +149,10 @@ class Commands:
     def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
         """The first of ``n`` sequences, once the outbox has room for them."""
         self._check_running()
-        limit = self.config.max_outbox_messages
         deadline = 0.0
         while True:
             with self._alloc:
-                waiting = self._submitted - self._done
-                depth = self.producer.depth + waiting
-                room = depth + n <= limit or depth == 0
-                ahead = self._submitted_bytes - self._done_bytes
-                if room and not self.held.full and (
-                        ahead + nbytes <= self._ahead_limit or ahead == 0) and (
-                        not paced or waiting + n <= MAX_AHEAD_MSGS or waiting == 0):
+                if self._fits(n, nbytes, paced):
                     first = self._next_seq
                     self._next_seq = first + n
                     self._submitted += n
@@ -167,14 +162,31 @@ class Commands:
             deadline = deadline or time.monotonic() + timeout_s
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                if room and self.held.full:  # the outbox has room, the LMDB map has not
+                limit = self.config.max_outbox_messages
+                depth = self.producer.depth + self._submitted - self._done
+                if (depth + n <= limit or depth == 0) and self.held.full:
+                    # the outbox has room, the LMDB map has not
                     self.counters.add("publish_store_full", 1)
                     raise StoreFullError(self.store.path, self.store.map_size_bytes,
                                          timeout_s)
                 raise OutboxFullError(depth, limit, timeout_s)
             with self.cond:
-                self.cond.wait(remaining)
+                # Checked again under the lock the IO thread makes room under (_notify):
+                # room made since the check above is seen here, later room wakes the wait.
+                if not self._fits(n, nbytes, paced):
+                    self.cond.wait(remaining)
             self._check_running()
+
+    def _fits(self, n: int, nbytes: int, paced: bool) -> bool:
+        """There is room for ``n`` more publishes of ``nbytes``: in the outbox, in the LMDB
+        map, and (``paced``) among the publishes waiting for the IO thread."""
+        waiting = self._submitted - self._done
+        depth = self.producer.depth + waiting
+        ahead = self._submitted_bytes - self._done_bytes
+        return ((depth + n <= self.config.max_outbox_messages or depth == 0)
+                and not self.held.full
+                and (ahead + nbytes <= self._ahead_limit or ahead == 0)
+                and (not paced or waiting + n <= MAX_AHEAD_MSGS or waiting == 0))
 
     def abandon(self, count: int, nbytes: int) -> None:
         """Prepared publishes that will never be submitted (an aborted transaction)."""
@@ -285,12 +297,17 @@ class Commands:
         return stop
 
     def _notify(self, staged_done: int, staged_bytes: int = 0) -> None:
+        """Resolve receipts and wake waiting publishers when this iteration made room:
+        publishes stored or failed, messages settled (a shallower outbox), the LMDB map
+        no longer full. Counters publishers check are changed under ``cond`` only."""
         p = self.producer
-        if not (staged_done or p.stored or p.acked):
+        room = p.depth < self._depth_seen or (self._full_seen and not self.held.full)
+        self._depth_seen, self._full_seen = p.depth, self.held.full
+        if not (staged_done or p.stored or p.acked or room):
             return
-        self._done += staged_done
-        self._done_bytes += staged_bytes
         with self.cond:
+            self._done += staged_done
+            self._done_bytes += staged_bytes
             for r in p.stored:
                 r._stored = True
             for r in p.acked:
