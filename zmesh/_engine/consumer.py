@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 from .._protocol.frames import Ack, Batch, Fail, Nack
@@ -81,8 +82,10 @@ class Consumer:
         lane_b = lane.encode()
         keys = [producer + s.to_bytes(8, "big") + lane_b for s in seqs]
         top = self._tops.get((producer, lane), -1)
-        seen = self.store.seen_filter([k for s, k in zip(seqs, keys, strict=True) if s <= top]) \
-            if min(seqs, default=top + 1) <= top else _NONE_SEEN
+        seen: AbstractSet[bytes] = _NONE_SEEN  # (new messages are above it: no lookup)
+        if seqs and min(seqs) <= top:
+            seen = self.store.seen_filter([k for s, k in zip(seqs, keys, strict=True)
+                                           if s <= top])
         fresh: list[Message] = []
         reack: list[int] = []
         held = self._held

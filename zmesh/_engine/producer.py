@@ -197,12 +197,8 @@ class Producer:
                 dead.settled(lane_id, seq, batch)
             if seq in elsewhere:
                 continue
-            if not keep:
-                fields = mem.pop(seq, None)
-                if fields is None:
-                    msgs_del.append(seq_b)
-                else:
-                    self._mem_bytes -= mem_size(fields)
+            if not keep and not (mem and self.forget_mem(seq)):
+                msgs_del.append(seq_b)
             self.depth -= 1
             if self._receipts:
                 receipt = self._receipts.pop(seq, None)

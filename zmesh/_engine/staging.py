@@ -263,15 +263,15 @@ class Staging:
         excess = producer._mem_bytes - self.memory_budget_bytes // 2
         # The oldest first, found in one pass: taking them one by one from the front of the
         # dict would walk the slots of every one taken before (quadratic in the spill).
-        oldest = []
+        oldest, freed = [], 0
         for seq, fields in mem.items():
-            if excess <= 0:
+            if freed >= excess:
                 break
-            excess -= mem_size(fields)
+            freed += mem_size(fields)
             oldest.append(seq)
+        producer._mem_bytes -= freed
         for seq in oldest:
             fields = mem.pop(seq)
-            producer._mem_bytes -= mem_size(fields)
             self._spilled.append((seq, fields))
             topic, partition, _k, _h, priority, _p, expires_at, deliver_at, _pl, _i = fields
             record = pack(fields)
