@@ -34,16 +34,14 @@ class Message:
     """
 
     __slots__ = ("id", "topic", "key", "payload", "headers", "attempt", "partition", "group",
-                 "published_at", "index", "_source", "_engine", "_settled", "_seen")
+                 "published_at", "index", "_source", "_engine", "_settled")
 
     def __init__(self, engine: Engine | None, source: tuple[bytes, str, str], seq: int,
                  group: str | None, key: str | None, payload: bytes,
                  headers: dict | None, attempt: int, partition: int, published_at: float,
-                 index: int | None = None, producer_hex: str | None = None,
-                 seen_key: bytes = b"") -> None:
+                 index: int | None = None, producer_hex: str | None = None) -> None:
         # ``source``: (producer id, topic, lane), one tuple for every message of a batch;
-        # ``producer_hex``: ``producer.hex()``, computed once per batch by the caller;
-        # ``seen_key``: the consumer's dedupe key, written when the message is acked.
+        # ``producer_hex``: ``producer.hex()``, computed once per batch by the caller.
         self.id = _message_id(MessageId, (producer_hex or source[0].hex(), seq))
         self.topic = source[1]
         self.group = group
@@ -57,7 +55,6 @@ class Message:
         self._source = source
         self._engine = engine
         self._settled: str | None = None
-        self._seen = seen_key
 
     def _settle(self, how: str, arg: Any) -> None:
         if self._settled is not None:

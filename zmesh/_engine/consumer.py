@@ -1,8 +1,8 @@
 """The consumer half of a node: incoming batches, dedupe, and settlements going back.
 
 Runs only on the IO thread. A redelivered message that this node already acked is acked
-again without reaching a handler (the ``seen`` window in LMDB); one still held by a local
-subscription is dropped. An ack is written to ``seen`` in the loop's transaction and sent
+again without reaching a handler (the ``acked`` window in LMDB); one still held by a local
+subscription is dropped. An ack is written to ``acked`` in the loop's transaction and sent
 to the producer only after that commit.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 from .._protocol.frames import Ack, Batch, Fail, Nack
-from .._store.store import Store, WriteBatch, u64
+from .._store.store import Store, WriteBatch
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PRUNE_INTERVAL_S = 1.0
-_NONE_SEEN: frozenset[bytes] = frozenset()
+_NONE_SEEN: frozenset[int] = frozenset()
 
 
 class Consumer:
@@ -37,10 +37,13 @@ class Consumer:
         self.counters = counters
         self.subs: dict[tuple[str, str], list[Subscription]] = {}
         self._rr: dict[tuple[str, str], int] = defaultdict(int)
-        self._held: set[bytes] = set()  # dedupe keys of messages held by subscriptions
+        # Sequences held by local subscriptions, per (producer, topic, lane).
+        self._held: dict[tuple[bytes, str, str], set[int]] = {}
         self._floors: dict[tuple[bytes, str], int] = {}
         self._pruned: dict[tuple[bytes, str], tuple[int, float]] = {}
-        self._acks: dict[tuple[bytes, str, str], list[int]] = defaultdict(list)
+        # Acked in this loop iteration, per (producer, topic, lane); the same lists are in
+        # the write batch (its ``seen_put``) and go to the producers after its commit.
+        self._acks: dict[tuple[bytes, str, str], list[int]] = {}
         # The highest sequence this node acked per (producer, lane): every dedupe key in
         # the store is at or below it, so a message above it needs no lookup.
         self._tops = store.seen_tops()
@@ -79,33 +82,32 @@ class Consumer:
                                                   0.0)))
             return
         self._note_floor(producer, lane, batch.floor, wb, now)
-        lane_b = lane.encode()
-        keys = [producer + s.to_bytes(8, "big") + lane_b for s in seqs]
         top = self._tops.get((producer, lane), -1)
-        seen: AbstractSet[bytes] = _NONE_SEEN  # (new messages are above it: no lookup)
+        seen: AbstractSet[int] = _NONE_SEEN  # (new messages are above it: no lookup)
         if seqs and min(seqs) <= top:
-            seen = self.store.seen_filter([k for s, k in zip(seqs, keys, strict=True)
-                                           if s <= top])
+            seen = self.store.seen_filter(producer, lane.encode(), [s for s in seqs if s <= top])
+        source = (producer, topic, lane)
+        held = self._held.get(source)
+        if held is None:
+            held = self._held[source] = set()
         fresh: list[Message] = []
         reack: list[int] = []
-        held = self._held
         engine = self.engine
         group = subs[0].group
         producer_hex = producer.hex()
-        source = (producer, topic, lane)
         duplicates = 0
-        for seq, dkey, key, payload, headers, attempt, partition, published_at, index in zip(
-                seqs, keys, batch.keys, batch.payloads, batch.headers, batch.attempts,
+        for seq, key, payload, headers, attempt, partition, published_at, index in zip(
+                seqs, batch.keys, batch.payloads, batch.headers, batch.attempts,
                 batch.partitions, batch.published_ats, batch.indexes, strict=True):
-            if dkey in seen:
+            if seq in seen:
                 reack.append(seq)
                 continue
-            if dkey in held:
+            if seq in held:
                 duplicates += 1
                 continue
-            held.add(dkey)
+            held.add(seq)
             fresh.append(Message(engine, source, seq, group, key, payload, headers, attempt,
-                                 partition, published_at, index, producer_hex, dkey))
+                                 partition, published_at, index, producer_hex))
         if duplicates:
             self.counters.add("duplicates_held", duplicates)
         if reack:
@@ -139,11 +141,16 @@ class Consumer:
     def settle(self, msg: Message, how: str, arg: object, wb: WriteBatch | None = None) -> None:
         source, seq = msg._source, msg.id.seq
         producer, _topic, lane = source
-        self._held.discard(msg._seen)
+        held = self._held.get(source)
+        if held is not None:
+            held.discard(seq)
         if how == "acked":
             assert wb is not None
-            wb.seen_put.append(msg._seen)
-            self._acks[source].append(seq)
+            acks = self._acks.get(source)
+            if acks is None:
+                acks = self._acks[source] = []
+                wb.seen_put.append((producer, lane.encode(), acks))
+            acks.append(seq)
         elif how == "nacked":
             delay = -1.0 if arg is None else float(arg)  # type: ignore[arg-type]
             self._outgoing.append((producer, Nack(self.engine.node_id, msg.topic, lane,
@@ -155,10 +162,8 @@ class Consumer:
     def rollback(self) -> None:
         """The commit holding the staged acks failed: forget them, and the messages too, so
         a redelivery reaches the application again."""
-        for (producer, _topic, lane), seqs in self._acks.items():
-            lane_b = lane.encode()
-            for seq in seqs:
-                self._held.discard(producer + u64(seq) + lane_b)
+        for source, seqs in self._acks.items():
+            self._held.get(source, set()).difference_update(seqs)
         self.counters.add("acks_rolled_back", sum(len(v) for v in self._acks.values()))
         self._acks.clear()
 

@@ -10,8 +10,8 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   deliver_at]: what each lane still owes. A message leaves ``msgs`` when no lane owes it.
 - ``lanes``: msgpack [topic, lane] -> msgpack [lane_id, group, mode]: every group this
   producer has learned of, remembered so an offline group accumulates its backlog.
-- ``seen``:  producer(16) + seq(8) + lane -> b"": the consumer's dedupe window of acked
-  messages, pruned below each producer's announced floor.
+- ``acked``: producer(16) + chunk(8) + lane -> bitmap: the consumer's dedupe window of
+  acked messages, pruned below each producer's announced floor (see acked.py).
 - ``dead``:  lane_id(4) + seq(8) -> msgpack [state, reason, attempts, failed_at, history,
   record]: parked messages of a lane (see _engine/deadletters.py).
 - ``peers``: node id(16) -> "endpoint[ key]": peers this node knew, contacted again after
@@ -45,6 +45,7 @@ import lmdb
 import msgpack
 
 from ..errors import DataDirLockedError, StoreError, StoreFullError
+from .acked import AckedWindow
 from .batch import WriteBatch
 from .damage import FIX, Corrupt, check_store_files
 from .keys import pend_key, u32, u64
@@ -70,7 +71,7 @@ def unpackb(data: bytes) -> Any:
 pack: Callable[[Any], bytes] = _packb  # msgpack with bin types (IO thread only)
 
 
-class Store(LogIndex):
+class Store(LogIndex, AckedWindow):
     """The LMDB environment of one node's data dir."""
 
     def __init__(self, data_dir: str, map_size_bytes: int) -> None:
@@ -105,7 +106,7 @@ class Store(LogIndex):
             self.msgs = self.env.open_db(b"msgs")
             self.pend = self.env.open_db(b"pend")
             self.lanes = self.env.open_db(b"lanes")
-            self.seen = self.env.open_db(b"seen")
+            self.acked = self.env.open_db(b"acked")
             self.dead = self.env.open_db(b"dead")
             self.ids = self.env.open_db(b"ids")
             self.ids_t = self.env.open_db(b"ids_t")
@@ -114,7 +115,7 @@ class Store(LogIndex):
             self.rtime = self.env.open_db(b"rtime")
             self.rnext = self.env.open_db(b"rnext")
             self.bad = self.env.open_db(b"bad")
-            self._dbs = (self.meta, self.msgs, self.pend, self.lanes, self.seen, self.dead,
+            self._dbs = (self.meta, self.msgs, self.pend, self.lanes, self.acked, self.dead,
                          self.ids, self.ids_t, self.peers, self.rlog, self.rtime, self.rnext,
                          self.bad)
             self._psize = self.env.stat()["psize"]
@@ -122,12 +123,16 @@ class Store(LogIndex):
             self.pages = MappedPages(os.path.join(self.path, "data.mdb"))
             # A map grown before (or used past map_size_bytes) reopens at its real size.
             self.map_size_bytes = self.env.info()["map_size"]
+            migrated = self.migrate_seen()
         except lmdb.Error as exc:
             with contextlib.suppress(Exception):
                 self.env.close()
             os.close(self._lock_fd)
             raise StoreError(f"cannot open the LMDB store ({exc}); if it is damaged, {FIX}",
                              self.path) from exc
+        if migrated:
+            log.info("%s: the dedupe window's %d entries are kept as bitmaps from now on",
+                     self.path, migrated)
 
     def close(self) -> None:
         try:
@@ -242,23 +247,6 @@ class Store(LogIndex):
         self.pages.add(size)
         return out
 
-    def seen_filter(self, keys: list[bytes]) -> set[bytes]:
-        """The keys already in the dedupe window."""
-        with self.env.begin(db=self.seen) as txn:
-            get = txn.get
-            return {k for k in keys if get(k) is not None}
-
-    def seen_tops(self) -> dict[tuple[bytes, str], int]:
-        """The highest sequence in the dedupe window per (producer, lane) (read at start)."""
-        out: dict[tuple[bytes, str], int] = {}
-        with self.env.begin(db=self.seen) as txn:
-            for k in txn.cursor().iternext(values=False):
-                key = (bytes(k[:16]), bytes(k[24:]).decode(errors="replace"))
-                seq = int.from_bytes(k[16:24], "big")
-                if seq > out.get(key, -1):
-                    out[key] = seq
-        return out
-
     def known_peers(self) -> dict[bytes, tuple[str, bytes]]:
         """(control endpoint, CURVE key or b"") of the peers this node knew before."""
         def decode(k: bytes, v: bytes) -> tuple[bytes, tuple[str, bytes]]:
@@ -298,16 +286,6 @@ class Store(LogIndex):
                     if not k.startswith(prefix):
                         break
                     yield int.from_bytes(k[4:], "big"), unpackb(v)
-
-    def stat(self) -> dict[str, int]:
-        with self.env.begin() as txn:
-            return {
-                "outbox": txn.stat(self.msgs)["entries"],
-                "pending": txn.stat(self.pend)["entries"],
-                "seen": txn.stat(self.seen)["entries"],
-                "dead": txn.stat(self.dead)["entries"],
-                "bad": txn.stat(self.bad)["entries"],
-            }
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -378,8 +356,6 @@ class Store(LogIndex):
             txn.cursor(db=self.lanes).putmulti(b.lanes_put)
         if b.dead_put:
             txn.cursor(db=self.dead).putmulti(b.dead_put)
-        if b.seen_put:
-            txn.cursor(db=self.seen).putmulti([(k, b"") for k in b.seen_put])
         for mid, seq, at in b.ids_put:
             stamp = struct.pack(">d", at)
             txn.put(mid, u64(seq) + stamp, db=self.ids)
@@ -401,20 +377,8 @@ class Store(LogIndex):
             delete(k, db=self.dead)
         if b.log_put or b.log_next or b.log_del:
             self._apply_log(txn, b)
-        if b.seen_prune:
-            cur = txn.cursor(db=self.seen)
-            for producer, floor, lane in b.seen_prune:
-                if not cur.set_range(producer):
-                    continue
-                while True:
-                    k = cur.key()
-                    if not k.startswith(producer) or int.from_bytes(k[16:24], "big") >= floor:
-                        break
-                    if k[24:] == lane:
-                        if not cur.delete():
-                            break
-                    elif not cur.next():
-                        break
+        if b.seen_put or b.seen_prune:
+            self._apply_acked(txn, b)
 
 
 def _pages(stat: Any) -> int:

@@ -1,0 +1,125 @@
+"""The consumer's dedupe window: ``acked`` (see store.py), bitmaps of what this node acked.
+
+Key: producer(16) + chunk(8) + lane; value: a bitmap of the chunk's ``CHUNK`` sequences
+(bit ``seq % CHUNK`` of byte ``seq % CHUNK // 8``, least significant bit first), set once
+this node acked the sequence from that lane; trailing zero bytes are left out. One put per
+chunk touched by a transaction instead of one per ack, and pruning below the producer's
+floor deletes whole chunks. Sequences are the producer's, shared by all its topics, so a
+lane that gets a small share of them costs up to ``CHUNK // 8`` bytes per acked message;
+a busy lane costs about one bit.
+
+Stores written before the window was kept as bitmaps had one empty ``seen`` entry per
+acked message (producer(16) + seq(8) + lane); ``migrate_seen`` turns them into bitmaps
+once, at open. A part of ``Store``, kept apart because only the consumer uses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .batch import WriteBatch
+
+CHUNK = 1024  # sequences per bitmap
+_SHIFT = CHUNK.bit_length() - 1
+_BYTES = CHUNK // 8
+
+
+def _key(producer: bytes, chunk: int, lane: bytes) -> bytes:
+    return producer + chunk.to_bytes(8, "big") + lane
+
+
+def _bits(value: bytes | None) -> bytearray:
+    out = bytearray(_BYTES)
+    if value:
+        out[:len(value)] = value
+    return out
+
+
+def _add(txn: Any, db: Any, producer: bytes, lane: bytes, seqs: list[int]) -> None:
+    """Set the bits of ``seqs``: one read and one write per chunk they fall in."""
+    bitmaps: dict[int, bytearray] = {}
+    for seq in seqs:
+        chunk = seq >> _SHIFT
+        bits = bitmaps.get(chunk)
+        if bits is None:
+            bits = bitmaps[chunk] = _bits(txn.get(_key(producer, chunk, lane), db=db))
+        i = seq & (CHUNK - 1)
+        bits[i >> 3] |= 1 << (i & 7)
+    for chunk, bits in bitmaps.items():
+        txn.put(_key(producer, chunk, lane), bits.rstrip(b"\0"), db=db)
+
+
+class AckedWindow:
+    """The window's reads and writes; ``Store`` provides the environment and database."""
+
+    env: Any
+    acked: Any
+
+    def seen_filter(self, producer: bytes, lane: bytes, seqs: list[int]) -> set[int]:
+        """Those of ``seqs`` this node acked from (producer, lane) and still remembers."""
+        out: set[int] = set()
+        with self.env.begin(db=self.acked) as txn:
+            get = txn.get
+            bitmaps: dict[int, bytes] = {}
+            for seq in seqs:
+                chunk = seq >> _SHIFT
+                bits = bitmaps.get(chunk)
+                if bits is None:
+                    bits = bitmaps[chunk] = get(_key(producer, chunk, lane)) or b""
+                i = (seq & (CHUNK - 1)) >> 3
+                if i < len(bits) and bits[i] >> (seq & 7) & 1:
+                    out.add(seq)
+        return out
+
+    def seen_tops(self) -> dict[tuple[bytes, str], int]:
+        """The highest sequence acked per (producer, lane) (read at start)."""
+        out: dict[tuple[bytes, str], int] = {}
+        with self.env.begin(db=self.acked) as txn:
+            for k, v in txn.cursor():
+                bits = bytes(v).rstrip(b"\0")
+                if not bits:
+                    continue
+                seq = (int.from_bytes(k[16:24], "big") << _SHIFT) + 8 * (len(bits) - 1) \
+                    + bits[-1].bit_length() - 1
+                key = (bytes(k[:16]), bytes(k[24:]).decode(errors="replace"))
+                out[key] = max(seq, out.get(key, -1))
+        return out
+
+    def _apply_acked(self, txn: Any, b: WriteBatch) -> None:
+        db = self.acked
+        for producer, lane, seqs in b.seen_put:
+            _add(txn, db, producer, lane, seqs)
+        if b.seen_prune:
+            cur = txn.cursor(db=db)
+            for producer, floor, lane in b.seen_prune:
+                below = floor >> _SHIFT  # chunks below this one hold only settled seqs
+                if not cur.set_range(producer):
+                    continue
+                while True:
+                    k = cur.key()
+                    if not k.startswith(producer) or int.from_bytes(k[16:24], "big") >= below:
+                        break
+                    if k[24:] == lane:
+                        if not cur.delete():
+                            break
+                    elif not cur.next():
+                        break
+
+    def migrate_seen(self) -> int:
+        """Turn a ``seen`` db of one entry per acked message into bitmaps; returns how
+        many entries it held (0 when there was none)."""
+        with self.env.begin() as txn:
+            if txn.get(b"seen") is None:  # the main db names every named db
+                return 0
+        with self.env.begin(write=True) as txn:
+            old = self.env.open_db(b"seen", txn=txn, create=False)
+            per_lane: dict[tuple[bytes, bytes], list[int]] = {}
+            n = 0
+            for k in txn.cursor(db=old).iternext(values=False):
+                per_lane.setdefault((bytes(k[:16]), bytes(k[24:])), []).append(
+                    int.from_bytes(k[16:24], "big"))
+                n += 1
+            for (producer, lane), seqs in per_lane.items():
+                _add(txn, self.acked, producer, lane, seqs)
+            txn.drop(old, delete=True)
+        return n
