@@ -184,9 +184,18 @@ class Producer:
         dead = self.dead
         keep = retains(self.topic_config(topic))  # retention reclaims the record later
         seqs = list(seqs)
-        # What another lane of the topic still owes stays in the outbox.
-        elsewhere = {s for other in self.by_topic.get(topic, ()) if other is not lane
-                     for s in other.owed_among(seqs)}
+        # What another lane of the topic still owes stays in the outbox; each lane is asked
+        # only about what the lanes before it do not owe.
+        elsewhere: set[int] = set()
+        unowed = seqs
+        for other in self.by_topic.get(topic, ()):
+            if other is lane or not unowed:
+                continue
+            owed = other.owed_among(unowed)
+            if owed:
+                elsewhere.update(owed)
+                unowed = [] if len(owed) == len(unowed) else [
+                    s for s in unowed if s not in elsewhere]
         prefix = lane_id.to_bytes(4, "big")
         pend_del, msgs_del = batch.pend_del, batch.msgs_del
         for seq in seqs:
