@@ -1,14 +1,15 @@
 """Handing a producer's ready messages to live members (IO thread, once per loop).
 
-Records are read from LMDB and decoded once per call for every lane that sends them; a
-``memory`` message not spilled is kept as its fields and never packed. A record that
-cannot be decoded is set aside and settled, never sent; one that is missing is settled
-as lost.
+Records are read from LMDB and decoded when a lane sends them; those of a topic with
+several lanes are kept decoded for the other lanes (``Decoded``), and a ``memory``
+message not spilled is kept as its fields and never packed. A record that cannot be
+decoded is set aside and settled, never sent; one that is missing is settled as lost.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,34 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+DECODED_KEPT_BYTES = 8 << 20  # payloads (plus 200 bytes each) of the records kept decoded
+_ENTRY_BYTES = 200
+
+
+class Decoded:
+    """Records of topics with several lanes, decoded by the first lane that sends them and
+    kept for the others until the message leaves the outbox; past ``limit`` bytes the
+    oldest go first (a group far behind the others reads its records again)."""
+
+    __slots__ = ("fields", "bytes", "limit")
+
+    def __init__(self, limit: int = DECODED_KEPT_BYTES) -> None:
+        self.fields: OrderedDict[int, Sequence] = OrderedDict()
+        self.bytes = 0
+        self.limit = limit
+
+    def keep(self, seq: int, fields: Sequence) -> None:
+        self.fields[seq] = fields
+        self.bytes += len(fields[8]) + _ENTRY_BYTES
+        while self.bytes > self.limit:
+            _seq, old = self.fields.popitem(last=False)
+            self.bytes -= len(old[8]) + _ENTRY_BYTES
+
+    def forget(self, seq: int) -> None:
+        fields = self.fields.pop(seq, None)
+        if fields is not None:
+            self.bytes -= len(fields[8]) + _ENTRY_BYTES
+
 
 def dispatch(producer: Producer, now: float,
              send: Callable[[bytes, Lane, Taken, list[Sequence]], int],
@@ -31,9 +60,8 @@ def dispatch(producer: Producer, now: float,
     left. A record that cannot be decoded is set aside and settled, never sent."""
     sent_total = 0
     mem = producer._mem
-    # Records decoded in this call: the lanes of one topic mostly send the same
-    # messages, each read and decoded once for all of them.
-    known: dict[int, Sequence] = {}
+    decoded = producer.decoded
+    known = decoded.fields
     for (topic, name), lane in producer.lanes.items():
         if not lane.ready_count or not lane.members or name == UNCLAIMED:
             continue
@@ -46,6 +74,7 @@ def dispatch(producer: Producer, now: float,
         need = [seq for t in taken.values() for seq in t.seqs
                 if seq not in known and seq not in mem]
         records = producer.store.get_messages(need) if need else {}
+        shared = len(producer.by_topic.get(topic, ())) > 1  # other lanes will send them
         for member, out in taken.items():
             fields: list[Sequence] = []
             missing = []
@@ -55,15 +84,16 @@ def dispatch(producer: Producer, now: float,
                     fields.append(fields_of)
                     continue
                 record = records.get(seq)
-                decoded = None if record is None else decode_record(record)
-                if decoded is not None:
-                    known[seq] = decoded
+                fields_of = None if record is None else decode_record(record)
+                if fields_of is not None:
+                    if shared:
+                        decoded.keep(seq, fields_of)
                 else:
                     if record is not None:
                         producer.set_aside("msgs", u64(seq), record,
                                            "an outbox record: settled for every group", batch)
                     missing.append(seq)
-                fields.append(decoded)  # type: ignore[arg-type]
+                fields.append(fields_of)  # type: ignore[arg-type]
             if missing:
                 out = _without(out, fields)
                 fields = [f for f in fields if f is not None]

@@ -16,6 +16,7 @@ from .._store.store import Store, WriteBatch, pack, pend_key
 from ..config import TopicConfig
 from .deadletters import DeadLetters
 from .delivery import IN_FLIGHT, Entry, Timing
+from .dispatch import Decoded
 from .lane import Lane
 from .retained import Retained
 from .retention import Indexes, retains
@@ -52,6 +53,7 @@ class Producer:
         # The fields of memory-durability messages not spilled (a record, unpacked).
         self._mem: dict[int, tuple] = {}
         self._mem_bytes = 0
+        self.decoded = Decoded()  # records of topics with several lanes, sent by one so far
         self.depth = 0  # messages in the outbox
         self.stored: list[Receipt] = []
         self.acked: list[Receipt] = []
@@ -198,6 +200,7 @@ class Producer:
                     s for s in unowed if s not in elsewhere]
         prefix = lane_id.to_bytes(4, "big")
         pend_del, msgs_del = batch.pend_del, batch.msgs_del
+        decoded = self.decoded
         for seq in seqs:
             seq_b = seq.to_bytes(8, "big")
             if seq not in mem:
@@ -206,6 +209,8 @@ class Producer:
                 dead.settled(lane_id, seq, batch)
             if seq in elsewhere:
                 continue
+            if decoded.fields:
+                decoded.forget(seq)
             if not keep and not (mem and self.forget_mem(seq)):
                 msgs_del.append(seq_b)
             self.depth -= 1

@@ -1,0 +1,23 @@
+"""Records kept decoded for the other lanes of a topic: bounded, oldest out first."""
+
+from __future__ import annotations
+
+from zmesh._engine.dispatch import Decoded
+
+
+def fields(payload: bytes) -> list:
+    return ["t", 0, None, None, 0, 1.0, None, None, payload, 0]
+
+
+def test_kept_records_stay_under_the_limit_and_the_oldest_go_first() -> None:
+    kept = Decoded(limit=1000)
+    for seq in range(10):
+        kept.keep(seq, fields(bytes(100)))  # 300 bytes each as counted
+    assert list(kept.fields) == [7, 8, 9]
+    assert kept.bytes == 900
+    kept.forget(8)
+    kept.forget(8)  # a message settled twice (another lane's expiry): no harm
+    kept.forget(3)  # evicted already
+    assert list(kept.fields) == [7, 9] and kept.bytes == 600
+    kept.keep(10, fields(bytes(2000)))  # larger than the limit: nothing stays
+    assert not kept.fields and kept.bytes == 0
