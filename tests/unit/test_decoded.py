@@ -10,14 +10,14 @@ def fields(payload: bytes) -> list:
 
 
 def test_kept_records_stay_under_the_limit_and_the_oldest_go_first() -> None:
-    kept = Decoded(limit=1000)
+    kept = Decoded(limit=1620)
     for seq in range(10):
-        kept.keep(seq, fields(bytes(100)))  # 300 bytes each as counted
+        kept.keep(seq, fields(bytes(100)))  # 540 bytes each as counted
     assert list(kept.fields) == [7, 8, 9]
-    assert kept.bytes == 900
+    assert kept.bytes == 1620
     kept.forget(8)
     kept.forget(8)  # a message settled twice (another lane's expiry): no harm
     kept.forget(3)  # evicted already
-    assert list(kept.fields) == [7, 9] and kept.bytes == 600
+    assert list(kept.fields) == [7, 9] and kept.bytes == 1080
     kept.keep(10, fields(bytes(2000)))  # larger than the limit: nothing stays
     assert not kept.fields and kept.bytes == 0

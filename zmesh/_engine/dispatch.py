@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DECODED_KEPT_BYTES = 8 << 20  # payloads (plus 200 bytes each) of the records kept decoded
-_ENTRY_BYTES = 200
+DECODED_KEPT_BYTES = 8 << 20  # what the records kept decoded may take
+_ENTRY_BYTES = 440  # a record's decoded fields and its map entry, besides the payload
 
 
 class Decoded:
