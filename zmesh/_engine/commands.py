@@ -36,8 +36,11 @@ if TYPE_CHECKING:
 
 # Publishes that may wait for the IO thread. A publisher that gets further ahead waits for
 # it: this gives the IO thread the GIL, and keeps the queued publishes (memory, and the
-# garbage collector's work over them) bounded.
-MAX_AHEAD_MSGS = 2_000
+# garbage collector's work over them) bounded. Small enough that the IO thread gets the GIL
+# every couple of milliseconds of publishing, to send and settle as well as store (with
+# 2,000 a fast publisher left a backlog of stored messages to send after its last
+# publish); not so small that the hand-offs cost more than they give (250 did).
+MAX_AHEAD_MSGS = 500
 MAX_PUBS_PER_LOOP = 10_000  # publishes staged in one loop iteration (one LMDB transaction)
 
 
