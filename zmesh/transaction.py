@@ -35,7 +35,7 @@ class Transaction:
         self._check_open()
         key = kwargs.pop("key", None)
         try:
-            [pub] = self._node._prepare(topic, [payload], keys=[key], paced=False, **kwargs)
+            [pub] = self._node._prepare(topic, [payload], [key], paced=False, **kwargs)
         except TypeError as exc:
             raise ArgumentError(f"bad publish arguments: {exc}") from exc
         self._pubs.append(pub)

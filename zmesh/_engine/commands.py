@@ -108,7 +108,8 @@ class Commands:
         """Queue a command for the IO thread: a tuple naming it first, a publish, a list of
         publishes or a message acked on its own (the most frequent commands come bare: one
         object fewer per message for the garbage collector to count)."""
-        self._check_running()
+        if self._state != "running":
+            self._check_running()
         self._cmds.append(cmd)
         if not self._wake_pending:
             self._wake_pending = True
@@ -151,7 +152,8 @@ class Commands:
 
     def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
         """The first of ``n`` sequences, once the outbox has room for them."""
-        self._check_running()
+        if self._state != "running":
+            self._check_running()
         deadline = 0.0
         while True:
             with self._alloc:
@@ -184,12 +186,13 @@ class Commands:
         """There is room for ``n`` more publishes of ``nbytes``: in the outbox, in the LMDB
         map, and (``paced``) among the publishes waiting for the IO thread."""
         waiting = self._submitted - self._done
+        if paced and waiting and waiting + n > MAX_AHEAD_MSGS:
+            return False  # (the wait a fast publisher meets most)
         depth = self.producer.depth + waiting
         ahead = self._submitted_bytes - self._done_bytes
         return ((depth + n <= self.config.max_outbox_messages or depth == 0)
                 and not self.held.full
-                and (ahead + nbytes <= self._ahead_limit or ahead == 0)
-                and (not paced or waiting + n <= MAX_AHEAD_MSGS or waiting == 0))
+                and (ahead + nbytes <= self._ahead_limit or ahead == 0))
 
     def abandon(self, count: int, nbytes: int) -> None:
         """Prepared publishes that will never be submitted (an aborted transaction)."""
