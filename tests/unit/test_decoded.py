@@ -1,4 +1,5 @@
-"""Records kept decoded for the other lanes of a topic: bounded, oldest out first."""
+"""Records kept decoded until sent (and for the other lanes of a topic): bounded, oldest
+out first, and only when trimmed (between dispatch calls)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ def test_kept_records_stay_under_the_limit_and_the_oldest_go_first() -> None:
     kept = Decoded(limit=1620)
     for seq in range(10):
         kept.keep(seq, fields(bytes(100)))  # 540 bytes each as counted
+    assert len(kept.fields) == 10  # a dispatch call in progress loses nothing it counted on
+    kept.trim()
     assert list(kept.fields) == [7, 8, 9]
     assert kept.bytes == 1620
     kept.forget(8)
@@ -20,4 +23,5 @@ def test_kept_records_stay_under_the_limit_and_the_oldest_go_first() -> None:
     kept.forget(3)  # evicted already
     assert list(kept.fields) == [7, 9] and kept.bytes == 1080
     kept.keep(10, fields(bytes(2000)))  # larger than the limit: nothing stays
+    kept.trim()
     assert not kept.fields and kept.bytes == 0

@@ -1,8 +1,8 @@
 """Handing a producer's ready messages to live members (IO thread, once per loop).
 
-Records are read from LMDB and decoded when a lane sends them; those of a topic with
-several lanes are kept decoded for the other lanes (``Decoded``), and a ``memory``
-message not spilled is kept as its fields and never packed. A record that cannot be
+A message is sent from the fields it was staged with while ``Decoded`` keeps them, else
+its record is read from LMDB and decoded (and kept, for a topic with several lanes); a
+``memory`` message not spilled is kept as its fields and never packed. A record that cannot be
 decoded is set aside and settled, never sent; one that is missing is settled as lost.
 """
 
@@ -29,9 +29,11 @@ _ENTRY_BYTES = 440  # a record's decoded fields and its map entry, besides the p
 
 
 class Decoded:
-    """Records of topics with several lanes, decoded by the first lane that sends them and
-    kept for the others until the message leaves the outbox; past ``limit`` bytes the
-    oldest go first (a group far behind the others reads its records again)."""
+    """The fields of stored records, kept from staging (or from their first read, for a
+    topic with several lanes) until the message leaves the outbox, so sending them needs
+    no read and no decoding. Past ``limit`` bytes the oldest go first, at the start of a
+    dispatch call only: one that found a record here must find it again (a backlog, or a
+    group far behind the others, reads its records again)."""
 
     __slots__ = ("fields", "bytes", "limit")
 
@@ -43,6 +45,9 @@ class Decoded:
     def keep(self, seq: int, fields: Sequence) -> None:
         self.fields[seq] = fields
         self.bytes += len(fields[8]) + _ENTRY_BYTES
+
+    def trim(self) -> None:
+        """Drop the oldest past the limit."""
         while self.bytes > self.limit:
             _seq, old = self.fields.popitem(last=False)
             self.bytes -= len(old[8]) + _ENTRY_BYTES
@@ -61,6 +66,8 @@ def dispatch(producer: Producer, now: float,
     sent_total = 0
     mem = producer._mem
     decoded = producer.decoded
+    if decoded.bytes > decoded.limit:
+        decoded.trim()
     known = decoded.fields
     for (topic, name), lane in producer.lanes.items():
         if not lane.ready_count or not lane.members or name == UNCLAIMED:

@@ -93,6 +93,7 @@ class Staging:
         self._staged_first.clear()
         for p in pubs:
             producer.forget_mem(p.seq)
+            producer.decoded.forget(p.seq)
         for seq, fields in self._spilled:
             producer._mem[seq] = fields
             producer._mem_bytes += mem_size(fields)
@@ -133,6 +134,7 @@ class Staging:
         retained.clear()
         pubs = self._suppress_duplicates(pubs, batch)
         msgs_put, pend_put, mem = batch.msgs_put, batch.pend_put, producer._mem
+        keep_decoded = producer.decoded.keep  # sent from memory, not read back and decoded
         # What is the same for every publish of a topic, looked up once per topic and stage:
         # durability, retention, lane key prefixes, next indexes, first indexes staged.
         topics: dict[str, tuple[str, bool, list[bytes], dict[int, int], dict[int, int]]] = {}
@@ -175,6 +177,7 @@ class Staging:
                 mem[p.seq] = fields
                 producer._mem_bytes += mem_size(fields)
                 continue
+            keep_decoded(p.seq, fields)
             seq_b = p.seq.to_bytes(8, "big")
             msgs_put.append((seq_b, record))
             record_bytes += len(record)
