@@ -29,11 +29,12 @@ _ENTRY_BYTES = 440  # a record's decoded fields and its map entry, besides the p
 
 
 class Decoded:
-    """The fields of stored records, kept from staging (or from their first read, for a
-    topic with several lanes) until the message leaves the outbox, so sending them needs
-    no read and no decoding. Past ``limit`` bytes the oldest go first, at the start of a
-    dispatch call only: one that found a record here must find it again (a backlog, or a
-    group far behind the others, reads its records again)."""
+    """The fields of stored records, kept from staging (while a member is there to take
+    them and the map is under its limit) or from their first read (for a topic with
+    several lanes) until the message leaves the outbox, so sending them needs no read and
+    no decoding. Past ``limit`` bytes the oldest go first, at the start of a dispatch call
+    only: one that found a record here must find it again (a group far behind the others
+    reads its records again)."""
 
     __slots__ = ("fields", "bytes", "limit")
 

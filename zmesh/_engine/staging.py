@@ -134,10 +134,14 @@ class Staging:
         retained.clear()
         pubs = self._suppress_duplicates(pubs, batch)
         msgs_put, pend_put, mem = batch.msgs_put, batch.pend_put, producer._mem
-        keep_decoded = producer.decoded.keep  # sent from memory, not read back and decoded
+        # Kept decoded for the dispatch that follows, when some member is there to take
+        # them and the map has room (the oldest of a backlog, those sent next, stay in it).
+        decoded = producer.decoded
         # What is the same for every publish of a topic, looked up once per topic and stage:
-        # durability, retention, lane key prefixes, next indexes, first indexes staged.
-        topics: dict[str, tuple[str, bool, list[bytes], dict[int, int], dict[int, int]]] = {}
+        # durability, retention, lane key prefixes, next indexes, first indexes staged, and
+        # whether a lane has a member.
+        topics: dict[str, tuple[str, bool, list[bytes], dict[int, int], dict[int, int],
+                                bool]] = {}
         # The pending value of a message without expiry or schedule, per (partition, priority).
         plain: dict[tuple[int, int], bytes] = {}
         record_bytes = 0
@@ -154,8 +158,9 @@ class Staging:
                     known = topics[topic] = (
                         cfg.durability, retains(cfg),
                         [u32(producer.lane_ids[(topic, ln.name)]) for ln in lanes],
-                        producer.indexes.parts(topic), first_index[topic])
-                durability, keep, lane_prefixes, next_index, firsts = known
+                        producer.indexes.parts(topic), first_index[topic],
+                        any(ln.members for ln in lanes))
+                durability, keep, lane_prefixes, next_index, firsts, live = known
                 last_topic = topic
             partition = p.partition
             index = next_index.get(partition, 0)  # Indexes.allocate, inline
@@ -177,7 +182,8 @@ class Staging:
                 mem[p.seq] = fields
                 producer._mem_bytes += mem_size(fields)
                 continue
-            keep_decoded(p.seq, fields)
+            if live and decoded.bytes < decoded.limit:
+                decoded.keep(p.seq, fields)
             seq_b = p.seq.to_bytes(8, "big")
             msgs_put.append((seq_b, record))
             record_bytes += len(record)
