@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 RESERVE_MIN_PAGES = 16
 PENDING_VALUES_KEPT = 4096  # distinct pending values decoded once each by iter_pending
 RESERVE_FRACTION = 64
+SCAN_RELEASE_BYTES = 2 << 20  # keys and values read by a scan between two releases
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -165,8 +166,15 @@ class Store(LogIndex, AckedWindow):
 
     def _scan(self, db: Any, name: str, decode: Callable[[bytes, bytes], Any]) -> Iterator[Any]:
         """Decoded records of ``db``; those that fail to decode go to ``self.corrupt``."""
+        scanned = 0
         with self.env.begin(db=db) as txn:
             for k, v in txn.cursor():
+                # A scan maps the db's pages and, by the kernel's fault-around, cached
+                # pages beside them (other dbs' pages): let go of them as it goes.
+                scanned += len(k) + len(v)
+                if scanned >= SCAN_RELEASE_BYTES:
+                    self.pages.release()
+                    scanned = 0
                 try:
                     yield decode(k, v)
                 except Exception as exc:  # any decoding failure means a damaged record
