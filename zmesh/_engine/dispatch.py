@@ -9,8 +9,7 @@ decoded is set aside and settled, never sent; one that is missing is settled as 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from .._store.damage import decode_record
@@ -39,7 +38,7 @@ class Decoded:
     __slots__ = ("fields", "bytes", "limit")
 
     def __init__(self, limit: int = DECODED_KEPT_BYTES) -> None:
-        self.fields: OrderedDict[int, Sequence] = OrderedDict()
+        self.fields: dict[int, Sequence] = {}  # in the order kept: the oldest first
         self.bytes = 0
         self.limit = limit
 
@@ -47,16 +46,27 @@ class Decoded:
         self.fields[seq] = fields
         self.bytes += len(fields[8]) + _ENTRY_BYTES
 
-    def trim(self) -> None:
-        """Drop the oldest past the limit."""
-        while self.bytes > self.limit:
-            _seq, old = self.fields.popitem(last=False)
-            self.bytes -= len(old[8]) + _ENTRY_BYTES
+    def forget(self, seqs: Iterable[int]) -> None:
+        """Drop what is kept of ``seqs`` (messages that left the outbox)."""
+        pop = self.fields.pop
+        freed = 0
+        for seq in seqs:
+            fields = pop(seq, None)
+            if fields is not None:
+                freed += len(fields[8]) + _ENTRY_BYTES
+        self.bytes -= freed
 
-    def forget(self, seq: int) -> None:
-        fields = self.fields.pop(seq, None)
-        if fields is not None:
-            self.bytes -= len(fields[8]) + _ENTRY_BYTES
+    def trim(self) -> None:
+        """Drop the oldest past the limit (found in one pass: popping them one at a time
+        from the front of the dict would walk the slots of those popped before)."""
+        excess = self.bytes - self.limit
+        oldest = []
+        for seq, fields in self.fields.items():
+            if excess <= 0:
+                break
+            excess -= len(fields[8]) + _ENTRY_BYTES
+            oldest.append(seq)
+        self.forget(oldest)
 
 
 def dispatch(producer: Producer, now: float,

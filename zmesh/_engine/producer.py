@@ -198,9 +198,10 @@ class Producer:
                 elsewhere.update(owed)
                 unowed = [] if len(owed) == len(unowed) else [
                     s for s in unowed if s not in elsewhere]
+        if unowed and self.decoded.fields:
+            self.decoded.forget(unowed)  # (what nobody owes leaves the outbox)
         prefix = lane_id.to_bytes(4, "big")
         pend_del, msgs_del = batch.pend_del, batch.msgs_del
-        decoded = self.decoded
         for seq in seqs:
             seq_b = seq.to_bytes(8, "big")
             if seq not in mem:
@@ -209,8 +210,6 @@ class Producer:
                 dead.settled(lane_id, seq, batch)
             if seq in elsewhere:
                 continue
-            if decoded.fields:
-                decoded.forget(seq)
             if not keep and not (mem and self.forget_mem(seq)):
                 msgs_del.append(seq_b)
             self.depth -= 1

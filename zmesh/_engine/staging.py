@@ -93,7 +93,7 @@ class Staging:
         self._staged_first.clear()
         for p in pubs:
             producer.forget_mem(p.seq)
-            producer.decoded.forget(p.seq)
+        producer.decoded.forget(p.seq for p in pubs)
         for seq, fields in self._spilled:
             producer._mem[seq] = fields
             producer._mem_bytes += mem_size(fields)
