@@ -2,8 +2,9 @@
 
 A message is sent from the fields it was staged with while ``Decoded`` keeps them, else
 its record is read from LMDB and decoded (and kept, for a topic with several lanes); a
-``memory`` message not spilled is kept as its fields and never packed. A record that cannot be
-decoded is set aside and settled, never sent; one that is missing is settled as lost.
+``memory`` message not spilled is kept as its fields and never packed. A record that
+cannot be decoded is set aside and settled, never sent; one that is missing is settled as
+lost.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class Producer:
         # The fields of memory-durability messages not spilled (a record, unpacked).
         self._mem: dict[int, tuple] = {}
         self._mem_bytes = 0
-        self.decoded = Decoded()  # records of topics with several lanes, sent by one so far
+        self.decoded = Decoded()  # fields of stored records, kept to be sent (dispatch.py)
         self.depth = 0  # messages in the outbox
         self.stored: list[Receipt] = []
         self.acked: list[Receipt] = []
