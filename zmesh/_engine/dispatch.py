@@ -17,7 +17,7 @@ from .._store.damage import decode_record
 from .._store.store import WriteBatch, u64
 from .delivery import Taken
 from .lane import Lane
-from .staging import UNCLAIMED
+from .staging import UNCLAIMED, oldest
 
 if TYPE_CHECKING:
     from .producer import Producer
@@ -58,16 +58,10 @@ class Decoded:
         self.bytes -= freed
 
     def trim(self) -> None:
-        """Drop the oldest past the limit (found in one pass: popping them one at a time
-        from the front of the dict would walk the slots of those popped before)."""
-        excess = self.bytes - self.limit
-        oldest = []
-        for seq, fields in self.fields.items():
-            if excess <= 0:
-                break
-            excess -= len(fields[8]) + _ENTRY_BYTES
-            oldest.append(seq)
-        self.forget(oldest)
+        """Drop the oldest past the limit."""
+        seqs, _ = oldest(self.fields, self.bytes - self.limit,
+                         lambda fields: len(fields[8]) + _ENTRY_BYTES)
+        self.forget(seqs)
 
 
 def dispatch(producer: Producer, now: float,

@@ -9,8 +9,9 @@ its unclaimed lane, whose messages go to the first groups learned.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .._store.store import WriteBatch, pack, pend_key, u32, u64
 from .lane import Lane
@@ -49,6 +50,22 @@ class Publish:
     deliver_at: float | None
     receipt: Receipt | None
     msg_id: str | None = None
+
+
+F = TypeVar("F")  # what a map keeps per sequence
+
+
+def oldest(kept: dict[int, F], excess: int, size: Callable[[F], int]) -> tuple[list[int], int]:
+    """The first (oldest) keys of ``kept`` whose sizes reach ``excess``, and their total,
+    found in one pass: taking them one by one from the front of the dict would walk the
+    slots of every one taken before (quadratic in what is taken)."""
+    keys, total = [], 0
+    for seq, fields in kept.items():
+        if total >= excess:
+            break
+        total += size(fields)
+        keys.append(seq)
+    return keys, total
 
 
 def mono_offset() -> float:
@@ -269,17 +286,10 @@ class Staging:
         """Memory durability over budget: move the oldest records to LMDB."""
         producer = self.p
         mem = producer._mem
-        excess = producer._mem_bytes - self.memory_budget_bytes // 2
-        # The oldest first, found in one pass: taking them one by one from the front of the
-        # dict would walk the slots of every one taken before (quadratic in the spill).
-        oldest, freed = [], 0
-        for seq, fields in mem.items():
-            if freed >= excess:
-                break
-            freed += mem_size(fields)
-            oldest.append(seq)
+        spill, freed = oldest(mem, producer._mem_bytes - self.memory_budget_bytes // 2,
+                              mem_size)
         producer._mem_bytes -= freed
-        for seq in oldest:
+        for seq in spill:
             fields = mem.pop(seq)
             self._spilled.append((seq, fields))
             topic, partition, _k, _h, priority, _p, expires_at, deliver_at, _pl, _i = fields
@@ -290,4 +300,4 @@ class Staging:
                 batch.pend_put.append((pend_key(producer.lane_ids[(topic, lane.name)], seq),
                                        pack([partition, priority, lane.attempt(seq),
                                              expires_at, deliver_at])))
-        producer.counters.add("spilled", len(oldest))
+        producer.counters.add("spilled", len(spill))
