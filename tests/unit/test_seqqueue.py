@@ -75,15 +75,22 @@ def _check(w: SeqWindow, model: dict[int, int]) -> None:
         [s for s in probe if s in model or s in (-1, probe[-1])]
 
 
-@given(st.lists(st.tuples(st.sampled_from(["put", "pop", "has"]), st.integers(0, 3),
+@given(st.lists(st.tuples(st.sampled_from(["put", "run", "pop", "has"]), st.integers(0, 3),
                           st.integers(0, 12)), max_size=80))
 @settings(max_examples=1000)
 def test_window_matches_a_dict(ops: list[tuple[str, int, int]]) -> None:
+    """Single puts, runs (consecutive or not, into an empty window or continuing it),
+    pops and lookups."""
     w, model = SeqWindow(), {}
     for op, partition, seq in ops:
         if op == "put" and seq not in model:
             w.put(seq, partition)
             model[seq] = partition
+        elif op == "run":
+            run = [s for s in range(seq, seq + 2 + partition) if s not in model]
+            if run:
+                w.put_run(run, [s % 4 for s in run])
+                model.update((s, s % 4) for s in run)
         elif op == "pop":
             assert w.pop(seq) == model.pop(seq, None)
         else:

@@ -24,6 +24,7 @@ import random
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
+from itertools import compress, repeat
 
 from .delivery import (
     DELAYED,
@@ -82,8 +83,10 @@ class Lane(Retries):
     def __contains__(self, seq: int) -> bool:
         return seq in self._sent or seq in self._plain or seq in self.entries
 
-    def owed_among(self, seqs: Iterable[int]) -> list[int]:
+    def owed_among(self, seqs: list[int]) -> list[int]:
         """Those of ``seqs`` this lane owes (one pass, no call per sequence)."""
+        if max(seqs) < self.floor():  # (a lane ahead: it settled all of them)
+            return []
         return self._plain.owed_among(seqs, self._sent, self.entries)
 
     def seqs(self) -> list[int]:
@@ -381,7 +384,9 @@ class Lane(Retries):
         for fifo in self._fresh:  # their taken sequences are the front of each FIFO
             fifo.drop_through(last)
         deadline = now + self.timing.ack_timeout_s
-        self._sent.update(zip(seqs, [(p, owner, deadline) for p in partitions], strict=True))
+        # One (partition, member, deadline) tuple per partition, shared by its sequences.
+        state = {p: (p, owner, deadline) for p in set(partitions)}
+        self._sent.update(zip(seqs, map(state.__getitem__, partitions), strict=True))
         member.in_flight.update(seqs)
         self._ready_count -= len(seqs)
         self._serial += 1
@@ -392,18 +397,26 @@ class Lane(Retries):
 
     def ack(self, seqs: Iterable[int]) -> list[int]:
         """Settle acked sequences; returns those that were still owed."""
-        settled = []
-        sent_pop, members = self._sent.pop, self.members
-        for seq in seqs:
-            sent = sent_pop(seq, None)
-            if sent is not None:  # the common case: a plain message acked
-                member = members.get(sent[1])
+        seqs = list(seqs)
+        members = self.members
+        # The common case, plain messages in flight, with no Python call per sequence.
+        sent = list(map(self._sent.pop, seqs, repeat(None)))
+        settled = list(compress(seqs, sent))
+        if len(members) == 1:
+            for member in members.values():
+                member.in_flight.difference_update(settled)
+        else:
+            for seq, state in zip(seqs, sent, strict=True):
+                member = members.get(state[1]) if state is not None else None
                 if member is not None:
                     member.in_flight.discard(seq)
-                settled.append(seq)
-            elif self._plain.pop(seq) is not None:
-                self._ready_count -= 1  # its FIFO slot goes stale and is skipped later
-                settled.append(seq)
-            elif self._remove(seq) is not None:
-                settled.append(seq)
+        if len(settled) < len(seqs):  # acks of ready messages and of entries
+            for seq, state in zip(seqs, sent, strict=True):
+                if state is not None:
+                    continue
+                if self._plain.pop(seq) is not None:
+                    self._ready_count -= 1  # its FIFO slot goes stale and is skipped later
+                    settled.append(seq)
+                elif self._remove(seq) is not None:
+                    settled.append(seq)
         return settled

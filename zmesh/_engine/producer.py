@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from .._store.damage import decode_record
@@ -181,43 +182,43 @@ class Producer:
 
     def _settled(self, topic: str, lane: Lane, seqs: Iterable[int], batch: WriteBatch) -> None:
         """``lane`` no longer owes ``seqs``; drop each message that nobody owes."""
+        seqs = list(seqs)
+        if not seqs:
+            return
         lane_id = self.lane_ids[(topic, lane.name)]
         mem = self._mem
-        dead = self.dead
-        keep = retains(self.topic_config(topic))  # retention reclaims the record later
-        seqs = list(seqs)
         # What another lane of the topic still owes stays in the outbox; each lane is asked
         # only about what the lanes before it do not owe.
-        elsewhere: set[int] = set()
         unowed = seqs
         for other in self.by_topic.get(topic, ()):
             if other is lane or not unowed:
                 continue
             owed = other.owed_among(unowed)
-            if owed:
-                elsewhere.update(owed)
-                unowed = [] if len(owed) == len(unowed) else [
-                    s for s in unowed if s not in elsewhere]
-        if unowed and self.decoded.fields:
-            self.decoded.forget(unowed)  # (what nobody owes leaves the outbox)
+            if len(owed) == len(unowed):
+                unowed = []
+            elif owed:
+                elsewhere = set(owed)
+                unowed = [s for s in unowed if s not in elsewhere]
         prefix = lane_id.to_bytes(4, "big")
-        pend_del, msgs_del = batch.pend_del, batch.msgs_del
-        for seq in seqs:
-            seq_b = seq.to_bytes(8, "big")
-            if seq not in mem:
-                pend_del.append(prefix + seq_b)
-            if dead.replayed:
-                dead.settled(lane_id, seq, batch)
-            if seq in elsewhere:
-                continue
-            if not keep and not (mem and self.forget_mem(seq)):
-                msgs_del.append(seq_b)
-            self.depth -= 1
-            if self._receipts:
-                receipt = self._receipts.pop(seq, None)
-                if receipt is not None:
-                    self.acked.append(receipt)
-            if self._followers:
+        batch.pend_del.extend([prefix + s.to_bytes(8, "big") for s in seqs if s not in mem]
+                              if mem else [prefix + s.to_bytes(8, "big") for s in seqs])
+        if self.dead.replayed:
+            for seq in seqs:
+                self.dead.settled(lane_id, seq, batch)
+        if not unowed:
+            return
+        # (what nobody owes leaves the outbox)
+        if self.decoded.fields:
+            self.decoded.forget(unowed)
+        if not retains(self.topic_config(topic)):  # (else retention reclaims the record)
+            gone = [s for s in unowed if not self.forget_mem(s)] if mem else unowed
+            batch.msgs_del.extend([s.to_bytes(8, "big") for s in gone])
+        self.depth -= len(unowed)
+        if self._receipts:
+            pop = self._receipts.pop
+            self.acked.extend(r for r in map(pop, unowed, repeat(None)) if r is not None)
+        if self._followers:
+            for seq in unowed:
                 self.acked.extend(self._followers.pop(seq, ()))
 
     def on_ack(self, topic: str, name: str, seqs: Iterable[int], batch: WriteBatch) -> int:

@@ -182,17 +182,21 @@ class SeqWindow:
             self._shrink()
 
     def put_run(self, seqs: list[int], partitions: list[int]) -> None:
-        """``put`` of ascending sequences; consecutive ones that continue the window are
-        appended in one call."""
+        """``put`` of ascending sequences; consecutive ones that continue the window (or
+        start it again, when it is empty) are appended in one call."""
         w = self._w
         first = seqs[0]
-        if self._n and first - self._base == len(w) and seqs[-1] - first == len(seqs) - 1:
-            w.extend([p + 1 for p in partitions])
-            self._n += len(seqs)
-            i = len(w) - 1
-            if i >= WINDOW_MIN and i >= SPARSE * self._n:
-                self._shrink()
-            return
+        if seqs[-1] - first == len(seqs) - 1:  # (ascending, so consecutive)
+            if not self._n and first >= self._base:  # empty: start again at ``first``,
+                del w[:]  # as ``put`` does
+                self._base, self._front = first, 0
+            if first - self._base == len(w):
+                w.extend([p + 1 for p in partitions])
+                self._n += len(seqs)
+                i = len(w) - 1
+                if i >= WINDOW_MIN and i >= SPARSE * self._n:
+                    self._shrink()
+                return
         for seq, partition in zip(seqs, partitions, strict=True):
             self.put(seq, partition)
 
