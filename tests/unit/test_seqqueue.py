@@ -65,6 +65,26 @@ def test_matches_a_plain_list(ops: list[tuple[bool, int]]) -> None:
         assert len(q) == len(model)
 
 
+@given(st.lists(st.tuples(st.integers(0, 200), st.sampled_from(["window", "sent", "entry"])),
+                min_size=1, max_size=30))
+def test_first_owed_skips_long_settled_runs(runs: list[tuple[int, str]]) -> None:
+    """Runs of settled sequences, each followed by one owed from the window, the sent map
+    or the entries, settled in turn."""
+    q, window, sent, entries, owed, seq = SeqQueue(), SeqWindow(), {}, {}, [], 0
+    for gap, where in runs:
+        for s in range(seq, seq + gap + 1):
+            q.append(s)
+        seq += gap
+        {"window": lambda s: window.put(s, 0), "sent": lambda s: sent.__setitem__(s, 0),
+         "entry": lambda s: entries.__setitem__(s, 0)}[where](seq)
+        owed.append(seq)
+        seq += 1
+    for expected in owed:
+        assert q.first_owed(window, sent, entries) == expected
+        window.pop(expected), sent.pop(expected, None), entries.pop(expected, None)
+    assert q.first_owed(window, sent, entries) is None and len(q) == 0
+
+
 def _check(w: SeqWindow, model: dict[int, int]) -> None:
     assert len(w) == len(model) and bool(w) == bool(model)
     assert sorted(w) == sorted(model)

@@ -403,8 +403,8 @@ class Lane(Retries):
         sent = list(map(self._sent.pop, seqs, repeat(None)))
         settled = list(compress(seqs, sent))
         if len(members) == 1:
-            for member in members.values():
-                member.in_flight.difference_update(settled)
+            for only in members.values():
+                only.in_flight.difference_update(settled)
         else:
             for seq, state in zip(seqs, sent, strict=True):
                 member = members.get(state[1]) if state is not None else None

@@ -100,6 +100,11 @@ class Staging:
             if not self.p.by_topic.get(p.topic):
                 self.p.ensure_lane(p.topic, UNCLAIMED, "", "unclaimed", batch, now)
 
+    def _lanes(self, topic: str) -> list[Lane]:
+        """The lanes that owe a topic's new messages (``prepare_lanes`` made the unclaimed
+        lane of a topic with no group yet)."""
+        return self.p.by_topic.get(topic) or [self.p.lanes[(topic, UNCLAIMED)]]
+
     def unstage(self, pubs: list[Publish]) -> None:
         """Undo ``stage`` in memory after its commit failed: nothing of it was stored."""
         producer = self.p
@@ -155,10 +160,10 @@ class Staging:
         # them and the map has room (the oldest of a backlog, those sent next, stay in it).
         decoded = producer.decoded
         # What is the same for every publish of a topic, looked up once per topic and stage:
-        # durability, retention, lane key prefixes, next indexes, first indexes staged, and
-        # whether a lane has a member.
-        topics: dict[str, tuple[str, bool, list[bytes], dict[int, int], dict[int, int],
-                                bool]] = {}
+        # durability, retention, next indexes, first indexes staged, whether a lane has a
+        # member, its lanes, and the keys and values their pending entries are made of.
+        topics: dict[str, tuple[str, bool, dict[int, int], dict[int, int], bool, list[Lane],
+                                list[bytes], list[bytes]]] = {}
         # The pending value of a message without expiry or schedule, per (partition, priority).
         plain: dict[tuple[int, int], bytes] = {}
         record_bytes = 0
@@ -169,15 +174,12 @@ class Staging:
                 known = topics.get(topic)
                 if known is None:
                     cfg = producer.topic_config(topic)
-                    # prepare_lanes made the unclaimed lane of a topic with no group yet.
-                    lanes = producer.by_topic.get(topic) or [producer.lanes[(topic, UNCLAIMED)]]
+                    lanes = self._lanes(topic)
                     first_index[topic] = {}
                     known = topics[topic] = (
-                        cfg.durability, retains(cfg),
-                        [u32(producer.lane_ids[(topic, ln.name)]) for ln in lanes],
-                        producer.indexes.parts(topic), first_index[topic],
-                        any(ln.members for ln in lanes))
-                durability, keep, lane_prefixes, next_index, firsts, live = known
+                        cfg.durability, retains(cfg), producer.indexes.parts(topic),
+                        first_index[topic], any(ln.members for ln in lanes), lanes, [], [])
+                durability, keep, next_index, firsts, live, _, pend_seqs, pend_values = known
                 last_topic = topic
             partition = p.partition
             index = next_index.get(partition, 0)  # Indexes.allocate, inline
@@ -211,11 +213,17 @@ class Staging:
                         [partition, p.priority, 0, None, None])
             else:
                 value = pack([partition, p.priority, 0, p.expires_at, p.deliver_at])
-            for prefix in lane_prefixes:
-                pend_put.append((prefix + seq_b, value))
+            pend_seqs.append(seq_b)
+            pend_values.append(value)
             if durability == "fsync":
                 batch.fsync = True
         batch.msgs_bytes += record_bytes
+        # One pending entry per lane and message, lane by lane: each lane's keys are
+        # adjacent in LMDB, so each put lands next to the one before it.
+        for topic, (*_, lanes, pend_seqs, pend_values) in topics.items():
+            for lane in lanes if pend_seqs else ():
+                prefix = u32(producer.lane_ids[(topic, lane.name)])
+                pend_put.extend(zip(map(prefix.__add__, pend_seqs), pend_values, strict=True))
         for topic, firsts in first_index.items():
             next_index = producer.indexes.parts(topic)
             for partition in firsts:
@@ -244,9 +252,8 @@ class Staging:
             topic = p.topic
             known = topics.get(topic)
             if known is None:
-                known = topics[topic] = (
-                    producer.by_topic.get(topic) or [producer.lanes[(topic, UNCLAIMED)]],
-                    producer.topic_config(topic).latest_wins)
+                known = topics[topic] = (self._lanes(topic),
+                                         producer.topic_config(topic).latest_wins)
             lanes, latest_wins = known
             # A run of plain publishes of one topic joins each lane in one call.
             j = i
