@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .._store.damage import decode_record
 from .._store.store import WriteBatch, u64
@@ -84,39 +84,48 @@ def dispatch(producer: Producer, now: float,
             producer._settled(topic, lane, expired, batch)
         if not taken:
             continue
-        need = [seq for t in taken.values() for seq in t.seqs
-                if seq not in known and seq not in mem]
+        # The common case, every record kept decoded (or as a memory message's fields),
+        # found with no Python call per message.
+        kept = mem if producer.topic_config(topic).durability == "memory" else known
+        looked = [(member, out, list(map(kept.get, out.seqs))) for member, out in taken.items()]
+        need = [seq for _member, out, fields in looked if None in fields
+                for seq, fields_of in zip(out.seqs, fields, strict=True)
+                if fields_of is None and seq not in mem]
         records = producer.store.get_messages(need) if need else {}
         shared = len(producer.by_topic.get(topic, ())) > 1  # other lanes will send them
-        for member, out in taken.items():
-            fields: list[Sequence] = []
+        for member, out, fields in looked:
             missing = []
-            for seq in out.seqs:
+            for i in _gaps(fields):
+                seq = out.seqs[i]
                 fields_of = known.get(seq) or mem.get(seq)  # (memory: never packed)
-                if fields_of is not None:
-                    fields.append(fields_of)
-                    continue
-                record = records.get(seq)
-                fields_of = None if record is None else decode_record(record)
-                if fields_of is not None:
-                    if shared:
-                        decoded.keep(seq, fields_of)
-                else:
-                    if record is not None:
-                        producer.set_aside("msgs", u64(seq), record,
-                                           "an outbox record: settled for every group", batch)
-                    missing.append(seq)
-                fields.append(fields_of)  # type: ignore[arg-type]
+                if fields_of is None:
+                    record = records.get(seq)
+                    fields_of = None if record is None else decode_record(record)
+                    if fields_of is not None:
+                        if shared:
+                            decoded.keep(seq, fields_of)
+                    else:
+                        if record is not None:
+                            producer.set_aside("msgs", u64(seq), record,
+                                               "an outbox record: settled for every group",
+                                               batch)
+                        missing.append(seq)
+                fields[i] = fields_of
             if missing:
                 out = _without(out, fields)
                 fields = [f for f in fields if f is not None]
                 _drop(producer, topic, missing, batch)
             if out.seqs:
-                sent = send(member, lane, out, fields)
+                sent = send(member, lane, out, cast("list[Sequence]", fields))
                 sent_total += sent
                 if sent < len(out):
                     lane.unsend(out.seqs[sent:], now)
     return sent_total
+
+
+def _gaps(fields: list) -> list[int]:
+    """The places of None in ``fields`` (none, mostly: found at C speed)."""
+    return [i for i, f in enumerate(fields) if f is None] if None in fields else []
 
 
 def _drop(producer: Producer, topic: str, seqs: list[int], batch: WriteBatch) -> None:
