@@ -256,22 +256,22 @@ class Commands:
             if isinstance(cmd, list):  # publish_many()
                 pubs.extend(cmd)
                 continue
-            if not isinstance(cmd, tuple):  # a message acked on its own
-                self.consumer.settle(cmd, "acked", None, wb)
+            if not isinstance(cmd, tuple):  # messages acked on their own, mostly in runs
+                run: list[Message] = [cmd]
+                while cmds and type(cmds[0]) is type(cmd):
+                    run.append(cmds.popleft())  # type: ignore[arg-type]  # (a Message too)
+                self.consumer.acked(run, wb)
                 continue
             kind = cmd[0]
             if kind == "settle":
-                self.consumer.settle(cmd[1], cmd[2], cmd[3], wb)
+                self.consumer.settle(cmd[1], cmd[2], cmd[3])
             elif kind == "ack_many":
-                settle = self.consumer.settle
-                for msg in cmd[1]:
-                    settle(msg, "acked", None, wb)
+                self.consumer.acked(cmd[1], wb)
             elif kind == "watch":
                 self._watches.append(cmd[1])
             elif kind == "tx":
                 _, tx_pubs, acks, done = cmd
-                for msg in acks:
-                    self.consumer.settle(msg, "acked", None, wb)
+                self.consumer.acked(acks, wb)
                 pubs.extend(tx_pubs)
                 self.commits.tx_pubs.update(id(p) for p in tx_pubs)
                 calls.append(done)

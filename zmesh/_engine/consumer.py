@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
@@ -138,20 +138,32 @@ class Consumer:
 
     # -- settling -------------------------------------------------------------------------
 
-    def settle(self, msg: Message, how: str, arg: object, wb: WriteBatch | None = None) -> None:
+    def acked(self, msgs: Iterable[Message], wb: WriteBatch) -> None:
+        """Messages acked by the application (mostly runs from one source): written to the
+        dedupe window in ``wb``, sent to their producers after its commit."""
+        source = None
+        held: set[int] = set()
+        acks: list[int] = []
+        for msg in msgs:
+            if msg._source is not source:
+                source = msg._source
+                held = self._held.get(source) or set()
+                acks = self._acks.get(source)  # type: ignore[assignment]
+                if acks is None:
+                    acks = self._acks[source] = []
+                    wb.seen_put.append((source[0], source[2].encode(), acks))
+            seq = msg.id[1]
+            held.discard(seq)
+            acks.append(seq)
+
+    def settle(self, msg: Message, how: str, arg: object) -> None:
+        """A message nacked or failed: sent to its producer after the loop's commit."""
         source, seq = msg._source, msg.id.seq
         producer, _topic, lane = source
         held = self._held.get(source)
         if held is not None:
             held.discard(seq)
-        if how == "acked":
-            assert wb is not None
-            acks = self._acks.get(source)
-            if acks is None:
-                acks = self._acks[source] = []
-                wb.seen_put.append((producer, lane.encode(), acks))
-            acks.append(seq)
-        elif how == "nacked":
+        if how == "nacked":
             delay = -1.0 if arg is None else float(arg)  # type: ignore[arg-type]
             self._outgoing.append((producer, Nack(self.engine.node_id, msg.topic, lane,
                                                   (seq,), delay)))
