@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgpack
@@ -16,10 +17,13 @@ from zmesh._protocol.codec import (
     MAX_BATCH_ITEMS,
     MAX_HEADER_BYTES,
     NODE_ID_BYTES,
+    _split,
     decode_batch,
     decode_control,
     encode_batch,
     encode_control,
+    encode_lane_batch,
+    pack_columns,
 )
 from zmesh._protocol.frames import (
     ACK,
@@ -271,6 +275,30 @@ def test_batch_round_trip(batch: Batch) -> None:
     # Large payloads travel as raw frames: the very objects, for a zero-copy send.
     assert all(f is p for f, p in zip(frames[1:], large, strict=True))
     assert decode_batch(frames, MAX_MESSAGE_BYTES) == batch
+
+
+@FAST
+@given(batches(), names, u63, st.lists(st.integers(0, 1 << 31), min_size=8, max_size=8))
+def test_columns_packed_once_serve_every_lane(batch: Batch, lane: str, floor: int,
+                                             attempts: list[int]) -> None:
+    """A topic's other lanes send the same packed columns with their own lane, floor and
+    attempts: the frames are those of the whole batch packed at once, as msgpack packs
+    a list."""
+    columns = pack_columns(batch.seqs, batch.partitions, batch.keys, batch.headers,
+                           batch.published_ats, batch.indexes, batch.payloads)
+    other = dataclasses.replace(batch, lane=lane, floor=floor,
+                                attempts=tuple(attempts[:len(batch.seqs)]))
+    for b in (batch, other):
+        frames = encode_lane_batch(b.node_id, b.incarnation, b.topic, b.lane, b.floor,
+                                   b.attempts, columns)
+        payloads, extra = (_split(b.payloads) if sum(map(len, b.payloads)) >= LARGE_PAYLOAD_BYTES
+                           else (list(b.payloads), []))
+        whole = msgpack.packb([PROTOCOL_VERSION, BATCH, b.node_id, b.incarnation, b.topic,
+                               b.lane, b.floor, b.seqs, b.partitions, b.keys, b.headers,
+                               b.attempts, b.published_ats, b.indexes, payloads],
+                              use_bin_type=True)
+        assert frames[0] == whole and frames[1:] == extra
+        assert decode_batch(frames, MAX_MESSAGE_BYTES) == b
 
 
 def test_sample_batch_round_trips() -> None:

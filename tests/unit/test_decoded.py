@@ -1,9 +1,10 @@
 """Records kept decoded until sent (and for the other lanes of a topic): bounded, oldest
-out first, and only when trimmed (between dispatch calls)."""
+out first, and only when trimmed (between dispatch calls). Batch columns kept packed for
+the other lanes: bounded, the newest kept."""
 
 from __future__ import annotations
 
-from zmesh._engine.dispatch import Decoded
+from zmesh._engine.dispatch import Decoded, Packed
 
 
 def fields(payload: bytes) -> list:
@@ -24,3 +25,12 @@ def test_kept_records_stay_under_the_limit_and_the_oldest_go_first() -> None:
     kept.keep(10, fields(bytes(2000)))  # larger than the limit: nothing stays
     kept.trim()
     assert not kept.fields and kept.bytes == 0
+
+
+def test_packed_columns_stay_under_the_limit_and_the_newest_stay() -> None:
+    packed = Packed(limit=1000)
+    for first in range(0, 50, 10):  # 300 bytes each
+        packed.keep(tuple(range(first, first + 10)), (bytes(100), (bytes(150),), [bytes(50)]))
+    # Past the limit, the oldest go until half of it is left.
+    assert [key[0] for key in packed.columns] == [30, 40] and packed.bytes == 600
+    assert packed.columns[tuple(range(40, 50))][1] == (bytes(150),)

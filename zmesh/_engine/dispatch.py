@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
+from .._protocol.codec import PackedColumns
 from .._store.damage import decode_record
 from .._store.store import WriteBatch, u64
 from .delivery import Taken
@@ -62,6 +63,36 @@ class Decoded:
         seqs, _ = oldest(self.fields, self.bytes - self.limit,
                          lambda fields: len(fields[8]) + _ENTRY_BYTES)
         self.forget(seqs)
+
+
+PACKED_KEPT_BYTES = 4 << 20  # what the batch columns kept packed may take
+
+
+def _packed_size(columns: PackedColumns) -> int:
+    before, after, extra = columns
+    return len(before) + sum(map(len, after)) + sum(map(len, extra))
+
+
+class Packed:
+    """Batch columns packed for one lane of a topic with several groups, by their
+    sequences: the other lanes send the same messages, mostly in the same batches, in
+    the same dispatch or a later one. The newest are kept, up to ``limit`` bytes."""
+
+    __slots__ = ("columns", "bytes", "limit")
+
+    def __init__(self, limit: int = PACKED_KEPT_BYTES) -> None:
+        self.columns: dict[tuple[int, ...], PackedColumns] = {}
+        self.bytes = 0
+        self.limit = limit
+
+    def keep(self, seqs: tuple[int, ...], columns: PackedColumns) -> None:
+        self.columns[seqs] = columns
+        self.bytes += _packed_size(columns)
+        if self.bytes > self.limit:
+            drop, freed = oldest(self.columns, self.bytes - self.limit // 2, _packed_size)
+            for key in drop:
+                del self.columns[key]
+            self.bytes -= freed
 
 
 def dispatch(producer: Producer, now: float,

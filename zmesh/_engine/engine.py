@@ -18,8 +18,8 @@ import zmq
 
 from .._discovery.mdns import MdnsDiscovery
 from .._discovery.static import seed_endpoints
-from .._protocol.codec import encode_batch, encode_control
-from .._protocol.frames import Batch, Bye
+from .._protocol.codec import encode_control, encode_lane_batch, pack_columns
+from .._protocol.frames import Bye
 from .._security import Keys, load_keys
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
@@ -28,7 +28,7 @@ from .commands import Call, Commands
 from .commit import Committer
 from .consumer import Consumer
 from .delivery import Taken
-from .dispatch import dispatch
+from .dispatch import Packed, dispatch
 from .lane import Lane
 from .listener import Listener
 from .mesh import Mesh
@@ -87,6 +87,7 @@ class Engine(Commands):
         self._hold_until = 0.0
         self._send_retry_at = 0.0
         self._next_reclaim = 0.0
+        self._packed = Packed()
         self.mesh: Mesh | None = None
         self.ctrl_port = 0
         self.data_port = 0
@@ -293,15 +294,22 @@ class Engine(Commands):
         floor = lane.floor()
         sent = 0
         push = peer.push
+        # The other lanes of the topic send the same messages, mostly in the same batches.
+        packed = self._packed if len(self.producer.by_topic.get(lane.topic, ())) > 1 else None
         for start in range(0, len(out.seqs), batch_size):
             end = start + batch_size
             seqs = out.seqs[start:end]
-            (_t, _p, keys, headers, _prio, published_ats, _e, _d, payloads,
-             indexes) = zip(*records[start:end], strict=True)
-            frames = encode_batch(Batch(
-                self.node_id, self.incarnation, lane.topic, lane.name, floor, tuple(seqs),
-                tuple(out.partitions[start:end]), keys, headers,
-                tuple(out.attempts[start:end]), published_ats, indexes, payloads))
+            key = tuple(seqs)
+            columns = packed.columns.get(key) if packed is not None else None
+            if columns is None:
+                (_t, _p, keys, headers, _prio, published_ats, _e, _d, payloads,
+                 indexes) = zip(*records[start:end], strict=True)
+                columns = pack_columns(key, out.partitions[start:end], keys, headers,
+                                       published_ats, indexes, payloads)
+                if packed is not None:
+                    packed.keep(key, columns)
+            frames = encode_lane_batch(self.node_id, self.incarnation, lane.topic, lane.name,
+                                       floor, out.attempts[start:end], columns)
             try:
                 if len(frames) == 1:
                     push.send(frames[0], _NOBLOCK)

@@ -52,19 +52,21 @@ class Publish:
     msg_id: str | None = None
 
 
-F = TypeVar("F")  # what a map keeps per sequence
+K = TypeVar("K")  # a map's keys (sequences, mostly)
+F = TypeVar("F")  # what it keeps per key
 
 
-def oldest(kept: dict[int, F], excess: int, size: Callable[[F], int]) -> tuple[list[int], int]:
+def oldest(kept: dict[K, F], excess: int, size: Callable[[F], int]) -> tuple[list[K], int]:
     """The first (oldest) keys of ``kept`` whose sizes reach ``excess``, and their total,
     found in one pass: taking them one by one from the front of the dict would walk the
     slots of every one taken before (quadratic in what is taken)."""
-    keys, total = [], 0
-    for seq, fields in kept.items():
+    keys: list[K] = []
+    total = 0
+    for key, value in kept.items():
         if total >= excess:
             break
-        total += size(fields)
-        keys.append(seq)
+        total += size(value)
+        keys.append(key)
     return keys, total
 
 

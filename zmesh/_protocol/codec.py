@@ -298,14 +298,40 @@ def encode_batch(batch: Batch) -> list[bytes]:
     one past ``INLINE_PAYLOAD_BYTES`` of inline payloads, is left as its own frame (the
     same bytes object, for a zero-copy send) and nil takes its place in the header.
     """
-    payloads: Sequence[bytes | None] = batch.payloads
+    return encode_lane_batch(batch.node_id, batch.incarnation, batch.topic, batch.lane,
+                             batch.floor, batch.attempts, pack_columns(
+                                 batch.seqs, batch.partitions, batch.keys, batch.headers,
+                                 batch.published_ats, batch.indexes, batch.payloads))
+
+
+# A batch's columns that depend only on its messages, packed: (the columns before
+# ``attempts``, each column after it, the payloads that travel as their own frames).
+PackedColumns = tuple[bytes, tuple[bytes, ...], list[bytes]]
+_BATCH_HEADER = b"\x9f"  # a msgpack array of the header's 15 fields
+
+
+def pack_columns(seqs: Sequence[int], partitions: Sequence[int],
+                 keys: Sequence[str | None], headers: Sequence[dict | None],
+                 published_ats: Sequence[float], indexes: Sequence[int | None],
+                 payloads: Sequence[bytes]) -> PackedColumns:
+    """Pack what every lane sending these messages sends alike (a topic with several
+    groups packs them once)."""
+    inline: Sequence[bytes | None] = payloads
     extra: list[bytes] = []
-    if sum(map(len, batch.payloads)) >= LARGE_PAYLOAD_BYTES:
-        payloads, extra = _split(batch.payloads)
-    return [_packb([PROTOCOL_VERSION, BATCH, batch.node_id, batch.incarnation, batch.topic,
-                    batch.lane, batch.floor, batch.seqs, batch.partitions, batch.keys,
-                    batch.headers, batch.attempts, batch.published_ats, batch.indexes,
-                    payloads]),
+    if sum(map(len, payloads)) >= LARGE_PAYLOAD_BYTES:
+        inline, extra = _split(payloads)
+    return (b"".join((_packb(seqs), _packb(partitions), _packb(keys), _packb(headers))),
+            (_packb(published_ats), _packb(indexes), _packb(inline)), extra)
+
+
+def encode_lane_batch(node_id: bytes, incarnation: int, topic: str, lane: str, floor: int,
+                      attempts: Sequence[int], columns: PackedColumns) -> list[bytes]:
+    """The frames of a batch from its lane's fields and its packed columns: the same
+    bytes as packing the whole header at once (msgpack is a stream of its values)."""
+    before, after, extra = columns
+    # The first seven fields packed as an array of seven, less its one-byte array header.
+    lead = _packb((PROTOCOL_VERSION, BATCH, node_id, incarnation, topic, lane, floor))
+    return [b"".join((_BATCH_HEADER, memoryview(lead)[1:], before, _packb(attempts), *after)),
             *extra]
 
 
