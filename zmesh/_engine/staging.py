@@ -157,7 +157,7 @@ class Staging:
         retained = producer.retained.staged
         retained.clear()
         pubs = self._suppress_duplicates(pubs, batch)
-        msgs_put, pend_put, mem = batch.msgs_put, batch.pend_put, producer._mem
+        msgs_put, mem = batch.msgs_put, producer._mem
         # Kept decoded for the dispatch that follows, when some member is there to take
         # them and the map has room (the oldest of a backlog, those sent next, stay in it).
         decoded = producer.decoded
@@ -224,8 +224,8 @@ class Staging:
         # adjacent in LMDB, so each put lands next to the one before it.
         for topic, (*_, lanes, pend_seqs, pend_values) in topics.items():
             for lane in lanes if pend_seqs else ():
-                prefix = u32(producer.lane_ids[(topic, lane.name)])
-                pend_put.extend(zip(map(prefix.__add__, pend_seqs), pend_values, strict=True))
+                batch.pend_runs.append((u32(producer.lane_ids[(topic, lane.name)]),
+                                        pend_seqs, pend_values))
         for topic, firsts in first_index.items():
             next_index = producer.indexes.parts(topic)
             for partition in firsts:

@@ -12,6 +12,10 @@ class WriteBatch:
     msgs_put: list[tuple[bytes, bytes]] = field(default_factory=list)
     msgs_del: list[bytes] = field(default_factory=list)
     pend_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # New messages' pending entries, lane by lane: (lane key prefix, sequence keys, values).
+    # Their (key, value) pairs are made only while LMDB takes them: a publish's pairs for
+    # every lane would otherwise live until the commit, for the garbage collector to walk.
+    pend_runs: list[tuple[bytes, list[bytes], list[bytes]]] = field(default_factory=list)
     pend_del: list[bytes] = field(default_factory=list)
     # the consumer's acks: (producer, lane, seqs) and prunes: (producer, floor, lane)
     seen_put: list[tuple[bytes, bytes, list[int]]] = field(default_factory=list)
@@ -35,11 +39,16 @@ class WriteBatch:
     msgs_bytes: int = 0  # bytes of the records in msgs_put (for the map's room check)
 
     def __bool__(self) -> bool:
-        return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_del
+        return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_runs
+                    or self.pend_del
                     or self.seen_put or self.seen_prune or self.lanes_put or self.dead_put
                     or self.dead_del or self.meta_put or self.ids_put
                     or self.ids_prune_before or self.peers_put or self.peers_del
                     or self.quarantine or self.log_put or self.log_next or self.log_del)
+
+    def pending_entries(self) -> int:
+        """The pending entries this batch puts."""
+        return len(self.pend_put) + sum(len(seqs) for _, seqs, _ in self.pend_runs)
 
     def frees_space(self) -> bool:
         """True when committing this batch deleted stored records."""

@@ -314,7 +314,7 @@ class Store(LogIndex, AckedWindow):
         if batch.fsync:
             self.env.sync(True)
         # Records and, per pending entry, deletion or outbox entry, about a leaf slot each.
-        self.pages.add(batch.msgs_bytes + 32 * (len(batch.pend_put) + len(batch.pend_del)
+        self.pages.add(batch.msgs_bytes + 32 * (batch.pending_entries() + len(batch.pend_del)
                                                 + len(batch.msgs_del)))
 
     def _would_fill(self, batch: WriteBatch) -> bool:
@@ -332,7 +332,7 @@ class Store(LogIndex, AckedWindow):
         # about 12 bytes), twice over: split leaves are half full, and a record too large
         # for a leaf takes whole overflow pages.
         need = 2 * (batch.msgs_bytes + 40 * len(batch.msgs_put)
-                    + 40 * len(batch.pend_put)) // psize + 2
+                    + 40 * batch.pending_entries()) // psize + 2
         if capacity - self.env.info()["last_pgno"] - 1 >= need + reserve:
             return False  # the untouched end of the map is room enough: no need to count
         with self.env.begin() as txn:
@@ -358,8 +358,11 @@ class Store(LogIndex, AckedWindow):
             txn.delete(key, db=getattr(self, name))
         if b.msgs_put:
             txn.cursor(db=self.msgs).putmulti(b.msgs_put, append=False)
-        if b.pend_put:
-            txn.cursor(db=self.pend).putmulti(b.pend_put)
+        if b.pend_put or b.pend_runs:
+            put = txn.cursor(db=self.pend).putmulti
+            put(b.pend_put)
+            for prefix, seqs, values in b.pend_runs:
+                put(zip(map(prefix.__add__, seqs), values, strict=True))
         if b.lanes_put:
             txn.cursor(db=self.lanes).putmulti(b.lanes_put)
         if b.dead_put:
