@@ -85,6 +85,17 @@ def test_first_owed_skips_long_settled_runs(runs: list[tuple[int, str]]) -> None
     assert q.first_owed(window, sent, entries) is None and len(q) == 0
 
 
+def test_drop_front_drops_only_the_front_in_order() -> None:
+    q = SeqQueue()
+    for seq in range(10):
+        q.append(seq)
+    for not_front in ([1, 2], [0, 2], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], []):
+        q.drop_front(not_front)
+        assert len(q) == 10
+    q.drop_front([0, 1, 2])
+    assert len(q) == 7 and q.first_owed(SeqWindow(), dict.fromkeys(range(10)), {}) == 3
+
+
 def _check(w: SeqWindow, model: dict[int, int]) -> None:
     assert len(w) == len(model) and bool(w) == bool(model)
     assert sorted(w) == sorted(model)

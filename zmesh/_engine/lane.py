@@ -399,6 +399,7 @@ class Lane(Retries):
         """Settle acked sequences; returns those that were still owed."""
         seqs = list(seqs)
         members = self.members
+        self.floor()  # (the front of ``_order`` is owed: a front acked can go at once below)
         # The common case, plain messages in flight, with no Python call per sequence.
         sent = list(map(self._sent.pop, seqs, repeat(None)))
         settled = list(compress(seqs, sent))
@@ -419,4 +420,5 @@ class Lane(Retries):
                     settled.append(seq)
                 elif self._remove(seq) is not None:
                     settled.append(seq)
+        self._order.drop_front(settled)
         return settled

@@ -80,6 +80,15 @@ class SeqQueue:
         head = self._set_head(head)
         return a[head] if head < len(a) else None
 
+    def drop_front(self, seqs: list[int]) -> None:
+        """``seqs`` were just settled: when they are the front of the queue, in its order
+        (what one member acked, mostly), drop them at once instead of one by one later."""
+        a, head = self._a, self._head
+        n = len(seqs)
+        if n and head + n <= len(a) and a[head] == seqs[0] and a[head + n - 1] == seqs[-1] \
+                and a[head:head + n].tolist() == seqs:
+            self._set_head(head + n)
+
     def popleft(self) -> None:
         """Drop the first sequence."""
         head = self._head + 1
