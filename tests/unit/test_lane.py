@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zmesh._engine.delivery import IN_FLIGHT, Entry, Taken, Timing
-from zmesh._engine.lane import Lane
+from zmesh._engine.lane import Lane, PlainRun
 from zmesh._engine.seqqueue import COMPACT_AFTER
 
 PRODUCER = b"P" * 16
@@ -745,7 +745,7 @@ def test_take_matches_a_model_of_urgency_and_credit(partitions: int,
             seq = run[-1]
             if arg % 3 == 0:
                 run.reverse()
-            lane.add_plain(run, [s % partitions for s in run])
+            lane.add_plain(PlainRun(run, [s % partitions for s in run]))
             ready.update({s: (0, s % partitions) for s in run})
         elif op == "old":  # a settled message owed again (a replayed dead letter)
             old = settled.pop(arg % len(settled))

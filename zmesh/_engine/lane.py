@@ -39,7 +39,19 @@ from .delivery import (
 )
 from .retries import Retries
 from .routing import rendezvous
-from .seqqueue import SeqQueue, SeqWindow, append_each
+from .seqqueue import SeqQueue, SeqWindow, by_partition
+
+
+class PlainRun:
+    """New plain messages of one topic in publish order, prepared once for all its lanes."""
+
+    __slots__ = ("seqs", "partitions", "ascending", "split")
+
+    def __init__(self, seqs: list[int], partitions: list[int]) -> None:
+        self.seqs = seqs
+        self.partitions = partitions
+        self.ascending = seqs == sorted(seqs)  # (not so from publishers on several threads)
+        self.split = by_partition(seqs, partitions)
 
 
 class Lane(Retries):
@@ -152,19 +164,22 @@ class Lane(Retries):
             heapq.heappush(self._expiring, (expires_at, seq))
         self._schedule(entry, not_before, now)
 
-    def add_plain(self, seqs: list[int], partitions: list[int]) -> None:
-        """``add`` of new plain messages (no priority, schedule or expiry), ascending."""
-        if seqs[0] < self._next_floor or self._bulk or max(partitions) >= self._partitions \
-                or seqs != sorted(seqs):  # (publishers on several threads)
-            for seq, partition in zip(seqs, partitions, strict=True):
+    def add_plain(self, run: PlainRun) -> None:
+        """``add`` of new plain messages (no priority, schedule or expiry)."""
+        seqs = run.seqs
+        if seqs[0] < self._next_floor or self._bulk or not run.ascending \
+                or len(run.split) > self._partitions:
+            for seq, partition in zip(seqs, run.partitions, strict=True):
                 self.add(seq, partition, now=0.0)
             return
         # Above every sequence added before: each goes at the end of its FIFO and of the
         # ordered sequences.
         self._order.extend(seqs)
         self._next_floor = seqs[-1] + 1
-        append_each(self._fresh, seqs, partitions)
-        self._plain.put_run(seqs, partitions)
+        for fifo, part in zip(self._fresh, run.split, strict=False):
+            if part:
+                fifo.extend(part)
+        self._plain.put_run(seqs, run.partitions)
         self._ready_count += len(seqs)
 
     def _grow(self, partition: int) -> int:

@@ -107,12 +107,13 @@ class SeqQueue:
         return head
 
 
-def append_each(queues: list[SeqQueue], seqs: list[int], partitions: list[int]) -> None:
-    """Append each of ``seqs`` to the queue of its partition, where it is above the last
-    (new sequences), with no call per sequence."""
-    ends = [q._a.append for q in queues]
+def by_partition(seqs: list[int], partitions: list[int]) -> list[list[int]]:
+    """``seqs`` split by partition (list ``p`` holds those of partition ``p``), in order."""
+    split: list[list[int]] = [[] for _ in range(max(partitions) + 1)]
+    ends = [part.append for part in split]
     for seq, partition in zip(seqs, partitions, strict=True):
         ends[partition](seq)
+    return split
 
 
 WINDOW_MIN = 1 << 16  # slots a window may span whatever it holds

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from .._store.store import WriteBatch, pack, pend_key, u32, u64
-from .lane import Lane
+from .lane import Lane, PlainRun
 from .retention import log_entry, partition_prefix, retains
 
 if TYPE_CHECKING:
@@ -265,9 +265,9 @@ class Staging:
                     break
                 j += 1
             if j > i + 1:
-                seqs, partitions = [q.seq for q in pubs[i:j]], [q.partition for q in pubs[i:j]]
+                run = PlainRun([q.seq for q in pubs[i:j]], [q.partition for q in pubs[i:j]])
                 for lane in lanes:
-                    lane.add_plain(seqs, partitions)
+                    lane.add_plain(run)
                 i = j
                 continue
             nb = mono_at(p.deliver_at, offset)
