@@ -15,8 +15,15 @@ from zmesh._store.store import Store
 P1, P2 = b"\x01" * 16, b"\x02" * 16
 LANES = (b"g", b"gg")  # one a prefix of the other: keys must not mix them up
 
-seqs_st = st.lists(st.one_of(st.integers(0, 3 * CHUNK), st.integers(0, 2**40)),
-                   max_size=60)
+# Acks as they come (any order, repeats), runs of consecutive sequences across chunk
+# bounds (what one member acks, mostly), and runs with a hole filled by a repeat.
+runs_st = st.builds(lambda first, n: list(range(first, first + n)),
+                    st.integers(0, 3 * CHUNK), st.integers(1, 2 * CHUNK + 3))
+seqs_st = st.one_of(
+    st.lists(st.one_of(st.integers(0, 3 * CHUNK), st.integers(0, 2**40)), max_size=60),
+    runs_st,
+    st.builds(lambda run, i: run[:i % len(run)] + [run[0]] + run[i % len(run) + 1:],
+              runs_st.filter(lambda run: len(run) > 2), st.integers(1, 10**6)))
 step_st = st.one_of(
     st.tuples(st.just("ack"), st.sampled_from((P1, P2)), st.sampled_from(LANES), seqs_st),
     st.tuples(st.just("prune"), st.sampled_from((P1, P2)), st.sampled_from(LANES),

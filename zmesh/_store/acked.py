@@ -28,25 +28,36 @@ def _key(producer: bytes, chunk: int, lane: bytes) -> bytes:
     return producer + chunk.to_bytes(8, "big") + lane
 
 
-def _bits(value: bytes | None) -> bytearray:
-    out = bytearray(_BYTES)
-    if value:
-        out[:len(value)] = value
-    return out
+def _masks(seqs: list[int]) -> dict[int, int]:
+    """chunk -> the bits of ``seqs`` in it, as an int (bit ``seq % CHUNK``)."""
+    first, last = seqs[0], seqs[-1]
+    if last - first == len(seqs) - 1 and seqs == list(range(first, last + 1)):
+        # A run of consecutive sequences (what one member acked, mostly): a range of bits
+        # per chunk, with no Python call per sequence.
+        masks = {}
+        for chunk in range(first >> _SHIFT, (last >> _SHIFT) + 1):
+            lo = max(first, chunk << _SHIFT) & (CHUNK - 1)
+            hi = min(last, ((chunk + 1) << _SHIFT) - 1) & (CHUNK - 1)
+            masks[chunk] = ((1 << (hi - lo + 1)) - 1) << lo
+        return masks
+    masks = {}
+    for seq in seqs:
+        chunk = seq >> _SHIFT
+        masks[chunk] = masks.get(chunk, 0) | 1 << (seq & (CHUNK - 1))
+    return masks
 
 
 def _add(txn: Any, db: Any, producer: bytes, lane: bytes, seqs: list[int]) -> None:
-    """Set the bits of ``seqs``: one read and one write per chunk they fall in."""
-    bitmaps: dict[int, bytearray] = {}
-    for seq in seqs:
-        chunk = seq >> _SHIFT
-        bits = bitmaps.get(chunk)
-        if bits is None:
-            bits = bitmaps[chunk] = _bits(txn.get(_key(producer, chunk, lane), db=db))
-        i = seq & (CHUNK - 1)
-        bits[i >> 3] |= 1 << (i & 7)
-    for chunk, bits in bitmaps.items():
-        txn.put(_key(producer, chunk, lane), bits.rstrip(b"\0"), db=db)
+    """Set the bits of ``seqs``: one read and one write per chunk they fall in. A bitmap
+    is a little-endian int of ``CHUNK`` bits."""
+    if not seqs:
+        return
+    for chunk, mask in _masks(seqs).items():
+        key = _key(producer, chunk, lane)
+        old = txn.get(key, db=db)
+        if old:
+            mask |= int.from_bytes(old, "little")
+        txn.put(key, mask.to_bytes(_BYTES, "little").rstrip(b"\0"), db=db)
 
 
 class AckedWindow:
