@@ -33,21 +33,25 @@ class Message:
     do not ack).
     """
 
-    __slots__ = ("id", "topic", "key", "payload", "headers", "attempt", "partition", "group",
-                 "published_at", "index", "_source", "_engine", "_settled")
+    __slots__ = ("_producer", "_seq", "topic", "key", "payload", "_headers", "attempt",
+                 "partition", "group", "published_at", "index", "_source", "_engine",
+                 "_settled")
 
     def __init__(self, engine: Engine | None, source: tuple[bytes, str, str], seq: int,
                  group: str | None, key: str | None, payload: bytes,
                  headers: dict | None, attempt: int, partition: int, published_at: float,
                  index: int | None = None, producer_hex: str | None = None) -> None:
         # ``source``: (producer id, topic, lane), one tuple for every message of a batch;
-        # ``producer_hex``: ``producer.hex()``, computed once per batch by the caller.
-        self.id = _message_id(MessageId, (producer_hex or source[0].hex(), seq))
+        # ``producer_hex``: ``producer.hex()``, computed once per batch by the caller. The
+        # id and an empty headers dict are made when asked for: most messages are acked
+        # without either.
+        self._producer = producer_hex or source[0].hex()
+        self._seq = seq
         self.topic = source[1]
         self.group = group
         self.key = key
         self.payload = payload
-        self.headers = headers or {}
+        self._headers = headers
         self.attempt = attempt
         self.partition = partition
         self.published_at = published_at
@@ -55,6 +59,17 @@ class Message:
         self._source = source
         self._engine = engine
         self._settled: str | None = None
+
+    @property
+    def id(self) -> MessageId:
+        """(producer id in hex, sequence): unique in the mesh, the same on redelivery."""
+        return _message_id(MessageId, (self._producer, self._seq))
+
+    @property
+    def headers(self) -> dict:
+        if self._headers is None:
+            self._headers = {}
+        return self._headers
 
     def _settle(self, how: str, arg: Any) -> None:
         if self._settled is not None:

@@ -12,6 +12,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from .._protocol.frames import Ack, Batch, Fail, Nack
@@ -96,18 +97,26 @@ class Consumer:
         group = subs[0].group
         producer_hex = producer.hex()
         duplicates = 0
-        for seq, key, payload, headers, attempt, partition, published_at, index in zip(
-                seqs, batch.keys, batch.payloads, batch.headers, batch.attempts,
-                batch.partitions, batch.published_ats, batch.indexes, strict=True):
-            if seq in seen:
-                reack.append(seq)
-                continue
-            if seq in held:
-                duplicates += 1
-                continue
-            held.add(seq)
-            fresh.append(Message(engine, source, seq, group, key, payload, headers, attempt,
-                                 partition, published_at, index, producer_hex))
+        if not seen and held.isdisjoint(seqs):  # all new (the common case): no test each
+            held.update(seqs)
+            n = len(seqs)
+            fresh = list(map(Message, repeat(engine, n), repeat(source, n), seqs,
+                             repeat(group, n), batch.keys, batch.payloads, batch.headers,
+                             batch.attempts, batch.partitions, batch.published_ats,
+                             batch.indexes, repeat(producer_hex, n)))
+        else:
+            for seq, key, payload, headers, attempt, partition, published_at, index in zip(
+                    seqs, batch.keys, batch.payloads, batch.headers, batch.attempts,
+                    batch.partitions, batch.published_ats, batch.indexes, strict=True):
+                if seq in seen:
+                    reack.append(seq)
+                    continue
+                if seq in held:
+                    duplicates += 1
+                    continue
+                held.add(seq)
+                fresh.append(Message(engine, source, seq, group, key, payload, headers,
+                                     attempt, partition, published_at, index, producer_hex))
         if duplicates:
             self.counters.add("duplicates_held", duplicates)
         if reack:
@@ -152,13 +161,13 @@ class Consumer:
                 if acks is None:
                     acks = self._acks[source] = []
                     wb.seen_put.append((source[0], source[2].encode(), acks))
-            seq = msg.id[1]
+            seq = msg._seq
             held.discard(seq)
             acks.append(seq)
 
     def settle(self, msg: Message, how: str, arg: object) -> None:
         """A message nacked or failed: sent to its producer after the loop's commit."""
-        source, seq = msg._source, msg.id.seq
+        source, seq = msg._source, msg._seq
         producer, _topic, lane = source
         held = self._held.get(source)
         if held is not None:
