@@ -75,12 +75,16 @@ class Message:
         if self._settled is not None:
             raise MessageStateError(f"message {self.id} was already {self._settled}")
         self._settled = how
-        if self._engine is not None:  # (a bare message is an ack: no tuple per message)
-            self._engine.submit(self if how == "acked" else ("settle", self, how, arg))
+        if self._engine is not None:
+            self._engine.submit(("settle", self, how, arg))
 
     def ack(self) -> None:
         """Done with it: the group will not get it again."""
-        self._settle("acked", None)
+        if self._settled is not None:  # (_settle, inline: the call most often made)
+            raise MessageStateError(f"message {self.id} was already {self._settled}")
+        self._settled = "acked"
+        if self._engine is not None:  # (a bare message is an ack: no tuple per message)
+            self._engine.submit(self)
 
     def nack(self, delay: float | None = None) -> None:
         """Redeliver after ``delay`` seconds (None: the topic's retry backoff)."""
@@ -215,10 +219,18 @@ class Subscription:
         self._engine.submit(("ack_many", messages))
 
     def __iter__(self) -> Iterator[Message]:
+        queue = self._queue
         while True:
-            msg = self.get()
-            if msg is None:
-                return
+            if queue:  # (get's first step, inline: no call per message while some wait)
+                try:
+                    msg = queue.popleft()
+                except IndexError:  # another thread took the last one meanwhile
+                    continue
+            else:
+                waited = self.get()
+                if waited is None:
+                    return
+                msg = waited
             yield msg
 
     def _add_listener(self, fn: Callable[[], None]) -> None:

@@ -13,7 +13,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING
 
 from .._store.damage import decode_record
-from .._store.store import Store, WriteBatch, pack, pend_key
+from .._store.store import Store, WriteBatch, pack, pend_key, u64
 from ..config import TopicConfig
 from .deadletters import DeadLetters
 from .delivery import IN_FLIGHT, Entry, Timing
@@ -199,9 +199,8 @@ class Producer:
             elif owed:
                 elsewhere = set(owed)
                 unowed = [s for s in unowed if s not in elsewhere]
-        prefix = lane_id.to_bytes(4, "big")
-        batch.pend_del.extend([prefix + s.to_bytes(8, "big") for s in seqs if s not in mem]
-                              if mem else [prefix + s.to_bytes(8, "big") for s in seqs])
+        batch.pend_del.extend(map(pend_key, repeat(lane_id), [s for s in seqs if s not in mem]
+                                  if mem else seqs))
         if self.dead.replayed:
             for seq in seqs:
                 self.dead.settled(lane_id, seq, batch)
@@ -212,7 +211,7 @@ class Producer:
             self.decoded.forget(unowed)
         if not retains(self.topic_config(topic)):  # (else retention reclaims the record)
             gone = [s for s in unowed if not self.forget_mem(s)] if mem else unowed
-            batch.msgs_del.extend([s.to_bytes(8, "big") for s in gone])
+            batch.msgs_del.extend(map(u64, gone))
         self.depth -= len(unowed)
         if self._receipts:
             pop = self._receipts.pop
