@@ -21,7 +21,7 @@ from .dispatch import Decoded
 from .lane import Lane
 from .retained import Retained
 from .retention import Indexes, retains
-from .staging import UNCLAIMED, Staging, mem_size
+from .staging import UNCLAIMED, Staging, mem_size, mem_total
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -146,6 +146,14 @@ class Producer:
         self._mem_bytes -= mem_size(fields)
         return True
 
+    def _forget_mem(self, seqs: list[int]) -> list[int]:
+        """``forget_mem`` of each of ``seqs``; those that had no fields (stored in LMDB)."""
+        fields = list(map(self._mem.pop, seqs, repeat(None)))
+        self._mem_bytes -= mem_total(list(filter(None, fields)))
+        if None not in fields:
+            return []
+        return [seq for seq, f in zip(seqs, fields, strict=True) if f is None]
+
     def record(self, seq: int) -> bytes | None:
         """The stored record of ``seq`` (a memory message's packed now); None if gone."""
         fields = self._mem.get(seq)
@@ -210,7 +218,7 @@ class Producer:
         if self.decoded.fields:
             self.decoded.forget(unowed)
         if not retains(self.topic_config(topic)):  # (else retention reclaims the record)
-            gone = [s for s in unowed if not self.forget_mem(s)] if mem else unowed
+            gone = self._forget_mem(unowed) if mem else unowed
             batch.msgs_del.extend(map(u64, gone))
         self.depth -= len(unowed)
         if self._receipts:
