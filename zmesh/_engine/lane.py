@@ -45,12 +45,14 @@ from .seqqueue import SeqQueue, SeqWindow, by_partition
 class PlainRun:
     """New plain messages of one topic in publish order, prepared once for all its lanes."""
 
-    __slots__ = ("seqs", "partitions", "ascending", "split")
+    __slots__ = ("seqs", "partitions", "ascending", "order", "split")
 
     def __init__(self, seqs: list[int], partitions: list[int]) -> None:
         self.seqs = seqs
         self.partitions = partitions
         self.ascending = seqs == sorted(seqs)  # (not so from publishers on several threads)
+        # As arrays, which each lane's arrays copy whole (no conversion per sequence).
+        self.order = array("q", seqs)
         self.split = by_partition(seqs, partitions)
 
 
@@ -174,7 +176,7 @@ class Lane(Retries):
             return
         # Above every sequence added before: each goes at the end of its FIFO and of the
         # ordered sequences.
-        self._order.extend(seqs)
+        self._order.extend(run.order)
         self._next_floor = seqs[-1] + 1
         for fifo, part in zip(self._fresh, run.split, strict=False):
             if part:

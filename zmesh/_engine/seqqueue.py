@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right, insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from itertools import compress, islice
 
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
@@ -42,7 +42,7 @@ class SeqQueue:
         a.append(seq)
         return True
 
-    def extend(self, seqs: list[int]) -> None:
+    def extend(self, seqs: array[int]) -> None:
         """Put ascending ``seqs``, all above the last, at the end."""
         self._a.extend(seqs)
 
@@ -107,9 +107,9 @@ class SeqQueue:
         return head
 
 
-def by_partition(seqs: list[int], partitions: list[int]) -> list[list[int]]:
-    """``seqs`` split by partition (list ``p`` holds those of partition ``p``), in order."""
-    split: list[list[int]] = [[] for _ in range(max(partitions) + 1)]
+def by_partition(seqs: list[int], partitions: list[int]) -> list[array[int]]:
+    """``seqs`` split by partition (array ``p`` holds those of partition ``p``), in order."""
+    split = [array("q") for _ in range(max(partitions) + 1)]
     ends = [part.append for part in split]
     for seq, partition in zip(seqs, partitions, strict=True):
         ends[partition](seq)
@@ -154,7 +154,7 @@ class SeqWindow:
         yield from list(self._old)
         yield from compress(range(self._base, self._base + len(self._w)), self._w)
 
-    def owed_among(self, seqs: Iterable[int], sent: dict, entries: dict) -> list[int]:
+    def owed_among(self, seqs: list[int], sent: dict, entries: dict) -> list[int]:
         """Those of ``seqs`` in this window, ``sent`` or ``entries`` (what a lane owes), in
         one pass with no call per sequence (a settlement asks this of every other lane)."""
         w, base, old = self._w, self._base, self._old
