@@ -80,3 +80,20 @@ def test_a_transaction_larger_than_the_publish_queue_bound_commits(make_node):
     # And a single publish_many larger than the bound goes through at once.
     node.publish_many("t", [b"x"] * n, timeout=5).wait_stored(5)
     assert node.status()["outbox"] == 2 * n
+
+
+def test_a_transaction_of_publishes_alone_and_an_empty_ack_many(make_node):
+    """Nothing to ack is a valid case of both: the node stays up and delivers."""
+    src = make_node("src", topics={"a": zmesh.TopicConfig(groups=("g",))})
+    dst = make_node("dst", seeds=[src.control_address])
+    sub = dst.subscribe("a", group="g")
+    wait_members(src, "a", "g", 1)
+    with src.transaction() as tx:
+        tx.publish("a", b"one")
+        tx.publish("a", b"two")
+    sub.ack_many([])
+    got = [m for m in (sub.get(timeout=10) for _ in range(2)) if m is not None]
+    sub.ack_many(got)
+    assert sorted(m.payload for m in got) == [b"one", b"two"]
+    assert all(m.settled for m in got)
+    wait_until(lambda: src.status()["outbox"] == 0, what="both acked")

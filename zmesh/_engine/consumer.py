@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from .._protocol.frames import Ack, Batch, Fail, Nack
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PRUNE_INTERVAL_S = 1.0
+_source_of, _seq_of = attrgetter("_source"), attrgetter("_seq")
 _NONE_SEEN: frozenset[int] = frozenset()
 
 
@@ -147,23 +149,31 @@ class Consumer:
 
     # -- settling -------------------------------------------------------------------------
 
-    def acked(self, msgs: Iterable[Message], wb: WriteBatch) -> None:
-        """Messages acked by the application (mostly runs from one source): written to the
-        dedupe window in ``wb``, sent to their producers after its commit."""
-        source = None
-        held: set[int] = set()
-        acks: list[int] = []
-        for msg in msgs:
-            if msg._source is not source:
-                source = msg._source
-                held = self._held.get(source) or set()
-                acks = self._acks.get(source)  # type: ignore[assignment]
-                if acks is None:
-                    acks = self._acks[source] = []
-                    wb.seen_put.append((source[0], source[2].encode(), acks))
-            seq = msg._seq
-            held.discard(seq)
-            acks.append(seq)
+    def acked(self, msgs: list[Message], wb: WriteBatch) -> None:
+        """Messages acked by the application: written to the dedupe window in ``wb``, sent
+        to their producers after its commit."""
+        if not msgs:
+            return
+        sources = list(map(_source_of, msgs))
+        seqs = list(map(_seq_of, msgs))
+        if sources.count(sources[0]) == len(sources):  # from one source (mostly): at once
+            self._acked(sources[0], seqs, wb)
+            return
+        by_source: dict[tuple[bytes, str, str], list[int]] = {}
+        for source, seq in zip(sources, seqs, strict=True):
+            by_source.setdefault(source, []).append(seq)
+        for source, part in by_source.items():
+            self._acked(source, part, wb)
+
+    def _acked(self, source: tuple[bytes, str, str], seqs: list[int], wb: WriteBatch) -> None:
+        held = self._held.get(source)
+        if held is not None:
+            held.difference_update(seqs)
+        acks = self._acks.get(source)
+        if acks is None:
+            acks = self._acks[source] = []
+            wb.seen_put.append((source[0], source[2].encode(), acks))
+        acks.extend(seqs)
 
     def settle(self, msg: Message, how: str, arg: object) -> None:
         """A message nacked or failed: sent to its producer after the loop's commit."""
