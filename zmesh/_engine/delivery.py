@@ -55,7 +55,13 @@ class Member:
 
     max_in_flight: int
     batch_size: int
+    # What it holds unacked: ``sent`` plain messages (counted only: the lane's sent map
+    # knows which) and the sequences of ``Entry`` messages in ``in_flight``.
     in_flight: set[int] = field(default_factory=set)
+    sent: int = 0
+
+    def holds(self) -> int:
+        return self.sent + len(self.in_flight)
 
 
 @dataclass(frozen=True, slots=True)

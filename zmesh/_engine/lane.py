@@ -141,6 +141,10 @@ class Lane(Retries):
             entry.state = IN_FLIGHT
             entry.member, entry.deadline = sent[1], sent[2]
             self.entries[seq] = entry
+            member = self.members.get(sent[1])
+            if member is not None:  # (counted as sent, now held as an entry)
+                member.sent -= 1
+                member.in_flight.add(seq)
             return entry
         return self.entries.get(seq)
 
@@ -234,7 +238,13 @@ class Lane(Retries):
         return self._ready_count
 
     def in_flight_count(self) -> int:
-        return sum(len(m.in_flight) for m in self.members.values())
+        return sum(m.holds() for m in self.members.values())
+
+    def in_flight_to(self, member: bytes) -> set[int]:
+        """The sequences in flight to ``member`` (a scan of the sent map: rare uses)."""
+        held = self.members.get(member)
+        plain = {seq for seq, sent in self._sent.items() if sent[1] == member}
+        return plain | held.in_flight if held is not None else plain
 
     # -- membership -----------------------------------------------------------------------
 
@@ -250,15 +260,16 @@ class Lane(Retries):
 
     def remove_member(self, member: bytes, now: float) -> int:
         """A member left or died: its in-flight messages are ready again at once."""
-        gone = self.members.pop(member, None)
-        if gone is None:
+        if member not in self.members:
             return 0
+        held = self.in_flight_to(member)
+        del self.members[member]
         self._owners = None
-        for seq in gone.in_flight:
+        for seq in held:
             entry = self.entry(seq)
             if entry is not None and entry.state == IN_FLIGHT:
                 self._schedule(entry, 0.0, now)
-        return len(gone.in_flight)
+        return len(held)
 
     def owner(self, partition: int) -> bytes | None:
         """The live member that receives this partition."""
@@ -327,7 +338,7 @@ class Lane(Retries):
             if owner is None or not (ready[partition] or fifos[partition]):
                 continue
             member = members[owner]
-            if len(member.in_flight) >= member.max_in_flight:
+            if member.sent + len(member.in_flight) >= member.max_in_flight:
                 continue
             head = self._head(partition)
             if head is not None:
@@ -343,7 +354,7 @@ class Lane(Retries):
             assert owner is not None
             member = members[owner]
             in_flight = member.in_flight
-            if len(in_flight) >= member.max_in_flight:
+            if member.sent + len(in_flight) >= member.max_in_flight:
                 continue  # this member is full: its partitions wait for acks
             batch = out.get(owner)
             if batch is None:
@@ -351,6 +362,7 @@ class Lane(Retries):
             if plain.pop(seq) is not None:
                 fifos[partition].popleft()
                 sent[seq] = (partition, owner, deadline)
+                member.sent += 1
                 attempt = 1
             else:
                 heappop(ready[partition])
@@ -365,9 +377,9 @@ class Lane(Retries):
                     entry.deadline = deadline
                     entry.attempt += 1
                     attempt = entry.attempt
+                    in_flight.add(seq)
             if attempt:
                 self._ready_count -= 1
-                in_flight.add(seq)
                 batch.seqs.append(seq)
                 batch.partitions.append(partition)
                 batch.attempts.append(attempt)
@@ -391,7 +403,7 @@ class Lane(Retries):
                     limit: int) -> Taken | None:
         """``take`` of the lowest ready sequences as a front of the window, with no heap and
         no call per message."""
-        credit = min(limit, member.max_in_flight - len(member.in_flight))
+        credit = min(limit, member.max_in_flight - member.sent - len(member.in_flight))
         if credit <= 0:  # (its credit may have been lowered below what it holds)
             return None
         seqs, partitions = self._plain.take_front(credit)
@@ -404,7 +416,7 @@ class Lane(Retries):
         # One (partition, member, deadline) tuple per partition, shared by its sequences.
         state = {p: (p, owner, deadline) for p in set(partitions)}
         self._sent.update(zip(seqs, map(state.__getitem__, partitions), strict=True))
-        member.in_flight.update(seqs)
+        member.sent += len(seqs)
         self._ready_count -= len(seqs)
         self._serial += 1
         heapq.heappush(self._deadlines, (deadline, self._serial, array("q", seqs)))
@@ -422,12 +434,12 @@ class Lane(Retries):
         settled = list(compress(seqs, sent))
         if len(members) == 1:
             for only in members.values():
-                only.in_flight.difference_update(settled)
+                only.sent -= len(settled)
         else:
-            for seq, state in zip(seqs, sent, strict=True):
-                member = members.get(state[1]) if state is not None else None
+            for to in filter(None, sent):
+                member = members.get(to[1])
                 if member is not None:
-                    member.in_flight.discard(seq)
+                    member.sent -= 1
         if len(settled) < len(seqs):  # acks of ready messages and of entries
             for seq, state in zip(seqs, sent, strict=True):
                 if state is not None:
