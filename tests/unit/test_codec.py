@@ -17,7 +17,6 @@ from zmesh._protocol.codec import (
     MAX_BATCH_ITEMS,
     MAX_HEADER_BYTES,
     NODE_ID_BYTES,
-    _split,
     decode_batch,
     decode_control,
     encode_batch,
@@ -282,8 +281,8 @@ def test_batch_round_trip(batch: Batch) -> None:
 def test_columns_packed_once_serve_every_lane(batch: Batch, lane: str, floor: int,
                                              attempts: list[int]) -> None:
     """A topic's other lanes send the same packed columns with their own lane, floor and
-    attempts: the frames are those of the whole batch packed at once, as msgpack packs
-    a list."""
+    attempts: the frames are those of the whole header packed at once (``encode_batch``),
+    as msgpack packs a list."""
     columns = pack_columns(batch.seqs, batch.partitions, batch.keys, batch.headers,
                            batch.published_ats, batch.indexes, batch.payloads)
     other = dataclasses.replace(batch, lane=lane, floor=floor,
@@ -291,13 +290,8 @@ def test_columns_packed_once_serve_every_lane(batch: Batch, lane: str, floor: in
     for b in (batch, other):
         frames = encode_lane_batch(b.node_id, b.incarnation, b.topic, b.lane, b.floor,
                                    b.attempts, columns)
-        payloads, extra = (_split(b.payloads) if sum(map(len, b.payloads)) >= LARGE_PAYLOAD_BYTES
-                           else (list(b.payloads), []))
-        whole = msgpack.packb([PROTOCOL_VERSION, BATCH, b.node_id, b.incarnation, b.topic,
-                               b.lane, b.floor, b.seqs, b.partitions, b.keys, b.headers,
-                               b.attempts, b.published_ats, b.indexes, payloads],
-                              use_bin_type=True)
-        assert frames[0] == whole and frames[1:] == extra
+        whole = encode_batch(b)
+        assert frames[0] == whole[0] and frames[1:] == whole[1:]
         assert decode_batch(frames, MAX_MESSAGE_BYTES) == b
 
 

@@ -18,8 +18,8 @@ import zmq
 
 from .._discovery.mdns import MdnsDiscovery
 from .._discovery.static import seed_endpoints
-from .._protocol.codec import encode_control, encode_lane_batch, pack_columns
-from .._protocol.frames import Bye
+from .._protocol.codec import encode_batch, encode_control, encode_lane_batch, pack_columns
+from .._protocol.frames import Batch, Bye
 from .._security import Keys, load_keys
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
@@ -304,12 +304,18 @@ class Engine(Commands):
             if columns is None:
                 (_t, _p, keys, headers, _prio, published_ats, _e, _d, payloads,
                  indexes) = zip(*records[start:end], strict=True)
-                columns = pack_columns(key, out.partitions[start:end], keys, headers,
-                                       published_ats, indexes, payloads)
-                if packed is not None:
+                if packed is None:  # the only lane of its topic: the header at once
+                    frames = encode_batch(Batch(
+                        self.node_id, self.incarnation, lane.topic, lane.name, floor, key,
+                        tuple(out.partitions[start:end]), keys, headers,
+                        tuple(out.attempts[start:end]), published_ats, indexes, payloads))
+                else:
+                    columns = pack_columns(key, out.partitions[start:end], keys, headers,
+                                           published_ats, indexes, payloads)
                     packed.keep(key, columns)
-            frames = encode_lane_batch(self.node_id, self.incarnation, lane.topic, lane.name,
-                                       floor, out.attempts[start:end], columns)
+            if columns is not None:
+                frames = encode_lane_batch(self.node_id, self.incarnation, lane.topic,
+                                           lane.name, floor, out.attempts[start:end], columns)
             try:
                 if len(frames) == 1:
                     push.send(frames[0], _NOBLOCK)

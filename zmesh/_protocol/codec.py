@@ -298,10 +298,15 @@ def encode_batch(batch: Batch) -> list[bytes]:
     one past ``INLINE_PAYLOAD_BYTES`` of inline payloads, is left as its own frame (the
     same bytes object, for a zero-copy send) and nil takes its place in the header.
     """
-    return encode_lane_batch(batch.node_id, batch.incarnation, batch.topic, batch.lane,
-                             batch.floor, batch.attempts, pack_columns(
-                                 batch.seqs, batch.partitions, batch.keys, batch.headers,
-                                 batch.published_ats, batch.indexes, batch.payloads))
+    payloads: Sequence[bytes | None] = batch.payloads
+    extra: list[bytes] = []
+    if sum(map(len, batch.payloads)) >= LARGE_PAYLOAD_BYTES:
+        payloads, extra = _split(batch.payloads)
+    return [_packb([PROTOCOL_VERSION, BATCH, batch.node_id, batch.incarnation, batch.topic,
+                    batch.lane, batch.floor, batch.seqs, batch.partitions, batch.keys,
+                    batch.headers, batch.attempts, batch.published_ats, batch.indexes,
+                    payloads]),
+            *extra]
 
 
 # A batch's columns that depend only on its messages, packed: (the columns before
@@ -315,7 +320,8 @@ def pack_columns(seqs: Sequence[int], partitions: Sequence[int],
                  published_ats: Sequence[float], indexes: Sequence[int | None],
                  payloads: Sequence[bytes]) -> PackedColumns:
     """Pack what every lane sending these messages sends alike (a topic with several
-    groups packs them once)."""
+    groups packs them once; with one, ``encode_batch`` packs the header in one call, less
+    work for one batch)."""
     inline: Sequence[bytes | None] = payloads
     extra: list[bytes] = []
     if sum(map(len, payloads)) >= LARGE_PAYLOAD_BYTES:
