@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -120,7 +122,7 @@ def test_window_matches_a_dict(ops: list[tuple[str, int, int]]) -> None:
         elif op == "run":
             run = [s for s in range(seq, seq + 2 + partition) if s not in model]
             if run:
-                w.put_run(run, [s % 4 for s in run])
+                w.put_run(run, [s % 4 for s in run], array("H", [s % 4 + 1 for s in run]))
                 model.update((s, s % 4) for s in run)
         elif op == "pop":
             assert w.pop(seq) == model.pop(seq, None)

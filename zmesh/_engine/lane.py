@@ -45,7 +45,7 @@ from .seqqueue import SeqQueue, SeqWindow, by_partition
 class PlainRun:
     """New plain messages of one topic in publish order, prepared once for all its lanes."""
 
-    __slots__ = ("seqs", "partitions", "ascending", "order", "split")
+    __slots__ = ("seqs", "partitions", "ascending", "order", "split", "slots")
 
     def __init__(self, seqs: list[int], partitions: list[int]) -> None:
         self.seqs = seqs
@@ -54,6 +54,7 @@ class PlainRun:
         # As arrays, which each lane's arrays copy whole (no conversion per sequence).
         self.order = array("q", seqs)
         self.split = by_partition(seqs, partitions)
+        self.slots = array("H", [p + 1 for p in partitions])  # (a window's slot values)
 
 
 class Lane(Retries):
@@ -185,7 +186,7 @@ class Lane(Retries):
         for fifo, part in zip(self._fresh, run.split, strict=False):
             if part:
                 fifo.extend(part)
-        self._plain.put_run(seqs, run.partitions)
+        self._plain.put_run(seqs, run.partitions, run.slots)
         self._ready_count += len(seqs)
 
     def _grow(self, partition: int) -> int:

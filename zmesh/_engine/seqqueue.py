@@ -191,9 +191,10 @@ class SeqWindow:
         if i >= WINDOW_MIN and i >= SPARSE * self._n:
             self._shrink()
 
-    def put_run(self, seqs: list[int], partitions: list[int]) -> None:
-        """``put`` of ascending sequences; consecutive ones that continue the window (or
-        start it again, when it is empty) are appended in one call."""
+    def put_run(self, seqs: list[int], partitions: list[int], slots: array[int]) -> None:
+        """``put`` of ascending sequences (``slots``: their partitions + 1, as the window
+        holds them); consecutive ones that continue the window (or start it again, when it
+        is empty) are appended in one call."""
         w = self._w
         first = seqs[0]
         if seqs[-1] - first == len(seqs) - 1:  # (ascending, so consecutive)
@@ -201,7 +202,7 @@ class SeqWindow:
                 del w[:]  # as ``put`` does
                 self._base, self._front = first, 0
             if first - self._base == len(w):
-                w.extend([p + 1 for p in partitions])
+                w.extend(slots)
                 self._n += len(seqs)
                 i = len(w) - 1
                 if i >= WINDOW_MIN and i >= SPARSE * self._n:
