@@ -75,16 +75,12 @@ class Message:
         if self._settled is not None:
             raise MessageStateError(f"message {self.id} was already {self._settled}")
         self._settled = how
-        if self._engine is not None:
-            self._engine.submit(("settle", self, how, arg))
+        if self._engine is not None:  # (a bare message is an ack: no tuple per message)
+            self._engine.submit(self if how == "acked" else ("settle", self, how, arg))
 
     def ack(self) -> None:
         """Done with it: the group will not get it again."""
-        if self._settled is not None:  # (_settle, inline: the call most often made)
-            raise MessageStateError(f"message {self.id} was already {self._settled}")
-        self._settled = "acked"
-        if self._engine is not None:  # (a bare message is an ack: no tuple per message)
-            self._engine.submit(self)
+        self._settle("acked", None)
 
     def nack(self, delay: float | None = None) -> None:
         """Redeliver after ``delay`` seconds (None: the topic's retry backoff)."""

@@ -21,7 +21,7 @@ from .dispatch import Decoded
 from .lane import Lane
 from .retained import Retained
 from .retention import Indexes, retains
-from .staging import UNCLAIMED, Staging, mem_size, mem_total
+from .staging import UNCLAIMED, Staging, mem_total
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -138,16 +138,9 @@ class Producer:
                 batch.pend_del.append(pend_key(uid, seq))
         unclaimed.ack(seqs)
 
-    def forget_mem(self, seq: int) -> bool:
-        """Drop a memory message's fields; False when it has none (stored in LMDB)."""
-        fields = self._mem.pop(seq, None)
-        if fields is None:
-            return False
-        self._mem_bytes -= mem_size(fields)
-        return True
-
-    def _forget_mem(self, seqs: list[int]) -> list[int]:
-        """``forget_mem`` of each of ``seqs``; those that had no fields (stored in LMDB)."""
+    def forget_mem(self, seqs: list[int]) -> list[int]:
+        """Drop memory messages' fields; returns those of ``seqs`` that had none (stored in
+        LMDB)."""
         fields = list(map(self._mem.pop, seqs, repeat(None)))
         self._mem_bytes -= mem_total(list(filter(None, fields)))
         if None not in fields:
@@ -218,7 +211,7 @@ class Producer:
         if self.decoded.fields:
             self.decoded.forget(unowed)
         if not retains(self.topic_config(topic)):  # (else retention reclaims the record)
-            gone = self._forget_mem(unowed) if mem else unowed
+            gone = self.forget_mem(unowed) if mem else unowed
             batch.msgs_del.extend(map(u64, gone))
         self.depth -= len(unowed)
         if self._receipts:

@@ -66,11 +66,10 @@ class Retained:
                 key = head.index.to_bytes(8, "big")
                 batch.log_del.append((partition_prefix(topic, head.partition) + key,
                                       prefix + u64(head.seq)))
-                if not producer.forget_mem(head.seq):
-                    # (gone already if it was settled while the topic did not retain)
-                    batch.msgs_del.append(u64(head.seq))
                 totals[0] -= 1
                 totals[1] -= head.size
+            # (a record is gone already if it was settled while the topic did not retain)
+            batch.msgs_del.extend(map(u64, producer.forget_mem([h.seq for h in heads[:n]])))
             if kept:
                 producer.counters.add("retention_reclaimed", n)
             more = more or n == RECLAIM_CHUNK

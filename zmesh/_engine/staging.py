@@ -126,8 +126,7 @@ class Staging:
                 producer.indexes.release(topic, partition, first)
         producer.retained.unstage()
         self._staged_first.clear()
-        for p in pubs:
-            producer.forget_mem(p.seq)
+        producer.forget_mem([p.seq for p in pubs])
         producer.decoded.forget(p.seq for p in pubs)
         for seq, fields in self._spilled:
             producer._mem[seq] = fields
@@ -217,7 +216,7 @@ class Staging:
                 continue
             if live and decoded.bytes < decoded.limit:
                 decoded.keep(p.seq, fields)
-            seq_b = p.seq.to_bytes(8, "big")
+            seq_b = u64(p.seq)
             msgs_put.append((seq_b, record))
             record_bytes += len(record)
             if p.expires_at is None and p.deliver_at is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .batch import WriteBatch
+from .keys import u64
 
 CHUNK = 1024  # sequences per bitmap
 _SHIFT = CHUNK.bit_length() - 1
@@ -25,7 +26,7 @@ _BYTES = CHUNK // 8
 
 
 def _key(producer: bytes, chunk: int, lane: bytes) -> bytes:
-    return producer + chunk.to_bytes(8, "big") + lane
+    return producer + u64(chunk) + lane
 
 
 def _masks(seqs: list[int]) -> dict[int, int]:
