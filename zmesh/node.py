@@ -175,6 +175,15 @@ class Node:
         within ``NodeConfig.dedupe_window_s`` stores nothing new, and its receipt follows the
         first message.
         """
+        tcfg = self._topics.get(topic)
+        if (type(payload) is bytes and headers is None and ttl is None and deliver_at is None
+                and delay is None and msg_id is None and timeout is None and priority == 0
+                and type(priority) is int and (key is None or type(key) is str)
+                and topic in self._known_topics and (tcfg is None or tcfg.ttl_s is None)
+                and len(payload) <= self.config.max_message_bytes):
+            # Every option at its default (the usual call): nothing else to check.
+            return self._engine.publish_one(
+                topic, payload, key, DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions)
         [pub] = self._prepare(topic, [payload], [key], headers, priority, ttl, deliver_at,
                               delay, msg_id, timeout)  # (positional: the cheaper call)
         self._engine.submit(pub)  # (queued alone: the list is not kept)

@@ -133,12 +133,40 @@ def test_a_data_dir_serves_one_node_at_a_time(make_node, tmp_path):
     ({"ttl": 0}, "ttl"),
     ({"headers": {1: 2}}, "headers"),
     ({"delay": 1, "deliver_at": 5.0}, "deliver_at or delay"),
+    ({"priority": False}, "priority"),
+    ({"priority": 0.0}, "priority"),
+    ({"payload": b"x" * 2049}, "max_message_bytes"),
 ])
-def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match):
-    prod = make_node("prod")
+@pytest.mark.parametrize("first", [True, False], ids=["first publish", "topic published"])
+def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first):
+    # A topic published before takes publish()'s short way when every option is at its
+    # default: what is not must still be checked there.
+    prod = make_node("prod", max_message_bytes=2048)
+    if not first:
+        prod.publish("t", b"ok").wait_stored(5)
     args = {"payload": b"x", **kwargs}
     with pytest.raises(zmesh.ArgumentError, match=match):
         prod.publish("t", args.pop("payload"), **args)
+    assert prod.status()["outbox"] == (0 if first else 1)
+
+
+def test_topic_config_set_after_publishing_applies_to_the_next_publish(make_node):
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    before = [prod.publish("t", b"%d" % i) for i in range(4)]
+    prod.topic("t", partitions=1)
+    after = [prod.publish("t", b"%d" % i, key=None) for i in range(4, 8)]
+    got = {m.id.seq: m for m in drain(sub, 8)}
+    assert [got[r.id.seq].partition for r in before] == [
+        r.id.seq % zmesh.TopicConfig().partitions for r in before]
+    assert [got[r.id.seq].partition for r in after] == [0] * 4
+    prod.topic("t", ttl_s=0.2, groups=("g2",))
+    prod.publish("t", b"expires").wait_stored(5)
+    wait_until(lambda: any(ln["lane"] == "g2" and ln.get("expired") == 1
+                           for ln in prod.status()["lanes"]),
+               what="the topic's new ttl applied to the next publish")
 
 
 def test_bad_names_and_closed_nodes_give_clear_errors(make_node, tmp_path):
