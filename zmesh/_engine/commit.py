@@ -55,6 +55,9 @@ class Committer:
         publishes are neither, so they still count against the outbox.
         """
         held_before = len(self.held)
+        if not pubs and not held_before:  # (most iterations of a consumer): nothing staged
+            self.commit(wb, [], calls, None, now)
+            return 0, 0
         held_bytes = self.held.bytes if held_before else 0
         pubs_in, bytes_in = len(pubs), sum(len(p.payload) for p in pubs)
         pubs = self.held.admit(pubs, self.tx_pubs, now)
@@ -70,7 +73,8 @@ class Committer:
                mark: dict[str, int] | None = None, now: float = 0.0) -> list[Publish]:
         """Commit the loop's batch; returns the publishes that are now stored.
 
-        ``mark`` (from ``WriteBatch.mark``) says where the publishes' part of ``wb`` starts.
+        ``mark`` (from ``WriteBatch.mark``) says where the publishes' part of ``wb`` starts;
+        None when nothing was staged for this commit (nothing to give back if it fails).
         """
         if not wb:
             return pubs
@@ -89,7 +93,8 @@ class Committer:
             error = exc
             full = False
         self.counters.add("store_full" if full else "store_errors", 1)
-        self.producer.staging.unstage(pubs)
+        if mark is not None:
+            self.producer.staging.unstage(pubs)
         keep = [p for p in pubs if id(p) not in self.tx_pubs]
         for p in pubs:
             if p.receipt is not None and not (full and id(p) not in self.tx_pubs):
