@@ -11,6 +11,7 @@ from typing import Any
 
 from ._engine.engine import Engine
 from ._engine.staging import Publish
+from ._protocol.codec import MAX_KEY_CHARS, check_headers
 from ._receipt import MessageId, Receipt
 from ._roles import Roles, resolve
 from .config import NodeConfig, SubscriptionConfig, TopicConfig, check_name
@@ -174,11 +175,15 @@ class Node:
         ``msg_id`` makes the publish idempotent: a second publish of the same id on this node
         within ``NodeConfig.dedupe_window_s`` stores nothing new, and its receipt follows the
         first message.
+
+        ``key`` has at most 4,096 characters; ``headers`` has str keys and values msgpack
+        packs (str keys in nested maps too), at most 64 KiB packed. ArgumentError otherwise.
         """
         tcfg = self._topics.get(topic)
         if (type(payload) is bytes and headers is None and ttl is None and deliver_at is None
                 and delay is None and msg_id is None and timeout is None and priority == 0
-                and type(priority) is int and (key is None or type(key) is str)
+                and type(priority) is int
+                and (key is None or (type(key) is str and len(key) <= MAX_KEY_CHARS))
                 and topic in self._known_topics and (tcfg is None or tcfg.ttl_s is None)
                 and len(payload) <= self.config.max_message_bytes):
             # Every option at its default (the usual call): nothing else to check.
@@ -246,10 +251,16 @@ class Node:
         for key in keys:
             if key is not None and not isinstance(key, str):
                 raise ArgumentError(f"key must be a str or None, got {type(key).__name__}")
+            if key is not None and len(key) > MAX_KEY_CHARS:
+                raise ArgumentError(f"key of {len(key)} characters exceeds {MAX_KEY_CHARS}")
         if headers is not None:
             if not isinstance(headers, Mapping) or not all(isinstance(k, str) for k in headers):
                 raise ArgumentError("headers must be a mapping with str keys")
             headers = dict(headers)
+            try:
+                check_headers(headers)
+            except ValueError as exc:
+                raise ArgumentError(str(exc)) from None
         if type(priority) is not int and (isinstance(priority, bool)
                                           or not isinstance(priority, int)) \
                 or not 0 <= priority <= 255:

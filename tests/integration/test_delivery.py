@@ -8,7 +8,7 @@ import pytest
 
 import zmesh
 from tests.conftest import wait_members, wait_until
-from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES
+from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES, MAX_HEADERS_BYTES, MAX_KEY_CHARS
 
 
 def drain(sub: zmesh.Subscription, count: int, timeout: float = 10.0) -> list[zmesh.Message]:
@@ -80,6 +80,25 @@ def test_small_and_large_payloads_arrive_intact(make_node):
     assert sorted(m.id for m in got) == receipt.ids
     assert all(type(m.id) is zmesh.MessageId for m in got)
     receipt.wait_acked(timeout=10)
+
+
+def test_long_keys_and_large_headers_travel_in_batches_a_consumer_can_decode(make_node):
+    # Published before the consumer comes, so they go out as full batches: 60 messages of
+    # the largest headers and keys publish() takes would make one batch header of 4 MiB,
+    # past what a consumer decodes; the producer sends smaller batches instead.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    headers = {"h": "x" * (MAX_HEADERS_BYTES - 64)}
+    key = "é" * MAX_KEY_CHARS  # two bytes each in UTF-8
+    receipts = [prod.publish("t", b"%d" % i, key=key if i % 2 else None, headers=headers)
+                for i in range(60)]
+    for r in receipts:
+        r.wait_stored(10)
+    cons = make_node("cons", seeds=[prod.control_address])
+    got = drain(cons.subscribe("t", group="g"), 60, timeout=20)
+    assert sorted(int(m.payload) for m in got) == list(range(60))
+    assert all(m.headers == headers and m.key == (key if int(m.payload) % 2 else None)
+               for m in got)
+    assert cons.stats().get("decode_errors", 0) == 0
 
 
 def test_shared_group_balances_and_keeps_keys_on_one_member(make_node):

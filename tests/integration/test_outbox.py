@@ -12,6 +12,7 @@ import pytest
 import zmesh
 from tests.conftest import wait_members, wait_until
 from tests.integration.test_delivery import drain
+from zmesh._protocol.codec import MAX_HEADERS_BYTES, MAX_KEY_CHARS
 from zmesh._store.pages import RELEASE_BYTES
 
 
@@ -136,6 +137,13 @@ def test_a_data_dir_serves_one_node_at_a_time(make_node, tmp_path):
     ({"priority": False}, "priority"),
     ({"priority": 0.0}, "priority"),
     ({"payload": b"x" * 2049}, "max_message_bytes"),
+    # What a consumer could not decode is refused at the call (it stopped the IO thread,
+    # or every consumer dropped the batch holding it).
+    ({"key": "k" * (MAX_KEY_CHARS + 1)}, "key of"),
+    ({"headers": {"h": object()}}, "cannot be packed"),
+    ({"headers": {"h": {1: 2}}}, "would not decode"),
+    ({"headers": {"h": "x" * MAX_HEADERS_BYTES}}, "more than"),
+    ({"headers": {"h": 1 << 64}}, "cannot be packed"),
 ])
 @pytest.mark.parametrize("first", [True, False], ids=["first publish", "topic published"])
 def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first):
@@ -222,6 +230,8 @@ def test_publish_many_and_ack_many(make_node):
         sub.ack_many(got[:1])
     with pytest.raises(zmesh.ArgumentError, match="keys"):
         prod.publish_many("t", [b"a", b"b"], keys=["x"])
+    with pytest.raises(zmesh.ArgumentError, match="key of"):
+        prod.publish_many("t", [b"a", b"b"], keys=["x", "k" * (MAX_KEY_CHARS + 1)])
 
 
 def _mapped_kb(path: str) -> int:

@@ -18,7 +18,13 @@ import zmq
 
 from .._discovery.mdns import MdnsDiscovery
 from .._discovery.static import seed_endpoints
-from .._protocol.codec import encode_batch, encode_control, encode_lane_batch, pack_columns
+from .._protocol.codec import (
+    MAX_BATCH_HEADER_BYTES,
+    encode_batch,
+    encode_control,
+    encode_lane_batch,
+    pack_columns,
+)
 from .._protocol.frames import Batch, Bye
 from .._security import Keys, load_keys
 from .._store.store import Store, WriteBatch
@@ -296,26 +302,15 @@ class Engine(Commands):
         push = peer.push
         # The other lanes of the topic send the same messages, mostly in the same batches.
         packed = self._packed if len(self.producer.by_topic.get(lane.topic, ())) > 1 else None
-        for start in range(0, len(out.seqs), batch_size):
-            end = start + batch_size
-            seqs = out.seqs[start:end]
-            key = tuple(seqs)
-            columns = packed.columns.get(key) if packed is not None else None
-            if columns is None:
-                (_t, _p, keys, headers, _prio, published_ats, _e, _d, payloads,
-                 indexes) = zip(*records[start:end], strict=True)
-                if packed is None:  # the only lane of its topic: the header at once
-                    frames = encode_batch(Batch(
-                        self.node_id, self.incarnation, lane.topic, lane.name, floor, key,
-                        tuple(out.partitions[start:end]), keys, headers,
-                        tuple(out.attempts[start:end]), published_ats, indexes, payloads))
-                else:
-                    columns = pack_columns(key, out.partitions[start:end], keys, headers,
-                                           published_ats, indexes, payloads)
-                    packed.keep(key, columns)
-            if columns is not None:
-                frames = encode_lane_batch(self.node_id, self.incarnation, lane.topic,
-                                           lane.name, floor, out.attempts[start:end], columns)
+        start, n = 0, len(out.seqs)
+        while start < n:
+            end = min(start + batch_size, n)
+            frames = self._encode(lane, out, records, start, end, floor, packed)
+            while len(frames[0]) > MAX_BATCH_HEADER_BYTES and end - start > 1:
+                # Long keys and large headers: a consumer decodes a header this large at
+                # most (a message's own are bounded at publish, far below it).
+                end = start + (end - start) // 2
+                frames = self._encode(lane, out, records, start, end, floor, packed)
             try:
                 if len(frames) == 1:
                     push.send(frames[0], _NOBLOCK)
@@ -325,9 +320,29 @@ class Engine(Commands):
                 self._send_retry_at = time.monotonic() + SEND_RETRY_S
                 self.counters.add("data_send_blocked", 1)
                 break
-            sent += len(seqs)
+            sent += end - start
+            start = end
         self.counters.add("sent", sent)
         return sent
+
+    def _encode(self, lane: Lane, out: Taken, records: list[Sequence], start: int, end: int,
+                floor: int, packed: Packed | None) -> list[bytes]:
+        """The frames of one batch: ``out``'s messages ``start:end``, from their fields."""
+        key = tuple(out.seqs[start:end])
+        columns = packed.columns.get(key) if packed is not None else None
+        if columns is None:
+            (_t, _p, keys, headers, _prio, published_ats, _e, _d, payloads,
+             indexes) = zip(*records[start:end], strict=True)
+            if packed is None:  # the only lane of its topic: the header at once
+                return encode_batch(Batch(
+                    self.node_id, self.incarnation, lane.topic, lane.name, floor, key,
+                    tuple(out.partitions[start:end]), keys, headers,
+                    tuple(out.attempts[start:end]), published_ats, indexes, payloads))
+            columns = pack_columns(key, out.partitions[start:end], keys, headers,
+                                   published_ats, indexes, payloads)
+            packed.keep(key, columns)
+        return encode_lane_batch(self.node_id, self.incarnation, lane.topic, lane.name, floor,
+                                 out.attempts[start:end], columns)
 
     # -- status and teardown -------------------------------------------------------------
 

@@ -44,6 +44,9 @@ RECV_BURST = 512  # control frames handled per loop iteration
 # Messages received per loop iteration: a few batches, so their acks (committed at the end
 # of the iteration) flow back while the producer still has credit to send more.
 RECV_DATA_MSGS = 200
+# A data frame a consumer cannot decode is dropped, never acked: its producer sends it again
+# after the ack timeout. Said at warning level at most this often.
+DATA_WARNING_INTERVAL_S = 60.0
 FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one message)
 
 # Plain ints: pyzmq's Flag enums cost an enum operation per use on the data path.
@@ -60,6 +63,7 @@ class Listener:
         self.producer = engine.producer
         self.consumer = engine.consumer
         self._bad_frames: dict[str, int] = {}
+        self._next_data_warning = 0.0
 
     def open(self, ctx: zmq.Context, inproc: str) -> tuple[int, int]:
         """Bind PULL and ROUTER on the configured interfaces and under ``inproc``; returns
@@ -135,7 +139,13 @@ class Listener:
                 batch = decode_batch(frames, limit)
             except DecodeError as exc:
                 self.counters.add("decode_errors", 1)
-                log.debug("dropped a bad data frame: %s", exc)
+                if now >= self._next_data_warning:  # (at most one a minute: flood-proof)
+                    self._next_data_warning = now + DATA_WARNING_INTERVAL_S
+                    log.warning("dropped a data frame that cannot be decoded (%s); %d so far, "
+                                "see the decode_errors counter", exc,
+                                self.counters.get("decode_errors"))
+                else:
+                    log.debug("dropped a bad data frame: %s", exc)
                 continue
             if mesh is not None and mesh.peer(batch.node_id) is None:
                 # Data can overtake its producer's hello; hand it back until we know the

@@ -50,6 +50,7 @@ MAX_BATCH_ITEMS = 10_000
 MAX_PARTITIONS = 4096
 NODE_ID_BYTES = 16
 MAX_KEY_CHARS = 4096
+MAX_HEADERS_BYTES = 64 << 10  # one message's headers, packed
 # A data batch carries its payloads inside its header frame, except a payload this large
 # (sent as a frame of its own, without a copy) and any payload once the header holds
 # INLINE_PAYLOAD_BYTES of them, so the header stays within MAX_BATCH_HEADER_BYTES.
@@ -90,6 +91,22 @@ def _unpack(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Any:
         raise DecodeError(f"not msgpack: {exc}") from exc
     except Exception as exc:  # msgpack raises a few odd types on hostile input
         raise DecodeError(f"not msgpack: {type(exc).__name__}: {exc}") from exc
+
+
+def check_headers(headers: dict) -> None:
+    """ValueError unless every consumer can decode ``headers`` in a batch: values msgpack
+    packs, string keys in nested maps too, and at most ``MAX_HEADERS_BYTES`` packed."""
+    try:
+        packed = _packb(headers)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"headers cannot be packed: {exc}") from exc
+    if len(packed) > MAX_HEADERS_BYTES:
+        raise ValueError(f"headers pack to {len(packed)} bytes, more than "
+                         f"{MAX_HEADERS_BYTES}")
+    try:
+        _unpack(packed, MAX_HEADERS_BYTES)
+    except DecodeError as exc:
+        raise ValueError(f"headers would not decode at a consumer ({exc})") from exc
 
 
 def _check(cond: bool, what: str) -> None:
