@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -84,12 +85,14 @@ class Message:
 
     def nack(self, delay: float | None = None) -> None:
         """Redeliver after ``delay`` seconds (None: the topic's retry backoff)."""
-        if delay is not None and delay < 0:
-            raise ValueError("nack delay must be >= 0")
+        if delay is not None and not 0 <= delay < math.inf:
+            raise ValueError(f"nack delay must be a finite number >= 0, got {delay!r}")
         self._settle("nacked", delay)
 
     def fail(self, reason: str = "") -> None:
-        """Park it in the group's dead letters at the producer; no redelivery until replayed."""
+        """Park it in the group's dead letters at the producer; no redelivery until replayed.
+
+        The dead letter keeps the first 4,096 characters of ``reason``."""
         self._settle("failed", str(reason))
 
     @property

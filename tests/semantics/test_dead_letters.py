@@ -6,6 +6,7 @@ import pytest
 
 import zmesh
 from tests.conftest import wait_members, wait_until
+from zmesh._protocol.codec import MAX_REASON_CHARS
 
 
 @pytest.mark.parametrize("durability", ["process", "memory"])
@@ -65,3 +66,36 @@ def test_max_attempts_parks_and_purge_deletes(make_node):
     assert prod.purge_dead_letters("t", "g") == 1
     assert prod.dead_letters("t", "g") == []
     assert prod.stats()["dead_purged"] == 1
+
+
+def test_a_long_reason_is_cut_to_what_a_fail_carries(make_node):
+    # A whole traceback as the reason: the producer would drop a FAIL past 4,096
+    # characters as undecodable (and the message would come back after its ack timeout).
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    r = prod.publish("t", b"x")
+    msg = sub.get(timeout=5)
+    assert msg is not None
+    msg.fail("y" * (MAX_REASON_CHARS * 3))
+    wait_until(lambda: prod.dead_letters("t", "g"), what="a dead letter")
+    [dead] = prod.dead_letters("t", "g")
+    assert dead.id == r.id and len(dead.reason) == MAX_REASON_CHARS
+    assert dead.reason == "y" * (MAX_REASON_CHARS - 1) + "…"
+    assert prod.stats().get("decode_errors", 0) == 0
+
+
+@pytest.mark.parametrize("delay", [-1.0, float("nan"), float("inf")])
+def test_nack_refuses_a_delay_that_is_not_a_finite_number_of_seconds(make_node, delay):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    prod.publish("t", b"x")
+    msg = sub.get(timeout=5)
+    assert msg is not None
+    with pytest.raises(ValueError, match="finite number >= 0"):
+        msg.nack(delay)
+    msg.nack(0)  # still unsettled: a good delay goes through
+    again = sub.get(timeout=5)
+    assert again is not None and again.attempt == 2
+

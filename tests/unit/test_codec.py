@@ -17,6 +17,7 @@ from zmesh._protocol.codec import (
     MAX_BATCH_ITEMS,
     MAX_HEADER_BYTES,
     NODE_ID_BYTES,
+    check_headers,
     decode_batch,
     decode_control,
     encode_batch,
@@ -75,7 +76,7 @@ names = st.text(max_size=40)
 u63 = st.integers(0, U63)
 ports = st.integers(1, 65535)
 seq_lists = st.lists(u63, max_size=50).map(tuple)
-finite = st.floats(allow_nan=False)
+finite = st.floats(allow_nan=False, allow_infinity=False)
 
 sub_infos = st.builds(
     SubInfo,
@@ -254,6 +255,13 @@ def test_control_kinds_are_distinct_on_the_wire() -> None:
     assert all(msgpack.unpackb(encode_control(m))[0] == PROTOCOL_VERSION for m in SAMPLE_CONTROLS)
 
 
+@pytest.mark.parametrize("delay", [float("nan"), float("inf"), float("-inf")])
+def test_a_nack_delay_that_is_not_finite_does_not_decode(delay) -> None:
+    frame = encode_control(Nack(b"\x01" * NODE_ID_BYTES, "t", "g", (1,), delay))
+    with pytest.raises(DecodeError, match="delay"):
+        decode_control(frame)
+
+
 def test_nack_delay_decodes_as_float() -> None:
     decoded = decode_control(encode_control(Nack(NODE, "t", "g", (1,), 3)))  # type: ignore[arg-type]
     assert isinstance(decoded, Nack)
@@ -274,6 +282,31 @@ def test_batch_round_trip(batch: Batch) -> None:
     # Large payloads travel as raw frames: the very objects, for a zero-copy send.
     assert all(f is p for f, p in zip(frames[1:], large, strict=True))
     assert decode_batch(frames, MAX_MESSAGE_BYTES) == batch
+
+
+# Any value publish() might be given as a header value: msgpack's and others.
+header_values = st.recursive(
+    scalars | st.integers() | st.floats() | st.tuples(scalars) | st.sets(st.integers(), max_size=2)
+    | st.just(object()),
+    lambda inner: (st.lists(inner, max_size=3)
+                   | st.dictionaries(st.text(max_size=4) | st.integers() | st.binary(max_size=4),
+                                     inner, max_size=3)),
+    max_leaves=8,
+)
+
+
+@FAST
+@given(st.dictionaries(st.text(max_size=8), header_values, max_size=4))
+def test_headers_publish_takes_are_headers_every_consumer_decodes(hdrs: dict) -> None:
+    """``check_headers`` refuses exactly what would stop a batch from decoding."""
+    try:
+        check_headers(hdrs)
+    except ValueError:
+        return
+    batch = make_batch(b"\x01" * NODE_ID_BYTES, 1, "t", "g", 0,
+                       [(1, 0, None, hdrs, 1, 1.0, 0, b"p")])
+    decoded = decode_batch(encode_batch(batch), MAX_MESSAGE_BYTES)
+    assert msgpack.packb(decoded.headers[0]) == msgpack.packb(hdrs)  # (NaN != NaN)
 
 
 @FAST

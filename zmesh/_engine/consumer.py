@@ -16,6 +16,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from .._protocol.codec import MAX_REASON_CHARS
 from .._protocol.frames import Ack, Batch, Fail, Nack
 from .._store.store import Store, WriteBatch
 from .stats import Counters
@@ -187,8 +188,11 @@ class Consumer:
             self._outgoing.append((producer, Nack(self.engine.node_id, msg.topic, lane,
                                                   (seq,), delay)))
         elif how == "failed":
+            reason = str(arg)
+            if len(reason) > MAX_REASON_CHARS:  # (what a FAIL carries: the start of it)
+                reason = reason[:MAX_REASON_CHARS - 1] + "…"
             self._outgoing.append((producer, Fail(self.engine.node_id, msg.topic, lane, seq,
-                                                  str(arg))))
+                                                  reason)))
 
     def rollback(self) -> None:
         """The commit holding the staged acks failed: forget them, and the messages too, so

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from functools import partial
@@ -51,6 +52,7 @@ MAX_PARTITIONS = 4096
 NODE_ID_BYTES = 16
 MAX_KEY_CHARS = 4096
 MAX_HEADERS_BYTES = 64 << 10  # one message's headers, packed
+MAX_REASON_CHARS = 4096  # a failed message's reason, as a FAIL carries it
 # A data batch carries its payloads inside its header frame, except a payload this large
 # (sent as a frame of its own, without a copy) and any payload once the header holds
 # INLINE_PAYLOAD_BYTES of them, so the header stays within MAX_BATCH_HEADER_BYTES.
@@ -130,7 +132,7 @@ def _int(value: Any, what: str, lo: int = 0, hi: int = U63) -> int:
 
 
 def _num(value: Any, what: str) -> float:
-    _check(type(value) in (int, float), f"bad {what}")
+    _check(type(value) in (int, float) and math.isfinite(value), f"bad {what}")
     return float(value)
 
 
@@ -247,7 +249,7 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
         if kind == FAIL:
             _check(len(obj) == 7, "bad fail length")
             return Fail(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"),
-                        _int(obj[5], "seq"), _str(obj[6], "reason", 4096))
+                        _int(obj[5], "seq"), _str(obj[6], "reason", MAX_REASON_CHARS))
         if kind == BYE:
             _check(len(obj) == 4, "bad bye length")
             return Bye(_node_id(obj[2]), _int(obj[3], "incarnation"))
