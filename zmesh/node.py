@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -183,7 +184,8 @@ class Node:
         if (type(payload) is bytes and headers is None and ttl is None and deliver_at is None
                 and delay is None and msg_id is None and timeout is None and priority == 0
                 and type(priority) is int
-                and (key is None or (type(key) is str and len(key) <= MAX_KEY_CHARS))
+                and (key is None or (type(key) is str and len(key) <= MAX_KEY_CHARS
+                                     and key.isascii()))
                 and topic in self._known_topics and (tcfg is None or tcfg.ttl_s is None)
                 and len(payload) <= self.config.max_message_bytes):
             # Every option at its default (the usual call): nothing else to check.
@@ -239,7 +241,7 @@ class Node:
         for i, payload in enumerate(payloads):
             if type(payload) is not bytes:
                 if isinstance(payload, str):
-                    payloads[i] = payload = payload.encode()
+                    payloads[i] = payload = _utf8(payload, "payload")
                 elif isinstance(payload, bytes | bytearray | memoryview):
                     payloads[i] = payload = bytes(payload)
                 else:
@@ -249,10 +251,14 @@ class Node:
                 raise ArgumentError(f"payload of {len(payload)} bytes exceeds "
                                     f"max_message_bytes {limit}")
         for key in keys:
-            if key is not None and not isinstance(key, str):
+            if key is None:
+                continue
+            if not isinstance(key, str):
                 raise ArgumentError(f"key must be a str or None, got {type(key).__name__}")
-            if key is not None and len(key) > MAX_KEY_CHARS:
+            if len(key) > MAX_KEY_CHARS:
                 raise ArgumentError(f"key of {len(key)} characters exceeds {MAX_KEY_CHARS}")
+            if not key.isascii():
+                _utf8(key, "key")
         if headers is not None:
             if not isinstance(headers, Mapping) or not all(isinstance(k, str) for k in headers):
                 raise ArgumentError("headers must be a mapping with str keys")
@@ -270,13 +276,18 @@ class Node:
             ttl = tcfg.ttl_s
         now = 0.0
         if ttl is not None:
-            if not isinstance(ttl, int | float) or ttl <= 0:
+            if not isinstance(ttl, int | float) or not ttl > 0:  # (nan is not)
                 raise ArgumentError(f"ttl must be a positive number of seconds, got {ttl!r}")
-            now = time.time()
+            if ttl == math.inf:
+                ttl = None  # never expires
+            else:
+                now = time.time()
         if deliver_at is not None or delay is not None:
             deliver_at = _deliver_at(deliver_at, delay)
-        if msg_id is not None and (not isinstance(msg_id, str) or not 0 < len(msg_id) <= 256):
-            raise ArgumentError("msg_id must be a non-empty str of at most 256 characters")
+        if msg_id is not None:
+            if not isinstance(msg_id, str) or not 0 < len(msg_id) <= 256:
+                raise ArgumentError("msg_id must be a non-empty str of at most 256 characters")
+            _utf8(msg_id, "msg_id")
         return self._engine.prepare(
             topic, payloads, keys, headers, priority,
             None if ttl is None else now + ttl, deliver_at,
@@ -440,11 +451,21 @@ def _deliver_at(deliver_at: float | _dt.datetime | None, delay: float | None) ->
     if deliver_at is not None and delay is not None:
         raise ArgumentError("pass deliver_at or delay, not both")
     if delay is not None:
-        if not isinstance(delay, int | float) or delay < 0:
-            raise ArgumentError(f"delay must be >= 0 seconds, got {delay!r}")
+        if not isinstance(delay, int | float) or not 0 <= delay < math.inf:
+            raise ArgumentError(f"delay must be a finite number >= 0 of seconds, got {delay!r}")
         return time.time() + delay
     if isinstance(deliver_at, _dt.datetime):
         return deliver_at.timestamp()
-    if not isinstance(deliver_at, int | float):
+    if not isinstance(deliver_at, int | float) or not math.isfinite(deliver_at):
         raise ArgumentError("deliver_at must be a datetime or a UNIX timestamp")
     return float(deliver_at)
+
+
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` encoded as UTF-8; ArgumentError when it cannot be (lone surrogates)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise ArgumentError(f"{what} is not valid text: {exc.reason} at character "
+                            f"{exc.start}") from None
+

@@ -144,6 +144,14 @@ def test_a_data_dir_serves_one_node_at_a_time(make_node, tmp_path):
     ({"headers": {"h": {1: 2}}}, "would not decode"),
     ({"headers": {"h": "x" * MAX_HEADERS_BYTES}}, "more than"),
     ({"headers": {"h": 1 << 64}}, "cannot be packed"),
+    ({"headers": {"h": "\ud800"}}, "cannot be packed"),
+    ({"key": "\ud800"}, "key is not valid text"),
+    ({"msg_id": "a\ud800"}, "msg_id is not valid text"),
+    ({"payload": "\ud800"}, "payload is not valid text"),
+    ({"ttl": float("nan")}, "ttl"),
+    ({"delay": float("nan")}, "delay"),
+    ({"delay": float("inf")}, "delay"),
+    ({"deliver_at": float("nan")}, "deliver_at"),
 ])
 @pytest.mark.parametrize("first", [True, False], ids=["first publish", "topic published"])
 def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first):
@@ -155,7 +163,10 @@ def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first
     args = {"payload": b"x", **kwargs}
     with pytest.raises(zmesh.ArgumentError, match=match):
         prod.publish("t", args.pop("payload"), **args)
-    assert prod.status()["outbox"] == (0 if first else 1)
+    # Nothing of it was kept: the node goes on, and its outbox counts what was stored.
+    prod.publish("t", b"after").wait_stored(5)
+    assert prod.status()["outbox"] == (1 if first else 2)
+    assert prod._engine._submitted == prod._engine._done
 
 
 def test_topic_config_set_after_publishing_applies_to_the_next_publish(make_node):
