@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ._protocol.codec import MAX_BATCH_ITEMS, MAX_IN_FLIGHT
 from .errors import ConfigError
 
 __all__ = ["NodeConfig", "ProducerConfig", "RelayConfig", "SubscriptionConfig", "TopicConfig"]
@@ -133,10 +134,15 @@ class SubscriptionConfig:
             raise ConfigError(
                 f"subscription mode must be 'shared' or 'broadcast', got {self.mode!r}"
             )
-        for name in ("max_in_flight", "batch_size", "concurrency"):
+        # (the bounds a producer decodes in a hello: past them it would not know the member)
+        for name, most in (("max_in_flight", MAX_IN_FLIGHT), ("batch_size", MAX_BATCH_ITEMS),
+                           ("concurrency", None)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"SubscriptionConfig.{name} must be an int >= 1, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (
+                    most is not None and value > most):
+                bound = ">= 1" if most is None else f"1..{most:,}"
+                raise ConfigError(f"SubscriptionConfig.{name} must be an int {bound}, "
+                                  f"got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -8,7 +8,12 @@ import pytest
 
 import zmesh
 from tests.conftest import wait_members, wait_until
-from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES, MAX_HEADERS_BYTES, MAX_KEY_CHARS
+from zmesh._protocol.codec import (
+    LARGE_PAYLOAD_BYTES,
+    MAX_BATCH_ITEMS,
+    MAX_HEADERS_BYTES,
+    MAX_KEY_CHARS,
+)
 
 
 def drain(sub: zmesh.Subscription, count: int, timeout: float = 10.0) -> list[zmesh.Message]:
@@ -99,6 +104,16 @@ def test_long_keys_and_large_headers_travel_in_batches_a_consumer_can_decode(mak
     assert all(m.headers == headers and m.key == (key if int(m.payload) % 2 else None)
                for m in got)
     assert cons.stats().get("decode_errors", 0) == 0
+
+
+def test_the_largest_batches_and_credit_a_subscription_takes_work(make_node):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    prod.publish_many("t", [b"%d" % i for i in range(20_000)]).wait_stored(20)
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g", batch_size=MAX_BATCH_ITEMS, max_in_flight=20_000)
+    got = drain(sub, 20_000, timeout=60)
+    assert sorted(int(m.payload) for m in got) == list(range(20_000))
+    assert cons.stats().get("decode_errors", 0) == 0 == prod.stats().get("decode_errors", 0)
 
 
 def test_shared_group_balances_and_keeps_keys_on_one_member(make_node):

@@ -204,6 +204,9 @@ def test_topic_config_rejects_nan(field: str) -> None:
         ("max_in_flight", 2.0, "SubscriptionConfig.max_in_flight"),
         ("batch_size", 0, "SubscriptionConfig.batch_size"),
         ("batch_size", "10", "SubscriptionConfig.batch_size"),
+        # past what a producer decodes in a hello (it would never know the member)
+        ("batch_size", 10_001, "SubscriptionConfig.batch_size"),
+        ("max_in_flight", (1 << 24) + 1, "SubscriptionConfig.max_in_flight"),
         ("concurrency", -1, "SubscriptionConfig.concurrency"),
     ],
 )

@@ -48,6 +48,7 @@ from .frames import (
 
 MAX_HEADER_BYTES = 1 << 20
 MAX_BATCH_ITEMS = 10_000
+MAX_IN_FLIGHT = 1 << 24  # a member's credit, as a hello carries it
 MAX_PARTITIONS = 4096
 NODE_ID_BYTES = 16
 MAX_KEY_CHARS = 4096
@@ -225,7 +226,7 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
                 _check(isinstance(s, list) and len(s) == 5, "bad sub")
                 _check(s[2] in ("shared", "broadcast"), "bad sub mode")
                 subs.append(SubInfo(_str(s[0], "topic"), _str(s[1], "group"), s[2],
-                                    _int(s[3], "max_in_flight", 1, 1 << 24),
+                                    _int(s[3], "max_in_flight", 1, MAX_IN_FLIGHT),
                                     _int(s[4], "batch_size", 1, MAX_BATCH_ITEMS)))
             peers = []
             for p in peers_raw:
