@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._receipt import MessageId
 from .config import SubscriptionConfig
-from .errors import MessageStateError, NodeStateError
+from .errors import ArgumentError, MessageStateError, NodeStateError
 
 if TYPE_CHECKING:
     from ._engine.engine import Engine
@@ -86,7 +86,7 @@ class Message:
     def nack(self, delay: float | None = None) -> None:
         """Redeliver after ``delay`` seconds (None: the topic's retry backoff)."""
         if delay is not None and not 0 <= delay < math.inf:
-            raise ValueError(f"nack delay must be a finite number >= 0, got {delay!r}")
+            raise ArgumentError(f"nack delay must be a finite number >= 0, got {delay!r}")
         self._settle("nacked", delay)
 
     def fail(self, reason: str = "") -> None:
@@ -199,6 +199,9 @@ class Subscription:
 
     def fetch(self, max_messages: int = 100, timeout: float | None = None) -> list[Message]:
         """Up to ``max_messages`` messages; waits up to ``timeout`` for the first one."""
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) \
+                or max_messages < 1:
+            raise ArgumentError(f"fetch needs max_messages >= 1, got {max_messages!r}")
         first = self.get(timeout)
         if first is None:
             return []

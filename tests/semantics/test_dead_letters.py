@@ -86,15 +86,18 @@ def test_a_long_reason_is_cut_to_what_a_fail_carries(make_node):
 
 
 @pytest.mark.parametrize("delay", [-1.0, float("nan"), float("inf")])
-def test_nack_refuses_a_delay_that_is_not_a_finite_number_of_seconds(make_node, delay):
+def test_nack_and_fetch_refuse_bad_arguments_and_the_message_stays_unsettled(make_node, delay):
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="g")
     prod.publish("t", b"x")
     msg = sub.get(timeout=5)
     assert msg is not None
-    with pytest.raises(ValueError, match="finite number >= 0"):
+    with pytest.raises(zmesh.ArgumentError, match="finite number >= 0"):
         msg.nack(delay)
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(zmesh.ArgumentError, match="max_messages"):
+            sub.fetch(bad)  # type: ignore[arg-type]
     msg.nack(0)  # still unsettled: a good delay goes through
     again = sub.get(timeout=5)
     assert again is not None and again.attempt == 2
