@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from threading import TIMEOUT_MAX
 from typing import NamedTuple
 
 from .errors import TimeoutError, ZMeshError
@@ -81,7 +82,7 @@ class Receipt:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"message {self.id} not {what} within {timeout:g}s")
-                self._cond.wait(remaining)
+                self._cond.wait(None if remaining is None else min(remaining, TIMEOUT_MAX))
         if self._error is not None and attr == "_stored":
             raise self._error
 

@@ -8,6 +8,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
 from ._receipt import MessageId
@@ -194,14 +195,12 @@ class Subscription:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
-                self._cond.wait(remaining)
+                self._cond.wait(None if remaining is None else min(remaining, TIMEOUT_MAX))
             return self._queue.popleft()
 
     def fetch(self, max_messages: int = 100, timeout: float | None = None) -> list[Message]:
         """Up to ``max_messages`` messages; waits up to ``timeout`` for the first one."""
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) \
-                or max_messages < 1:
-            raise ArgumentError(f"fetch needs max_messages >= 1, got {max_messages!r}")
+        check_max_messages(max_messages)
         first = self.get(timeout)
         if first is None:
             return []
@@ -269,3 +268,10 @@ class Subscription:
     def __repr__(self) -> str:
         return (f"<Subscription {self.topic}/{self.group} {self.mode} "
                 f"queued={len(self._queue)}{' closed' if self._closed else ''}>")
+
+
+def check_max_messages(max_messages: int) -> None:
+    """``fetch``'s count: an int of at least 1."""
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+        raise ArgumentError(f"fetch needs max_messages >= 1, got {max_messages!r}")
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -83,18 +84,21 @@ def test_full_outbox_blocks_then_raises_a_clear_error(make_node):
     assert err.value.limit == 10
 
 
-def test_a_publish_blocked_on_a_full_outbox_goes_on_when_acks_make_room(make_node):
+@pytest.mark.parametrize("timeout", [30.0, math.inf])
+def test_a_publish_blocked_on_a_full_outbox_goes_on_when_acks_make_room(make_node, timeout):
     """Acks that settle messages wake a publisher waiting for outbox room at once, not
-    when its timeout runs out (it then found the room and went on, 30 s late)."""
+    when its timeout runs out (it then found the room and went on, 30 s late). A timeout
+    of infinity waits like no timeout (it raised OverflowError)."""
     prod = make_node("prod", max_outbox_messages=5,
                      topics={"t": zmesh.TopicConfig(groups=("g",))})
     for _ in range(5):
         prod.publish("t", b"x")
     waited: list[float] = []
+    receipts: list[zmesh.Receipt] = []
 
     def sixth() -> None:
         t0 = time.monotonic()
-        prod.publish("t", b"sixth", timeout=30)
+        receipts.append(prod.publish("t", b"sixth", timeout=timeout))
         waited.append(time.monotonic() - t0)
 
     publisher = threading.Thread(target=sixth)
@@ -111,9 +115,10 @@ def test_a_publish_blocked_on_a_full_outbox_goes_on_when_acks_make_room(make_nod
         publisher.join(40)
         assert waited, "the sixth publish never returned"
         assert time.monotonic() - acked < 15, "the publish waited for its timeout"
-        msg = sub.get(timeout=10)
+        msg = sub.get(timeout=timeout)
         assert msg is not None and msg.payload == b"sixth"
         msg.ack()
+        receipts[0].wait_acked(timeout)
     finally:
         publisher.join(40)
 

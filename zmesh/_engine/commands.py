@@ -14,6 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
 import zmq
@@ -193,7 +194,7 @@ class Commands:
                 # Checked again under the lock the IO thread makes room under (_notify):
                 # room made since the check above is seen here, later room wakes the wait.
                 if not self._fits(n, nbytes, paced):
-                    self.cond.wait(remaining)
+                    self.cond.wait(min(remaining, TIMEOUT_MAX))  # (inf: no end)
             self._check_running()
 
     def _fits(self, n: int, nbytes: int, paced: bool) -> bool:
@@ -225,7 +226,7 @@ class Commands:
         """Store ``pubs`` and settle ``acks`` in one LMDB transaction, or none of it."""
         done = Call(lambda _wb, _now: None, tx=True)
         self.submit(("tx", pubs, acks, done))
-        if not done.done.wait(timeout_s):
+        if not done.done.wait(min(timeout_s, TIMEOUT_MAX)):
             raise NodeStateError(f"transaction not committed within {timeout_s:g}s")
         if done.error is not None:
             raise done.error
@@ -245,7 +246,7 @@ class Commands:
         """
         call = Call(fn)
         self.submit(("call", call))
-        if not call.done.wait(timeout_s):
+        if not call.done.wait(min(timeout_s, TIMEOUT_MAX)):
             raise NodeStateError(f"node {self.config.name!r} did not answer within "
                                  f"{timeout_s:g}s")
         if call.error is not None:
