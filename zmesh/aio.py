@@ -13,7 +13,7 @@ from ._receipt import MessageId, Receipt
 from .errors import OutboxFullError
 from .node import Node as _SyncNode
 from .replay import ReplayReader as _SyncReplayReader
-from .subscription import Message, check_max_messages
+from .subscription import Message, _check_max_messages
 from .subscription import Subscription as _SyncSubscription
 
 __all__ = ["Node", "Receipt", "ReplayReader", "Subscription"]
@@ -84,7 +84,7 @@ class Subscription:
                 return None
 
     async def fetch(self, max_messages: int = 100, timeout: float | None = None) -> list[Message]:
-        check_max_messages(max_messages)
+        _check_max_messages(max_messages)
         first = await self.get(timeout)
         if first is None:
             return []

@@ -200,7 +200,7 @@ class Subscription:
 
     def fetch(self, max_messages: int = 100, timeout: float | None = None) -> list[Message]:
         """Up to ``max_messages`` messages; waits up to ``timeout`` for the first one."""
-        check_max_messages(max_messages)
+        _check_max_messages(max_messages)
         first = self.get(timeout)
         if first is None:
             return []
@@ -270,7 +270,7 @@ class Subscription:
                 f"queued={len(self._queue)}{' closed' if self._closed else ''}>")
 
 
-def check_max_messages(max_messages: int) -> None:
+def _check_max_messages(max_messages: int) -> None:
     """``fetch``'s count: an int of at least 1."""
     if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
         raise ArgumentError(f"fetch needs max_messages >= 1, got {max_messages!r}")
