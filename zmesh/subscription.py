@@ -159,7 +159,7 @@ class Subscription:
                 return
             try:
                 handler(msg)
-            except Exception:
+            except BaseException:  # (SystemExit too: it would end this worker for good)
                 self.handler_errors += 1
                 log.exception("handler for %s/%s raised on %s; nacking it", self.topic,
                               self.group, msg.id)

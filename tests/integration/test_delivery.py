@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import Counter, defaultdict
 
 import pytest
@@ -254,14 +255,17 @@ def test_nack_redelivers_and_handler_form_acks(make_node):
         seen[msg.payload] += 1
         if msg.payload == b"flaky" and msg.attempt == 1:
             raise RuntimeError("first try fails")
+        if msg.payload == b"exits" and msg.attempt == 1:
+            sys.exit(3)  # (a BaseException: it ended the only worker, and the handling)
 
-    cons.subscribe("h", group="g", handler=handler)
+    sub = cons.subscribe("h", group="g", handler=handler)
     wait_members(prod, "h", "g", 1)
     prod.topic("h", retry_backoff_s=0.05)
-    rs = [prod.publish("h", p) for p in (b"ok", b"flaky")]
+    rs = [prod.publish("h", p) for p in (b"ok", b"flaky", b"exits", b"after")]
     for r in rs:
         r.wait_acked(10)
-    assert seen[b"ok"] == 1 and seen[b"flaky"] == 2
+    assert seen == {b"ok": 1, b"flaky": 2, b"exits": 2, b"after": 1}
+    assert sub.handler_errors == 2
 
 
 def test_two_meshes_on_one_host_stay_apart(make_node, tmp_path):
