@@ -452,7 +452,7 @@ def _deliver_at(deliver_at: float | _dt.datetime | None, delay: float | None) ->
         raise ArgumentError("pass deliver_at or delay, not both")
     if delay is not None:
         if not isinstance(delay, int | float) or not 0 <= delay < math.inf:
-            raise ArgumentError(f"delay must be a finite number >= 0 of seconds, got {delay!r}")
+            raise ArgumentError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
         return time.time() + delay
     if isinstance(deliver_at, _dt.datetime):
         return deliver_at.timestamp()
