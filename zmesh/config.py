@@ -378,10 +378,13 @@ def _build(cls: Any, opts: Mapping[str, Any], where: str) -> Any:
 
 def parse_seed(seed: str, *, what: str = "seed",
                allow_port_zero: bool = False) -> tuple[str, int]:
-    """Split ``"host:port"``; raise ConfigError naming the address when it is not one."""
-    host, sep, port = str(seed).rpartition(":")
+    """Split ``"host:port"`` (ZeroMQ's ``"tcp://host:port"`` too); raise ConfigError naming
+    the address when it is not one."""
+    text = str(seed)
+    host, sep, port = text.removeprefix("tcp://").rpartition(":")
     low = 0 if allow_port_zero else 1
-    if not sep or not host or not port.isdigit() or not low <= int(port) < 65536:
+    if not sep or not host or "/" in host or not port.isdigit() \
+            or not low <= int(port) < 65536:
         raise ConfigError(f"{what} {seed!r} must be 'host:port' with a port in "
                           f"{low}..65535")
     return host.strip("[]"), int(port)

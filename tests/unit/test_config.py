@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from zmesh import ConfigError, NodeConfig, SubscriptionConfig, TopicConfig
+from zmesh._discovery.static import seed_endpoints
+from zmesh.config import parse_seed
 
 NAN = float("nan")
 
@@ -238,6 +240,8 @@ def test_subscription_config_rejects(field: str, value: object, named: str) -> N
         ("seeds", ["10.0.0.2:65536"], "seed '10.0.0.2:65536'"),
         ("seeds", ["10.0.0.2:http"], "seed '10.0.0.2:http'"),
         ("seeds", [":5000"], "seed ':5000'"),
+        ("seeds", ["udp://10.0.0.2:5000"], "seed 'udp://10.0.0.2:5000'"),
+        ("seeds", ["10.0.0.2/24:5000"], "seed '10.0.0.2/24:5000'"),
         ("heartbeat_interval_s", 0, "NodeConfig.heartbeat_interval_s"),
         ("heartbeat_interval_s", -1, "NodeConfig.heartbeat_interval_s"),
         ("heartbeat_interval_s", "1s", "NodeConfig.heartbeat_interval_s"),
@@ -504,3 +508,11 @@ def test_from_mapping_names_its_source() -> None:
         NodeConfig.from_mapping(
             {"node": {"name": "n", "data_dir": "d", "mdns": True, "bogus": 1}}, source="my-source"
         )
+
+
+def test_a_seed_may_be_written_as_a_zeromq_endpoint() -> None:
+    # (it was taken as the host "tcp://10.0.0.2", which no connect could reach)
+    assert parse_seed("tcp://10.0.0.2:5555") == ("10.0.0.2", 5555)
+    assert parse_seed("tcp://[::1]:5555") == ("::1", 5555)
+    assert seed_endpoints(["tcp://10.0.0.2:5555"]) == seed_endpoints(["10.0.0.2:5555"])
+
