@@ -29,8 +29,9 @@ DISCOVERY_TIMEOUT_S = 20.0
 BEFORE_CUT = 50  # messages each consumer handles before the cut (see MOVED_MIN)
 DETECT_TIMEOUT_S = 10.0  # dead_after_s is 1.5 s
 MOVED_MIN = 50  # new messages of c1's partitions that c2 handles before the healing
-# Both are small because c1's share of the stream is its share of the 16 partitions: at
-# 1 of 16 it gets ~31 msgs/s, and 300 would let the stream end before the healing.
+# Both are small because c1's share of the stream is its share of the 8 partitions (the
+# cluster picks ids so that it owns some): at 1 of 8 it gets ~62 msgs/s, and 300 would let
+# the stream end before the healing.
 MOVE_TIMEOUT_S = 10.0
 RETURN_TIMEOUT_S = 20.0  # TCP retransmission backoff may add seconds after the link is up
 FINISH_TIMEOUT_S = 60.0
