@@ -510,9 +510,10 @@ def test_from_mapping_names_its_source() -> None:
         )
 
 
-def test_a_seed_may_be_written_as_a_zeromq_endpoint() -> None:
+@pytest.mark.parametrize("port", [1, 65535])  # (parsed only: the range's edges)
+def test_a_seed_may_be_written_as_a_zeromq_endpoint(port: int) -> None:
     # (it was taken as the host "tcp://10.0.0.2", which no connect could reach)
-    assert parse_seed("tcp://10.0.0.2:5555") == ("10.0.0.2", 5555)
-    assert parse_seed("tcp://[::1]:5555") == ("::1", 5555)
-    assert seed_endpoints(["tcp://10.0.0.2:5555"]) == seed_endpoints(["10.0.0.2:5555"])
+    assert parse_seed(f"tcp://10.0.0.2:{port}") == ("10.0.0.2", port)
+    assert parse_seed(f"tcp://[::1]:{port}") == ("::1", port)
+    assert seed_endpoints([f"tcp://10.0.0.2:{port}"]) == seed_endpoints([f"10.0.0.2:{port}"])
 
