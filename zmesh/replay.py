@@ -159,7 +159,7 @@ class ReplayReader:
             source.token = secrets.randbits(62)
             source.sent_at = now
             req = FetchRequest(source.token, self.topic, tuple(source.cursors.items()), start,
-                               self._batch_size)
+                               self._batch_size, self._engine.config.max_message_bytes)
             try:
                 source.sock.send(encode_control(req), zmq.NOBLOCK)
             except zmq.Again:

@@ -27,7 +27,7 @@ def samples(mesh: str) -> list[list[bytes]]:
     # Another mesh: a forged hello of this mesh would make its sender a peer (an open
     # mesh admits anyone), and its batches legitimate.
     hello = encode_control(Hello(nid, "evil", mesh + "-x", 1, 1, 2, ("127.0.0.1",),
-                                 (SubInfo("t", "g", "shared", 10, 10),),
+                                 (SubInfo("t", "g", "shared", 10, 10, 1 << 20),),
                                  (PeerRef(nid, "tcp://127.0.0.1:1", ""),)))
     batch = Batch(nid, 1, "t", "g", 0, (1, 2), (0, 3), ("k", None), ({"h": 1}, None), (1, 0),
                   (1.0, 2.0), (0, None), (b"payload", b"other"))

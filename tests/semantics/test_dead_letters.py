@@ -102,3 +102,42 @@ def test_nack_and_fetch_refuse_bad_arguments_and_the_message_stays_unsettled(mak
     again = sub.get(timeout=5)
     assert again is not None and again.attempt == 2
 
+
+
+def test_a_payload_larger_than_a_consumer_accepts_is_parked_for_its_group_only(make_node):
+    # The consumer of "small" accepts 64 KiB (its node's max_message_bytes, told in its
+    # hello): the producer parks a larger payload for that group instead of sending it
+    # (dropped as undecodable, it would come back after every ack timeout), and the
+    # group's credit goes on to the messages after it. "big" accepts it.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("small", "big"))})
+    small_node = make_node("small", seeds=[prod.control_address], max_message_bytes=64 << 10)
+    big_node = make_node("big", seeds=[prod.control_address])
+    small = small_node.subscribe("t", group="small", max_in_flight=1)
+    big = big_node.subscribe("t", group="big")
+    wait_members(prod, "t", "small", 1)
+    wait_members(prod, "t", "big", 1)
+    large = prod.publish("t", b"L" * (100 << 10), key="large")
+    after = [prod.publish("t", b"s%d" % i) for i in range(3)]
+
+    got = []
+    for _ in after:
+        msg = small.get(timeout=5)
+        assert msg is not None
+        got.append(msg.id)
+        msg.ack()
+    assert got == [r.id for r in after]
+    [dead] = prod.dead_letters("t", "small")
+    assert dead.id == large.id and dead.key == "large" and len(dead.payload) == 100 << 10
+    assert "larger than the max_message_bytes (65536)" in dead.reason
+    assert prod.dead_letters("t", "big") == []
+    assert prod.stats()["refused_oversized"] == 1
+
+    delivered = []
+    for _ in range(4):
+        msg = big.get(timeout=5)
+        assert msg is not None
+        delivered.append(msg.id)
+        msg.ack()
+    assert delivered == [large.id] + [r.id for r in after]
+    large.wait_acked(5)  # parked for "small", acked by "big": settled for both groups
+    assert small_node.stats().get("decode_errors", 0) == 0

@@ -151,6 +151,25 @@ def test_without_retention_nothing_is_kept_for_replay_and_the_gap_is_reported(ma
     assert prod.stats().get("retention_reclaimed", 0) == 0
 
 
+def test_a_reader_gets_no_payload_larger_than_it_accepts_and_the_gap_is_reported(make_node):
+    # The reader's node accepts 64 KiB: the producer leaves the larger message out of its
+    # fetch reply and the reader counts its index as a gap. (Sent, a reply this large is
+    # past the frames the reader takes: its connection was reset and the producer taken
+    # for unreachable.)
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(partitions=1, retention_s=600)})
+    reader_node = make_node("reader", seeds=[prod.control_address],
+                            max_message_bytes=64 << 10)
+    prod.publish_many("t", [b"a", b"L" * (3 << 20), b"c"]).wait_stored(5)
+    live_peers(reader_node, 1)
+    with reader_node.replay("t", follow=False) as reader:
+        replayed = list(reader)
+    assert [m.payload for m in replayed] == [b"a", b"c"]
+    assert [m.index for m in replayed] == [0, 2]
+    assert reader.gaps == 1 and reader.gap_ranges == [(prod.id, 0, 1, 2)]
+    assert reader.unreachable == set()
+    assert prod.stats()["refused_oversized"] == 1
+
+
 def test_retention_by_time_reclaims_and_a_replay_reports_the_gap(make_node):
     topics = {"t": zmesh.TopicConfig(partitions=1, retention_s=0.5, groups=("g",))}
     prod = make_node("prod", topics=topics)

@@ -85,6 +85,7 @@ sub_infos = st.builds(
     mode=st.sampled_from(["shared", "broadcast"]),
     max_in_flight=st.integers(1, 1 << 24),
     batch_size=st.integers(1, MAX_BATCH_ITEMS),
+    max_message_bytes=st.integers(1, U63),
 )
 hosts = st.one_of(
     st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9.\-]{0,30}\Z"),
@@ -140,6 +141,7 @@ fetch_requests = st.builds(
     FetchRequest, token=u63, topic=names,
     cursors=st.lists(st.tuples(partitions, u63), max_size=5).map(tuple),
     start=st.none() | u63, max_items=st.integers(1, 10_000),
+    max_payload_bytes=st.integers(1, U63),
 )
 fetch_replies = st.builds(
     FetchReply, token=u63, topic=names,
@@ -188,7 +190,7 @@ def sample_hello() -> Hello:
         5000,
         5001,
         ("127.0.0.1",),
-        (SubInfo("metrics", "agg", "shared", 100, 10),),
+        (SubInfo("metrics", "agg", "shared", 100, 10, 8 << 20),),
         (PeerRef(b"\x02" * NODE_ID_BYTES, "tcp://127.0.0.1:6000"),),
     )
 
@@ -201,7 +203,7 @@ SAMPLE_CONTROLS: list[Any] = [
     Bye(NODE, 7),
     StatusRequest(42),
     StatusReply(42, {"lanes": [], "ok": True}),
-    FetchRequest(43, "metrics", ((0, 5), (3, 0)), 0, 500),
+    FetchRequest(43, "metrics", ((0, 5), (3, 0)), 0, 500, 8 << 20),
     FetchReply(43, "metrics", (FetchItem(3, 7, 12, "k", {"h": 1}, 1.5, b"payload"),),
                (FetchHead(3, 2, 9, 8), FetchHead(0, 0, 0, 5))),
 ]
@@ -927,6 +929,8 @@ def test_batch_header_with_bad_field(index: int, value: object) -> None:
         lambda obj: obj[9][0].__setitem__(2, "fanout"),  # unknown sub mode
         lambda obj: obj[9][0].__setitem__(3, 0),  # max_in_flight 0
         lambda obj: obj[9][0].__setitem__(4, MAX_BATCH_ITEMS + 1),
+        lambda obj: obj[9][0].__setitem__(5, 0),  # max_message_bytes 0
+        lambda obj: obj[9][0].pop(),  # a sub without max_message_bytes (protocol 2)
         lambda obj: obj[9].__setitem__(0, "sub"),  # sub not a list
         lambda obj: obj[10][0].append("extra"),  # peer ref length
         lambda obj: obj.__setitem__(5, -1),  # incarnation negative
@@ -939,6 +943,8 @@ def test_batch_header_with_bad_field(index: int, value: object) -> None:
         "mode",
         "max-in-flight",
         "batch-size",
+        "max-message-bytes",
+        "sub-length",
         "sub",
         "peer",
         "incarnation",

@@ -49,12 +49,16 @@ class Taken:
         return len(self.seqs)
 
 
+NO_SIZE_LIMIT = 1 << 62  # a member that did not say how large a payload it accepts
+
+
 @dataclass(slots=True)
 class Member:
     """A live member of the lane's group and its credit."""
 
     max_in_flight: int
     batch_size: int
+    max_message_bytes: int = NO_SIZE_LIMIT  # the largest payload it accepts
     # What it holds unacked: ``sent`` plain messages (counted only: the lane's sent map
     # knows which) and the sequences of ``Entry`` messages in ``in_flight``.
     in_flight: set[int] = field(default_factory=set)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, cast
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, cast
 
 from .._protocol.codec import PackedColumns
 from .._store.damage import decode_record
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from .producer import Producer
 
 log = logging.getLogger(__name__)
+
+_PAYLOAD: Callable[[Any], bytes] = itemgetter(8)  # a message's payload in its fields
 
 DECODED_KEPT_BYTES = 8 << 20  # what the records kept decoded may take
 _ENTRY_BYTES = 440  # a record's decoded fields and its map entry, besides the payload
@@ -143,9 +146,11 @@ def dispatch(producer: Producer, now: float,
                         missing.append(seq)
                 fields[i] = fields_of
             if missing:
-                out = _without(out, fields)
-                fields = [f for f in fields if f is not None]
+                out, fields = _select(out, fields, [f is not None for f in fields])
                 _drop(producer, topic, missing, batch)
+            if out.seqs and max(map(len, map(_PAYLOAD, fields))) > \
+                    lane.members[member].max_message_bytes:
+                out, fields = _refuse_oversized(producer, lane, member, out, fields, batch)
             if out.seqs:
                 sent = send(member, lane, out, cast("list[Sequence]", fields))
                 sent_total += sent
@@ -173,13 +178,34 @@ def _drop(producer: Producer, topic: str, seqs: list[int], batch: WriteBatch) ->
             producer._settled(topic, owing, [seq], batch)
 
 
-def _without(out: Taken, fields: list) -> Taken:
-    """``out`` without the messages whose record is missing (None in ``fields``)."""
-    kept = Taken()
-    for seq, partition, attempt, f in zip(out.seqs, out.partitions, out.attempts, fields,
-                                          strict=True):
-        if f is not None:
+def _select(out: Taken, fields: list, keep: list[bool]) -> tuple[Taken, list]:
+    """The messages of ``out`` (and their fields) where ``keep`` is true."""
+    kept, kept_fields = Taken(), []
+    for seq, partition, attempt, f, k in zip(out.seqs, out.partitions, out.attempts, fields,
+                                             keep, strict=True):
+        if k:
             kept.seqs.append(seq)
             kept.partitions.append(partition)
             kept.attempts.append(attempt)
-    return kept
+            kept_fields.append(f)
+    return kept, kept_fields
+
+
+def _refuse_oversized(producer: Producer, lane: Lane, member: bytes, out: Taken,
+                      fields: list, batch: WriteBatch) -> tuple[Taken, list]:
+    """Park the messages whose payload is larger than ``member`` accepts (its node's
+    ``max_message_bytes``, from its hello) as dead letters of the lane: sent, they would be
+    dropped as undecodable and come back after every ack timeout. Returns the rest."""
+    limit = lane.members[member].max_message_bytes
+    sizes = [len(f[8]) for f in fields]
+    for seq, size in zip(out.seqs, sizes, strict=True):
+        if size > limit:
+            producer.on_fail(lane.topic, lane.name, seq,
+                             f"payload of {size} bytes is larger than the max_message_bytes "
+                             f"({limit}) of consumer node {member.hex()[:12]}", batch)
+    refused = sum(size > limit for size in sizes)
+    producer.counters.add("refused_oversized", refused)
+    log.warning("%d messages of %s parked as dead letters of lane %s: their payload is "
+                "larger than the max_message_bytes (%d) of consumer node %s", refused,
+                lane.topic, lane.name, limit, member.hex()[:12])
+    return _select(out, fields, [size <= limit for size in sizes])

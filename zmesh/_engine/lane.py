@@ -29,6 +29,7 @@ from itertools import compress, repeat
 from .delivery import (
     DELAYED,
     IN_FLIGHT,
+    NO_SIZE_LIMIT,
     READY,
     SEQ_BITS,
     SEQ_MASK,
@@ -249,13 +250,15 @@ class Lane(Retries):
 
     # -- membership -----------------------------------------------------------------------
 
-    def set_member(self, member: bytes, max_in_flight: int, batch_size: int) -> bool:
+    def set_member(self, member: bytes, max_in_flight: int, batch_size: int,
+                   max_message_bytes: int = NO_SIZE_LIMIT) -> bool:
         """Add or update a live member; True when it is new."""
         current = self.members.get(member)
         if current is not None:
             current.max_in_flight, current.batch_size = max_in_flight, batch_size
+            current.max_message_bytes = max_message_bytes
             return False
-        self.members[member] = Member(max_in_flight, batch_size)
+        self.members[member] = Member(max_in_flight, batch_size, max_message_bytes)
         self._owners = None
         return True
 

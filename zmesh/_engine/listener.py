@@ -232,7 +232,8 @@ class Listener:
         elif isinstance(msg, FetchRequest):
             items, heads = self.producer.retained.fetch(msg.topic, dict(msg.cursors),
                                                         msg.start, msg.max_items,
-                                                        FETCH_REPLY_BYTES)
+                                                        FETCH_REPLY_BYTES,
+                                                        msg.max_payload_bytes)
             self.counters.add("fetched", len(items))
             self._reply(frames[0], FetchReply(msg.token, msg.topic,
                                               tuple(FetchItem(*i) for i in items),

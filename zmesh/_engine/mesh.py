@@ -82,8 +82,9 @@ class Mesh:
                     public_key=key)
 
     def hello(self) -> Hello:
+        limit = self.config.max_message_bytes
         subs = tuple(SubInfo(s.topic, s.group, s.mode, s.config.max_in_flight,
-                             s.config.batch_size) for s in self._local_subs())
+                             s.config.batch_size, limit) for s in self._local_subs())
         refs = tuple(PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode())
                      for p in self.peers.values() if p.alive)
         return Hello(self.node_id, self.config.name, self.config.mesh, self.incarnation,
@@ -183,7 +184,7 @@ class Mesh:
                 lane.remove_member(peer.node_id, now)
         for (topic, name), s in new.items():
             lane = self.producer.ensure_lane(topic, name, s.group, s.mode, wb, now)
-            lane.set_member(peer.node_id, s.max_in_flight, s.batch_size)
+            lane.set_member(peer.node_id, s.max_in_flight, s.batch_size, s.max_message_bytes)
         peer.subs = subs
         peer.lanes = new
 

@@ -76,14 +76,16 @@ class Retained:
         return more
 
     def fetch(self, topic: str, cursors: dict[int, int], start: int | None, max_items: int,
-              max_bytes: int) -> tuple[list[tuple], list[tuple[int, int, int, int]]]:
+              max_bytes: int, max_payload_bytes: int,
+              ) -> tuple[list[tuple], list[tuple[int, int, int, int]]]:
         """Stored messages of ``topic`` by index, for a reader.
 
         ``cursors``: partition -> first index wanted; ``start``: the first index of every
         other partition (None: only the partitions in ``cursors``). Returns items
         ``(partition, index, seq, key, headers, published_at, payload)`` in index order per
         partition, and per partition ``(partition, oldest stored index, next index, scanned
-        up to)``: the reader continues at "scanned up to"; indexes it skipped are gone.
+        up to)``: the reader continues at "scanned up to"; indexes it skipped are gone, or
+        were messages with a payload past ``max_payload_bytes`` (what the reader accepts).
         """
         producer = self.p
         nexts = producer.indexes.partitions(topic)
@@ -114,6 +116,9 @@ class Retained:
                     if fields is None:
                         continue  # settled without retention (or damaged): not replayable
                     _t, _p, key, headers, _pr, _pa, _e, _d, payload, _i = fields
+                    if len(payload) > max_payload_bytes:
+                        producer.counters.add("refused_oversized", 1)
+                        continue
                     items.append((partition, index, seq, key, headers, published_at, payload))
                     size += len(payload)
                 if not stopped and len(entries) < budget:

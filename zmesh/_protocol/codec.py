@@ -171,7 +171,8 @@ def encode_control(msg: Control) -> bytes:
         return _packb([
             v, HELLO, msg.node_id, msg.name, msg.mesh, msg.incarnation, msg.ctrl_port,
             msg.data_port, list(msg.hosts),
-            [[s.topic, s.group, s.mode, s.max_in_flight, s.batch_size] for s in msg.subs],
+            [[s.topic, s.group, s.mode, s.max_in_flight, s.batch_size, s.max_message_bytes]
+             for s in msg.subs],
             [[p.node_id, p.ctrl_endpoint, p.public_key] for p in msg.peers],
         ])
     if isinstance(msg, Ack):
@@ -192,7 +193,7 @@ def encode_control(msg: Control) -> bytes:
         return _packb([v, ADMIN_REP, msg.token, msg.ok, msg.result, msg.error])
     if isinstance(msg, FetchRequest):
         return _packb([v, FETCH_REQ, msg.token, msg.topic, [list(c) for c in msg.cursors],
-                       msg.start, msg.max_items])
+                       msg.start, msg.max_items, msg.max_payload_bytes])
     if isinstance(msg, FetchReply):
         return _packb([v, FETCH_REP, msg.token, msg.topic,
                        [[i.partition, i.index, i.seq, i.key, i.headers, i.published_at,
@@ -223,11 +224,12 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
             _check(isinstance(hosts, list) and len(hosts) <= 64, "bad hosts")
             subs = []
             for s in subs_raw:
-                _check(isinstance(s, list) and len(s) == 5, "bad sub")
+                _check(isinstance(s, list) and len(s) == 6, "bad sub")
                 _check(s[2] in ("shared", "broadcast"), "bad sub mode")
                 subs.append(SubInfo(_str(s[0], "topic"), _str(s[1], "group"), s[2],
                                     _int(s[3], "max_in_flight", 1, MAX_IN_FLIGHT),
-                                    _int(s[4], "batch_size", 1, MAX_BATCH_ITEMS)))
+                                    _int(s[4], "batch_size", 1, MAX_BATCH_ITEMS),
+                                    _int(s[5], "max_message_bytes", 1)))
             peers = []
             for p in peers_raw:
                 _check(isinstance(p, list) and len(p) == 3, "bad peer ref")
@@ -264,7 +266,7 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
             _check(len(obj) == 6 and isinstance(obj[3], bool), "bad admin reply")
             return AdminReply(_int(obj[2], "token"), obj[3], obj[4], _str(obj[5], "error", 4096))
         if kind == FETCH_REQ:
-            _check(len(obj) == 7, "bad fetch request length")
+            _check(len(obj) == 8, "bad fetch request length")
             cursors = obj[4]
             _check(isinstance(cursors, list) and len(cursors) <= MAX_PARTITIONS, "bad cursors")
             for c in cursors:
@@ -274,7 +276,8 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
                 tuple((_int(c[0], "partition", 0, MAX_PARTITIONS - 1), _int(c[1], "index"))
                       for c in cursors),
                 None if obj[5] is None else _int(obj[5], "start index"),
-                _int(obj[6], "max items", 1, MAX_BATCH_ITEMS))
+                _int(obj[6], "max items", 1, MAX_BATCH_ITEMS),
+                _int(obj[7], "max payload bytes", 1))
         if kind == FETCH_REP:
             _check(len(obj) == 6, "bad fetch reply length")
             raw_items, raw_heads = obj[4], obj[5]

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PROTOCOL_VERSION = 2  # 2: data batches in columns, payloads inside the header frame
+PROTOCOL_VERSION = 3  # 2: data batches in columns, payloads inside the header frame;
+#                       3: subscriptions and fetch requests carry max_message_bytes
 
 # Control kinds.
 HELLO = 1
@@ -48,6 +49,7 @@ class SubInfo:
     mode: str  # "shared" | "broadcast"
     max_in_flight: int
     batch_size: int
+    max_message_bytes: int  # the largest payload the subscribing node accepts
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +155,9 @@ class FetchRequest:
     """A reader asks a producer for stored messages of a topic, by index.
 
     ``cursors``: (partition, first index wanted); ``start``: the first index of every other
-    partition the producer has (None: only the partitions in ``cursors``).
+    partition the producer has (None: only the partitions in ``cursors``);
+    ``max_payload_bytes``: the reader's ``max_message_bytes`` (a message with a larger
+    payload is left out: a gap for the reader).
     """
 
     token: int
@@ -161,6 +165,7 @@ class FetchRequest:
     cursors: tuple[tuple[int, int], ...]
     start: int | None
     max_items: int
+    max_payload_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
