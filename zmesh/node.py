@@ -25,6 +25,8 @@ from .transaction import Transaction
 __all__ = ["Node"]
 
 DEFAULT_PARTITIONS = TopicConfig().partitions
+# What publish_many must not take apart as a sequence of payloads or keys.
+_ONE_VALUE = (str, bytes, bytearray, memoryview)
 
 
 class Node:
@@ -212,12 +214,18 @@ class Node:
         ``keys`` (one per payload) route each message like ``publish(key=...)``;
         ``receipt.ids`` lists the message ids; ``wait_acked`` waits for every message.
         """
+        if isinstance(payloads, _ONE_VALUE):
+            raise ArgumentError(f"publish_many takes a list of payloads, got one "
+                                f"{type(payloads).__name__} (use publish for one message)")
         payloads = list(payloads)
         if not payloads:
             raise ArgumentError("publish_many needs at least one payload")
         if keys is None:
             key_list: list[str | None] = [None] * len(payloads)
         else:
+            if isinstance(keys, _ONE_VALUE):
+                raise ArgumentError(f"publish_many takes a list of keys (one per payload), "
+                                    f"got one {type(keys).__name__}")
             key_list = list(keys)
             if len(key_list) != len(payloads):
                 raise ArgumentError(f"{len(key_list)} keys for {len(payloads)} payloads")

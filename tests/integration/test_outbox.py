@@ -174,6 +174,23 @@ def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first
     assert prod._engine._submitted == prod._engine._done
 
 
+@pytest.mark.parametrize("payloads, keys, match", [
+    ("abc", None, "list of payloads, got one str"),  # was three messages "a", "b", "c"
+    (b"abc", None, "list of payloads, got one bytes"),
+    (bytearray(b"ab"), None, "list of payloads"),
+    ([], None, "at least one payload"),
+    ([b"a", b"b", b"c"], "abc", "list of keys"),  # was the keys "a", "b", "c"
+    ([b"a", b"b"], ["k"], "1 keys for 2 payloads"),
+])
+def test_bad_publish_many_arguments_raise_at_the_call(make_node, payloads, keys, match):
+    prod = make_node("prod")
+    with pytest.raises(zmesh.ArgumentError, match=match):
+        prod.publish_many("t", payloads, keys=keys)
+    receipt = prod.publish_many("t", (p for p in [b"a", "b"]))  # any iterable of payloads
+    receipt.wait_stored(5)
+    assert len(receipt.ids) == 2 and prod.status()["outbox"] == 2
+
+
 def test_topic_config_set_after_publishing_applies_to_the_next_publish(make_node):
     prod = make_node("prod")
     cons = make_node("cons", seeds=[prod.control_address])
