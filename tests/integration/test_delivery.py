@@ -14,6 +14,9 @@ from zmesh._protocol.codec import (
     MAX_BATCH_ITEMS,
     MAX_HEADERS_BYTES,
     MAX_KEY_CHARS,
+    MAX_SUBSCRIPTION_BYTES,
+    MAX_SUBSCRIPTIONS,
+    announced_bytes,
 )
 
 
@@ -115,6 +118,32 @@ def test_the_largest_batches_and_credit_a_subscription_takes_work(make_node):
     got = drain(sub, 20_000, timeout=60)
     assert sorted(int(m.payload) for m in got) == list(range(20_000))
     assert cons.stats().get("decode_errors", 0) == 0 == prod.stats().get("decode_errors", 0)
+
+
+def test_as_many_subscriptions_as_a_hello_announces_and_no_more(make_node):
+    # Past what its hello may hold, a node's hellos were dropped by every peer: it went
+    # silent to the mesh (taken for dead) without an error anywhere.
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    subs = [cons.subscribe(f"t{i}", group="g") for i in range(MAX_SUBSCRIPTIONS)]
+    cons.subscribe("t7", group="g").close()  # the same topic and group again: no more room
+    with pytest.raises(zmesh.ArgumentError, match=f"at most {MAX_SUBSCRIPTIONS}"):
+        cons.subscribe("one-more", group="g")
+    wait_members(prod, f"t{MAX_SUBSCRIPTIONS - 1}", "g", 1)
+    r = prod.publish(f"t{MAX_SUBSCRIPTIONS - 1}", b"x")
+    assert drain(subs[-1], 1)[0].id == r.id
+    subs[0].close()  # makes room
+    cons.subscribe("one-more", group="g")
+    assert [p["alive"] for p in prod.peers()] == [True]
+
+    # Long names: the bytes bound them first.
+    other = make_node("other")
+    topic = "x" * 120
+    fit = MAX_SUBSCRIPTION_BYTES // announced_bytes(topic + "-0000", "g")
+    for i in range(fit):
+        other.subscribe(f"{topic}-{i:04d}", group="g")
+    with pytest.raises(zmesh.ArgumentError, match=f"{MAX_SUBSCRIPTION_BYTES} bytes"):
+        other.subscribe(f"{topic}-{fit:04d}", group="g")
 
 
 def test_shared_group_balances_and_keeps_keys_on_one_member(make_node):

@@ -16,7 +16,10 @@ from zmesh._protocol.codec import (
     MAX_BATCH_HEADER_BYTES,
     MAX_BATCH_ITEMS,
     MAX_HEADER_BYTES,
+    MAX_SUBSCRIPTION_BYTES,
+    MAX_SUBSCRIPTIONS,
     NODE_ID_BYTES,
+    announced_bytes,
     check_headers,
     decode_batch,
     decode_control,
@@ -193,6 +196,30 @@ def sample_hello() -> Hello:
         (SubInfo("metrics", "agg", "shared", 100, 10, 8 << 20),),
         (PeerRef(b"\x02" * NODE_ID_BYTES, "tcp://127.0.0.1:6000"),),
     )
+
+
+def test_subscriptions_a_node_may_announce_fit_in_a_hello() -> None:
+    # subscribe() refuses past MAX_SUBSCRIPTIONS or MAX_SUBSCRIPTION_BYTES (by
+    # announced_bytes): with the longest names (128 characters) and numbers, and 2,048
+    # peers on IPv6 endpoints, the hello still decodes.
+    topic, group = "t" * 128, "g" * 128
+    many = MAX_SUBSCRIPTION_BYTES // announced_bytes(topic, group)
+    subs = tuple(SubInfo(f"{i:08d}" + topic[8:], group, "broadcast", 1 << 24,
+                         MAX_BATCH_ITEMS, (1 << 63) - 1) for i in range(many))
+    peers = tuple(PeerRef(i.to_bytes(NODE_ID_BYTES, "big"),
+                          f"tcp://[fd00:aaaa:bbbb:cccc:dddd:eeee:ffff:{i:04x}]:65535", "k" * 40)
+                  for i in range(2048))
+    hello = Hello(NODE, "n" * 128, "m" * 128, U63, 65535, 65535, ("h" * 255,) * 64, subs,
+                  peers)
+    frame = encode_control(hello)
+    assert len(frame) <= MAX_HEADER_BYTES
+    assert decode_control(frame) == hello
+    # Short names: the count is what bounds them.
+    short = tuple(SubInfo(f"t{i}", "g", "shared", 1000, 100, 8 << 20)
+                  for i in range(MAX_SUBSCRIPTIONS))
+    assert sum(announced_bytes(s.topic, s.group) for s in short) <= MAX_SUBSCRIPTION_BYTES
+    hello = dataclasses.replace(hello, subs=short)
+    assert decode_control(encode_control(hello)) == hello
 
 
 SAMPLE_CONTROLS: list[Any] = [

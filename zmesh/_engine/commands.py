@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
+from .._protocol.codec import MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTIONS, announced_bytes
 from .._receipt import Receipt
-from ..errors import NodeStateError, OutboxFullError, StoreFullError
+from ..errors import ArgumentError, NodeStateError, OutboxFullError, StoreFullError
 from .routing import partition_for
 from .staging import Publish
 
@@ -94,6 +95,12 @@ class Commands:
         self._wake_lock = threading.Lock()
         self._wake_tx: zmq.Socket | None = None  # application threads' end of the wake pipe
         self._watches: list[Receipt] = []  # receipts to track, collected by the IO thread
+        # What this node's hello announces: (topic, group, mode) -> its Subscription
+        # objects (the hello names each once), and the bytes of their names.
+        self._subs_lock = threading.Lock()
+        self._announced: dict[tuple[str, str, str], int] = {}
+        self._announced_subs: set[Subscription] = set()
+        self._announced_bytes = 0
 
     # == application threads =============================================================
 
@@ -232,11 +239,43 @@ class Commands:
             raise done.error
 
     def subscribe(self, sub: Subscription) -> None:
-        self.submit(("sub", sub))
+        """Add ``sub``; ArgumentError when this node's hello could not announce it."""
+        key = (sub.topic, sub.group, sub.mode)
+        with self._subs_lock:
+            count = self._announced.get(key, 0)
+            if not count:
+                size = announced_bytes(sub.topic, sub.group)
+                if len(self._announced) >= MAX_SUBSCRIPTIONS or \
+                        self._announced_bytes + size > MAX_SUBSCRIPTION_BYTES:
+                    raise ArgumentError(
+                        f"node {self.config.name!r} announces {len(self._announced)} "
+                        f"subscriptions ({self._announced_bytes} bytes) in its hello, which "
+                        f"holds at most {MAX_SUBSCRIPTIONS} and {MAX_SUBSCRIPTION_BYTES} "
+                        f"bytes of them: close some, or spread them over more nodes")
+                self._announced_bytes += size
+            self._announced[key] = count + 1
+            self._announced_subs.add(sub)
+        try:
+            self.submit(("sub", sub))
+        except BaseException:
+            self._forget_announced(sub)
+            raise
 
     def unsubscribe(self, sub: Subscription) -> None:
+        self._forget_announced(sub)
         left = sub._drain_unsettled()
         self.submit(("unsub", sub, left))
+
+    def _forget_announced(self, sub: Subscription) -> None:
+        key = (sub.topic, sub.group, sub.mode)
+        with self._subs_lock:
+            if sub not in self._announced_subs:
+                return  # (closed twice)
+            self._announced_subs.discard(sub)
+            self._announced[key] -= 1
+            if not self._announced[key]:
+                del self._announced[key]
+                self._announced_bytes -= announced_bytes(sub.topic, sub.group)
 
     def call(self, fn: Callable[[WriteBatch, float], Any], timeout_s: float = 10.0) -> Any:
         """Run ``fn(write_batch, now)`` on the IO thread and return its result.
@@ -262,7 +301,7 @@ class Commands:
         cmds = self._cmds
         mesh = self.mesh
         assert mesh is not None
-        stop = False
+        stop = subs_changed = False
         while cmds and len(pubs) < max_pubs:
             cmd = cmds.popleft()
             if isinstance(cmd, Publish):  # publish()
@@ -298,12 +337,12 @@ class Commands:
             elif kind == "sub":
                 self._local_subs.append(cmd[1])
                 self.consumer.add(cmd[1])
-                mesh.subs_changed(wb, now)
+                subs_changed = True
             elif kind == "unsub":
                 if cmd[1] in self._local_subs:
                     self._local_subs.remove(cmd[1])
                 self.consumer.remove(cmd[1], cmd[2])
-                mesh.subs_changed(wb, now)
+                subs_changed = True
             elif kind == "topic":
                 self.producer.set_topic(cmd[1], cmd[2], wb, now)
             elif kind == "call":
@@ -315,6 +354,8 @@ class Commands:
                 calls.append(call)
             elif kind == "stop":
                 stop = True
+        if subs_changed:  # one hello for any number of (un)subscribes
+            mesh.subs_changed(wb, now)
         return stop
 
     def _notify(self, staged_done: int, staged_bytes: int = 0) -> None:

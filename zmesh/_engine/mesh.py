@@ -83,8 +83,11 @@ class Mesh:
 
     def hello(self) -> Hello:
         limit = self.config.max_message_bytes
-        subs = tuple(SubInfo(s.topic, s.group, s.mode, s.config.max_in_flight,
-                             s.config.batch_size, limit) for s in self._local_subs())
+        # Several subscriptions of one topic and group on this node are one member of its
+        # lane: named once (the newest one's flow control).
+        subs = tuple({(s.topic, s.group, s.mode): SubInfo(
+            s.topic, s.group, s.mode, s.config.max_in_flight, s.config.batch_size, limit)
+            for s in self._local_subs()}.values())
         refs = tuple(PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode())
                      for p in self.peers.values() if p.alive)
         return Hello(self.node_id, self.config.name, self.config.mesh, self.incarnation,

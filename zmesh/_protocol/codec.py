@@ -54,6 +54,10 @@ NODE_ID_BYTES = 16
 MAX_KEY_CHARS = 4096
 MAX_HEADERS_BYTES = 64 << 10  # one message's headers, packed
 MAX_REASON_CHARS = 4096  # a failed message's reason, as a FAIL carries it
+# What one hello announces: subscriptions, and bytes of them (see ``announced_bytes``), so
+# that with the peers it names it stays within MAX_HEADER_BYTES.
+MAX_SUBSCRIPTIONS = 4096
+MAX_SUBSCRIPTION_BYTES = 512 << 10
 # A data batch carries its payloads inside its header frame, except a payload this large
 # (sent as a frame of its own, without a copy) and any payload once the header holds
 # INLINE_PAYLOAD_BYTES of them, so the header stays within MAX_BATCH_HEADER_BYTES.
@@ -110,6 +114,12 @@ def check_headers(headers: dict) -> None:
         _unpack(packed, MAX_HEADERS_BYTES)
     except DecodeError as exc:
         raise ValueError(f"headers would not decode at a consumer ({exc})") from exc
+
+
+def announced_bytes(topic: str, group: str) -> int:
+    """At least what one subscription takes in a hello: its names (ASCII, checked at
+    subscribe), their msgpack headers, and the packed mode and numbers."""
+    return len(topic) + len(group) + 32
 
 
 def _check(cond: bool, what: str) -> None:
@@ -218,7 +228,8 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
         if kind == HELLO:
             _check(len(obj) == 11, "bad hello length")
             subs_raw, peers_raw = obj[9], obj[10]
-            _check(isinstance(subs_raw, list) and len(subs_raw) <= 4096, "bad subs")
+            _check(isinstance(subs_raw, list) and len(subs_raw) <= MAX_SUBSCRIPTIONS,
+                   "bad subs")
             _check(isinstance(peers_raw, list) and len(peers_raw) <= 4096, "bad peers")
             hosts = obj[8]
             _check(isinstance(hosts, list) and len(hosts) <= 64, "bad hosts")
