@@ -21,6 +21,10 @@ Mode = Literal["shared", "broadcast"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
 _HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+MIN_MAP_SIZE_BYTES = 1 << 20
+# A message may take at most this share of the LMDB map: one larger could be held for good
+# (and every publish after it) waiting for room the map never has.
+MAP_SHARE_OF_ONE_MESSAGE = 8
 
 
 def check_name(kind: str, value: object) -> str:
@@ -201,7 +205,8 @@ class NodeConfig:
     many undecodable control frames (0: never).
     map_size_bytes / max_map_size_bytes: the LMDB map; when it is full, publishes wait for
     room (acks that delete messages), and with max_map_size_bytes above map_size_bytes the
-    map first doubles, step by step, up to that size (0: never grow).
+    map first doubles, step by step, up to that size (0: never grow). At least 1 MiB, and
+    at least eight times max_message_bytes.
     """
 
     name: str
@@ -269,6 +274,16 @@ class NodeConfig:
         if 0 < grow < self.map_size_bytes:
             raise ConfigError(f"NodeConfig.max_map_size_bytes ({grow}) must be 0 or at least "
                               f"map_size_bytes ({self.map_size_bytes})")
+        if self.map_size_bytes < MIN_MAP_SIZE_BYTES:
+            raise ConfigError(f"NodeConfig.map_size_bytes must be at least "
+                              f"{MIN_MAP_SIZE_BYTES} (1 MiB), got {self.map_size_bytes}")
+        largest_map = max(self.map_size_bytes, grow)
+        if self.max_message_bytes > largest_map // MAP_SHARE_OF_ONE_MESSAGE:
+            # A publish the map can never take would be held, and every publish after it.
+            raise ConfigError(
+                f"NodeConfig.max_message_bytes ({self.max_message_bytes}) must be at most an "
+                f"eighth of the LMDB map ({largest_map} bytes): lower it, or raise "
+                f"map_size_bytes or max_map_size_bytes")
         _positive("NodeConfig", "publish_timeout_s", self.publish_timeout_s, allow_zero=True)
         _positive("NodeConfig", "memory_budget_bytes", self.memory_budget_bytes, allow_zero=True)
         _positive("NodeConfig", "dedupe_window_s", self.dedupe_window_s)

@@ -15,6 +15,8 @@ from tests.conftest import LOOPBACK, wait_members, wait_until
 from tests.integration.test_delivery import drain
 
 SMALL_MAP = 1 << 20
+# A map this small, with the largest messages it allows (an eighth of it).
+SMALL = {"map_size_bytes": SMALL_MAP, "max_message_bytes": SMALL_MAP // 8}
 PAYLOAD = 4000
 GROUPS = {"t": zmesh.TopicConfig(groups=("g",))}
 
@@ -41,7 +43,7 @@ def fill(node: zmesh.Node, limit: int = 5000,
 
 
 def test_full_map_blocks_publish_loses_nothing_and_recovers(make_node, tmp_path):
-    prod = make_node("prod", map_size_bytes=SMALL_MAP, topics=GROUPS)
+    prod = make_node("prod", **SMALL, topics=GROUPS)
     accepted, err = fill(prod)
     store = str(tmp_path / "prod" / "store")
     assert accepted > 50
@@ -67,7 +69,7 @@ def test_full_map_blocks_publish_loses_nothing_and_recovers(make_node, tmp_path)
 
 
 def test_closing_with_held_publishes_fails_their_receipts(make_node, tmp_path):
-    prod = make_node("prod", map_size_bytes=SMALL_MAP, topics=GROUPS)
+    prod = make_node("prod", **SMALL, topics=GROUPS)
     receipts: list[zmesh.Receipt] = []
     fill(prod, receipts=receipts)
     held = [r for r in receipts if not r.stored]
@@ -81,7 +83,7 @@ def test_closing_with_held_publishes_fails_their_receipts(make_node, tmp_path):
 
 
 def test_max_map_size_grows_the_map_for_the_same_workload(make_node):
-    prod = make_node("prod", map_size_bytes=SMALL_MAP, max_map_size_bytes=16 * SMALL_MAP,
+    prod = make_node("prod", **SMALL, max_map_size_bytes=16 * SMALL_MAP,
                      topics=GROUPS)
     count = 800  # about three times what fits in SMALL_MAP
     rs = [prod.publish("t", payload(i), timeout=5) for i in range(count)]
@@ -97,7 +99,7 @@ def test_max_map_size_grows_the_map_for_the_same_workload(make_node):
 
 
 def test_a_transaction_the_full_map_cannot_take_fails_and_changes_nothing(make_node):
-    prod = make_node("prod", map_size_bytes=SMALL_MAP, topics=GROUPS)
+    prod = make_node("prod", **SMALL, topics=GROUPS)
     committed = 0
     for i in range(5000):
         try:

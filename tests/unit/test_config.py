@@ -258,6 +258,10 @@ def test_subscription_config_rejects(field: str, value: object, named: str) -> N
         ("max_map_size_bytes", "1G", "NodeConfig.max_map_size_bytes"),
         ("max_map_size_bytes", 1 << 20, "at least map_size_bytes"),  # below the 1 GiB default
         ("max_message_bytes", -1, "NodeConfig.max_message_bytes"),
+        ("map_size_bytes", (1 << 20) - 4096, "at least 1048576 (1 MiB)"),
+        # One message could take more than an eighth of the map: held for good, and every
+        # publish after it. (1 GiB map by default.)
+        ("max_message_bytes", (128 << 20) + 1, "at most an eighth of the LMDB map"),
         ("publish_timeout_s", -1, "NodeConfig.publish_timeout_s"),
         ("memory_budget_bytes", -1, "NodeConfig.memory_budget_bytes"),
         ("dedupe_window_s", 0, "NodeConfig.dedupe_window_s"),
@@ -270,6 +274,14 @@ def test_node_config_rejects(field: str, value: object, named: str) -> None:
     with pytest.raises(ConfigError) as info:
         node(**kw)
     assert named in str(info.value)
+
+
+def test_the_largest_message_is_bounded_by_the_largest_map() -> None:
+    assert node(map_size_bytes=1 << 20, max_message_bytes=128 << 10).max_message_bytes == 128 << 10
+    grown = node(map_size_bytes=1 << 20, max_map_size_bytes=64 << 20, max_message_bytes=8 << 20)
+    assert grown.max_message_bytes == 8 << 20
+    with pytest.raises(ConfigError, match="max_message_bytes .8388608. must be at most"):
+        node(map_size_bytes=1 << 20)  # the default max_message_bytes needs a 64 MiB map
 
 
 @pytest.mark.parametrize(
