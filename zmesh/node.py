@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
 import time
@@ -25,6 +26,9 @@ from .transaction import Transaction
 __all__ = ["Node"]
 
 DEFAULT_PARTITIONS = TopicConfig().partitions
+# What Node.subscribe's arguments default to (group: None, none in the config).
+_SUBSCRIBE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SubscriptionConfig)
+                       if f.default is not dataclasses.MISSING}
 # What publish_many must not take apart as a sequence of payloads or keys.
 _ONE_VALUE = (str, bytes, bytearray, memoryview)
 
@@ -331,7 +335,16 @@ class Node:
         handled on worker threads (acked when it returns, nacked when it raises).
         """
         check_name("topic", topic)
-        if config is None:
+        if config is not None:
+            # (an argument left at its default, or equal to config's, is not a clash)
+            given = {"group": group, "mode": mode, "max_in_flight": max_in_flight,
+                     "batch_size": batch_size, "concurrency": concurrency}
+            clash = [name for name, value in given.items()
+                     if value != _SUBSCRIBE_DEFAULTS.get(name) and value != getattr(config, name)]
+            if clash:
+                raise ArgumentError(f"subscribe takes config= or {'=, '.join(clash)}=, not "
+                                    f"both (config says {config!r})")
+        else:
             if group is None:
                 raise ArgumentError("subscribe needs group=: the consumer service this node "
                                     "is a member of")

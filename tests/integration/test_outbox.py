@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import sys
@@ -302,3 +303,18 @@ def test_a_large_backlog_does_not_stay_mapped_in_memory(make_node):
     assert all(m.payload == m.payload[:4] * (size // 4) for m in got)
     assert pages.released > released  # reading the backlog back released pages too
     assert _mapped_kb(pages.path) * 1024 < 2 * RELEASE_BYTES
+
+
+def test_subscribe_takes_a_config_or_arguments_not_both(make_node):
+    node = make_node("cons")
+    cfg = zmesh.SubscriptionConfig(group="g", max_in_flight=10)
+    # Each argument of subscribe defaults to what SubscriptionConfig does.
+    defaults = inspect.signature(zmesh.Node.subscribe).parameters
+    for name in ("mode", "max_in_flight", "batch_size", "concurrency"):
+        assert defaults[name].default == getattr(zmesh.SubscriptionConfig(group="g"), name)
+    with pytest.raises(zmesh.ArgumentError, match="config= or group=, not both"):
+        node.subscribe("t", group="other", config=cfg)  # "other" was ignored
+    with pytest.raises(zmesh.ArgumentError, match="config= or max_in_flight=, batch_size="):
+        node.subscribe("t", config=cfg, max_in_flight=5, batch_size=7)
+    sub = node.subscribe("t", "g", config=cfg)  # the same as the config's: no clash
+    assert sub.group == "g" and sub.config.max_in_flight == 10
