@@ -79,6 +79,14 @@ class Transaction:
         self._pubs.clear()
         self._acks.clear()
 
+    def __del__(self) -> None:
+        # Dropped without commit or abort (used without ``with``): its publishes hold
+        # outbox room until given back. This runs wherever the last reference goes, maybe
+        # inside a lock of the node's own, so it only queues that for the IO thread.
+        if not self._done and self._pubs:
+            self._node._engine.abandon_dropped(len(self._pubs),
+                                               sum(len(p.payload) for p in self._pubs))
+
     def __enter__(self) -> Transaction:
         return self
 

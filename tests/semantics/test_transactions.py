@@ -50,6 +50,20 @@ def test_an_aborted_transaction_leaves_nothing(make_node):
     wait_until(lambda: src.status()["outbox"] == 0, what="ack to reach the source")
 
 
+def test_a_transaction_dropped_without_commit_or_abort_gives_its_room_back(make_node, caplog):
+    # Used without ``with`` and forgotten, its publishes held outbox room for good: a
+    # full outbox of messages never stored.
+    node = make_node("xf", max_outbox_messages=10, publish_timeout_s=1)
+    tx = node.transaction()
+    for _ in range(8):
+        tx.publish("b", b"never")
+    del tx
+    receipts = [node.publish("b", b"%d" % i) for i in range(10)]  # the whole outbox
+    receipts[-1].wait_stored(5)
+    assert node.status()["outbox"] == 10
+    assert "dropped without commit or abort: its 8 publishes were discarded" in caplog.text
+
+
 def test_transaction_rejects_foreign_and_settled_messages(make_node):
     src = make_node("src")
     a = make_node("a", seeds=[src.control_address])

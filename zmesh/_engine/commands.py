@@ -10,6 +10,7 @@ iteration and, after that iteration's commit, resolves receipts and wakes the wa
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections import deque
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from .mesh import Mesh
     from .producer import Producer
     from .stats import Counters
+
+log = logging.getLogger(__name__)
 
 # Publishes that may wait for the IO thread. A publisher that gets further ahead waits for
 # it: this gives the IO thread the GIL, and keeps the queued publishes (memory, and the
@@ -224,6 +227,11 @@ class Commands:
         with self.cond:
             self.cond.notify_all()
 
+    def abandon_dropped(self, count: int, nbytes: int) -> None:
+        """``abandon`` for a transaction dropped without commit or abort, from wherever it
+        was collected: takes no lock (the IO thread applies it at its next iteration)."""
+        self._cmds.append(("abandon", count, nbytes))
+
     def watch(self, receipt: Receipt) -> None:
         """Someone waits for ``receipt`` to be acked: have the IO thread track it."""
         if self._state == "running":
@@ -345,6 +353,10 @@ class Commands:
                 subs_changed = True
             elif kind == "topic":
                 self.producer.set_topic(cmd[1], cmd[2], wb, now)
+            elif kind == "abandon":
+                log.warning("a transaction was dropped without commit or abort: its %d "
+                            "publishes were discarded", cmd[1])
+                self.abandon(cmd[1], cmd[2])
             elif kind == "call":
                 call: Call = cmd[1]
                 try:
