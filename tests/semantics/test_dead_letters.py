@@ -141,3 +141,26 @@ def test_a_payload_larger_than_a_consumer_accepts_is_parked_for_its_group_only(m
     assert delivered == [large.id] + [r.id for r in after]
     large.wait_acked(5)  # parked for "small", acked by "big": settled for both groups
     assert small_node.stats().get("decode_errors", 0) == 0
+
+
+def test_a_payload_stored_under_a_larger_limit_is_parked_for_a_consumer_after_restart(
+        make_node, tmp_path):
+    # Stored while the producer allowed 1 MiB, sent after it restarted allowing 128 KiB
+    # to a consumer that accepts 128 KiB: the record read back is what is checked.
+    topics = {"t": zmesh.TopicConfig(groups=("g",))}
+    prod = make_node("prod", topics=topics, max_message_bytes=1 << 20)
+    large = prod.publish("t", b"L" * (200 << 10))
+    large.wait_stored(5)
+    prod.close()
+    prod = make_node("prod", data_dir=str(tmp_path / "prod"), topics=topics,
+                     max_message_bytes=128 << 10)
+    cons = make_node("cons", seeds=[prod.control_address], max_message_bytes=128 << 10)
+    sub = cons.subscribe("t", group="g")
+    small = prod.publish("t", b"s")
+    msg = sub.get(timeout=10)
+    assert msg is not None and msg.id == small.id
+    msg.ack()
+    wait_until(lambda: prod.dead_letters("t", "g"), what="the large message parked")
+    [dead] = prod.dead_letters("t", "g")
+    assert dead.id == large.id and "(131072)" in dead.reason
+    assert cons.stats().get("decode_errors", 0) == 0

@@ -136,6 +136,8 @@ def dispatch(producer: Producer, now: float,
                     record = records.get(seq)
                     fields_of = None if record is None else decode_record(record)
                     if fields_of is not None:
+                        if len(fields_of[8]) > producer.payload_bound:
+                            producer.payload_bound = len(fields_of[8])
                         if shared:
                             decoded.keep(seq, fields_of)
                     else:
@@ -148,8 +150,9 @@ def dispatch(producer: Producer, now: float,
             if missing:
                 out, fields = _select(out, fields, [f is not None for f in fields])
                 _drop(producer, topic, missing, batch)
-            if out.seqs and max(map(len, map(_PAYLOAD, fields))) > \
-                    lane.members[member].max_message_bytes:
+            limit = lane.members[member].max_message_bytes
+            if limit < producer.payload_bound and out.seqs and \
+                    max(map(len, map(_PAYLOAD, fields))) > limit:
                 out, fields = _refuse_oversized(producer, lane, member, out, fields, batch)
             if out.seqs:
                 sent = send(member, lane, out, cast("list[Sequence]", fields))
@@ -197,7 +200,7 @@ def _refuse_oversized(producer: Producer, lane: Lane, member: bytes, out: Taken,
     ``max_message_bytes``, from its hello) as dead letters of the lane: sent, they would be
     dropped as undecodable and come back after every ack timeout. Returns the rest."""
     limit = lane.members[member].max_message_bytes
-    sizes = [len(f[8]) for f in fields]
+    sizes = list(map(len, map(_PAYLOAD, fields)))
     for seq, size in zip(out.seqs, sizes, strict=True):
         if size > limit:
             producer.on_fail(lane.topic, lane.name, seq,

@@ -75,7 +75,7 @@ class Engine(Commands):
         super().__init__(self.node_id, next_seq, config.map_size_bytes)
         self.producer = Producer(self.store, self.node_id, next_seq, next_lane,
                                  dict(config.topics), config.memory_budget_bytes,
-                                 self.counters)
+                                 config.max_message_bytes, self.counters)
         self.consumer = Consumer(self, self.store, self.counters)
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None

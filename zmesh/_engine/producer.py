@@ -40,7 +40,7 @@ class Producer:
 
     def __init__(self, store: Store, node_id: bytes, next_seq: int, next_lane: int,
                  topics: dict[str, TopicConfig], memory_budget_bytes: int,
-                 counters: Counters) -> None:
+                 max_message_bytes: int, counters: Counters) -> None:
         self.store = store
         self.node_id = node_id
         self.topics = topics
@@ -55,6 +55,10 @@ class Producer:
         self._mem: dict[int, tuple] = {}
         self._mem_bytes = 0
         self.decoded = Decoded()  # fields of stored records, kept to be sent (dispatch.py)
+        # No payload in the outbox is larger: what this node publishes is bounded by its
+        # max_message_bytes, and dispatch raises it for a record read back that is larger
+        # (stored under an earlier config). A member accepting as much needs no check.
+        self.payload_bound = max_message_bytes
         self.depth = 0  # messages in the outbox
         self.stored: list[Receipt] = []
         self.acked: list[Receipt] = []
