@@ -124,6 +124,24 @@ def test_pub_to_sub_through_a_seed(tmp_path: Path, mesh_name: str, hub: tuple[Pr
     assert sorted(sub.stdout().split()) == ["alpha", "beta", "gamma"]
 
 
+def test_sub_max_message_bytes_has_larger_payloads_parked(
+        tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]) -> None:
+    _, seed = hub
+    node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
+    sub = Proc(tmp_path, "sub", ["sub", "t", "--group", "g", *node, "--count", "1",
+                                 "--timeout", "60", "--max-message-bytes", "64"])
+    procs.append(sub)
+    sub.wait_for("consuming t as g", stream="stderr")
+    long_line = "x" * 100
+    pub = run_cli(["pub", "t", "-", *node, "--group", "g", "--timeout", "60"],
+                  stdin_data=f"{long_line}\nshort\n".encode(), timeout=90)
+    assert pub.returncode == 0, pub.stderr
+    said = " ".join(pub.stderr.split())  # (rich wraps log lines)
+    assert "parked as dead letters" in said and "max_message_bytes (64)" in said
+    assert sub.finish(timeout=60) == 0, sub.stderr()
+    assert sub.stdout().split() == ["short"]
+
+
 def test_sub_exec_nacks_on_failure_then_acks(tmp_path: Path, mesh_name: str,
                                              hub: tuple[Proc, str], procs: list[Proc]) -> None:
     _, seed = hub

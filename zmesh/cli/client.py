@@ -25,7 +25,7 @@ from .._engine.peers import endpoint
 from .._protocol.codec import decode_control, encode_control
 from .._protocol.frames import AdminReply, AdminRequest, Control, StatusReply, StatusRequest
 from .._security import _check_key
-from ..config import parse_seed
+from ..config import NodeConfig, parse_seed
 from ..errors import ConfigError, DecodeError
 from ..node import Node
 from .output import CliError
@@ -46,6 +46,11 @@ def node_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Keep the node's outbox and dedupe window here "
                           "(default: a temporary dir removed on exit)."),
         click.option("--name", help="Node name (default: ROLE-PID)."),
+        click.option("--max-message-bytes", type=click.IntRange(min=1),
+                     default=NodeConfig.__dataclass_fields__["max_message_bytes"].default,
+                     show_default=True,
+                     help="Largest payload this node publishes or accepts (a consumer's "
+                          "producers park larger ones as dead letters)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -54,7 +59,8 @@ def node_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextlib.contextmanager
 def cli_node(role: str, *, mesh: str, interfaces: Sequence[str], seeds: Sequence[str],
-             no_mdns: bool, data_dir: str | None, name: str | None) -> Iterator[Node]:
+             no_mdns: bool, data_dir: str | None, name: str | None,
+             max_message_bytes: int) -> Iterator[Node]:
     """A started node for one command; a temporary data dir is removed after close."""
     tmp = None
     if data_dir is None:
@@ -62,7 +68,8 @@ def cli_node(role: str, *, mesh: str, interfaces: Sequence[str], seeds: Sequence
         data_dir = tmp
     try:
         node = Node(name or f"{role}-{os.getpid()}", mesh=mesh, data_dir=data_dir,
-                    interfaces=list(interfaces), mdns=not no_mdns, seeds=list(seeds))
+                    interfaces=list(interfaces), mdns=not no_mdns, seeds=list(seeds),
+                    max_message_bytes=max_message_bytes)
         with node:
             yield node
     finally:

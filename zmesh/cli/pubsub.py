@@ -92,14 +92,14 @@ def _unclaimed_hint(node: Node, topic: str) -> str:
               help="Seconds at most to look for peers and their groups before publishing.")
 def pub(topic: str, data: str, mesh: str, interfaces: tuple[str, ...],
         seeds: tuple[str, ...], no_mdns: bool, data_dir: str | None, name: str | None,
-        key: str | None, groups: tuple[str, ...], count: int | None, timeout: float,
-        discovery_wait: float) -> None:
+        max_message_bytes: int, key: str | None, groups: tuple[str, ...], count: int | None,
+        timeout: float, discovery_wait: float) -> None:
     """Publish DATA to TOPIC (DATA `-` or absent: each line of stdin) and wait for acks.
 
     Exits 0 when every message was acknowledged by every group within --timeout.
     """
     with cli_node("pub", mesh=mesh, interfaces=interfaces, seeds=seeds, no_mdns=no_mdns,
-                  data_dir=data_dir, name=name) as node:
+                  data_dir=data_dir, name=name, max_message_bytes=max_message_bytes) as node:
         if groups:
             node.topic(topic, groups=list(groups))
         _settle_discovery(node, topic, discovery_wait)
@@ -149,14 +149,14 @@ def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
               show_default=True, help="Seconds before a --exec command counts as failed.")
 def sub(topic: str, group: str, mode: str, mesh: str, interfaces: tuple[str, ...],
         seeds: tuple[str, ...], no_mdns: bool, data_dir: str | None, name: str | None,
-        count: int | None, timeout: float | None, exec_cmd: str | None,
+        max_message_bytes: int, count: int | None, timeout: float | None, exec_cmd: str | None,
         exec_timeout: float) -> None:
     """Consume TOPIC as a member of --group: print each payload on a line, and ack it."""
     out = sys.stdout.buffer
     handled = 0
     with StopSignals() as signals, cli_node(
             "sub", mesh=mesh, interfaces=interfaces, seeds=seeds, no_mdns=no_mdns,
-            data_dir=data_dir, name=name) as node:
+            data_dir=data_dir, name=name, max_message_bytes=max_message_bytes) as node:
         subscription = node.subscribe(topic, group=group, mode=mode)
         note(f"node {node.name} of mesh {mesh}: control {node.control_address}; "
              f"consuming {topic} as {group}")
