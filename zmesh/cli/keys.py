@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 from pathlib import Path
 
 import click
 from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .. import snapshot as snapshot_data_dir
 from .._security import generate_keypair
 from ..config import check_name
 from ..errors import ConfigError
-from .output import CliError, console
+from .output import CliError, console, err_console
+
+PROGRESS_INTERVAL_S = 0.2  # how often a snapshot's progress is redrawn
 
 
 def _default_name() -> str:
@@ -96,6 +101,31 @@ def _describe(store: Path) -> dict[str, object]:
     return out
 
 
+def _copy_with_progress(data_dir: str, dest: str, written: Path, source: Path) -> None:
+    """``snapshot_data_dir`` on a thread, with the bytes written so far shown on stderr
+    (against the source's file, which the compacted copy does not exceed)."""
+    failure: list[BaseException] = []
+
+    def copy() -> None:
+        try:
+            snapshot_data_dir(data_dir, dest)
+        except BaseException as exc:
+            failure.append(exc)
+
+    worker = threading.Thread(target=copy, name="zmesh-snapshot", daemon=True)
+    total = source.stat().st_size if source.is_file() else None
+    with Progress(TextColumn("copying the store"), BarColumn(), DownloadColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+        task = progress.add_task("copy", total=total)
+        worker.start()
+        while worker.is_alive():
+            worker.join(PROGRESS_INTERVAL_S)
+            with contextlib.suppress(OSError):
+                progress.update(task, completed=written.stat().st_size)
+    if failure:
+        raise failure[0]
+
+
 @click.command()
 @click.argument("data_dir", type=click.Path(file_okay=False, exists=True))
 @click.argument("dest", type=click.Path(file_okay=False))
@@ -106,8 +136,8 @@ def snapshot(data_dir: str, dest: str) -> None:
     """
     src = Path(data_dir) / "store"
     before = _size(src) if src.is_dir() else 0
-    snapshot_data_dir(data_dir, dest)
     target = Path(dest) / "store"
+    _copy_with_progress(data_dir, dest, target / "data.mdb", (src / "data.mdb"))
     table = Table(title=f"snapshot of {escape(data_dir)}", show_header=False,
                   title_justify="left")
     table.add_column("field", style="bold")
