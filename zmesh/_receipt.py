@@ -8,6 +8,7 @@ from collections.abc import Callable
 from threading import TIMEOUT_MAX
 from typing import NamedTuple
 
+from ._waits import check_timeout
 from .errors import TimeoutError, ZMeshError
 
 __all__ = ["MessageId", "Receipt"]
@@ -74,6 +75,7 @@ class Receipt:
             self._watch(self)
 
     def _wait(self, attr: str, timeout: float | None, what: str) -> None:
+        timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not getattr(self, attr):

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ._receipt import MessageId, Receipt
+from ._waits import check_timeout
 from .errors import OutboxFullError
 from .node import Node as _SyncNode
 from .replay import ReplayReader as _SyncReplayReader
@@ -69,6 +70,7 @@ class Subscription:
     async def get(self, timeout: float | None = None) -> Message | None:
         """The next message; None on timeout or once closed."""
         loop = asyncio.get_running_loop()
+        timeout = check_timeout(timeout)
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             self._event.clear()

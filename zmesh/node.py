@@ -16,6 +16,7 @@ from ._engine.staging import Publish
 from ._protocol.codec import MAX_KEY_CHARS, check_headers
 from ._receipt import MessageId, Receipt
 from ._roles import Roles, resolve
+from ._waits import check_timeout
 from .config import NodeConfig, SubscriptionConfig, TopicConfig, check_name
 from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError
@@ -304,7 +305,14 @@ class Node:
             topic, payloads, keys, headers, priority,
             None if ttl is None else now + ttl, deliver_at,
             DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions,
-            self.config.publish_timeout_s if timeout is None else timeout, msg_id, paced)
+            self._timeout(timeout), msg_id, paced)
+
+    def _timeout(self, timeout: float | None) -> float:
+        """A publish's timeout: None is NodeConfig.publish_timeout_s, infinity no end."""
+        if timeout is None:
+            return self.config.publish_timeout_s
+        check_timeout(timeout)
+        return timeout
 
     def transaction(self, timeout: float | None = None) -> Transaction:
         """Publish several messages and ack received ones atomically.
@@ -313,7 +321,7 @@ class Node:
         one LMDB transaction when the block ends without an exception, and none of it
         otherwise: consume-transform-produce without loss or duplicates.
         """
-        return Transaction(self, self.config.publish_timeout_s if timeout is None else timeout)
+        return Transaction(self, self._timeout(timeout))
 
     # -- consuming ----------------------------------------------------------------------
 

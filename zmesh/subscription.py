@@ -12,6 +12,7 @@ from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
 from ._receipt import MessageId
+from ._waits import check_timeout
 from .config import SubscriptionConfig
 from .errors import ArgumentError, MessageStateError, NodeStateError
 
@@ -187,6 +188,7 @@ class Subscription:
                 return queue.popleft()
             except IndexError:  # another thread took the last one meanwhile
                 pass
+        timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not self._queue:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import math
+
+import pytest
 
 import zmesh
 import zmesh.aio
@@ -50,3 +53,16 @@ def test_async_replay_reads_retained_history(tmp_path, mesh_name):
 
     payloads, indexes, gaps = asyncio.run(asyncio.wait_for(main(), 30))
     assert payloads == [b"first", b"second"] and indexes == [0, 1] and gaps == 0
+
+
+def test_async_get_refuses_a_timeout_that_is_not_a_number(tmp_path, mesh_name):
+    async def main() -> None:
+        async with zmesh.aio.Node("c", data_dir=str(tmp_path / "c"), mesh=mesh_name,
+                                  interfaces=LOOPBACK, mdns=False) as node:
+            sub = node.subscribe("t", group="g")
+            with pytest.raises(zmesh.ArgumentError, match="must be a number of seconds"):
+                await sub.get(timeout=math.nan)  # (spun on the event loop before)
+            assert await sub.get(timeout=0) is None
+            await sub.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

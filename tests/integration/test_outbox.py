@@ -318,3 +318,22 @@ def test_subscribe_takes_a_config_or_arguments_not_both(make_node):
         node.subscribe("t", config=cfg, max_in_flight=5, batch_size=7)
     sub = node.subscribe("t", "g", config=cfg)  # the same as the config's: no clash
     assert sub.group == "g" and sub.config.max_in_flight == 10
+
+
+@pytest.mark.parametrize("bad", [math.nan, "1", True, [1]])
+def test_a_timeout_that_is_not_a_number_is_refused_where_a_call_would_wait(make_node, bad):
+    # NaN compares false with everything: get(timeout=nan) spun at 100 % CPU for good.
+    node = make_node("n", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    sub = node.subscribe("t", group="g")
+    waits = [lambda: sub.get(timeout=bad), lambda: sub.fetch(10, timeout=bad),
+             lambda: node.publish("t", b"x").wait_stored(bad),
+             lambda: node.publish("t", b"x").wait_acked(bad),
+             lambda: node.publish("t", b"x", timeout=bad),
+             lambda: node.publish_many("t", [b"x"], timeout=bad),
+             lambda: node.transaction(timeout=bad)]
+    for wait in waits:
+        with pytest.raises(zmesh.ArgumentError, match="must be a number of seconds or None"):
+            wait()
+    assert sub.get(timeout=-1) is None and sub.fetch(5, timeout=0) == []  # no wait at all
+    assert sub.get(timeout=math.inf) is not None  # (the publishes above that went through)
+
