@@ -110,7 +110,8 @@ class Node:
         return None if self._metrics is None else self._metrics.address
 
     def close(self) -> None:
-        """Stop subscriptions, flush acks, say bye to peers, close sockets and the store."""
+        """Stop subscriptions (waiting for running handler calls to return), flush acks,
+        say bye to peers, close sockets and the store."""
         if self._roles is not None:
             self._roles.close()
             self._roles = None

@@ -250,7 +250,10 @@ class Subscription:
         return left
 
     def close(self) -> None:
-        """Stop consuming: queued messages go back to the producers for other members."""
+        """Stop consuming: queued messages go back to the producers for other members.
+
+        With a handler, waits for the calls running on its worker threads to return (and
+        their messages to be settled)."""
         if self._closed:
             return
         try:
