@@ -146,6 +146,32 @@ def test_as_many_subscriptions_as_a_hello_announces_and_no_more(make_node):
         other.subscribe(f"{topic}-{fit:04d}", group="g")
 
 
+def test_timers_of_one_lane_among_hundreds_fire(make_node):
+    # The loop visits only lanes with work (timers, ready messages): with hundreds of
+    # idle lanes it went through every one of them twice per iteration.
+    prod = make_node("prod", topics={"slow": zmesh.TopicConfig(ack_timeout_s=0.5)})
+    cons = make_node("cons", seeds=[prod.control_address])
+    idle = [cons.subscribe(f"idle{i}", group="g") for i in range(300)]
+    slow, later = cons.subscribe("slow", group="g"), cons.subscribe("later", group="g")
+    wait_members(prod, "idle299", "g", 1)
+    wait_members(prod, "later", "g", 1)
+    held = prod.publish("slow", b"held past its ack timeout")
+    first = slow.get(timeout=5)
+    assert first is not None and first.attempt == 1
+    wait_until(lambda: prod.stats().get("ack_timeouts") == 1, what="the ack timeout")
+    r = prod.publish("later", b"nacked")
+    msg = later.get(timeout=5)
+    assert msg is not None and msg.id == r.id
+    msg.nack(delay=0.3)  # a delayed redelivery: a timer of the lane
+    again = later.get(timeout=5)
+    assert again is not None and again.id == r.id and again.attempt == 2
+    again.ack()
+    first.ack()
+    held.wait_acked(5)
+    r.wait_acked(5)
+    assert all(sub.get(timeout=0) is None for sub in idle)
+
+
 def test_shared_group_balances_and_keeps_keys_on_one_member(make_node):
     prod = make_node("prod", topics={"m": zmesh.TopicConfig(partitions=16)})
     a = make_node("a", seeds=[prod.control_address])

@@ -822,3 +822,31 @@ def test_taking_a_long_backlog_from_the_front_keeps_the_window_small() -> None:
         assert len(lane._plain._w) <= max(2 * (n - len(out)), 2 * COMPACT_AFTER)
         assert sum(map(len, lane._fresh)) == lane.ready_count  # FIFOs hold no taken ones
     assert out == list(range(1, n + 1)) and lane.floor() == n + 1
+
+
+# -- telling the producer which lanes have work -------------------------------------------
+
+
+def test_a_lane_tells_when_it_gets_ready_messages_or_a_member_and_each_earlier_timer() -> None:
+    # The producer's loop visits only the lanes that told it so: one that gets work and
+    # does not say so would be stuck.
+    lane = make_lane(ack_timeout_s=10.0)
+    readied: list[Lane] = []
+    timers: list[float] = []
+    lane.on_ready = readied.append
+    lane.on_timer = lambda _lane, at: timers.append(at)
+    lane.add(1, 0, now=0.0)
+    lane.add(2, 0, now=0.0)
+    assert readied == [lane]  # once: from none ready to some
+    lane.set_member(A, max_in_flight=10, batch_size=10)
+    assert readied == [lane, lane]  # a member for its ready messages
+    assert taken(lane, 1.0) == [1, 2] and timers == [11.0]  # their ack deadline
+    lane.add_plain(PlainRun([3, 4], [0, 0]))
+    assert readied == [lane] * 3
+    assert taken(lane, 2.0) == [3, 4] and timers == [11.0]  # later than one it told of
+    lane.add(5, 0, 0, now=2.0, not_before=5.0)  # delayed: a timer before the others
+    lane.add(6, 0, 0, now=2.0, expires_at=4.0)
+    assert timers == [11.0, 5.0, 4.0]
+    lane._wake_at = float("inf")  # (what Producer.tick does before ticking it)
+    lane.tick(4.5)  # 6 expired
+    assert lane.next_wakeup() == 5.0

@@ -109,9 +109,12 @@ def dispatch(producer: Producer, now: float,
     if decoded.bytes > decoded.limit:
         decoded.trim()
     known = decoded.fields
-    for (topic, name), lane in producer.lanes.items():
-        if not lane.ready_count or not lane.members or name == UNCLAIMED:
+    ready = producer.ready
+    for lane in list(ready):
+        if not lane.ready_count or not lane.members or lane.name == UNCLAIMED:
+            del ready[lane]  # (back when it gets ready messages, or a member)
             continue
+        topic = lane.topic
         taken, expired = lane.take(now)
         if expired:
             producer._count(lane, "expired", len(expired))

@@ -20,6 +20,7 @@ arrays: about 18 bytes per ready message, none of them objects).
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from array import array
 from collections import Counter
@@ -58,6 +59,14 @@ class PlainRun:
         self.slots = array("H", [p + 1 for p in partitions])  # (a window's slot values)
 
 
+def _no_timer(_lane: Lane, _at: float) -> None:
+    pass
+
+
+def _not_ready(_lane: Lane) -> None:
+    pass
+
+
 class Lane(Retries):
     """Unsettled messages of (topic, lane) at this producer, and who gets them next."""
 
@@ -90,6 +99,13 @@ class Lane(Retries):
         self._next_floor = 0
         self._owners: list[bytes | None] | None = None
         self.counts: Counter[str] = Counter()  # per-lane event counts, shown in status
+        # What tells the producer which lanes have work, so its loop visits those alone:
+        # ``on_timer(lane, at)`` when a timer earlier than ``_wake_at`` (the earliest it
+        # was told of and has not ticked yet) is set; ``on_ready(lane)`` when the lane
+        # gets ready messages or a member while it has some. (No-ops on a lane of its own.)
+        self._wake_at = math.inf
+        self.on_timer: Callable[[Lane, float], None] = _no_timer
+        self.on_ready: Callable[[Lane], None] = _not_ready
 
     # -- content --------------------------------------------------------------------------
 
@@ -164,12 +180,16 @@ class Lane(Retries):
         plain = not (priority or attempt or expires_at or not_before > now)
         if plain and self._fresh[partition].append(seq):  # (FIFOs stay in sequence order)
             self._plain.put(seq, partition)
+            if not self._ready_count:
+                self.on_ready(self)
             self._ready_count += 1
             return
         entry = Entry(seq, partition, priority, attempt, not_before, expires_at)
         self.entries[seq] = entry
         if expires_at:
             heapq.heappush(self._expiring, (expires_at, seq))
+            if expires_at < self._wake_at:
+                self._timer(expires_at)
         self._schedule(entry, not_before, now)
 
     def add_plain(self, run: PlainRun) -> None:
@@ -188,6 +208,8 @@ class Lane(Retries):
             if part:
                 fifo.extend(part)
         self._plain.put_run(seqs, run.partitions, run.slots)
+        if not self._ready_count:
+            self.on_ready(self)
         self._ready_count += len(seqs)
 
     def _grow(self, partition: int) -> int:
@@ -204,10 +226,14 @@ class Lane(Retries):
         if entry.expires_at and entry.expires_at <= now and entry.state == IN_FLIGHT:
             # Its expiry passed while it was in flight (tick skipped it): due again now.
             heapq.heappush(self._expiring, (entry.expires_at, entry.seq))
+            if entry.expires_at < self._wake_at:
+                self._timer(entry.expires_at)
         if not_before > now:
             entry.state = DELAYED
             entry.not_before = not_before
             heapq.heappush(self._delayed, (not_before, entry.seq))
+            if not_before < self._wake_at:
+                self._timer(not_before)
         else:
             entry.state = READY
             entry.not_before = 0.0
@@ -216,6 +242,8 @@ class Lane(Retries):
                 self._ready[entry.partition].append(key)
             else:
                 heapq.heappush(self._ready[entry.partition], key)
+            if not self._ready_count:
+                self.on_ready(self)
             self._ready_count += 1
 
     def _remove(self, seq: int) -> Entry | None:
@@ -260,6 +288,8 @@ class Lane(Retries):
             return False
         self.members[member] = Member(max_in_flight, batch_size, max_message_bytes)
         self._owners = None
+        if self._ready_count:
+            self.on_ready(self)
         return True
 
     def remove_member(self, member: bytes, now: float) -> int:
@@ -399,6 +429,8 @@ class Lane(Retries):
                 handed.extend(t.seqs)
             self._serial += 1
             heapq.heappush(self._deadlines, (deadline, self._serial, handed))
+            if deadline < self._wake_at:
+                self._timer(deadline)
         for owner in [m for m, t in out.items() if not t.seqs]:
             del out[owner]  # only expired messages were met for it
         return out, expired
@@ -424,6 +456,8 @@ class Lane(Retries):
         self._ready_count -= len(seqs)
         self._serial += 1
         heapq.heappush(self._deadlines, (deadline, self._serial, array("q", seqs)))
+        if deadline < self._wake_at:
+            self._timer(deadline)
         taken = Taken()
         taken.seqs, taken.partitions, taken.attempts = seqs, partitions, [1] * len(seqs)
         return taken

@@ -7,7 +7,9 @@ for replay by retained.py; restart.py reopens the outbox at a start.
 
 from __future__ import annotations
 
+import heapq
 import logging
+import math
 from collections.abc import Iterable
 from itertools import repeat
 from typing import TYPE_CHECKING
@@ -49,6 +51,13 @@ class Producer:
         self.lane_ids: dict[tuple[str, str], int] = {}
         self.lane_meta: dict[tuple[str, str], tuple[str, str]] = {}  # group, mode
         self.by_topic: dict[str, list[Lane]] = {}  # claimed lanes only
+        # The lanes with work, so that a loop iteration visits those alone (a node may have
+        # thousands of lanes, most idle): each lane's timers as (at, serial, lane), the
+        # earliest first, and the lanes that got ready messages (dispatch drops those with
+        # none left, or no member).
+        self._wakeups: list[tuple[float, int, Lane]] = []
+        self._wakeup_serial = 0
+        self.ready: dict[Lane, None] = {}
         self._next_lane = next_lane
         self._receipts: dict[int, Receipt] = {}  # seq -> receipt someone waits to see acked
         # The fields of memory-durability messages not spilled (a record, unpacked).
@@ -110,6 +119,8 @@ class Producer:
         cfg = self.topic_config(topic)
         lane = Lane(topic, name, producer=self.node_id, partitions=cfg.partitions,
                     timing=_timing(cfg))
+        lane.on_timer = self._on_timer
+        lane.on_ready = self._on_ready
         key = (topic, name)
         self.lanes[key] = lane
         self.lane_ids[key] = lane_id
@@ -317,20 +328,37 @@ class Producer:
 
     # -- time and damaged records -------------------------------------------------------
 
+    def _on_ready(self, lane: Lane) -> None:
+        self.ready[lane] = None  # (a dict: an ordered set)
+
+    def _on_timer(self, lane: Lane, at: float) -> None:
+        self._wakeup_serial += 1
+        heapq.heappush(self._wakeups, (at, self._wakeup_serial, lane))
+
     def tick(self, now: float, batch: WriteBatch) -> None:
-        for (topic, _name), lane in list(self.lanes.items()):
+        """Tick the lanes with a timer due."""
+        wakeups = self._wakeups
+        due: dict[Lane, None] = {}
+        while wakeups and wakeups[0][0] <= now:
+            due[heapq.heappop(wakeups)[2]] = None
+        for lane in due:
+            lane._wake_at = math.inf  # what it was told of is due: tell again what is left
             result = lane.tick(now)
             if result.timed_out:
                 self._count(lane, "ack_timeouts", result.timed_out)
             if result.expired:
                 self._count(lane, "expired", len(result.expired))
-                self._settled(topic, lane, result.expired, batch)
+                self._settled(lane.topic, lane, result.expired, batch)
             for entry in result.exhausted:
                 self._park(lane, entry, "max attempts reached after ack timeouts", batch)
+            nxt = lane.next_wakeup()
+            if nxt is not None and nxt < lane._wake_at:
+                lane._timer(nxt)
 
     def next_wakeup(self) -> float | None:
-        times = [t for lane in self.lanes.values() if (t := lane.next_wakeup()) is not None]
-        return min(times) if times else None
+        """The earliest timer of any lane (maybe of work already done: a tick then finds
+        nothing), or None."""
+        return self._wakeups[0][0] if self._wakeups else None
 
     def set_aside(self, db: str, key: bytes, value: bytes, why: str,
                   batch: WriteBatch) -> None:

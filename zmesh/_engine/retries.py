@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .delivery import DELAYED, IN_FLIGHT, Entry, Member, TickResult, Timing
 
@@ -24,6 +24,8 @@ class Retries:
     _delayed: list[tuple[float, int]]
     _deadlines: list[tuple[float, int, array[int]]]
     _expiring: list[tuple[float, int]]
+    _wake_at: float
+    on_timer: Callable[[Any, float], None]
 
     if TYPE_CHECKING:
         def entry(self, seq: int) -> Entry | None: ...
@@ -118,6 +120,11 @@ class Retries:
                 self._remove(seq)
                 result.expired.append(seq)
         return result
+
+    def _timer(self, at: float) -> None:
+        """A timer at ``at``, earlier than any the producer was told of: tell it."""
+        self._wake_at = at
+        self.on_timer(self, at)
 
     def next_wakeup(self) -> float | None:
         """The earliest time ``tick`` has work, or None."""
