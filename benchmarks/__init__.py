@@ -20,6 +20,7 @@ SCENARIOS = (
     "latency_raw",
     "latency_zmesh_process",
     "fanout_4_groups",
+    "zmesh_many_lanes",
     "offline_backlog",
     "restart_first_message",
 )

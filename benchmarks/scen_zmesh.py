@@ -35,7 +35,7 @@ def _consumer(kids: Any, workdir: Path, mesh: str, group: str, *, seeds: list[st
 
 def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str, api: str,
           count: int, groups: tuple[str, ...] = ("g",), rate: float = 0.0,
-          warmup: int | None = None) -> dict[str, Any]:
+          warmup: int | None = None, idle: int = 0) -> dict[str, Any]:
     mesh = _mesh()
     warmup = sizes.warmup if warmup is None else warmup
     deadline_s = (sizes.latency_s * 3 + 60) if rate else sizes.deadline(count * len(groups))
@@ -47,7 +47,8 @@ def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str,
                           deadline_s=deadline_s)
         control = prod.expect("ready", 30)["control"]
         cons = [_consumer(kids, workdir, mesh, g, seeds=[control], api=api, sizes=sizes,
-                          deadline_s=deadline_s, latency=bool(rate), expect=warmup + count)
+                          deadline_s=deadline_s, latency=bool(rate), expect=warmup + count,
+                          idle=idle)
                 for g in groups]
         for c in cons:
             c.expect("ready", 30)
@@ -109,6 +110,14 @@ def latency_zmesh_process(workdir: Path, sizes: Sizes,
     return _live(workdir, sizes, profile, durability="process", api="message",
                  count=int(sizes.latency_s * sizes.latency_rate), rate=sizes.latency_rate,
                  warmup=sizes.latency_warmup)
+
+
+def zmesh_many_lanes(workdir: Path, sizes: Sizes,
+                     profile: Path | None = None) -> dict[str, Any]:
+    """``zmesh_process`` with the consumer subscribed to ``sizes.idle_lanes`` more topics
+    nobody publishes: a lane each at the producer, idle."""
+    return _live(workdir, sizes, profile, durability="process", api="message",
+                 count=sizes.zmesh, idle=sizes.idle_lanes)
 
 
 def fanout_4_groups(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
@@ -190,6 +199,7 @@ SCENARIOS = {
     "zmesh_batch_process": zmesh_batch_process,
     "latency_zmesh_process": latency_zmesh_process,
     "fanout_4_groups": fanout_4_groups,
+    "zmesh_many_lanes": zmesh_many_lanes,
     "offline_backlog": offline_backlog,
     "restart_first_message": restart_first_message,
 }

@@ -15,6 +15,7 @@ class Sizes:
     zmesh: int = 200_000               # zmesh per-message scenarios (each durability)
     zmesh_batch: int = 1_000_000       # zmesh publish_many / fetch + ack_many
     fanout: int = 100_000              # zmesh fan-out, messages (each group gets all)
+    idle_lanes: int = 2_000            # idle lanes beside the busy one (zmesh_many_lanes)
     offline: int = 2_000_000           # backlog published while the group is offline
     restart: int = 1_000_000           # pending messages when the producer restarts
     latency_s: float = 5.0             # paced latency run, seconds
@@ -32,5 +33,5 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(raw=100_000, raw_batched=500_000, dealer_router=50_000, zmesh=10_000,
-              zmesh_batch=50_000, fanout=5_000, offline=20_000, restart=20_000,
+              zmesh_batch=50_000, fanout=5_000, idle_lanes=200, offline=20_000, restart=20_000,
               latency_s=1.0, latency_warmup=100, warmup=1_000, restart_window_s=0.5)
