@@ -722,8 +722,10 @@ def test_take_matches_a_model_of_urgency_and_credit(partitions: int,
                                                     ops: list[tuple[str, int]]) -> None:
     """One member or two, plain messages or not: ``take`` hands out the most urgent ready
     messages (priority, then sequence) of each member's partitions within its credit, with
-    their attempt counts, and ``ack`` settles them. With one member and only plain
-    messages ready, take has a path of its own; this checks that both agree. Runs of new
+    their attempt counts, and ``ack`` settles them. With only plain messages ready, take
+    has a path of its own (the window's front, each message to its partition's owner,
+    the heap's way from the first message whose owner is out of credit); this checks that
+    both agree, with one member and with two. Runs of new
     plain messages join with ``add_plain`` (in order, or out of order as publishers on
     several threads may hand them in)."""
     lane = make_lane(partitions=partitions, retry_backoff_s=0.0)

@@ -171,3 +171,15 @@ def test_window_of_a_dense_backlog_costs_two_bytes_per_message() -> None:
     assert len(w) == n // 2 and 11 in w and 10 not in w
     w.put(10 + n, 3)  # the front is dropped only when the window would grow sparse
     assert w.pop(10 + n) == 3 and w.pop(10 + n) is None
+
+
+def test_front_shows_what_take_front_removes_and_leaves_it() -> None:
+    w = SeqWindow()
+    for seq in (5, 6, 8, 9, 12):
+        w.put(seq, seq % 3)
+    assert w.front(3) == ([5, 6, 8], [2, 0, 2])
+    assert len(w) == 5 and 5 in w  # nothing removed
+    assert w.take_front(3) == ([5, 6, 8], [2, 0, 2])
+    assert w.front(10) == ([9, 12], [0, 0]) and len(w) == 2
+    assert w.take_front(10) == ([9, 12], [0, 0]) and not w
+    assert w.front(1) == ([], [])

@@ -26,6 +26,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
 from itertools import compress, repeat
+from typing import cast
 
 from .delivery import (
     DELAYED,
@@ -351,19 +352,18 @@ class Lane(Retries):
         expired: list[int] = []
         if not self._ready_count or not self.members:
             return out, expired
-        if len(self.members) == 1 and self._ready_count == len(self._plain) \
-                and not self._plain._old and not self._bulk:
-            # One member owns every partition and only plain messages are ready: in the
-            # order below they go lowest sequence first, which is the window's order.
-            [(only, its)] = self.members.items()
-            front = self._take_plain(only, its, now, limit)
-            if front is not None:
-                out[only] = front
-            return out, expired
         if self._owners is None:
             self.owner(0)  # builds the owner table
         owners = self._owners
         assert owners is not None
+        if self._ready_count == len(self._plain) and not self._plain._old and not self._bulk:
+            # Only plain messages are ready: in the order below they go lowest sequence
+            # first, which is the window's order.
+            # (with a member, every partition has an owner)
+            front, stopped = self._take_front(cast("list[bytes]", owners), now, limit, out)
+            if not stopped:
+                return out, expired
+            limit -= front  # a member's credit ran out: the rest goes the heap's way
         members, entries, plain, sent = self.members, self.entries, self._plain, self._sent
         ready, fifos = self._ready, self._fresh
         heads: list[tuple[int, int]] = []  # (key, partition)
@@ -381,6 +381,7 @@ class Lane(Retries):
         heappop, heappush = heapq.heappop, heapq.heappush
         deadline = now + self.timing.ack_timeout_s
         taken = 0
+        handed = array("q")
         while heads and taken < limit:
             key, partition = heappop(heads)
             seq = key & SEQ_MASK
@@ -417,6 +418,7 @@ class Lane(Retries):
                 batch.seqs.append(seq)
                 batch.partitions.append(partition)
                 batch.attempts.append(attempt)
+                handed.append(seq)
                 taken += 1
             # (only plain messages in the partition: its FIFO alone says what is next)
             head = self._head(partition) if ready[partition] else \
@@ -424,9 +426,6 @@ class Lane(Retries):
             if head is not None:
                 heappush(heads, (head, partition))
         if taken:
-            handed = array("q")
-            for t in out.values():
-                handed.extend(t.seqs)
             self._serial += 1
             heapq.heappush(self._deadlines, (deadline, self._serial, handed))
             if deadline < self._wake_at:
@@ -435,32 +434,69 @@ class Lane(Retries):
             del out[owner]  # only expired messages were met for it
         return out, expired
 
-    def _take_plain(self, owner: bytes, member: Member, now: float,
-                    limit: int) -> Taken | None:
-        """``take`` of the lowest ready sequences as a front of the window, with no heap and
-        no call per message."""
-        credit = min(limit, member.max_in_flight - member.sent - len(member.in_flight))
-        if credit <= 0:  # (its credit may have been lowered below what it holds)
-            return None
-        seqs, partitions = self._plain.take_front(credit)
-        if not seqs:
-            return None
+    def _take_front(self, owners: list[bytes], now: float, limit: int,
+                    out: dict[bytes, Taken]) -> tuple[int, bool]:
+        """``take`` when only plain messages are ready: the lowest sequences, a front of
+        the window, each to the owner of its partition, with no heap and no call per
+        message. Stops before the first sequence whose owner has no credit left; returns
+        how many it took and whether it stopped so (the rest then goes the heap's way)."""
+        members = self.members
+        credit = {m: its.max_in_flight - its.sent - len(its.in_flight)
+                  for m, its in members.items()}
+        room = min(limit, sum(c for c in credit.values() if c > 0))
+        if room <= 0:  # (a credit may have been lowered below what a member holds)
+            return 0, False
+        stopped = False
+        if len(members) == 1:  # it owns every partition
+            seqs, partitions = self._plain.take_front(room)
+            if not seqs:
+                return 0, False
+        else:
+            seqs, partitions = self._plain.front(room)
+            if not seqs:
+                return 0, False
+            whose = list(map(owners.__getitem__, partitions))
+            if any(n > credit[m] for m, n in Counter(whose).items()):
+                left, cut = dict(credit), 0
+                for m in whose:
+                    if left[m] <= 0:
+                        break
+                    left[m] -= 1
+                    cut += 1
+                seqs, partitions, whose = seqs[:cut], partitions[:cut], whose[:cut]
+                stopped = True
+                if not seqs:
+                    return 0, True
+            self._plain.take_front(len(seqs))  # (the same sequences)
         last = seqs[-1]
         for fifo in self._fresh:  # their taken sequences are the front of each FIFO
             fifo.drop_through(last)
         deadline = now + self.timing.ack_timeout_s
         # One (partition, member, deadline) tuple per partition, shared by its sequences.
-        state = {p: (p, owner, deadline) for p in set(partitions)}
+        state = {p: (p, owners[p], deadline) for p in set(partitions)}
         self._sent.update(zip(seqs, map(state.__getitem__, partitions), strict=True))
-        member.sent += len(seqs)
         self._ready_count -= len(seqs)
         self._serial += 1
         heapq.heappush(self._deadlines, (deadline, self._serial, array("q", seqs)))
         if deadline < self._wake_at:
             self._timer(deadline)
-        taken = Taken()
-        taken.seqs, taken.partitions, taken.attempts = seqs, partitions, [1] * len(seqs)
-        return taken
+        if len(members) == 1:
+            [only] = members
+            taken = Taken()
+            taken.seqs, taken.partitions, taken.attempts = seqs, partitions, [1] * len(seqs)
+            out[only] = taken
+        else:
+            for seq, partition, m in zip(seqs, partitions, whose, strict=True):
+                batch = out.get(m)
+                if batch is None:
+                    batch = out[m] = Taken()
+                batch.seqs.append(seq)
+                batch.partitions.append(partition)
+            for batch in out.values():
+                batch.attempts = [1] * len(batch.seqs)
+        for m, batch in out.items():
+            members[m].sent += len(batch.seqs)
+        return len(seqs), stopped
 
     def ack(self, seqs: Iterable[int]) -> list[int]:
         """Settle acked sequences; returns those that were still owed."""

@@ -226,16 +226,24 @@ class SeqWindow:
             return self._old.pop(seq, None)
         return None
 
-    def take_front(self, n: int) -> tuple[list[int], list[int]]:
-        """Remove the ``n`` lowest sequences of the window (the dict aside must be empty):
-        (sequences, partitions), with no call per sequence."""
+    def front(self, n: int) -> tuple[list[int], list[int]]:
+        """The ``n`` lowest sequences of the window (the dict aside must be empty) and
+        their partitions, left in place, with no call per sequence."""
         w, base, front = self._w, self._base, self._front
         with memoryview(w) as view:  # (a view from the front, not an iteration up to it)
             seqs = list(islice(compress(range(base + front, base + len(w)), view[front:]), n))
         if not seqs:
             return seqs, []
+        return seqs, [v - 1 for v in w[front:seqs[-1] - base + 1] if v]
+
+    def take_front(self, n: int) -> tuple[list[int], list[int]]:
+        """Remove the ``n`` lowest sequences of the window (the dict aside must be empty):
+        (sequences, partitions), with no call per sequence."""
+        seqs, partitions = self.front(n)
+        if not seqs:
+            return seqs, partitions
+        w, base, front = self._w, self._base, self._front
         end = seqs[-1] - base + 1
-        partitions = [v - 1 for v in w[front:end] if v]
         w[front:end] = array("H", bytes(2 * (end - front)))
         self._n -= len(seqs)
         if end >= COMPACT_AFTER and end * 2 >= len(w):
