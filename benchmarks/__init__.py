@@ -21,6 +21,7 @@ SCENARIOS = (
     "latency_zmesh_process",
     "fanout_4_groups",
     "zmesh_many_lanes",
+    "zmesh_shared_2_members",
     "offline_backlog",
     "restart_first_message",
 )

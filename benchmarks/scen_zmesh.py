@@ -27,15 +27,17 @@ def _mesh() -> str:
 
 
 def _consumer(kids: Any, workdir: Path, mesh: str, group: str, *, seeds: list[str],
-              api: str, sizes: Sizes, deadline_s: float, **extra: Any) -> Child:
-    return kids.start("zmesh_consumer", name=f"consumer-{group}", mesh=mesh,
-                      data_dir=str(workdir / f"consumer-{group}"), seeds=seeds, topic=TOPIC,
-                      group=group, api=api, fetch=sizes.batch, deadline_s=deadline_s, **extra)
+              api: str, sizes: Sizes, deadline_s: float, member: str = "",
+              **extra: Any) -> Child:
+    name = f"consumer-{group}{member}"
+    return kids.start("zmesh_consumer", name=name, mesh=mesh, data_dir=str(workdir / name),
+                      seeds=seeds, topic=TOPIC, group=group, api=api, fetch=sizes.batch,
+                      deadline_s=deadline_s, **extra)
 
 
 def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str, api: str,
           count: int, groups: tuple[str, ...] = ("g",), rate: float = 0.0,
-          warmup: int | None = None, idle: int = 0) -> dict[str, Any]:
+          warmup: int | None = None, idle: int = 0, members: int = 1) -> dict[str, Any]:
     mesh = _mesh()
     warmup = sizes.warmup if warmup is None else warmup
     deadline_s = (sizes.latency_s * 3 + 60) if rate else sizes.deadline(count * len(groups))
@@ -44,12 +46,14 @@ def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str,
                           data_dir=str(workdir / "producer"), topic=TOPIC,
                           durability=durability, groups=list(groups), api=api,
                           batch=sizes.batch, warmup=warmup, count=count, rate=rate,
-                          deadline_s=deadline_s)
+                          deadline_s=deadline_s, members=members)
         control = prod.expect("ready", 30)["control"]
+        # Members of one group share its messages: each counts its own (no expected total).
+        names = [(g, f"-{i + 1}" if members > 1 else "") for g in groups for i in range(members)]
         cons = [_consumer(kids, workdir, mesh, g, seeds=[control], api=api, sizes=sizes,
-                          deadline_s=deadline_s, latency=bool(rate), expect=warmup + count,
-                          idle=idle)
-                for g in groups]
+                          deadline_s=deadline_s, latency=bool(rate), idle=idle, member=m,
+                          expect=warmup + count if members == 1 else 0)
+                for g, m in names]
         for c in cons:
             c.expect("ready", 30)
         res = prod.expect("result", deadline_s)
@@ -61,11 +65,12 @@ def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str,
         "seconds": res["t1"] - t0,
         "publish_seconds": res["t_published"] - t0,  # the rest of a run drains the backlog
         "rss_mb": {"producer": res["rss_mb"],
-                   **{f"consumer_{g}": r["rss_mb"] for g, r in zip(groups, got, strict=True)}},
+                   **{f"consumer_{g}{m}": r["rss_mb"] for (g, m), r in zip(names, got,
+                                                                          strict=True)}},
         "cpu_us_per_msg": {
             "producer": res["cpu_s"] * 1e6 / count,
-            **{f"consumer_{g}": r["cpu_s"] * 1e6 / (warmup + count)
-               for g, r in zip(groups, got, strict=True)}},
+            **{f"consumer_{g}{m}": r["cpu_s"] * 1e6 / max(1, r["count"] if m else warmup + count)
+               for (g, m), r in zip(names, got, strict=True)}},
         "producer_stats": {k: v for k, v in res["stats"].items()
                            if k in ("redelivered_member_gone", "ack_timeouts", "nacked",
                                     "data_send_blocked", "control_send_full",
@@ -118,6 +123,13 @@ def zmesh_many_lanes(workdir: Path, sizes: Sizes,
     nobody publishes: a lane each at the producer, idle."""
     return _live(workdir, sizes, profile, durability="process", api="message",
                  count=sizes.zmesh, idle=sizes.idle_lanes)
+
+
+def zmesh_shared_2_members(workdir: Path, sizes: Sizes,
+                           profile: Path | None = None) -> dict[str, Any]:
+    """``zmesh_process`` with two consumer processes in the group, sharing its partitions."""
+    return _live(workdir, sizes, profile, durability="process", api="message",
+                 count=sizes.zmesh, members=2)
 
 
 def fanout_4_groups(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
@@ -200,6 +212,7 @@ SCENARIOS = {
     "latency_zmesh_process": latency_zmesh_process,
     "fanout_4_groups": fanout_4_groups,
     "zmesh_many_lanes": zmesh_many_lanes,
+    "zmesh_shared_2_members": zmesh_shared_2_members,
     "offline_backlog": offline_backlog,
     "restart_first_message": restart_first_message,
 }

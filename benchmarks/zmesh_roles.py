@@ -47,11 +47,12 @@ def _wait(pred: Any, timeout: float, what: str, interval: float = 0.01) -> None:
         time.sleep(interval)
 
 
-def _wait_members(node: zmesh.Node, topic: str, groups: list[str], timeout: float) -> None:
+def _wait_members(node: zmesh.Node, topic: str, groups: list[str], timeout: float,
+                  members: int = 1) -> None:
     def ready() -> bool:
         lanes = _lanes(node, topic)
-        return all(g in lanes and lanes[g]["members"] for g in groups)
-    _wait(ready, timeout, f"a member in each of {groups}")
+        return all(g in lanes and len(lanes[g]["members"]) >= members for g in groups)
+    _wait(ready, timeout, f"{members} member(s) in each of {groups}")
 
 
 def _wait_acked(node: zmesh.Node, last: zmesh.Receipt, deadline: float) -> None:
@@ -102,7 +103,8 @@ def zmesh_producer(p: dict[str, Any], cmds: Commands) -> None:
         topic, groups = p["topic"], p["groups"]
         node.topic(topic, durability=p["durability"], groups=groups)
         emit("ready", control=node.control_address)
-        _wait_members(node, topic, groups, p.get("members_timeout_s", 30.0))
+        _wait_members(node, topic, groups, p.get("members_timeout_s", 30.0),
+                      p.get("members", 1))
         _wait_acked(node, _publish(node, p, p["warmup"], deadline, p.get("rate", 0.0)),
                     deadline)
         t0, cpu0 = time.monotonic(), cpu_s()
