@@ -437,9 +437,10 @@ class Lane(Retries):
     def _take_front(self, owners: list[bytes], now: float, limit: int,
                     out: dict[bytes, Taken]) -> tuple[int, bool]:
         """``take`` when only plain messages are ready: the lowest sequences, a front of
-        the window, each to the owner of its partition, with no heap and no call per
-        message. Stops before the first sequence whose owner has no credit left; returns
-        how many it took and whether it stopped so (the rest then goes the heap's way)."""
+        the window, each to the owner of its partition, with no heap (and, for one member,
+        no Python step per message). Stops before the first sequence whose owner has no
+        credit left; returns how many it took and whether it stopped so (the rest then
+        goes the heap's way)."""
         members = self.members
         credit = {m: its.max_in_flight - its.sent - len(its.in_flight)
                   for m, its in members.items()}
