@@ -442,17 +442,21 @@ class Lane(Retries):
         credit left; returns how many it took and whether it stopped so (the rest then
         goes the heap's way)."""
         members = self.members
-        credit = {m: its.max_in_flight - its.sent - len(its.in_flight)
-                  for m, its in members.items()}
-        room = min(limit, sum(c for c in credit.values() if c > 0))
-        if room <= 0:  # (a credit may have been lowered below what a member holds)
-            return 0, False
         stopped = False
-        if len(members) == 1:  # it owns every partition
+        if len(members) == 1:  # it owns every partition (the usual lane: kept lean)
+            [its] = members.values()
+            room = min(limit, its.max_in_flight - its.sent - len(its.in_flight))
+            if room <= 0:  # (its credit may have been lowered below what it holds)
+                return 0, False
             seqs, partitions = self._plain.take_front(room)
             if not seqs:
                 return 0, False
         else:
+            credit = {m: its.max_in_flight - its.sent - len(its.in_flight)
+                      for m, its in members.items()}
+            room = min(limit, sum(c for c in credit.values() if c > 0))
+            if room <= 0:
+                return 0, False
             seqs, partitions = self._plain.front(room)
             if not seqs:
                 return 0, False
