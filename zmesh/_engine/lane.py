@@ -474,11 +474,12 @@ class Lane(Retries):
                     return 0, True
             self._plain.take_front(len(seqs))  # (the same sequences)
         last = seqs[-1]
-        for fifo in self._fresh:  # their taken sequences are the front of each FIFO
-            fifo.drop_through(last)
         deadline = now + self.timing.ack_timeout_s
         # One (partition, member, deadline) tuple per partition, shared by its sequences.
         state = {p: (p, owners[p], deadline) for p in set(partitions)}
+        fresh = self._fresh
+        for p in state:  # their taken sequences are the front of each FIFO (the others'
+            fresh[p].drop_through(last)  # stale slots below it go when they are next taken)
         self._sent.update(zip(seqs, map(state.__getitem__, partitions), strict=True))
         self._ready_count -= len(seqs)
         self._serial += 1
