@@ -135,8 +135,8 @@ def zmesh_consumer(p: dict[str, Any], cmds: Commands) -> None:
     t_start = time.monotonic()
     deadline = t_start + p["deadline_s"]
     node = _node(p, p.get("name", "consumer"))
-    # Topics nobody publishes: each is a lane at the producer with nothing to do.
-    idle = [node.subscribe(f"idle-{i}", group=p["group"]) for i in range(p.get("idle", 0))]
+    for i in range(p.get("idle", 0)):  # topics nobody publishes: idle lanes at the producer
+        node.subscribe(f"idle-{i}", group=p["group"])  # (closed with the node)
     sub = node.subscribe(p["topic"], group=p["group"], max_in_flight=p.get("max_in_flight", 1000),
                          batch_size=p.get("batch_size", 100))
     t_sub = time.monotonic()
@@ -166,7 +166,6 @@ def zmesh_consumer(p: dict[str, Any], cmds: Commands) -> None:
     finally:
         sub.close()
         watcher.join(5.0)
-        del idle  # (closed with the node)
         node.close()
     emit("result", count=state["count"], t_first=state["t_first"], t_last=state["t_last"],
          window_count=state["window_count"], start_s=t_sub - t_start, rss_mb=rss_mb(),

@@ -498,4 +498,3 @@ def _utf8(text: str, what: str) -> bytes:
     except UnicodeEncodeError as exc:
         raise ArgumentError(f"{what} is not valid text: {exc.reason} at character "
                             f"{exc.start}") from None
-

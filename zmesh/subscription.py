@@ -279,4 +279,3 @@ def _check_max_messages(max_messages: int) -> None:
     """``fetch``'s count: an int of at least 1."""
     if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
         raise ArgumentError(f"fetch needs max_messages >= 1, got {max_messages!r}")
-

@@ -336,4 +336,3 @@ def test_a_timeout_that_is_not_a_number_is_refused_where_a_call_would_wait(make_
             wait()
     assert sub.get(timeout=-1) is None and sub.fetch(5, timeout=0) == []  # no wait at all
     assert sub.get(timeout=math.inf) is not None  # (the publishes above that went through)
-

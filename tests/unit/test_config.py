@@ -528,4 +528,3 @@ def test_a_seed_may_be_written_as_a_zeromq_endpoint(port: int) -> None:
     assert parse_seed(f"tcp://10.0.0.2:{port}") == ("10.0.0.2", port)
     assert parse_seed(f"tcp://[::1]:{port}") == ("::1", port)
     assert seed_endpoints([f"tcp://10.0.0.2:{port}"]) == seed_endpoints([f"10.0.0.2:{port}"])
-

@@ -99,10 +99,9 @@ class Commands:
         self._wake_tx: zmq.Socket | None = None  # application threads' end of the wake pipe
         self._watches: list[Receipt] = []  # receipts to track, collected by the IO thread
         # What this node's hello announces: (topic, group, mode) -> its Subscription
-        # objects (the hello names each once), and the bytes of their names.
+        # objects (the hello names each once), and the bytes of them.
         self._subs_lock = threading.Lock()
-        self._announced: dict[tuple[str, str, str], int] = {}
-        self._announced_subs: set[Subscription] = set()
+        self._announced: dict[tuple[str, str, str], set[Subscription]] = {}
         self._announced_bytes = 0
 
     # == application threads =============================================================
@@ -250,8 +249,8 @@ class Commands:
         """Add ``sub``; ArgumentError when this node's hello could not announce it."""
         key = (sub.topic, sub.group, sub.mode)
         with self._subs_lock:
-            count = self._announced.get(key, 0)
-            if not count:
+            subs = self._announced.get(key)
+            if subs is None:
                 size = announced_bytes(sub.topic, sub.group)
                 if len(self._announced) >= MAX_SUBSCRIPTIONS or \
                         self._announced_bytes + size > MAX_SUBSCRIPTION_BYTES:
@@ -261,8 +260,8 @@ class Commands:
                         f"holds at most {MAX_SUBSCRIPTIONS} and {MAX_SUBSCRIPTION_BYTES} "
                         f"bytes of them: close some, or spread them over more nodes")
                 self._announced_bytes += size
-            self._announced[key] = count + 1
-            self._announced_subs.add(sub)
+                subs = self._announced[key] = set()
+            subs.add(sub)
         try:
             self.submit(("sub", sub))
         except BaseException:
@@ -277,11 +276,11 @@ class Commands:
     def _forget_announced(self, sub: Subscription) -> None:
         key = (sub.topic, sub.group, sub.mode)
         with self._subs_lock:
-            if sub not in self._announced_subs:
+            subs = self._announced.get(key)
+            if subs is None or sub not in subs:
                 return  # (closed twice)
-            self._announced_subs.discard(sub)
-            self._announced[key] -= 1
-            if not self._announced[key]:
+            subs.discard(sub)
+            if not subs:
                 del self._announced[key]
                 self._announced_bytes -= announced_bytes(sub.topic, sub.group)
 

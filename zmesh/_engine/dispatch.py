@@ -156,7 +156,8 @@ def dispatch(producer: Producer, now: float,
             limit = lane.members[member].max_message_bytes
             if limit < producer.payload_bound and out.seqs and \
                     max(map(len, map(_PAYLOAD, fields))) > limit:
-                out, fields = _refuse_oversized(producer, lane, member, out, fields, batch)
+                out, fields = _refuse_oversized(producer, lane, member, limit, out, fields,
+                                                batch)
             if out.seqs:
                 sent = send(member, lane, out, cast("list[Sequence]", fields))
                 sent_total += sent
@@ -197,12 +198,11 @@ def _select(out: Taken, fields: list, keep: list[bool]) -> tuple[Taken, list]:
     return kept, kept_fields
 
 
-def _refuse_oversized(producer: Producer, lane: Lane, member: bytes, out: Taken,
+def _refuse_oversized(producer: Producer, lane: Lane, member: bytes, limit: int, out: Taken,
                       fields: list, batch: WriteBatch) -> tuple[Taken, list]:
-    """Park the messages whose payload is larger than ``member`` accepts (its node's
-    ``max_message_bytes``, from its hello) as dead letters of the lane: sent, they would be
-    dropped as undecodable and come back after every ack timeout. Returns the rest."""
-    limit = lane.members[member].max_message_bytes
+    """Park the messages whose payload is larger than ``member`` accepts (``limit``, its
+    node's ``max_message_bytes``, from its hello) as dead letters of the lane: sent, they
+    would be dropped as undecodable and come back after every ack timeout. Returns the rest."""
     sizes = list(map(len, map(_PAYLOAD, fields)))
     for seq, size in zip(out.seqs, sizes, strict=True):
         if size > limit:

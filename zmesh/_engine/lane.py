@@ -189,8 +189,7 @@ class Lane(Retries):
         self.entries[seq] = entry
         if expires_at:
             heapq.heappush(self._expiring, (expires_at, seq))
-            if expires_at < self._wake_at:
-                self._timer(expires_at)
+            self._timer(expires_at)
         self._schedule(entry, not_before, now)
 
     def add_plain(self, run: PlainRun) -> None:
@@ -227,14 +226,12 @@ class Lane(Retries):
         if entry.expires_at and entry.expires_at <= now and entry.state == IN_FLIGHT:
             # Its expiry passed while it was in flight (tick skipped it): due again now.
             heapq.heappush(self._expiring, (entry.expires_at, entry.seq))
-            if entry.expires_at < self._wake_at:
-                self._timer(entry.expires_at)
+            self._timer(entry.expires_at)
         if not_before > now:
             entry.state = DELAYED
             entry.not_before = not_before
             heapq.heappush(self._delayed, (not_before, entry.seq))
-            if not_before < self._wake_at:
-                self._timer(not_before)
+            self._timer(not_before)
         else:
             entry.state = READY
             entry.not_before = 0.0
@@ -428,8 +425,7 @@ class Lane(Retries):
         if taken:
             self._serial += 1
             heapq.heappush(self._deadlines, (deadline, self._serial, handed))
-            if deadline < self._wake_at:
-                self._timer(deadline)
+            self._timer(deadline)
         for owner in [m for m, t in out.items() if not t.seqs]:
             del out[owner]  # only expired messages were met for it
         return out, expired
@@ -484,8 +480,7 @@ class Lane(Retries):
         self._ready_count -= len(seqs)
         self._serial += 1
         heapq.heappush(self._deadlines, (deadline, self._serial, array("q", seqs)))
-        if deadline < self._wake_at:
-            self._timer(deadline)
+        self._timer(deadline)
         if len(members) == 1:
             [only] = members
             taken = Taken()

@@ -352,7 +352,7 @@ class Producer:
             for entry in result.exhausted:
                 self._park(lane, entry, "max attempts reached after ack timeouts", batch)
             nxt = lane.next_wakeup()
-            if nxt is not None and nxt < lane._wake_at:
+            if nxt is not None:
                 lane._timer(nxt)
 
     def next_wakeup(self) -> float | None:

@@ -122,9 +122,11 @@ class Retries:
         return result
 
     def _timer(self, at: float) -> None:
-        """A timer at ``at``, earlier than any the producer was told of: tell it."""
-        self._wake_at = at
-        self.on_timer(self, at)
+        """A timer set at ``at``: tell the producer when it is earlier than any it was told
+        of and has not ticked yet."""
+        if at < self._wake_at:
+            self._wake_at = at
+            self.on_timer(self, at)
 
     def next_wakeup(self) -> float | None:
         """The earliest time ``tick`` has work, or None."""
