@@ -11,9 +11,10 @@ meet each other by gossip through the producer. The producer has no seeds: resta
 new port, it must find the consumers again from what its data dir remembers of its peers.
 
 The producer publishes message indexes ``start..N-1`` to topic ``crash`` (groups g1 and g2
-declared up front) and appends, fsync'd, the highest index known stored to the progress
-file every ``--checkpoint`` messages; a restarted producer resumes after the last recorded
-index. It exits 0 once its outbox is empty (every message acked by both groups).
+declared up front), one by one or ``--batch`` at a time with ``publish_many``, and
+appends, fsync'd, the highest index known stored to the progress file every
+``--checkpoint`` messages; a restarted producer resumes after the last recorded index. It
+exits 0 once its outbox is empty (every message acked by both groups).
 
 A consumer appends ``index seq attempt`` per message to its log, flushes and fsyncs the
 batch, then acks it. SIGTERM closes the node cleanly and exits 0.
@@ -84,18 +85,25 @@ def run_producer(args: argparse.Namespace) -> int:
               f"(outbox {node.status()['outbox']})", flush=True)
         with open(progress, "a") as prog:
             receipt = None
-            for index in range(start, args.count):
+            for first in range(start, args.count, args.batch):
+                indexes = range(first, min(first + args.batch, args.count))
+                index = indexes[-1]
                 for attempt in range(PUBLISH_ATTEMPTS):
                     try:
-                        receipt = node.publish(TOPIC, str(index).encode())
+                        if args.batch == 1:
+                            receipt = node.publish(TOPIC, str(index).encode())
+                        else:
+                            receipt = node.publish_many(TOPIC,
+                                                        [str(i).encode() for i in indexes])
                         break
                     except zmesh.OutboxFullError:
-                        print(f"outbox full at index {index} (attempt {attempt + 1})",
+                        print(f"outbox full at index {first} (attempt {attempt + 1})",
                               flush=True)
                 else:
-                    print(f"gave up publishing index {index}", flush=True)
+                    print(f"gave up publishing index {first}", flush=True)
                     return 2
-                if (index + 1) % args.checkpoint == 0 or index == args.count - 1:
+                if (index + 1) // args.checkpoint > first // args.checkpoint or \
+                        index == args.count - 1:
                     # Receipts resolve in publish order: every index up to this one is stored.
                     receipt.wait_stored(timeout=30)
                     prog.write(f"{index}\n")
@@ -163,6 +171,8 @@ def main(argv: list[str]) -> int:
     prod.add_argument("--progress", required=True)
     prod.add_argument("--count", type=int, required=True)
     prod.add_argument("--checkpoint", type=int, default=1000)
+    prod.add_argument("--batch", type=int, default=1,
+                      help="messages per publish_many (1: publish one by one)")
     # A bounded outbox keeps the producer at the consumers' pace (publish blocks when it is
     # full), so the stream is still being published when the test kills the producer.
     prod.add_argument("--max-outbox", type=int, default=20_000)

@@ -63,8 +63,9 @@ class ConsumerLog:
 class Cluster:
     """The child processes of the test, their outputs and their files."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, batch: int) -> None:
         self.root = root
+        self.batch = batch
         self.mesh = f"crash-{uuid.uuid4().hex[:12]}"
         self.addr_dir = root / "addr"
         self.addr_dir.mkdir()
@@ -86,7 +87,7 @@ class Cluster:
 
     def start_producer(self) -> subprocess.Popen:
         return self._spawn("producer", ["producer", "--progress", str(self.progress),
-                                        "--count", str(N)])
+                                        "--count", str(N), "--batch", str(self.batch)])
 
     def start_consumer(self, name: str) -> subprocess.Popen:
         return self._spawn(name, ["consumer", "--name", name, "--group", CONSUMERS[name],
@@ -191,10 +192,12 @@ def _summary(cluster: Cluster, kills: list[str], t0: float) -> dict[str, dict[st
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("batch", [1, 100], ids=["publish", "publish_many"])
 def test_kill9_consumer_then_producer_loses_nothing(
-        tmp_path: Path, record_summary: Callable[[str], None]) -> None:
+        tmp_path: Path, record_summary: Callable[[str], None], batch: int) -> None:
+    # publish_many of 100: the outbox holds the batches as runs (one record each)
     t0 = time.monotonic()
-    cluster = Cluster(tmp_path)
+    cluster = Cluster(tmp_path, batch)
     kills: list[str] = []
     try:
         cluster.start_producer()
@@ -273,7 +276,7 @@ def test_kill9_consumer_then_producer_loses_nothing(
             rc = cluster.procs[name].wait(EXIT_TIMEOUT_S)
             assert rc == 0, f"{name} did not exit cleanly on SIGTERM (rc {rc})"
         reports = _summary(cluster, kills, t0)
-        record_summary(f"{N} messages, kills: {'; '.join(kills)}")
+        record_summary(f"{N} messages ({batch} per publish), kills: {'; '.join(kills)}")
         for group, rep in reports.items():
             record_summary(f"  {group}: lost={rep['lost']} "
                            f"duplicate_deliveries={rep['duplicate_deliveries']}")

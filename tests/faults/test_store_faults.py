@@ -199,3 +199,50 @@ def test_a_corrupt_pending_entry_is_rebuilt_at_restart(make_node, tmp_path):
     wait_until(lambda: prod.status()["outbox"] == 0, what="outbox settled")
     prod.close()
     assert _bad_records(data_dir) == [b"pend\0" + key]
+
+
+def _publish_runs_and_stop(make_node, name: str, batches: int, size: int) -> None:
+    node = make_node(name, topics=GROUPS)
+    rs = [node.publish_many("t", [payload(i) for i in range(b * size, (b + 1) * size)])
+          for b in range(batches)]
+    for r in rs:
+        r.wait_stored(5)
+    node.close()
+
+
+def test_a_corrupt_run_record_is_set_aside_and_the_other_runs_delivered(make_node, tmp_path):
+    data_dir = tmp_path / "prod"
+    _publish_runs_and_stop(make_node, "prod", 3, 10)
+    key = _damage(data_dir, b"runs", lambda keys: keys[1])  # messages 10..19
+    prod = make_node("prod", data_dir=str(data_dir))
+    assert prod.status()["outbox"] == 30  # (its lanes' entries still owe it)
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = drain(sub, 20)
+    assert sorted(index(m) for m in got) == [i for i in range(30) if not 10 <= i < 20]
+    wait_until(lambda: prod.status()["outbox"] == 0, what="outbox settled")
+    counters = prod.status()["counters"]
+    assert counters["corrupt_records"] == 1 and counters["lost_records"] == 10
+    assert sub.fetch(10, timeout=0.3) == []
+    prod.close()
+    assert _bad_records(data_dir) == [b"runs\0" + key]
+    again = make_node("prod", data_dir=str(data_dir))
+    assert "corrupt_records" not in again.status()["counters"]
+    assert again.status()["outbox"] == 0
+
+
+def test_a_corrupt_run_entry_is_rebuilt_at_restart(make_node, tmp_path):
+    data_dir = tmp_path / "prod"
+    _publish_runs_and_stop(make_node, "prod", 2, 10)
+    key = _damage(data_dir, b"pruns", lambda keys: keys[0])
+    prod = make_node("prod", data_dir=str(data_dir))
+    assert prod.status()["counters"]["corrupt_records"] == 1
+    assert prod.status()["outbox"] == 20
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    got = drain(sub, 20)
+    assert sorted(index(m) for m in got) == list(range(20))
+    wait_until(lambda: prod.status()["outbox"] == 0, what="outbox settled")
+    prod.close()
+    assert _bad_records(data_dir) == [b"pruns\0" + key]

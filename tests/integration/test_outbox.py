@@ -287,7 +287,7 @@ def test_a_large_backlog_does_not_stay_mapped_in_memory(make_node):
     prod = make_node("prod", map_size_bytes=256 << 20,
                      topics={"t": zmesh.TopicConfig(groups=("g",))})
     pages = prod._engine.store.pages
-    n, size = 12_000, 4096  # 48 MiB of payloads
+    n, size = 14_000, 4096  # 56 MiB of payloads
     receipts = [prod.publish_many("t", [i.to_bytes(4, "big") * (size // 4)
                                         for i in range(start, start + 500)])
                 for start in range(0, n, 500)]

@@ -107,15 +107,18 @@ class DeadLetters:
                 continue
             fields = unpackb(record)
             partition, priority, expires_at = fields[1], fields[4], fields[6]
-            if not self.p.owed(topic, seq):
+            in_outbox = self.p.owed(topic, seq)
+            if not in_outbox:
                 self.p.depth += 1
-                batch.msgs_put.append((u64(seq), record))
-                batch.msgs_bytes += len(record)
-            batch.pend_put.append((pend_key(lane_id, seq),
-                                   pack([partition, priority, 0, expires_at, None])))
+            lane.add(seq, partition, priority, 0, now=now)
             batch.dead_put.append((pend_key(lane_id, seq),
                                    pack([REPLAYED, reason, attempts, failed_at, history, None])))
-            lane.add(seq, partition, priority, 0, now=now)
+            if not self.p.runs.owe_again(lane, lane_id, seq, in_outbox, batch):
+                if not in_outbox:  # (a run still stored holds its record)
+                    batch.msgs_put.append((u64(seq), record))
+                    batch.msgs_bytes += len(record)
+                batch.pend_put.append((pend_key(lane_id, seq),
+                                       pack([partition, priority, 0, expires_at, None])))
             self.replayed.add((lane_id, seq))
             count += 1
         self.p.counters.add("dead_replayed", count)

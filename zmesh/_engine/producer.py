@@ -12,9 +12,10 @@ import logging
 import math
 from collections.abc import Iterable
 from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from .._store.damage import decode_record
+from .._store.damage import decode_record, decode_run
 from .._store.store import Store, WriteBatch, pack, pend_key, u64
 from ..config import TopicConfig
 from .deadletters import DeadLetters
@@ -23,6 +24,7 @@ from .dispatch import Decoded
 from .lane import Lane
 from .retained import Retained
 from .retention import Indexes, retains
+from .runs import Runs, run_fields
 from .staging import UNCLAIMED, Staging, mem_total
 from .stats import Counters
 
@@ -77,6 +79,7 @@ class Producer:
         self.indexes = Indexes(store.next_indexes())
         self.retained = Retained(self)
         self.staging = Staging(self, next_seq, memory_budget_bytes)
+        self.runs = Runs()  # publish_many batches stored as one record each (runs.py)
 
     # -- configuration ------------------------------------------------------------------
 
@@ -163,11 +166,48 @@ class Producer:
         return [seq for seq, f in zip(seqs, fields, strict=True) if f is None]
 
     def record(self, seq: int) -> bytes | None:
-        """The stored record of ``seq`` (a memory message's packed now); None if gone."""
+        """The stored record of ``seq`` (a memory message's, or one of a run's, packed
+        now); None if gone."""
         fields = self._mem.get(seq)
+        if fields is None and self.runs.find(seq) is not None:
+            fields = self.run_messages([seq]).get(seq)
         if fields is not None:
-            return pack(fields)
+            return pack(list(fields))
         return self.store.get_messages([seq]).get(seq)
+
+    def run_messages(self, seqs: list[int], batch: WriteBatch | None = None
+                     ) -> dict[int, tuple]:
+        """The fields of those of ``seqs`` that runs hold, read from their records. A
+        record that cannot be decoded is set aside (given ``batch``) and its messages are
+        left out."""
+        _, hits = self.runs.split(seqs)
+        records = self.store.get_runs(list(hits))
+        out: dict[int, tuple] = {}
+        for first in hits:
+            record = records.get(first)
+            fields = None if record is None else decode_run(record)
+            if fields is None:
+                if record is not None and batch is not None:
+                    self.set_aside("runs", u64(first), record,
+                                   "a run's record: its messages are settled as lost", batch)
+                continue
+            out.update(zip(range(first, first + len(fields[1])), run_fields(fields),
+                           strict=True))
+        return out
+
+    def load_runs(self, seqs: list[int], batch: WriteBatch) -> list[int]:
+        """Keep decoded the messages of the runs holding any of ``seqs`` (the rest of a
+        run is sent next); returns those of ``seqs`` no run holds."""
+        singles, _ = self.runs.split(seqs)
+        if len(singles) < len(seqs):
+            found = self.run_messages(seqs, batch)
+            if found:
+                many = list(found.values())
+                bound = max(map(len, map(itemgetter(8), many)))
+                if bound > self.payload_bound:
+                    self.payload_bound = bound
+                self.decoded.keep_many(found, many)
+        return singles
 
     def owed(self, topic: str, seq: int) -> bool:
         """Some lane of ``topic`` still owes ``seq``."""
@@ -215,8 +255,10 @@ class Producer:
             elif owed:
                 elsewhere = set(owed)
                 unowed = [s for s in unowed if s not in elsewhere]
-        batch.pend_del.extend(map(pend_key, repeat(lane_id), [s for s in seqs if s not in mem]
-                                  if mem else seqs))
+        pend = [s for s in seqs if s not in mem] if mem else seqs
+        if self.runs:  # (a run's entry per lane instead of one per message)
+            pend = self.runs.settled(lane, lane_id, pend, batch)
+        batch.pend_del.extend(map(pend_key, repeat(lane_id), pend))
         if self.dead.replayed:
             for seq in seqs:
                 self.dead.settled(lane_id, seq, batch)
@@ -225,8 +267,10 @@ class Producer:
         # (what nobody owes leaves the outbox)
         if self.decoded.fields:
             self.decoded.forget(unowed)
+        # (a run's record leaves with its last message)
+        unowed_singles = self.runs.gone(unowed, batch) if self.runs else unowed
         if not retains(self.topic_config(topic)):  # (else retention reclaims the record)
-            gone = self.forget_mem(unowed) if mem else unowed
+            gone = self.forget_mem(unowed_singles) if mem else unowed_singles
             batch.msgs_del.extend(map(u64, gone))
         self.depth -= len(unowed)
         if self._receipts:
@@ -272,6 +316,8 @@ class Producer:
     def _persist_attempts(self, lane: Lane, seqs: Iterable[int], batch: WriteBatch) -> None:
         lane_id = self.lane_ids[(lane.topic, lane.name)]
         wanted = [s for s in seqs if s in lane and s not in self._mem]
+        if wanted and self.runs:
+            wanted = self.runs.rewrite(lane, lane_id, wanted, batch)
         if not wanted:
             return
         records = self.store.get_messages(wanted)
@@ -303,8 +349,9 @@ class Producer:
             for seq in lane.seqs():
                 wanted.setdefault(seq, []).append(lane)
         records = self.store.get_messages([s for s in wanted if s not in self._mem])
-        for seq in sorted([*records, *(s for s in wanted if s in self._mem)]):
-            fields = self._mem.get(seq) or decode_record(records[seq])
+        in_runs = self.run_messages(list(wanted)) if self.runs else {}
+        for seq in sorted([*records, *in_runs, *(s for s in wanted if s in self._mem)]):
+            fields = self._mem.get(seq) or in_runs.get(seq) or decode_record(records[seq])
             key = None if fields is None else fields[2]
             if key is not None:
                 for lane in wanted[seq]:

@@ -8,11 +8,13 @@ set aside by the engine.
 from __future__ import annotations
 
 import logging
+from array import array
 from typing import TYPE_CHECKING
 
-from .._store.damage import decode_record
+from .._store.damage import decode_record, decode_run
 from .._store.store import WriteBatch, pack
 from .lane import Lane
+from .runs import Run
 from .staging import mono_at, mono_offset
 
 if TYPE_CHECKING:
@@ -38,9 +40,12 @@ def load_outbox(producer: Producer, now: float, batch: WriteBatch) -> None:
         owing.add(seq, partition, priority, attempt, now=now,
                   not_before=mono_at(deliver_at, offset),
                   expires_at=mono_at(expires_at, offset))
+    _load_runs(producer, by_id, now)
     for c in producer.store.corrupt:
         if c.db == "pend" and len(c.key) == 12:
             _rebuild_pending(producer, by_id, c.key, now, offset, batch)
+        elif c.db == "pruns" and len(c.key) == 12:
+            _rebuild_run_entry(producer, by_id, c.key, now, batch)
     of_topic: dict[str, list[Lane]] = {}
     for lane in by_id.values():
         lane.end_bulk()
@@ -71,3 +76,58 @@ def _rebuild_pending(producer: Producer, by_id: dict[int, Lane], key: bytes, now
     batch.pend_put.append((key, pack([partition, priority, 0, expires_at, deliver_at])))
     log.warning("pending entry %d of lane %s/%s rebuilt from its outbox record", seq,
                 lane.topic, lane.name)
+
+
+def _load_runs(producer: Producer, by_id: dict[int, Lane], now: float) -> None:
+    """Owe each lane what its ``pruns`` entries say, and know the runs again."""
+    runs: dict[int, Run] = {}
+    in_outbox: dict[int, set[int] | None] = {}  # first -> offsets some lane owes (None: all)
+    for lane_id, first, (partitions, offsets, attempts) in producer.store.iter_pruns():
+        owing = by_id.get(lane_id)
+        if owing is None:
+            log.error("run entry %d of unknown lane %d is skipped", first, lane_id)
+            continue
+        run = runs.get(first)
+        if run is None:
+            run = runs[first] = Run(first, len(partitions), owing.topic,
+                                    array("H", partitions), 0, {})
+            in_outbox[first] = set()
+        owed = range(run.count) if offsets is None else offsets
+        for i, offset in enumerate(owed):
+            owing.add(first + offset, partitions[offset], 0,
+                      attempts[i] if attempts else 0, now=now)
+        run.owed[lane_id] = len(owed)
+        known = in_outbox[first]
+        if offsets is None or known is None:
+            in_outbox[first] = None
+        else:
+            known.update(offsets)
+    for first, run in runs.items():
+        known = in_outbox[first]
+        run.left = run.count if known is None else len(known)
+        producer.runs.add(run)
+
+
+def _rebuild_run_entry(producer: Producer, by_id: dict[int, Lane], key: bytes, now: float,
+                       batch: WriteBatch) -> None:
+    """A damaged ``pruns`` entry: the lane owes the whole run again (what it had acked
+    comes again, and the consumers' dedupe window drops it), rebuilt from the record."""
+    lane_id, first = int.from_bytes(key[:4], "big"), int.from_bytes(key[4:], "big")
+    lane = by_id.get(lane_id)
+    raw = producer.store.get_runs([first]).get(first)
+    fields = None if raw is None else decode_run(raw)
+    if lane is None or fields is None:
+        log.error("run entry %d of lane %d is damaged and cannot be rebuilt", first, lane_id)
+        return
+    partitions = fields[1]
+    run = producer.runs.find(first)
+    if run is None:
+        run = Run(first, len(partitions), lane.topic, array("H", partitions), 0, {})
+        producer.runs.add(run)
+    run.left = run.count
+    run.owed[lane_id] = run.count
+    for seq, partition in zip(run.seqs(), partitions, strict=True):
+        lane.add(seq, partition, now=now)  # (the lanes are loading: see load_outbox)
+    batch.prun_put.append((key, pack([partitions, None, None])))
+    log.warning("run entry %d of lane %s/%s rebuilt from its record", first, lane.topic,
+                lane.name)

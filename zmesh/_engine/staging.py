@@ -9,19 +9,26 @@ its unclaimed lane, whose messages go to the first groups learned.
 from __future__ import annotations
 
 import time
+from array import array
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from operator import itemgetter
 from typing import TYPE_CHECKING, TypeVar
 
 from .._store.store import WriteBatch, pack, pend_key, u32, u64
 from .lane import Lane, PlainRun
 from .retention import log_entry, partition_prefix, retains
+from .runs import Run, run_fields, run_record
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
     from .producer import Producer
 
+# Payload bytes one run record holds at most: larger batches are stored as several runs.
+# (Large LMDB values need contiguous free pages; a run's gain is in small messages.)
+RUN_MAX_BYTES = 256 << 10
 UNCLAIMED = ""  # lane name of a topic's messages published before any group was known
 # What a ``memory`` message held in RAM costs beyond its payload, key and headers: its
 # fields tuple, the floats and ints in it, and its slot in the producer's dict.
@@ -105,6 +112,7 @@ class Staging:
         # What the last ``stage`` allocated, for ``unstage`` to give back: per topic the first
         # index of each partition (the retained entries and bytes are in ``Retained.staged``).
         self._staged_first: dict[str, dict[int, int]] = {}
+        self._runs: list[Run] = []  # staged by the last ``stage``, known once stored
 
     def prepare_lanes(self, pubs: list[Publish], batch: WriteBatch, now: float) -> None:
         """Create the lanes ``pubs`` need before staging them, so a publish that must be
@@ -126,6 +134,7 @@ class Staging:
                 producer.indexes.release(topic, partition, first)
         producer.retained.unstage()
         self._staged_first.clear()
+        self._runs.clear()
         producer.forget_mem([p.seq for p in pubs])
         producer.decoded.forget(p.seq for p in pubs)
         for seq, fields in self._spilled:
@@ -162,6 +171,7 @@ class Staging:
         lanes after commit."""
         producer = self.p
         self._spilled.clear()
+        self._runs.clear()
         first_index = self._staged_first
         first_index.clear()
         retained = producer.retained.staged
@@ -173,15 +183,19 @@ class Staging:
         decoded = producer.decoded
         # What is the same for every publish of a topic, looked up once per topic and stage:
         # durability, retention, next indexes, first indexes staged, whether a lane has a
-        # member, its lanes, and the keys and values their pending entries are made of.
+        # member, its lanes, the keys and values their pending entries are made of, and
+        # whether a publish_many is stored as a run.
         topics: dict[str, tuple[str, bool, dict[int, int], dict[int, int], bool, list[Lane],
-                                list[bytes], list[bytes]]] = {}
+                                list[bytes], list[bytes], bool]] = {}
         # The pending value of a message without expiry or schedule, per (partition, priority).
         plain: dict[tuple[int, int], bytes] = {}
         record_bytes = 0
         kept_in_mem: list[tuple] = []
         last_topic = None
-        for p in pubs:
+        i, n = 0, len(pubs)
+        while i < n:
+            p = pubs[i]
+            i += 1
             topic = p.topic
             if topic != last_topic:  # (publishes mostly come in runs of one topic)
                 known = topics.get(topic)
@@ -191,9 +205,32 @@ class Staging:
                     first_index[topic] = {}
                     known = topics[topic] = (
                         cfg.durability, retains(cfg), producer.indexes.parts(topic),
-                        first_index[topic], any(ln.members for ln in lanes), lanes, [], [])
-                durability, keep, next_index, firsts, live, _, pend_seqs, pend_values = known
+                        first_index[topic], any(ln.members for ln in lanes), lanes, [], [],
+                        cfg.durability != "memory" and not retains(cfg)
+                        and not cfg.latest_wins and topic in producer.by_topic)
+                (durability, keep, next_index, firsts, live, lanes, pend_seqs, pend_values,
+                 as_runs) = known
                 last_topic = topic
+            receipt = p.receipt
+            if as_runs and receipt is not None and receipt.count > 1 and \
+                    p.seq == receipt._seq and not p.priority and p.expires_at is None and \
+                    p.deliver_at is None and i - 1 + receipt.count <= n and \
+                    pubs[i - 2 + receipt.count].receipt is receipt:
+                # The whole of one publish_many (its publishes are consecutive): runs of
+                # at most RUN_MAX_BYTES of payloads each.
+                group = pubs[i - 1:i - 1 + receipt.count]
+                ends = list(accumulate(len(q.payload) for q in group))
+                start = 0
+                while start < len(group):
+                    end = max(start + 1, bisect_right(
+                        ends, (ends[start - 1] if start else 0) + RUN_MAX_BYTES, start))
+                    record_bytes += self._stage_run(group[start:end], lanes, next_index,
+                                                    firsts, live, batch)
+                    start = end
+                if durability == "fsync":
+                    batch.fsync = True
+                i += receipt.count - 1
+                continue
             partition = p.partition
             index = next_index.get(partition, 0)  # Indexes.allocate, inline
             next_index[partition] = index + 1
@@ -234,7 +271,7 @@ class Staging:
         producer._mem_bytes += mem_total(kept_in_mem)
         # One pending entry per lane and message, lane by lane: each lane's keys are
         # adjacent in LMDB, so each put lands next to the one before it.
-        for topic, (*_, lanes, pend_seqs, pend_values) in topics.items():
+        for topic, (*_, lanes, pend_seqs, pend_values, _as_runs) in topics.items():
             for lane in lanes if pend_seqs else ():
                 batch.pend_runs.append((u32(producer.lane_ids[(topic, lane.name)]),
                                         pend_seqs, pend_values))
@@ -252,12 +289,52 @@ class Staging:
             batch.meta_put[b"next_seq"] = u64(top)
         return pubs
 
+    def _stage_run(self, pubs: list[Publish], lanes: list[Lane], next_index: dict[int, int],
+                   firsts: dict[int, int], live: bool, batch: WriteBatch) -> int:
+        """Write the publishes of one ``publish_many`` as a run (see runs.py): one record,
+        one pending entry per lane. Returns the record's size."""
+        producer = self.p
+        first, head = pubs[0].seq, pubs[0]
+        topic = head.topic
+        partitions = [q.partition for q in pubs]
+        keys: list[str | None] | None = [q.key for q in pubs]
+        if not any(k is not None for k in keys):  # type: ignore[union-attr]
+            keys = None
+        payloads = [q.payload for q in pubs]
+        indexes = []
+        for partition in partitions:  # Indexes.allocate, inline
+            index = next_index.get(partition, 0)
+            next_index[partition] = index + 1
+            indexes.append(index)
+            if partition not in firsts:
+                firsts[partition] = index
+        record = run_record(topic, partitions, keys, head.headers, head.published_at,
+                            payloads, indexes)
+        batch.runs_put.append((u64(first), record))
+        batch.msgs_bytes += len(record)
+        decoded = producer.decoded
+        if live and decoded.bytes < decoded.limit:
+            seqs = range(first, first + len(pubs))
+            decoded.keep_many(seqs, run_fields([topic, partitions, keys, head.headers,
+                                                head.published_at, payloads, indexes]))
+        entry = pack([partitions, None, None])
+        lane_ids = producer.lane_ids
+        batch.prun_put.extend((pend_key(lane_ids[(topic, lane.name)], first), entry)
+                              for lane in lanes)
+        self._runs.append(Run(first, len(pubs), topic, array("H", partitions), len(pubs),
+                              {lane_ids[(topic, lane.name)]: len(pubs) for lane in lanes}))
+        return len(record)
+
     def added(self, pubs: list[Publish], now: float, batch: WriteBatch) -> None:
         """After commit: the publishes are stored; owe them to their lanes.
 
         ``batch`` is the next iteration's: what this supersedes is deleted there.
         """
         producer = self.p
+        if pubs:
+            for new in self._runs:
+                producer.runs.add(new)
+        self._runs.clear()
         offset = mono_offset()
         topics: dict[str, tuple[list[Lane], bool]] = {}  # topic -> (lanes, latest_wins)
         i, n = 0, len(pubs)

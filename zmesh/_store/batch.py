@@ -17,6 +17,12 @@ class WriteBatch:
     # every lane would otherwise live until the commit, for the garbage collector to walk.
     pend_runs: list[tuple[bytes, list[bytes], list[bytes]]] = field(default_factory=list)
     pend_del: list[bytes] = field(default_factory=list)
+    # Runs (see _engine/runs.py): new records and their lanes' entries; records deleted;
+    # lanes' entries rewritten (a value) or deleted (None) by settling, the last one wins.
+    runs_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    prun_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    runs_del: list[bytes] = field(default_factory=list)
+    prun_set: dict[bytes, bytes | None] = field(default_factory=dict)
     # the consumer's acks: (producer, lane, seqs) and prunes: (producer, floor, lane)
     seen_put: list[tuple[bytes, bytes, list[int]]] = field(default_factory=list)
     seen_prune: list[tuple[bytes, int, bytes]] = field(default_factory=list)
@@ -36,11 +42,12 @@ class WriteBatch:
     quarantine: list[tuple[str, bytes, bytes]] = field(default_factory=list)
     ids_prune_before: float = 0.0
     fsync: bool = False
-    msgs_bytes: int = 0  # bytes of the records in msgs_put (for the map's room check)
+    msgs_bytes: int = 0  # bytes of the records in msgs_put and runs_put (the room check)
 
     def __bool__(self) -> bool:
         return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_runs
-                    or self.pend_del
+                    or self.pend_del or self.runs_put or self.prun_put or self.runs_del
+                    or self.prun_set
                     or self.seen_put or self.seen_prune or self.lanes_put or self.dead_put
                     or self.dead_del or self.meta_put or self.ids_put
                     or self.ids_prune_before or self.peers_put or self.peers_del
@@ -48,12 +55,13 @@ class WriteBatch:
 
     def pending_entries(self) -> int:
         """The pending entries this batch puts."""
-        return len(self.pend_put) + sum(len(seqs) for _, seqs, _ in self.pend_runs)
+        return (len(self.pend_put) + len(self.prun_put)
+                + sum(len(seqs) for _, seqs, _ in self.pend_runs))
 
     def frees_space(self) -> bool:
         """True when committing this batch deleted stored records."""
         return bool(self.msgs_del or self.pend_del or self.dead_del or self.seen_prune
-                    or self.log_del)
+                    or self.log_del or self.runs_del or None in self.prun_set.values())
 
     def mark(self) -> dict[str, int]:
         """The length of every list now; ``truncate`` drops what was added after."""
@@ -62,7 +70,8 @@ class WriteBatch:
     def truncate(self, mark: dict[str, int]) -> None:
         for name, n in mark.items():
             del getattr(self, name)[n:]
-        self.msgs_bytes = sum(len(v) for _k, v in self.msgs_put)
+        self.msgs_bytes = sum(len(v) for _k, v in self.msgs_put) + \
+            sum(len(v) for _k, v in self.runs_put)
 
     def without_growth(self) -> WriteBatch:
         """The part of the batch that frees space (the last resort when the map is full).
@@ -71,6 +80,7 @@ class WriteBatch:
         while deleting the outbox records they came from would lose messages.
         """
         return WriteBatch(msgs_del=self.msgs_del, pend_del=self.pend_del,
+                          runs_del=self.runs_del, prun_set=self.prun_set,
                           dead_del=self.dead_del, dead_put=self.dead_put,
                           lanes_put=self.lanes_put, seen_prune=self.seen_prune,
                           meta_put=self.meta_put, ids_prune_before=self.ids_prune_before,

@@ -66,3 +66,27 @@ def decode_record(data: bytes) -> list | None:
     if len(fields) < RECORD_FIELDS:
         fields.append(None)
     return fields
+
+
+RUN_FIELDS = 7  # runs values: [topic, partitions, keys, headers, published_at, payloads,
+#                               indexes]
+
+
+def decode_run(data: bytes) -> list | None:
+    """A run record's fields (see _engine/runs.py), or None when the record is damaged:
+    every column as long as the partitions, payloads bytes, partitions and indexes ints."""
+    fields = decode_or_none(data)
+    if not isinstance(fields, list) or len(fields) != RUN_FIELDS:
+        return None
+    topic, partitions, keys, headers, published_at, payloads, indexes = fields
+    n = len(partitions) if isinstance(partitions, list) else 0
+    if not (n and isinstance(topic, str) and isinstance(payloads, list)
+            and isinstance(indexes, list) and len(payloads) == n and len(indexes) == n
+            and (keys is None or isinstance(keys, list) and len(keys) == n)
+            and (headers is None or isinstance(headers, dict))
+            and isinstance(published_at, int | float)
+            and {type(p) for p in payloads} == {bytes}
+            and {type(p) for p in partitions} == {int} and min(partitions) >= 0
+            and {type(i) for i in indexes} <= {int, type(None)}):
+        return None
+    return fields

@@ -8,6 +8,11 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   expires_at, deliver_at, payload, index]: the outbox; immutable once written.
 - ``pend``:  lane_id(4) + seq(8) -> msgpack [partition, priority, attempt, expires_at,
   deliver_at]: what each lane still owes. A message leaves ``msgs`` when no lane owes it.
+- ``runs``:  first seq(8) -> msgpack [topic, partitions, keys, headers, published_at,
+  payloads, indexes]: a batch of plain messages stored as one record (one element per
+  message in each list; keys nil when none has one; see _engine/runs.py).
+- ``pruns``: lane_id(4) + first seq(8) -> msgpack [partitions, offsets, attempts]: what a
+  lane still owes of a run (offsets nil: all of it; attempts nil: none handed out yet).
 - ``lanes``: msgpack [topic, lane] -> msgpack [lane_id, group, mode]: every group this
   producer has learned of, remembered so an offline group accumulates its backlog.
 - ``acked``: producer(16) + chunk(8) + lane -> bitmap: the consumer's dedupe window of
@@ -47,7 +52,7 @@ import msgpack
 from ..errors import DataDirLockedError, StoreError, StoreFullError
 from .acked import AckedWindow
 from .batch import WriteBatch
-from .damage import FIX, Corrupt, check_store_files
+from .damage import FIX, Corrupt, check_store_files, decode_run
 from .keys import pend_key, u32, u64
 from .logindex import LogIndex
 from .pages import MappedPages
@@ -106,6 +111,8 @@ class Store(LogIndex, AckedWindow):
             self.meta = self.env.open_db(b"meta")
             self.msgs = self.env.open_db(b"msgs")
             self.pend = self.env.open_db(b"pend")
+            self.runs = self.env.open_db(b"runs")
+            self.pruns = self.env.open_db(b"pruns")
             self.lanes = self.env.open_db(b"lanes")
             self.acked = self.env.open_db(b"acked")
             self.dead = self.env.open_db(b"dead")
@@ -116,9 +123,9 @@ class Store(LogIndex, AckedWindow):
             self.rtime = self.env.open_db(b"rtime")
             self.rnext = self.env.open_db(b"rnext")
             self.bad = self.env.open_db(b"bad")
-            self._dbs = (self.meta, self.msgs, self.pend, self.lanes, self.acked, self.dead,
-                         self.ids, self.ids_t, self.peers, self.rlog, self.rtime, self.rnext,
-                         self.bad)
+            self._dbs = (self.meta, self.msgs, self.pend, self.runs, self.pruns, self.lanes,
+                         self.acked, self.dead, self.ids, self.ids_t, self.peers, self.rlog,
+                         self.rtime, self.rnext, self.bad)
             self._psize = self.env.stat()["psize"]
             self._overflow = self._psize // 2 - 32  # larger values go to overflow pages
             self.pages = MappedPages(os.path.join(self.path, "data.mdb"))
@@ -204,6 +211,11 @@ class Store(LogIndex, AckedWindow):
             cur = txn.cursor(db=self.msgs)
             if cur.last():
                 next_seq = max(next_seq, int.from_bytes(cur.key(), "big") + 1)
+            cur = txn.cursor(db=self.runs)
+            if cur.last():
+                run = decode_run(cur.value())
+                first = int.from_bytes(cur.key(), "big")
+                next_seq = max(next_seq, first + (len(run[1]) if run is not None else 1))
             next_lane = int.from_bytes(txn.get(b"next_lane", u32(1), db=self.meta), "big")
         self.env.sync(True)
         return node_id, incarnation, max(next_seq, 1), next_lane
@@ -238,9 +250,26 @@ class Store(LogIndex, AckedWindow):
             return int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), value
         yield from self._scan(self.pend, "pend", decode)
 
+    def iter_pruns(self) -> Iterator[tuple[int, int, tuple]]:
+        """(lane_id, first seq, (partitions, offsets, attempts)) of every run entry."""
+        def decode(k: bytes, v: bytes) -> tuple[int, int, tuple]:
+            value = unpackb(v)
+            if len(k) != 12 or not isinstance(value, list) or len(value) != 3 \
+                    or not isinstance(value[0], list) or not value[0]:
+                raise ValueError("not a run entry")
+            return int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), tuple(value)
+        yield from self._scan(self.pruns, "pruns", decode)
+
     def get_messages(self, seqs: list[int]) -> dict[int, bytes]:
+        return self._get(self.msgs, seqs)
+
+    def get_runs(self, firsts: list[int]) -> dict[int, bytes]:
+        """The records of the runs starting at ``firsts`` (those that exist)."""
+        return self._get(self.runs, firsts)
+
+    def _get(self, db: Any, seqs: list[int]) -> dict[int, bytes]:
         out = {}
-        with self.env.begin(db=self.msgs, buffers=False) as txn:
+        with self.env.begin(db=db, buffers=False) as txn:
             get = txn.get
             size = 0
             big = self._overflow
@@ -302,7 +331,7 @@ class Store(LogIndex, AckedWindow):
 
     def commit(self, batch: WriteBatch) -> None:
         """Apply a batch in one transaction; StoreFullError when the map is full."""
-        if batch.msgs_put and self._would_fill(batch):
+        if (batch.msgs_put or batch.runs_put) and self._would_fill(batch):
             raise StoreFullError(self.path, self.map_size_bytes)
         try:
             with self._write() as txn:
@@ -315,7 +344,7 @@ class Store(LogIndex, AckedWindow):
             self.env.sync(True)
         # Records and, per pending entry, deletion or outbox entry, about a leaf slot each.
         self.pages.add(batch.msgs_bytes + 32 * (batch.pending_entries() + len(batch.pend_del)
-                                                + len(batch.msgs_del)))
+                                                + len(batch.msgs_del) + len(batch.prun_set)))
 
     def _would_fill(self, batch: WriteBatch) -> bool:
         """True when the new messages would eat into the reserve of the map.
@@ -331,7 +360,7 @@ class Store(LogIndex, AckedWindow):
         # Records (8-byte keys, node headers) and pending entries (12-byte keys, values of
         # about 12 bytes), twice over: split leaves are half full, and a record too large
         # for a leaf takes whole overflow pages.
-        need = 2 * (batch.msgs_bytes + 40 * len(batch.msgs_put)
+        need = 2 * (batch.msgs_bytes + 40 * (len(batch.msgs_put) + len(batch.runs_put))
                     + 40 * batch.pending_entries()) // psize + 2
         if capacity - self.env.info()["last_pgno"] - 1 >= need + reserve:
             return False  # the untouched end of the map is room enough: no need to count
@@ -363,6 +392,17 @@ class Store(LogIndex, AckedWindow):
             put(b.pend_put)
             for prefix, seqs, values in b.pend_runs:
                 put(zip(map(prefix.__add__, seqs), values, strict=True))
+        if b.runs_put:
+            txn.cursor(db=self.runs).putmulti(b.runs_put)
+        if b.prun_put:
+            txn.cursor(db=self.pruns).putmulti(b.prun_put)
+        if b.prun_set:  # (rewritten or deleted as settling left them; after the puts)
+            cursor = txn.cursor(db=self.pruns)
+            for k, v in b.prun_set.items():
+                if v is not None:
+                    cursor.put(k, v)
+                elif cursor.set_key(k):
+                    cursor.delete()
         if b.lanes_put:
             txn.cursor(db=self.lanes).putmulti(b.lanes_put)
         if b.dead_put:
@@ -378,7 +418,8 @@ class Store(LogIndex, AckedWindow):
         for k, v in b.peers_put.items():
             txn.put(k, v, db=self.peers)
         for db, keys in ((self.peers, b.peers_del), (self.pend, b.pend_del),
-                         (self.msgs, b.msgs_del), (self.dead, b.dead_del)):
+                         (self.msgs, b.msgs_del), (self.runs, b.runs_del),
+                         (self.dead, b.dead_del)):
             if keys:
                 _delete_each(txn, db, keys)
         if b.log_put or b.log_next or b.log_del:

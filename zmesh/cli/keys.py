@@ -86,7 +86,8 @@ def _describe(store: Path) -> dict[str, object]:
         with env.begin() as txn:
             for name, label in ((b"meta", None), (b"msgs", "outbox messages"),
                                 (b"pend", "pending entries"), (b"dead", "dead letters"),
-                                (b"acked", "dedupe window chunks")):
+                                (b"acked", "dedupe window chunks"),
+                                (b"runs", "outbox batches (runs)")):
                 db = env.open_db(name, txn=txn, create=False)
                 if label is None:
                     node_id = txn.get(b"node_id", db=db)

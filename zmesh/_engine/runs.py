@@ -1,0 +1,174 @@
+"""Batches stored as one record: the runs of a producer's outbox (IO thread only).
+
+A ``publish_many`` of plain messages (priority 0, no expiry or schedule) to a topic that
+has groups, is not ``memory``, retains nothing and is not latest-wins is stored as a
+*run*: one record in the ``runs`` db and one entry per lane in ``pruns``, where a message
+published alone has a record and an entry per lane of its own. Each message of a run is
+still owed, sent, acked, retried and parked on its own; only what LMDB holds is per run.
+
+A lane's entry is deleted once that lane owes none of the run, and rewritten with the
+offsets it still owes (and their attempts) when it settles part of the run or a message's
+attempts change: a restart neither sends again what was acked nor forgets what was
+parked. The record is deleted once no lane owes any of the run.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from itertools import repeat
+from typing import TYPE_CHECKING
+
+from .._store.store import WriteBatch, pack, pend_key, u64
+
+if TYPE_CHECKING:
+    from .lane import Lane
+
+
+@dataclass(slots=True)
+class Run:
+    """What the producer knows of one stored run."""
+
+    first: int  # its first sequence; the others follow it
+    count: int
+    topic: str
+    parts: array[int]  # ("H") each message's partition
+    left: int  # its messages still in the outbox
+    owed: dict[int, int]  # lane id -> its messages that lane still owes
+
+    def seqs(self) -> list[int]:
+        return list(range(self.first, self.first + self.count))
+
+
+def run_record(topic: str, partitions: list[int], keys: list[str | None] | None,
+               headers: dict | None, published_at: float, payloads: list[bytes],
+               indexes: list[int]) -> bytes:
+    """The ``runs`` value of a batch (``keys`` None when no message has one)."""
+    return pack([topic, partitions, keys, headers, published_at, payloads, indexes])
+
+
+def run_fields(record: list) -> list[tuple]:
+    """Each message's fields from a decoded run record, as a message's own record holds
+    them (``_store.damage.RECORD_FIELDS``), made with no Python step per message."""
+    topic, partitions, keys, headers, published_at, payloads, indexes = record
+    n = len(partitions)
+    return list(zip(repeat(topic, n), partitions, keys or repeat(None, n), repeat(headers, n),
+                    repeat(0, n), repeat(published_at, n), repeat(None, n), repeat(None, n),
+                    payloads, indexes, strict=False))  # (repeats are endless)
+
+
+def lane_entry(lane: Lane, run: Run) -> bytes | None:
+    """What ``lane`` owes of ``run`` as its ``pruns`` value; None when it owes none."""
+    owed = lane.owed_among(run.seqs())
+    if not owed:
+        return None
+    offsets = None if len(owed) == run.count else [s - run.first for s in owed]
+    entries = lane.entries
+    attempts = [e.attempt if (e := entries.get(s)) is not None else 0 for s in owed]
+    return pack([run.parts.tolist(), offsets, attempts if any(attempts) else None])
+
+
+class Runs:
+    """The runs in a producer's outbox, found by any of their sequences."""
+
+    def __init__(self) -> None:
+        # Sorted firsts and ends (first + count) of the runs, after a sentinel that is
+        # below every sequence, so a bisect never lands before the start.
+        self._starts: list[int] = [-1]
+        self._ends: list[int] = [-1]
+        self.by_first: dict[int, Run] = {}
+
+    def __len__(self) -> int:
+        return len(self.by_first)
+
+    def add(self, run: Run) -> None:
+        starts = self._starts
+        if run.first > starts[-1]:  # (the usual case: a new run is the highest)
+            starts.append(run.first)
+            self._ends.append(run.first + run.count)
+        else:
+            i = bisect_left(starts, run.first)
+            starts.insert(i, run.first)
+            self._ends.insert(i, run.first + run.count)
+        self.by_first[run.first] = run
+
+    def _remove(self, first: int) -> None:
+        del self.by_first[first]
+        i = bisect_left(self._starts, first)
+        del self._starts[i], self._ends[i]
+
+    def find(self, seq: int) -> Run | None:
+        """The run holding ``seq``, or None."""
+        i = bisect_right(self._starts, seq) - 1
+        return self.by_first[self._starts[i]] if i and seq < self._ends[i] else None
+
+    def split(self, seqs: list[int]) -> tuple[list[int], dict[int, int]]:
+        """The sequences of ``seqs`` in no run, and how many are in each run (by its first
+        sequence). One step per run and per gap between runs, none per sequence."""
+        s = sorted(seqs)
+        starts, ends = self._starts, self._ends
+        n, pos = len(s), 0
+        singles: list[int] = []
+        hits: dict[int, int] = {}
+        while pos < n:
+            j = bisect_right(starts, s[pos]) - 1  # the last run starting at or below it
+            if j and s[pos] < ends[j]:
+                hi = bisect_left(s, ends[j], pos)
+                hits[starts[j]] = hi - pos
+            else:  # in no run, with the rest below the next run's start
+                hi = bisect_left(s, starts[j + 1], pos) if j + 1 < len(starts) else n
+                singles.extend(s[pos:hi])
+            pos = hi
+        return singles, hits
+
+    def settled(self, lane: Lane, lane_id: int, seqs: list[int],
+                batch: WriteBatch) -> list[int]:
+        """``lane`` no longer owes ``seqs``: its entries of their runs are deleted or
+        rewritten. Returns the sequences of no run."""
+        singles, hits = self.split(seqs)
+        for first, n in hits.items():
+            run = self.by_first[first]
+            owed = run.owed.get(lane_id, 0) - n
+            key = pend_key(lane_id, first)
+            if owed > 0:
+                run.owed[lane_id] = owed
+                batch.prun_set[key] = lane_entry(lane, run)
+            else:
+                run.owed.pop(lane_id, None)
+                batch.prun_set[key] = None
+        return singles
+
+    def rewrite(self, lane: Lane, lane_id: int, seqs: list[int],
+                batch: WriteBatch) -> list[int]:
+        """The attempts of ``seqs`` at ``lane`` changed: rewrite its entries of their runs.
+        Returns the sequences of no run."""
+        singles, hits = self.split(seqs)
+        for first in hits:
+            batch.prun_set[pend_key(lane_id, first)] = lane_entry(lane, self.by_first[first])
+        return singles
+
+    def owe_again(self, lane: Lane, lane_id: int, seq: int, in_outbox: bool,
+                  batch: WriteBatch) -> bool:
+        """``lane`` owes ``seq`` again (a dead letter replayed, already added to the lane;
+        ``in_outbox``: another lane still owed it). False when ``seq`` is in no run."""
+        run = self.find(seq)
+        if run is None:
+            return False
+        if not in_outbox:
+            run.left += 1
+        run.owed[lane_id] = run.owed.get(lane_id, 0) + 1
+        batch.prun_set[pend_key(lane_id, run.first)] = lane_entry(lane, run)
+        return True
+
+    def gone(self, seqs: list[int], batch: WriteBatch) -> list[int]:
+        """``seqs`` left the outbox: a run none of whose messages is left is deleted.
+        Returns the sequences of no run."""
+        singles, hits = self.split(seqs)
+        for first, n in hits.items():
+            run = self.by_first[first]
+            run.left -= n
+            if run.left <= 0:
+                batch.runs_del.append(u64(first))
+                self._remove(first)
+        return singles
