@@ -9,10 +9,10 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ._engine.engine import Engine
-from ._engine.staging import Publish
+from ._engine.staging import AnyPublish, Publish
 from ._protocol.codec import MAX_KEY_CHARS, check_headers
 from ._receipt import MessageId, Receipt
 from ._roles import Roles, resolve
@@ -201,7 +201,7 @@ class Node:
                 topic, payload, key, DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions)
         [pub] = self._prepare(topic, [payload], [key], headers, priority, ttl, deliver_at,
                               delay, msg_id, timeout)  # (positional: the cheaper call)
-        self._engine.submit(pub)  # (queued alone: the list is not kept)
+        self._engine.submit(cast(Publish, pub))  # (queued alone: the list is not kept)
         return pub.receipt  # type: ignore[return-value]
 
     def publish_many(
@@ -245,7 +245,7 @@ class Node:
                  priority: int = 0, ttl: float | None = None,
                  deliver_at: float | _dt.datetime | None = None, delay: float | None = None,
                  msg_id: str | None = None, timeout: float | None = None,
-                 paced: bool = True) -> list[Publish]:
+                 paced: bool = True) -> list[AnyPublish]:
         """Validate publishes and allocate their sequences (shared with transactions,
         which are not ``paced``: see Engine.prepare)."""
         if topic not in self._known_topics:

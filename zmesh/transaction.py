@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._receipt import Receipt
 from .errors import ArgumentError, MessageStateError, NodeStateError
@@ -38,7 +38,7 @@ class Transaction:
             [pub] = self._node._prepare(topic, [payload], [key], paced=False, **kwargs)
         except TypeError as exc:
             raise ArgumentError(f"bad publish arguments: {exc}") from exc
-        self._pubs.append(pub)
+        self._pubs.append(cast("Publish", pub))  # (one payload: never a PublishMany)
         assert pub.receipt is not None
         return pub.receipt
 

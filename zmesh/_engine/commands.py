@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import repeat
 from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from .._protocol.codec import MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTIONS, announc
 from .._receipt import Receipt
 from ..errors import ArgumentError, NodeStateError, OutboxFullError, StoreFullError
 from .routing import partition_for
-from .staging import Publish
+from .staging import AnyPublish, Publish, PublishMany, message_count
 
 if TYPE_CHECKING:
     from .._store.store import Store, WriteBatch
@@ -93,7 +94,7 @@ class Commands:
         self._ahead_limit = map_size_bytes // 8
         self._depth_seen = 0  # the outbox depth and map state at the last _notify
         self._full_seen = False
-        self._cmds: deque[tuple | list[Publish] | Publish | Message] = deque()
+        self._cmds: deque[tuple | list[AnyPublish] | Publish | Message] = deque()
         self._wake_pending = False
         self._wake_lock = threading.Lock()
         self._wake_tx: zmq.Socket | None = None  # application threads' end of the wake pipe
@@ -114,7 +115,7 @@ class Commands:
             raise NodeStateError(f"node {self.config.name!r} is {self._state}; use it inside "
                                  "'with' or after start()")
 
-    def submit(self, cmd: tuple | list[Publish] | Publish | Message) -> None:
+    def submit(self, cmd: tuple | list[AnyPublish] | Publish | Message) -> None:
         """Queue a command for the IO thread: a tuple naming it first, a publish, a list of
         publishes or a message acked on its own (the most frequent commands come bare: one
         object fewer per message for the garbage collector to count)."""
@@ -138,16 +139,17 @@ class Commands:
     def prepare(self, topic: str, payloads: list[bytes], keys: list[str | None],
                 headers: dict | None, priority: int, expires_at: float | None,
                 deliver_at: float | None, partitions: int, timeout_s: float,
-                msg_id: str | None = None, paced: bool = True) -> list[Publish]:
+                msg_id: str | None = None, paced: bool = True) -> list[AnyPublish]:
         """Allocate consecutive sequences and one receipt for ``payloads``, waiting up to
-        ``timeout_s`` for outbox room. The caller must submit them (or ``abandon`` them).
+        ``timeout_s`` for outbox room. The caller must submit them (or ``abandon`` them):
+        a ``Publish`` each, or one ``PublishMany`` for several plain messages.
 
         ``paced``: also wait while MAX_AHEAD_MSGS publishes wait for the IO thread (not for
         a transaction, whose publishes are submitted only when it commits).
         """
         n = len(payloads)
-        first = self._reserve(n, sum(map(len, payloads)) if n > 1 else len(payloads[0]),
-                              timeout_s, paced)
+        nbytes = sum(map(len, payloads)) if n > 1 else len(payloads[0])
+        first = self._reserve(n, nbytes, timeout_s, paced)
         receipt = Receipt(self._node_hex, first, self.cond, n, topic, self._watch_fn)
         now = time.time()
         if n == 1:  # publish(): no comprehension to set up for one message
@@ -155,10 +157,20 @@ class Commands:
             return [Publish(first, topic, partition_for(key, partitions, first), key, headers,
                             payloads[0], priority, now, expires_at, deliver_at, receipt,
                             msg_id)]
-        return [Publish(seq, topic, partition_for(key, partitions, seq), key, headers, payload,
-                        priority, now, expires_at, deliver_at, receipt, msg_id)
-                for seq, payload, key in zip(range(first, first + n), payloads, keys,
-                                             strict=True)]
+        seqs = range(first, first + n)
+        if priority or expires_at is not None or deliver_at is not None or msg_id is not None:
+            return [Publish(seq, topic, partition_for(key, partitions, seq), key, headers,
+                            payload, priority, now, expires_at, deliver_at, receipt, msg_id)
+                    for seq, payload, key in zip(seqs, payloads, keys, strict=True)]
+        # Plain messages: one object for the batch, no Python step per message but the
+        # partition of a key.
+        if any(key is not None for key in keys):
+            parts = list(map(partition_for, keys, repeat(partitions), seqs))
+            return [PublishMany(first, topic, parts, keys, headers, payloads, now, receipt, n,
+                                nbytes)]
+        parts = [seq % partitions for seq in seqs]  # partition_for without a key
+        return [PublishMany(first, topic, parts, None, headers, payloads, now, receipt, n,
+                            nbytes)]
 
     def publish_one(self, topic: str, payload: bytes, key: str | None,
                     partitions: int) -> Receipt:
@@ -301,7 +313,7 @@ class Commands:
 
     # == IO thread =======================================================================
 
-    def _drain_commands(self, wb: WriteBatch, pubs: list[Publish], calls: list[Call],
+    def _drain_commands(self, wb: WriteBatch, pubs: list[AnyPublish], calls: list[Call],
                         now: float, max_pubs: int = MAX_PUBS_PER_LOOP) -> bool:
         """Apply queued commands in order; stops once ``max_pubs`` publishes are collected
         (the rest waits for the next iteration, so one transaction stays bounded)."""
@@ -309,13 +321,16 @@ class Commands:
         mesh = self.mesh
         assert mesh is not None
         stop = subs_changed = False
-        while cmds and len(pubs) < max_pubs:
+        count = message_count(pubs)
+        while cmds and count < max_pubs:
             cmd = cmds.popleft()
             if isinstance(cmd, Publish):  # publish()
                 pubs.append(cmd)
+                count += 1
                 continue
             if isinstance(cmd, list):  # publish_many()
                 pubs.extend(cmd)
+                count += message_count(cmd)
                 continue
             if not isinstance(cmd, tuple):  # messages acked on their own, mostly in runs
                 run: list[Message] = [cmd]
@@ -334,6 +349,7 @@ class Commands:
                 _, tx_pubs, acks, done = cmd
                 self.consumer.acked(acks, wb)
                 pubs.extend(tx_pubs)
+                count += len(tx_pubs)
                 self.commits.tx_pubs.update(id(p) for p in tx_pubs)
                 calls.append(done)
             elif kind == "contact":

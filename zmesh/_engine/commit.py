@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Protocol
 from .._store.store import Store, WriteBatch, u64
 from ..errors import StoreError, StoreFullError
 from .held import Held
+from .staging import message_count, payload_bytes
 
 if TYPE_CHECKING:
     from .consumer import Consumer
     from .producer import Producer
-    from .staging import Publish
+    from .staging import AnyPublish
     from .stats import Counters
 
 log = logging.getLogger(__name__)
@@ -47,30 +48,30 @@ class Committer:
         self.held = Held()
         self.tx_pubs: set[int] = set()  # ids of this iteration's transaction publishes
 
-    def store_pubs(self, wb: WriteBatch, pubs: list[Publish], calls: Sequence[Waiter],
+    def store_pubs(self, wb: WriteBatch, pubs: list[AnyPublish], calls: Sequence[Waiter],
                    now: float, next_wb: WriteBatch) -> tuple[int, int]:
         """Stage the loop's publishes (and held ones due for a retry) and commit.
 
         Returns (publishes, payload bytes) no longer waiting: stored or failed. Held
         publishes are neither, so they still count against the outbox.
         """
-        held_before = len(self.held)
+        held_before = self.held.count
         if not pubs and not held_before:  # (most iterations of a consumer): nothing staged
             self.commit(wb, [], calls, None, now)
             return 0, 0
         held_bytes = self.held.bytes if held_before else 0
-        pubs_in, bytes_in = len(pubs), sum(len(p.payload) for p in pubs)
+        pubs_in, bytes_in = message_count(pubs), payload_bytes(pubs)
         pubs = self.held.admit(pubs, self.tx_pubs, now)
         self.producer.staging.prepare_lanes(pubs, wb, now)
         mark = wb.mark() if pubs else None  # what follows is the publishes' part
         fresh = self.producer.staging.stage(pubs, wb)
         self.producer.staging.added(self.commit(wb, fresh, calls, mark, now), now, next_wb)
         self.tx_pubs.clear()
-        return (held_before + pubs_in - len(self.held),
+        return (held_before + pubs_in - self.held.count,
                 held_bytes + bytes_in - self.held.bytes)
 
-    def commit(self, wb: WriteBatch, pubs: list[Publish], calls: Sequence[Waiter] | None = None,
-               mark: dict[str, int] | None = None, now: float = 0.0) -> list[Publish]:
+    def commit(self, wb: WriteBatch, pubs: list[AnyPublish], calls: Sequence[Waiter] | None = None,
+               mark: dict[str, int] | None = None, now: float = 0.0) -> list[AnyPublish]:
         """Commit the loop's batch; returns the publishes that are now stored.
 
         ``mark`` (from ``WriteBatch.mark``) says where the publishes' part of ``wb`` starts;
@@ -159,6 +160,7 @@ class Committer:
         for p in held:
             if p.receipt is not None:
                 p.receipt._error = error
-        self.counters.add("publishes_failed_store_full", len(held))
-        log.error("node %s closed with %d publishes never stored: %s", node, len(held), error)
-        return len(held), sum(len(p.payload) for p in held)
+        count = message_count(held)
+        self.counters.add("publishes_failed_store_full", count)
+        log.error("node %s closed with %d publishes never stored: %s", node, count, error)
+        return count, payload_bytes(held)

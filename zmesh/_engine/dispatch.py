@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
@@ -58,13 +59,9 @@ class Decoded:
 
     def forget(self, seqs: Iterable[int]) -> None:
         """Drop what is kept of ``seqs`` (messages that left the outbox)."""
-        pop = self.fields.pop
-        freed = 0
-        for seq in seqs:
-            fields = pop(seq, None)
-            if fields is not None:
-                freed += len(fields[8]) + _ENTRY_BYTES
-        self.bytes -= freed
+        gone = list(filter(None, map(self.fields.pop, seqs, repeat(None))))
+        if gone:
+            self.bytes -= sum(map(len, map(_PAYLOAD, gone))) + _ENTRY_BYTES * len(gone)
 
     def trim(self) -> None:
         """Drop the oldest past the limit."""

@@ -41,7 +41,7 @@ from .mesh import Mesh
 from .producer import Producer
 from .restart import load_outbox
 from .retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
-from .staging import Publish
+from .staging import AnyPublish
 from .stats import Counters
 from .status import node_status
 
@@ -223,7 +223,7 @@ class Engine(Commands):
         now = time.monotonic()
         wb = self._wb
         self._wb = WriteBatch()
-        pubs: list[Publish] = []
+        pubs: list[AnyPublish] = []
         calls: list[Call] = []
         stop = False
         if self._wake_rx in events:
@@ -355,7 +355,7 @@ class Engine(Commands):
             # What was submitted before close() is stored and settled, not dropped.
             now = time.monotonic()
             wb, self._wb = self._wb, WriteBatch()
-            pubs: list[Publish] = []
+            pubs: list[AnyPublish] = []
             calls: list[Call] = []
             self._drain_commands(wb, pubs, calls, now, max_pubs=1 << 62)
             self.held.freed()  # one last try for the held publishes

@@ -11,10 +11,7 @@ retry wait for a deletion or RETRY_INTERVAL_S. Each chunk stored doubles the nex
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .staging import Publish
+from .staging import AnyPublish, message_count, payload_bytes
 
 RETRY_INTERVAL_S = 1.0  # also retry without a deletion seen: space may come from elsewhere
 
@@ -23,7 +20,7 @@ class Held:
     """The publishes a full map holds back, and when to try them again."""
 
     def __init__(self) -> None:
-        self.pubs: list[Publish] = []
+        self.pubs: list[AnyPublish] = []
         self.full = False  # read by application threads in prepare()
         self._chunk = 0  # how many to retry next; 0 means all
         self._retry_at = 0.0
@@ -34,11 +31,16 @@ class Held:
         return len(self.pubs)
 
     @property
+    def count(self) -> int:
+        """Messages held (a ``PublishMany`` holds several)."""
+        return message_count(self.pubs) if self.pubs else 0
+
+    @property
     def bytes(self) -> int:
         """Payload bytes held (they still count as running ahead of the IO thread)."""
-        return sum(len(p.payload) for p in self.pubs)
+        return payload_bytes(self.pubs) if self.pubs else 0
 
-    def admit(self, pubs: list[Publish], tx: set[int], now: float) -> list[Publish]:
+    def admit(self, pubs: list[AnyPublish], tx: set[int], now: float) -> list[AnyPublish]:
         """The publishes to stage this iteration: the held ones due for a retry first.
 
         While a retry is not due, new publishes queue behind the held ones (order is
@@ -60,7 +62,7 @@ class Held:
         self._retrying = n
         return due + [p for p in pubs if id(p) in tx]
 
-    def hold(self, pubs: list[Publish], now: float) -> bool:
+    def hold(self, pubs: list[AnyPublish], now: float) -> bool:
         """The commit found the map full: keep ``pubs`` (in front: they are older).
 
         True when the map has just become full (it was not before).
@@ -96,7 +98,7 @@ class Held:
             return None
         return 0.0 if self._freed else self._retry_at
 
-    def take_all(self) -> list[Publish]:
+    def take_all(self) -> list[AnyPublish]:
         out, self.pubs = self.pubs, []
         self.full = False
         return out

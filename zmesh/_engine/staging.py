@@ -13,8 +13,8 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import accumulate
-from operator import itemgetter
+from itertools import accumulate, repeat
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, TypeVar
 
 from .._store.store import WriteBatch, pack, pend_key, u32, u64
@@ -69,6 +69,71 @@ class Publish:
     receipt: Receipt | None
     msg_id: str | None = None
 
+    count = 1  # (messages: a PublishMany holds several)
+
+    @property
+    def seqs(self) -> range:
+        return range(self.seq, self.seq + 1)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.payload)
+
+    def expand(self) -> list[Publish]:
+        return [self]
+
+
+@dataclass(slots=True)
+class PublishMany:
+    """The publishes of one ``publish_many`` of plain messages (priority 0, no expiry or
+    schedule), staged as one object: consecutive sequences from ``seq``, one receipt. A
+    topic that stores them as runs (runs.py) takes the columns as they are; any other
+    ``expand``s them into a ``Publish`` each."""
+
+    seq: int
+    topic: str
+    partitions: list[int]
+    keys: list[str | None] | None  # None: no message has a key
+    headers: dict | None
+    payloads: list[bytes]
+    published_at: float
+    receipt: Receipt
+    count: int
+    nbytes: int
+
+    # What staging asks of every publish, the same for all of these.
+    priority = 0
+    expires_at = None
+    deliver_at = None
+    msg_id = None
+
+    @property
+    def seqs(self) -> range:
+        return range(self.seq, self.seq + self.count)
+
+    def expand(self) -> list[Publish]:
+        """A ``Publish`` per message, as ``publish_many`` made them before."""
+        n, receipt = self.count, self.receipt
+        return [Publish(seq, self.topic, partition, key, self.headers, payload, 0,
+                        self.published_at, None, None, receipt)
+                for seq, partition, key, payload in zip(
+                    self.seqs, self.partitions, self.keys or repeat(None, n), self.payloads,
+                    strict=True)]
+
+
+AnyPublish = Publish | PublishMany
+
+
+def message_count(pubs: list[AnyPublish]) -> int:
+    return sum(map(_count, pubs))
+
+
+def payload_bytes(pubs: list[AnyPublish]) -> int:
+    return sum(map(_nbytes, pubs))
+
+
+_count, _nbytes = attrgetter("count"), attrgetter("nbytes")
+
 
 K = TypeVar("K")  # a map's keys (sequences, mostly)
 F = TypeVar("F")  # what it keeps per key
@@ -114,7 +179,7 @@ class Staging:
         self._staged_first: dict[str, dict[int, int]] = {}
         self._runs: list[Run] = []  # staged by the last ``stage``, known once stored
 
-    def prepare_lanes(self, pubs: list[Publish], batch: WriteBatch, now: float) -> None:
+    def prepare_lanes(self, pubs: list[AnyPublish], batch: WriteBatch, now: float) -> None:
         """Create the lanes ``pubs`` need before staging them, so a publish that must be
         staged again later (a full map) never finds a lane that was not stored."""
         for p in pubs:
@@ -126,7 +191,7 @@ class Staging:
         lane of a topic with no group yet)."""
         return self.p.by_topic.get(topic) or [self.p.lanes[(topic, UNCLAIMED)]]
 
-    def unstage(self, pubs: list[Publish]) -> None:
+    def unstage(self, pubs: list[AnyPublish]) -> None:
         """Undo ``stage`` in memory after its commit failed: nothing of it was stored."""
         producer = self.p
         for topic, firsts in self._staged_first.items():
@@ -135,14 +200,16 @@ class Staging:
         producer.retained.unstage()
         self._staged_first.clear()
         self._runs.clear()
-        producer.forget_mem([p.seq for p in pubs])
-        producer.decoded.forget(p.seq for p in pubs)
+        seqs = [seq for p in pubs for seq in p.seqs]
+        producer.forget_mem(seqs)
+        producer.decoded.forget(seqs)
         for seq, fields in self._spilled:
             producer._mem[seq] = fields
             producer._mem_bytes += mem_size(fields)
         self._spilled.clear()
 
-    def _suppress_duplicates(self, pubs: list[Publish], batch: WriteBatch) -> list[Publish]:
+    def _suppress_duplicates(self, pubs: list[AnyPublish],
+                             batch: WriteBatch) -> list[AnyPublish]:
         """Drop publishes whose msg_id this node already published within the window."""
         ids = [p.msg_id.encode() for p in pubs if p.msg_id is not None]
         if not ids:
@@ -166,7 +233,7 @@ class Staging:
                 self.duplicates.append((p.topic, original, p.receipt))
         return fresh
 
-    def stage(self, pubs: list[Publish], batch: WriteBatch) -> list[Publish]:
+    def stage(self, pubs: list[AnyPublish], batch: WriteBatch) -> list[AnyPublish]:
         """Write publishes into the batch (after ``prepare_lanes``); returns those to add to
         lanes after commit."""
         producer = self.p
@@ -176,26 +243,22 @@ class Staging:
         first_index.clear()
         retained = producer.retained.staged
         retained.clear()
-        pubs = self._suppress_duplicates(pubs, batch)
+        pubs = self._suppress_duplicates(self._expanded(pubs), batch)
         msgs_put, mem = batch.msgs_put, producer._mem
         # Kept decoded for the dispatch that follows, when some member is there to take
         # them and the map has room (the oldest of a backlog, those sent next, stay in it).
         decoded = producer.decoded
         # What is the same for every publish of a topic, looked up once per topic and stage:
         # durability, retention, next indexes, first indexes staged, whether a lane has a
-        # member, its lanes, the keys and values their pending entries are made of, and
-        # whether a publish_many is stored as a run.
+        # member, its lanes, and the keys and values their pending entries are made of.
         topics: dict[str, tuple[str, bool, dict[int, int], dict[int, int], bool, list[Lane],
-                                list[bytes], list[bytes], bool]] = {}
+                                list[bytes], list[bytes]]] = {}
         # The pending value of a message without expiry or schedule, per (partition, priority).
         plain: dict[tuple[int, int], bytes] = {}
         record_bytes = 0
         kept_in_mem: list[tuple] = []
         last_topic = None
-        i, n = 0, len(pubs)
-        while i < n:
-            p = pubs[i]
-            i += 1
+        for p in pubs:
             topic = p.topic
             if topic != last_topic:  # (publishes mostly come in runs of one topic)
                 known = topics.get(topic)
@@ -205,31 +268,22 @@ class Staging:
                     first_index[topic] = {}
                     known = topics[topic] = (
                         cfg.durability, retains(cfg), producer.indexes.parts(topic),
-                        first_index[topic], any(ln.members for ln in lanes), lanes, [], [],
-                        cfg.durability != "memory" and not retains(cfg)
-                        and not cfg.latest_wins and topic in producer.by_topic)
-                (durability, keep, next_index, firsts, live, lanes, pend_seqs, pend_values,
-                 as_runs) = known
+                        first_index[topic], any(ln.members for ln in lanes), lanes, [], [])
+                (durability, keep, next_index, firsts, live, lanes, pend_seqs,
+                 pend_values) = known
                 last_topic = topic
-            receipt = p.receipt
-            if as_runs and receipt is not None and receipt.count > 1 and \
-                    p.seq == receipt._seq and not p.priority and p.expires_at is None and \
-                    p.deliver_at is None and i - 1 + receipt.count <= n and \
-                    pubs[i - 2 + receipt.count].receipt is receipt:
-                # The whole of one publish_many (its publishes are consecutive): runs of
-                # at most RUN_MAX_BYTES of payloads each.
-                group = pubs[i - 1:i - 1 + receipt.count]
-                ends = list(accumulate(len(q.payload) for q in group))
+            if isinstance(p, PublishMany):  # (``_expanded`` left those of run topics)
+                # Runs of at most RUN_MAX_BYTES of payloads each.
+                ends = list(accumulate(map(len, p.payloads)))
                 start = 0
-                while start < len(group):
+                while start < p.count:
                     end = max(start + 1, bisect_right(
                         ends, (ends[start - 1] if start else 0) + RUN_MAX_BYTES, start))
-                    record_bytes += self._stage_run(group[start:end], lanes, next_index,
-                                                    firsts, live, batch)
+                    record_bytes += self._stage_run(
+                        p, start, end, lanes, next_index, firsts, live, batch)
                     start = end
                 if durability == "fsync":
                     batch.fsync = True
-                i += receipt.count - 1
                 continue
             partition = p.partition
             index = next_index.get(partition, 0)  # Indexes.allocate, inline
@@ -271,7 +325,7 @@ class Staging:
         producer._mem_bytes += mem_total(kept_in_mem)
         # One pending entry per lane and message, lane by lane: each lane's keys are
         # adjacent in LMDB, so each put lands next to the one before it.
-        for topic, (*_, lanes, pend_seqs, pend_values, _as_runs) in topics.items():
+        for topic, (*_, lanes, pend_seqs, pend_values) in topics.items():
             for lane in lanes if pend_seqs else ():
                 batch.pend_runs.append((u32(producer.lane_ids[(topic, lane.name)]),
                                         pend_seqs, pend_values))
@@ -283,24 +337,44 @@ class Staging:
         producer.retained.count_staged()
         if producer._mem_bytes > self.memory_budget_bytes:
             self._spill(batch)
-        top = max((p.seq for p in pubs), default=0) + 1
+        top = max((p.seq + p.count for p in pubs), default=1)
         if top > self._seq_written:  # held publishes retried later have lower sequences
             self._seq_written = top
             batch.meta_put[b"next_seq"] = u64(top)
         return pubs
 
-    def _stage_run(self, pubs: list[Publish], lanes: list[Lane], next_index: dict[int, int],
-                   firsts: dict[int, int], live: bool, batch: WriteBatch) -> int:
-        """Write the publishes of one ``publish_many`` as a run (see runs.py): one record,
-        one pending entry per lane. Returns the record's size."""
+    def _expanded(self, pubs: list[AnyPublish]) -> list[AnyPublish]:
+        """``pubs`` with each ``PublishMany`` of a topic that does not store runs expanded
+        into its publishes: those topics store each message on its own."""
+        if PublishMany not in map(type, pubs):
+            return pubs
+        out: list[AnyPublish] = []
+        for p in pubs:
+            if type(p) is PublishMany and not self.stores_runs(p.topic):
+                out.extend(p.expand())
+            else:
+                out.append(p)
+        return out
+
+    def stores_runs(self, topic: str) -> bool:
+        """Whether ``topic`` stores a publish_many as runs: it has groups, is not ``memory``
+        (kept as fields), retains nothing (the retained log indexes single records) and is
+        not latest-wins (which supersedes single messages)."""
+        cfg = self.p.topic_config(topic)
+        return cfg.durability != "memory" and not retains(cfg) and not cfg.latest_wins \
+            and topic in self.p.by_topic
+
+    def _stage_run(self, pm: PublishMany, start: int, end: int, lanes: list[Lane],
+                   next_index: dict[int, int], firsts: dict[int, int], live: bool,
+                   batch: WriteBatch) -> int:
+        """Write messages ``start:end`` of ``pm`` as a run (see runs.py): one record, one
+        pending entry per lane. Returns the record's size."""
         producer = self.p
-        first, head = pubs[0].seq, pubs[0]
-        topic = head.topic
-        partitions = [q.partition for q in pubs]
-        keys: list[str | None] | None = [q.key for q in pubs]
-        if not any(k is not None for k in keys):  # type: ignore[union-attr]
-            keys = None
-        payloads = [q.payload for q in pubs]
+        first, count, topic = pm.seq + start, end - start, pm.topic
+        whole = start == 0 and end == pm.count
+        partitions = pm.partitions if whole else pm.partitions[start:end]
+        keys = pm.keys if whole or pm.keys is None else pm.keys[start:end]
+        payloads = pm.payloads if whole else pm.payloads[start:end]
         indexes = []
         for partition in partitions:  # Indexes.allocate, inline
             index = next_index.get(partition, 0)
@@ -308,24 +382,23 @@ class Staging:
             indexes.append(index)
             if partition not in firsts:
                 firsts[partition] = index
-        record = run_record(topic, partitions, keys, head.headers, head.published_at,
-                            payloads, indexes)
+        record = run_record(topic, partitions, keys, pm.headers, pm.published_at, payloads,
+                            indexes)
         batch.runs_put.append((u64(first), record))
         batch.msgs_bytes += len(record)
         decoded = producer.decoded
         if live and decoded.bytes < decoded.limit:
-            seqs = range(first, first + len(pubs))
-            decoded.keep_many(seqs, run_fields([topic, partitions, keys, head.headers,
-                                                head.published_at, payloads, indexes]))
+            decoded.keep_many(range(first, first + count), run_fields(
+                [topic, partitions, keys, pm.headers, pm.published_at, payloads, indexes]))
         entry = pack([partitions, None, None])
         lane_ids = producer.lane_ids
         batch.prun_put.extend((pend_key(lane_ids[(topic, lane.name)], first), entry)
                               for lane in lanes)
-        self._runs.append(Run(first, len(pubs), topic, array("H", partitions), len(pubs),
-                              {lane_ids[(topic, lane.name)]: len(pubs) for lane in lanes}))
+        self._runs.append(Run(first, count, topic, array("H", partitions), count,
+                              {lane_ids[(topic, lane.name)]: count for lane in lanes}))
         return len(record)
 
-    def added(self, pubs: list[Publish], now: float, batch: WriteBatch) -> None:
+    def added(self, pubs: list[AnyPublish], now: float, batch: WriteBatch) -> None:
         """After commit: the publishes are stored; owe them to their lanes.
 
         ``batch`` is the next iteration's: what this supersedes is deleted there.
@@ -348,17 +421,32 @@ class Staging:
             lanes, latest_wins = known
             # A run of plain publishes of one topic joins each lane in one call.
             j = i
+            many = False
             while j < n and not latest_wins:
                 q = pubs[j]
                 if q.topic != topic or q.priority or q.deliver_at or q.expires_at:
                     break
+                many = many or type(q) is PublishMany
                 j += 1
-            if j > i + 1:
-                run = PlainRun([q.seq for q in pubs[i:j]], [q.partition for q in pubs[i:j]])
+            if j > i + 1 or many:
+                if many:
+                    seqs: list[int] = []
+                    partitions: list[int] = []
+                    for q in pubs[i:j]:
+                        seqs.extend(q.seqs)
+                        if isinstance(q, PublishMany):
+                            partitions.extend(q.partitions)
+                        else:
+                            partitions.append(q.partition)
+                else:
+                    seqs = [q.seq for q in pubs[i:j]]
+                    partitions = [q.partition for q in pubs[i:j]]  # type: ignore[union-attr]
+                run = PlainRun(seqs, partitions)
                 for lane in lanes:
                     lane.add_plain(run)
                 i = j
                 continue
+            assert isinstance(p, Publish)
             nb = mono_at(p.deliver_at, offset)
             exp = mono_at(p.expires_at, offset)
             for lane in lanes:
@@ -370,8 +458,9 @@ class Staging:
         for p in pubs:
             if p.receipt is not None and p.seq == p.receipt._seq:
                 stored.append(p.receipt)  # once per receipt, also for a batch
-        producer.depth += n
-        producer.counters.add("published", n)
+        count = message_count(pubs)
+        producer.depth += count
+        producer.counters.add("published", count)
         for topic, original, receipt in self.duplicates:
             if producer.owed(topic, original):
                 producer._followers.setdefault(original, []).append(receipt)
