@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from itertools import islice
+from operator import attrgetter
 from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["Message", "Subscription"]
 
 log = logging.getLogger(__name__)
+
+_settled = attrgetter("_settled")
 
 # MessageId's own __new__ is a Python function; the tuple constructor builds the same value.
 _message_id = tuple.__new__
@@ -207,16 +212,18 @@ class Subscription:
         if first is None:
             return []
         out = [first]
-        with self._cond:
-            while self._queue and len(out) < max_messages:
-                out.append(self._queue.popleft())
+        queue = self._queue
+        # popleft up to ``max_messages`` with no Python step each (``get`` on another
+        # thread may take the last ones meanwhile: those taken here are kept)
+        with self._cond, contextlib.suppress(IndexError):
+            out.extend(islice(iter(queue.popleft, None), min(max_messages - 1, len(queue))))
         return out
 
     def ack_many(self, messages: list[Message]) -> None:
         """Ack a batch of messages with one command to the IO thread."""
-        for msg in messages:
-            if msg._settled is not None:
-                raise MessageStateError(f"message {msg.id} was already {msg._settled}")
+        if any(map(_settled, messages)):
+            msg = next(m for m in messages if m._settled is not None)
+            raise MessageStateError(f"message {msg.id} was already {msg._settled}")
         for msg in messages:
             msg._settled = "acked"
         self._engine.submit(("ack_many", messages))

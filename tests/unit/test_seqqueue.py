@@ -7,7 +7,14 @@ from array import array
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zmesh._engine.seqqueue import COMPACT_AFTER, SPARSE, WINDOW_MIN, SeqQueue, SeqWindow
+from zmesh._engine.seqqueue import (
+    COMPACT_AFTER,
+    SPARSE,
+    WINDOW_MIN,
+    SeqQueue,
+    SeqWindow,
+    by_partition,
+)
 
 
 def _window(mapping: dict[int, int]) -> SeqWindow:
@@ -183,3 +190,13 @@ def test_front_shows_what_take_front_removes_and_leaves_it() -> None:
     assert w.front(10) == ([9, 12], [0, 0]) and len(w) == 2
     assert w.take_front(10) == ([9, 12], [0, 0]) and not w
     assert w.front(1) == ([], [])
+
+
+@given(st.integers(0, 10_000), st.integers(1, 40), st.integers(1, 20), st.booleans())
+def test_by_partition_splits_in_order_round_robin_or_not(first, n, count, keyed):
+    seqs = list(range(first, first + n))
+    partitions = [(s * 7 + 3) % count if keyed else s % count for s in seqs]
+    split = by_partition(seqs, partitions)
+    assert len(split) == max(partitions) + 1
+    for p, part in enumerate(split):
+        assert list(part) == [s for s, q in zip(seqs, partitions, strict=True) if q == p]

@@ -26,6 +26,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
 from itertools import compress, repeat
+from operator import add
 from typing import cast
 
 from .delivery import (
@@ -57,7 +58,7 @@ class PlainRun:
         # As arrays, which each lane's arrays copy whole (no conversion per sequence).
         self.order = array("q", seqs)
         self.split = by_partition(seqs, partitions)
-        self.slots = array("H", [p + 1 for p in partitions])  # (a window's slot values)
+        self.slots = array("H", map(add, partitions, repeat(1)))  # (a window's slot values)
 
 
 def _no_timer(_lane: Lane, _at: float) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right, insort
 from collections.abc import Iterator
-from itertools import compress, islice
+from itertools import compress, cycle, islice
 
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
 _NONE: dict[int, object] = {}  # (first_in: owned by the window alone)
@@ -109,7 +109,15 @@ class SeqQueue:
 
 def by_partition(seqs: list[int], partitions: list[int]) -> list[array[int]]:
     """``seqs`` split by partition (array ``p`` holds those of partition ``p``), in order."""
-    split = [array("q") for _ in range(max(partitions) + 1)]
+    count = max(partitions) + 1
+    first, n = seqs[0], len(seqs)
+    if n >= count and seqs[-1] - first == n - 1 and \
+            partitions == list(islice(cycle(range(count)), first % count, first % count + n)):
+        # Consecutive sequences partitioned round-robin (no keys): each partition's are a
+        # range, taken with no Python step per sequence.
+        return [array("q", range(first + (p - first) % count, first + n, count))
+                for p in range(count)]
+    split = [array("q") for _ in range(count)]
     ends = [part.append for part in split]
     for seq, partition in zip(seqs, partitions, strict=True):
         ends[partition](seq)
