@@ -129,10 +129,13 @@ def message_count(pubs: list[AnyPublish]) -> int:
 
 
 def payload_bytes(pubs: list[AnyPublish]) -> int:
-    return sum(map(_nbytes, pubs))
+    if PublishMany in map(type, pubs):
+        return sum(map(_nbytes, pubs))
+    return sum(map(len, map(_payload, pubs)))  # (no property call per publish)
 
 
-_count, _nbytes = attrgetter("count"), attrgetter("nbytes")
+_count, _nbytes, _payload, _seq = (attrgetter("count"), attrgetter("nbytes"),
+                                   attrgetter("payload"), attrgetter("seq"))
 
 
 K = TypeVar("K")  # a map's keys (sequences, mostly)
@@ -337,7 +340,9 @@ class Staging:
         producer.retained.count_staged()
         if producer._mem_bytes > self.memory_budget_bytes:
             self._spill(batch)
-        top = max((p.seq + p.count for p in pubs), default=1)
+        top = max(map(_seq, pubs), default=0) + 1
+        if self._runs:  # (a PublishMany's sequences go beyond its first)
+            top = max(top, max(run.first + run.count for run in self._runs))
         if top > self._seq_written:  # held publishes retried later have lower sequences
             self._seq_written = top
             batch.meta_put[b"next_seq"] = u64(top)
