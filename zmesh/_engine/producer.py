@@ -172,7 +172,7 @@ class Producer:
         if fields is None and self.runs.find(seq) is not None:
             fields = self.run_messages([seq]).get(seq)
         if fields is not None:
-            return pack(list(fields))
+            return pack(fields)
         return self.store.get_messages([seq]).get(seq)
 
     def run_messages(self, seqs: list[int], batch: WriteBatch | None = None
