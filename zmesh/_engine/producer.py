@@ -177,11 +177,13 @@ class Producer:
 
     def run_messages(self, seqs: list[int], batch: WriteBatch | None = None
                      ) -> dict[int, tuple]:
-        """The fields of those of ``seqs`` that runs hold, read from their records. A
-        record that cannot be decoded is set aside (given ``batch``) and its messages are
-        left out."""
+        """The fields of the messages of the runs that hold any of ``seqs``, from the
+        lowest of ``seqs`` on (those below it were sent before), read from their records.
+        A record that cannot be decoded is set aside (given ``batch``) and its messages
+        are left out."""
         _, hits = self.runs.split(seqs)
         records = self.store.get_runs(list(hits))
+        lowest = min(seqs)
         out: dict[int, tuple] = {}
         for first in hits:
             record = records.get(first)
@@ -191,8 +193,9 @@ class Producer:
                     self.set_aside("runs", u64(first), record,
                                    "a run's record: its messages are settled as lost", batch)
                 continue
-            out.update(zip(range(first, first + len(fields[1])), run_fields(fields),
-                           strict=True))
+            skip = max(0, lowest - first)
+            out.update(zip(range(first + skip, first + len(fields[1])),
+                           run_fields(fields)[skip:], strict=True))
         return out
 
     def load_runs(self, seqs: list[int], batch: WriteBatch) -> list[int]:
