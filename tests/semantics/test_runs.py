@@ -135,9 +135,10 @@ def test_two_groups_acking_batches_out_of_order_across_restarts(make_node, tmp_p
     rng = random.Random(7)
     topics = {"t": zmesh.TopicConfig(groups=("g1", "g2"))}
     prod = make_node("prod", topics=topics)
-    for b in range(3):
-        r = prod.publish_many("t", [str(b * 400 + i).encode().ljust(1000) for i in range(400)])
-    r.wait_stored(5)
+    receipts = [prod.publish_many("t", [str(b * 400 + i).encode().ljust(1000)
+                                        for i in range(400)]) for b in range(3)]
+    receipts[-1].wait_stored(5)
+    base = receipts[0].ids[0].seq  # message i is sequence base + i
     total = 1200
     assert _entries(prod)["runs"] == 6
     acked: dict[str, set[int]] = {"g1": set(), "g2": set()}
@@ -149,6 +150,7 @@ def test_two_groups_acking_batches_out_of_order_across_restarts(make_node, tmp_p
             wait_members(prod, "t", group, 1)
             got = _receive(sub, total - len(acked[group]))
             assert set(got) == set(range(total)) - acked[group]
+            assert all(m.id.seq == base + i and m.index is not None for i, m in got.items())
             order = sorted(got)
             rng.shuffle(order)
             chosen = order[:len(order) // 2] if round_ < 2 else order

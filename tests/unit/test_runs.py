@@ -52,9 +52,9 @@ def test_gone_deletes_a_run_with_its_last_message_and_forgets_it():
     runs = _runs([(10, 5), (20, 5)])
     runs.by_first[10].left = 5
     batch = type("B", (), {"runs_del": []})()
-    assert runs.gone([10, 11, 3], batch) == [3]  # type: ignore[arg-type]
+    assert runs.gone([10, 11, 3], batch) == ([3], [])  # type: ignore[arg-type]
     assert batch.runs_del == [] and runs.by_first[10].left == 3
-    assert runs.gone([12, 13, 14, 21], batch) == []  # type: ignore[arg-type]
+    assert runs.gone([12, 13, 14, 21], batch) == ([], [10])  # type: ignore[arg-type]
     assert batch.runs_del == [(10).to_bytes(8, "big")]
     assert runs.find(12) is None and runs.find(21) is not None and len(runs) == 1
 

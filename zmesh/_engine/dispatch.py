@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from .._protocol.codec import PackedColumns
 from .._store.damage import decode_record
@@ -28,6 +28,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _PAYLOAD: Callable[[Any], bytes] = itemgetter(8)  # a message's payload in its fields
+_RUN_SIZE: Callable[[Any], int] = itemgetter(1)  # a kept run's bytes as counted
+
+
+class Columns(NamedTuple):
+    """The fields a data batch carries of a take's messages, a column each, in the order
+    of the take's sequences."""
+
+    keys: Sequence[str | None]
+    headers: Sequence[dict | None]
+    published_ats: Sequence[float]
+    indexes: Sequence[int | None]
+    payloads: Sequence[bytes]
+
+
+def columns_of(fields: Sequence[Sequence]) -> Columns:
+    """The columns of messages given as their fields (a record's, decoded)."""
+    (_t, _p, keys, headers, _prio, published_ats, _e, _d, payloads,
+     indexes) = zip(*fields, strict=True)
+    return Columns(keys, headers, published_ats, indexes, payloads)
 
 DECODED_KEPT_BYTES = 8 << 20  # what the records kept decoded may take
 _ENTRY_BYTES = 440  # a record's decoded fields and its map entry, besides the payload
@@ -41,10 +60,12 @@ class Decoded:
     only: one that found a record here must find it again (a group far behind the others
     reads its records again)."""
 
-    __slots__ = ("fields", "bytes", "limit")
+    __slots__ = ("fields", "runs", "bytes", "limit")
 
     def __init__(self, limit: int = DECODED_KEPT_BYTES) -> None:
         self.fields: dict[int, Sequence] = {}  # in the order kept: the oldest first
+        # Runs (runs.py) kept whole: first sequence -> (decoded record, bytes as counted)
+        self.runs: dict[int, tuple[list, int]] = {}
         self.bytes = 0
         self.limit = limit
 
@@ -63,11 +84,28 @@ class Decoded:
         if gone:
             self.bytes -= sum(map(len, map(_PAYLOAD, gone))) + _ENTRY_BYTES * len(gone)
 
+    def keep_run(self, first: int, record: list, size: int) -> None:
+        """Keep a run's decoded record (``size``: the bytes it counts for)."""
+        self.runs[first] = (record, size)
+        self.bytes += size
+
+    def forget_runs(self, firsts: Iterable[int]) -> None:
+        for first in firsts:
+            kept = self.runs.pop(first, None)
+            if kept is not None:
+                self.bytes -= kept[1]
+
     def trim(self) -> None:
-        """Drop the oldest past the limit."""
-        seqs, _ = oldest(self.fields, self.bytes - self.limit,
-                         lambda fields: len(fields[8]) + _ENTRY_BYTES)
-        self.forget(seqs)
+        """Drop the oldest past the limit (runs first: a run is sent whole, soon after it
+        is kept, while single messages wait for the other lanes)."""
+        excess = self.bytes - self.limit
+        if self.runs:
+            firsts, freed = oldest(self.runs, excess, _RUN_SIZE)
+            self.forget_runs(firsts)
+            excess -= freed
+        if excess > 0:
+            seqs, _ = oldest(self.fields, excess, lambda fields: len(fields[8]) + _ENTRY_BYTES)
+            self.forget(seqs)
 
 
 PACKED_KEPT_BYTES = 4 << 20  # what the batch columns kept packed may take
@@ -101,7 +139,7 @@ class Packed:
 
 
 def dispatch(producer: Producer, now: float,
-             send: Callable[[bytes, Lane, Taken, list[Sequence]], int],
+             send: Callable[[bytes, Lane, Taken, Columns], int],
              batch: WriteBatch) -> int:
     """Hand ready messages (decoded records) to live members; ``send`` returns how many
     left. A record that cannot be decoded is set aside and settled, never sent."""
@@ -123,6 +161,12 @@ def dispatch(producer: Producer, now: float,
             producer._settled(topic, lane, expired, batch)
         if not taken:
             continue
+        if producer.runs:  # runs holding all of a take send their columns as they are
+            for member, out in list(taken.items()):
+                columns = producer.run_columns(out.seqs, lane.members[member].max_message_bytes)
+                if columns is not None:
+                    del taken[member]
+                    sent_total += _send(send, member, lane, out, columns, now)
         # The common case, every record kept decoded (or as a memory message's fields),
         # found with no Python call per message.
         kept = mem if producer.topic_config(topic).durability == "memory" else known
@@ -163,11 +207,18 @@ def dispatch(producer: Producer, now: float,
                 out, fields = _refuse_oversized(producer, lane, member, limit, out, fields,
                                                 batch)
             if out.seqs:
-                sent = send(member, lane, out, cast("list[Sequence]", fields))
-                sent_total += sent
-                if sent < len(out):
-                    lane.unsend(out.seqs[sent:], now)
+                sent_total += _send(send, member, lane, out,
+                                    columns_of(cast("list[Sequence]", fields)), now)
     return sent_total
+
+
+def _send(send: Callable[[bytes, Lane, Taken, Columns], int], member: bytes, lane: Lane,
+          out: Taken, columns: Columns, now: float) -> int:
+    """``send``; what did not leave is ready again."""
+    sent = send(member, lane, out, columns)
+    if sent < len(out):
+        lane.unsend(out.seqs[sent:], now)
+    return sent
 
 
 def _gaps(fields: list) -> list[int]:

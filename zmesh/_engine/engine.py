@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import zmq
@@ -34,7 +33,7 @@ from .commands import Call, Commands
 from .commit import Committer
 from .consumer import Consumer
 from .delivery import Taken
-from .dispatch import Packed, dispatch
+from .dispatch import Columns, Packed, dispatch
 from .lane import Lane
 from .listener import Listener
 from .mesh import Mesh
@@ -291,7 +290,7 @@ class Engine(Commands):
 
     # -- sending -------------------------------------------------------------------------
 
-    def _send_data(self, member: bytes, lane: Lane, out: Taken, records: list[Sequence]) -> int:
+    def _send_data(self, member: bytes, lane: Lane, out: Taken, columns: Columns) -> int:
         assert self.mesh is not None
         peer = self.mesh.peer(member)
         if peer is None or not peer.alive:
@@ -305,12 +304,12 @@ class Engine(Commands):
         start, n = 0, len(out.seqs)
         while start < n:
             end = min(start + batch_size, n)
-            frames = self._encode(lane, out, records, start, end, floor, packed)
+            frames = self._encode(lane, out, columns, start, end, floor, packed)
             while len(frames[0]) > MAX_BATCH_HEADER_BYTES and end - start > 1:
                 # Long keys and large headers: a consumer decodes a header this large at
                 # most (a message's own are bounded at publish, far below it).
                 end = start + (end - start) // 2
-                frames = self._encode(lane, out, records, start, end, floor, packed)
+                frames = self._encode(lane, out, columns, start, end, floor, packed)
             try:
                 if len(frames) == 1:
                     push.send(frames[0], _NOBLOCK)
@@ -325,24 +324,25 @@ class Engine(Commands):
         self.counters.add("sent", sent)
         return sent
 
-    def _encode(self, lane: Lane, out: Taken, records: list[Sequence], start: int, end: int,
+    def _encode(self, lane: Lane, out: Taken, columns: Columns, start: int, end: int,
                 floor: int, packed: Packed | None) -> list[bytes]:
-        """The frames of one batch: ``out``'s messages ``start:end``, from their fields."""
+        """The frames of one batch: ``out``'s messages ``start:end``, from their columns."""
         key = tuple(out.seqs[start:end])
-        columns = packed.columns.get(key) if packed is not None else None
-        if columns is None:
-            (_t, _p, keys, headers, _prio, published_ats, _e, _d, payloads,
-             indexes) = zip(*records[start:end], strict=True)
+        done = packed.columns.get(key) if packed is not None else None
+        if done is None:
+            keys, headers = columns.keys[start:end], columns.headers[start:end]
+            published_ats, indexes = columns.published_ats[start:end], columns.indexes[start:end]
+            payloads = columns.payloads[start:end]
             if packed is None:  # the only lane of its topic: the header at once
                 return encode_batch(Batch(
                     self.node_id, self.incarnation, lane.topic, lane.name, floor, key,
                     tuple(out.partitions[start:end]), keys, headers,
                     tuple(out.attempts[start:end]), published_ats, indexes, payloads))
-            columns = pack_columns(key, out.partitions[start:end], keys, headers,
-                                   published_ats, indexes, payloads)
-            packed.keep(key, columns)
+            done = pack_columns(key, out.partitions[start:end], keys, headers,
+                                published_ats, indexes, payloads)
+            packed.keep(key, done)
         return encode_lane_batch(self.node_id, self.incarnation, lane.topic, lane.name, floor,
-                                 out.attempts[start:end], columns)
+                                 out.attempts[start:end], done)
 
     # -- status and teardown -------------------------------------------------------------
 

@@ -11,8 +11,8 @@ import heapq
 import logging
 import math
 from collections.abc import Iterable
-from itertools import repeat
-from operator import itemgetter
+from itertools import islice, repeat
+from operator import itemgetter, lt, sub
 from typing import TYPE_CHECKING
 
 from .._store.damage import decode_record, decode_run
@@ -20,11 +20,11 @@ from .._store.store import Store, WriteBatch, pack, pend_key, u64
 from ..config import TopicConfig
 from .deadletters import DeadLetters
 from .delivery import IN_FLIGHT, Entry, Timing
-from .dispatch import Decoded
+from .dispatch import Columns, Decoded
 from .lane import Lane
 from .retained import Retained
 from .retention import Indexes, retains
-from .runs import Runs, run_fields
+from .runs import RUN_ENTRY_BYTES, Runs, run_fields
 from .staging import UNCLAIMED, Staging, mem_total
 from .stats import Counters
 
@@ -182,12 +182,14 @@ class Producer:
         A record that cannot be decoded is set aside (given ``batch``) and its messages
         are left out."""
         _, hits = self.runs.split(seqs)
-        records = self.store.get_runs(list(hits))
+        kept = self.decoded.runs
+        records = self.store.get_runs([f for f in hits if f not in kept])
         lowest = min(seqs)
         out: dict[int, tuple] = {}
         for first in hits:
             record = records.get(first)
-            fields = None if record is None else decode_run(record)
+            fields = kept[first][0] if first in kept else \
+                None if record is None else decode_run(record)
             if fields is None:
                 if record is not None and batch is not None:
                     self.set_aside("runs", u64(first), record,
@@ -211,6 +213,59 @@ class Producer:
                     self.payload_bound = bound
                 self.decoded.keep_many(found, many)
         return singles
+
+    def run_columns(self, seqs: list[int], max_message_bytes: int) -> Columns | None:
+        """The columns of ``seqs`` (a take, in ascending order) when runs hold them all,
+        taken from the runs' records with no Python step per message (read from LMDB
+        and kept decoded if they are not); None when they are not all in runs, or a run
+        cannot be read, or a payload is larger than ``max_message_bytes``: the
+        per-message way then sends, sets aside or parks them."""
+        if not all(map(lt, seqs, islice(seqs, 1, None))):
+            return None
+        singles, hits = self.runs.split(seqs)
+        if singles:
+            return None
+        kept = self.decoded.runs
+        absent = [first for first in hits if first not in kept]
+        if absent:
+            records = self.store.get_runs(absent)
+            for first in absent:
+                record = records.get(first)
+                fields = None if record is None else decode_run(record)
+                if record is None or fields is None:
+                    return None
+                self.decoded.keep_run(first, fields,
+                                      len(record) + RUN_ENTRY_BYTES * len(fields[1]))
+                bound = max(map(len, fields[5]))
+                if bound > self.payload_bound:
+                    self.payload_bound = bound
+        keys: list[str | None] = []
+        headers: list[dict | None] = []
+        published_ats: list[float] = []
+        indexes: list[int | None] = []
+        payloads: list[bytes] = []
+        pos = 0
+        for first, n in hits.items():
+            part = seqs[pos:pos + n]
+            pos += n
+            _t, _parts, run_keys, run_headers, published_at, run_payloads, run_indexes = \
+                kept[first][0]
+            if part[-1] - part[0] == n - 1:  # consecutive: slices
+                at = slice(part[0] - first, part[0] - first + n)
+                payloads += run_payloads[at]
+                indexes += run_indexes[at]
+                keys += run_keys[at] if run_keys else repeat(None, n)
+            else:
+                offsets = list(map(sub, part, repeat(first)))
+                payloads += map(run_payloads.__getitem__, offsets)
+                indexes += map(run_indexes.__getitem__, offsets)
+                keys += map(run_keys.__getitem__, offsets) if run_keys else repeat(None, n)
+            headers += repeat(run_headers, n)
+            published_ats += repeat(published_at, n)
+        if max_message_bytes < self.payload_bound and \
+                max(map(len, payloads)) > max_message_bytes:
+            return None
+        return Columns(keys, headers, published_ats, indexes, payloads)
 
     def owed(self, topic: str, seq: int) -> bool:
         """Some lane of ``topic`` still owes ``seq``."""
@@ -271,7 +326,11 @@ class Producer:
         if self.decoded.fields:
             self.decoded.forget(unowed)
         # (a run's record leaves with its last message)
-        unowed_singles = self.runs.gone(unowed, batch) if self.runs else unowed
+        unowed_singles = unowed
+        if self.runs:
+            unowed_singles, ended = self.runs.gone(unowed, batch)
+            if ended and self.decoded.runs:
+                self.decoded.forget_runs(ended)
         if not retains(self.topic_config(topic)):  # (else retention reclaims the record)
             gone = self.forget_mem(unowed_singles) if mem else unowed_singles
             batch.msgs_del.extend(map(u64, gone))

@@ -25,6 +25,8 @@ from .._store.store import WriteBatch, pack, pend_key, u64
 if TYPE_CHECKING:
     from .lane import Lane
 
+RUN_ENTRY_BYTES = 100  # what a run's decoded record holds per message besides its payload
+
 
 @dataclass(slots=True)
 class Run:
@@ -161,14 +163,16 @@ class Runs:
         batch.prun_set[pend_key(lane_id, run.first)] = lane_entry(lane, run)
         return True
 
-    def gone(self, seqs: list[int], batch: WriteBatch) -> list[int]:
+    def gone(self, seqs: list[int], batch: WriteBatch) -> tuple[list[int], list[int]]:
         """``seqs`` left the outbox: a run none of whose messages is left is deleted.
-        Returns the sequences of no run."""
+        Returns the sequences of no run, and the first sequences of the runs deleted."""
         singles, hits = self.split(seqs)
+        ended = []
         for first, n in hits.items():
             run = self.by_first[first]
             run.left -= n
             if run.left <= 0:
                 batch.runs_del.append(u64(first))
                 self._remove(first)
-        return singles
+                ended.append(first)
+        return singles, ended

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 from .._store.store import WriteBatch, pack, pend_key, u32, u64
 from .lane import Lane, PlainRun
 from .retention import log_entry, partition_prefix, retains
-from .runs import Run, run_fields, run_record
+from .runs import RUN_ENTRY_BYTES, Run, run_record
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
@@ -202,6 +202,7 @@ class Staging:
                 producer.indexes.release(topic, partition, first)
         producer.retained.unstage()
         self._staged_first.clear()
+        producer.decoded.forget_runs(run.first for run in self._runs)
         self._runs.clear()
         seqs = [seq for p in pubs for seq in p.seqs]
         producer.forget_mem(seqs)
@@ -393,8 +394,9 @@ class Staging:
         batch.msgs_bytes += len(record)
         decoded = producer.decoded
         if live and decoded.bytes < decoded.limit:
-            decoded.keep_many(range(first, first + count), run_fields(
-                [topic, partitions, keys, pm.headers, pm.published_at, payloads, indexes]))
+            decoded.keep_run(first, [topic, partitions, keys, pm.headers, pm.published_at,
+                                     payloads, indexes],
+                             len(record) + RUN_ENTRY_BYTES * count)
         entry = pack([partitions, None, None])
         lane_ids = producer.lane_ids
         batch.prun_put.extend((pend_key(lane_ids[(topic, lane.name)], first), entry)

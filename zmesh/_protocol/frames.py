@@ -19,6 +19,7 @@ nils as extra frames is the only valid one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 PROTOCOL_VERSION = 3  # 2: data batches in columns, payloads inside the header frame;
@@ -224,12 +225,13 @@ class Batch:
     floor: int
     seqs: tuple[int, ...]
     partitions: tuple[int, ...]
-    keys: tuple[str | None, ...]
-    headers: tuple[dict | None, ...]
+    # (tuples when decoded; a producer hands the columns of its outbox, lists or tuples)
+    keys: Sequence[str | None]
+    headers: Sequence[dict | None]
     attempts: tuple[int, ...]
-    published_ats: tuple[float, ...]
-    indexes: tuple[int | None, ...]
-    payloads: tuple[bytes, ...]
+    published_ats: Sequence[float]
+    indexes: Sequence[int | None]
+    payloads: Sequence[bytes]
 
 
 Control = (Hello | Bye | Ack | Nack | Fail | StatusRequest | StatusReply | AdminRequest
