@@ -44,6 +44,8 @@ def test_a_batch_is_one_record_and_leaves_with_the_last_group_to_ack(make_node):
     s1, s2 = c1.subscribe("t", group="g1"), c2.subscribe("t", group="g2")
     got1 = drain(s1, 1000)
     assert sorted(map(_index, got1)) == list(range(1000))
+    # Without keys, round-robin by sequence, as publish() does.
+    assert all(m.partition == m.id.seq % 16 for m in got1)
     wait_until(lambda: _entries(prod)["pruns"] == 1, what="g1's entry of the run deleted")
     assert _entries(prod)["runs"] == 1 and prod.status()["outbox"] == 1000
     got2 = drain(s2, 1000)

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from itertools import repeat
+from itertools import cycle, islice, repeat
 from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
@@ -164,11 +164,13 @@ class Commands:
                     for seq, payload, key in zip(seqs, payloads, keys, strict=True)]
         # Plain messages: one object for the batch, no Python step per message but the
         # partition of a key.
-        if any(key is not None for key in keys):
+        if keys.count(None) < n:
             parts = list(map(partition_for, keys, repeat(partitions), seqs))
             return [PublishMany(first, topic, parts, keys, headers, payloads, now, receipt, n,
                                 nbytes)]
-        parts = [seq % partitions for seq in seqs]  # partition_for without a key
+        # partition_for without a key: round-robin by sequence
+        parts = list(islice(cycle(range(partitions)), first % partitions,
+                            first % partitions + n))
         return [PublishMany(first, topic, parts, None, headers, payloads, now, receipt, n,
                             nbytes)]
 
