@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ._engine.engine import Engine
-from ._engine.staging import AnyPublish, Publish
+from ._engine.publishes import AnyPublish, Publish
 from ._protocol.codec import MAX_KEY_CHARS, check_headers
 from ._receipt import MessageId, Receipt
 from ._roles import Roles, resolve

@@ -24,8 +24,8 @@ import zmq
 from .._protocol.codec import MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTIONS, announced_bytes
 from .._receipt import Receipt
 from ..errors import ArgumentError, NodeStateError, OutboxFullError, StoreFullError
+from .publishes import AnyPublish, Publish, PublishMany, message_count
 from .routing import partition_for
-from .staging import AnyPublish, Publish, PublishMany, message_count
 
 if TYPE_CHECKING:
     from .._store.store import Store, WriteBatch

@@ -38,9 +38,9 @@ from .lane import Lane
 from .listener import Listener
 from .mesh import Mesh
 from .producer import Producer
+from .publishes import AnyPublish
 from .restart import load_outbox
 from .retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
-from .staging import AnyPublish
 from .stats import Counters
 from .status import node_status
 

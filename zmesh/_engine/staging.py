@@ -12,13 +12,13 @@ import time
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
-from itertools import accumulate, repeat
+from itertools import accumulate
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, TypeVar
 
 from .._store.store import WriteBatch, pack, pend_key, u32, u64
 from .lane import Lane, PlainRun
+from .publishes import AnyPublish, Publish, PublishMany, message_count
 from .retention import log_entry, partition_prefix, retains
 from .runs import RUN_ENTRY_BYTES, Run, run_record
 
@@ -50,92 +50,6 @@ def mem_total(many: list[tuple]) -> int:
     return (sum(map(len, map(_payloads, many))) + MEM_RECORD_OVERHEAD * len(many)
             + sum(map(len, filter(None, map(_keys, many))))
             + sum(len(pack(h)) for h in filter(None, map(_headers, many))))
-
-
-@dataclass(slots=True)
-class Publish:
-    """A publish staged by a user thread for the IO thread to store."""
-
-    seq: int
-    topic: str
-    partition: int
-    key: str | None
-    headers: dict | None
-    payload: bytes
-    priority: int
-    published_at: float
-    expires_at: float | None
-    deliver_at: float | None
-    receipt: Receipt | None
-    msg_id: str | None = None
-
-    count = 1  # (messages: a PublishMany holds several)
-
-    @property
-    def seqs(self) -> range:
-        return range(self.seq, self.seq + 1)
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.payload)
-
-    def expand(self) -> list[Publish]:
-        return [self]
-
-
-@dataclass(slots=True)
-class PublishMany:
-    """The publishes of one ``publish_many`` of plain messages (priority 0, no expiry or
-    schedule), staged as one object: consecutive sequences from ``seq``, one receipt. A
-    topic that stores them as runs (runs.py) takes the columns as they are; any other
-    ``expand``s them into a ``Publish`` each."""
-
-    seq: int
-    topic: str
-    partitions: list[int]
-    keys: list[str | None] | None  # None: no message has a key
-    headers: dict | None
-    payloads: list[bytes]
-    published_at: float
-    receipt: Receipt
-    count: int
-    nbytes: int
-
-    # What staging asks of every publish, the same for all of these.
-    priority = 0
-    expires_at = None
-    deliver_at = None
-    msg_id = None
-
-    @property
-    def seqs(self) -> range:
-        return range(self.seq, self.seq + self.count)
-
-    def expand(self) -> list[Publish]:
-        """A ``Publish`` per message, as ``publish_many`` made them before."""
-        n, receipt = self.count, self.receipt
-        return [Publish(seq, self.topic, partition, key, self.headers, payload, 0,
-                        self.published_at, None, None, receipt)
-                for seq, partition, key, payload in zip(
-                    self.seqs, self.partitions, self.keys or repeat(None, n), self.payloads,
-                    strict=True)]
-
-
-AnyPublish = Publish | PublishMany
-
-
-def message_count(pubs: list[AnyPublish]) -> int:
-    return sum(map(_count, pubs))
-
-
-def payload_bytes(pubs: list[AnyPublish]) -> int:
-    if PublishMany in map(type, pubs):
-        return sum(map(_nbytes, pubs))
-    return sum(map(len, map(_payload, pubs)))  # (no property call per publish)
-
-
-_count, _nbytes, _payload, _seq = (attrgetter("count"), attrgetter("nbytes"),
-                                   attrgetter("payload"), attrgetter("seq"))
 
 
 K = TypeVar("K")  # a map's keys (sequences, mostly)
@@ -341,7 +255,7 @@ class Staging:
         producer.retained.count_staged()
         if producer._mem_bytes > self.memory_budget_bytes:
             self._spill(batch)
-        top = max(map(_seq, pubs), default=0) + 1
+        top = max(map(attrgetter("seq"), pubs), default=0) + 1
         if self._runs:  # (a PublishMany's sequences go beyond its first)
             top = max(top, max(run.first + run.count for run in self._runs))
         if top > self._seq_written:  # held publishes retried later have lower sequences
