@@ -54,9 +54,6 @@ class Consumer:
         self._nacks: list[Nack] = []
         self._fails: list[Fail] = []
         self._outgoing: list[tuple[bytes, Ack | Nack | Fail]] = []
-        # New messages of this receive burst per subscription, handed over at its end:
-        # one wake-up of the application per burst, not per data frame.
-        self._delivering: dict[Subscription, list[Message]] = {}
 
     # -- subscriptions --------------------------------------------------------------------
 
@@ -132,21 +129,10 @@ class Consumer:
         if fresh:
             self.counters.add("received", len(fresh))
             if len(subs) == 1:
-                sub = subs[0]
+                subs[0]._deliver(fresh)
             else:
                 i = self._rr[(topic, lane)] = (self._rr[(topic, lane)] + 1) % len(subs)
-                sub = subs[i]
-            waiting = self._delivering.get(sub)
-            if waiting is None:
-                self._delivering[sub] = fresh
-            else:
-                waiting.extend(fresh)
-
-    def deliver(self) -> None:
-        """Hand the messages of this receive burst to their subscriptions."""
-        for sub, msgs in self._delivering.items():
-            sub._deliver(msgs)
-        self._delivering.clear()
+                subs[i]._deliver(fresh)
 
     def release(self, batch: Batch) -> None:
         """Give a batch back to its producer without delivering it."""

@@ -123,12 +123,6 @@ class Listener:
             self._recv_control(wb, now)
 
     def _recv_data(self, wb: WriteBatch, now: float) -> None:
-        try:
-            self._recv_batches(wb, now)
-        finally:
-            self.consumer.deliver()  # (one wake-up per subscription and burst)
-
-    def _recv_batches(self, wb: WriteBatch, now: float) -> None:
         pull = self.pull
         mesh = self.engine.mesh
         limit = self.config.max_message_bytes
