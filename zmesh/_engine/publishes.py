@@ -39,9 +39,6 @@ class Publish:
     def nbytes(self) -> int:
         return len(self.payload)
 
-    def expand(self) -> list[Publish]:
-        return [self]
-
 
 @dataclass(slots=True)
 class PublishMany:
