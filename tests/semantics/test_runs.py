@@ -38,7 +38,8 @@ def test_a_batch_is_one_record_and_leaves_with_the_last_group_to_ack(make_node):
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g1", "g2"))})
     r = prod.publish_many("t", [str(i).encode() for i in range(1000)])
     r.wait_stored(5)
-    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 1, "pruns": 2}
+    # runs of at most 256 messages: four records, an entry per run and group
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 4, "pruns": 8}
     c1 = make_node("c1", seeds=[prod.control_address])
     c2 = make_node("c2", seeds=[prod.control_address])
     s1, s2 = c1.subscribe("t", group="g1"), c2.subscribe("t", group="g2")
@@ -46,8 +47,8 @@ def test_a_batch_is_one_record_and_leaves_with_the_last_group_to_ack(make_node):
     assert sorted(map(_index, got1)) == list(range(1000))
     # Without keys, round-robin by sequence, as publish() does.
     assert all(m.partition == m.id.seq % 16 for m in got1)
-    wait_until(lambda: _entries(prod)["pruns"] == 1, what="g1's entry of the run deleted")
-    assert _entries(prod)["runs"] == 1 and prod.status()["outbox"] == 1000
+    wait_until(lambda: _entries(prod)["pruns"] == 4, what="g1's entries of the runs deleted")
+    assert _entries(prod)["runs"] == 4 and prod.status()["outbox"] == 1000
     got2 = drain(s2, 1000)
     assert sorted(map(_index, got2)) == list(range(1000))
     r.wait_acked(10)
@@ -131,7 +132,7 @@ def test_a_parked_message_of_a_batch_is_replayed_while_the_rest_is_owed(make_nod
 
 
 def test_two_groups_acking_batches_out_of_order_across_restarts(make_node, tmp_path):
-    # Batches that straddle runs (400 payloads of 1 kB: two runs, of 262 and 138), acked in
+    # Batches that straddle runs (400 payloads of 1 kB: two runs, of 256 and 144), acked in
     # a shuffled order in slices by two groups, with producer restarts in between: what is
     # owed after each restart is exactly what was not acked, and nothing is left at the end.
     rng = random.Random(7)

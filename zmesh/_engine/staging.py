@@ -26,9 +26,11 @@ if TYPE_CHECKING:
     from .._receipt import Receipt
     from .producer import Producer
 
-# Payload bytes one run record holds at most: larger batches are stored as several runs.
-# (Large LMDB values need contiguous free pages; a run's gain is in small messages.)
+# What one run record holds at most: larger batches are stored as several runs. (Large
+# LMDB values need contiguous free pages; a lane that settles part of a run rewrites its
+# entry, a step per message of the run: the cost of a run grows with it, its gain does not.)
 RUN_MAX_BYTES = 256 << 10
+RUN_MAX_MESSAGES = 256
 UNCLAIMED = ""  # lane name of a topic's messages published before any group was known
 # What a ``memory`` message held in RAM costs beyond its payload, key and headers: its
 # fields tuple, the floats and ints in it, and its slot in the producer's dict.
@@ -191,12 +193,13 @@ class Staging:
                  pend_values) = known
                 last_topic = topic
             if isinstance(p, PublishMany):  # (``_expanded`` left those of run topics)
-                # Runs of at most RUN_MAX_BYTES of payloads each.
+                # Runs of at most RUN_MAX_MESSAGES and RUN_MAX_BYTES of payloads each.
                 ends = list(accumulate(map(len, p.payloads)))
                 start = 0
                 while start < p.count:
                     end = max(start + 1, bisect_right(
-                        ends, (ends[start - 1] if start else 0) + RUN_MAX_BYTES, start))
+                        ends, (ends[start - 1] if start else 0) + RUN_MAX_BYTES, start,
+                        min(p.count, start + RUN_MAX_MESSAGES)))
                     record_bytes += self._stage_run(
                         p, start, end, lanes, next_index, firsts, live, batch)
                     start = end

@@ -85,8 +85,8 @@ def decode_run(data: bytes) -> list | None:
             and (keys is None or isinstance(keys, list) and len(keys) == n)
             and (headers is None or isinstance(headers, dict))
             and isinstance(published_at, int | float)
-            and {type(p) for p in payloads} == {bytes}
-            and {type(p) for p in partitions} == {int} and min(partitions) >= 0
-            and {type(i) for i in indexes} <= {int, type(None)}):
+            and set(map(type, payloads)) == {bytes}
+            and set(map(type, partitions)) == {int} and min(partitions) >= 0
+            and set(map(type, indexes)) <= {int, type(None)}):
         return None
     return fields
