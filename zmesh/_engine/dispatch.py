@@ -73,11 +73,6 @@ class Decoded:
         self.fields[seq] = fields
         self.bytes += len(fields[8]) + _ENTRY_BYTES
 
-    def keep_many(self, seqs: Iterable[int], many: Sequence[Sequence]) -> None:
-        """``keep`` of each of ``seqs`` with its fields in ``many``."""
-        self.fields.update(zip(seqs, many, strict=True))
-        self.bytes += sum(map(len, map(_PAYLOAD, many))) + _ENTRY_BYTES * len(many)
-
     def forget(self, seqs: Iterable[int]) -> None:
         """Drop what is kept of ``seqs`` (messages that left the outbox)."""
         gone = list(filter(None, map(self.fields.pop, seqs, repeat(None))))
@@ -174,15 +169,17 @@ def dispatch(producer: Producer, now: float,
         need = [seq for _member, out, fields in looked if None in fields
                 for seq, fields_of in zip(out.seqs, fields, strict=True)
                 if fields_of is None and seq not in mem]
-        if need and producer.runs:  # (what runs hold is kept decoded from here)
-            need = producer.load_runs(need, batch)
+        in_runs = producer.run_messages(need, batch) if need and producer.runs else {}
+        if in_runs:
+            need = [seq for seq in need if seq not in in_runs]
         records = producer.store.get_messages(need) if need else {}
         shared = len(producer.by_topic.get(topic, ())) > 1  # other lanes will send them
         for member, out, fields in looked:
             missing = []
             for i in _gaps(fields):
                 seq = out.seqs[i]
-                fields_of = known.get(seq) or mem.get(seq)  # (memory: never packed)
+                # (memory: never packed; a run's: kept decoded whole, see Producer)
+                fields_of = known.get(seq) or mem.get(seq) or in_runs.get(seq)
                 if fields_of is None:
                     record = records.get(seq)
                     fields_of = None if record is None else decode_record(record)

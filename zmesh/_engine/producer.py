@@ -12,7 +12,7 @@ import logging
 import math
 from collections.abc import Iterable
 from itertools import islice, repeat
-from operator import itemgetter, lt, sub
+from operator import lt, sub
 from typing import TYPE_CHECKING
 
 from .._store.damage import decode_record, decode_run
@@ -24,7 +24,7 @@ from .dispatch import Columns, Decoded
 from .lane import Lane
 from .retained import Retained
 from .retention import Indexes, retains
-from .runs import RUN_ENTRY_BYTES, Runs, run_fields
+from .runs import RUN_ENTRY_BYTES, Runs, run_message
 from .staging import UNCLAIMED, Staging, mem_total
 from .stats import Counters
 
@@ -175,44 +175,43 @@ class Producer:
             return pack(fields)
         return self.store.get_messages([seq]).get(seq)
 
-    def run_messages(self, seqs: list[int], batch: WriteBatch | None = None
-                     ) -> dict[int, tuple]:
-        """The fields of the messages of the runs that hold any of ``seqs``, from the
-        lowest of ``seqs`` on (those below it were sent before), read from their records.
-        A record that cannot be decoded is set aside (given ``batch``) and its messages
-        are left out."""
-        _, hits = self.runs.split(seqs)
+    def _decoded_runs(self, firsts: list[int], batch: WriteBatch | None = None
+                      ) -> dict[int, list]:
+        """The decoded records of the runs starting at ``firsts``, kept decoded whole
+        (``Decoded.runs``) once read. A record that cannot be decoded is left out, and set
+        aside given ``batch`` (its messages are then settled as lost)."""
         kept = self.decoded.runs
-        records = self.store.get_runs([f for f in hits if f not in kept])
-        lowest = min(seqs)
-        out: dict[int, tuple] = {}
-        for first in hits:
+        out = {first: kept[first][0] for first in firsts if first in kept}
+        absent = [first for first in firsts if first not in kept]
+        records = self.store.get_runs(absent) if absent else {}
+        for first in absent:
             record = records.get(first)
-            fields = kept[first][0] if first in kept else \
-                None if record is None else decode_run(record)
-            if fields is None:
+            fields = None if record is None else decode_run(record)
+            if record is None or fields is None:
                 if record is not None and batch is not None:
                     self.set_aside("runs", u64(first), record,
                                    "a run's record: its messages are settled as lost", batch)
                 continue
-            skip = max(0, lowest - first)
-            out.update(zip(range(first + skip, first + len(fields[1])),
-                           run_fields(fields)[skip:], strict=True))
+            self.decoded.keep_run(first, fields, len(record) + RUN_ENTRY_BYTES * len(fields[1]))
+            bound = max(map(len, fields[5]))
+            if bound > self.payload_bound:
+                self.payload_bound = bound
+            out[first] = fields
         return out
 
-    def load_runs(self, seqs: list[int], batch: WriteBatch) -> list[int]:
-        """Keep decoded the messages of the runs holding any of ``seqs`` (the rest of a
-        run is sent next); returns those of ``seqs`` no run holds."""
-        singles, _ = self.runs.split(seqs)
-        if len(singles) < len(seqs):
-            found = self.run_messages(seqs, batch)
-            if found:
-                many = list(found.values())
-                bound = max(map(len, map(itemgetter(8), many)))
-                if bound > self.payload_bound:
-                    self.payload_bound = bound
-                self.decoded.keep_many(found, many)
-        return singles
+    def run_messages(self, seqs: list[int], batch: WriteBatch | None = None
+                     ) -> dict[int, tuple]:
+        """The fields of those of ``seqs`` that runs hold (see ``_decoded_runs``)."""
+        _, hits = self.runs.split(seqs)
+        if not hits:
+            return {}
+        records = self._decoded_runs(list(hits), batch)
+        out: dict[int, tuple] = {}
+        for seq in seqs:
+            run = self.runs.find(seq)
+            if run is not None and run.first in records:
+                out[seq] = run_message(records[run.first], seq - run.first)
+        return out
 
     def run_columns(self, seqs: list[int], max_message_bytes: int) -> Columns | None:
         """The columns of ``seqs`` (a take, in ascending order) when runs hold them all,
@@ -225,20 +224,9 @@ class Producer:
         singles, hits = self.runs.split(seqs)
         if singles:
             return None
-        kept = self.decoded.runs
-        absent = [first for first in hits if first not in kept]
-        if absent:
-            records = self.store.get_runs(absent)
-            for first in absent:
-                record = records.get(first)
-                fields = None if record is None else decode_run(record)
-                if record is None or fields is None:
-                    return None
-                self.decoded.keep_run(first, fields,
-                                      len(record) + RUN_ENTRY_BYTES * len(fields[1]))
-                bound = max(map(len, fields[5]))
-                if bound > self.payload_bound:
-                    self.payload_bound = bound
+        records = self._decoded_runs(list(hits))
+        if len(records) < len(hits):
+            return None
         keys: list[str | None] = []
         headers: list[dict | None] = []
         published_ats: list[float] = []
@@ -249,7 +237,7 @@ class Producer:
             part = seqs[pos:pos + n]
             pos += n
             _t, _parts, run_keys, run_headers, published_at, run_payloads, run_indexes = \
-                kept[first][0]
+                records[first]
             if part[-1] - part[0] == n - 1:  # consecutive: slices
                 at = slice(part[0] - first, part[0] - first + n)
                 payloads += run_payloads[at]

@@ -17,7 +17,6 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import repeat
 from typing import TYPE_CHECKING
 
 from .._store.store import WriteBatch, pack, pend_key, u64
@@ -50,14 +49,12 @@ def run_record(topic: str, partitions: list[int], keys: list[str | None] | None,
     return pack([topic, partitions, keys, headers, published_at, payloads, indexes])
 
 
-def run_fields(record: list) -> list[tuple]:
-    """Each message's fields from a decoded run record, as a message's own record holds
-    them (``_store.damage.RECORD_FIELDS``), made with no Python step per message."""
+def run_message(record: list, i: int) -> tuple:
+    """The fields of message ``i`` of a decoded run record, as a message's own record holds
+    them (``_store.damage.RECORD_FIELDS``)."""
     topic, partitions, keys, headers, published_at, payloads, indexes = record
-    n = len(partitions)
-    return list(zip(repeat(topic, n), partitions, keys or repeat(None, n), repeat(headers, n),
-                    repeat(0, n), repeat(published_at, n), repeat(None, n), repeat(None, n),
-                    payloads, indexes, strict=False))  # (repeats are endless)
+    return (topic, partitions[i], keys[i] if keys else None, headers, 0, published_at, None,
+            None, payloads[i], indexes[i])
 
 
 def lane_entry(lane: Lane, run: Run) -> bytes | None:
