@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from contextlib import suppress
 from functools import partial
 from itertools import chain
-from operator import is_not
+from operator import is_, is_not
 from typing import Any
 
 import msgpack
@@ -398,7 +399,25 @@ def _column(value: Any, n: int, what: str, types: frozenset[type]) -> set[type]:
     return present
 
 
+def _all_none(value: Any, n: int) -> bool:
+    """Whether ``value`` is an array of ``n`` nils (most batches' keys and headers): a
+    count instead of a pass that makes a type object per element."""
+    return type(value) is list and len(value) == n and value.count(None) == n
+
+
 def _ints(value: Any, n: int, what: str, hi: int = U63) -> tuple[int, ...]:
+    """An array of ``n`` ints in 0..``hi`` (not bools), as a tuple.
+
+    An array of values below 256 (a batch's partitions and attempts, mostly) is checked
+    without a type, a minimum and a maximum per element: CPython keeps one int object
+    per small value, so elements that are those very objects are ints, where a bool or a
+    float would only compare equal to one. (Any other array takes the full check.)"""
+    if type(value) is list and len(value) == n and n and type(value[0]) is int \
+            and 0 <= value[0] < 256:
+        with suppress(TypeError, ValueError):  # (not all of them small ints)
+            small = bytes(value)
+            if max(small) <= hi and all(map(is_, value, small)):
+                return tuple(value)
     present = _column(value, n, what, _INT)
     _check(not present or (min(value) >= 0 and max(value) <= hi), f"bad {what}")
     return tuple(value)
@@ -416,10 +435,10 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
     _check(type(seqs) is list and len(seqs) <= MAX_BATCH_ITEMS, "bad seq column")
     n = len(seqs)
     keys = obj[9]
-    if str in _column(keys, n, "key", _STR_OR_NONE):
+    if not _all_none(keys, n) and str in _column(keys, n, "key", _STR_OR_NONE):
         _check(max(map(len, filter(None, keys)), default=0) <= MAX_KEY_CHARS, "bad key")
     headers = obj[10]
-    if dict in _column(headers, n, "headers", _DICT_OR_NONE):
+    if not _all_none(headers, n) and dict in _column(headers, n, "headers", _DICT_OR_NONE):
         # Every header name: the keys of every dict, in one pass.
         _check(set(map(type, chain.from_iterable(filter(None, headers)))) <= _STR,
                "bad header name")
@@ -439,8 +458,9 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
         payloads = [next(taken) if p is None else p for p in payloads]
     else:
         _check(not extra, "payload count does not match items")
-    _check(max(map(len, payloads), default=0) <= max_message_bytes,
-           "payload exceeds max_message_bytes")
+    # (an inline payload is shorter than the header frame that holds it)
+    _check(max(map(len, payloads if len(frames[0]) > max_message_bytes else extra),
+               default=0) <= max_message_bytes, "payload exceeds max_message_bytes")
     return Batch(_node_id(obj[2]), _int(obj[3], "incarnation"), _str(obj[4], "topic"),
                  _str(obj[5], "lane"), _int(obj[6], "floor"), _ints(seqs, n, "seq"),
                  _ints(obj[8], n, "partition", 65535), tuple(keys), tuple(headers),
