@@ -137,8 +137,7 @@ def zmesh_consumer(p: dict[str, Any], cmds: Commands) -> None:
     node = _node(p, p.get("name", "consumer"))
     for i in range(p.get("idle", 0)):  # topics nobody publishes: idle lanes at the producer
         node.subscribe(f"idle-{i}", group=p["group"])  # (closed with the node)
-    sub = node.subscribe(p["topic"], group=p["group"], max_in_flight=p.get("max_in_flight", 1000),
-                         batch_size=p.get("batch_size", 100))
+    sub = node.subscribe(p["topic"], group=p["group"])  # (the defaults users get)
     t_sub = time.monotonic()
     state = {"count": 0, "t_first": 0.0, "t_last": 0.0, "window_count": 0,
              "cpu0": cpu_s(), "cpu_s": 0.0}

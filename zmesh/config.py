@@ -121,7 +121,10 @@ class SubscriptionConfig:
     group: str
     mode: Mode = "shared"
     max_in_flight: int = 1000
-    batch_size: int = 100
+    # Messages per data frame. The fixed work of a frame (its header, send and receive, the
+    # consumer's loop iteration with its commit and ack) is shared by this many messages:
+    # 250 costs a consumer about a fifth less per message than 100 (docs/performance.md).
+    batch_size: int = 250
     concurrency: int = 1
     topic: str | None = None
     handler: str | None = None

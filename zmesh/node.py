@@ -333,11 +333,11 @@ class Node:
         topic: str,
         group: str | None = None,
         *,
-        mode: str = "shared",
+        mode: str = _SUBSCRIBE_DEFAULTS["mode"],
         handler: Callable[[Message], Any] | None = None,
-        max_in_flight: int = 1000,
-        batch_size: int = 100,
-        concurrency: int = 1,
+        max_in_flight: int = _SUBSCRIBE_DEFAULTS["max_in_flight"],
+        batch_size: int = _SUBSCRIBE_DEFAULTS["batch_size"],
+        concurrency: int = _SUBSCRIBE_DEFAULTS["concurrency"],
         config: SubscriptionConfig | None = None,
     ) -> Subscription:
         """Consume ``topic`` as a member of ``group``.
