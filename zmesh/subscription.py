@@ -80,23 +80,15 @@ class Message:
         return self._headers
 
     def _settle(self, how: str, arg: Any) -> None:
-        """A nack or a fail (``ack`` does the same steps for its own, the frequent one)."""
         if self._settled is not None:
-            self._already()
+            raise MessageStateError(f"message {self.id} was already {self._settled}")
         self._settled = how
-        if self._engine is not None:
-            self._engine.submit(("settle", self, how, arg))
-
-    def _already(self) -> None:
-        raise MessageStateError(f"message {self.id} was already {self._settled}")
+        if self._engine is not None:  # (a bare message is an ack: no tuple per message)
+            self._engine.submit(self if how == "acked" else ("settle", self, how, arg))
 
     def ack(self) -> None:
         """Done with it: the group will not get it again."""
-        if self._settled is not None:
-            self._already()
-        self._settled = "acked"
-        if self._engine is not None:  # (a bare message is an ack: no tuple per message)
-            self._engine.submit(self)
+        self._settle("acked", None)
 
     def nack(self, delay: float | None = None) -> None:
         """Redeliver after ``delay`` seconds (None: the topic's retry backoff)."""
@@ -230,7 +222,8 @@ class Subscription:
     def ack_many(self, messages: list[Message]) -> None:
         """Ack a batch of messages with one command to the IO thread."""
         if any(map(_settled, messages)):
-            next(m for m in messages if m._settled is not None)._already()
+            msg = next(m for m in messages if m._settled is not None)
+            raise MessageStateError(f"message {msg.id} was already {msg._settled}")
         for msg in messages:
             msg._settled = "acked"
         self._engine.submit(("ack_many", messages))
