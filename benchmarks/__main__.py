@@ -64,6 +64,7 @@ def run(argv: list[str] | None = None) -> int:
     started = _dt.datetime.now(_dt.UTC)
     t_start = time.monotonic()
     load_start = os.getloadavg()
+    speed_start = machine.python_speed()
     raw: dict[str, dict[str, Any]] = {n: {"reps": [], "errors": []} for n in names}
     root = Path(tempfile.mkdtemp(prefix="zmesh-bench-"))
     try:
@@ -71,6 +72,7 @@ def run(argv: list[str] | None = None) -> int:
             for name in names:
                 workdir = root / f"{name}-{rep}"
                 profile = args.profile / f"{name}-{rep}" if args.profile else None
+                speed = machine.python_speed()  # (the host's speed varies by the minute)
                 t0 = time.monotonic()
                 err.print(f"[dim]rep {rep + 1}/{args.reps}[/] {name} ...", end=" ")
                 try:
@@ -81,6 +83,7 @@ def run(argv: list[str] | None = None) -> int:
                     continue
                 finally:
                     shutil.rmtree(workdir, ignore_errors=True)
+                metrics["python_speed_s"] = speed
                 raw[name]["reps"].append(metrics)
                 err.print(f"{metrics['rate']:,.0f} msgs/s ({time.monotonic() - t0:.1f}s)")
     finally:
@@ -90,6 +93,8 @@ def run(argv: list[str] | None = None) -> int:
     # Other work on the machine skews every figure: record how busy it was.
     desc["load_average_start"] = [round(x, 2) for x in load_start]
     desc["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    desc["python_speed_s_start"] = speed_start
+    desc["python_speed_s_end"] = machine.python_speed()
     title = (f"zmesh benchmarks ({'quick' if args.quick else 'full'}, median of "
              f"{args.reps}) - {desc['cpus']} CPUs {desc['cpu_model']}, Python "
              f"{desc['python']}, libzmq {desc['libzmq']}, zmesh {desc['git_commit']}")

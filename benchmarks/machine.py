@@ -6,10 +6,23 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+PROBE_ADDITIONS = 1_000_000
+
+
+def python_speed() -> float:
+    """Seconds this interpreter takes for a loop of a million additions, now: how fast the
+    host runs Python at this moment. A shared or throttled host can run it at half its
+    usual speed for minutes, which moves every Python-heavy figure and ratio with it."""
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(PROBE_ADDITIONS):
+        total += i
+    return round(time.perf_counter() - t0, 4)
 
 
 def _run(cmd: list[str]) -> str:
@@ -70,7 +83,11 @@ def markdown(desc: dict[str, Any]) -> str:
     lines = ["# Machine of the committed benchmark run", "",
              "Every process of a scenario runs on this one machine over TCP loopback. "
              "`load_average_start` / `load_average_end` show how busy the machine was "
-             "with other work: above the CPU count, the figures are depressed and noisier.",
+             "with other work: above the CPU count, the figures are depressed and noisier. "
+             "`python_speed_s_start` / `_end` are the seconds a loop of a million additions "
+             "took then (`machine.python_speed`; `python_speed_s` in each repetition of "
+             "results.json is the same, taken just before it): twice the usual means a "
+             "host running Python at half speed.",
              "", "| what | value |", "| --- | --- |"]
     lines += [f"| {k} | {desc[k]} |" for k in keys]
     lines += ["", "## lscpu", "", "```", desc.get("lscpu", ""), "```", ""]

@@ -27,6 +27,7 @@ def test_quick_benchmark_run_reports_every_scenario(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["mode"] == "quick"
     assert doc["machine"]["cpus"] >= 1 and doc["machine"]["libzmq"]
+    assert doc["machine"]["python_speed_s_start"] > 0 < doc["machine"]["python_speed_s_end"]
     scenarios = doc["scenarios"]
     assert set(scenarios) == set(SCENARIOS), text[-2000:]
     for name, entry in scenarios.items():
@@ -34,6 +35,7 @@ def test_quick_benchmark_run_reports_every_scenario(tmp_path: Path) -> None:
         assert entry["rate"] > 0, name
         assert entry["ratio"] is not None and entry["ratio"] > 0, name
         assert all(v > 0 for v in entry["median"]["rss_mb"].values()), name
+        assert all(r["python_speed_s"] > 0 for r in entry["reps"]), name
     for name in ("latency_raw", "latency_zmesh_process"):
         assert scenarios[name]["median"]["p50_ms"] > 0
         assert scenarios[name]["median"]["p99_ms"] >= scenarios[name]["median"]["p50_ms"]
