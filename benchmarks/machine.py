@@ -86,8 +86,8 @@ def markdown(desc: dict[str, Any]) -> str:
              "with other work: above the CPU count, the figures are depressed and noisier. "
              "`python_speed_s_start` / `_end` are the seconds a loop of a million additions "
              "took then (`machine.python_speed`; `python_speed_s` in each repetition of "
-             "results.json is the same, taken just before it): twice the usual means a "
-             "host running Python at half speed.",
+             "results.json is the same, taken just before it): a reading well above the "
+             "machine's usual one means the host ran Python slower than it can.",
              "", "| what | value |", "| --- | --- |"]
     lines += [f"| {k} | {desc[k]} |" for k in keys]
     lines += ["", "## lscpu", "", "```", desc.get("lscpu", ""), "```", ""]
