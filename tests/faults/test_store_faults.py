@@ -134,10 +134,14 @@ def test_a_damaged_data_file_is_reported_and_left_untouched(tmp_path, mesh_name,
 
 
 def _publish_and_stop(make_node, name: str, count: int) -> list[int]:
+    """``count`` messages each published alone: stored before the next is published, so
+    each has a record and pending entries of its own (publishes staged together are stored
+    as a run)."""
     node = make_node(name, topics=GROUPS)
-    rs = [node.publish("t", payload(i)) for i in range(count)]
-    for r in rs:
-        r.wait_stored(5)
+    rs = []
+    for i in range(count):
+        rs.append(node.publish("t", payload(i)))
+        rs[-1].wait_stored(5)
     node.close()
     return [r.id.seq for r in rs]
 

@@ -1,10 +1,13 @@
 """publish_many batches stored as runs: one outbox record and one pending entry per lane
 for a whole batch, while each message is still owed, acked, retried and parked on its own,
-also across a producer restart."""
+also across a producer restart. Plain publish() calls staged in one loop iteration are
+stored as runs too, each with its own publish time and receipt."""
 
 from __future__ import annotations
 
 import random
+import threading
+import time
 
 import zmesh
 from tests.conftest import wait_members, wait_until
@@ -66,6 +69,50 @@ def test_large_batches_are_cut_into_runs_and_other_topics_store_messages_alone(m
     prod.publish_many("ram", [b"a", b"b"]).wait_stored(5)
     prod.publish("big", b"alone").wait_stored(5)
     assert _entries(prod) == {"msgs": 3, "pend": 3, "runs": 3, "pruns": 3}
+
+
+def test_publishes_of_one_loop_iteration_are_one_run_with_their_own_times(make_node):
+    topics = {"t": zmesh.TopicConfig(groups=("g1", "g2"))}
+    prod = make_node("prod", topics=topics)
+    # The IO thread held in a call while 100 publishes queue up: they are staged together.
+    held, release = threading.Event(), threading.Event()
+
+    def hold(_batch: object, _now: float) -> None:
+        held.set()
+        release.wait(10)
+    caller = threading.Thread(target=prod._engine.call, args=(hold,))
+    caller.start()
+    try:
+        assert held.wait(5)
+        spans, receipts = [], []
+        for i in range(100):
+            before = time.time()
+            receipts.append(prod.publish("t", str(i).encode()))
+            spans.append((before, time.time()))
+            time.sleep(0.0005)  # (times a little apart)
+        prod.publish("t", b"headed", headers={"h": "x"})  # not plain: stored alone
+    finally:
+        release.set()
+        caller.join(10)
+    for r in receipts:
+        r.wait_stored(5)
+    assert _entries(prod) == {"msgs": 1, "pend": 2, "runs": 1, "pruns": 2}
+    assert len({r.id for r in receipts}) == 100
+    c1 = make_node("c1", seeds=[prod.control_address])
+    c2 = make_node("c2", seeds=[prod.control_address])
+    s1, s2 = c1.subscribe("t", group="g1"), c2.subscribe("t", group="g2")
+    for got in (drain(s1, 101), drain(s2, 101)):
+        by_index = {_index(m): m for m in got if m.payload != b"headed"}
+        assert sorted(by_index) == list(range(100))
+        for i, msg in by_index.items():  # each its own time, from its own publish() call
+            before, after = spans[i]
+            assert before <= msg.published_at <= after, (i, msg.published_at, spans[i])
+            assert msg.id == receipts[i].id
+        assert len({m.published_at for m in by_index.values()}) > 50
+    for r in receipts:
+        r.wait_acked(10)
+    wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
 
 
 def test_a_restart_owes_what_was_not_acked_and_keeps_what_was_parked(make_node, tmp_path):

@@ -238,18 +238,21 @@ class Producer:
             pos += n
             _t, _parts, run_keys, run_headers, published_at, run_payloads, run_indexes = \
                 records[first]
+            each_at = type(published_at) is list  # (else one time for the whole run)
             if part[-1] - part[0] == n - 1:  # consecutive: slices
                 at = slice(part[0] - first, part[0] - first + n)
                 payloads += run_payloads[at]
                 indexes += run_indexes[at]
                 keys += run_keys[at] if run_keys else repeat(None, n)
+                published_ats += published_at[at] if each_at else repeat(published_at, n)
             else:
                 offsets = list(map(sub, part, repeat(first)))
                 payloads += map(run_payloads.__getitem__, offsets)
                 indexes += map(run_indexes.__getitem__, offsets)
                 keys += map(run_keys.__getitem__, offsets) if run_keys else repeat(None, n)
+                published_ats += (map(published_at.__getitem__, offsets) if each_at
+                                  else repeat(published_at, n))
             headers += repeat(run_headers, n)
-            published_ats += repeat(published_at, n)
         if max_message_bytes < self.payload_bound and \
                 max(map(len, payloads)) > max_message_bytes:
             return None

@@ -45,7 +45,11 @@ class PublishMany:
     """The publishes of one ``publish_many`` of plain messages (priority 0, no expiry or
     schedule), staged as one object: consecutive sequences from ``seq``, one receipt. A
     topic that stores them as runs (runs.py) takes the columns as they are; any other
-    ``expand``s them into a ``Publish`` each."""
+    ``expand``s them into a ``Publish`` each.
+
+    Staging also gathers plain ``publish()`` calls of one loop iteration into one, to store
+    them as a run (``Staging._gathered``): ``published_at`` is then a list, each message's
+    own time, and ``receipt`` the first's (each publish keeps its own for what follows)."""
 
     seq: int
     topic: str
@@ -53,8 +57,8 @@ class PublishMany:
     keys: list[str | None] | None  # None: no message has a key
     headers: dict | None
     payloads: list[bytes]
-    published_at: float
-    receipt: Receipt
+    published_at: float | list[float]
+    receipt: Receipt | None
     count: int
     nbytes: int
 
@@ -71,11 +75,13 @@ class PublishMany:
     def expand(self) -> list[Publish]:
         """A ``Publish`` per message, as ``publish_many`` made them before."""
         n, receipt = self.count, self.receipt
-        return [Publish(seq, self.topic, partition, key, self.headers, payload, 0,
-                        self.published_at, None, None, receipt)
-                for seq, partition, key, payload in zip(
+        ats = self.published_at if isinstance(self.published_at, list) else \
+            repeat(self.published_at, n)
+        return [Publish(seq, self.topic, partition, key, self.headers, payload, 0, at, None,
+                        None, receipt)
+                for seq, partition, key, payload, at in zip(
                     self.seqs, self.partitions, self.keys or repeat(None, n), self.payloads,
-                    strict=True)]
+                    ats, strict=True)]
 
 
 AnyPublish = Publish | PublishMany

@@ -43,9 +43,11 @@ class Run:
 
 
 def run_record(topic: str, partitions: list[int], keys: list[str | None] | None,
-               headers: dict | None, published_at: float, payloads: list[bytes],
-               indexes: list[int]) -> bytes:
-    """The ``runs`` value of a batch (``keys`` None when no message has one)."""
+               headers: dict | None, published_at: float | list[float],
+               payloads: list[bytes], indexes: list[int]) -> bytes:
+    """The ``runs`` value of a batch (``keys`` None when no message has one;
+    ``published_at`` one time for a ``publish_many``, one per message for publishes
+    gathered by staging)."""
     return pack([topic, partitions, keys, headers, published_at, payloads, indexes])
 
 
@@ -53,6 +55,8 @@ def run_message(record: list, i: int) -> tuple:
     """The fields of message ``i`` of a decoded run record, as a message's own record holds
     them (``_store.damage.RECORD_FIELDS``)."""
     topic, partitions, keys, headers, published_at, payloads, indexes = record
+    if type(published_at) is list:
+        published_at = published_at[i]
     return (topic, partitions[i], keys[i] if keys else None, headers, 0, published_at, None,
             None, payloads[i], indexes[i])
 

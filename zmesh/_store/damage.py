@@ -69,12 +69,13 @@ def decode_record(data: bytes) -> list | None:
 
 
 RUN_FIELDS = 7  # runs values: [topic, partitions, keys, headers, published_at, payloads,
-#                               indexes]
+#                               indexes]; published_at one time or a list of one per message
 
 
 def decode_run(data: bytes) -> list | None:
     """A run record's fields (see _engine/runs.py), or None when the record is damaged:
-    every column as long as the partitions, payloads bytes, partitions and indexes ints."""
+    every column as long as the partitions, payloads bytes, partitions and indexes ints,
+    publish times numbers."""
     fields = decode_or_none(data)
     if not isinstance(fields, list) or len(fields) != RUN_FIELDS:
         return None
@@ -84,7 +85,9 @@ def decode_run(data: bytes) -> list | None:
             and isinstance(indexes, list) and len(payloads) == n and len(indexes) == n
             and (keys is None or isinstance(keys, list) and len(keys) == n)
             and (headers is None or isinstance(headers, dict))
-            and isinstance(published_at, int | float)
+            and (isinstance(published_at, int | float)
+                 or isinstance(published_at, list) and len(published_at) == n
+                 and set(map(type, published_at)) <= {int, float})
             and set(map(type, payloads)) == {bytes}
             and set(map(type, partitions)) == {int} and min(partitions) >= 0
             and set(map(type, indexes)) <= {int, type(None)}):
