@@ -71,10 +71,11 @@ def test_large_batches_are_cut_into_runs_and_other_topics_store_messages_alone(m
     assert _entries(prod) == {"msgs": 3, "pend": 3, "runs": 3, "pruns": 3}
 
 
-def test_publishes_of_one_loop_iteration_are_one_run_with_their_own_times(make_node):
-    topics = {"t": zmesh.TopicConfig(groups=("g1", "g2"))}
-    prod = make_node("prod", topics=topics)
-    # The IO thread held in a call while 100 publishes queue up: they are staged together.
+def _publish_held(prod: zmesh.Node, topic: str, count: int,
+                  extra: dict | None = None) -> tuple[list[zmesh.Receipt], list[tuple]]:
+    """``count`` plain publishes queued while the IO thread is held in a call, so they are
+    staged together (``extra``: the keywords of one more publish after them); their
+    receipts, and the time span of each publish() call."""
     held, release = threading.Event(), threading.Event()
 
     def hold(_batch: object, _now: float) -> None:
@@ -82,36 +83,81 @@ def test_publishes_of_one_loop_iteration_are_one_run_with_their_own_times(make_n
         release.wait(10)
     caller = threading.Thread(target=prod._engine.call, args=(hold,))
     caller.start()
+    receipts, spans = [], []
     try:
         assert held.wait(5)
-        spans, receipts = [], []
-        for i in range(100):
+        for i in range(count):
             before = time.time()
-            receipts.append(prod.publish("t", str(i).encode()))
+            receipts.append(prod.publish(topic, str(i).encode()))
             spans.append((before, time.time()))
             time.sleep(0.0005)  # (times a little apart)
-        prod.publish("t", b"headed", headers={"h": "x"})  # not plain: stored alone
+        if extra is not None:
+            prod.publish(topic, **extra)
     finally:
         release.set()
         caller.join(10)
     for r in receipts:
         r.wait_stored(5)
+    return receipts, spans
+
+
+def _check_times(got: list[zmesh.Message], receipts: list[zmesh.Receipt],
+                 spans: list[tuple]) -> None:
+    """Each message carries the time of its own publish() call, and its receipt's id."""
+    for msg in got:
+        i = _index(msg)
+        before, after = spans[i]
+        assert before <= msg.published_at <= after, (i, msg.published_at, spans[i])
+        assert msg.id == receipts[i].id
+    assert len({m.published_at for m in got}) > len(got) // 2
+
+
+def test_publishes_of_one_loop_iteration_are_one_run_with_their_own_times(make_node):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g1", "g2"))})
+    # The one with headers is not plain: stored alone.
+    receipts, spans = _publish_held(prod, "t", 100,
+                                    {"payload": b"headed", "headers": {"h": "x"}})
     assert _entries(prod) == {"msgs": 1, "pend": 2, "runs": 1, "pruns": 2}
     assert len({r.id for r in receipts}) == 100
     c1 = make_node("c1", seeds=[prod.control_address])
     c2 = make_node("c2", seeds=[prod.control_address])
     s1, s2 = c1.subscribe("t", group="g1"), c2.subscribe("t", group="g2")
     for got in (drain(s1, 101), drain(s2, 101)):
-        by_index = {_index(m): m for m in got if m.payload != b"headed"}
-        assert sorted(by_index) == list(range(100))
-        for i, msg in by_index.items():  # each its own time, from its own publish() call
-            before, after = spans[i]
-            assert before <= msg.published_at <= after, (i, msg.published_at, spans[i])
-            assert msg.id == receipts[i].id
-        assert len({m.published_at for m in by_index.values()}) > 50
+        plain = [m for m in got if m.payload != b"headed"]
+        assert sorted(map(_index, plain)) == list(range(100))
+        _check_times(plain, receipts, spans)
     for r in receipts:
         r.wait_acked(10)
     wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
+
+
+def test_publishes_stored_together_keep_their_times_and_acks_across_a_restart(
+        make_node, tmp_path):
+    topics = {"t": zmesh.TopicConfig(groups=("g",))}
+    prod = make_node("prod", topics=topics)
+    receipts, spans = _publish_held(prod, "t", 60)
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 1, "pruns": 1}
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g", max_in_flight=60)
+    by_index = _receive(sub, 60)
+    for i in range(0, 60, 2):
+        by_index[i].ack()
+    wait_until(lambda: prod.status()["outbox"] == 30, what="the acks settled")
+    cons.close()
+    prod.close()
+
+    # Read back from LMDB: the run's entry owes the odd ones, its record has their times.
+    prod = make_node("prod", data_dir=str(tmp_path / "prod"), topics=topics)
+    assert prod.status()["outbox"] == 30
+    other = make_node("other", seeds=[prod.control_address])
+    sub = other.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    got = drain(sub, 30)
+    assert sorted(map(_index, got)) == list(range(1, 60, 2))
+    _check_times(got, receipts, spans)
+    wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
+    assert sub.fetch(10, timeout=0.3) == []
     assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
 
 
