@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
@@ -49,7 +49,8 @@ class PublishMany:
 
     Staging also gathers plain ``publish()`` calls of one loop iteration into one, to store
     them as a run (``Staging._gathered``): ``published_at`` is then a list, each message's
-    own time, and ``receipt`` the first's (each publish keeps its own for what follows)."""
+    own time, and ``receipt`` None (each publish keeps its own). Those are never
+    expanded."""
 
     seq: int
     topic: str
@@ -75,13 +76,12 @@ class PublishMany:
     def expand(self) -> list[Publish]:
         """A ``Publish`` per message, as ``publish_many`` made them before."""
         n, receipt = self.count, self.receipt
-        ats = self.published_at if isinstance(self.published_at, list) else \
-            repeat(self.published_at, n)
-        return [Publish(seq, self.topic, partition, key, self.headers, payload, 0, at, None,
-                        None, receipt)
-                for seq, partition, key, payload, at in zip(
+        published_at = cast(float, self.published_at)  # (a publish_many's: one time)
+        return [Publish(seq, self.topic, partition, key, self.headers, payload, 0,
+                        published_at, None, None, receipt)
+                for seq, partition, key, payload in zip(
                     self.seqs, self.partitions, self.keys or repeat(None, n), self.payloads,
-                    ats, strict=True)]
+                    strict=True)]
 
 
 AnyPublish = Publish | PublishMany

@@ -314,8 +314,8 @@ class Staging:
             keys = [q.key for q in run]
             out.append(PublishMany(p.seq, p.topic, [q.partition for q in run],
                                    None if keys.count(None) == len(keys) else keys, None,
-                                   payloads, [q.published_at for q in run],
-                                   cast(Publish, p).receipt, j - i, sum(map(len, payloads))))
+                                   payloads, [q.published_at for q in run], None, j - i,
+                                   sum(map(len, payloads))))
             i = j
         return out
 
