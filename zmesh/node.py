@@ -188,20 +188,24 @@ class Node:
         ``key`` has at most 4,096 characters; ``headers`` has str keys and values msgpack
         packs (str keys in nested maps too), at most 64 KiB packed. ArgumentError otherwise.
         """
+        if topic not in self._known_topics:  # (checked once per name)
+            check_name("topic", topic)
+            self._known_topics.add(topic)
         tcfg = self._topics.get(topic)
         if (type(payload) is bytes and headers is None and ttl is None and deliver_at is None
                 and delay is None and msg_id is None and timeout is None and priority == 0
                 and type(priority) is int
                 and (key is None or (type(key) is str and len(key) <= MAX_KEY_CHARS
                                      and key.isascii()))
-                and topic in self._known_topics and (tcfg is None or tcfg.ttl_s is None)
+                and (tcfg is None or tcfg.ttl_s is None)
                 and len(payload) <= self.config.max_message_bytes):
             # Every option at its default (the usual call): nothing else to check.
             return self._engine.publish_one(
                 topic, payload, key, DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions)
         [pub] = self._prepare(topic, [payload], [key], headers, priority, ttl, deliver_at,
                               delay, msg_id, timeout)  # (positional: the cheaper call)
-        self._engine.submit(cast(Publish, pub))  # (queued alone: the list is not kept)
+        pub = cast(Publish, pub)
+        self._engine.submit(pub.plain() or pub)  # (queued alone: the list is not kept)
         return pub.receipt  # type: ignore[return-value]
 
     def publish_many(

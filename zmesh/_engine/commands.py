@@ -24,7 +24,7 @@ import zmq
 from .._protocol.codec import MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTIONS, announced_bytes
 from .._receipt import Receipt
 from ..errors import ArgumentError, NodeStateError, OutboxFullError, StoreFullError
-from .publishes import AnyPublish, Publish, PublishMany, message_count
+from .publishes import PLAIN, AnyPublish, Publish, PublishMany, gathered, message_count
 from .routing import partition_for
 
 if TYPE_CHECKING:
@@ -116,9 +116,10 @@ class Commands:
                                  "'with' or after start()")
 
     def submit(self, cmd: tuple | list[AnyPublish] | Publish | Message) -> None:
-        """Queue a command for the IO thread: a tuple naming it first, a publish, a list of
-        publishes or a message acked on its own (the most frequent commands come bare: one
-        object fewer per message for the garbage collector to count)."""
+        """Queue a command for the IO thread: a tuple naming it first, a plain publish (a
+        ``PLAIN`` tuple, its sequence first), a publish, a list of publishes or a message
+        acked on its own (the most frequent commands come bare: one object fewer per
+        message for the garbage collector to count)."""
         if self._state != "running":
             self._check_running()
         self._cmds.append(cmd)
@@ -180,8 +181,8 @@ class Commands:
         (checked by the caller)."""
         first = self._reserve(1, len(payload), self.config.publish_timeout_s, True)
         receipt = Receipt(self._node_hex, first, self.cond, 1, topic, self._watch_fn)
-        self.submit(Publish(first, topic, partition_for(key, partitions, first), key, None,
-                            payload, 0, time.time(), None, None, receipt))
+        self.submit((first, topic, partition_for(key, partitions, first), key, payload,
+                     time.time(), receipt))  # (a PLAIN publish: see publishes.py)
         return receipt
 
     def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
@@ -326,7 +327,16 @@ class Commands:
         count = message_count(pubs)
         while cmds and count < max_pubs:
             cmd = cmds.popleft()
-            if isinstance(cmd, Publish):  # publish()
+            if type(cmd) is tuple and type(cmd[0]) is int:  # plain publish() calls
+                plain: list[PLAIN] = [cmd]
+                room = max_pubs - count
+                while cmds and len(plain) < room and type(nxt := cmds[0]) is tuple \
+                        and type(nxt[0]) is int:
+                    plain.append(cmds.popleft())  # type: ignore[arg-type]
+                pubs.extend(gathered(plain))
+                count += len(plain)
+                continue
+            if isinstance(cmd, Publish):  # publish() with options
                 pubs.append(cmd)
                 count += 1
                 continue

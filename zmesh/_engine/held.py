@@ -27,9 +27,6 @@ class Held:
         self._freed = False
         self._retrying = 0  # how many of the publishes being committed came from here
 
-    def __len__(self) -> int:
-        return len(self.pubs)
-
     @property
     def count(self) -> int:
         """Messages held (a ``PublishMany`` holds several)."""
@@ -56,7 +53,8 @@ class Held:
         self.pubs.extend(p for p in pubs if id(p) not in tx)
         n = self._chunk or len(self.pubs)
         # Never split one receipt (a publish_many batch): it resolves once, when stored.
-        while n < len(self.pubs) and self.pubs[n].receipt is self.pubs[n - 1].receipt:
+        while n < len(self.pubs) and self.pubs[n].receipt is not None \
+                and self.pubs[n].receipt is self.pubs[n - 1].receipt:
             n += 1
         due, self.pubs = self.pubs[:n], self.pubs[n:]
         self._retrying = n

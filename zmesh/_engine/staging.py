@@ -14,7 +14,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from itertools import accumulate
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar
 
 from .._store.store import WriteBatch, pack, pend_key, u32, u64
 from .lane import Lane, PlainRun
@@ -45,7 +45,6 @@ def mem_size(fields: tuple) -> int:
 
 
 _keys, _headers, _payloads = itemgetter(2), itemgetter(3), itemgetter(8)
-_topic = attrgetter("topic")
 
 
 def mem_total(many: list[tuple]) -> int:
@@ -71,12 +70,6 @@ def oldest(kept: dict[K, F], excess: int, size: Callable[[F], int]) -> tuple[lis
         total += size(value)
         keys.append(key)
     return keys, total
-
-
-def _plain_single(p: AnyPublish) -> bool:
-    """A ``publish()`` staging may store in a run: with every option at its default."""
-    return (type(p) is Publish and not p.priority and p.expires_at is None
-            and p.deliver_at is None and p.msg_id is None and p.headers is None)
 
 
 def mono_offset() -> float:
@@ -171,7 +164,6 @@ class Staging:
         retained = producer.retained.staged
         retained.clear()
         pubs = self._suppress_duplicates(self._expanded(pubs), batch)
-        gathered = self._gathered(pubs)
         msgs_put, mem = batch.msgs_put, producer._mem
         # Kept decoded for the dispatch that follows, when some member is there to take
         # them and the map has room (the oldest of a backlog, those sent next, stay in it).
@@ -186,7 +178,7 @@ class Staging:
         record_bytes = 0
         kept_in_mem: list[tuple] = []
         last_topic = None
-        for p in gathered:
+        for p in pubs:
             topic = p.topic
             if topic != last_topic:  # (publishes mostly come in runs of one topic)
                 known = topics.get(topic)
@@ -200,7 +192,7 @@ class Staging:
                 (durability, keep, next_index, firsts, live, lanes, pend_seqs,
                  pend_values) = known
                 last_topic = topic
-            if isinstance(p, PublishMany):  # (of run topics: ``_expanded``, ``_gathered``)
+            if isinstance(p, PublishMany):  # (of run topics: see ``_expanded``)
                 # Runs of at most RUN_MAX_MESSAGES and RUN_MAX_BYTES of payloads each.
                 ends = list(accumulate(map(len, p.payloads)))
                 start = 0
@@ -285,38 +277,6 @@ class Staging:
                 out.extend(p.expand())
             else:
                 out.append(p)
-        return out
-
-    def _gathered(self, pubs: list[AnyPublish]) -> list[AnyPublish]:
-        """``pubs`` with each stretch of two or more plain publishes (no priority, expiry,
-        schedule, id or headers) of a topic that stores runs, with consecutive sequences,
-        gathered into one ``PublishMany`` that keeps each one's publish time: stored as a
-        run like a ``publish_many``. (``added`` still takes the publishes themselves, with
-        their receipts.)"""
-        runs_topics = set(filter(self.stores_runs, set(map(_topic, pubs))))
-        if not runs_topics:  # (memory, retained, latest-wins topics: no step per publish)
-            return pubs
-        out: list[AnyPublish] = []
-        i, n = 0, len(pubs)
-        while i < n:
-            p = pubs[i]
-            j = i + 1
-            if p.topic in runs_topics and _plain_single(p):
-                while j < n and _plain_single(q := pubs[j]) and q.topic == p.topic \
-                        and q.seq == p.seq + (j - i):
-                    j += 1
-            if j - i < 2:
-                out.append(p)
-                i += 1
-                continue
-            run = cast(list[Publish], pubs[i:j])
-            payloads = [q.payload for q in run]
-            keys = [q.key for q in run]
-            out.append(PublishMany(p.seq, p.topic, [q.partition for q in run],
-                                   None if keys.count(None) == len(keys) else keys, None,
-                                   payloads, [q.published_at for q in run], None, j - i,
-                                   sum(map(len, payloads))))
-            i = j
         return out
 
     def stores_runs(self, topic: str) -> bool:
@@ -423,8 +383,11 @@ class Staging:
             i += 1
         stored = producer.stored
         for p in pubs:
-            if p.receipt is not None and p.seq == p.receipt._seq:
-                stored.append(p.receipt)  # once per receipt, also for a batch
+            if p.receipt is not None:
+                if p.seq == p.receipt._seq:
+                    stored.append(p.receipt)  # once per receipt, also for a batch
+            elif p.receipts:  # (plain publishes gathered: one each)
+                stored.extend(p.receipts)
         count = message_count(pubs)
         producer.depth += count
         producer.counters.add("published", count)

@@ -27,7 +27,7 @@ def node_status(engine: Engine) -> dict:
                  "control_port": engine.ctrl_port, "data_port": engine.data_port},
         "outbox": engine.producer.depth,
         "store": {"path": engine.store.path, "map_size_bytes": engine.store.map_size_bytes,
-                  "full": engine.held.full, "held_publishes": len(engine.held)},
+                  "full": engine.held.full, "held_publishes": engine.held.count},
         "lanes": lanes,
         "subscriptions": [{"topic": s.topic, "group": s.group, "mode": s.mode,
                            "delivered": s.delivered} for s in engine._local_subs],
