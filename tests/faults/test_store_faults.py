@@ -68,6 +68,28 @@ def test_full_map_blocks_publish_loses_nothing_and_recovers(make_node, tmp_path)
     assert [index(m) for m in drain(sub, 1)] == [accepted]
 
 
+def test_memory_runs_spilling_into_a_full_map_are_held_and_lose_nothing(make_node):
+    # The budget holds a few batches: the rest spill, until a spill no longer fits the map
+    # and the commit that carried it fails (what it staged and spilled is given back).
+    prod = make_node("prod", **SMALL, memory_budget_bytes=64_000,
+                     topics={"t": zmesh.TopicConfig(groups=("g",), durability="memory")})
+    accepted = 0
+    with pytest.raises(zmesh.StoreFullError):
+        for _ in range(200):
+            prod.publish_many("t", [payload(accepted + i) for i in range(10)], timeout=0.5)
+            accepted += 10
+    assert accepted > 100
+    status = prod.status()
+    assert status["store"]["full"] and status["counters"]["store_full"] >= 1
+    assert status["counters"]["spilled"] > 0
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = drain(sub, accepted, timeout=30)
+    assert sorted(index(m) for m in got) == list(range(accepted))
+    assert sub.fetch(100, timeout=0.3) == []
+    wait_until(lambda: prod.status()["outbox"] == 0, what="outbox drained")
+
+
 def test_closing_with_held_publishes_fails_their_receipts(make_node, tmp_path):
     prod = make_node("prod", **SMALL, topics=GROUPS)
     receipts: list[zmesh.Receipt] = []

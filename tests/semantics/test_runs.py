@@ -261,3 +261,78 @@ def test_two_groups_acking_batches_out_of_order_across_restarts(make_node, tmp_p
         prod = make_node("prod", data_dir=str(tmp_path / "prod"), topics=topics)
         assert prod.status()["outbox"] == owed
     assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
+
+
+def _mem(node: zmesh.Node) -> tuple[int, int]:
+    """(runs held in RAM, bytes counted against the memory budget), read on the IO thread."""
+    def read(_batch: object, _now: float) -> tuple[int, int]:
+        producer = node._engine.producer
+        return len(producer.mem_runs), producer._mem_bytes
+    return node._engine.call(read)
+
+
+def _pending(node: zmesh.Node, group: str) -> int:
+    return next(ln["pending"] for ln in node.status()["lanes"] if ln["lane"] == group)
+
+
+def test_a_memory_topics_batch_is_a_run_held_in_ram_until_acked(make_node):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g1", "g2"),
+                                                           durability="memory")})
+    r = prod.publish_many("t", [str(i).encode() for i in range(600)])
+    r.wait_stored(5)
+    # three runs (at most 256 messages each), nothing of them in LMDB
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
+    runs, held_bytes = _mem(prod)
+    assert runs == 3 and held_bytes >= sum(len(str(i)) for i in range(600))
+    c1 = make_node("c1", seeds=[prod.control_address])
+    c2 = make_node("c2", seeds=[prod.control_address])
+    s1, s2 = c1.subscribe("t", group="g1"), c2.subscribe("t", group="g2")
+    assert sorted(map(_index, drain(s1, 600))) == list(range(600))
+    wait_until(lambda: prod.status()["outbox"] == 600 and _mem(prod)[0] == 3,
+               what="g1's acks settled, the runs still owed to g2")
+    assert sorted(map(_index, drain(s2, 600))) == list(range(600))
+    r.wait_acked(10)
+    wait_until(lambda: _mem(prod) == (0, 0), what="the runs gone from RAM")
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
+    assert s1.fetch(10, timeout=0.3) == [] and s2.fetch(10, timeout=0.3) == []
+
+
+def test_memory_runs_past_the_budget_spill_with_what_each_group_still_owes(make_node,
+                                                                           tmp_path):
+    topics = {"t": zmesh.TopicConfig(groups=("g1", "g2"), durability="memory")}
+    prod = make_node("prod", memory_budget_bytes=100_000, topics=topics)
+    prod.publish_many("t", [str(i).encode().ljust(500) for i in range(100)])
+    c1 = make_node("c1", seeds=[prod.control_address])
+    s1 = c1.subscribe("t", group="g1", max_in_flight=100)
+    by_index = _receive(s1, 100)
+    for i in range(0, 100, 2):  # g1 acks half of the first run before it spills
+        by_index[i].ack()
+    wait_until(lambda: _pending(prod, "g1") == 50, what="g1's acks settled")
+    assert _entries(prod)["runs"] == 0
+    c1.close()
+    # 100 more runs of 100 x 500 bytes: far past the budget, the oldest spill
+    for n in range(1, 101):
+        prod.publish_many("t", [str(n * 100 + i).encode().ljust(500)
+                                for i in range(100)]).wait_stored(5)
+    spilled = prod.stats()["spilled"]
+    assert spilled >= 100 and spilled % 100 == 0  # (whole runs)
+    entries = _entries(prod)
+    assert entries["msgs"] == entries["pend"] == 0
+    assert entries["runs"] == spilled // 100 and entries["pruns"] == 2 * entries["runs"]
+    assert _mem(prod)[1] <= 100_000
+    prod.close()
+
+    # What spilled survives a restart (what did not is lost, as memory durability says):
+    # g1 is owed the odd ones of the first run and all of the others, g2 all of them.
+    prod = make_node("prod", data_dir=str(tmp_path / "prod"), memory_budget_bytes=100_000,
+                     topics=topics)
+    assert prod.status()["outbox"] == spilled
+    c1 = make_node("c1b", seeds=[prod.control_address])
+    c2 = make_node("c2", seeds=[prod.control_address])
+    s1, s2 = c1.subscribe("t", group="g1"), c2.subscribe("t", group="g2")
+    wanted = set(range(spilled))
+    got1 = drain(s1, spilled - 50)
+    assert {_index(m) for m in got1} == {i for i in wanted if i >= 100 or i % 2}
+    assert {_index(m) for m in drain(s2, spilled)} == wanted
+    wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}

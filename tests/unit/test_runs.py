@@ -60,15 +60,15 @@ def test_gone_deletes_a_run_with_its_last_message_and_forgets_it():
 
 
 def test_a_run_record_decodes_to_each_messages_fields():
-    record = run_record("t", [1, 0], ["k", None], {"h": 1}, 5.0, [b"a", b"b"], [7, 3])
+    record = run_record(["t", [1, 0], ["k", None], {"h": 1}, 5.0, [b"a", b"b"], [7, 3]])
     fields = decode_run(record)
     assert fields is not None
     assert [run_message(fields, 0), run_message(fields, 1)] == [
         ("t", 1, "k", {"h": 1}, 0, 5.0, None, None, b"a", 7),
         ("t", 0, None, {"h": 1}, 0, 5.0, None, None, b"b", 3)]
-    no_keys = decode_run(run_record("t", [0], None, None, 5.0, [b"a"], [0]))
+    no_keys = decode_run(run_record(["t", [0], None, None, 5.0, [b"a"], [0]]))
     assert no_keys is not None and run_message(no_keys, 0)[2] is None
-    for bad in (b"\xc1", run_record("t", [0, 1], None, None, 5.0, [b"a"], [0, 1]),
-                run_record("t", [], None, None, 5.0, [], []),
-                run_record("t", [0], None, None, 5.0, ["text"], [0])):
+    for bad in (b"\xc1", run_record(["t", [0, 1], None, None, 5.0, [b"a"], [0, 1]]),
+                run_record(["t", [], None, None, 5.0, [], []]),
+                run_record(["t", [0], None, None, 5.0, ["text"], [0]])):
         assert decode_run(bad) is None

@@ -62,8 +62,11 @@ class Producer:
         self.ready: dict[Lane, None] = {}
         self._next_lane = next_lane
         self._receipts: dict[int, Receipt] = {}  # seq -> receipt someone waits to see acked
-        # The fields of memory-durability messages not spilled (a record, unpacked).
+        # The fields of memory-durability messages not spilled (a record, unpacked), and
+        # their runs (runs.py) not spilled: first sequence -> (decoded run record, bytes
+        # counted against the budget). ``_mem_bytes`` counts both.
         self._mem: dict[int, tuple] = {}
+        self.mem_runs: dict[int, tuple[list, int]] = {}
         self._mem_bytes = 0
         self.decoded = Decoded()  # fields of stored records, kept to be sent (dispatch.py)
         # No payload in the outbox is larger: what this node publishes is bounded by its
@@ -165,6 +168,14 @@ class Producer:
             return []
         return [seq for seq, f in zip(seqs, fields, strict=True) if f is None]
 
+    def forget_mem_runs(self, firsts: Iterable[int]) -> None:
+        """Drop memory runs (settled, spilled or never stored) from RAM."""
+        pop = self.mem_runs.pop
+        for first in firsts:
+            kept = pop(first, None)
+            if kept is not None:
+                self._mem_bytes -= kept[1]
+
     def record(self, seq: int) -> bytes | None:
         """The stored record of ``seq`` (a memory message's, or one of a run's, packed
         now); None if gone."""
@@ -180,9 +191,11 @@ class Producer:
         """The decoded records of the runs starting at ``firsts``, kept decoded whole
         (``Decoded.runs``) once read. A record that cannot be decoded is left out, and set
         aside given ``batch`` (its messages are then settled as lost)."""
-        kept = self.decoded.runs
+        kept, mem = self.decoded.runs, self.mem_runs
         out = {first: kept[first][0] for first in firsts if first in kept}
-        absent = [first for first in firsts if first not in kept]
+        if mem:
+            out.update((first, mem[first][0]) for first in firsts if first in mem)
+        absent = [first for first in firsts if first not in out]
         records = self.store.get_runs(absent) if absent else {}
         for first in absent:
             record = records.get(first)
@@ -322,6 +335,8 @@ class Producer:
             unowed_singles, ended = self.runs.gone(unowed, batch)
             if ended and self.decoded.runs:
                 self.decoded.forget_runs(ended)
+            if ended and self.mem_runs:
+                self.forget_mem_runs(ended)
         if not retains(self.topic_config(topic)):  # (else retention reclaims the record)
             gone = self.forget_mem(unowed_singles) if mem else unowed_singles
             batch.msgs_del.extend(map(u64, gone))

@@ -1,15 +1,20 @@
 """Batches stored as one record: the runs of a producer's outbox (IO thread only).
 
-A ``publish_many`` of plain messages (priority 0, no expiry or schedule) to a topic that
-has groups, is not ``memory``, retains nothing and is not latest-wins is stored as a
-*run*: one record in the ``runs`` db and one entry per lane in ``pruns``, where a message
-published alone has a record and an entry per lane of its own. Each message of a run is
-still owed, sent, acked, retried and parked on its own; only what LMDB holds is per run.
+A ``publish_many`` of plain messages (priority 0, no expiry or schedule), or plain
+``publish()`` calls staged together, to a topic that has groups, retains nothing and is
+not latest-wins is stored as a *run*: one record in the ``runs`` db and one entry per lane
+in ``pruns``, where a message published alone has a record and an entry per lane of its
+own. Each message of a run is still owed, sent, acked, retried and parked on its own;
+only what LMDB holds is per run.
 
 A lane's entry is deleted once that lane owes none of the run, and rewritten with the
 offsets it still owes (and their attempts) when it settles part of the run or a message's
 attempts change: a restart neither sends again what was acked nor forgets what was
 parked. The record is deleted once no lane owes any of the run.
+
+A ``memory`` topic's batches are runs too, held in RAM only (``Producer.mem_runs``: the
+decoded record, never packed) and written as a record and its entries if they spill
+(``stored``); until then nothing of them is in LMDB.
 """
 
 from __future__ import annotations
@@ -37,18 +42,18 @@ class Run:
     parts: array[int]  # ("H") each message's partition
     left: int  # its messages still in the outbox
     owed: dict[int, int]  # lane id -> its messages that lane still owes
+    stored: bool = True  # in LMDB (a ``memory`` topic's run is not, until it spills)
 
     def seqs(self) -> list[int]:
         return list(range(self.first, self.first + self.count))
 
 
-def run_record(topic: str, partitions: list[int], keys: list[str | None] | None,
-               headers: dict | None, published_at: float | list[float],
-               payloads: list[bytes], indexes: list[int]) -> bytes:
-    """The ``runs`` value of a batch (``keys`` None when no message has one;
+def run_record(fields: list) -> bytes:
+    """The ``runs`` value of a batch, from its decoded form ``[topic, partitions, keys,
+    headers, published_at, payloads, indexes]`` (``keys`` None when no message has one;
     ``published_at`` one time for a ``publish_many``, one per message for publishes
-    gathered by staging)."""
-    return pack([topic, partitions, keys, headers, published_at, payloads, indexes])
+    gathered together)."""
+    return pack(fields)
 
 
 def run_message(record: list, i: int) -> tuple:
@@ -133,13 +138,13 @@ class Runs:
         for first, n in hits.items():
             run = self.by_first[first]
             owed = run.owed.get(lane_id, 0) - n
-            key = pend_key(lane_id, first)
             if owed > 0:
                 run.owed[lane_id] = owed
-                batch.prun_set[key] = lane_entry(lane, run)
             else:
                 run.owed.pop(lane_id, None)
-                batch.prun_set[key] = None
+            if run.stored:
+                batch.prun_set[pend_key(lane_id, first)] = \
+                    lane_entry(lane, run) if owed > 0 else None
         return singles
 
     def rewrite(self, lane: Lane, lane_id: int, seqs: list[int],
@@ -148,7 +153,9 @@ class Runs:
         Returns the sequences of no run."""
         singles, hits = self.split(seqs)
         for first in hits:
-            batch.prun_set[pend_key(lane_id, first)] = lane_entry(lane, self.by_first[first])
+            run = self.by_first[first]
+            if run.stored:
+                batch.prun_set[pend_key(lane_id, first)] = lane_entry(lane, run)
         return singles
 
     def owe_again(self, lane: Lane, lane_id: int, seq: int, in_outbox: bool,
@@ -161,7 +168,8 @@ class Runs:
         if not in_outbox:
             run.left += 1
         run.owed[lane_id] = run.owed.get(lane_id, 0) + 1
-        batch.prun_set[pend_key(lane_id, run.first)] = lane_entry(lane, run)
+        if run.stored:
+            batch.prun_set[pend_key(lane_id, run.first)] = lane_entry(lane, run)
         return True
 
     def gone(self, seqs: list[int], batch: WriteBatch) -> tuple[list[int], list[int]]:
@@ -173,7 +181,8 @@ class Runs:
             run = self.by_first[first]
             run.left -= n
             if run.left <= 0:
-                batch.runs_del.append(u64(first))
+                if run.stored:
+                    batch.runs_del.append(u64(first))
                 self._remove(first)
                 ended.append(first)
         return singles, ended

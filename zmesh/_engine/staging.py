@@ -8,11 +8,12 @@ its unclaimed lane, whose messages go to the first groups learned.
 
 from __future__ import annotations
 
+import heapq
 import time
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable
-from itertools import accumulate
+from itertools import accumulate, repeat
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, TypeVar
 
@@ -20,7 +21,7 @@ from .._store.store import WriteBatch, pack, pend_key, u32, u64
 from .lane import Lane, PlainRun
 from .publishes import AnyPublish, Publish, PublishMany, message_count
 from .retention import log_entry, partition_prefix, retains
-from .runs import RUN_ENTRY_BYTES, Run, run_record
+from .runs import RUN_ENTRY_BYTES, Run, lane_entry, run_record
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
@@ -45,6 +46,14 @@ def mem_size(fields: tuple) -> int:
 
 
 _keys, _headers, _payloads = itemgetter(2), itemgetter(3), itemgetter(8)
+
+
+def mem_run_size(record: list) -> int:
+    """What a ``memory`` run (its decoded record) counts against ``memory_budget_bytes``."""
+    _t, partitions, keys, headers, _at, payloads, _i = record
+    return (sum(map(len, payloads)) + RUN_ENTRY_BYTES * len(partitions)
+            + (sum(map(len, filter(None, keys))) if keys else 0)
+            + (len(pack(headers)) if headers else 0))
 
 
 def mem_total(many: list[tuple]) -> int:
@@ -90,7 +99,10 @@ class Staging:
     def __init__(self, producer: Producer, next_seq: int, memory_budget_bytes: int) -> None:
         self.p = producer
         self.memory_budget_bytes = memory_budget_bytes
-        self._spilled: list[tuple[int, tuple]] = []  # by the last stage(), for unstage()
+        # Spilled by the last stage(), for unstage(): messages, and runs with their
+        # record and size.
+        self._spilled: list[tuple[int, tuple]] = []
+        self._spilled_runs: list[tuple[Run, list, int]] = []
         self._seq_written = next_seq  # next_seq as last staged: it never goes back
         self.duplicates: list[tuple[str, int, Receipt]] = []  # (topic, original seq, receipt)
         # What the last ``stage`` allocated, for ``unstage`` to give back: per topic the first
@@ -118,7 +130,9 @@ class Staging:
                 producer.indexes.release(topic, partition, first)
         producer.retained.unstage()
         self._staged_first.clear()
-        producer.decoded.forget_runs(run.first for run in self._runs)
+        new = {run.first for run in self._runs}
+        producer.decoded.forget_runs(new)
+        producer.forget_mem_runs(new)
         self._runs.clear()
         seqs = [seq for p in pubs for seq in p.seqs]
         producer.forget_mem(seqs)
@@ -127,6 +141,13 @@ class Staging:
             producer._mem[seq] = fields
             producer._mem_bytes += mem_size(fields)
         self._spilled.clear()
+        for run, record, size in self._spilled_runs:
+            if run.first not in new:  # (older runs: in RAM again, as before the spill)
+                run.stored = False
+                producer.decoded.forget_runs([run.first])
+                producer.mem_runs[run.first] = (record, size)
+                producer._mem_bytes += size
+        self._spilled_runs.clear()
 
     def _suppress_duplicates(self, pubs: list[AnyPublish],
                              batch: WriteBatch) -> list[AnyPublish]:
@@ -158,6 +179,7 @@ class Staging:
         lanes after commit."""
         producer = self.p
         self._spilled.clear()
+        self._spilled_runs.clear()
         self._runs.clear()
         first_index = self._staged_first
         first_index.clear()
@@ -201,7 +223,8 @@ class Staging:
                         ends, (ends[start - 1] if start else 0) + RUN_MAX_BYTES, start,
                         min(p.count, start + RUN_MAX_MESSAGES)))
                     record_bytes += self._stage_run(
-                        p, start, end, lanes, next_index, firsts, live, batch)
+                        p, start, end, lanes, next_index, firsts, live,
+                        durability == "memory", batch)
                     start = end
                 if durability == "fsync":
                     batch.fsync = True
@@ -280,18 +303,18 @@ class Staging:
         return out
 
     def stores_runs(self, topic: str) -> bool:
-        """Whether ``topic`` stores a publish_many as runs: it has groups, is not ``memory``
-        (kept as fields), retains nothing (the retained log indexes single records) and is
-        not latest-wins (which supersedes single messages)."""
+        """Whether ``topic`` stores a publish_many as runs (a ``memory`` topic keeps them
+        in RAM): it has groups, retains nothing (the retained log indexes single records)
+        and is not latest-wins (which supersedes single messages)."""
         cfg = self.p.topic_config(topic)
-        return cfg.durability != "memory" and not retains(cfg) and not cfg.latest_wins \
-            and topic in self.p.by_topic
+        return not retains(cfg) and not cfg.latest_wins and topic in self.p.by_topic
 
     def _stage_run(self, pm: PublishMany, start: int, end: int, lanes: list[Lane],
                    next_index: dict[int, int], firsts: dict[int, int], live: bool,
-                   batch: WriteBatch) -> int:
+                   memory: bool, batch: WriteBatch) -> int:
         """Write messages ``start:end`` of ``pm`` as a run (see runs.py): one record, one
-        pending entry per lane. Returns the record's size."""
+        pending entry per lane; ``memory``: keep it in RAM instead, written only if it
+        spills. Returns the size of the record written."""
         producer = self.p
         first, count, topic = pm.seq + start, end - start, pm.topic
         whole = start == 0 and end == pm.count
@@ -308,21 +331,24 @@ class Staging:
             indexes.append(index)
             if partition not in firsts:
                 firsts[partition] = index
-        record = run_record(topic, partitions, keys, pm.headers, published_at, payloads,
-                            indexes)
+        fields = [topic, partitions, keys, pm.headers, published_at, payloads, indexes]
+        lane_ids = producer.lane_ids
+        run = Run(first, count, topic, array("H", partitions), count,
+                  {lane_ids[(topic, lane.name)]: count for lane in lanes}, not memory)
+        self._runs.append(run)
+        if memory:  # (its record is never packed unless it spills)
+            size = mem_run_size(fields)
+            producer.mem_runs[first] = (fields, size)
+            producer._mem_bytes += size
+            return 0
+        record = run_record(fields)
         batch.runs_put.append((u64(first), record))
         batch.msgs_bytes += len(record)
         decoded = producer.decoded
         if live and decoded.bytes < decoded.limit:
-            decoded.keep_run(first, [topic, partitions, keys, pm.headers, published_at,
-                                     payloads, indexes],
-                             len(record) + RUN_ENTRY_BYTES * count)
+            decoded.keep_run(first, fields, len(record) + RUN_ENTRY_BYTES * count)
         entry = pack([partitions, None, None])
-        lane_ids = producer.lane_ids
-        batch.prun_put.extend((pend_key(lane_ids[(topic, lane.name)], first), entry)
-                              for lane in lanes)
-        self._runs.append(Run(first, count, topic, array("H", partitions), count,
-                              {lane_ids[(topic, lane.name)]: count for lane in lanes}))
+        batch.prun_put.extend((pend_key(lane_id, first), entry) for lane_id in run.owed)
         return len(record)
 
     def added(self, pubs: list[AnyPublish], now: float, batch: WriteBatch) -> None:
@@ -400,13 +426,27 @@ class Staging:
         self.duplicates.clear()
 
     def _spill(self, batch: WriteBatch) -> None:
-        """Memory durability over budget: move the oldest records to LMDB."""
+        """Memory durability over budget: write the oldest messages and runs to LMDB (a
+        record and pending entries each, as ``process`` stores them) until half the budget
+        is left."""
         producer = self.p
-        mem = producer._mem
-        spill, freed = oldest(mem, producer._mem_bytes - self.memory_budget_bytes // 2,
-                              mem_size)
+        mem, mem_runs = producer._mem, producer.mem_runs
+        excess = producer._mem_bytes - self.memory_budget_bytes // 2
+        singles: list[int] = []
+        runs: list[int] = []
+        freed = 0
+        # Oldest first across both (each in the order kept: by sequence, mostly).
+        for first, is_run in heapq.merge(zip(mem, repeat(False)), zip(mem_runs, repeat(True))):
+            if freed >= excess:
+                break
+            if is_run:
+                runs.append(first)
+                freed += mem_runs[first][1]
+            else:
+                singles.append(first)
+                freed += mem_size(mem[first])
         producer._mem_bytes -= freed
-        for seq in spill:
+        for seq in singles:
             fields = mem.pop(seq)
             self._spilled.append((seq, fields))
             topic, partition, _k, _h, priority, _p, expires_at, deliver_at, _pl, _i = fields
@@ -417,4 +457,22 @@ class Staging:
                 batch.pend_put.append((pend_key(producer.lane_ids[(topic, lane.name)], seq),
                                        pack([partition, priority, lane.attempt(seq),
                                              expires_at, deliver_at])))
-        producer.counters.add("spilled", len(spill))
+        new = {run.first: run for run in self._runs}  # (staged by this stage(): owed whole)
+        for first in runs:
+            decoded, size = mem_runs.pop(first)
+            run = new.get(first) or producer.runs.by_first[first]
+            run.stored = True
+            self._spilled_runs.append((run, decoded, size))
+            record = run_record(decoded)
+            batch.runs_put.append((u64(first), record))
+            batch.msgs_bytes += len(record)
+            producer.decoded.keep_run(first, decoded, len(record) + RUN_ENTRY_BYTES * run.count)
+            by_id = {producer.lane_ids[(run.topic, lane.name)]: lane
+                     for lane in self._lanes(run.topic)}
+            whole = pack([decoded[1], None, None])
+            for lane_id in run.owed:
+                entry = whole if first in new else lane_entry(by_id[lane_id], run)
+                if entry is not None:
+                    batch.prun_put.append((pend_key(lane_id, first), entry))
+        producer.counters.add("spilled", len(singles) + sum(
+            run.count for run, _f, _s in self._spilled_runs))
