@@ -178,11 +178,33 @@ class Commands:
     def publish_one(self, topic: str, payload: bytes, key: str | None,
                     partitions: int) -> Receipt:
         """``prepare`` and ``submit`` of one publish with every option at its default
-        (checked by the caller)."""
-        first = self._reserve(1, len(payload), self.config.publish_timeout_s, True)
+        (checked by the caller). The usual case of ``_reserve`` is inline: the node
+        running and room at once (``_fits`` for one message)."""
+        nbytes = len(payload)
+        alloc = self._alloc
+        alloc.acquire()
+        waiting = self._submitted - self._done
+        if (waiting < MAX_AHEAD_MSGS and self._state == "running"
+                and self.producer.depth + waiting < self.config.max_outbox_messages
+                and self._submitted_bytes - self._done_bytes + nbytes <= self._ahead_limit
+                and not self.held.full):
+            first = self._next_seq
+            self._next_seq = first + 1
+            self._submitted += 1
+            self._submitted_bytes += nbytes
+            alloc.release()
+        else:
+            alloc.release()
+            first = self._reserve(1, nbytes, self.config.publish_timeout_s, True)
         receipt = Receipt(self._node_hex, first, self.cond, 1, topic, self._watch_fn)
-        self.submit((first, topic, partition_for(key, partitions, first), key, payload,
-                     time.time(), receipt))  # (a PLAIN publish: see publishes.py)
+        # (``submit`` inline: a PLAIN publish, see publishes.py)
+        self._cmds.append((first, topic, first % partitions if key is None
+                           else partition_for(key, partitions, first), key, payload,
+                           time.time(), receipt))
+        if not self._wake_pending:
+            self._wake_pending = True
+            if not self._wake():
+                self._check_running()
         return receipt
 
     def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
