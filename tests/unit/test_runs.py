@@ -8,8 +8,11 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zmesh._engine.runs import Run, Runs, run_message, run_record
+from zmesh._engine.delivery import Timing
+from zmesh._engine.lane import Lane, PlainRun
+from zmesh._engine.runs import Run, Runs, lane_entry, run_message, run_record
 from zmesh._store.damage import decode_run
+from zmesh._store.store import unpackb
 
 
 def _runs(spans: list[tuple[int, int]]) -> Runs:
@@ -72,3 +75,31 @@ def test_a_run_record_decodes_to_each_messages_fields():
                 run_record(["t", [], None, None, 5.0, [], []]),
                 run_record(["t", [0], None, None, 5.0, ["text"], [0]])):
         assert decode_run(bad) is None
+
+
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=5), st.data())
+def test_a_lane_entry_from_the_owed_count_is_the_one_a_scan_finds(sizes, data):
+    # Runs of consecutive sequences added to a lane, some taken, some of those acked (in
+    # order or not): the entry written from the owed count is what a look at every
+    # sequence of the run gives.
+    lane = Lane("t", "g", producer=b"P" * 16, partitions=4, timing=Timing())
+    lane.set_member(b"A" * 16, max_in_flight=1000, batch_size=1000)
+    runs, at = [], 0
+    for size in sizes:
+        seqs = list(range(at, at + size))
+        lane.add_plain(PlainRun(seqs, [s % 4 for s in seqs]))
+        runs.append(Run(at, size, "t", array("H", [s % 4 for s in seqs]), size, {}))
+        at += size
+    taken = sorted(lane.take(0.0)[0][b"A" * 16].seqs)
+    cut = data.draw(st.integers(0, len(taken)))
+    acked = taken[:cut] if data.draw(st.booleans()) else \
+        data.draw(st.lists(st.sampled_from(taken), unique=True)) if taken else []
+    lane.ack(acked)
+    for run in runs:
+        owed = len(lane.owed_among(run.seqs()))
+        fast = lane_entry(lane, run, owed)
+        assert fast == lane_entry(lane, run)
+        if fast is not None:
+            parts, offsets, attempts = unpackb(fast)
+            owed_seqs = [run.first + o for o in offsets] if offsets is not None else run.seqs()
+            assert owed_seqs == lane.owed_among(run.seqs()) and attempts is None

@@ -66,8 +66,19 @@ def run_message(record: list, i: int) -> tuple:
             None, payloads[i], indexes[i])
 
 
-def lane_entry(lane: Lane, run: Run) -> bytes | None:
-    """What ``lane`` owes of ``run`` as its ``pruns`` value; None when it owes none."""
+def lane_entry(lane: Lane, run: Run, owed_count: int | None = None) -> bytes | None:
+    """What ``lane`` owes of ``run`` as its ``pruns`` value; None when it owes none.
+
+    ``owed_count``: how many of the run the lane owes (``Run.owed``), when known. If that
+    is every sequence from the lane's floor to the run's end (a group acking in order) and
+    no message of the lane has attempts of its own, the offsets follow with no look at
+    each sequence."""
+    end = run.first + run.count
+    if owed_count is not None and not lane.entries:
+        start = max(run.first, lane.floor())
+        if owed_count == end - start:
+            offsets = None if start == run.first else list(range(start - run.first, run.count))
+            return pack([run.parts.tolist(), offsets, None]) if owed_count else None
     owed = lane.owed_among(run.seqs())
     if not owed:
         return None
@@ -144,7 +155,7 @@ class Runs:
                 run.owed.pop(lane_id, None)
             if run.stored:
                 batch.prun_set[pend_key(lane_id, first)] = \
-                    lane_entry(lane, run) if owed > 0 else None
+                    lane_entry(lane, run, owed) if owed > 0 else None
         return singles
 
     def rewrite(self, lane: Lane, lane_id: int, seqs: list[int],
