@@ -42,6 +42,18 @@ def fill(node: zmesh.Node, limit: int = 5000,
     pytest.fail(f"{limit} publishes of {PAYLOAD} bytes fit a {SMALL_MAP}-byte map")
 
 
+def _delivers_each_once(make_node, prod: zmesh.Node, accepted: int) -> zmesh.Subscription:
+    """A consumer of group g gets indexes 0..accepted-1 once each and the outbox drains;
+    returns its subscription."""
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = drain(sub, accepted, timeout=30)
+    assert sorted(index(m) for m in got) == list(range(accepted))
+    assert sub.fetch(100, timeout=0.3) == []
+    wait_until(lambda: prod.status()["outbox"] == 0, what="outbox drained")
+    return sub
+
+
 def test_full_map_blocks_publish_loses_nothing_and_recovers(make_node, tmp_path):
     prod = make_node("prod", **SMALL, topics=GROUPS)
     accepted, err = fill(prod)
@@ -55,12 +67,7 @@ def test_full_map_blocks_publish_loses_nothing_and_recovers(make_node, tmp_path)
     assert status["store"]["full"] and status["store"]["held_publishes"] >= 1
     assert status["counters"]["store_full"] >= 1
     # Every publish that returned is owed to the group: stored, or held until there is room.
-    cons = make_node("cons", seeds=[prod.control_address])
-    sub = cons.subscribe("t", group="g")
-    got = drain(sub, accepted, timeout=30)
-    assert sorted(index(m) for m in got) == list(range(accepted))
-    assert sub.fetch(100, timeout=0.3) == []
-    wait_until(lambda: prod.status()["outbox"] == 0, what="outbox drained")
+    sub = _delivers_each_once(make_node, prod, accepted)
     assert not prod.status()["store"]["full"]
     # Room came back by itself: publishing works again without a restart.
     r = prod.publish("t", payload(accepted), timeout=5)
@@ -82,12 +89,7 @@ def test_memory_runs_spilling_into_a_full_map_are_held_and_lose_nothing(make_nod
     status = prod.status()
     assert status["store"]["full"] and status["counters"]["store_full"] >= 1
     assert status["counters"]["spilled"] > 0
-    cons = make_node("cons", seeds=[prod.control_address])
-    sub = cons.subscribe("t", group="g")
-    got = drain(sub, accepted, timeout=30)
-    assert sorted(index(m) for m in got) == list(range(accepted))
-    assert sub.fetch(100, timeout=0.3) == []
-    wait_until(lambda: prod.status()["outbox"] == 0, what="outbox drained")
+    _delivers_each_once(make_node, prod, accepted)
 
 
 def test_closing_with_held_publishes_fails_their_receipts(make_node, tmp_path):
