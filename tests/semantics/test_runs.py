@@ -336,3 +336,34 @@ def test_memory_runs_past_the_budget_spill_with_what_each_group_still_owes(make_
     assert {_index(m) for m in drain(s2, spilled)} == wanted
     wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
     assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
+
+
+def test_publishers_on_several_threads_lose_nothing_and_keep_each_keys_order(make_node):
+    # Four threads publish at once, each with its own key: their plain publishes queue
+    # together, interleaved; each message arrives once and each key's in publish order.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g", max_in_flight=500)
+    wait_members(prod, "t", "g", 1)
+    count, threads = 1500, 4
+    receipts: list[list[zmesh.Receipt]] = [[] for _ in range(threads)]
+
+    def publish(t: int) -> None:
+        for i in range(count):
+            receipts[t].append(prod.publish("t", f"{t}:{i}".encode(), key=f"k{t}"))
+    workers = [threading.Thread(target=publish, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(30)
+    assert not any(w.is_alive() for w in workers)
+    got = drain(sub, count * threads)
+    by_key: dict[str, list[int]] = {}
+    for msg in got:
+        t, i = msg.payload.decode().split(":")
+        assert msg.key == f"k{t}"
+        by_key.setdefault(t, []).append(int(i))
+    assert by_key == {str(t): list(range(count)) for t in range(threads)}
+    assert len({r.id for rs in receipts for r in rs}) == count * threads
+    for rs in receipts:
+        rs[-1].wait_acked(10)
