@@ -367,3 +367,25 @@ def test_publishers_on_several_threads_lose_nothing_and_keep_each_keys_order(mak
     assert len({r.id for rs in receipts for r in rs}) == count * threads
     for rs in receipts:
         rs[-1].wait_acked(10)
+
+
+def test_a_memory_message_spilled_as_it_is_staged_is_owed_after_a_restart(make_node,
+                                                                          tmp_path):
+    # One publish larger than the budget spills in the iteration that stages it,
+    # before any lane owes it: its pending entries are written all the same.
+    topics = {"t": zmesh.TopicConfig(groups=("g1", "g2"), durability="memory")}
+    prod = make_node("prod", memory_budget_bytes=10_000, topics=topics)
+    prod.publish("t", bytes(12_000), headers={"h": "1"}).wait_stored(5)
+    assert prod.stats()["spilled"] == 1
+    assert _entries(prod) == {"msgs": 1, "pend": 2, "runs": 0, "pruns": 0}
+    prod.close()
+    prod = make_node("prod", data_dir=str(tmp_path / "prod"), memory_budget_bytes=10_000,
+                     topics=topics)
+    assert prod.status()["outbox"] == 1
+    c1 = make_node("c1", seeds=[prod.control_address])
+    c2 = make_node("c2", seeds=[prod.control_address])
+    for sub in (c1.subscribe("t", group="g1"), c2.subscribe("t", group="g2")):
+        [msg] = drain(sub, 1)
+        assert msg.headers == {"h": "1"} and len(msg.payload) == 12_000
+    wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}

@@ -280,7 +280,7 @@ class Staging:
                                        next_index[partition]))
         producer.retained.count_staged()
         if producer._mem_bytes > self.memory_budget_bytes:
-            self._spill(batch)
+            self._spill(batch, kept_in_mem)
         top = max(map(attrgetter("seq"), pubs), default=0) + 1
         if self._runs:  # (a PublishMany's sequences go beyond its first)
             top = max(top, max(run.first + run.count for run in self._runs))
@@ -425,10 +425,11 @@ class Staging:
                 producer.acked.append(receipt)
         self.duplicates.clear()
 
-    def _spill(self, batch: WriteBatch) -> None:
+    def _spill(self, batch: WriteBatch, staged: list[tuple]) -> None:
         """Memory durability over budget: write the oldest messages and runs to LMDB (a
         record and pending entries each, as ``process`` stores them) until half the budget
-        is left."""
+        is left. ``staged``: the fields of the messages this ``stage`` kept in memory, which
+        no lane owes yet (every lane of their topic will)."""
         producer = self.p
         mem, mem_runs = producer._mem, producer.mem_runs
         excess = producer._mem_bytes - self.memory_budget_bytes // 2
@@ -446,6 +447,7 @@ class Staging:
                 singles.append(first)
                 freed += mem_size(mem[first])
         producer._mem_bytes -= freed
+        new_fields = set(map(id, staged)) if singles else set()
         for seq in singles:
             fields = mem.pop(seq)
             self._spilled.append((seq, fields))
@@ -453,7 +455,9 @@ class Staging:
             record = pack(fields)
             batch.msgs_put.append((u64(seq), record))
             batch.msgs_bytes += len(record)
-            for lane in producer._owing(topic, seq):
+            owing = self._lanes(topic) if id(fields) in new_fields \
+                else producer._owing(topic, seq)
+            for lane in owing:
                 batch.pend_put.append((pend_key(producer.lane_ids[(topic, lane.name)], seq),
                                        pack([partition, priority, lane.attempt(seq),
                                              expires_at, deliver_at])))
