@@ -103,3 +103,42 @@ def test_a_lane_entry_from_the_owed_count_is_the_one_a_scan_finds(sizes, data):
             parts, offsets, attempts = unpackb(fast)
             owed_seqs = [run.first + o for o in offsets] if offsets is not None else run.seqs()
             assert owed_seqs == lane.owed_among(run.seqs()) and attempts is None
+
+
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=4), st.data())
+def test_what_the_counts_say_others_owe_agrees_with_asking_each_lane(sizes, data):
+    # Three lanes owe runs (and a few messages of no run past them), each having acked
+    # some; for any sequences, the runs' counts split them into those no other lane owes
+    # and those to ask about, and asking about the latter gives what a scan gives.
+    lanes = [Lane("t", f"g{i}", producer=b"P" * 16, partitions=4, timing=Timing())
+             for i in range(3)]
+    total = sum(sizes) + 5
+    spans, at = [], 0
+    for size in [*sizes, 5]:
+        spans.append(range(at, at + size))
+        at += size
+    for lane in lanes:
+        lane.set_member(b"A" * 16, max_in_flight=1000, batch_size=1000)
+        lane.add_plain(PlainRun(list(range(total)), [s % 4 for s in range(total)]))
+        lane.take(0.0)
+        for span in spans:  # of each run: none, one, all but one, all or some acked
+            how = data.draw(st.sampled_from(["none", "one", "all but one", "all", "some"]))
+            one = data.draw(st.sampled_from(list(span)))
+            acked = {"none": [], "one": [one], "all but one": [s for s in span if s != one],
+                     "all": list(span)}.get(how)
+            lane.ack(data.draw(st.lists(st.sampled_from(list(span)), unique=True))
+                     if acked is None else acked)
+    runs, at = Runs(), 0
+    for size in sizes:
+        run = Run(at, size, "t", array("H", [s % 4 for s in range(at, at + size)]), size,
+                  {i: len(lane.owed_among(list(range(at, at + size))))
+                   for i, lane in enumerate(lanes)})
+        runs.add(run)
+        at += size
+    seqs = data.draw(st.lists(st.integers(0, total - 1), unique=True))
+    others = [1, 2]
+    free, check = runs.owed_elsewhere(seqs, others)
+    asked = [s for s in check if not any(s in lanes[i].owed_among([s]) for i in others)]
+    assert sorted(free + asked) == sorted(
+        s for s in seqs if not any(lanes[i].owed_among([s]) for i in others))
+    assert set(free).isdisjoint(check) and set(free) | set(check) <= set(seqs)

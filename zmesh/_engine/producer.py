@@ -305,18 +305,26 @@ class Producer:
             return
         lane_id = self.lane_ids[(topic, lane.name)]
         mem = self._mem
-        # What another lane of the topic still owes stays in the outbox; each lane is asked
+        # What another lane of the topic still owes stays in the outbox: the runs' counts
+        # settle most of a run's sequences at once, each lane is asked about the rest, and
         # only about what the lanes before it do not owe.
+        others = [other for other in self.by_topic.get(topic, ()) if other is not lane]
+        free: list[int] = []
         unowed = seqs
-        for other in self.by_topic.get(topic, ()):
-            if other is lane or not unowed:
-                continue
+        if others and self.runs:
+            free, unowed = self.runs.owed_elsewhere(
+                seqs, [self.lane_ids[(topic, other.name)] for other in others])
+        for other in others:
+            if not unowed:
+                break
             owed = other.owed_among(unowed)
             if len(owed) == len(unowed):
                 unowed = []
             elif owed:
                 elsewhere = set(owed)
                 unowed = [s for s in unowed if s not in elsewhere]
+        if free:
+            unowed = free + unowed
         pend = [s for s in seqs if s not in mem] if mem else seqs
         if self.runs:  # (a run's entry per lane instead of one per message)
             pend = self.runs.settled(lane, lane_id, pend, batch)

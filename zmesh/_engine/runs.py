@@ -141,6 +141,27 @@ class Runs:
             pos = hi
         return singles, hits
 
+    def owed_elsewhere(self, seqs: list[int], other_ids: list[int]
+                       ) -> tuple[list[int], list[int]]:
+        """What the runs' counts tell of ``seqs`` and the lanes ``other_ids``: those of
+        runs none of those lanes owes any of (first list), and those to ask the lanes
+        about one by one (of no run, or of a run they owe part of). Those of a run one of
+        them owes whole are in neither. One step per run, none per sequence."""
+        singles, hits = self.split(seqs)
+        if not hits:
+            return [], seqs
+        ordered = sorted(seqs)
+        free: list[int] = []
+        for first in hits:
+            run = self.by_first[first]
+            counts = [run.owed.get(i, 0) for i in other_ids]
+            if run.count in counts:
+                continue  # (another lane owes all of it)
+            lo = bisect_left(ordered, first)
+            (singles if any(counts) else free).extend(
+                ordered[lo:bisect_left(ordered, first + run.count, lo)])
+        return free, singles
+
     def settled(self, lane: Lane, lane_id: int, seqs: list[int],
                 batch: WriteBatch) -> list[int]:
         """``lane`` no longer owes ``seqs``: its entries of their runs are deleted or
