@@ -111,8 +111,8 @@ PLAIN = tuple[int, str, int, "str | None", bytes, float, "Receipt"]
 def gathered(plain: list[PLAIN]) -> list[AnyPublish]:
     """Plain publishes as the IO thread stages them: each stretch of two or more of one
     topic with consecutive sequences a ``PublishMany`` (their columns, each message's own
-    time and receipt), any other a ``Publish``. (Publishers on several threads may queue
-    their sequences out of order; one publisher's come in one stretch.)"""
+    time and receipt), any other a ``Publish``. (Publishers on several threads interleave
+    their sequences in the queue, each one's in order: stretches break where they meet.)"""
     n = len(plain)
     if n > 1:
         seqs, topics = [p[0] for p in plain], [p[1] for p in plain]
