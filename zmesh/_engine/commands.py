@@ -197,14 +197,9 @@ class Commands:
             alloc.release()
             first = self._reserve(1, nbytes, self.config.publish_timeout_s, True)
         receipt = Receipt(self._node_hex, first, self.cond, 1, topic, self._watch_fn)
-        # (``submit`` inline: a PLAIN publish, see publishes.py)
-        self._cmds.append((first, topic, first % partitions if key is None
-                           else partition_for(key, partitions, first), key, payload,
-                           time.time(), receipt))
-        if not self._wake_pending:
-            self._wake_pending = True
-            if not self._wake():
-                self._check_running()
+        self.submit((first, topic, first % partitions if key is None
+                     else partition_for(key, partitions, first), key, payload, time.time(),
+                     receipt))  # (a PLAIN publish: see publishes.py)
         return receipt
 
     def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:

@@ -115,10 +115,11 @@ def gathered(plain: list[PLAIN]) -> list[AnyPublish]:
     their sequences in the queue, each one's in order: stretches break where they meet.)"""
     n = len(plain)
     if n > 1:
-        seqs, topics = [p[0] for p in plain], [p[1] for p in plain]
+        columns = list(zip(*plain, strict=True))  # (transposed once, at C speed)
+        seqs, topics = columns[0], columns[1]
         if seqs[-1] - seqs[0] == n - 1 and topics.count(topics[0]) == n \
                 and all(map(lt, seqs, islice(seqs, 1, None))):
-            return [_many(plain)]  # (the usual case: one publisher, one topic)
+            return [_many(columns)]  # (the usual case: one publisher, one topic)
     out: list[AnyPublish] = []
     i = 0
     while i < n:
@@ -127,7 +128,7 @@ def gathered(plain: list[PLAIN]) -> list[AnyPublish]:
         while j < n and plain[j][0] == seq + (j - i) and plain[j][1] == topic:
             j += 1
         if j - i > 1:
-            out.append(_many(plain[i:j]))
+            out.append(_many(list(zip(*plain[i:j], strict=True))))
         else:
             _s, _t, partition, key, payload, published_at, receipt = plain[i]
             out.append(Publish(seq, topic, partition, key, None, payload, 0, published_at,
@@ -136,10 +137,10 @@ def gathered(plain: list[PLAIN]) -> list[AnyPublish]:
     return out
 
 
-def _many(plain: list[PLAIN]) -> PublishMany:
-    """A stretch of plain publishes (one topic, consecutive sequences), transposed."""
-    seqs, _topics, partitions, keys, payloads, times, receipts = zip(*plain, strict=True)
-    return PublishMany(seqs[0], plain[0][1], list(partitions),
+def _many(columns: list[tuple]) -> PublishMany:
+    """A stretch of plain publishes (one topic, consecutive sequences), as its columns."""
+    seqs, topics, partitions, keys, payloads, times, receipts = columns
+    return PublishMany(seqs[0], topics[0], list(partitions),
                        None if keys.count(None) == len(keys) else list(keys), None,
                        list(payloads), list(times), None, len(seqs), sum(map(len, payloads)),
                        list(receipts))

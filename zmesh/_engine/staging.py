@@ -473,9 +473,9 @@ class Staging:
             producer.decoded.keep_run(first, decoded, len(record) + RUN_ENTRY_BYTES * run.count)
             by_id = {producer.lane_ids[(run.topic, lane.name)]: lane
                      for lane in self._lanes(run.topic)}
-            whole = pack([decoded[1], None, None])
-            for lane_id in run.owed:
-                entry = whole if first in new else lane_entry(by_id[lane_id], run)
+            whole = pack([decoded[1], None, None]) if first in new else None
+            for lane_id, owed in run.owed.items():
+                entry = whole or lane_entry(by_id[lane_id], run, owed)
                 if entry is not None:
                     batch.prun_put.append((pend_key(lane_id, first), entry))
         producer.counters.add("spilled", len(singles) + sum(
