@@ -240,11 +240,12 @@ BIG = b"B" * LARGE_PAYLOAD_BYTES
 
 
 def sample_batch() -> Batch:
-    """Two inline payloads and a large one that travels as a second frame."""
+    """Two inline payloads and a large one that travels as a second frame (sequences
+    with a gap: they travel as an array)."""
     return make_batch(NODE, 3, "metrics", "agg", 10, [
         (10, 4, "line-4", {"unit": "C"}, 1, 1.5, 7, b"first"),
         (11, 0, None, None, 0, 2.0, None, b""),
-        (12, 65535, "k", {}, 1 << 31, 0.0, 0, BIG),
+        (13, 65535, "k", {}, 1 << 31, 0.0, 0, BIG),
     ])
 
 
@@ -817,6 +818,34 @@ def test_empty_data_message() -> None:
         decode_batch([], MAX_MESSAGE_BYTES)
 
 
+@pytest.mark.parametrize(("seqs", "wire"), [
+    ((5, 6, 7), 5),
+    ((9,), 9),
+    ((5, 7, 8), [5, 7, 8]),  # a gap
+    ((6, 5, 7), [6, 5, 7]),  # consecutive, not ascending
+    ((5, 5, 6), [5, 5, 6]),  # a repeat spans as many as it counts
+    ((), []),
+])
+def test_consecutive_sequences_travel_as_their_first(seqs: tuple, wire: object) -> None:
+    batch = make_batch(NODE, 0, "t", "g", 0, [(s, 0, None, None, 1, 0.0, None, b"x")
+                                              for s in seqs])
+    frames = encode_batch(batch)
+    assert msgpack.unpackb(frames[0])[7] == wire
+    assert decode_batch(frames, MAX_MESSAGE_BYTES) == batch
+    ack = Ack(NODE, "t", "g", seqs)
+    frame = encode_control(ack)
+    assert msgpack.unpackb(frame)[5:] == [wire, len(seqs)]
+    assert decode_control(frame) == ack
+
+
+@pytest.mark.parametrize("first", [-1, True, U63 - 1, 1.0, "5"])
+def test_batch_with_a_bad_first_sequence(first: object) -> None:
+    batch = make_batch(NODE, 0, "t", "g", 0, empty(3))
+    header = repack(encode_batch(batch)[0], lambda obj: obj.__setitem__(7, first))
+    with pytest.raises(DecodeError):
+        decode_batch([header], MAX_MESSAGE_BYTES)
+
+
 @pytest.mark.parametrize("size", [100, LARGE_PAYLOAD_BYTES])
 def test_payload_at_max_message_bytes_is_accepted(size: int) -> None:
     batch = make_batch(NODE, 0, "t", "g", 0, [(0, 0, None, None, 0, 0.0, None, b"x" * size)])
@@ -985,13 +1014,22 @@ def test_hello_with_bad_field(change: Any) -> None:
 @pytest.mark.parametrize(
     ("msg", "index", "value"),
     [
-        (Ack(NODE, "t", "g", (1,)), 5, [-1]),
-        (Ack(NODE, "t", "g", (1,)), 5, [1.0]),
-        (Ack(NODE, "t", "g", (1,)), 5, 1),
-        (Ack(NODE, "t", "g", (1,)), 5, [1, 2, True]),
-        (Ack(NODE, "t", "g", (1,)), 5, [1, 2, -3]),
-        (Ack(NODE, "t", "g", (1,)), 5, [1, None]),
-        (Ack(NODE, "t", "g", (1,)), 5, list(range(MAX_BATCH_ITEMS + 1))),
+        (Ack(NODE, "t", "g", (1, 3)), 5, [-1, 3]),
+        (Ack(NODE, "t", "g", (1, 3)), 5, [1.0, 3]),
+        (Ack(NODE, "t", "g", (1, 3)), 5, "1"),
+        (Ack(NODE, "t", "g", (1, 3)), 5, [1, True]),
+        (Ack(NODE, "t", "g", (1, 3)), 5, [1, -3]),
+        (Ack(NODE, "t", "g", (1, 3)), 5, [1, None]),
+        (Ack(NODE, "t", "g", (1, 3)), 5, [1, 3, 5]),
+        (Ack(NODE, "t", "g", (1, 3)), 6, 3),
+        (Ack(NODE, "t", "g", (1, 3)), 6, -1),
+        (Ack(NODE, "t", "g", (1, 2)), 5, -1),
+        (Ack(NODE, "t", "g", (1, 2)), 5, True),
+        (Ack(NODE, "t", "g", (1, 2)), 5, U63),
+        (Ack(NODE, "t", "g", (1, 2)), 5, 1.0),
+        (Ack(NODE, "t", "g", (1, 2)), 6, MAX_BATCH_ITEMS + 1),
+        (Ack(NODE, "t", "g", (1, 2)), 6, None),
+        (Ack(NODE, "t", "g", (1, 3)), 5, list(range(MAX_BATCH_ITEMS + 1))),
         (Nack(NODE, "t", "g", (1,), 1.0), 5, [0, "1"]),
         (Nack(NODE, "t", "g", (1,), 1.0), 6, "soon"),
         (Fail(NODE, "t", "g", 1, "r"), 6, "r" * 4097),
@@ -1002,10 +1040,19 @@ def test_hello_with_bad_field(change: Any) -> None:
     ids=[
         "ack-negative-seq",
         "ack-float-seq",
-        "ack-seqs-int",
+        "ack-seqs-text",
         "ack-bool-seq",
         "ack-negative-later-seq",
         "ack-nil-seq",
+        "ack-more-seqs-than-its-count",
+        "ack-count-more-than-its-seqs",
+        "ack-count-negative",
+        "ack-first-negative",
+        "ack-first-bool",
+        "ack-range-past-u63",
+        "ack-first-float",
+        "ack-range-too-long",
+        "ack-count-nil",
         "ack-too-many-seqs",
         "nack-text-seq",
         "nack-delay-text",

@@ -212,7 +212,7 @@ class Consumer:
             if top > tops.get((producer, lane), -1):
                 tops[(producer, lane)] = top
             for i in range(0, len(seqs), 5000):
-                send(producer, Ack(me, topic, lane, tuple(seqs[i:i + 5000])))
+                send(producer, Ack(me, topic, lane, seqs[i:i + 5000]))
         self._acks.clear()
         out, self._outgoing = self._outgoing, []
         for producer, msg in out:

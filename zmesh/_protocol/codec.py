@@ -7,8 +7,8 @@ import re
 from collections.abc import Sequence
 from contextlib import suppress
 from functools import partial
-from itertools import chain
-from operator import is_, is_not
+from itertools import chain, islice
+from operator import is_, is_not, lt
 from typing import Any
 
 import msgpack
@@ -163,6 +163,25 @@ def _seqs(value: Any) -> tuple[int, ...]:
     return _ints(value, len(value), "seq")
 
 
+def wire_seqs(seqs: Sequence[int]) -> int | list[int]:
+    """Sequences as a batch or an ack carries them: the first of them when they are
+    consecutive and ascending (a take from the front of a lane's window, the acks of
+    messages handled in order), else the array of them (see ``_seq_column``)."""
+    n = len(seqs)
+    if n and seqs[-1] - seqs[0] == n - 1 and all(map(lt, seqs, islice(seqs, 1, None))):
+        return seqs[0]
+    return list(seqs)
+
+
+def _seq_column(value: Any, n: int) -> tuple[int, ...]:
+    """``n`` sequences as ``wire_seqs`` sent them: an array of ``n``, or an int, the
+    first of ``n`` consecutive ones (checked once, not per sequence)."""
+    if type(value) is int:
+        _check(value >= 0 and value + n - 1 <= U63, "bad seq")
+        return tuple(range(value, value + n))
+    return _ints(value, n, "seq")
+
+
 def _header(value: Any) -> dict | None:
     if value is None:
         return None
@@ -187,7 +206,8 @@ def encode_control(msg: Control) -> bytes:
             [[p.node_id, p.ctrl_endpoint, p.public_key] for p in msg.peers],
         ])
     if isinstance(msg, Ack):
-        return _packb([v, ACK, msg.node_id, msg.topic, msg.lane, list(msg.seqs)])
+        return _packb([v, ACK, msg.node_id, msg.topic, msg.lane, wire_seqs(msg.seqs),
+                       len(msg.seqs)])
     if isinstance(msg, Nack):
         return _packb([v, NACK, msg.node_id, msg.topic, msg.lane, list(msg.seqs), msg.delay_s])
     if isinstance(msg, Fail):
@@ -254,9 +274,9 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
                 tuple(_str(h, "host") for h in hosts), tuple(subs), tuple(peers),
             )
         if kind == ACK:
-            _check(len(obj) == 6, "bad ack length")
+            _check(len(obj) == 7, "bad ack length")
             return Ack(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"),
-                       _seqs(obj[5]))
+                       _seq_column(obj[5], _int(obj[6], "ack count", 0, MAX_BATCH_ITEMS)))
         if kind == NACK:
             _check(len(obj) == 7, "bad nack length")
             return Nack(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"),
@@ -338,7 +358,7 @@ def encode_batch(batch: Batch) -> list[bytes]:
     if sum(map(len, batch.payloads)) >= LARGE_PAYLOAD_BYTES:
         payloads, extra = _split(batch.payloads)
     return [_packb([PROTOCOL_VERSION, BATCH, batch.node_id, batch.incarnation, batch.topic,
-                    batch.lane, batch.floor, batch.seqs, batch.partitions, batch.keys,
+                    batch.lane, batch.floor, wire_seqs(batch.seqs), batch.partitions, batch.keys,
                     batch.headers, batch.attempts, batch.published_ats, batch.indexes,
                     payloads]),
             *extra]
@@ -361,7 +381,8 @@ def pack_columns(seqs: Sequence[int], partitions: Sequence[int],
     extra: list[bytes] = []
     if sum(map(len, payloads)) >= LARGE_PAYLOAD_BYTES:
         inline, extra = _split(payloads)
-    return (b"".join((_packb(seqs), _packb(partitions), _packb(keys), _packb(headers))),
+    return (b"".join((_packb(wire_seqs(seqs)), _packb(partitions), _packb(keys),
+                      _packb(headers))),
             (_packb(published_ats), _packb(indexes), _packb(inline)), extra)
 
 
@@ -431,9 +452,10 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
     _check(type(obj[0]) is int and obj[0] == PROTOCOL_VERSION,
            f"unsupported protocol version {obj[0]!r}")
     _check(type(obj[1]) is int and obj[1] == BATCH, "not a batch")
-    seqs = obj[7]
-    _check(type(seqs) is list and len(seqs) <= MAX_BATCH_ITEMS, "bad seq column")
-    n = len(seqs)
+    payloads = obj[14]
+    _check(type(payloads) is list and len(payloads) <= MAX_BATCH_ITEMS, "bad payload column")
+    n = len(payloads)
+    seqs = _seq_column(obj[7], n)
     keys = obj[9]
     if not _all_none(keys, n) and str in _column(keys, n, "key", _STR_OR_NONE):
         _check(max(map(len, filter(None, keys)), default=0) <= MAX_KEY_CHARS, "bad key")
@@ -450,7 +472,6 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
     if int in present:
         ints = indexes if _NONE not in present else list(filter(_not_none, indexes))
         _check(min(ints) >= 0 and max(ints) <= U63, "bad index")
-    payloads = obj[14]
     extra = frames[1:]
     if _NONE in _column(payloads, n, "payload", _BYTES_OR_NONE):
         _check(payloads.count(None) == len(extra), "payload count does not match items")
@@ -462,7 +483,7 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
     _check(max(map(len, payloads if len(frames[0]) > max_message_bytes else extra),
                default=0) <= max_message_bytes, "payload exceeds max_message_bytes")
     return Batch(_node_id(obj[2]), _int(obj[3], "incarnation"), _str(obj[4], "topic"),
-                 _str(obj[5], "lane"), _int(obj[6], "floor"), _ints(seqs, n, "seq"),
+                 _str(obj[5], "lane"), _int(obj[6], "floor"), seqs,
                  _ints(obj[8], n, "partition", 65535), tuple(keys), tuple(headers),
                  _ints(obj[11], n, "attempt", 1 << 31), tuple(published), tuple(indexes),
                  tuple(payloads))

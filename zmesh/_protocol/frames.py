@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-PROTOCOL_VERSION = 3  # 2: data batches in columns, payloads inside the header frame;
-#                       3: subscriptions and fetch requests carry max_message_bytes
+PROTOCOL_VERSION = 4  # 2: data batches in columns, payloads inside the header frame;
+#                       3: subscriptions and fetch requests carry max_message_bytes;
+#                       4: consecutive sequences of a batch or an ack travel as the first
 
 # Control kinds.
 HELLO = 1
@@ -92,7 +93,7 @@ class Ack:
     node_id: bytes
     topic: str
     lane: str
-    seqs: tuple[int, ...]
+    seqs: Sequence[int]  # (a tuple when decoded)
 
 
 @dataclass(frozen=True, slots=True)
