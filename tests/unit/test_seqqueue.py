@@ -14,7 +14,10 @@ from zmesh._engine.seqqueue import (
     SeqQueue,
     SeqWindow,
     by_partition,
+    round_robin,
+    round_robin_slots,
 )
+from zmesh._engine.staging import _allocate
 
 
 def _window(mapping: dict[int, int]) -> SeqWindow:
@@ -196,7 +199,32 @@ def test_front_shows_what_take_front_removes_and_leaves_it() -> None:
 def test_by_partition_splits_in_order_round_robin_or_not(first, n, count, keyed):
     seqs = list(range(first, first + n))
     partitions = [(s * 7 + 3) % count if keyed else s % count for s in seqs]
-    split = by_partition(seqs, partitions)
-    assert len(split) == max(partitions) + 1
+    split = by_partition(array("q", seqs), partitions, round_robin(first, partitions))
+    assert len(split) >= max(partitions) + 1 and not any(split[max(partitions) + 1:])
     for p, part in enumerate(split):
         assert list(part) == [s for s, q in zip(seqs, partitions, strict=True) if q == p]
+
+
+@given(st.integers(0, 10_000), st.integers(1, 40), st.integers(1, 20), st.booleans(),
+       st.dictionaries(st.integers(0, 19), st.integers(0, 1000)),
+       st.dictionaries(st.integers(0, 19), st.integers(0, 1000), max_size=3))
+def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, next_index,
+                                                      firsts):
+    """A round-robin's indexes, slots and split match those made one message at a time."""
+    partitions = [(s * 7 + 3) % count if keyed else s % count
+                  for s in range(first, first + n)]
+    found = round_robin(first, partitions)
+    if not keyed and first % count + n > count:  # (wraps around)
+        assert found == count
+    if found:
+        assert partitions == [s % found for s in range(first, first + n)]
+    want_next, want_firsts, want = dict(next_index), dict(firsts), []
+    for partition in partitions:  # Indexes.allocate, one at a time
+        index = want_next.get(partition, 0)
+        want_next[partition] = index + 1
+        want.append(index)
+        want_firsts.setdefault(partition, index)
+    assert _allocate(first, partitions, next_index, firsts) == want
+    assert (next_index, firsts) == (want_next, want_firsts)
+    if found:
+        assert list(round_robin_slots(first, n, found)) == [p + 1 for p in partitions]

@@ -43,7 +43,7 @@ from .delivery import (
 )
 from .retries import Retries
 from .routing import rendezvous
-from .seqqueue import SeqQueue, SeqWindow, by_partition
+from .seqqueue import SeqQueue, SeqWindow, by_partition, round_robin, round_robin_slots
 
 
 class PlainRun:
@@ -57,8 +57,13 @@ class PlainRun:
         self.ascending = seqs == sorted(seqs)  # (not so from publishers on several threads)
         # As arrays, which each lane's arrays copy whole (no conversion per sequence).
         self.order = array("q", seqs)
-        self.split = by_partition(seqs, partitions)
-        self.slots = array("H", map(add, partitions, repeat(1)))  # (a window's slot values)
+        first, n = seqs[0], len(seqs)
+        count = round_robin(first, partitions) if self.ascending and \
+            seqs[-1] - first == n - 1 else 0  # (publishes without keys, in order)
+        self.split = by_partition(self.order, partitions, count)
+        # A window's slot values (partition + 1); of a round-robin, one cycle tiled.
+        self.slots = round_robin_slots(first, n, count) if count else \
+            array("H", map(add, partitions, repeat(1)))
 
 
 def _no_timer(_lane: Lane, _at: float) -> None:

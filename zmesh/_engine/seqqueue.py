@@ -16,7 +16,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right, insort
 from collections.abc import Iterator
-from itertools import compress, cycle, islice
+from itertools import compress, islice
 
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
 _NONE: dict[int, object] = {}  # (first_in: owned by the window alone)
@@ -107,21 +107,41 @@ class SeqQueue:
         return head
 
 
-def by_partition(seqs: list[int], partitions: list[int]) -> list[array[int]]:
-    """``seqs`` split by partition (array ``p`` holds those of partition ``p``), in order."""
-    count = max(partitions) + 1
-    first, n = seqs[0], len(seqs)
-    if n >= count and seqs[-1] - first == n - 1 and \
-            partitions == list(islice(cycle(range(count)), first % count, first % count + n)):
-        # Consecutive sequences partitioned round-robin (no keys): each partition's are a
-        # range, taken with no Python step per sequence.
-        return [array("q", range(first + (p - first) % count, first + n, count))
-                for p in range(count)]
-    split = [array("q") for _ in range(count)]
+def round_robin(first: int, partitions: list[int]) -> int:
+    """The partition count, when ``partitions`` are those of the consecutive sequences from
+    ``first`` spread round-robin (``seq % count``: publishes without a key) and wrap around
+    at least once; else 0. Their indexes, FIFOs and window slots then follow by arithmetic.
+    (The count is read at the first wrap; comparing with the cycle proves it.)"""
+    try:
+        wrap = partitions.index(0, 1)
+    except ValueError:
+        return 0
+    count = partitions[wrap - 1] + 1
+    start, n = first % count, len(partitions)
+    if partitions == (list(range(count)) * ((start + n) // count + 1))[start:start + n]:
+        return count
+    return 0
+
+
+def by_partition(seqs: array[int], partitions: list[int], count: int) -> list[array[int]]:
+    """``seqs`` split by partition (array ``p`` holds those of partition ``p``), in order.
+    ``count``: ``round_robin`` of them (consecutive and ascending), or 0."""
+    if count:  # each partition's sequences are every count-th: slices, no step per sequence
+        first = seqs[0]
+        return [seqs[(p - first) % count::count] for p in range(count)]
+    split = [array("q") for _ in range(max(partitions) + 1)]
     ends = [part.append for part in split]
     for seq, partition in zip(seqs, partitions, strict=True):
         ends[partition](seq)
     return split
+
+
+def round_robin_slots(first: int, n: int, count: int) -> array[int]:
+    """The window slots (partition + 1) of ``n`` consecutive sequences from ``first``
+    spread round-robin over ``count`` partitions, tiled from one cycle."""
+    start = first % count
+    cycle_slots = array("H", range(1, count + 1))
+    return (cycle_slots * ((start + n) // count + 1))[start:start + n]
 
 
 WINDOW_MIN = 1 << 16  # slots a window may span whatever it holds

@@ -22,6 +22,7 @@ from .lane import Lane, PlainRun
 from .publishes import AnyPublish, Publish, PublishMany, message_count
 from .retention import log_entry, partition_prefix, retains
 from .runs import RUN_ENTRY_BYTES, Run, lane_entry, run_record
+from .seqqueue import round_robin
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
@@ -324,13 +325,7 @@ class Staging:
         published_at = pm.published_at  # (one per message when gathered from publishes)
         if not whole and type(published_at) is list:
             published_at = published_at[start:end]
-        indexes = []
-        for partition in partitions:  # Indexes.allocate, inline
-            index = next_index.get(partition, 0)
-            next_index[partition] = index + 1
-            indexes.append(index)
-            if partition not in firsts:
-                firsts[partition] = index
+        indexes = _allocate(first, partitions, next_index, firsts)
         fields = [topic, partitions, keys, pm.headers, published_at, payloads, indexes]
         lane_ids = producer.lane_ids
         run = Run(first, count, topic, array("H", partitions), count,
@@ -480,3 +475,30 @@ class Staging:
                     batch.prun_put.append((pend_key(lane_id, first), entry))
         producer.counters.add("spilled", len(singles) + sum(
             run.count for run, _f, _s in self._spilled_runs))
+
+
+def _allocate(first: int, partitions: list[int], next_index: dict[int, int],
+              firsts: dict[int, int]) -> list[int]:
+    """``Indexes.allocate`` of the consecutive messages from ``first``, inline (``firsts``:
+    each partition's first index of the transaction). Spread round-robin, each partition's
+    indexes are a range, set by one slice assignment per partition."""
+    count = round_robin(first, partitions)
+    if count:
+        n = len(partitions)
+        indexes = [0] * n
+        for k, partition in enumerate(partitions[:count]):
+            index = next_index.get(partition, 0)
+            taken = len(range(k, n, count))
+            indexes[k::count] = range(index, index + taken)
+            next_index[partition] = index + taken
+            if partition not in firsts:
+                firsts[partition] = index
+        return indexes
+    indexes = []
+    for partition in partitions:
+        index = next_index.get(partition, 0)
+        next_index[partition] = index + 1
+        indexes.append(index)
+        if partition not in firsts:
+            firsts[partition] = index
+    return indexes
