@@ -24,40 +24,62 @@ class MessageId(NamedTuple):
         return f"{self.producer}:{self.seq}"
 
 
+class Stage:
+    """Whether publishes are stored: ``stored`` or ``error`` is set by the IO thread once
+    the commit that took them is done. The receipts of a stretch of plain ``publish()``
+    calls share one (the stretch itself: the IO thread resolves them all with one
+    write); any other receipt has its own."""
+
+    __slots__ = ("stored", "error")
+
+    def __init__(self) -> None:
+        self.stored = False
+        self.error: ZMeshError | None = None
+
+
+class Publisher:
+    """What every receipt of one node shares: its id, the condition the IO thread
+    notifies when receipts change, and how a receipt asks for its acks to be tracked."""
+
+    __slots__ = ("producer", "cond", "watch")
+
+    def __init__(self, producer: str, cond: threading.Condition,
+                 watch: Callable[[Receipt], None] | None = None) -> None:
+        self.producer = producer  # (hex: the ids are made when asked for, most never are)
+        self.cond = cond
+        self.watch = watch
+
+
 class Receipt:
     """Tracks one published message: stored in the outbox, then acked by every group."""
 
-    __slots__ = ("_producer", "_seq", "count", "topic", "_cond", "_stored", "_acked",
-                 "_unacked", "_error", "_watch", "_watched")
+    __slots__ = ("_publisher", "_seq", "count", "topic", "_stage", "_unacked", "_watched")
 
-    def __init__(self, producer: str, seq: int, cond: threading.Condition, count: int = 1,
-                 topic: str = "", watch: Callable[[Receipt], None] | None = None) -> None:
-        self._producer = producer  # the id is made when asked for: most are never looked at
+    def __init__(self, publisher: Publisher, seq: int, stage: Stage, count: int = 1,
+                 topic: str = "") -> None:
+        self._publisher = publisher
         self._seq = seq
+        self._stage = stage
         self.count = count
         self.topic = topic
-        self._watch = watch
+        self._unacked = count  # messages not settled yet, counted once acks are tracked
         self._watched = False
-        self._cond = cond
-        self._stored = False
-        self._acked = False
-        self._unacked = count
-        self._error: ZMeshError | None = None
 
     @property
     def id(self) -> MessageId:
         """The id of the (first) message."""
-        return MessageId(self._producer, self._seq)
+        return MessageId(self._publisher.producer, self._seq)
 
     @property
     def ids(self) -> list[MessageId]:
         """Every message this receipt covers (one, or a publish_many batch in order)."""
-        return [MessageId(self._producer, self._seq + i) for i in range(self.count)]
+        producer = self._publisher.producer
+        return [MessageId(producer, self._seq + i) for i in range(self.count)]
 
     @property
     def stored(self) -> bool:
         """True once the message is in the outbox (per the topic's durability)."""
-        return self._stored
+        return self._stage.stored or self._unacked <= 0
 
     @property
     def acked(self) -> bool:
@@ -67,37 +89,40 @@ class Receipt:
         so the first answer may lag by one loop of the node.
         """
         self._start_watch()
-        return self._acked
+        return self._unacked <= 0
 
     def _start_watch(self) -> None:
-        if not self._watched and self._watch is not None:
+        watch = self._publisher.watch
+        if not self._watched and watch is not None:
             self._watched = True
-            self._watch(self)
+            watch(self)
 
-    def _wait(self, attr: str, timeout: float | None, what: str) -> None:
+    def _wait(self, acked: bool, timeout: float | None) -> None:
         timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while not getattr(self, attr):
-                if self._error is not None:
-                    raise self._error
+        stage, cond = self._stage, self._publisher.cond
+        with cond:
+            while not (self._unacked <= 0 if acked else stage.stored or self._unacked <= 0):
+                if stage.error is not None:
+                    raise stage.error
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
+                    what = "acknowledged" if acked else "stored"
                     raise TimeoutError(f"message {self.id} not {what} within {timeout:g}s")
-                self._cond.wait(None if remaining is None else min(remaining, TIMEOUT_MAX))
-        if self._error is not None and attr == "_stored":
-            raise self._error
+                cond.wait(None if remaining is None else min(remaining, TIMEOUT_MAX))
+        if stage.error is not None and not acked:
+            raise stage.error
 
     def wait_stored(self, timeout: float | None = None) -> None:
         """Block until the message is in the outbox; raise TimeoutError or the store's error."""
-        self._wait("_stored", timeout, "stored")
+        self._wait(False, timeout)
 
     def wait_acked(self, timeout: float | None = None) -> None:
         """Block until every group owed the message (each message of a batch) settled it."""
         self._start_watch()
-        self._wait("_acked", timeout, "acknowledged")
+        self._wait(True, timeout)
 
     def __repr__(self) -> str:
-        state = "acked" if self._acked else "stored" if self._stored else "staged"
+        state = "acked" if self._unacked <= 0 else "stored" if self._stage.stored else "staged"
         more = f" (+{self.count - 1})" if self.count > 1 else ""
         return f"<Receipt {self.id}{more} {state}>"

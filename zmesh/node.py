@@ -192,20 +192,21 @@ class Node:
             check_name("topic", topic)
             self._known_topics.add(topic)
         tcfg = self._topics.get(topic)
-        if (type(payload) is bytes and headers is None and ttl is None and deliver_at is None
-                and delay is None and msg_id is None and timeout is None and priority == 0
-                and type(priority) is int
+        if (headers is None and ttl is None and deliver_at is None and delay is None
+                and msg_id is None and priority == 0 and type(priority) is int
                 and (key is None or (type(key) is str and len(key) <= MAX_KEY_CHARS
                                      and key.isascii()))
-                and (tcfg is None or tcfg.ttl_s is None)
-                and len(payload) <= self.config.max_message_bytes):
-            # Every option at its default (the usual call): nothing else to check.
-            return self._engine.publish_one(
-                topic, payload, key, DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions)
+                and (tcfg is None or tcfg.ttl_s is None)):
+            # Every option at its default (the usual call): a place in a stretch.
+            if type(payload) is not bytes:
+                payload = _payload_bytes(payload)
+            if len(payload) <= self.config.max_message_bytes:  # (else _prepare says why)
+                return self._engine.publish_one(
+                    topic, payload, key, DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions,
+                    None if timeout is None else self._timeout(timeout))
         [pub] = self._prepare(topic, [payload], [key], headers, priority, ttl, deliver_at,
                               delay, msg_id, timeout)  # (positional: the cheaper call)
-        pub = cast(Publish, pub)
-        self._engine.submit(pub.plain() or pub)  # (queued alone: the list is not kept)
+        self._engine.submit(cast(Publish, pub))  # (queued alone: the list is not kept)
         return pub.receipt  # type: ignore[return-value]
 
     def publish_many(
@@ -260,13 +261,7 @@ class Node:
         plain = set(map(type, payloads)) == {bytes} and max(map(len, payloads)) <= limit
         for i, payload in enumerate(() if plain else payloads):
             if type(payload) is not bytes:
-                if isinstance(payload, str):
-                    payloads[i] = payload = _utf8(payload, "payload")
-                elif isinstance(payload, bytes | bytearray | memoryview):
-                    payloads[i] = payload = bytes(payload)
-                else:
-                    raise ArgumentError(
-                        f"payload must be bytes or str, got {type(payload).__name__}")
+                payloads[i] = payload = _payload_bytes(payload)
             if len(payload) > limit:
                 raise ArgumentError(f"payload of {len(payload)} bytes exceeds "
                                     f"max_message_bytes {limit}")
@@ -495,6 +490,15 @@ def _deliver_at(deliver_at: float | _dt.datetime | None, delay: float | None) ->
     if not isinstance(deliver_at, int | float) or not math.isfinite(deliver_at):
         raise ArgumentError("deliver_at must be a datetime or a UNIX timestamp")
     return float(deliver_at)
+
+
+def _payload_bytes(payload: Any) -> bytes:
+    """A payload that is not ``bytes`` as bytes (str as UTF-8); ArgumentError otherwise."""
+    if isinstance(payload, str):
+        return _utf8(payload, "payload")
+    if isinstance(payload, bytes | bytearray | memoryview):
+        return bytes(payload)
+    raise ArgumentError(f"payload must be bytes or str, got {type(payload).__name__}")
 
 
 def _utf8(text: str, what: str) -> bytes:

@@ -389,3 +389,34 @@ def test_a_memory_message_spilled_as_it_is_staged_is_owed_after_a_restart(make_n
         assert msg.headers == {"h": "1"} and len(msg.payload) == 12_000
     wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
     assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
+
+
+def test_publishes_racing_close_are_stored_or_refused(make_node, tmp_path):
+    # Threads publish while the node closes: each publish either returned a receipt that
+    # says stored once close() returns, or raised NodeStateError. A restart finds exactly
+    # the stored ones owed.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    receipts: list[list[zmesh.Receipt]] = [[] for _ in range(4)]
+    refused = [0] * 4
+
+    def publish(t: int) -> None:
+        for i in range(50_000):
+            try:
+                receipts[t].append(prod.publish("t", b"%d:%d" % (t, i)))
+            except zmesh.NodeStateError:
+                refused[t] += 1
+                return
+    workers = [threading.Thread(target=publish, args=(t,)) for t in range(4)]
+    for w in workers:
+        w.start()
+    wait_until(lambda: all(len(rs) > 500 for rs in receipts), what="publishes under way")
+    prod.close()
+    for w in workers:
+        w.join(30)
+    assert not any(w.is_alive() for w in workers)
+    assert sum(refused) > 0  # (each thread ran until the node refused it)
+    stored = sum(len(rs) for rs in receipts)
+    assert all(r.stored for rs in receipts for r in rs)
+    again = make_node("prod2", data_dir=str(tmp_path / "prod"),
+                      topics={"t": zmesh.TopicConfig(groups=("g",))})
+    assert again.status()["outbox"] == stored

@@ -26,7 +26,8 @@ NAMED_PUBLIC_MODULES = [
 # Namespaces of their own, outside __all__ by design (DESIGN.md: "plus zmesh.aio, zmesh.spark").
 OWN_NAMESPACES = {"aio", "spark", "cli"}
 # Public-looking helpers that are internal plumbing, not API users need.
-INTERNAL_HELPERS = {"zmesh.config.check_name", "zmesh.config.parse_seed"}
+INTERNAL_HELPERS = {"zmesh.config.check_name", "zmesh.config.parse_seed",
+                    "zmesh._receipt.Stage", "zmesh._receipt.Publisher"}
 
 
 def public_modules() -> list[types.ModuleType]:

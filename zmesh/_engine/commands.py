@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from .._protocol.codec import MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTIONS, announced_bytes
-from .._receipt import Receipt
+from .._receipt import Publisher, Receipt, Stage
 from ..errors import ArgumentError, NodeStateError, OutboxFullError, StoreFullError
-from .publishes import PLAIN, AnyPublish, Publish, PublishMany, gathered, message_count
+from .publishes import AnyPublish, Publish, PublishMany, Stretch, message_count
 from .routing import partition_for
 
 if TYPE_CHECKING:
@@ -82,9 +82,11 @@ class Commands:
     def __init__(self, node_id: bytes, next_seq: int, map_size_bytes: int) -> None:
         self.cond = threading.Condition()
         self._next_seq = next_seq
-        self._node_hex = node_id.hex()
-        self._watch_fn = self.watch  # one bound method for every receipt
+        self._publisher = Publisher(node_id.hex(), self.cond, self.watch)  # (every receipt's)
         self._alloc = threading.Lock()  # sequence allocation (application threads)
+        # The stretch plain publish() calls join (under _alloc) until the IO thread takes
+        # it: see publishes.Stretch.
+        self._open: Stretch | None = None
         self._submitted = 0  # messages prepared by application threads (under _alloc)
         self._done = 0  # of those, stored or failed (IO thread)
         # Payload bytes of the same: publishes may run ahead of the IO thread by at most
@@ -94,7 +96,7 @@ class Commands:
         self._ahead_limit = map_size_bytes // 8
         self._depth_seen = 0  # the outbox depth and map state at the last _notify
         self._full_seen = False
-        self._cmds: deque[tuple | list[AnyPublish] | Publish | Message] = deque()
+        self._cmds: deque[tuple | list[AnyPublish] | Publish | Stretch | Message] = deque()
         self._wake_pending = False
         self._wake_lock = threading.Lock()
         self._wake_tx: zmq.Socket | None = None  # application threads' end of the wake pipe
@@ -116,13 +118,19 @@ class Commands:
                                  "'with' or after start()")
 
     def submit(self, cmd: tuple | list[AnyPublish] | Publish | Message) -> None:
-        """Queue a command for the IO thread: a tuple naming it first, a plain publish (a
-        ``PLAIN`` tuple, its sequence first), a publish, a list of publishes or a message
-        acked on its own (the most frequent commands come bare: one object fewer per
-        message for the garbage collector to count)."""
+        """Queue a command for the IO thread: a tuple naming it first, a publish, a list of
+        publishes or a message acked on its own (the most frequent commands come bare: one
+        object fewer per message for the garbage collector to count).
+
+        A plain ``publish()`` made later may still join a stretch queued before it, and be
+        staged with it (sooner, never later): what a command changes applies from the
+        loop iteration that drains it to every publish that iteration stages."""
         if self._state != "running":
             self._check_running()
         self._cmds.append(cmd)
+        self._wake_once()
+
+    def _wake_once(self) -> None:
         if not self._wake_pending:
             self._wake_pending = True
             if not self._wake():
@@ -151,35 +159,38 @@ class Commands:
         n = len(payloads)
         nbytes = sum(map(len, payloads)) if n > 1 else len(payloads[0])
         first = self._reserve(n, nbytes, timeout_s, paced)
-        receipt = Receipt(self._node_hex, first, self.cond, n, topic, self._watch_fn)
+        stage = Stage()
+        receipt = Receipt(self._publisher, first, stage, n, topic)
         now = time.time()
         if n == 1:  # publish(): no comprehension to set up for one message
             key = keys[0]
             return [Publish(first, topic, partition_for(key, partitions, first), key, headers,
                             payloads[0], priority, now, expires_at, deliver_at, receipt,
-                            msg_id)]
+                            stage, msg_id)]
         seqs = range(first, first + n)
         if priority or expires_at is not None or deliver_at is not None or msg_id is not None:
             return [Publish(seq, topic, partition_for(key, partitions, seq), key, headers,
-                            payload, priority, now, expires_at, deliver_at, receipt, msg_id)
+                            payload, priority, now, expires_at, deliver_at, receipt, stage,
+                            msg_id)
                     for seq, payload, key in zip(seqs, payloads, keys, strict=True)]
         # Plain messages: one object for the batch, no Python step per message but the
         # partition of a key.
         if keys.count(None) < n:
             parts = list(map(partition_for, keys, repeat(partitions), seqs))
-            return [PublishMany(first, topic, parts, keys, headers, payloads, now, receipt, n,
-                                nbytes)]
+            return [PublishMany(first, topic, parts, keys, headers, payloads, now, receipt,
+                                stage, n, nbytes)]
         # partition_for without a key: round-robin by sequence
         parts = list(islice(cycle(range(partitions)), first % partitions,
                             first % partitions + n))
-        return [PublishMany(first, topic, parts, None, headers, payloads, now, receipt, n,
-                            nbytes)]
+        return [PublishMany(first, topic, parts, None, headers, payloads, now, receipt, stage,
+                            n, nbytes)]
 
-    def publish_one(self, topic: str, payload: bytes, key: str | None,
-                    partitions: int) -> Receipt:
-        """``prepare`` and ``submit`` of one publish with every option at its default
-        (checked by the caller). The usual case of ``_reserve`` is inline: the node
-        running and room at once (``_fits`` for one message)."""
+    def publish_one(self, topic: str, payload: bytes, key: str | None, partitions: int,
+                    timeout_s: float | None = None) -> Receipt:
+        """``publish()`` with every option at its default (checked by the caller;
+        ``timeout_s`` None: ``publish_timeout_s``): its sequence, then a place in the open
+        stretch of ``topic`` (or a new one, queued now). The usual case of ``_reserve`` is
+        inline: the node running and room at once (``_fits`` for one message)."""
         nbytes = len(payload)
         alloc = self._alloc
         alloc.acquire()
@@ -192,15 +203,33 @@ class Commands:
             self._next_seq = first + 1
             self._submitted += 1
             self._submitted_bytes += nbytes
-            alloc.release()
         else:
             alloc.release()
-            first = self._reserve(1, nbytes, self.config.publish_timeout_s, True)
-        receipt = Receipt(self._node_hex, first, self.cond, 1, topic, self._watch_fn)
-        self.submit((first, topic, first % partitions if key is None
-                     else partition_for(key, partitions, first), key, payload, time.time(),
-                     receipt))  # (a PLAIN publish: see publishes.py)
-        return receipt
+            first = self._reserve(1, nbytes, self.config.publish_timeout_s if timeout_s is None
+                                  else timeout_s, True)
+            alloc.acquire()  # (to join a stretch: the open one, if it ends just before)
+            if self._state != "running":  # closed while it waited: never queued after that
+                alloc.release()
+                self._check_running()
+        stretch = self._open
+        rounds = 0 if key is not None else partitions
+        if stretch is None or stretch.next != first or stretch.topic != topic \
+                or stretch.rounds != rounds:
+            stretch = self._open = Stretch(first, topic, rounds)
+            self._cmds.append(stretch)  # (in the queue before any later publish)
+            new = True
+        else:
+            new = False
+        if key is not None:
+            stretch.partitions.append(partition_for(key, partitions, first))
+            stretch.keys.append(key)
+        stretch.next = first + 1
+        stretch.payloads.append(payload)
+        stretch.times.append(time.time())
+        alloc.release()
+        if new:
+            self._wake_once()
+        return Receipt(self._publisher, first, stretch, 1, topic)
 
     def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
         """The first of ``n`` sequences, once the outbox has room for them."""
@@ -344,14 +373,12 @@ class Commands:
         count = message_count(pubs)
         while cmds and count < max_pubs:
             cmd = cmds.popleft()
-            if type(cmd) is tuple and type(cmd[0]) is int:  # plain publish() calls
-                plain: list[PLAIN] = [cmd]
-                room = max_pubs - count
-                while cmds and len(plain) < room and type(nxt := cmds[0]) is tuple \
-                        and type(nxt[0]) is int:
-                    plain.append(cmds.popleft())  # type: ignore[arg-type]
-                pubs.extend(gathered(plain))
-                count += len(plain)
+            if isinstance(cmd, Stretch):  # plain publish() calls
+                with self._alloc:  # closed: no publish joins it any more
+                    if self._open is cmd:
+                        self._open = None
+                pubs.append(cmd.staged())
+                count += len(cmd.payloads)
                 continue
             if isinstance(cmd, Publish):  # publish() with options
                 pubs.append(cmd)
@@ -426,13 +453,10 @@ class Commands:
         with self.cond:
             self._done += staged_done
             self._done_bytes += staged_bytes
-            for r in p.stored:
-                r._stored = True
+            for stage in p.stored:
+                stage.stored = True
             for r in p.acked:
                 r._unacked -= 1
-                if r._unacked <= 0:
-                    r._stored = True
-                    r._acked = True
             p.stored.clear()
             p.acked.clear()
             self.cond.notify_all()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from .._store.store import Store, WriteBatch, u64
 from ..errors import StoreError, StoreFullError
 from .held import Held
-from .publishes import message_count, payload_bytes, receipts_of
+from .publishes import message_count, payload_bytes
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -99,8 +99,7 @@ class Committer:
         keep = [p for p in pubs if id(p) not in self.tx_pubs]
         for p in pubs:
             if not (full and id(p) not in self.tx_pubs):
-                for receipt in receipts_of(p):
-                    receipt._error = error
+                p.stage.error = error
         if not full:
             log.error("%s", error)
         elif keep and self.held.hold(keep, now):
@@ -159,8 +158,7 @@ class Committer:
             return 0, 0
         error = StoreFullError(self.store.path, self.store.map_size_bytes)
         for p in held:
-            for receipt in receipts_of(p):
-                receipt._error = error
+            p.stage.error = error
         count = message_count(held)
         self.counters.add("publishes_failed_store_full", count)
         log.error("node %s closed with %d publishes never stored: %s", node, count, error)

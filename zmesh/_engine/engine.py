@@ -126,6 +126,8 @@ class Engine(Commands):
             self._state = "closed"
             return
         if self._state == "running" and self._thread is not None and self._thread.is_alive():
+            with self._alloc:  # (a publish that found the node running queued itself first)
+                self._state = "closing"
             self._cmds.append(("stop",))
             self._wake()
         self._state = "closing"

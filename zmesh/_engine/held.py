@@ -52,9 +52,8 @@ class Held:
         self._freed = False
         self.pubs.extend(p for p in pubs if id(p) not in tx)
         n = self._chunk or len(self.pubs)
-        # Never split one receipt (a publish_many batch): it resolves once, when stored.
-        while n < len(self.pubs) and self.pubs[n].receipt is not None \
-                and self.pubs[n].receipt is self.pubs[n - 1].receipt:
+        # Never split one stage (a publish_many batch): it resolves once, when stored.
+        while n < len(self.pubs) and self.pubs[n].stage is self.pubs[n - 1].stage:
             n += 1
         due, self.pubs = self.pubs[:n], self.pubs[n:]
         self._retrying = n

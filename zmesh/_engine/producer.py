@@ -29,7 +29,7 @@ from .staging import UNCLAIMED, Staging, mem_total
 from .stats import Counters
 
 if TYPE_CHECKING:
-    from .._receipt import Receipt
+    from .._receipt import Receipt, Stage
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Producer:
         # (stored under an earlier config). A member accepting as much needs no check.
         self.payload_bound = max_message_bytes
         self.depth = 0  # messages in the outbox
-        self.stored: list[Receipt] = []
+        self.stored: list[Stage] = []  # stored since the last notify: their receipts say so
         self.acked: list[Receipt] = []
         self._followers: dict[int, list[Receipt]] = {}  # receipts of suppressed duplicates
         self.dead = DeadLetters(self)
@@ -293,7 +293,7 @@ class Producer:
         for receipt in receipts:
             first = receipt._seq
             for seq in range(first, first + receipt.count):
-                if self.owed(receipt.topic, seq) and receipt._error is None:
+                if self.owed(receipt.topic, seq) and receipt._stage.error is None:
                     self._receipts[seq] = receipt
                 elif seq not in self._receipts:
                     self.acked.append(receipt)

@@ -1,19 +1,22 @@
 """What an application thread hands the IO thread to publish: a ``Publish`` per message,
-one ``PublishMany`` for a ``publish_many`` batch of plain messages, and for a ``publish()``
-with every option at its default a bare tuple (``PLAIN``), which the IO thread gathers.
+one ``PublishMany`` for a ``publish_many`` batch of plain messages, and for ``publish()``
+calls with every option at their defaults a ``Stretch``, which they fill as columns.
 
-A ``publish()`` costs the publishing thread an object to build and the IO thread a step to
-read each of its fields: a tuple builds several times faster than a dataclass, and the
-plain publishes the IO thread drains together are transposed into columns at C speed
-(``gathered``), a ``PublishMany`` per stretch of one topic with consecutive sequences.
+A ``publish()`` call on its own would cost the publishing thread an object to build and
+the IO thread a step to read each of its fields, and the IO thread would touch objects
+the publishing thread made (on another core: each a cache line to fetch). A stretch is
+one object for many publishes: each appends its payload and time to lists under the
+allocation lock, and the IO thread takes the lists whole, as a ``PublishMany``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import islice, repeat
-from operator import attrgetter, lt
+from itertools import cycle, islice, repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING
+
+from .._receipt import Stage
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
@@ -34,10 +37,10 @@ class Publish:
     expires_at: float | None
     deliver_at: float | None
     receipt: Receipt | None
+    stage: Stage  # (its receipt's, shared by the messages of one receipt)
     msg_id: str | None = None
 
     count = 1  # (messages: a PublishMany holds several)
-    receipts = None  # (a PublishMany gathered from publish() calls holds one per message)
 
     @property
     def seqs(self) -> range:
@@ -47,15 +50,6 @@ class Publish:
     def nbytes(self) -> int:
         return len(self.payload)
 
-    def plain(self) -> PLAIN | None:
-        """This publish as a ``PLAIN`` tuple when every option is at its default."""
-        if self.headers is None and not self.priority and self.expires_at is None \
-                and self.deliver_at is None and self.msg_id is None:
-            assert self.receipt is not None
-            return (self.seq, self.topic, self.partition, self.key, self.payload,
-                    self.published_at, self.receipt)
-        return None
-
 
 @dataclass(slots=True)
 class PublishMany:
@@ -64,9 +58,8 @@ class PublishMany:
     topic that stores them as runs (runs.py) takes the columns as they are; any other
     ``expand``s them into a ``Publish`` each.
 
-    Plain ``publish()`` calls drained together are gathered into one too (``gathered``):
-    ``published_at`` is then a list, each message's own time, ``receipt`` None and
-    ``receipts`` each message's own."""
+    A ``Stretch`` of ``publish()`` calls becomes one too: ``published_at`` is then a list,
+    each message's own time, ``receipt`` None and ``stage`` the stretch."""
 
     seq: int
     topic: str
@@ -76,9 +69,9 @@ class PublishMany:
     payloads: list[bytes]
     published_at: float | list[float]
     receipt: Receipt | None
+    stage: Stage
     count: int
     nbytes: int
-    receipts: list[Receipt] | None = None  # gathered publishes: one per message
 
     # What staging asks of every publish, the same for all of these.
     priority = 0
@@ -93,65 +86,55 @@ class PublishMany:
     def expand(self) -> list[Publish]:
         """A ``Publish`` per message (for a topic that stores each message on its own)."""
         n, at = self.count, self.published_at
-        times = at if type(at) is list else repeat(at, n)
-        receipts = self.receipts or repeat(self.receipt, n)
-        return [Publish(seq, self.topic, partition, key, self.headers, payload, 0,
-                        published_at, None, None, receipt)
-                for seq, partition, key, payload, published_at, receipt in zip(
+        times = at if isinstance(at, list) else repeat(at, n)
+        topic, headers, receipt, stage = self.topic, self.headers, self.receipt, self.stage
+        return [Publish(seq, topic, partition, key, headers, payload, 0, published_at, None,
+                        None, receipt, stage)
+                for seq, partition, key, payload, published_at in zip(
                     self.seqs, self.partitions, self.keys or repeat(None, n), self.payloads,
-                    times, receipts, strict=True)]
+                    times, strict=True)]
 
 
 AnyPublish = Publish | PublishMany
 
-# A plain publish() as queued: (seq, topic, partition, key, payload, published_at, receipt).
-PLAIN = tuple[int, str, int, "str | None", bytes, float, "Receipt"]
 
+class Stretch(Stage):
+    """``publish()`` calls with every option at their defaults, of one topic, with
+    consecutive sequences from ``seq``: the publishing threads append to its columns
+    under the allocation lock while it is the open one (``Commands._open``), and the IO
+    thread takes it whole (``staged``). It is also the ``Stage`` of their receipts,
+    which its one ``stored`` resolves together.
 
-def gathered(plain: list[PLAIN]) -> list[AnyPublish]:
-    """Plain publishes as the IO thread stages them: each stretch of two or more of one
-    topic with consecutive sequences a ``PublishMany`` (their columns, each message's own
-    time and receipt), any other a ``Publish``. (Publishers on several threads interleave
-    their sequences in the queue, each one's in order: stretches break where they meet.)"""
-    n = len(plain)
-    if n > 1:
-        # Transposed once, at C speed (every PLAIN has 7 fields: no check of lengths).
-        columns = list(zip(*plain, strict=False))
-        seqs, topics = columns[0], columns[1]
-        if seqs[-1] - seqs[0] == n - 1 and topics.count(topics[0]) == n \
-                and all(map(lt, seqs, islice(seqs, 1, None))):
-            return [_many(columns)]  # (the usual case: one publisher, one topic)
-    out: list[AnyPublish] = []
-    i = 0
-    while i < n:
-        seq, topic = plain[i][0], plain[i][1]
-        j = i + 1
-        while j < n and plain[j][0] == seq + (j - i) and plain[j][1] == topic:
-            j += 1
-        if j - i > 1:
-            out.append(_many(list(zip(*plain[i:j], strict=False))))
-        else:
-            _s, _t, partition, key, payload, published_at, receipt = plain[i]
-            out.append(Publish(seq, topic, partition, key, None, payload, 0, published_at,
-                               None, None, receipt))
-        i = j
-    return out
+    ``rounds``: the topic's partition count when no message has a key (each message's
+    partition is then its sequence modulo it, made by the IO thread at C speed), else 0
+    and ``partitions`` and ``keys`` hold each message's."""
 
+    __slots__ = ("seq", "topic", "next", "rounds", "partitions", "keys", "payloads", "times")
 
-def _many(columns: list[tuple]) -> PublishMany:
-    """A stretch of plain publishes (one topic, consecutive sequences), as its columns."""
-    seqs, topics, partitions, keys, payloads, times, receipts = columns
-    return PublishMany(seqs[0], topics[0], list(partitions),
-                       None if keys.count(None) == len(keys) else list(keys), None,
-                       list(payloads), list(times), None, len(seqs), sum(map(len, payloads)),
-                       list(receipts))
+    def __init__(self, seq: int, topic: str, rounds: int) -> None:
+        super().__init__()
+        self.seq = self.next = seq
+        self.topic = topic
+        self.rounds = rounds
+        self.partitions: list[int] = []
+        self.keys: list[str | None] = []
+        self.payloads: list[bytes] = []
+        self.times: list[float] = []
 
-
-def receipts_of(p: AnyPublish) -> list[Receipt]:
-    """The receipts ``p`` resolves (one, one per gathered publish, or none)."""
-    if p.receipts:
-        return p.receipts
-    return [] if p.receipt is None else [p.receipt]
+    def staged(self) -> AnyPublish:
+        """What the IO thread stages, once the stretch is closed: a ``PublishMany``, or a
+        ``Publish`` for a lone message (stored on its own, not as a run)."""
+        payloads = self.payloads
+        n, first, rounds = len(payloads), self.seq, self.rounds
+        if n == 1:
+            return Publish(first, self.topic, first % rounds if rounds else self.partitions[0],
+                           None if rounds else self.keys[0], None, payloads[0], 0,
+                           self.times[0], None, None, None, self)
+        partitions = self.partitions if not rounds else \
+            list(islice(cycle(range(rounds)), first % rounds, first % rounds + n))
+        return PublishMany(first, self.topic, partitions, None if rounds else self.keys,
+                           None, payloads, self.times, None, self, n,
+                           sum(map(len, payloads)))
 
 
 def message_count(pubs: list[AnyPublish]) -> int:

@@ -47,6 +47,7 @@ def mem_size(fields: tuple) -> int:
 
 
 _keys, _headers, _payloads = itemgetter(2), itemgetter(3), itemgetter(8)
+_stage = attrgetter("stage")
 
 
 def mem_run_size(record: list) -> int:
@@ -322,7 +323,7 @@ class Staging:
         partitions = pm.partitions if whole else pm.partitions[start:end]
         keys = pm.keys if whole or pm.keys is None else pm.keys[start:end]
         payloads = pm.payloads if whole else pm.payloads[start:end]
-        published_at = pm.published_at  # (one per message when gathered from publishes)
+        published_at = pm.published_at  # (one per message from a stretch of publishes)
         if not whole and type(published_at) is list:
             published_at = published_at[start:end]
         indexes = _allocate(first, partitions, next_index, firsts)
@@ -402,20 +403,14 @@ class Staging:
                 if latest_wins and p.key is not None:
                     producer._supersede(lane, p.key, p.seq, batch)
             i += 1
-        stored = producer.stored
-        for p in pubs:
-            if p.receipt is not None:
-                if p.seq == p.receipt._seq:
-                    stored.append(p.receipt)  # once per receipt, also for a batch
-            elif p.receipts:  # (plain publishes gathered: one each)
-                stored.extend(p.receipts)
+        producer.stored.extend(map(_stage, pubs))  # (a batch's stage once per message)
         count = message_count(pubs)
         producer.depth += count
         producer.counters.add("published", count)
         for topic, original, receipt in self.duplicates:
             if producer.owed(topic, original):
                 producer._followers.setdefault(original, []).append(receipt)
-                producer.stored.append(receipt)
+                producer.stored.append(receipt._stage)
             else:
                 producer.acked.append(receipt)
         self.duplicates.clear()
