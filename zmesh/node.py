@@ -66,6 +66,10 @@ class Node:
         self.config = config
         self._topics: dict[str, TopicConfig] = dict(config.topics)
         self._known_topics: set[str] = set()  # names that passed check_name
+        # Of those, the partition count of each whose publishes may be plain (0: its
+        # configuration sets a ttl); forgotten when the topic is configured again.
+        self._plain_partitions: dict[str, int] = {}
+        self._max_bytes = config.max_message_bytes
         self._metrics: Any = None
         self._roles: Roles | None = None
         self._readers: weakref.WeakSet[ReplayReader] = weakref.WeakSet()
@@ -159,6 +163,7 @@ class Node:
             raise ConfigError("pass either a TopicConfig or keyword options, not both")
         self._engine.submit(("topic", name, cfg))
         self._topics[name] = cfg
+        self._plain_partitions.pop(name, None)
         return cfg
 
     def publish(
@@ -188,26 +193,37 @@ class Node:
         ``key`` has at most 4,096 characters; ``headers`` has str keys and values msgpack
         packs (str keys in nested maps too), at most 64 KiB packed. ArgumentError otherwise.
         """
-        if topic not in self._known_topics:  # (checked once per name)
-            check_name("topic", topic)
-            self._known_topics.add(topic)
-        tcfg = self._topics.get(topic)
-        if (headers is None and ttl is None and deliver_at is None and delay is None
-                and msg_id is None and priority == 0 and type(priority) is int
+        partitions = self._plain_partitions.get(topic)
+        if partitions is None:
+            partitions = self._learn_topic(topic)
+        if (partitions and headers is None and ttl is None and deliver_at is None
+                and delay is None and msg_id is None and priority == 0
+                and type(priority) is int
                 and (key is None or (type(key) is str and len(key) <= MAX_KEY_CHARS
-                                     and key.isascii()))
-                and (tcfg is None or tcfg.ttl_s is None)):
+                                     and key.isascii()))):
             # Every option at its default (the usual call): a place in a stretch.
             if type(payload) is not bytes:
                 payload = _payload_bytes(payload)
-            if len(payload) <= self.config.max_message_bytes:  # (else _prepare says why)
+            if len(payload) <= self._max_bytes:  # (else _prepare says why)
                 return self._engine.publish_one(
-                    topic, payload, key, DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions,
+                    topic, payload, key, partitions,
                     None if timeout is None else self._timeout(timeout))
         [pub] = self._prepare(topic, [payload], [key], headers, priority, ttl, deliver_at,
                               delay, msg_id, timeout)  # (positional: the cheaper call)
         self._engine.submit(cast(Publish, pub))  # (queued alone: the list is not kept)
         return pub.receipt  # type: ignore[return-value]
+
+    def _learn_topic(self, topic: str) -> int:
+        """Check a topic's name (once); its partition count when its publishes may be
+        plain, 0 when its configuration sets a ttl."""
+        if topic not in self._known_topics:
+            check_name("topic", topic)
+            self._known_topics.add(topic)
+        tcfg = self._topics.get(topic)
+        partitions = 0 if tcfg is not None and tcfg.ttl_s is not None else \
+            DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions
+        self._plain_partitions[topic] = partitions
+        return partitions
 
     def publish_many(
         self,
