@@ -420,3 +420,15 @@ def test_publishes_racing_close_are_stored_or_refused(make_node, tmp_path):
     again = make_node("prod2", data_dir=str(tmp_path / "prod"),
                       topics={"t": zmesh.TopicConfig(groups=("g",))})
     assert again.status()["outbox"] == stored
+
+
+def test_kept_receipts_keep_no_payloads(make_node):
+    # A stretch of publish() calls is its receipts' stage; once staged it hands its
+    # columns on, so an application that keeps receipts does not keep the payloads.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    receipts = [prod.publish("t", bytes([i % 256]) * 1000) for i in range(3000)]
+    receipts[-1].wait_stored(5)  # (stretches are staged in order: every one is)
+    stages = {id(r._stage): r._stage for r in receipts}
+    assert len(stages) < len(receipts)  # (stretches of several publishes)
+    assert all(r.stored for r in receipts)
+    assert not any(getattr(stage, "payloads", None) for stage in stages.values())

@@ -128,9 +128,13 @@ class Commands:
         if self._state != "running":
             self._check_running()
         self._cmds.append(cmd)
-        self._wake_once()
+        if not self._wake_pending:  # (``_wake_once``, inline: a msg.ack() comes this way)
+            self._wake_pending = True
+            if not self._wake():
+                self._check_running()
 
     def _wake_once(self) -> None:
+        """Wake the IO thread unless a wake-up is pending already."""
         if not self._wake_pending:
             self._wake_pending = True
             if not self._wake():
@@ -377,8 +381,9 @@ class Commands:
                 with self._alloc:  # closed: no publish joins it any more
                     if self._open is cmd:
                         self._open = None
-                pubs.append(cmd.staged())
-                count += len(cmd.payloads)
+                staged = cmd.staged()
+                pubs.append(staged)
+                count += staged.count
                 continue
             if isinstance(cmd, Publish):  # publish() with options
                 pubs.append(cmd)

@@ -123,18 +123,21 @@ class Stretch(Stage):
 
     def staged(self) -> AnyPublish:
         """What the IO thread stages, once the stretch is closed: a ``PublishMany``, or a
-        ``Publish`` for a lone message (stored on its own, not as a run)."""
-        payloads = self.payloads
+        ``Publish`` for a lone message (stored on its own, not as a run). The columns go
+        with it: the receipts, which the application may keep, keep only the stage."""
+        payloads, times, keys, partitions = self.payloads, self.times, self.keys, \
+            self.partitions
+        self.payloads, self.times, self.keys, self.partitions = [], [], [], []
         n, first, rounds = len(payloads), self.seq, self.rounds
         if n == 1:
-            return Publish(first, self.topic, first % rounds if rounds else self.partitions[0],
-                           None if rounds else self.keys[0], None, payloads[0], 0,
-                           self.times[0], None, None, None, self)
-        partitions = self.partitions if not rounds else \
-            list(islice(cycle(range(rounds)), first % rounds, first % rounds + n))
-        return PublishMany(first, self.topic, partitions, None if rounds else self.keys,
-                           None, payloads, self.times, None, self, n,
-                           sum(map(len, payloads)))
+            return Publish(first, self.topic, first % rounds if rounds else partitions[0],
+                           None if rounds else keys[0], None, payloads[0], 0, times[0],
+                           None, None, None, self)
+        if rounds:
+            partitions = list(islice(cycle(range(rounds)), first % rounds,
+                                     first % rounds + n))
+        return PublishMany(first, self.topic, partitions, None if rounds else keys, None,
+                           payloads, times, None, self, n, sum(map(len, payloads)))
 
 
 def message_count(pubs: list[AnyPublish]) -> int:
