@@ -85,6 +85,23 @@ def test_full_outbox_blocks_then_raises_a_clear_error(make_node):
     assert err.value.limit == 10
 
 
+def test_a_fast_publisher_stops_exactly_at_max_outbox_messages(make_node):
+    # publish() takes the room the IO thread last counted without checking each time
+    # (Commands._credit): the bound holds all the same, to the message.
+    prod = make_node("prod", max_outbox_messages=3000,
+                     topics={"t": zmesh.TopicConfig(groups=("g",))})
+    published = 0
+    with pytest.raises(zmesh.OutboxFullError):
+        for _ in range(3001):
+            prod.publish("t", b"x", timeout=0.5)
+            published += 1
+    assert published == 3000
+    for _ in range(3):  # (after a loop iteration that counted the room again)
+        with pytest.raises(zmesh.OutboxFullError):
+            prod.publish("t", b"x", timeout=0.05)
+    assert prod.status()["outbox"] == 3000
+
+
 @pytest.mark.parametrize("timeout", [30.0, math.inf])
 def test_a_publish_blocked_on_a_full_outbox_goes_on_when_acks_make_room(make_node, timeout):
     """Acks that settle messages wake a publisher waiting for outbox room at once, not

@@ -94,6 +94,12 @@ class Commands:
         self._submitted_bytes = 0
         self._done_bytes = 0
         self._ahead_limit = map_size_bytes // 8
+        # What publish_one may take without _fits's checks until the IO thread looks again
+        # (``_refill``, under _alloc): the room _fits would find for as many single
+        # publishes, and their payload bytes; none while the node is not running or the
+        # LMDB map is full. Every allocation takes its part (under _alloc).
+        self._credit = 0
+        self._credit_bytes = 0
         self._depth_seen = 0  # the outbox depth and map state at the last _notify
         self._full_seen = False
         self._cmds: deque[tuple | list[AnyPublish] | Publish | Stretch | Message] = deque()
@@ -198,11 +204,9 @@ class Commands:
         nbytes = len(payload)
         alloc = self._alloc
         alloc.acquire()
-        waiting = self._submitted - self._done
-        if (waiting < MAX_AHEAD_MSGS and self._state == "running"
-                and self.producer.depth + waiting < self.config.max_outbox_messages
-                and self._submitted_bytes - self._done_bytes + nbytes <= self._ahead_limit
-                and not self.held.full):
+        if self._credit > 0 and self._credit_bytes >= nbytes:
+            self._credit -= 1
+            self._credit_bytes -= nbytes
             first = self._next_seq
             self._next_seq = first + 1
             self._submitted += 1
@@ -249,6 +253,8 @@ class Commands:
                     self._next_seq = first + n
                     self._submitted += n
                     self._submitted_bytes += nbytes
+                    self._credit -= n  # (the short path's room is taken too)
+                    self._credit_bytes -= nbytes
                     return first
             finally:
                 alloc.release()
@@ -453,15 +459,27 @@ class Commands:
         p = self.producer
         room = p.depth < self._depth_seen or (self._full_seen and not self.held.full)
         self._depth_seen, self._full_seen = p.depth, self.held.full
-        if not (staged_done or p.stored or p.acked or room):
+        if staged_done or p.stored or p.acked or room:
+            with self.cond:
+                self._done += staged_done
+                self._done_bytes += staged_bytes
+                for stage in p.stored:
+                    stage.stored = True
+                for r in p.acked:
+                    r._unacked -= 1
+                p.stored.clear()
+                p.acked.clear()
+                self.cond.notify_all()
+        with self._alloc:
+            self._refill()
+
+    def _refill(self) -> None:
+        """Set what publish_one may take without checks (under _alloc): as many single
+        publishes as ``_fits`` would let in now, one by one."""
+        if self._state != "running" or self.held.full:
+            self._credit = self._credit_bytes = 0
             return
-        with self.cond:
-            self._done += staged_done
-            self._done_bytes += staged_bytes
-            for stage in p.stored:
-                stage.stored = True
-            for r in p.acked:
-                r._unacked -= 1
-            p.stored.clear()
-            p.acked.clear()
-            self.cond.notify_all()
+        waiting = self._submitted - self._done
+        self._credit = min(MAX_AHEAD_MSGS - waiting,
+                           self.config.max_outbox_messages - self.producer.depth - waiting)
+        self._credit_bytes = self._ahead_limit - (self._submitted_bytes - self._done_bytes)
