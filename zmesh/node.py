@@ -269,9 +269,8 @@ class Node:
                  paced: bool = True) -> list[AnyPublish]:
         """Validate publishes and allocate their sequences (shared with transactions,
         which are not ``paced``: see Engine.prepare)."""
-        if topic not in self._known_topics:
-            check_name("topic", topic)
-            self._known_topics.add(topic)
+        if topic not in self._plain_partitions:
+            self._learn_topic(topic)  # (its name checked once)
         limit = self.config.max_message_bytes
         # (all bytes within the limit, the usual batch: checked with no Python step each)
         plain = set(map(type, payloads)) == {bytes} and max(map(len, payloads)) <= limit

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from itertools import cycle, islice, repeat
+from itertools import repeat
 from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from .._protocol.codec import MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTIONS, announc
 from .._receipt import Publisher, Receipt, Stage
 from ..errors import ArgumentError, NodeStateError, OutboxFullError, StoreFullError
 from .publishes import AnyPublish, Publish, PublishMany, Stretch, message_count
-from .routing import partition_for
+from .routing import partition_for, round_robin_partitions
 
 if TYPE_CHECKING:
     from .._store.store import Store, WriteBatch
@@ -115,6 +115,13 @@ class Commands:
 
     # == application threads =============================================================
 
+    def _closing(self) -> None:
+        """The node closes: under the allocation lock, so a publish that found it running
+        has queued itself already, and no later one takes room."""
+        with self._alloc:
+            self._state = "closing"
+            self._credit = self._credit_bytes = 0
+
     def _check_running(self) -> None:
         if self._state != "running":
             if self._failure is not None:
@@ -189,9 +196,7 @@ class Commands:
             parts = list(map(partition_for, keys, repeat(partitions), seqs))
             return [PublishMany(first, topic, parts, keys, headers, payloads, now, receipt,
                                 stage, n, nbytes)]
-        # partition_for without a key: round-robin by sequence
-        parts = list(islice(cycle(range(partitions)), first % partitions,
-                            first % partitions + n))
+        parts = round_robin_partitions(first, n, partitions)
         return [PublishMany(first, topic, parts, None, headers, payloads, now, receipt, stage,
                             n, nbytes)]
 

@@ -126,9 +126,7 @@ class Engine(Commands):
             self._state = "closed"
             return
         if self._state == "running" and self._thread is not None and self._thread.is_alive():
-            with self._alloc:  # (a publish that found the node running queued itself first)
-                self._state = "closing"
-                self._credit = self._credit_bytes = 0
+            self._closing()
             self._cmds.append(("stop",))
             self._wake()
         self._state = "closing"
@@ -156,9 +154,7 @@ class Engine(Commands):
             log.exception("zmesh IO thread of %s stopped on an internal error",
                           self.config.name)
             self._failure = exc
-            with self._alloc:  # (no publish queues itself after this)
-                self._state = "closing"
-                self._credit = self._credit_bytes = 0
+            self._closing()
         finally:
             self._teardown()
 

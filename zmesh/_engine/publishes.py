@@ -12,11 +12,12 @@ allocation lock, and the IO thread takes the lists whole, as a ``PublishMany``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import cycle, islice, repeat
+from itertools import repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from .._receipt import Stage
+from .routing import round_robin_partitions
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
@@ -134,8 +135,7 @@ class Stretch(Stage):
                            None if rounds else keys[0], None, payloads[0], 0, times[0],
                            None, None, None, self)
         if rounds:
-            partitions = list(islice(cycle(range(rounds)), first % rounds,
-                                     first % rounds + n))
+            partitions = round_robin_partitions(first, n, rounds)
         return PublishMany(first, self.topic, partitions, None if rounds else keys, None,
                            payloads, times, None, self, n, sum(map(len, payloads)))
 

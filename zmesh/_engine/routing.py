@@ -17,6 +17,13 @@ def partition_for(key: str | None, partitions: int, seq: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
 
+def round_robin_partitions(first: int, n: int, partitions: int) -> list[int]:
+    """``partition_for`` without a key of the ``n`` consecutive sequences from ``first``:
+    one cycle of partitions, tiled (no step per message)."""
+    start = first % partitions
+    return (list(range(partitions)) * ((start + n) // partitions + 1))[start:start + n]
+
+
 def _score(member: bytes, producer: bytes, partition: int) -> bytes:
     return blake2b(member + producer + partition.to_bytes(4, "big"), digest_size=8).digest()
 

@@ -18,6 +18,8 @@ from bisect import bisect_right, insort
 from collections.abc import Iterator
 from itertools import compress, islice
 
+from .routing import round_robin_partitions
+
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
 _NONE: dict[int, object] = {}  # (first_in: owned by the window alone)
 
@@ -117,8 +119,7 @@ def round_robin(first: int, partitions: list[int]) -> int:
     except ValueError:
         return 0
     count = partitions[wrap - 1] + 1
-    start, n = first % count, len(partitions)
-    if partitions == (list(range(count)) * ((start + n) // count + 1))[start:start + n]:
+    if partitions == round_robin_partitions(first, len(partitions), count):
         return count
     return 0
 
