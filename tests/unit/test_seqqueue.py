@@ -11,11 +11,14 @@ from zmesh._engine.seqqueue import (
     COMPACT_AFTER,
     SPARSE,
     WINDOW_MIN,
+    SentWindow,
     SeqQueue,
     SeqWindow,
     by_partition,
+    member_slots,
     round_robin,
     round_robin_slots,
+    slot_partitions,
 )
 from zmesh._engine.staging import _allocate
 
@@ -108,14 +111,21 @@ def test_drop_front_drops_only_the_front_in_order() -> None:
     assert len(q) == 7 and q.first_owed(SeqWindow(), dict.fromkeys(range(10)), {}) == 3
 
 
+def _sent(*seqs: int) -> SentWindow:
+    sent = SentWindow()
+    for seq in seqs:
+        sent.put(seq, 0, b"m", 1.0)
+    return sent
+
+
 def _check(w: SeqWindow, model: dict[int, int]) -> None:
     assert len(w) == len(model) and bool(w) == bool(model)
     assert sorted(w) == sorted(model)
-    # What a lane owes: the window's entries, or those of its sent and entries dicts.
+    # What a lane owes: the window's entries, or those of its sent window and entries.
     probe = sorted({s + d for s in model for d in (-1, 0, 1)} | {-1, 0})
-    assert w.owed_among(probe, {}, {}) == [s for s in probe if s in model]
-    assert w.owed_among(probe, {-1: 0}, {probe[-1]: 0}) == \
-        [s for s in probe if s in model or s in (-1, probe[-1])]
+    assert w.owed_among(probe, SentWindow(), {}) == [s for s in probe if s in model]
+    assert w.owed_among(probe, _sent(-1, 0), {probe[-1]: 0}) == \
+        [s for s in probe if s in model or s in (-1, 0, probe[-1])]
 
 
 @given(st.lists(st.tuples(st.sampled_from(["put", "run", "pop", "has"]), st.integers(0, 3),
@@ -187,12 +197,28 @@ def test_front_shows_what_take_front_removes_and_leaves_it() -> None:
     w = SeqWindow()
     for seq in (5, 6, 8, 9, 12):
         w.put(seq, seq % 3)
-    assert w.front(3) == ([5, 6, 8], [2, 0, 2])
+    assert w.front(3) == ([5, 6, 8], [2, 0, 2], None)  # (not consecutive: no slots)
     assert len(w) == 5 and 5 in w  # nothing removed
-    assert w.take_front(3) == ([5, 6, 8], [2, 0, 2])
-    assert w.front(10) == ([9, 12], [0, 0]) and len(w) == 2
-    assert w.take_front(10) == ([9, 12], [0, 0]) and not w
-    assert w.front(1) == ([], [])
+    assert w.take_front(3) == ([5, 6, 8], [2, 0, 2], None)
+    assert w.front(10) == ([9, 12], [0, 0], None) and len(w) == 2
+    assert w.take_front(10) == ([9, 12], [0, 0], None) and not w
+    assert w.front(1) == ([], [], None)
+
+
+def test_a_consecutive_front_comes_with_its_slots() -> None:
+    w = SeqWindow()
+    w.put_run(list(range(20, 30)), [300 if s == 25 else s % 4 for s in range(20, 30)],
+              array("H", [301 if s == 25 else s % 4 + 1 for s in range(20, 30)]))
+    seqs, partitions, slots = w.front(4)
+    assert (seqs, partitions, slots) == ([20, 21, 22, 23], [0, 1, 2, 3], array("H", [1, 2, 3, 4]))
+    assert w.take_front(8) == (list(range(20, 28)), [0, 1, 2, 3, 0, 300, 2, 3],
+                               array("H", [1, 2, 3, 4, 1, 301, 3, 4]))
+    assert len(w) == 2 and w.front(5)[0] == [28, 29]
+
+
+@given(st.lists(st.integers(1, 65535), max_size=50))
+def test_slot_partitions(slots: list[int]) -> None:
+    assert slot_partitions(array("H", slots)) == [v - 1 for v in slots]
 
 
 @given(st.integers(0, 10_000), st.integers(1, 40), st.integers(1, 20), st.booleans())
@@ -228,3 +254,73 @@ def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, nex
     assert (next_index, firsts) == (want_next, want_firsts)
     if found:
         assert list(round_robin_slots(first, n, found)) == [p + 1 for p in partitions]
+
+
+def _sent_check(w: SentWindow, model: dict[int, tuple[int, bytes, float]]) -> None:
+    assert len(w) == len(model) and bool(w) == bool(model)
+    assert sorted(w) == sorted(model)
+    for seq in {s + d for s in model for d in (-1, 0, 1)}:
+        assert (seq in w) == (seq in model) and w.get(seq) == model.get(seq)
+    for member in (b"a", b"b", b"c"):
+        assert w.to(member) == {s for s, state in model.items() if state[1] == member}
+
+
+@given(st.lists(st.tuples(st.sampled_from(["put", "run", "pop", "pop_run"]),
+                          st.integers(0, 200), st.integers(1, 12), st.integers(0, 2)),
+                max_size=80))
+@settings(max_examples=1000)
+def test_sent_window_matches_a_dict(ops: list[tuple[str, int, int, int]]) -> None:
+    """Single puts (the heap's way), runs of consecutive sequences (a take of the front),
+    single pops and consecutive pops (acks), against a dict of the same states."""
+    w, model = SentWindow(), {}
+    members = [b"a", b"b", b"c"]
+    for op, seq, n, m in ops:
+        deadline = float(seq + n)
+        if op == "put" and seq not in model:
+            w.put(seq, n % 5, members[m], deadline)
+            model[seq] = (n % 5, members[m], deadline)
+        elif op == "run":
+            run = range(seq, seq + n)
+            if any(s in model for s in run):
+                continue  # (a take puts sequences not in flight)
+            whose = array("I", [w.member_index(members[(m + s) % 3]) for s in run])
+            if w.put_run(seq, array("H", [s % 7 + 1 for s in run]), whose, deadline):
+                model.update((s, (s % 7, members[(m + s) % 3], deadline)) for s in run)
+            else:  # (not above the window: the lane puts them one by one)
+                assert seq - w._base < len(w._w)
+        elif op == "pop":
+            assert w.pop(seq) == model.pop(seq, None)
+        elif op == "pop_run":
+            run = range(seq, seq + n)
+            if w.pop_run(seq, n):
+                for s in run:
+                    del model[s]
+            else:  # (some not in the window: the lane pops them one by one)
+                assert not all(s in model and s not in w._old for s in run)
+        _sent_check(w, model)
+
+
+def test_sent_window_pops_a_run_only_when_all_of_it_is_there() -> None:
+    w = SentWindow()
+    assert w.put_run(10, array("H", [1, 2, 3, 4]), member_slots(w.member_index(b"a"), 4), 2.0)
+    assert not w.put_run(12, array("H", [1]), member_slots(0, 1), 3.0)  # (not above it)
+    assert w.pop(11) == (1, b"a", 2.0)
+    assert not w.pop_run(10, 3) and len(w) == 3  # 11 is gone: nothing done
+    assert w.pop_run(12, 2) and w.pop_run(10, 1) and not w
+    assert not w.pop_run(10, 1)
+
+
+def test_sent_window_of_a_stuck_message_moves_it_aside() -> None:
+    """One message in flight far below many sent and acked after it (a member that never
+    acks it, until its deadline): the window stays small, the message found."""
+    w = SentWindow()
+    w.put(0, 3, b"slow", 9.0)
+    index = w.member_index(b"fast")
+    seq = 1
+    for _ in range(3 * WINDOW_MIN // 500):
+        assert w.put_run(seq, array("H", [1]) * 500, member_slots(index, 500), 1.0)
+        assert w.pop_run(seq, 500)
+        seq += 500
+        assert len(w._w) <= 2 * WINDOW_MIN
+    assert len(w) == 1 and w.get(0) == (3, b"slow", 9.0) and w.to(b"slow") == {0}
+    assert w.pop(0) == (3, b"slow", 9.0) and not w

@@ -14,7 +14,8 @@ message costs no ``Entry``: while ready it is a sequence in its partition's FIFO
 deadline)) until its ack. It becomes an ``Entry`` only when something unusual happens to
 it (a timeout, a nack, its member leaving, a failed send, a failure to park): that keeps
 the common path, and the memory of a large backlog, small (the FIFOs and ``_plain`` are
-arrays: about 18 bytes per ready message, none of them objects).
+arrays: about 18 bytes per ready message, none of them objects; ``_sent`` is a window of
+arrays too, so a take and an ack of consecutive sequences cost no step per message).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import random
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
-from itertools import compress, repeat
-from operator import add
+from itertools import compress, islice, repeat
+from operator import add, lt
 from typing import cast
 
 from .delivery import (
@@ -43,7 +44,15 @@ from .delivery import (
 )
 from .retries import Retries
 from .routing import rendezvous
-from .seqqueue import SeqQueue, SeqWindow, by_partition, round_robin, round_robin_slots
+from .seqqueue import (
+    SentWindow,
+    SeqQueue,
+    SeqWindow,
+    by_partition,
+    member_slots,
+    round_robin,
+    round_robin_slots,
+)
 
 
 class PlainRun:
@@ -88,8 +97,7 @@ class Lane(Retries):
         self._rng = rng
         self.entries: dict[int, Entry] = {}  # messages that are not plain (or no longer)
         self._plain = SeqWindow()  # ready plain messages: seq -> partition
-        self._sent: dict[int, tuple[int, bytes, float]] = {}  # seq -> (partition, member,
-        #                                                      deadline) of sent plain ones
+        self._sent = SentWindow()  # sent plain messages: seq -> (partition, member, deadline)
         self.members: dict[bytes, Member] = {}
         self._partitions = partitions
         self._ready: list[list[int]] = [[] for _ in range(partitions)]
@@ -160,7 +168,7 @@ class Lane(Retries):
             else:
                 heapq.heappush(self._ready[partition], key)
             return entry
-        sent = self._sent.pop(seq, None)
+        sent = self._sent.pop(seq)
         if sent is not None:
             entry = Entry(seq, sent[0], 0, 1, 0.0, 0.0)
             entry.state = IN_FLIGHT
@@ -277,7 +285,7 @@ class Lane(Retries):
     def in_flight_to(self, member: bytes) -> set[int]:
         """The sequences in flight to ``member`` (a scan of the sent map: rare uses)."""
         held = self.members.get(member)
-        plain = {seq for seq, sent in self._sent.items() if sent[1] == member}
+        plain = self._sent.to(member)
         return plain | held.in_flight if held is not None else plain
 
     # -- membership -----------------------------------------------------------------------
@@ -399,7 +407,7 @@ class Lane(Retries):
                 batch = out[owner] = Taken()
             if plain.pop(seq) is not None:
                 fifos[partition].popleft()
-                sent[seq] = (partition, owner, deadline)
+                sent.put(seq, partition, owner, deadline)
                 member.sent += 1
                 attempt = 1
             else:
@@ -444,56 +452,61 @@ class Lane(Retries):
         credit left; returns how many it took and whether it stopped so (the rest then
         goes the heap's way)."""
         members = self.members
+        sent = self._sent
         stopped = False
         if len(members) == 1:  # it owns every partition (the usual lane: kept lean)
-            [its] = members.values()
+            [(only, its)] = members.items()
             room = min(limit, its.max_in_flight - its.sent - len(its.in_flight))
             if room <= 0:  # (its credit may have been lowered below what it holds)
                 return 0, False
-            seqs, partitions = self._plain.take_front(room)
+            seqs, partitions, slots = self._plain.take_front(room)
             if not seqs:
                 return 0, False
+            whose = member_slots(sent.member_index(only), len(seqs))
         else:
             credit = {m: its.max_in_flight - its.sent - len(its.in_flight)
                       for m, its in members.items()}
             room = min(limit, sum(c for c in credit.values() if c > 0))
             if room <= 0:
                 return 0, False
-            seqs, partitions = self._plain.front(room)
+            seqs, partitions, slots = self._plain.front(room)
             if not seqs:
                 return 0, False
-            whose = list(map(owners.__getitem__, partitions))
-            if any(n > credit[m] for m, n in Counter(whose).items()):
+            owner_of = list(map(owners.__getitem__, partitions))
+            if any(n > credit[m] for m, n in Counter(owner_of).items()):
                 left, cut = dict(credit), 0
-                for m in whose:
+                for m in owner_of:
                     if left[m] <= 0:
                         break
                     left[m] -= 1
                     cut += 1
-                seqs, partitions, whose = seqs[:cut], partitions[:cut], whose[:cut]
+                seqs, partitions, owner_of = seqs[:cut], partitions[:cut], owner_of[:cut]
+                slots = slots[:cut] if slots is not None else None
                 stopped = True
                 if not seqs:
                     return 0, True
             self._plain.take_front(len(seqs))  # (the same sequences)
+            if slots is not None:
+                index = {m: sent.member_index(m) for m in members}
+                whose = array("I", map(index.__getitem__, owner_of))
         last = seqs[-1]
         deadline = now + self.timing.ack_timeout_s
-        # One (partition, member, deadline) tuple per partition, shared by its sequences.
-        state = {p: (p, owners[p], deadline) for p in set(partitions)}
         fresh = self._fresh
-        for p in state:  # their taken sequences are the front of each FIFO (the others'
-            fresh[p].drop_through(last)  # stale slots below it go when they are next taken)
-        self._sent.update(zip(seqs, map(state.__getitem__, partitions), strict=True))
+        for p in set(partitions):  # their taken sequences are the front of each FIFO (the
+            fresh[p].drop_through(last)  # others' stale slots below it go when next taken)
+        if slots is None or not sent.put_run(seqs[0], slots, whose, deadline):
+            for seq, partition in zip(seqs, partitions, strict=True):
+                sent.put(seq, partition, owners[partition], deadline)
         self._ready_count -= len(seqs)
         self._serial += 1
         heapq.heappush(self._deadlines, (deadline, self._serial, array("q", seqs)))
         self._timer(deadline)
         if len(members) == 1:
-            [only] = members
             taken = Taken()
             taken.seqs, taken.partitions, taken.attempts = seqs, partitions, [1] * len(seqs)
             out[only] = taken
         else:
-            for seq, partition, m in zip(seqs, partitions, whose, strict=True):
+            for seq, partition, m in zip(seqs, partitions, owner_of, strict=True):
                 batch = out.get(m)
                 if batch is None:
                     batch = out[m] = Taken()
@@ -510,8 +523,16 @@ class Lane(Retries):
         seqs = list(seqs)
         members = self.members
         self.floor()  # (the front of ``_order`` is owed: a front acked can go at once below)
-        # The common case, plain messages in flight, with no Python call per sequence.
-        sent = list(map(self._sent.pop, seqs, repeat(None)))
+        n = len(seqs)
+        if n and len(members) == 1 and seqs[-1] - seqs[0] == n - 1 \
+                and all(map(lt, seqs, islice(seqs, 1, None))) \
+                and self._sent.pop_run(seqs[0], n):
+            # The common case: one member acked consecutive sequences it was sent.
+            for only in members.values():
+                only.sent -= n
+            self._order.drop_front(seqs, consecutive=True)
+            return seqs
+        sent = list(map(self._sent.pop, seqs))
         settled = list(compress(seqs, sent))
         if len(members) == 1:
             for only in members.values():

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .delivery import DELAYED, IN_FLIGHT, Entry, Member, TickResult, Timing
+from .seqqueue import SentWindow
 
 
 class Retries:
@@ -19,7 +20,7 @@ class Retries:
     timing: Timing
     members: dict[bytes, Member]
     entries: dict[int, Entry]
-    _sent: dict[int, tuple[int, bytes, float]]
+    _sent: SentWindow
     _rng: Callable[[], float]
     _delayed: list[tuple[float, int]]
     _deadlines: list[tuple[float, int, array[int]]]

@@ -8,11 +8,14 @@ values, no objects, and is never walked.
 ``SeqWindow`` maps the sequences of a lane's ready plain messages to their partitions. A
 dict costs about 75 bytes per entry (its slot and the int object of the key); the window
 costs 2 bytes per sequence of the span it covers, so a backlog of 2,000,000 messages takes
-4 MB instead of 150 MB.
+4 MB instead of 150 MB. ``SentWindow`` does the same for the messages a lane has sent and
+waits to hear about, with their members and deadlines: a take and an ack of consecutive
+sequences are a few slice operations, with no dict entry made or removed per message.
 """
 
 from __future__ import annotations
 
+import sys
 from array import array
 from bisect import bisect_right, insort
 from collections.abc import Iterator
@@ -65,7 +68,8 @@ class SeqQueue:
                 return a[head]
         return self.first_owed(owned, _NONE, _NONE)
 
-    def first_owed(self, plain: SeqWindow, sent: dict, entries: dict) -> int | None:
+    def first_owed(self, plain: SeqWindow, sent: SentWindow | dict,
+                   entries: dict) -> int | None:
         """The first sequence in ``plain``, ``sent`` or ``entries`` (what a lane owes),
         dropping those before it; None if none."""
         a, head = self._a, self._head
@@ -82,13 +86,15 @@ class SeqQueue:
         head = self._set_head(head)
         return a[head] if head < len(a) else None
 
-    def drop_front(self, seqs: list[int]) -> None:
+    def drop_front(self, seqs: list[int], consecutive: bool = False) -> None:
         """``seqs`` were just settled: when they are the front of the queue, in its order
-        (what one member acked, mostly), drop them at once instead of one by one later."""
+        (what one member acked, mostly), drop them at once instead of one by one later.
+        ``consecutive``: ``seqs`` are known to be consecutive and ascending, so matching
+        the front's ends is enough (the queue never descends)."""
         a, head = self._a, self._head
         n = len(seqs)
         if n and head + n <= len(a) and a[head] == seqs[0] and a[head + n - 1] == seqs[-1] \
-                and a[head:head + n].tolist() == seqs:
+                and (consecutive or a[head:head + n].tolist() == seqs):
             self._set_head(head + n)
 
     def popleft(self) -> None:
@@ -145,6 +151,27 @@ def round_robin_slots(first: int, n: int, count: int) -> array[int]:
     return (cycle_slots * ((start + n) // count + 1))[start:start + n]
 
 
+_LOW = 0 if sys.byteorder == "little" else 1  # where a slot's low byte is in its bytes
+_DOWN = bytes((b - 1) % 256 for b in range(256))  # a byte less one
+
+
+def _has_empty(slots: array[int]) -> bool:
+    """Whether ``slots`` ("H") hold a 0, found at C speed: an empty slot is two zero bytes
+    in place, so their absence proves none. (Two zero bytes astride two slots, the high
+    byte of one below 256 and the low byte of a multiple of 256, answer yes wrongly: the
+    caller then takes its slower way.)"""
+    return b"\0\0" in slots.tobytes() or not slots
+
+
+def slot_partitions(slots: array[int]) -> list[int]:
+    """The partitions of filled window slots (``slot - 1``): at C speed when every slot is
+    below 256 (a byte each, less one), else one by one."""
+    raw = slots.tobytes()
+    if not raw[1 - _LOW::2].strip(b"\0"):
+        return list(raw[_LOW::2].translate(_DOWN))
+    return [v - 1 for v in slots]
+
+
 WINDOW_MIN = 1 << 16  # slots a window may span whatever it holds
 SPARSE = 8  # ... and beyond that, at most this many slots per sequence it holds
 
@@ -183,13 +210,16 @@ class SeqWindow:
         yield from list(self._old)
         yield from compress(range(self._base, self._base + len(self._w)), self._w)
 
-    def owed_among(self, seqs: list[int], sent: dict, entries: dict) -> list[int]:
+    def owed_among(self, seqs: list[int], sent: SentWindow, entries: dict) -> list[int]:
         """Those of ``seqs`` in this window, ``sent`` or ``entries`` (what a lane owes), in
         one pass with no call per sequence (a settlement asks this of every other lane)."""
         w, base, old = self._w, self._base, self._old
         span = len(w)
-        return [s for s in seqs if s in sent or (0 <= s - base < span and w[s - base])
-                or s in entries or (old and s in old)]
+        sw, sbase, sold = sent._w, sent._base, sent._old
+        sspan = len(sw)
+        return [s for s in seqs if (0 <= s - sbase < sspan and sw[s - sbase])
+                or (0 <= s - base < span and w[s - base]) or s in entries
+                or (old and s in old) or (sold and s in sold)]
 
     def put(self, seq: int, partition: int) -> None:
         """Map ``seq`` to ``partition`` (``seq`` must be absent)."""
@@ -255,22 +285,27 @@ class SeqWindow:
             return self._old.pop(seq, None)
         return None
 
-    def front(self, n: int) -> tuple[list[int], list[int]]:
+    def front(self, n: int) -> tuple[list[int], list[int], array[int] | None]:
         """The ``n`` lowest sequences of the window (the dict aside must be empty) and
-        their partitions, left in place, with no call per sequence."""
+        their partitions, left in place, with no call per sequence; and, when they are
+        consecutive, their slots (partitions + 1, as ``SentWindow.put_run`` takes them)."""
         w, base, front = self._w, self._base, self._front
+        end = min(front + n, len(w))
+        slots = w[front:end]
+        if not _has_empty(slots):  # (the usual front: consecutive, every slot filled)
+            return list(range(base + front, base + end)), slot_partitions(slots), slots
         with memoryview(w) as view:  # (a view from the front, not an iteration up to it)
             seqs = list(islice(compress(range(base + front, base + len(w)), view[front:]), n))
         if not seqs:
-            return seqs, []
-        return seqs, [v - 1 for v in w[front:seqs[-1] - base + 1] if v]
+            return seqs, [], None
+        return seqs, [v - 1 for v in w[front:seqs[-1] - base + 1] if v], None
 
-    def take_front(self, n: int) -> tuple[list[int], list[int]]:
+    def take_front(self, n: int) -> tuple[list[int], list[int], array[int] | None]:
         """Remove the ``n`` lowest sequences of the window (the dict aside must be empty):
-        (sequences, partitions), with no call per sequence."""
-        seqs, partitions = self.front(n)
+        ``front`` of them, with no call per sequence."""
+        seqs, partitions, slots = self.front(n)
         if not seqs:
-            return seqs, partitions
+            return seqs, partitions, slots
         w, base, front = self._w, self._base, self._front
         end = seqs[-1] - base + 1
         w[front:end] = array("H", bytes(2 * (end - front)))
@@ -280,7 +315,7 @@ class SeqWindow:
             self._base = base + end
             end = 0
         self._front = end
-        return seqs, partitions
+        return seqs, partitions, slots
 
     def _shrink(self) -> None:
         """Drop the empty front of the span; while it is still sparse, move its oldest
@@ -299,3 +334,192 @@ class SeqWindow:
         del w[:front]
         self._base += front
         self._front = max(0, self._front - front)
+
+
+SentState = tuple[int, bytes, float]  # (partition, member, deadline)
+
+
+class SentWindow:
+    """A lane's sent plain messages: sequence -> (partition, member, ack deadline), kept
+    as columns over a span of sequences, the way ``SeqWindow`` keeps ready ones.
+
+    Slot ``seq - base`` of ``_w`` holds ``partition + 1`` (0: absent), of ``_m`` the index
+    of its member in ``_who``, of ``_d`` its deadline. A take of consecutive sequences
+    (``put_run``) extends the three arrays, an ack of consecutive sequences (``pop_run``)
+    clears a slice: no dict entry made or removed per message. Like ``SeqWindow``, the
+    window moves its oldest entries to a dict when it would grow sparse (an old message
+    still in flight far below many new ones)."""
+
+    __slots__ = ("_w", "_m", "_d", "_base", "_n", "_front", "_old", "_who", "_index")
+
+    def __init__(self) -> None:
+        self._w = array("H")
+        self._m = array("I")
+        self._d = array("d")
+        self._base = 0
+        self._n = 0  # entries in the window (not in ``_old``)
+        self._front = 0  # every slot below this one is empty
+        self._old: dict[int, SentState] = {}  # entries below the window's base
+        self._who: list[bytes] = []  # every member messages were sent to, by index
+        self._index: dict[bytes, int] = {}
+
+    def __len__(self) -> int:
+        return self._n + len(self._old)
+
+    def __bool__(self) -> bool:
+        return bool(self._n or self._old)
+
+    def __contains__(self, seq: int) -> bool:
+        i = seq - self._base
+        if 0 <= i < len(self._w):
+            return bool(self._w[i])
+        return bool(self._old) and seq in self._old
+
+    def __iter__(self) -> Iterator[int]:
+        yield from list(self._old)
+        yield from compress(range(self._base, self._base + len(self._w)), self._w)
+
+    def member_index(self, member: bytes) -> int:
+        """The index that stands for ``member`` in ``put_run``'s ``members``."""
+        index = self._index.get(member)
+        if index is None:
+            index = self._index[member] = len(self._who)
+            self._who.append(member)
+        return index
+
+    def get(self, seq: int) -> SentState | None:
+        i = seq - self._base
+        if 0 <= i < len(self._w):
+            v = self._w[i]
+            return (v - 1, self._who[self._m[i]], self._d[i]) if v else None
+        return self._old.get(seq) if self._old else None
+
+    def pop(self, seq: int) -> SentState | None:
+        """Remove ``seq``; its state, or None when it was absent."""
+        i = seq - self._base
+        w = self._w
+        if 0 <= i < len(w):
+            v = w[i]
+            if not v:
+                return None
+            w[i] = 0
+            self._n -= 1
+            state = (v - 1, self._who[self._m[i]], self._d[i])
+            if not self._n:
+                self._empty()
+            return state
+        return self._old.pop(seq, None) if self._old else None
+
+    def to(self, member: bytes) -> set[int]:
+        """The sequences sent to ``member`` (a scan: rare uses)."""
+        held = {seq for seq, state in self._old.items() if state[1] == member}
+        index = self._index.get(member)
+        if index is not None:
+            base = self._base
+            held.update(base + i for i, (v, m) in enumerate(zip(self._w, self._m,
+                                                                strict=True))
+                        if v and m == index)
+        return held
+
+    def put(self, seq: int, partition: int, member: bytes, deadline: float) -> None:
+        """Map ``seq`` (absent) to its state."""
+        i = seq - self._base
+        w = self._w
+        if not self._n and i >= 0:  # empty: start again at ``seq`` (see SeqWindow.put)
+            self._empty()
+            self._base, i = seq, 0
+        if i < 0:
+            self._old[seq] = (partition, member, deadline)
+            return
+        span = len(w)
+        if i >= span:
+            self._pad(i - span)
+            w.append(partition + 1)
+            self._m.append(self.member_index(member))
+            self._d.append(deadline)
+        else:
+            w[i] = partition + 1
+            self._m[i] = self.member_index(member)
+            self._d[i] = deadline
+            self._front = min(self._front, i)
+        self._n += 1
+        if i >= WINDOW_MIN and i >= SPARSE * self._n:
+            self._shrink()
+
+    def put_run(self, first: int, slots: array[int], members: array[int],
+                deadline: float) -> bool:
+        """Put the consecutive sequences from ``first`` (``slots``: their partitions + 1,
+        ``members``: their members' ``member_index``) with one deadline, when they all
+        lie above what the window holds; else False, and nothing done."""
+        i = first - self._base
+        if not self._n and i >= 0:
+            self._empty()
+            self._base, i = first, 0
+        span = len(self._w)
+        if i < span:
+            return False
+        self._pad(i - span)
+        self._w.extend(slots)
+        self._m.extend(members)
+        self._d.extend(array("d", (deadline,)) * len(slots))
+        self._n += len(slots)
+        i = len(self._w) - 1
+        if i >= WINDOW_MIN and i >= SPARSE * self._n:
+            self._shrink()
+        return True
+
+    def pop_run(self, first: int, n: int) -> bool:
+        """Remove the consecutive sequences from ``first`` when all ``n`` of them are in
+        the window; else False, and nothing done."""
+        lo = first - self._base
+        hi = lo + n
+        w = self._w
+        if lo < 0 or hi > len(w) or _has_empty(w[lo:hi]):
+            return False
+        w[lo:hi] = array("H", bytes(2 * n))
+        self._n -= n
+        if not self._n:
+            self._empty()
+        elif lo <= self._front < hi:
+            self._front = hi
+            if hi >= COMPACT_AFTER and hi * 2 >= len(w):
+                self._drop(hi)
+        return True
+
+    def _pad(self, gap: int) -> None:
+        if gap:
+            self._w.frombytes(bytes(2 * gap))
+            self._m.frombytes(bytes(4 * gap))
+            self._d.frombytes(bytes(8 * gap))
+
+    def _empty(self) -> None:
+        """Nothing in the window: its columns go (the dict's entries stay below base)."""
+        del self._w[:], self._m[:], self._d[:]
+        self._front = 0
+
+    def _drop(self, front: int) -> None:
+        """Drop the first ``front`` slots (empty)."""
+        del self._w[:front], self._m[:front], self._d[:front]
+        self._base += front
+        self._front = max(0, self._front - front)
+
+    def _shrink(self) -> None:
+        """Drop the empty front of the span; while it is still sparse, move its oldest
+        entries to the dict (as ``SeqWindow._shrink`` does)."""
+        w, m, d = self._w, self._m, self._d
+        raw = w.tobytes()
+        front = (len(raw) - len(raw.lstrip(b"\0"))) // 2  # first non-empty slot
+        while len(w) - front >= max(WINDOW_MIN, SPARSE * self._n):
+            end = front + (len(w) - front) // 2
+            for j in range(front, end):
+                v = w[j]
+                if v:
+                    self._old[self._base + j] = (v - 1, self._who[m[j]], d[j])
+                    self._n -= 1
+            front = end
+        self._drop(front)
+
+
+def member_slots(index: int, n: int) -> array[int]:
+    """``put_run``'s ``members`` for ``n`` messages sent to one member."""
+    return array("I", (index,)) * n
