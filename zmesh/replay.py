@@ -18,7 +18,7 @@ from ._protocol.codec import decode_control, encode_control
 from ._protocol.frames import FetchReply, FetchRequest
 from ._security import client_options
 from .errors import DecodeError, NodeStateError
-from .subscription import Message
+from .subscription import Message, Origin
 
 if TYPE_CHECKING:
     from ._engine.engine import Engine
@@ -196,6 +196,7 @@ class ReplayReader:
     def _take(self, source: _Source, reply: FetchReply, start: int | None) -> None:
         cursors = source.cursors
         producer = source.node_id
+        origin = Origin(None, (producer, self.topic, ""), None)
         default = start if start is not None else 0
         for item in reply.items:
             pos = cursors.get(item.partition, default)
@@ -204,9 +205,9 @@ class ReplayReader:
             if item.index > pos:
                 self._gap(producer, item.partition, pos, item.index)
             cursors[item.partition] = item.index + 1
-            self._buffer.append(Message(None, (producer, self.topic, ""), item.seq, None,
-                                        item.key, item.payload, item.headers, 0,
-                                        item.partition, item.published_at, item.index))
+            self._buffer.append(Message(origin, item.seq, item.key, item.payload,
+                                        item.headers, 0, item.partition, item.published_at,
+                                        item.index))
         caught_up = True
         for head in reply.heads:
             pos = cursors.get(head.partition, default)

@@ -32,6 +32,22 @@ _settled = attrgetter("_settled")
 _message_id = tuple.__new__
 
 
+class Origin:
+    """What every message of one delivered batch shares: the engine its settlement goes
+    to, its source (producer id, topic, lane), its group and the producer id in hex (made
+    once per batch). One reference per message instead of five fields to set."""
+
+    __slots__ = ("engine", "source", "topic", "group", "producer")
+
+    def __init__(self, engine: Engine | None, source: tuple[bytes, str, str],
+                 group: str | None, producer_hex: str | None = None) -> None:
+        self.engine = engine
+        self.source = source
+        self.topic = source[1]
+        self.group = group
+        self.producer = producer_hex or source[0].hex()
+
+
 class Message:
     """One delivered message; settle it exactly once with ack, nack or fail.
 
@@ -41,22 +57,16 @@ class Message:
     do not ack).
     """
 
-    __slots__ = ("_producer", "_seq", "topic", "key", "payload", "_headers", "attempt",
-                 "partition", "group", "published_at", "index", "_source", "_engine",
-                 "_settled")
+    __slots__ = ("_origin", "_seq", "key", "payload", "_headers", "attempt", "partition",
+                 "published_at", "index", "_settled")
 
-    def __init__(self, engine: Engine | None, source: tuple[bytes, str, str], seq: int,
-                 group: str | None, key: str | None, payload: bytes,
+    def __init__(self, origin: Origin, seq: int, key: str | None, payload: bytes,
                  headers: dict | None, attempt: int, partition: int, published_at: float,
-                 index: int | None = None, producer_hex: str | None = None) -> None:
-        # ``source``: (producer id, topic, lane), one tuple for every message of a batch;
-        # ``producer_hex``: ``producer.hex()``, computed once per batch by the caller. The
-        # id and an empty headers dict are made when asked for: most messages are acked
-        # without either.
-        self._producer = producer_hex or source[0].hex()
+                 index: int | None = None) -> None:
+        # The id and an empty headers dict are made when asked for: most messages are
+        # acked without either.
+        self._origin = origin
         self._seq = seq
-        self.topic = source[1]
-        self.group = group
         self.key = key
         self.payload = payload
         self._headers = headers
@@ -64,14 +74,21 @@ class Message:
         self.partition = partition
         self.published_at = published_at
         self.index = index
-        self._source = source
-        self._engine = engine
         self._settled: str | None = None
+
+    @property
+    def topic(self) -> str:
+        return self._origin.topic
+
+    @property
+    def group(self) -> str | None:
+        """The consumer group it was delivered to (None from a replay reader)."""
+        return self._origin.group
 
     @property
     def id(self) -> MessageId:
         """(producer id in hex, sequence): unique in the mesh, the same on redelivery."""
-        return _message_id(MessageId, (self._producer, self._seq))
+        return _message_id(MessageId, (self._origin.producer, self._seq))
 
     @property
     def headers(self) -> dict:
@@ -83,12 +100,18 @@ class Message:
         if self._settled is not None:
             raise MessageStateError(f"message {self.id} was already {self._settled}")
         self._settled = how
-        if self._engine is not None:  # (a bare message is an ack: no tuple per message)
-            self._engine.submit(self if how == "acked" else ("settle", self, how, arg))
+        engine = self._origin.engine
+        if engine is not None:  # (a bare message is an ack: no tuple per message)
+            engine.submit(self if how == "acked" else ("settle", self, how, arg))
 
     def ack(self) -> None:
         """Done with it: the group will not get it again."""
-        self._settle("acked", None)
+        if self._settled is not None:  # (``_settle``, inline: the call made per message)
+            raise MessageStateError(f"message {self.id} was already {self._settled}")
+        self._settled = "acked"
+        engine = self._origin.engine
+        if engine is not None:
+            engine.submit(self)  # (bare: no tuple per message)
 
     def nack(self, delay: float | None = None) -> None:
         """Redeliver after ``delay`` seconds (None: the topic's retry backoff)."""

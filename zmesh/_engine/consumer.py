@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PRUNE_INTERVAL_S = 1.0
-_source_of, _seq_of = attrgetter("_source"), attrgetter("_seq")
+_source_of, _seq_of = attrgetter("_origin.source"), attrgetter("_seq")
 _NONE_SEEN: frozenset[int] = frozenset()
 
 
@@ -74,7 +74,7 @@ class Consumer:
     # -- incoming -------------------------------------------------------------------------
 
     def on_batch(self, batch: Batch, wb: WriteBatch, now: float) -> None:
-        from ..subscription import Message
+        from ..subscription import Message, Origin
 
         producer, topic, lane = batch.node_id, batch.topic, batch.lane
         subs = self.subs.get((topic, lane))
@@ -96,17 +96,13 @@ class Consumer:
             held = self._held[source] = set()
         fresh: list[Message] = []
         reack: list[int] = []
-        engine = self.engine
-        group = subs[0].group
-        producer_hex = producer.hex()
+        origin = Origin(self.engine, source, subs[0].group)
         duplicates = 0
         if not seen and held.isdisjoint(seqs):  # all new (the common case): no test each
             held.update(seqs)
-            n = len(seqs)
-            fresh = list(map(Message, repeat(engine, n), repeat(source, n), seqs,
-                             repeat(group, n), batch.keys, batch.payloads, batch.headers,
-                             batch.attempts, batch.partitions, batch.published_ats,
-                             batch.indexes, repeat(producer_hex, n)))
+            fresh = list(map(Message, repeat(origin, len(seqs)), seqs, batch.keys,
+                             batch.payloads, batch.headers, batch.attempts, batch.partitions,
+                             batch.published_ats, batch.indexes))
         else:
             for seq, key, payload, headers, attempt, partition, published_at, index in zip(
                     seqs, batch.keys, batch.payloads, batch.headers, batch.attempts,
@@ -118,8 +114,8 @@ class Consumer:
                     duplicates += 1
                     continue
                 held.add(seq)
-                fresh.append(Message(engine, source, seq, group, key, payload, headers,
-                                     attempt, partition, published_at, index, producer_hex))
+                fresh.append(Message(origin, seq, key, payload, headers, attempt, partition,
+                                     published_at, index))
         if duplicates:
             self.counters.add("duplicates_held", duplicates)
         if reack:
@@ -178,7 +174,7 @@ class Consumer:
 
     def settle(self, msg: Message, how: str, arg: object) -> None:
         """A message nacked or failed: sent to its producer after the loop's commit."""
-        source, seq = msg._source, msg._seq
+        source, seq = msg._origin.source, msg._seq
         producer, _topic, lane = source
         held = self._held.get(source)
         if held is not None:
