@@ -237,6 +237,7 @@ class Commands:
             stretch.partitions.append(partition_for(key, partitions, first))
             stretch.keys.append(key)
         stretch.next = first + 1
+        stretch.nbytes += nbytes
         stretch.payloads.append(payload)
         stretch.times.append(time.time())
         alloc.release()

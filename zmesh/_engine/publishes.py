@@ -110,13 +110,15 @@ class Stretch(Stage):
     partition is then its sequence modulo it, made by the IO thread at C speed), else 0
     and ``partitions`` and ``keys`` hold each message's."""
 
-    __slots__ = ("seq", "topic", "next", "rounds", "partitions", "keys", "payloads", "times")
+    __slots__ = ("seq", "topic", "next", "rounds", "partitions", "keys", "payloads", "times",
+                 "nbytes")
 
     def __init__(self, seq: int, topic: str, rounds: int) -> None:
         super().__init__()
         self.seq = self.next = seq
         self.topic = topic
         self.rounds = rounds
+        self.nbytes = 0  # of its payloads, counted as they join (the IO thread reads none)
         self.partitions: list[int] = []
         self.keys: list[str | None] = []
         self.payloads: list[bytes] = []
@@ -137,7 +139,7 @@ class Stretch(Stage):
         if rounds:
             partitions = round_robin_partitions(first, n, rounds)
         return PublishMany(first, self.topic, partitions, None if rounds else keys, None,
-                           payloads, times, None, self, n, sum(map(len, payloads)))
+                           payloads, times, None, self, n, self.nbytes)
 
 
 def message_count(pubs: list[AnyPublish]) -> int:

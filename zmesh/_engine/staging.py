@@ -217,13 +217,16 @@ class Staging:
                  pend_values) = known
                 last_topic = topic
             if isinstance(p, PublishMany):  # (of run topics: see ``_expanded``)
-                # Runs of at most RUN_MAX_MESSAGES and RUN_MAX_BYTES of payloads each.
-                ends = list(accumulate(map(len, p.payloads)))
+                # Runs of at most RUN_MAX_MESSAGES and RUN_MAX_BYTES of payloads each (by
+                # count alone when all of them fit in RUN_MAX_BYTES: no payload looked at).
+                ends = list(accumulate(map(len, p.payloads))) if p.nbytes > RUN_MAX_BYTES \
+                    else None
                 start = 0
                 while start < p.count:
-                    end = max(start + 1, bisect_right(
-                        ends, (ends[start - 1] if start else 0) + RUN_MAX_BYTES, start,
-                        min(p.count, start + RUN_MAX_MESSAGES)))
+                    end = min(p.count, start + RUN_MAX_MESSAGES) if ends is None else \
+                        max(start + 1, bisect_right(
+                            ends, (ends[start - 1] if start else 0) + RUN_MAX_BYTES, start,
+                            min(p.count, start + RUN_MAX_MESSAGES)))
                     record_bytes += self._stage_run(
                         p, start, end, lanes, next_index, firsts, live,
                         durability == "memory", batch)
