@@ -19,6 +19,9 @@ from zmesh._protocol.codec import (
     MAX_SUBSCRIPTION_BYTES,
     MAX_SUBSCRIPTIONS,
     NODE_ID_BYTES,
+    _pack_ints,
+    _pack_optional,
+    _split,
     announced_bytes,
     check_headers,
     decode_batch,
@@ -27,6 +30,7 @@ from zmesh._protocol.codec import (
     encode_control,
     encode_lane_batch,
     pack_columns,
+    wire_seqs,
 )
 from zmesh._protocol.frames import (
     ACK,
@@ -339,13 +343,23 @@ def test_headers_publish_takes_are_headers_every_consumer_decodes(hdrs: dict) ->
     assert msgpack.packb(decoded.headers[0]) == msgpack.packb(hdrs)  # (NaN != NaN)
 
 
+def packed_at_once(b: Batch) -> list[bytes]:
+    """The frames of ``b`` with its header packed by msgpack in one call."""
+    inline, extra = _split(b.payloads) if sum(map(len, b.payloads)) >= LARGE_PAYLOAD_BYTES \
+        else (list(b.payloads), [])
+    return [msgpack.packb([PROTOCOL_VERSION, BATCH, b.node_id, b.incarnation, b.topic, b.lane,
+                           b.floor, wire_seqs(b.seqs), list(b.partitions), list(b.keys),
+                           list(b.headers), list(b.attempts), list(b.published_ats),
+                           list(b.indexes), inline], use_bin_type=True), *extra]
+
+
 @FAST
 @given(batches(), names, u63, st.lists(st.integers(0, 1 << 31), min_size=8, max_size=8))
 def test_columns_packed_once_serve_every_lane(batch: Batch, lane: str, floor: int,
                                              attempts: list[int]) -> None:
     """A topic's other lanes send the same packed columns with their own lane, floor and
-    attempts: the frames are those of the whole header packed at once (``encode_batch``),
-    as msgpack packs a list."""
+    attempts: the frames are those of the whole header packed at once, as msgpack packs
+    a list."""
     columns = pack_columns(batch.seqs, batch.partitions, batch.keys, batch.headers,
                            batch.published_ats, batch.indexes, batch.payloads)
     other = dataclasses.replace(batch, lane=lane, floor=floor,
@@ -353,9 +367,27 @@ def test_columns_packed_once_serve_every_lane(batch: Batch, lane: str, floor: in
     for b in (batch, other):
         frames = encode_lane_batch(b.node_id, b.incarnation, b.topic, b.lane, b.floor,
                                    b.attempts, columns)
-        whole = encode_batch(b)
+        whole = packed_at_once(b)
         assert frames[0] == whole[0] and frames[1:] == whole[1:]
+        assert encode_batch(b) == frames
         assert decode_batch(frames, MAX_MESSAGE_BYTES) == b
+
+
+@given(st.lists(st.integers(-200, 300), max_size=40),
+       st.lists(st.none() | st.text(max_size=3), max_size=20))
+def test_columns_packed_at_c_speed_are_what_msgpack_packs(ints: list[int],
+                                                          optional: list) -> None:
+    """Partitions and attempts (small ints), keys and headers (all nil, mostly): byte for
+    byte msgpack's packing."""
+    assert _pack_ints(ints) == msgpack.packb(ints) == _pack_ints(tuple(ints))
+    assert _pack_optional(optional) == msgpack.packb(optional, use_bin_type=True)
+
+
+@pytest.mark.parametrize("n", [0, 15, 16, 65535, 65536])
+def test_columns_packed_at_c_speed_have_msgpack_array_headers(n: int) -> None:
+    ints = [i % 128 for i in range(n)]
+    assert _pack_ints(ints) == msgpack.packb(ints)
+    assert _pack_optional([None] * n) == msgpack.packb([None] * n)
 
 
 def test_sample_batch_round_trips() -> None:

@@ -19,12 +19,11 @@ from .._discovery.mdns import MdnsDiscovery
 from .._discovery.static import seed_endpoints
 from .._protocol.codec import (
     MAX_BATCH_HEADER_BYTES,
-    encode_batch,
     encode_control,
     encode_lane_batch,
     pack_columns,
 )
-from .._protocol.frames import Batch, Bye
+from .._protocol.frames import Bye
 from .._security import Keys, load_keys
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
@@ -327,21 +326,16 @@ class Engine(Commands):
 
     def _encode(self, lane: Lane, out: Taken, columns: Columns, start: int, end: int,
                 floor: int, packed: Packed | None) -> list[bytes]:
-        """The frames of one batch: ``out``'s messages ``start:end``, from their columns."""
+        """The frames of one batch: ``out``'s messages ``start:end``, from their columns
+        (packed once for every lane of a topic with several: ``packed``)."""
         key = tuple(out.seqs[start:end])
         done = packed.columns.get(key) if packed is not None else None
         if done is None:
-            keys, headers = columns.keys[start:end], columns.headers[start:end]
-            published_ats, indexes = columns.published_ats[start:end], columns.indexes[start:end]
-            payloads = columns.payloads[start:end]
-            if packed is None:  # the only lane of its topic: the header at once
-                return encode_batch(Batch(
-                    self.node_id, self.incarnation, lane.topic, lane.name, floor, key,
-                    tuple(out.partitions[start:end]), keys, headers,
-                    tuple(out.attempts[start:end]), published_ats, indexes, payloads))
-            done = pack_columns(key, out.partitions[start:end], keys, headers,
-                                published_ats, indexes, payloads)
-            packed.keep(key, done)
+            done = pack_columns(key, out.partitions[start:end], columns.keys[start:end],
+                                columns.headers[start:end], columns.published_ats[start:end],
+                                columns.indexes[start:end], columns.payloads[start:end])
+            if packed is not None:
+                packed.keep(key, done)
         return encode_lane_batch(self.node_id, self.incarnation, lane.topic, lane.name, floor,
                                  out.attempts[start:end], done)
 

@@ -353,21 +353,37 @@ def encode_batch(batch: Batch) -> list[bytes]:
     one past ``INLINE_PAYLOAD_BYTES`` of inline payloads, is left as its own frame (the
     same bytes object, for a zero-copy send) and nil takes its place in the header.
     """
-    payloads: Sequence[bytes | None] = batch.payloads
-    extra: list[bytes] = []
-    if sum(map(len, batch.payloads)) >= LARGE_PAYLOAD_BYTES:
-        payloads, extra = _split(batch.payloads)
-    return [_packb([PROTOCOL_VERSION, BATCH, batch.node_id, batch.incarnation, batch.topic,
-                    batch.lane, batch.floor, wire_seqs(batch.seqs), batch.partitions, batch.keys,
-                    batch.headers, batch.attempts, batch.published_ats, batch.indexes,
-                    payloads]),
-            *extra]
+    return encode_lane_batch(batch.node_id, batch.incarnation, batch.topic, batch.lane,
+                             batch.floor, batch.attempts,
+                             pack_columns(batch.seqs, batch.partitions, batch.keys,
+                                          batch.headers, batch.published_ats, batch.indexes,
+                                          batch.payloads))
 
 
 # A batch's columns that depend only on its messages, packed: (the columns before
 # ``attempts``, each column after it, the payloads that travel as their own frames).
 PackedColumns = tuple[bytes, tuple[bytes, ...], list[bytes]]
 _BATCH_HEADER = b"\x9f"  # a msgpack array of the header's 15 fields
+_array_header = msgpack.Packer(use_bin_type=True).pack_array_header
+
+
+def _pack_ints(values: Sequence[int]) -> bytes:
+    """An array of ints (not bools) packed as msgpack packs it: at C speed when they are
+    all 0..127 (a batch's partitions and attempts, mostly), each then its own byte."""
+    with suppress(TypeError, ValueError):  # (one of them below 0 or above 255)
+        small = bytes(values)
+        if small.isascii():  # (all below 128)
+            return _array_header(len(small)) + small
+    return _packb(values)
+
+
+def _pack_optional(values: Sequence[Any]) -> bytes:
+    """An array packed as msgpack packs it: at C speed when every value is None (a
+    batch's keys and headers, mostly)."""
+    n = len(values)
+    if values.count(None) == n:
+        return _array_header(n) + b"\xc0" * n
+    return _packb(values)
 
 
 def pack_columns(seqs: Sequence[int], partitions: Sequence[int],
@@ -375,14 +391,13 @@ def pack_columns(seqs: Sequence[int], partitions: Sequence[int],
                  published_ats: Sequence[float], indexes: Sequence[int | None],
                  payloads: Sequence[bytes]) -> PackedColumns:
     """Pack what every lane sending these messages sends alike (a topic with several
-    groups packs them once; with one, ``encode_batch`` packs the header in one call, less
-    work for one batch)."""
+    groups packs them once and keeps them for its other lanes)."""
     inline: Sequence[bytes | None] = payloads
     extra: list[bytes] = []
     if sum(map(len, payloads)) >= LARGE_PAYLOAD_BYTES:
         inline, extra = _split(payloads)
-    return (b"".join((_packb(wire_seqs(seqs)), _packb(partitions), _packb(keys),
-                      _packb(headers))),
+    return (b"".join((_packb(wire_seqs(seqs)), _pack_ints(partitions), _pack_optional(keys),
+                      _pack_optional(headers))),
             (_packb(published_ats), _packb(indexes), _packb(inline)), extra)
 
 
@@ -393,7 +408,8 @@ def encode_lane_batch(node_id: bytes, incarnation: int, topic: str, lane: str, f
     before, after, extra = columns
     # The first seven fields packed as an array of seven, less its one-byte array header.
     lead = _packb((PROTOCOL_VERSION, BATCH, node_id, incarnation, topic, lane, floor))
-    return [b"".join((_BATCH_HEADER, memoryview(lead)[1:], before, _packb(attempts), *after)),
+    return [b"".join((_BATCH_HEADER, memoryview(lead)[1:], before, _pack_ints(attempts),
+                      *after)),
             *extra]
 
 
