@@ -176,14 +176,10 @@ WINDOW_MIN = 1 << 16  # slots a window may span whatever it holds
 SPARSE = 8  # ... and beyond that, at most this many slots per sequence it holds
 
 
-class SeqWindow:
-    """A mapping of sequence -> partition (0..65534) kept as an array over a span.
-
-    Slot ``seq - base`` holds ``partition + 1``, or 0 where the sequence is absent. The
-    front of the span moves up as its sequences leave. When the window would grow sparse
-    (a few old sequences far below many new ones, or a quiet topic on a busy node) its
-    oldest entries move to a dict, so it never costs much more than a dict would.
-    """
+class Window:
+    """What ``SeqWindow`` and ``SentWindow`` share: slots over a span of sequences, slot
+    ``seq - base`` of ``_w`` ("H") non-zero where ``seq`` is present, and a dict of the
+    entries the span left behind, below its base."""
 
     __slots__ = ("_w", "_base", "_n", "_old", "_front")
 
@@ -191,8 +187,8 @@ class SeqWindow:
         self._w = array("H")
         self._base = 0
         self._n = 0  # entries in the window (not in ``_old``)
-        self._old: dict[int, int] = {}  # entries below the window's base
-        self._front = 0  # every slot below this one is empty (``take_front`` emptied them)
+        self._old: dict = {}  # entries below the window's base
+        self._front = 0  # every slot below this one is empty
 
     def __len__(self) -> int:
         return self._n + len(self._old)
@@ -209,6 +205,47 @@ class SeqWindow:
     def __iter__(self) -> Iterator[int]:
         yield from list(self._old)
         yield from compress(range(self._base, self._base + len(self._w)), self._w)
+
+    def _aside(self, i: int) -> object:
+        """The dict's value for the entry in slot ``i``."""
+        raise NotImplementedError
+
+    def _drop(self, front: int) -> None:
+        """Drop the first ``front`` slots (empty)."""
+        del self._w[:front]
+        self._base += front
+        self._front = max(0, self._front - front)
+
+    def _shrink(self) -> None:
+        """Drop the empty front of the span; while it is still sparse, move its oldest
+        entries to the dict."""
+        w = self._w
+        raw = w.tobytes()
+        front = (len(raw) - len(raw.lstrip(b"\0"))) // 2  # first non-empty slot
+        while len(w) - front >= max(WINDOW_MIN, SPARSE * self._n):
+            end = front + (len(w) - front) // 2
+            for i in range(front, end):
+                if w[i]:
+                    self._old[self._base + i] = self._aside(i)
+                    self._n -= 1
+            front = end
+        self._drop(front)
+
+
+class SeqWindow(Window):
+    """A mapping of sequence -> partition (0..65534) kept as an array over a span.
+
+    Slot ``seq - base`` holds ``partition + 1``, or 0 where the sequence is absent. The
+    front of the span moves up as its sequences leave. When the window would grow sparse
+    (a few old sequences far below many new ones, or a quiet topic on a busy node) its
+    oldest entries move to a dict, so it never costs much more than a dict would.
+    """
+
+    __slots__ = ()
+    _old: dict[int, int]
+
+    def _aside(self, i: int) -> int:
+        return self._w[i] - 1
 
     def owed_among(self, seqs: list[int], sent: SentWindow, entries: dict) -> list[int]:
         """Those of ``seqs`` in this window, ``sent`` or ``entries`` (what a lane owes), in
@@ -317,29 +354,10 @@ class SeqWindow:
         self._front = end
         return seqs, partitions, slots
 
-    def _shrink(self) -> None:
-        """Drop the empty front of the span; while it is still sparse, move its oldest
-        entries to the dict."""
-        w = self._w
-        raw = w.tobytes()
-        front = (len(raw) - len(raw.lstrip(b"\0"))) // 2  # first non-empty slot
-        while len(w) - front >= max(WINDOW_MIN, SPARSE * self._n):
-            end = front + (len(w) - front) // 2
-            for i in range(front, end):
-                v = w[i]
-                if v:
-                    self._old[self._base + i] = v - 1
-                    self._n -= 1
-            front = end
-        del w[:front]
-        self._base += front
-        self._front = max(0, self._front - front)
-
-
 SentState = tuple[int, bytes, float]  # (partition, member, deadline)
 
 
-class SentWindow:
+class SentWindow(Window):
     """A lane's sent plain messages: sequence -> (partition, member, ack deadline), kept
     as columns over a span of sequences, the way ``SeqWindow`` keeps ready ones.
 
@@ -350,34 +368,18 @@ class SentWindow:
     window moves its oldest entries to a dict when it would grow sparse (an old message
     still in flight far below many new ones)."""
 
-    __slots__ = ("_w", "_m", "_d", "_base", "_n", "_front", "_old", "_who", "_index")
+    __slots__ = ("_m", "_d", "_who", "_index")
+    _old: dict[int, SentState]
 
     def __init__(self) -> None:
-        self._w = array("H")
+        super().__init__()
         self._m = array("I")
         self._d = array("d")
-        self._base = 0
-        self._n = 0  # entries in the window (not in ``_old``)
-        self._front = 0  # every slot below this one is empty
-        self._old: dict[int, SentState] = {}  # entries below the window's base
         self._who: list[bytes] = []  # every member messages were sent to, by index
         self._index: dict[bytes, int] = {}
 
-    def __len__(self) -> int:
-        return self._n + len(self._old)
-
-    def __bool__(self) -> bool:
-        return bool(self._n or self._old)
-
-    def __contains__(self, seq: int) -> bool:
-        i = seq - self._base
-        if 0 <= i < len(self._w):
-            return bool(self._w[i])
-        return bool(self._old) and seq in self._old
-
-    def __iter__(self) -> Iterator[int]:
-        yield from list(self._old)
-        yield from compress(range(self._base, self._base + len(self._w)), self._w)
+    def _aside(self, i: int) -> SentState:
+        return (self._w[i] - 1, self._who[self._m[i]], self._d[i])
 
     def member_index(self, member: bytes) -> int:
         """The index that stands for ``member`` in ``put_run``'s ``members``."""
@@ -390,25 +392,22 @@ class SentWindow:
     def get(self, seq: int) -> SentState | None:
         i = seq - self._base
         if 0 <= i < len(self._w):
-            v = self._w[i]
-            return (v - 1, self._who[self._m[i]], self._d[i]) if v else None
+            return self._aside(i) if self._w[i] else None
         return self._old.get(seq) if self._old else None
 
     def pop(self, seq: int) -> SentState | None:
         """Remove ``seq``; its state, or None when it was absent."""
-        i = seq - self._base
-        w = self._w
-        if 0 <= i < len(w):
-            v = w[i]
-            if not v:
-                return None
-            w[i] = 0
-            self._n -= 1
-            state = (v - 1, self._who[self._m[i]], self._d[i])
-            if not self._n:
-                self._empty()
-            return state
-        return self._old.pop(seq, None) if self._old else None
+        state = self.get(seq)
+        if state is not None:
+            i = seq - self._base
+            if 0 <= i < len(self._w):
+                self._w[i] = 0
+                self._n -= 1
+                if not self._n:
+                    self._empty()
+            else:
+                del self._old[seq]
+        return state
 
     def to(self, member: bytes) -> set[int]:
         """The sequences sent to ``member`` (a scan: rare uses)."""
@@ -498,26 +497,8 @@ class SentWindow:
         self._front = 0
 
     def _drop(self, front: int) -> None:
-        """Drop the first ``front`` slots (empty)."""
-        del self._w[:front], self._m[:front], self._d[:front]
-        self._base += front
-        self._front = max(0, self._front - front)
-
-    def _shrink(self) -> None:
-        """Drop the empty front of the span; while it is still sparse, move its oldest
-        entries to the dict (as ``SeqWindow._shrink`` does)."""
-        w, m, d = self._w, self._m, self._d
-        raw = w.tobytes()
-        front = (len(raw) - len(raw.lstrip(b"\0"))) // 2  # first non-empty slot
-        while len(w) - front >= max(WINDOW_MIN, SPARSE * self._n):
-            end = front + (len(w) - front) // 2
-            for j in range(front, end):
-                v = w[j]
-                if v:
-                    self._old[self._base + j] = (v - 1, self._who[m[j]], d[j])
-                    self._n -= 1
-            front = end
-        self._drop(front)
+        del self._m[:front], self._d[:front]
+        super()._drop(front)
 
 
 def member_slots(index: int, n: int) -> array[int]:
