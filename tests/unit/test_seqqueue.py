@@ -30,6 +30,13 @@ def _window(mapping: dict[int, int]) -> SeqWindow:
     return w
 
 
+def _sent(*seqs: int) -> SentWindow:
+    sent = SentWindow()
+    for seq in seqs:
+        sent.put(seq, 0, b"m", 1.0)
+    return sent
+
+
 def test_first_skips_what_is_no_longer_owed_and_survives_compaction() -> None:
     q = SeqQueue()
     n = 3 * COMPACT_AFTER
@@ -54,10 +61,10 @@ def test_insort_keeps_order_behind_the_front() -> None:
     q.popleft()
     q.insort(7)
     assert not q.append(12) and not q.append(3) and len(q) == 3  # only above the last
-    owed = [q.first_owed(SeqWindow(), {s: 0 for s in (7, 9, 12) if s >= k}, {})
+    owed = [q.first_owed(SeqWindow(), _sent(*(s for s in (7, 9, 12) if s >= k)), {})
             for k in (0, 8, 10)]
     assert owed == [7, 9, 12]
-    assert q.first_owed(_window({12: 3}), {}, {9: 0}) == 12  # (9 was dropped before)
+    assert q.first_owed(_window({12: 3}), SentWindow(), {9: 0}) == 12  # (9 dropped before)
 
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=300))
@@ -85,18 +92,18 @@ def test_matches_a_plain_list(ops: list[tuple[bool, int]]) -> None:
 def test_first_owed_skips_long_settled_runs(runs: list[tuple[int, str]]) -> None:
     """Runs of settled sequences, each followed by one owed from the window, the sent map
     or the entries, settled in turn."""
-    q, window, sent, entries, owed, seq = SeqQueue(), SeqWindow(), {}, {}, [], 0
+    q, window, sent, entries, owed, seq = SeqQueue(), SeqWindow(), SentWindow(), {}, [], 0
     for gap, where in runs:
         for s in range(seq, seq + gap + 1):
             q.append(s)
         seq += gap
-        {"window": lambda s: window.put(s, 0), "sent": lambda s: sent.__setitem__(s, 0),
+        {"window": lambda s: window.put(s, 0), "sent": lambda s: sent.put(s, 0, b"m", 1.0),
          "entry": lambda s: entries.__setitem__(s, 0)}[where](seq)
         owed.append(seq)
         seq += 1
     for expected in owed:
         assert q.first_owed(window, sent, entries) == expected
-        window.pop(expected), sent.pop(expected, None), entries.pop(expected, None)
+        window.pop(expected), sent.pop(expected), entries.pop(expected, None)
     assert q.first_owed(window, sent, entries) is None and len(q) == 0
 
 
@@ -108,14 +115,7 @@ def test_drop_front_drops_only_the_front_in_order() -> None:
         q.drop_front(not_front)
         assert len(q) == 10
     q.drop_front([0, 1, 2])
-    assert len(q) == 7 and q.first_owed(SeqWindow(), dict.fromkeys(range(10)), {}) == 3
-
-
-def _sent(*seqs: int) -> SentWindow:
-    sent = SentWindow()
-    for seq in seqs:
-        sent.put(seq, 0, b"m", 1.0)
-    return sent
+    assert len(q) == 7 and q.first_owed(SeqWindow(), _sent(*range(10)), {}) == 3
 
 
 def _check(w: SeqWindow, model: dict[int, int]) -> None:
@@ -126,6 +126,12 @@ def _check(w: SeqWindow, model: dict[int, int]) -> None:
     assert w.owed_among(probe, SentWindow(), {}) == [s for s in probe if s in model]
     assert w.owed_among(probe, _sent(-1, 0), {probe[-1]: 0}) == \
         [s for s in probe if s in model or s in (-1, 0, probe[-1])]
+    # A run's consecutive sequences, partly in either window, partly beyond both.
+    sent = _sent(*[s + 1 for s in model if s + 1 not in model])
+    for first in {-2, *(s - 3 for s in model)}:
+        span = list(range(first, first + 9))
+        assert w.owed_in(first, 9, sent, {}) == w.owed_among(span, sent, {}) == \
+            [s for s in span if s in model or s in sent]
 
 
 @given(st.lists(st.tuples(st.sampled_from(["put", "run", "pop", "has"]), st.integers(0, 3),
@@ -265,7 +271,7 @@ def _sent_check(w: SentWindow, model: dict[int, tuple[int, bytes, float]]) -> No
         assert w.to(member) == {s for s, state in model.items() if state[1] == member}
 
 
-@given(st.lists(st.tuples(st.sampled_from(["put", "run", "pop", "pop_run"]),
+@given(st.lists(st.tuples(st.sampled_from(["put", "run", "many", "pop", "pop_run", "pops"]),
                           st.integers(0, 200), st.integers(1, 12), st.integers(0, 2)),
                 max_size=80))
 @settings(max_examples=1000)
@@ -288,8 +294,21 @@ def test_sent_window_matches_a_dict(ops: list[tuple[str, int, int, int]]) -> Non
                 model.update((s, (s % 7, members[(m + s) % 3], deadline)) for s in run)
             else:  # (not above the window: the lane puts them one by one)
                 assert seq - w._base < len(w._w)
+        elif op == "many":  # (the heap's way: ascending or not, gaps, below the window)
+            seqs = [s for s in dict.fromkeys(range(seq + n, seq - n, -3)) if s >= 0
+                    and s not in model]
+            states = [(s % 5, members[(m + s) % 3], deadline) for s in seqs]
+            w.put_many(seqs, [st[0] for st in states], [st[1] for st in states], deadline)
+            model.update(zip(seqs, states, strict=True))
         elif op == "pop":
             assert w.pop(seq) == model.pop(seq, None)
+        elif op == "pops":  # (acks of one member of several: not consecutive)
+            seqs = [*range(seq, seq + 3 * n, 2 + m), seq]  # (a repeat: popped once)
+            found, by = w.pop_many(seqs)
+            popped = [model.pop(s, None) for s in seqs]
+            assert [bool(f) for f in found] == [p is not None for p in popped]
+            assert by == {mb: sum(1 for p in popped if p and p[1] == mb)
+                          for mb in {p[1] for p in popped if p}}
         elif op == "pop_run":
             run = range(seq, seq + n)
             if w.pop_run(seq, n):

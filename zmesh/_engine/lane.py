@@ -136,6 +136,12 @@ class Lane(Retries):
             return []
         return self._plain.owed_among(seqs, self._sent, self.entries)
 
+    def owed_in(self, first: int, n: int) -> list[int]:
+        """``owed_among`` of the ``n`` consecutive sequences from ``first``."""
+        if first + n <= self.floor():
+            return []
+        return self._plain.owed_in(first, n, self._sent, self.entries)
+
     def seqs(self) -> list[int]:
         """Every sequence this lane owes, in no particular order."""
         return [*self.entries, *self._plain, *self._sent]
@@ -393,6 +399,9 @@ class Lane(Retries):
         deadline = now + self.timing.ack_timeout_s
         taken = 0
         handed = array("q")
+        sent_seqs: list[int] = []  # (put in the sent window together, after the loop)
+        sent_partitions: list[int] = []
+        sent_to: list[bytes] = []
         while heads and taken < limit:
             key, partition = heappop(heads)
             seq = key & SEQ_MASK
@@ -407,7 +416,9 @@ class Lane(Retries):
                 batch = out[owner] = Taken()
             if plain.pop(seq) is not None:
                 fifos[partition].popleft()
-                sent.put(seq, partition, owner, deadline)
+                sent_seqs.append(seq)
+                sent_partitions.append(partition)
+                sent_to.append(owner)
                 member.sent += 1
                 attempt = 1
             else:
@@ -436,6 +447,8 @@ class Lane(Retries):
                 fifos[partition].first_in(plain)
             if head is not None:
                 heappush(heads, (head, partition))
+        if sent_seqs:
+            sent.put_many(sent_seqs, sent_partitions, sent_to, deadline)
         if taken:
             self._serial += 1
             heapq.heappush(self._deadlines, (deadline, self._serial, handed))
@@ -495,8 +508,8 @@ class Lane(Retries):
         for p in set(partitions):  # their taken sequences are the front of each FIFO (the
             fresh[p].drop_through(last)  # others' stale slots below it go when next taken)
         if slots is None or not sent.put_run(seqs[0], slots, whose, deadline):
-            for seq, partition in zip(seqs, partitions, strict=True):
-                sent.put(seq, partition, owners[partition], deadline)
+            sent.put_many(seqs, partitions, list(map(owners.__getitem__, partitions)),
+                          deadline)
         self._ready_count -= len(seqs)
         self._serial += 1
         heapq.heappush(self._deadlines, (deadline, self._serial, array("q", seqs)))
@@ -532,19 +545,15 @@ class Lane(Retries):
                 only.sent -= n
             self._order.drop_front(seqs, consecutive=True)
             return seqs
-        sent = list(map(self._sent.pop, seqs))
+        sent, by_member = self._sent.pop_many(seqs)
         settled = list(compress(seqs, sent))
-        if len(members) == 1:
-            for only in members.values():
-                only.sent -= len(settled)
-        else:
-            for to in filter(None, sent):
-                member = members.get(to[1])
-                if member is not None:
-                    member.sent -= 1
+        for to, count in by_member.items():
+            member = members.get(to)
+            if member is not None:
+                member.sent -= count
         if len(settled) < len(seqs):  # acks of ready messages and of entries
-            for seq, state in zip(seqs, sent, strict=True):
-                if state is not None:
+            for seq, was_sent in zip(seqs, sent, strict=True):
+                if was_sent:
                     continue
                 if self._plain.pop(seq) is not None:
                     self._ready_count -= 1  # its FIFO slot goes stale and is skipped later

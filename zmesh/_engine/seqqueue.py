@@ -20,6 +20,7 @@ from array import array
 from bisect import bisect_right, insort
 from collections.abc import Iterator
 from itertools import compress, islice
+from operator import or_
 
 from .routing import round_robin_partitions
 
@@ -66,21 +67,21 @@ class SeqQueue:
             i = a[head] - owned._base
             if 0 <= i < len(owned._w) and owned._w[i]:
                 return a[head]
-        return self.first_owed(owned, _NONE, _NONE)
+        return self.first_owed(owned, _NOT_SENT, _NONE)
 
-    def first_owed(self, plain: SeqWindow, sent: SentWindow | dict,
-                   entries: dict) -> int | None:
+    def first_owed(self, plain: SeqWindow, sent: SentWindow, entries: dict) -> int | None:
         """The first sequence in ``plain``, ``sent`` or ``entries`` (what a lane owes),
         dropping those before it; None if none."""
         a, head = self._a, self._head
         end = len(a)
         w, base, old = plain._w, plain._base, plain._old
-        span = len(w)
+        sw, sbase, sold = sent._w, sent._base, sent._old
+        span, sspan = len(w), len(sw)
         while head < end:
             seq = a[head]
-            i = seq - base
-            if seq in sent or (0 <= i < span and w[i]) or seq in entries or \
-                    (old and seq in old):
+            if (0 <= (i := seq - sbase) < sspan and sw[i]) or \
+                    (0 <= (i := seq - base) < span and w[i]) or seq in entries or \
+                    (old and seq in old) or (sold and seq in sold):
                 break
             head += 1
         head = self._set_head(head)
@@ -172,6 +173,18 @@ def slot_partitions(slots: array[int]) -> list[int]:
     return [v - 1 for v in slots]
 
 
+def _slots(window: Window, first: int, n: int) -> array[int]:
+    """The slots of ``window`` for the ``n`` sequences from ``first`` (0 outside it)."""
+    w, lo = window._w, first - window._base
+    if lo >= 0 and lo + n <= len(w):
+        return w[lo:lo + n]
+    out = array("H", bytes(2 * n))
+    start, end = max(lo, 0), min(lo + n, len(w))
+    if start < end:
+        out[start - lo:end - lo] = w[start:end]
+    return out
+
+
 WINDOW_MIN = 1 << 16  # slots a window may span whatever it holds
 SPARSE = 8  # ... and beyond that, at most this many slots per sequence it holds
 
@@ -254,9 +267,17 @@ class SeqWindow(Window):
         span = len(w)
         sw, sbase, sold = sent._w, sent._base, sent._old
         sspan = len(sw)
-        return [s for s in seqs if (0 <= s - sbase < sspan and sw[s - sbase])
-                or (0 <= s - base < span and w[s - base]) or s in entries
+        return [s for s in seqs if (0 <= (i := s - sbase) < sspan and sw[i])
+                or (0 <= (i := s - base) < span and w[i]) or s in entries
                 or (old and s in old) or (sold and s in sold)]
+
+    def owed_in(self, first: int, n: int, sent: SentWindow, entries: dict) -> list[int]:
+        """``owed_among`` of the ``n`` consecutive sequences from ``first`` (a run's): the
+        two windows' slots over them or-ed at C speed, when no dict holds any."""
+        if entries or self._old or sent._old:
+            return self.owed_among(list(range(first, first + n)), sent, entries)
+        return list(compress(range(first, first + n),
+                             map(or_, _slots(self, first, n), _slots(sent, first, n))))
 
     def put(self, seq: int, partition: int) -> None:
         """Map ``seq`` to ``partition`` (``seq`` must be absent)."""
@@ -409,6 +430,36 @@ class SentWindow(Window):
                 del self._old[seq]
         return state
 
+    def pop_many(self, seqs: list[int]) -> tuple[list, dict[bytes, int]]:
+        """Remove those of ``seqs`` that are here: for each, whether it was, and how many
+        were sent to each member (acks of sequences that are not consecutive: one
+        member's of the partitions it owns, mostly)."""
+        w, m, base = self._w, self._m, self._base
+        span = len(w)
+        if not seqs or min(seqs) < base or max(seqs) - base >= span:
+            states = list(map(self.pop, seqs))
+            by: dict[bytes, int] = {}
+            for state in filter(None, states):
+                by[state[1]] = by.get(state[1], 0) + 1
+            return states, by
+        found = []
+        counts: dict[int, int] = {}
+        for seq in seqs:  # (a loop: an array's methods cost more through map than this)
+            i = seq - base
+            v = w[i]
+            found.append(v)
+            if v:
+                w[i] = 0
+                k = m[i]
+                counts[k] = counts.get(k, 0) + 1
+        gone = sum(counts.values())
+        if gone:
+            self._n -= gone
+            if not self._n:
+                self._empty()
+        who = self._who
+        return found, {who[k]: n for k, n in counts.items()}
+
     def to(self, member: bytes) -> set[int]:
         """The sequences sent to ``member`` (a scan: rare uses)."""
         held = {seq for seq, state in self._old.items() if state[1] == member}
@@ -443,6 +494,33 @@ class SentWindow(Window):
             self._front = min(self._front, i)
         self._n += 1
         if i >= WINDOW_MIN and i >= SPARSE * self._n:
+            self._shrink()
+
+    def put_many(self, seqs: list[int], partitions: list[int], members: list[bytes],
+                 deadline: float) -> None:
+        """``put`` of several sequences (absent) with one deadline: when none lies below
+        the window, the columns are grown once and the slots set in one loop."""
+        if not self._n and seqs and min(seqs) >= self._base:  # empty: start again
+            self._empty()
+            self._base = min(seqs)
+        base, w = self._base, self._w
+        if not seqs or min(seqs) < base:
+            for seq, partition, member in zip(seqs, partitions, members, strict=True):
+                self.put(seq, partition, member, deadline)
+            return
+        end = max(seqs) - base + 1
+        if end > len(w):
+            self._pad(end - len(w))
+        m, d = self._m, self._d
+        index = {member: self.member_index(member) for member in set(members)}
+        for seq, partition, member in zip(seqs, partitions, members, strict=True):
+            i = seq - base
+            w[i] = partition + 1
+            m[i] = index[member]
+            d[i] = deadline
+        self._n += len(seqs)
+        self._front = min(self._front, min(seqs) - base)
+        if end - 1 >= WINDOW_MIN and end - 1 >= SPARSE * self._n:
             self._shrink()
 
     def put_run(self, first: int, slots: array[int], members: array[int],
@@ -499,6 +577,9 @@ class SentWindow(Window):
     def _drop(self, front: int) -> None:
         del self._m[:front], self._d[:front]
         super()._drop(front)
+
+
+_NOT_SENT = SentWindow()  # (first_in: nothing sent; never filled)
 
 
 def member_slots(index: int, n: int) -> array[int]:
