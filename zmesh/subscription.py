@@ -40,12 +40,12 @@ class Origin:
     __slots__ = ("engine", "source", "topic", "group", "producer")
 
     def __init__(self, engine: Engine | None, source: tuple[bytes, str, str],
-                 group: str | None, producer_hex: str | None = None) -> None:
+                 group: str | None) -> None:
         self.engine = engine
         self.source = source
         self.topic = source[1]
         self.group = group
-        self.producer = producer_hex or source[0].hex()
+        self.producer = source[0].hex()
 
 
 class Message:

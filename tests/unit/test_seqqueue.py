@@ -15,7 +15,6 @@ from zmesh._engine.seqqueue import (
     SeqQueue,
     SeqWindow,
     by_partition,
-    member_slots,
     round_robin,
     round_robin_slots,
     slot_partitions,
@@ -33,7 +32,7 @@ def _window(mapping: dict[int, int]) -> SeqWindow:
 def _sent(*seqs: int) -> SentWindow:
     sent = SentWindow()
     for seq in seqs:
-        sent.put(seq, 0, b"m", 1.0)
+        sent.put_many([seq], [0], [b"m"], 1.0)
     return sent
 
 
@@ -97,7 +96,8 @@ def test_first_owed_skips_long_settled_runs(runs: list[tuple[int, str]]) -> None
         for s in range(seq, seq + gap + 1):
             q.append(s)
         seq += gap
-        {"window": lambda s: window.put(s, 0), "sent": lambda s: sent.put(s, 0, b"m", 1.0),
+        {"window": lambda s: window.put(s, 0),
+         "sent": lambda s: sent.put_many([s], [0], [b"m"], 1.0),
          "entry": lambda s: entries.__setitem__(s, 0)}[where](seq)
         owed.append(seq)
         seq += 1
@@ -283,13 +283,13 @@ def test_sent_window_matches_a_dict(ops: list[tuple[str, int, int, int]]) -> Non
     for op, seq, n, m in ops:
         deadline = float(seq + n)
         if op == "put" and seq not in model:
-            w.put(seq, n % 5, members[m], deadline)
+            w.put_many([seq], [n % 5], [members[m]], deadline)
             model[seq] = (n % 5, members[m], deadline)
         elif op == "run":
             run = range(seq, seq + n)
             if any(s in model for s in run):
                 continue  # (a take puts sequences not in flight)
-            whose = array("I", [w.member_index(members[(m + s) % 3]) for s in run])
+            whose = [members[(m + s) % 3] for s in run]
             if w.put_run(seq, array("H", [s % 7 + 1 for s in run]), whose, deadline):
                 model.update((s, (s % 7, members[(m + s) % 3], deadline)) for s in run)
             else:  # (not above the window: the lane puts them one by one)
@@ -321,8 +321,8 @@ def test_sent_window_matches_a_dict(ops: list[tuple[str, int, int, int]]) -> Non
 
 def test_sent_window_pops_a_run_only_when_all_of_it_is_there() -> None:
     w = SentWindow()
-    assert w.put_run(10, array("H", [1, 2, 3, 4]), member_slots(w.member_index(b"a"), 4), 2.0)
-    assert not w.put_run(12, array("H", [1]), member_slots(0, 1), 3.0)  # (not above it)
+    assert w.put_run(10, array("H", [1, 2, 3, 4]), [b"a"] * 4, 2.0)
+    assert not w.put_run(12, array("H", [1]), [b"a"], 3.0)  # (not above it)
     assert w.pop(11) == (1, b"a", 2.0)
     assert not w.pop_run(10, 3) and len(w) == 3  # 11 is gone: nothing done
     assert w.pop_run(12, 2) and w.pop_run(10, 1) and not w
@@ -333,11 +333,10 @@ def test_sent_window_of_a_stuck_message_moves_it_aside() -> None:
     """One message in flight far below many sent and acked after it (a member that never
     acks it, until its deadline): the window stays small, the message found."""
     w = SentWindow()
-    w.put(0, 3, b"slow", 9.0)
-    index = w.member_index(b"fast")
+    w.put_many([0], [3], [b"slow"], 9.0)
     seq = 1
     for _ in range(3 * WINDOW_MIN // 500):
-        assert w.put_run(seq, array("H", [1]) * 500, member_slots(index, 500), 1.0)
+        assert w.put_run(seq, array("H", [1]) * 500, [b"fast"] * 500, 1.0)
         assert w.pop_run(seq, 500)
         seq += 500
         assert len(w._w) <= 2 * WINDOW_MIN

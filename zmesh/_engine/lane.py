@@ -49,7 +49,6 @@ from .seqqueue import (
     SeqQueue,
     SeqWindow,
     by_partition,
-    member_slots,
     round_robin,
     round_robin_slots,
 )
@@ -475,7 +474,7 @@ class Lane(Retries):
             seqs, partitions, slots = self._plain.take_front(room)
             if not seqs:
                 return 0, False
-            whose = member_slots(sent.member_index(only), len(seqs))
+            owner_of = [only] * len(seqs)
         else:
             credit = {m: its.max_in_flight - its.sent - len(its.in_flight)
                       for m, its in members.items()}
@@ -499,17 +498,13 @@ class Lane(Retries):
                 if not seqs:
                     return 0, True
             self._plain.take_front(len(seqs))  # (the same sequences)
-            if slots is not None:
-                index = {m: sent.member_index(m) for m in members}
-                whose = array("I", map(index.__getitem__, owner_of))
         last = seqs[-1]
         deadline = now + self.timing.ack_timeout_s
         fresh = self._fresh
         for p in set(partitions):  # their taken sequences are the front of each FIFO (the
             fresh[p].drop_through(last)  # others' stale slots below it go when next taken)
-        if slots is None or not sent.put_run(seqs[0], slots, whose, deadline):
-            sent.put_many(seqs, partitions, list(map(owners.__getitem__, partitions)),
-                          deadline)
+        if slots is None or not sent.put_run(seqs[0], slots, owner_of, deadline):
+            sent.put_many(seqs, partitions, owner_of, deadline)
         self._ready_count -= len(seqs)
         self._serial += 1
         heapq.heappush(self._deadlines, (deadline, self._serial, array("q", seqs)))

@@ -402,8 +402,15 @@ class SentWindow(Window):
     def _aside(self, i: int) -> SentState:
         return (self._w[i] - 1, self._who[self._m[i]], self._d[i])
 
-    def member_index(self, member: bytes) -> int:
-        """The index that stands for ``member`` in ``put_run``'s ``members``."""
+    def _members(self, members: list[bytes]) -> array[int]:
+        """The column of member indexes (into ``_who``) for ``members``."""
+        n = len(members)
+        if n and members.count(members[0]) == n:  # (one member, mostly: no step each)
+            return array("I", (self._index_of(members[0]),)) * n
+        index = {member: self._index_of(member) for member in set(members)}
+        return array("I", map(index.__getitem__, members))
+
+    def _index_of(self, member: bytes) -> int:
         index = self._index.get(member)
         if index is None:
             index = self._index[member] = len(self._who)
@@ -471,63 +478,40 @@ class SentWindow(Window):
                         if v and m == index)
         return held
 
-    def put(self, seq: int, partition: int, member: bytes, deadline: float) -> None:
-        """Map ``seq`` (absent) to its state."""
-        i = seq - self._base
-        w = self._w
-        if not self._n and i >= 0:  # empty: start again at ``seq`` (see SeqWindow.put)
-            self._empty()
-            self._base, i = seq, 0
-        if i < 0:
-            self._old[seq] = (partition, member, deadline)
-            return
-        span = len(w)
-        if i >= span:
-            self._pad(i - span)
-            w.append(partition + 1)
-            self._m.append(self.member_index(member))
-            self._d.append(deadline)
-        else:
-            w[i] = partition + 1
-            self._m[i] = self.member_index(member)
-            self._d[i] = deadline
-            self._front = min(self._front, i)
-        self._n += 1
-        if i >= WINDOW_MIN and i >= SPARSE * self._n:
-            self._shrink()
-
     def put_many(self, seqs: list[int], partitions: list[int], members: list[bytes],
                  deadline: float) -> None:
-        """``put`` of several sequences (absent) with one deadline: when none lies below
-        the window, the columns are grown once and the slots set in one loop."""
-        if not self._n and seqs and min(seqs) >= self._base:  # empty: start again
-            self._empty()
-            self._base = min(seqs)
-        base, w = self._base, self._w
-        if not seqs or min(seqs) < base:
-            for seq, partition, member in zip(seqs, partitions, members, strict=True):
-                self.put(seq, partition, member, deadline)
+        """Map ``seqs`` (absent, in any order) to their partitions and members, with one
+        deadline: the columns grown once, the slots set in one loop; one below the
+        window's base goes to the dict."""
+        if not seqs:
             return
+        low = min(seqs)
+        if not self._n and low >= self._base:  # empty: start again (see SeqWindow.put)
+            self._empty()
+            self._base = low
+        base, w, m, d = self._base, self._w, self._m, self._d
         end = max(seqs) - base + 1
         if end > len(w):
             self._pad(end - len(w))
-        m, d = self._m, self._d
-        index = {member: self.member_index(member) for member in set(members)}
-        for seq, partition, member in zip(seqs, partitions, members, strict=True):
+        who = self._who
+        for seq, partition, k in zip(seqs, partitions, self._members(members), strict=True):
             i = seq - base
+            if i < 0:
+                self._old[seq] = (partition, who[k], deadline)
+                continue
             w[i] = partition + 1
-            m[i] = index[member]
+            m[i] = k
             d[i] = deadline
-        self._n += len(seqs)
-        self._front = min(self._front, min(seqs) - base)
+            self._n += 1
+        self._front = min(self._front, max(low - base, 0))
         if end - 1 >= WINDOW_MIN and end - 1 >= SPARSE * self._n:
             self._shrink()
 
-    def put_run(self, first: int, slots: array[int], members: array[int],
+    def put_run(self, first: int, slots: array[int], members: list[bytes],
                 deadline: float) -> bool:
         """Put the consecutive sequences from ``first`` (``slots``: their partitions + 1,
-        ``members``: their members' ``member_index``) with one deadline, when they all
-        lie above what the window holds; else False, and nothing done."""
+        as the ready window holds them) with one deadline, when they all lie above what
+        the window holds; else False, and nothing done."""
         i = first - self._base
         if not self._n and i >= 0:
             self._empty()
@@ -537,7 +521,7 @@ class SentWindow(Window):
             return False
         self._pad(i - span)
         self._w.extend(slots)
-        self._m.extend(members)
+        self._m.extend(self._members(members))
         self._d.extend(array("d", (deadline,)) * len(slots))
         self._n += len(slots)
         i = len(self._w) - 1
@@ -580,8 +564,3 @@ class SentWindow(Window):
 
 
 _NOT_SENT = SentWindow()  # (first_in: nothing sent; never filled)
-
-
-def member_slots(index: int, n: int) -> array[int]:
-    """``put_run``'s ``members`` for ``n`` messages sent to one member."""
-    return array("I", (index,)) * n
