@@ -35,9 +35,15 @@ _message_id = tuple.__new__
 class Origin:
     """What every message of one delivered batch shares: the engine its settlement goes
     to, its source (producer id, topic, lane), its group and the producer id in hex (made
-    once per batch). One reference per message instead of five fields to set."""
+    once per batch). One reference per message instead of five fields to set.
 
-    __slots__ = ("engine", "source", "topic", "group", "producer")
+    It also collects the batch's acks: ``msg.ack()`` appends the sequence to ``acks`` and
+    queues the origin for the IO thread only when it is not queued already, so acking a
+    batch's messages one by one sends one command per batch, not one per message. The IO
+    thread clears ``queued`` before it takes the sequences (``take_acks``): an ack appended
+    after that queues the origin again."""
+
+    __slots__ = ("engine", "source", "topic", "group", "producer", "acks", "queued")
 
     def __init__(self, engine: Engine | None, source: tuple[bytes, str, str],
                  group: str | None) -> None:
@@ -46,6 +52,18 @@ class Origin:
         self.topic = source[1]
         self.group = group
         self.producer = source[0].hex()
+        self.acks: list[int] = []
+        self.queued = False
+
+    def take_acks(self) -> list[int]:
+        """The sequences acked since the last take (IO thread). Deleting only the part
+        read keeps what another thread appends meanwhile for the next take."""
+        self.queued = False
+        acks = self.acks
+        n = len(acks)
+        taken = acks[:n]
+        del acks[:n]
+        return taken
 
 
 class Message:
@@ -97,21 +115,28 @@ class Message:
         return self._headers
 
     def _settle(self, how: str, arg: Any) -> None:
+        """Nack or fail: one command each."""
         if self._settled is not None:
             raise MessageStateError(f"message {self.id} was already {self._settled}")
         self._settled = how
         engine = self._origin.engine
-        if engine is not None:  # (a bare message is an ack: no tuple per message)
-            engine.submit(self if how == "acked" else ("settle", self, how, arg))
+        if engine is not None:
+            engine.submit(("settle", self, how, arg))
 
     def ack(self) -> None:
         """Done with it: the group will not get it again."""
-        if self._settled is not None:  # (``_settle``, inline: the call made per message)
+        if self._settled is not None:
             raise MessageStateError(f"message {self.id} was already {self._settled}")
         self._settled = "acked"
-        engine = self._origin.engine
-        if engine is not None:
-            engine.submit(self)  # (bare: no tuple per message)
+        origin = self._origin
+        engine = origin.engine
+        if engine is not None:  # (a replay reader's message: nothing to settle)
+            origin.acks.append(self._seq)
+            if not origin.queued:  # the batch's first ack since the IO thread took them
+                origin.queued = True
+                engine.submit(origin)
+            elif engine._state != "running":  # (what submit would say)
+                engine._check_running()
 
     def nack(self, delay: float | None = None) -> None:
         """Redeliver after ``delay`` seconds (None: the topic's retry backoff)."""

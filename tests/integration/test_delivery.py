@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from collections import Counter, defaultdict
 
 import pytest
@@ -283,6 +284,44 @@ def test_ack_timeout_resends_and_a_held_copy_is_not_delivered_twice(make_node):
     assert sa.get(timeout=0.2) is None
     first.ack()
     r.wait_acked(5)
+
+
+def test_acks_of_one_batch_from_several_threads_all_reach_the_producer(make_node):
+    """A batch's acks are collected on its ``Origin`` and queued once per batch: acks
+    made on four threads at once, interleaved with the IO thread taking them, each reach
+    the producer exactly once."""
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("w", group="g")
+    wait_members(prod, "w", "g", 1)
+    receipt = prod.publish_many("w", [str(i).encode() for i in range(1000)])
+    got: list[zmesh.Message] = []
+    wait_until(lambda: got.extend(sub.fetch(1000, timeout=0.05)) or len(got) >= 1000,
+               what="1000 messages (max_in_flight)")
+    threads = [threading.Thread(target=lambda part=got[k::4]: [m.ack() for m in part])
+               for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    receipt.wait_acked(10)
+    assert cons.stats()["acked_local"] == 1000
+    assert sorted(int(m.payload) for m in got) == list(range(1000))
+
+
+def test_an_ack_after_close_says_the_node_is_closed(make_node):
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("w", group="g")
+    wait_members(prod, "w", "g", 1)
+    prod.publish_many("w", [b"a", b"b"])
+    got: list[zmesh.Message] = []
+    wait_until(lambda: got.extend(sub.fetch(2, timeout=0.05)) or len(got) >= 2,
+               what="2 messages")
+    cons.close()
+    for msg in got:  # the batch's first ack queues its origin, the second finds it queued
+        with pytest.raises(zmesh.NodeStateError, match="closed"):
+            msg.ack()
 
 
 def test_redelivery_after_consumer_restart_is_attempt_two(make_node, tmp_path):

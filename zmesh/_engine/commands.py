@@ -30,7 +30,7 @@ from .routing import partition_for, round_robin_partitions
 if TYPE_CHECKING:
     from .._store.store import Store, WriteBatch
     from ..config import NodeConfig
-    from ..subscription import Message, Subscription
+    from ..subscription import Message, Origin, Subscription
     from .commit import Committer
     from .consumer import Consumer
     from .held import Held
@@ -102,7 +102,7 @@ class Commands:
         self._credit_bytes = 0
         self._depth_seen = 0  # the outbox depth and map state at the last _notify
         self._full_seen = False
-        self._cmds: deque[tuple | list[AnyPublish] | Publish | Stretch | Message] = deque()
+        self._cmds: deque[tuple | list[AnyPublish] | Publish | Stretch | Origin] = deque()
         self._wake_pending = False
         self._wake_lock = threading.Lock()
         self._wake_tx: zmq.Socket | None = None  # application threads' end of the wake pipe
@@ -130,10 +130,10 @@ class Commands:
             raise NodeStateError(f"node {self.config.name!r} is {self._state}; use it inside "
                                  "'with' or after start()")
 
-    def submit(self, cmd: tuple | list[AnyPublish] | Publish | Message) -> None:
+    def submit(self, cmd: tuple | list[AnyPublish] | Publish | Origin) -> None:
         """Queue a command for the IO thread: a tuple naming it first, a publish, a list of
-        publishes or a message acked on its own (the most frequent commands come bare: one
-        object fewer per message for the garbage collector to count).
+        publishes, or the ``Origin`` of a delivered batch whose messages were acked (one
+        command per batch, whatever the number of its acks; see ``Message.ack``).
 
         A plain ``publish()`` made later may still join a stretch queued before it, and be
         staged with it (sooner, never later): what a command changes applies from the
@@ -141,7 +141,7 @@ class Commands:
         if self._state != "running":
             self._check_running()
         self._cmds.append(cmd)
-        if not self._wake_pending:  # (``_wake_once``, inline: a msg.ack() comes this way)
+        if not self._wake_pending:  # (``_wake_once``, inline)
             self._wake_pending = True
             if not self._wake():
                 self._check_running()
@@ -405,11 +405,8 @@ class Commands:
                 pubs.extend(cmd)
                 count += message_count(cmd)
                 continue
-            if not isinstance(cmd, tuple):  # messages acked on their own, mostly in runs
-                run: list[Message] = [cmd]
-                while cmds and type(cmds[0]) is type(cmd):
-                    run.append(cmds.popleft())  # type: ignore[arg-type]  # (a Message too)
-                self.consumer.acked(run, wb)
+            if not isinstance(cmd, tuple):  # a batch's messages acked one by one
+                self.consumer.acked_seqs(cmd.source, cmd.take_acks(), wb)
                 continue
             kind = cmd[0]
             if kind == "settle":

@@ -154,15 +154,19 @@ class Consumer:
         sources = list(map(_source_of, msgs))
         seqs = list(map(_seq_of, msgs))
         if sources.count(sources[0]) == len(sources):  # from one source (mostly): at once
-            self._acked(sources[0], seqs, wb)
+            self.acked_seqs(sources[0], seqs, wb)
             return
         by_source: dict[tuple[bytes, str, str], list[int]] = {}
         for source, seq in zip(sources, seqs, strict=True):
             by_source.setdefault(source, []).append(seq)
         for source, part in by_source.items():
-            self._acked(source, part, wb)
+            self.acked_seqs(source, part, wb)
 
-    def _acked(self, source: tuple[bytes, str, str], seqs: list[int], wb: WriteBatch) -> None:
+    def acked_seqs(self, source: tuple[bytes, str, str], seqs: list[int],
+                   wb: WriteBatch) -> None:
+        """``acked`` for sequences of one source (a batch's acks, ``Origin.take_acks``)."""
+        if not seqs:
+            return
         held = self._held.get(source)
         if held is not None:
             held.difference_update(seqs)
