@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+from array import array
 from collections.abc import Sequence
-from contextlib import suppress
 from functools import partial
 from itertools import chain, islice
-from operator import is_, is_not, lt
+from operator import is_not, lt
 from typing import Any
 
 import msgpack
@@ -367,14 +368,32 @@ _BATCH_HEADER = b"\x9f"  # a msgpack array of the header's 15 fields
 _array_header = msgpack.Packer(use_bin_type=True).pack_array_header
 
 
-def _pack_ints(values: Sequence[int]) -> bytes:
-    """An array of ints (not bools) packed as msgpack packs it: at C speed when they are
-    all 0..127 (a batch's partitions and attempts, mostly), each then its own byte."""
-    with suppress(TypeError, ValueError):  # (one of them below 0 or above 255)
-        small = bytes(values)
-        if small.isascii():  # (all below 128)
-            return _array_header(len(small)) + small
-    return _packb(values)
+_LITTLE = sys.byteorder == "little"
+
+
+def _numbers_bin(column: array) -> bytes:
+    """A column of numbers as the bin a batch carries: little-endian, fixed size each."""
+    if not _LITTLE:
+        column.byteswap()
+    return _packb(column.tobytes())
+
+
+def _pack_uints(values: Sequence[int], wide: str) -> bytes:
+    """Unsigned ints as a bin of one byte each when all are below 256 (a batch's
+    partitions and attempts, mostly), else of ``wide`` (an array type code) each."""
+    try:
+        return _packb(bytes(values))
+    except ValueError:  # (one of them above 255)
+        return _numbers_bin(array(wide, values))
+
+
+def _pack_indexes(indexes: Sequence[int | None]) -> bytes:
+    """Indexes as a bin of uint32 each, or of int64 each when one is not below 2**32 or
+    is None (not indexed: -1)."""
+    try:
+        return _numbers_bin(array("I", indexes))  # type: ignore[arg-type]
+    except (TypeError, OverflowError):
+        return _numbers_bin(array("q", [-1 if i is None else i for i in indexes]))
 
 
 def _pack_optional(values: Sequence[Any]) -> bytes:
@@ -396,9 +415,10 @@ def pack_columns(seqs: Sequence[int], partitions: Sequence[int],
     extra: list[bytes] = []
     if sum(map(len, payloads)) >= LARGE_PAYLOAD_BYTES:
         inline, extra = _split(payloads)
-    return (b"".join((_packb(wire_seqs(seqs)), _pack_ints(partitions), _pack_optional(keys),
-                      _pack_optional(headers))),
-            (_packb(published_ats), _packb(indexes), _packb(inline)), extra)
+    return (b"".join((_packb(wire_seqs(seqs)), _pack_uints(partitions, "H"),
+                      _pack_optional(keys), _pack_optional(headers))),
+            (_numbers_bin(array("d", published_ats)), _pack_indexes(indexes), _packb(inline)),
+            extra)
 
 
 def encode_lane_batch(node_id: bytes, incarnation: int, topic: str, lane: str, floor: int,
@@ -408,7 +428,7 @@ def encode_lane_batch(node_id: bytes, incarnation: int, topic: str, lane: str, f
     before, after, extra = columns
     # The first seven fields packed as an array of seven, less its one-byte array header.
     lead = _packb((PROTOCOL_VERSION, BATCH, node_id, incarnation, topic, lane, floor))
-    return [b"".join((_BATCH_HEADER, memoryview(lead)[1:], before, _pack_ints(attempts),
+    return [b"".join((_BATCH_HEADER, memoryview(lead)[1:], before, _pack_uints(attempts, "I"),
                       *after)),
             *extra]
 
@@ -443,21 +463,39 @@ def _all_none(value: Any, n: int) -> bool:
 
 
 def _ints(value: Any, n: int, what: str, hi: int = U63) -> tuple[int, ...]:
-    """An array of ``n`` ints in 0..``hi`` (not bools), as a tuple.
-
-    An array of values below 256 (a batch's partitions and attempts, mostly) is checked
-    without a type, a minimum and a maximum per element: CPython keeps one int object
-    per small value, so elements that are those very objects are ints, where a bool or a
-    float would only compare equal to one. (Any other array takes the full check.)"""
-    if type(value) is list and len(value) == n and n and type(value[0]) is int \
-            and 0 <= value[0] < 256:
-        with suppress(TypeError, ValueError):  # (not all of them small ints)
-            small = bytes(value)
-            if max(small) <= hi and all(map(is_, value, small)):
-                return tuple(value)
+    """An array of ``n`` ints in 0..``hi`` (not bools), as a tuple."""
     present = _column(value, n, what, _INT)
     _check(not present or (min(value) >= 0 and max(value) <= hi), f"bad {what}")
     return tuple(value)
+
+
+_ITEM_BYTES = {code: array(code).itemsize for code in "BHIqd"}
+assert _ITEM_BYTES == {"B": 1, "H": 2, "I": 4, "q": 8, "d": 8}
+
+
+def _numbers(value: Any, n: int, codes: str, what: str) -> Sequence:
+    """A bin of ``n`` little-endian numbers of the first type of ``codes`` (array type
+    codes) that its length fits; a byte each comes as the bytes themselves (their
+    elements are ints). Every value of those types is valid: no step per element."""
+    _check(type(value) is bytes, f"bad {what} column")
+    for code in codes:
+        if len(value) == n * _ITEM_BYTES[code]:
+            if code == "B":
+                return value
+            column = array(code, value)
+            if not _LITTLE:
+                column.byteswap()
+            return column
+    raise DecodeError(f"bad {what} column")
+
+
+def _indexes(value: Any, n: int) -> Sequence[int | None]:
+    """The index column (see ``_pack_indexes``): -1 for a message not indexed."""
+    column = _numbers(value, n, "Iq", "index")
+    if column and column.typecode == "q" and min(column) < 0:  # type: ignore[attr-defined]
+        _check(min(column) == -1, "bad index")
+        return tuple(None if i == -1 else i for i in column)
+    return column
 
 
 def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
@@ -480,14 +518,6 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
         # Every header name: the keys of every dict, in one pass.
         _check(set(map(type, chain.from_iterable(filter(None, headers)))) <= _STR,
                "bad header name")
-    published = obj[12]
-    if int in _column(published, n, "published_at", _NUMBER):
-        published = list(map(float, published))
-    indexes = obj[13]
-    present = _column(indexes, n, "index", _INT_OR_NONE)
-    if int in present:
-        ints = indexes if _NONE not in present else list(filter(_not_none, indexes))
-        _check(min(ints) >= 0 and max(ints) <= U63, "bad index")
     extra = frames[1:]
     if _NONE in _column(payloads, n, "payload", _BYTES_OR_NONE):
         _check(payloads.count(None) == len(extra), "payload count does not match items")
@@ -500,6 +530,6 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
                default=0) <= max_message_bytes, "payload exceeds max_message_bytes")
     return Batch(_node_id(obj[2]), _int(obj[3], "incarnation"), _str(obj[4], "topic"),
                  _str(obj[5], "lane"), _int(obj[6], "floor"), seqs,
-                 _ints(obj[8], n, "partition", 65535), tuple(keys), tuple(headers),
-                 _ints(obj[11], n, "attempt", 1 << 31), tuple(published), tuple(indexes),
-                 tuple(payloads))
+                 _numbers(obj[8], n, "BH", "partition"), tuple(keys), tuple(headers),
+                 _numbers(obj[11], n, "BI", "attempt"), _numbers(obj[12], n, "d", "published_at"),
+                 _indexes(obj[13], n), tuple(payloads))

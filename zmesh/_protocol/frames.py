@@ -22,9 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-PROTOCOL_VERSION = 4  # 2: data batches in columns, payloads inside the header frame;
+PROTOCOL_VERSION = 5  # 2: data batches in columns, payloads inside the header frame;
 #                       3: subscriptions and fetch requests carry max_message_bytes;
-#                       4: consecutive sequences of a batch or an ack travel as the first
+#                       4: consecutive sequences of a batch or an ack travel as the first;
+#                       5: a batch's numbers (partitions, attempts, publish times, indexes)
+#                          travel as bins of fixed-size little-endian numbers
 
 # Control kinds.
 HELLO = 1
@@ -225,11 +227,12 @@ class Batch:
     lane: str
     floor: int
     seqs: tuple[int, ...]
-    partitions: tuple[int, ...]
-    # (tuples when decoded; a producer hands the columns of its outbox, lists or tuples)
+    # (decoded: numbers as arrays, or bytes for a byte each, the rest as tuples; a
+    # producer hands the columns of its outbox, lists or tuples)
+    partitions: Sequence[int]
     keys: Sequence[str | None]
     headers: Sequence[dict | None]
-    attempts: tuple[int, ...]
+    attempts: Sequence[int]
     published_ats: Sequence[float]
     indexes: Sequence[int | None]
     payloads: Sequence[bytes]
