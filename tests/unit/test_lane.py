@@ -766,7 +766,7 @@ def test_take_matches_a_model_of_urgency_and_credit(partitions: int,
                     mine.append(s)
                     left -= 1
             expected = {m: v for m, v in expected.items() if v}
-            assert {m: t.seqs for m, t in got.items()} == expected
+            assert {m: list(t.seqs) for m, t in got.items()} == expected
             for member, t in got.items():
                 for s, partition, attempt in zip(t.seqs, t.partitions, t.attempts,
                                                  strict=True):

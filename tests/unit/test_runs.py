@@ -49,6 +49,10 @@ def test_split_and_find_agree_with_a_scan_of_every_run(layout):
     for seq in seqs:
         found = runs.find(seq)
         assert (found.first if found else None) == holder(seq)
+    # A range (a take from a window's front, an ack of consecutive sequences) is split
+    # as its list is.
+    span = range(min(seqs), max(seqs) + 1)
+    assert runs.split(span) == runs.split(list(span))
 
 
 def test_gone_deletes_a_run_with_its_last_message_and_forgets_it():
@@ -142,3 +146,7 @@ def test_what_the_counts_say_others_owe_agrees_with_asking_each_lane(sizes, data
     assert sorted(free + asked) == sorted(
         s for s in seqs if not any(lanes[i].owed_among([s]) for i in others))
     assert set(free).isdisjoint(check) and set(free) | set(check) <= set(seqs)
+    span = range(min(seqs, default=0), max(seqs, default=-1) + 1)
+    free_of, check_of = runs.owed_elsewhere(span, others)
+    assert (free_of, list(check_of)) == tuple(map(list, runs.owed_elsewhere(list(span),
+                                                                            others)))

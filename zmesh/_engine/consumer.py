@@ -88,7 +88,7 @@ class Consumer:
         self._note_floor(producer, lane, batch.floor, wb, now)
         top = self._tops.get((producer, lane), -1)
         seen: AbstractSet[int] = _NONE_SEEN  # (new messages are above it: no lookup)
-        if seqs and min(seqs) <= top:
+        if seqs and (seqs[0] if type(seqs) is range else min(seqs)) <= top:
             seen = self.store.seen_filter(producer, lane.encode(), [s for s in seqs if s <= top])
         source = (producer, topic, lane)
         held = self._held.get(source)

@@ -36,17 +36,30 @@ class Entry:
 
 
 class Taken:
-    """What one ``take`` hands a member, as columns in send order."""
+    """What one ``take`` hands a member, as columns in send order. ``seqs`` is a ``range``
+    when the take was a consecutive front of the lane's window (see ``SeqWindow.front``)."""
 
     __slots__ = ("seqs", "partitions", "attempts")
 
     def __init__(self) -> None:
-        self.seqs: list[int] = []
+        self.seqs: list[int] | range = []
         self.partitions: list[int] = []
         self.attempts: list[int] = []
 
     def __len__(self) -> int:
         return len(self.seqs)
+
+
+def out_columns(out: dict[bytes, Taken], member: bytes) -> tuple[list[int], list[int],
+                                                                  list[int]]:
+    """The columns of ``out[member]`` (made empty if absent) as lists to append to."""
+    taken = out.get(member)
+    if taken is None:
+        taken = out[member] = Taken()
+    seqs = taken.seqs
+    if not isinstance(seqs, list):  # (a front taken before, as a range)
+        seqs = taken.seqs = list(seqs)
+    return seqs, taken.partitions, taken.attempts
 
 
 NO_SIZE_LIMIT = 1 << 62  # a member that did not say how large a payload it accepts

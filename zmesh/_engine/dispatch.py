@@ -119,11 +119,11 @@ class Packed:
     __slots__ = ("columns", "bytes", "limit")
 
     def __init__(self, limit: int = PACKED_KEPT_BYTES) -> None:
-        self.columns: dict[tuple[int, ...], PackedColumns] = {}
+        self.columns: dict[tuple[int, ...] | range, PackedColumns] = {}
         self.bytes = 0
         self.limit = limit
 
-    def keep(self, seqs: tuple[int, ...], columns: PackedColumns) -> None:
+    def keep(self, seqs: tuple[int, ...] | range, columns: PackedColumns) -> None:
         self.columns[seqs] = columns
         self.bytes += _packed_size(columns)
         if self.bytes > self.limit:
@@ -240,13 +240,15 @@ def _drop(producer: Producer, topic: str, seqs: list[int], batch: WriteBatch) ->
 def _select(out: Taken, fields: list, keep: list[bool]) -> tuple[Taken, list]:
     """The messages of ``out`` (and their fields) where ``keep`` is true."""
     kept, kept_fields = Taken(), []
+    seqs, partitions, attempts = [], [], []
     for seq, partition, attempt, f, k in zip(out.seqs, out.partitions, out.attempts, fields,
                                              keep, strict=True):
         if k:
-            kept.seqs.append(seq)
-            kept.partitions.append(partition)
-            kept.attempts.append(attempt)
+            seqs.append(seq)
+            partitions.append(partition)
+            attempts.append(attempt)
             kept_fields.append(f)
+    kept.seqs, kept.partitions, kept.attempts = seqs, partitions, attempts
     return kept, kept_fields
 
 

@@ -328,7 +328,8 @@ class Engine(Commands):
                 floor: int, packed: Packed | None) -> list[bytes]:
         """The frames of one batch: ``out``'s messages ``start:end``, from their columns
         (packed once for every lane of a topic with several: ``packed``)."""
-        key = tuple(out.seqs[start:end])
+        seqs = out.seqs[start:end]  # (a range's slice is one: hashable, as a tuple is)
+        key = seqs if type(seqs) is range else tuple(seqs)
         done = packed.columns.get(key) if packed is not None else None
         if done is None:
             done = pack_columns(key, out.partitions[start:end], columns.keys[start:end],

@@ -25,7 +25,7 @@ import math
 import random
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, islice, repeat
 from operator import add, lt
 from typing import cast
@@ -41,6 +41,7 @@ from .delivery import (
     Member,
     Taken,
     Timing,
+    out_columns,
 )
 from .retries import Retries
 from .routing import rendezvous
@@ -129,7 +130,7 @@ class Lane(Retries):
     def __contains__(self, seq: int) -> bool:
         return seq in self._sent or seq in self._plain or seq in self.entries
 
-    def owed_among(self, seqs: list[int]) -> list[int]:
+    def owed_among(self, seqs: Sequence[int]) -> list[int]:
         """Those of ``seqs`` this lane owes (one pass, no call per sequence)."""
         if max(seqs) < self.floor():  # (a lane ahead: it settled all of them)
             return []
@@ -401,6 +402,7 @@ class Lane(Retries):
         sent_seqs: list[int] = []  # (put in the sent window together, after the loop)
         sent_partitions: list[int] = []
         sent_to: list[bytes] = []
+        grown: dict[bytes, tuple[list[int], list[int], list[int]]] = {}  # out's, by owner
         while heads and taken < limit:
             key, partition = heappop(heads)
             seq = key & SEQ_MASK
@@ -410,9 +412,9 @@ class Lane(Retries):
             in_flight = member.in_flight
             if member.sent + len(in_flight) >= member.max_in_flight:
                 continue  # this member is full: its partitions wait for acks
-            batch = out.get(owner)
-            if batch is None:
-                batch = out[owner] = Taken()
+            cols = grown.get(owner)
+            if cols is None:
+                cols = grown[owner] = out_columns(out, owner)
             if plain.pop(seq) is not None:
                 fifos[partition].popleft()
                 sent_seqs.append(seq)
@@ -436,9 +438,9 @@ class Lane(Retries):
                     in_flight.add(seq)
             if attempt:
                 self._ready_count -= 1
-                batch.seqs.append(seq)
-                batch.partitions.append(partition)
-                batch.attempts.append(attempt)
+                cols[0].append(seq)
+                cols[1].append(partition)
+                cols[2].append(attempt)
                 handed.append(seq)
                 taken += 1
             # (only plain messages in the partition: its FIFO alone says what is next)
@@ -514,32 +516,41 @@ class Lane(Retries):
             taken.seqs, taken.partitions, taken.attempts = seqs, partitions, [1] * len(seqs)
             out[only] = taken
         else:
+            grown: dict[bytes, tuple[list[int], list[int], list[int]]] = {}
             for seq, partition, m in zip(seqs, partitions, owner_of, strict=True):
-                batch = out.get(m)
-                if batch is None:
-                    batch = out[m] = Taken()
-                batch.seqs.append(seq)
-                batch.partitions.append(partition)
+                cols = grown.get(m)
+                if cols is None:
+                    cols = grown[m] = out_columns(out, m)
+                cols[0].append(seq)
+                cols[1].append(partition)
             for batch in out.values():
                 batch.attempts = [1] * len(batch.seqs)
         for m, batch in out.items():
             members[m].sent += len(batch.seqs)
         return len(seqs), stopped
 
-    def ack(self, seqs: Iterable[int]) -> list[int]:
-        """Settle acked sequences; returns those that were still owed."""
-        seqs = list(seqs)
+    def ack(self, seqs: Iterable[int]) -> Sequence[int]:
+        """Settle acked sequences; returns those that were still owed (``seqs`` itself
+        when a member acked consecutive ones it was sent: a ``range``, as an ACK of
+        consecutive sequences decodes, stays one)."""
         members = self.members
         self.floor()  # (the front of ``_order`` is owed: a front acked can go at once below)
-        n = len(seqs)
-        if n and len(members) == 1 and seqs[-1] - seqs[0] == n - 1 \
-                and all(map(lt, seqs, islice(seqs, 1, None))) \
-                and self._sent.pop_run(seqs[0], n):
+        if isinstance(seqs, range) and seqs.step == 1:
+            run: Sequence[int] = seqs
+        else:
+            seqs = run = list(seqs)
+            n = len(run)
+            if not (n and run[-1] - run[0] == n - 1
+                    and all(map(lt, run, islice(run, 1, None)))):
+                run = ()
+        if run and len(members) == 1 and self._sent.pop_run(run[0], len(run)):
             # The common case: one member acked consecutive sequences it was sent.
             for only in members.values():
-                only.sent -= n
-            self._order.drop_front(seqs, consecutive=True)
-            return seqs
+                only.sent -= len(run)
+            self._order.drop_front(run, consecutive=True)
+            return run
+        if not isinstance(seqs, list):
+            seqs = list(seqs)
         sent, by_member = self._sent.pop_many(seqs)
         settled = list(compress(seqs, sent))
         for to, count in by_member.items():

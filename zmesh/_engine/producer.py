@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import islice, repeat
 from operator import lt, sub
 from typing import TYPE_CHECKING
@@ -159,7 +159,7 @@ class Producer:
                 batch.pend_del.append(pend_key(uid, seq))
         unclaimed.ack(seqs)
 
-    def forget_mem(self, seqs: list[int]) -> list[int]:
+    def forget_mem(self, seqs: Sequence[int]) -> list[int]:
         """Drop memory messages' fields; returns those of ``seqs`` that had none (stored in
         LMDB)."""
         fields = list(map(self._mem.pop, seqs, repeat(None)))
@@ -226,13 +226,13 @@ class Producer:
                 out[seq] = run_message(records[run.first], seq - run.first)
         return out
 
-    def run_columns(self, seqs: list[int], max_message_bytes: int) -> Columns | None:
+    def run_columns(self, seqs: list[int] | range, max_message_bytes: int) -> Columns | None:
         """The columns of ``seqs`` (a take, in ascending order) when runs hold them all,
         taken from the runs' records with no Python step per message (read from LMDB
         and kept decoded if they are not); None when they are not all in runs, or a run
         cannot be read, or a payload is larger than ``max_message_bytes``: the
         per-message way then sends, sets aside or parks them."""
-        if not all(map(lt, seqs, islice(seqs, 1, None))):
+        if type(seqs) is not range and not all(map(lt, seqs, islice(seqs, 1, None))):
             return None
         singles, hits = self.runs.split(seqs)
         if singles:
@@ -299,8 +299,10 @@ class Producer:
                     self.acked.append(receipt)
 
     def _settled(self, topic: str, lane: Lane, seqs: Iterable[int], batch: WriteBatch) -> None:
-        """``lane`` no longer owes ``seqs``; drop each message that nobody owes."""
-        seqs = list(seqs)
+        """``lane`` no longer owes ``seqs``; drop each message that nobody owes. (A
+        ``range``, consecutive acks mostly, is kept as one: each step below takes it.)"""
+        if not isinstance(seqs, range):
+            seqs = list(seqs)
         if not seqs:
             return
         lane_id = self.lane_ids[(topic, lane.name)]
@@ -310,21 +312,22 @@ class Producer:
         # only about what the lanes before it do not owe.
         others = [other for other in self.by_topic.get(topic, ()) if other is not lane]
         free: list[int] = []
-        unowed = seqs
+        unowed: Sequence[int] = seqs
         if others and self.runs:
             free, unowed = self.runs.owed_elsewhere(
                 seqs, [self.lane_ids[(topic, other.name)] for other in others])
         for other in others:
             if not unowed:
                 break
-            owed = other.owed_among(unowed)
+            owed = other.owed_in(unowed.start, len(unowed)) if isinstance(unowed, range) \
+                else other.owed_among(unowed)
             if len(owed) == len(unowed):
                 unowed = []
             elif owed:
                 elsewhere = set(owed)
                 unowed = [s for s in unowed if s not in elsewhere]
         if free:
-            unowed = free + unowed
+            unowed = [*free, *unowed]
         pend = [s for s in seqs if s not in mem] if mem else seqs
         if self.runs:  # (a run's entry per lane instead of one per message)
             pend = self.runs.settled(lane, lane_id, pend, batch)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -122,10 +123,11 @@ class Runs:
         i = bisect_right(self._starts, seq) - 1
         return self.by_first[self._starts[i]] if i and seq < self._ends[i] else None
 
-    def split(self, seqs: list[int]) -> tuple[list[int], dict[int, int]]:
+    def split(self, seqs: Sequence[int]) -> tuple[list[int], dict[int, int]]:
         """The sequences of ``seqs`` in no run, and how many are in each run (by its first
-        sequence). One step per run and per gap between runs, none per sequence."""
-        s = sorted(seqs)
+        sequence). One step per run and per gap between runs, none per sequence (a
+        ``range`` is not even copied)."""
+        s = seqs if type(seqs) is range else sorted(seqs)
         starts, ends = self._starts, self._ends
         n, pos = len(s), 0
         singles: list[int] = []
@@ -141,8 +143,8 @@ class Runs:
             pos = hi
         return singles, hits
 
-    def owed_elsewhere(self, seqs: list[int], other_ids: list[int]
-                       ) -> tuple[list[int], list[int]]:
+    def owed_elsewhere(self, seqs: Sequence[int], other_ids: list[int]
+                       ) -> tuple[list[int], Sequence[int]]:
         """What the runs' counts tell of ``seqs`` and the lanes ``other_ids``: those of
         runs none of those lanes owes any of (first list), and those to ask the lanes
         about one by one (of no run, or of a run they owe part of). Those of a run one of
@@ -150,7 +152,7 @@ class Runs:
         singles, hits = self.split(seqs)
         if not hits:
             return [], seqs
-        ordered = sorted(seqs)
+        ordered = seqs if type(seqs) is range else sorted(seqs)
         free: list[int] = []
         for first in hits:
             run = self.by_first[first]
@@ -162,7 +164,7 @@ class Runs:
                 ordered[lo:bisect_left(ordered, first + run.count, lo)])
         return free, singles
 
-    def settled(self, lane: Lane, lane_id: int, seqs: list[int],
+    def settled(self, lane: Lane, lane_id: int, seqs: Sequence[int],
                 batch: WriteBatch) -> list[int]:
         """``lane`` no longer owes ``seqs``: its entries of their runs are deleted or
         rewritten. Returns the sequences of no run."""
@@ -204,7 +206,7 @@ class Runs:
             batch.prun_set[pend_key(lane_id, run.first)] = lane_entry(lane, run)
         return True
 
-    def gone(self, seqs: list[int], batch: WriteBatch) -> tuple[list[int], list[int]]:
+    def gone(self, seqs: Sequence[int], batch: WriteBatch) -> tuple[list[int], list[int]]:
         """``seqs`` left the outbox: a run none of whose messages is left is deleted.
         Returns the sequences of no run, and the first sequences of the runs deleted."""
         singles, hits = self.split(seqs)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from array import array
 from bisect import bisect_right, insort
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import compress, islice
 from operator import or_
 
@@ -87,7 +87,7 @@ class SeqQueue:
         head = self._set_head(head)
         return a[head] if head < len(a) else None
 
-    def drop_front(self, seqs: list[int], consecutive: bool = False) -> None:
+    def drop_front(self, seqs: Sequence[int], consecutive: bool = False) -> None:
         """``seqs`` were just settled: when they are the front of the queue, in its order
         (what one member acked, mostly), drop them at once instead of one by one later.
         ``consecutive``: ``seqs`` are known to be consecutive and ascending, so matching
@@ -260,7 +260,7 @@ class SeqWindow(Window):
     def _aside(self, i: int) -> int:
         return self._w[i] - 1
 
-    def owed_among(self, seqs: list[int], sent: SentWindow, entries: dict) -> list[int]:
+    def owed_among(self, seqs: Sequence[int], sent: SentWindow, entries: dict) -> list[int]:
         """Those of ``seqs`` in this window, ``sent`` or ``entries`` (what a lane owes), in
         one pass with no call per sequence (a settlement asks this of every other lane)."""
         w, base, old = self._w, self._base, self._old
@@ -343,22 +343,24 @@ class SeqWindow(Window):
             return self._old.pop(seq, None)
         return None
 
-    def front(self, n: int) -> tuple[list[int], list[int], array[int] | None]:
+    def front(self, n: int) -> tuple[list[int] | range, list[int], array[int] | None]:
         """The ``n`` lowest sequences of the window (the dict aside must be empty) and
         their partitions, left in place, with no call per sequence; and, when they are
-        consecutive, their slots (partitions + 1, as ``SentWindow.put_run`` takes them)."""
+        consecutive, their slots (partitions + 1, as ``SentWindow.put_run`` takes them)
+        and the sequences as a ``range`` (what takes them after knows they are
+        consecutive and ascending without a look at each)."""
         w, base, front = self._w, self._base, self._front
         end = min(front + n, len(w))
         slots = w[front:end]
         if not _has_empty(slots):  # (the usual front: consecutive, every slot filled)
-            return list(range(base + front, base + end)), slot_partitions(slots), slots
+            return range(base + front, base + end), slot_partitions(slots), slots
         with memoryview(w) as view:  # (a view from the front, not an iteration up to it)
             seqs = list(islice(compress(range(base + front, base + len(w)), view[front:]), n))
         if not seqs:
             return seqs, [], None
         return seqs, [v - 1 for v in w[front:seqs[-1] - base + 1] if v], None
 
-    def take_front(self, n: int) -> tuple[list[int], list[int], array[int] | None]:
+    def take_front(self, n: int) -> tuple[list[int] | range, list[int], array[int] | None]:
         """Remove the ``n`` lowest sequences of the window (the dict aside must be empty):
         ``front`` of them, with no call per sequence."""
         seqs, partitions, slots = self.front(n)
@@ -478,7 +480,7 @@ class SentWindow(Window):
                         if v and m == index)
         return held
 
-    def put_many(self, seqs: list[int], partitions: list[int], members: list[bytes],
+    def put_many(self, seqs: Sequence[int], partitions: list[int], members: list[bytes],
                  deadline: float) -> None:
         """Map ``seqs`` (absent, in any order) to their partitions and members, with one
         deadline: the columns grown once, the slots set in one loop; one below the

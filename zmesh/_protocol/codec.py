@@ -167,19 +167,21 @@ def _seqs(value: Any) -> tuple[int, ...]:
 def wire_seqs(seqs: Sequence[int]) -> int | list[int]:
     """Sequences as a batch or an ack carries them: the first of them when they are
     consecutive and ascending (a take from the front of a lane's window, the acks of
-    messages handled in order), else the array of them (see ``_seq_column``)."""
+    messages handled in order; a ``range`` is, with no look at each), else the array of
+    them (see ``_seq_column``)."""
     n = len(seqs)
-    if n and seqs[-1] - seqs[0] == n - 1 and all(map(lt, seqs, islice(seqs, 1, None))):
+    if n and (type(seqs) is range and seqs.step == 1 or seqs[-1] - seqs[0] == n - 1
+              and all(map(lt, seqs, islice(seqs, 1, None)))):
         return seqs[0]
     return list(seqs)
 
 
-def _seq_column(value: Any, n: int) -> tuple[int, ...]:
+def _seq_column(value: Any, n: int) -> tuple[int, ...] | range:
     """``n`` sequences as ``wire_seqs`` sent them: an array of ``n``, or an int, the
-    first of ``n`` consecutive ones (checked once, not per sequence)."""
+    first of ``n`` consecutive ones (checked once, not per sequence), as a ``range``."""
     if type(value) is int:
         _check(value >= 0 and value + n - 1 <= U63, "bad seq")
-        return tuple(range(value, value + n))
+        return range(value, value + n)
     return _ints(value, n, "seq")
 
 

@@ -95,7 +95,7 @@ class Ack:
     node_id: bytes
     topic: str
     lane: str
-    seqs: Sequence[int]  # (a tuple when decoded)
+    seqs: Sequence[int]  # (decoded: a range when consecutive and ascending, else a tuple)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,7 @@ class Nack:
     node_id: bytes
     topic: str
     lane: str
-    seqs: tuple[int, ...]
+    seqs: Sequence[int]  # (a tuple when decoded)
     delay_s: float
 
 
@@ -226,7 +226,7 @@ class Batch:
     topic: str
     lane: str
     floor: int
-    seqs: tuple[int, ...]
+    seqs: Sequence[int]  # (decoded: a range when consecutive and ascending, else a tuple)
     # (decoded: numbers as arrays, or bytes for a byte each, the rest as tuples; a
     # producer hands the columns of its outbox, lists or tuples)
     partitions: Sequence[int]
