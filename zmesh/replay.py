@@ -196,7 +196,13 @@ class ReplayReader:
     def _take(self, source: _Source, reply: FetchReply, start: int | None) -> None:
         cursors = source.cursors
         producer = source.node_id
-        origin = Origin(None, (producer, self.topic, ""), None)
+        # The reply's messages share the columns of what they seldom are asked for.
+        headers: list[dict | None] = []
+        partitions: list[int] = []
+        published_ats: list[float] = []
+        indexes: list[int | None] = []
+        origin = Origin(None, (producer, self.topic, ""), None, headers, b"", partitions,
+                        published_ats, indexes)
         default = start if start is not None else 0
         for item in reply.items:
             pos = cursors.get(item.partition, default)
@@ -205,9 +211,13 @@ class ReplayReader:
             if item.index > pos:
                 self._gap(producer, item.partition, pos, item.index)
             cursors[item.partition] = item.index + 1
-            self._buffer.append(Message(origin, item.seq, item.key, item.payload,
-                                        item.headers, 0, item.partition, item.published_at,
-                                        item.index))
+            self._buffer.append(Message(origin, len(partitions), item.seq, item.key,
+                                        item.payload))
+            headers.append(item.headers)
+            partitions.append(item.partition)
+            published_ats.append(item.published_at)
+            indexes.append(item.index)
+        origin.attempts = bytes(len(partitions))  # (a reader's messages: attempt 0)
         caught_up = True
         for head in reply.heads:
             pos = cursors.get(head.partition, default)

@@ -8,7 +8,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from operator import attrgetter
 from threading import TIMEOUT_MAX
@@ -35,7 +35,9 @@ _message_id = tuple.__new__
 class Origin:
     """What every message of one delivered batch shares: the engine its settlement goes
     to, its source (producer id, topic, lane), its group and the producer id in hex (made
-    once per batch). One reference per message instead of five fields to set.
+    once per batch), and the batch's columns of what a message is seldom asked for (its
+    headers, attempt, partition, publish time and index: a ``Message`` reads them by its
+    place in the batch). One reference per message instead of ten fields to set.
 
     It also collects the batch's acks: ``msg.ack()`` appends the sequence to ``acks`` and
     queues the origin for the IO thread only when it is not queued already, so acking a
@@ -43,10 +45,13 @@ class Origin:
     thread clears ``queued`` before it takes the sequences (``take_acks``): an ack appended
     after that queues the origin again."""
 
-    __slots__ = ("engine", "source", "topic", "group", "producer", "acks", "queued")
+    __slots__ = ("engine", "source", "topic", "group", "producer", "acks", "queued",
+                 "headers", "attempts", "partitions", "published_ats", "indexes")
 
     def __init__(self, engine: Engine | None, source: tuple[bytes, str, str],
-                 group: str | None) -> None:
+                 group: str | None, headers: Sequence[dict | None],
+                 attempts: Sequence[int], partitions: Sequence[int],
+                 published_ats: Sequence[float], indexes: Sequence[int | None]) -> None:
         self.engine = engine
         self.source = source
         self.topic = source[1]
@@ -54,6 +59,11 @@ class Origin:
         self.producer = source[0].hex()
         self.acks: list[int] = []
         self.queued = False
+        self.headers = headers
+        self.attempts = attempts
+        self.partitions = partitions
+        self.published_ats = published_ats
+        self.indexes = indexes
 
     def take_acks(self) -> list[int]:
         """The sequences acked since the last take (IO thread). Deleting only the part
@@ -75,24 +85,38 @@ class Message:
     do not ack).
     """
 
-    __slots__ = ("_origin", "_seq", "key", "payload", "_headers", "attempt", "partition",
-                 "published_at", "index", "_settled")
+    __slots__ = ("_origin", "_i", "_seq", "key", "payload", "_headers", "_settled")
 
-    def __init__(self, origin: Origin, seq: int, key: str | None, payload: bytes,
-                 headers: dict | None, attempt: int, partition: int, published_at: float,
-                 index: int | None = None) -> None:
-        # The id and an empty headers dict are made when asked for: most messages are
-        # acked without either.
+    def __init__(self, origin: Origin, i: int, seq: int, key: str | None,
+                 payload: bytes) -> None:
+        # (``i``: its place in the batch, whose columns ``origin`` holds; the id and the
+        # headers dict are made when asked for: most messages are acked without either)
         self._origin = origin
+        self._i = i
         self._seq = seq
         self.key = key
         self.payload = payload
-        self._headers = headers
-        self.attempt = attempt
-        self.partition = partition
-        self.published_at = published_at
-        self.index = index
         self._settled: str | None = None
+
+    _headers: dict  # (a slot, set when first asked for)
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first delivery, one more on each redelivery (0 from a replay reader)."""
+        return self._origin.attempts[self._i]
+
+    @property
+    def partition(self) -> int:
+        return self._origin.partitions[self._i]
+
+    @property
+    def published_at(self) -> float:
+        """When it was published, in seconds since the epoch (the producer's clock)."""
+        return self._origin.published_ats[self._i]
+
+    @property
+    def index(self) -> int | None:
+        return self._origin.indexes[self._i]
 
     @property
     def topic(self) -> str:
@@ -110,9 +134,11 @@ class Message:
 
     @property
     def headers(self) -> dict:
-        if self._headers is None:
-            self._headers = {}
-        return self._headers
+        try:
+            return self._headers
+        except AttributeError:  # (first asked: the batch's, or a dict of its own)
+            headers = self._headers = self._origin.headers[self._i] or {}
+            return headers
 
     def _settle(self, how: str, arg: Any) -> None:
         """Nack or fail: one command each."""

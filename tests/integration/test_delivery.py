@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections import Counter, defaultdict
 
 import pytest
 
 import zmesh
 from tests.conftest import wait_members, wait_until
+from zmesh._engine.routing import partition_for
 from zmesh._protocol.codec import (
     LARGE_PAYLOAD_BYTES,
     MAX_BATCH_ITEMS,
@@ -19,6 +21,7 @@ from zmesh._protocol.codec import (
     MAX_SUBSCRIPTIONS,
     announced_bytes,
 )
+from zmesh.node import DEFAULT_PARTITIONS
 
 
 def drain(sub: zmesh.Subscription, count: int, timeout: float = 10.0) -> list[zmesh.Message]:
@@ -399,4 +402,37 @@ def test_a_redelivered_message_acked_before_is_dropped_by_the_dedupe_window(
                          seeds=[cons.control_address])
     wait_until(lambda: cons.stats().get("duplicates_dropped", 0) == 1, what="a dropped resend")
     wait_until(lambda: restored.status()["outbox"] == 0, what="the resend acked")
+    assert sub.get(timeout=0.3) is None
+
+
+def test_a_new_message_in_a_batch_with_a_resend_keeps_its_own_fields(make_node, tmp_path):
+    """A batch holding a message the consumer acked before (both nodes closed before the
+    ack reached the producer) and a new one: the resend is acked again, the new message
+    is delivered with its own key, headers, attempt, partition, index and time."""
+    prod = make_node("prod", data_dir=str(tmp_path / "prod"))
+    cons = make_node("cons", data_dir=str(tmp_path / "cons"), seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    prod.publish("t", b"once", headers={"h": "once"})
+    msg = sub.get(timeout=5)
+    assert msg is not None and msg.headers == {"h": "once"} and msg.index == 0
+    prod.close()
+    msg.ack()  # in the consumer's dedupe window; the producer never hears of it
+    wait_until(lambda: cons.stats().get("acked_local", 0) == 1, what="the ack committed")
+    cons.close()
+    prod = make_node("prod2", data_dir=str(tmp_path / "prod"))
+    before = time.time()
+    receipt = prod.publish("t", b"new", key="k", headers={"h": "v"})
+    cons = make_node("cons2", data_dir=str(tmp_path / "cons"), seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    new = sub.get(timeout=10)
+    assert new is not None and new.payload == b"new" and new.key == "k"
+    assert new.headers == {"h": "v"} and new.attempt == 1
+    assert new.partition == partition_for("k", DEFAULT_PARTITIONS, new.id.seq)
+    assert new.index == (1 if new.partition == msg.partition else 0)  # (per partition)
+    assert before <= new.published_at <= time.time()
+    new.ack()
+    receipt.wait_acked(5)
+    wait_until(lambda: prod.status()["outbox"] == 0, what="the resend acked")
+    assert cons.stats().get("duplicates_dropped") == 1
     assert sub.get(timeout=0.3) is None

@@ -96,17 +96,16 @@ class Consumer:
             held = self._held[source] = set()
         fresh: list[Message] = []
         reack: list[int] = []
-        origin = Origin(self.engine, source, subs[0].group)
+        origin = Origin(self.engine, source, subs[0].group, batch.headers, batch.attempts,
+                        batch.partitions, batch.published_ats, batch.indexes)
         duplicates = 0
         if not seen and held.isdisjoint(seqs):  # all new (the common case): no test each
             held.update(seqs)
-            fresh = list(map(Message, repeat(origin, len(seqs)), seqs, batch.keys,
-                             batch.payloads, batch.headers, batch.attempts, batch.partitions,
-                             batch.published_ats, batch.indexes))
+            fresh = list(map(Message, repeat(origin, len(seqs)), range(len(seqs)), seqs,
+                             batch.keys, batch.payloads))
         else:
-            for seq, key, payload, headers, attempt, partition, published_at, index in zip(
-                    seqs, batch.keys, batch.payloads, batch.headers, batch.attempts,
-                    batch.partitions, batch.published_ats, batch.indexes, strict=True):
+            for i, (seq, key, payload) in enumerate(zip(seqs, batch.keys, batch.payloads,
+                                                        strict=True)):
                 if seq in seen:
                     reack.append(seq)
                     continue
@@ -114,8 +113,7 @@ class Consumer:
                     duplicates += 1
                     continue
                 held.add(seq)
-                fresh.append(Message(origin, seq, key, payload, headers, attempt, partition,
-                                     published_at, index))
+                fresh.append(Message(origin, i, seq, key, payload))
         if duplicates:
             self.counters.add("duplicates_held", duplicates)
         if reack:
