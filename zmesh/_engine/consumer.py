@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 from .._protocol.codec import MAX_REASON_CHARS
 from .._protocol.frames import Ack, Batch, Fail, Nack
 from .._store.store import Store, WriteBatch
+from ..subscription import Message, Origin
 from .stats import Counters
 
 if TYPE_CHECKING:
-    from ..subscription import Message, Subscription
+    from ..subscription import Subscription
     from .engine import Engine
 
 log = logging.getLogger(__name__)
@@ -74,8 +75,6 @@ class Consumer:
     # -- incoming -------------------------------------------------------------------------
 
     def on_batch(self, batch: Batch, wb: WriteBatch, now: float) -> None:
-        from ..subscription import Message, Origin
-
         producer, topic, lane = batch.node_id, batch.topic, batch.lane
         subs = self.subs.get((topic, lane))
         seqs = batch.seqs

@@ -107,7 +107,8 @@ class Lane(Retries):
         self._delayed: list[tuple[float, int]] = []
         # One record per take(): (deadline, serial, seqs handed out then). It stays until its
         # deadline, acked or not, so the sequences are an array: no int objects kept alive.
-        self._deadlines: list[tuple[float, int, array[int]]] = []
+        # (deadline, serial, the sequences handed out with it: an array, or a range)
+        self._deadlines: list[tuple[float, int, array[int] | range]] = []
         self._serial = 0
         self._expiring: list[tuple[float, int]] = []
         self._order = SeqQueue()  # every owed sequence (and some settled ones), ascending
@@ -509,7 +510,8 @@ class Lane(Retries):
             sent.put_many(seqs, partitions, owner_of, deadline)
         self._ready_count -= len(seqs)
         self._serial += 1
-        heapq.heappush(self._deadlines, (deadline, self._serial, array("q", seqs)))
+        heapq.heappush(self._deadlines, (deadline, self._serial,
+                                         seqs if type(seqs) is range else array("q", seqs)))
         self._timer(deadline)
         if len(members) == 1:
             taken = Taken()

@@ -23,7 +23,7 @@ class Retries:
     _sent: SentWindow
     _rng: Callable[[], float]
     _delayed: list[tuple[float, int]]
-    _deadlines: list[tuple[float, int, array[int]]]
+    _deadlines: list[tuple[float, int, array[int] | range]]
     _expiring: list[tuple[float, int]]
     _wake_at: float
     on_timer: Callable[[Any, float], None]
