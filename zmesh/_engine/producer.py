@@ -319,8 +319,7 @@ class Producer:
         for other in others:
             if not unowed:
                 break
-            owed = other.owed_in(unowed.start, len(unowed)) if isinstance(unowed, range) \
-                else other.owed_among(unowed)
+            owed = other.owed_among(unowed)
             if len(owed) == len(unowed):
                 unowed = []
             elif owed:

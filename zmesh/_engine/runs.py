@@ -80,7 +80,7 @@ def lane_entry(lane: Lane, run: Run, owed_count: int | None = None) -> bytes | N
         if owed_count == end - start:
             offsets = None if start == run.first else list(range(start - run.first, run.count))
             return pack([run.parts.tolist(), offsets, None]) if owed_count else None
-    owed = lane.owed_in(run.first, run.count)
+    owed = lane.owed_among(range(run.first, run.first + run.count))
     if not owed:
         return None
     offsets = None if len(owed) == run.count else [s - run.first for s in owed]

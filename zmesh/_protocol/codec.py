@@ -7,9 +7,8 @@ import re
 import sys
 from array import array
 from collections.abc import Sequence
-from functools import partial
 from itertools import chain, islice
-from operator import is_not, lt
+from operator import lt
 from typing import Any
 
 import msgpack
@@ -73,13 +72,10 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 # Column checks compare the set of an array's element types with these (bool is not int).
 _NONE = type(None)
 _INT: frozenset[type] = frozenset({int})
-_INT_OR_NONE: frozenset[type] = frozenset({int, _NONE})
-_NUMBER: frozenset[type] = frozenset({int, float})
 _STR_OR_NONE: frozenset[type] = frozenset({str, _NONE})
 _DICT_OR_NONE: frozenset[type] = frozenset({dict, _NONE})
 _BYTES_OR_NONE: frozenset[type] = frozenset({bytes, _NONE})
 _STR: frozenset[type] = frozenset({str})
-_not_none = partial(is_not, None)
 
 
 def _unpack(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Any:
@@ -494,8 +490,9 @@ def _numbers(value: Any, n: int, codes: str, what: str) -> Sequence:
 def _indexes(value: Any, n: int) -> Sequence[int | None]:
     """The index column (see ``_pack_indexes``): -1 for a message not indexed."""
     column = _numbers(value, n, "Iq", "index")
-    if column and column.typecode == "q" and min(column) < 0:  # type: ignore[attr-defined]
-        _check(min(column) == -1, "bad index")
+    low = min(column) if column and column.typecode == "q" else 0  # type: ignore[attr-defined]
+    if low < 0:
+        _check(low == -1, "bad index")
         return tuple(None if i == -1 else i for i in column)
     return column
 
