@@ -201,7 +201,7 @@ class ReplayReader:
         partitions: list[int] = []
         published_ats: list[float] = []
         indexes: list[int | None] = []
-        origin = Origin(None, (producer, self.topic, ""), None, headers, b"", partitions,
+        origin = Origin(None, (producer, self.topic, ""), None, (), headers, b"", partitions,
                         published_ats, indexes)
         default = start if start is not None else 0
         for item in reply.items:

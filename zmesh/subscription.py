@@ -9,7 +9,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
+from itertools import groupby, islice
 from operator import attrgetter
 from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,7 @@ __all__ = ["Message", "Subscription"]
 log = logging.getLogger(__name__)
 
 _settled = attrgetter("_settled")
+_origin_of, _place_of, _seq_of = attrgetter("_origin"), attrgetter("_i"), attrgetter("_seq")
 
 # MessageId's own __new__ is a Python function; the tuple constructor builds the same value.
 _message_id = tuple.__new__
@@ -35,21 +36,29 @@ _message_id = tuple.__new__
 class Origin:
     """What every message of one delivered batch shares: the engine its settlement goes
     to, its source (producer id, topic, lane), its group and the producer id in hex (made
-    once per batch), and the batch's columns of what a message is seldom asked for (its
-    headers, attempt, partition, publish time and index: a ``Message`` reads them by its
-    place in the batch). One reference per message instead of ten fields to set.
+    once per batch), the batch's sequences, and its columns of what a message is seldom
+    asked for (its headers, attempt, partition, publish time and index: a ``Message``
+    reads them by its place in the batch). One reference per message instead of ten
+    fields to set.
 
-    It also collects the batch's acks: ``msg.ack()`` appends the sequence to ``acks`` and
-    queues the origin for the IO thread only when it is not queued already, so acking a
-    batch's messages one by one sends one command per batch, not one per message. The IO
-    thread clears ``queued`` before it takes the sequences (``take_acks``): an ack appended
-    after that queues the origin again."""
+    It also collects the batch's acks. Acked in order (the message at place ``next``),
+    ``msg.ack()`` only moves ``next`` on: the IO thread takes those as one slice of the
+    batch's sequences (a range when they are consecutive), with no step per message.
+    Others are appended to ``acks``. The origin is queued for the IO thread only when it
+    is not queued already, so acking a batch's messages one by one sends one command per
+    batch, not one per message. The IO thread clears ``queued`` before it takes the acks
+    (``take_acks``): an ack made after that queues the origin again.
 
-    __slots__ = ("engine", "source", "topic", "group", "producer", "acks", "queued",
+    The IO thread keeps, per source, the origins with messages it has not seen settled
+    (``left``): their sequences from ``taken`` on, less those settled out of order
+    (``apart``), are what a local subscription still holds (``held``)."""
+
+    __slots__ = ("engine", "source", "topic", "group", "producer", "seqs", "lo", "hi",
+                 "next", "acks", "queued", "taken", "left", "apart",
                  "headers", "attempts", "partitions", "published_ats", "indexes")
 
     def __init__(self, engine: Engine | None, source: tuple[bytes, str, str],
-                 group: str | None, headers: Sequence[dict | None],
+                 group: str | None, seqs: Sequence[int], headers: Sequence[dict | None],
                  attempts: Sequence[int], partitions: Sequence[int],
                  published_ats: Sequence[float], indexes: Sequence[int | None]) -> None:
         self.engine = engine
@@ -57,23 +66,49 @@ class Origin:
         self.topic = source[1]
         self.group = group
         self.producer = source[0].hex()
-        self.acks: list[int] = []
+        self.seqs = seqs
+        if type(seqs) is range:
+            self.lo, self.hi = (seqs[0], seqs[-1]) if seqs else (0, -1)
+        else:
+            self.lo, self.hi = (min(seqs), max(seqs)) if seqs else (0, -1)
+        self.next = 0  # (application threads) the places before it were acked in order
+        self.acks: list[int] = []  # (application threads) acked out of order
         self.queued = False
+        self.taken = 0  # (IO thread) ``next`` as last taken
+        self.left = len(seqs)  # (IO thread) messages it has not seen settled
+        self.apart: set[int] = set()  # (IO thread) settled out of order, seen
         self.headers = headers
         self.attempts = attempts
         self.partitions = partitions
         self.published_ats = published_ats
         self.indexes = indexes
 
-    def take_acks(self) -> list[int]:
-        """The sequences acked since the last take (IO thread). Deleting only the part
-        read keeps what another thread appends meanwhile for the next take."""
+    def take_acks(self) -> Sequence[int]:
+        """The sequences acked since the last take (IO thread): those acked in order as
+        a slice of ``seqs``, then the others. Deleting only the part of ``acks`` read
+        keeps what another thread appends meanwhile for the next take."""
         self.queued = False
+        upto = self.next
+        taken: Sequence[int] = self.seqs[self.taken:upto]
+        self.taken = upto
         acks = self.acks
-        n = len(acks)
-        taken = acks[:n]
-        del acks[:n]
+        if acks:
+            n = len(acks)
+            apart = acks[:n]
+            del acks[:n]
+            self.apart.update(apart)
+            taken = [*taken, *apart]
+        self.left -= len(taken)
         return taken
+
+    def settled_apart(self, seqs: Sequence[int]) -> None:
+        """Messages nacked, failed or acked in a transaction (IO thread)."""
+        self.apart.update(seqs)
+        self.left -= len(seqs)
+
+    def held(self) -> set[int]:
+        """The sequences still held, as the IO thread knows (for redeliveries)."""
+        return set(self.seqs[self.taken:]).difference(self.apart)
 
 
 class Message:
@@ -157,7 +192,11 @@ class Message:
         origin = self._origin
         engine = origin.engine
         if engine is not None:  # (a replay reader's message: nothing to settle)
-            origin.acks.append(self._seq)
+            i = self._i
+            if i == origin.next:  # (only the thread acking the message at ``next`` sets it)
+                origin.next = i + 1
+            else:
+                origin.acks.append(self._seq)
             if not origin.queued:  # the batch's first ack since the IO thread took them
                 origin.queued = True
                 engine.submit(origin)
@@ -294,13 +333,27 @@ class Subscription:
         return out
 
     def ack_many(self, messages: list[Message]) -> None:
-        """Ack a batch of messages with one command to the IO thread."""
-        if any(map(_settled, messages)):
-            msg = next(m for m in messages if m._settled is not None)
-            raise MessageStateError(f"message {msg.id} was already {msg._settled}")
-        for msg in messages:
+        """Ack a batch of messages with one command to the IO thread per batch of theirs
+        (one in all, mostly)."""
+        for n, msg in enumerate(messages):
+            how = msg._settled
+            if how is not None:  # (a message twice in ``messages`` too)
+                for m in messages[:n]:
+                    m._settled = None
+                raise MessageStateError(f"message {msg.id} was already {how}")
             msg._settled = "acked"
-        self._engine.submit(("ack_many", messages))
+        engine = self._engine
+        for origin, group in groupby(messages, _origin_of):
+            run = list(group)
+            first = run[0]._i
+            if first == origin.next and list(map(_place_of, run)) == list(
+                    range(first, first + len(run))):  # in order: a slice of its sequences
+                origin.next = first + len(run)
+            else:
+                origin.acks.extend(map(_seq_of, run))
+            if not origin.queued:
+                origin.queued = True
+                engine.submit(origin)
 
     def __iter__(self) -> Iterator[Message]:
         queue = self._queue

@@ -289,6 +289,33 @@ def test_ack_timeout_resends_and_a_held_copy_is_not_delivered_twice(make_node):
     r.wait_acked(5)
 
 
+def test_resends_of_a_partly_acked_batch_are_held_not_delivered(make_node):
+    """Messages of one batch acked in order, one acked out of order, the rest held past
+    the ack timeout: the producer resends only the unacked ones, and the consumer, which
+    still holds them, delivers none of them again."""
+    prod = make_node("prod", topics={"w": zmesh.TopicConfig(ack_timeout_s=0.3,
+                                                             retry_backoff_s=0.0)})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("w", group="g")
+    wait_members(prod, "w", "g", 1)
+    receipt = prod.publish_many("w", [str(i).encode() for i in range(10)])
+    got: list[zmesh.Message] = []
+    wait_until(lambda: got.extend(sub.fetch(10, timeout=0.05)) or len(got) >= 10,
+               what="10 messages")
+    assert len({id(m._origin) for m in got}) == 1  # one batch
+    for msg in got[:4] + [got[6]]:
+        msg.ack()
+    wait_until(lambda: cons.stats().get("acked_local", 0) == 5, what="five acks")
+    wait_until(lambda: cons.stats().get("duplicates_held", 0) >= 5, what="the resends")
+    assert prod.stats().get("ack_timeouts", 0) >= 5
+    assert sub.get(timeout=0.2) is None
+    for msg in got[4:6] + got[7:]:
+        msg.ack()
+    receipt.wait_acked(10)
+    assert cons.stats()["acked_local"] == 10
+    assert sorted(int(m.payload) for m in got) == list(range(10))
+
+
 def test_acks_of_one_batch_from_several_threads_all_reach_the_producer(make_node):
     """A batch's acks are collected on its ``Origin`` and queued once per batch: acks
     made on four threads at once, interleaved with the IO thread taking them, each reach

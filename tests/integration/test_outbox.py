@@ -285,6 +285,25 @@ def test_publish_many_and_ack_many(make_node):
         prod.publish_many("t", [b"a", b"b"], keys=["x", "k" * (MAX_KEY_CHARS + 1)])
 
 
+def test_ack_many_refuses_a_message_twice_and_takes_any_order(make_node):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    receipt = prod.publish_many("t", [str(i).encode() for i in range(100)])
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got: list[zmesh.Message] = []
+    wait_until(lambda: got.extend(sub.fetch(100, timeout=0.05)) or len(got) >= 100,
+               what="100 messages")
+    with pytest.raises(zmesh.MessageStateError, match="already acked"):
+        sub.ack_many([got[0], got[1], got[0]])
+    assert not any(m.settled for m in got)  # none of them taken
+    sub.ack_many(got[:10][::-1])  # out of order
+    sub.ack_many(got[10:50])  # in order, after the others
+    for msg in got[50:]:
+        msg.ack()
+    receipt.wait_acked(10)
+    assert cons.stats()["acked_local"] == 100
+
+
 def _mapped_kb(path: str) -> int:
     """Resident KiB of this process's mapping of ``path`` (/proc/self/smaps)."""
     rss, inside = 0, False

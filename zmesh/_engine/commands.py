@@ -406,13 +406,11 @@ class Commands:
                 count += message_count(cmd)
                 continue
             if not isinstance(cmd, tuple):  # a batch's messages acked one by one
-                self.consumer.acked_seqs(cmd.source, cmd.take_acks(), wb)
+                self.consumer.acked_seqs(cmd, cmd.take_acks(), wb)
                 continue
             kind = cmd[0]
             if kind == "settle":
                 self.consumer.settle(cmd[1], cmd[2], cmd[3])
-            elif kind == "ack_many":
-                self.consumer.acked(cmd[1], wb)
             elif kind == "watch":
                 self._watches.append(cmd[1])
             elif kind == "tx":

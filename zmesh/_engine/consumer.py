@@ -2,19 +2,20 @@
 
 Runs only on the IO thread. A redelivered message that this node already acked is acked
 again without reaching a handler (the ``acked`` window in LMDB); one still held by a local
-subscription is dropped. An ack is written to ``acked`` in the loop's transaction and sent
-to the producer only after that commit.
+subscription is dropped (the origins of the batches it holds say which). An ack is
+written to ``acked`` in the loop's transaction and sent to the producer only after that
+commit.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._protocol.codec import MAX_REASON_CHARS
 from .._protocol.frames import Ack, Batch, Fail, Nack
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PRUNE_INTERVAL_S = 1.0
-_source_of, _seq_of = attrgetter("_origin.source"), attrgetter("_seq")
-_NONE_SEEN: frozenset[int] = frozenset()
+_origin_of, _seq_of = attrgetter("_origin"), attrgetter("_seq")
+_NONE: frozenset[int] = frozenset()
 
 
 class Consumer:
@@ -42,13 +43,15 @@ class Consumer:
         self.counters = counters
         self.subs: dict[tuple[str, str], list[Subscription]] = {}
         self._rr: dict[tuple[str, str], int] = defaultdict(int)
-        # Sequences held by local subscriptions, per (producer, topic, lane).
-        self._held: dict[tuple[bytes, str, str], set[int]] = {}
+        # The origins of batches local subscriptions hold messages of, per (producer,
+        # topic, lane): those with a message the IO thread has not seen settled.
+        self._holding: dict[tuple[bytes, str, str], dict[Origin, None]] = {}
         self._floors: dict[tuple[bytes, str], int] = {}
         self._pruned: dict[tuple[bytes, str], tuple[int, float]] = {}
-        # Acked in this loop iteration, per (producer, topic, lane); the same lists are in
-        # the write batch (its ``seen_put``) and go to the producers after its commit.
-        self._acks: dict[tuple[bytes, str, str], list[int]] = {}
+        # Acked in this loop iteration, per (producer, topic, lane), as taken (mostly a
+        # range per batch); each is in the write batch too (its ``seen_put``), and goes to
+        # the producer after its commit.
+        self._acks: dict[tuple[bytes, str, str], list[Sequence[int]]] = {}
         # The highest sequence this node acked per (producer, lane): every dedupe key in
         # the store is at or below it, so a message above it needs no lookup.
         self._tops = store.seen_tops()
@@ -78,6 +81,8 @@ class Consumer:
         producer, topic, lane = batch.node_id, batch.topic, batch.lane
         subs = self.subs.get((topic, lane))
         seqs = batch.seqs
+        if not seqs:
+            return
         if not subs:
             # Our hello without this lane is on its way; give the messages back.
             self.counters.add("released_no_subscription", len(seqs))
@@ -85,34 +90,49 @@ class Consumer:
                                                   0.0)))
             return
         self._note_floor(producer, lane, batch.floor, wb, now)
+        if type(seqs) is range:
+            first, last = seqs[0], seqs[-1]
+        else:
+            first, last = min(seqs), max(seqs)
         top = self._tops.get((producer, lane), -1)
-        seen: AbstractSet[int] = _NONE_SEEN  # (new messages are above it: no lookup)
-        if seqs and (seqs[0] if type(seqs) is range else min(seqs)) <= top:
+        seen: AbstractSet[int] = _NONE  # (new messages are above it: no lookup)
+        if first <= top:
             seen = self.store.seen_filter(producer, lane.encode(), [s for s in seqs if s <= top])
         source = (producer, topic, lane)
-        held = self._held.get(source)
-        if held is None:
-            held = self._held[source] = set()
+        holding = self._holding.get(source)
+        if holding is None:
+            holding = self._holding[source] = {}
+        held = set().union(*[o.held() for o in holding if o.lo <= last and o.hi >= first])
+        group = subs[0].group
         fresh: list[Message] = []
         reack: list[int] = []
-        origin = Origin(self.engine, source, subs[0].group, batch.headers, batch.attempts,
-                        batch.partitions, batch.published_ats, batch.indexes)
         duplicates = 0
         if not seen and held.isdisjoint(seqs):  # all new (the common case): no test each
-            held.update(seqs)
+            origin = Origin(self.engine, source, group, seqs, batch.headers, batch.attempts,
+                            batch.partitions, batch.published_ats, batch.indexes)
             fresh = list(map(Message, repeat(origin, len(seqs)), range(len(seqs)), seqs,
                              batch.keys, batch.payloads))
         else:
-            for i, (seq, key, payload) in enumerate(zip(seqs, batch.keys, batch.payloads,
-                                                        strict=True)):
+            places: list[int] = []
+            for i, seq in enumerate(seqs):
                 if seq in seen:
                     reack.append(seq)
-                    continue
-                if seq in held:
+                elif seq in held:
                     duplicates += 1
-                    continue
-                held.add(seq)
-                fresh.append(Message(origin, i, seq, key, payload))
+                else:
+                    places.append(i)
+                    held.add(seq)  # (a sequence twice in one batch is delivered once)
+            if places:  # an origin of their own: its places are theirs
+                origin = Origin(self.engine, source, group, _pick(seqs, places),
+                                _pick(batch.headers, places), _pick(batch.attempts, places),
+                                _pick(batch.partitions, places),
+                                _pick(batch.published_ats, places),
+                                _pick(batch.indexes, places))
+                fresh = list(map(Message, repeat(origin, len(places)), range(len(places)),
+                                 origin.seqs, _pick(batch.keys, places),
+                                 _pick(batch.payloads, places)))
+        if fresh:
+            holding[origin] = None
         if duplicates:
             self.counters.add("duplicates_held", duplicates)
         if reack:
@@ -144,42 +164,37 @@ class Consumer:
     # -- settling -------------------------------------------------------------------------
 
     def acked(self, msgs: list[Message], wb: WriteBatch) -> None:
-        """Messages acked by the application: written to the dedupe window in ``wb``, sent
-        to their producers after its commit."""
-        if not msgs:
-            return
-        sources = list(map(_source_of, msgs))
-        seqs = list(map(_seq_of, msgs))
-        if sources.count(sources[0]) == len(sources):  # from one source (mostly): at once
-            self.acked_seqs(sources[0], seqs, wb)
-            return
-        by_source: dict[tuple[bytes, str, str], list[int]] = {}
-        for source, seq in zip(sources, seqs, strict=True):
-            by_source.setdefault(source, []).append(seq)
-        for source, part in by_source.items():
-            self.acked_seqs(source, part, wb)
+        """Messages acked in a transaction: written to the dedupe window in ``wb``, sent to
+        their producers after its commit."""
+        by_origin: dict[Origin, list[int]] = {}
+        for origin, seq in zip(map(_origin_of, msgs), map(_seq_of, msgs), strict=True):
+            by_origin.setdefault(origin, []).append(seq)
+        for origin, seqs in by_origin.items():
+            origin.settled_apart(seqs)
+            self.acked_seqs(origin, seqs, wb)
 
-    def acked_seqs(self, source: tuple[bytes, str, str], seqs: list[int],
-                   wb: WriteBatch) -> None:
-        """``acked`` for sequences of one source (a batch's acks, ``Origin.take_acks``)."""
+    def acked_seqs(self, origin: Origin, seqs: Sequence[int], wb: WriteBatch) -> None:
+        """``acked`` for sequences of one origin, settled on it already (what its
+        ``take_acks`` returned)."""
+        source = origin.source
+        if origin.left <= 0:
+            self._holding.get(source, {}).pop(origin, None)
         if not seqs:
             return
-        held = self._held.get(source)
-        if held is not None:
-            held.difference_update(seqs)
+        wb.seen_put.append((source[0], source[2].encode(), seqs))
         acks = self._acks.get(source)
         if acks is None:
-            acks = self._acks[source] = []
-            wb.seen_put.append((source[0], source[2].encode(), acks))
-        acks.extend(seqs)
+            self._acks[source] = [seqs]
+        else:
+            acks.append(seqs)
 
     def settle(self, msg: Message, how: str, arg: object) -> None:
         """A message nacked or failed: sent to its producer after the loop's commit."""
-        source, seq = msg._origin.source, msg._seq
-        producer, _topic, lane = source
-        held = self._held.get(source)
-        if held is not None:
-            held.discard(seq)
+        origin, seq = msg._origin, msg._seq
+        producer, _topic, lane = source = origin.source
+        origin.settled_apart((seq,))
+        if origin.left <= 0:
+            self._holding.get(source, {}).pop(origin, None)
         if how == "nacked":
             delay = -1.0 if arg is None else float(arg)  # type: ignore[arg-type]
             self._outgoing.append((producer, Nack(self.engine.node_id, msg.topic, lane,
@@ -192,25 +207,44 @@ class Consumer:
                                                   reason)))
 
     def rollback(self) -> None:
-        """The commit holding the staged acks failed: forget them, and the messages too, so
-        a redelivery reaches the application again."""
-        for source, seqs in self._acks.items():
-            self._held.get(source, set()).difference_update(seqs)
-        self.counters.add("acks_rolled_back", sum(len(v) for v in self._acks.values()))
+        """The commit holding the staged acks failed: forget them. Their messages are no
+        longer held either, so a redelivery reaches the application again."""
+        self.counters.add("acks_rolled_back", sum(map(len, chain(*self._acks.values()))))
         self._acks.clear()
 
     def flush(self, send: Callable[[bytes, Ack | Nack | Fail], None]) -> None:
         """After commit: send acks (grouped per producer and lane), nacks and fails."""
         me = self.engine.node_id
-        self.counters.add("acked_local", sum(map(len, self._acks.values())))
         tops = self._tops
-        for (producer, topic, lane), seqs in self._acks.items():
-            top = max(seqs)
-            if top > tops.get((producer, lane), -1):
-                tops[(producer, lane)] = top
-            for i in range(0, len(seqs), 5000):
-                send(producer, Ack(me, topic, lane, seqs[i:i + 5000]))
+        acked = 0
+        for (producer, topic, lane), parts in self._acks.items():
+            for seqs in _joined(parts):
+                acked += len(seqs)
+                top = seqs[-1] if type(seqs) is range else max(seqs)
+                if top > tops.get((producer, lane), -1):
+                    tops[(producer, lane)] = top
+                for i in range(0, len(seqs), 5000):
+                    send(producer, Ack(me, topic, lane, seqs[i:i + 5000]))
+        self.counters.add("acked_local", acked)
         self._acks.clear()
         out, self._outgoing = self._outgoing, []
         for producer, msg in out:
             send(producer, msg)
+
+
+def _joined(parts: list[Sequence[int]]) -> list[Sequence[int]]:
+    """``parts`` with each range that continues the one before it joined to it."""
+    out = parts[:1]
+    for seqs in parts[1:]:
+        last = out[-1]
+        if type(seqs) is range and type(last) is range and seqs.start == last.stop \
+                and seqs.step == last.step == 1:
+            out[-1] = range(last.start, seqs.stop)
+        else:
+            out.append(seqs)
+    return out
+
+
+def _pick(column: Sequence[Any], places: list[int]) -> list[Any]:
+    """The elements of ``column`` at ``places``."""
+    return [column[i] for i in places]

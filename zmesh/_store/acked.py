@@ -15,6 +15,7 @@ once, at open. A part of ``Store``, kept apart because only the consumer uses it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .batch import WriteBatch
@@ -29,10 +30,11 @@ def _key(producer: bytes, chunk: int, lane: bytes) -> bytes:
     return producer + u64(chunk) + lane
 
 
-def _masks(seqs: list[int]) -> dict[int, int]:
+def _masks(seqs: Sequence[int]) -> dict[int, int]:
     """chunk -> the bits of ``seqs`` in it, as an int (bit ``seq % CHUNK``)."""
     first, last = seqs[0], seqs[-1]
-    if last - first == len(seqs) - 1 and seqs == list(range(first, last + 1)):
+    if (seqs.step == 1 if type(seqs) is range
+            else last - first == len(seqs) - 1 and seqs == list(range(first, last + 1))):
         # A run of consecutive sequences (what one member acked, mostly): a range of bits
         # per chunk, with no Python call per sequence.
         masks = {}
@@ -48,7 +50,7 @@ def _masks(seqs: list[int]) -> dict[int, int]:
     return masks
 
 
-def _add(txn: Any, db: Any, producer: bytes, lane: bytes, seqs: list[int]) -> None:
+def _add(txn: Any, db: Any, producer: bytes, lane: bytes, seqs: Sequence[int]) -> None:
     """Set the bits of ``seqs``: one read and one write per chunk they fall in. A bitmap
     is a little-endian int of ``CHUNK`` bits."""
     if not seqs:

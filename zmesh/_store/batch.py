@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 
@@ -24,7 +25,7 @@ class WriteBatch:
     runs_del: list[bytes] = field(default_factory=list)
     prun_set: dict[bytes, bytes | None] = field(default_factory=dict)
     # the consumer's acks: (producer, lane, seqs) and prunes: (producer, floor, lane)
-    seen_put: list[tuple[bytes, bytes, list[int]]] = field(default_factory=list)
+    seen_put: list[tuple[bytes, bytes, Sequence[int]]] = field(default_factory=list)
     seen_prune: list[tuple[bytes, int, bytes]] = field(default_factory=list)
     lanes_put: list[tuple[bytes, bytes]] = field(default_factory=list)
     dead_put: list[tuple[bytes, bytes]] = field(default_factory=list)
