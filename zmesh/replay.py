@@ -201,7 +201,8 @@ class ReplayReader:
         partitions: list[int] = []
         published_ats: list[float] = []
         indexes: list[int | None] = []
-        origin = Origin(None, (producer, self.topic, ""), None, (), headers, b"", partitions,
+        seqs: list[int] = []
+        origin = Origin(None, (producer, self.topic, ""), None, seqs, headers, b"", partitions,
                         published_ats, indexes)
         default = start if start is not None else 0
         for item in reply.items:
@@ -211,8 +212,8 @@ class ReplayReader:
             if item.index > pos:
                 self._gap(producer, item.partition, pos, item.index)
             cursors[item.partition] = item.index + 1
-            self._buffer.append(Message(origin, len(partitions), item.seq, item.key,
-                                        item.payload))
+            self._buffer.append(Message(origin, len(partitions), item.key, item.payload))
+            seqs.append(item.seq)
             headers.append(item.headers)
             partitions.append(item.partition)
             published_ats.append(item.published_at)

@@ -27,7 +27,7 @@ __all__ = ["Message", "Subscription"]
 log = logging.getLogger(__name__)
 
 _settled = attrgetter("_settled")
-_origin_of, _place_of, _seq_of = attrgetter("_origin"), attrgetter("_i"), attrgetter("_seq")
+_origin_of, _place_of = attrgetter("_origin"), attrgetter("_i")
 
 # MessageId's own __new__ is a Python function; the tuple constructor builds the same value.
 _message_id = tuple.__new__
@@ -120,15 +120,14 @@ class Message:
     do not ack).
     """
 
-    __slots__ = ("_origin", "_i", "_seq", "key", "payload", "_headers", "_settled")
+    __slots__ = ("_origin", "_i", "key", "payload", "_headers", "_settled")
 
-    def __init__(self, origin: Origin, i: int, seq: int, key: str | None,
-                 payload: bytes) -> None:
-        # (``i``: its place in the batch, whose columns ``origin`` holds; the id and the
-        # headers dict are made when asked for: most messages are acked without either)
+    def __init__(self, origin: Origin, i: int, key: str | None, payload: bytes) -> None:
+        # (``i``: its place in the batch, whose columns ``origin`` holds, its sequence
+        # among them; the id and the headers dict are made when asked for: most messages
+        # are acked without either)
         self._origin = origin
         self._i = i
-        self._seq = seq
         self.key = key
         self.payload = payload
         self._settled: str | None = None
@@ -165,7 +164,8 @@ class Message:
     @property
     def id(self) -> MessageId:
         """(producer id in hex, sequence): unique in the mesh, the same on redelivery."""
-        return _message_id(MessageId, (self._origin.producer, self._seq))
+        origin = self._origin
+        return _message_id(MessageId, (origin.producer, origin.seqs[self._i]))
 
     @property
     def headers(self) -> dict:
@@ -196,7 +196,7 @@ class Message:
             if i == origin.next:  # (only the thread acking the message at ``next`` sets it)
                 origin.next = i + 1
             else:
-                origin.acks.append(self._seq)
+                origin.acks.append(origin.seqs[i])
             if not origin.queued:  # the batch's first ack since the IO thread took them
                 origin.queued = True
                 engine.submit(origin)
@@ -350,7 +350,7 @@ class Subscription:
                     range(first, first + len(run))):  # in order: a slice of its sequences
                 origin.next = first + len(run)
             else:
-                origin.acks.extend(map(_seq_of, run))
+                origin.acks.extend(map(origin.seqs.__getitem__, map(_place_of, run)))
             if not origin.queued:
                 origin.queued = True
                 engine.submit(origin)

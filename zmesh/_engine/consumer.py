@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PRUNE_INTERVAL_S = 1.0
-_origin_of, _seq_of = attrgetter("_origin"), attrgetter("_seq")
+_origin_of, _place_of = attrgetter("_origin"), attrgetter("_i")
 _NONE: frozenset[int] = frozenset()
 
 
@@ -110,8 +110,8 @@ class Consumer:
         if not seen and held.isdisjoint(seqs):  # all new (the common case): no test each
             origin = Origin(self.engine, source, group, seqs, batch.headers, batch.attempts,
                             batch.partitions, batch.published_ats, batch.indexes)
-            fresh = list(map(Message, repeat(origin, len(seqs)), range(len(seqs)), seqs,
-                             batch.keys, batch.payloads))
+            fresh = list(map(Message, repeat(origin, len(seqs)), range(len(seqs)), batch.keys,
+                             batch.payloads))
         else:
             places: list[int] = []
             for i, seq in enumerate(seqs):
@@ -129,8 +129,7 @@ class Consumer:
                                 _pick(batch.published_ats, places),
                                 _pick(batch.indexes, places))
                 fresh = list(map(Message, repeat(origin, len(places)), range(len(places)),
-                                 origin.seqs, _pick(batch.keys, places),
-                                 _pick(batch.payloads, places)))
+                                 _pick(batch.keys, places), _pick(batch.payloads, places)))
         if fresh:
             holding[origin] = None
         if duplicates:
@@ -167,8 +166,8 @@ class Consumer:
         """Messages acked in a transaction: written to the dedupe window in ``wb``, sent to
         their producers after its commit."""
         by_origin: dict[Origin, list[int]] = {}
-        for origin, seq in zip(map(_origin_of, msgs), map(_seq_of, msgs), strict=True):
-            by_origin.setdefault(origin, []).append(seq)
+        for origin, i in zip(map(_origin_of, msgs), map(_place_of, msgs), strict=True):
+            by_origin.setdefault(origin, []).append(origin.seqs[i])
         for origin, seqs in by_origin.items():
             origin.settled_apart(seqs)
             self.acked_seqs(origin, seqs, wb)
@@ -190,7 +189,8 @@ class Consumer:
 
     def settle(self, msg: Message, how: str, arg: object) -> None:
         """A message nacked or failed: sent to its producer after the loop's commit."""
-        origin, seq = msg._origin, msg._seq
+        origin = msg._origin
+        seq = origin.seqs[msg._i]
         producer, _topic, lane = source = origin.source
         origin.settled_apart((seq,))
         if origin.left <= 0:
