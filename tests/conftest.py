@@ -32,6 +32,14 @@ def wait_until(pred: Callable[[], object], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
+def fetched(sub: zmesh.Subscription, n: int) -> list[zmesh.Message]:
+    """``n`` messages fetched from ``sub`` (failing the test after wait_until's timeout)."""
+    got: list[zmesh.Message] = []
+    wait_until(lambda: got.extend(sub.fetch(n - len(got), timeout=0.05)) or len(got) >= n,
+               what=f"{n} messages")
+    return got
+
+
 @pytest.fixture
 def mesh_name() -> str:
     """A mesh name no other test (or machine) uses."""

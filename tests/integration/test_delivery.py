@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 import pytest
 
 import zmesh
-from tests.conftest import wait_members, wait_until
+from tests.conftest import fetched, wait_members, wait_until
 from zmesh._engine.routing import partition_for
 from zmesh._protocol.codec import (
     LARGE_PAYLOAD_BYTES,
@@ -299,9 +299,7 @@ def test_resends_of_a_partly_acked_batch_are_held_not_delivered(make_node):
     sub = cons.subscribe("w", group="g")
     wait_members(prod, "w", "g", 1)
     receipt = prod.publish_many("w", [str(i).encode() for i in range(10)])
-    got: list[zmesh.Message] = []
-    wait_until(lambda: got.extend(sub.fetch(10, timeout=0.05)) or len(got) >= 10,
-               what="10 messages")
+    got = fetched(sub, 10)
     assert len({id(m._origin) for m in got}) == 1  # one batch
     for msg in got[:4] + [got[6]]:
         msg.ack()
@@ -325,9 +323,7 @@ def test_acks_of_one_batch_from_several_threads_all_reach_the_producer(make_node
     sub = cons.subscribe("w", group="g")
     wait_members(prod, "w", "g", 1)
     receipt = prod.publish_many("w", [str(i).encode() for i in range(1000)])
-    got: list[zmesh.Message] = []
-    wait_until(lambda: got.extend(sub.fetch(1000, timeout=0.05)) or len(got) >= 1000,
-               what="1000 messages (max_in_flight)")
+    got = fetched(sub, 1000)
     threads = [threading.Thread(target=lambda part=got[k::4]: [m.ack() for m in part])
                for k in range(4)]
     for t in threads:
@@ -345,9 +341,7 @@ def test_an_ack_after_close_says_the_node_is_closed(make_node):
     sub = cons.subscribe("w", group="g")
     wait_members(prod, "w", "g", 1)
     prod.publish_many("w", [b"a", b"b"])
-    got: list[zmesh.Message] = []
-    wait_until(lambda: got.extend(sub.fetch(2, timeout=0.05)) or len(got) >= 2,
-               what="2 messages")
+    got = fetched(sub, 2)
     cons.close()
     for msg in got:  # the batch's first ack queues its origin, the second finds it queued
         with pytest.raises(zmesh.NodeStateError, match="closed"):

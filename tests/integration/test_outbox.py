@@ -12,7 +12,7 @@ import time
 import pytest
 
 import zmesh
-from tests.conftest import wait_members, wait_until
+from tests.conftest import fetched, wait_members, wait_until
 from tests.integration.test_delivery import drain
 from zmesh._protocol.codec import MAX_HEADERS_BYTES, MAX_KEY_CHARS
 from zmesh._store.pages import RELEASE_BYTES
@@ -290,9 +290,7 @@ def test_ack_many_refuses_a_message_twice_and_takes_any_order(make_node):
     receipt = prod.publish_many("t", [str(i).encode() for i in range(100)])
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="g")
-    got: list[zmesh.Message] = []
-    wait_until(lambda: got.extend(sub.fetch(100, timeout=0.05)) or len(got) >= 100,
-               what="100 messages")
+    got = fetched(sub, 100)
     with pytest.raises(zmesh.MessageStateError, match="already acked"):
         sub.ack_many([got[0], got[1], got[0]])
     assert not any(m.settled for m in got)  # none of them taken
