@@ -145,6 +145,8 @@ def dispatch(producer: Producer, now: float,
         decoded.trim()
     known = decoded.fields
     ready = producer.ready
+    # The lanes of a topic mostly take the same sequences: a run's columns are made once.
+    made: dict[range, Columns] = {}
     for lane in list(ready):
         if not lane.ready_count or not lane.members or lane.name == UNCLAIMED:
             del ready[lane]  # (back when it gets ready messages, or a member)
@@ -158,7 +160,13 @@ def dispatch(producer: Producer, now: float,
             continue
         if producer.runs:  # runs holding all of a take send their columns as they are
             for member, out in list(taken.items()):
-                columns = producer.run_columns(out.seqs, lane.members[member].max_message_bytes)
+                seqs, limit = out.seqs, lane.members[member].max_message_bytes
+                columns = made.get(seqs) if type(seqs) is range and \
+                    limit >= producer.payload_bound else None  # (else checked against it)
+                if columns is None:
+                    columns = producer.run_columns(seqs, limit)
+                    if columns is not None and type(seqs) is range:
+                        made[seqs] = columns
                 if columns is not None:
                     del taken[member]
                     sent_total += _send(send, member, lane, out, columns, now)
