@@ -15,6 +15,7 @@ from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
 from ._receipt import MessageId
+from ._seqs import consecutive
 from ._waits import check_timeout
 from .config import SubscriptionConfig
 from .errors import ArgumentError, MessageStateError, NodeStateError
@@ -346,9 +347,8 @@ class Subscription:
         for origin, group in groupby(messages, _origin_of):
             run = list(group)
             first = run[0]._i
-            if first == origin.next and list(map(_place_of, run)) == list(
-                    range(first, first + len(run))):  # in order: a slice of its sequences
-                origin.next = first + len(run)
+            if first == origin.next and consecutive(list(map(_place_of, run))):
+                origin.next = first + len(run)  # (in order: a slice of its sequences)
             else:
                 origin.acks.extend(map(origin.seqs.__getitem__, map(_place_of, run)))
             if not origin.queued:

@@ -26,10 +26,11 @@ import random
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from itertools import compress, islice, repeat
-from operator import add, lt
+from itertools import compress, repeat
+from operator import add
 from typing import cast
 
+from .._seqs import consecutive
 from .delivery import (
     DELAYED,
     IN_FLIGHT,
@@ -536,14 +537,9 @@ class Lane(Retries):
         consecutive sequences decodes, stays one)."""
         members = self.members
         self.floor()  # (the front of ``_order`` is owed: a front acked can go at once below)
-        if isinstance(seqs, range) and seqs.step == 1:
-            acked: list[int] | range = seqs
-        else:
-            acked = list(seqs)
+        acked: list[int] | range = seqs if type(seqs) is range else list(seqs)
         n = len(acked)
-        if n and len(members) == 1 and (type(acked) is range or acked[-1] - acked[0] == n - 1
-                                        and all(map(lt, acked, islice(acked, 1, None)))) \
-                and self._sent.pop_run(acked[0], n):
+        if len(members) == 1 and consecutive(acked) and self._sent.pop_run(acked[0], n):
             # The common case: one member acked consecutive sequences it was sent.
             for only in members.values():
                 only.sent -= n

@@ -127,7 +127,10 @@ class Runs:
         """The sequences of ``seqs`` in no run, and how many are in each run (by its first
         sequence). One step per run and per gap between runs, none per sequence (a
         ``range`` is not even copied)."""
-        s = seqs if type(seqs) is range else sorted(seqs)
+        return self._split(seqs if type(seqs) is range else sorted(seqs))
+
+    def _split(self, s: Sequence[int]) -> tuple[list[int], dict[int, int]]:
+        """``split`` of ascending ``s``."""
         starts, ends = self._starts, self._ends
         n, pos = len(s), 0
         singles: list[int] = []
@@ -149,10 +152,10 @@ class Runs:
         runs none of those lanes owes any of (first list), and those to ask the lanes
         about one by one (of no run, or of a run they owe part of). Those of a run one of
         them owes whole are in neither. One step per run, none per sequence."""
-        singles, hits = self.split(seqs)
+        ordered = seqs if type(seqs) is range else sorted(seqs)
+        singles, hits = self._split(ordered)
         if not hits:
             return [], seqs
-        ordered = seqs if type(seqs) is range else sorted(seqs)
         free: list[int] = []
         for first in hits:
             run = self.by_first[first]

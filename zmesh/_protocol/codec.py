@@ -7,12 +7,12 @@ import re
 import sys
 from array import array
 from collections.abc import Sequence
-from itertools import chain, islice
-from operator import lt
+from itertools import chain
 from typing import Any
 
 import msgpack
 
+from .._seqs import consecutive
 from ..errors import DecodeError
 from .frames import (
     ACK,
@@ -165,11 +165,7 @@ def wire_seqs(seqs: Sequence[int]) -> int | list[int]:
     consecutive and ascending (a take from the front of a lane's window, the acks of
     messages handled in order; a ``range`` is, with no look at each), else the array of
     them (see ``_seq_column``)."""
-    n = len(seqs)
-    if n and (type(seqs) is range and seqs.step == 1 or seqs[-1] - seqs[0] == n - 1
-              and all(map(lt, seqs, islice(seqs, 1, None)))):
-        return seqs[0]
-    return list(seqs)
+    return seqs[0] if consecutive(seqs) else list(seqs)
 
 
 def _seq_column(value: Any, n: int) -> tuple[int, ...] | range:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .._seqs import consecutive
 from .batch import WriteBatch
 from .keys import u64
 
@@ -33,8 +34,7 @@ def _key(producer: bytes, chunk: int, lane: bytes) -> bytes:
 def _masks(seqs: Sequence[int]) -> dict[int, int]:
     """chunk -> the bits of ``seqs`` in it, as an int (bit ``seq % CHUNK``)."""
     first, last = seqs[0], seqs[-1]
-    if (seqs.step == 1 if type(seqs) is range
-            else last - first == len(seqs) - 1 and seqs == list(range(first, last + 1))):
+    if consecutive(seqs):
         # A run of consecutive sequences (what one member acked, mostly): a range of bits
         # per chunk, with no Python call per sequence.
         masks = {}
