@@ -1,7 +1,10 @@
-"""Flow control: a slow consumer holds at most max_in_flight; the backlog stays in the
-producer's outbox, not in anyone's memory queue."""
+"""Flow control: a slow consumer holds at most max_in_flight, and no more than it handles
+in a quarter of the ack timeout; the backlog stays in the producer's outbox, not in
+anyone's memory queue."""
 
 from __future__ import annotations
+
+import time
 
 import zmesh
 from tests.conftest import wait_members, wait_until
@@ -48,3 +51,29 @@ def test_batch_size_limits_messages_per_frame(make_node):
             m.ack()
         got += len(msgs)
     assert prod.stats()["sent"] == 50
+
+
+def test_a_slow_handler_is_sent_what_it_handles_before_its_acks_time_out(make_node):
+    # 10 ms per message and a 1 s ack timeout: the member's window holds what it acks in
+    # 0.25 s. Its max_in_flight alone would let all 200 messages wait at once, the last
+    # two seconds behind the first, and half of them would time out and be sent again.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",), ack_timeout_s=1.0,
+                                                             retry_backoff_s=0.0)})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g", max_in_flight=1000, batch_size=10)
+    wait_members(prod, "t", "g", 1)
+    n = 200
+    receipt = prod.publish_many("t", [bytes(16)] * n)
+    peak_in_flight = 0
+    for handled in range(n):
+        msg = sub.get(timeout=5)
+        assert msg is not None, f"stalled after {handled} messages"
+        time.sleep(0.01)  # the handler's work
+        msg.ack()
+        if handled % 10 == 0:
+            [lane] = [ln for ln in prod.status()["lanes"] if ln["lane"] == "g"]
+            peak_in_flight = max(peak_in_flight, lane["in_flight"])
+    receipt.wait_acked(10)
+    assert prod.stats().get("ack_timeouts", 0) == 0
+    assert cons.stats().get("duplicates_held", 0) == 0
+    assert 0 < peak_in_flight <= n // 2

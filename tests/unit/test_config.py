@@ -59,7 +59,7 @@ def test_subscription_config() -> None:
     cfg = SubscriptionConfig(group="agg")
     assert (cfg.mode, cfg.max_in_flight, cfg.batch_size, cfg.concurrency) == (
         "shared",
-        1000,
+        4000,
         500,
         1,
     )

@@ -106,6 +106,56 @@ def test_raising_credit_lets_more_through() -> None:
     assert taken(lane, 0.0) == [1, 2]
 
 
+def test_a_window_starts_at_two_frames_and_grows_to_max_in_flight_for_a_fast_member() -> None:
+    lane = make_lane(ack_timeout_s=4.0)  # (a window holds what the member acks in 1 s)
+    lane.set_member(A, max_in_flight=100, batch_size=10)
+    lane.add_plain(PlainRun(list(range(2000)), [0] * 2000))
+    first = taken(lane, 0.0)
+    assert first == list(range(20))  # two frames
+    lane.ack(first)
+    assert taken(lane, 0.05) == list(range(20, 40))  # (sized again every 0.1 s at most)
+    lane.ack(range(20, 40))  # 40 acks in 0.15 s: 266 a second, more than max_in_flight
+    assert len(taken(lane, 0.15)) == 100
+
+
+def test_a_slow_member_holds_what_it_acks_in_a_quarter_of_the_ack_timeout() -> None:
+    lane = make_lane(ack_timeout_s=4.0)
+    lane.set_member(A, max_in_flight=1000, batch_size=100)
+    lane.add_plain(PlainRun(list(range(3000)), [0] * 3000))
+    held = taken(lane, 0.0)
+    assert len(held) == 200
+    # It acks 40 in 2 s (20 a second) while holding a full window: 20 in 1 s.
+    lane.ack(held[:40])
+    assert taken(lane, 2.0) == []  # it still holds 160, more than its new window
+    assert lane.members[A].window == 20
+    lane.ack(held[40:])
+    assert len(taken(lane, 2.05)) == 20
+
+
+def test_a_member_holding_less_than_its_window_keeps_it() -> None:
+    lane = make_lane(ack_timeout_s=4.0)
+    lane.set_member(A, max_in_flight=1000, batch_size=100)
+    lane.add_plain(PlainRun(list(range(50)), [0] * 50))
+    lane.ack(taken(lane, 0.0))  # all there was: the window was never the limit
+    lane.add_plain(PlainRun(list(range(50, 60)), [0] * 10))
+    assert len(taken(lane, 5.0)) == 10
+    assert lane.members[A].window == 200  # few acks, but none waited for the window
+
+
+def test_a_member_holding_a_full_window_unacked_is_sent_up_to_its_max_in_flight() -> None:
+    # (it may be gathering a batch of what it holds before it handles and acks any)
+    lane = make_lane(ack_timeout_s=4.0)
+    lane.set_member(A, max_in_flight=700, batch_size=100)
+    lane.add_plain(PlainRun(list(range(3000)), [0] * 3000))
+    assert len(taken(lane, 0.0)) == 200
+    assert len(taken(lane, 0.1)) == 200
+    assert len(taken(lane, 0.2)) == 300
+    assert taken(lane, 0.3) == []
+    assert lane.members[A].window == 700
+    lane.ack(range(700))  # then it acks them all at once: fast
+    assert len(taken(lane, 0.4)) == 700
+
+
 def test_lowering_credit_below_what_a_member_holds_takes_nothing() -> None:
     lane = make_lane()
     lane.set_member(A, max_in_flight=3, batch_size=10)
@@ -477,8 +527,8 @@ def test_message_that_expired_in_flight_expires_when_nacked() -> None:
 
 def test_remove_member_re_pends_its_in_flight_for_the_others() -> None:
     lane = make_lane(partitions=16, ack_timeout_s=30.0)
-    lane.set_member(A, max_in_flight=100, batch_size=10)
-    lane.set_member(B, max_in_flight=100, batch_size=10)
+    lane.set_member(A, max_in_flight=100, batch_size=50)
+    lane.set_member(B, max_in_flight=100, batch_size=50)
     owned_a = partitions_of(lane, A)
     assert owned_a
     for seq, partition in enumerate(owned_a * 2):
@@ -542,7 +592,7 @@ def test_only_a_leaving_members_partitions_move_and_they_move_back() -> None:
 def test_a_key_stays_with_one_member_while_membership_is_stable() -> None:
     lane = make_lane(partitions=8)
     for m in (A, B):
-        lane.set_member(m, 1000, 10)
+        lane.set_member(m, 1000, 500)
     for seq in range(80):
         lane.add(seq, seq % 8, now=0.0)
     out, _ = lane.take(0.0)

@@ -65,9 +65,26 @@ def out_columns(out: dict[bytes, Taken], member: bytes) -> tuple[list[int], list
 NO_SIZE_LIMIT = 1 << 62  # a member that did not say how large a payload it accepts
 
 
+# A member's window is sized again at most this often, and once it has acked this many
+# messages since, or none, or a whole queue time has passed: a rate needs a few acks to
+# mean anything.
+WINDOW_EVERY_S = 0.1
+WINDOW_MIN_ACKS = 32
+# The share of a lane's ack timeout a member's window holds of its work (``queue_s``): a
+# message waits that long at most behind the others sent with it, far from timing out.
+QUEUE_SHARE = 0.25
+
+
 @dataclass(slots=True)
 class Member:
-    """A live member of the lane's group and its credit."""
+    """A live member of the lane's group and its credit.
+
+    It is sent at most ``window`` unacked messages, a number between 1 and its
+    ``max_in_flight`` sized by how fast it acks: while it holds a full window, the window
+    becomes what it acks in ``queue_s`` (``Member.resize``), so a member that handles
+    messages slowly holds that long a queue of them at most, whatever its
+    ``max_in_flight``, and one that acks fast gets its whole ``max_in_flight`` (enough to
+    keep frames on their way while earlier ones are acked). It starts at two frames."""
 
     max_in_flight: int
     batch_size: int
@@ -76,9 +93,35 @@ class Member:
     # knows which) and the sequences of ``Entry`` messages in ``in_flight``.
     in_flight: set[int] = field(default_factory=set)
     sent: int = 0
+    window: int = 0  # (0: two frames, set at the first ``resize``)
+    acked: int = 0  # since ``since``
+    since: float = 0.0
+    full: bool = False  # it held a whole window after some take since ``since``
 
     def holds(self) -> int:
         return self.sent + len(self.in_flight)
+
+    def resize(self, now: float, queue_s: float) -> None:
+        """Size the window again from the member's acks (before a take) once enough time
+        and acks have passed: if it held a full window after some take since (``full``),
+        the window is what it acked in ``queue_s``, bounded by 1 and ``max_in_flight``,
+        or twice what it was if it acked none (a member may hold what it was sent until
+        it has a batch of it to handle: up to ``max_in_flight``, as it asked); else the
+        window is kept (a member sent less than it could take says nothing of its speed by
+        its acks)."""
+        if not self.window:
+            self.window = min(2 * self.batch_size, self.max_in_flight)
+            self.since = now
+        span = now - self.since
+        if span < WINDOW_EVERY_S or 0 < self.acked < WINDOW_MIN_ACKS and span < queue_s:
+            return
+        if self.full and self.acked:
+            self.window = max(1, min(self.max_in_flight, int(self.acked * queue_s / span)))
+        elif self.full:  # it acked none: it may be gathering what it holds into a batch
+            self.window = min(self.max_in_flight, 2 * self.window)
+        self.acked = 0
+        self.since = now
+        self.full = False
 
 
 @dataclass(frozen=True, slots=True)

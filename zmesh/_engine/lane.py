@@ -35,6 +35,7 @@ from .delivery import (
     DELAYED,
     IN_FLIGHT,
     NO_SIZE_LIMIT,
+    QUEUE_SHARE,
     READY,
     SEQ_BITS,
     SEQ_MASK,
@@ -302,7 +303,9 @@ class Lane(Retries):
         """Add or update a live member; True when it is new."""
         current = self.members.get(member)
         if current is not None:
-            current.max_in_flight, current.batch_size = max_in_flight, batch_size
+            if (current.max_in_flight, current.batch_size) != (max_in_flight, batch_size):
+                current.max_in_flight, current.batch_size = max_in_flight, batch_size
+                current.window = 0  # (new credit: its window starts again at two frames)
             current.max_message_bytes = max_message_bytes
             return False
         self.members[member] = Member(max_in_flight, batch_size, max_message_bytes)
@@ -374,13 +377,25 @@ class Lane(Retries):
             self.owner(0)  # builds the owner table
         owners = self._owners
         assert owners is not None
+        queue_s = self.timing.ack_timeout_s * QUEUE_SHARE
+        for its in self.members.values():
+            its.resize(now, queue_s)
+        self._take(owners, now, limit, out, expired)
+        for its in self.members.values():
+            if its.sent + len(its.in_flight) >= its.window:
+                its.full = True
+        return out, expired
+
+    def _take(self, owners: list[bytes | None], now: float, limit: int,
+              out: dict[bytes, Taken], expired: list[int]) -> None:
+        """``take`` within the members' windows, into ``out`` and ``expired``."""
         if self._ready_count == len(self._plain) and not self._plain._old and not self._bulk:
             # Only plain messages are ready: in the order below they go lowest sequence
             # first, which is the window's order.
             # (with a member, every partition has an owner)
             front, stopped = self._take_front(cast("list[bytes]", owners), now, limit, out)
             if not stopped:
-                return out, expired
+                return
             limit -= front  # a member's credit ran out: the rest goes the heap's way
         members, entries, plain, sent = self.members, self.entries, self._plain, self._sent
         ready, fifos = self._ready, self._fresh
@@ -390,7 +405,7 @@ class Lane(Retries):
             if owner is None or not (ready[partition] or fifos[partition]):
                 continue
             member = members[owner]
-            if member.sent + len(member.in_flight) >= member.max_in_flight:
+            if member.sent + len(member.in_flight) >= member.window:
                 continue
             head = self._head(partition)
             if head is not None:
@@ -411,7 +426,7 @@ class Lane(Retries):
             assert owner is not None
             member = members[owner]
             in_flight = member.in_flight
-            if member.sent + len(in_flight) >= member.max_in_flight:
+            if member.sent + len(in_flight) >= member.window:
                 continue  # this member is full: its partitions wait for acks
             cols = grown.get(owner)
             if cols is None:
@@ -457,7 +472,6 @@ class Lane(Retries):
             self._timer(deadline)
         for owner in [m for m, t in out.items() if not t.seqs]:
             del out[owner]  # only expired messages were met for it
-        return out, expired
 
     def _take_front(self, owners: list[bytes], now: float, limit: int,
                     out: dict[bytes, Taken]) -> tuple[int, bool]:
@@ -471,7 +485,7 @@ class Lane(Retries):
         stopped = False
         if len(members) == 1:  # it owns every partition (the usual lane: kept lean)
             [(only, its)] = members.items()
-            room = min(limit, its.max_in_flight - its.sent - len(its.in_flight))
+            room = min(limit, its.window - its.sent - len(its.in_flight))
             if room <= 0:  # (its credit may have been lowered below what it holds)
                 return 0, False
             seqs, partitions, slots = self._plain.take_front(room)
@@ -479,7 +493,7 @@ class Lane(Retries):
                 return 0, False
             owner_of = [only] * len(seqs)
         else:
-            credit = {m: its.max_in_flight - its.sent - len(its.in_flight)
+            credit = {m: its.window - its.sent - len(its.in_flight)
                       for m, its in members.items()}
             room = min(limit, sum(c for c in credit.values() if c > 0))
             if room <= 0:
@@ -543,6 +557,7 @@ class Lane(Retries):
             # The common case: one member acked consecutive sequences it was sent.
             for only in members.values():
                 only.sent -= n
+                only.acked += n
             self._order.drop_front(acked, consecutive=True)
             return acked
         seqs = acked if isinstance(acked, list) else list(acked)
@@ -552,6 +567,7 @@ class Lane(Retries):
             member = members.get(to)
             if member is not None:
                 member.sent -= count
+                member.acked += count
         if len(settled) < len(seqs):  # acks of ready messages and of entries
             for seq, was_sent in zip(seqs, sent, strict=True):
                 if was_sent:
@@ -559,7 +575,10 @@ class Lane(Retries):
                 if self._plain.pop(seq) is not None:
                     self._ready_count -= 1  # its FIFO slot goes stale and is skipped later
                     settled.append(seq)
-                elif self._remove(seq) is not None:
+                elif (entry := self._remove(seq)) is not None:
                     settled.append(seq)
+                    member = members.get(entry.member) if entry.member is not None else None
+                    if member is not None and entry.state == IN_FLIGHT:
+                        member.acked += 1
         self._order.drop_front(settled)
         return settled

@@ -46,6 +46,8 @@ class Retries:
             self._release(entry)
             entry.attempt -= 1
             self._schedule(entry, 0.0, now)
+        for member in self.members.values():
+            member.full = False  # (a take undone says nothing of how fast a member acks)
 
     def nack(self, seqs: Iterable[int], delay_s: float | None, now: float) -> list[Entry]:
         """Redeliver after ``delay_s`` (None: the lane's backoff for the attempt).
