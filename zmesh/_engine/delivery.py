@@ -66,10 +66,12 @@ NO_SIZE_LIMIT = 1 << 62  # a member that did not say how large a payload it acce
 
 
 # A member's window is sized again at most this often, and once it has acked this many
-# messages since, or none, or a whole queue time has passed: a rate needs a few acks to
-# mean anything.
+# messages since (or a whole queue time has passed): a rate needs a few acks to mean
+# anything. One that acked none for WINDOW_IDLE_S (at most a queue time) while it held a
+# full window may hold twice as many.
 WINDOW_EVERY_S = 0.1
 WINDOW_MIN_ACKS = 32
+WINDOW_IDLE_S = 1.0
 # The share of a lane's ack timeout a member's window holds of its work (``queue_s``): a
 # message waits that long at most behind the others sent with it, far from timing out.
 QUEUE_SHARE = 0.25
@@ -93,10 +95,20 @@ class Member:
     # knows which) and the sequences of ``Entry`` messages in ``in_flight``.
     in_flight: set[int] = field(default_factory=set)
     sent: int = 0
-    window: int = 0  # (0: two frames, set at the first ``resize``)
+    window: int = 0  # (``start``)
     acked: int = 0  # since ``since``
-    since: float = 0.0
+    since: float | None = None  # (None: from the first ``resize``)
     full: bool = False  # it held a whole window after some take since ``since``
+
+    def __post_init__(self) -> None:
+        self.start()
+
+    def start(self) -> None:
+        """A window of two frames (at most ``max_in_flight``), measured from the next take."""
+        self.window = min(2 * self.batch_size, self.max_in_flight)
+        self.acked = 0
+        self.since = None
+        self.full = False
 
     def holds(self) -> int:
         return self.sent + len(self.in_flight)
@@ -105,20 +117,26 @@ class Member:
         """Size the window again from the member's acks (before a take) once enough time
         and acks have passed: if it held a full window after some take since (``full``),
         the window is what it acked in ``queue_s``, bounded by 1 and ``max_in_flight``,
-        or twice what it was if it acked none (a member may hold what it was sent until
-        it has a batch of it to handle: up to ``max_in_flight``, as it asked); else the
+        or twice what it was if it acked none for ``WINDOW_IDLE_S`` (a member may hold
+        what it was sent until it has a batch of it to handle: up to ``max_in_flight``, as
+        it asked; a handler that takes longer than that per message is too slow for any
+        window of two frames and the default ack timeout); else the
         window is kept (a member sent less than it could take says nothing of its speed by
         its acks)."""
-        if not self.window:
-            self.window = min(2 * self.batch_size, self.max_in_flight)
+        if self.since is None:
             self.since = now
         span = now - self.since
-        if span < WINDOW_EVERY_S or 0 < self.acked < WINDOW_MIN_ACKS and span < queue_s:
-            return
-        if self.full and self.acked:
-            self.window = max(1, min(self.max_in_flight, int(self.acked * queue_s / span)))
-        elif self.full:  # it acked none: it may be gathering what it holds into a batch
-            self.window = min(self.max_in_flight, 2 * self.window)
+        if self.acked:
+            if span < WINDOW_EVERY_S or self.acked < WINDOW_MIN_ACKS and span < queue_s:
+                return
+            if self.full:
+                self.window = max(1, min(self.max_in_flight,
+                                         int(self.acked * queue_s / span)))
+        else:
+            if span < min(WINDOW_IDLE_S, queue_s):
+                return
+            if self.full:  # it may be gathering what it holds into a batch to handle
+                self.window = min(self.max_in_flight, 2 * self.window)
         self.acked = 0
         self.since = now
         self.full = False

@@ -305,7 +305,7 @@ class Lane(Retries):
         if current is not None:
             if (current.max_in_flight, current.batch_size) != (max_in_flight, batch_size):
                 current.max_in_flight, current.batch_size = max_in_flight, batch_size
-                current.window = 0  # (new credit: its window starts again at two frames)
+                current.start()  # (new credit: its window starts again)
             current.max_message_bytes = max_message_bytes
             return False
         self.members[member] = Member(max_in_flight, batch_size, max_message_bytes)

@@ -18,6 +18,7 @@ def node_status(engine: Engine) -> dict:
         lanes.append({
             "topic": topic, "lane": name, "group": group, "mode": mode,
             "members": [m.hex() for m in lane.members],
+            "windows": [m.window for m in lane.members.values()],  # (the members' order)
             "pending": len(lane), "ready": lane.ready_count,
             "in_flight": lane.in_flight_count(), **lane.counts,
         })

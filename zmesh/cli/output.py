@@ -65,7 +65,8 @@ def node_table(status: dict) -> Table:
     return table
 
 
-LANE_FIELDS = {"topic", "lane", "group", "mode", "members", "pending", "ready", "in_flight"}
+LANE_FIELDS = {"topic", "lane", "group", "mode", "members", "windows", "pending", "ready",
+               "in_flight"}
 
 
 def lanes_table(status: dict) -> Table:
@@ -86,7 +87,9 @@ def lanes_table(status: dict) -> Table:
     if any(other):
         table.add_column("other counts", overflow="fold")
     for lane, count, extra in zip(lanes, counts, other, strict=True):
-        members = ", ".join(names.get(m, short(m)) for m in lane.get("members", []))
+        windows = lane.get("windows") or [None] * len(lane.get("members", []))
+        members = ", ".join(names.get(m, short(m)) + ("" if w is None else f" (window {w})")
+                            for m, w in zip(lane.get("members", []), windows, strict=True))
         row = [escape(lane["topic"]), escape(lane.get("group") or "(none yet)"),
                lane.get("mode", ""), str(lane.get("pending", 0)),
                str(lane.get("in_flight", 0)), str(count.get("acked", 0)),
