@@ -118,6 +118,15 @@ def test_a_window_starts_at_two_frames_and_grows_to_max_in_flight_for_a_fast_mem
     assert len(taken(lane, 0.15)) == 100
 
 
+def test_a_lane_whose_acks_never_time_out_gives_an_acking_member_its_max_in_flight() -> None:
+    lane = make_lane(ack_timeout_s=float("inf"))
+    lane.set_member(A, max_in_flight=100, batch_size=10)
+    lane.add_plain(PlainRun(list(range(500)), [0] * 500))
+    lane.ack(taken(lane, 0.0))
+    lane.ack(taken(lane, 0.05))  # any rate holds an endless queue time's worth of messages
+    assert len(taken(lane, 0.2)) == 100
+
+
 def test_a_slow_member_holds_what_it_acks_in_a_quarter_of_the_ack_timeout() -> None:
     lane = make_lane(ack_timeout_s=4.0)
     lane.set_member(A, max_in_flight=1000, batch_size=100)

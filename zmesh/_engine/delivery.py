@@ -129,9 +129,8 @@ class Member:
         if self.acked:
             if span < WINDOW_EVERY_S or self.acked < WINDOW_MIN_ACKS and span < queue_s:
                 return
-            if self.full:
-                self.window = max(1, min(self.max_in_flight,
-                                         int(self.acked * queue_s / span)))
+            if self.full:  # (queue_s is infinite for a lane whose acks never time out)
+                self.window = max(1, int(min(self.max_in_flight, self.acked * queue_s / span)))
         else:
             if span < min(WINDOW_IDLE_S, queue_s):
                 return
