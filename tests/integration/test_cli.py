@@ -181,14 +181,14 @@ def test_status_and_peers_of_a_running_node(tmp_path: Path, mesh_name: str,
     assert [p["name"] for p in status["peers"]] == ["reader-1"]
     assert status["peers"][0]["subscriptions"] == [["t", "g", "shared"]]
     [lane] = [ln for ln in status["lanes"] if ln["topic"] == "t" and ln["lane"] == "g"]
-    assert lane["windows"] == [1000]  # two frames of 500 until it is sent some
+    assert lane["windows"] == [2000]  # two frames of 1,000 until it is sent some
 
     text = run_cli(["status", address])
     assert text.returncode == 0, text.stderr
     for expected in ("hub", mesh_name, "lanes", "reader-1", "peers", "counters"):
         assert expected in text.stdout
     assert re.search(r"│ t\s+│ g\s+│ shared\s+│\s+0 │", text.stdout), text.stdout
-    assert "reader-1 (window 1000)" in text.stdout, text.stdout
+    assert "reader-1 (window 2000)" in text.stdout, text.stdout
 
     peers = run_cli(["peers", address])
     assert peers.returncode == 0, peers.stderr

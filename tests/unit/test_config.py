@@ -60,7 +60,7 @@ def test_subscription_config() -> None:
     assert (cfg.mode, cfg.max_in_flight, cfg.batch_size, cfg.concurrency) == (
         "shared",
         4000,
-        500,
+        1000,
         1,
     )
     cfg = SubscriptionConfig(

@@ -43,10 +43,11 @@ log = logging.getLogger(__name__)
 # Publishes that may wait for the IO thread. A publisher that gets further ahead waits for
 # it: this gives the IO thread the GIL, and keeps the queued publishes (memory, and the
 # garbage collector's work over them) bounded. Small enough that the IO thread gets the GIL
-# every couple of milliseconds of publishing, to send and settle as well as store (with
-# 2,000 a fast publisher left a backlog of stored messages to send after its last
-# publish); not so small that the hand-offs cost more than they give (250 did).
-MAX_AHEAD_MSGS = 500
+# every few milliseconds of publishing, to send and settle as well as store; large enough
+# that the hand-offs between the threads and the loop's work per iteration are shared by
+# many publishes: with members' credit as a window (lane.py) that keeps frames on their
+# way, 2,000 cut a producer's CPU per message by a sixth against 500 (performance.md).
+MAX_AHEAD_MSGS = 2000
 MAX_PUBS_PER_LOOP = 10_000  # publishes staged in one loop iteration (one LMDB transaction)
 
 
