@@ -15,7 +15,7 @@ from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
 from ._receipt import MessageId
-from ._seqs import consecutive
+from ._seqs import consecutive, span
 from ._waits import check_timeout
 from .config import SubscriptionConfig
 from .errors import ArgumentError, MessageStateError, NodeStateError
@@ -68,10 +68,7 @@ class Origin:
         self.group = group
         self.producer = source[0].hex()
         self.seqs = seqs
-        if type(seqs) is range:
-            self.lo, self.hi = (seqs[0], seqs[-1]) if seqs else (0, -1)
-        else:
-            self.lo, self.hi = (min(seqs), max(seqs)) if seqs else (0, -1)
+        self.lo, self.hi = span(seqs)
         self.next = 0  # (application threads) the places before it were acked in order
         self.acks: list[int] = []  # (application threads) acked out of order
         self.queued = False

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._protocol.codec import MAX_REASON_CHARS
 from .._protocol.frames import Ack, Batch, Fail, Nack
+from .._seqs import span
 from .._store.store import Store, WriteBatch
 from ..subscription import Message, Origin
 from .stats import Counters
@@ -90,10 +91,7 @@ class Consumer:
                                                   0.0)))
             return
         self._note_floor(producer, lane, batch.floor, wb, now)
-        if type(seqs) is range:
-            first, last = seqs[0], seqs[-1]
-        else:
-            first, last = min(seqs), max(seqs)
+        first, last = span(seqs)
         top = self._tops.get((producer, lane), -1)
         seen: AbstractSet[int] = _NONE  # (new messages are above it: no lookup)
         if first <= top:

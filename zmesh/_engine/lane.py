@@ -382,7 +382,7 @@ class Lane(Retries):
             its.resize(now, queue_s)
         self._take(owners, now, limit, out, expired)
         for its in self.members.values():
-            if its.sent + len(its.in_flight) >= its.window:
+            if its.holds() >= its.window:
                 its.full = True
         return out, expired
 
