@@ -338,6 +338,21 @@ def test_batch_round_trip(batch: Batch) -> None:
     assert plain(decode_batch(frames, MAX_MESSAGE_BYTES)) == plain(batch)
 
 
+@pytest.mark.parametrize("n", [70, INLINE_PAYLOAD_BYTES // 1000, INLINE_PAYLOAD_BYTES // 1000 + 3])
+def test_small_payloads_travel_inline_up_to_the_inline_bytes(n: int) -> None:
+    """Payloads of 1,000 bytes: all inside the header while together within
+    INLINE_PAYLOAD_BYTES (past LARGE_PAYLOAD_BYTES in all too), those beyond it as frames
+    of their own; the frames are what packing the whole header at once gives."""
+    batch = make_batch(b"\x01" * NODE_ID_BYTES, 1, "t", "g", 0,
+                       [(i + 1, 0, None, None, 1, 1.0, i, bytes([i % 256]) * 1000)
+                        for i in range(n)])
+    frames = encode_batch(batch)
+    beyond = max(0, n - INLINE_PAYLOAD_BYTES // 1000)
+    assert len(frames) == 1 + beyond
+    assert frames == packed_at_once(batch)
+    assert plain(decode_batch(frames, MAX_MESSAGE_BYTES)) == plain(batch)
+
+
 # Any value publish() might be given as a header value: msgpack's and others.
 header_values = st.recursive(
     scalars | st.integers() | st.floats() | st.tuples(scalars) | st.sets(st.integers(), max_size=2)

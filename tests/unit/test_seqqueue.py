@@ -262,6 +262,29 @@ def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, nex
         assert list(round_robin_slots(first, n, found)) == [p + 1 for p in partitions]
 
 
+@given(st.integers(0, 10_000), st.integers(1, 20),
+       st.lists(st.integers(1, 60), min_size=1, max_size=8), st.booleans())
+def test_round_robin_indexes_of_runs_in_a_row(first, count, sizes, gap):
+    """Runs published round-robin one after another (a topic's usual indexes: each
+    partition's next index one above or equal to the next's in the cycle) get the indexes
+    of one message at a time, with a gap in the sequences (another topic's) too."""
+    next_index: dict[int, int] = {}
+    want_next: dict[int, int] = {}
+    for n in sizes:
+        partitions = [s % count for s in range(first, first + n)]
+        firsts: dict[int, int] = {}
+        want_firsts: dict[int, int] = {}
+        want = []
+        for partition in partitions:
+            index = want_next.get(partition, 0)
+            want_next[partition] = index + 1
+            want.append(index)
+            want_firsts.setdefault(partition, index)
+        assert _allocate(first, partitions, next_index, firsts) == want
+        assert (next_index, firsts) == (want_next, want_firsts)
+        first += n + (first % 3 if gap else 0)
+
+
 def _sent_check(w: SentWindow, model: dict[int, tuple[int, bytes, float]]) -> None:
     assert len(w) == len(model) and bool(w) == bool(model)
     assert sorted(w) == sorted(model)

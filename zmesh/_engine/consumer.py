@@ -105,7 +105,8 @@ class Consumer:
         fresh: list[Message] = []
         reack: list[int] = []
         duplicates = 0
-        if not seen and held.isdisjoint(seqs):  # all new (the common case): no test each
+        # All new (the common case): no test each (``isdisjoint`` walks ``seqs`` whole).
+        if not seen and (not held or held.isdisjoint(seqs)):
             origin = Origin(self.engine, source, group, seqs, batch.headers, batch.attempts,
                             batch.partitions, batch.published_ats, batch.indexes)
             fresh = list(map(Message, repeat(origin, len(seqs)), range(len(seqs)), batch.keys,

@@ -14,7 +14,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable
 from itertools import accumulate, repeat
-from operator import attrgetter, itemgetter
+from operator import add, attrgetter, itemgetter
 from typing import TYPE_CHECKING, TypeVar
 
 from .._store.store import WriteBatch, pack, pend_key, u32, u64
@@ -478,19 +478,23 @@ class Staging:
 def _allocate(first: int, partitions: list[int], next_index: dict[int, int],
               firsts: dict[int, int]) -> list[int]:
     """``Indexes.allocate`` of the consecutive messages from ``first``, inline (``firsts``:
-    each partition's first index of the transaction). Spread round-robin, each partition's
-    indexes are a range, set by one slice assignment per partition."""
+    each partition's first index of the transaction). Spread round-robin, the message at
+    place ``k`` gets its partition's next index plus ``k // count``, made with no step per
+    message (see ``_cycle_indexes``)."""
     count = round_robin(first, partitions)
     if count:
+        cycle = partitions[:count]
+        get = next_index.get
+        base = [get(partition, 0) for partition in cycle]
         n = len(partitions)
-        indexes = [0] * n
-        for k, partition in enumerate(partitions[:count]):
-            index = next_index.get(partition, 0)
-            taken = len(range(k, n, count))
-            indexes[k::count] = range(index, index + taken)
-            next_index[partition] = index + taken
-            if partition not in firsts:
-                firsts[partition] = index
+        indexes = _cycle_indexes(base, n)
+        rounds, rest = divmod(n, count)
+        next_index.update(zip(cycle, map(add, base, [rounds + 1] * rest
+                                         + [rounds] * (count - rest)), strict=True))
+        if len(firsts) < count or not firsts.keys() >= set(cycle):
+            for partition, index in zip(cycle, base, strict=True):
+                if partition not in firsts:
+                    firsts[partition] = index
         return indexes
     indexes = []
     for partition in partitions:
@@ -499,4 +503,28 @@ def _allocate(first: int, partitions: list[int], next_index: dict[int, int],
         indexes.append(index)
         if partition not in firsts:
             firsts[partition] = index
+    return indexes
+
+
+def _cycle_indexes(base: list[int], n: int) -> list[int]:
+    """The indexes of ``n`` messages spread round-robin over a cycle of ``count``
+    partitions whose next indexes are ``base`` (in the cycle's order): ``base[k % count]
+    + k // count`` for the message at place ``k``.
+
+    A topic published round-robin all along (the usual case) has ``base`` of ``m`` for
+    the cycle's first partitions and ``m + 1`` for its last ``s``: the indexes are then
+    ``m + (k + s) // count``, each value ``count`` times in a row (``m`` only ``count -
+    s`` times), made a row at a time. Another ``base`` sets each partition's indexes as
+    one range, a slice assignment per partition."""
+    count, low = len(base), base[0]
+    s = count - base.count(low)
+    if base[count - s:].count(low + 1) == s:
+        indexes = [low] * (count - s)
+        for index in range(low + 1, low + (n + s - 1) // count + 1):
+            indexes += [index] * count
+        del indexes[n:]
+        return indexes
+    indexes = [0] * n
+    for k, index in enumerate(base):
+        indexes[k::count] = range(index, index + len(range(k, n, count)))
     return indexes

@@ -407,7 +407,10 @@ def pack_columns(seqs: Sequence[int], partitions: Sequence[int],
     groups packs them once and keeps them for its other lanes)."""
     inline: Sequence[bytes | None] = payloads
     extra: list[bytes] = []
-    if sum(map(len, payloads)) >= LARGE_PAYLOAD_BYTES:
+    total = sum(map(len, payloads))
+    # (All inline, with no step per payload, when together they fit and none is large.)
+    if total >= LARGE_PAYLOAD_BYTES and (total > INLINE_PAYLOAD_BYTES
+                                         or max(map(len, payloads)) >= LARGE_PAYLOAD_BYTES):
         inline, extra = _split(payloads)
     return (b"".join((_packb(wire_seqs(seqs)), _pack_uints(partitions, "H"),
                       _pack_optional(keys), _pack_optional(headers))),
