@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections import Counter
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zmesh._engine.delivery import Timing
+from zmesh._engine.delivery import NO_SIZE_LIMIT, Timing
+from zmesh._engine.engine import Engine
 from zmesh._engine.lane import Lane, PlainRun
 from zmesh._engine.runs import Run, Runs, lane_entry, run_message, run_record
+from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES, pack_columns
 from zmesh._store.damage import decode_run
-from zmesh._store.store import unpackb
+from zmesh._store.store import WriteBatch, unpackb
+from zmesh.config import NodeConfig, TopicConfig
 
 
 def _runs(spans: list[tuple[int, int]]) -> Runs:
@@ -150,3 +155,48 @@ def test_what_the_counts_say_others_owe_agrees_with_asking_each_lane(sizes, data
     free_of, check_of = runs.owed_elsewhere(span, others)
     assert (free_of, list(check_of)) == tuple(map(list, runs.owed_elsewhere(list(span),
                                                                             others)))
+
+
+def _stored_runs(tmp_path, batches: list[list[bytes]]):
+    """An engine (its IO thread not started) that stored ``batches`` as runs of a topic
+    with one group, one loop iteration each, and their first sequences."""
+    eng = Engine(NodeConfig(name="p", mesh="unit", data_dir=str(tmp_path / "p"), mdns=False,
+                            topics={"t": TopicConfig(groups=("g",))}))
+    eng._state = "running"  # (publishes are prepared; nothing wakes a thread)
+    now = time.monotonic()
+    wb = WriteBatch()
+    for topic, cfg in eng.producer.topics.items():
+        eng.producer.set_topic(topic, cfg, wb, now)
+    eng.commits.commit(wb, [])
+    firsts = []
+    for payloads in batches:
+        pubs = eng.prepare("t", payloads, [None] * len(payloads), None, 0, None, None, 16, 5.0)
+        firsts.append(pubs[0].seq)
+        nxt = WriteBatch()  # (staged as the IO thread stages what it drained)
+        eng.commits.store_pubs(WriteBatch(), pubs, [], now, nxt)
+        eng.commits.commit(nxt, [])
+    return eng, firsts
+
+
+@pytest.mark.parametrize(("sizes", "inline"), [
+    ([1000] * 60, True),  # 60 KB in all: inside the header
+    ([1000] * 600, False),  # past INLINE_PAYLOAD_BYTES together
+    ([1000] * 59 + [LARGE_PAYLOAD_BYTES], False),  # one run holds a large payload
+])
+def test_columns_of_runs_know_their_payloads_travel_inline(tmp_path, sizes, inline):
+    """A take of several runs knows from the runs' payload bytes, with no look at each,
+    whether its payloads all travel inside a batch's header; the frames are the same
+    either way."""
+    payloads = [bytes([i % 256]) * size for i, size in enumerate(sizes)]
+    eng, firsts = _stored_runs(tmp_path, [payloads[i:i + 30] for i in range(0, len(sizes), 30)])
+    try:
+        seqs = range(firsts[0], firsts[0] + len(sizes))
+        columns = eng.producer.run_columns(seqs, NO_SIZE_LIMIT)
+        assert columns is not None and list(columns.payloads) == payloads
+        assert columns.inline is inline
+        parts = [p % 16 for p in seqs]
+        assert pack_columns(seqs, parts, *columns[:5], all_inline=columns.inline) == \
+            pack_columns(seqs, parts, *columns[:5])
+    finally:
+        eng._state = "new"
+        eng.close()

@@ -33,13 +33,15 @@ _RUN_SIZE: Callable[[Any], int] = itemgetter(1)  # a kept run's bytes as counted
 
 class Columns(NamedTuple):
     """The fields a data batch carries of a take's messages, a column each, in the order
-    of the take's sequences."""
+    of the take's sequences. ``inline``: known to travel inside a batch's header whole
+    (together within ``INLINE_PAYLOAD_BYTES``, none large), with no look at each."""
 
     keys: Sequence[str | None]
     headers: Sequence[dict | None]
     published_ats: Sequence[float]
     indexes: Sequence[int | None]
     payloads: Sequence[bytes]
+    inline: bool = False
 
 
 def columns_of(fields: Sequence[Sequence]) -> Columns:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import zmq
@@ -328,17 +330,20 @@ class Engine(Commands):
                 floor: int, packed: Packed | None) -> list[bytes]:
         """The frames of one batch: ``out``'s messages ``start:end``, from their columns
         (packed once for every lane of a topic with several: ``packed``)."""
-        seqs = out.seqs[start:end]  # (a range's slice is one: hashable, as a tuple is)
-        key = seqs if type(seqs) is range else tuple(seqs)
+        whole = start == 0 and end == len(out.seqs)  # (the columns as they are, no copies)
+        seqs = out.seqs if whole else out.seqs[start:end]
+        key = seqs if type(seqs) is range else tuple(seqs)  # (a range's slice is a range)
         done = packed.columns.get(key) if packed is not None else None
         if done is None:
-            done = pack_columns(key, out.partitions[start:end], columns.keys[start:end],
-                                columns.headers[start:end], columns.published_ats[start:end],
-                                columns.indexes[start:end], columns.payloads[start:end])
+            cut: Callable[[Sequence], Sequence] = _as_is if whole else \
+                itemgetter(slice(start, end))
+            done = pack_columns(key, cut(out.partitions), cut(columns.keys),
+                                cut(columns.headers), cut(columns.published_ats),
+                                cut(columns.indexes), cut(columns.payloads), columns.inline)
             if packed is not None:
                 packed.keep(key, done)
         return encode_lane_batch(self.node_id, self.incarnation, lane.topic, lane.name, floor,
-                                 out.attempts[start:end], done)
+                                 out.attempts if whole else out.attempts[start:end], done)
 
     # -- status and teardown -------------------------------------------------------------
 
@@ -411,3 +416,7 @@ def _warn_if_open(keys: Keys | None, mesh: str) -> None:
         _open_warned.add(mesh)
         log.warning("mesh %r is open: no CURVE keys are configured, so anyone on the "
                     "network can join it (set secret_key_file and trusted keys)", mesh)
+
+
+def _as_is(column: Sequence) -> Sequence:
+    return column

@@ -10,11 +10,13 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+from array import array
 from collections.abc import Iterable, Sequence
 from itertools import islice, repeat
 from operator import lt, sub
 from typing import TYPE_CHECKING
 
+from .._protocol.codec import INLINE_PAYLOAD_BYTES, LARGE_PAYLOAD_BYTES
 from .._store.damage import decode_record, decode_run
 from .._store.store import Store, WriteBatch, pack, pend_key, u64
 from ..config import TopicConfig
@@ -242,10 +244,12 @@ class Producer:
             return None
         keys: list[str | None] = []
         headers: list[dict | None] = []
-        published_ats: list[float] = []
+        published_ats = array("d")  # (packed as it is: no conversion per message)
         indexes: list[int | None] = []
         payloads: list[bytes] = []
         pos = 0
+        by_first = self.runs.by_first
+        nbytes = 0  # the payloads' bytes, or more (-1 once a run's are not known)
         for first, n in hits.items():
             part = seqs[pos:pos + n]
             pos += n
@@ -257,19 +261,24 @@ class Producer:
                 payloads += run_payloads[at]
                 indexes += run_indexes[at]
                 keys += run_keys[at] if run_keys else repeat(None, n)
-                published_ats += published_at[at] if each_at else repeat(published_at, n)
+                published_ats += array("d", published_at[at]) if each_at else \
+                    array("d", (published_at,)) * n
             else:
                 offsets = list(map(sub, part, repeat(first)))
                 payloads += map(run_payloads.__getitem__, offsets)
                 indexes += map(run_indexes.__getitem__, offsets)
                 keys += map(run_keys.__getitem__, offsets) if run_keys else repeat(None, n)
-                published_ats += (map(published_at.__getitem__, offsets) if each_at
-                                  else repeat(published_at, n))
+                published_ats += array("d", map(published_at.__getitem__, offsets)) \
+                    if each_at else array("d", (published_at,)) * n
             headers += repeat(run_headers, n)
+            run_bytes = by_first[first].nbytes
+            if nbytes >= 0:
+                nbytes = run_bytes + nbytes if 0 <= run_bytes < LARGE_PAYLOAD_BYTES else -1
         if max_message_bytes < self.payload_bound and \
                 max(map(len, payloads)) > max_message_bytes:
             return None
-        return Columns(keys, headers, published_ats, indexes, payloads)
+        return Columns(keys, headers, published_ats, indexes, payloads,
+                       0 <= nbytes <= INLINE_PAYLOAD_BYTES)
 
     def owed(self, topic: str, seq: int) -> bool:
         """Some lane of ``topic`` still owes ``seq``."""

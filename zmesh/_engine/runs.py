@@ -44,6 +44,7 @@ class Run:
     left: int  # its messages still in the outbox
     owed: dict[int, int]  # lane id -> its messages that lane still owes
     stored: bool = True  # in LMDB (a ``memory`` topic's run is not, until it spills)
+    nbytes: int = -1  # its payloads' bytes, or more; -1: not known (a run loaded at restart)
 
     def seqs(self) -> list[int]:
         return list(range(self.first, self.first + self.count))

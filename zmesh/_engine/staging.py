@@ -229,7 +229,9 @@ class Staging:
                             min(p.count, start + RUN_MAX_MESSAGES)))
                     record_bytes += self._stage_run(
                         p, start, end, lanes, next_index, firsts, live,
-                        durability == "memory", batch)
+                        durability == "memory", batch,
+                        p.nbytes if ends is None else
+                        ends[end - 1] - (ends[start - 1] if start else 0))
                     start = end
                 if durability == "fsync":
                     batch.fsync = True
@@ -316,10 +318,11 @@ class Staging:
 
     def _stage_run(self, pm: PublishMany, start: int, end: int, lanes: list[Lane],
                    next_index: dict[int, int], firsts: dict[int, int], live: bool,
-                   memory: bool, batch: WriteBatch) -> int:
+                   memory: bool, batch: WriteBatch, nbytes: int) -> int:
         """Write messages ``start:end`` of ``pm`` as a run (see runs.py): one record, one
         pending entry per lane; ``memory``: keep it in RAM instead, written only if it
-        spills. Returns the size of the record written."""
+        spills. ``nbytes``: their payloads' bytes (or more). Returns the size of the
+        record written."""
         producer = self.p
         first, count, topic = pm.seq + start, end - start, pm.topic
         whole = start == 0 and end == pm.count
@@ -333,7 +336,7 @@ class Staging:
         fields = [topic, partitions, keys, pm.headers, published_at, payloads, indexes]
         lane_ids = producer.lane_ids
         run = Run(first, count, topic, array("H", partitions), count,
-                  {lane_ids[(topic, lane.name)]: count for lane in lanes}, not memory)
+                  {lane_ids[(topic, lane.name)]: count for lane in lanes}, not memory, nbytes)
         self._runs.append(run)
         if memory:  # (its record is never packed unless it spills)
             size = mem_run_size(fields)

@@ -402,12 +402,13 @@ def _pack_optional(values: Sequence[Any]) -> bytes:
 def pack_columns(seqs: Sequence[int], partitions: Sequence[int],
                  keys: Sequence[str | None], headers: Sequence[dict | None],
                  published_ats: Sequence[float], indexes: Sequence[int | None],
-                 payloads: Sequence[bytes]) -> PackedColumns:
+                 payloads: Sequence[bytes], all_inline: bool = False) -> PackedColumns:
     """Pack what every lane sending these messages sends alike (a topic with several
-    groups packs them once and keeps them for its other lanes)."""
+    groups packs them once and keeps them for its other lanes). ``all_inline``: the
+    payloads are known to fit inside the header (see ``encode_batch``), none looked at."""
     inline: Sequence[bytes | None] = payloads
     extra: list[bytes] = []
-    total = sum(map(len, payloads))
+    total = 0 if all_inline else sum(map(len, payloads))
     # (All inline, with no step per payload, when together they fit and none is large.)
     if total >= LARGE_PAYLOAD_BYTES and (total > INLINE_PAYLOAD_BYTES
                                          or max(map(len, payloads)) >= LARGE_PAYLOAD_BYTES):
