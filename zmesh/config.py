@@ -121,10 +121,11 @@ class SubscriptionConfig:
     group: str
     mode: Mode = "shared"
     # The most a member holds unacked from one producer; a producer sends a member fewer
-    # when it acks slowly (``Member`` in _engine/delivery.py). 4,000 keeps four frames on
-    # their way to a fast member: with two frames of 500 (1,000), a fast
-    # ``fetch``/``ack_many`` consumer waited for each ack's round trip (performance.md).
-    max_in_flight: int = 4000
+    # when it acks slowly, and about 64 MiB of large payloads at most (``Member`` in
+    # _engine/delivery.py). 8,000 keeps eight frames on their way to a fast member: with
+    # fewer, a fast ``fetch``/``ack_many`` consumer waited for acks' round trips through
+    # the producer's loop, and a backlog built up behind them (performance.md).
+    max_in_flight: int = 8000
     # Messages per data frame. The fixed work of a frame (its header, send and receive, the
     # consumer's loop iteration with its commit and ack) is shared by this many messages:
     # 250 cost a consumer about a fifth less per message than 100, 500 about a tenth less

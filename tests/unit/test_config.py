@@ -59,7 +59,7 @@ def test_subscription_config() -> None:
     cfg = SubscriptionConfig(group="agg")
     assert (cfg.mode, cfg.max_in_flight, cfg.batch_size, cfg.concurrency) == (
         "shared",
-        4000,
+        8000,
         1000,
         1,
     )

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zmesh._engine.delivery import IN_FLIGHT, Entry, Taken, Timing
+from zmesh._engine.delivery import IN_FLIGHT, WINDOW_MAX_BYTES, Entry, Taken, Timing
 from zmesh._engine.lane import Lane, PlainRun
 from zmesh._engine.seqqueue import COMPACT_AFTER
 
@@ -164,6 +164,24 @@ def test_a_member_holding_a_full_window_unacked_is_sent_up_to_its_max_in_flight(
     assert lane.members[A].window == 700
     lane.ack(range(700))  # then it acks them all at once: fast
     assert len(taken(lane, 3.1)) == 700
+
+
+def test_a_window_holds_about_window_max_bytes_of_what_the_lane_sends() -> None:
+    lane = make_lane(ack_timeout_s=4.0)
+    lane.set_member(A, max_in_flight=1000, batch_size=100)
+    lane.add_plain(PlainRun(list(range(3000)), [0] * 3000))
+    held = taken(lane, 0.0)
+    assert len(held) == 200  # (nothing sent yet: two frames)
+    lane.note_sent(200, 200 * WINDOW_MAX_BYTES // 50)  # a fiftieth of the bytes each
+    lane.ack(held)
+    assert len(taken(lane, 0.01)) == 50  # bounded at once, before the window is sized again
+    assert lane.members[A].window == 50
+    # Smaller messages: the bound follows a quarter of the way per frame.
+    for _ in range(40):
+        lane.note_sent(100, 100 * 100)
+    lane.ack(range(200, 250))
+    lane.ack(taken(lane, 0.2))
+    assert len(taken(lane, 0.3)) == 1000  # fast, and small: its max_in_flight
 
 
 def test_lowering_credit_below_what_a_member_holds_takes_nothing() -> None:

@@ -75,6 +75,9 @@ WINDOW_IDLE_S = 1.0
 # The share of a lane's ack timeout a member's window holds of its work (``queue_s``): a
 # message waits that long at most behind the others sent with it, far from timing out.
 QUEUE_SHARE = 0.25
+# About the most a member's window holds in bytes on the wire, by the lane's recent bytes
+# per message (``Lane.note_sent``): large payloads make for a window of fewer messages.
+WINDOW_MAX_BYTES = 64 << 20
 
 
 @dataclass(slots=True)
@@ -86,7 +89,8 @@ class Member:
     becomes what it acks in ``queue_s`` (``Member.resize``), so a member that handles
     messages slowly holds that long a queue of them at most, whatever its
     ``max_in_flight``, and one that acks fast gets its whole ``max_in_flight`` (enough to
-    keep frames on their way while earlier ones are acked). It starts at two frames."""
+    keep frames on their way while earlier ones are acked). It starts at two frames. The
+    lane also bounds it by bytes: at most about ``WINDOW_MAX_BYTES`` of what it sends."""
 
     max_in_flight: int
     batch_size: int
@@ -113,7 +117,7 @@ class Member:
     def holds(self) -> int:
         return self.sent + len(self.in_flight)
 
-    def resize(self, now: float, queue_s: float) -> None:
+    def resize(self, now: float, queue_s: float, cap: int) -> None:
         """Size the window again from the member's acks (before a take) once enough time
         and acks have passed: if it held a full window after some take since (``full``),
         the window is what it acked in ``queue_s``, bounded by 1 and ``max_in_flight``,
@@ -122,7 +126,11 @@ class Member:
         it asked; a handler that takes longer than that per message is too slow for any
         window of two frames and the default ack timeout); else the
         window is kept (a member sent less than it could take says nothing of its speed by
-        its acks)."""
+        its acks). ``cap``: the most messages the lane's bytes per message allow, applied
+        at once."""
+        limit = max(1, min(self.max_in_flight, cap))
+        if self.window > limit:
+            self.window = limit
         if self.since is None:
             self.since = now
         span = now - self.since
@@ -130,12 +138,12 @@ class Member:
             if span < WINDOW_EVERY_S or self.acked < WINDOW_MIN_ACKS and span < queue_s:
                 return
             if self.full:  # (queue_s is infinite for a lane whose acks never time out)
-                self.window = max(1, int(min(self.max_in_flight, self.acked * queue_s / span)))
+                self.window = max(1, int(min(limit, self.acked * queue_s / span)))
         else:
             if span < min(WINDOW_IDLE_S, queue_s):
                 return
             if self.full:  # it may be gathering what it holds into a batch to handle
-                self.window = min(self.max_in_flight, 2 * self.window)
+                self.window = min(limit, 2 * self.window)
         self.acked = 0
         self.since = now
         self.full = False

@@ -321,6 +321,7 @@ class Engine(Commands):
                 self._send_retry_at = time.monotonic() + SEND_RETRY_S
                 self.counters.add("data_send_blocked", 1)
                 break
+            lane.note_sent(end - start, sum(map(len, frames)))
             sent += end - start
             start = end
         self.counters.add("sent", sent)

@@ -39,6 +39,7 @@ from .delivery import (
     READY,
     SEQ_BITS,
     SEQ_MASK,
+    WINDOW_MAX_BYTES,
     Entry,
     Member,
     Taken,
@@ -117,6 +118,7 @@ class Lane(Retries):
         self._next_floor = 0
         self._owners: list[bytes | None] | None = None
         self.counts: Counter[str] = Counter()  # per-lane event counts, shown in status
+        self.message_bytes = 0.0  # bytes per message on the wire, of recent sends
         # What tells the producer which lanes have work, so its loop visits those alone:
         # ``on_timer(lane, at)`` when a timer earlier than ``_wake_at`` (the earliest it
         # was told of and has not ticked yet) is set; ``on_ready(lane)`` when the lane
@@ -233,6 +235,12 @@ class Lane(Retries):
         if not self._ready_count:
             self.on_ready(self)
         self._ready_count += len(seqs)
+
+    def note_sent(self, count: int, nbytes: int) -> None:
+        """``count`` messages were sent in frames of ``nbytes``: the bytes per message that
+        bound the members' windows follow it (a quarter of the way per batch)."""
+        each = nbytes / count
+        self.message_bytes = (3 * self.message_bytes + each) / 4 if self.message_bytes else each
 
     def _grow(self, partition: int) -> int:
         # Messages stored under a larger partition count (topic reconfigured) keep theirs.
@@ -378,8 +386,11 @@ class Lane(Retries):
         owners = self._owners
         assert owners is not None
         queue_s = self.timing.ack_timeout_s * QUEUE_SHARE
+        # (the bytes of a message not known until one is sent: as if a byte each)
+        cap = int(WINDOW_MAX_BYTES / self.message_bytes) if self.message_bytes else \
+            WINDOW_MAX_BYTES
         for its in self.members.values():
-            its.resize(now, queue_s)
+            its.resize(now, queue_s, cap)
         self._take(owners, now, limit, out, expired)
         for its in self.members.values():
             if its.holds() >= its.window:
