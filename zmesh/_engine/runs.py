@@ -131,11 +131,25 @@ class Runs:
         return self._split(seqs if type(seqs) is range else sorted(seqs))
 
     def _split(self, s: Sequence[int]) -> tuple[list[int], dict[int, int]]:
-        """``split`` of ascending ``s``."""
+        """``split`` of ascending ``s``. (In a ``range`` of step 1, where a sequence is
+        follows from its value: a bisect in a range makes an int per step.)"""
         starts, ends = self._starts, self._ends
         n, pos = len(s), 0
         singles: list[int] = []
         hits: dict[int, int] = {}
+        if type(s) is range and s.step == 1:
+            base = s.start
+            while pos < n:
+                seq = base + pos
+                j = bisect_right(starts, seq) - 1  # the last run starting at or below it
+                if j and seq < ends[j]:
+                    hi = min(n, ends[j] - base)
+                    hits[starts[j]] = hi - pos
+                else:  # in no run, with the rest below the next run's start
+                    hi = min(n, starts[j + 1] - base) if j + 1 < len(starts) else n
+                    singles.extend(s[pos:hi])
+                pos = hi
+            return singles, hits
         while pos < n:
             j = bisect_right(starts, s[pos]) - 1  # the last run starting at or below it
             if j and s[pos] < ends[j]:
