@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from zmesh._engine.delivery import NO_SIZE_LIMIT, Timing
 from zmesh._engine.engine import Engine
 from zmesh._engine.lane import Lane, PlainRun
-from zmesh._engine.runs import Run, Runs, lane_entry, run_message, run_record
+from zmesh._engine.runs import RUN_MAX_BYTES, Run, Runs, lane_entry, run_message, run_record
 from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES, pack_columns
 from zmesh._store.damage import decode_run
 from zmesh._store.store import WriteBatch, unpackb
@@ -63,12 +63,17 @@ def test_split_and_find_agree_with_a_scan_of_every_run(layout):
 def test_gone_deletes_a_run_with_its_last_message_and_forgets_it():
     runs = _runs([(10, 5), (20, 5)])
     runs.by_first[10].left = 5
-    batch = type("B", (), {"runs_del": []})()
-    assert runs.gone([10, 11, 3], batch) == ([3], [])  # type: ignore[arg-type]
+    runs.by_first[10].nbytes = 1234
+    batch = WriteBatch()
+    assert runs.gone([10, 11, 3], batch) == ([3], [])
     assert batch.runs_del == [] and runs.by_first[10].left == 3
-    assert runs.gone([12, 13, 14, 21], batch) == ([], [10])  # type: ignore[arg-type]
+    assert runs.gone([12, 13, 14, 21], batch) == ([], [10])
     assert batch.runs_del == [(10).to_bytes(8, "big")]
+    assert batch.del_bytes == 1234  # (the store lets go of the pages a deletion maps)
     assert runs.find(12) is None and runs.find(21) is not None and len(runs) == 1
+    runs.by_first[20].left = 1  # a run loaded at restart: its bytes are not known
+    runs.gone([22], batch)
+    assert batch.del_bytes == 1234 + RUN_MAX_BYTES
 
 
 def test_a_run_record_decodes_to_each_messages_fields():

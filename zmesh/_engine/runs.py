@@ -31,6 +31,11 @@ if TYPE_CHECKING:
     from .lane import Lane
 
 RUN_ENTRY_BYTES = 100  # what a run's decoded record holds per message besides its payload
+# What one run record holds at most: larger batches are stored as several runs. (Large
+# LMDB values need contiguous free pages; a lane that settles part of a run rewrites its
+# entry, a step per message of the run: the cost of a run grows with it, its gain does not.)
+RUN_MAX_BYTES = 256 << 10
+RUN_MAX_MESSAGES = 256
 
 
 @dataclass(slots=True)
@@ -235,6 +240,7 @@ class Runs:
             if run.left <= 0:
                 if run.stored:
                     batch.runs_del.append(u64(first))
+                    batch.del_bytes += run.nbytes if run.nbytes >= 0 else RUN_MAX_BYTES
                 self._remove(first)
                 ended.append(first)
         return singles, ended

@@ -21,18 +21,13 @@ from .._store.store import WriteBatch, pack, pend_key, u32, u64
 from .lane import Lane, PlainRun
 from .publishes import AnyPublish, Publish, PublishMany, message_count
 from .retention import log_entry, partition_prefix, retains
-from .runs import RUN_ENTRY_BYTES, Run, lane_entry, run_record
+from .runs import RUN_ENTRY_BYTES, RUN_MAX_BYTES, RUN_MAX_MESSAGES, Run, lane_entry, run_record
 from .seqqueue import round_robin
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
     from .producer import Producer
 
-# What one run record holds at most: larger batches are stored as several runs. (Large
-# LMDB values need contiguous free pages; a lane that settles part of a run rewrites its
-# entry, a step per message of the run: the cost of a run grows with it, its gain does not.)
-RUN_MAX_BYTES = 256 << 10
-RUN_MAX_MESSAGES = 256
 UNCLAIMED = ""  # lane name of a topic's messages published before any group was known
 # What a ``memory`` message held in RAM costs beyond its payload, key and headers: its
 # fields tuple, the floats and ints in it, and its slot in the producer's dict.

@@ -44,6 +44,9 @@ class WriteBatch:
     ids_prune_before: float = 0.0
     fsync: bool = False
     msgs_bytes: int = 0  # bytes of the records in msgs_put and runs_put (the room check)
+    # Bytes of the large records deleted, as far as known: deleting a record maps its
+    # pages into the process (``MappedPages``), as writing or reading it does.
+    del_bytes: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_runs
@@ -81,7 +84,8 @@ class WriteBatch:
         while deleting the outbox records they came from would lose messages.
         """
         return WriteBatch(msgs_del=self.msgs_del, pend_del=self.pend_del,
-                          runs_del=self.runs_del, prun_set=self.prun_set,
+                          runs_del=self.runs_del, del_bytes=self.del_bytes,
+                          prun_set=self.prun_set,
                           dead_del=self.dead_del, dead_put=self.dead_put,
                           lanes_put=self.lanes_put, seen_prune=self.seen_prune,
                           meta_put=self.meta_put, ids_prune_before=self.ids_prune_before,

@@ -342,9 +342,11 @@ class Store(LogIndex, AckedWindow):
             raise StoreError(f"LMDB write failed: {exc}", self.path) from exc
         if batch.fsync:
             self.env.sync(True)
-        # Records and, per pending entry, deletion or outbox entry, about a leaf slot each.
-        self.pages.add(batch.msgs_bytes + 32 * (batch.pending_entries() + len(batch.pend_del)
-                                                + len(batch.msgs_del) + len(batch.prun_set)))
+        # Records written or deleted and, per pending entry, deletion or outbox entry, about
+        # a leaf slot each.
+        self.pages.add(batch.msgs_bytes + batch.del_bytes
+                       + 32 * (batch.pending_entries() + len(batch.pend_del)
+                               + len(batch.msgs_del) + len(batch.prun_set)))
 
     def _would_fill(self, batch: WriteBatch) -> bool:
         """True when the new messages would eat into the reserve of the map.
