@@ -219,6 +219,7 @@ class ReplayReader:
             published_ats.append(item.published_at)
             indexes.append(item.index)
         origin.attempts = bytes(len(partitions))  # (a reader's messages: attempt 0)
+        origin.state = bytearray(len(partitions))  # (made with no messages yet)
         caught_up = True
         for head in reply.heads:
             pos = cursors.get(head.partition, default)

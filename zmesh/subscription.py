@@ -27,8 +27,24 @@ __all__ = ["Message", "Subscription"]
 
 log = logging.getLogger(__name__)
 
-_settled = attrgetter("_settled")
 _origin_of, _place_of = attrgetter("_origin"), attrgetter("_i")
+# How a message was settled, as its origin's ``state`` keeps it: one byte per message.
+_STATES: tuple[str | None, ...] = (None, "acked", "nacked", "failed", "released")
+_CODES = {how: code for code, how in enumerate(_STATES)}
+_ACKED = _CODES["acked"]
+_ACKED_RUN = bytes((_ACKED,))
+
+
+def _check_each(messages: list[Message]) -> None:
+    """Mark each of ``messages`` acked, one at a time; if one was settled already (or is
+    there twice), leave them all as they were and raise MessageStateError."""
+    for n, msg in enumerate(messages):
+        how = msg._settled
+        if how is not None:
+            for m in messages[:n]:
+                m._settled = None
+            raise MessageStateError(f"message {msg.id} was already {how}")
+        msg._settled = "acked"
 
 # MessageId's own __new__ is a Python function; the tuple constructor builds the same value.
 _message_id = tuple.__new__
@@ -52,10 +68,14 @@ class Origin:
 
     The IO thread keeps, per source, the origins with messages it has not seen settled
     (``left``): their sequences from ``taken`` on, less those settled out of order
-    (``apart``), are what a local subscription still holds (``held``)."""
+    (``apart``), are what a local subscription still holds (``held``).
+
+    ``state`` holds how each message was settled by the application (a byte each, an
+    index of ``_STATES``): acking a run of the batch's messages checks and marks them
+    with two operations on it, none per message."""
 
     __slots__ = ("engine", "source", "topic", "group", "producer", "seqs", "lo", "hi",
-                 "next", "acks", "queued", "taken", "left", "apart",
+                 "next", "acks", "queued", "taken", "left", "apart", "state",
                  "headers", "attempts", "partitions", "published_ats", "indexes")
 
     def __init__(self, engine: Engine | None, source: tuple[bytes, str, str],
@@ -75,6 +95,7 @@ class Origin:
         self.taken = 0  # (IO thread) ``next`` as last taken
         self.left = len(seqs)  # (IO thread) messages it has not seen settled
         self.apart: set[int] = set()  # (IO thread) settled out of order, seen
+        self.state = bytearray(len(seqs))  # (application threads) see above
         self.headers = headers
         self.attempts = attempts
         self.partitions = partitions
@@ -118,17 +139,25 @@ class Message:
     do not ack).
     """
 
-    __slots__ = ("_origin", "_i", "key", "payload", "_headers", "_settled")
+    __slots__ = ("_origin", "_i", "key", "payload", "_headers")
 
     def __init__(self, origin: Origin, i: int, key: str | None, payload: bytes) -> None:
         # (``i``: its place in the batch, whose columns ``origin`` holds, its sequence
-        # among them; the id and the headers dict are made when asked for: most messages
-        # are acked without either)
+        # among them and its settlement state; the id and the headers dict are made when
+        # asked for: most messages are acked without either)
         self._origin = origin
         self._i = i
         self.key = key
         self.payload = payload
-        self._settled: str | None = None
+
+    @property
+    def _settled(self) -> str | None:
+        """How it was settled (None: not yet), as its origin keeps it."""
+        return _STATES[self._origin.state[self._i]]
+
+    @_settled.setter
+    def _settled(self, how: str | None) -> None:
+        self._origin.state[self._i] = _CODES[how]
 
     _headers: dict  # (a slot, set when first asked for)
 
@@ -184,13 +213,13 @@ class Message:
 
     def ack(self) -> None:
         """Done with it: the group will not get it again."""
-        if self._settled is not None:
+        origin, i = self._origin, self._i
+        state = origin.state
+        if state[i]:
             raise MessageStateError(f"message {self.id} was already {self._settled}")
-        self._settled = "acked"
-        origin = self._origin
+        state[i] = _ACKED
         engine = origin.engine
         if engine is not None:  # (a replay reader's message: nothing to settle)
-            i = self._i
             if i == origin.next:  # (only the thread acking the message at ``next`` sets it)
                 origin.next = i + 1
             else:
@@ -215,7 +244,7 @@ class Message:
 
     @property
     def settled(self) -> bool:
-        return self._settled is not None
+        return self._origin.state[self._i] != 0
 
     def __repr__(self) -> str:
         return (f"<Message {self.id} topic={self.topic!r} key={self.key!r} "
@@ -332,22 +361,28 @@ class Subscription:
 
     def ack_many(self, messages: list[Message]) -> None:
         """Ack a batch of messages with one command to the IO thread per batch of theirs
-        (one in all, mostly)."""
-        for n, msg in enumerate(messages):
-            how = msg._settled
-            if how is not None:  # (a message twice in ``messages`` too)
-                for m in messages[:n]:
-                    m._settled = None
-                raise MessageStateError(f"message {msg.id} was already {how}")
-            msg._settled = "acked"
+        (one in all, mostly). Either all are acked or, if one was settled already (or is
+        in ``messages`` twice), none is and MessageStateError says which."""
+        runs = [(origin, places, consecutive(places)) for origin, places in
+                ((origin, list(map(_place_of, group)))
+                 for origin, group in groupby(messages, _origin_of))]
+        # The usual case is checked with no step per message: each batch's messages
+        # consecutive, none of them settled, and no batch in two runs.
+        if not all(in_order and origin.state.count(0, places[0], places[-1] + 1) == len(places)
+                   for origin, places, in_order in runs) \
+                or len({id(run[0]) for run in runs}) < len(runs):
+            _check_each(messages)  # (raises, or marks each acked)
         engine = self._engine
-        for origin, group in groupby(messages, _origin_of):
-            run = list(group)
-            first = run[0]._i
-            if first == origin.next and consecutive(list(map(_place_of, run))):
-                origin.next = first + len(run)  # (in order: a slice of its sequences)
+        for origin, places, in_order in runs:
+            if in_order:
+                first, n = places[0], len(places)
+                origin.state[first:first + n] = _ACKED_RUN * n
+                if first == origin.next:
+                    origin.next = first + n  # (a slice of its sequences)
+                else:
+                    origin.acks.extend(origin.seqs[first:first + n])
             else:
-                origin.acks.extend(map(origin.seqs.__getitem__, map(_place_of, run)))
+                origin.acks.extend(map(origin.seqs.__getitem__, places))
             if not origin.queued:
                 origin.queued = True
                 engine.submit(origin)
