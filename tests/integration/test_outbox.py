@@ -296,7 +296,13 @@ def test_ack_many_refuses_a_message_twice_and_takes_any_order(make_node):
     assert not any(m.settled for m in got)  # none of them taken
     sub.ack_many(got[:10][::-1])  # out of order
     sub.ack_many(got[10:50])  # in order, after the others
-    for msg in got[50:]:
+    got[60].nack(0.0)
+    with pytest.raises(zmesh.MessageStateError, match="already nacked"):
+        sub.ack_many(got[50:70])  # in order, one of them settled: none taken
+    assert not any(m.settled for m in got[50:70] if m is not got[60])
+    again = fetched(sub, 1)  # the nacked one, again
+    assert again[0].id == got[60].id
+    for msg in got[50:60] + got[61:] + again:
         msg.ack()
     receipt.wait_acked(10)
     assert cons.stats()["acked_local"] == 100
