@@ -272,8 +272,10 @@ class Node:
         if topic not in self._plain_partitions:
             self._learn_topic(topic)  # (its name checked once)
         limit = self.config.max_message_bytes
-        # (all bytes within the limit, the usual batch: checked with no Python step each)
-        plain = set(map(type, payloads)) == {bytes} and max(map(len, payloads)) <= limit
+        # (all bytes within the limit, the usual batch: checked with no Python step each;
+        # together within it, none is past it)
+        nbytes = sum(map(len, payloads)) if set(map(type, payloads)) == {bytes} else -1
+        plain = nbytes >= 0 and (nbytes <= limit or max(map(len, payloads)) <= limit)
         for i, payload in enumerate(() if plain else payloads):
             if type(payload) is not bytes:
                 payloads[i] = payload = _payload_bytes(payload)
@@ -322,7 +324,7 @@ class Node:
             topic, payloads, keys, headers, priority,
             None if ttl is None else now + ttl, deliver_at,
             DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions,
-            self._timeout(timeout), msg_id, paced)
+            self._timeout(timeout), msg_id, paced, nbytes if plain else None)
 
     def _timeout(self, timeout: float | None) -> float:
         """A publish's timeout: None is NodeConfig.publish_timeout_s, infinity no end."""

@@ -376,3 +376,16 @@ def test_a_timeout_that_is_not_a_number_is_refused_where_a_call_would_wait(make_
             wait()
     assert sub.get(timeout=-1) is None and sub.fetch(5, timeout=0) == []  # no wait at all
     assert sub.get(timeout=math.inf) is not None  # (the publishes above that went through)
+
+
+def test_a_payload_past_max_message_bytes_is_refused_alone_or_in_a_batch(make_node):
+    node = make_node("prod", max_message_bytes=1000, topics={"t": zmesh.TopicConfig(groups=("g",))})
+    with pytest.raises(zmesh.ArgumentError, match="1001 bytes exceeds max_message_bytes 1000"):
+        node.publish("t", b"x" * 1001)
+    # Together past the limit, each within it: taken.
+    node.publish_many("t", [b"a" * 600, b"b" * 600]).wait_stored(5)
+    for batch in ([b"a" * 10, b"b" * 1001], [b"a" * 10, "é" * 501]):  # (a str as UTF-8)
+        with pytest.raises(zmesh.ArgumentError, match="exceeds max_message_bytes 1000"):
+            node.publish_many("t", batch)
+    node.publish_many("t", [b"c" * 1000, "é" * 500]).wait_stored(5)
+    assert node.stats()["published"] == 4

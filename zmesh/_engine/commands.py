@@ -166,16 +166,19 @@ class Commands:
     def prepare(self, topic: str, payloads: list[bytes], keys: list[str | None],
                 headers: dict | None, priority: int, expires_at: float | None,
                 deliver_at: float | None, partitions: int, timeout_s: float,
-                msg_id: str | None = None, paced: bool = True) -> list[AnyPublish]:
+                msg_id: str | None = None, paced: bool = True,
+                nbytes: int | None = None) -> list[AnyPublish]:
         """Allocate consecutive sequences and one receipt for ``payloads``, waiting up to
         ``timeout_s`` for outbox room. The caller must submit them (or ``abandon`` them):
         a ``Publish`` each, or one ``PublishMany`` for several plain messages.
 
         ``paced``: also wait while MAX_AHEAD_MSGS publishes wait for the IO thread (not for
-        a transaction, whose publishes are submitted only when it commits).
+        a transaction, whose publishes are submitted only when it commits). ``nbytes``:
+        the payloads' bytes, when the caller counted them.
         """
         n = len(payloads)
-        nbytes = sum(map(len, payloads)) if n > 1 else len(payloads[0])
+        if nbytes is None:
+            nbytes = sum(map(len, payloads)) if n > 1 else len(payloads[0])
         first = self._reserve(n, nbytes, timeout_s, paced)
         stage = Stage()
         receipt = Receipt(self._publisher, first, stage, n, topic)
