@@ -821,10 +821,12 @@ def test_take_matches_a_model_of_urgency_and_credit(partitions: int,
             lane.add(seq, seq % partitions, priority, now=0.0)
             ready[seq] = (priority, seq % partitions)
         elif op == "run":
-            run = list(range(seq + 1, seq + 2 + arg % 4))
+            run: list[int] | range = list(range(seq + 1, seq + 2 + arg % 4))
             seq = run[-1]
             if arg % 3 == 0:
-                run.reverse()
+                run.reverse()  # type: ignore[union-attr]
+            elif arg % 3 == 1:  # (consecutive publishes come as a range)
+                run = range(run[0], seq + 1)
             lane.add_plain(PlainRun(run, [s % partitions for s in run]))
             ready.update({s: (0, s % partitions) for s in run})
         elif op == "old":  # a settled message owed again (a replayed dead letter)

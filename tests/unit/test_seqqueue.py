@@ -15,6 +15,7 @@ from zmesh._engine.seqqueue import (
     SeqQueue,
     SeqWindow,
     by_partition,
+    consecutive_array,
     round_robin,
     round_robin_slots,
     slot_partitions,
@@ -283,6 +284,12 @@ def test_round_robin_indexes_of_runs_in_a_row(first, count, sizes, gap):
         assert _allocate(first, partitions, next_index, firsts) == want
         assert (next_index, firsts) == (want_next, want_firsts)
         first += n + (first % 3 if gap else 0)
+
+
+@given(st.integers(0, (1 << 63) - 1), st.integers(0, 10_000))
+def test_an_array_of_consecutive_sequences_is_what_array_makes_of_the_range(first, n):
+    n = min(n, (1 << 63) - first)
+    assert consecutive_array(range(first, first + n)) == array("q", range(first, first + n))
 
 
 def _sent_check(w: SentWindow, model: dict[int, tuple[int, bytes, float]]) -> None:

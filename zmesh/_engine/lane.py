@@ -53,6 +53,7 @@ from .seqqueue import (
     SeqQueue,
     SeqWindow,
     by_partition,
+    consecutive_array,
     round_robin,
     round_robin_slots,
 )
@@ -63,12 +64,13 @@ class PlainRun:
 
     __slots__ = ("seqs", "partitions", "ascending", "order", "split", "slots")
 
-    def __init__(self, seqs: list[int], partitions: list[int]) -> None:
+    def __init__(self, seqs: list[int] | range, partitions: list[int]) -> None:
         self.seqs = seqs
         self.partitions = partitions
-        self.ascending = seqs == sorted(seqs)  # (not so from publishers on several threads)
+        # (not so from publishers on several threads; a range is)
+        self.ascending = type(seqs) is range or seqs == sorted(seqs)
         # As arrays, which each lane's arrays copy whole (no conversion per sequence).
-        self.order = array("q", seqs)
+        self.order = consecutive_array(seqs) if type(seqs) is range else array("q", seqs)
         first, n = seqs[0], len(seqs)
         count = round_robin(first, partitions) if self.ascending and \
             seqs[-1] - first == n - 1 else 0  # (publishes without keys, in order)

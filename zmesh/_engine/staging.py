@@ -379,15 +379,19 @@ class Staging:
                 many = many or type(q) is PublishMany
                 j += 1
             if j > i + 1 or many:
+                seqs: list[int] | range
                 if many:
-                    seqs: list[int] = []
+                    group = pubs[i:j]
                     partitions: list[int] = []
-                    for q in pubs[i:j]:
-                        seqs.extend(q.seqs)
+                    end = first = group[0].seq  # (one range while each follows the last)
+                    for q in group:
+                        end = end + q.count if end == q.seq else -1
                         if isinstance(q, PublishMany):
                             partitions.extend(q.partitions)
                         else:
                             partitions.append(q.partition)
+                    seqs = range(first, end) if end >= 0 else \
+                        [seq for q in group for seq in q.seqs]
                 else:
                     seqs = [q.seq for q in pubs[i:j]]
                     partitions = [q.partition for q in pubs[i:j]]  # type: ignore[union-attr]
