@@ -238,6 +238,18 @@ def test_by_partition_splits_in_order_round_robin_or_not(first, n, count, keyed)
         assert list(part) == [s for s, q in zip(seqs, partitions, strict=True) if q == p]
 
 
+def _allocate_each(partitions: list[int], next_index: dict[int, int],
+                   firsts: dict[int, int]) -> list[int]:
+    """``Indexes.allocate``, one message at a time: the model ``_allocate`` must match."""
+    out = []
+    for partition in partitions:
+        index = next_index.get(partition, 0)
+        next_index[partition] = index + 1
+        out.append(index)
+        firsts.setdefault(partition, index)
+    return out
+
+
 @given(st.integers(0, 10_000), st.integers(1, 40), st.integers(1, 20), st.booleans(),
        st.dictionaries(st.integers(0, 19), st.integers(0, 1000)),
        st.dictionaries(st.integers(0, 19), st.integers(0, 1000), max_size=3))
@@ -251,12 +263,8 @@ def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, nex
         assert found == count
     if found:
         assert partitions == [s % found for s in range(first, first + n)]
-    want_next, want_firsts, want = dict(next_index), dict(firsts), []
-    for partition in partitions:  # Indexes.allocate, one at a time
-        index = want_next.get(partition, 0)
-        want_next[partition] = index + 1
-        want.append(index)
-        want_firsts.setdefault(partition, index)
+    want_next, want_firsts = dict(next_index), dict(firsts)
+    want = _allocate_each(partitions, want_next, want_firsts)
     assert _allocate(first, partitions, next_index, firsts) == want
     assert (next_index, firsts) == (want_next, want_firsts)
     if found:
@@ -275,12 +283,7 @@ def test_round_robin_indexes_of_runs_in_a_row(first, count, sizes, gap):
         partitions = [s % count for s in range(first, first + n)]
         firsts: dict[int, int] = {}
         want_firsts: dict[int, int] = {}
-        want = []
-        for partition in partitions:
-            index = want_next.get(partition, 0)
-            want_next[partition] = index + 1
-            want.append(index)
-            want_firsts.setdefault(partition, index)
+        want = _allocate_each(partitions, want_next, want_firsts)
         assert _allocate(first, partitions, next_index, firsts) == want
         assert (next_index, firsts) == (want_next, want_firsts)
         first += n + (first % 3 if gap else 0)
