@@ -136,8 +136,8 @@ class Runs:
         return self._split(seqs if type(seqs) is range else sorted(seqs))
 
     def _split(self, s: Sequence[int]) -> tuple[list[int], dict[int, int]]:
-        """``split`` of ascending ``s``. (In a ``range`` of step 1, where a sequence is
-        follows from its value: a bisect in a range makes an int per step.)"""
+        """``split`` of ascending ``s``. (In a ``range`` of step 1 a sequence's place
+        follows from its value: a bisect in a range makes an int per probe.)"""
         starts, ends = self._starts, self._ends
         n, pos = len(s), 0
         singles: list[int] = []

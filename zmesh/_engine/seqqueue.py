@@ -144,10 +144,10 @@ def by_partition(seqs: array[int], partitions: list[int], count: int) -> list[ar
     return split
 
 
-# 0, 1, 2, ... and 1, 1, 1, ... as int64s in one big int each, for a few lengths
-# (``consecutive_array``), the longest last.
-_CUTS = tuple((n, int.from_bytes(array("q", range(n)).tobytes(), "little"),
-               int.from_bytes(array("q", [1] * n).tobytes(), "little"))
+# 0, 1, 2, ... and 1, 1, 1, ... as little-endian int64s in one big int each, for a few
+# lengths (``consecutive_array``), the longest last.
+_CUTS = tuple((n, int.from_bytes(b"".join(k.to_bytes(8, "little") for k in range(n)), "little"),
+               int.from_bytes(b"\1\0\0\0\0\0\0\0" * n, "little"))
               for n in (256, 512, 1024, 2048, 4096))
 
 
