@@ -106,10 +106,18 @@ def test_raising_credit_lets_more_through() -> None:
     assert taken(lane, 0.0) == [1, 2]
 
 
+def _window_lane(max_in_flight: int, batch_size: int, ready: int,
+                 ack_timeout_s: float = 4.0) -> Lane:
+    """A lane with member A and ``ready`` plain messages of partition 0 (with an ack
+    timeout of 4 s, a window holds what the member acks in 1 s)."""
+    lane = make_lane(ack_timeout_s=ack_timeout_s)
+    lane.set_member(A, max_in_flight=max_in_flight, batch_size=batch_size)
+    lane.add_plain(PlainRun(list(range(ready)), [0] * ready))
+    return lane
+
+
 def test_a_window_starts_at_two_frames_and_grows_to_max_in_flight_for_a_fast_member() -> None:
-    lane = make_lane(ack_timeout_s=4.0)  # (a window holds what the member acks in 1 s)
-    lane.set_member(A, max_in_flight=100, batch_size=10)
-    lane.add_plain(PlainRun(list(range(2000)), [0] * 2000))
+    lane = _window_lane(100, 10, 2000)  # (a window holds what the member acks in 1 s)
     first = taken(lane, 0.0)
     assert first == list(range(20))  # two frames
     lane.ack(first)
@@ -119,18 +127,14 @@ def test_a_window_starts_at_two_frames_and_grows_to_max_in_flight_for_a_fast_mem
 
 
 def test_a_lane_whose_acks_never_time_out_gives_an_acking_member_its_max_in_flight() -> None:
-    lane = make_lane(ack_timeout_s=float("inf"))
-    lane.set_member(A, max_in_flight=100, batch_size=10)
-    lane.add_plain(PlainRun(list(range(500)), [0] * 500))
+    lane = _window_lane(100, 10, 500, ack_timeout_s=float("inf"))
     lane.ack(taken(lane, 0.0))
     lane.ack(taken(lane, 0.05))  # any rate holds an endless queue time's worth of messages
     assert len(taken(lane, 0.2)) == 100
 
 
 def test_a_slow_member_holds_what_it_acks_in_a_quarter_of_the_ack_timeout() -> None:
-    lane = make_lane(ack_timeout_s=4.0)
-    lane.set_member(A, max_in_flight=1000, batch_size=100)
-    lane.add_plain(PlainRun(list(range(3000)), [0] * 3000))
+    lane = _window_lane(1000, 100, 3000)
     held = taken(lane, 0.0)
     assert len(held) == 200
     # It acks 40 in 2 s (20 a second) while holding a full window: 20 in 1 s.
@@ -142,9 +146,7 @@ def test_a_slow_member_holds_what_it_acks_in_a_quarter_of_the_ack_timeout() -> N
 
 
 def test_a_member_holding_less_than_its_window_keeps_it() -> None:
-    lane = make_lane(ack_timeout_s=4.0)
-    lane.set_member(A, max_in_flight=1000, batch_size=100)
-    lane.add_plain(PlainRun(list(range(50)), [0] * 50))
+    lane = _window_lane(1000, 100, 50)
     lane.ack(taken(lane, 0.0))  # all there was: the window was never the limit
     lane.add_plain(PlainRun(list(range(50, 60)), [0] * 10))
     assert len(taken(lane, 5.0)) == 10
@@ -153,9 +155,7 @@ def test_a_member_holding_less_than_its_window_keeps_it() -> None:
 
 def test_a_member_holding_a_full_window_unacked_is_sent_up_to_its_max_in_flight() -> None:
     # (it may be gathering a batch of what it holds before it handles and acks any)
-    lane = make_lane(ack_timeout_s=4.0)
-    lane.set_member(A, max_in_flight=700, batch_size=100)
-    lane.add_plain(PlainRun(list(range(3000)), [0] * 3000))
+    lane = _window_lane(700, 100, 3000)
     assert len(taken(lane, 0.0)) == 200
     assert taken(lane, 0.5) == []  # (none acked for 1 s yet)
     assert len(taken(lane, 1.0)) == 200
@@ -167,9 +167,7 @@ def test_a_member_holding_a_full_window_unacked_is_sent_up_to_its_max_in_flight(
 
 
 def test_a_window_holds_about_window_max_bytes_of_what_the_lane_sends() -> None:
-    lane = make_lane(ack_timeout_s=4.0)
-    lane.set_member(A, max_in_flight=1000, batch_size=100)
-    lane.add_plain(PlainRun(list(range(3000)), [0] * 3000))
+    lane = _window_lane(1000, 100, 3000)
     held = taken(lane, 0.0)
     assert len(held) == 200  # (nothing sent yet: two frames)
     lane.note_sent(200, 200 * WINDOW_MAX_BYTES // 50)  # a fiftieth of the bytes each
