@@ -308,6 +308,29 @@ def test_ack_many_refuses_a_message_twice_and_takes_any_order(make_node):
     assert cons.stats()["acked_local"] == 100
 
 
+def test_ack_many_of_a_batch_in_its_order_and_its_messages_let_go(make_node):
+    """A list that is a stretch of one batch's messages in its order is acked as such
+    (from its middle too); the batch's origin lets go of its messages once every one is
+    settled, so they and it are freed by their counts, with no cycle left to collect."""
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    receipt = prod.publish_many("t", [str(i).encode() for i in range(100)])
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = fetched(sub, 100)
+    origins = {id(m._origin): m._origin for m in got}.values()
+    assert all(o.msgs is not None for o in origins)
+    sub.ack_many(got[40:70])
+    assert [m.settled for m in got[39:71]] == [False] + [True] * 30 + [False]
+    with pytest.raises(zmesh.MessageStateError, match="already acked"):
+        sub.ack_many(got[30:50])
+    assert not any(m.settled for m in got[30:40])
+    sub.ack_many(got[:40])
+    sub.ack_many(got[70:])
+    receipt.wait_acked(10)
+    assert cons.stats()["acked_local"] == 100
+    assert all(o.msgs is None for o in origins)
+
+
 def _mapped_kb(path: str) -> int:
     """Resident KiB of this process's mapping of ``path`` (/proc/self/smaps)."""
     rss, inside = 0, False

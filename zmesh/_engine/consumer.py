@@ -131,6 +131,7 @@ class Consumer:
                                  _pick(batch.keys, places), _pick(batch.payloads, places)))
         if fresh:
             holding[origin] = None
+            origin.msgs = fresh
         if duplicates:
             self.counters.add("duplicates_held", duplicates)
         if reack:
