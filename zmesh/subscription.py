@@ -374,8 +374,8 @@ class Subscription:
         in ``messages`` twice), none is and MessageStateError says which."""
         runs: list[tuple[Origin, Sequence[int], bool]]
         head = messages[0] if messages else None
-        batch = head._origin.msgs if head is not None else None
-        if batch is not None and batch[head._i:head._i + len(messages)] == messages:
+        if head is not None and (batch := head._origin.msgs) is not None \
+                and batch[head._i:head._i + len(messages)] == messages:
             # A run of one batch's messages in its order (the usual case): known as that
             # with one comparison at C speed (a message equals only itself).
             runs = [(head._origin, range(head._i, head._i + len(messages)), True)]
