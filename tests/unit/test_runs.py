@@ -13,10 +13,18 @@ from hypothesis import strategies as st
 from zmesh._engine.delivery import NO_SIZE_LIMIT, Timing
 from zmesh._engine.engine import Engine
 from zmesh._engine.lane import Lane, PlainRun
-from zmesh._engine.runs import RUN_MAX_BYTES, Run, Runs, lane_entry, run_message, run_record
+from zmesh._engine.runs import (
+    RUN_MAX_BYTES,
+    Run,
+    Runs,
+    lane_entry,
+    run_entry,
+    run_message,
+    run_record,
+)
 from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES, pack_columns
 from zmesh._store.damage import decode_run
-from zmesh._store.store import WriteBatch, unpackb
+from zmesh._store.store import Store, WriteBatch, pack, pend_key, unpackb
 from zmesh.config import NodeConfig, TopicConfig
 
 
@@ -77,17 +85,29 @@ def test_gone_deletes_a_run_with_its_last_message_and_forgets_it():
 
 
 def test_a_run_record_decodes_to_each_messages_fields():
-    record = run_record(["t", [1, 0], ["k", None], {"h": 1}, 5.0, [b"a", b"b"], [7, 3]])
+    record = run_record(["t", array("B", [1, 0]), ["k", None], {"h": 1}, 5.0, [b"a", b"b"],
+                         array("I", [7, 3])])
     fields = decode_run(record)
     assert fields is not None
     assert [run_message(fields, 0), run_message(fields, 1)] == [
         ("t", 1, "k", {"h": 1}, 0, 5.0, None, None, b"a", 7),
         ("t", 0, None, {"h": 1}, 0, 5.0, None, None, b"b", 3)]
-    no_keys = decode_run(run_record(["t", [0], None, None, 5.0, [b"a"], [0]]))
+    no_keys = decode_run(run_record(["t", array("H", [300]), None, None, 5.0, [b"a"],
+                                     array("q", [1 << 40])]))
     assert no_keys is not None and run_message(no_keys, 0)[2] is None
-    for bad in (b"\xc1", run_record(["t", [0, 1], None, None, 5.0, [b"a"], [0, 1]]),
-                run_record(["t", [], None, None, 5.0, [], []]),
-                run_record(["t", [0], None, None, 5.0, ["text"], [0]])):
+    assert run_message(no_keys, 0)[1:10:8] == (300, 1 << 40)
+    # A record written with its partitions and indexes as lists (before they were stored
+    # as their bytes) reads the same.
+    older = decode_run(pack(["t", [1, 0], ["k", None], {"h": 1}, 5.0, [b"a", b"b"], [7, 3]]))
+    assert older is not None and older[1:] == fields[1:]
+    for bad in (b"\xc1", pack(["t", [0, 1], None, None, 5.0, [b"a"], [0, 1]]),
+                pack(["t", [], None, None, 5.0, [], []]),
+                pack(["t", [0], None, None, 5.0, ["text"], [0]]),
+                pack(["t", [0], None, None, 5.0, [b"a"], [-1]]),
+                pack(["t", [0], None, None, 5.0, [b"a"], [None]]),
+                pack(["t", b"\0" * 3, None, None, 5.0, [b"a"], b"\0" * 4]),  # 1 or 2 bytes each
+                pack(["t", b"\0\0", None, None, 5.0, [b"a"], b"\0" * 5]),
+                pack(["t", b"\0\0", None, None, 5.0, [b"a"], b"\xff" * 8])):  # int64 -1
         assert decode_run(bad) is None
 
 
@@ -205,3 +225,25 @@ def test_columns_of_runs_know_their_payloads_travel_inline(tmp_path, sizes, inli
     finally:
         eng._state = "new"
         eng.close()
+
+
+def test_run_entries_read_back_with_their_partitions_as_bytes_or_as_lists(tmp_path):
+    """A ``pruns`` value holds its run's partitions as a byte each, or as a list when one
+    is past 255 (as every entry written before did): each reads back as an array; one that
+    is neither is set aside as damaged."""
+    store = Store(str(tmp_path), 1 << 24)
+    try:
+        batch = WriteBatch()
+        batch.prun_put += [(pend_key(1, 100), run_entry(array("B", [3, 0, 255]), [1, 2])),
+                           (pend_key(1, 200), run_entry(array("H", [3, 0, 65535]))),
+                           (pend_key(1, 300), pack([[3, 0, 7], None, None])),  # written before
+                           (pend_key(1, 400), pack([5, None, None])),
+                           (pend_key(1, 500), pack([[], None, None]))]
+        store.commit(batch)
+        entries = [(first, parts.typecode, list(parts), offsets)
+                   for _lane, first, (parts, offsets, _a) in store.iter_pruns()]
+        assert entries == [(100, "B", [3, 0, 255], [1, 2]), (200, "H", [3, 0, 65535], None),
+                           (300, "B", [3, 0, 7], None)]
+        assert sorted(int.from_bytes(c.key[4:], "big") for c in store.take_corrupt()) == [400, 500]
+    finally:
+        store.close()

@@ -17,6 +17,7 @@ from zmesh._engine.seqqueue import (
     by_partition,
     consecutive_array,
     round_robin,
+    round_robin_parts,
     round_robin_slots,
     slot_partitions,
 )
@@ -251,11 +252,13 @@ def _allocate_each(partitions: list[int], next_index: dict[int, int],
 
 
 @given(st.integers(0, 10_000), st.integers(1, 40), st.integers(1, 20), st.booleans(),
-       st.dictionaries(st.integers(0, 19), st.integers(0, 1000)),
+       st.dictionaries(st.integers(0, 19), st.integers(0, 1000)
+                       | st.integers((1 << 32) - 30, (1 << 32) + 30)),
        st.dictionaries(st.integers(0, 19), st.integers(0, 1000), max_size=3))
 def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, next_index,
                                                       firsts):
-    """A round-robin's indexes, slots and split match those made one message at a time."""
+    """A round-robin's indexes, partitions, slots and split match those made one message
+    at a time; indexes past 2**32 come as int64."""
     partitions = [(s * 7 + 3) % count if keyed else s % count
                   for s in range(first, first + n)]
     found = round_robin(first, partitions)
@@ -265,10 +268,14 @@ def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, nex
         assert partitions == [s % found for s in range(first, first + n)]
     want_next, want_firsts = dict(next_index), dict(firsts)
     want = _allocate_each(partitions, want_next, want_firsts)
-    assert _allocate(first, partitions, next_index, firsts) == want
+    indexes, cycle = _allocate(first, partitions, next_index, firsts)
+    assert list(indexes) == want and cycle == found
+    assert indexes.typecode == ("I" if max(want) < 1 << 32 else "q")
     assert (next_index, firsts) == (want_next, want_firsts)
     if found:
         assert list(round_robin_slots(first, n, found)) == [p + 1 for p in partitions]
+        parts = round_robin_parts(first, n, found)
+        assert list(parts) == partitions and parts.typecode == "B"
 
 
 @given(st.integers(0, 10_000), st.integers(1, 20),
@@ -284,7 +291,8 @@ def test_round_robin_indexes_of_runs_in_a_row(first, count, sizes, gap):
         firsts: dict[int, int] = {}
         want_firsts: dict[int, int] = {}
         want = _allocate_each(partitions, want_next, want_firsts)
-        assert _allocate(first, partitions, next_index, firsts) == want
+        indexes, _ = _allocate(first, partitions, next_index, firsts)
+        assert list(indexes) == want
         assert (next_index, firsts) == (want_next, want_firsts)
         first += n + (first % 3 if gap else 0)
 

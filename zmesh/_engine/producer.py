@@ -245,7 +245,7 @@ class Producer:
         keys: list[str | None] = []
         headers: list[dict | None] = []
         published_ats = array("d")  # (packed as it is: no conversion per message)
-        indexes: list[int | None] = []
+        indexes: array[int] | None = None  # (the runs' arrays, joined: likewise)
         payloads: list[bytes] = []
         pos = 0
         by_first = self.runs.by_first
@@ -259,17 +259,24 @@ class Producer:
             if part[-1] - part[0] == n - 1:  # consecutive: slices
                 at = slice(part[0] - first, part[0] - first + n)
                 payloads += run_payloads[at]
-                indexes += run_indexes[at]
+                part_indexes = run_indexes[at]
                 keys += run_keys[at] if run_keys else repeat(None, n)
                 published_ats += array("d", published_at[at]) if each_at else \
                     array("d", (published_at,)) * n
             else:
                 offsets = list(map(sub, part, repeat(first)))
                 payloads += map(run_payloads.__getitem__, offsets)
-                indexes += map(run_indexes.__getitem__, offsets)
+                part_indexes = array(run_indexes.typecode, map(run_indexes.__getitem__, offsets))
                 keys += map(run_keys.__getitem__, offsets) if run_keys else repeat(None, n)
                 published_ats += array("d", map(published_at.__getitem__, offsets)) \
                     if each_at else array("d", (published_at,)) * n
+            if indexes is None:
+                indexes = part_indexes
+            elif indexes.typecode == part_indexes.typecode:
+                indexes += part_indexes
+            else:  # (an index past 2**32 in one of them: all as int64)
+                indexes = array("q", indexes)
+                indexes += array("q", part_indexes)
             headers += repeat(run_headers, n)
             run_bytes = by_first[first].nbytes
             if nbytes >= 0:
@@ -277,8 +284,8 @@ class Producer:
         if max_message_bytes < self.payload_bound and \
                 max(map(len, payloads)) > max_message_bytes:
             return None
-        return Columns(keys, headers, published_ats, indexes, payloads,
-                       0 <= nbytes <= INLINE_PAYLOAD_BYTES)
+        return Columns(keys, headers, published_ats, array("I") if indexes is None else indexes,
+                       payloads, 0 <= nbytes <= INLINE_PAYLOAD_BYTES)
 
     def owed(self, topic: str, seq: int) -> bool:
         """Some lane of ``topic`` still owes ``seq``."""

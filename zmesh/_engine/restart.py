@@ -8,13 +8,12 @@ set aside by the engine.
 from __future__ import annotations
 
 import logging
-from array import array
 from typing import TYPE_CHECKING
 
 from .._store.damage import decode_record, decode_run
 from .._store.store import WriteBatch, pack
 from .lane import Lane
-from .runs import Run
+from .runs import Run, run_entry
 from .staging import mono_at, mono_offset
 
 if TYPE_CHECKING:
@@ -89,8 +88,7 @@ def _load_runs(producer: Producer, by_id: dict[int, Lane], now: float) -> None:
             continue
         run = runs.get(first)
         if run is None:
-            run = runs[first] = Run(first, len(partitions), owing.topic,
-                                    array("H", partitions), 0, {})
+            run = runs[first] = Run(first, len(partitions), owing.topic, partitions, 0, {})
             in_outbox[first] = set()
         owed = range(run.count) if offsets is None else offsets
         for i, offset in enumerate(owed):
@@ -122,12 +120,12 @@ def _rebuild_run_entry(producer: Producer, by_id: dict[int, Lane], key: bytes, n
     partitions = fields[1]
     run = producer.runs.find(first)
     if run is None:
-        run = Run(first, len(partitions), lane.topic, array("H", partitions), 0, {})
+        run = Run(first, len(partitions), lane.topic, partitions, 0, {})
         producer.runs.add(run)
     run.left = run.count
     run.owed[lane_id] = run.count
     for seq, partition in zip(run.seqs(), partitions, strict=True):
         lane.add(seq, partition, now=now)  # (the lanes are loading: see load_outbox)
-    batch.prun_put.append((key, pack([partitions, None, None])))
+    batch.prun_put.append((key, run_entry(partitions)))
     log.warning("run entry %d of lane %s/%s rebuilt from its record", first, lane.topic,
                 lane.name)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._numbers import le_bytes
 from .._store.store import WriteBatch, pack, pend_key, u64
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class Run:
     first: int  # its first sequence; the others follow it
     count: int
     topic: str
-    parts: array[int]  # ("H") each message's partition
+    parts: array[int]  # each message's partition (see ``parts_array``)
     left: int  # its messages still in the outbox
     owed: dict[int, int]  # lane id -> its messages that lane still owes
     stored: bool = True  # in LMDB (a ``memory`` topic's run is not, until it spills)
@@ -59,8 +60,29 @@ def run_record(fields: list) -> bytes:
     """The ``runs`` value of a batch, from its decoded form ``[topic, partitions, keys,
     headers, published_at, payloads, indexes]`` (``keys`` None when no message has one;
     ``published_at`` one time for a ``publish_many``, one per message for publishes
-    gathered together)."""
-    return pack(fields)
+    gathered together; ``partitions`` and ``indexes`` arrays, stored as their bytes:
+    packed with no step per message; see ``parts_array`` and ``staging._allocate``)."""
+    topic, partitions, keys, headers, published_at, payloads, indexes = fields
+    return pack([topic, le_bytes(partitions), keys, headers, published_at, payloads,
+                 le_bytes(indexes)])
+
+
+def parts_array(partitions: Sequence[int]) -> array[int]:
+    """A run's partitions as it keeps them: an array of "B" when every one is below 256
+    (the usual case), else of "H"."""
+    try:
+        return array("B", partitions)
+    except OverflowError:
+        return array("H", partitions)
+
+
+def run_entry(parts: array[int], offsets: list[int] | None = None,
+              attempts: list[int] | None = None) -> bytes:
+    """A ``pruns`` value: the run's partitions (a bin of a byte each, or a list past 255:
+    the entry does not say how many there are), the offsets a lane owes (None: all) and
+    their attempts (None: none handed out yet)."""
+    return pack([parts.tobytes() if parts.typecode == "B" else parts.tolist(), offsets,
+                 attempts])
 
 
 def run_message(record: list, i: int) -> tuple:
@@ -85,14 +107,14 @@ def lane_entry(lane: Lane, run: Run, owed_count: int | None = None) -> bytes | N
         start = max(run.first, lane.floor())
         if owed_count == end - start:
             offsets = None if start == run.first else list(range(start - run.first, run.count))
-            return pack([run.parts.tolist(), offsets, None]) if owed_count else None
+            return run_entry(run.parts, offsets) if owed_count else None
     owed = lane.owed_among(range(run.first, run.first + run.count))
     if not owed:
         return None
     offsets = None if len(owed) == run.count else [s - run.first for s in owed]
     entries = lane.entries
     attempts = [e.attempt if (e := entries.get(s)) is not None else 0 for s in owed]
-    return pack([run.parts.tolist(), offsets, attempts if any(attempts) else None])
+    return run_entry(run.parts, offsets, attempts if any(attempts) else None)
 
 
 class Runs:

@@ -173,12 +173,21 @@ def consecutive_array(seqs: range) -> array[int]:
     return out
 
 
+def round_robin_parts(first: int, n: int, count: int) -> array[int]:
+    """The partitions of ``n`` consecutive sequences from ``first`` spread round-robin over
+    ``count`` partitions, tiled from one cycle: an array of "B" (of "H" past 256
+    partitions), as a run keeps them."""
+    return _tiled("B" if count <= 256 else "H", range(count), first, n)
+
+
 def round_robin_slots(first: int, n: int, count: int) -> array[int]:
-    """The window slots (partition + 1) of ``n`` consecutive sequences from ``first``
-    spread round-robin over ``count`` partitions, tiled from one cycle."""
-    start = first % count
-    cycle_slots = array("H", range(1, count + 1))
-    return (cycle_slots * ((start + n) // count + 1))[start:start + n]
+    """The window slots (partition + 1, an array of "H") of the same."""
+    return _tiled("H", range(1, count + 1), first, n)
+
+
+def _tiled(code: str, cycle: range, first: int, n: int) -> array[int]:
+    start = first % len(cycle)
+    return (array(code, cycle) * ((start + n) // len(cycle) + 1))[start:start + n]
 
 
 _LOW = 0 if sys.byteorder == "little" else 1  # where a slot's low byte is in its bytes

@@ -21,8 +21,17 @@ from .._store.store import WriteBatch, pack, pend_key, u32, u64
 from .lane import Lane, PlainRun
 from .publishes import AnyPublish, Publish, PublishMany, message_count
 from .retention import log_entry, partition_prefix, retains
-from .runs import RUN_ENTRY_BYTES, RUN_MAX_BYTES, RUN_MAX_MESSAGES, Run, lane_entry, run_record
-from .seqqueue import round_robin
+from .runs import (
+    RUN_ENTRY_BYTES,
+    RUN_MAX_BYTES,
+    RUN_MAX_MESSAGES,
+    Run,
+    lane_entry,
+    parts_array,
+    run_entry,
+    run_record,
+)
+from .seqqueue import round_robin, round_robin_parts
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
@@ -327,10 +336,11 @@ class Staging:
         published_at = pm.published_at  # (one per message from a stretch of publishes)
         if not whole and type(published_at) is list:
             published_at = published_at[start:end]
-        indexes = _allocate(first, partitions, next_index, firsts)
-        fields = [topic, partitions, keys, pm.headers, published_at, payloads, indexes]
+        indexes, cycle = _allocate(first, partitions, next_index, firsts)
+        parts = round_robin_parts(first, count, cycle) if cycle else parts_array(partitions)
+        fields = [topic, parts, keys, pm.headers, published_at, payloads, indexes]
         lane_ids = producer.lane_ids
-        run = Run(first, count, topic, array("H", partitions), count,
+        run = Run(first, count, topic, parts, count,
                   {lane_ids[(topic, lane.name)]: count for lane in lanes}, not memory, nbytes)
         self._runs.append(run)
         if memory:  # (its record is never packed unless it spills)
@@ -344,7 +354,7 @@ class Staging:
         decoded = producer.decoded
         if live and decoded.bytes < decoded.limit:
             decoded.keep_run(first, fields, len(record) + RUN_ENTRY_BYTES * count)
-        entry = pack([partitions, None, None])
+        entry = run_entry(parts)
         batch.prun_put.extend((pend_key(lane_id, first), entry) for lane_id in run.owed)
         return len(record)
 
@@ -468,7 +478,7 @@ class Staging:
             producer.decoded.keep_run(first, decoded, len(record) + RUN_ENTRY_BYTES * run.count)
             by_id = {producer.lane_ids[(run.topic, lane.name)]: lane
                      for lane in self._lanes(run.topic)}
-            whole = pack([decoded[1], None, None]) if first in new else None
+            whole = run_entry(decoded[1]) if first in new else None
             for lane_id, owed in run.owed.items():
                 entry = whole or lane_entry(by_id[lane_id], run, owed)
                 if entry is not None:
@@ -478,11 +488,12 @@ class Staging:
 
 
 def _allocate(first: int, partitions: list[int], next_index: dict[int, int],
-              firsts: dict[int, int]) -> list[int]:
+              firsts: dict[int, int]) -> tuple[array[int], int]:
     """``Indexes.allocate`` of the consecutive messages from ``first``, inline (``firsts``:
-    each partition's first index of the transaction). Spread round-robin, the message at
-    place ``k`` gets its partition's next index plus ``k // count``, made with no step per
-    message (see ``_cycle_indexes``)."""
+    each partition's first index of the transaction), as an array (of "I", or of "q" if
+    one is not below 2**32); and ``round_robin`` of them. Spread round-robin, the message
+    at place ``k`` gets its partition's next index plus ``k // count``, made with no step
+    per message (see ``_cycle_indexes``)."""
     count = round_robin(first, partitions)
     if count:
         cycle = partitions[:count]
@@ -497,18 +508,23 @@ def _allocate(first: int, partitions: list[int], next_index: dict[int, int],
             for partition, index in zip(cycle, base, strict=True):
                 if partition not in firsts:
                     firsts[partition] = index
-        return indexes
-    indexes = []
+        return indexes, count
+    each = []
     for partition in partitions:
         index = next_index.get(partition, 0)
         next_index[partition] = index + 1
-        indexes.append(index)
+        each.append(index)
         if partition not in firsts:
             firsts[partition] = index
-    return indexes
+    return array(_index_code(max(each)), each), 0
 
 
-def _cycle_indexes(base: list[int], n: int) -> list[int]:
+def _index_code(top: int) -> str:
+    """The array type of indexes up to ``top``."""
+    return "I" if top < 1 << 32 else "q"
+
+
+def _cycle_indexes(base: list[int], n: int) -> array[int]:
     """The indexes of ``n`` messages spread round-robin over a cycle of ``count``
     partitions whose next indexes are ``base`` (in the cycle's order): ``base[k % count]
     + k // count`` for the message at place ``k``.
@@ -521,12 +537,17 @@ def _cycle_indexes(base: list[int], n: int) -> list[int]:
     count, low = len(base), base[0]
     s = count - base.count(low)
     if base[count - s:].count(low + 1) == s:
-        indexes = [low] * (count - s)
-        for index in range(low + 1, low + (n + s - 1) // count + 1):
-            indexes += [index] * count
+        top = low + (n + s - 1) // count  # (the last message's)
+        indexes = array(_index_code(top), (low,)) * (count - s)
+        row = array(indexes.typecode, (0,))
+        extend = indexes.extend
+        for index in range(low + 1, top + 1):
+            row[0] = index
+            extend(row * count)
         del indexes[n:]
         return indexes
-    indexes = [0] * n
+    ends = [index + len(range(k, n, count)) for k, index in enumerate(base)]
+    indexes = array(_index_code(max(ends) - 1), (0,)) * n
     for k, index in enumerate(base):
-        indexes[k::count] = range(index, index + len(range(k, n, count)))
+        indexes[k::count] = array(indexes.typecode, range(index, ends[k]))
     return indexes

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from array import array
 from collections.abc import Sequence
 from itertools import chain
@@ -12,6 +11,7 @@ from typing import Any
 
 import msgpack
 
+from .._numbers import le_bytes, le_column
 from .._seqs import consecutive
 from ..errors import DecodeError
 from .frames import (
@@ -362,14 +362,9 @@ _BATCH_HEADER = b"\x9f"  # a msgpack array of the header's 15 fields
 _array_header = msgpack.Packer(use_bin_type=True).pack_array_header
 
 
-_LITTLE = sys.byteorder == "little"
-
-
 def _numbers_bin(column: array) -> bytes:
     """A column of numbers as the bin a batch carries: little-endian, fixed size each."""
-    if not _LITTLE:
-        column.byteswap()
-    return _packb(column.tobytes())
+    return _packb(le_bytes(column))
 
 
 def _pack_uints(values: Sequence[int], wide: str) -> bytes:
@@ -383,7 +378,9 @@ def _pack_uints(values: Sequence[int], wide: str) -> bytes:
 
 def _pack_indexes(indexes: Sequence[int | None]) -> bytes:
     """Indexes as a bin of uint32 each, or of int64 each when one is not below 2**32 or
-    is None (not indexed: -1)."""
+    is None (not indexed: -1). Runs' indexes come as such an array already."""
+    if type(indexes) is array and indexes.typecode in "Iq":
+        return _numbers_bin(indexes)
     try:
         return _numbers_bin(array("I", indexes))  # type: ignore[arg-type]
     except (TypeError, OverflowError):
@@ -467,24 +464,16 @@ def _ints(value: Any, n: int, what: str, hi: int = U63) -> tuple[int, ...]:
     return tuple(value)
 
 
-_ITEM_BYTES = {code: array(code).itemsize for code in "BHIqd"}
-assert _ITEM_BYTES == {"B": 1, "H": 2, "I": 4, "q": 8, "d": 8}
-
-
 def _numbers(value: Any, n: int, codes: str, what: str) -> Sequence:
     """A bin of ``n`` little-endian numbers of the first type of ``codes`` (array type
     codes) that its length fits; a byte each comes as the bytes themselves (their
     elements are ints). Every value of those types is valid: no step per element."""
     _check(type(value) is bytes, f"bad {what} column")
-    for code in codes:
-        if len(value) == n * _ITEM_BYTES[code]:
-            if code == "B":
-                return value
-            column = array(code, value)
-            if not _LITTLE:
-                column.byteswap()
-            return column
-    raise DecodeError(f"bad {what} column")
+    if codes[0] == "B" and len(value) == n:
+        return value
+    column = le_column(value, n, codes)
+    _check(column is not None, f"bad {what} column")
+    return column  # type: ignore[return-value]
 
 
 def _indexes(value: Any, n: int) -> Sequence[int | None]:

@@ -8,11 +8,13 @@ single record that cannot be decoded is set aside in the ``bad`` database (see
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgpack
 
+from .._numbers import le_column
 from ..errors import StoreError
 
 # LMDB writes two meta pages when it creates an environment; anything shorter is not one.
@@ -69,27 +71,51 @@ def decode_record(data: bytes) -> list | None:
 
 
 RUN_FIELDS = 7  # runs values: [topic, partitions, keys, headers, published_at, payloads,
-#                               indexes]; published_at one time or a list of one per message
+#                               indexes]; published_at one time or a list of one per message;
+#                               partitions and indexes little-endian bytes ("B" or "H" each,
+#                               "I" or "q" each), or lists of ints in records written before
 
 
 def decode_run(data: bytes) -> list | None:
-    """A run record's fields (see _engine/runs.py), or None when the record is damaged:
-    every column as long as the partitions, payloads bytes, partitions and indexes ints,
-    publish times numbers."""
+    """A run record's fields (see _engine/runs.py), its partitions an array of "B" or "H"
+    and its indexes of "I" or "q"; or None when the record is damaged: every column as long as the
+    payloads, payloads bytes, partitions and indexes non-negative numbers, publish times
+    numbers."""
     fields = decode_or_none(data)
     if not isinstance(fields, list) or len(fields) != RUN_FIELDS:
         return None
     topic, partitions, keys, headers, published_at, payloads, indexes = fields
-    n = len(partitions) if isinstance(partitions, list) else 0
-    if not (n and isinstance(topic, str) and isinstance(payloads, list)
-            and isinstance(indexes, list) and len(payloads) == n and len(indexes) == n
+    n = len(payloads) if isinstance(payloads, list) else 0
+    if not (n and isinstance(topic, str)
             and (keys is None or isinstance(keys, list) and len(keys) == n)
             and (headers is None or isinstance(headers, dict))
             and (isinstance(published_at, int | float)
                  or isinstance(published_at, list) and len(published_at) == n
                  and set(map(type, published_at)) <= {int, float})
-            and set(map(type, payloads)) == {bytes}
-            and set(map(type, partitions)) == {int} and min(partitions) >= 0
-            and set(map(type, indexes)) <= {int, type(None)}):
+            and set(map(type, payloads)) == {bytes}):
+        return None
+    fields[1] = partitions = number_column(partitions, n, "BH")
+    fields[6] = indexes = number_column(indexes, n, "Iq")
+    if partitions is None or indexes is None:
         return None
     return fields
+
+
+def number_column(value: Any, n: int, codes: str) -> array | None:
+    """``n`` non-negative numbers as an array of the first type of ``codes`` they fit:
+    from their little-endian bytes, or from a list of ints (older records); None when
+    ``value`` is neither."""
+    if type(value) is bytes:
+        column = le_column(value, n, codes)
+        if column is not None and column.typecode == "q" and min(column) < 0:
+            return None
+        return column
+    if type(value) is not list or len(value) != n or set(map(type, value)) != {int} \
+            or min(value) < 0:
+        return None
+    for code in codes:
+        try:
+            return array(code, value)
+        except OverflowError:
+            continue
+    return None

@@ -10,9 +10,11 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   deliver_at]: what each lane still owes. A message leaves ``msgs`` when no lane owes it.
 - ``runs``:  first seq(8) -> msgpack [topic, partitions, keys, headers, published_at,
   payloads, indexes]: a batch of plain messages stored as one record (one element per
-  message in each list; keys nil when none has one; see _engine/runs.py).
+  message in each column, partitions and indexes as little-endian bytes, lists in records
+  written before; keys nil when none has one; see _engine/runs.py and damage.decode_run).
 - ``pruns``: lane_id(4) + first seq(8) -> msgpack [partitions, offsets, attempts]: what a
-  lane still owes of a run (offsets nil: all of it; attempts nil: none handed out yet).
+  lane still owes of a run (partitions a bin of a byte each, or a list past 255; offsets
+  nil: all of it; attempts nil: none handed out yet).
 - ``lanes``: msgpack [topic, lane] -> msgpack [lane_id, group, mode]: every group this
   producer has learned of, remembered so an offline group accumulates its backlog.
 - ``acked``: producer(16) + chunk(8) + lane -> bitmap: the consumer's dedupe window of
@@ -52,7 +54,7 @@ import msgpack
 from ..errors import DataDirLockedError, StoreError, StoreFullError
 from .acked import AckedWindow
 from .batch import WriteBatch
-from .damage import FIX, Corrupt, check_store_files, decode_run
+from .damage import FIX, Corrupt, check_store_files, decode_run, number_column
 from .keys import pend_key, u32, u64
 from .logindex import LogIndex
 from .pages import MappedPages
@@ -251,11 +253,15 @@ class Store(LogIndex, AckedWindow):
         yield from self._scan(self.pend, "pend", decode)
 
     def iter_pruns(self) -> Iterator[tuple[int, int, tuple]]:
-        """(lane_id, first seq, (partitions, offsets, attempts)) of every run entry."""
+        """(lane_id, first seq, (partitions, offsets, attempts)) of every run entry, its
+        partitions an array (see ``runs.run_entry``)."""
         def decode(k: bytes, v: bytes) -> tuple[int, int, tuple]:
             value = unpackb(v)
-            if len(k) != 12 or not isinstance(value, list) or len(value) != 3 \
-                    or not isinstance(value[0], list) or not value[0]:
+            if len(k) != 12 or not isinstance(value, list) or len(value) != 3:
+                raise ValueError("not a run entry")
+            parts = value[0]
+            value[0] = number_column(parts, len(parts), "BH") if parts else None
+            if value[0] is None:
                 raise ValueError("not a run entry")
             return int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), tuple(value)
         yield from self._scan(self.pruns, "pruns", decode)

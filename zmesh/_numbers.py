@@ -1,0 +1,39 @@
+"""Columns of numbers as little-endian bytes, the order the wire and the store keep them
+in: a batch's partitions, attempts, publish times and indexes, a run's partitions and
+indexes. An ``array`` goes in and out with no Python step per number."""
+
+from __future__ import annotations
+
+import sys
+from array import array
+
+LITTLE = sys.byteorder == "little"
+ITEM_BYTES = {code: array(code).itemsize for code in "BHIqd"}
+assert ITEM_BYTES == {"B": 1, "H": 2, "I": 4, "q": 8, "d": 8}
+
+
+def le_bytes(column: array) -> bytes:
+    """``column``'s numbers as little-endian bytes (``column`` is left as it is)."""
+    if LITTLE:
+        return column.tobytes()
+    swapped = array(column.typecode, column)
+    swapped.byteswap()
+    return swapped.tobytes()
+
+
+def le_array(code: str, data: bytes) -> array:
+    """The numbers of type ``code`` that ``data`` holds little-endian (its length a
+    multiple of their size)."""
+    column = array(code, data)
+    if not LITTLE:
+        column.byteswap()
+    return column
+
+
+def le_column(data: bytes, n: int, codes: str) -> array | None:
+    """``n`` numbers from ``data``, of the first type of ``codes`` whose size its length
+    fits; None when none does."""
+    for code in codes:
+        if len(data) == n * ITEM_BYTES[code]:
+            return le_array(code, data)
+    return None
