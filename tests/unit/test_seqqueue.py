@@ -268,6 +268,10 @@ def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, nex
         assert partitions == [s % found for s in range(first, first + n)]
     want_next, want_firsts = dict(next_index), dict(firsts)
     want = _allocate_each(partitions, want_next, want_firsts)
+    if not keyed and n > count:  # (a keyless batch says it is round-robin: no check)
+        told_next, told_firsts = dict(next_index), dict(firsts)
+        told, _ = _allocate(first, partitions, told_next, told_firsts, count)
+        assert list(told) == want and (told_next, told_firsts) == (want_next, want_firsts)
     indexes, cycle = _allocate(first, partitions, next_index, firsts)
     assert list(indexes) == want and cycle == found
     assert indexes.typecode == ("I" if max(want) < 1 << 32 else "q")

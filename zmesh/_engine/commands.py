@@ -202,7 +202,7 @@ class Commands:
                                 stage, n, nbytes)]
         parts = round_robin_partitions(first, n, partitions)
         return [PublishMany(first, topic, parts, None, headers, payloads, now, receipt, stage,
-                            n, nbytes)]
+                            n, nbytes, partitions)]
 
     def publish_one(self, topic: str, payload: bytes, key: str | None, partitions: int,
                     timeout_s: float | None = None) -> Receipt:

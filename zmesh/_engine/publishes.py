@@ -73,6 +73,8 @@ class PublishMany:
     stage: Stage
     count: int
     nbytes: int
+    rounds: int = 0  # the topic's partition count when no message has a key (each one's
+    #                  partition is then its sequence modulo it), else 0
 
     # What staging asks of every publish, the same for all of these.
     priority = 0
@@ -139,7 +141,7 @@ class Stretch(Stage):
         if rounds:
             partitions = round_robin_partitions(first, n, rounds)
         return PublishMany(first, self.topic, partitions, None if rounds else keys, None,
-                           payloads, times, None, self, n, self.nbytes)
+                           payloads, times, None, self, n, self.nbytes, rounds)
 
 
 def message_count(pubs: list[AnyPublish]) -> int:

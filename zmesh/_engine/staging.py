@@ -336,7 +336,8 @@ class Staging:
         published_at = pm.published_at  # (one per message from a stretch of publishes)
         if not whole and type(published_at) is list:
             published_at = published_at[start:end]
-        indexes, cycle = _allocate(first, partitions, next_index, firsts)
+        indexes, cycle = _allocate(first, partitions, next_index, firsts,
+                                   pm.rounds if count > pm.rounds else 0)
         parts = round_robin_parts(first, count, cycle) if cycle else parts_array(partitions)
         fields = [topic, parts, keys, pm.headers, published_at, payloads, indexes]
         lane_ids = producer.lane_ids
@@ -488,13 +489,14 @@ class Staging:
 
 
 def _allocate(first: int, partitions: list[int], next_index: dict[int, int],
-              firsts: dict[int, int]) -> tuple[array[int], int]:
+              firsts: dict[int, int], rounds: int = 0) -> tuple[array[int], int]:
     """``Indexes.allocate`` of the consecutive messages from ``first``, inline (``firsts``:
     each partition's first index of the transaction), as an array (of "I", or of "q" if
-    one is not below 2**32); and ``round_robin`` of them. Spread round-robin, the message
-    at place ``k`` gets its partition's next index plus ``k // count``, made with no step
-    per message (see ``_cycle_indexes``)."""
-    count = round_robin(first, partitions)
+    one is not below 2**32); and ``round_robin`` of them (``rounds``, when known to be
+    that and to wrap around). Spread round-robin, the message at place ``k`` gets its
+    partition's next index plus ``k // count``, made with no step per message (see
+    ``_cycle_indexes``)."""
+    count = rounds or round_robin(first, partitions)
     if count:
         cycle = partitions[:count]
         get = next_index.get
