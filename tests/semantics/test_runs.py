@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import zlib
 
 import zmesh
 from tests.conftest import wait_members, wait_until
@@ -195,6 +196,36 @@ def test_a_restart_owes_what_was_not_acked_and_keeps_what_was_parked(make_node, 
     wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
     assert sub.fetch(10, timeout=0.3) == []
     assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
+
+
+def test_runs_of_a_topic_past_256_partitions_come_back_whole_after_a_restart(make_node,
+                                                                               tmp_path):
+    """Partitions past 255 (two bytes each in a run's record, a list in its entries) and
+    each message's index read back after a restart as they were written: keyless
+    batches round-robin, keyed ones by their keys' hash, a partition's indexes 0, 1, ..."""
+    topics = {"t": zmesh.TopicConfig(groups=("g",), partitions=300)}
+    prod = make_node("prod", topics=topics)
+    keyless = prod.publish_many("t", [str(i).encode() for i in range(700)])
+    keys = [f"key-{i}" for i in range(100)]
+    keyed = prod.publish_many("t", [str(i).encode() for i in range(700, 800)], keys=keys)
+    keyed.wait_stored(5)
+    assert _entries(prod)["runs"] == 4  # (700 as 256 + 256 + 188, then the keyed 100)
+    prod.close()
+
+    prod = make_node("prod", data_dir=str(tmp_path / "prod"), topics=topics)
+    assert prod.status()["outbox"] == 800
+    cons = make_node("cons", seeds=[prod.control_address])
+    by_index = {_index(m): m for m in drain(cons.subscribe("t", group="g"), 800)}
+    assert sorted(by_index) == list(range(800))
+    assert [by_index[i].partition for i in range(700)] == [
+        msg_id.seq % 300 for msg_id in keyless.ids]
+    assert [by_index[i].partition for i in range(700, 800)] == [
+        zlib.crc32(key.encode()) % 300 for key in keys]
+    indexes: dict[int, list[int]] = {}
+    for i in range(800):
+        indexes.setdefault(by_index[i].partition, []).append(by_index[i].index)
+    assert all(found == list(range(len(found))) for found in indexes.values())
+    wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
 
 
 def test_a_parked_message_of_a_batch_is_replayed_while_the_rest_is_owed(make_node, tmp_path):
