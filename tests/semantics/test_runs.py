@@ -13,6 +13,8 @@ import zlib
 import zmesh
 from tests.conftest import wait_members, wait_until
 from tests.integration.test_delivery import drain
+from zmesh._store.damage import decode_run
+from zmesh._store.store import Store, WriteBatch, pack, unpackb
 
 
 def _entries(node: zmesh.Node) -> dict[str, int]:
@@ -226,6 +228,45 @@ def test_runs_of_a_topic_past_256_partitions_come_back_whole_after_a_restart(mak
         indexes.setdefault(by_index[i].partition, []).append(by_index[i].index)
     assert all(found == list(range(len(found))) for found in indexes.values())
     wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
+
+
+def test_runs_an_earlier_release_wrote_with_lists_are_delivered_after_an_upgrade(
+        make_node, tmp_path):
+    """Records and entries written before runs kept their partitions and indexes as bytes
+    (msgpack lists) are read as they were: a data dir carries over an upgrade."""
+    topics = {"t": zmesh.TopicConfig(groups=("g", "h"))}
+    prod = make_node("prod", topics=topics)
+    receipt = prod.publish_many("t", [str(i).encode() for i in range(500)])
+    receipt.wait_stored(5)
+    prod.close()
+    store = Store(str(tmp_path / "prod"), 1 << 26)
+    try:  # (each record and entry rewritten the way the earlier release wrote it)
+        batch = WriteBatch()
+        with store.env.begin() as txn:
+            for key, value in txn.cursor(db=store.runs):
+                fields = decode_run(value)
+                assert fields is not None
+                fields[1], fields[6] = fields[1].tolist(), fields[6].tolist()
+                batch.runs_put.append((bytes(key), pack(fields)))
+            for key, value in txn.cursor(db=store.pruns):
+                parts, offsets, attempts = unpackb(value)
+                assert type(parts) is bytes
+                batch.prun_put.append((bytes(key), pack([list(parts), offsets, attempts])))
+        assert len(batch.runs_put) == 2 and len(batch.prun_put) == 4
+        store.commit(batch)
+    finally:
+        store.close()
+
+    prod = make_node("prod", data_dir=str(tmp_path / "prod"), topics=topics)
+    assert prod.status()["outbox"] == 500
+    cons = make_node("cons", seeds=[prod.control_address])
+    for group in ("g", "h"):
+        got = drain(cons.subscribe("t", group=group), 500)
+        assert sorted(map(_index, got)) == list(range(500))
+        assert {(_index(m), m.partition) for m in got} == {
+            (i, msg_id.seq % 16) for i, msg_id in enumerate(receipt.ids)}
+    wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
 
 
 def test_a_parked_message_of_a_batch_is_replayed_while_the_rest_is_owed(make_node, tmp_path):
