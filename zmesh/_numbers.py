@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Sequence
 
 LITTLE = sys.byteorder == "little"
 ITEM_BYTES = {code: array(code).itemsize for code in "BHIqd"}
@@ -28,6 +29,17 @@ def le_array(code: str, data: bytes) -> array:
     if not LITTLE:
         column.byteswap()
     return column
+
+
+def fitting_array(codes: str, values: Sequence[int]) -> array:
+    """``values`` as an array of the first type of ``codes`` that holds every one of them
+    (OverflowError when none does)."""
+    for code in codes[:-1]:
+        try:
+            return array(code, values)
+        except OverflowError:
+            continue
+    return array(codes[-1], values)
 
 
 def le_column(data: bytes, n: int, codes: str) -> array | None:

@@ -46,7 +46,7 @@ class Run:
     first: int  # its first sequence; the others follow it
     count: int
     topic: str
-    parts: array[int]  # each message's partition (see ``parts_array``)
+    parts: array[int]  # each message's partition ("B", or "H" when one is past 255)
     left: int  # its messages still in the outbox
     owed: dict[int, int]  # lane id -> its messages that lane still owes
     stored: bool = True  # in LMDB (a ``memory`` topic's run is not, until it spills)
@@ -61,19 +61,10 @@ def run_record(fields: list) -> bytes:
     headers, published_at, payloads, indexes]`` (``keys`` None when no message has one;
     ``published_at`` one time for a ``publish_many``, one per message for publishes
     gathered together; ``partitions`` and ``indexes`` arrays, stored as their bytes:
-    packed with no step per message; see ``parts_array`` and ``staging._allocate``)."""
+    packed with no step per message; see ``staging._allocate``)."""
     topic, partitions, keys, headers, published_at, payloads, indexes = fields
     return pack([topic, le_bytes(partitions), keys, headers, published_at, payloads,
                  le_bytes(indexes)])
-
-
-def parts_array(partitions: Sequence[int]) -> array[int]:
-    """A run's partitions as it keeps them: an array of "B" when every one is below 256
-    (the usual case), else of "H"."""
-    try:
-        return array("B", partitions)
-    except OverflowError:
-        return array("H", partitions)
 
 
 def run_entry(parts: array[int], offsets: list[int] | None = None,

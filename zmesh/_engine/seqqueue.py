@@ -15,13 +15,13 @@ sequences are a few slice operations, with no dict entry made or removed per mes
 
 from __future__ import annotations
 
-import sys
 from array import array
 from bisect import bisect_right, insort
 from collections.abc import Iterator, Sequence
 from itertools import compress, islice
 from operator import or_
 
+from .._numbers import LITTLE
 from .routing import round_robin_partitions
 
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
@@ -168,7 +168,7 @@ def consecutive_array(seqs: range) -> array[int]:
         raw = (steps + first * ones).to_bytes(8 * size, "little")
         out.frombytes(raw if take == size else raw[:8 * take])
         first += take
-    if sys.byteorder != "little":
+    if not LITTLE:
         out.byteswap()
     return out
 
@@ -190,7 +190,7 @@ def _tiled(code: str, cycle: range, first: int, n: int) -> array[int]:
     return (array(code, cycle) * ((start + n) // len(cycle) + 1))[start:start + n]
 
 
-_LOW = 0 if sys.byteorder == "little" else 1  # where a slot's low byte is in its bytes
+_LOW = 0 if LITTLE else 1  # where a slot's low byte is in its bytes
 _DOWN = bytes((b - 1) % 256 for b in range(256))  # a byte less one
 
 

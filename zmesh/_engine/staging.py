@@ -17,6 +17,7 @@ from itertools import accumulate, repeat
 from operator import add, attrgetter, itemgetter
 from typing import TYPE_CHECKING, TypeVar
 
+from .._numbers import fitting_array
 from .._store.store import WriteBatch, pack, pend_key, u32, u64
 from .lane import Lane, PlainRun
 from .publishes import AnyPublish, Publish, PublishMany, message_count
@@ -27,7 +28,6 @@ from .runs import (
     RUN_MAX_MESSAGES,
     Run,
     lane_entry,
-    parts_array,
     run_entry,
     run_record,
 )
@@ -336,9 +336,9 @@ class Staging:
         published_at = pm.published_at  # (one per message from a stretch of publishes)
         if not whole and type(published_at) is list:
             published_at = published_at[start:end]
-        indexes, cycle = _allocate(first, partitions, next_index, firsts,
-                                   pm.rounds if count > pm.rounds else 0)
-        parts = round_robin_parts(first, count, cycle) if cycle else parts_array(partitions)
+        indexes, cycle = _allocate(first, partitions, next_index, firsts, pm.rounds)
+        parts = round_robin_parts(first, count, cycle) if cycle else \
+            fitting_array("BH", partitions)
         fields = [topic, parts, keys, pm.headers, published_at, payloads, indexes]
         lane_ids = producer.lane_ids
         run = Run(first, count, topic, parts, count,
@@ -492,20 +492,20 @@ def _allocate(first: int, partitions: list[int], next_index: dict[int, int],
               firsts: dict[int, int], rounds: int = 0) -> tuple[array[int], int]:
     """``Indexes.allocate`` of the consecutive messages from ``first``, inline (``firsts``:
     each partition's first index of the transaction), as an array (of "I", or of "q" if
-    one is not below 2**32); and ``round_robin`` of them (``rounds``, when known to be
-    that and to wrap around). Spread round-robin, the message at place ``k`` gets its
-    partition's next index plus ``k // count``, made with no step per message (see
-    ``_cycle_indexes``)."""
-    count = rounds or round_robin(first, partitions)
+    one is not below 2**32); and ``round_robin`` of them (``rounds``: the partition count
+    they are known to be spread over round-robin, which needs no check once they wrap
+    around). Spread round-robin, the message at place ``k`` gets its partition's next
+    index plus ``k // count``, made with no step per message (see ``_cycle_indexes``)."""
+    n = len(partitions)
+    count = rounds if 0 < rounds < n else round_robin(first, partitions)
     if count:
         cycle = partitions[:count]
         get = next_index.get
         base = [get(partition, 0) for partition in cycle]
-        n = len(partitions)
         indexes = _cycle_indexes(base, n)
-        rounds, rest = divmod(n, count)
-        next_index.update(zip(cycle, map(add, base, [rounds + 1] * rest
-                                         + [rounds] * (count - rest)), strict=True))
+        rows, rest = divmod(n, count)
+        next_index.update(zip(cycle, map(add, base, [rows + 1] * rest
+                                         + [rows] * (count - rest)), strict=True))
         if len(firsts) < count or not firsts.keys() >= set(cycle):
             for partition, index in zip(cycle, base, strict=True):
                 if partition not in firsts:
@@ -518,7 +518,7 @@ def _allocate(first: int, partitions: list[int], next_index: dict[int, int],
         each.append(index)
         if partition not in firsts:
             firsts[partition] = index
-    return array(_index_code(max(each)), each), 0
+    return fitting_array("Iq", each), 0
 
 
 def _index_code(top: int) -> str:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from .._numbers import le_column
+from .._numbers import fitting_array, le_column
 from ..errors import StoreError
 
 # LMDB writes two meta pages when it creates an environment; anything shorter is not one.
@@ -113,9 +113,7 @@ def number_column(value: Any, n: int, codes: str) -> array | None:
     if type(value) is not list or len(value) != n or set(map(type, value)) != {int} \
             or min(value) < 0:
         return None
-    for code in codes:
-        try:
-            return array(code, value)
-        except OverflowError:
-            continue
-    return None
+    try:
+        return fitting_array(codes, value)
+    except OverflowError:
+        return None
