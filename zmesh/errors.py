@@ -6,7 +6,7 @@ The tree::
     ├── ConfigError                 bad configuration value (also ValueError)
     ├── ArgumentError               bad argument to a call (also ValueError)
     ├── NodeStateError              node not started, already closed, or failed
-    ├── DataDirLockedError          another process holds the node's data dir
+    ├── DataDirLockedError          another open node holds the node's data dir
     ├── StoreError                  the LMDB store cannot be opened, read or written
     │   └── StoreFullError          the LMDB map is full
     ├── OutboxFullError             publish() waited for room in the outbox and gave up
@@ -21,6 +21,7 @@ No ``zmq.ZMQError`` or ``lmdb.Error`` leaves the public API: they are wrapped wi
 from __future__ import annotations
 
 import builtins
+import os
 
 __all__ = [
     "ArgumentError",
@@ -54,14 +55,22 @@ class NodeStateError(ZMeshError):
 
 
 class DataDirLockedError(ZMeshError):
-    """Another live process already runs a node on this data dir."""
+    """Another open node holds this data dir: one of another live process, or one of this
+    process not closed yet (``holder_pid``: the holder's pid, when its lock file says)."""
 
-    def __init__(self, path: str) -> None:
-        super().__init__(
-            f"data dir {path!r} is in use by another zmesh node; "
-            "give each node its own data_dir"
-        )
+    def __init__(self, path: str, holder_pid: int | None = None) -> None:
+        if holder_pid is not None and holder_pid == os.getpid():
+            message = (f"data dir {path!r} is in use by another zmesh node of this process "
+                       f"(pid {holder_pid}) that was not closed: close() it (or use it in a "
+                       "with block) before opening its data dir again")
+        else:
+            holder = ("of another process, or of this one and not closed yet"
+                      if holder_pid is None else f"pid {holder_pid}")
+            message = (f"data dir {path!r} is in use by another zmesh node ({holder}); "
+                       "give each node its own data_dir")
+        super().__init__(message)
         self.path = path
+        self.holder_pid = holder_pid
 
 
 class StoreError(ZMeshError):

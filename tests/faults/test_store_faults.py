@@ -4,14 +4,16 @@ aside without stopping the node."""
 
 from __future__ import annotations
 
+import gc
 import os
+import subprocess
 from pathlib import Path
 
 import lmdb
 import pytest
 
 import zmesh
-from tests.conftest import LOOPBACK, wait_members, wait_until
+from tests.conftest import LOOPBACK, spawn, wait_members, wait_until
 from tests.integration.test_delivery import drain
 
 SMALL_MAP = 1 << 20
@@ -263,3 +265,102 @@ def test_a_corrupt_run_record_is_set_aside_and_the_other_runs_delivered(make_nod
     again = make_node("prod", data_dir=str(data_dir))
     assert "corrupt_records" not in again.status()["counters"]
     assert again.status()["outbox"] == 0
+
+
+def _node(data_dir: Path, mesh: str, **kw: object) -> zmesh.Node:
+    """A node on ``data_dir``, created (its store opened) but not started."""
+    return zmesh.Node("n", mesh=mesh, data_dir=str(data_dir), interfaces=LOOPBACK, mdns=False,
+                      **kw)  # type: ignore[arg-type]
+
+
+def test_a_map_too_large_to_map_is_a_config_error_not_damage(tmp_path, mesh_name):
+    huge = 1 << 50  # 1 PiB: more address space than a process has
+    with pytest.raises(zmesh.StoreError) as err:
+        _node(tmp_path / "n", mesh_name, map_size_bytes=huge)
+    message = str(err.value)
+    assert f"map_size_bytes {huge} cannot be mapped on this host" in message
+    assert "lower map_size_bytes" in message and "Cannot allocate memory" in message
+    assert "move it aside" not in message and "snapshot" not in message
+    assert isinstance(err.value.__cause__, lmdb.MemoryError)
+    # The failed open let go of the data dir: a sane map opens it at once.
+    _node(tmp_path / "n", mesh_name).close()
+
+
+def test_a_data_dir_that_is_a_file_or_holds_a_lock_directory_is_a_store_error(tmp_path,
+                                                                               mesh_name):
+    afile = tmp_path / "afile"
+    afile.write_text("not a data dir")
+    with pytest.raises(zmesh.StoreError, match="exists and is not a directory"):
+        _node(afile, mesh_name)
+    with pytest.raises(zmesh.StoreError, match="cannot create data dir .*Not a directory"):
+        _node(afile / "sub", mesh_name)
+    (tmp_path / "d" / "LOCK").mkdir(parents=True)
+    with pytest.raises(zmesh.StoreError, match="lock file .*LOCK: Is a directory") as err:
+        _node(tmp_path / "d", mesh_name)
+    assert isinstance(err.value.__cause__, IsADirectoryError)
+    assert afile.read_text() == "not a data dir"
+
+
+def test_a_node_dropped_without_close_lets_go_of_its_data_dir(tmp_path, mesh_name, caplog):
+    data_dir = tmp_path / "n"
+    first = _node(data_dir, mesh_name)
+    # Held: the error names this process, not "another" one.
+    with pytest.raises(zmesh.DataDirLockedError) as err:
+        _node(data_dir, mesh_name)
+    assert err.value.holder_pid == os.getpid()
+    assert f"of this process (pid {os.getpid()}) that was not closed" in str(err.value)
+    node_id = first.id
+    del first  # never started, never closed (an exception before its `with`, a REPL)
+    gc.collect()
+    assert "released: its node was dropped without close()" in caplog.text
+    with _node(data_dir, mesh_name) as again:
+        assert again.id == node_id
+    # Without a collection in between: finding its own pid in the lock, the store runs
+    # the collector before it gives up (a node's reference cycles keep it until then).
+    dropped = _node(data_dir, mesh_name)
+    del dropped
+    _node(data_dir, mesh_name).close()
+    # Closed twice, and collected after close(): the store is let go of once.
+    again.close()
+    del again
+    gc.collect()
+    _node(data_dir, mesh_name).close()
+
+
+def test_a_data_dir_locked_by_another_process_names_its_pid(tmp_path, mesh_name):
+    data_dir = tmp_path / "n"
+    holder = spawn(["-c", "import sys, zmesh\n"
+                    f"n = zmesh.Node('h', mesh={mesh_name!r}, data_dir={str(data_dir)!r}, "
+                    "interfaces=['127.0.0.1'], mdns=False)\n"
+                    "print('open', flush=True)\n"
+                    "sys.stdin.read()\n"
+                    "n.close()\n"],
+                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == b"open"
+        with pytest.raises(zmesh.DataDirLockedError) as err:
+            _node(data_dir, mesh_name)
+        assert err.value.holder_pid == holder.pid
+        assert f"in use by another zmesh node (pid {holder.pid})" in str(err.value)
+        holder.stdin.close()
+        assert holder.wait(30) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(10)
+        for pipe in (holder.stdin, holder.stdout):
+            if pipe is not None:
+                pipe.close()
+    _node(data_dir, mesh_name).close()
+
+
+@pytest.mark.parametrize("dest", ["afile/x", "/proc/snap"])
+def test_a_snapshot_to_a_path_that_cannot_be_a_directory_is_a_store_error(make_node,
+                                                                           tmp_path, dest):
+    (tmp_path / "afile").write_text("")
+    node = make_node("n")
+    with pytest.raises(zmesh.StoreError, match="cannot create the snapshot destination") as err:
+        node.snapshot(tmp_path / dest)
+    assert isinstance(err.value.__cause__, OSError)
+    assert node.status()["outbox"] == 0  # the node runs on

@@ -13,9 +13,16 @@ from ..errors import StoreError
 def copy_env(env: Any, dest: str) -> None:
     """Copy an open LMDB environment into ``dest/store`` (one read transaction)."""
     target = Path(dest) / "store"
-    if target.exists() and any(target.iterdir()):
-        raise StoreError("snapshot destination is not empty", str(target))
-    target.mkdir(parents=True, exist_ok=True)
+    try:
+        if target.is_dir() and any(target.iterdir()):
+            raise StoreError("snapshot destination is not empty", str(target))
+        target.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # (a directory would have been fine)
+        raise StoreError(f"snapshot destination {target} exists and is not a directory",
+                         str(target)) from exc
+    except OSError as exc:  # a file on the way, no such parent, no permission
+        raise StoreError(f"cannot create the snapshot destination {target}: "
+                         f"{exc.strerror}", str(target)) from exc
     try:
         env.copy(str(target), compact=True)
     except lmdb.Error as exc:

@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import logging
 import os
 import secrets
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,7 @@ RESERVE_MIN_PAGES = 16
 PENDING_VALUES_KEPT = 4096  # distinct pending values decoded once each by iter_pending
 RESERVE_FRACTION = 64
 SCAN_RELEASE_BYTES = 2 << 20  # keys and values read by a scan between two releases
+LOCK_FILE = "LOCK"  # in the data dir: flock'ed by the store that has it open, holds its pid
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -77,6 +80,81 @@ def unpackb(data: bytes) -> Any:
 
 
 pack: Callable[[Any], bytes] = _packb  # msgpack with bin types (IO thread only)
+
+
+class _Held:
+    """What a store keeps open: the data dir's lock file and, once opened, the LMDB
+    environment. Released once: by ``Store.close()``, or when the store is collected."""
+
+    __slots__ = ("env", "lock_fd")
+
+    def __init__(self, lock_fd: int) -> None:
+        self.lock_fd = lock_fd
+        self.env: Any = None
+
+
+def _let_go(held: _Held, *, sync: bool) -> None:
+    """Close the environment, then the lock file (which frees the data dir)."""
+    try:
+        if held.env is not None:
+            if sync:
+                held.env.sync(True)
+            held.env.close()
+    finally:
+        os.close(held.lock_fd)
+
+
+def _collected(held: _Held, data_dir: str) -> None:
+    """A store dropped without close() (its Node was never started, or never closed): let
+    go of the data dir, so a node of this process can open it again."""
+    log.warning("data dir %s released: its node was dropped without close()", data_dir)
+    try:
+        _let_go(held, sync=True)
+    except Exception as exc:  # lmdb.Error, OSError: nobody is left to raise it to
+        log.error("closing the store of data dir %s failed: %s", data_dir, exc)
+
+
+def _holder_pid(lock_fd: int) -> int | None:
+    """The pid the holder of a data dir's lock wrote into it, if it can be read."""
+    try:
+        text = os.pread(lock_fd, 32, 0).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _flock(lock_fd: int) -> bool:
+    """Take the exclusive lock of a data dir's lock file; False when another has it."""
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _take_lock(data_dir: Path) -> int:
+    """The data dir's lock file, opened and flock'ed, with this process's pid written in."""
+    path = data_dir / LOCK_FILE
+    try:
+        lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(f"cannot open the data dir's lock file {path}: {exc.strerror}",
+                         str(data_dir)) from exc
+    if not _flock(lock_fd):
+        holder = _holder_pid(lock_fd)
+        if holder == os.getpid():
+            # Held in this process: perhaps by a node dropped without close(), which the
+            # node's own reference cycles keep until the collector runs (see _collected).
+            gc.collect()
+        if holder != os.getpid() or not _flock(lock_fd):
+            os.close(lock_fd)
+            raise DataDirLockedError(str(data_dir), holder)
+    # Only what DataDirLockedError tells a node that finds the lock taken: no harm if not
+    # written (a full disk).
+    with contextlib.suppress(OSError):
+        os.ftruncate(lock_fd, 0)
+        os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+    return lock_fd
 
 
 class Store(LogIndex, AckedWindow):
@@ -92,64 +170,88 @@ class Store(LogIndex, AckedWindow):
         self._resize_lock = threading.Lock()
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
+        except FileExistsError as exc:  # (a directory would have been fine)
+            raise StoreError(f"data_dir {self.data_dir} exists and is not a directory",
+                             str(self.data_dir)) from exc
         except OSError as exc:
-            raise StoreError(f"cannot create data dir: {exc}", str(self.data_dir)) from exc
-        self._lock_fd = os.open(self.data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            os.close(self._lock_fd)
-            raise DataDirLockedError(str(self.data_dir)) from exc
+            raise StoreError(f"cannot create data dir {self.data_dir}: {exc.strerror}",
+                             str(self.data_dir)) from exc
+        held = self._held = _Held(_take_lock(self.data_dir))
+        # A Node created and dropped without close() (an exception before its `with`, a
+        # REPL) lets go of the data dir when collected, not only when the process exits.
+        # Not at exit: the OS frees the lock then, and a node's IO thread may still run.
+        self._release = weakref.finalize(self, _collected, held, str(self.data_dir))
+        self._release.atexit = False
         try:
             check_store_files(Path(self.path))
+            try:
+                migrated = self._open_env(held)
+            except lmdb.Error as exc:
+                raise self._open_error(exc) from exc
         except BaseException:
-            os.close(self._lock_fd)
+            self._release.detach()
+            with contextlib.suppress(Exception):  # (the environment may be half open)
+                _let_go(held, sync=False)
             raise
-        try:
-            self.env = lmdb.open(
-                self.path, map_size=map_size_bytes, max_dbs=16, subdir=True,
-                sync=False, metasync=False, readahead=False, max_readers=64,
-            )
-            self.meta = self.env.open_db(b"meta")
-            self.msgs = self.env.open_db(b"msgs")
-            self.pend = self.env.open_db(b"pend")
-            self.runs = self.env.open_db(b"runs")
-            self.pruns = self.env.open_db(b"pruns")
-            self.lanes = self.env.open_db(b"lanes")
-            self.acked = self.env.open_db(b"acked")
-            self.dead = self.env.open_db(b"dead")
-            self.ids = self.env.open_db(b"ids")
-            self.ids_t = self.env.open_db(b"ids_t")
-            self.peers = self.env.open_db(b"peers")
-            self.rlog = self.env.open_db(b"rlog")
-            self.rtime = self.env.open_db(b"rtime")
-            self.rnext = self.env.open_db(b"rnext")
-            self.bad = self.env.open_db(b"bad")
-            self._dbs = (self.meta, self.msgs, self.pend, self.runs, self.pruns, self.lanes,
-                         self.acked, self.dead, self.ids, self.ids_t, self.peers, self.rlog,
-                         self.rtime, self.rnext, self.bad)
-            self._psize = self.env.stat()["psize"]
-            self._overflow = self._psize // 2 - 32  # larger values go to overflow pages
-            self.pages = MappedPages(os.path.join(self.path, "data.mdb"))
-            # A map grown before (or used past map_size_bytes) reopens at its real size.
-            self.map_size_bytes = self.env.info()["map_size"]
-            migrated = self.migrate_seen()
-        except lmdb.Error as exc:
-            with contextlib.suppress(Exception):
-                self.env.close()
-            os.close(self._lock_fd)
-            raise StoreError(f"cannot open the LMDB store ({exc}); if it is damaged, {FIX}",
-                             self.path) from exc
         if migrated:
             log.info("%s: the dedupe window's %d entries are kept as bitmaps from now on",
                      self.path, migrated)
 
+    def _open_env(self, held: _Held) -> int:
+        """Open the environment and its databases; how many dedupe entries were migrated."""
+        self.env = held.env = lmdb.open(
+            self.path, map_size=self.map_size_bytes, max_dbs=16, subdir=True,
+            sync=False, metasync=False, readahead=False, max_readers=64,
+        )
+        self.meta = self.env.open_db(b"meta")
+        self.msgs = self.env.open_db(b"msgs")
+        self.pend = self.env.open_db(b"pend")
+        self.runs = self.env.open_db(b"runs")
+        self.pruns = self.env.open_db(b"pruns")
+        self.lanes = self.env.open_db(b"lanes")
+        self.acked = self.env.open_db(b"acked")
+        self.dead = self.env.open_db(b"dead")
+        self.ids = self.env.open_db(b"ids")
+        self.ids_t = self.env.open_db(b"ids_t")
+        self.peers = self.env.open_db(b"peers")
+        self.rlog = self.env.open_db(b"rlog")
+        self.rtime = self.env.open_db(b"rtime")
+        self.rnext = self.env.open_db(b"rnext")
+        self.bad = self.env.open_db(b"bad")
+        self._dbs = (self.meta, self.msgs, self.pend, self.runs, self.pruns, self.lanes,
+                     self.acked, self.dead, self.ids, self.ids_t, self.peers, self.rlog,
+                     self.rtime, self.rnext, self.bad)
+        self._psize = self.env.stat()["psize"]
+        self._overflow = self._psize // 2 - 32  # larger values go to overflow pages
+        self.pages = MappedPages(os.path.join(self.path, "data.mdb"))
+        # A map grown before (or used past map_size_bytes) reopens at its real size.
+        self.map_size_bytes = self.env.info()["map_size"]
+        return self.migrate_seen()
+
+    def _open_error(self, exc: lmdb.Error) -> StoreError:
+        """What failing to open the environment means: a map this host cannot map (a
+        configuration error: moving the data dir aside would not help), or a damaged
+        store."""
+        if isinstance(exc, lmdb.MemoryError):  # ENOMEM: mmap refused a map that large
+            data = Path(self.path) / "data.mdb"
+            used = data.stat().st_size if data.is_file() else 0
+            if used <= self.map_size_bytes:
+                return StoreError(
+                    f"map_size_bytes {self.map_size_bytes} cannot be mapped on this host "
+                    f"({exc}): lower map_size_bytes (to grow the map only when it fills "
+                    "up, set max_map_size_bytes) or raise the process's address-space limit "
+                    "(ulimit -v)", self.path)
+            return StoreError(
+                f"the store's data file of {used} bytes (more than map_size_bytes "
+                f"{self.map_size_bytes}) cannot be mapped on this host ({exc}): raise the "
+                "process's address-space limit (ulimit -v), or run the node on a host that "
+                "can map it", self.path)
+        return StoreError(f"cannot open the LMDB store ({exc}); if it is damaged, {FIX}",
+                          self.path)
+
     def close(self) -> None:
-        try:
-            self.env.sync(True)
-            self.env.close()
-        finally:
-            os.close(self._lock_fd)
+        if self._release.detach() is not None:  # (not twice; not again when collected)
+            _let_go(self._held, sync=True)
 
     def snapshot(self, dest: str) -> None:
         """A consistent, compacted copy of this store into the data dir ``dest``."""
