@@ -77,15 +77,23 @@ def load_keys(secret_key_file: str | None, trusted_keys_dir: str | None,
 def generate_keypair(directory: str | Path, name: str) -> tuple[Path, Path]:
     """Write ``NAME.key`` (secret, mode 0600) and ``NAME.pub`` into ``directory``."""
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # (a directory would have been fine)
+        raise ConfigError(f"key directory {d} exists and is not a directory") from exc
+    except OSError as exc:  # a file on the way, no permission
+        raise ConfigError(f"cannot create key directory {d}: {exc.strerror}") from exc
     public, secret = zmq.curve_keypair()
     key_path, pub_path = d / f"{name}.key", d / f"{name}.pub"
     if key_path.exists():
         raise ConfigError(f"{key_path} exists; refusing to overwrite a secret key")
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret.decode() + "\n")
-    pub_path.write_text(public.decode() + "\n")
+    try:
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret.decode() + "\n")
+        pub_path.write_text(public.decode() + "\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the key pair {name} into {d}: {exc.strerror}") from exc
     return key_path, pub_path
 
 

@@ -222,6 +222,47 @@ def test_status_without_a_node_fails_clearly() -> None:
     assert "host:port" in bad.stderr
 
 
+@pytest.mark.parametrize("command", ["status", "peers", "top",
+                                     "dlq list --topic t --group g"])
+@pytest.mark.parametrize("address", ["not-an-address", "a b:1", "[::1]:5"])
+def test_a_bad_address_is_a_usage_error(command: str, address: str) -> None:
+    done = run_cli([*command.split(), address, "--timeout", "1"], timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert f"address {address!r}" in done.stderr and "seed" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_bad_log_level_names_where_it_came_from() -> None:
+    env = {**os.environ, "ZMESH_LOG_LEVEL": "bogus"}
+    from_env = run_cli(["status", "127.0.0.1:1"], timeout=30, env=env)
+    assert from_env.returncode == 2
+    assert "'bogus'" in from_env.stderr and "ZMESH_LOG_LEVEL" in from_env.stderr
+    from_option = run_cli(["--log-level", "bogus", "status", "127.0.0.1:1"], timeout=30)
+    assert from_option.returncode == 2
+    assert "--log-level" in from_option.stderr and "ZMESH_LOG_LEVEL" not in from_option.stderr
+
+
+def test_pub_reading_a_terminal_says_so(tmp_path: Path, mesh_name: str,
+                                        procs: list[Proc]) -> None:
+    main, terminal = os.openpty()
+    try:
+        pub = Proc(tmp_path, "pub", ["pub", "t", *LOOP, "--mesh", mesh_name,
+                                     "--discovery-wait", "0"], stdin=terminal)
+        procs.append(pub)
+        pub.wait_for("reading lines from stdin; Ctrl-D to end", stream="stderr")
+        os.write(main, b"\x04")  # Ctrl-D: the end of input, nothing typed
+        assert pub.finish(timeout=30) == 0, pub.stderr()
+    finally:
+        os.close(terminal)
+        os.close(main)
+    assert "nothing to publish" in pub.stderr()
+    # Piped in: no hint (nobody is there to read it).
+    piped = run_cli(["pub", "t", *LOOP, "--mesh", mesh_name, "--discovery-wait", "0"],
+                    stdin_data=b"", timeout=60)
+    assert piped.returncode == 0, piped.stderr
+    assert "Ctrl-D" not in piped.stderr
+
+
 BAD_TOML = {
     "invalid": ("[node\nname = 'x'\n", "invalid TOML"),
     "unknown-key": ("[node]\nname = 'x'\ndata_dir = 'd'\ncolour = 'blue'\n", "colour"),
@@ -230,6 +271,8 @@ BAD_TOML = {
     "bad-topic": ("[node]\nname = 'x'\ndata_dir = 'd'\n[topics.t]\npartitions = 0\n",
                   "partitions"),
     "bad-name": ("[node]\nname = 'no spaces'\ndata_dir = 'd'\n", "name"),
+    "empty": ("", "[node] needs name and data_dir"),
+    "no-data-dir": ("[node]\nname = 'x'\n", "missing: data_dir"),
 }
 
 

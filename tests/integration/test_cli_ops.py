@@ -5,6 +5,7 @@ pid at the end."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import stat
@@ -12,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import spawn, wait_until
-from tests.integration.test_cli import ADDRESS_RE, Proc, run_cli
+from tests.integration.test_cli import ADDRESS_RE, CLI, Proc, run_cli
 
 DLQ_APP = '''
 """A producer and a consumer in one process: the consumer fails two messages, then acks
@@ -128,6 +129,37 @@ def test_keys_generate_writes_a_pair_and_refuses_to_overwrite(tmp_path: Path) ->
     assert key.read_text() == secret and pub.read_text().strip() == public
 
 
+def test_keys_generate_refuses_a_bad_directory_or_an_empty_name(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    under_a_file = run_cli(["keys", "generate", str(afile / "sub"), "--name", "k"], timeout=30)
+    assert under_a_file.returncode == 2
+    assert f"cannot create key directory {afile / 'sub'}: Not a directory" in \
+        under_a_file.stderr
+    assert "Traceback" not in under_a_file.stderr
+    empty = run_cli(["keys", "generate", str(tmp_path / "keys"), "--name", ""], timeout=30)
+    assert empty.returncode == 2
+    assert "key name '' is invalid" in empty.stderr and "Traceback" not in empty.stderr
+    assert not (tmp_path / "keys").exists()
+
+
+def test_an_error_the_cli_does_not_expect_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    # Output to a full disk (/dev/full: every write fails with ENOSPC), unbuffered so the
+    # write fails inside the command, not at exit.
+    with open("/dev/full", "wb") as full, (tmp_path / "err").open("wb") as err:
+        proc = spawn([*CLI, "keys", "generate", str(tmp_path / "keys"), "--name", "k"],
+                     stdout=full, stderr=err, stdin=subprocess.DEVNULL,
+                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            assert proc.wait(timeout=30) == 1
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    stderr = (tmp_path / "err").read_text()
+    assert stderr.strip() == "zmesh: error: No space left on device", stderr
+
+
 def test_dlq_list_replay_purge(tmp_path: Path, mesh_name: str, procs: list[Proc]) -> None:
     script = tmp_path / "dlq_app.py"
     script.write_text(DLQ_APP)
@@ -182,6 +214,14 @@ def test_snapshot_of_a_running_node_restores_with_its_id(tmp_path: Path, mesh_na
     assert (copy / "store" / "data.mdb").exists()
     again = run_cli(["snapshot", str(tmp_path / "hub-data"), str(copy)])
     assert again.returncode == 1 and "not empty" in again.stderr
+
+    # A destination that cannot be a directory: one line, exit 1.
+    (tmp_path / "afile").write_text("")
+    for dest in (tmp_path / "afile" / "x", Path("/proc/snap")):
+        bad = run_cli(["snapshot", str(tmp_path / "hub-data"), str(dest)])
+        assert bad.returncode == 1, bad.stderr
+        assert f"cannot create the snapshot destination {dest / 'store'}" in bad.stderr
+        assert "Traceback" not in bad.stderr
 
     # Restore in place of the original: stop it, start a node on the copy.
     hub.popen.send_signal(signal.SIGTERM)

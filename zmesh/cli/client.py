@@ -81,9 +81,13 @@ def control_endpoint(address: str) -> str:
     """``host:port`` (or ``tcp://host:port``) as a tcp endpoint; usage error otherwise."""
     raw = address.removeprefix("tcp://")
     try:
-        host, port = parse_seed(raw)
+        host, port = parse_seed(raw, what="address")
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="ADDRESS") from exc
+    if ":" in host:  # (parse_seed takes IPv6 literals in addresses other than seeds)
+        raise click.BadParameter(f"address {address!r} is an IPv6 address; a node's control "
+                                 "socket listens on IPv4 only: give its IPv4 address or host "
+                                 "name", param_hint="ADDRESS")
     return endpoint(host, port)
 
 
@@ -184,7 +188,11 @@ def request(address: str, msg: StatusRequest | AdminRequest, timeout_s: float,
             sock.curve_serverkey = keys.server
             sock.curve_publickey = keys.public
             sock.curve_secretkey = keys.secret
-        sock.connect(ep)
+        try:
+            sock.connect(ep)
+        except zmq.ZMQError as exc:  # an address ZeroMQ cannot parse ("a b:1")
+            raise click.BadParameter(f"address {address!r}: ZeroMQ cannot connect to {ep} "
+                                     f"({exc})", param_hint="ADDRESS") from exc
         sock.send(encode_control(msg))
         want = StatusReply if isinstance(msg, StatusRequest) else AdminReply
         deadline = time.monotonic() + timeout_s

@@ -43,7 +43,7 @@ def generate(directory: str, name: str | None) -> None:
     A node uses its pair through secret_key_file in its [node] table; every node (and
     operator) that may connect to it needs its NAME.pub in the node's trusted_keys_dir.
     """
-    name = check_name("key", name or _default_name())
+    name = check_name("key", _default_name() if name is None else name)
     d = Path(directory)
     existing = [p for p in (d / f"{name}.key", d / f"{name}.pub") if p.exists()]
     if existing:

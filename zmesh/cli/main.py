@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 import click
+from click.core import ParameterSource
 
 from .. import __version__
 from ..errors import ArgumentError, ConfigError, ZMeshError
@@ -27,6 +28,22 @@ from .status import peers, status
 from .top import top
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_LEVEL_ENV = "ZMESH_LOG_LEVEL"
+
+
+class _LogLevel(click.Choice):
+    """A log level; a bad one says whether it came from --log-level or ZMESH_LOG_LEVEL."""
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> object:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as exc:
+            if ctx is None or param is None or param.name is None or \
+                    ctx.get_parameter_source(param.name) != ParameterSource.ENVIRONMENT:
+                raise
+            self.fail(f"{exc.message.rstrip('.')} (set by the environment variable "
+                      f"{LOG_LEVEL_ENV})", param, ctx)
 
 
 def _setup_logging(level: str) -> None:
@@ -38,9 +55,9 @@ def _setup_logging(level: str) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
-              default="WARNING", show_default=True, envvar="ZMESH_LOG_LEVEL",
-              help="Level of zmesh's own log lines (written to stderr).")
+@click.option("--log-level", type=_LogLevel(LOG_LEVELS, case_sensitive=False),
+              default="WARNING", show_default=True, envvar=LOG_LEVEL_ENV,
+              help=f"Level of zmesh's own log lines (written to stderr; or set {LOG_LEVEL_ENV}).")
 @click.version_option(__version__, prog_name="zmesh")
 @click.pass_context
 def cli(ctx: click.Context, log_level: str) -> None:
@@ -84,6 +101,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 2
     except ZMeshError as exc:
         print_error(str(exc))
+        return 1
+    except OSError as exc:  # the last resort: a file or directory that could not be used
+        where = f": {exc.filename}" if exc.filename else ""
+        print_error(f"{exc.strerror or exc}{where}")
         return 1
     except KeyboardInterrupt:
         print_error("interrupted")

@@ -24,6 +24,8 @@ def _payloads(data: str, count: int | None) -> Iterator[bytes]:
         for _ in range(1 if count is None else count):
             yield data.encode()
         return
+    if sys.stdin.isatty():  # (else the command seems to hang, waiting for a terminal)
+        note("reading lines from stdin; Ctrl-D to end")
     for n, line in enumerate(sys.stdin.buffer):
         if count is not None and n >= count:
             return
