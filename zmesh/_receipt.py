@@ -26,28 +26,33 @@ class MessageId(NamedTuple):
 
 class Stage:
     """Whether publishes are stored: ``stored`` or ``error`` is set by the IO thread once
-    the commit that took them is done. The receipts of a stretch of plain ``publish()``
-    calls share one (the stretch itself: the IO thread resolves them all with one
-    write); any other receipt has its own."""
+    the commit that took them is done (``stored``: the number of the notification that
+    told it, counted from 1; 0 until then). The receipts of a stretch of plain
+    ``publish()`` calls share one (the stretch itself: the IO thread resolves them all
+    with one write); any other receipt has its own."""
 
     __slots__ = ("stored", "error")
 
     def __init__(self) -> None:
-        self.stored = False
+        self.stored = 0
         self.error: ZMeshError | None = None
 
 
 class Publisher:
     """What every receipt of one node shares: its id, the condition the IO thread
-    notifies when receipts change, and how a receipt asks for its acks to be tracked."""
+    notifies when receipts change, how a receipt asks for its acks to be tracked, and
+    ``settled``: (floor, notification) -- every message stored by that notification with
+    a sequence below the floor is settled, so a receipt of one needs no question to the
+    IO thread (which sets it when it answers one)."""
 
-    __slots__ = ("producer", "cond", "watch")
+    __slots__ = ("producer", "cond", "watch", "settled")
 
     def __init__(self, producer: str, cond: threading.Condition,
                  watch: Callable[[Receipt], None] | None = None) -> None:
         self.producer = producer  # (hex: the ids are made when asked for, most never are)
         self.cond = cond
         self.watch = watch
+        self.settled: tuple[float, int] = (0, 0)
 
 
 class Receipt:
@@ -79,27 +84,33 @@ class Receipt:
     @property
     def stored(self) -> bool:
         """True once the message is in the outbox (per the topic's durability)."""
-        return self._stage.stored or self._unacked <= 0
+        return bool(self._stage.stored) or self._unacked <= 0
 
     @property
     def acked(self) -> bool:
         """True once every group owed the message has acked it (or it was settled).
 
-        Acks are tracked from the first time this is asked (or ``wait_acked`` is called),
-        so the first answer may lag by one loop of the node.
+        A message not stored yet (held for room, in an open transaction, or failed) is
+        not acked. Acks of a stored one are tracked from the first time this is asked
+        (or ``wait_acked`` is called), so the first answer may lag by one loop of the
+        node; the answer to one tells the receipts of older messages without a question.
         """
-        self._start_watch()
-        return self._unacked <= 0
-
-    def _start_watch(self) -> None:
+        if self._unacked <= 0:
+            return True
+        stored = self._stage.stored
+        if not stored:
+            return False
+        floor, told = self._publisher.settled
+        if stored <= told and self._seq + self.count <= floor:
+            self._unacked = 0  # (the IO thread's count for it, if it tracks it, ends <= 0)
+            return True
         watch = self._publisher.watch
         if not self._watched and watch is not None:
             self._watched = True
             watch(self)
+        return self._unacked <= 0
 
-    def _wait(self, acked: bool, timeout: float | None) -> None:
-        timeout = check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _wait(self, acked: bool, deadline: float | None, timeout: float | None) -> None:
         stage, cond = self._stage, self._publisher.cond
         with cond:
             while not (self._unacked <= 0 if acked else stage.stored or self._unacked <= 0):
@@ -115,12 +126,17 @@ class Receipt:
 
     def wait_stored(self, timeout: float | None = None) -> None:
         """Block until the message is in the outbox; raise TimeoutError or the store's error."""
-        self._wait(False, timeout)
+        timeout = check_timeout(timeout)
+        self._wait(False, None if timeout is None else time.monotonic() + timeout, timeout)
 
     def wait_acked(self, timeout: float | None = None) -> None:
-        """Block until every group owed the message (each message of a batch) settled it."""
-        self._start_watch()
-        self._wait(True, timeout)
+        """Block until every group owed the message (each message of a batch) settled it;
+        raise TimeoutError, or the store's error if it was never stored."""
+        timeout = check_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._wait(False, deadline, timeout)  # (acks are tracked once it is stored)
+        if not self.acked:
+            self._wait(True, deadline, timeout)
 
     def __repr__(self) -> str:
         state = "acked" if self._unacked <= 0 else "stored" if self._stage.stored else "staged"

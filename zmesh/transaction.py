@@ -75,15 +75,25 @@ class Transaction:
         if self._done:
             return
         self._done = True
-        self._node._engine.abandon(len(self._pubs), sum(len(p.payload) for p in self._pubs))
+        engine = self._node._engine
+        engine.abandon(len(self._pubs), sum(len(p.payload) for p in self._pubs))
+        with engine.cond:  # (their receipts' waits end with it)
+            self._fail_receipts()
+            engine.cond.notify_all()
         self._pubs.clear()
         self._acks.clear()
+
+    def _fail_receipts(self) -> None:
+        error = NodeStateError("the transaction was aborted: its publishes were not stored")
+        for pub in self._pubs:
+            pub.stage.error = error
 
     def __del__(self) -> None:
         # Dropped without commit or abort (used without ``with``): its publishes hold
         # outbox room until given back. This runs wherever the last reference goes, maybe
         # inside a lock of the node's own, so it only queues that for the IO thread.
         if not self._done and self._pubs:
+            self._fail_receipts()
             self._node._engine.abandon_dropped(len(self._pubs),
                                                sum(len(p.payload) for p in self._pubs))
 

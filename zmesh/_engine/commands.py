@@ -84,6 +84,7 @@ class Commands:
         self.cond = threading.Condition()
         self._next_seq = next_seq
         self._publisher = Publisher(node_id.hex(), self.cond, self.watch)  # (every receipt's)
+        self._told = 0  # notifications that told stages they are stored (Stage.stored)
         self._alloc = threading.Lock()  # sequence allocation (application threads)
         # The stretch plain publish() calls join (under _alloc) until the IO thread takes
         # it: see publishes.Stretch.
@@ -464,14 +465,21 @@ class Commands:
         p = self.producer
         room = p.depth < self._depth_seen or (self._full_seen and not self.held.full)
         self._depth_seen, self._full_seen = p.depth, self.held.full
-        if staged_done or p.stored or p.acked or room:
+        floor = p.settled_floor
+        if staged_done or p.stored or p.acked or room or floor is not None:
             with self.cond:
                 self._done += staged_done
                 self._done_bytes += staged_bytes
-                for stage in p.stored:
-                    stage.stored = True
+                if p.stored:
+                    self._told += 1
+                    told = self._told
+                    for stage in p.stored:
+                        stage.stored = told
                 for r in p.acked:
                     r._unacked -= 1
+                if floor is not None:  # (after this notification's stores: it counts them)
+                    self._publisher.settled = (floor, self._told)
+                    p.settled_floor = None
                 p.stored.clear()
                 p.acked.clear()
                 self.cond.notify_all()

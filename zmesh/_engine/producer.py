@@ -78,6 +78,7 @@ class Producer:
         self.depth = 0  # messages in the outbox
         self.stored: list[Stage] = []  # stored since the last notify: their receipts say so
         self.acked: list[Receipt] = []
+        self.settled_floor: float | None = None  # set by watch(), told by the next notify
         self._followers: dict[int, list[Receipt]] = {}  # receipts of suppressed duplicates
         self.dead = DeadLetters(self)
         self._latest: dict[tuple[str, str], dict[str, int]] = {}  # latest_wins: key -> seq
@@ -301,18 +302,22 @@ class Producer:
     # -- settling -----------------------------------------------------------------------
 
     def watch(self, receipts: list[Receipt]) -> None:
-        """Track receipts whose acks someone waits for; those settled already resolve now.
+        """Track receipts whose acks someone waits for; those settled already resolve now,
+        and ``settled_floor`` tells the application the floor below which every stored
+        message is settled (receipts of those need no question; see ``Receipt.acked``).
 
-        Runs after the loop's publishes joined their lanes, so a message published before
-        the wait is owed (or settled), never unknown.
+        Runs after the loop's publishes joined their lanes; a receipt asks only once its
+        message is stored, so its message is owed or settled, never unknown.
         """
         for receipt in receipts:
             first = receipt._seq
             for seq in range(first, first + receipt.count):
-                if self.owed(receipt.topic, seq) and receipt._stage.error is None:
+                if self.owed(receipt.topic, seq):
                     self._receipts[seq] = receipt
                 elif seq not in self._receipts:
                     self.acked.append(receipt)
+        self.settled_floor = min((lane.floor() for lane in self.lanes.values() if len(lane)),
+                                 default=math.inf)
 
     def _settled(self, topic: str, lane: Lane, seqs: Iterable[int], batch: WriteBatch) -> None:
         """``lane`` no longer owes ``seqs``; drop each message that nobody owes. (A
