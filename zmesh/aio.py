@@ -11,6 +11,7 @@ from typing import Any
 
 from ._receipt import MessageId, Receipt
 from ._waits import check_timeout
+from .config import TopicConfig
 from .errors import OutboxFullError
 from .node import Node as _SyncNode
 from .replay import ReplayReader as _SyncReplayReader
@@ -180,8 +181,9 @@ class Node:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def topic(self, name: str, **options: Any) -> Any:
-        return self._node.topic(name, **options)
+    def topic(self, name: str, config: TopicConfig | None = None, **options: Any) -> TopicConfig:
+        """Like ``zmesh.Node.topic``."""
+        return self._node.topic(name, config, **options)
 
     async def publish(self, topic: str, payload: bytes | str, **kwargs: Any) -> AsyncReceipt:
         """Publish without blocking the event loop, even when the outbox is full."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
+import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +27,17 @@ MIN_MAP_SIZE_BYTES = 1 << 20
 # A message may take at most this share of the LMDB map: one larger could be held for good
 # (and every publish after it) waiting for room the map never has.
 MAP_SHARE_OF_ONE_MESSAGE = 8
+# Handler threads of one subscription: each is a real thread (20,000 took seconds to start
+# and to join, 100,000 hung), and past a few dozen they only wait on each other.
+MAX_CONCURRENCY = 1024
+# How far ahead a publish may be scheduled (``delay``, ``deliver_at``) or a message nacked
+# (``nack(delay)``): ten years. Further is a mistake (milliseconds taken for seconds, a
+# sentinel date), and the message would sit in the outbox for good.
+MAX_SCHEDULE_AHEAD_S = 10 * 365.25 * 86_400
+# An interface that binds every address: the only one a node then has.
+_WILDCARDS = ("*", "0.0.0.0")
+# What a host name or an IPv4 address is made of.
+_HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9._-]*)$")
 
 
 def check_name(kind: str, value: object) -> str:
@@ -37,12 +50,33 @@ def check_name(kind: str, value: object) -> str:
     return value
 
 
-def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
+def check_fields(cls: Any, given: Collection[str], where: str, what: str = "key", *,
+                 leave_out: Collection[str] = ()) -> None:
+    """Raise ConfigError naming what of ``given`` is no field of the config class ``cls``
+    (or is one of ``leave_out``), and listing the known ones."""
+    known = {f.name for f in dataclasses.fields(cls)} - set(leave_out)
+    bad = set(given) - known
+    if bad:
+        raise ConfigError(f"{where} has unknown {what}(s) {sorted(bad)}; known: {sorted(known)}")
+
+
+def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False,
+              finite: bool = False) -> None:
+    """A number > 0 (``allow_zero``: >= 0); with ``finite``, not infinity either (for
+    durations where infinity means never, and never is not what anyone wants)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         raise ConfigError(f"{owner}.{name} must be a number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ConfigError(f"{owner}.{name} must be {bound}, got {value!r}")
+    if finite and value == math.inf:
+        raise ConfigError(f"{owner}.{name} must be a finite number of seconds, got {value!r}")
+
+
+def _integer(owner: str, name: str, value: object, least: int, note: str = "") -> None:
+    """An int (not a bool) of at least ``least``; ``note`` says what an edge value means."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{owner}.{name} must be an int >= {least}{note}, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,22 +121,22 @@ class TopicConfig:
         if not 1 <= self.partitions <= 4096:
             raise ConfigError(f"TopicConfig.partitions must be 1..4096, got {self.partitions}")
         _positive("TopicConfig", "ack_timeout_s", self.ack_timeout_s)
-        _positive("TopicConfig", "retry_backoff_s", self.retry_backoff_s, allow_zero=True)
-        _positive("TopicConfig", "max_retry_backoff_s", self.max_retry_backoff_s, allow_zero=True)
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise ConfigError(f"TopicConfig.max_attempts must be an int, got {self.max_attempts!r}")
-        if self.max_attempts < 0:
-            raise ConfigError("TopicConfig.max_attempts must be >= 0 (0 means unlimited)")
+        # (an infinite backoff never redelivers a nacked or timed-out message)
+        _positive("TopicConfig", "retry_backoff_s", self.retry_backoff_s, allow_zero=True,
+                  finite=True)
+        _positive("TopicConfig", "max_retry_backoff_s", self.max_retry_backoff_s,
+                  allow_zero=True, finite=True)
+        if self.retry_backoff_s > self.max_retry_backoff_s:
+            raise ConfigError(f"TopicConfig.retry_backoff_s ({self.retry_backoff_s}) must be at "
+                              f"most max_retry_backoff_s ({self.max_retry_backoff_s})")
+        _integer("TopicConfig", "max_attempts", self.max_attempts, 0, " (0 means unlimited)")
         if self.ttl_s is not None:
             _positive("TopicConfig", "ttl_s", self.ttl_s)
         if not isinstance(self.latest_wins, bool):
             raise ConfigError(f"TopicConfig.latest_wins must be true or false, got "
                               f"{self.latest_wins!r}")
         _positive("TopicConfig", "retention_s", self.retention_s, allow_zero=True)
-        if isinstance(self.retention_bytes, bool) or not isinstance(self.retention_bytes, int) \
-                or self.retention_bytes < 0:
-            raise ConfigError(f"TopicConfig.retention_bytes must be an int >= 0 (0: no size "
-                              f"cap), got {self.retention_bytes!r}")
+        _integer("TopicConfig", "retention_bytes", self.retention_bytes, 0, " (0: no size cap)")
         if isinstance(self.groups, str):
             raise ConfigError("TopicConfig.groups must be a list of group names, not a string")
         object.__setattr__(self, "groups", tuple(check_name("group", g) for g in self.groups))
@@ -149,12 +183,12 @@ class SubscriptionConfig:
                 f"subscription mode must be 'shared' or 'broadcast', got {self.mode!r}"
             )
         # (the bounds a producer decodes in a hello: past them it would not know the member)
+        # (and concurrency: a thread each)
         for name, most in (("max_in_flight", MAX_IN_FLIGHT), ("batch_size", MAX_BATCH_ITEMS),
-                           ("concurrency", None)):
+                           ("concurrency", MAX_CONCURRENCY)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (
-                    most is not None and value > most):
-                bound = ">= 1" if most is None else f"1..{most:,}"
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                bound = f"1..{most:,}"
                 raise ConfigError(f"SubscriptionConfig.{name} must be an int {bound}, "
                                   f"got {value!r}")
 
@@ -175,10 +209,9 @@ class ProducerConfig:
         check_name("topic", self.topic)
         if not _HANDLER_RE.match(str(self.source)):
             raise ConfigError(f"source {self.source!r} must be 'package.module:function'")
-        _positive("ProducerConfig", "interval_s", self.interval_s)
-        if self.count is not None and (isinstance(self.count, bool)
-                                       or not isinstance(self.count, int) or self.count < 0):
-            raise ConfigError("ProducerConfig.count must be an int >= 0")
+        _positive("ProducerConfig", "interval_s", self.interval_s, finite=True)
+        if self.count is not None:
+            _integer("ProducerConfig", "count", self.count, 0, " (or None: no bound)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -196,6 +229,10 @@ class RelayConfig:
         check_name("topic", self.from_topic)
         check_name("topic", self.to_topic)
         check_name("group", self.group)
+        if self.from_topic == self.to_topic:
+            raise ConfigError(f"RelayConfig.to_topic must differ from from_topic "
+                              f"({self.from_topic!r}): the relay would consume what it "
+                              "publishes, republishing each message for good")
         if self.transform is not None and not _HANDLER_RE.match(str(self.transform)):
             raise ConfigError(f"transform {self.transform!r} must be "
                               "'package.module:function'")
@@ -205,8 +242,10 @@ class RelayConfig:
 class NodeConfig:
     """Identity, discovery, limits and timing of a node.
 
-    interfaces: addresses to bind and to speak mDNS on; empty means all interfaces.
-    seeds: control addresses ``"host:port"`` of peers to contact directly.
+    interfaces: IPv4 addresses of this host to bind and to speak mDNS on, each once;
+    empty (or ``"0.0.0.0"`` alone) means all interfaces.
+    seeds: control addresses ``"host:port"`` of peers to contact directly (a host name or
+    an IPv4 address: nodes listen on IPv4 only).
     metrics_address: ``host:port`` for a Prometheus endpoint (port 0: any free port; needs
     the ``metrics`` extra).
     secret_key_file / trusted_keys_dir / trusted_keys: CurveZMQ security; with a secret
@@ -247,21 +286,34 @@ class NodeConfig:
     def __post_init__(self) -> None:
         check_name("node", self.name)
         check_name("mesh", self.mesh)
-        if not isinstance(self.data_dir, str | Path) or not str(self.data_dir):
-            raise ConfigError(f"NodeConfig.data_dir must be a path, got {self.data_dir!r}")
-        object.__setattr__(self, "data_dir", str(self.data_dir))
+        # (a str path or one of pathlib's; bytes or a number would become a directory
+        # named "b'/x'" or "5")
+        data_dir = os.fspath(self.data_dir) if isinstance(self.data_dir, os.PathLike) \
+            else self.data_dir
+        if not isinstance(data_dir, str) or not data_dir:
+            raise ConfigError(f"NodeConfig.data_dir must be a path (a str or os.PathLike), "
+                              f"got {self.data_dir!r}")
+        object.__setattr__(self, "data_dir", data_dir)
         if not isinstance(self.mdns, bool):
             raise ConfigError(f"NodeConfig.mdns must be true or false, got {self.mdns!r}")
         for name in ("interfaces", "seeds"):
             value = getattr(self, name)
-            if isinstance(value, str) or not isinstance(value, list | tuple) or \
-                    not all(isinstance(v, str) for v in value):
+            if isinstance(value, str | bytes):
+                raise ConfigError(f"NodeConfig.{name} must be a list of addresses, not a "
+                                  f"string: [{value!r}]")
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"NodeConfig.{name} must be a list of strings, got {value!r}")
             object.__setattr__(self, name, tuple(value))
+        _check_interfaces(self.interfaces)
+        if self.mdns and "*" in self.interfaces:
+            # (ZeroMQ's spelling: zeroconf takes addresses only, and the start would fail)
+            raise ConfigError("NodeConfig.interfaces: mDNS does not take '*'; write "
+                              "'0.0.0.0', or leave interfaces empty for all of them")
         for seed in self.seeds:
             parse_seed(seed)
         _positive("NodeConfig", "heartbeat_interval_s", self.heartbeat_interval_s)
-        _positive("NodeConfig", "dead_after_s", self.dead_after_s)
+        # (finite: the IO thread sizes TCP's retransmission bound in ms from it)
+        _positive("NodeConfig", "dead_after_s", self.dead_after_s, finite=True)
         if self.dead_after_s <= self.heartbeat_interval_s:
             raise ConfigError(
                 "NodeConfig.dead_after_s must be longer than heartbeat_interval_s "
@@ -270,17 +322,12 @@ class NodeConfig:
         if isinstance(self.trusted_keys, str):
             raise ConfigError("NodeConfig.trusted_keys must be a list of keys, not a string")
         object.__setattr__(self, "trusted_keys", tuple(self.trusted_keys))
-        if isinstance(self.ban_after_bad_frames, bool) or \
-                not isinstance(self.ban_after_bad_frames, int) or self.ban_after_bad_frames < 0:
-            raise ConfigError("NodeConfig.ban_after_bad_frames must be an int >= 0")
+        _integer("NodeConfig", "ban_after_bad_frames", self.ban_after_bad_frames, 0,
+                 " (0: never)")
         for name in ("max_outbox_messages", "map_size_bytes", "max_message_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"NodeConfig.{name} must be an int >= 1, got {value!r}")
+            _integer("NodeConfig", name, getattr(self, name), 1)
         grow = self.max_map_size_bytes
-        if isinstance(grow, bool) or not isinstance(grow, int) or grow < 0:
-            raise ConfigError(f"NodeConfig.max_map_size_bytes must be an int >= 0 (0: never "
-                              f"grow the map), got {grow!r}")
+        _integer("NodeConfig", "max_map_size_bytes", grow, 0, " (0: never grow the map)")
         if 0 < grow < self.map_size_bytes:
             raise ConfigError(f"NodeConfig.max_map_size_bytes ({grow}) must be 0 or at least "
                               f"map_size_bytes ({self.map_size_bytes})")
@@ -295,7 +342,7 @@ class NodeConfig:
                 f"eighth of the LMDB map ({largest_map} bytes): lower it, or raise "
                 f"map_size_bytes or max_map_size_bytes")
         _positive("NodeConfig", "publish_timeout_s", self.publish_timeout_s, allow_zero=True)
-        _positive("NodeConfig", "memory_budget_bytes", self.memory_budget_bytes, allow_zero=True)
+        _integer("NodeConfig", "memory_budget_bytes", self.memory_budget_bytes, 0)
         _positive("NodeConfig", "dedupe_window_s", self.dedupe_window_s)
         if not isinstance(self.topics, Mapping):
             raise ConfigError(f"NodeConfig.topics must map topic names to TopicConfig, "
@@ -369,13 +416,8 @@ class NodeConfig:
             for name, opts in _table(data.get(table, {}), f"{source}: [{table}]").items():
                 where = f"{source}: [{table}.{name}]"
                 roles[table].append(_build(kind, _table(opts, where), where))
-        node_fields = {f.name for f in dataclasses.fields(cls)} - {
-            "topics", "subscriptions", "producers", "relays"}
-        bad = set(node) - node_fields
-        if bad:
-            raise ConfigError(
-                f"{source}: [node] has unknown key(s) {sorted(bad)}; known: {sorted(node_fields)}"
-            )
+        check_fields(cls, node, f"{source}: [node]",
+                     leave_out=("topics", "subscriptions", "producers", "relays"))
         return _build(cls, {**node, "topics": topics, "subscriptions": tuple(subs),
                             "producers": tuple(roles["producers"]),
                             "relays": tuple(roles["relays"])}, f"{source}: [node]")
@@ -388,10 +430,7 @@ def _table(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def _build(cls: Any, opts: Mapping[str, Any], where: str) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    bad = set(opts) - names
-    if bad:
-        raise ConfigError(f"{where} has unknown key(s) {sorted(bad)}; known: {sorted(names)}")
+    check_fields(cls, opts, where)
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in opts.items()}
     try:
         return cls(**values)
@@ -401,10 +440,45 @@ def _build(cls: Any, opts: Mapping[str, Any], where: str) -> Any:
         raise ConfigError(f"{where}: {exc}") from exc
 
 
+def _check_interfaces(interfaces: tuple[str, ...]) -> None:
+    """Each an IPv4 address of this host, or one wildcard alone; none twice."""
+    for iface in interfaces:
+        if iface in _WILDCARDS:
+            if len(interfaces) > 1:
+                raise ConfigError(f"NodeConfig.interfaces: {iface!r} binds every interface "
+                                  f"already; give it alone, not with others {list(interfaces)}")
+            continue
+        if _ipv6(iface):
+            raise ConfigError(f"NodeConfig.interfaces: {iface!r} is an IPv6 address; zmesh "
+                              "binds IPv4 only")
+        try:
+            ipaddress.IPv4Address(iface)
+        except ValueError:
+            port = " without a port" if ":" in iface else ""
+            raise ConfigError(f"NodeConfig.interfaces: {iface!r} is not an IPv4 address; give "
+                              f"this host's addresses{port} ('0.0.0.0' alone: all of "
+                              "them)") from None
+    if len(set(interfaces)) < len(interfaces):
+        twice = sorted({i for i in interfaces if interfaces.count(i) > 1})
+        raise ConfigError(f"NodeConfig.interfaces names {twice} more than once")
+
+
+def _ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return False
+    return True
+
+
 def parse_seed(seed: str, *, what: str = "seed",
                allow_port_zero: bool = False) -> tuple[str, int]:
     """Split ``"host:port"`` (ZeroMQ's ``"tcp://host:port"`` too); raise ConfigError naming
-    the address when it is not one."""
+    the address when it is not one.
+
+    The host is a host name or an IPv4 address. A seed (``what="seed"``) names a node's
+    control socket, which listens on IPv4 only: an IPv6 literal is refused there; another
+    address (``metrics_address``) may be one, in brackets."""
     text = str(seed)
     host, sep, port = text.removeprefix("tcp://").rpartition(":")
     low = 0 if allow_port_zero else 1
@@ -412,4 +486,17 @@ def parse_seed(seed: str, *, what: str = "seed",
             or not low <= int(port) < 65536:
         raise ConfigError(f"{what} {seed!r} must be 'host:port' with a port in "
                           f"{low}..65535")
-    return host.strip("[]"), int(port)
+    if _ipv6(host):
+        if what == "seed":
+            raise ConfigError(f"{what} {seed!r} is an IPv6 address; zmesh binds IPv4 only: "
+                              "give the node's IPv4 address or host name")
+        return host.strip("[]"), int(port)
+    if not _HOST_RE.match(host):
+        raise ConfigError(f"{what} {seed!r}: {host!r} is neither a host name nor an IPv4 "
+                          "address (letters, digits, '.', '-' and '_')")
+    if host.replace(".", "").isdigit():
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ConfigError(f"{what} {seed!r}: {host!r} is not an IPv4 address") from None
+    return host, int(port)

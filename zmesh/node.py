@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import math
+import os
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -17,7 +18,14 @@ from ._protocol.codec import MAX_KEY_CHARS, check_headers
 from ._receipt import MessageId, Receipt
 from ._roles import Roles, resolve
 from ._waits import check_timeout
-from .config import NodeConfig, SubscriptionConfig, TopicConfig, check_name
+from .config import (
+    MAX_SCHEDULE_AHEAD_S,
+    NodeConfig,
+    SubscriptionConfig,
+    TopicConfig,
+    check_fields,
+    check_name,
+)
 from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError
 from .replay import ReplayReader
@@ -46,7 +54,7 @@ class Node:
         name: str | None = None,
         *,
         mesh: str = "default",
-        data_dir: str | Path | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
         interfaces: Sequence[str] | None = None,
         mdns: bool = True,
         seeds: Sequence[str] = (),
@@ -58,10 +66,17 @@ class Node:
                 raise ConfigError("Node needs a name (or config=NodeConfig(...))")
             if data_dir is None:
                 raise ConfigError(f"Node {name!r} needs data_dir: where its outbox lives")
-            config = NodeConfig(name=name, mesh=mesh, data_dir=str(data_dir),
-                                interfaces=tuple(interfaces or ()), mdns=mdns,
-                                seeds=tuple(seeds), **options)
-        elif name is not None or data_dir is not None or options:
+            check_fields(NodeConfig, options, "Node()", "setting")
+            # (NodeConfig checks the values: a data_dir that is not a path, a string where
+            # a list of addresses belongs)
+            config = NodeConfig(name=name, mesh=mesh, data_dir=data_dir,  # type: ignore[arg-type]
+                                interfaces=_addresses(interfaces), mdns=mdns,
+                                seeds=_addresses(seeds), **options)
+        elif not isinstance(config, NodeConfig):
+            raise ConfigError(f"Node config= must be a NodeConfig, got {type(config).__name__}")
+        elif (name is not None or data_dir is not None or options or mesh != "default"
+              or interfaces is not None or mdns is not True or seeds):
+            # (a setting beside config= was ignored)
             raise ConfigError("pass either config=NodeConfig(...) or keyword settings, not both")
         self.config = config
         self._topics: dict[str, TopicConfig] = dict(config.topics)
@@ -158,9 +173,17 @@ class Node:
     def topic(self, name: str, config: TopicConfig | None = None, **options: Any) -> TopicConfig:
         """Set how this node produces ``name`` (durability, partitions, ack timeout, ...)."""
         check_name("topic", name)
-        cfg = config if config is not None else TopicConfig(**options)
-        if config is not None and options:
+        if config is None:
+            check_fields(TopicConfig, options, f"topic {name!r}", "option")
+            cfg = TopicConfig(**options)
+        elif not isinstance(config, TopicConfig):
+            raise ConfigError(f"topic {name!r}: config must be a TopicConfig, got "
+                              f"{type(config).__name__} (or give options as keywords: "
+                              f"topic({name!r}, partitions=4))")
+        elif options:
             raise ConfigError("pass either a TopicConfig or keyword options, not both")
+        else:
+            cfg = config
         self._engine.submit(("topic", name, cfg))
         self._topics[name] = cfg
         self._plain_partitions.pop(name, None)
@@ -244,15 +267,19 @@ class Node:
         if isinstance(payloads, _ONE_VALUE):
             raise ArgumentError(f"publish_many takes a list of payloads, got one "
                                 f"{type(payloads).__name__} (use publish for one message)")
+        if not isinstance(payloads, Iterable):
+            raise ArgumentError(f"publish_many takes a list of payloads (bytes or str), got "
+                                f"{type(payloads).__name__}")
         payloads = list(payloads)
         if not payloads:
             raise ArgumentError("publish_many needs at least one payload")
         if keys is None:
             key_list: list[str | None] = [None] * len(payloads)
         else:
-            if isinstance(keys, _ONE_VALUE):
+            if isinstance(keys, _ONE_VALUE) or not isinstance(keys, Iterable):
+                one = "one " if isinstance(keys, _ONE_VALUE) else ""
                 raise ArgumentError(f"publish_many takes a list of keys (one per payload), "
-                                    f"got one {type(keys).__name__}")
+                                    f"got {one}{type(keys).__name__}")
             key_list = list(keys)
             if len(key_list) != len(payloads):
                 raise ArgumentError(f"{len(key_list)} keys for {len(payloads)} payloads")
@@ -308,7 +335,8 @@ class Node:
             ttl = tcfg.ttl_s
         now = 0.0
         if ttl is not None:
-            if not isinstance(ttl, int | float) or not ttl > 0:  # (nan is not)
+            if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
+                # (nan is not > 0; a bool would be taken for 1 s)
                 raise ArgumentError(f"ttl must be a positive number of seconds, got {ttl!r}")
             if ttl == math.inf:
                 ttl = None  # never expires
@@ -363,6 +391,12 @@ class Node:
         """
         check_name("topic", topic)
         if config is not None:
+            if not isinstance(config, SubscriptionConfig):
+                raise ArgumentError(f"subscribe config= must be a SubscriptionConfig, got "
+                                    f"{type(config).__name__}")
+            if config.topic is not None and config.topic != topic:
+                raise ArgumentError(f"subscribe to {topic!r} got a config for topic "
+                                    f"{config.topic!r}")
             # (an argument left at its default, or equal to config's, is not a clash)
             given = {"group": group, "mode": mode, "max_in_flight": max_in_flight,
                      "batch_size": batch_size, "concurrency": concurrency}
@@ -380,6 +414,11 @@ class Node:
                                         concurrency=concurrency)
         if handler is not None and not callable(handler):
             raise ArgumentError("handler must be callable")
+        if handler is None and config.concurrency != 1:
+            # (concurrency is the number of handler threads: it does nothing without one)
+            raise ArgumentError(f"concurrency={config.concurrency} needs handler=: it is how "
+                                "many threads call the handler; without one, the threads "
+                                "that call get/fetch/iterate consume")
         sub = Subscription(self._engine, topic, config, handler)
         self._engine.subscribe(sub)
         sub._start_handlers(self.config.name)
@@ -448,13 +487,18 @@ class Node:
     # -- dead letters -------------------------------------------------------------------
 
     def dead_letters(self, topic: str, group: str, *, limit: int = 1000) -> list[DeadLetter]:
-        """Messages of ``topic`` parked for ``group`` at this producer, oldest first."""
+        """Messages of ``topic`` parked for ``group`` at this producer, oldest first (at
+        most ``limit``)."""
+        _check_lane(topic, group)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ArgumentError(f"limit must be an int >= 1, got {limit!r}")
         dead = self._engine.producer.dead
         return self._engine.call(lambda _wb, _now: dead.list(topic, group, limit))
 
     def replay_dead_letters(self, topic: str, group: str,
                             ids: Iterable[MessageId | int] | None = None) -> int:
         """Deliver parked messages to ``group`` again (all of them when ``ids`` is None)."""
+        _check_lane(topic, group)
         dead = self._engine.producer.dead
         seqs = _seqs(ids, self.id)
         return self._engine.call(lambda wb, now: dead.replay(topic, group, seqs, wb, now))
@@ -462,6 +506,7 @@ class Node:
     def purge_dead_letters(self, topic: str, group: str,
                            ids: Iterable[MessageId | int] | None = None) -> int:
         """Delete parked messages for good (all of them when ``ids`` is None)."""
+        _check_lane(topic, group)
         dead = self._engine.producer.dead
         seqs = _seqs(ids, self.id)
         return self._engine.call(lambda wb, _now: dead.purge(topic, group, seqs, wb))
@@ -476,6 +521,22 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<zmesh.Node {self.name} mesh={self.config.mesh} id={self.id[:12]}>"
+
+
+def _addresses(value: Sequence[str] | None) -> tuple[str, ...]:
+    """Node's ``interfaces`` or ``seeds`` as a tuple; a string (or what is not a list) as it
+    is, for NodeConfig to refuse: ``tuple("127.0.0.1")`` would be its characters."""
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        return value  # type: ignore[return-value]
+    return tuple(value)
+
+
+def _check_lane(topic: str, group: str) -> None:
+    """The names a dead-letter call takes: a topic and a group."""
+    check_name("topic", topic)
+    check_name("group", group)
 
 
 def _seqs(ids: Iterable[MessageId | int] | None, producer: str) -> set[int] | None:
@@ -498,15 +559,26 @@ def _deliver_at(deliver_at: float | _dt.datetime | None, delay: float | None) ->
     """When a scheduled publish is due, as a UNIX timestamp."""
     if deliver_at is not None and delay is not None:
         raise ArgumentError("pass deliver_at or delay, not both")
+    now = time.time()
     if delay is not None:
-        if not isinstance(delay, int | float) or not 0 <= delay < math.inf:
+        # (a bool would be taken for 1 s)
+        if isinstance(delay, bool) or not isinstance(delay, int | float) \
+                or not 0 <= delay < math.inf:
             raise ArgumentError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        return time.time() + delay
-    if isinstance(deliver_at, _dt.datetime):
-        return deliver_at.timestamp()
-    if not isinstance(deliver_at, int | float) or not math.isfinite(deliver_at):
-        raise ArgumentError("deliver_at must be a datetime or a UNIX timestamp")
-    return float(deliver_at)
+        due = now + delay
+    elif isinstance(deliver_at, _dt.datetime):
+        due = deliver_at.timestamp()
+    elif isinstance(deliver_at, bool) or not isinstance(deliver_at, int | float) \
+            or not math.isfinite(deliver_at):
+        raise ArgumentError(f"deliver_at must be a datetime or a UNIX timestamp, got "
+                            f"{deliver_at!r}")
+    else:
+        due = float(deliver_at)
+    if due - now > MAX_SCHEDULE_AHEAD_S:
+        what = f"delay={delay!r}" if delay is not None else f"deliver_at={deliver_at!r}"
+        raise ArgumentError(f"{what} is more than ten years ahead: a message is scheduled "
+                            f"at most {MAX_SCHEDULE_AHEAD_S:,.0f} s from now")
+    return due
 
 
 def _payload_bytes(payload: Any) -> bytes:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 import time
 from collections import deque
@@ -17,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from ._receipt import MessageId
 from ._seqs import consecutive, span
 from ._waits import check_timeout
-from .config import SubscriptionConfig
-from .errors import ArgumentError, MessageStateError, NodeStateError
+from .config import MAX_SCHEDULE_AHEAD_S, SubscriptionConfig
+from .errors import ArgumentError, MessageStateError, NodeStateError, ZMeshError
 
 if TYPE_CHECKING:
     from ._engine.engine import Engine
@@ -240,9 +239,12 @@ class Message:
                 engine._check_running()
 
     def nack(self, delay: float | None = None) -> None:
-        """Redeliver after ``delay`` seconds (None: the topic's retry backoff)."""
-        if delay is not None and not 0 <= delay < math.inf:
-            raise ArgumentError(f"nack delay must be a finite number >= 0, got {delay!r}")
+        """Redeliver after ``delay`` seconds (None: the topic's retry backoff; at most ten
+        years)."""
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)
+                                  or not 0 <= delay <= MAX_SCHEDULE_AHEAD_S):
+            raise ArgumentError(f"nack delay must be a finite number >= 0 (seconds, at most "
+                                f"{MAX_SCHEDULE_AHEAD_S:,.0f}: ten years), got {delay!r}")
         self._settle("nacked", delay)
 
     def fail(self, reason: str = "") -> None:
@@ -302,7 +304,14 @@ class Subscription:
         for i in range(self.config.concurrency):
             t = threading.Thread(target=self._handle_loop, daemon=True,
                                  name=f"zmesh-handler-{name}-{self.topic}-{i}")
-            t.start()
+            try:
+                t.start()
+            except RuntimeError as exc:  # "can't start new thread": out of threads or memory
+                self.close()  # (the workers started see it closed and return)
+                raise ZMeshError(
+                    f"subscription {self.topic}/{self.group} started {i} of its "
+                    f"concurrency={self.config.concurrency} handler threads and no more "
+                    f"({exc}); lower concurrency") from exc
             self._workers.append(t)
 
     def _handle_loop(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import math
 import os
@@ -175,6 +176,14 @@ def test_a_data_dir_serves_one_node_at_a_time(make_node, tmp_path):
     ({"delay": float("nan")}, "delay"),
     ({"delay": float("inf")}, "delay"),
     ({"deliver_at": float("nan")}, "deliver_at"),
+    # A bool was taken for 1 s (or the timestamp 1.0).
+    ({"ttl": True}, "ttl must be a positive number"),
+    ({"delay": True}, "delay must be a finite number"),
+    ({"deliver_at": True}, "deliver_at must be a datetime or a UNIX timestamp, got True"),
+    # Scheduled past any use, the message sat in the outbox for good.
+    ({"delay": 1e12}, "delay=1000000000000.0 is more than ten years ahead"),
+    ({"deliver_at": 1e300}, "deliver_at=1e.300 is more than ten years ahead"),
+    ({"deliver_at": datetime.datetime.max.replace(tzinfo=datetime.UTC)}, "ten years ahead"),
 ])
 @pytest.mark.parametrize("first", [True, False], ids=["first publish", "topic published"])
 def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first):
@@ -192,6 +201,16 @@ def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first
     assert prod._engine._submitted == prod._engine._done
 
 
+def test_a_publish_is_scheduled_up_to_ten_years_ahead(make_node):
+    prod = make_node("prod")
+    nine_years = 9 * 365 * 86_400
+    prod.publish("t", b"a", delay=nine_years).wait_stored(5)
+    prod.publish("t", b"b", deliver_at=time.time() + nine_years).wait_stored(5)
+    at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=9 * 365)
+    prod.publish("t", b"c", deliver_at=at).wait_stored(5)
+    assert prod.status()["outbox"] == 3
+
+
 @pytest.mark.parametrize("payloads, keys, match", [
     ("abc", None, "list of payloads, got one str"),  # was three messages "a", "b", "c"
     (b"abc", None, "list of payloads, got one bytes"),
@@ -199,6 +218,8 @@ def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first
     ([], None, "at least one payload"),
     ([b"a", b"b", b"c"], "abc", "list of keys"),  # was the keys "a", "b", "c"
     ([b"a", b"b"], ["k"], "1 keys for 2 payloads"),
+    (5, None, "list of payloads .bytes or str., got int"),  # was a raw TypeError
+    ([b"a"], 5, "list of keys .one per payload., got int"),
 ])
 def test_bad_publish_many_arguments_raise_at_the_call(make_node, payloads, keys, match):
     prod = make_node("prod")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import zmesh
-from tests.conftest import wait_members, wait_until
+from tests.conftest import fetched, wait_members, wait_until
 from zmesh._protocol.codec import MAX_REASON_CHARS
 
 
@@ -85,7 +85,30 @@ def test_a_long_reason_is_cut_to_what_a_fail_carries(make_node):
     assert prod.stats().get("decode_errors", 0) == 0
 
 
-@pytest.mark.parametrize("delay", [-1.0, float("nan"), float("inf")])
+def test_dead_letter_calls_refuse_bad_names_and_limits(make_node):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    for i in range(3):
+        prod.publish("t", b"%d" % i)
+    for msg in fetched(sub, 3):
+        msg.fail("bad")
+    wait_until(lambda: len(prod.dead_letters("t", "g")) == 3, what="three dead letters")
+    assert len(prod.dead_letters("t", "g", limit=1)) == 1
+    # limit 0 and -1 gave one letter, 2.5 three, "x" a raw TypeError on the IO thread.
+    for limit in (0, -1, 2.5, "x", True, None):
+        with pytest.raises(zmesh.ArgumentError, match="limit must be an int >= 1"):
+            prod.dead_letters("t", "g", limit=limit)
+    calls = [prod.dead_letters, prod.replay_dead_letters, prod.purge_dead_letters]
+    for call in calls:
+        with pytest.raises(zmesh.ConfigError, match="topic name"):
+            call("bad topic", "g")
+        with pytest.raises(zmesh.ConfigError, match="group name"):
+            call("t", 5)
+    assert prod.purge_dead_letters("t", "g") == 3  # the node goes on
+
+
+@pytest.mark.parametrize("delay", [-1.0, float("nan"), float("inf"), True, "1", 1e12])
 def test_nack_and_fetch_refuse_bad_arguments_and_the_message_stays_unsettled(make_node, delay):
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
     cons = make_node("cons", seeds=[prod.control_address])

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from zmesh import ConfigError, NodeConfig, SubscriptionConfig, TopicConfig
+import zmesh
+from zmesh import (
+    ConfigError,
+    NodeConfig,
+    ProducerConfig,
+    RelayConfig,
+    SubscriptionConfig,
+    TopicConfig,
+)
 from zmesh._discovery.static import seed_endpoints
 from zmesh.config import parse_seed
 
@@ -96,9 +106,18 @@ def test_node_config_accepts_edge_values() -> None:
         max_message_bytes=1,
         map_size_bytes=1 << 20,
         max_map_size_bytes=1 << 20,  # equal: allowed, the map just never grows
-        seeds=["[::1]:65535", "host.example:1"],
+        seeds=["10.0.0.2:65535", "host.example:1", "tcp://db_2.local.:80"],
+        interfaces=["127.0.0.1", "10.0.0.12"],
+        dedupe_window_s=math.inf,  # (remembered for good)
     )
     assert cfg.publish_timeout_s == 0
+    assert node(interfaces=["0.0.0.0"]).interfaces == ("0.0.0.0",)
+    assert node(interfaces=["*"], mdns=False).interfaces == ("*",)
+    assert node(data_dir=Path("var") / "n1").data_dir == str(Path("var") / "n1")
+    # Infinity where it means "never": no ack deadline, no expiry, no age limit.
+    cfg_inf = TopicConfig(ack_timeout_s=math.inf, ttl_s=math.inf, retention_s=math.inf)
+    assert cfg_inf.ack_timeout_s == math.inf
+    assert TopicConfig(retry_backoff_s=2, max_retry_backoff_s=2).retry_backoff_s == 2
 
 
 def test_configs_are_frozen_and_keyword_only() -> None:
@@ -155,6 +174,11 @@ def test_config_error_is_a_value_error() -> None:
         ("retry_backoff_s", -0.1, "TopicConfig.retry_backoff_s"),
         ("retry_backoff_s", "fast", "TopicConfig.retry_backoff_s"),
         ("max_retry_backoff_s", -1, "TopicConfig.max_retry_backoff_s"),
+        # An infinite backoff never redelivers a nacked or timed-out message.
+        ("retry_backoff_s", math.inf, "TopicConfig.retry_backoff_s must be a finite"),
+        ("max_retry_backoff_s", math.inf, "TopicConfig.max_retry_backoff_s must be a finite"),
+        # (above the default max_retry_backoff_s of 30)
+        ("retry_backoff_s", 31, "retry_backoff_s (31) must be at most max_retry_backoff_s"),
         ("max_attempts", -1, "TopicConfig.max_attempts"),
         ("max_attempts", 1.5, "TopicConfig.max_attempts"),
         ("max_attempts", True, "TopicConfig.max_attempts"),
@@ -210,6 +234,10 @@ def test_topic_config_rejects_nan(field: str) -> None:
         ("batch_size", 10_001, "SubscriptionConfig.batch_size"),
         ("max_in_flight", (1 << 24) + 1, "SubscriptionConfig.max_in_flight"),
         ("concurrency", -1, "SubscriptionConfig.concurrency"),
+        ("concurrency", 0, "SubscriptionConfig.concurrency"),
+        ("concurrency", True, "SubscriptionConfig.concurrency"),
+        # a thread each: 20,000 took seconds to start and to join, 100,000 hung
+        ("concurrency", 1025, "SubscriptionConfig.concurrency must be an int 1..1,024"),
     ],
 )
 def test_subscription_config_rejects(field: str, value: object, named: str) -> None:
@@ -233,8 +261,27 @@ def test_subscription_config_rejects(field: str, value: object, named: str) -> N
         ("data_dir", "", "NodeConfig.data_dir"),
         ("data_dir", 5, "NodeConfig.data_dir"),
         ("data_dir", None, "NodeConfig.data_dir"),
-        ("interfaces", "127.0.0.1", "NodeConfig.interfaces"),
-        ("seeds", "10.0.0.2:5000", "NodeConfig.seeds"),
+        ("data_dir", b"/x", "NodeConfig.data_dir must be a path"),  # was a dir "b'/x'"
+        ("interfaces", "127.0.0.1", "interfaces must be a list of addresses, not a string"),
+        ("interfaces", b"127.0.0.1", "interfaces must be a list of addresses, not a string"),
+        ("seeds", "10.0.0.2:5000", "seeds must be a list of addresses, not a string"),
+        # "" bound every interface; the others failed at the start with zmq's words
+        ("interfaces", [""], "'' is not an IPv4 address"),
+        ("interfaces", ["::1"], "'::1' is an IPv6 address; zmesh binds IPv4 only"),
+        ("interfaces", ["[::1]"], "zmesh binds IPv4 only"),
+        ("interfaces", ["127.0.0.1:5000"], "is not an IPv4 address; give this host's "
+                                           "addresses without a port"),
+        ("interfaces", ["lo"], "'lo' is not an IPv4 address"),  # (mDNS takes addresses)
+        ("interfaces", ["127.0.0.1", "127.0.0.1"], "names ['127.0.0.1'] more than once"),
+        ("interfaces", ["0.0.0.0", "127.0.0.1"], "'0.0.0.0' binds every interface already"),
+        ("interfaces", ["*"], "mDNS does not take '*'"),  # (with mdns on, the default)
+        ("seeds", ["[::1]:5000"], "seed '[::1]:5000' is an IPv6 address"),
+        ("seeds", ["::1:5000"], "zmesh binds IPv4 only"),
+        ("seeds", ["tcp://[::1]:5000"], "zmesh binds IPv4 only"),
+        ("seeds", ["10.0.0.2 :5000"], "'10.0.0.2 ' is neither a host name nor an IPv4"),
+        ("seeds", ["my host:5000"], "neither a host name nor an IPv4 address"),
+        ("seeds", ["host;rm:5000"], "neither a host name nor an IPv4 address"),
+        ("seeds", ["10.0.0.256:5000"], "'10.0.0.256' is not an IPv4 address"),
         ("seeds", ["10.0.0.2"], "seed '10.0.0.2'"),
         ("seeds", ["10.0.0.2:0"], "seed '10.0.0.2:0'"),
         ("seeds", ["10.0.0.2:65536"], "seed '10.0.0.2:65536'"),
@@ -248,6 +295,7 @@ def test_subscription_config_rejects(field: str, value: object, named: str) -> N
         ("dead_after_s", 0, "NodeConfig.dead_after_s"),
         ("dead_after_s", 1.0, "NodeConfig.dead_after_s"),  # not longer than the heartbeat
         ("dead_after_s", 0.5, "NodeConfig.dead_after_s"),
+        ("dead_after_s", math.inf, "NodeConfig.dead_after_s must be a finite"),
         ("max_outbox_messages", 0, "NodeConfig.max_outbox_messages"),
         ("max_outbox_messages", True, "NodeConfig.max_outbox_messages"),
         ("max_outbox_messages", 1.5, "NodeConfig.max_outbox_messages"),
@@ -264,6 +312,9 @@ def test_subscription_config_rejects(field: str, value: object, named: str) -> N
         ("max_message_bytes", (128 << 20) + 1, "at most an eighth of the LMDB map"),
         ("publish_timeout_s", -1, "NodeConfig.publish_timeout_s"),
         ("memory_budget_bytes", -1, "NodeConfig.memory_budget_bytes"),
+        ("memory_budget_bytes", 1.5, "NodeConfig.memory_budget_bytes must be an int"),
+        ("memory_budget_bytes", True, "NodeConfig.memory_budget_bytes must be an int"),
+        ("ban_after_bad_frames", 1.5, "NodeConfig.ban_after_bad_frames must be an int >= 0"),
         ("dedupe_window_s", 0, "NodeConfig.dedupe_window_s"),
         ("topics", {"bad name": TopicConfig()}, "topic name"),
         ("topics", {"metrics": {"partitions": 4}}, "NodeConfig.topics['metrics']"),
@@ -526,5 +577,141 @@ def test_from_mapping_names_its_source() -> None:
 def test_a_seed_may_be_written_as_a_zeromq_endpoint(port: int) -> None:
     # (it was taken as the host "tcp://10.0.0.2", which no connect could reach)
     assert parse_seed(f"tcp://10.0.0.2:{port}") == ("10.0.0.2", port)
-    assert parse_seed(f"tcp://[::1]:{port}") == ("::1", port)
     assert seed_endpoints([f"tcp://10.0.0.2:{port}"]) == seed_endpoints([f"10.0.0.2:{port}"])
+
+
+def test_only_a_metrics_address_may_be_ipv6() -> None:
+    # Nodes listen on IPv4 only: an IPv6 seed was accepted and never reached anyone.
+    assert parse_seed("[::1]:9464", what="metrics_address") == ("::1", 9464)
+    assert node(metrics_address="[::1]:0").metrics_address == "[::1]:0"
+    with pytest.raises(ConfigError, match="IPv6 address; zmesh binds IPv4 only"):
+        parse_seed("[::1]:9464")
+    with pytest.raises(ConfigError, match="neither a host name nor an IPv4"):
+        node(metrics_address="local host:9464")
+
+
+def test_a_relay_to_its_own_topic_is_refused() -> None:
+    # It would consume what it publishes, republishing every message for good.
+    assert RelayConfig(from_topic="a", to_topic="b", group="g").to_topic == "b"
+    with pytest.raises(ConfigError, match="RelayConfig.to_topic must differ from from_topic"):
+        RelayConfig(from_topic="a", to_topic="a", group="g")
+    with pytest.raises(ConfigError, match=r"\[relays.loop\]: RelayConfig.to_topic"):
+        NodeConfig.from_mapping({"node": {"name": "n", "data_dir": "d"},
+                                 "relays": {"loop": {"from_topic": "a", "to_topic": "a",
+                                                     "group": "g"}}})
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("interval_s", math.inf, "ProducerConfig.interval_s must be a finite"),
+    ("count", 1.5, "ProducerConfig.count must be an int >= 0"),
+    ("count", True, "ProducerConfig.count must be an int >= 0"),
+])
+def test_producer_config_rejects(field: str, value: object, named: str) -> None:
+    kw: dict[str, Any] = {"topic": "t", "source": "m:f", field: value}
+    with pytest.raises(ConfigError, match=named):
+        ProducerConfig(**kw)
+
+
+# -- what a node is given -----------------------------------------------------------------
+# (refused at the call: a TopicConfig of the wrong type was taken, then killed the IO thread)
+
+
+def test_a_node_refuses_settings_it_cannot_use(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="Node config= must be a NodeConfig, got dict"):
+        zmesh.Node(config={"name": "n", "data_dir": "d"})  # type: ignore[arg-type]
+    cfg = NodeConfig(name="n", data_dir="d", mdns=False)
+    for kw in ({"interfaces": ["127.0.0.1"]}, {"mesh": "m"}, {"mdns": False},
+               {"seeds": ["10.0.0.2:5000"]}):
+        with pytest.raises(ConfigError, match=r"config=NodeConfig\(\.\.\.\) or keyword settings"):
+            zmesh.Node(config=cfg, **kw)  # type: ignore[arg-type]  # (was ignored)
+    with pytest.raises(ConfigError) as info:
+        zmesh.Node("n", data_dir="d", partitons=4)
+    assert "Node() has unknown setting(s) ['partitons']; known: [" in str(info.value)
+    assert "'heartbeat_interval_s'" in str(info.value)
+    # A string where a list belongs was split into characters; bytes or a number became a
+    # directory named "b'/x'" or "5".
+    for kw, named in [({"interfaces": "127.0.0.1"}, "interfaces must be a list of addresses"),
+                      ({"seeds": "127.0.0.1:4000"}, "seeds must be a list of addresses"),
+                      ({"data_dir": b"/x"}, "data_dir must be a path"),
+                      ({"data_dir": 5}, "data_dir must be a path")]:
+        with pytest.raises(ConfigError, match=named):
+            zmesh.Node("n", **{"data_dir": "d", **kw})  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_node_takes_any_list_of_interfaces_and_a_path_for_its_data_dir(tmp_path: Path) -> None:
+    with zmesh.Node("n", data_dir=tmp_path / "n", interfaces=(i for i in ["127.0.0.1"]),
+                    mdns=False) as node:
+        assert node.config.interfaces == ("127.0.0.1",)
+        assert node.config.data_dir == str(tmp_path / "n")
+        assert node.control_address.startswith("127.0.0.1:")
+
+
+def test_topic_refuses_a_config_of_another_type_and_unknown_options(make_node: Any) -> None:
+    node = make_node("n")
+    with pytest.raises(ConfigError, match="topic 'a': config must be a TopicConfig, got dict"):
+        node.topic("a", {"partitions": 4})
+    with pytest.raises(ConfigError, match="got int"):
+        node.topic("a", 5)
+    with pytest.raises(ConfigError) as info:
+        node.topic("a", partitons=4)
+    assert "topic 'a' has unknown option(s) ['partitons']; known: [" in str(info.value)
+    assert "'partitions'" in str(info.value)
+    # The IO thread lives on.
+    assert node.topic("a", partitions=4).partitions == 4
+    node.publish("a", b"x").wait_stored(5)
+
+
+def test_subscribe_refuses_a_config_of_another_type_or_topic(make_node: Any) -> None:
+    node = make_node("n")
+    with pytest.raises(zmesh.ArgumentError, match="config= must be a SubscriptionConfig, got "
+                                                  "dict"):
+        node.subscribe("a", config={"group": "g"})
+    # The config's topic was ignored.
+    with pytest.raises(zmesh.ArgumentError, match="subscribe to 'a' got a config for topic "
+                                                  "'zzz'"):
+        node.subscribe("a", config=SubscriptionConfig(group="g", topic="zzz"))
+    sub = node.subscribe("a", config=SubscriptionConfig(group="g", topic="a"))
+    assert sub.topic == "a"
+
+
+def test_concurrency_is_for_a_handler(make_node: Any) -> None:
+    # Without a handler it does nothing: the application's threads consume.
+    node = make_node("n")
+    with pytest.raises(zmesh.ArgumentError, match="concurrency=4 needs handler="):
+        node.subscribe("a", "g", concurrency=4)
+    with pytest.raises(zmesh.ArgumentError, match="concurrency=4 needs handler="):
+        node.subscribe("a", config=SubscriptionConfig(group="g", concurrency=4))
+    with pytest.raises(ConfigError, match="concurrency must be an int 1..1,024"):
+        node.subscribe("a", "g", handler=print, concurrency=1025)
+    sub = node.subscribe("a", "g", handler=lambda msg: None, concurrency=4)
+    assert len(sub._workers) == 4
+    sub.close()
+
+
+def test_handler_threads_that_cannot_start_are_a_clear_error(
+        make_node: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = make_node("n")
+    start = threading.Thread.start
+    started: list[threading.Thread] = []
+
+    def start_two(self: threading.Thread) -> None:
+        if self.name.startswith("zmesh-handler") and len(started) == 2:
+            raise RuntimeError("can't start new thread")
+        if self.name.startswith("zmesh-handler"):
+            started.append(self)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start_two)
+    with pytest.raises(zmesh.ZMeshError, match="started 2 of its concurrency=8 handler "
+                                               "threads and no more .can't start new "
+                                               "thread.; lower concurrency"):
+        node.subscribe("a", "g", handler=lambda msg: None, concurrency=8)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    assert len(started) == 2 and not any(t.is_alive() for t in started)  # stopped, joined
+    assert not [s for s in node._engine._local_subs if not s.closed]
+    sub = node.subscribe("a", "g", handler=lambda msg: None, concurrency=2)
+    node.publish("a", b"x").wait_acked(5)
+    sub.close()
