@@ -26,8 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from . import SCENARIOS, machine, report, scen_raw, scen_zmesh
-from ._child import BenchError
+from . import SCENARIOS, _child, machine, report, scen_raw, scen_zmesh
 from .sizes import FULL, QUICK
 
 RUNNERS = {**scen_raw.SCENARIOS, **scen_zmesh.SCENARIOS}
@@ -36,7 +35,7 @@ RUNNERS = {**scen_raw.SCENARIOS, **scen_zmesh.SCENARIOS}
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="small counts and 1 repetition (a smoke run of about a minute)")
+                    help="small counts and 1 repetition (a smoke run of about 20 seconds)")
     ap.add_argument("--reps", type=int, default=None,
                     help="repetitions of each scenario; medians are reported (default 3, "
                          "quick 1)")
@@ -52,7 +51,40 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         args.reps = 1 if args.quick else 3
     if args.reps < 1:
         ap.error("--reps must be >= 1")
+    # Where the results go is checked before the run, not found wrong after it.
+    for option, path, is_dir in (("--json", args.json, False),
+                                 ("--results-dir", args.results_dir, True)):
+        if path is not None:
+            problem = _unwritable(path, is_dir)
+            if problem:
+                ap.error(f"{option} {path}: {problem}")
+    if args.profile is not None and not _child.py_spy():
+        ap.error("--profile needs py-spy in this environment: pip install py-spy")
     return args
+
+
+def _unwritable(path: Path, is_dir: bool) -> str:
+    """Why results cannot be written to ``path`` (a file, or a directory if ``is_dir``);
+    empty if they can. Creates the directory (or the file's)."""
+    folder = path if is_dir else path.parent
+    if is_dir and path.exists() and not path.is_dir():
+        return "exists and is not a directory"
+    if not is_dir and path.is_dir():
+        return "is a directory"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create {folder}: {exc.strerror}"
+    probe = path / ".zmesh-bench-probe" if is_dir else path
+    existed = probe.exists()
+    try:
+        with open(probe, "a"):
+            pass
+    except OSError as exc:
+        return f"not writable: {exc.strerror}"
+    if not existed:
+        probe.unlink()
+    return ""
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -67,6 +99,7 @@ def run(argv: list[str] | None = None) -> int:
     speed_start = machine.python_speed()
     raw: dict[str, dict[str, Any]] = {n: {"reps": [], "errors": []} for n in names}
     root = Path(tempfile.mkdtemp(prefix="zmesh-bench-"))
+    interrupted = False
     try:
         for rep in range(args.reps):
             for name in names:
@@ -77,15 +110,20 @@ def run(argv: list[str] | None = None) -> int:
                 err.print(f"[dim]rep {rep + 1}/{args.reps}[/] {name} ...", end=" ")
                 try:
                     metrics = RUNNERS[name](workdir, sizes, profile)
-                except (BenchError, OSError, KeyError, ValueError) as exc:
-                    raw[name]["errors"].append(f"rep {rep + 1}: {exc}")
-                    err.print(f"[red]failed[/] ({time.monotonic() - t0:.1f}s)\n{exc}")
+                except Exception as exc:  # (one scenario's failure is recorded, not fatal)
+                    text = str(exc) if isinstance(exc, _child.BenchError) else \
+                        f"{type(exc).__name__}: {exc}"
+                    raw[name]["errors"].append(f"rep {rep + 1}: {text}")
+                    err.print(f"[red]failed[/] ({time.monotonic() - t0:.1f}s)\n{text}")
                     continue
                 finally:
                     shutil.rmtree(workdir, ignore_errors=True)
                 metrics["python_speed_s"] = speed
                 raw[name]["reps"].append(metrics)
                 err.print(f"{metrics['rate']:,.0f} msgs/s ({time.monotonic() - t0:.1f}s)")
+    except KeyboardInterrupt:  # (the children are stopped by then: report what was measured)
+        interrupted = True
+        err.print("[yellow]interrupted[/]: reporting the repetitions measured so far")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     scenarios, targets = report.summarize(raw)
@@ -112,17 +150,26 @@ def run(argv: list[str] | None = None) -> int:
         "targets": targets,
     }
     text = json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n"
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text)
-    if args.results_dir:
-        args.results_dir.mkdir(parents=True, exist_ok=True)
-        (args.results_dir / "results.json").write_text(text)
-        rec = Console(record=True, width=200, file=open("/dev/null", "w"))  # noqa: SIM115
-        rec.print(tab)
-        (args.results_dir / "results.txt").write_text(rec.export_text())
-        rec.file.close()
-        (args.results_dir / "machine.md").write_text(machine.markdown(desc))
+    try:
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(text)
+        if args.results_dir:
+            args.results_dir.mkdir(parents=True, exist_ok=True)
+            (args.results_dir / "results.json").write_text(text)
+            rec = Console(record=True, width=200, file=open(os.devnull, "w"))  # noqa: SIM115
+            rec.print(tab)
+            (args.results_dir / "results.txt").write_text(rec.export_text())
+            rec.file.close()
+            (args.results_dir / "machine.md").write_text(machine.markdown(desc))
+    except OSError as exc:  # (checked before the run; a disk may still fill up)
+        fd, kept = tempfile.mkstemp(prefix="zmesh-bench-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        err.print(f"[red]cannot write the results[/] ({exc}); the JSON is in {kept}")
+        return 1
+    if interrupted:
+        return 130
     failed = [n for n, e in scenarios.items() if not e["reps"]]
     if failed:
         err.print(f"[red]no result for {', '.join(failed)}[/]")

@@ -11,6 +11,7 @@ import json
 import os
 import queue
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -22,6 +23,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE_S = 10.0
+
+
+def py_spy() -> str | None:
+    """The py-spy beside this Python (its virtualenv), else on the PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
 
 
 class BenchError(RuntimeError):
@@ -43,13 +50,19 @@ class Child:
         cmd = [sys.executable, "-m", "benchmarks.worker", role, json.dumps(params)]
         if profile_dir is not None:
             profile_dir.mkdir(parents=True, exist_ok=True)
-            spy = Path(sys.executable).with_name("py-spy")
+            spy = py_spy()
+            if spy is None:
+                raise BenchError("--profile needs py-spy: pip install py-spy")
             # --gil: sample only the thread holding the GIL, i.e. where Python time goes.
-            cmd = [str(spy), "record", "--format", "raw", "--threads", "--gil", "--rate", "250",
-                   "--output", str(profile_dir / f"{self.name}.txt"), "--", *cmd]
+            cmd = [spy, "record", "--format", "raw", "--threads", "--gil", "--rate", "250",
+                   "--output", str(profile_dir.resolve() / f"{self.name}.txt"), "--", *cmd]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log, env=env, cwd=str(ROOT))
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self._log, env=env, cwd=str(ROOT))
+        except BaseException:
+            self._log.close()
+            raise
         self.cmdline = shlex.join(cmd)
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True,

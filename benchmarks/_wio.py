@@ -9,6 +9,7 @@ every process of the machine, so a consumer can subtract a producer's stamp.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import resource
 import struct
@@ -18,6 +19,7 @@ import time
 from typing import Any
 
 PAYLOAD_BYTES = 100
+ORPHAN_GRACE_S = 5.0  # a worker whose parent is gone exits after at most this long
 _STAMP = struct.Struct("<d")
 _stdout_lock = threading.Lock()
 
@@ -103,8 +105,19 @@ class Commands:
             if cmd.get("cmd") == "stop":
                 self.stopping = True
             self._q.put(cmd)
+        # The end of stdin without a stop: the parent is gone (its pipes closed with it).
+        # The loops that check ``stopping`` end the worker; this ends one that does not.
+        if not self.stopping:
+            orphaned = threading.Timer(ORPHAN_GRACE_S, os._exit, (3,))
+            orphaned.daemon = True
+            orphaned.start()
         self.stopping = True
         self._q.put({"cmd": "stop"})
+
+    def check(self) -> None:
+        """Raise SystemExit if the parent asked the worker to stop (or is gone)."""
+        if self.stopping:
+            raise SystemExit(0)
 
     def wait(self, name: str, timeout: float) -> dict[str, Any]:
         """The next command called ``name``; raises TimeoutError, or SystemExit on stop."""

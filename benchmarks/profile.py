@@ -80,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args(argv)
+    missing = [str(f) for f in args.files if not f.is_file()]
+    if missing:
+        ap.error(f"no such profile file: {', '.join(missing)} (python -m benchmarks "
+                 "--profile DIR writes DIR/SCENARIO-REP/ROLE.txt)")
     for f in args.files:
         print(report(f, args.top))
     return 0

@@ -123,9 +123,10 @@ def raw_router(p: dict[str, Any], cmds: Commands) -> None:
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     emit("ready", endpoint=_bound(sock))
-    ack_every = p["ack_every"]
+    ack_every, warmup = p["ack_every"], p.get("warmup", 0)
     deadline = time.monotonic() + p["deadline_s"]
     received = 0
+    cpu0, counted_from = cpu_s(), 0  # (CPU of the timed part: from the warm-up's end)
     recv = sock.recv_multipart
     send = sock.send_multipart
     try:
@@ -146,7 +147,10 @@ def raw_router(p: dict[str, Any], cmds: Commands) -> None:
                     pending = 0
             if pending and ident is not None:
                 send([ident, received.to_bytes(8, "big")])
-        emit("result", received=received, rss_mb=rss_mb(), cpu_s=cpu_s())
+            if not counted_from and warmup and received >= warmup:
+                cpu0, counted_from = cpu_s(), received
+        emit("result", received=received - counted_from, rss_mb=rss_mb(),
+             cpu_s=cpu_s() - cpu0)
     finally:
         sock.close(linger=0)
         ctx.term()

@@ -147,6 +147,8 @@ def table(scenarios: dict[str, Any], targets: list[dict[str, Any]], title: str) 
         if "p50_ms" in med:
             lat = f"{med['p50_ms']:.3f} / {med['p99_ms']:.3f}"
         ratio = "-" if entry["ratio"] is None else f"{entry['ratio']:.3f}"
+        if entry["ratio"] is not None and entry["ratio_metric"] == "p50_ms":
+            ratio += " (p50)"
         extra = ""
         if name == "restart_first_message":
             extra = f" (first msg {med['first_message_s']:.2f} s)"

@@ -64,7 +64,7 @@ def _dealer_router(workdir: Path, profile: Path | None, *, lmdb: bool,
     n = sizes.dealer_router
     deadline_s = sizes.deadline(n, 30_000)
     with children(workdir, profile) as kids:
-        router = kids.start("raw_router", name="raw-router", ack_every=100,
+        router = kids.start("raw_router", name="raw-router", ack_every=100, warmup=n // 10,
                             deadline_s=deadline_s)
         endpoint = router.expect("ready", 15)["endpoint"]
         lmdb_dir = workdir / "raw-outbox"

@@ -7,12 +7,13 @@ itself acked). Each function returns ``rate``, ``rss_mb`` per process and its ow
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from ._child import Child, children
+from ._child import BenchError, Child, children
 from .sizes import Sizes
 
 TOPIC = "bench"
@@ -52,7 +53,8 @@ def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str,
         names = [(g, f"-{i + 1}" if members > 1 else "") for g in groups for i in range(members)]
         cons = [_consumer(kids, workdir, mesh, g, seeds=[control], api=api, sizes=sizes,
                           deadline_s=deadline_s, latency=bool(rate), idle=idle, member=m,
-                          expect=warmup + count if members == 1 else 0)
+                          expect=warmup + count if members == 1 else 0,
+                          warmup=warmup if members == 1 else 0)
                 for g, m in names]
         for c in cons:
             c.expect("ready", 30)
@@ -69,7 +71,8 @@ def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str,
                                                                           strict=True)}},
         "cpu_us_per_msg": {
             "producer": res["cpu_s"] * 1e6 / count,
-            **{f"consumer_{g}{m}": r["cpu_s"] * 1e6 / max(1, r["count"] if m else warmup + count)
+            # (one member of a group: from its last warm-up message; two: all it received)
+            **{f"consumer_{g}{m}": r["cpu_s"] * 1e6 / max(1, r["count"] if m else count)
                for (g, m), r in zip(names, got, strict=True)}},
         "producer_stats": {k: v for k, v in res["stats"].items()
                            if k in ("redelivered_member_gone", "ack_timeouts", "nacked",
@@ -162,6 +165,8 @@ def offline_backlog(workdir: Path, sizes: Sizes, profile: Path | None = None) ->
         "producer_rss_after_publish": pub["rss_now"],
         "first_message_after_reconnect_s": got["t_first"] - ready["t_subscribed"],
         "rss_mb": {"producer": drained["rss_mb"], "consumer": got["rss_mb"]},
+        "cpu_us_per_msg": {"producer": drained["cpu_s"] * 1e6 / n,  # (the drain's)
+                           "consumer": got["cpu_s"] * 1e6 / max(1, got["count"])},
     }
 
 
@@ -176,7 +181,11 @@ def restart_first_message(workdir: Path, sizes: Sizes,
                            data_dir=data_dir, topic=TOPIC, group="g", count=n, batch=1000,
                            deadline_s=deadline_s)
         built = build.expect("built", deadline_s)
-        build.proc.wait(60)  # its data dir lock is released
+        try:
+            build.proc.wait(60)  # its data dir lock is released
+        except subprocess.TimeoutExpired as exc:
+            raise BenchError(f"{build.name} did not exit within 60s after building the "
+                             f"backlog{build.tail()}") from exc
         cons = _consumer(kids, workdir, mesh, "g", seeds=[], api=DRAIN_API, sizes=sizes,
                          deadline_s=deadline_s, expect=n, window_s=sizes.restart_window_s)
         control = cons.expect("ready", 30)["control"]
@@ -190,10 +199,13 @@ def restart_first_message(workdir: Path, sizes: Sizes,
         prod.send("stop")
         closed = prod.expect("result", 60)
     window = got["window_count"]
-    if window:
+    if 0 < window < n:
         rate = window / sizes.restart_window_s
-    else:  # everything came within the window
-        rate = got["count"] / max(1e-6, got["t_last"] - got["t_first"])
+    elif got["t_last"]:  # everything came within the window
+        rate = n / max(1e-6, got["t_last"] - got["t_first"])
+    else:
+        raise BenchError(f"the restarted producer delivered {got['count']} of {n} messages, "
+                         f"none within {sizes.restart_window_s:g}s of the first")
     return {
         "first_message_s": first["t"] - started["t0"],
         "node_start_s": started["t_started"] - started["t0"],
@@ -201,6 +213,7 @@ def restart_first_message(workdir: Path, sizes: Sizes,
         "rate": rate, "backlog": built["outbox"], "build_publish_rate": built["publish_rate"],
         "rss_mb": {"producer_build": built["rss_mb"], "producer": closed["rss_mb"],
                    "consumer": got["rss_mb"]},
+        "cpu_us_per_msg": {"consumer": got["cpu_s"] * 1e6 / max(1, got["count"])},
     }
 
 

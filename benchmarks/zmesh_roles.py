@@ -39,32 +39,36 @@ def _lanes(node: zmesh.Node, topic: str) -> dict[str, dict[str, Any]]:
     return {ln["lane"]: ln for ln in node.status()["lanes"] if ln["topic"] == topic}
 
 
-def _wait(pred: Any, timeout: float, what: str, interval: float = 0.01) -> None:
+def _wait(pred: Any, timeout: float, what: str, cmds: Commands,
+          interval: float = 0.01) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
+        cmds.check()
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(interval)
 
 
 def _wait_members(node: zmesh.Node, topic: str, groups: list[str], timeout: float,
-                  members: int = 1) -> None:
+                  cmds: Commands, members: int = 1) -> None:
     def ready() -> bool:
         lanes = _lanes(node, topic)
         return all(g in lanes and len(lanes[g]["members"]) >= members for g in groups)
-    _wait(ready, timeout, f"{members} member(s) in each of {groups}")
+    _wait(ready, timeout, f"{members} member(s) in each of {groups}", cmds)
 
 
-def _wait_acked(node: zmesh.Node, last: zmesh.Receipt, deadline: float) -> None:
+def _wait_acked(node: zmesh.Node, last: zmesh.Receipt, deadline: float,
+                cmds: Commands) -> None:
     """Every message acked: the last receipt acked, then the outbox empty (acks of other
-    partitions may come a little later). Cheaper than waiting on each receipt."""
-    last.wait_acked(max(0.001, deadline - time.monotonic()))
+    partitions may come a little later)."""
+    _wait(lambda: last.acked, deadline - time.monotonic(), "the last message's acks", cmds,
+          STATUS_POLL_S)
     _wait(lambda: node.status()["outbox"] == 0, deadline - time.monotonic(),
-          "an empty outbox", STATUS_POLL_S)
+          "an empty outbox", cmds, STATUS_POLL_S)
 
 
 def _publish(node: zmesh.Node, p: dict[str, Any], count: int, deadline: float,
-             rate: float = 0.0) -> zmesh.Receipt:
+             cmds: Commands, rate: float = 0.0) -> zmesh.Receipt:
     """Publish ``count`` messages with the scenario's API; returns the last receipt (the
     others are dropped, as a fire-and-forget publisher would)."""
     topic, body = p["topic"], payload()
@@ -73,6 +77,7 @@ def _publish(node: zmesh.Node, p: dict[str, Any], count: int, deadline: float,
         publish, interval, t_next = node.publish, 1.0 / rate, time.monotonic()
         for _ in range(count):
             now = time.monotonic()
+            cmds.check()
             if now > deadline:
                 raise TimeoutError("paced publishing ran past its deadline")
             if t_next > now:
@@ -82,14 +87,18 @@ def _publish(node: zmesh.Node, p: dict[str, Any], count: int, deadline: float,
     elif p["api"] == "batch":
         bodies, many = [body] * p["batch"], node.publish_many
         for i in range(count // p["batch"]):
-            if not i % 64 and time.monotonic() > deadline:
-                raise TimeoutError("publishing ran past its deadline")
+            if not i % 64:
+                cmds.check()
+                if time.monotonic() > deadline:
+                    raise TimeoutError("publishing ran past its deadline")
             last = many(topic, bodies)
     else:
         publish = node.publish
         for i in range(count):
-            if not i % CHUNK and time.monotonic() > deadline:
-                raise TimeoutError("publishing ran past its deadline")
+            if not i % CHUNK:
+                cmds.check()
+                if time.monotonic() > deadline:
+                    raise TimeoutError("publishing ran past its deadline")
             last = publish(topic, body)
     assert last is not None
     return last
@@ -103,12 +112,12 @@ def zmesh_producer(p: dict[str, Any], cmds: Commands) -> None:
         topic, groups = p["topic"], p["groups"]
         node.topic(topic, durability=p["durability"], groups=groups)
         emit("ready", control=node.control_address)
-        _wait_members(node, topic, groups, p.get("members_timeout_s", 30.0),
+        _wait_members(node, topic, groups, p.get("members_timeout_s", 30.0), cmds,
                       p.get("members", 1))
-        _wait_acked(node, _publish(node, p, p["warmup"], deadline, p.get("rate", 0.0)),
-                    deadline)
+        _wait_acked(node, _publish(node, p, p["warmup"], deadline, cmds, p.get("rate", 0.0)),
+                    deadline, cmds)
         t0, cpu0 = time.monotonic(), cpu_s()
-        last = _publish(node, p, p["count"], deadline, p.get("rate", 0.0))
+        last = _publish(node, p, p["count"], deadline, cmds, p.get("rate", 0.0))
         t_published = time.monotonic()
         lanes_done: dict[str, float] = {}
         if len(groups) > 1:
@@ -120,8 +129,9 @@ def zmesh_producer(p: dict[str, Any], cmds: Commands) -> None:
                     if name in groups and name not in lanes_done and ln["pending"] == 0:
                         lanes_done[name] = now
                 return len(lanes_done) == len(groups)
-            _wait(all_done, deadline - time.monotonic(), "every group to ack", STATUS_POLL_S)
-        _wait_acked(node, last, deadline)
+            _wait(all_done, deadline - time.monotonic(), "every group to ack", cmds,
+                  STATUS_POLL_S)
+        _wait_acked(node, last, deadline, cmds)
         t1, cpu1 = time.monotonic(), cpu_s()
         emit("result", t0=t0, t_published=t_published, t1=t1, lanes_done=lanes_done,
              rss_mb=rss_mb(), cpu_s=cpu1 - cpu0, stats=node.stats())
@@ -139,8 +149,9 @@ def zmesh_consumer(p: dict[str, Any], cmds: Commands) -> None:
         node.subscribe(f"idle-{i}", group=p["group"])  # (closed with the node)
     sub = node.subscribe(p["topic"], group=p["group"])  # (the defaults users get)
     t_sub = time.monotonic()
+    # The CPU of the timed part: from the last warm-up message on (``warmup`` counted).
     state = {"count": 0, "t_first": 0.0, "t_last": 0.0, "window_count": 0,
-             "cpu0": cpu_s(), "cpu_s": 0.0}
+             "cpu0": cpu_s(), "cpu_s": 0.0, "warmup": p.get("warmup", 0)}
     window_s = p.get("window_s", 0.0)
 
     def watch() -> None:
@@ -178,6 +189,8 @@ def _seen(state: dict[str, Any], n: int, expect: int) -> None:
     if not before:
         state["t_first"] = time.monotonic()
         emit("first", t=state["t_first"])
+    if before < state["warmup"] <= count:
+        state["cpu0"] = cpu_s()
     if expect and before < expect <= count:
         state["t_last"] = time.monotonic()
         state["cpu_s"] = cpu_s() - state["cpu0"]
@@ -186,13 +199,13 @@ def _seen(state: dict[str, Any], n: int, expect: int) -> None:
 
 def _consume_messages(sub: zmesh.Subscription, latency: bool, lat: list[float], expect: int,
                       state: dict[str, Any]) -> None:
-    count = 0
+    count, warmup = 0, state["warmup"]
     for msg in sub:
-        if latency:
+        if latency and count >= warmup:  # (the warm-up is acked before the timed part)
             lat.append(latency_s(msg.payload))
         msg.ack()
         count += 1
-        if count == 1 or count == expect or not count % 1024:
+        if count in (1, warmup, expect) or not count % 1024:
             _seen(state, count - state["count"], expect)
     _seen(state, count - state["count"], expect)
 
@@ -219,6 +232,7 @@ def zmesh_offline_producer(p: dict[str, Any], cmds: Commands) -> None:
         t0 = time.monotonic()
         last = None
         for _ in range(count // batch):
+            cmds.check()
             if time.monotonic() > deadline:
                 raise TimeoutError("publishing the backlog ran past its deadline")
             last = node.publish_many(p["topic"], bodies)  # receipts are not kept
@@ -228,9 +242,11 @@ def zmesh_offline_producer(p: dict[str, Any], cmds: Commands) -> None:
         emit("published", publish_rate=count / (t_pub - t0), rss_mb=rss_mb(),
              rss_now=rss_now(), outbox=node.status()["outbox"])
         cmds.wait("drain", p["deadline_s"])
+        cpu0 = cpu_s()
         _wait(lambda: node.status()["outbox"] == 0, deadline - time.monotonic(),
-              "the backlog to drain", STATUS_POLL_S)
-        emit("drained", t_empty=time.monotonic(), rss_mb=rss_mb(), stats=node.stats())
+              "the backlog to drain", cmds, STATUS_POLL_S)
+        emit("drained", t_empty=time.monotonic(), rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0,
+             stats=node.stats())
         cmds.wait_stop(p["deadline_s"])
     finally:
         node.close()
@@ -247,6 +263,7 @@ def zmesh_build_producer(p: dict[str, Any], cmds: Commands) -> None:
         t0 = time.monotonic()
         last = None
         for _ in range(count // batch):
+            cmds.check()
             if time.monotonic() > deadline:
                 raise TimeoutError("building the backlog ran past its deadline")
             last = node.publish_many(p["topic"], bodies)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import SCENARIOS
+from benchmarks.sizes import QUICK
 from tests.conftest import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,10 +37,18 @@ def test_quick_benchmark_run_reports_every_scenario(tmp_path: Path) -> None:
         assert entry["ratio"] is not None and entry["ratio"] > 0, name
         assert all(v > 0 for v in entry["median"]["rss_mb"].values()), name
         assert all(r["python_speed_s"] > 0 for r in entry["reps"]), name
+    for name, entry in scenarios.items():  # (each process's CPU over its timed part)
+        cpu = entry["median"]["cpu_us_per_msg"]
+        assert cpu and all(v > 0 for v in cpu.values()), name
     for name in ("latency_raw", "latency_zmesh_process"):
         assert scenarios[name]["median"]["p50_ms"] > 0
         assert scenarios[name]["median"]["p99_ms"] >= scenarios[name]["median"]["p50_ms"]
-    assert scenarios["restart_first_message"]["median"]["first_message_s"] > 0
+        # The warm-up's latencies are left out on both sides: one sample per timed message.
+        assert scenarios[name]["median"]["samples"] == QUICK.latency_s * QUICK.latency_rate
+    restart = scenarios["restart_first_message"]["median"]
+    assert restart["first_message_s"] > 0
+    # Delivered within the window, the backlog's rate is its own, not backlog / window.
+    assert restart["rate"] != QUICK.restart / QUICK.restart_window_s
     assert len(scenarios["fanout_4_groups"]["median"]["group_rates"]) == 4
     assert {t["scenario"] for t in doc["targets"]} <= set(SCENARIOS)
     assert all(t["met"] in (True, False) for t in doc["targets"])

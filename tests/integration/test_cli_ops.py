@@ -316,10 +316,12 @@ def test_bench_runs_and_prints_rates() -> None:
 
 
 def test_bench_suite_runs_the_benchmarks_of_the_checkout(tmp_path: Path) -> None:
-    """From anywhere, --suite finds the checkout this zmesh is installed from."""
-    done = run_cli(["bench", "--suite", "--quick", "--only", "raw_pushpull_1"], timeout=120,
-                   cwd=str(tmp_path))
+    """From anywhere, --suite finds the checkout this zmesh is installed from; its relative
+    paths are the caller's."""
+    done = run_cli(["bench", "--suite", "--quick", "--only", "raw_pushpull_1", "--json",
+                    "out.json"], timeout=120, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert re.search(r"raw_pushpull_1\s+│\s+[\d,]+ │", done.stdout), done.stdout
+    assert "raw_pushpull_1" in json.loads((tmp_path / "out.json").read_text())["scenarios"]
     stray = run_cli(["bench", "--quick"], timeout=30)
     assert stray.returncode == 2 and "--suite" in stray.stderr

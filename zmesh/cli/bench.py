@@ -111,7 +111,7 @@ class Run:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise self._fail(role, f"no {event!r} within {timeout:g}s")
+                raise self._fail(role, f"no {event!r} within {timeout:.0f}s")
             try:
                 who, ev = self.events.get(timeout=min(remaining, 0.5))
             except queue.Empty:
@@ -171,7 +171,11 @@ def run_suite(args: tuple[str, ...]) -> None:
         raise CliError("--suite runs the benchmark suite of a source checkout (benchmarks/ "
                        "beside zmesh/); run it there, or from an editable install "
                        "(pip install -e .)")
-    code = subprocess.call([sys.executable, "-m", "benchmarks", *args], cwd=str(root))
+    # Run from the caller's directory (its relative --json, --results-dir and --profile
+    # paths are its own), with the checkout on the path.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    code = subprocess.call([sys.executable, "-m", "benchmarks", *args], env=env)
     if code:
         raise click.exceptions.Exit(code)
 
