@@ -216,16 +216,17 @@ class Consumer:
         """After commit: send acks (grouped per producer and lane), nacks and fails."""
         me = self.engine.node_id
         tops = self._tops
-        acked = 0
-        for (producer, topic, lane), parts in self._acks.items():
-            for seqs in _joined(parts):
-                acked += len(seqs)
+        joined = [(key, _joined(parts)) for key, parts in self._acks.items()]
+        # Counted before they are sent: a producer that settles them (and a caller woken
+        # by that) finds them counted here.
+        self.counters.add("acked_local", sum(len(seqs) for _k, runs in joined for seqs in runs))
+        for (producer, topic, lane), runs in joined:
+            for seqs in runs:
                 top = seqs[-1] if type(seqs) is range else max(seqs)
                 if top > tops.get((producer, lane), -1):
                     tops[(producer, lane)] = top
                 for i in range(0, len(seqs), 5000):
                     send(producer, Ack(me, topic, lane, seqs[i:i + 5000]))
-        self.counters.add("acked_local", acked)
         self._acks.clear()
         out, self._outgoing = self._outgoing, []
         for producer, msg in out:
