@@ -21,11 +21,6 @@ def read_definition(path: str | Path) -> tuple[NodeConfig, BridgeConfig | None]:
     except (OSError, tomllib.TOMLDecodeError):
         return NodeConfig.from_toml(path), None  # raises with the file's name and the cause
     bridge = data.pop("bridge", None)
-    node = data.get("node", {})
-    missing = [key for key in ("name", "data_dir") if isinstance(node, dict) and key not in node]
-    if missing:
-        raise ConfigError(f"{path}: [node] needs name and data_dir (where the node keeps its "
-                          f"outbox); missing: {' and '.join(missing)}")
     node_cfg = NodeConfig.from_mapping(data, source=str(path))
     if bridge is None:
         return node_cfg, None

@@ -431,6 +431,11 @@ def _table(value: Any, where: str) -> Mapping[str, Any]:
 
 def _build(cls: Any, opts: Mapping[str, Any], where: str) -> Any:
     check_fields(cls, opts, where)
+    missing = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in opts
+               and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{where} needs {' and '.join(missing)}")
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in opts.items()}
     try:
         return cls(**values)

@@ -272,7 +272,7 @@ BAD_TOML = {
                   "partitions"),
     "bad-name": ("[node]\nname = 'no spaces'\ndata_dir = 'd'\n", "name"),
     "empty": ("", "[node] needs name and data_dir"),
-    "no-data-dir": ("[node]\nname = 'x'\n", "missing: data_dir"),
+    "no-data-dir": ("[node]\nname = 'x'\n", "[node] needs data_dir"),
 }
 
 
