@@ -113,6 +113,16 @@ def spawn(args: list[str], **kw: object) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, *args], env=env, **kw)  # type: ignore[call-overload]
 
 
+def reap(proc: subprocess.Popen) -> None:
+    """End a child by its pid if it still runs, wait for it, close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            pipe.close()
+
+
 def kill_9_when(proc: subprocess.Popen, line: str | bytes) -> None:
     """Wait for ``line`` on the child's stdout, then SIGKILL it; it is always reaped and
     its pipes closed."""
@@ -123,9 +133,4 @@ def kill_9_when(proc: subprocess.Popen, line: str | bytes) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
+        reap(proc)

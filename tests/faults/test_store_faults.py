@@ -13,7 +13,7 @@ import lmdb
 import pytest
 
 import zmesh
-from tests.conftest import LOOPBACK, spawn, wait_members, wait_until
+from tests.conftest import LOOPBACK, reap, spawn, wait_members, wait_until
 from tests.integration.test_delivery import drain
 
 SMALL_MAP = 1 << 20
@@ -346,12 +346,7 @@ def test_a_data_dir_locked_by_another_process_names_its_pid(tmp_path, mesh_name)
         holder.stdin.close()
         assert holder.wait(30) == 0
     finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait(10)
-        for pipe in (holder.stdin, holder.stdout):
-            if pipe is not None:
-                pipe.close()
+        reap(holder)
     _node(data_dir, mesh_name).close()
 
 
