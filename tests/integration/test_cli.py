@@ -242,6 +242,17 @@ def test_a_bad_log_level_names_where_it_came_from() -> None:
     assert "--log-level" in from_option.stderr and "ZMESH_LOG_LEVEL" not in from_option.stderr
 
 
+@pytest.mark.parametrize("args", [["pub", "no spaces", "x"], ["pub", "t", "x", "--group", ""],
+                                  ["sub", "t", "--group", "no spaces"],
+                                  ["sub", "no spaces", "--group", "g"]],
+                         ids=["pub topic", "pub group", "sub group", "sub topic"])
+def test_pub_and_sub_refuse_bad_names_before_starting_a_node(args: list[str]) -> None:
+    done = run_cli([*args, *LOOP], timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert "name" in done.stderr and "invalid" in done.stderr
+    assert "is open" not in done.stderr  # (no node started: it would warn of an open mesh)
+
+
 def test_pub_reading_a_terminal_says_so(tmp_path: Path, mesh_name: str,
                                         procs: list[Proc]) -> None:
     main, terminal = os.openpty()

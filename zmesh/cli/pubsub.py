@@ -12,6 +12,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from .. import Message, Node, Receipt
+from ..config import check_name
 from .client import StopSignals, cli_node, node_options
 from .output import CliError, err_console, note
 
@@ -100,6 +101,9 @@ def pub(topic: str, data: str, mesh: str, interfaces: tuple[str, ...],
 
     Exits 0 when every message was acknowledged by every group within --timeout.
     """
+    check_name("topic", topic)  # (before a node starts for nothing)
+    for group in groups:
+        check_name("group", group)
     with cli_node("pub", mesh=mesh, interfaces=interfaces, seeds=seeds, no_mdns=no_mdns,
                   data_dir=data_dir, name=name, max_message_bytes=max_message_bytes) as node:
         if groups:
@@ -154,6 +158,8 @@ def sub(topic: str, group: str, mode: str, mesh: str, interfaces: tuple[str, ...
         max_message_bytes: int, count: int | None, timeout: float | None, exec_cmd: str | None,
         exec_timeout: float) -> None:
     """Consume TOPIC as a member of --group: print each payload on a line, and ack it."""
+    check_name("topic", topic)  # (before a node starts for nothing)
+    check_name("group", group)
     out = sys.stdout.buffer
     handled = 0
     with StopSignals() as signals, cli_node(
