@@ -4,7 +4,8 @@ One driver process runs two streaming queries through the bridge: into a Parquet
 and back into the mesh through the zmesh sink to a consumer group. The driver (its whole
 process group: Python, the JVM, Python workers) is SIGKILLed twice mid-stream and started
 again from the checkpoints; messages keep arriving throughout. Each kill lands while a
-micro-batch has written output but is not committed, so the restarted query replays it.
+micro-batch has written output but is not committed, so the restarted query replays it (a
+kill that Spark's commit beat is followed by another, on a later batch of a new run).
 In the end the Parquet sink holds every message once and the group handled every
 message once.
 """
@@ -32,9 +33,10 @@ pytestmark = [needs_spark, pytest.mark.slow]
 
 JOB = str(Path(__file__).with_name("stream_job.py"))
 CHUNKS = (800, 600, 600)  # published before run 1, during run 1, during run 2
-N = sum(CHUNKS)
 MAX_RECORDS = 200
 KILL_TIMEOUT_S = 150.0
+KILL_ATTEMPTS = 4  # kills of one run's queries, each in a new run, until one lands mid-batch
+TOP_UP = 2 * MAX_RECORDS  # published before a run that follows a kill which missed
 DRAIN_TIMEOUT_S = 180.0
 
 
@@ -59,10 +61,12 @@ class Driver:
         self.tmp_path = tmp_path
         self.cfg = cfg
         self.runs = 0
+        self.trigger = ""
         self.proc: subprocess.Popen | None = None
 
     def start(self, trigger: str, **overrides: Any) -> None:
         self.runs += 1
+        self.trigger = trigger
         cfg = {**self.cfg, "trigger": trigger, **overrides}
         with (self.tmp_path / f"driver-{self.runs}.log").open("wb") as log:
             self.proc = spawn([JOB, json.dumps(cfg)], stdout=log,
@@ -72,9 +76,26 @@ class Driver:
     def output(self) -> str:
         return (self.tmp_path / f"driver-{self.runs}.log").read_text(errors="replace")[-3000:]
 
-    def kill_mid_batch(self, checkpoint: Path, progress: Callable[[], int]) -> int:
-        """SIGKILL once a batch of ``checkpoint`` is in flight and ``progress`` (its sink's
-        output) moved after that batch was planned; returns the batch left uncommitted."""
+    def kill_mid_batch(self, checkpoint: Path, progress: Callable[[], int],
+                       before_retry: Callable[[], None]) -> tuple[int, int]:
+        """SIGKILL the driver mid-batch: once a batch of ``checkpoint`` is in flight and
+        ``progress`` (its sink's output) moved after that batch was planned. Spark may
+        commit the batch between that look and the kill; then the kill did not land
+        mid-batch, and after ``before_retry`` the driver runs again and is killed on a
+        later batch, up to KILL_ATTEMPTS times. Returns the batch left uncommitted and the
+        kills it took."""
+        for attempt in range(1, KILL_ATTEMPTS + 1):
+            batch = self._kill_with_output_in_flight(checkpoint, progress)
+            left = in_flight(checkpoint)
+            if left == batch:
+                return batch, attempt
+            print(f"run {self.runs}: batch {batch} was committed when the kill landed "
+                  f"(in flight now: {left}); again, on a later batch", flush=True)
+            before_retry()
+            self.start(self.trigger)
+        pytest.fail(f"none of {KILL_ATTEMPTS} kills landed before their batch's commit")
+
+    def _kill_with_output_in_flight(self, checkpoint: Path, progress: Callable[[], int]) -> int:
         assert self.proc is not None
         deadline = time.monotonic() + KILL_TIMEOUT_S
         watching: tuple[int, int] | None = None  # (batch, progress when it was planned)
@@ -93,7 +114,6 @@ class Driver:
             time.sleep(0.003)
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
-        assert in_flight(checkpoint) == watching[0], "the killed batch stays to be replayed"
         return watching[0]
 
     def run_to_end(self) -> None:
@@ -158,42 +178,57 @@ def test_driver_kills_lose_and_duplicate_nothing(
         {"sink": "zmesh", "topic": "copies", "reader": "to-mesh", "checkpoint": str(ck_mesh)},
     ]})
     first, second, third = CHUNKS
+    total = 0  # readings published so far: [0, total)
     t0 = time.monotonic()
 
     def mark(what: str) -> None:  # a timeline, shown when the test fails
         print(f"{time.monotonic() - t0:7.1f}s {what}", flush=True)
 
+    def feed(n: int) -> Feeder:
+        nonlocal total
+        fed = Feeder(b, total, n)
+        total += n
+        fed.start()
+        return fed
+
+    def top_up() -> None:
+        """Before a run that follows a kill which missed: fresh readings for its batches."""
+        nonlocal total
+        feeder.finish()
+        b.publish("readings", TOP_UP, start=total)
+        total += TOP_UP
+
     try:
         b.publish("readings", first)
+        total = first
         driver.start("continuous")
-        feeder = Feeder(b, first, second)
-        feeder.start()
-        batch = driver.kill_mid_batch(ck_files, lambda: parquet_files(out))
-        mark(f"run 1 killed in batch {batch}")
+        feeder = feed(second)
+        batch, kills = driver.kill_mid_batch(ck_files, lambda: parquet_files(out), top_up)
+        mark(f"run {driver.runs} killed in batch {batch} ({kills} kills)")
         feeder.finish()
         driver.start("continuous")
-        feeder = Feeder(b, first + second, third)
-        feeder.start()
-        batch = driver.kill_mid_batch(ck_mesh, lambda: b.bridge.stats().get("published", 0))
-        mark(f"run 2 killed in batch {batch}")
+        feeder = feed(third)
+        batch, kills = driver.kill_mid_batch(
+            ck_mesh, lambda: b.bridge.stats().get("published", 0), top_up)
+        mark(f"run {driver.runs} killed in batch {batch} ({kills} kills)")
         feeder.finish()
-        assert b.logged("readings") == N
+        assert b.logged("readings") == total
         driver.run_to_end()
-        mark("run 3 drained the log")
+        mark("last run drained the log")
     finally:
         driver.close()
 
     rows = spark.read.parquet(str(out)).select("topic", "partition", "offset",
                                                "payload").collect()
-    assert len(rows) == N
-    assert len({(r.topic, r.partition, r.offset) for r in rows}) == N
-    assert sorted(json.loads(r.payload)["i"] for r in rows) == list(range(N))
+    assert len(rows) == total
+    assert len({(r.topic, r.partition, r.offset) for r in rows}) == total
+    assert sorted(json.loads(r.payload)["i"] for r in rows) == list(range(total))
     assert parquet_files(out) > len(spark.read.parquet(str(out)).inputFiles()), (
         "the killed batch left files that the sink's log does not list")
 
-    wait_until(lambda: len(handled) >= N, 60, what=f"{N} copies handled")
+    wait_until(lambda: len(handled) >= total, 60, what=f"{total} copies handled")
     wait_until(lambda: b.node.status()["outbox"] == 0, 30, what="copies acked")
-    assert len(handled) == N
-    assert sorted(json.loads(m.payload)["i"] for m in handled) == list(range(N))
+    assert len(handled) == total
+    assert sorted(json.loads(m.payload)["i"] for m in handled) == list(range(total))
     assert all(m.key == reading(json.loads(m.payload)["i"])["sensor"] for m in handled)
     assert b.bridge.stats().get("publish_duplicates", 0) > 0, "a replayed batch was dropped"
