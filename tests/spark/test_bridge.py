@@ -3,11 +3,15 @@ publishes with row-id dedupe, retention, restarts and a kill -9 mid-stream (no S
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +29,39 @@ from zmesh.spark._log import BridgeLog
 from .conftest import Bridged
 
 EXAMPLE_TOML = Path(__file__).parents[2] / "examples" / "metrics_pipeline" / "spark-bridge.toml"
+READY_TIMEOUT_S = 60.0
+
+
+def first_line(proc: subprocess.Popen, timeout_s: float) -> str:
+    """The child's first line of output, read straight from the pipe under a deadline
+    (a pipe's readline has none); fails the test if the line does not come in time. Read
+    a byte at a time, so that what follows the line stays in the pipe."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            pytest.fail(f"no line from child {proc.pid} within {timeout_s:g}s "
+                        f"(exit code {proc.poll()}); it said {data!r}")
+        chunk = os.read(fd, 1)
+        if not chunk:
+            pytest.fail(f"child {proc.pid} closed its output (exit code {proc.wait(10)}); "
+                        f"it said {data!r}")
+        data += chunk
+    return data.decode(errors="replace")
+
+
+def end_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a child that leads a session of its own, and its group, if it still runs;
+    reap it and close its pipe."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def records(client: BridgeClient, stream: str, start: int, end: int) -> list[list]:
@@ -120,21 +157,48 @@ def test_bad_requests_are_counted_and_dropped(bridged: Callable[..., Bridged]) -
             client.call("fetch", {"stream": "readings/0"})
         assert client.info() == {}
     wait_until(lambda: b.bridge.stats().get("decode_errors") == 1, what="decode error counted")
-    with BridgeClient("tcp://127.0.0.1:9", timeout_s=0.2, attempts=2) as client, \
-            pytest.raises(BridgeError, match="did not answer"):
-        client.info()
+    # A port held by a socket that never listens: nothing answers there, and no other
+    # process can take it while the client tries.
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+        with BridgeClient(f"tcp://127.0.0.1:{port}", timeout_s=0.2, attempts=2) as client, \
+                pytest.raises(BridgeError, match="did not answer"):
+            client.info()
 
 
 def test_a_full_log_pushes_back_until_retention_frees_it(
         bridged: Callable[..., Bridged]) -> None:
-    b = bridged(map_size_bytes=1 << 20, retain_s=0.0, prune_interval_s=0.2)
+    # Retention runs only when the test says (once at start, then not for an hour), so the
+    # log certainly fills: 400 payloads of 1.5 kB are more than twice its 512 kB budget
+    # (a record counts twice: pages fill about half).
+    b = bridged(map_size_bytes=1 << 20, retain_s=0.0, prune_interval_s=3600.0)
     payload = b"x" * 1500
     receipts = [b.producer.publish("readings", payload, key=str(i)) for i in range(400)]
-    for r in receipts:
-        r.wait_acked(60)
+
+    def failures() -> int:
+        return b.bridge.stats().get("log_write_failures", 0)
+
+    def all_acked() -> bool:
+        return all(r.acked for r in receipts)
+
+    wait_until(lambda: failures() >= 1, 60, what="the bridge to refuse messages to a full log")
+    stuck = b.bridge.stats()["appended"]
+    assert 0 < stuck < 400, "nothing logged, or everything: the log was not full"
+    # Each refusal means the log is full again: prune it, and the refused messages (nacked
+    # back to the producer) are logged on their redelivery, until all 400 are acked.
+    prunes = 0
+    while True:
+        seen = failures()
+        b.bridge.prune()
+        prunes += 1
+        assert prunes <= 20, "the log kept filling: pruning frees nothing?"
+        wait_until(lambda s=seen: all_acked() or failures() > s, 60,
+                   what="every message acked, or the log full again")
+        if all_acked():
+            break
     stats = b.bridge.stats()
-    assert stats["appended"] == 400 and stats["log_write_failures"] >= 1
-    assert stats["pruned"] > 0
+    assert stats["appended"] == 400 and stats["pruned"] >= stuck
 
 
 def test_restart_keeps_offsets(make_node: Callable[..., zmesh.Node], tmp_path: Path) -> None:
@@ -171,15 +235,18 @@ def test_kill_9_of_the_bridge_loses_and_duplicates_nothing(
             str(tmp_path / "bridge"), str(tmp_path / "log"), "readings",
             producer.control_address]
 
+    procs: list[subprocess.Popen] = []
+
     def start() -> subprocess.Popen:
-        proc = spawn(args, stdout=subprocess.PIPE, text=True, start_new_session=True)
-        line = proc.stdout.readline() if proc.stdout else ""
+        proc = spawn(args, stdout=subprocess.PIPE, start_new_session=True)
+        procs.append(proc)
+        line = first_line(proc, READY_TIMEOUT_S)
         assert line.startswith("READY"), f"bridge worker said {line!r}"
         return proc
 
     def stop(proc: subprocess.Popen, sig: int) -> str:
         os.killpg(proc.pid, sig)
-        return proc.communicate(timeout=20)[0] or ""
+        return (proc.communicate(timeout=20)[0] or b"").decode(errors="replace")
 
     n = 6000
 
@@ -187,20 +254,22 @@ def test_kill_9_of_the_bridge_loses_and_duplicates_nothing(
         return [producer.publish("readings", str(i).encode(), key=str(i % 7))
                 for i in range(first, last)]
 
-    proc = start()
-    wait_members(producer, "readings", "spark", 1)
-    receipts = publish(0, n // 2)
-    receipts[n // 4].wait_acked(30)
-    stop(proc, signal.SIGKILL)
-    # The second half is published while the bridge is down, so the restarted bridge
-    # certainly appends part of the stream, whatever the first one got to before the kill.
-    receipts += publish(n // 2, n)
-    proc = start()
     try:
+        proc = start()
+        wait_members(producer, "readings", "spark", 1)
+        receipts = publish(0, n // 2)
+        receipts[n // 4].wait_acked(30)
+        stop(proc, signal.SIGKILL)
+        # The second half is published while the bridge is down, so the restarted bridge
+        # certainly appends part of the stream, whatever the first one got to before the kill.
+        receipts += publish(n // 2, n)
+        proc = start()
         for r in receipts:
             r.wait_acked(60)
-    finally:
         tail = stop(proc, signal.SIGTERM)
+    finally:
+        for proc in procs:
+            end_group(proc)
     stats = json.loads(tail.split("STATS ", 1)[1])
     assert n // 2 <= stats.get("appended", 0) < n, "the kill came mid-stream"
     log = BridgeLog(tmp_path / "log")
