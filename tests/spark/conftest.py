@@ -61,6 +61,18 @@ def reading(i: int) -> dict[str, Any]:
     return {"i": i, "sensor": f"sensor-{i % 5}", "value": float(i % 97)}
 
 
+def run_to_end(query: Any, timeout_s: float = 120.0) -> Any:
+    """Wait for a streaming query (an available-now one) to end by itself; stop it either
+    way, so that one which overran does not keep running in the shared SparkSession."""
+    try:
+        assert query.awaitTermination(timeout_s), (
+            f"query {query.name or query.id} still running after {timeout_s:g}s: "
+            f"{query.status}")
+    finally:
+        query.stop()
+    return query
+
+
 @pytest.fixture
 def bridged(make_node: Callable[..., zmesh.Node],
             tmp_path: Path) -> Iterator[Callable[..., Bridged]]:

@@ -13,7 +13,7 @@ import pytest
 import zmesh
 from tests.conftest import wait_members, wait_until
 
-from .conftest import Bridged, needs_spark
+from .conftest import Bridged, needs_spark, run_to_end
 
 pytestmark = needs_spark
 
@@ -95,7 +95,7 @@ def test_stream_write_from_the_zmesh_source(spark: Any, bridged: Callable[..., B
              .writeStream.format("zmesh").option("endpoint", b.endpoint)
              .option("topic", "copies").option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
-    query.awaitTermination(120)
+    run_to_end(query)
     wait_until(lambda: len(out) >= 500, 30, what="500 copies handled")
     settled(b)
     assert len(out) == 500

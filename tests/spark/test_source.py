@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from .conftest import Bridged, needs_spark
+from .conftest import Bridged, needs_spark, run_to_end
 
 pytestmark = needs_spark
 
@@ -71,7 +71,7 @@ def test_stream_with_read_limit_and_available_now(spark: Any, bridged: Callable[
              .writeStream.format("parquet").option("path", str(tmp_path / "out"))
              .option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
-    query.awaitTermination(120)
+    run_to_end(query)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [300, 300, 300, 100]
     out = spark.read.parquet(str(tmp_path / "out"))
@@ -90,7 +90,7 @@ def test_stream_with_read_limit_and_available_now(spark: Any, bridged: Callable[
              .writeStream.format("parquet").option("path", str(tmp_path / "out"))
              .option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
-    query.awaitTermination(120)
+    run_to_end(query)
     assert spark.read.parquet(str(tmp_path / "out")).count() == 1050
 
 
@@ -109,7 +109,7 @@ def test_stream_decodes_json_and_msgpack_payloads(spark: Any, bridged: Callable[
                  .option("payloadFormat", fmt).option("payloadSchema", schema).load()
                  .writeStream.format("memory").queryName(f"decoded_{topic}")
                  .trigger(availableNow=True).start())
-        query.awaitTermination(120)
+        run_to_end(query)
         got[topic] = spark.sql(f"select * from decoded_{topic}").collect()
     assert sorted((r.i, r.sensor, r.value) for r in got["readings"]) == [
         (i, f"sensor-{i % 5}", float(i % 97)) for i in range(20)]
