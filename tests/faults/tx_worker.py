@@ -1,4 +1,9 @@
-"""Child process of the transaction kill test: source, transformer or sink."""
+"""Child process of the transaction kill test: source, transformer or sink.
+
+SIGTERM stops each cleanly (exit 0): the source once every message of A is acked, the
+transformer once its outbox is empty (every message of B acked by the sink), the sink after
+the batch it is writing.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import zmesh
 
 COMMON = dict(mesh=os.environ["ZMESH_TEST_MESH"], interfaces=["127.0.0.1"], mdns=False,
               heartbeat_interval_s=0.2, dead_after_s=1.5)
+DRAIN_TIMEOUT_S = 120.0
 
 
 def main() -> int:
@@ -45,6 +51,16 @@ def main() -> int:
             with node.transaction() as tx:
                 tx.publish("b", msg.payload)
                 tx.ack(msg)
+        # Stopped: exit 0 only once every message of B this data dir holds (its earlier,
+        # killed runs' too) is acked by the sink, so none can be redelivered later.
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while node.status()["outbox"]:
+            if time.monotonic() >= deadline:
+                print(f"outbox still holds {node.status()['outbox']} after "
+                      f"{DRAIN_TIMEOUT_S:g}s", flush=True)
+                node.close()
+                return 3
+            time.sleep(0.05)
         node.close()
         return 0
     if role == "sink":
