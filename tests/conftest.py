@@ -63,8 +63,15 @@ def make_node(tmp_path: Path, mesh_name: str) -> Iterator[Callable[..., zmesh.No
         return node
 
     yield make
+    # Each closed on its own: one that fails to close leaves no other running.
+    first: BaseException | None = None
     for node in reversed(nodes):
-        node.close()
+        try:
+            node.close()
+        except BaseException as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def wait_members(node: zmesh.Node, topic: str, lane: str, count: int,
@@ -98,9 +105,7 @@ def run_module(args: list[str], timeout: float, cwd: str) -> tuple[int, str]:
     try:
         output, _ = proc.communicate(timeout=timeout)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        reap(proc)
     return proc.returncode, output.decode(errors="replace")
 
 
@@ -123,12 +128,29 @@ def reap(proc: subprocess.Popen) -> None:
             pipe.close()
 
 
-def kill_9_when(proc: subprocess.Popen, line: str | bytes) -> None:
-    """Wait for ``line`` on the child's stdout, then SIGKILL it; it is always reaped and
-    its pipes closed."""
+def read_line(proc: subprocess.Popen, timeout: float = 60.0) -> str | bytes:
+    """The next line of the child's stdout; fails the test if none comes within
+    ``timeout`` (the child may hang, or print nothing). A reader thread waits for it: a
+    pipe's ``readline`` has no timeout of its own. If the line never comes the thread is
+    left blocked on the pipe until the child is ended (``reap``), which gives it EOF."""
+    stdout = proc.stdout
+    assert stdout is not None
+    got: list[str | bytes] = []
+    reader = threading.Thread(target=lambda: got.append(stdout.readline()),
+                              name=f"read-line-{proc.pid}", daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not got:
+        pytest.fail(f"no line from child {proc.pid} within {timeout}s "
+                    f"(exit code {proc.poll()})")
+    return got[0]
+
+
+def kill_9_when(proc: subprocess.Popen, line: str | bytes, timeout: float = 60.0) -> None:
+    """Wait for ``line`` on the child's stdout (failing the test after ``timeout``), then
+    SIGKILL it; it is always reaped and its pipes closed."""
     try:
-        assert proc.stdout is not None
-        got = proc.stdout.readline()
+        got = read_line(proc, timeout)
         assert got.strip() == line, got
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
