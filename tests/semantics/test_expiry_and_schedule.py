@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 import zmesh
 from tests.conftest import wait_members, wait_until
 from tests.integration.test_delivery import drain
@@ -36,22 +38,44 @@ def test_topic_ttl_is_the_default(make_node):
 
 
 def test_scheduled_message_waits_for_its_time_even_across_restart(make_node, tmp_path):
-    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
-    # Far enough ahead that restart and discovery finish before it is due, even on a
-    # loaded machine: the test is about the schedule surviving the restart.
-    at = time.time() + 4.0
-    prod.publish("t", b"later", deliver_at=at).wait_stored(5)
-    prod.publish("t", b"now").wait_stored(5)
-    prod.close()
-    prod = make_node("prod", data_dir=str(tmp_path / "prod"))
-    cons = make_node("cons", seeds=[prod.control_address])
-    sub = cons.subscribe("t", group="g")
-    assert [m.payload for m in drain(sub, 1)] == [b"now"]
-    assert time.time() < at - 1.0, "restart took too long for this test to mean anything"
-    early = sub.get(timeout=max(0.0, at - time.time() - 0.3))
-    assert early is None, "delivered before its time"
-    [msg] = drain(sub, 1, timeout=5)
-    assert msg.payload == b"later" and time.time() >= at
+    # The schedule survives the restart: the message is received at its time, not before
+    # (the time each message is received is checked against it). That shows something
+    # only if the restarted producer reaches the consumer before the time comes (a plain
+    # message published with it arrives first); when a loaded machine makes the restart
+    # slower than that, the test is run again with twice the time the restart took.
+    lead = 3.0
+    tries: list[str] = []
+    for attempt in range(3):
+        name = f"prod{attempt}"
+        prod = make_node(name, topics={"t": zmesh.TopicConfig(groups=("g",))})
+        start = time.time()
+        at = start + lead
+        prod.publish("t", b"later", deliver_at=at).wait_stored(5)
+        prod.publish("t", b"now").wait_stored(5)
+        prod.close()
+        prod = make_node(name, data_dir=str(tmp_path / name))
+        cons = make_node(f"cons{attempt}", seeds=[prod.control_address])
+        sub = cons.subscribe("t", group="g")
+        received: dict[bytes, float] = {}
+
+        def both(sub: zmesh.Subscription = sub, received: dict[bytes, float] = received) -> bool:
+            for m in sub.fetch(10, timeout=0.05):
+                received.setdefault(bytes(m.payload), time.time())
+                m.ack()
+            return len(received) == 2
+        wait_until(both, lead + 20, what="the plain and the scheduled message")
+        assert received[b"later"] >= at, \
+            f"delivered {at - received[b'later']:.2f}s before its time"
+        assert set(received) == {b"now", b"later"}
+        ready = received[b"now"]
+        if ready < at - 0.5:
+            return  # the producer was back well before the time: the hold was shown
+        tries.append(f"lead {lead:.1f}s, back after {ready - start:.1f}s")
+        cons.close()
+        prod.close()
+        lead = 2 * (ready - start) + 1.0
+    pytest.fail("the restarted producer never reached the consumer before the scheduled "
+                f"time, so the hold across the restart was not shown ({'; '.join(tries)})")
 
 
 def test_delay_argument(make_node):
