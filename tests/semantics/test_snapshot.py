@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import zmesh
-from tests.conftest import spawn
+from tests.conftest import run_module
 from tests.integration.test_delivery import drain
 
 
@@ -16,9 +16,10 @@ def test_snapshot_while_running_and_restore(make_node, tmp_path):
         r.wait_stored(5)
     prod.snapshot(tmp_path / "snap-api")
     # From another process, beside the live node (as `zmesh snapshot` does).
-    proc = spawn(["-c", "import sys, zmesh; zmesh.snapshot(sys.argv[1], sys.argv[2])",
-                  str(tmp_path / "prod"), str(tmp_path / "snap-fn")])
-    assert proc.wait(30) == 0
+    code, output = run_module(["-c", "import sys, zmesh; zmesh.snapshot(sys.argv[1], sys.argv[2])",
+                               str(tmp_path / "prod"), str(tmp_path / "snap-fn")], 30,
+                              cwd=str(tmp_path))
+    assert code == 0, output
     prod_id = prod.id
     prod.close()
     for snap in ("snap-api", "snap-fn"):
