@@ -66,7 +66,7 @@ def test_trusted_nodes_work_over_curve(make_node, keys):
 
 def test_untrusted_keyless_and_foreign_nodes_are_refused(make_node, keys, mesh_name):
     a = make_node("a", **secured(keys, "a"))
-    a.subscribe("t", group="g")
+    a_sub = a.subscribe("t", group="g")
     a.topic("t", groups=["g"])
     stranger = make_node("x", seeds=[a.control_address],
                          secret_key_file=str(keys / "stranger" / "x.key"),
@@ -83,11 +83,29 @@ def test_untrusted_keyless_and_foreign_nodes_are_refused(make_node, keys, mesh_n
         intruder.publish("t", b"intrusion").wait_stored(5)
         intruder.subscribe("t", group="g2")
     a.publish("t", b"secret").wait_stored(5)
+    assert [m.payload for m in drain(a_sub, 1)] == [b"secret"]
+    # What the intruders try now carries their message's lane and their subscription:
+    # wait until it was answered before checking that it came to nothing. The other
+    # mesh's hellos reach a and are ignored (counted); the stranger (refused once, for
+    # good) and the keyless node never connect, so their hellos are held back unsent
+    # (counted at each), while a goes on failing the keyless node's handshakes.
+    foreign, failed = (a.stats().get(n, 0) for n in ("foreign_mesh_hellos",
+                                                      "handshakes_failed"))
+    held = {n.name: n.stats().get("control_send_full", 0) for n in (stranger, keyless)}
+    wait_until(lambda: a.stats().get("foreign_mesh_hellos", 0) > foreign,
+               what="a hello of the other mesh, with its subscription, ignored")
+    wait_until(lambda: a.stats().get("handshakes_failed", 0) > failed,
+               what="another failed handshake")
+    for n in (stranger, keyless):
+        wait_until(lambda n=n: n.stats().get("control_send_full", 0) > held[n.name],
+                   what=f"{n.name}'s hellos held back")
     assert not any(ln["lane"] == "g2" for ln in a.status()["lanes"])
     assert [p["name"] for p in a.peers()] == []
+    assert a_sub.fetch(10, timeout=0) == [], "a's group got a message it did not publish"
     for intruder in (stranger, keyless, other_mesh):
         assert intruder.peers() == []
         assert intruder.stats().get("received", 0) == 0
+        assert intruder.stats().get("sent", 0) == 0 and intruder.status()["outbox"] == 1
     # Status: refused without the right key pair, answered with one.
     assert status_over_wire(a.control_address) is None
     a_pub = (keys / "trusted" / "a.pub").read_text().strip().encode()
