@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from tests.conftest import wait_members, wait_until
+import os
+import signal
+import subprocess
+import textwrap
+from pathlib import Path
+
+from tests.conftest import read_line, reap, spawn, wait_members, wait_until
 
 
 def peer_names(node) -> set[str]:
@@ -32,19 +38,56 @@ def test_gossip_introduces_peers_learned_from_a_seed(make_node):
                what="a and b to meet through the hub")
 
 
-def test_silent_peer_is_declared_dead_and_returns(make_node, tmp_path):
+CONSUMER = textwrap.dedent("""
+    import sys, zmesh
+    mesh, data_dir, seed = sys.argv[1:4]
+    node = zmesh.Node("cons", mesh=mesh, data_dir=data_dir, interfaces=["127.0.0.1"],
+                      mdns=False, heartbeat_interval_s=0.2, dead_after_s=1.5, seeds=[seed])
+    node.start()
+    node.subscribe("t", group="g")
+    print("ready", node.id, flush=True)
+    sys.stdin.read()  # until the test closes the pipe (or ends)
+    node.close()
+""")
+
+
+def start_consumer(mesh: str, data_dir: Path, seed: str) -> tuple[subprocess.Popen, str]:
+    """A consumer node in a process of its own, and its node id once it is up."""
+    proc = spawn(["-c", CONSUMER, mesh, str(data_dir), seed], stdin=subprocess.PIPE,
+                 stdout=subprocess.PIPE, text=True)
+    try:
+        line = str(read_line(proc, 30))
+        assert line.startswith("ready "), f"the consumer did not start: {line!r}"
+        node_id = line.split()[1]
+    except BaseException:
+        reap(proc)
+        raise
+    return proc, node_id
+
+
+def test_silent_peer_is_declared_dead_and_returns(make_node, tmp_path, mesh_name):
     prod = make_node("prod")
-    cons = make_node("cons", seeds=[prod.control_address])
-    cons.subscribe("t", group="g")
-    wait_members(prod, "t", "g", 1)
-    cons_id = cons.id
-    cons.close()
-    # A clean close says bye, so the producer drops it at once.
-    wait_until(lambda: "cons" not in peer_names(prod), what="cons to leave")
-    wait_members(prod, "t", "g", 0)
-    back = make_node("cons", data_dir=str(tmp_path / "cons"), seeds=[prod.control_address])
-    assert back.id == cons_id, "node id is stable across restarts"
-    back.subscribe("t", group="g")
-    wait_members(prod, "t", "g", 1)
-    incarnations = [p["incarnation"] for p in prod.peers() if p["name"] == "cons"]
-    assert incarnations == [2]
+
+    def cons_info() -> list[dict]:
+        return [p for p in prod.peers() if p["name"] == "cons"]
+
+    proc, cons_id = start_consumer(mesh_name, tmp_path / "cons", prod.control_address)
+    try:
+        wait_members(prod, "t", "g", 1)
+        # Stopped, it says nothing (no bye, connections kept open): only its silence for
+        # dead_after_s tells the producer. A bye would have made it forget the peer; a
+        # silent one is kept, marked dead.
+        os.kill(proc.pid, signal.SIGSTOP)
+        wait_until(lambda: [p["alive"] for p in cons_info()] == [False],
+                   what="cons declared dead by its silence")
+        wait_members(prod, "t", "g", 0)
+    finally:
+        reap(proc)  # (SIGKILL ends a stopped process too: a crash, never a bye)
+    proc, back_id = start_consumer(mesh_name, tmp_path / "cons", prod.control_address)
+    try:
+        assert back_id == cons_id, "node id is stable across restarts"
+        wait_members(prod, "t", "g", 1)
+        wait_until(lambda: [(p["alive"], p["incarnation"]) for p in cons_info()] == [(True, 2)],
+                   what="cons back, in its second incarnation")
+    finally:
+        reap(proc)
