@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 from pathlib import Path
@@ -272,9 +273,13 @@ def test_doctor_finds_the_mesh_and_flags_another(tmp_path: Path, mesh_name: str,
 
 
 def test_doctor_reports_a_dead_seed(tmp_path: Path) -> None:
-    done = run_cli(["doctor", "--no-mdns", "--seed", "127.0.0.1:1", "--timeout", "1"])
+    # A port bound but not listening: taken from anyone else, and refusing connections.
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        done = run_cli(["doctor", "--no-mdns", "--seed", f"127.0.0.1:{port}", "--timeout", "1"])
     assert done.returncode == 1
-    assert re.search(r"FAIL\s+seed 127\.0\.0\.1:1 control port", done.stdout), done.stdout
+    assert re.search(rf"FAIL\s+seed 127\.0\.0\.1:{port} control port", done.stdout), done.stdout
     assert "1 failed" in done.stderr and "Traceback" not in done.stderr
 
 
