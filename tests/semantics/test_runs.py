@@ -13,6 +13,7 @@ import zlib
 import zmesh
 from tests.conftest import wait_members, wait_until
 from tests.integration.test_delivery import drain
+from zmesh._engine.publishes import Stretch
 from zmesh._store.damage import decode_run
 from zmesh._store.store import Store, WriteBatch, pack, unpackb
 
@@ -503,4 +504,6 @@ def test_kept_receipts_keep_no_payloads(make_node):
     stages = {id(r._stage): r._stage for r in receipts}
     assert len(stages) < len(receipts)  # (stretches of several publishes)
     assert all(r.stored for r in receipts)
-    assert not any(getattr(stage, "payloads", None) for stage in stages.values())
+    assert all(type(stage) is Stretch for stage in stages.values())
+    assert all(stage.payloads == [] and stage.keys == [] and stage.times == []
+               for stage in stages.values())
