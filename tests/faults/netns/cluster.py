@@ -84,10 +84,16 @@ def _each_owns_some(producer: bytes, members: list[bytes]) -> bool:
 
 
 class Cluster:
-    """A producer and consumers on a host network; ``consumers`` maps name -> (host, group)."""
+    """A producer and consumers on a host network; ``consumers`` maps name -> (host, group).
+
+    With ``hold_last`` the producer stops before its last ``hold_last`` messages until
+    ``release()``: a test that needs the stream still running at some point releases it
+    only after that point.
+    """
 
     def __init__(self, bed: HostNet, root: Path, *, producer_host: Host,
-                 consumers: dict[str, tuple[Host, str]], count: int, rate: float) -> None:
+                 consumers: dict[str, tuple[Host, str]], count: int, rate: float,
+                 hold_last: int = 0) -> None:
         self.bed = bed
         self.root = root
         self.run_dir = root / "run"
@@ -100,6 +106,7 @@ class Cluster:
             self.groups.setdefault(group, []).append(name)
         self.count = count
         self.rate = rate
+        self.hold_last = hold_last
         self.procs: dict[str, subprocess.Popen] = {}
         self.history: list[tuple[str, subprocess.Popen, Path]] = []
         self.kills: list[str] = []
@@ -145,7 +152,7 @@ class Cluster:
     def start_producer(self) -> subprocess.Popen:
         return self._spawn(PRODUCER, self.producer_host, [
             "producer", "--count", str(self.count), "--rate", str(self.rate),
-            "--groups", ",".join(self.groups)])
+            "--groups", ",".join(self.groups), "--hold-last", str(self.hold_last)])
 
     def start_consumer(self, name: str) -> subprocess.Popen:
         host, group = self.consumers[name]
@@ -167,6 +174,11 @@ class Cluster:
     def go(self) -> None:
         """Let the producer's stream begin."""
         (self.run_dir / "go").write_text("go\n")
+
+    def release(self) -> None:
+        """Let the producer publish its last ``hold_last`` messages (it waits for this
+        before them), so that the stream can end."""
+        (self.run_dir / "release").write_text("release\n")
 
     def kill9(self, name: str, detail: str = "") -> None:
         proc = self.procs[name]

@@ -1,7 +1,7 @@
 """One zmesh node of the netns fault tests, run inside a host namespace.
 
     ip netns exec NS python node_worker.py producer --name p --mesh M --data-dir D \
-        --iface 10.77.0.1 --run-dir R --count N --rate R --groups g1,g2
+        --iface 10.77.0.1 --run-dir R --count N --rate R --groups g1,g2 [--hold-last K]
     ip netns exec NS python node_worker.py consumer --name c1 --mesh M --data-dir D \
         --iface 10.77.0.2 --run-dir R --group g1
 
@@ -15,6 +15,9 @@ topic ``stream`` at ``--rate`` per second (the groups declared up front, so noth
 on who is discovered first), and appends, fsync'd, the highest index known stored to
 ``RUN_DIR/progress`` every ``CHECKPOINT`` messages. A restarted producer resumes after the
 last recorded index. It exits 0 once its outbox is empty (every group acked everything).
+With ``--hold-last K`` it waits again before its last K messages, until
+``RUN_DIR/release`` exists (at most ``RELEASE_WAIT_S``; exit 5 without it), then goes on at
+its rate: the stream cannot end before the test has done what it needs the stream for.
 
 A consumer appends ``index seq attempt partition incarnation`` per message to
 ``RUN_DIR/NAME.log``, flushes and fsyncs the batch, then acks it. SIGTERM closes it
@@ -41,6 +44,7 @@ STATUS_INTERVAL_S = 0.1
 CHECKPOINT = 200
 PACE_CHUNK = 20
 GO_WAIT_S = 60.0
+RELEASE_WAIT_S = 300.0  # the tests' own timeout: a test that never releases has failed
 PUBLISH_ATTEMPTS = 6  # each waits up to publish_timeout_s for room in the outbox
 DRAIN_TIMEOUT_S = 120.0
 FETCH_MAX = 500
@@ -53,6 +57,17 @@ def write_atomic(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def wait_for(path: Path, timeout_s: float) -> bool:
+    """Wait until the test creates ``path``; False (said on stdout) after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() >= deadline:
+            print(f"no {path} after {timeout_s:g}s", flush=True)
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def last_progress(path: Path) -> int:
@@ -119,17 +134,19 @@ def run_producer(args: argparse.Namespace) -> int:
         status = StatusWriter(node, run_dir / f"{args.name}.status.json").start()
         print(f"producer {node.id[:12]} at {node.control_address} resumes at index {start} "
               f"(outbox {node.status()['outbox']})", flush=True)
-        go = run_dir / "go"
-        deadline = time.monotonic() + GO_WAIT_S
-        while not go.exists():
-            if time.monotonic() >= deadline:
-                print(f"no {go} after {GO_WAIT_S:g}s", flush=True)
-                return 4
-            time.sleep(0.02)
+        if not wait_for(run_dir / "go", GO_WAIT_S):
+            return 4
         t0 = time.monotonic()
+        held_at = args.count - args.hold_last if args.hold_last > 0 else None
         with open(progress, "a") as prog:
             receipt = None
             for index in range(start, args.count):
+                if index == held_at:
+                    print(f"holding before index {index} until released", flush=True)
+                    if not wait_for(run_dir / "release", RELEASE_WAIT_S):
+                        return 5
+                    print("released", flush=True)
+                    t0 = time.monotonic() - (index - start) / args.rate  # the rate, not a burst
                 if (index - start) % PACE_CHUNK == 0:
                     due = t0 + (index - start) / args.rate
                     delay = due - time.monotonic()
@@ -223,6 +240,8 @@ def main(argv: list[str]) -> int:
     prod.add_argument("--rate", type=float, required=True)
     prod.add_argument("--groups", required=True)
     prod.add_argument("--max-outbox", type=int, default=20_000)
+    prod.add_argument("--hold-last", type=int, default=0,
+                      help="wait for RUN_DIR/release before the last K messages (0: never)")
     cons.add_argument("--group", required=True)
     args = parser.parse_args(argv)
     return run_producer(args) if args.role == "producer" else run_consumer(args)
