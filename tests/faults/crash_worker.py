@@ -39,6 +39,9 @@ ADDR_WAIT_S = 30.0
 PUBLISH_ATTEMPTS = 12  # each waits up to publish_timeout_s for room in the outbox
 DRAIN_TIMEOUT_S = 110.0
 FETCH_MAX = 500
+# Each consumer's window: what a crash can leave handled but unknown to the producer as
+# acked is bounded by it (the test's bound on duplicates is made from it).
+MAX_IN_FLIGHT = 1000
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -139,7 +142,7 @@ def run_consumer(args: argparse.Namespace) -> int:
                       interfaces=LOOPBACK, mdns=False, seeds=[seed], **TIMING)
     node.start()
     try:
-        sub = node.subscribe(TOPIC, group=args.group)
+        sub = node.subscribe(TOPIC, group=args.group, max_in_flight=MAX_IN_FLIGHT)
         print(f"consumer {args.name} ({args.group}) {node.id[:12]} at "
               f"{node.control_address}, seed {seed}", flush=True)
         with open(args.log, "a") as log:
