@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._protocol.codec import MAX_BATCH_ITEMS, MAX_IN_FLIGHT
-from .errors import ConfigError
+from .errors import ArgumentError, ConfigError
 
 __all__ = ["NodeConfig", "ProducerConfig", "RelayConfig", "SubscriptionConfig", "TopicConfig"]
 
@@ -48,6 +48,19 @@ def check_name(kind: str, value: object) -> str:
             "'.', '_' and '-', starting with a letter or digit"
         )
     return value
+
+
+def check_delay(what: str, delay: object) -> float:
+    """``delay`` seconds from now (a publish's ``delay``, a nack's): a number >= 0, not a
+    bool (it would be taken for 1 s), at most MAX_SCHEDULE_AHEAD_S; ArgumentError naming
+    ``what`` otherwise."""
+    if isinstance(delay, bool) or not isinstance(delay, int | float) \
+            or not 0 <= delay < math.inf:
+        raise ArgumentError(f"{what} must be a finite number >= 0 (seconds), got {delay!r}")
+    if delay > MAX_SCHEDULE_AHEAD_S:
+        raise ArgumentError(f"{what}={delay!r} is more than ten years ahead: give a finite "
+                            f"number >= 0 of seconds, at most {MAX_SCHEDULE_AHEAD_S:,.0f}")
+    return delay
 
 
 def check_fields(cls: Any, given: Collection[str], where: str, what: str = "key", *,

@@ -23,6 +23,7 @@ from .config import (
     NodeConfig,
     SubscriptionConfig,
     TopicConfig,
+    check_delay,
     check_fields,
     check_name,
 )
@@ -561,12 +562,8 @@ def _deliver_at(deliver_at: float | _dt.datetime | None, delay: float | None) ->
         raise ArgumentError("pass deliver_at or delay, not both")
     now = time.time()
     if delay is not None:
-        # (a bool would be taken for 1 s)
-        if isinstance(delay, bool) or not isinstance(delay, int | float) \
-                or not 0 <= delay < math.inf:
-            raise ArgumentError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        due = now + delay
-    elif isinstance(deliver_at, _dt.datetime):
+        return now + check_delay("delay", delay)
+    if isinstance(deliver_at, _dt.datetime):
         due = deliver_at.timestamp()
     elif isinstance(deliver_at, bool) or not isinstance(deliver_at, int | float) \
             or not math.isfinite(deliver_at):
@@ -575,9 +572,9 @@ def _deliver_at(deliver_at: float | _dt.datetime | None, delay: float | None) ->
     else:
         due = float(deliver_at)
     if due - now > MAX_SCHEDULE_AHEAD_S:
-        what = f"delay={delay!r}" if delay is not None else f"deliver_at={deliver_at!r}"
-        raise ArgumentError(f"{what} is more than ten years ahead: a message is scheduled "
-                            f"at most {MAX_SCHEDULE_AHEAD_S:,.0f} s from now")
+        raise ArgumentError(f"deliver_at={deliver_at!r} is more than ten years ahead: a "
+                            f"message is scheduled at most {MAX_SCHEDULE_AHEAD_S:,.0f} s "
+                            "from now")
     return due
 
 

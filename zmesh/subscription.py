@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ._receipt import MessageId
 from ._seqs import consecutive, span
 from ._waits import check_timeout
-from .config import MAX_SCHEDULE_AHEAD_S, SubscriptionConfig
+from .config import SubscriptionConfig, check_delay
 from .errors import ArgumentError, MessageStateError, NodeStateError, ZMeshError
 
 if TYPE_CHECKING:
@@ -241,10 +241,8 @@ class Message:
     def nack(self, delay: float | None = None) -> None:
         """Redeliver after ``delay`` seconds (None: the topic's retry backoff; at most ten
         years)."""
-        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)
-                                  or not 0 <= delay <= MAX_SCHEDULE_AHEAD_S):
-            raise ArgumentError(f"nack delay must be a finite number >= 0 (seconds, at most "
-                                f"{MAX_SCHEDULE_AHEAD_S:,.0f}: ten years), got {delay!r}")
+        if delay is not None:
+            check_delay("nack delay", delay)
         self._settle("nacked", delay)
 
     def fail(self, reason: str = "") -> None:

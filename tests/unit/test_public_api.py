@@ -27,7 +27,7 @@ NAMED_PUBLIC_MODULES = [
 OWN_NAMESPACES = {"aio", "spark", "cli"}
 # Public-looking helpers that are internal plumbing, not API users need.
 INTERNAL_HELPERS = {"zmesh.config.check_name", "zmesh.config.parse_seed",
-                    "zmesh.config.check_fields",
+                    "zmesh.config.check_delay", "zmesh.config.check_fields",
                     "zmesh._receipt.Stage", "zmesh._receipt.Publisher",
                     "zmesh.subscription.Origin"}
 
