@@ -239,10 +239,10 @@ def test_a_corrupt_pending_entry_is_rebuilt_at_restart(make_node, tmp_path, db):
 
 def _publish_runs_and_stop(make_node, name: str, batches: int, size: int) -> None:
     node = make_node(name, topics=GROUPS)
-    rs = [node.publish_many("t", [payload(i) for i in range(b * size, (b + 1) * size)])
-          for b in range(batches)]
-    for r in rs:
-        r.wait_stored(5)
+    for b in range(batches):  # (each stored before the next: batches staged together
+        #                        would be joined into one run)
+        node.publish_many("t", [payload(i) for i in range(b * size, (b + 1) * size)]) \
+            .wait_stored(5)
     node.close()
 
 

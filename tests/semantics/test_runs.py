@@ -5,10 +5,12 @@ stored as runs too, each with its own publish time and receipt."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 
 import zmesh
 from tests.conftest import wait_members, wait_until
@@ -80,16 +82,8 @@ def _publish_held(prod: zmesh.Node, topic: str, count: int,
     """``count`` plain publishes queued while the IO thread is held in a call, so they are
     staged together (``extra``: the keywords of one more publish after them); their
     receipts, and the time span of each publish() call."""
-    held, release = threading.Event(), threading.Event()
-
-    def hold(_batch: object, _now: float) -> None:
-        held.set()
-        release.wait(10)
-    caller = threading.Thread(target=prod._engine.call, args=(hold,))
-    caller.start()
     receipts, spans = [], []
-    try:
-        assert held.wait(5)
+    with _io_held(prod):
         for i in range(count):
             before = time.time()
             receipts.append(prod.publish(topic, str(i).encode()))
@@ -97,12 +91,28 @@ def _publish_held(prod: zmesh.Node, topic: str, count: int,
             time.sleep(0.0005)  # (times a little apart)
         if extra is not None:
             prod.publish(topic, **extra)
-    finally:
-        release.set()
-        caller.join(10)
     for r in receipts:
         r.wait_stored(5)
     return receipts, spans
+
+
+@contextlib.contextmanager
+def _io_held(prod: zmesh.Node) -> Iterator[None]:
+    """The node's IO thread held in a call while the block runs: what the block publishes
+    is staged together once it ends."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold(_batch: object, _now: float) -> None:
+        held.set()
+        release.wait(10)
+    caller = threading.Thread(target=prod._engine.call, args=(hold,))
+    caller.start()
+    try:
+        assert held.wait(5)
+        yield
+    finally:
+        release.set()
+        caller.join(10)
 
 
 def _check_times(got: list[zmesh.Message], receipts: list[zmesh.Receipt],
@@ -131,6 +141,51 @@ def test_publishes_of_one_loop_iteration_are_one_run_with_their_own_times(make_n
         assert sorted(map(_index, plain)) == list(range(100))
         _check_times(plain, receipts, spans)
     for r in receipts:
+        r.wait_acked(10)
+    wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
+
+
+def test_batches_staged_together_are_joined_into_runs_and_keep_their_times(make_node):
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g1", "g2"))})
+    receipts, spans = [], []
+    with _io_held(prod):
+        for b in range(5):
+            before = time.time()
+            receipts.append(prod.publish_many("t", [str(i).encode()
+                                                    for i in range(b * 100, b * 100 + 100)]))
+            spans.append((before, time.time()))
+            time.sleep(0.002)  # (times apart)
+        # Not joined with the batches before: keys, then other headers.
+        keyed = prod.publish_many("t", [b"500", b"501"], keys=["a", "b"])
+        headed = prod.publish_many("t", [b"502", b"503"], headers={"h": "x"})
+    for r in [*receipts, keyed, headed]:
+        r.wait_stored(5)
+    # Whole batches joined while they fit in one run (256 messages): 200, 200, 100, then
+    # the keyed batch and the one with headers on their own.
+    with prod._engine.store.env.begin() as txn:
+        sizes = [len(decode_run(value)[5])  # type: ignore[index]
+                 for value in txn.cursor(db=prod._engine.store.runs).iternext(keys=False)]
+    assert sizes == [200, 200, 100, 2, 2]
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 5, "pruns": 10}
+    cons = make_node("cons", seeds=[prod.control_address])
+    for group in ("g1", "g2"):
+        got = drain(cons.subscribe("t", group=group), 504)
+        assert sorted(map(_index, got)) == list(range(504))
+        for msg in got:  # each message its own batch's time, id and partition
+            i = _index(msg)
+            if i < 500:
+                before, after = spans[i // 100]
+                assert before <= msg.published_at <= after
+                assert msg.id == receipts[i // 100].ids[i % 100]
+                assert msg.partition == msg.id.seq % 16
+        assert {m.headers.get("h") for m in got if _index(m) >= 502} == {"x"}
+        assert all(not m.headers for m in got if _index(m) < 502)
+        # One index per message of each partition, in publish order.
+        for partition in range(16):
+            mine = sorted((m.id.seq, m.index) for m in got if m.partition == partition)
+            assert [index for _seq, index in mine] == list(range(len(mine)))
+    for r in [*receipts, keyed, headed]:
         r.wait_acked(10)
     wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
     assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
@@ -233,27 +288,35 @@ def test_runs_of_a_topic_past_256_partitions_come_back_whole_after_a_restart(mak
 
 def test_runs_an_earlier_release_wrote_with_lists_are_delivered_after_an_upgrade(
         make_node, tmp_path):
-    """Records and entries written before runs kept their partitions and indexes as bytes
-    (msgpack lists) are read as they were: a data dir carries over an upgrade."""
+    """Records and entries written before runs kept their partitions, indexes and publish
+    times as bytes (msgpack lists) are read as they were: a data dir carries over an
+    upgrade."""
     topics = {"t": zmesh.TopicConfig(groups=("g", "h"))}
     prod = make_node("prod", topics=topics)
-    receipt = prod.publish_many("t", [str(i).encode() for i in range(500)])
-    receipt.wait_stored(5)
+    with _io_held(prod):  # (joined into runs of 200, 200 and 100: a time per message)
+        receipts = [prod.publish_many("t", [str(i).encode() for i in range(b, b + 100)])
+                    for b in range(0, 500, 100)]
+    for r in receipts:
+        r.wait_stored(5)
     prod.close()
     store = Store(str(tmp_path / "prod"), 1 << 26)
     try:  # (each record and entry rewritten the way the earlier release wrote it)
         batch = WriteBatch()
+        joined = 0
         with store.env.begin() as txn:
             for key, value in txn.cursor(db=store.runs):
                 fields = decode_run(value)
                 assert fields is not None
                 fields[1], fields[6] = fields[1].tolist(), fields[6].tolist()
+                if type(fields[4]) is not float:  # (one time for a lone batch's run)
+                    fields[4] = fields[4].tolist()
+                    joined += 1
                 batch.runs_put.append((bytes(key), pack(fields)))
             for key, value in txn.cursor(db=store.pruns):
                 parts, offsets, attempts = unpackb(value)
                 assert type(parts) is bytes
                 batch.prun_put.append((bytes(key), pack([list(parts), offsets, attempts])))
-        assert len(batch.runs_put) == 2 and len(batch.prun_put) == 4
+        assert len(batch.runs_put) == 3 and len(batch.prun_put) == 6 and joined == 2
         store.commit(batch)
     finally:
         store.close()
@@ -264,8 +327,12 @@ def test_runs_an_earlier_release_wrote_with_lists_are_delivered_after_an_upgrade
     for group in ("g", "h"):
         got = drain(cons.subscribe("t", group=group), 500)
         assert sorted(map(_index, got)) == list(range(500))
-        assert {(_index(m), m.partition) for m in got} == {
-            (i, msg_id.seq % 16) for i, msg_id in enumerate(receipt.ids)}
+        ids = [msg_id for r in receipts for msg_id in r.ids]
+        assert {(_index(m), m.id, m.partition) for m in got} == {
+            (i, msg_id, msg_id.seq % 16) for i, msg_id in enumerate(ids)}
+        times = [{m.published_at for m in got if _index(m) // 100 == b} for b in range(5)]
+        assert all(len(each) == 1 for each in times)  # (each batch's own time)
+        assert [t for (t,) in times] == sorted(t for (t,) in times)
     wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
     assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
 
@@ -505,5 +572,5 @@ def test_kept_receipts_keep_no_payloads(make_node):
     assert len(stages) < len(receipts)  # (stretches of several publishes)
     assert all(r.stored for r in receipts)
     assert all(type(stage) is Stretch for stage in stages.values())
-    assert all(stage.payloads == [] and stage.keys == [] and stage.times == []
+    assert all(stage.payloads == [] and stage.keys == [] and not stage.times
                for stage in stages.values())

@@ -96,10 +96,18 @@ def test_a_run_record_decodes_to_each_messages_fields():
                                      array("q", [1 << 40])]))
     assert no_keys is not None and run_message(no_keys, 0)[2] is None
     assert run_message(no_keys, 0)[1:10:8] == (300, 1 << 40)
-    # A record written with its partitions and indexes as lists (before they were stored
-    # as their bytes) reads the same.
-    older = decode_run(pack(["t", [1, 0], ["k", None], {"h": 1}, 5.0, [b"a", b"b"], [7, 3]]))
-    assert older is not None and older[1:] == fields[1:]
+    # One publish time per message (publishes gathered, batches joined): an array of
+    # doubles, stored as their bytes.
+    each = decode_run(run_record(["t", array("B", [1, 0]), None, None, array("d", [5.0, 6.5]),
+                                  [b"a", b"b"], array("I", [7, 3])]))
+    assert each is not None and each[4] == array("d", [5.0, 6.5])
+    assert [run_message(each, i)[5] for i in (0, 1)] == [5.0, 6.5]
+    # A record written with its partitions, indexes and times as lists (before they were
+    # stored as their bytes) reads the same; a time written as an int reads as a float.
+    older = decode_run(pack(["t", [1, 0], ["k", None], {"h": 1}, 5, [b"a", b"b"], [7, 3]]))
+    assert older is not None and older[1:] == fields[1:] and type(older[4]) is float
+    older = decode_run(pack(["t", [1, 0], None, None, [5.0, 6.5], [b"a", b"b"], [7, 3]]))
+    assert older is not None and older[4] == each[4]
     for bad in (b"\xc1", pack(["t", [0, 1], None, None, 5.0, [b"a"], [0, 1]]),
                 pack(["t", [], None, None, 5.0, [], []]),
                 pack(["t", [0], None, None, 5.0, ["text"], [0]]),
@@ -107,7 +115,11 @@ def test_a_run_record_decodes_to_each_messages_fields():
                 pack(["t", [0], None, None, 5.0, [b"a"], [None]]),
                 pack(["t", b"\0" * 3, None, None, 5.0, [b"a"], b"\0" * 4]),  # 1 or 2 bytes each
                 pack(["t", b"\0\0", None, None, 5.0, [b"a"], b"\0" * 5]),
-                pack(["t", b"\0\0", None, None, 5.0, [b"a"], b"\xff" * 8])):  # int64 -1
+                pack(["t", b"\0\0", None, None, 5.0, [b"a"], b"\xff" * 8]),  # int64 -1
+                pack(["t", b"\0", None, None, b"\0" * 7, [b"a"], b"\0"]),  # times: 8 bytes each
+                pack(["t", b"\0", None, None, [5.0, 6.0], [b"a"], b"\0"]),
+                pack(["t", b"\0", None, None, ["5"], [b"a"], b"\0"]),
+                pack(["t", b"\0", None, None, None, [b"a"], b"\0"])):
         assert decode_run(bad) is None
 
 

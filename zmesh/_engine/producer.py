@@ -256,13 +256,13 @@ class Producer:
             pos += n
             _t, _parts, run_keys, run_headers, published_at, run_payloads, run_indexes = \
                 records[first]
-            each_at = type(published_at) is list  # (else one time for the whole run)
+            each_at = type(published_at) is array  # (else one time for the whole run)
             if part[-1] - part[0] == n - 1:  # consecutive: slices
                 at = slice(part[0] - first, part[0] - first + n)
                 payloads += run_payloads[at]
                 part_indexes = run_indexes[at]
                 keys += run_keys[at] if run_keys else repeat(None, n)
-                published_ats += array("d", published_at[at]) if each_at else \
+                published_ats += published_at[at] if each_at else \
                     array("d", (published_at,)) * n
             else:
                 offsets = list(map(sub, part, repeat(first)))

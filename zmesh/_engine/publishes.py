@@ -11,6 +11,7 @@ allocation lock, and the IO thread takes the lists whole, as a ``PublishMany``.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
@@ -42,6 +43,7 @@ class Publish:
     msg_id: str | None = None
 
     count = 1  # (messages: a PublishMany holds several)
+    rounds = 0  # (see PublishMany: one message is never known to be spread round-robin)
 
     @property
     def seqs(self) -> range:
@@ -59,8 +61,9 @@ class PublishMany:
     topic that stores them as runs (runs.py) takes the columns as they are; any other
     ``expand``s them into a ``Publish`` each.
 
-    A ``Stretch`` of ``publish()`` calls becomes one too: ``published_at`` is then a list,
-    each message's own time, ``receipt`` None and ``stage`` the stretch."""
+    A ``Stretch`` of ``publish()`` calls becomes one too: ``published_at`` is then an
+    array of doubles, each message's own time, ``receipt`` None and ``stage`` the
+    stretch."""
 
     seq: int
     topic: str
@@ -68,7 +71,7 @@ class PublishMany:
     keys: list[str | None] | None  # None: no message has a key
     headers: dict | None
     payloads: list[bytes]
-    published_at: float | list[float]
+    published_at: float | array[float]
     receipt: Receipt | None
     stage: Stage
     count: int
@@ -89,7 +92,7 @@ class PublishMany:
     def expand(self) -> list[Publish]:
         """A ``Publish`` per message (for a topic that stores each message on its own)."""
         n, at = self.count, self.published_at
-        times = at if isinstance(at, list) else repeat(at, n)
+        times = repeat(at, n) if isinstance(at, float) else at
         topic, headers, receipt, stage = self.topic, self.headers, self.receipt, self.stage
         return [Publish(seq, topic, partition, key, headers, payload, 0, published_at, None,
                         None, receipt, stage)
@@ -124,7 +127,7 @@ class Stretch(Stage):
         self.partitions: list[int] = []
         self.keys: list[str | None] = []
         self.payloads: list[bytes] = []
-        self.times: list[float] = []
+        self.times = array("d")  # (packed as it is into a run's record and a batch)
 
     def staged(self) -> AnyPublish:
         """What the IO thread stages, once the stretch is closed: a ``PublishMany``, or a
@@ -132,7 +135,7 @@ class Stretch(Stage):
         with it: the receipts, which the application may keep, keep only the stage."""
         payloads, times, keys, partitions = self.payloads, self.times, self.keys, \
             self.partitions
-        self.payloads, self.times, self.keys, self.partitions = [], [], [], []
+        self.payloads, self.times, self.keys, self.partitions = [], array("d"), [], []
         n, first, rounds = len(payloads), self.seq, self.rounds
         if n == 1:
             return Publish(first, self.topic, first % rounds if rounds else partitions[0],
@@ -142,6 +145,60 @@ class Stretch(Stage):
             partitions = round_robin_partitions(first, n, rounds)
         return PublishMany(first, self.topic, partitions, None if rounds else keys, None,
                            payloads, times, None, self, n, self.nbytes, rounds)
+
+
+def joined(pubs: list[AnyPublish], max_count: int, max_bytes: int) -> list[AnyPublish]:
+    """``pubs`` with ``PublishMany`` objects that follow one another (one topic,
+    consecutive sequences, the same headers, keys in every one or in none, the same
+    ``rounds``) joined into one, up to ``max_count`` messages and ``max_bytes`` of
+    payloads together (what one run holds): a publisher of small batches gets longer
+    runs, each run's work shared by more messages. Only their columns are joined: the
+    receipts and stages stay with the publishes themselves."""
+    out: list[AnyPublish] = []
+    group: list[PublishMany] = []
+    count = nbytes = 0
+    for p in pubs:
+        if group and not (type(p) is PublishMany and _follows(group[-1], p)
+                          and count + p.count <= max_count and nbytes + p.nbytes <= max_bytes):
+            out.append(_join(group))
+            group = []
+            count = nbytes = 0
+        if type(p) is PublishMany:
+            group.append(p)
+            count += p.count
+            nbytes += p.nbytes
+        else:
+            out.append(p)
+    if group:
+        out.append(_join(group))
+    return out
+
+
+def _follows(a: PublishMany, b: PublishMany) -> bool:
+    return (b.seq == a.seq + a.count and b.topic == a.topic and b.rounds == a.rounds
+            and (b.keys is None) == (a.keys is None) and b.headers == a.headers)
+
+
+def _join(group: list[PublishMany]) -> PublishMany:
+    if len(group) == 1:
+        return group[0]
+    first = group[0]
+    partitions: list[int] = []
+    keys: list[str | None] | None = None if first.keys is None else []
+    payloads: list[bytes] = []
+    times = array("d")
+    count = nbytes = 0
+    for p in group:  # (each column extended by a copy of the other's: no step per message)
+        partitions += p.partitions
+        if keys is not None:
+            keys += p.keys  # type: ignore[arg-type]
+        payloads += p.payloads
+        at = p.published_at
+        times += array("d", (at,)) * p.count if isinstance(at, float) else at
+        count += p.count
+        nbytes += p.nbytes
+    return PublishMany(first.seq, first.topic, partitions, keys, first.headers, payloads,
+                       times, None, first.stage, count, nbytes, first.rounds)
 
 
 def message_count(pubs: list[AnyPublish]) -> int:

@@ -59,12 +59,13 @@ class Run:
 def run_record(fields: list) -> bytes:
     """The ``runs`` value of a batch, from its decoded form ``[topic, partitions, keys,
     headers, published_at, payloads, indexes]`` (``keys`` None when no message has one;
-    ``published_at`` one time for a ``publish_many``, one per message for publishes
-    gathered together; ``partitions`` and ``indexes`` arrays, stored as their bytes:
-    packed with no step per message; see ``staging._allocate``)."""
+    ``published_at`` one time for the whole run, or an array of doubles, one per message;
+    ``partitions`` and ``indexes`` arrays too: each array stored as its bytes, packed with
+    no step per message; see ``staging._allocate``)."""
     topic, partitions, keys, headers, published_at, payloads, indexes = fields
-    return pack([topic, le_bytes(partitions), keys, headers, published_at, payloads,
-                 le_bytes(indexes)])
+    return pack([topic, le_bytes(partitions), keys, headers,
+                 published_at if type(published_at) is float else le_bytes(published_at),
+                 payloads, le_bytes(indexes)])
 
 
 def run_entry(parts: array[int], offsets: list[int] | None = None,
@@ -80,7 +81,7 @@ def run_message(record: list, i: int) -> tuple:
     """The fields of message ``i`` of a decoded run record, as a message's own record holds
     them (``_store.damage.RECORD_FIELDS``)."""
     topic, partitions, keys, headers, published_at, payloads, indexes = record
-    if type(published_at) is list:
+    if type(published_at) is array:
         published_at = published_at[i]
     return (topic, partitions[i], keys[i] if keys else None, headers, 0, published_at, None,
             None, payloads[i], indexes[i])

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 from .._numbers import fitting_array
 from .._store.store import WriteBatch, pack, pend_key, u32, u64
 from .lane import Lane, PlainRun
-from .publishes import AnyPublish, Publish, PublishMany, message_count
+from .publishes import AnyPublish, Publish, PublishMany, joined, message_count
 from .retention import log_entry, partition_prefix, retains
 from .runs import (
     RUN_ENTRY_BYTES,
@@ -206,7 +206,7 @@ class Staging:
         record_bytes = 0
         kept_in_mem: list[tuple] = []
         last_topic = None
-        for p in pubs:
+        for p in joined(pubs, RUN_MAX_MESSAGES, RUN_MAX_BYTES):  # (fewer, longer runs)
             topic = p.topic
             if topic != last_topic:  # (publishes mostly come in runs of one topic)
                 known = topics.get(topic)
@@ -333,8 +333,8 @@ class Staging:
         partitions = pm.partitions if whole else pm.partitions[start:end]
         keys = pm.keys if whole or pm.keys is None else pm.keys[start:end]
         payloads = pm.payloads if whole else pm.payloads[start:end]
-        published_at = pm.published_at  # (one per message from a stretch of publishes)
-        if not whole and type(published_at) is list:
+        published_at = pm.published_at  # (an array, one per message, from a stretch)
+        if not whole and not isinstance(published_at, float):
             published_at = published_at[start:end]
         indexes, cycle = _allocate(first, partitions, next_index, firsts, pm.rounds)
         parts = round_robin_parts(first, count, cycle) if cycle else \
@@ -391,12 +391,16 @@ class Staging:
                 j += 1
             if j > i + 1 or many:
                 seqs: list[int] | range
+                rounds = 0  # (while every one is a batch spread round-robin over as many)
                 if many:
                     group = pubs[i:j]
                     partitions: list[int] = []
                     end = first = group[0].seq  # (one range while each follows the last)
+                    rounds = group[0].rounds
                     for q in group:
                         end = end + q.count if end == q.seq else -1
+                        if q.rounds != rounds:
+                            rounds = 0
                         if isinstance(q, PublishMany):
                             partitions.extend(q.partitions)
                         else:
@@ -406,7 +410,7 @@ class Staging:
                 else:
                     seqs = [q.seq for q in pubs[i:j]]
                     partitions = [q.partition for q in pubs[i:j]]  # type: ignore[union-attr]
-                run = PlainRun(seqs, partitions)
+                run = PlainRun(seqs, partitions, rounds if type(seqs) is range else 0)
                 for lane in lanes:
                     lane.add_plain(run)
                 i = j

@@ -71,16 +71,18 @@ def decode_record(data: bytes) -> list | None:
 
 
 RUN_FIELDS = 7  # runs values: [topic, partitions, keys, headers, published_at, payloads,
-#                               indexes]; published_at one time or a list of one per message;
-#                               partitions and indexes little-endian bytes ("B" or "H" each,
-#                               "I" or "q" each), or lists of ints in records written before
+#                               indexes]; published_at one time, or little-endian doubles
+#                               (a list of numbers in records written before), one per
+#                               message; partitions and indexes little-endian bytes ("B" or
+#                               "H" each, "I" or "q" each), or lists of ints in records
+#                               written before
 
 
 def decode_run(data: bytes) -> list | None:
-    """A run record's fields (see _engine/runs.py), its partitions an array of "B" or "H"
-    and its indexes of "I" or "q"; or None when the record is damaged: every column as long as the
-    payloads, payloads bytes, partitions and indexes non-negative numbers, publish times
-    numbers."""
+    """A run record's fields (see _engine/runs.py), its partitions an array of "B" or "H",
+    its indexes of "I" or "q", its publish time a float or an array of "d"; or None when
+    the record is damaged: every column as long as the payloads, payloads bytes,
+    partitions and indexes non-negative numbers, publish times numbers."""
     fields = decode_or_none(data)
     if not isinstance(fields, list) or len(fields) != RUN_FIELDS:
         return None
@@ -89,16 +91,27 @@ def decode_run(data: bytes) -> list | None:
     if not (n and isinstance(topic, str)
             and (keys is None or isinstance(keys, list) and len(keys) == n)
             and (headers is None or isinstance(headers, dict))
-            and (isinstance(published_at, int | float)
-                 or isinstance(published_at, list) and len(published_at) == n
-                 and set(map(type, published_at)) <= {int, float})
             and set(map(type, payloads)) == {bytes}):
         return None
     fields[1] = partitions = number_column(partitions, n, "BH")
+    fields[4] = published_at = _times(published_at, n)
     fields[6] = indexes = number_column(indexes, n, "Iq")
-    if partitions is None or indexes is None:
+    if partitions is None or published_at is None or indexes is None:
         return None
     return fields
+
+
+def _times(value: Any, n: int) -> float | array | None:
+    """A run's publish times: one for the whole run (a float), or ``n`` as an array of
+    doubles, from their little-endian bytes or from a list of numbers (older records);
+    None when ``value`` is none of these."""
+    if type(value) in (int, float):
+        return float(value)
+    if type(value) is bytes:
+        return le_column(value, n, "d")
+    if type(value) is list and len(value) == n and set(map(type, value)) <= {int, float}:
+        return array("d", value)
+    return None
 
 
 def number_column(value: Any, n: int, codes: str) -> array | None:

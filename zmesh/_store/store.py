@@ -10,8 +10,9 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   deliver_at]: what each lane still owes. A message leaves ``msgs`` when no lane owes it.
 - ``runs``:  first seq(8) -> msgpack [topic, partitions, keys, headers, published_at,
   payloads, indexes]: a batch of plain messages stored as one record (one element per
-  message in each column, partitions and indexes as little-endian bytes, lists in records
-  written before; keys nil when none has one; see _engine/runs.py and damage.decode_run).
+  message in each column, partitions, indexes and publish times (one for the whole run,
+  or one each) as little-endian bytes, lists in records written before; keys nil when
+  none has one; see _engine/runs.py and damage.decode_run).
 - ``pruns``: lane_id(4) + first seq(8) -> msgpack [partitions, offsets, attempts]: what a
   lane still owes of a run (partitions a bin of a byte each, or a list past 255; offsets
   nil: all of it; attempts nil: none handed out yet).
