@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zmesh._engine.delivery import IN_FLIGHT, WINDOW_MAX_BYTES, Entry, Taken, Timing
-from zmesh._engine.lane import Lane, PlainRun
+from zmesh._engine.lane import Lane, PlainRun, _distinct
 from zmesh._engine.seqqueue import COMPACT_AFTER
 
 PRODUCER = b"P" * 16
@@ -930,3 +930,9 @@ def test_a_lane_tells_when_it_gets_ready_messages_or_a_member_and_each_earlier_t
     lane._wake_at = float("inf")  # (what Producer.tick does before ticking it)
     lane.tick(4.5)  # 6 expired
     assert lane.next_wakeup() == 5.0
+
+
+@given(st.lists(st.integers(0, 19), max_size=60), st.booleans())
+def test_the_partitions_a_take_touched_as_bytes_or_as_a_list(values, as_bytes):
+    # (a front taken for one member carries its partitions as bytes: searched, not walked)
+    assert sorted(_distinct(bytes(values) if as_bytes else values, 20)) == sorted(set(values))

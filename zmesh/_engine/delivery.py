@@ -4,6 +4,7 @@ one ``take`` gives a member (``Taken``), a member's credit (``Member``), retry t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 READY = 0
@@ -37,14 +38,16 @@ class Entry:
 
 class Taken:
     """What one ``take`` hands a member, as columns in send order. ``seqs`` is a ``range``
-    when the take was a consecutive front of the lane's window (see ``SeqWindow.front``)."""
+    when the take was a consecutive front of the lane's window (see ``SeqWindow.front``);
+    ``partitions`` and ``attempts`` are ``bytes`` (a byte each) when it was such a front
+    for one member, as the batch packs them."""
 
     __slots__ = ("seqs", "partitions", "attempts")
 
     def __init__(self) -> None:
         self.seqs: list[int] | range = []
-        self.partitions: list[int] = []
-        self.attempts: list[int] = []
+        self.partitions: Sequence[int] = []
+        self.attempts: Sequence[int] = []
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -56,10 +59,14 @@ def out_columns(out: dict[bytes, Taken], member: bytes) -> tuple[list[int], list
     taken = out.get(member)
     if taken is None:
         taken = out[member] = Taken()
-    seqs = taken.seqs
-    if not isinstance(seqs, list):  # (a front taken before, as a range)
+    seqs, partitions, attempts = taken.seqs, taken.partitions, taken.attempts
+    if not isinstance(seqs, list):  # (a front taken before, as a range and bytes)
         seqs = taken.seqs = list(seqs)
-    return seqs, taken.partitions, taken.attempts
+    if not isinstance(partitions, list):
+        partitions = taken.partitions = list(partitions)
+    if not isinstance(attempts, list):
+        attempts = taken.attempts = list(attempts)
+    return seqs, partitions, attempts
 
 
 NO_SIZE_LIMIT = 1 << 62  # a member that did not say how large a payload it accepts

@@ -82,6 +82,17 @@ class PlainRun:
             array("H", map(add, partitions, repeat(1)))
 
 
+_FIRST_ATTEMPT = b"\x01"  # (an attempt column of ones, a byte each: what a batch carries)
+
+
+def _distinct(values: Sequence[int], below: int) -> Iterable[int]:
+    """The distinct ``values`` (each below ``below``): of ``bytes`` longer than ``below``,
+    found by a search for each value they may hold, at C speed, not a step per value."""
+    if type(values) is bytes and len(values) > below:
+        return [v for v in range(below) if v in values]
+    return set(values)
+
+
 def _no_timer(_lane: Lane, _at: float) -> None:
     pass
 
@@ -533,8 +544,9 @@ class Lane(Retries):
         last = seqs[-1]
         deadline = now + self.timing.ack_timeout_s
         fresh = self._fresh
-        for p in set(partitions):  # their taken sequences are the front of each FIFO (the
-            fresh[p].drop_through(last)  # others' stale slots below it go when next taken)
+        for p in _distinct(partitions, len(fresh)):  # their taken sequences are the front
+            fresh[p].drop_through(last)  # of each FIFO (the others' stale slots below it
+            #                              go when next taken)
         if slots is None or not sent.put_run(seqs[0], slots, owner_of, deadline):
             sent.put_many(seqs, partitions, owner_of, deadline)
         self._ready_count -= len(seqs)
@@ -544,7 +556,8 @@ class Lane(Retries):
         self._timer(deadline)
         if len(members) == 1:
             taken = Taken()
-            taken.seqs, taken.partitions, taken.attempts = seqs, partitions, [1] * len(seqs)
+            taken.seqs, taken.partitions, taken.attempts = seqs, partitions, \
+                _FIRST_ATTEMPT * len(seqs)
             out[only] = taken
         else:
             grown: dict[bytes, tuple[list[int], list[int], list[int]]] = {}

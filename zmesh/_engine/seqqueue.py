@@ -202,12 +202,12 @@ def _has_empty(slots: array[int]) -> bool:
     return b"\0\0" in slots.tobytes() or not slots
 
 
-def slot_partitions(slots: array[int]) -> list[int]:
-    """The partitions of filled window slots (``slot - 1``): at C speed when every slot is
-    below 256 (a byte each, less one), else one by one."""
+def slot_partitions(slots: array[int]) -> bytes | list[int]:
+    """The partitions of filled window slots (``slot - 1``): as bytes, made at C speed,
+    when every slot is below 256 (a byte each, less one), else a list made one by one."""
     raw = slots.tobytes()
     if not raw[1 - _LOW::2].strip(b"\0"):
-        return list(raw[_LOW::2].translate(_DOWN))
+        return raw[_LOW::2].translate(_DOWN)
     return [v - 1 for v in slots]
 
 
@@ -381,12 +381,12 @@ class SeqWindow(Window):
             return self._old.pop(seq, None)
         return None
 
-    def front(self, n: int) -> tuple[list[int] | range, list[int], array[int] | None]:
+    def front(self, n: int) -> tuple[list[int] | range, Sequence[int], array[int] | None]:
         """The ``n`` lowest sequences of the window (the dict aside must be empty) and
-        their partitions, left in place, with no call per sequence; and, when they are
-        consecutive, their slots (partitions + 1, as ``SentWindow.put_run`` takes them)
-        and the sequences as a ``range`` (what takes them after knows they are
-        consecutive and ascending without a look at each)."""
+        their partitions (bytes when ``slot_partitions`` makes them), left in place, with
+        no call per sequence; and, when they are consecutive, their slots (partitions + 1,
+        as ``SentWindow.put_run`` takes them) and the sequences as a ``range`` (what takes
+        them after knows they are consecutive and ascending without a look at each)."""
         w, base, front = self._w, self._base, self._front
         end = min(front + n, len(w))
         slots = w[front:end]
@@ -398,7 +398,8 @@ class SeqWindow(Window):
             return seqs, [], None
         return seqs, [v - 1 for v in w[front:seqs[-1] - base + 1] if v], None
 
-    def take_front(self, n: int) -> tuple[list[int] | range, list[int], array[int] | None]:
+    def take_front(self, n: int) -> tuple[list[int] | range, Sequence[int],
+                                          array[int] | None]:
         """Remove the ``n`` lowest sequences of the window (the dict aside must be empty):
         ``front`` of them, with no call per sequence."""
         seqs, partitions, slots = self.front(n)
@@ -518,7 +519,7 @@ class SentWindow(Window):
                         if v and m == index)
         return held
 
-    def put_many(self, seqs: Sequence[int], partitions: list[int], members: list[bytes],
+    def put_many(self, seqs: Sequence[int], partitions: Sequence[int], members: list[bytes],
                  deadline: float) -> None:
         """Map ``seqs`` (absent, in any order) to their partitions and members, with one
         deadline: the columns grown once, the slots set in one loop; one below the
