@@ -285,13 +285,15 @@ def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, nex
 
 
 @given(st.integers(0, 10_000), st.integers(1, 20),
-       st.lists(st.integers(1, 60), min_size=1, max_size=8), st.booleans())
-def test_round_robin_indexes_of_runs_in_a_row(first, count, sizes, gap):
+       st.lists(st.integers(1, 300), min_size=1, max_size=8), st.booleans(),
+       st.sampled_from([0, (1 << 32) - 40]))
+def test_round_robin_indexes_of_runs_in_a_row(first, count, sizes, gap, start):
     """Runs published round-robin one after another (a topic's usual indexes: each
     partition's next index one above or equal to the next's in the cycle) get the indexes
-    of one message at a time, with a gap in the sequences (another topic's) too."""
-    next_index: dict[int, int] = {}
-    want_next: dict[int, int] = {}
+    of one message at a time, with a gap in the sequences (another topic's) too; as
+    uint32, then int64 once they pass 2**32; runs longer than RUN_MAX_MESSAGES too."""
+    next_index = dict.fromkeys(range(count), start)
+    want_next = dict(next_index)
     for n in sizes:
         partitions = [s % count for s in range(first, first + n)]
         firsts: dict[int, int] = {}
@@ -299,6 +301,7 @@ def test_round_robin_indexes_of_runs_in_a_row(first, count, sizes, gap):
         want = _allocate_each(partitions, want_next, want_firsts)
         indexes, _ = _allocate(first, partitions, next_index, firsts)
         assert list(indexes) == want
+        assert indexes.typecode == ("I" if max(want) < 1 << 32 else "q")
         assert (next_index, firsts) == (want_next, want_firsts)
         first += n + (first % 3 if gap else 0)
 
