@@ -10,7 +10,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from zmesh._protocol.codec import (
@@ -459,6 +459,26 @@ def test_columns_packed_once_serve_every_lane(batch: Batch, lane: str, floor: in
         assert frames[0] == whole[0] and frames[1:] == whole[1:]
         assert encode_batch(b) == frames
         assert plain(decode_batch(frames, MAX_MESSAGE_BYTES)) == plain(b)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from([0, 100, INLINE_PAYLOAD_BYTES // 10, LARGE_PAYLOAD_BYTES - 1,
+                                 LARGE_PAYLOAD_BYTES, 3 * LARGE_PAYLOAD_BYTES]),
+                max_size=30))
+@example([LARGE_PAYLOAD_BYTES - 1] * 9)  # none large, past the header's share together
+@example([INLINE_PAYLOAD_BYTES // 10] * 10)  # none large, within it
+@example([100, 100, LARGE_PAYLOAD_BYTES, 100])
+def test_payloads_travel_inline_unless_large_or_past_the_headers_share(sizes: list[int]):
+    """Whatever the columns know or look at first, the payloads split as ``_split`` splits
+    them: a large one as a frame of its own, the rest inline until the header holds
+    INLINE_PAYLOAD_BYTES of them."""
+    n = len(sizes)
+    payloads = [bytes([i % 256]) * size for i, size in enumerate(sizes)]
+    _before, after, extra = pack_columns(range(n), bytes(n), [None] * n, [None] * n,
+                                         array("d", bytes(8 * n)), array("I", bytes(4 * n)),
+                                         payloads)
+    inline, want_extra = _split(payloads)
+    assert extra == want_extra and msgpack.unpackb(after[-1]) == inline
 
 
 @given(st.lists(st.integers(0, 300), max_size=40),

@@ -405,10 +405,11 @@ def pack_columns(seqs: Sequence[int], partitions: Sequence[int],
     payloads are known to fit inside the header (see ``encode_batch``), none looked at."""
     inline: Sequence[bytes | None] = payloads
     extra: list[bytes] = []
-    total = 0 if all_inline else sum(map(len, payloads))
-    # (All inline, with no step per payload, when together they fit and none is large.)
-    if total >= LARGE_PAYLOAD_BYTES and (total > INLINE_PAYLOAD_BYTES
-                                         or max(map(len, payloads)) >= LARGE_PAYLOAD_BYTES):
+    # All inline when none is large and together they fit: known with no look at each
+    # payload, or from the largest alone (one pass) unless as many of it would not fit.
+    largest = 0 if all_inline else max(map(len, payloads), default=0)
+    if largest >= LARGE_PAYLOAD_BYTES or largest * len(payloads) > INLINE_PAYLOAD_BYTES \
+            and sum(map(len, payloads)) > INLINE_PAYLOAD_BYTES:
         inline, extra = _split(payloads)
     return (b"".join((_packb(wire_seqs(seqs)), _pack_uints(partitions, "H"),
                       _pack_optional(keys), _pack_optional(headers))),
