@@ -47,8 +47,8 @@ def test_a_batch_is_one_record_and_leaves_with_the_last_group_to_ack(make_node):
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g1", "g2"))})
     r = prod.publish_many("t", [str(i).encode() for i in range(1000)])
     r.wait_stored(5)
-    # runs of at most 256 messages: four records, an entry per run and group
-    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 4, "pruns": 8}
+    # runs of at most 512 messages: two records, an entry per run and group
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 2, "pruns": 4}
     c1 = make_node("c1", seeds=[prod.control_address])
     c2 = make_node("c2", seeds=[prod.control_address])
     s1, s2 = c1.subscribe("t", group="g1"), c2.subscribe("t", group="g2")
@@ -56,8 +56,8 @@ def test_a_batch_is_one_record_and_leaves_with_the_last_group_to_ack(make_node):
     assert sorted(map(_index, got1)) == list(range(1000))
     # Without keys, round-robin by sequence, as publish() does.
     assert all(m.partition == m.id.seq % 16 for m in got1)
-    wait_until(lambda: _entries(prod)["pruns"] == 4, what="g1's entries of the runs deleted")
-    assert _entries(prod)["runs"] == 4 and prod.status()["outbox"] == 1000
+    wait_until(lambda: _entries(prod)["pruns"] == 2, what="g1's entries of the runs deleted")
+    assert _entries(prod)["runs"] == 2 and prod.status()["outbox"] == 1000
     got2 = drain(s2, 1000)
     assert sorted(map(_index, got2)) == list(range(1000))
     r.wait_acked(10)
@@ -150,37 +150,37 @@ def test_batches_staged_together_are_joined_into_runs_and_keep_their_times(make_
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g1", "g2"))})
     receipts, spans = [], []
     with _io_held(prod):
-        for b in range(5):
+        for b in range(6):
             before = time.time()
             receipts.append(prod.publish_many("t", [str(i).encode()
                                                     for i in range(b * 100, b * 100 + 100)]))
             spans.append((before, time.time()))
             time.sleep(0.002)  # (times apart)
         # Not joined with the batches before: keys, then other headers.
-        keyed = prod.publish_many("t", [b"500", b"501"], keys=["a", "b"])
-        headed = prod.publish_many("t", [b"502", b"503"], headers={"h": "x"})
+        keyed = prod.publish_many("t", [b"600", b"601"], keys=["a", "b"])
+        headed = prod.publish_many("t", [b"602", b"603"], headers={"h": "x"})
     for r in [*receipts, keyed, headed]:
         r.wait_stored(5)
-    # Whole batches joined while they fit in one run (256 messages): 200, 200, 100, then
-    # the keyed batch and the one with headers on their own.
+    # Whole batches joined while they fit in one run (512 messages): 500, then the sixth
+    # batch, then the keyed batch and the one with headers on their own.
     with prod._engine.store.env.begin() as txn:
         sizes = [len(decode_run(value)[5])  # type: ignore[index]
                  for value in txn.cursor(db=prod._engine.store.runs).iternext(keys=False)]
-    assert sizes == [200, 200, 100, 2, 2]
-    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 5, "pruns": 10}
+    assert sizes == [500, 100, 2, 2]
+    assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 4, "pruns": 8}
     cons = make_node("cons", seeds=[prod.control_address])
     for group in ("g1", "g2"):
-        got = drain(cons.subscribe("t", group=group), 504)
-        assert sorted(map(_index, got)) == list(range(504))
+        got = drain(cons.subscribe("t", group=group), 604)
+        assert sorted(map(_index, got)) == list(range(604))
         for msg in got:  # each message its own batch's time, id and partition
             i = _index(msg)
-            if i < 500:
+            if i < 600:
                 before, after = spans[i // 100]
                 assert before <= msg.published_at <= after
                 assert msg.id == receipts[i // 100].ids[i % 100]
                 assert msg.partition == msg.id.seq % 16
-        assert {m.headers.get("h") for m in got if _index(m) >= 502} == {"x"}
-        assert all(not m.headers for m in got if _index(m) < 502)
+        assert {m.headers.get("h") for m in got if _index(m) >= 602} == {"x"}
+        assert all(not m.headers for m in got if _index(m) < 602)
         # One index per message of each partition, in publish order.
         for partition in range(16):
             mine = sorted((m.id.seq, m.index) for m in got if m.partition == partition)
@@ -267,7 +267,7 @@ def test_runs_of_a_topic_past_256_partitions_come_back_whole_after_a_restart(mak
     keys = [f"key-{i}" for i in range(100)]
     keyed = prod.publish_many("t", [str(i).encode() for i in range(700, 800)], keys=keys)
     keyed.wait_stored(5)
-    assert _entries(prod)["runs"] == 4  # (700 as 256 + 256 + 188, then the keyed 100)
+    assert _entries(prod)["runs"] == 3  # (700 as 512 + 188, then the keyed 100)
     prod.close()
 
     prod = make_node("prod", data_dir=str(tmp_path / "prod"), topics=topics)
@@ -293,9 +293,9 @@ def test_runs_an_earlier_release_wrote_with_lists_are_delivered_after_an_upgrade
     upgrade."""
     topics = {"t": zmesh.TopicConfig(groups=("g", "h"))}
     prod = make_node("prod", topics=topics)
-    with _io_held(prod):  # (joined into runs of 200, 200 and 100: a time per message)
+    with _io_held(prod):  # (five joined into a run with a time per message, then one)
         receipts = [prod.publish_many("t", [str(i).encode() for i in range(b, b + 100)])
-                    for b in range(0, 500, 100)]
+                    for b in range(0, 600, 100)]
     for r in receipts:
         r.wait_stored(5)
     prod.close()
@@ -316,21 +316,21 @@ def test_runs_an_earlier_release_wrote_with_lists_are_delivered_after_an_upgrade
                 parts, offsets, attempts = unpackb(value)
                 assert type(parts) is bytes
                 batch.prun_put.append((bytes(key), pack([list(parts), offsets, attempts])))
-        assert len(batch.runs_put) == 3 and len(batch.prun_put) == 6 and joined == 2
+        assert len(batch.runs_put) == 2 and len(batch.prun_put) == 4 and joined == 1
         store.commit(batch)
     finally:
         store.close()
 
     prod = make_node("prod", data_dir=str(tmp_path / "prod"), topics=topics)
-    assert prod.status()["outbox"] == 500
+    assert prod.status()["outbox"] == 600
     cons = make_node("cons", seeds=[prod.control_address])
     for group in ("g", "h"):
-        got = drain(cons.subscribe("t", group=group), 500)
-        assert sorted(map(_index, got)) == list(range(500))
+        got = drain(cons.subscribe("t", group=group), 600)
+        assert sorted(map(_index, got)) == list(range(600))
         ids = [msg_id for r in receipts for msg_id in r.ids]
         assert {(_index(m), m.id, m.partition) for m in got} == {
             (i, msg_id, msg_id.seq % 16) for i, msg_id in enumerate(ids)}
-        times = [{m.published_at for m in got if _index(m) // 100 == b} for b in range(5)]
+        times = [{m.published_at for m in got if _index(m) // 100 == b} for b in range(6)]
         assert all(len(each) == 1 for each in times)  # (each batch's own time)
         assert [t for (t,) in times] == sorted(t for (t,) in times)
     wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
@@ -365,7 +365,7 @@ def test_a_parked_message_of_a_batch_is_replayed_while_the_rest_is_owed(make_nod
 
 
 def test_two_groups_acking_batches_out_of_order_across_restarts(make_node, tmp_path):
-    # Batches that straddle runs (400 payloads of 1 kB: two runs, of 256 and 144), acked in
+    # Batches that straddle runs (400 payloads of 1 kB: two runs, of 262 and 138), acked in
     # a shuffled order in slices by two groups, with producer restarts in between: what is
     # owed after each restart is exactly what was not acked, and nothing is left at the end.
     rng = random.Random(7)
@@ -420,15 +420,15 @@ def test_a_memory_topics_batch_is_a_run_held_in_ram_until_acked(make_node):
                                                            durability="memory")})
     r = prod.publish_many("t", [str(i).encode() for i in range(600)])
     r.wait_stored(5)
-    # three runs (at most 256 messages each), nothing of them in LMDB
+    # two runs (at most 512 messages each), nothing of them in LMDB
     assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
     runs, held_bytes = _mem(prod)
-    assert runs == 3 and held_bytes >= sum(len(str(i)) for i in range(600))
+    assert runs == 2 and held_bytes >= sum(len(str(i)) for i in range(600))
     c1 = make_node("c1", seeds=[prod.control_address])
     c2 = make_node("c2", seeds=[prod.control_address])
     s1, s2 = c1.subscribe("t", group="g1"), c2.subscribe("t", group="g2")
     assert sorted(map(_index, drain(s1, 600))) == list(range(600))
-    wait_until(lambda: prod.status()["outbox"] == 600 and _mem(prod)[0] == 3,
+    wait_until(lambda: prod.status()["outbox"] == 600 and _mem(prod)[0] == 2,
                what="g1's acks settled, the runs still owed to g2")
     assert sorted(map(_index, drain(s2, 600))) == list(range(600))
     r.wait_acked(10)

@@ -23,7 +23,7 @@ from zmesh._engine.runs import (
     run_record,
 )
 from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES, pack_columns
-from zmesh._store.damage import decode_run
+from zmesh._store.damage import decode_run, run_offsets
 from zmesh._store.store import Store, WriteBatch, pack, pend_key, unpackb
 from zmesh.config import NodeConfig, TopicConfig
 
@@ -147,6 +147,10 @@ def test_a_lane_entry_from_the_owed_count_is_the_one_a_scan_finds(sizes, data):
         assert fast == lane_entry(lane, run)
         if fast is not None:
             parts, offsets, attempts = unpackb(fast)
+            if type(offsets) is list:  # (a tail owed is the offset it starts from)
+                assert not (offsets[-1] == run.count - 1
+                            and len(offsets) == run.count - offsets[0])
+            offsets = run_offsets(offsets, run.count)
             owed_seqs = [run.first + o for o in offsets] if offsets is not None else run.seqs()
             assert owed_seqs == lane.owed_among(run.seqs()) and attempts is None
 
@@ -241,21 +245,38 @@ def test_columns_of_runs_know_their_payloads_travel_inline(tmp_path, sizes, inli
 
 def test_run_entries_read_back_with_their_partitions_as_bytes_or_as_lists(tmp_path):
     """A ``pruns`` value holds its run's partitions as a byte each, or as a list when one
-    is past 255 (as every entry written before did): each reads back as an array; one that
-    is neither is set aside as damaged."""
+    is past 255 (as every entry written before did): each reads back as an array; the
+    offsets owed as a list, or as the one a tail starts from (a range); one that is
+    neither, or whose offsets or attempts do not fit its run, is set aside as damaged."""
     store = Store(str(tmp_path), 1 << 24)
     try:
         batch = WriteBatch()
-        batch.prun_put += [(pend_key(1, 100), run_entry(array("B", [3, 0, 255]), [1, 2])),
+        parts = array("B", [3, 0, 255])
+        batch.prun_put += [(pend_key(1, 100), run_entry(parts, [0, 2])),
                            (pend_key(1, 200), run_entry(array("H", [3, 0, 65535]))),
                            (pend_key(1, 300), pack([[3, 0, 7], None, None])),  # written before
+                           (pend_key(1, 310), run_entry(parts, 1)),  # the tail from 1
+                           (pend_key(1, 320), pack([[3, 0, 7], [1, 2], None])),  # before
+                           (pend_key(1, 330), run_entry(parts, [1], [2])),
                            (pend_key(1, 400), pack([5, None, None])),
                            (pend_key(1, 500), pack([[], None, None]))]
+        # Damaged offsets or attempts: past the run, negative, out of order, not ints, a
+        # tail that owes nothing, attempts not one per offset.
+        batch.prun_put += [(pend_key(1, 600 + i), pack([b"\3\0\7", offsets, attempts]))
+                           for i, (offsets, attempts) in enumerate([
+                               ([3], None), ([-1, 0], None), ([2, 1], None), ([0.0], None),
+                               ([], None), (3, None), (-1, None), (True, None),
+                               ([0, 1], [1]), (None, [1, 2]), ([0], [-1])])]
         store.commit(batch)
-        entries = [(first, parts.typecode, list(parts), offsets)
-                   for _lane, first, (parts, offsets, _a) in store.iter_pruns()]
-        assert entries == [(100, "B", [3, 0, 255], [1, 2]), (200, "H", [3, 0, 65535], None),
-                           (300, "B", [3, 0, 7], None)]
-        assert sorted(int.from_bytes(c.key[4:], "big") for c in store.take_corrupt()) == [400, 500]
+        entries = [(first, parts.typecode, list(parts), offsets, attempts)
+                   for _lane, first, (parts, offsets, attempts) in store.iter_pruns()]
+        assert entries == [(100, "B", [3, 0, 255], [0, 2], None),
+                           (200, "H", [3, 0, 65535], None, None),
+                           (300, "B", [3, 0, 7], None, None),
+                           (310, "B", [3, 0, 255], range(1, 3), None),
+                           (320, "B", [3, 0, 7], [1, 2], None),
+                           (330, "B", [3, 0, 255], [1], [2])]
+        assert sorted(int.from_bytes(c.key[4:], "big") for c in store.take_corrupt()) == \
+            [400, 500, *range(600, 611)]
     finally:
         store.close()

@@ -10,7 +10,9 @@ only what LMDB holds is per run.
 A lane's entry is deleted once that lane owes none of the run, and rewritten with the
 offsets it still owes (and their attempts) when it settles part of the run or a message's
 attempts change: a restart neither sends again what was acked nor forgets what was
-parked. The record is deleted once no lane owes any of the run.
+parked. A lane that owes the run's tail (a group acking in order) writes only the offset
+it owes from: settling part of a run costs the same for a run of any length. The record
+is deleted once no lane owes any of the run.
 
 A ``memory`` topic's batches are runs too, held in RAM only (``Producer.mem_runs``: the
 decoded record, never packed) and written as a record and its entries if they spill
@@ -36,7 +38,7 @@ RUN_ENTRY_BYTES = 100  # what a run's decoded record holds per message besides i
 # LMDB values need contiguous free pages; a lane that settles part of a run rewrites its
 # entry, a step per message of the run: the cost of a run grows with it, its gain does not.)
 RUN_MAX_BYTES = 256 << 10
-RUN_MAX_MESSAGES = 256
+RUN_MAX_MESSAGES = 512
 
 
 @dataclass(slots=True)
@@ -68,11 +70,12 @@ def run_record(fields: list) -> bytes:
                  payloads, le_bytes(indexes)])
 
 
-def run_entry(parts: array[int], offsets: list[int] | None = None,
+def run_entry(parts: array[int], offsets: list[int] | int | None = None,
               attempts: list[int] | None = None) -> bytes:
     """A ``pruns`` value: the run's partitions (a bin of a byte each, or a list past 255:
-    the entry does not say how many there are), the offsets a lane owes (None: all) and
-    their attempts (None: none handed out yet)."""
+    the entry does not say how many there are), the offsets a lane owes (None: all; an
+    int: those from it to the run's end) and their attempts (None: none handed out
+    yet)."""
     return pack([parts.tobytes() if parts.typecode == "B" else parts.tolist(), offsets,
                  attempts])
 
@@ -92,21 +95,26 @@ def lane_entry(lane: Lane, run: Run, owed_count: int | None = None) -> bytes | N
 
     ``owed_count``: how many of the run the lane owes (``Run.owed``), when known. If that
     is every sequence from the lane's floor to the run's end (a group acking in order) and
-    no message of the lane has attempts of its own, the offsets follow with no look at
-    each sequence."""
+    no message of the lane has attempts of its own, the entry is known with no look at
+    each sequence: the offset the lane owes from. Found by a look at each, a tail owed
+    with no attempts is written the same way."""
     end = run.first + run.count
     if owed_count is not None and not lane.entries:
         start = max(run.first, lane.floor())
         if owed_count == end - start:
-            offsets = None if start == run.first else list(range(start - run.first, run.count))
-            return run_entry(run.parts, offsets) if owed_count else None
+            return run_entry(run.parts, None if start == run.first else start - run.first) \
+                if owed_count else None
     owed = lane.owed_among(range(run.first, run.first + run.count))
     if not owed:
         return None
-    offsets = None if len(owed) == run.count else [s - run.first for s in owed]
     entries = lane.entries
     attempts = [e.attempt if (e := entries.get(s)) is not None else 0 for s in owed]
-    return run_entry(run.parts, offsets, attempts if any(attempts) else None)
+    if any(attempts):
+        return run_entry(run.parts, None if len(owed) == run.count else
+                         [s - run.first for s in owed], attempts)
+    tail = owed[-1] == end - 1 and len(owed) == end - owed[0]  # (ascending, distinct)
+    return run_entry(run.parts, None if len(owed) == run.count else
+                     owed[0] - run.first if tail else [s - run.first for s in owed])
 
 
 class Runs:

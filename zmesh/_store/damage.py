@@ -9,6 +9,8 @@ single record that cannot be decoded is set aside in the ``bad`` database (see
 from __future__ import annotations
 
 from array import array
+from itertools import islice
+from operator import lt
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -112,6 +114,20 @@ def _times(value: Any, n: int) -> float | array | None:
     if type(value) is list and len(value) == n and set(map(type, value)) <= {int, float}:
         return array("d", value)
     return None
+
+
+def run_offsets(value: Any, n: int) -> range | list[int] | None:
+    """A run entry's offsets (of a run of ``n`` messages): None (all owed), an int (those
+    from it to the end) as a range, or an ascending list; ValueError when they are none
+    of these within the run."""
+    if value is None:
+        return None
+    if type(value) is int and 0 <= value < n:
+        return range(value, n)
+    if type(value) is list and value and set(map(type, value)) <= {int} \
+            and value[0] >= 0 and value[-1] < n and all(map(lt, value, islice(value, 1, None))):
+        return value
+    raise ValueError("bad offsets in a run entry")
 
 
 def number_column(value: Any, n: int, codes: str) -> array | None:

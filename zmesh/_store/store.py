@@ -15,7 +15,8 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   none has one; see _engine/runs.py and damage.decode_run).
 - ``pruns``: lane_id(4) + first seq(8) -> msgpack [partitions, offsets, attempts]: what a
   lane still owes of a run (partitions a bin of a byte each, or a list past 255; offsets
-  nil: all of it; attempts nil: none handed out yet).
+  nil: all of it, an int: from that one to the end, else a list; attempts nil: none
+  handed out yet, else one per offset owed).
 - ``lanes``: msgpack [topic, lane] -> msgpack [lane_id, group, mode]: every group this
   producer has learned of, remembered so an offline group accumulates its backlog.
 - ``acked``: producer(16) + chunk(8) + lane -> bitmap: the consumer's dedupe window of
@@ -57,7 +58,7 @@ import msgpack
 from ..errors import DataDirLockedError, StoreError, StoreFullError
 from .acked import AckedWindow
 from .batch import WriteBatch
-from .damage import FIX, Corrupt, check_store_files, decode_run, number_column
+from .damage import FIX, Corrupt, check_store_files, decode_run, number_column, run_offsets
 from .keys import pend_key, u32, u64
 from .logindex import LogIndex
 from .pages import MappedPages
@@ -357,16 +358,23 @@ class Store(LogIndex, AckedWindow):
 
     def iter_pruns(self) -> Iterator[tuple[int, int, tuple]]:
         """(lane_id, first seq, (partitions, offsets, attempts)) of every run entry, its
-        partitions an array (see ``runs.run_entry``)."""
+        partitions an array, its offsets None (all owed), a range or a list (see
+        ``runs.run_entry``), each within the run, its attempts None or one per offset."""
         def decode(k: bytes, v: bytes) -> tuple[int, int, tuple]:
             value = unpackb(v)
             if len(k) != 12 or not isinstance(value, list) or len(value) != 3:
                 raise ValueError("not a run entry")
-            parts = value[0]
-            value[0] = number_column(parts, len(parts), "BH") if parts else None
-            if value[0] is None:
+            parts, offsets, attempts = value
+            parts = number_column(parts, len(parts), "BH") if parts else None
+            if parts is None:
                 raise ValueError("not a run entry")
-            return int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), tuple(value)
+            offsets = run_offsets(offsets, len(parts))
+            if attempts is not None and not (
+                    type(attempts) is list and len(attempts) == len(offsets or parts)
+                    and set(map(type, attempts)) <= {int} and min(attempts) >= 0):
+                raise ValueError("bad attempts in a run entry")
+            return (int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"),
+                    (parts, offsets, attempts))
         yield from self._scan(self.pruns, "pruns", decode)
 
     def get_messages(self, seqs: list[int]) -> dict[int, bytes]:
