@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import zmesh
+from tests.waiting import until
 
 LOOPBACK = ["127.0.0.1"]
 
@@ -22,14 +23,10 @@ LOOPBACK = ["127.0.0.1"]
 def wait_until(pred: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
                what: str = "condition") -> object:
     """Poll ``pred`` until it is truthy; fail the test with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    value = until(pred, timeout, interval)
+    if not value:
+        pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    return value
 
 
 def fetched(sub: zmesh.Subscription, n: int) -> list[zmesh.Message]:
@@ -94,8 +91,8 @@ def no_leaked_threads() -> Iterator[None]:
         return [t for t in threading.enumerate()
                 if t not in before and t.is_alive() and t.name.startswith("zmesh")]
     deadline = time.monotonic() + 5
-    while leaked() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    for thread in leaked():  # (ending as the test's nodes close: given 5 s in all)
+        thread.join(max(0.0, deadline - time.monotonic()))
     assert not leaked(), f"leaked threads: {leaked()}"
 
 

@@ -26,10 +26,10 @@ import argparse
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import zmesh
+from tests.waiting import until
 
 TOPIC = "crash"
 GROUPS = ("g1", "g2")
@@ -54,15 +54,10 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def read_addr(path: Path, timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if path.exists():
-            text = path.read_text().strip()
-            if text:
-                return text
-        if time.monotonic() >= deadline:
-            raise SystemExit(f"no address in {path} after {timeout_s:g}s")
-        time.sleep(0.02)
+    text = until(lambda: path.exists() and path.read_text().strip(), timeout_s)
+    if not text:
+        raise SystemExit(f"no address in {path} after {timeout_s:g}s")
+    return text
 
 
 def last_progress(path: Path) -> int:
@@ -113,16 +108,10 @@ def run_producer(args: argparse.Namespace) -> int:
                     prog.flush()
                     os.fsync(prog.fileno())
         print(f"producer published up to {args.count - 1}; draining", flush=True)
-        deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        while True:
-            depth = node.status()["outbox"]
-            if depth == 0:
-                break
-            if time.monotonic() >= deadline:
-                print(f"outbox still holds {depth} after {DRAIN_TIMEOUT_S:g}s: "
-                      f"{node.status()['lanes']}", flush=True)
-                return 3
-            time.sleep(0.05)
+        if not until(lambda: node.status()["outbox"] == 0, DRAIN_TIMEOUT_S, 0.05):
+            print(f"outbox still holds {node.status()['outbox']} after {DRAIN_TIMEOUT_S:g}s: "
+                  f"{node.status()['lanes']}", flush=True)
+            return 3
         print(f"producer done: {node.stats()}", flush=True)
         return 0
     finally:

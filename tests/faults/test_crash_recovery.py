@@ -23,6 +23,7 @@ import pytest
 
 from tests.conftest import spawn, wait_until
 from tests.faults.crash_worker import MAX_IN_FLIGHT
+from tests.waiting import until
 
 N = 100_000
 WORKER = str(Path(__file__).with_name("crash_worker.py"))
@@ -137,18 +138,21 @@ class Cluster:
         consumer and no new index recorded stored for STALL_S) or the run passes its cap."""
         mark: tuple[int, int] | None = None
         moved_at = time.monotonic()
-        while not done():
-            now = time.monotonic()
+
+        def done_or_moving() -> bool:
+            nonlocal mark, moved_at
+            if done():
+                return True
             self.poll_logs()
             seen = (self.progress_index(), sum(len(log.entries) for log in self.logs.values()))
             if seen != mark:
-                mark, moved_at = seen, now
-            elif now - moved_at > STALL_S:
+                mark, moved_at = seen, time.monotonic()
+            elif time.monotonic() - moved_at > STALL_S:
                 pytest.fail(f"no progress for {STALL_S:g}s (index {seen[0]} recorded stored, "
                             f"{seen[1]} handled) waiting for {what}")
-            if now > self.deadline:
-                pytest.fail(f"the run passed its {RUN_CAP_S:g}s cap waiting for {what}")
-            time.sleep(POLL_S)
+            return False
+        if not until(done_or_moving, self.deadline - time.monotonic(), POLL_S):
+            pytest.fail(f"the run passed its {RUN_CAP_S:g}s cap waiting for {what}")
 
     def outputs(self) -> str:
         parts = []

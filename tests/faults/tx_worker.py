@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import zmesh
+from tests.waiting import until
 
 COMMON = dict(mesh=os.environ["ZMESH_TEST_MESH"], interfaces=["127.0.0.1"], mdns=False,
               heartbeat_interval_s=0.2, dead_after_s=1.5)
@@ -53,14 +54,11 @@ def main() -> int:
                 tx.ack(msg)
         # Stopped: exit 0 only once every message of B this data dir holds (its earlier,
         # killed runs' too) is acked by the sink, so none can be redelivered later.
-        deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        while node.status()["outbox"]:
-            if time.monotonic() >= deadline:
-                print(f"outbox still holds {node.status()['outbox']} after "
-                      f"{DRAIN_TIMEOUT_S:g}s", flush=True)
-                node.close()
-                return 3
-            time.sleep(0.05)
+        if not until(lambda: node.status()["outbox"] == 0, DRAIN_TIMEOUT_S, 0.05):
+            print(f"outbox still holds {node.status()['outbox']} after "
+                  f"{DRAIN_TIMEOUT_S:g}s", flush=True)
+            node.close()
+            return 3
         node.close()
         return 0
     if role == "sink":

@@ -24,6 +24,7 @@ import threading
 import time
 
 import zmesh
+from tests.waiting import until
 
 mesh, root = sys.argv[1], sys.argv[2]
 stop = threading.Event()
@@ -44,11 +45,10 @@ with zmesh.Node("producer", data_dir=f"{root}/producer", **opts) as prod, \\
                    **opts) as cons:
     prod.topic("jobs", groups=["workers"])
     sub = cons.subscribe("jobs", group="workers")
-    while not any(ln["topic"] == "jobs" and ln["lane"] == "workers" and ln["members"]
-                  for ln in prod.status()["lanes"]):
-        if time.monotonic() > deadline:
-            sys.exit("the consumer never joined")
-        time.sleep(0.02)
+    if not until(lambda: any(ln["topic"] == "jobs" and ln["lane"] == "workers"
+                             and ln["members"] for ln in prod.status()["lanes"]),
+                 deadline - time.monotonic()):
+        sys.exit("the consumer never joined")
     for i, payload in enumerate([b"bad-one", b"bad-two"]):
         prod.publish("jobs", payload, key=f"k{i + 1}")
     failed = 0
@@ -57,10 +57,9 @@ with zmesh.Node("producer", data_dir=f"{root}/producer", **opts) as prod, \\
         if msg is not None:
             msg.fail("bad record")
             failed += 1
-    while len(prod.dead_letters("jobs", "workers")) < 2:
-        if time.monotonic() > deadline:
-            sys.exit("the failed messages were never parked")
-        time.sleep(0.02)
+    if not until(lambda: len(prod.dead_letters("jobs", "workers")) >= 2,
+                 deadline - time.monotonic()):
+        sys.exit("the failed messages were never parked")
     print("ready", prod.control_address, flush=True)
     while not stop.is_set() and time.monotonic() < deadline:
         msg = sub.get(timeout=0.2)

@@ -4,10 +4,9 @@ anyone's memory queue."""
 
 from __future__ import annotations
 
-import time
-
 import zmesh
 from tests.conftest import wait_members, wait_until
+from tests.waiting import pause
 from zmesh.subscription import Origin
 
 
@@ -77,7 +76,7 @@ def test_a_slow_handler_is_sent_what_it_handles_before_its_acks_time_out(make_no
     for handled in range(n):
         msg = sub.get(timeout=5)
         assert msg is not None, f"stalled after {handled} messages"
-        time.sleep(0.01)  # the handler's work
+        pause(0.01)  # the handler's work
         msg.ack()
         if handled % 10 == 0:
             [lane] = [ln for ln in prod.status()["lanes"] if ln["lane"] == "g"]

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import zmesh
 from tests.conftest import wait_members, wait_until
 from tests.integration.test_delivery import drain
+from tests.waiting import until
 from zmesh._engine.publishes import Stretch
 from zmesh._store.damage import decode_run
 from zmesh._store.store import Store, WriteBatch, pack, unpackb
@@ -88,12 +89,17 @@ def _publish_held(prod: zmesh.Node, topic: str, count: int,
             before = time.time()
             receipts.append(prod.publish(topic, str(i).encode()))
             spans.append((before, time.time()))
-            time.sleep(0.0005)  # (times a little apart)
+            _clock_past(spans[-1][1])
         if extra is not None:
             prod.publish(topic, **extra)
     for r in receipts:
         r.wait_stored(5)
     return receipts, spans
+
+
+def _clock_past(t: float) -> None:
+    """Until the wall clock reads past ``t``: what is published next gets a later time."""
+    assert until(lambda: time.time() > t, 1.0, 0.0)
 
 
 @contextlib.contextmanager
@@ -155,7 +161,7 @@ def test_batches_staged_together_are_joined_into_runs_and_keep_their_times(make_
             receipts.append(prod.publish_many("t", [str(i).encode()
                                                     for i in range(b * 100, b * 100 + 100)]))
             spans.append((before, time.time()))
-            time.sleep(0.002)  # (times apart)
+            _clock_past(spans[-1][1])
         # Not joined with the batches before: keys, then other headers.
         keyed = prod.publish_many("t", [b"600", b"601"], keys=["a", "b"])
         headed = prod.publish_many("t", [b"602", b"603"], headers={"h": "x"})

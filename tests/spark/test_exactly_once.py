@@ -26,6 +26,7 @@ import pytest
 
 import zmesh
 from tests.conftest import spawn, wait_members, wait_until
+from tests.waiting import pause, until
 
 from .conftest import Bridged, needs_spark, reading
 
@@ -96,24 +97,27 @@ class Driver:
         pytest.fail(f"none of {KILL_ATTEMPTS} kills landed before their batch's commit")
 
     def _kill_with_output_in_flight(self, checkpoint: Path, progress: Callable[[], int]) -> int:
-        assert self.proc is not None
-        deadline = time.monotonic() + KILL_TIMEOUT_S
+        proc = self.proc
+        assert proc is not None
         watching: tuple[int, int] | None = None  # (batch, progress when it was planned)
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"driver exited {self.proc.returncode}:\n{self.output()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no batch with output in flight to kill:\n{self.output()}")
+
+        def output_in_flight() -> bool:
+            nonlocal watching
+            if proc.poll() is not None:
+                pytest.fail(f"driver exited {proc.returncode}:\n{self.output()}")
             batch = in_flight(checkpoint)
             if batch is None:
                 watching = None
             elif watching is None or watching[0] != batch:
                 watching = (batch, progress())
-            elif progress() > watching[1]:
-                break
-            time.sleep(0.003)
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
+            else:
+                return progress() > watching[1]
+            return False
+        if not until(output_in_flight, KILL_TIMEOUT_S, 0.003):
+            pytest.fail(f"no batch with output in flight to kill:\n{self.output()}")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        assert watching is not None
         return watching[0]
 
     def run_to_end(self) -> None:
@@ -144,7 +148,7 @@ class Feeder(threading.Thread):
         try:
             for i in range(self.first, self.first + self.n, 100):
                 self.b.publish("readings", min(100, self.first + self.n - i), start=i)
-                time.sleep(0.2)
+                pause(0.2)  # (bursts spread over the query's micro-batches)
         except BaseException as exc:
             self.error = exc
 

@@ -28,6 +28,7 @@ OWN_NAMESPACES = {"aio", "spark", "cli"}
 # Public-looking helpers that are internal plumbing, not API users need.
 INTERNAL_HELPERS = {"zmesh.config.check_name", "zmesh.config.parse_seed",
                     "zmesh.config.check_delay", "zmesh.config.check_fields",
+                    "zmesh.config.int_in",
                     "zmesh._receipt.Stage", "zmesh._receipt.Publisher",
                     "zmesh.subscription.Origin"}
 

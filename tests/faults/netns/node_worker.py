@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import zmesh
+from tests.waiting import pause, until
 
 TOPIC = "stream"
 PARTITIONS = 8
@@ -61,12 +62,9 @@ def write_atomic(path: Path, text: str) -> None:
 
 def wait_for(path: Path, timeout_s: float) -> bool:
     """Wait until the test creates ``path``; False (said on stdout) after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if time.monotonic() >= deadline:
-            print(f"no {path} after {timeout_s:g}s", flush=True)
-            return False
-        time.sleep(0.02)
+    if not until(path.exists, timeout_s):
+        print(f"no {path} after {timeout_s:g}s", flush=True)
+        return False
     return True
 
 
@@ -151,7 +149,7 @@ def run_producer(args: argparse.Namespace) -> int:
                     due = t0 + (index - start) / args.rate
                     delay = due - time.monotonic()
                     if delay > 0:
-                        time.sleep(delay)  # pacing the stream, not synchronising
+                        pause(delay)  # (the stream's pace)
                 for attempt in range(PUBLISH_ATTEMPTS):
                     try:
                         receipt = node.publish(TOPIC, str(index).encode())
@@ -169,16 +167,10 @@ def run_producer(args: argparse.Namespace) -> int:
                     prog.flush()
                     os.fsync(prog.fileno())
         print(f"producer published up to {args.count - 1}; draining", flush=True)
-        deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        while True:
-            depth = node.status()["outbox"]
-            if depth == 0:
-                break
-            if time.monotonic() >= deadline:
-                print(f"outbox still holds {depth} after {DRAIN_TIMEOUT_S:g}s: "
-                      f"{node.status()['lanes']}", flush=True)
-                return 3
-            time.sleep(0.05)
+        if not until(lambda: node.status()["outbox"] == 0, DRAIN_TIMEOUT_S, 0.05):
+            print(f"outbox still holds {node.status()['outbox']} after {DRAIN_TIMEOUT_S:g}s: "
+                  f"{node.status()['lanes']}", flush=True)
+            return 3
         status.write()
         print(f"producer done: {node.stats()}", flush=True)
         return 0
