@@ -17,6 +17,7 @@ from pathlib import Path
 import zmq
 from zmq.utils import z85
 
+from ._dirs import make_dir
 from .errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -77,12 +78,7 @@ def load_keys(secret_key_file: str | None, trusted_keys_dir: str | None,
 def generate_keypair(directory: str | Path, name: str) -> tuple[Path, Path]:
     """Write ``NAME.key`` (secret, mode 0600) and ``NAME.pub`` into ``directory``."""
     d = Path(directory)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except FileExistsError as exc:  # (a directory would have been fine)
-        raise ConfigError(f"key directory {d} exists and is not a directory") from exc
-    except OSError as exc:  # a file on the way, no permission
-        raise ConfigError(f"cannot create key directory {d}: {exc.strerror}") from exc
+    make_dir(d, "key directory", ConfigError)
     public, secret = zmq.curve_keypair()
     key_path, pub_path = d / f"{name}.key", d / f"{name}.pub"
     if key_path.exists():

@@ -50,6 +50,12 @@ def check_name(kind: str, value: object) -> str:
     return value
 
 
+def int_in(value: object, least: int, most: float = math.inf) -> bool:
+    """Whether ``value`` is an int in ``least..most`` (a bool is not one: True would pass
+    for 1)."""
+    return not isinstance(value, bool) and isinstance(value, int) and least <= value <= most
+
+
 def check_delay(what: str, delay: object) -> float:
     """``delay`` seconds from now (a publish's ``delay``, a nack's): a number >= 0, not a
     bool (it would be taken for 1 s), at most MAX_SCHEDULE_AHEAD_S; ArgumentError naming
@@ -88,7 +94,7 @@ def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False,
 
 def _integer(owner: str, name: str, value: object, least: int, note: str = "") -> None:
     """An int (not a bool) of at least ``least``; ``note`` says what an edge value means."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    if not int_in(value, least):
         raise ConfigError(f"{owner}.{name} must be an int >= {least}{note}, got {value!r}")
 
 
@@ -200,7 +206,7 @@ class SubscriptionConfig:
         for name, most in (("max_in_flight", MAX_IN_FLIGHT), ("batch_size", MAX_BATCH_ITEMS),
                            ("concurrency", MAX_CONCURRENCY)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+            if not int_in(value, 1, most):
                 bound = f"1..{most:,}"
                 raise ConfigError(f"SubscriptionConfig.{name} must be an int {bound}, "
                                   f"got {value!r}")

@@ -26,6 +26,7 @@ from .config import (
     check_delay,
     check_fields,
     check_name,
+    int_in,
 )
 from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError
@@ -449,10 +450,9 @@ class Node:
         close the reader (or use it in ``with``) when done.
         """
         check_name("topic", topic)
-        if isinstance(from_index, bool) or not isinstance(from_index, int) or from_index < 0:
+        if not int_in(from_index, 0):
             raise ArgumentError(f"from_index must be an int >= 0, got {from_index!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or \
-                not 1 <= batch_size <= 10_000:
+        if not int_in(batch_size, 1, 10_000):
             raise ArgumentError(f"batch_size must be an int 1..10000, got {batch_size!r}")
         parts = None
         if partitions is not None:
@@ -491,7 +491,7 @@ class Node:
         """Messages of ``topic`` parked for ``group`` at this producer, oldest first (at
         most ``limit``)."""
         _check_lane(topic, group)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        if not int_in(limit, 1):
             raise ArgumentError(f"limit must be an int >= 1, got {limit!r}")
         dead = self._engine.producer.dead
         return self._engine.call(lambda _wb, _now: dead.list(topic, group, limit))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ._receipt import MessageId
 from ._seqs import consecutive, span
 from ._waits import check_timeout
-from .config import SubscriptionConfig, check_delay
+from .config import SubscriptionConfig, check_delay, int_in
 from .errors import ArgumentError, MessageStateError, NodeStateError, ZMeshError
 
 if TYPE_CHECKING:
@@ -467,5 +467,5 @@ class Subscription:
 
 def _check_max_messages(max_messages: int) -> None:
     """``fetch``'s count: an int of at least 1."""
-    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+    if not int_in(max_messages, 1):
         raise ArgumentError(f"fetch needs max_messages >= 1, got {max_messages!r}")

@@ -65,8 +65,9 @@ class PlainRun:
     __slots__ = ("seqs", "partitions", "ascending", "order", "split", "slots")
 
     def __init__(self, seqs: list[int] | range, partitions: list[int], rounds: int = 0) -> None:
-        """``rounds``: the partition count ``seqs`` (a range) are known to be spread over
-        round-robin (publishes without keys: ``PublishMany.rounds``), else 0."""
+        """``rounds``: the partition count ``seqs`` are known to be spread over round-robin
+        (publishes without keys: ``PublishMany.rounds``), else 0; taken when ``seqs`` is a
+        range that wraps around it."""
         self.seqs = seqs
         self.partitions = partitions
         # (not so from publishers on several threads; a range is)
@@ -74,8 +75,9 @@ class PlainRun:
         # As arrays, which each lane's arrays copy whole (no conversion per sequence).
         self.order = consecutive_array(seqs) if type(seqs) is range else array("q", seqs)
         first, n = seqs[0], len(seqs)
-        count = rounds if 0 < rounds < n else round_robin(first, partitions) \
-            if self.ascending and seqs[-1] - first == n - 1 else 0  # (in order, no keys)
+        count = rounds if 0 < rounds < n and type(seqs) is range else \
+            round_robin(first, partitions) if self.ascending and seqs[-1] - first == n - 1 \
+            else 0  # (in order, no keys)
         self.split = by_partition(self.order, partitions, count)
         # A window's slot values (partition + 1); of a round-robin, one cycle tiled.
         self.slots = round_robin_slots(first, n, count) if count else \

@@ -410,7 +410,7 @@ class Staging:
                 else:
                     seqs = [q.seq for q in pubs[i:j]]
                     partitions = [q.partition for q in pubs[i:j]]  # type: ignore[union-attr]
-                run = PlainRun(seqs, partitions, rounds if type(seqs) is range else 0)
+                run = PlainRun(seqs, partitions, rounds)
                 for lane in lanes:
                     lane.add_plain(run)
                 i = j

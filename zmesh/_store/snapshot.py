@@ -7,22 +7,20 @@ from typing import Any
 
 import lmdb
 
+from .._dirs import make_dir
 from ..errors import StoreError
 
 
 def copy_env(env: Any, dest: str) -> None:
     """Copy an open LMDB environment into ``dest/store`` (one read transaction)."""
     target = Path(dest) / "store"
+    make_dir(target, "the snapshot destination", lambda message: StoreError(message, str(target)))
     try:
-        if target.is_dir() and any(target.iterdir()):
+        if any(target.iterdir()):
             raise StoreError("snapshot destination is not empty", str(target))
-        target.mkdir(parents=True, exist_ok=True)
-    except FileExistsError as exc:  # (a directory would have been fine)
-        raise StoreError(f"snapshot destination {target} exists and is not a directory",
+    except OSError as exc:  # (no permission to read it)
+        raise StoreError(f"cannot read the snapshot destination {target}: {exc.strerror}",
                          str(target)) from exc
-    except OSError as exc:  # a file on the way, no such parent, no permission
-        raise StoreError(f"cannot create the snapshot destination {target}: "
-                         f"{exc.strerror}", str(target)) from exc
     try:
         env.copy(str(target), compact=True)
     except lmdb.Error as exc:

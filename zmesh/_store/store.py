@@ -55,6 +55,7 @@ from typing import Any
 import lmdb
 import msgpack
 
+from .._dirs import make_dir
 from ..errors import DataDirLockedError, StoreError, StoreFullError
 from .acked import AckedWindow
 from .batch import WriteBatch
@@ -170,14 +171,7 @@ class Store(LogIndex, AckedWindow):
         # set_mapsize needs every transaction of this process closed; the only reads off
         # the IO thread (snapshots) hold this lock, and growing the map takes it.
         self._resize_lock = threading.Lock()
-        try:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-        except FileExistsError as exc:  # (a directory would have been fine)
-            raise StoreError(f"data_dir {self.data_dir} exists and is not a directory",
-                             str(self.data_dir)) from exc
-        except OSError as exc:
-            raise StoreError(f"cannot create data dir {self.data_dir}: {exc.strerror}",
-                             str(self.data_dir)) from exc
+        make_dir(self.data_dir, "data dir", lambda message: StoreError(message, data_dir))
         held = self._held = _Held(_take_lock(self.data_dir))
         # A Node created and dropped without close() (an exception before its `with`, a
         # REPL) lets go of the data dir when collected, not only when the process exits.

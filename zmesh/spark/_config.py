@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..config import check_name
+from ..config import check_name, int_in
 from ..errors import ConfigError
 
 __all__ = ["BridgeConfig"]
@@ -108,5 +108,5 @@ def _number(name: str, value: object, *, allow_zero: bool = False) -> None:
 
 
 def _int(name: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not int_in(value, minimum):
         raise ConfigError(f"BridgeConfig.{name} must be an int >= {minimum}, got {value!r}")
