@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from itertools import groupby, islice
-from operator import attrgetter
+from itertools import groupby, islice, repeat
+from operator import attrgetter, length_hint
 from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
@@ -71,13 +70,11 @@ class Origin:
 
     ``state`` holds how each message was settled by the application (a byte each, an
     index of ``_STATES``): acking a run of the batch's messages checks and marks them
-    with two operations on it, none per message. ``msgs``, the batch's ``Message``
-    objects in their order, lets ``ack_many`` know a list of them as a run of the batch
-    with one comparison (they refer to their origin: the IO thread lets go of them once
-    it has seen every one settled)."""
+    with two operations on it, none per message. It holds no ``Message``: those refer to
+    it, and are made one at a time as the application takes them (see ``Subscription``)."""
 
     __slots__ = ("engine", "source", "topic", "group", "producer", "seqs", "lo", "hi",
-                 "next", "acks", "queued", "taken", "left", "apart", "state", "msgs",
+                 "next", "acks", "queued", "taken", "left", "apart", "state",
                  "headers", "attempts", "partitions", "published_ats", "indexes")
 
     def __init__(self, engine: Engine | None, source: tuple[bytes, str, str],
@@ -98,7 +95,6 @@ class Origin:
         self.left = len(seqs)  # (IO thread) messages it has not seen settled
         self.apart: set[int] = set()  # (IO thread) settled out of order, seen
         self.state = bytearray(len(seqs))  # (application threads) see above
-        self.msgs: list[Message] | None = None  # (set by the IO thread) see above
         self.headers = headers
         self.attempts = attempts
         self.partitions = partitions
@@ -120,18 +116,13 @@ class Origin:
             del acks[:n]
             self.apart.update(apart)
             taken = [*taken, *apart]
-        self._settled(len(taken))
+        self.left -= len(taken)
         return taken
 
     def settled_apart(self, seqs: Sequence[int]) -> None:
         """Messages nacked, failed or acked in a transaction (IO thread)."""
         self.apart.update(seqs)
-        self._settled(len(seqs))
-
-    def _settled(self, n: int) -> None:
-        self.left -= n
-        if self.left <= 0:
-            self.msgs = None  # (each of them refers to it: no cycle left behind)
+        self.left -= len(seqs)
 
     def held(self) -> set[int]:
         """The sequences still held, as the IO thread knows (for redeliveries)."""
@@ -268,6 +259,15 @@ class Subscription:
     number of unsettled messages is bounded by ``max_in_flight`` per producer.
     """
 
+    # The queue holds delivered batches, each as an iterator that makes the batch's
+    # ``Message`` objects in its order as they are taken, with the iterator of their places
+    # (which knows how many are left). A message made when taken and dropped once settled
+    # is freed before Python's cyclic collector ever sees it; made on delivery, the
+    # thousands a queue holds at a time would be carried through its older generations,
+    # and into whole-heap collections (a fifth of a consumer's CPU). Any thread may take
+    # from the iterator at the head (each step hands one message to one caller); the one
+    # that finds it exhausted removes it, under the lock.
+
     def __init__(self, engine: Engine, topic: str, config: SubscriptionConfig,
                  handler: Callable[[Message], Any] | None = None) -> None:
         self.topic = topic
@@ -275,7 +275,11 @@ class Subscription:
         self.group = config.group
         self.mode = config.mode
         self._engine = engine
-        self._queue: deque[Message] = deque()
+        self._queue: deque[tuple[Iterator[Message], Iterator[int]]] = deque()
+        # The list ``fetch`` returned last (a copy, as it was) and the runs of batches it
+        # is, for ``ack_many`` to know it by when it is given back whole.
+        self._fetched: tuple[list[Message], list[tuple[Origin, Sequence[int], bool]]] | None \
+            = None
         self._cond = threading.Condition()
         self._closed = False
         self._listeners: list[Callable[[], None]] = []
@@ -332,34 +336,60 @@ class Subscription:
             if not msg.settled:
                 msg.ack()
 
-    def _deliver(self, msgs: list[Message]) -> None:
-        """Called by the IO thread."""
+    def _deliver(self, origin: Origin, keys: Sequence[str | None],
+                 payloads: Sequence[bytes]) -> None:
+        """Queue a batch's messages, all of ``origin``'s places (IO thread)."""
+        places = iter(range(len(payloads)))
         with self._cond:
-            self._queue.extend(msgs)
-            self.delivered += len(msgs)
+            self._queue.append((map(Message, repeat(origin), places, keys, payloads), places))
+            self.delivered += len(payloads)
             self._cond.notify_all()
         for listener in self._listeners:
             listener()
 
+    def _take(self) -> Message | None:
+        """The next queued message; None when none is queued."""
+        queue = self._queue
+        while queue:
+            try:
+                head = queue[0]
+            except IndexError:  # another thread took the last batch meanwhile
+                return None
+            msg = next(head[0], None)
+            if msg is not None:
+                return msg
+            self._exhausted(head)
+        return None
+
+    def _exhausted(self, head: tuple[Iterator[Message], Iterator[int]]) -> None:
+        """``head``, found with no message left, leaves the queue (unless another thread
+        removed it already)."""
+        with self._cond:
+            queue = self._queue
+            if queue and queue[0] is head:
+                queue.popleft()
+
+    def _queued(self) -> int:
+        """How many messages wait in the queue."""
+        with self._cond:
+            return sum(length_hint(places) for _msgs, places in self._queue)
+
     def get(self, timeout: float | None = None) -> Message | None:
         """The next message; None on timeout or once the subscription is closed."""
-        queue = self._queue
-        if queue:  # (popleft is atomic: taking a message that is there needs no lock)
-            try:
-                return queue.popleft()
-            except IndexError:  # another thread took the last one meanwhile
-                pass
+        msg = self._take()
+        if msg is not None:
+            return msg
         timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while not self._queue:
+            while (msg := self._take()) is None:
                 if self._closed:
                     return None
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
                 self._cond.wait(None if remaining is None else min(remaining, TIMEOUT_MAX))
-            return self._queue.popleft()
+            return msg
 
     def fetch(self, max_messages: int = 100, timeout: float | None = None) -> list[Message]:
         """Up to ``max_messages`` messages; waits up to ``timeout`` for the first one."""
@@ -368,11 +398,23 @@ class Subscription:
         if first is None:
             return []
         out = [first]
+        stretches = [(first._origin, first._i, first._i, 1)]
         queue = self._queue
-        # popleft up to ``max_messages`` with no Python step each (``get`` on another
-        # thread may take the last ones meanwhile: those taken here are kept)
-        with self._cond, contextlib.suppress(IndexError):
-            out.extend(islice(iter(queue.popleft, None), min(max_messages - 1, len(queue))))
+        while len(out) < max_messages and queue:
+            try:
+                head = queue[0]
+            except IndexError:
+                break
+            want = max_messages - len(out)
+            before = len(out)
+            out.extend(islice(head[0], want))  # (no Python step per message)
+            got = len(out) - before
+            if got:
+                stretches.append((out[before]._origin, out[before]._i, out[-1]._i, got))
+            if got < want:
+                self._exhausted(head)
+        runs = _fetched_runs(stretches)
+        self._fetched = None if runs is None else (out[:], runs)
         return out
 
     def ack_many(self, messages: list[Message]) -> None:
@@ -380,18 +422,19 @@ class Subscription:
         (one in all, mostly). Either all are acked or, if one was settled already (or is
         in ``messages`` twice), none is and MessageStateError says which."""
         runs: list[tuple[Origin, Sequence[int], bool]]
-        head = messages[0] if messages else None
-        if head is not None and (batch := head._origin.msgs) is not None \
-                and batch[head._i:head._i + len(messages)] == messages:
-            # A run of one batch's messages in its order (the usual case): known as that
-            # with one comparison at C speed (a message equals only itself).
-            runs = [(head._origin, range(head._i, head._i + len(messages)), True)]
-        else:
+        fetched = self._fetched
+        if fetched is not None and messages == fetched[0]:
+            # The list ``fetch`` returned last, as it was (the usual batch loop): known by
+            # one comparison at C speed (a message equals only itself), its runs with it.
+            self._fetched = None
+            runs = fetched[1]
+        else:  # each batch's messages and their places in it, at C speed
             runs = [(origin, places, consecutive(places)) for origin, places in
                     ((origin, list(map(_place_of, group)))
                      for origin, group in groupby(messages, _origin_of))]
-        # The usual case is checked with no step per message: each batch's messages
-        # consecutive, none of them settled, and no batch in two runs.
+        # The usual case is checked with no Python step per message: each batch's messages
+        # consecutive (a message is the only one of its place), none of them settled, and
+        # no batch in two runs.
         if not all(in_order and origin.state.count(0, places[0], places[-1] + 1) == len(places)
                    for origin, places, in_order in runs) \
                 or len({id(run[0]) for run in runs}) < len(runs):
@@ -414,17 +457,18 @@ class Subscription:
     def __iter__(self) -> Iterator[Message]:
         queue = self._queue
         while True:
-            if queue:  # (get's first step, inline: no call per message while some wait)
+            if queue:  # (the head batch's messages with no call of ours per message)
                 try:
-                    msg = queue.popleft()
-                except IndexError:  # another thread took the last one meanwhile
+                    head = queue[0]
+                except IndexError:  # another thread took the last batch meanwhile
                     continue
+                yield from head[0]
+                self._exhausted(head)
             else:
-                waited = self.get()
-                if waited is None:
+                msg = self.get()
+                if msg is None:
                     return
-                msg = waited
-            yield msg
+                yield msg
 
     def _add_listener(self, fn: Callable[[], None]) -> None:
         self._listeners.append(fn)
@@ -432,7 +476,7 @@ class Subscription:
     def _drain_unsettled(self) -> list[Message]:
         with self._cond:
             self._closed = True
-            left = list(self._queue)
+            left = [msg for msgs, _places in self._queue for msg in msgs]
             self._queue.clear()
             self._cond.notify_all()
         for listener in self._listeners:
@@ -462,7 +506,25 @@ class Subscription:
 
     def __repr__(self) -> str:
         return (f"<Subscription {self.topic}/{self.group} {self.mode} "
-                f"queued={len(self._queue)}{' closed' if self._closed else ''}>")
+                f"queued={self._queued()}{' closed' if self._closed else ''}>")
+
+
+def _fetched_runs(stretches: list[tuple[Origin, int, int, int]]
+                  ) -> list[tuple[Origin, Sequence[int], bool]] | None:
+    """The runs ``ack_many`` would find in a list ``fetch`` took as ``stretches`` (each
+    from one batch: its origin, first and last place, and count), joined where one goes
+    on where the one before ended; None unless every stretch is of consecutive places
+    (another thread taking from the same batch meanwhile leaves gaps: a batch's places are
+    taken in ascending order) and no batch is in two runs."""
+    runs: list[tuple[Origin, Sequence[int], bool]] = []
+    for origin, lo, hi, n in stretches:
+        if hi - lo + 1 != n:
+            return None
+        if runs and runs[-1][0] is origin and runs[-1][1][-1] + 1 == lo:
+            runs[-1] = (origin, range(runs[-1][1][0], hi + 1), True)
+        else:
+            runs.append((origin, range(lo, hi + 1), True))
+    return runs if len({id(run[0]) for run in runs}) == len(runs) else None
 
 
 def _check_max_messages(max_messages: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import inspect
 import math
 import os
@@ -331,17 +332,14 @@ def test_ack_many_refuses_a_message_twice_and_takes_any_order(make_node):
     assert cons.stats()["acked_local"] == 100
 
 
-def test_ack_many_of_a_batch_in_its_order_and_its_messages_let_go(make_node):
+def test_ack_many_of_a_stretch_of_a_batch_in_its_order(make_node):
     """A list that is a stretch of one batch's messages in its order is acked as such
-    (from its middle too); the batch's origin lets go of its messages once every one is
-    settled, so they and it are freed by their counts, with no cycle left to collect."""
+    (from its middle too), and refused whole when one of them was acked already."""
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
     receipt = prod.publish_many("t", [str(i).encode() for i in range(100)])
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="g")
     got = fetched(sub, 100)
-    origins = {id(m._origin): m._origin for m in got}.values()
-    assert all(o.msgs is not None for o in origins)
     sub.ack_many(got[40:70])
     assert [m.settled for m in got[39:71]] == [False] + [True] * 30 + [False]
     with pytest.raises(zmesh.MessageStateError, match="already acked"):
@@ -351,7 +349,74 @@ def test_ack_many_of_a_batch_in_its_order_and_its_messages_let_go(make_node):
     sub.ack_many(got[70:])
     receipt.wait_acked(10)
     assert cons.stats()["acked_local"] == 100
-    assert all(o.msgs is None for o in origins)
+
+
+def test_ack_many_of_the_list_fetch_returned_across_batches_and_changed(make_node):
+    """The list ``fetch`` returned, given back whole, is acked as the stretches of the
+    batches it spans; changed after the fetch, it is taken for what it holds now."""
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g", batch_size=25)
+    wait_members(prod, "t", "g", 1)
+    receipt = prod.publish_many("t", [str(i).encode() for i in range(150)])
+    wait_until(lambda: sub._queued() == 150, what="150 messages queued")
+    first = sub.fetch(60)
+    assert len({id(m._origin) for m in first}) == 3  # 25 + 25 + 10
+    sub.ack_many(first)
+    assert all(m.settled for m in first)
+    second = sub.fetch(60)  # 15 + 25 + 20
+    kept = second[5]
+    second[5] = second[4]  # changed in place: one message twice
+    with pytest.raises(zmesh.MessageStateError, match="already acked"):
+        sub.ack_many(second)
+    assert not any(m.settled for m in second) and not kept.settled
+    second[5] = kept
+    left_out = second.pop(30)  # changed again: one fewer
+    sub.ack_many(second)
+    assert all(m.settled for m in second) and not left_out.settled
+    with pytest.raises(zmesh.MessageStateError, match="already acked"):
+        sub.ack_many(second)
+    left_out.ack()
+    sub.ack_many(fetched(sub, 30))
+    receipt.wait_acked(10)
+    assert [int(m.payload) for m in first + second] == [i for i in range(120) if i != 90]
+    assert int(left_out.payload) == 90
+    assert cons.stats()["acked_local"] == 150
+
+
+def test_messages_are_made_as_taken_and_freed_when_dropped(make_node):
+    """A delivered batch waits in the subscription as its columns: its messages are made
+    as the application takes them (by get, fetch or iterating), and nothing else holds
+    them, so one dropped is freed at once, with no cycle for the collector to find."""
+    prod = make_node("prod", topics={"made": zmesh.TopicConfig(groups=("g",))})
+    receipt = prod.publish_many("made", [str(i).encode() for i in range(100)])
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("made", group="g")
+    wait_until(lambda: sub._queued() == 100, what="the batch queued")
+
+    def alive() -> list[int]:
+        return sorted(int(o.payload) for o in gc.get_objects()
+                      if type(o) is zmesh.Message and o.topic == "made")
+    gc.disable()
+    try:
+        assert alive() == []
+        first = sub.get(0)
+        some = sub.fetch(39)
+        assert alive() == list(range(40)) and sub._queued() == 60
+        first.ack()
+        sub.ack_many(some)
+        del first, some
+        assert alive() == []
+        for n, msg in enumerate(sub, 40):
+            assert alive() == [n]
+            msg.ack()
+            if n == 99:
+                break
+        del msg
+        assert alive() == [] and sub._queued() == 0
+    finally:
+        gc.enable()
+    receipt.wait_acked(10)
 
 
 def _mapped_kb(path: str) -> int:

@@ -6,6 +6,8 @@ started, so this test drives the steps the loop would take, in the loop's order.
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from zmesh._engine.engine import Engine
 from zmesh._protocol.frames import Ack, Batch, Nack
 from zmesh._store.store import WriteBatch
 from zmesh.config import NodeConfig, SubscriptionConfig
-from zmesh.subscription import Origin, Subscription
+from zmesh.subscription import Message, Origin, Subscription, _fetched_runs
 
 PRODUCER = os.urandom(16)
 
@@ -96,3 +98,57 @@ def test_acks_in_order_reach_the_producer_as_one_range(engine: Engine) -> None:
     acks = [a for a in _loop(engine) if isinstance(a, Ack)]
     assert len(acks) == 1 and acks[0].seqs == range(100, 1100)  # two batches, joined
     assert engine.store.seen_filter(PRODUCER, b"g", [99, 100, 1099, 1100]) == {100, 1099}
+
+
+def test_threads_taking_from_one_subscription_get_each_message_once(engine: Engine) -> None:
+    """Threads taking from the same batches at once (a handler with concurrency, or the
+    application's own threads): each message goes to one of them, once, and the lists
+    fetched with gaps (another thread took from the same batch meanwhile) are acked for
+    what they hold. Thread switches are forced as often as Python allows."""
+    sub = Subscription(engine, "t", SubscriptionConfig(group="g"))
+    engine.consumer.add(sub)
+    _loop(engine, *[_batch(range(k, k + 500)) for k in range(0, 20_000, 500)])
+    taken: list[list[Message]] = [[] for _ in range(4)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(taken))
+
+    def take(mine: list[Message], fetch: bool) -> None:
+        try:
+            start.wait(10)
+            while True:
+                msgs = sub.fetch(37, 0) if fetch else [m for m in [sub.get(0)] if m]
+                if not msgs:
+                    return
+                sub.ack_many(msgs)
+                mine.extend(msgs)
+        except BaseException as exc:  # (reported below, on the test's thread)
+            errors.append(exc)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=take, args=(mine, n % 2 == 0))
+                   for n, mine in enumerate(taken)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(switch)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert sorted(m.id.seq for mine in taken for m in mine) == list(range(20_000))
+    acked = [s for a in _loop(engine) if isinstance(a, Ack) for s in a.seqs]
+    assert sorted(acked) == list(range(20_000))
+
+
+def test_the_runs_of_a_fetched_list() -> None:
+    """``fetch`` records each stretch it took from one batch; those consecutive make the
+    list's runs (joined where one goes on from the one before), any other refuses."""
+    a = Origin(None, (PRODUCER, "t", "g"), "g", range(10), [None] * 10, [1] * 10, [0] * 10,
+               [0.0] * 10, list(range(10)))
+    b = Origin(None, (PRODUCER, "t", "g"), "g", range(10, 20), [None] * 10, [1] * 10,
+               [0] * 10, [0.0] * 10, list(range(10)))
+    assert _fetched_runs([(a, 2, 2, 1), (a, 3, 9, 7), (b, 0, 4, 5)]) == \
+        [(a, range(2, 10), True), (b, range(0, 5), True)]
+    assert _fetched_runs([(a, 0, 9, 8)]) is None  # two places taken by another thread
+    assert _fetched_runs([(a, 0, 0, 1), (a, 3, 9, 7)]) is None  # the batch in two runs
+    assert _fetched_runs([(a, 0, 4, 5), (b, 0, 4, 5), (a, 5, 9, 5)]) is None

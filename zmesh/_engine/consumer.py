@@ -13,7 +13,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import chain, repeat
+from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -102,15 +102,15 @@ class Consumer:
             holding = self._holding[source] = {}
         held = set().union(*[o.held() for o in holding if o.lo <= last and o.hi >= first])
         group = subs[0].group
-        fresh: list[Message] = []
+        origin = None
+        keys: Sequence[str | None] = batch.keys
+        payloads: Sequence[bytes] = batch.payloads
         reack: list[int] = []
         duplicates = 0
         # All new (the common case): no test each (``isdisjoint`` walks ``seqs`` whole).
         if not seen and (not held or held.isdisjoint(seqs)):
             origin = Origin(self.engine, source, group, seqs, batch.headers, batch.attempts,
                             batch.partitions, batch.published_ats, batch.indexes)
-            fresh = list(map(Message, repeat(origin, len(seqs)), range(len(seqs)), batch.keys,
-                             batch.payloads))
         else:
             places: list[int] = []
             for i, seq in enumerate(seqs):
@@ -127,24 +127,21 @@ class Consumer:
                                 _pick(batch.partitions, places),
                                 _pick(batch.published_ats, places),
                                 _pick(batch.indexes, places))
-                fresh = list(map(Message, repeat(origin, len(places)), range(len(places)),
-                                 _pick(batch.keys, places), _pick(batch.payloads, places)))
-        if fresh:
-            holding[origin] = None
-            origin.msgs = fresh
+                keys, payloads = _pick(keys, places), _pick(payloads, places)
         if duplicates:
             self.counters.add("duplicates_held", duplicates)
         if reack:
             self.counters.add("duplicates_dropped", len(reack))
             self._outgoing.append((producer, Ack(self.engine.node_id, topic, lane,
                                                  tuple(reack))))
-        if fresh:
-            self.counters.add("received", len(fresh))
+        if origin is not None:
+            holding[origin] = None
+            self.counters.add("received", len(payloads))
             if len(subs) == 1:
-                subs[0]._deliver(fresh)
+                subs[0]._deliver(origin, keys, payloads)
             else:
                 i = self._rr[(topic, lane)] = (self._rr[(topic, lane)] + 1) % len(subs)
-                subs[i]._deliver(fresh)
+                subs[i]._deliver(origin, keys, payloads)
 
     def release(self, batch: Batch) -> None:
         """Give a batch back to its producer without delivering it."""
