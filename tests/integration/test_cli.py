@@ -187,7 +187,7 @@ def test_status_and_peers_of_a_running_node(tmp_path: Path, mesh_name: str,
     assert text.returncode == 0, text.stderr
     for expected in ("hub", mesh_name, "lanes", "reader-1", "peers", "counters"):
         assert expected in text.stdout
-    assert re.search(r"│ t\s+│ g\s+│ shared\s+│\s+0 │", text.stdout), text.stdout
+    assert re.search(r"│ t\s+│ g\s+│ shared\s+│\s+0 │\s+0 │", text.stdout), text.stdout
     assert "reader-1 (window 2000)" in text.stdout, text.stdout
 
     peers = run_cli(["peers", address])

@@ -392,7 +392,11 @@ def test_messages_are_made_as_taken_and_freed_when_dropped(make_node):
     receipt = prod.publish_many("made", [str(i).encode() for i in range(100)])
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("made", group="g")
-    wait_until(lambda: sub._queued() == 100, what="the batch queued")
+
+    def queued() -> int:
+        [status] = cons.status()["subscriptions"]
+        return status["queued"]
+    wait_until(lambda: queued() == 100, what="the batch queued")
 
     def alive() -> list[int]:
         return sorted(int(o.payload) for o in gc.get_objects()
@@ -402,7 +406,7 @@ def test_messages_are_made_as_taken_and_freed_when_dropped(make_node):
         assert alive() == []
         first = sub.get(0)
         some = sub.fetch(39)
-        assert alive() == list(range(40)) and sub._queued() == 60
+        assert alive() == list(range(40)) and queued() == 60
         first.ack()
         sub.ack_many(some)
         del first, some
@@ -413,7 +417,7 @@ def test_messages_are_made_as_taken_and_freed_when_dropped(make_node):
             if n == 99:
                 break
         del msg
-        assert alive() == [] and sub._queued() == 0
+        assert alive() == [] and queued() == 0
     finally:
         gc.enable()
     receipt.wait_acked(10)

@@ -31,7 +31,8 @@ def node_status(engine: Engine) -> dict:
                   "full": engine.held.full, "held_publishes": engine.held.count},
         "lanes": lanes,
         "subscriptions": [{"topic": s.topic, "group": s.group, "mode": s.mode,
-                           "delivered": s.delivered} for s in engine._local_subs],
+                           "delivered": s.delivered, "queued": s._queued()}
+                          for s in engine._local_subs],
         "peers": [p.info(now) for p in engine.mesh.peers.values()] if engine.mesh else [],
         "counters": engine.counters.snapshot(),
     }

@@ -105,8 +105,10 @@ def subscriptions_table(status: dict) -> Table:
     for col in ("topic", "group", "mode"):
         table.add_column(col)
     table.add_column("delivered", justify="right")
+    table.add_column("queued", justify="right")
     for s in status.get("subscriptions", []):
-        table.add_row(escape(s["topic"]), escape(s["group"]), s["mode"], str(s["delivered"]))
+        table.add_row(escape(s["topic"]), escape(s["group"]), s["mode"], str(s["delivered"]),
+                      str(s.get("queued", "-")))
     return table
 
 
