@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from zmesh._engine.seqqueue import (
     COMPACT_AFTER,
     SPARSE,
+    STRETCH,
     WINDOW_MIN,
     SentWindow,
     SeqQueue,
@@ -106,6 +107,45 @@ def test_first_owed_skips_long_settled_runs(runs: list[tuple[int, str]]) -> None
     for expected in owed:
         assert q.first_owed(window, sent, entries) == expected
         window.pop(expected), sent.pop(expected), entries.pop(expected, None)
+    assert q.first_owed(window, sent, entries) is None and len(q) == 0
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.integers(1, 3 * STRETCH), st.integers(0, 3)), min_size=1,
+                max_size=6),
+       st.lists(st.tuples(st.integers(0, 3 * STRETCH * 4), st.sampled_from(["window", "sent"])),
+                max_size=40),
+       st.booleans())
+def test_first_owed_past_stretches_matches_one_by_one(
+        stretches: list[tuple[int, int]], owed: list[tuple[int, str]], aside: bool) -> None:
+    """A queue of consecutive stretches with gaps between them, some of its sequences in
+    the ready window or the sent one (long settled runs between them, wherever they fall
+    against ``STRETCH``), settled in turn: the first owed is the one a look at each
+    sequence finds, with the windows alone (passed a stretch at a time) or with an entry
+    aside (one by one)."""
+    q, queued, seq = SeqQueue(), [], 0
+    for length, gap in stretches:
+        for s in range(seq, seq + length):
+            q.append(s)
+            queued.append(s)
+        seq += length + gap
+    window, sent, entries = SeqWindow(), SentWindow(), {}
+    where = {}
+    for place, kind in owed:
+        target = queued[place % len(queued)]
+        if target not in where:
+            where[target] = kind
+            if kind == "window":
+                window.put(target, 0)
+            else:
+                sent.put_many([target], [0], [b"m"], 1.0)
+    if aside and queued[-1] + 1 not in where:  # past every queued one: changes nothing
+        entries[queued[-1] + 1] = 0
+    for expected in sorted(where):
+        assert q.first_owed(window, sent, entries) == expected
+        assert len(q) == len(queued) - queued.index(expected)
+        window.pop(expected)
+        sent.pop(expected)
     assert q.first_owed(window, sent, entries) is None and len(q) == 0
 
 

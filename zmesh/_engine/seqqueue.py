@@ -77,6 +77,7 @@ class SeqQueue:
         w, base, old = plain._w, plain._base, plain._old
         sw, sbase, sold = sent._w, sent._base, sent._old
         span, sspan = len(w), len(sw)
+        skip = not entries and not old and not sold  # (the usual case: only windows owe)
         while head < end:
             seq = a[head]
             if (0 <= (i := seq - sbase) < sspan and sw[i]) or \
@@ -84,6 +85,9 @@ class SeqQueue:
                     (old and seq in old) or (sold and seq in sold):
                 break
             head += 1
+            if skip:  # the front is settled: pass what follows it at C speed, once
+                head = _past_empty(a, head, end, w, base, sw, sbase)
+                skip = False
         head = self._set_head(head)
         return a[head] if head < len(a) else None
 
@@ -192,6 +196,41 @@ def _tiled(code: str, cycle: range, first: int, n: int) -> array[int]:
 
 _LOW = 0 if LITTLE else 1  # where a slot's low byte is in its bytes
 _DOWN = bytes((b - 1) % 256 for b in range(256))  # a byte less one
+
+
+STRETCH = 4096  # sequences of a queue whose slots ``_past_empty`` looks at together, at most
+
+
+def _past_empty(a: array[int], head: int, end: int, w: array[int], base: int,
+                sw: array[int], sbase: int) -> int:
+    """The place in ``a`` from ``head`` of the first sequence with a filled slot in window
+    ``w`` (its slot ``seq - base``) or ``sw``, found a stretch of consecutive sequences at a
+    time with no step per sequence (what a lane settled out of order, as its members' acks
+    of scattered partitions leave it, is passed at C speed). Stops at the first stretch
+    that is not consecutive: the caller goes on one by one from there."""
+    step = 16  # (doubled up to STRETCH: what is looked at stays near what is passed)
+    while head < end:
+        n = min(end - head, step)
+        first = a[head]
+        if a[head + n - 1] - first != n - 1:  # (ascending: consecutive exactly then)
+            return head
+        found = min(_first_filled(w, first - base, n), _first_filled(sw, first - sbase, n))
+        if found < n:
+            return head + found
+        head += n
+        step = min(2 * step, STRETCH)
+    return head
+
+
+def _first_filled(slots: array[int], lo: int, n: int) -> int:
+    """The first ``j`` below ``n`` whose slot ``lo + j`` is filled (slots outside the array
+    are empty); ``n`` when there is none."""
+    start, stop = max(lo, 0), min(lo + n, len(slots))
+    if start >= stop:
+        return n
+    data = slots[start:stop].tobytes()
+    left = len(data.lstrip(b"\0"))  # (the first filled slot holds the first nonzero byte)
+    return n if not left else start - lo + (len(data) - left) // slots.itemsize
 
 
 def _has_empty(slots: array[int]) -> bool:
