@@ -243,6 +243,28 @@ def test_columns_of_runs_know_their_payloads_travel_inline(tmp_path, sizes, inli
         eng.close()
 
 
+def test_columns_of_a_scattered_take_are_those_of_its_places(tmp_path):
+    """A take of one member's partitions (a scatter across runs, a sequence alone between
+    gaps too) gets each column's values at its sequences' places, as a take of them all
+    has them."""
+    payloads = [str(i).encode() for i in range(200)]
+    eng, firsts = _stored_runs(tmp_path, [payloads[i:i + 50] for i in range(0, 200, 50)])
+    try:
+        every = range(firsts[0], firsts[0] + 200)
+        whole = eng.producer.run_columns(every, NO_SIZE_LIMIT)
+        assert whole is not None
+        for mine in ({1, 2, 5, 11}, {0}, {15}, set(range(16)) - {7}):
+            seqs = [s for s in every if s % 16 in mine]
+            columns = eng.producer.run_columns(seqs, NO_SIZE_LIMIT)
+            assert columns is not None
+            places = [s - every[0] for s in seqs]
+            for got, full in zip(columns[:5], whole[:5], strict=True):
+                assert list(got) == [full[i] for i in places]
+    finally:
+        eng._state = "new"
+        eng.close()
+
+
 def test_run_entries_read_back_with_their_partitions_as_bytes_or_as_lists(tmp_path):
     """A ``pruns`` value holds its run's partitions as a byte each, or as a list when one
     is past 255 (as every entry written before did): each reads back as an array; the
