@@ -478,6 +478,7 @@ class Subscription:
             self._closed = True
             left = [msg for msgs, _places in self._queue for msg in msgs]
             self._queue.clear()
+            self._fetched = None  # (what the application holds is its own)
             self._cond.notify_all()
         for listener in self._listeners:
             listener()
