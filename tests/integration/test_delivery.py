@@ -11,6 +11,7 @@ import pytest
 
 import zmesh
 from tests.conftest import fetched, wait_members, wait_until
+from tests.waiting import pause
 from zmesh._engine.routing import partition_for
 from zmesh._protocol.codec import (
     LARGE_PAYLOAD_BYTES,
@@ -385,6 +386,34 @@ def test_nack_redelivers_and_handler_form_acks(make_node):
         r.wait_acked(10)
     assert seen == {b"ok": 1, b"flaky": 2, b"exits": 2, b"after": 1}
     assert sub.handler_errors == 2
+
+
+def test_handler_threads_share_a_batch_and_each_message_is_handled_once(make_node):
+    """Four handler threads take from the same delivered batches at once (each batch's
+    messages are made as they are taken): every message is handled by one of them, once,
+    and acked."""
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    seen: Counter[int] = Counter()
+    threads: set[str] = set()
+    lock = threading.Lock()
+
+    def handler(msg: zmesh.Message) -> None:
+        with lock:
+            seen[int(msg.payload)] += 1
+            threads.add(threading.current_thread().name)
+        pause(0.0001)  # (a handler's work: the other threads take meanwhile)
+
+    cons.subscribe("c", group="g", handler=handler, concurrency=4)
+    wait_members(prod, "c", "g", 1)
+    last = None
+    for start in range(0, 4000, 1000):
+        last = prod.publish_many("c", [str(i).encode() for i in range(start, start + 1000)])
+    assert last is not None
+    last.wait_acked(60)
+    wait_until(lambda: prod.status()["outbox"] == 0, what="every message acked")
+    assert seen == Counter(range(4000))
+    assert len(threads) == 4
 
 
 def test_two_meshes_on_one_host_stay_apart(make_node, tmp_path):
