@@ -18,6 +18,7 @@ SCENARIOS = (
     "zmesh_memory",
     "zmesh_batch_process",
     "latency_raw",
+    "latency_raw_contract",
     "latency_zmesh_process",
     "fanout_4_groups",
     "zmesh_many_lanes",

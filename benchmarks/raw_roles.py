@@ -2,7 +2,12 @@
 
 - ``raw_pull`` / ``raw_push``: PUSH/PULL, ``batch`` messages of 100 bytes per frame (1: one
   message per frame; 100: 100 payloads concatenated in one frame), optionally paced with a
-  sending time in each payload for latency.
+  sending time in each payload for latency. With ``handoff`` they add what zmesh's contract
+  puts on a message's path and nothing else (the floor of any design that keeps it): the
+  publishing thread hands each payload over an inproc PAIR to the thread that owns the
+  PUSH socket, which commits it to LMDB (one transaction per message, sync=False and
+  metasync=False like ``process`` durability) before sending it; the thread that owns the
+  PULL socket hands each frame to the application thread through a queue.
 - ``raw_router`` / ``raw_dealer``: a hand-written acknowledged exchange. The DEALER sends one
   message per frame (seq + payload) with at most ``window`` unacknowledged; the ROUTER acks
   cumulatively every ``ack_every`` messages or when its queue is empty. With ``lmdb_dir`` the
@@ -13,7 +18,11 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import zmq
@@ -42,28 +51,29 @@ def raw_pull(p: dict[str, Any], cmds: Commands) -> None:
     lat: list[float] = []
     warm_sent = False
     cpu0 = 0.0
-    recv = sock.recv
     try:
-        while got < total and not cmds.stopping:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"received {got} of {total} messages before the deadline")
-            for _ in range(CHECK_EVERY):
-                try:
-                    frame = recv()
-                except zmq.Again:
-                    break
-                if p.get("latency"):
-                    if got >= warmup:
-                        lat.append(latency_s(frame))
-                    got += 1
-                else:
-                    got += len(frame) // 100 if batch > 1 else 1
-                if got >= warmup and not warm_sent:
-                    warm_sent = True
-                    cpu0 = cpu_s()
-                    emit("warm")
-                if got >= total:
-                    break
+        with _receiver(sock, p.get("handoff", False)) as recv:
+            while got < total and not cmds.stopping:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"received {got} of {total} messages before the "
+                                       f"deadline")
+                for _ in range(CHECK_EVERY):
+                    try:
+                        frame = recv()
+                    except zmq.Again:
+                        break
+                    if p.get("latency"):
+                        if got >= warmup:
+                            lat.append(latency_s(frame))
+                        got += 1
+                    else:
+                        got += len(frame) // 100 if batch > 1 else 1
+                    if got >= warmup and not warm_sent:
+                        warm_sent = True
+                        cpu0 = cpu_s()
+                        emit("warm")
+                    if got >= total:
+                        break
         t_end = time.monotonic()
         emit("done", t_end=t_end, received=got, rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0,
              **percentiles(lat))
@@ -71,6 +81,36 @@ def raw_pull(p: dict[str, Any], cmds: Commands) -> None:
     finally:
         sock.close(linger=0)
         ctx.term()
+
+
+@contextmanager
+def _receiver(sock: zmq.Socket, handoff: bool) -> Iterator[Callable[[], bytes]]:
+    """What the application thread receives with (zmq.Again after 0.2 s without a frame):
+    the PULL socket's ``recv``, or (``handoff``) a queue a thread that owns it fills."""
+    if not handoff:
+        yield sock.recv
+        return
+    frames: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    stop = threading.Event()
+
+    def own() -> None:
+        while not stop.is_set():
+            with suppress(zmq.Again):
+                frames.put(sock.recv())
+
+    def handed() -> bytes:
+        try:
+            return frames.get(timeout=0.2)
+        except queue.Empty:
+            raise zmq.Again() from None
+
+    thread = threading.Thread(target=own, name="raw-pull-io")
+    thread.start()
+    try:
+        yield handed
+    finally:
+        stop.set()
+        thread.join()
 
 
 def raw_push(p: dict[str, Any], cmds: Commands) -> None:
@@ -82,16 +122,57 @@ def raw_push(p: dict[str, Any], cmds: Commands) -> None:
     frame = payload() * batch
     deadline = time.monotonic() + p["deadline_s"]
     try:
-        _push(sock, frame, warmup // batch, rate, deadline)
-        emit("warmed")
-        cmds.wait("go", p["deadline_s"])
-        t0, cpu0 = time.monotonic(), cpu_s()
-        _push(sock, frame, count // batch, rate, deadline)
-        emit("sent", t0=t0, t_sent=time.monotonic(), rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0)
-        cmds.wait_stop(p["deadline_s"])
+        with _sender(ctx, sock, p.get("lmdb_dir")) as out:
+            _push(out, frame, warmup // batch, rate, deadline)
+            emit("warmed")
+            cmds.wait("go", p["deadline_s"])
+            t0, cpu0 = time.monotonic(), cpu_s()
+            _push(out, frame, count // batch, rate, deadline)
+            emit("sent", t0=t0, t_sent=time.monotonic(), rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0)
+            cmds.wait_stop(p["deadline_s"])
     finally:
         sock.close()
         ctx.term()
+
+
+@contextmanager
+def _sender(ctx: zmq.Context, sock: zmq.Socket, lmdb_dir: str | None) -> Iterator[zmq.Socket]:
+    """The socket the publishing thread sends on: the PUSH socket itself, or (``lmdb_dir``)
+    an inproc PAIR to a thread that owns it and commits each message before sending it."""
+    if lmdb_dir is None:
+        yield sock
+        return
+    import lmdb
+
+    env = lmdb.open(lmdb_dir, map_size=1 << 30, sync=False, metasync=False, readahead=False)
+    rx, tx = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    rx.bind("inproc://raw-push-io")
+    tx.connect("inproc://raw-push-io")
+    rx.setsockopt(zmq.RCVTIMEO, 200)
+    stop = threading.Event()
+
+    def own() -> None:
+        seq = 0
+        while not stop.is_set():
+            try:
+                data = rx.recv()
+            except zmq.Again:
+                continue
+            with env.begin(write=True) as txn:
+                txn.put(seq.to_bytes(8, "big"), data, append=True)
+            seq += 1
+            sock.send(data)
+
+    thread = threading.Thread(target=own, name="raw-push-io")
+    thread.start()
+    try:
+        yield tx
+    finally:
+        stop.set()
+        thread.join()
+        tx.close(linger=0)
+        rx.close(linger=0)
+        env.close()
 
 
 def _push(sock: zmq.Socket, frame: bytes, frames: int, rate: float, deadline: float) -> None:

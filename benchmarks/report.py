@@ -66,6 +66,7 @@ TARGETS = (
 RAW_BASELINE = {
     "zmesh_batch_process": "raw_pushpull_100",
     "latency_raw": "latency_raw",
+    "latency_raw_contract": "latency_raw",
     "latency_zmesh_process": "latency_raw",
 }
 

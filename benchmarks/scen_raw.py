@@ -14,14 +14,18 @@ from .sizes import Sizes
 
 
 def _pushpull(workdir: Path, profile: Path | None, *, batch: int, warmup: int, count: int,
-              rate: float = 0.0, deadline_s: float) -> dict[str, Any]:
+              rate: float = 0.0, deadline_s: float, contract: bool = False) -> dict[str, Any]:
+    """``contract``: with the hand-offs and the commit zmesh's contract puts on the path
+    (raw_roles.py)."""
     latency = bool(rate)
+    lmdb_dir = str(workdir / "raw-contract-outbox") if contract else None
     with children(workdir, profile) as kids:
         pull = kids.start("raw_pull", name="raw-pull", batch=batch, warmup=warmup, count=count,
-                          latency=latency, deadline_s=deadline_s)
+                          latency=latency, handoff=contract, deadline_s=deadline_s)
         endpoint = pull.expect("ready", 15)["endpoint"]
         push = kids.start("raw_push", name="raw-push", endpoint=endpoint, batch=batch,
-                          warmup=warmup, count=count, rate=rate, deadline_s=deadline_s)
+                          warmup=warmup, count=count, rate=rate, lmdb_dir=lmdb_dir,
+                          deadline_s=deadline_s)
         push.expect("warmed", deadline_s)
         pull.expect("warm", deadline_s)
         push.send("go")
@@ -53,10 +57,18 @@ def raw_pushpull_100(workdir: Path, sizes: Sizes, profile: Path | None = None) -
                      deadline_s=sizes.deadline(n, 500_000))
 
 
-def latency_raw(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+def latency_raw(workdir: Path, sizes: Sizes, profile: Path | None = None,
+                contract: bool = False) -> dict[str, Any]:
     n = int(sizes.latency_s * sizes.latency_rate)
     return _pushpull(workdir, profile, batch=1, warmup=sizes.latency_warmup, count=n,
-                     rate=sizes.latency_rate, deadline_s=sizes.latency_s * 3 + 30)
+                     rate=sizes.latency_rate, deadline_s=sizes.latency_s * 3 + 30,
+                     contract=contract)
+
+
+def latency_raw_contract(workdir: Path, sizes: Sizes,
+                         profile: Path | None = None) -> dict[str, Any]:
+    """``latency_raw`` plus what the contract puts on the path: the floor of zmesh's p50."""
+    return latency_raw(workdir, sizes, profile, contract=True)
 
 
 def _dealer_router(workdir: Path, profile: Path | None, *, lmdb: bool,
@@ -96,4 +108,5 @@ SCENARIOS = {
     "raw_dealer_router_acks": raw_dealer_router_acks,
     "raw_dealer_router_lmdb": raw_dealer_router_lmdb,
     "latency_raw": latency_raw,
+    "latency_raw_contract": latency_raw_contract,
 }

@@ -40,7 +40,7 @@ def test_quick_benchmark_run_reports_every_scenario(tmp_path: Path) -> None:
     for name, entry in scenarios.items():  # (each process's CPU over its timed part)
         cpu = entry["median"]["cpu_us_per_msg"]
         assert cpu and all(v > 0 for v in cpu.values()), name
-    for name in ("latency_raw", "latency_zmesh_process"):
+    for name in ("latency_raw", "latency_raw_contract", "latency_zmesh_process"):
         assert scenarios[name]["median"]["p50_ms"] > 0
         assert scenarios[name]["median"]["p99_ms"] >= scenarios[name]["median"]["p50_ms"]
         # The warm-up's latencies are left out on both sides: one sample per timed message.
@@ -60,3 +60,22 @@ def test_benchmark_worker_rejects_unknown_roles() -> None:
                           cwd=str(ROOT), capture_output=True, timeout=60)
     assert proc.returncode == 2
     assert b"unknown role" in proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_contract_floor_commits_each_message_before_it_is_sent(tmp_path: Path) -> None:
+    import lmdb
+
+    from benchmarks.scen_raw import latency_raw_contract
+
+    out = latency_raw_contract(tmp_path, QUICK)
+    timed = int(QUICK.latency_s * QUICK.latency_rate)
+    assert out["samples"] == timed and 0 < out["p50_ms"] <= out["p99_ms"]
+    env = lmdb.open(str(tmp_path / "raw-contract-outbox"), readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            stored = [int.from_bytes(k, "big") for k, _ in txn.cursor()]
+    finally:
+        env.close()
+    # One record per message, warm-up included, in the order they were handed over.
+    assert stored == list(range(QUICK.latency_warmup + timed))
