@@ -91,9 +91,8 @@ def _receiver(sock: zmq.Socket, handoff: bool) -> Iterator[Callable[[], bytes]]:
         yield sock.recv
         return
     frames: queue.SimpleQueue[bytes] = queue.SimpleQueue()
-    stop = threading.Event()
 
-    def own() -> None:
+    def own(stop: threading.Event) -> None:
         while not stop.is_set():
             with suppress(zmq.Again):
                 frames.put(sock.recv())
@@ -104,10 +103,18 @@ def _receiver(sock: zmq.Socket, handoff: bool) -> Iterator[Callable[[], bytes]]:
         except queue.Empty:
             raise zmq.Again() from None
 
-    thread = threading.Thread(target=own, name="raw-pull-io")
+    with _owning("raw-pull-io", own):
+        yield handed
+
+
+@contextmanager
+def _owning(name: str, loop: Callable[[threading.Event], None]) -> Iterator[None]:
+    """``loop(stop)`` on a thread of its own (the one that owns a socket) for the block."""
+    stop = threading.Event()
+    thread = threading.Thread(target=loop, args=(stop,), name=name)
     thread.start()
     try:
-        yield handed
+        yield
     finally:
         stop.set()
         thread.join()
@@ -149,9 +156,8 @@ def _sender(ctx: zmq.Context, sock: zmq.Socket, lmdb_dir: str | None) -> Iterato
     rx.bind("inproc://raw-push-io")
     tx.connect("inproc://raw-push-io")
     rx.setsockopt(zmq.RCVTIMEO, 200)
-    stop = threading.Event()
 
-    def own() -> None:
+    def own(stop: threading.Event) -> None:
         seq = 0
         while not stop.is_set():
             try:
@@ -163,13 +169,10 @@ def _sender(ctx: zmq.Context, sock: zmq.Socket, lmdb_dir: str | None) -> Iterato
             seq += 1
             sock.send(data)
 
-    thread = threading.Thread(target=own, name="raw-push-io")
-    thread.start()
     try:
-        yield tx
+        with _owning("raw-push-io", own):
+            yield tx
     finally:
-        stop.set()
-        thread.join()
         tx.close(linger=0)
         rx.close(linger=0)
         env.close()
