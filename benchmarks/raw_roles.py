@@ -109,15 +109,26 @@ def _receiver(sock: zmq.Socket, handoff: bool) -> Iterator[Callable[[], bytes]]:
 
 @contextmanager
 def _owning(name: str, loop: Callable[[threading.Event], None]) -> Iterator[None]:
-    """``loop(stop)`` on a thread of its own (the one that owns a socket) for the block."""
+    """``loop(stop)`` on a thread of its own (the one that owns a socket) for the block;
+    what it raised is raised at the block's end."""
     stop = threading.Event()
-    thread = threading.Thread(target=loop, args=(stop,), name=name)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            loop(stop)
+        except BaseException as exc:  # (re-raised on the worker's main thread)
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name=name)
     thread.start()
     try:
         yield
     finally:
         stop.set()
         thread.join()
+        if failed:
+            raise RuntimeError(f"thread {name} failed") from failed[0]
 
 
 def raw_push(p: dict[str, Any], cmds: Commands) -> None:
@@ -156,6 +167,7 @@ def _sender(ctx: zmq.Context, sock: zmq.Socket, lmdb_dir: str | None) -> Iterato
     rx.bind("inproc://raw-push-io")
     tx.connect("inproc://raw-push-io")
     rx.setsockopt(zmq.RCVTIMEO, 200)
+    tx.setsockopt(zmq.SNDTIMEO, 5000)  # (a sending thread that died: zmq.Again, not a hang)
 
     def own(stop: threading.Event) -> None:
         seq = 0

@@ -79,3 +79,18 @@ def test_contract_floor_commits_each_message_before_it_is_sent(tmp_path: Path) -
         env.close()
     # One record per message, warm-up included, in the order they were handed over.
     assert stored == list(range(QUICK.latency_warmup + timed))
+
+
+def test_a_socket_owning_thread_that_fails_fails_its_worker() -> None:
+    import threading
+
+    from benchmarks.raw_roles import _owning
+
+    def broken(stop: threading.Event) -> None:
+        raise OSError("the socket's thread broke")
+
+    with pytest.raises(RuntimeError, match="raw-test-io failed") as err, \
+            _owning("raw-test-io", broken):
+        pass
+    assert isinstance(err.value.__cause__, OSError)
+    assert "raw-test-io" not in {t.name for t in threading.enumerate()}
