@@ -104,17 +104,17 @@ def lane_entry(lane: Lane, run: Run, owed_count: int | None = None) -> bytes | N
         if owed_count == end - start:
             return run_entry(run.parts, None if start == run.first else start - run.first) \
                 if owed_count else None
-    owed = lane.owed_among(range(run.first, run.first + run.count))
+    owed = lane.owed_among(range(run.first, end))
     if not owed:
         return None
     entries = lane.entries
     attempts = [e.attempt if (e := entries.get(s)) is not None else 0 for s in owed]
-    if any(attempts):
-        return run_entry(run.parts, None if len(owed) == run.count else
-                         [s - run.first for s in owed], attempts)
-    tail = owed[-1] == end - 1 and len(owed) == end - owed[0]  # (ascending, distinct)
-    return run_entry(run.parts, None if len(owed) == run.count else
-                     owed[0] - run.first if tail else [s - run.first for s in owed])
+    offsets: list[int] | int | None = None
+    if len(owed) < run.count:
+        tail = owed[-1] == end - 1 and len(owed) == end - owed[0]  # (ascending, distinct)
+        offsets = owed[0] - run.first if tail and not any(attempts) else \
+            [s - run.first for s in owed]
+    return run_entry(run.parts, offsets, attempts if any(attempts) else None)
 
 
 class Runs:
