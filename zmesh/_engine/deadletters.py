@@ -60,6 +60,16 @@ class DeadLetters:
             self.replayed.discard((lane_id, seq))
             batch.dead_del.append(pend_key(lane_id, seq))
 
+    def forget_lane(self, lane_id: int) -> int:
+        """A retired lane's dead letters go with it (deleted with its entries): returns
+        how many were parked."""
+        self.replayed = {(lid, seq) for lid, seq in self.replayed if lid != lane_id}
+        return self.parked(lane_id)
+
+    def parked(self, lane_id: int) -> int:
+        """How many dead letters of the lane are parked."""
+        return sum(value[0] == PARKED for _seq, value in self.p.store.iter_dead(lane_id))
+
     def _lanes(self, topic: str, group: str) -> list[tuple[Lane, int]]:
         out = []
         for key, lane in self.p.lanes.items():
