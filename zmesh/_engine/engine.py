@@ -293,8 +293,8 @@ class Engine(Commands):
             wb.ids_prune_before = wall - self.config.dedupe_window_s
             assert self.mesh is not None
             self.mesh.beat(now, wb)
-            if now >= self._expire_from:  # (members had time to say hello again)
-                self.producer.expire_idle(wall, wb)
+            # (none retired before the members had time to say hello again)
+            self.producer.expire_idle(wall, wb, retire=now >= self._expire_from)
         if now >= self._next_reclaim:
             more = self.producer.retained.reclaim(wb, time.time())
             self._next_reclaim = now + (RECLAIM_BUSY_S if more else RECLAIM_INTERVAL_S)

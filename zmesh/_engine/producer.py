@@ -522,9 +522,9 @@ class Producer:
                  if key[0] == topic and key[1] != UNCLAIMED and self.lane_meta[key][0] == group]
         return sum(self.retire(lane, batch, "group deleted") for lane in lanes)
 
-    def expire_idle(self, wall: float, batch: WriteBatch) -> int:
+    def expire_idle(self, wall: float, batch: WriteBatch, retire: bool = True) -> int:
         """Note which lanes have members (``idle_since``, kept in their ``lanes``
-        entries) and retire those that had none for their topic's
+        entries) and (``retire``) retire those that had none for their topic's
         ``group_inactive_expiry_s`` (0: never; groups declared on the topic never
         expire). ``wall``: the wall clock now. Returns how many were retired."""
         retired = 0
@@ -539,6 +539,8 @@ class Producer:
                 continue
             if idle is None:
                 self._note_idle(key, wall, batch)
+                continue
+            if not retire:
                 continue
             cfg = self.topic_config(topic)
             group, mode = self.lane_meta[key]
