@@ -206,8 +206,8 @@ def _stored_runs(tmp_path, batches: list[list[bytes]]):
     eng._state = "running"  # (publishes are prepared; nothing wakes a thread)
     now = time.monotonic()
     wb = WriteBatch()
-    for topic, cfg in eng.producer.topics.items():
-        eng.producer.set_topic(topic, cfg, wb, now)
+    for topic, cfg in eng.outbox.lanes.topics.items():
+        eng.outbox.set_topic(topic, cfg, wb, now)
     eng.commits.commit(wb, [])
     firsts = []
     for payloads in batches:
@@ -232,7 +232,7 @@ def test_columns_of_runs_know_their_payloads_travel_inline(tmp_path, sizes, inli
     eng, firsts = _stored_runs(tmp_path, [payloads[i:i + 30] for i in range(0, len(sizes), 30)])
     try:
         seqs = range(firsts[0], firsts[0] + len(sizes))
-        columns = eng.producer.run_columns(seqs, NO_SIZE_LIMIT)
+        columns = eng.outbox.records.run_columns(seqs, NO_SIZE_LIMIT)
         assert columns is not None and list(columns.payloads) == payloads
         assert columns.inline is inline
         parts = [p % 16 for p in seqs]
@@ -251,11 +251,11 @@ def test_columns_of_a_scattered_take_are_those_of_its_places(tmp_path):
     eng, firsts = _stored_runs(tmp_path, [payloads[i:i + 50] for i in range(0, 200, 50)])
     try:
         every = range(firsts[0], firsts[0] + 200)
-        whole = eng.producer.run_columns(every, NO_SIZE_LIMIT)
+        whole = eng.outbox.records.run_columns(every, NO_SIZE_LIMIT)
         assert whole is not None
         for mine in ({1, 2, 5, 11}, {0}, {15}, set(range(16)) - {7}):
             seqs = [s for s in every if s % 16 in mine]
-            columns = eng.producer.run_columns(seqs, NO_SIZE_LIMIT)
+            columns = eng.outbox.records.run_columns(seqs, NO_SIZE_LIMIT)
             assert columns is not None
             places = [s - every[0] for s in seqs]
             for got, full in zip(columns[:5], whole[:5], strict=True):

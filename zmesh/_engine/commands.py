@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .held import Held
     from .inbox.consumer import Consumer
     from .mesh import Mesh
-    from .outbox.producer import Producer
+    from .outbox.outbox import Outbox
     from .stats import Counters
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class Commands:
     # Set by Engine.__init__; the methods below use them.
     config: NodeConfig
     store: Store
-    producer: Producer
+    outbox: Outbox
     consumer: Consumer
     commits: Committer
     held: Held
@@ -275,7 +275,7 @@ class Commands:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 limit = self.config.max_outbox_messages
-                depth = self.producer.depth + self._submitted - self._done
+                depth = self.outbox.depth + self._submitted - self._done
                 if (depth + n <= limit or depth == 0) and self.held.full:
                     # the outbox has room, the LMDB map has not
                     self.counters.add("publish_store_full", 1)
@@ -295,7 +295,7 @@ class Commands:
         waiting = self._submitted - self._done
         if paced and waiting and waiting + n > MAX_AHEAD_MSGS:
             return False  # (the wait a fast publisher meets most)
-        depth = self.producer.depth + waiting
+        depth = self.outbox.depth + waiting
         ahead = self._submitted_bytes - self._done_bytes
         return ((depth + n <= self.config.max_outbox_messages or depth == 0)
                 and not self.held.full
@@ -450,7 +450,7 @@ class Commands:
             elif kind == "touch":
                 self.consumer.touch(cmd[1])
             elif kind == "topic":
-                self.producer.set_topic(cmd[1], cmd[2], wb, now)
+                self.outbox.set_topic(cmd[1], cmd[2], wb, now)
             elif kind == "abandon":
                 log.warning("a transaction was dropped without commit or abort: its %d "
                             "publishes were discarded", cmd[1])
@@ -472,26 +472,24 @@ class Commands:
         """Resolve receipts and wake waiting publishers when this iteration made room:
         publishes stored or failed, messages settled (a shallower outbox), the LMDB map
         no longer full. Counters publishers check are changed under ``cond`` only."""
-        p = self.producer
-        room = p.depth < self._depth_seen or (self._full_seen and not self.held.full)
-        self._depth_seen, self._full_seen = p.depth, self.held.full
-        floor = p.settled_floor
-        if staged_done or p.stored or p.acked or room or floor is not None:
+        depth, receipts = self.outbox.depth, self.outbox.receipts
+        room = depth < self._depth_seen or (self._full_seen and not self.held.full)
+        self._depth_seen, self._full_seen = depth, self.held.full
+        floor = receipts.settled_floor
+        if staged_done or receipts.stored or receipts.acked or room or floor is not None:
             with self.cond:
                 self._done += staged_done
                 self._done_bytes += staged_bytes
-                if p.stored:
+                if receipts.stored:
                     self._told += 1
                     told = self._told
-                    for stage in p.stored:
+                    for stage in receipts.stored:
                         stage.stored = told
-                for r in p.acked:
+                for r in receipts.acked:
                     r._unacked -= 1
                 if floor is not None:  # (after this notification's stores: it counts them)
                     self._publisher.settled = (floor, self._told)
-                    p.settled_floor = None
-                p.stored.clear()
-                p.acked.clear()
+                receipts.told()
                 self.cond.notify_all()
         with self._alloc:
             self._refill()
@@ -504,5 +502,5 @@ class Commands:
             return
         waiting = self._submitted - self._done
         self._credit = min(MAX_AHEAD_MSGS - waiting,
-                           self.config.max_outbox_messages - self.producer.depth - waiting)
+                           self.config.max_outbox_messages - self.outbox.depth - waiting)
         self._credit_bytes = self._ahead_limit - (self._submitted_bytes - self._done_bytes)

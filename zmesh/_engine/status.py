@@ -13,10 +13,9 @@ def node_status(engine: Engine) -> dict:
     """A snapshot for status displays (IO thread)."""
     now = time.monotonic()
     lanes = []
-    for (topic, name), lane in engine.producer.lanes.items():
-        group, mode = engine.producer.lane_meta[(topic, name)]
+    for lane in engine.outbox.lanes.all.values():
         lanes.append({
-            "topic": topic, "lane": name, "group": group, "mode": mode,
+            "topic": lane.topic, "lane": lane.name, "group": lane.group, "mode": lane.mode,
             "members": [m.hex() for m in lane.members],
             "windows": [m.window for m in lane.members.values()],  # (the members' order)
             "pending": len(lane), "ready": lane.ready_count,
@@ -26,7 +25,7 @@ def node_status(engine: Engine) -> dict:
         "node": {"id": engine.node_id.hex(), "name": engine.config.name,
                  "mesh": engine.config.mesh, "incarnation": engine.incarnation,
                  "control_port": engine.ctrl_port, "data_port": engine.data_port},
-        "outbox": engine.producer.depth,
+        "outbox": engine.outbox.depth,
         "store": {"path": engine.store.path, "map_size_bytes": engine.store.map_size_bytes,
                   "full": engine.held.full, "held_publishes": engine.held.count},
         "lanes": lanes,
