@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from zmesh._engine.engine import Engine
 from zmesh._engine.lane.delivery import NO_SIZE_LIMIT, Timing
 from zmesh._engine.lane.lane import Lane, PlainRun
+from zmesh._engine.outbox.records import run_message
 from zmesh._engine.outbox.runs import (
     RUN_MAX_BYTES,
     Run,
     Runs,
     lane_entry,
     run_entry,
-    run_message,
     run_record,
 )
 from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES, pack_columns
@@ -203,7 +203,7 @@ def _stored_runs(tmp_path, batches: list[list[bytes]]):
     with one group, one loop iteration each, and their first sequences."""
     eng = Engine(NodeConfig(name="p", mesh="unit", data_dir=str(tmp_path / "p"), mdns=False,
                             topics={"t": TopicConfig(groups=("g",))}))
-    eng._state = "running"  # (publishes are prepared; nothing wakes a thread)
+    eng.state = "running"  # (publishes are prepared; nothing wakes a thread)
     now = time.monotonic()
     wb = WriteBatch()
     for topic, cfg in eng.outbox.lanes.topics.items():
@@ -239,7 +239,7 @@ def test_columns_of_runs_know_their_payloads_travel_inline(tmp_path, sizes, inli
         assert pack_columns(seqs, parts, *columns[:5], all_inline=columns.inline) == \
             pack_columns(seqs, parts, *columns[:5])
     finally:
-        eng._state = "new"
+        eng.state = "new"
         eng.close()
 
 
@@ -261,7 +261,7 @@ def test_columns_of_a_scattered_take_are_those_of_its_places(tmp_path):
             for got, full in zip(columns[:5], whole[:5], strict=True):
                 assert list(got) == [full[i] for i in places]
     finally:
-        eng._state = "new"
+        eng.state = "new"
         eng.close()
 
 

@@ -30,10 +30,11 @@ from .routing import partition_for, round_robin_partitions
 if TYPE_CHECKING:
     from .._store.store import Store, WriteBatch
     from ..config import NodeConfig
-    from ..subscription import Message, Origin, Subscription
+    from ..subscription import Message, Subscription
     from .commit import Committer
     from .held import Held
     from .inbox.consumer import Consumer
+    from .inbox.origin import Origin
     from .mesh import Mesh
     from .outbox.outbox import Outbox
     from .stats import Counters
@@ -77,7 +78,7 @@ class Commands:
     counters: Counters
     mesh: Mesh | None
     _local_subs: list[Subscription]
-    _state: str
+    state: str
     _failure: BaseException | None
 
     def __init__(self, node_id: bytes, next_seq: int, map_size_bytes: int) -> None:
@@ -122,15 +123,15 @@ class Commands:
         """The node closes: under the allocation lock, so a publish that found it running
         has queued itself already, and no later one takes room."""
         with self._alloc:
-            self._state = "closing"
+            self.state = "closing"
             self._credit = self._credit_bytes = 0
 
-    def _check_running(self) -> None:
-        if self._state != "running":
+    def check_running(self) -> None:
+        if self.state != "running":
             if self._failure is not None:
                 raise NodeStateError(f"node {self.config.name!r} stopped after an internal "
                                      f"error: {self._failure!r}")
-            raise NodeStateError(f"node {self.config.name!r} is {self._state}; use it inside "
+            raise NodeStateError(f"node {self.config.name!r} is {self.state}; use it inside "
                                  "'with' or after start()")
 
     def submit(self, cmd: tuple | list[AnyPublish] | Publish | Origin) -> None:
@@ -141,20 +142,20 @@ class Commands:
         A plain ``publish()`` made later may still join a stretch queued before it, and be
         staged with it (sooner, never later): what a command changes applies from the
         loop iteration that drains it to every publish that iteration stages."""
-        if self._state != "running":
-            self._check_running()
+        if self.state != "running":
+            self.check_running()
         self._cmds.append(cmd)
         if not self._wake_pending:  # (``_wake_once``, inline)
             self._wake_pending = True
             if not self._wake():
-                self._check_running()
+                self.check_running()
 
     def _wake_once(self) -> None:
         """Wake the IO thread unless a wake-up is pending already."""
         if not self._wake_pending:
             self._wake_pending = True
             if not self._wake():
-                self._check_running()  # the IO thread stopped meanwhile: say why
+                self.check_running()  # the IO thread stopped meanwhile: say why
 
     def _wake(self) -> bool:
         """Wake the IO thread; False when it has already closed its wake pipe."""
@@ -227,9 +228,9 @@ class Commands:
             first = self._reserve(1, nbytes, self.config.publish_timeout_s if timeout_s is None
                                   else timeout_s, True)
             alloc.acquire()  # (to join a stretch: the open one, if it ends just before)
-            if self._state != "running":  # closed while it waited: never queued after that
+            if self.state != "running":  # closed while it waited: never queued after that
                 alloc.release()
-                self._check_running()
+                self.check_running()
         stretch = self._open
         rounds = 0 if key is not None else partitions
         if stretch is None or stretch.next != first or stretch.topic != topic \
@@ -253,8 +254,8 @@ class Commands:
 
     def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
         """The first of ``n`` sequences, once the outbox has room for them."""
-        if self._state != "running":
-            self._check_running()
+        if self.state != "running":
+            self.check_running()
         deadline = 0.0
         alloc = self._alloc
         while True:
@@ -287,7 +288,7 @@ class Commands:
                 # room made since the check above is seen here, later room wakes the wait.
                 if not self._fits(n, nbytes, paced):
                     self.cond.wait(min(remaining, TIMEOUT_MAX))  # (inf: no end)
-            self._check_running()
+            self.check_running()
 
     def _fits(self, n: int, nbytes: int, paced: bool) -> bool:
         """There is room for ``n`` more publishes of ``nbytes``: in the outbox, in the LMDB
@@ -316,7 +317,7 @@ class Commands:
 
     def watch(self, receipt: Receipt) -> None:
         """Someone waits for ``receipt`` to be acked: have the IO thread track it."""
-        if self._state == "running":
+        if self.state == "running":
             self.submit(("watch", receipt))
 
     def transact(self, pubs: list[Publish], acks: list[Message], timeout_s: float) -> None:
@@ -497,7 +498,7 @@ class Commands:
     def _refill(self) -> None:
         """Set what publish_one may take without checks (under _alloc): as many single
         publishes as ``_fits`` would let in now, one by one."""
-        if self._state != "running" or self.held.full:
+        if self.state != "running" or self.held.full:
             self._credit = self._credit_bytes = 0
             return
         waiting = self._submitted - self._done

@@ -77,11 +77,11 @@ class Engine(Commands):
         self.outbox = Outbox(self.store, self.node_id, next_seq, next_lane,
                              dict(config.topics), config.memory_budget_bytes,
                              config.max_message_bytes, self.counters, self._publisher.outcomes)
-        self.consumer = Consumer(self, self.store, self.counters)
+        self.consumer = Consumer(self.node_id, self, self.store, self.counters)
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
-        self._state = "new"  # new -> running -> closing -> closed
+        self.state = "new"  # new -> running -> closing -> closed
         self._local_subs: list[Subscription] = []
         self._mdns: MdnsDiscovery | None = None
         self._wb = WriteBatch()
@@ -103,9 +103,9 @@ class Engine(Commands):
     # == application threads: start and close (what else they call is in commands.py) ====
 
     def start(self) -> None:
-        if self._state != "new":
+        if self.state != "new":
             raise NodeStateError(f"node {self.config.name!r} was already started")
-        self._state = "running"
+        self.state = "running"
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"zmesh-io-{self.config.name}")
         self._thread.start()
@@ -114,7 +114,7 @@ class Engine(Commands):
                                  f"{START_TIMEOUT_S:g}s")
         if self._failure is not None:
             self._thread.join()
-            self._state = "closed"
+            self.state = "closed"
             self.store.close()
             failure = self._failure
             if isinstance(failure, ZMeshError):
@@ -123,19 +123,19 @@ class Engine(Commands):
                                  f"{failure}") from failure
 
     def close(self) -> None:
-        if self._state in ("new", "closed"):
-            if self._state == "new":
+        if self.state in ("new", "closed"):
+            if self.state == "new":
                 self.store.close()
-            self._state = "closed"
+            self.state = "closed"
             return
-        if self._state == "running" and self._thread is not None and self._thread.is_alive():
+        if self.state == "running" and self._thread is not None and self._thread.is_alive():
             self._closing()
             self._cmds.append(("stop",))
             self._wake()
-        self._state = "closing"
+        self.state = "closing"
         if self._thread is not None:
             self._thread.join()
-        self._state = "closed"
+        self.state = "closed"
         with self.cond:
             self.cond.notify_all()
 
@@ -213,7 +213,7 @@ class Engine(Commands):
                  self.node_id.hex()[:12], cfg.mesh, self.ctrl_port, self.data_port)
 
     def _cmds_from_discovery(self, peer_id: bytes, ep: str, key: bytes) -> None:
-        if self._state == "running":
+        if self.state == "running":
             self.submit(("contact", ep, peer_id, key))
 
     # -- the loop ------------------------------------------------------------------------
@@ -401,7 +401,7 @@ class Engine(Commands):
                 sub._drain_unsettled()
             self._teardown_sockets()
             self.store.close()
-            self._state = "closed"
+            self.state = "closed"
             with self.cond:
                 self.cond.notify_all()
 
