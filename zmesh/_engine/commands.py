@@ -22,8 +22,14 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from .._protocol.codec import MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTIONS, announced_bytes
-from .._receipt import Publisher, Receipt, Stage
-from ..errors import ArgumentError, NodeStateError, OutboxFullError, StoreFullError
+from .._receipt import Publisher, Receipt, Signal, Stage
+from ..errors import (
+    ArgumentError,
+    NodeClosedError,
+    NodeStateError,
+    OutboxFullError,
+    StoreFullError,
+)
 from .publishes import AnyPublish, Publish, PublishMany, Stretch, message_count
 from .routing import partition_for, round_robin_partitions
 
@@ -81,7 +87,7 @@ class Commands:
     _failure: BaseException | None
 
     def __init__(self, node_id: bytes, next_seq: int, map_size_bytes: int) -> None:
-        self.cond = threading.Condition()
+        self.cond = Signal()  # (receipts, room in the outbox, and the node's close)
         self._next_seq = next_seq
         self._publisher = Publisher(node_id.hex(), self.cond, self.watch)  # (every receipt's)
         self._told = 0  # notifications that told stages they are stored (Stage.stored)
@@ -127,8 +133,10 @@ class Commands:
     def _check_running(self) -> None:
         if self._state != "running":
             if self._failure is not None:
-                raise NodeStateError(f"node {self.config.name!r} stopped after an internal "
-                                     f"error: {self._failure!r}")
+                raise NodeClosedError(self.config.name, f"it stopped after an internal error: "
+                                      f"{self._failure!r}")
+            if self._state in ("closing", "closed"):
+                raise NodeClosedError(self.config.name)
             raise NodeStateError(f"node {self.config.name!r} is {self._state}; use it inside "
                                  "'with' or after start()")
 
