@@ -221,7 +221,7 @@ def pub(topic: str, data: str | None, file: str | None, count: int | None, key: 
     with StopSignals() as signals, cli_node("pub", node) as n:
         if groups:
             n.topic(topic, groups=list(groups))
-        elif not wait_serving(n, topic, discovery_wait, signals):
+        elif not wait_serving(n, topic, discovery_wait, signals) and not signals.stop.is_set():
             note(f"no peer consuming {topic} found within {discovery_wait:g}s; publishing "
                  "for the first group found")
         receipts = []

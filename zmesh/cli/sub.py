@@ -14,12 +14,15 @@ from typing import BinaryIO
 import click
 
 from .. import Message
-from ..config import check_name
+from ..config import SubscriptionConfig, check_name
 from .client import StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, note
 
 WAIT_STEP_S = 0.5  # a wait for messages looks for a stop signal this often
+_FIELDS = SubscriptionConfig.__dataclass_fields__
+MAX_IN_FLIGHT: int = _FIELDS["max_in_flight"].default  # type: ignore[assignment]
+BATCH_SIZE: int = _FIELDS["batch_size"].default  # type: ignore[assignment]
 
 
 def message_json(msg: Message) -> dict:
@@ -83,6 +86,10 @@ def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
 @click.option("--ack/--no-ack", default=True, show_default=True,
               help="Ack what is printed; --no-ack leaves it to go back to its producers "
                    "(redelivered to the group) when this command ends.")
+@click.option("--max-in-flight", type=click.IntRange(min=1),
+              default=MAX_IN_FLIGHT, show_default=True,
+              help="Most unacked messages per producer at this member (1: one at a time, "
+                   "in the producer's order).")
 @node_options
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many messages.")
 @click.option("--timeout", type=click.FloatRange(min=0),
@@ -91,8 +98,8 @@ def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
               help="Run CMD (with sh) per message, payload on stdin: exit 0 acks, else nacks.")
 @click.option("--exec-timeout", type=click.FloatRange(min=0.1), default=60.0,
               show_default=True, help="Seconds before a --exec command counts as failed.")
-def sub(topic: str, group: str, mode: str, fmt: str | None, ack: bool, node: NodeArgs,
-        count: int | None, timeout: float | None, exec_cmd: str | None,
+def sub(topic: str, group: str, mode: str, fmt: str | None, ack: bool, max_in_flight: int,
+        node: NodeArgs, count: int | None, timeout: float | None, exec_cmd: str | None,
         exec_timeout: float) -> None:
     """Consume TOPIC as a member of --group: print each payload on a line (or --json,
     --raw), and ack it.
@@ -110,7 +117,9 @@ def sub(topic: str, group: str, mode: str, fmt: str | None, ack: bool, node: Nod
     out = sys.stdout.buffer
     handled = 0
     with StopSignals() as signals, cli_node("sub", node) as n:
-        subscription = n.subscribe(topic, group=group, mode=mode)
+        subscription = n.subscribe(topic, group=group, mode=mode,
+                                   max_in_flight=max_in_flight,
+                                   batch_size=min(max_in_flight, BATCH_SIZE))
         note(f"node {n.name} of mesh {node.mesh}: control {n.control_address}; "
              f"consuming {topic} as {group}")
         deadline = None if timeout is None else time.monotonic() + timeout
