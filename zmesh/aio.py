@@ -16,93 +16,26 @@ node closes (a subscription closed on its own ends with None instead).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import inspect
-import threading
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from ._aioreplay import ReplayReader
+from ._loopwaits import Wakes, forwarded, with_room
 from ._receipt import MessageId
 from ._receipt import Receipt as _SyncReceipt
 from ._waits import check_timeout
-from .config import NodeConfig, SubscriptionConfig, TopicConfig
+from .config import NodeConfig, TopicConfig
 from .deadletters import DeadLetter
-from .errors import OutboxFullError, StoreFullError, ZMeshError
 from .node import Node as _SyncNode
-from .replay import ReplayReader as _SyncReplayReader
 from .subscription import Message
 from .subscription import Subscription as _SyncSubscription
 from .transaction import Transaction as _SyncTransaction
 
 __all__ = ["Node", "Receipt", "ReplayReader", "Subscription", "Transaction"]
-
-T = TypeVar("T")
-REPLAY_BATCH = 500  # messages a replay reader's thread fetches per step
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-class _Wakes:
-    """Awaits on an event loop for what another thread notifies (``wake``): each pending
-    await asks its condition again after every notification, with no thread of its own."""
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: set[asyncio.Future[None]] = set()
-        self._scheduled = False  # a callback is on its way to the loop
-
-    def wake(self) -> None:
-        """From any thread: wake the pending awaits (one callback until they ran)."""
-        if self._waiting and not self._scheduled:
-            self._scheduled = True
-            try:
-                self._loop.call_soon_threadsafe(self._fire)  # type: ignore[union-attr]
-            except RuntimeError:  # its loop is closed: nobody is left to wake
-                self._scheduled = False
-
-    def _fire(self) -> None:
-        self._scheduled = False  # (first: a notification from now on schedules again)
-        for fut in self._waiting:
-            _resolve(fut)
-
-    async def until(self, done: Callable[[], bool], timeout: float | None) -> bool:
-        """Await ``done()`` (asked on the loop, after each notification): True once it is,
-        False when ``timeout`` seconds (None: no end) pass first."""
-        if done():
-            return True
-        loop = asyncio.get_running_loop()
-        if not self._waiting:
-            self._loop = loop
-        elif loop is not self._loop:
-            raise ZMeshError("a zmesh.aio object is awaited from two event loops at once")
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            # Registered before ``done()`` is asked: a notification after the question
-            # wakes this future (the callback runs on this loop, after this step).
-            fut = loop.create_future()
-            self._waiting.add(fut)
-            try:
-                if done():
-                    return True
-                if deadline is None:
-                    await fut
-                    continue
-                if loop.time() >= deadline:
-                    return False
-                timer = loop.call_at(deadline, _resolve, fut)
-                try:
-                    await fut
-                finally:
-                    timer.cancel()
-            finally:
-                self._waiting.discard(fut)
 
 
 class Receipt:
@@ -110,7 +43,7 @@ class Receipt:
 
     __slots__ = ("_receipt", "_wakes")
 
-    def __init__(self, receipt: _SyncReceipt, wakes: _Wakes) -> None:
+    def __init__(self, receipt: _SyncReceipt, wakes: Wakes) -> None:
         self._receipt = receipt
         self._wakes = wakes
 
@@ -119,29 +52,12 @@ class Receipt:
         """The underlying receipt."""
         return self._receipt
 
-    @property
-    def id(self) -> MessageId:
-        return self._receipt.id
-
-    @property
-    def ids(self) -> list[MessageId]:
-        return self._receipt.ids
-
-    @property
-    def count(self) -> int:
-        return self._receipt.count
-
-    @property
-    def topic(self) -> str:
-        return self._receipt.topic
-
-    @property
-    def stored(self) -> bool:
-        return self._receipt.stored
-
-    @property
-    def acked(self) -> bool:
-        return self._receipt.acked
+    id = forwarded("id")
+    ids = forwarded("ids")
+    count = forwarded("count")
+    topic = forwarded("topic")
+    stored = forwarded("stored")
+    acked = forwarded("acked")
 
     async def wait_stored(self, timeout: float | None = None) -> None:
         """Like ``zmesh.Receipt.wait_stored``."""
@@ -167,32 +83,6 @@ class Receipt:
         return f"<zmesh.aio.{repr(self._receipt)[1:]}"
 
 
-async def _with_room(wakes: _Wakes, publish: Callable[[], T], timeout: float | None,
-                     default_s: float) -> T:
-    """``publish()`` (which waits for nothing: made with timeout=0) once the outbox has
-    room for it, tried again after each notification up to ``timeout`` (None:
-    ``default_s``, the node's publish_timeout_s); then the last refusal, with the wait."""
-    done: list[T] = []
-    full: list[OutboxFullError | StoreFullError] = []
-
-    def attempt() -> bool:
-        try:
-            done.append(publish())
-        except (OutboxFullError, StoreFullError) as exc:
-            full[:] = [exc]
-            return False
-        return True
-
-    wait = check_timeout(default_s if timeout is None else timeout)
-    if await wakes.until(attempt, wait):
-        return done[0]
-    exc = full[0]
-    waited = float("inf") if wait is None else wait
-    if isinstance(exc, StoreFullError):
-        raise StoreFullError(exc.path or "", exc.map_size_bytes, waited) from None
-    raise OutboxFullError(exc.depth, exc.limit, waited) from None
-
-
 class Subscription:
     """A subscription awaited on the loop; messages are the same ``zmesh.Message``
     objects, settled with the same (non-blocking) ``ack``, ``nack``, ``fail``.
@@ -202,7 +92,7 @@ class Subscription:
 
     def __init__(self, sub: _SyncSubscription) -> None:
         self._sub = sub
-        self._wakes = _Wakes()
+        self._wakes = Wakes()
         sub._add_listener(self._wakes.wake)
 
     @property
@@ -210,41 +100,15 @@ class Subscription:
         """The underlying subscription."""
         return self._sub
 
-    @property
-    def topic(self) -> str:
-        return self._sub.topic
-
-    @property
-    def group(self) -> str:
-        return self._sub.group
-
-    @property
-    def mode(self) -> str:
-        return self._sub.mode
-
-    @property
-    def config(self) -> SubscriptionConfig:
-        return self._sub.config
-
-    @property
-    def lane(self) -> str:
-        return self._sub.lane
-
-    @property
-    def closed(self) -> bool:
-        return self._sub.closed
-
-    @property
-    def delivered(self) -> int:
-        return self._sub.delivered
-
-    @property
-    def handled(self) -> int:
-        return self._sub.handled
-
-    @property
-    def handler_errors(self) -> int:
-        return self._sub.handler_errors
+    topic = forwarded("topic")
+    group = forwarded("group")
+    mode = forwarded("mode")
+    config = forwarded("config")
+    lane = forwarded("lane")
+    closed = forwarded("closed")
+    delivered = forwarded("delivered")
+    handled = forwarded("handled")
+    handler_errors = forwarded("handler_errors")
 
     async def get(self, timeout: float | None = None) -> Message | None:
         """The next message; None on timeout or once the subscription is closed."""
@@ -323,7 +187,7 @@ class Transaction:
                       timeout: float | None = None, **options: Any) -> Receipt:
         """Like ``zmesh.Transaction.publish``; waits for outbox room on the loop."""
         node = self._node
-        receipt = await _with_room(
+        receipt = await with_room(
             node._wakes, functools.partial(self._tx.publish, topic, payload, timeout=0,
                                            **options),
             timeout, node.config.publish_timeout_s)
@@ -348,134 +212,6 @@ class Transaction:
             self.abort()
 
 
-class ReplayReader:
-    """``async for msg in reader``: a replay reader (``zmesh.ReplayReader``) whose
-    fetching runs on a thread of its own, started by the first step and ended by
-    ``close()`` or the node's; cancelling a step loses no message (the next one gets
-    it)."""
-
-    def __init__(self, reader: _SyncReplayReader) -> None:
-        self._reader = reader
-        self._wakes = _Wakes()
-        self._buffer: deque[Message] = deque()
-        self._want = threading.Event()  # the loop asks the thread for more
-        self._ended = False
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def sync(self) -> _SyncReplayReader:
-        """The underlying reader."""
-        return self._reader
-
-    @property
-    def topic(self) -> str:
-        return self._reader.topic
-
-    @property
-    def from_index(self) -> int:
-        return self._reader.from_index
-
-    @property
-    def follow(self) -> bool:
-        return self._reader.follow
-
-    @property
-    def gaps(self) -> int:
-        return self._reader.gaps
-
-    @property
-    def gap_ranges(self) -> list[tuple[str, int, int, int]]:
-        return self._reader.gap_ranges
-
-    @property
-    def unreachable(self) -> set[str]:
-        return self._reader.unreachable
-
-    @property
-    def closed(self) -> bool:
-        return self._reader.closed
-
-    def _fetch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The reader's thread: a batch each time the loop asks, until the end."""
-        reader, want = self._reader, self._want
-        error: BaseException | None = None
-        try:
-            while not reader.closed or want.is_set():  # (closed by its node: nobody asks)
-                if not want.wait(1.0):
-                    continue
-                want.clear()
-                msgs = reader.read(REPLAY_BATCH)
-                if not msgs:
-                    break
-                loop.call_soon_threadsafe(self._arrived, msgs, None)
-        except BaseException as exc:
-            error = exc
-        with contextlib.suppress(RuntimeError):  # (its loop is closed: nobody reads on)
-            loop.call_soon_threadsafe(self._arrived, [], error)
-
-    def _arrived(self, msgs: list[Message], error: BaseException | None) -> None:
-        if msgs:
-            self._buffer.extend(msgs)
-        else:
-            self._ended, self._error = True, error
-        self._wakes.wake()
-
-    def _ready(self) -> bool:
-        if self._buffer or self._ended:
-            return True
-        self._want.set()
-        return False
-
-    async def __anext__(self) -> Message:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._fetch, args=(asyncio.get_running_loop(),), daemon=True,
-                name=f"zmesh-aio-replay-{self._reader.topic}")
-            self._thread.start()
-        await self._wakes.until(self._ready, None)
-        if self._buffer:
-            msg = self._buffer.popleft()
-            if not self._buffer and not self._ended:
-                self._want.set()  # the next batch on its way while this one is handled
-            return msg
-        if self._error is not None:
-            raise self._error
-        raise StopAsyncIteration
-
-    def __aiter__(self) -> ReplayReader:
-        return self
-
-    async def read(self, max_messages: int = 1000) -> list[Message]:
-        """Up to ``max_messages`` messages (fewer at the end of a reader that does not
-        follow; a following reader waits for at least one)."""
-        try:
-            out = [await self.__anext__()]
-        except StopAsyncIteration:
-            return []
-        while self._buffer and len(out) < max_messages:
-            out.append(self._buffer.popleft())
-        return out
-
-    def _close(self) -> None:
-        self._reader.close()
-        self._want.set()  # (its thread reads the end at once)
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-
-    async def close(self) -> None:
-        await asyncio.to_thread(self._close)
-
-    async def __aenter__(self) -> ReplayReader:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def __repr__(self) -> str:
-        return f"<zmesh.aio.{repr(self._reader)[1:]}"
-
-
 def _on_loop(handler: Callable[[Message], Any], loop: asyncio.AbstractEventLoop
              ) -> Callable[[Message], Any]:
     """A coroutine handler as the sync handler threads call it: run on ``loop``, each
@@ -493,7 +229,7 @@ class Node:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._node = _SyncNode(*args, **kwargs)
-        self._wakes = _Wakes()  # receipts and publishes waiting for room
+        self._wakes = Wakes()  # receipts and publishes waiting for room
         cond = self._node._engine.cond
         cond.wakers = (*cond.wakers, self._wakes.wake)
         self._readers: weakref.WeakSet[ReplayReader] = weakref.WeakSet()
@@ -508,25 +244,11 @@ class Node:
         """The underlying synchronous node."""
         return self._node
 
-    @property
-    def id(self) -> str:
-        return self._node.id
-
-    @property
-    def name(self) -> str:
-        return self._node.name
-
-    @property
-    def config(self) -> NodeConfig:
-        return self._node.config
-
-    @property
-    def control_address(self) -> str:
-        return self._node.control_address
-
-    @property
-    def metrics_address(self) -> str | None:
-        return self._node.metrics_address
+    id = forwarded("id")
+    name = forwarded("name")
+    config = forwarded("config")
+    control_address = forwarded("control_address")
+    metrics_address = forwarded("metrics_address")
 
     async def start(self) -> Node:
         await asyncio.to_thread(self._node.start)
@@ -559,7 +281,7 @@ class Node:
                       deliver_at: Any = None, delay: float | None = None,
                       msg_id: str | None = None, timeout: float | None = None) -> Receipt:
         """Like ``zmesh.Node.publish``; a full outbox is waited for on the loop."""
-        receipt = await _with_room(self._wakes, functools.partial(
+        receipt = await with_room(self._wakes, functools.partial(
             self._node.publish, topic, payload, key=key, headers=headers, priority=priority,
             ttl=ttl, deliver_at=deliver_at, delay=delay, msg_id=msg_id, timeout=0),
             timeout, self.config.publish_timeout_s)
@@ -571,7 +293,7 @@ class Node:
                            headers: Mapping[str, Any] | None = None, priority: int = 0,
                            ttl: float | None = None, timeout: float | None = None) -> Receipt:
         """Like ``zmesh.Node.publish_many``; a full outbox is waited for on the loop."""
-        receipt = await _with_room(self._wakes, functools.partial(
+        receipt = await with_room(self._wakes, functools.partial(
             self._node.publish_many, topic, payloads, keys=keys, headers=headers,
             priority=priority, ttl=ttl, timeout=0), timeout, self.config.publish_timeout_s)
         return Receipt(receipt, self._wakes)
