@@ -136,3 +136,13 @@ def test_a_context_takes_pub_sub_and_status_to_the_mesh(tmp_path: Path, mesh_nam
     ok(["context", "select", "--none"])
     lost = run_cli(["status"])
     assert lost.returncode == 2 and "give the node's control address" in lost.stderr
+
+
+def test_help_shows_examples_settings_and_exit_codes() -> None:
+    top = ok(["--help"])
+    assert "Examples:" in top and "zmesh context add plant" in top and "context" in top
+    pub = ok(["pub", "--help"])
+    for expected in ("[env: ZMESH_SEED]", "[env: ZMESH_SECRET_KEY_FILE]", "--msg-id",
+                     "{{Count}}", "Exit codes: 0 all acknowledged", "130 / 143"):
+        assert expected in pub, expected
+    assert "Exit codes: 0 after --count messages" in ok(["sub", "--help"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import signal
 import subprocess
 import time
@@ -168,3 +169,31 @@ def test_an_unresolvable_seed_is_reported_at_start(tmp_path: Path, mesh_name: st
     assert done.returncode == 1
     [warning] = [ln for ln in done.stderr.splitlines() if "no-such-host.invalid" in ln]
     assert "WARNING" in warning and "does not resolve" in warning and "keeps trying" in warning
+
+
+def test_pub_and_sub_join_a_secured_mesh(tmp_path: Path, mesh_name: str,
+                                         procs: list[Proc]) -> None:
+    trusted = tmp_path / "trusted"
+    for name in ("hub", "reader", "writer"):
+        done = run_cli(["keys", "generate", str(trusted), "--name", name])
+        assert done.returncode == 0, done.stderr
+    toml = hub_toml(tmp_path, mesh_name)
+    toml.write_text(toml.read_text().replace(
+        "mdns = false", f'mdns = false\nsecret_key_file = "{trusted / "hub.key"}"\n'
+                        f'trusted_keys_dir = "{trusted}"'))
+    hub = Proc(tmp_path, "hub", ["node", "run", str(toml)])
+    procs.append(hub)
+    seed = hub.wait_for(ADDRESS_RE).group(1)
+    node = [*LOOP, "--mesh", mesh_name, "--seed", seed, "--trusted-keys-dir", str(trusted)]
+    sub = consumer(tmp_path, procs, [*node, "--secret-key-file", str(trusted / "reader.key")],
+                   "--json", "--count", "1", "--timeout", "60")
+    # The writer's key from the environment, as a context or a service would give it.
+    done = run_cli(["pub", "t", "sealed", *node],
+                   env={**os.environ, "ZMESH_SECRET_KEY_FILE": str(trusted / "writer.key")})
+    assert done.returncode == 0 and "acknowledged 1" in done.stdout, done.stderr
+    assert sub.finish(timeout=60) == 0, sub.stderr()
+    assert lines(sub, 1)[0]["payload"] == "sealed"
+    # Without keys the secured hub never says hello: nobody consuming t is found.
+    bare = run_cli(["pub", "t", "open", *LOOP, "--mesh", mesh_name, "--seed", seed,
+                    "--discovery-wait", "0.5", "--timeout", "0.5"])
+    assert bare.returncode == 1 and "no peer consuming t found" in bare.stderr
