@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from ._engine.outbox.outcomes import Outcome, Outcomes
 from ._waits import check_timeout
-from .errors import NotDeliveredError, TimeoutError, ZMeshError
+from .errors import NodeClosedError, NotDeliveredError, TimeoutError, ZMeshError
 
 __all__ = ["MessageId", "Receipt"]
 
@@ -44,6 +44,23 @@ class Stage:
         self.lanes: tuple[str, ...] | None = None
 
 
+class Signal(threading.Condition):
+    """The condition the IO thread notifies when receipts change or the outbox makes room,
+    and once more when the node has closed (``closed``: the error then, for waiters to
+    raise instead of waiting on). Each notification also calls the ``wakers``: how an
+    event loop waits on it without a thread of its own (zmesh.aio)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed: NodeClosedError | None = None
+        self.wakers: tuple[Callable[[], None], ...] = ()  # (replaced, never changed in place)
+
+    def notify_all(self) -> None:
+        super().notify_all()
+        for wake in self.wakers:
+            wake()
+
+
 class Publisher:
     """What every receipt of one node shares: its id, the condition the IO thread
     notifies when receipts change, how a receipt asks for its acks to be tracked, and
@@ -54,7 +71,7 @@ class Publisher:
 
     __slots__ = ("producer", "cond", "watch", "settled", "outcomes")
 
-    def __init__(self, producer: str, cond: threading.Condition,
+    def __init__(self, producer: str, cond: Signal,
                  watch: Callable[[Receipt], None] | None = None,
                  outcomes: Outcomes | None = None) -> None:
         self.producer = producer  # (hex: the ids are made when asked for, most never are)
@@ -119,30 +136,46 @@ class Receipt:
             watch(self)
         return self._unacked <= 0
 
+    def _done(self, acked: bool) -> bool:
+        """Whether a wait for the message stored (``acked``: settled) is over; raises the
+        store's error, or NodeClosedError once the node closed without it."""
+        stage = self._stage
+        if self._unacked <= 0 or (not acked and stage.stored):
+            if stage.error is not None and not acked:
+                raise stage.error
+            return True
+        if stage.error is not None:
+            raise stage.error
+        closed = self._publisher.cond.closed
+        if closed is not None:
+            what = "acknowledged" if acked else "stored"
+            raise NodeClosedError(closed.node, f"message {self.id} was not {what}")
+        return False
+
     def _wait(self, acked: bool, deadline: float | None, timeout: float | None) -> None:
-        stage, cond = self._stage, self._publisher.cond
+        cond = self._publisher.cond
         with cond:
-            while not (self._unacked <= 0 if acked else stage.stored or self._unacked <= 0):
-                if stage.error is not None:
-                    raise stage.error
+            while not self._done(acked):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    what = "acknowledged" if acked else "stored"
-                    raise TimeoutError(f"message {self.id} not {what} within {timeout:g}s")
+                    raise self._late(acked, timeout)
                 cond.wait(None if remaining is None else min(remaining, TIMEOUT_MAX))
-        if stage.error is not None and not acked:
-            raise stage.error
+
+    def _late(self, acked: bool, timeout: float | None) -> TimeoutError:
+        what = "acknowledged" if acked else "stored"
+        return TimeoutError(f"message {self.id} not {what} within {timeout:g}s")
 
     def wait_stored(self, timeout: float | None = None) -> None:
-        """Block until the message is in the outbox; raise TimeoutError or the store's error."""
+        """Block until the message is in the outbox; raise TimeoutError, the store's error,
+        or NodeClosedError when the node closes first."""
         timeout = check_timeout(timeout)
         self._wait(False, None if timeout is None else time.monotonic() + timeout, timeout)
 
     def wait_acked(self, timeout: float | None = None) -> None:
         """Block until every group owed the message (each message of a batch) settled it
         (acked it, or it was dead-lettered, expired, superseded or its group deleted:
-        ``outcomes`` says which); raise TimeoutError, or the store's error if it was
-        never stored."""
+        ``outcomes`` says which); raise TimeoutError, the store's error if it was never
+        stored, or NodeClosedError when the node closes first."""
         timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         self._wait(False, deadline, timeout)  # (acks are tracked once it is stored)
@@ -153,6 +186,10 @@ class Receipt:
         """``wait_acked``, then raise NotDeliveredError (naming each group and its
         outcome) unless every group acked the message (each message of a batch)."""
         self.wait_acked(timeout)
+        self.check_delivered()
+
+    def check_delivered(self) -> None:
+        """Raise NotDeliveredError unless every group acked the message (a settled one)."""
         outcomes = self.outcomes
         if not outcomes or any(o != Outcome.ACKED for o in outcomes.values()):
             raise NotDeliveredError(self.id, outcomes)

@@ -21,15 +21,22 @@ log = logging.getLogger(__name__)
 
 
 def resolve(ref: str, what: str) -> Callable[..., Any]:
-    """Import a ``package.module:function`` reference."""
-    module_name, _, attr = ref.partition(":")
+    """Import a ``package.module:function`` reference; ConfigError naming the module, the
+    function and the module's file when it is not one."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{what}: {ref!r} is not 'package.module:function'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"{what}: cannot import module {module_name!r}: {exc}") from exc
+        raise ConfigError(f"{what}: {ref!r}: cannot import module {module_name!r}: "
+                          f"{exc}") from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ConfigError(f"{what}: {ref!r} is not a function")
+        where = getattr(module, "__file__", None) or "no file"
+        found = "no function" if fn is None else f"a {type(fn).__name__}, not a function,"
+        raise ConfigError(f"{what}: {ref!r}: module {module_name} ({where}) has {found} "
+                          f"named {attr!r}")
     return fn  # type: ignore[no-any-return]
 
 

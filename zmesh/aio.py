@@ -1,179 +1,276 @@
 """The asyncio twin of zmesh: ``async with zmesh.aio.Node(...)``, ``async for msg in sub``.
 
-The node itself still runs its IO thread; these wrappers only make waiting awaitable.
+The node still runs its IO thread; this module makes its waits awaitable without a thread
+per await. The IO thread's notifications (a receipt stored or acked, room in the outbox, a
+batch delivered, the node closed) each schedule one callback on the event loop
+(``call_soon_threadsafe``: one write to the loop's self-pipe) while something awaits
+them, and every pending await looks again. So an await holds no thread, cancelling it
+leaves nothing behind, and a message is taken from a subscription only in the step that
+returns it. Calls that end on their own within milliseconds (start, close, status, dead
+letters, a transaction's commit, a snapshot) run on the loop's default executor. A
+replay reader fetches on a thread of its own, from its first ``async for`` step until it
+(or its node) closes. As in the sync API, every wait ends with NodeClosedError once the
+node closes (a subscription closed on its own ends with None instead).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import functools
+import inspect
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from ._receipt import MessageId, Receipt
+from ._aioreplay import ReplayReader
+from ._loopwaits import Wakes, forwarded, with_room
+from ._receipt import MessageId
+from ._receipt import Receipt as _SyncReceipt
 from ._waits import check_timeout
-from .config import TopicConfig
-from .errors import OutboxFullError
+from .config import NodeConfig, TopicConfig
+from .deadletters import DeadLetter
 from .node import Node as _SyncNode
-from .replay import ReplayReader as _SyncReplayReader
-from .subscription import Message, _check_max_messages
+from .subscription import Message
 from .subscription import Subscription as _SyncSubscription
+from .transaction import Transaction as _SyncTransaction
 
-__all__ = ["Node", "Receipt", "ReplayReader", "Subscription"]
+__all__ = ["Node", "Receipt", "ReplayReader", "Subscription", "Transaction"]
 
 
-class AsyncReceipt:
-    """Awaitable view of a publish receipt."""
+class Receipt:
+    """Awaitable view of a publish receipt (``zmesh.Receipt``)."""
 
-    def __init__(self, receipt: Receipt) -> None:
+    __slots__ = ("_receipt", "_wakes")
+
+    def __init__(self, receipt: _SyncReceipt, wakes: Wakes) -> None:
         self._receipt = receipt
+        self._wakes = wakes
 
     @property
-    def id(self) -> MessageId:
-        return self._receipt.id
+    def sync(self) -> _SyncReceipt:
+        """The underlying receipt."""
+        return self._receipt
 
-    @property
-    def stored(self) -> bool:
-        return self._receipt.stored
-
-    @property
-    def acked(self) -> bool:
-        return self._receipt.acked
+    id = forwarded("id")
+    ids = forwarded("ids")
+    count = forwarded("count")
+    topic = forwarded("topic")
+    stored = forwarded("stored")
+    acked = forwarded("acked")
+    outcomes = forwarded("outcomes")
+    check_delivered = forwarded("check_delivered")
 
     async def wait_stored(self, timeout: float | None = None) -> None:
-        if not self._receipt.stored:
-            await asyncio.to_thread(self._receipt.wait_stored, timeout)
+        """Like ``zmesh.Receipt.wait_stored``."""
+        timeout = check_timeout(timeout)
+        await self._wait(False, timeout, timeout)
 
     async def wait_acked(self, timeout: float | None = None) -> None:
+        """Like ``zmesh.Receipt.wait_acked``."""
+        timeout = check_timeout(timeout)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await self._wait(False, timeout, timeout)  # (acks are tracked once it is stored)
         if not self._receipt.acked:
-            await asyncio.to_thread(self._receipt.wait_acked, timeout)
+            left = None if timeout is None else timeout - (loop.time() - start)
+            await self._wait(True, left, timeout)
+
+    async def wait_delivered(self, timeout: float | None = None) -> None:
+        """Like ``zmesh.Receipt.wait_delivered``."""
+        await self.wait_acked(timeout)
+        self._receipt.check_delivered()
+
+    async def _wait(self, acked: bool, left: float | None, timeout: float | None) -> None:
+        receipt = self._receipt
+        if not await self._wakes.until(functools.partial(receipt._done, acked), left):
+            raise receipt._late(acked, timeout)
+
+    def __repr__(self) -> str:
+        return f"<zmesh.aio.{repr(self._receipt)[1:]}"
 
 
 class Subscription:
-    """Async iteration over a subscription; messages are the same Message objects."""
+    """A subscription awaited on the loop; messages are the same ``zmesh.Message``
+    objects, settled with the same (non-blocking) ``ack``, ``nack``, ``fail``.
+
+    ``get`` returns None (and ``async for`` ends) once the subscription is closed; once
+    its node closes they raise NodeClosedError, as the sync ones do."""
 
     def __init__(self, sub: _SyncSubscription) -> None:
         self._sub = sub
-        self._loop = asyncio.get_running_loop()
-        self._event = asyncio.Event()
-        sub._add_listener(self._wake)
-
-    def _wake(self) -> None:
-        self._loop.call_soon_threadsafe(self._event.set)
+        self._wakes = Wakes()
+        sub._add_listener(self._wakes.wake)
 
     @property
-    def topic(self) -> str:
-        return self._sub.topic
+    def sync(self) -> _SyncSubscription:
+        """The underlying subscription."""
+        return self._sub
 
-    @property
-    def group(self) -> str | None:
-        return self._sub.group
+    topic = forwarded("topic")
+    group = forwarded("group")
+    mode = forwarded("mode")
+    config = forwarded("config")
+    lane = forwarded("lane")
+    closed = forwarded("closed")
+    delivered = forwarded("delivered")
+    handled = forwarded("handled")
+    handler_errors = forwarded("handler_errors")
 
     async def get(self, timeout: float | None = None) -> Message | None:
-        """The next message; None on timeout or once closed."""
-        loop = asyncio.get_running_loop()
-        timeout = check_timeout(timeout)
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            self._event.clear()
-            msg = self._sub.get(timeout=0)
-            if msg is not None or self._sub.closed:
-                return msg
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                return None
-            try:
-                await asyncio.wait_for(self._event.wait(), remaining)
-            except TimeoutError:
-                return None
+        """The next message; None on timeout or once the subscription is closed."""
+        sub = self._sub
+        got: list[Message] = []
 
-    async def fetch(self, max_messages: int = 100, timeout: float | None = None) -> list[Message]:
-        _check_max_messages(max_messages)
-        first = await self.get(timeout)
-        if first is None:
-            return []
-        return [first, *self._sub.fetch(max_messages - 1, timeout=0)] if max_messages > 1 \
-            else [first]
-
-    def __aiter__(self) -> AsyncIterator[Message]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Message]:
-        while True:
-            msg = await self.get()
+        def ready() -> bool:
+            msg = sub.get(timeout=0)
             if msg is None:
-                return
-            yield msg
+                return sub.closed
+            got.append(msg)
+            return True
 
-    async def close(self) -> None:
-        await asyncio.to_thread(self._sub.close)
+        await self._wakes.until(ready, check_timeout(timeout))
+        return got[0] if got else None
 
+    async def fetch(self, max_messages: int = 100, timeout: float | None = None
+                    ) -> list[Message]:
+        """Up to ``max_messages`` messages; waits up to ``timeout`` for the first one."""
+        sub = self._sub
+        got: list[list[Message]] = []
 
-def _next_or_none(reader: _SyncReplayReader) -> Message | None:
-    return next(reader, None)
+        def ready() -> bool:
+            msgs = sub.fetch(max_messages, timeout=0)
+            if not msgs:
+                return sub.closed
+            got.append(msgs)
+            return True
 
+        await self._wakes.until(ready, check_timeout(timeout))
+        return got[0] if got else []
 
-class ReplayReader:
-    """``async for msg in reader``: a replay reader whose waits do not block the loop."""
+    def ack_many(self, messages: list[Message]) -> None:
+        """Like ``zmesh.Subscription.ack_many`` (it never waits)."""
+        self._sub.ack_many(messages)
 
-    def __init__(self, reader: _SyncReplayReader) -> None:
-        self._reader = reader
-
-    @property
-    def gaps(self) -> int:
-        return self._reader.gaps
-
-    @property
-    def gap_ranges(self) -> list[tuple[str, int, int, int]]:
-        return self._reader.gap_ranges
-
-    @property
-    def closed(self) -> bool:
-        return self._reader.closed
-
-    def __aiter__(self) -> ReplayReader:
+    def __aiter__(self) -> Subscription:
         return self
 
     async def __anext__(self) -> Message:
-        msg = await asyncio.to_thread(_next_or_none, self._reader)
+        msg = await self.get()
         if msg is None:
             raise StopAsyncIteration
         return msg
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._reader.close)
+        """Like ``zmesh.Subscription.close`` (which waits for running handler calls)."""
+        await asyncio.to_thread(self._sub.close)
 
-    async def __aenter__(self) -> ReplayReader:
+    async def __aenter__(self) -> Subscription:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def __repr__(self) -> str:
+        return f"<zmesh.aio.{repr(self._sub)[1:]}"
+
+
+class Transaction:
+    """``async with node.transaction() as tx: await tx.publish(...); tx.ack(msg)``:
+    committed when the block ends without an exception, aborted otherwise.
+
+    A commit that was submitted is not undone by cancelling its await."""
+
+    def __init__(self, tx: _SyncTransaction, node: Node) -> None:
+        self._tx = tx
+        self._node = node
+
+    @property
+    def sync(self) -> _SyncTransaction:
+        """The underlying transaction."""
+        return self._tx
+
+    async def publish(self, topic: str, payload: bytes | str, *,
+                      timeout: float | None = None, **options: Any) -> Receipt:
+        """Like ``zmesh.Transaction.publish``; waits for outbox room on the loop."""
+        node = self._node
+        receipt = await with_room(
+            node._wakes, functools.partial(self._tx.publish, topic, payload, timeout=0,
+                                           **options),
+            timeout, node.config.publish_timeout_s)
+        return Receipt(receipt, node._wakes)
+
+    def ack(self, msg: Message) -> None:
+        self._tx.ack(msg)
+
+    async def commit(self) -> None:
+        await asyncio.to_thread(self._tx.commit)
+
+    def abort(self) -> None:
+        self._tx.abort()
+
+    async def __aenter__(self) -> Transaction:
+        return self
+
+    async def __aexit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            await self.commit()
+        else:
+            self.abort()
+
+
+def _on_loop(handler: Callable[[Message], Any], loop: asyncio.AbstractEventLoop
+             ) -> Callable[[Message], Any]:
+    """A coroutine handler as the sync handler threads call it: run on ``loop``, each
+    thread waiting for its call (acked when it returns, nacked when it raises)."""
+
+    def call(msg: Message) -> Any:
+        return asyncio.run_coroutine_threadsafe(handler(msg), loop).result()
+
+    return call
+
 
 class Node:
-    """``async with zmesh.aio.Node("name", mesh=..., data_dir=...) as node:``."""
+    """``async with zmesh.aio.Node("name", mesh=..., data_dir=...) as node:``, taking what
+    ``zmesh.Node`` takes; every method that may wait is a coroutine."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._node = _SyncNode(*args, **kwargs)
+        self._wakes = Wakes()  # receipts and publishes waiting for room
+        cond = self._node._engine.cond
+        cond.wakers = (*cond.wakers, self._wakes.wake)
+        self._readers: weakref.WeakSet[ReplayReader] = weakref.WeakSet()
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Node:
+        """A node from a TOML definition (see NodeConfig.from_toml)."""
+        return cls(config=NodeConfig.from_toml(path))
 
     @property
     def sync(self) -> _SyncNode:
         """The underlying synchronous node."""
         return self._node
 
-    @property
-    def id(self) -> str:
-        return self._node.id
-
-    @property
-    def control_address(self) -> str:
-        return self._node.control_address
+    id = forwarded("id")
+    name = forwarded("name")
+    config = forwarded("config")
+    control_address = forwarded("control_address")
+    metrics_address = forwarded("metrics_address")
 
     async def start(self) -> Node:
         await asyncio.to_thread(self._node.start)
         return self
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._node.close)
+        """Close the readers, subscriptions and the node (every wait on it ends)."""
+        readers = list(self._readers)
+
+        def close() -> None:
+            for reader in readers:
+                reader._close()
+            self._node.close()
+
+        await asyncio.to_thread(close)
 
     async def __aenter__(self) -> Node:
         return await self.start()
@@ -182,28 +279,82 @@ class Node:
         await self.close()
 
     def topic(self, name: str, config: TopicConfig | None = None, **options: Any) -> TopicConfig:
-        """Like ``zmesh.Node.topic``."""
+        """Like ``zmesh.Node.topic`` (it never waits)."""
         return self._node.topic(name, config, **options)
 
-    async def publish(self, topic: str, payload: bytes | str, **kwargs: Any) -> AsyncReceipt:
-        """Publish without blocking the event loop, even when the outbox is full."""
-        timeout = kwargs.pop("timeout", None)
-        try:
-            receipt = self._node.publish(topic, payload, timeout=0, **kwargs)
-        except OutboxFullError:
-            receipt = await asyncio.to_thread(self._node.publish, topic, payload,
-                                              timeout=timeout, **kwargs)
-        return AsyncReceipt(receipt)
+    async def publish(self, topic: str, payload: bytes | bytearray | memoryview | str, *,
+                      key: str | None = None, headers: Mapping[str, Any] | None = None,
+                      priority: int = 0, ttl: float | None = None,
+                      deliver_at: Any = None, delay: float | None = None,
+                      msg_id: str | None = None, timeout: float | None = None) -> Receipt:
+        """Like ``zmesh.Node.publish``; a full outbox is waited for on the loop."""
+        receipt = await with_room(self._wakes, functools.partial(
+            self._node.publish, topic, payload, key=key, headers=headers, priority=priority,
+            ttl=ttl, deliver_at=deliver_at, delay=delay, msg_id=msg_id, timeout=0),
+            timeout, self.config.publish_timeout_s)
+        return Receipt(receipt, self._wakes)
+
+    async def publish_many(self, topic: str,
+                           payloads: Sequence[bytes | bytearray | memoryview | str], *,
+                           keys: Sequence[str | None] | None = None,
+                           headers: Mapping[str, Any] | None = None, priority: int = 0,
+                           ttl: float | None = None, timeout: float | None = None) -> Receipt:
+        """Like ``zmesh.Node.publish_many``; a full outbox is waited for on the loop."""
+        receipt = await with_room(self._wakes, functools.partial(
+            self._node.publish_many, topic, payloads, keys=keys, headers=headers,
+            priority=priority, ttl=ttl, timeout=0), timeout, self.config.publish_timeout_s)
+        return Receipt(receipt, self._wakes)
+
+    def transaction(self, timeout: float | None = None) -> Transaction:
+        """``async with node.transaction() as tx:`` (see zmesh.Node.transaction)."""
+        return Transaction(self._node.transaction(timeout), self)
 
     def subscribe(self, topic: str, group: str | None = None, *,
                   handler: Callable[[Message], Any] | None = None,
-                  **kwargs: Any) -> Subscription:
-        return Subscription(self._node.subscribe(topic, group, handler=handler, **kwargs))
+                  **options: Any) -> Subscription:
+        """Like ``zmesh.Node.subscribe``; ``handler`` may be a coroutine function, run on
+        this loop (call it from the loop then)."""
+        if handler is not None and inspect.iscoroutinefunction(handler):
+            handler = _on_loop(handler, asyncio.get_running_loop())
+        return Subscription(self._node.subscribe(topic, group, handler=handler, **options))
 
-    async def replay(self, topic: str, from_index: int = 0, **kwargs: Any) -> ReplayReader:
+    async def replay(self, topic: str, from_index: int = 0, **options: Any) -> ReplayReader:
         """Like ``zmesh.Node.replay``; iterate the reader with ``async for``."""
-        reader = await asyncio.to_thread(self._node.replay, topic, from_index, **kwargs)
-        return ReplayReader(reader)
+        reader = ReplayReader(await asyncio.to_thread(self._node.replay, topic, from_index,
+                                                      **options))
+        self._readers.add(reader)
+        return reader
 
     async def status(self) -> dict:
         return await asyncio.to_thread(self._node.status)
+
+    async def peers(self) -> list[dict]:
+        return await asyncio.to_thread(self._node.peers)
+
+    def stats(self) -> dict[str, int]:
+        """Like ``zmesh.Node.stats`` (it never waits)."""
+        return self._node.stats()
+
+    async def snapshot(self, dest: str | Path) -> Path:
+        return await asyncio.to_thread(self._node.snapshot, dest)
+
+    async def groups(self, topic: str | None = None) -> list[dict]:
+        return await asyncio.to_thread(self._node.groups, topic)
+
+    async def delete_group(self, topic: str, group: str) -> dict:
+        return await asyncio.to_thread(self._node.delete_group, topic, group)
+
+    async def dead_letters(self, topic: str, group: str, *, limit: int = 1000
+                           ) -> list[DeadLetter]:
+        return await asyncio.to_thread(self._node.dead_letters, topic, group, limit=limit)
+
+    async def replay_dead_letters(self, topic: str, group: str,
+                                  ids: Iterable[MessageId | int] | None = None) -> int:
+        return await asyncio.to_thread(self._node.replay_dead_letters, topic, group, ids)
+
+    async def purge_dead_letters(self, topic: str, group: str,
+                                 ids: Iterable[MessageId | int] | None = None) -> int:
+        return await asyncio.to_thread(self._node.purge_dead_letters, topic, group, ids)
+
+    def __repr__(self) -> str:
+        return f"<zmesh.aio.Node {self.name} mesh={self.config.mesh} id={self.id[:12]}>"

@@ -6,6 +6,7 @@ The tree::
     ├── ConfigError                 bad configuration value (also ValueError)
     ├── ArgumentError               bad argument to a call (also ValueError)
     ├── NodeStateError              node not started, already closed, or failed
+    │   └── NodeClosedError         the node closed before (or while) the call waited
     ├── DataDirLockedError          another open node holds the node's data dir
     ├── StoreError                  the LMDB store cannot be opened, read or written
     │   └── StoreFullError          the LMDB map is full
@@ -31,6 +32,7 @@ __all__ = [
     "DataDirLockedError",
     "DecodeError",
     "MessageStateError",
+    "NodeClosedError",
     "NodeStateError",
     "NotDeliveredError",
     "OutboxFullError",
@@ -55,6 +57,17 @@ class ArgumentError(ZMeshError, ValueError):
 
 class NodeStateError(ZMeshError):
     """The node is not in a state that allows the call."""
+
+
+class NodeClosedError(NodeStateError):
+    """The node closed (or its IO thread stopped) before the call, or while it waited: a
+    receipt that can no longer be stored or acked, a subscription or a transaction of a
+    closed node. ``node``: the node's name; ``detail``: what was left waiting."""
+
+    def __init__(self, node: str, detail: str = "") -> None:
+        super().__init__(f"node {node!r} is closed" + (f": {detail}" if detail else ""))
+        self.node = node
+        self.detail = detail
 
 
 class DataDirLockedError(ZMeshError):

@@ -140,7 +140,7 @@ class Node:
             reader.close()
         for sub in list(self._engine._local_subs):
             if not sub.closed:
-                sub.close()  # gives what it still holds back to the producers
+                sub._end()  # gives what it still holds back to the producers
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None

@@ -17,7 +17,13 @@ from ._receipt import MessageId
 from ._seqs import consecutive
 from ._waits import check_timeout
 from .config import SubscriptionConfig, check_delay, int_in
-from .errors import ArgumentError, MessageStateError, NodeStateError, ZMeshError
+from .errors import (
+    ArgumentError,
+    MessageStateError,
+    NodeClosedError,
+    NodeStateError,
+    ZMeshError,
+)
 
 if TYPE_CHECKING:
     from ._engine.engine import Engine
@@ -189,9 +195,11 @@ class Message:
 class Subscription:
     """Messages of one topic for one group, in arrival order.
 
-    Iterate it (``for msg in sub``) until the subscription or its node closes, or pull
-    with ``get`` / ``fetch``. Each message must be settled with ack, nack or fail; the
-    number of unsettled messages is bounded by ``max_in_flight`` per producer.
+    Iterate it (``for msg in sub``), or pull with ``get`` / ``fetch``. Each message must
+    be settled with ack, nack or fail; the number of unsettled messages is bounded by
+    ``max_in_flight`` per producer. Once the subscription is closed (``close()``), ``get``
+    returns None, ``fetch`` an empty list and iteration ends; once its node closes,
+    each of them (waiting or called later) raises NodeClosedError.
     """
 
     # The queue holds delivered batches, each as an iterator that makes the batch's
@@ -218,6 +226,7 @@ class Subscription:
             = None
         self._cond = threading.Condition()
         self._closed = False
+        self._own_close = False  # closed by close(), not by its node's close
         self._listeners: list[Callable[[], None]] = []
         self._handler = handler
         self._workers: list[threading.Thread] = []
@@ -231,11 +240,6 @@ class Subscription:
         producers keep no lane for it)."""
         if self.mode == "broadcast":
             return f"{self.group}/{self._engine.node_id.hex()}"
-        return self.announced_as
-
-    @property
-    def announced_as(self) -> str:
-        """The group this node's hello names for it (an ephemeral one's own name)."""
         return self._name if self.group is None else self.group
 
     @property
@@ -262,7 +266,10 @@ class Subscription:
         handler = self._handler
         assert handler is not None
         while True:
-            msg = self.get()
+            try:
+                msg = self.get()
+            except NodeClosedError:
+                return
             if msg is None:
                 return
             try:
@@ -318,7 +325,8 @@ class Subscription:
             return sum(length_hint(places) for _msgs, places in self._queue)
 
     def get(self, timeout: float | None = None) -> Message | None:
-        """The next message; None on timeout or once the subscription is closed."""
+        """The next message; None on timeout or once the subscription is closed;
+        NodeClosedError once its node closed."""
         msg = self._take()
         if msg is not None:
             return msg
@@ -327,7 +335,10 @@ class Subscription:
         with self._cond:
             while (msg := self._take()) is None:
                 if self._closed:
-                    return None
+                    if self._own_close:
+                        return None
+                    raise NodeClosedError(self._engine.config.name, f"subscription "
+                                          f"{self.topic}/{self.group} ended with it")
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
@@ -429,10 +440,18 @@ class Subscription:
     def close(self) -> None:
         """Stop consuming: every message delivered to it and not settled, queued or taken
         by the application, goes back to its producer at once, for other members (settling
-        one afterwards raises MessageStateError: it was released).
+        one afterwards raises MessageStateError: it was released). Threads waiting in
+        ``get``, ``fetch`` or iteration get None (its end).
 
         With a handler, waits for the calls running on its worker threads to return (and
         their messages to be settled)."""
+        if self._closed:
+            return
+        self._own_close = True
+        self._end()
+
+    def _end(self) -> None:
+        """``close()``, as its node's close does it (waiters get NodeClosedError)."""
         if self._closed:
             return
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from typing import Protocol
@@ -31,3 +32,13 @@ def procs() -> Iterator[list[Child]]:
         except subprocess.TimeoutExpired:
             p.popen.kill()
             p.popen.wait(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def own_cli_settings(tmp_path_factory: pytest.TempPathFactory,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI children of a test read no contexts and no ZMESH_* variables of the user
+    running the tests: a config dir of their own (XDG_CONFIG_HOME), nothing set."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+    for name in [n for n in os.environ if n.startswith("ZMESH_")]:
+        monkeypatch.delenv(name)

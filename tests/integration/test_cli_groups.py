@@ -4,13 +4,14 @@ producers added up, and a group deleted at both while it has a backlog."""
 from __future__ import annotations
 
 import json
+import os
 
 from tests.conftest import wait_members, wait_until
 from tests.integration.test_cli import run_cli
 
 
 def _groups(address: str, *topic: str) -> dict:
-    done = run_cli(["group", "ls", address, *topic, "--json", "--timeout", "5"])
+    done = run_cli(["group", "ls", *topic, "--address", address, "--json", "--timeout", "5"])
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -45,9 +46,9 @@ def test_group_ls_adds_up_producers_and_rm_deletes_at_each(make_node):
     assert rows["ops"]["pending"] == 42 and rows["ops"]["members"] == []
     assert rows["ops"]["oldest_age_s"] >= 0 and rows["ops"]["last_seen_ago_s"] >= 0
 
-    refused = run_cli(["group", "rm", p2.control_address, "t", "ops"], stdin_data=b"n\n")
+    refused = run_cli(["group", "rm", "t", "ops", "-a", p2.control_address], stdin_data=b"n\n")
     assert refused.returncode == 1 and "nothing deleted" in refused.stderr
-    done = run_cli(["group", "rm", p2.control_address, "t", "ops", "--yes"])
+    done = run_cli(["group", "rm", "t", "ops", "-a", p2.control_address, "--yes"])
     assert done.returncode == 0, done.stderr
     assert "12 pending message(s) dropped" in done.stdout
     for p in (p1, p2):
@@ -55,5 +56,5 @@ def test_group_ls_adds_up_producers_and_rm_deletes_at_each(make_node):
                    what=f"ops gone at {p.name}")
     assert [r["group"] for r in _groups(p1.control_address)["groups"]] == ["keep"]
     assert p1.stats()["dropped_group_deleted"] == 30
-    table = run_cli(["group", "ls", p1.control_address])
+    table = run_cli(["group", "ls"], env={**os.environ, "ZMESH_SEED": p1.control_address})
     assert table.returncode == 0 and "keep" in table.stdout and "ops" not in table.stdout

@@ -22,9 +22,16 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from .._protocol.codec import MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTIONS, announced_bytes
-from .._receipt import Publisher, Receipt, Stage
-from ..errors import ArgumentError, NodeStateError, OutboxFullError, StoreFullError
+from .._receipt import Publisher, Receipt, Signal, Stage
+from ..errors import (
+    ArgumentError,
+    NodeClosedError,
+    NodeStateError,
+    OutboxFullError,
+    StoreFullError,
+)
 from .outbox.publishes import AnyPublish, Publish, PublishMany, Stretch, message_count
+from .peers import announced_group
 from .routing import partition_for, round_robin_partitions
 
 if TYPE_CHECKING:
@@ -82,7 +89,7 @@ class Commands:
     _failure: BaseException | None
 
     def __init__(self, node_id: bytes, next_seq: int, map_size_bytes: int) -> None:
-        self.cond = threading.Condition()
+        self.cond = Signal()  # (receipts, room in the outbox, and the node's close)
         self._next_seq = next_seq
         self._publisher = Publisher(node_id.hex(), self.cond, self.watch)  # (every receipt's)
         self._told = 0  # notifications that told stages they are stored (Stage.stored)
@@ -129,8 +136,10 @@ class Commands:
     def check_running(self) -> None:
         if self.state != "running":
             if self._failure is not None:
-                raise NodeStateError(f"node {self.config.name!r} stopped after an internal "
-                                     f"error: {self._failure!r}")
+                raise NodeClosedError(self.config.name, f"it stopped after an internal error: "
+                                      f"{self._failure!r}")
+            if self.state in ("closing", "closed"):
+                raise NodeClosedError(self.config.name)
             raise NodeStateError(f"node {self.config.name!r} is {self.state}; use it inside "
                                  "'with' or after start()")
 
@@ -331,11 +340,11 @@ class Commands:
 
     def subscribe(self, sub: Subscription) -> None:
         """Add ``sub``; ArgumentError when this node's hello could not announce it."""
-        key = (sub.topic, sub.announced_as, sub.mode)
+        key = (sub.topic, announced_group(sub), sub.mode)
         with self._subs_lock:
             subs = self._announced.get(key)
             if subs is None:
-                size = announced_bytes(sub.topic, sub.announced_as)
+                size = announced_bytes(sub.topic, announced_group(sub))
                 if len(self._announced) >= MAX_SUBSCRIPTIONS or \
                         self._announced_bytes + size > MAX_SUBSCRIPTION_BYTES:
                     raise ArgumentError(
@@ -358,7 +367,7 @@ class Commands:
         self.submit(("unsub", sub))
 
     def _forget_announced(self, sub: Subscription) -> None:
-        key = (sub.topic, sub.announced_as, sub.mode)
+        key = (sub.topic, announced_group(sub), sub.mode)
         with self._subs_lock:
             subs = self._announced.get(key)
             if subs is None or sub not in subs:
@@ -366,7 +375,7 @@ class Commands:
             subs.discard(sub)
             if not subs:
                 del self._announced[key]
-                self._announced_bytes -= announced_bytes(sub.topic, sub.announced_as)
+                self._announced_bytes -= announced_bytes(sub.topic, announced_group(sub))
 
     def ephemeral_name(self) -> str:
         """A name for a new ephemeral subscription, unique at this node (a group's name

@@ -30,7 +30,7 @@ from .._protocol.frames import Bye, GroupDel
 from .._security import Keys, load_keys
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
-from ..errors import NodeStateError, ZMeshError
+from ..errors import NodeClosedError, NodeStateError, ZMeshError
 from .commands import Call, Commands
 from .commit import Committer
 from .inbox.consumer import Consumer
@@ -406,8 +406,23 @@ class Engine(Commands):
             self._teardown_sockets()
             self.store.close()
             self.state = "closed"
-            with self.cond:
-                self.cond.notify_all()
+            self._end_waits()
+
+    def _end_waits(self) -> None:
+        """Wake every waiter for good: receipts, publishes waiting for room, and calls or
+        transactions queued too late for the last drain (they fail with NodeClosedError)."""
+        failure = "" if self._failure is None else \
+            f"it stopped after an internal error: {self._failure!r}"
+        closed = NodeClosedError(self.config.name, failure)
+        while self._cmds:
+            cmd = self._cmds.popleft()
+            if isinstance(cmd, tuple) and cmd[0] in ("call", "tx"):
+                call: Call = cmd[1] if cmd[0] == "call" else cmd[3]
+                call.error = NodeClosedError(self.config.name, failure)
+                call.done.set()
+        with self.cond:
+            self.cond.closed = closed
+            self.cond.notify_all()
 
     def _teardown_sockets(self) -> None:
         for discovery in self._discoveries:

@@ -16,7 +16,7 @@ from .._security import Keys, client_options
 from .._store.store import WriteBatch
 from ..config import NodeConfig
 from .outbox.outbox import Outbox
-from .peers import Peer, lane_name
+from .peers import Peer, announced_group, lane_name
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -88,8 +88,8 @@ class Mesh:
         limit = self.config.max_message_bytes
         # Several subscriptions of one topic and group on this node are one member of its
         # lane: named once (the newest one's flow control).
-        subs = tuple({(s.topic, s.announced_as, s.mode): SubInfo(
-            s.topic, s.announced_as, s.mode, s.config.max_in_flight, s.config.batch_size,
+        subs = tuple({(s.topic, announced_group(s), s.mode): SubInfo(
+            s.topic, announced_group(s), s.mode, s.config.max_in_flight, s.config.batch_size,
             limit) for s in self._local_subs()}.values())
         refs = tuple(PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode())
                      for p in self.peers.values() if p.alive)

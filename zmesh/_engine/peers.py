@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import zmq
 
 from .._protocol.frames import SubInfo
+
+if TYPE_CHECKING:
+    from ..subscription import Subscription
+
+
+def announced_group(sub: Subscription) -> str:
+    """The group a node's hello names for a subscription: its group, or, ephemeral, its
+    own name (its lane)."""
+    return sub.lane if sub.group is None else sub.group
 
 
 def lane_name(sub: SubInfo, member: bytes) -> str:

@@ -1,80 +1,30 @@
-"""Plumbing shared by the commands: node options, short-lived nodes, status requests,
-and stop signals.
+"""Plumbing shared by the commands that talk to a node's control socket (status,
+operators' requests, CurveZMQ client keys), and stop signals.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import secrets
-import shutil
 import signal
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 import zmq
+from click.core import ParameterSource
 
 from .._protocol.addresses import endpoint
 from .._protocol.codec import decode_control, encode_control
 from .._protocol.frames import AdminReply, AdminRequest, Control, StatusReply, StatusRequest
 from .._security import _check_key
-from ..config import NodeConfig, parse_seed
+from ..config import parse_seed
 from ..errors import ConfigError, DecodeError
-from ..node import Node
 from .output import CliError
-
-
-def node_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The options every command that runs its own node shares."""
-    options = [
-        click.option("--mesh", default="default", show_default=True,
-                     help="Mesh to join; nodes of other meshes are ignored."),
-        click.option("--interface", "interfaces", multiple=True, metavar="IP",
-                     help="Address to bind and to speak mDNS on (repeatable; "
-                          "default: all interfaces)."),
-        click.option("--seed", "seeds", multiple=True, metavar="HOST:PORT",
-                     help="Control address of a peer to contact directly (repeatable)."),
-        click.option("--no-mdns", is_flag=True, help="Do not use multicast discovery."),
-        click.option("--data-dir", type=click.Path(file_okay=False),
-                     help="Keep the node's outbox and dedupe window here "
-                          "(default: a temporary dir removed on exit)."),
-        click.option("--name", help="Node name (default: ROLE-PID)."),
-        click.option("--max-message-bytes", type=click.IntRange(min=1),
-                     default=NodeConfig.__dataclass_fields__["max_message_bytes"].default,
-                     show_default=True,
-                     help="Largest payload this node publishes or accepts (a consumer's "
-                          "producers park larger ones as dead letters)."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-@contextlib.contextmanager
-def cli_node(role: str, *, mesh: str, interfaces: Sequence[str], seeds: Sequence[str],
-             no_mdns: bool, data_dir: str | None, name: str | None,
-             max_message_bytes: int) -> Iterator[Node]:
-    """A started node for one command; a temporary data dir is removed after close."""
-    tmp = None
-    if data_dir is None:
-        tmp = tempfile.mkdtemp(prefix=f"zmesh-{role}-")
-        data_dir = tmp
-    try:
-        node = Node(name or f"{role}-{os.getpid()}", mesh=mesh, data_dir=data_dir,
-                    interfaces=list(interfaces), mdns=not no_mdns, seeds=list(seeds),
-                    max_message_bytes=max_message_bytes)
-        with node:
-            yield node
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+from .settings import common, source
 
 
 def control_endpoint(address: str) -> str:
@@ -116,9 +66,12 @@ def read_key(value: str, what: str) -> bytes:
     return _check_key(text, f"{what} {value}")
 
 
-def load_curve(server_key: str | None, secret_key_file: str | None) -> CurveKeys | None:
-    """The keys of --server-key and --secret-key-file (None when neither is given)."""
-    if server_key is None and secret_key_file is None:
+def load_curve(server_key: str | None, secret_key_file: str | None,
+               secret_from_flag: bool = True) -> CurveKeys | None:
+    """The keys of --server-key and --secret-key-file (None when neither is given, or when
+    only a secret key came from the environment or a context, where it serves the
+    commands that join the mesh)."""
+    if server_key is None and (secret_key_file is None or not secret_from_flag):
         return None
     if server_key is None or secret_key_file is None:
         raise click.UsageError("--server-key and --secret-key-file go together: the node's "
@@ -138,24 +91,20 @@ def current_curve() -> CurveKeys | None:
 
 def add_curve_options(cmd: click.Command) -> click.Command:
     """Give a command that talks to a node's control socket --server-key and
-    --secret-key-file; its requests pick the keys up through ``current_curve()``."""
-    cmd.params.extend([
-        click.Option(["--server-key"], metavar="KEY|FILE",
-                     help="The node's public key (its NAME.pub, or the 'pk' of its mDNS "
-                          "record), for a node secured with CurveZMQ."),
-        click.Option(["--secret-key-file"], metavar="FILE", type=click.Path(dir_okay=False),
-                     help="Your secret key (NAME.key from `zmesh keys generate`); its "
-                          "NAME.pub must be in the node's trusted_keys_dir."),
-    ])
+    --secret-key-file (and --context); its requests pick the keys up through
+    ``current_curve()``."""
     callback = cmd.callback
     assert callback is not None
 
     @functools.wraps(callback)
     def with_keys(*args: Any, **kwargs: Any) -> Any:
-        keys = load_curve(kwargs.pop("server_key"), kwargs.pop("secret_key_file"))
+        from_flag = source("secret_key_file") == ParameterSource.COMMANDLINE
+        keys = load_curve(kwargs.pop("server_key"), kwargs.pop("secret_key_file"), from_flag)
         click.get_current_context().meta[_CURVE_META] = keys
         return callback(*args, **kwargs)
 
+    common("server_key", "secret_key_file")(with_keys)
+    cmd.params.extend(reversed(with_keys.__click_params__))  # type: ignore[attr-defined]
     cmd.callback = with_keys
     return cmd
 

@@ -1,8 +1,9 @@
 """``zmesh dlq list|replay|purge``: a producer's dead letters, over its control socket.
 
 Dead letters live at the producer that published the messages: ADDRESS is that node's
-control address. The node answers AdminRequests (ops ``dead_letters``, ``replay``,
-``purge``); an error it reports is printed and exits 1.
+control address (default: the first seed of ZMESH_SEED or of the context in use). The
+node answers AdminRequests (ops ``dead_letters``, ``replay``, ``purge``); an error it
+reports is printed and exits 1.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from rich.table import Table
 
 from .client import add_curve_options, request_admin
 from .output import CliError, console, note
+from .settings import target
 
 PREVIEW_BYTES = 40
 
 
 def _where(fn: Any) -> Any:
     options = [
-        click.argument("address", metavar="HOST:PORT"),
+        click.argument("address", metavar="[HOST:PORT]", required=False),
         click.option("--topic", required=True, help="Topic of the parked messages."),
         click.option("--group", required=True, help="Consumer group that failed them."),
         click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0,
@@ -115,6 +117,7 @@ def dlq() -> None:
 def list_(address: str, topic: str, group: str, timeout: float, limit: int,
           as_json: bool) -> None:
     """List the messages GROUP failed (or that ran out of attempts), oldest first."""
+    address = target(address)
     letters = request_admin(address, "dead_letters",
                             {"topic": topic, "group": group, "limit": limit}, timeout)
     if not isinstance(letters, list):
@@ -148,6 +151,7 @@ def _missing(ids: tuple[str, ...], done: int) -> None:
 @_ids
 def replay(address: str, topic: str, group: str, timeout: float, ids: tuple[str, ...]) -> None:
     """Deliver parked messages to GROUP again (every one of topic/group without --id)."""
+    address = target(address)
     args: dict[str, Any] = {"topic": topic, "group": group}
     if ids:
         args["seqs"] = sorted({_seq(i) for i in ids})
@@ -163,6 +167,7 @@ def replay(address: str, topic: str, group: str, timeout: float, ids: tuple[str,
 def purge(address: str, topic: str, group: str, timeout: float, ids: tuple[str, ...],
           yes: bool) -> None:
     """Delete parked messages for good (every one of topic/group without --id)."""
+    address = target(address)
     args: dict[str, Any] = {"topic": topic, "group": group}
     if ids:
         args["seqs"] = sorted({_seq(i) for i in ids})

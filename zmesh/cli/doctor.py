@@ -19,6 +19,7 @@ from .._protocol.frames import PROTOCOL_VERSION
 from ..config import parse_seed
 from .client import CurveKeys, read_key, request_status
 from .output import CliError, console
+from .settings import ENV, common, env_help, from_context
 
 RESOLVE_TIMEOUT_MS = 1500
 STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "N/A": "dim"}
@@ -260,21 +261,15 @@ def probe(report: Report, target: Target, mesh: str | None, timeout: float,
 
 
 @click.command()
-@click.option("--mesh", help="The mesh you expect to find (flags nodes of other meshes).")
-@click.option("--interface", "interfaces", multiple=True, metavar="IP",
-              help="Address to speak mDNS on (repeatable; default: all interfaces).")
+@common("interfaces", "seeds", "mdns", "server_key", "secret_key_file")
+@click.option("--mesh", envvar=ENV["mesh"], default=from_context("mesh"),
+              help=env_help("The mesh you expect to find (flags nodes of other meshes).",
+                            "mesh"))
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=3.0, show_default=True,
               help="Seconds to browse for nodes (and to wait for each probe).")
-@click.option("--seed", "seeds", multiple=True, metavar="HOST:PORT",
-              help="Also probe this control address directly (repeatable).")
-@click.option("--no-mdns", is_flag=True, help="Skip the mDNS checks (probe --seed only).")
-@click.option("--server-key", metavar="KEY|FILE",
-              help="Public key of the --seed nodes, when secured (found nodes: from mDNS).")
-@click.option("--secret-key-file", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Your key pair, trusted by secured nodes, to ask them for status.")
-def doctor(mesh: str | None, interfaces: tuple[str, ...], timeout: float,
-           seeds: tuple[str, ...], no_mdns: bool, server_key: str | None,
-           secret_key_file: str | None) -> None:
+def doctor(interfaces: tuple[str, ...], seeds: tuple[str, ...],
+           mdns: bool | None, server_key: str | None, secret_key_file: str | None,
+           mesh: str | None, timeout: float) -> None:
     """Explain why nodes do not find each other: interfaces, the mDNS socket, what an mDNS
     browse finds (other meshes, other versions, secured nodes), and per node a TCP
     connect and a status request. Exit 1 when a check failed.
@@ -286,7 +281,7 @@ def doctor(mesh: str | None, interfaces: tuple[str, ...], timeout: float,
     report = Report()
     check_interfaces(report, interfaces)
     targets: list[Target] = []
-    if not no_mdns:
+    if mdns is not False:
         zc = open_mdns(report, interfaces)
         if zc is not None:
             try:

@@ -1,10 +1,10 @@
 """``zmesh group ls|rm``: the consumer groups the producers of a mesh owe messages to.
 
 Each producer keeps a lane per group of each topic it publishes, with what it still owes
-that group. ``ls`` asks the node at ADDRESS and every live peer it knows (ops ``groups``
-over their control sockets) and adds their lanes up per topic and group; ``rm`` asks the
-node at ADDRESS to delete a group (op ``group_rm``): it drops its lanes and tells every
-live peer to do the same.
+that group. ``ls`` asks a node (``--address``, default: the first seed of ZMESH_SEED or
+of the context in use) and every live peer it knows (ops ``groups`` over their control
+sockets) and adds their lanes up per topic and group; ``rm`` asks the node to delete a
+group (op ``group_rm``): it drops its lanes and tells every live peer to do the same.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rich.table import Table
 
 from .client import add_curve_options, request_admin, request_status
 from .output import CliError, console, note
+from .settings import target
 
 
 def _ages(seconds: float | None) -> str:
@@ -84,15 +85,21 @@ def group() -> None:
     """Consumer groups of a mesh: list them, delete one."""
 
 
+_address = click.option("--address", "-a", metavar="HOST:PORT",
+                        help="A node's control address (default: the first seed of ZMESH_SEED "
+                             "or of the context in use).")
+
+
 @group.command("ls")
-@click.argument("address", metavar="HOST:PORT")
 @click.argument("topic", required=False)
+@_address
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="Seconds to wait for each node's reply.")
 @click.option("--json", "as_json", is_flag=True, help="Print the groups as JSON.")
-def ls(address: str, topic: str | None, timeout: float, as_json: bool) -> None:
-    """The groups the node at ADDRESS and its live peers owe messages of TOPIC (or of
-    every topic) to: pending, in flight, members, last seen, oldest message's age."""
+def ls(topic: str | None, address: str | None, timeout: float, as_json: bool) -> None:
+    """The groups a node and its live peers owe messages of TOPIC (or of every topic) to:
+    pending, in flight, members, last seen, oldest message's age."""
+    address = target(address)
     lanes, unreachable = gather(address, topic, timeout)
     rows = summarize(lanes, time.time())
     if as_json:
@@ -122,16 +129,17 @@ def ls(address: str, topic: str | None, timeout: float, as_json: bool) -> None:
 
 
 @group.command("rm")
-@click.argument("address", metavar="HOST:PORT")
 @click.argument("topic")
 @click.argument("name", metavar="GROUP")
+@_address
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="Seconds to wait for the node's reply.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-def rm(address: str, topic: str, name: str, timeout: float, yes: bool) -> None:
-    """Delete GROUP of TOPIC: the node at ADDRESS and every live peer drop what they still
-    owe it (counted as dropped_group_deleted) and its dead letters. Members still
-    subscribed start again with an empty group."""
+def rm(topic: str, name: str, address: str | None, timeout: float, yes: bool) -> None:
+    """Delete GROUP of TOPIC: a node and every live peer of it drop what they still owe
+    it (counted as dropped_group_deleted) and its dead letters. Members still subscribed
+    start again with an empty group."""
+    address = target(address)
     if not yes:
         try:
             ok = click.confirm(f"Delete group {name} of {topic} and every message the mesh's "
@@ -148,7 +156,7 @@ def rm(address: str, topic: str, name: str, timeout: float, yes: bool) -> None:
     click.echo(f"deleted group {name} of {topic} at {address}: {result['dropped']:,} pending "
                f"message(s) dropped there; {result['peers_told']} peer(s) told to do the same")
     note(f"producers offline now keep it until their group_inactive_expiry_s passes; "
-         f"check with `zmesh group ls {address} {escape(topic)}`")
+         f"check with `zmesh group ls {escape(topic)} --address {address}`")
 
 
 for _cmd in (ls, rm):

@@ -1,12 +1,20 @@
 """The ``zmesh`` click group and its entry point.
 
-Exit codes: 0 success; 1 a zmesh error or a failed run (no reply, unacked messages, lost
-messages); 2 bad usage or bad configuration; 130 interrupted.
+Exit codes, the same for every command:
+
+\b
+  0    success
+  1    a zmesh error or a failed run: no reply from a node, messages not acknowledged
+       within `pub --timeout`, fewer than `sub --count` within `sub --timeout`, a doctor
+       check failed, lost messages in `demo`
+  2    bad usage or bad configuration (an option, a setting, a definition file, a
+       context), which running again will not fix
+  130  stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM (`pub`, `sub`; `node run`
+       exits 0 after either: that is how a service is stopped)
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -15,25 +23,28 @@ from click.core import ParameterSource
 
 from .. import __version__
 from ..errors import ArgumentError, ConfigError, ZMeshError
+from . import logs
 from .bench import bench
 from .client import add_curve_options
+from .context import context
 from .demo import demo
 from .dlq import dlq
 from .doctor import doctor
 from .group import group
 from .keys import keys, snapshot
 from .noderun import node
-from .output import err_console, print_error
-from .pubsub import pub, sub
+from .output import print_error
+from .pub import pub
+from .settings import ENV, OPTIONS, env_help
 from .status import peers, status
+from .sub import sub
 from .top import top
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-LOG_LEVEL_ENV = "ZMESH_LOG_LEVEL"
+LOG_LEVEL_ENV = ENV["log_level"]
 
 
-class _LogLevel(click.Choice):
-    """A log level; a bad one says whether it came from --log-level or ZMESH_LOG_LEVEL."""
+class _FromEnv(click.Choice):
+    """A choice; a bad one says when it came from its environment variable."""
 
     def convert(self, value: object, param: click.Parameter | None,
                 ctx: click.Context | None) -> object:
@@ -43,48 +54,47 @@ class _LogLevel(click.Choice):
             if ctx is None or param is None or param.name is None or \
                     ctx.get_parameter_source(param.name) != ParameterSource.ENVIRONMENT:
                 raise
+            envvar = param.envvar if isinstance(param.envvar, str) else param.name
             self.fail(f"{exc.message.rstrip('.')} (set by the environment variable "
-                      f"{LOG_LEVEL_ENV})", param, ctx)
+                      f"{envvar})", param, ctx)
 
 
-def _setup_logging(level: str) -> None:
-    from rich.logging import RichHandler
+EXAMPLES = """\b
+Examples:
+  zmesh demo                                 # a producer, two groups, a crash, no loss
+  zmesh node run nodes/aggregator.toml       # a node from its definition
+  zmesh context add plant --mesh plant --seed 10.0.0.5:41000 --select
+  zmesh sub readings --group ops --json      # one JSON object per message
+  zmesh pub readings '{"n": {{Count}}}' --count 10 --key line-4
+  zmesh status                               # the context's seed node: lanes, peers
+  ZMESH_LOG_FORMAT=json zmesh node run nodes/sensor.toml 2>>sensor.log
+"""
 
-    handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
-    logging.basicConfig(level=level.upper(), handlers=[handler], format="%(message)s",
-                        force=True)
 
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--log-level", type=_LogLevel(LOG_LEVELS, case_sensitive=False),
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXAMPLES)
+@click.option("--log-level", type=_FromEnv(logs.LEVELS, case_sensitive=False),
               default="WARNING", show_default=True, envvar=LOG_LEVEL_ENV,
-              help=f"Level of zmesh's own log lines (written to stderr; or set {LOG_LEVEL_ENV}).")
+              help=env_help("Level of zmesh's own log lines (on stderr).", "log_level"))
+@click.option("--log-format", type=_FromEnv(logs.FORMATS, case_sensitive=False),
+              default="auto", show_default=True, envvar=ENV["log_format"],
+              help=env_help("auto: rich on a terminal, else plain (one line a record); "
+                            "json: one object a line.", "log_format"))
+@OPTIONS["context"]
 @click.version_option(__version__, prog_name="zmesh")
-@click.pass_context
-def cli(ctx: click.Context, log_level: str) -> None:
+def cli(log_level: str, log_format: str) -> None:
     """zmesh: brokerless publish/subscribe with mDNS discovery and an LMDB outbox.
 
     Start with `zmesh demo`, which runs a producer and two consumer groups on loopback,
-    crashes a consumer on purpose and shows that nothing is lost.
+    crashes a consumer on purpose and shows that nothing is lost. Common settings come
+    from a flag, else its ZMESH_* environment variable, else the context in use (`zmesh
+    context`), else the default.
     """
-    ctx.ensure_object(dict)
-    ctx.obj["log_level"] = log_level.upper()
-    _setup_logging(log_level)
+    logs.setup(log_level, log_format.lower())
 
 
-cli.add_command(demo)
-cli.add_command(pub)
-cli.add_command(sub)
-cli.add_command(add_curve_options(status))
-cli.add_command(add_curve_options(peers))
-cli.add_command(node)
-cli.add_command(top)
-cli.add_command(dlq)
-cli.add_command(group)
-cli.add_command(keys)
-cli.add_command(snapshot)
-cli.add_command(doctor)
-cli.add_command(bench)
+for _command in (demo, pub, sub, add_curve_options(status), add_curve_options(peers), node,
+                 top, dlq, group, context, keys, snapshot, doctor, bench):
+    cli.add_command(_command)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -9,9 +9,12 @@ import click
 
 from .._definition import read_definition
 from ..config import NodeConfig
+from ..errors import ConfigError
 from ..node import Node
 from .client import StopSignals
+from .clientnode import warn_unresolvable
 from .output import note
+from .settings import ADDRESSES, ENV, env_help
 
 if TYPE_CHECKING:
     from ..spark import Bridge, BridgeConfig
@@ -33,25 +36,44 @@ def node() -> None:
 
 @node.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
-def run(file: str) -> None:
-    """Start the node FILE defines and run it until SIGTERM or SIGINT.
+@click.option("--interface", "interfaces", multiple=True, type=ADDRESSES,
+              envvar=ENV["interfaces"], metavar="IP",
+              help=env_help("Bind and speak mDNS on this address instead of the file's "
+                            "interfaces (repeatable; 0.0.0.0 for all).", "interfaces"))
+def run(file: str, interfaces: tuple[str, ...]) -> None:
+    """Start the node FILE defines and run it until SIGTERM or SIGINT (exit 0 then).
 
     FILE has a [node] table (name, mesh, data_dir, interfaces, mdns, seeds, ...) and
     [topics.NAME], [subscriptions.NAME], [producers.NAME], [relays.NAME] tables; with a
     [bridge] table the node is a Spark bridge. The node's control address (and a
-    bridge's endpoint) is printed on stdout.
+    bridge's endpoint) is printed on stdout. Contexts do not apply: the file is the
+    node's whole definition, but for --interface (or ZMESH_INTERFACE).
     """
-    runner = build(*read_definition(file))
+    node_cfg, bridge_cfg = read_definition(file)
+    if interfaces:
+        try:
+            node_cfg = node_cfg.replace(interfaces=tuple(interfaces))
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--interface") from None
+    warn_unresolvable(node_cfg.seeds)
+    runner = build(node_cfg, bridge_cfg)
     n = runner if isinstance(runner, Node) else runner.node
-    with StopSignals() as signals, runner:
-        line = (f"node {n.name} ({n.id[:12]}) of mesh {n.config.mesh}: "
-                f"control {n.control_address}")
-        if not isinstance(runner, Node):
-            line += f" bridge {runner.endpoint}"
-        click.echo(line)
-        # Flushed at once so a supervisor reading stdout can seed other nodes from it.
-        sys.stdout.flush()
-        while not signals.stop.wait(1.0):
-            pass
-        note(f"node {n.name}: stopping")
+    with StopSignals() as signals:
+        try:
+            runner.start()
+        except ConfigError as exc:  # (a handler, source or transform that is not there)
+            raise ConfigError(f"{file}: {exc}") from None
+        try:
+            line = (f"node {n.name} ({n.id[:12]}) of mesh {n.config.mesh}: "
+                    f"control {n.control_address}")
+            if not isinstance(runner, Node):
+                line += f" bridge {runner.endpoint}"
+            click.echo(line)
+            # Flushed at once so a supervisor reading stdout can seed other nodes from it.
+            sys.stdout.flush()
+            while not signals.stop.wait(1.0):
+                pass
+            note(f"node {n.name}: stopping")
+        finally:
+            runner.close()
     note(f"node {n.name}: closed")

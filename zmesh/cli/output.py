@@ -9,8 +9,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+PIPE_WIDTH = 10_000  # columns of a console that is not a terminal: no row is ever folded
+
+
+def _console(stderr: bool = False) -> Console:
+    """A console on stdout (or stderr): a terminal's width on a terminal; on a file or a
+    pipe, wide enough that every table row stays one line (for grep and awk) whatever
+    COLUMNS says."""
+    out = Console(stderr=stderr, highlight=False)
+    return out if out.is_terminal else Console(stderr=stderr, highlight=False,
+                                               width=PIPE_WIDTH)
+
+
+console = _console()
+err_console = _console(stderr=True)
 
 
 class CliError(click.ClickException):

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from .client import add_curve_options, request_status
 from .output import CliError, console, lanes_table, peers_table, subscriptions_table
+from .settings import target
 
 # (label, counters summed): every redelivery starts as an ack timeout, a nack, or a member
 # that died or left with messages in flight.
@@ -75,7 +76,7 @@ def frame(address: str, status: dict, now: Sample, before: Sample | None,
 
 
 @click.command()
-@click.argument("address", metavar="HOST:PORT")
+@click.argument("address", metavar="[HOST:PORT]", required=False)
 @click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="Seconds between refreshes.")
 @click.option("--iterations", type=click.IntRange(min=1),
@@ -87,7 +88,9 @@ def top(address: str, interval: float, iterations: int | None, timeout: float) -
     refreshed every --interval seconds until Ctrl-C or --iterations.
 
     redelivered/s counts ack timeouts, nacks and in-flight messages of members that left.
+    Without HOST:PORT: the first seed of ZMESH_SEED or of the context in use.
     """
+    address = target(address)
     status = request_status(address, timeout)  # fails before the live display starts
     sample = Sample(time.monotonic(), dict(status.get("counters", {})))
     before: Sample | None = None

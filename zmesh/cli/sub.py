@@ -1,0 +1,153 @@
+"""``zmesh sub``: a short-lived node that consumes, prints (or runs a command on) each
+message, and acks it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import BinaryIO
+
+import click
+
+from .. import Message
+from ..config import SubscriptionConfig, check_name
+from .client import StopSignals
+from .clientnode import NodeArgs, cli_node, node_options
+from .output import CliError, note
+
+WAIT_STEP_S = 0.5  # a wait for messages looks for a stop signal this often
+_FIELDS = SubscriptionConfig.__dataclass_fields__
+MAX_IN_FLIGHT: int = _FIELDS["max_in_flight"].default  # type: ignore[assignment]
+BATCH_SIZE: int = _FIELDS["batch_size"].default  # type: ignore[assignment]
+
+
+def message_json(msg: Message) -> dict:
+    """What ``--json`` prints of a message: its payload as ``payload`` when it is UTF-8
+    text, else as ``payload_b64``."""
+    doc = {"id": str(msg.id), "topic": msg.topic, "group": msg.group, "key": msg.key,
+           "headers": msg.headers, "attempt": msg.attempt, "partition": msg.partition,
+           "published_at": msg.published_at}
+    try:
+        doc["payload"] = msg.payload.decode()
+    except UnicodeDecodeError:
+        doc["payload_b64"] = base64.b64encode(msg.payload).decode()
+    return doc
+
+
+def _write(out: BinaryIO, msg: Message, fmt: str) -> None:
+    if fmt == "json":
+        line = json.dumps(message_json(msg), ensure_ascii=False, default=repr)
+        out.write(line.encode() + b"\n")
+    elif fmt == "raw":
+        out.write(msg.payload)
+    else:
+        out.write(msg.payload + b"\n")
+    out.flush()
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: its reader is gone, and Python's last flush at exit
+    would otherwise report the broken pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
+    env = dict(os.environ, ZMESH_TOPIC=msg.topic, ZMESH_GROUP=msg.group or "",
+               ZMESH_KEY=msg.key or "", ZMESH_MESSAGE_ID=str(msg.id),
+               ZMESH_ATTEMPT=str(msg.attempt))
+    try:
+        done = subprocess.run(cmd, shell=True, input=msg.payload, env=env, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        note(f"--exec ran longer than {timeout:g}s on message {msg.id}; nacked")
+        return False
+    if done.returncode != 0:
+        note(f"--exec exited {done.returncode} on message {msg.id}; nacked")
+        return False
+    return True
+
+
+@click.command(short_help="Consume TOPIC in a group: print or --exec each message, ack it.")
+@click.argument("topic")
+@click.option("--group", required=True, help="Consumer group to join.")
+@click.option("--mode", type=click.Choice(["shared", "broadcast"]), default="shared",
+              show_default=True, help="shared: members compete; broadcast: own copy of all.")
+@click.option("--json", "fmt", flag_value="json",
+              help="One JSON object a line: id, topic, group, key, headers, attempt, "
+                   "partition, published_at, and payload (UTF-8 text) or payload_b64.")
+@click.option("--raw", "fmt", flag_value="raw",
+              help="Payloads exactly as sent, nothing added between them.")
+@click.option("--ack/--no-ack", default=True, show_default=True,
+              help="Ack what is printed; --no-ack leaves it to go back to its producers "
+                   "(redelivered to the group) when this command ends.")
+@click.option("--max-in-flight", type=click.IntRange(min=1),
+              default=MAX_IN_FLIGHT, show_default=True,
+              help="Most unacked messages per producer at this member (1: one at a time, "
+                   "in the producer's order).")
+@node_options
+@click.option("--count", type=click.IntRange(min=1), help="Stop after this many messages.")
+@click.option("--timeout", type=click.FloatRange(min=0),
+              help="Stop after this many seconds (with --count: fail if not all came).")
+@click.option("--exec", "exec_cmd", metavar="CMD",
+              help="Run CMD (with sh) per message, payload on stdin: exit 0 acks, else nacks.")
+@click.option("--exec-timeout", type=click.FloatRange(min=0.1), default=60.0,
+              show_default=True, help="Seconds before a --exec command counts as failed.")
+def sub(topic: str, group: str, mode: str, fmt: str | None, ack: bool, max_in_flight: int,
+        node: NodeArgs, count: int | None, timeout: float | None, exec_cmd: str | None,
+        exec_timeout: float) -> None:
+    """Consume TOPIC as a member of --group: print each payload on a line (or --json,
+    --raw), and ack it.
+
+    \b
+    Exit codes: 0 after --count messages, or at --timeout without --count; 1 fewer than
+    --count within --timeout (or an error); 2 bad usage; 130 / 143 stopped by SIGINT /
+    SIGTERM.
+    """
+    check_name("topic", topic)  # (before a node starts for nothing)
+    check_name("group", group)
+    if exec_cmd is not None and fmt is not None:
+        raise click.UsageError(f"--{fmt} prints messages and --exec hands them to a command: "
+                               "give one of them")
+    out = sys.stdout.buffer
+    handled = 0
+    with StopSignals() as signals, cli_node("sub", node) as n:
+        subscription = n.subscribe(topic, group=group, mode=mode,
+                                   max_in_flight=max_in_flight,
+                                   batch_size=min(max_in_flight, BATCH_SIZE))
+        note(f"node {n.name} of mesh {node.mesh}: control {n.control_address}; "
+             f"consuming {topic} as {group}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while count is None or handled < count:
+            wait = WAIT_STEP_S if deadline is None else \
+                min(WAIT_STEP_S, deadline - time.monotonic())
+            if wait <= 0 or signals.stop.is_set():
+                break
+            msg = subscription.get(timeout=wait)
+            if msg is None:
+                continue
+            if exec_cmd is not None:
+                if not _run_exec(exec_cmd, msg, exec_timeout):
+                    msg.nack()
+                    continue
+            else:
+                try:
+                    _write(out, msg, fmt or "lines")
+                except BrokenPipeError:  # (the reader is gone: `| head -1`)
+                    msg.nack()
+                    _drop_stdout()
+                    break
+            if ack:
+                msg.ack()
+            handled += 1
+        subscription.close()
+    if signals.signum is not None:
+        raise CliError(f"interrupted after {handled} messages", exit_code=128 + signals.signum)
+    if count is not None and handled < count:
+        raise CliError(f"got {handled} of {count} messages within {timeout:g}s")
+    note(f"{handled} messages handled")
