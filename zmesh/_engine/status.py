@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from .backlog import oldest_age_s, parked
+
 if TYPE_CHECKING:
     from .engine import Engine
 
@@ -12,15 +14,19 @@ if TYPE_CHECKING:
 def node_status(engine: Engine) -> dict:
     """A snapshot for status displays (IO thread)."""
     now = time.monotonic()
+    wall_now = time.time()
+    producer = engine.producer
     lanes = []
-    for (topic, name), lane in engine.producer.lanes.items():
-        group, mode = engine.producer.lane_meta[(topic, name)]
+    for (topic, name), lane in producer.lanes.items():
+        group, mode = producer.lane_meta[(topic, name)]
         lanes.append({
             "topic": topic, "lane": name, "group": group, "mode": mode,
             "members": [m.hex() for m in lane.members],
             "windows": [m.window for m in lane.members.values()],  # (the members' order)
             "pending": len(lane), "ready": lane.ready_count,
             "in_flight": lane.in_flight_count(), **lane.counts,
+            "oldest_age_s": oldest_age_s(producer, lane, wall_now),
+            "dead_letters": parked(producer, producer.lane_ids[(topic, name)]),
         })
     return {
         "node": {"id": engine.node_id.hex(), "name": engine.config.name,
