@@ -17,6 +17,22 @@ SUMMED = ("pending", "ready", "in_flight", "dead_letters", "acked", "nacked", "a
 SETTLED = ("acked", "expired", "dead_lettered", "superseded")
 
 
+def drop_observer(mesh: dict) -> dict:
+    """The mesh without the node that collected it: for tools (``zmesh ls``, ``zmesh
+    web``) whose own node only looks. Its lanes, links and place in peer lists go too."""
+    me = mesh["observer"]
+    nodes = []
+    for node in mesh["nodes"]:
+        if node["id"] == me:
+            continue
+        status = node["status"]
+        if status is not None:
+            status = {**status, "peers": [p for p in status["peers"] if p["id"] != me]}
+        nodes.append({**node, "status": status})
+    links = [ln for ln in mesh["links"] if me not in (ln["from"], ln["to"])]
+    return {**mesh, "nodes": nodes, "links": links}
+
+
 def reached(mesh: dict) -> Iterable[dict]:
     """The nodes that answered, each with a status."""
     return (n for n in mesh["nodes"] if n["status"] is not None)

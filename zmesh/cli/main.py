@@ -21,6 +21,7 @@ from .demo import demo
 from .dlq import dlq
 from .doctor import doctor
 from .keys import keys, snapshot
+from .ls import ls
 from .noderun import node
 from .output import err_console, print_error
 from .pubsub import pub, sub
@@ -83,6 +84,7 @@ cli.add_command(keys)
 cli.add_command(snapshot)
 cli.add_command(doctor)
 cli.add_command(bench)
+cli.add_command(ls)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
