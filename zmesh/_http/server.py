@@ -23,11 +23,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import zmq
 
-from .._protocol.frames import AdminReply
 from ..config import parse_seed
 from ..errors import NodeStateError
 from . import views
-from .collect import MESH_TIMEOUT_S, all_targets, collect_mesh, run_admin
+from .actions import ADMIN_OPS, HttpError, act, dead_letters
+from .collect import MESH_TIMEOUT_S, collect_mesh
 from .prometheus import CONTENT_TYPE, render
 
 if TYPE_CHECKING:
@@ -37,15 +37,6 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 MAX_MESH_TIMEOUT_S = 30.0
-ADMIN_OPS = {"replay": "replayed", "purge": "purged"}
-
-
-class HttpError(Exception):
-    """An answer other than 200, with its JSON error message."""
-
-    def __init__(self, status: HTTPStatus, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class _Server(ThreadingHTTPServer):
@@ -111,25 +102,7 @@ class HttpApi:
         if not self.admin:
             raise HttpError(HTTPStatus.FORBIDDEN, "admin actions are off on this node: set "
                             "http_admin = true in its [node] table to allow them")
-        node = _arg(body, "node")
-        args: dict[str, Any] = {"topic": _arg(body, "topic"), "group": _arg(body, "group")}
-        seqs = body.get("seqs")
-        if seqs is not None:
-            if not isinstance(seqs, list) or not all(type(s) is int for s in seqs):
-                raise HttpError(HTTPStatus.BAD_REQUEST, "seqs must be a list of ints")
-            args["seqs"] = seqs
-        target = [t for t in all_targets(self.engine) if node in (t.node_id, t.name)]
-        if not target:
-            raise HttpError(HTTPStatus.NOT_FOUND, f"node {node!r} is not known to this node")
-        [answer] = run_admin(self.engine, self._ctx(), target[:1], op, args)
-        reply = answer.reply
-        if not isinstance(reply, AdminReply):
-            raise HttpError(HTTPStatus.GATEWAY_TIMEOUT, f"{answer.target.name}: {answer.error}")
-        if not reply.ok:
-            raise HttpError(HTTPStatus.BAD_REQUEST, f"{answer.target.name}: {reply.error}")
-        return _json({"node": answer.target.node_id, "name": answer.target.name,
-                      "topic": args["topic"], "group": args["group"],
-                      ADMIN_OPS[op]: reply.result})
+        return _json(act(self.engine, self._ctx(), op, body))
 
     def _ctx(self) -> zmq.Context:
         assert self.ctx is not None
@@ -153,30 +126,7 @@ class HttpApi:
         return views.groups_view(self.mesh(query))
 
     def dead_letters(self, query: dict[str, str]) -> dict:
-        """The parked messages of a topic's group at every producer (or one node)."""
-        args: dict[str, Any] = {"topic": _arg(query, "topic"), "group": _arg(query, "group")}
-        limit = query.get("limit", "1000")
-        if not limit.isdigit() or int(limit) < 1:
-            raise HttpError(HTTPStatus.BAD_REQUEST, f"limit must be an int >= 1, got {limit!r}")
-        args["limit"] = int(limit)
-        targets = all_targets(self.engine)
-        node = query.get("node")
-        if node:
-            targets = [t for t in targets if node in (t.node_id, t.name)]
-        letters: list[dict] = []
-        errors: list[dict] = []
-        for a in run_admin(self.engine, self._ctx(), targets, "dead_letters", args,
-                           _timeout(query)):
-            reply = a.reply
-            if not isinstance(reply, AdminReply) or not reply.ok:
-                error = reply.error if isinstance(reply, AdminReply) else a.error
-                errors.append({"node": a.target.name, "node_id": a.target.node_id,
-                               "error": error})
-                continue
-            result = reply.result
-            assert isinstance(result, list)
-            letters += [dead_letter_json(d, a.target.name) for d in result]
-        return {**args, "letters": letters, "errors": errors}
+        return dead_letters(self.engine, self._ctx(), query, _timeout(query))
 
 
 GETS: dict[str, Callable[[HttpApi, dict[str, str]], dict]] = {
@@ -187,28 +137,6 @@ GETS: dict[str, Callable[[HttpApi, dict[str, str]], dict]] = {
     "/api/groups": HttpApi.groups,
     "/api/dead-letters": HttpApi.dead_letters,
 }
-
-
-def dead_letter_json(d: dict, node: str) -> dict:
-    """A dead letter as an admin reply holds it, in JSON: the payload in base64 (and as
-    text when it is UTF-8), the producer's name beside its id."""
-    payload = bytes(d["payload"])
-    out = {k: v for k, v in d.items() if k != "payload"}
-    out["id"] = str(d["id"])
-    out["node"] = node
-    out["payload_b64"] = base64.b64encode(payload).decode()
-    try:
-        out["payload_text"] = payload.decode()
-    except UnicodeDecodeError:
-        out["payload_text"] = None
-    return out
-
-
-def _arg(source: dict, name: str) -> str:
-    value = source.get(name)
-    if not isinstance(value, str) or not value:
-        raise HttpError(HTTPStatus.BAD_REQUEST, f"{name} is required")
-    return value
 
 
 def _timeout(query: dict[str, str]) -> float:

@@ -60,8 +60,9 @@ def node_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @contextlib.contextmanager
 def cli_node(role: str, *, mesh: str, interfaces: Sequence[str], seeds: Sequence[str],
              no_mdns: bool, data_dir: str | None, name: str | None,
-             max_message_bytes: int) -> Iterator[Node]:
-    """A started node for one command; a temporary data dir is removed after close."""
+             max_message_bytes: int, **settings: Any) -> Iterator[Node]:
+    """A started node for one command; a temporary data dir is removed after close.
+    ``settings``: other NodeConfig fields (a secured mesh's keys)."""
     tmp = None
     if data_dir is None:
         tmp = tempfile.mkdtemp(prefix=f"zmesh-{role}-")
@@ -69,7 +70,7 @@ def cli_node(role: str, *, mesh: str, interfaces: Sequence[str], seeds: Sequence
     try:
         node = Node(name or f"{role}-{os.getpid()}", mesh=mesh, data_dir=data_dir,
                     interfaces=list(interfaces), mdns=not no_mdns, seeds=list(seeds),
-                    max_message_bytes=max_message_bytes)
+                    max_message_bytes=max_message_bytes, **settings)
         with node:
             yield node
     finally:

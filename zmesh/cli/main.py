@@ -27,6 +27,7 @@ from .output import err_console, print_error
 from .pubsub import pub, sub
 from .status import peers, status
 from .top import top
+from .web import web
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_LEVEL_ENV = "ZMESH_LOG_LEVEL"
@@ -85,6 +86,7 @@ cli.add_command(snapshot)
 cli.add_command(doctor)
 cli.add_command(bench)
 cli.add_command(ls)
+cli.add_command(web)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

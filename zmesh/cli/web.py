@@ -1,0 +1,91 @@
+"""``zmesh web``: a live web page of the mesh (needs the ``web`` extra: aiohttp)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+
+import click
+
+from .._http.collect import MESH_TIMEOUT_S
+from ..config import parse_seed
+from ..errors import ConfigError
+from .client import cli_node, node_options
+from .output import note
+
+
+@contextlib.contextmanager
+def _source(api: str | None, timeout: float, node_args: dict) -> Iterator[object]:
+    from ..web.source import ApiSource, NodeSource
+
+    if api is not None:
+        yield ApiSource(api, timeout)
+        return
+    with cli_node("web", **node_args) as node:
+        source = NodeSource(node, timeout)
+        try:
+            yield source
+        finally:
+            source.close()
+
+
+@click.command(short_help="Serve a live web page of the mesh.")
+@node_options
+@click.option("--api", metavar="URL",
+              help="Read a running node's HTTP API (its http_address, e.g. "
+                   "http://127.0.0.1:8222) instead of joining the mesh with a node of its "
+                   "own.")
+@click.option("--listen", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT",
+              help="Where the page is served (port 0: any free port).")
+@click.option("--admin", is_flag=True,
+              help="Offer dead-letter replay and purge on the page (off: they are refused).")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Seconds between two looks at the mesh.")
+@click.option("--timeout", type=click.FloatRange(min=0.1, max=30), default=MESH_TIMEOUT_S,
+              show_default=True, help="Seconds to wait for each node's reply.")
+@click.option("--secret-key-file", type=click.Path(dir_okay=False),
+              help="On a secured mesh: the key pair the page's node joins with (its .pub "
+                   "trusted by the nodes; an admin key for --admin).")
+@click.option("--trusted-keys-dir", type=click.Path(file_okay=False),
+              help="On a secured mesh: the nodes' public keys, for the page's node.")
+def web(mesh: str, interfaces: tuple[str, ...], seeds: tuple[str, ...], no_mdns: bool,
+        data_dir: str | None, name: str | None, max_message_bytes: int, api: str | None,
+        listen: str, admin: bool, interval: float, timeout: float,
+        secret_key_file: str | None, trusted_keys_dir: str | None) -> None:
+    """Serve a live page of the mesh: a map of its nodes and links, every topic and group
+    with its backlog, rates and dead letters, charts of the last minutes, a page per node
+    and per group's dead letters.
+
+    By default a node of its own joins the mesh (by mDNS, or from --seed) and asks every
+    node over its control socket; with --api it reads a running node's HTTP API instead.
+    The page's address is printed on stdout. Needs `pip install 'zmesh[web]'`.
+    """
+    try:
+        from ..web.app import serve
+    except ImportError as exc:
+        raise ConfigError(f"zmesh web needs the web extra ({exc.name} is missing): "
+                          "pip install 'zmesh[web]'") from exc
+    host, port = parse_seed(listen, what="--listen", allow_port_zero=True)
+    keys = {k: v for k, v in (("secret_key_file", secret_key_file),
+                              ("trusted_keys_dir", trusted_keys_dir)) if v is not None}
+    node_args = dict(mesh=mesh, interfaces=interfaces, seeds=seeds, no_mdns=no_mdns,
+                     data_dir=data_dir, name=name, max_message_bytes=max_message_bytes, **keys)
+
+    def ready(url: str) -> None:
+        click.echo(f"zmesh web: {url} (from {source.description})")  # type: ignore[attr-defined]
+        sys.stdout.flush()  # (a supervisor or a test reads the address from it)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(source, host, port, admin=admin, interval_s=interval,  # type: ignore[arg-type]
+                    stop=stop, ready=ready)
+
+    with _source(api, timeout, node_args) as source:
+        asyncio.run(run())
+    note("zmesh web: stopped")
