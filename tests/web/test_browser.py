@@ -18,7 +18,7 @@ import pytest
 import zmesh
 from tests.conftest import fetched, wait_members, wait_until
 from tests.integration.test_cli import Proc
-from tests.web.conftest import lane_of
+from tests.web.conftest import build_scene, lane_of
 
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
@@ -149,3 +149,19 @@ def test_the_mesh_live_in_a_browser(tmp_path: Path, make_node: Callable[..., zme
     page.goto(url)
     expect(dead).to_have_text("0", timeout=SEEN_S)
     assert errors == []
+
+
+def test_without_admin_the_page_offers_no_actions(tmp_path: Path,
+                                                  make_node: Callable[..., zmesh.Node],
+                                                  procs: list[Proc], browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    scene = build_scene(make_node)
+    url = start_web(tmp_path, scene.hub, procs)
+    page = browser.new_page()
+    page.goto(url + "#/dead/orders/billing")
+    row = page.locator("table[data-testid=dead-letters] tbody tr")
+    expect(row).to_have_count(1, timeout=SEEN_S)
+    expect(row.locator("td[data-col=reason]")).to_have_text("bad record")
+    expect(page.locator("button[data-action]")).to_have_count(0)
+    expect(page.get_by_text("Admin actions are off")).to_be_visible()

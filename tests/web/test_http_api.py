@@ -205,10 +205,14 @@ mdns = false
 seeds = ["{hub.control_address}"]
 heartbeat_interval_s = 0.2
 dead_after_s = 1.5
+http_address = "127.0.0.1:0"
 """)
     ghost = Proc(tmp_path, "ghost", ["node", "run", str(toml)])
     procs.append(ghost)
     ghost.wait_for(ADDRESS_RE)
+    # (zmesh node run shows the address the port-0 API got)
+    ghost_api = ghost.wait_for(r"http (http://127\.0\.0\.1:\d+/)").group(1)
+    assert get_json(ghost_api + "api/node")[1]["node"]["name"] == "ghost"
     url = f"http://{hub.http_address}/api/mesh?timeout=0.5"
     wait_until(lambda: [n["reachable"] for n in get_json(url)[1]["nodes"]] == [True, True],
                what="the ghost reached through the hub")

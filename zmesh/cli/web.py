@@ -15,6 +15,9 @@ from ..config import parse_seed
 from ..errors import ConfigError
 from .client import cli_node, node_options
 from .output import note
+from .pubsub import _settle_discovery
+
+DISCOVERY_WAIT_S = 3.0
 
 
 @contextlib.contextmanager
@@ -25,6 +28,7 @@ def _source(api: str | None, timeout: float, node_args: dict) -> Iterator[object
         yield ApiSource(api, timeout)
         return
     with cli_node("web", **node_args) as node:
+        _settle_discovery(node, "", DISCOVERY_WAIT_S)  # (so the first look sees the mesh)
         source = NodeSource(node, timeout)
         try:
             yield source
