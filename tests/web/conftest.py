@@ -81,18 +81,16 @@ def scene(make_node: Callable[..., zmesh.Node]) -> Scene:
 
 def get_json(url: str) -> tuple[int, dict]:
     """GET ``url``: status code and JSON body (error bodies too)."""
-    try:
-        with urllib.request.urlopen(url, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read())
+    return call_json(urllib.request.Request(url))
 
 
 def post_json(url: str, body: object, content_type: str = "application/json") -> tuple[int, dict]:
     """POST ``body`` as JSON to ``url``: status code and JSON answer."""
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": content_type})
+    return call_json(urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                            headers={"Content-Type": content_type}))
+
+
+def call_json(req: urllib.request.Request) -> tuple[int, dict]:
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return resp.status, json.loads(resp.read())

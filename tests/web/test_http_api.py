@@ -15,6 +15,7 @@ import pytest
 import zmesh
 from tests.conftest import fetched, wait_until
 from tests.integration.test_cli import ADDRESS_RE, Proc
+from tests.integration.test_cli_ops import node_toml
 from tests.web.conftest import (
     BAD,
     METRICS,
@@ -194,19 +195,8 @@ def test_a_killed_node_is_reported_unreachable(tmp_path: Path, mesh_name: str,
                                                make_node: Callable[..., zmesh.Node],
                                                procs: list[Proc]) -> None:
     hub = make_node("hub", http_address="127.0.0.1:0")
-    toml = tmp_path / "ghost.toml"
-    toml.write_text(f"""
-[node]
-name = "ghost"
-mesh = "{mesh_name}"
-data_dir = "{tmp_path / 'ghost'}"
-interfaces = ["127.0.0.1"]
-mdns = false
-seeds = ["{hub.control_address}"]
-heartbeat_interval_s = 0.2
-dead_after_s = 1.5
-http_address = "127.0.0.1:0"
-""")
+    toml = node_toml(tmp_path, "ghost", mesh_name,
+                     extra=f'seeds = ["{hub.control_address}"]\nhttp_address = "127.0.0.1:0"')
     ghost = Proc(tmp_path, "ghost", ["node", "run", str(toml)])
     procs.append(ghost)
     ghost.wait_for(ADDRESS_RE)

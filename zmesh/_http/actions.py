@@ -35,19 +35,20 @@ def arg(source: dict, name: str) -> str:
     return value
 
 
-def dead_letter_json(d: dict, node: str) -> dict:
-    """A dead letter as an admin reply holds it, in JSON: the payload in base64 (and as
-    text when it is UTF-8), the producer's name beside its id."""
-    payload = bytes(d["payload"])
-    out = {k: v for k, v in d.items() if k != "payload"}
-    out["id"] = str(d["id"])
-    out["node"] = node
-    out["payload_b64"] = base64.b64encode(payload).decode()
+def payload_json(payload: bytes) -> dict[str, str | None]:
+    """A payload in JSON: ``payload_b64``, and ``payload_text`` when it is UTF-8."""
     try:
-        out["payload_text"] = payload.decode()
+        text: str | None = payload.decode()
     except UnicodeDecodeError:
-        out["payload_text"] = None
-    return out
+        text = None
+    return {"payload_b64": base64.b64encode(payload).decode(), "payload_text": text}
+
+
+def dead_letter_json(d: dict, node: str) -> dict:
+    """A dead letter as an admin reply holds it, in JSON, the producer's name beside its
+    id."""
+    out = {k: v for k, v in d.items() if k != "payload"}
+    return {**out, "id": str(d["id"]), "node": node, **payload_json(bytes(d["payload"]))}
 
 
 def dead_letters(engine: Engine, ctx: zmq.Context, query: dict[str, str],
