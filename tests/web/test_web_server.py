@@ -10,10 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import zmesh
-from tests.conftest import wait_until
-from tests.integration.test_cli import Proc
-from tests.web.conftest import ORDERS, Scene, build_scene, get_json, post_json
+from tests.conftest import fetched, wait_members, wait_until
+from tests.integration.test_cli import Proc, run_cli
+from tests.web.conftest import ORDERS, Scene, build_scene, get_json, lane_of, post_json
 from tests.web.test_browser import URL_RE
+from zmesh._security import generate_keypair
 
 SNAPSHOT_KEYS = {"mesh", "collected_at", "source", "admin", "interval_s", "nodes", "links",
                  "topics", "groups", "lanes", "unreachable", "statuses"}
@@ -87,3 +88,43 @@ def test_web_from_a_nodes_http_api(tmp_path: Path, make_node: Callable[..., zmes
     body = {"node": "prod", "topic": "orders", "group": "billing"}
     code, answer = post_json(url + "api/dead-letters/replay", body)
     assert code == 403 and "http_admin" in answer["error"]
+
+
+def test_a_secured_mesh_seen_and_acted_on_with_an_operators_key(
+        tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc]) -> None:
+    trusted = tmp_path / "trusted"
+    for name in ("a", "b", "op"):
+        generate_keypair(trusted, name)
+
+    def secured(name: str) -> dict:
+        return {"secret_key_file": str(trusted / f"{name}.key"),
+                "trusted_keys_dir": str(trusted)}
+    a = make_node("a", **secured("a"))
+    b = make_node("b", seeds=[a.control_address], **secured("b"))
+    sub = b.subscribe("t", group="g")
+    wait_members(a, "t", "g", 1)
+    a.publish("t", b"bad")
+    [msg] = fetched(sub, 1)
+    msg.fail("bad record")
+    wait_until(lambda: lane_of(a, "t", "g")["dead_letters"] == 1, what="a dead letter at a")
+    where = ["--mesh", a.config.mesh, "--seed", a.control_address, "--interface",
+             "127.0.0.1", "--no-mdns"]
+    operator = ["--secret-key-file", str(trusted / "op.key"), "--trusted-keys-dir",
+                str(trusted)]
+    done = run_cli(["ls", "nodes", *where, *operator, "--json"])
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert sorted((r["name"], r["reachable"]) for r in rows) == [("a", True), ("b", True)]
+    keyless = run_cli(["ls", "nodes", *where, "--json", "--wait", "1"])
+    assert json.loads(keyless.stdout) == []  # (a node without keys is not let in)
+    url = start(tmp_path, procs, [*where, *operator, "--admin"])
+    wait_until(lambda: len(get_json(url + "api/snapshot")[1]["nodes"]) == 2,
+               what="the page's node meeting the secured mesh")
+    code, dead = get_json(url + "api/dead-letters?topic=t&group=g")
+    assert [d["reason"] for d in dead["letters"]] == ["bad record"]
+    code, answer = post_json(url + "api/dead-letters/replay",
+                             {"node": "a", "topic": "t", "group": "g"})
+    assert (code, answer["replayed"]) == (200, 1)
+    [again] = fetched(sub, 1)
+    assert again.payload == b"bad"
+    again.ack()

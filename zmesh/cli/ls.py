@@ -9,6 +9,8 @@ is left out of what is shown.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import click
 import zmq
@@ -22,6 +24,22 @@ from .output import console, note, short
 from .pubsub import _settle_discovery
 
 KINDS = ("nodes", "topics", "groups")
+
+
+def key_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--secret-key-file and --trusted-keys-dir: the keys a command's own node joins a
+    secured mesh with (passed on as NodeConfig fields by ``key_settings``)."""
+    fn = click.option("--trusted-keys-dir", type=click.Path(file_okay=False),
+                      help="On a secured mesh: the nodes' public keys, for this command's "
+                           "node.")(fn)
+    return click.option("--secret-key-file", type=click.Path(dir_okay=False),
+                        help="On a secured mesh: the key pair this command's node joins "
+                             "with (its .pub trusted by the nodes).")(fn)
+
+
+def key_settings(secret_key_file: str | None, trusted_keys_dir: str | None) -> dict:
+    return {k: v for k, v in (("secret_key_file", secret_key_file),
+                              ("trusted_keys_dir", trusted_keys_dir)) if v is not None}
 
 
 def age(seconds: float | None) -> str:
@@ -98,9 +116,11 @@ def groups_table(view: dict) -> Table:
 @click.option("--timeout", type=click.FloatRange(min=0.1, max=30), default=MESH_TIMEOUT_S,
               show_default=True, help="Seconds to wait for each node's reply (all at once).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@key_options
 def ls(kind: str, mesh: str, interfaces: tuple[str, ...], seeds: tuple[str, ...],
        no_mdns: bool, data_dir: str | None, name: str | None, max_message_bytes: int,
-       wait_s: float, timeout: float, as_json: bool) -> None:
+       wait_s: float, timeout: float, as_json: bool, secret_key_file: str | None,
+       trusted_keys_dir: str | None) -> None:
     """List every node, topic or group of the mesh (like `nats stream ls`).
 
     Finds the mesh by mDNS, or from --seed HOST:PORT (any node's control address). Nodes
@@ -108,7 +128,8 @@ def ls(kind: str, mesh: str, interfaces: tuple[str, ...], seeds: tuple[str, ...]
     missing from the topic and group sums).
     """
     with cli_node("ls", mesh=mesh, interfaces=interfaces, seeds=seeds, no_mdns=no_mdns,
-                  data_dir=data_dir, name=name, max_message_bytes=max_message_bytes) as node:
+                  data_dir=data_dir, name=name, max_message_bytes=max_message_bytes,
+                  **key_settings(secret_key_file, trusted_keys_dir)) as node:
         _settle_discovery(node, "", wait_s)  # (no topic: it waits on the peers alone)
         ctx = zmq.Context()
         try:

@@ -14,6 +14,7 @@ from .._http.collect import MESH_TIMEOUT_S
 from ..config import parse_seed
 from ..errors import ConfigError
 from .client import cli_node, node_options
+from .ls import key_options, key_settings
 from .output import note
 from .pubsub import _settle_discovery
 
@@ -50,11 +51,7 @@ def _source(api: str | None, timeout: float, node_args: dict) -> Iterator[object
               help="Seconds between two looks at the mesh.")
 @click.option("--timeout", type=click.FloatRange(min=0.1, max=30), default=MESH_TIMEOUT_S,
               show_default=True, help="Seconds to wait for each node's reply.")
-@click.option("--secret-key-file", type=click.Path(dir_okay=False),
-              help="On a secured mesh: the key pair the page's node joins with (its .pub "
-                   "trusted by the nodes; an admin key for --admin).")
-@click.option("--trusted-keys-dir", type=click.Path(file_okay=False),
-              help="On a secured mesh: the nodes' public keys, for the page's node.")
+@key_options
 def web(mesh: str, interfaces: tuple[str, ...], seeds: tuple[str, ...], no_mdns: bool,
         data_dir: str | None, name: str | None, max_message_bytes: int, api: str | None,
         listen: str, admin: bool, interval: float, timeout: float,
@@ -65,6 +62,8 @@ def web(mesh: str, interfaces: tuple[str, ...], seeds: tuple[str, ...], no_mdns:
 
     By default a node of its own joins the mesh (by mDNS, or from --seed) and asks every
     node over its control socket; with --api it reads a running node's HTTP API instead.
+    On a secured mesh its node joins with --secret-key-file, and --admin actions go to the
+    producers over their control sockets with that key (one they admit as an admin's).
     The page's address is printed on stdout. Needs `pip install 'zmesh[web]'`.
     """
     try:
@@ -73,10 +72,9 @@ def web(mesh: str, interfaces: tuple[str, ...], seeds: tuple[str, ...], no_mdns:
         raise ConfigError(f"zmesh web needs the web extra ({exc.name} is missing): "
                           "pip install 'zmesh[web]'") from exc
     host, port = parse_seed(listen, what="--listen", allow_port_zero=True)
-    keys = {k: v for k, v in (("secret_key_file", secret_key_file),
-                              ("trusted_keys_dir", trusted_keys_dir)) if v is not None}
     node_args = dict(mesh=mesh, interfaces=interfaces, seeds=seeds, no_mdns=no_mdns,
-                     data_dir=data_dir, name=name, max_message_bytes=max_message_bytes, **keys)
+                     data_dir=data_dir, name=name, max_message_bytes=max_message_bytes,
+                     **key_settings(secret_key_file, trusted_keys_dir))
 
     def ready(url: str) -> None:
         click.echo(f"zmesh web: {url} (from {source.description})")  # type: ignore[attr-defined]
