@@ -109,6 +109,18 @@ def test_the_mesh_live_in_a_browser(tmp_path: Path, make_node: Callable[..., zme
     expect(page.locator('.lane-card[data-lane$="/orders/audit"]')).to_have_count(1)
     shot(page, tmp_path, "web-backlog")
 
+    # The table sorts by a heading's click and filters as one types.
+    rows = page.locator("table[data-testid=groups] tbody tr")
+    page.locator("table[data-testid=groups] th[data-col=group]").click()
+    expect(rows.first).to_have_attribute("data-group", "audit")
+    page.locator("table[data-testid=groups] th[data-col=group]").click()
+    expect(rows.first).to_have_attribute("data-group", "billing")
+    page.get_by_test_id("filter").fill("aud")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-group", "audit")
+    page.get_by_test_id("filter").fill("")
+    expect(rows).to_have_count(2)
+
     # audit returns and drains it: the figure falls to 0.
     audit = cons.subscribe("orders", group="audit")
     for msg in fetched(audit, 30):
