@@ -2,6 +2,7 @@
 outbox, delivering at least once per group with retries at the producer.
 """
 
+from ._engine.outcomes import Outcome
 from ._receipt import MessageId, Receipt
 from .config import NodeConfig, ProducerConfig, RelayConfig, SubscriptionConfig, TopicConfig
 from .deadletters import DeadLetter
@@ -12,6 +13,7 @@ from .errors import (
     DecodeError,
     MessageStateError,
     NodeStateError,
+    NotDeliveredError,
     OutboxFullError,
     StoreError,
     StoreFullError,
@@ -45,7 +47,9 @@ __all__ = [
     "Node",
     "NodeConfig",
     "NodeStateError",
+    "NotDeliveredError",
     "OutboxFullError",
+    "Outcome",
     "ProducerConfig",
     "Receipt",
     "RelayConfig",

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from threading import TIMEOUT_MAX
 from typing import NamedTuple
 
+from ._engine.outcomes import Outcome, Outcomes
 from ._waits import check_timeout
-from .errors import TimeoutError, ZMeshError
+from .errors import NotDeliveredError, TimeoutError, ZMeshError
 
 __all__ = ["MessageId", "Receipt"]
 
@@ -29,13 +30,18 @@ class Stage:
     the commit that took them is done (``stored``: the number of the notification that
     told it, counted from 1; 0 until then). The receipts of a stretch of plain
     ``publish()`` calls share one (the stretch itself: the IO thread resolves them all
-    with one write); any other receipt has its own."""
+    with one write); any other receipt has its own.
 
-    __slots__ = ("stored", "error")
+    ``lanes``: the lanes (groups) its messages were owed to when they were stored, set by
+    the IO thread before ``stored`` (None until then; empty when the topic had no group
+    yet: the first groups learned claim them)."""
+
+    __slots__ = ("stored", "error", "lanes")
 
     def __init__(self) -> None:
         self.stored = 0
         self.error: ZMeshError | None = None
+        self.lanes: tuple[str, ...] | None = None
 
 
 class Publisher:
@@ -43,16 +49,19 @@ class Publisher:
     notifies when receipts change, how a receipt asks for its acks to be tracked, and
     ``settled``: (floor, notification) -- every message stored by that notification with
     a sequence below the floor is settled, so a receipt of one needs no question to the
-    IO thread (which sets it when it answers one)."""
+    IO thread (which sets it when it answers one); and ``outcomes``, what the node's
+    messages became for each group when that was not an ack."""
 
-    __slots__ = ("producer", "cond", "watch", "settled")
+    __slots__ = ("producer", "cond", "watch", "settled", "outcomes")
 
     def __init__(self, producer: str, cond: threading.Condition,
-                 watch: Callable[[Receipt], None] | None = None) -> None:
+                 watch: Callable[[Receipt], None] | None = None,
+                 outcomes: Outcomes | None = None) -> None:
         self.producer = producer  # (hex: the ids are made when asked for, most never are)
         self.cond = cond
         self.watch = watch
         self.settled: tuple[float, int] = (0, 0)
+        self.outcomes = Outcomes() if outcomes is None else outcomes
 
 
 class Receipt:
@@ -130,13 +139,38 @@ class Receipt:
         self._wait(False, None if timeout is None else time.monotonic() + timeout, timeout)
 
     def wait_acked(self, timeout: float | None = None) -> None:
-        """Block until every group owed the message (each message of a batch) settled it;
-        raise TimeoutError, or the store's error if it was never stored."""
+        """Block until every group owed the message (each message of a batch) settled it
+        (acked it, or it was dead-lettered, expired, superseded or its group deleted:
+        ``outcomes`` says which); raise TimeoutError, or the store's error if it was
+        never stored."""
         timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         self._wait(False, deadline, timeout)  # (acks are tracked once it is stored)
         if not self.acked:
             self._wait(True, deadline, timeout)
+
+    def wait_delivered(self, timeout: float | None = None) -> None:
+        """``wait_acked``, then raise NotDeliveredError (naming each group and its
+        outcome) unless every group acked the message (each message of a batch)."""
+        self.wait_acked(timeout)
+        outcomes = self.outcomes
+        if not outcomes or any(o != Outcome.ACKED for o in outcomes.values()):
+            raise NotDeliveredError(self.id, outcomes)
+
+    @property
+    def outcomes(self) -> dict[str, Outcome]:
+        """Per group (lane) the message was owed to, how it was done with it: ``acked``,
+        ``dead_lettered``, ``expired``, ``superseded``, ``group_deleted`` (or ``lost``),
+        ``pending`` until then; empty until the message is stored and, for a topic that
+        had no group when it was stored, until one claims it. For a batch, a group's
+        outcome is the first that is not ``acked`` among its messages."""
+        lanes = self._stage.lanes
+        if lanes is None:
+            return {}
+        table = self._publisher.outcomes
+        if not lanes:
+            lanes = table.claimed(self.topic, self._seq)
+        return table.of(self._seq, self.count, lanes, self.acked)
 
     def __repr__(self) -> str:
         state = "acked" if self._unacked <= 0 else "stored" if self._stage.stored else "staged"

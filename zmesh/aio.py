@@ -65,7 +65,7 @@ class Subscription:
         return self._sub.topic
 
     @property
-    def group(self) -> str:
+    def group(self) -> str | None:
         return self._sub.group
 
     async def get(self, timeout: float | None = None) -> Message | None:

@@ -19,7 +19,7 @@ from .errors import ArgumentError, ConfigError
 __all__ = ["NodeConfig", "ProducerConfig", "RelayConfig", "SubscriptionConfig", "TopicConfig"]
 
 Durability = Literal["fsync", "process", "memory"]
-Mode = Literal["shared", "broadcast"]
+Mode = Literal["shared", "broadcast", "ephemeral"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
 _HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -110,6 +110,10 @@ class TopicConfig:
     latest_wins: a new message replaces a still-unsent message with the same key in each
     group, so a slow or offline group gets the latest value per key, not every stale one.
 
+    group_inactive_expiry_s: a group (lane) that has had no live member this long is
+    retired at this producer, with what it still owed (counted as dropped); 0: never.
+    Groups declared here (``groups``) never expire.
+
     retention_s / retention_bytes: keep messages after every group acked them, for
     ``Node.replay``, until they are older than ``retention_s`` (time since publish) or the
     topic's retained records exceed ``retention_bytes`` (the oldest go first). Both 0
@@ -128,6 +132,7 @@ class TopicConfig:
     latest_wins: bool = False
     retention_s: float = 0.0
     retention_bytes: int = 0
+    group_inactive_expiry_s: float = 7 * 86400.0
 
     def __post_init__(self) -> None:
         if self.durability not in ("fsync", "process", "memory"):
@@ -156,6 +161,8 @@ class TopicConfig:
                               f"{self.latest_wins!r}")
         _positive("TopicConfig", "retention_s", self.retention_s, allow_zero=True)
         _integer("TopicConfig", "retention_bytes", self.retention_bytes, 0, " (0: no size cap)")
+        _positive("TopicConfig", "group_inactive_expiry_s", self.group_inactive_expiry_s,
+                  allow_zero=True)
         if isinstance(self.groups, str):
             raise ConfigError("TopicConfig.groups must be a list of group names, not a string")
         object.__setattr__(self, "groups", tuple(check_name("group", g) for g in self.groups))
@@ -166,12 +173,14 @@ class SubscriptionConfig:
     """How a node consumes a topic as a member of a group.
 
     mode ``shared``: members of the group compete; each (producer, partition) goes to one
-    live member. ``broadcast``: this member gets its own copy of every message.
+    live member. ``broadcast``: this member gets its own copy of every message. Without a
+    group the subscription is ``ephemeral``: it gets what is published while it is
+    connected, at most once, and no producer remembers it (acks do nothing).
     ``topic`` and ``handler`` (``"package.module:function"``) are for subscriptions a node
     starts by itself, from NodeConfig.subscriptions (a node definition file).
     """
 
-    group: str
+    group: str | None = None
     mode: Mode = "shared"
     # The most a member holds unacked from one producer; a producer sends a member fewer
     # when it acks slowly, and about 64 MiB of large payloads at most (``Member`` in
@@ -190,17 +199,23 @@ class SubscriptionConfig:
     handler: str | None = None
 
     def __post_init__(self) -> None:
-        check_name("group", self.group)
+        if self.group is None:
+            if self.mode == "broadcast":
+                raise ConfigError("a broadcast subscription needs a group (its members each "
+                                  "get a copy); without one a subscription is ephemeral, and "
+                                  "gets every message anyway")
+            object.__setattr__(self, "mode", "ephemeral")
+        else:
+            check_name("group", self.group)
+            if self.mode not in ("shared", "broadcast"):
+                raise ConfigError(
+                    f"subscription mode must be 'shared' or 'broadcast', got {self.mode!r}"
+                    + (" (a subscription without a group is ephemeral)"
+                       if self.mode == "ephemeral" else ""))
         if self.topic is not None:
             check_name("topic", self.topic)
         if self.handler is not None and not _HANDLER_RE.match(str(self.handler)):
             raise ConfigError(f"handler {self.handler!r} must be 'package.module:function'")
-        if "/" in self.group:
-            raise ConfigError("group names may not contain '/'")
-        if self.mode not in ("shared", "broadcast"):
-            raise ConfigError(
-                f"subscription mode must be 'shared' or 'broadcast', got {self.mode!r}"
-            )
         # (the bounds a producer decodes in a hello: past them it would not know the member)
         # (and concurrency: a thread each)
         for name, most in (("max_in_flight", MAX_IN_FLIGHT), ("batch_size", MAX_BATCH_ITEMS),

@@ -11,6 +11,7 @@ The tree::
     │   └── StoreFullError          the LMDB map is full
     ├── OutboxFullError             publish() waited for room in the outbox and gave up
     ├── MessageStateError           ack/nack/fail on a message already settled
+    ├── NotDeliveredError           wait_delivered(): a group did not ack the message
     ├── TimeoutError                a wait_* call ran out of time (also builtins.TimeoutError)
     └── DecodeError                 a frame that is not valid zmesh wire data (internal)
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import builtins
 import os
+from collections.abc import Mapping
 
 __all__ = [
     "ArgumentError",
@@ -30,6 +32,7 @@ __all__ = [
     "DecodeError",
     "MessageStateError",
     "NodeStateError",
+    "NotDeliveredError",
     "OutboxFullError",
     "StoreError",
     "StoreFullError",
@@ -113,6 +116,19 @@ class OutboxFullError(ZMeshError):
 
 class MessageStateError(ZMeshError):
     """A message was acked, nacked or failed twice."""
+
+
+class NotDeliveredError(ZMeshError):
+    """``Receipt.wait_delivered()``: some group did not ack the message. ``outcomes``
+    maps each group (lane) owed it to its outcome (``acked``, ``dead_lettered``,
+    ``expired``, ``superseded``, ``group_deleted``, ...)."""
+
+    def __init__(self, message_id: object, outcomes: Mapping[str, str]) -> None:
+        others = {g: str(o) for g, o in outcomes.items() if o != "acked"}
+        said = ", ".join(f"{g}: {o}" for g, o in sorted(others.items())) or "no group"
+        super().__init__(f"message {message_id} was not delivered to every group ({said})")
+        self.message_id = message_id
+        self.outcomes = dict(outcomes)
 
 
 class TimeoutError(ZMeshError, builtins.TimeoutError):  # noqa: A001 - deliberate shadow

@@ -403,6 +403,13 @@ class Node:
 
         Without ``handler`` returns a Subscription to iterate; with one, messages are
         handled on worker threads (acked when it returns, nacked when it raises).
+
+        Without ``group`` the subscription is ephemeral: it gets every message published
+        while it is connected, at most once (a message it misses, or that a slow
+        subscriber's pipe has no room for, is not sent again; counted at the producer in
+        ``ephemeral_dropped``), and no producer keeps anything for it; settling its
+        messages does nothing. Messages scheduled for later (``deliver_at``, ``delay``)
+        go to groups only.
         """
         check_name("topic", topic)
         if config is not None:
@@ -421,9 +428,6 @@ class Node:
                 raise ArgumentError(f"subscribe takes config= or {'=, '.join(clash)}=, not "
                                     f"both (config says {config!r})")
         else:
-            if group is None:
-                raise ArgumentError("subscribe needs group=: the consumer service this node "
-                                    "is a member of")
             config = SubscriptionConfig(group=group, mode=mode,  # type: ignore[arg-type]
                                         max_in_flight=max_in_flight, batch_size=batch_size,
                                         concurrency=concurrency)
@@ -524,6 +528,31 @@ class Node:
         dead = self._engine.producer.dead
         seqs = _seqs(ids, self.id)
         return self._engine.call(lambda wb, _now: dead.purge(topic, group, seqs, wb))
+
+    # -- groups -------------------------------------------------------------------------
+
+    def groups(self, topic: str | None = None) -> list[dict]:
+        """The groups (lanes) this node, as a producer, owes messages of ``topic`` (or of
+        every topic): group, mode, lane, pending, in_flight, members, last_seen (when it
+        last had a member, wall clock), oldest_age_s, dead_letters, declared (never
+        expires) and expires_after_s."""
+        if topic is not None:
+            check_name("topic", topic)
+        producer = self._engine.producer
+        return self._engine.call(lambda _wb, _now: producer.groups(topic, time.time()))
+
+    def delete_group(self, topic: str, group: str) -> dict:
+        """Retire ``group`` of ``topic`` here and at every live peer: each producer drops
+        the group's lanes and what they still owe, counted in ``dropped_group_deleted``
+        (receipts say ``group_deleted``), and its dead letters. Members still subscribed
+        belong to a new, empty lane of it at once. A producer that is offline now keeps
+        the group until its ``group_inactive_expiry_s`` passes (or until this is done
+        again while it is up). Returns ``{"dropped": messages dropped here, "peers_told":
+        peers asked to do the same}``."""
+        _check_lane(topic, group)
+        engine = self._engine
+        return engine.call(lambda wb, now: engine.delete_group(topic, group, wb, now,
+                                                               announce=True))
 
     def peers(self) -> list[dict]:
         """Peers as discovered: id, name, addresses, liveness, subscriptions."""

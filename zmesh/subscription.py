@@ -30,6 +30,7 @@ _origin_of, _place_of = attrgetter("_origin"), attrgetter("_i")
 _STATES: tuple[str | None, ...] = (None, "acked", "nacked", "failed", "released")
 _CODES = {how: code for code, how in enumerate(_STATES)}
 _ACKED = _CODES["acked"]
+RELEASED = _CODES["released"]  # (set by the IO thread when its subscription closed)
 _ACKED_RUN = bytes((_ACKED,))
 
 
@@ -37,12 +38,18 @@ def _check_each(messages: list[Message]) -> None:
     """Mark each of ``messages`` acked, one at a time; if one was settled already (or is
     there twice), leave them all as they were and raise MessageStateError."""
     for n, msg in enumerate(messages):
-        how = msg._settled
-        if how is not None:
+        if msg._settled is not None:
+            error = _settled_already(msg)
             for m in messages[:n]:
                 m._settled = None
-            raise MessageStateError(f"message {msg.id} was already {how}")
+            raise error
         msg._settled = "acked"
+
+
+def _settled_already(msg: Message) -> MessageStateError:
+    how = msg._settled
+    why = " when its subscription closed" if how == "released" else ""
+    return MessageStateError(f"message {msg.id} was already {how}{why}")
 
 # MessageId's own __new__ is a Python function; the tuple constructor builds the same value.
 _message_id = tuple.__new__
@@ -75,7 +82,8 @@ class Origin:
 
     __slots__ = ("engine", "source", "topic", "group", "producer", "seqs", "lo", "hi",
                  "next", "acks", "queued", "taken", "left", "apart", "state",
-                 "headers", "attempts", "partitions", "published_ats", "indexes")
+                 "headers", "attempts", "partitions", "published_ats", "indexes", "sub",
+                 "places")
 
     def __init__(self, engine: Engine | None, source: tuple[bytes, str, str],
                  group: str | None, seqs: Sequence[int], headers: Sequence[dict | None],
@@ -100,33 +108,58 @@ class Origin:
         self.partitions = partitions
         self.published_ats = published_ats
         self.indexes = indexes
+        self.sub: Subscription | None = None  # (set by the subscription it is queued in)
+        self.places: Iterator[int] | None = None  # (its places not taken yet, ditto)
 
     def take_acks(self) -> Sequence[int]:
         """The sequences acked since the last take (IO thread): those acked in order as
         a slice of ``seqs``, then the others. Deleting only the part of ``acks`` read
-        keeps what another thread appends meanwhile for the next take."""
+        keeps what another thread appends meanwhile for the next take. (A message whose
+        lease ran out, delivered again since, is no longer held here but its ack still
+        goes: it is counted once in ``left``.)"""
         self.queued = False
         upto = self.next
         taken: Sequence[int] = self.seqs[self.taken:upto]
         self.taken = upto
+        apart = self.apart
+        seen = len(apart.intersection(taken)) if apart and taken else 0
         acks = self.acks
         if acks:
             n = len(acks)
-            apart = acks[:n]
+            out_of_order = acks[:n]
             del acks[:n]
-            self.apart.update(apart)
-            taken = [*taken, *apart]
-        self.left -= len(taken)
+            seen += sum(map(apart.__contains__, out_of_order))
+            apart.update(out_of_order)
+            taken = [*taken, *out_of_order]
+        self.left -= len(taken) - seen
         return taken
 
     def settled_apart(self, seqs: Sequence[int]) -> None:
-        """Messages nacked, failed or acked in a transaction (IO thread)."""
-        self.apart.update(seqs)
-        self.left -= len(seqs)
+        """Messages nacked, failed, released or acked in a transaction, or no longer held
+        here (IO thread)."""
+        apart = self.apart
+        fresh = [seq for seq in seqs if seq not in apart]
+        apart.update(fresh)
+        self.left -= len(fresh)
 
-    def held(self) -> set[int]:
-        """The sequences still held, as the IO thread knows (for redeliveries)."""
-        return set(self.seqs[self.taken:]).difference(self.apart)
+    def held(self) -> dict[int, int]:
+        """The sequences still held, as the IO thread knows (for redeliveries), with
+        their places."""
+        apart, seqs = self.apart, self.seqs
+        return {seqs[i]: i for i in range(self.taken, len(seqs)) if seqs[i] not in apart}
+
+    def taken_by_application(self, place: int) -> bool:
+        """Whether the application took the message at ``place`` from its subscription
+        (places are taken in order; what is left is still queued)."""
+        places = self.places
+        return places is None or place < len(self.seqs) - length_hint(places)
+
+    def unsettled(self) -> list[int]:
+        """The places of messages the application has not settled (IO thread; read from
+        ``state``, which application threads write)."""
+        apart, seqs, state = self.apart, self.seqs, self.state
+        return [i for i in range(self.taken, len(seqs))
+                if not state[i] and seqs[i] not in apart]
 
 
 class Message:
@@ -204,7 +237,7 @@ class Message:
     def _settle(self, how: str, arg: Any) -> None:
         """Nack or fail: one command each."""
         if self._settled is not None:
-            raise MessageStateError(f"message {self.id} was already {self._settled}")
+            raise _settled_already(self)
         self._settled = how
         engine = self._origin.engine
         if engine is not None:
@@ -215,7 +248,7 @@ class Message:
         origin, i = self._origin, self._i
         state = origin.state
         if state[i]:
-            raise MessageStateError(f"message {self.id} was already {self._settled}")
+            raise _settled_already(self)
         state[i] = _ACKED
         engine = origin.engine
         if engine is not None:  # (a replay reader's message: nothing to settle)
@@ -241,6 +274,16 @@ class Message:
 
         The dead letter keeps the first 4,096 characters of ``reason``."""
         self._settle("failed", str(reason))
+
+    def in_progress(self) -> None:
+        """Still working on it: its ack deadline (the topic's ``ack_timeout_s``) starts
+        again at the producer, so it is not delivered again meanwhile. Call it from a
+        handler that may take longer than the ack timeout, well within each timeout."""
+        if self._settled is not None:
+            raise _settled_already(self)
+        engine = self._origin.engine
+        if engine is not None:
+            engine.submit(("touch", self))
 
     @property
     def settled(self) -> bool:
@@ -272,9 +315,10 @@ class Subscription:
                  handler: Callable[[Message], Any] | None = None) -> None:
         self.topic = topic
         self.config = config
-        self.group = config.group
+        self.group = config.group  # (None: ephemeral)
         self.mode = config.mode
         self._engine = engine
+        self._name = engine.ephemeral_name() if config.group is None else config.group
         self._queue: deque[tuple[Iterator[Message], Iterator[int]]] = deque()
         # The list ``fetch`` returned last (a copy, as it was) and the runs of batches it
         # is, for ``ack_many`` to know it by when it is given back whole.
@@ -291,10 +335,16 @@ class Subscription:
 
     @property
     def lane(self) -> str:
-        """The producer-side lane this subscription consumes."""
+        """The producer-side lane this subscription consumes (an ephemeral one's name:
+        producers keep no lane for it)."""
         if self.mode == "broadcast":
             return f"{self.group}/{self._engine.node_id.hex()}"
-        return self.group
+        return self.announced_as
+
+    @property
+    def announced_as(self) -> str:
+        """The group this node's hello names for it (an ephemeral one's own name)."""
+        return self._name if self.group is None else self.group
 
     @property
     def closed(self) -> bool:
@@ -340,6 +390,7 @@ class Subscription:
                  payloads: Sequence[bytes]) -> None:
         """Queue a batch's messages, all of ``origin``'s places (IO thread)."""
         places = iter(range(len(payloads)))
+        origin.sub, origin.places = self, places
         with self._cond:
             self._queue.append((map(Message, repeat(origin), places, keys, payloads), places))
             self.delivered += len(payloads)
@@ -473,19 +524,20 @@ class Subscription:
     def _add_listener(self, fn: Callable[[], None]) -> None:
         self._listeners.append(fn)
 
-    def _drain_unsettled(self) -> list[Message]:
+    def _drain_unsettled(self) -> None:
+        """Closed: nothing more is taken (the IO thread releases what was not settled)."""
         with self._cond:
             self._closed = True
-            left = [msg for msgs, _places in self._queue for msg in msgs]
             self._queue.clear()
             self._fetched = None  # (what the application holds is its own)
             self._cond.notify_all()
         for listener in self._listeners:
             listener()
-        return left
 
     def close(self) -> None:
-        """Stop consuming: queued messages go back to the producers for other members.
+        """Stop consuming: every message delivered to it and not settled, queued or taken
+        by the application, goes back to its producer at once, for other members (settling
+        one afterwards raises MessageStateError: it was released).
 
         With a handler, waits for the calls running on its worker threads to return (and
         their messages to be settled)."""

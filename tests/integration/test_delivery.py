@@ -273,7 +273,8 @@ def test_messages_published_before_any_group_is_known_are_kept(make_node):
     assert sorted(int(m.payload) for m in got) == list(range(50))
 
 
-def test_ack_timeout_resends_and_a_held_copy_is_not_delivered_twice(make_node):
+def test_a_message_not_settled_within_its_ack_timeout_reaches_the_application_again(
+        make_node):
     prod = make_node("prod", topics={"w": zmesh.TopicConfig(ack_timeout_s=0.3,
                                                              retry_backoff_s=0.0)})
     a = make_node("a", seeds=[prod.control_address])
@@ -282,20 +283,24 @@ def test_ack_timeout_resends_and_a_held_copy_is_not_delivered_twice(make_node):
     r = prod.publish("w", b"job")
     first = sa.get(timeout=5)
     assert first is not None and first.attempt == 1
-    # Unacked past the ack timeout: the producer sends it again; the consumer still holds
-    # the first copy, so the handler does not see a second one.
-    wait_until(lambda: a.stats().get("duplicates_held", 0) >= 1, what="a resend")
+    # Taken and never settled (a forgotten ack): past the ack timeout the producer sends
+    # it again and the application gets it again, to the same member, one attempt more.
+    again = sa.get(timeout=5)
+    assert again is not None and again.id == first.id and again.attempt == 2
     assert prod.stats().get("ack_timeouts", 0) >= 1
-    assert sa.get(timeout=0.2) is None
-    first.ack()
-    r.wait_acked(5)
+    assert a.stats()["redelivered_lease_expired"] >= 1
+    first.ack()  # (the first copy's late ack settles it)
+    r.wait_delivered(5)
+    with pytest.raises(zmesh.MessageStateError):
+        first.ack()
 
 
-def test_resends_of_a_partly_acked_batch_are_held_not_delivered(make_node):
+def test_the_unsettled_messages_of_a_partly_acked_batch_come_again_after_the_timeout(
+        make_node):
     """Messages of one batch acked in order, one acked out of order, the rest held past
-    the ack timeout: the producer resends only the unacked ones, and the consumer, which
-    still holds them, delivers none of them again."""
-    prod = make_node("prod", topics={"w": zmesh.TopicConfig(ack_timeout_s=0.3,
+    the ack timeout: the producer resends only the unacked ones, and the application gets
+    each of those again, once per resend, with its attempt."""
+    prod = make_node("prod", topics={"w": zmesh.TopicConfig(ack_timeout_s=0.5,
                                                              retry_backoff_s=0.0)})
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("w", group="g")
@@ -305,15 +310,67 @@ def test_resends_of_a_partly_acked_batch_are_held_not_delivered(make_node):
     assert len({id(m._origin) for m in got}) == 1  # one batch
     for msg in got[:4] + [got[6]]:
         msg.ack()
-    wait_until(lambda: cons.stats().get("acked_local", 0) == 5, what="five acks")
-    wait_until(lambda: cons.stats().get("duplicates_held", 0) >= 5, what="the resends")
-    assert prod.stats().get("ack_timeouts", 0) >= 5
-    assert sub.get(timeout=0.2) is None
-    for msg in got[4:6] + got[7:]:
-        msg.ack()
-    receipt.wait_acked(10)
+    again = fetched(sub, 5)
+    assert sorted(int(m.payload) for m in again) == [4, 5, 7, 8, 9]
+    assert {m.attempt for m in again} == {2}
+    sub.ack_many(again)
+    receipt.wait_delivered(10)
     assert cons.stats()["acked_local"] == 10
-    assert sorted(int(m.payload) for m in got) == list(range(10))
+
+
+def test_a_handler_that_says_it_is_in_progress_keeps_its_message(make_node):
+    prod = make_node("prod", topics={"w": zmesh.TopicConfig(ack_timeout_s=0.5,
+                                                             retry_backoff_s=0.0)})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("w", group="g")
+    wait_members(prod, "w", "g", 1)
+    r = prod.publish("w", b"long job")
+    msg = sub.get(timeout=5)
+    assert msg is not None
+    # Working for four ack timeouts, saying so twice per timeout.
+    for _ in range(8):
+        assert sub.get(timeout=0.25) is None
+        msg.in_progress()
+    assert prod.stats().get("ack_timeouts", 0) == 0
+    assert prod.stats()["lease_extended"] >= 7
+    msg.ack()
+    r.wait_delivered(5)
+    assert cons.stats().get("redelivered_lease_expired", 0) == 0
+
+
+def test_closing_a_subscription_gives_its_unsettled_messages_to_another_member(make_node):
+    prod = make_node("prod")
+    a = make_node("a", seeds=[prod.control_address])
+    b = make_node("b", seeds=[prod.control_address])
+    sa = a.subscribe("w", group="g")
+    wait_members(prod, "w", "g", 1)
+    r = prod.publish("w", b"job")
+    first = sa.get(timeout=5)
+    assert first is not None  # taken, never settled
+    sb = b.subscribe("w", group="g")
+    wait_members(prod, "w", "g", 2)
+    sa.close()  # at once, not after the 30 s ack timeout
+    again = sb.get(timeout=5)
+    assert again is not None and again.id == first.id and again.attempt == 2
+    again.ack()
+    r.wait_delivered(5)
+    with pytest.raises(zmesh.MessageStateError, match="released"):
+        first.ack()
+
+
+def test_a_message_taken_and_not_settled_comes_back_across_close_and_subscribe(make_node):
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("w", group="g")
+    wait_members(prod, "w", "g", 1)
+    r = prod.publish("w", b"job")
+    first = sub.get(timeout=5)
+    assert first is not None
+    sub.close()
+    again = cons.subscribe("w", group="g").get(timeout=5)
+    assert again is not None and again.id == first.id and again.attempt == 2
+    again.ack()
+    r.wait_delivered(5)
 
 
 def test_acks_of_one_batch_from_several_threads_all_reach_the_producer(make_node):
@@ -337,7 +394,7 @@ def test_acks_of_one_batch_from_several_threads_all_reach_the_producer(make_node
     assert sorted(int(m.payload) for m in got) == list(range(1000))
 
 
-def test_an_ack_after_close_says_the_node_is_closed(make_node):
+def test_an_ack_after_close_says_the_message_was_released(make_node):
     prod = make_node("prod")
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("w", group="g")
@@ -345,8 +402,8 @@ def test_an_ack_after_close_says_the_node_is_closed(make_node):
     prod.publish_many("w", [b"a", b"b"])
     got = fetched(sub, 2)
     cons.close()
-    for msg in got:  # the batch's first ack queues its origin, the second finds it queued
-        with pytest.raises(zmesh.NodeStateError, match="closed"):
+    for msg in got:  # (closing the node closed its subscription, which released them)
+        with pytest.raises(zmesh.MessageStateError, match="released when its subscription"):
             msg.ack()
 
 

@@ -259,8 +259,8 @@ def test_bad_names_and_closed_nodes_give_clear_errors(make_node, tmp_path):
     with pytest.raises(zmesh.NodeStateError, match="start"):
         node.publish("t", b"x")
     node.close()
-    with pytest.raises(zmesh.ArgumentError, match="group"):
-        make_node("c").subscribe("t")
+    with pytest.raises(zmesh.ConfigError, match="broadcast subscription needs a group"):
+        make_node("c").subscribe("t", mode="broadcast")
 
 
 def test_msg_id_makes_publish_idempotent_across_restarts(make_node, tmp_path):

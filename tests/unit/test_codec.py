@@ -43,11 +43,13 @@ from zmesh._protocol.frames import (
     FAIL,
     FETCH_REP,
     FETCH_REQ,
+    GROUP_DEL,
     HELLO,
     NACK,
     PROTOCOL_VERSION,
     STATUS_REP,
     STATUS_REQ,
+    TOUCH,
     Ack,
     Batch,
     Bye,
@@ -56,12 +58,14 @@ from zmesh._protocol.frames import (
     FetchItem,
     FetchReply,
     FetchRequest,
+    GroupDel,
     Hello,
     Nack,
     PeerRef,
     StatusReply,
     StatusRequest,
     SubInfo,
+    Touch,
 )
 from zmesh.errors import DecodeError
 
@@ -75,8 +79,8 @@ FUZZ = settings(
 
 MAX_MESSAGE_BYTES = 1 << 16
 assert MAX_MESSAGE_BYTES >= LARGE_PAYLOAD_BYTES  # large payloads are valid ones
-CONTROL_TYPES = (Hello, Bye, Ack, Nack, Fail, StatusRequest, StatusReply, FetchRequest,
-                 FetchReply)
+CONTROL_TYPES = (Hello, Bye, Ack, Nack, Fail, Touch, GroupDel, StatusRequest, StatusReply,
+                 FetchRequest, FetchReply)
 U63 = (1 << 63) - 1
 NODE = b"\x01" * NODE_ID_BYTES
 
@@ -236,6 +240,8 @@ SAMPLE_CONTROLS: list[Any] = [
     Nack(NODE, "metrics", "agg", (4,), 2.5),
     Fail(NODE, "metrics", "agg", 9, "bad record"),
     Bye(NODE, 7),
+    Touch(NODE, "metrics", "agg", (5, 9)),
+    GroupDel(NODE, "metrics", "agg"),
     StatusRequest(42),
     StatusReply(42, {"lanes": [], "ok": True}),
     FetchRequest(43, "metrics", ((0, 5), (3, 0)), 0, 500, 8 << 20),
@@ -305,7 +311,8 @@ def test_every_control_kind_round_trips(msg: Any) -> None:
 
 def test_control_kinds_are_distinct_on_the_wire() -> None:
     kinds = [msgpack.unpackb(encode_control(m))[1] for m in SAMPLE_CONTROLS]
-    assert kinds == [HELLO, ACK, NACK, FAIL, BYE, STATUS_REQ, STATUS_REP, FETCH_REQ, FETCH_REP]
+    assert kinds == [HELLO, ACK, NACK, FAIL, BYE, TOUCH, GROUP_DEL, STATUS_REQ, STATUS_REP,
+                     FETCH_REQ, FETCH_REP]
     assert all(msgpack.unpackb(encode_control(m))[0] == PROTOCOL_VERSION for m in SAMPLE_CONTROLS)
 
 

@@ -17,6 +17,7 @@ from zmesh._engine.engine import Engine
 from zmesh._protocol.frames import Ack, Batch, Nack
 from zmesh._store.store import WriteBatch
 from zmesh.config import NodeConfig, SubscriptionConfig
+from zmesh.errors import MessageStateError
 from zmesh.subscription import Message, Origin, Subscription, _fetched_runs
 
 PRODUCER = os.urandom(16)
@@ -63,30 +64,76 @@ def test_a_redelivery_mixing_held_acked_and_new_messages(engine: Engine) -> None
     sub = Subscription(engine, "t", SubscriptionConfig(group="g"))
     engine.consumer.add(sub)
     _loop(engine, _batch(range(10, 15)))
-    got = sub.fetch(5, 0)
-    assert len(got) == 5
+    got = sub.fetch(3, 0)  # 10, 11, 12 taken by the application; 13, 14 still queued
+    assert len(got) == 3
     got[0].ack()
     got[1].ack()  # in order: 10, 11
-    got[3].ack()  # out of order: 13
     sent = _loop(engine)
-    assert [list(a.seqs) for a in sent if isinstance(a, Ack)] == [[10, 11, 13]]
-    # The producer resends 12, 13 (its ack lost) and 14 with a new message, 15.
-    sent = _loop(engine, _batch((12, 13, 14, 15), attempt=2))
-    assert [list(a.seqs) for a in sent if isinstance(a, Ack)] == [[13]]  # acked again
+    assert [list(a.seqs) for a in sent if isinstance(a, Ack)] == [[10, 11]]
+    # The producer resends 11 (its ack lost), 12, 13 and 14 after a reconnect (the same
+    # attempt), with a new message, 15.
+    sent = _loop(engine, _batch((11, 12, 13, 14, 15)))
+    assert [list(a.seqs) for a in sent if isinstance(a, Ack)] == [[11]]  # acked again
     stats = engine.counters.snapshot()
-    assert stats["duplicates_held"] == 2 and stats["duplicates_dropped"] == 1
-    new = sub.get(0)
-    assert new is not None and sub.get(0) is None
+    assert stats["duplicates_held"] == 3 and stats["duplicates_dropped"] == 1
+    assert "redelivered_lease_expired" not in stats
+    queued = sub.fetch(10, 0)
+    assert [m.id.seq for m in queued] == [13, 14, 15]
+    new = queued[-1]
     assert (new.id.seq, new.key, new.payload, new.headers, new.attempt, new.partition,
-            new.published_at, new.index) == (15, "k15", b"15", {"h": "15"}, 2, 3, 15.0, 15)
+            new.published_at, new.index) == (15, "k15", b"15", {"h": "15"}, 1, 3, 15.0, 15)
     # The held ones settle in any order; each reaches the producer once.
-    got[4].ack()
+    queued[1].ack()
     new.ack()
     got[2].nack()
+    queued[0].ack()
     sent = _loop(engine)
-    assert sorted(s for a in sent if isinstance(a, Ack) for s in a.seqs) == [14, 15]
+    assert sorted(s for a in sent if isinstance(a, Ack) for s in a.seqs) == [13, 14, 15]
     assert [list(n.seqs) for n in sent if isinstance(n, Nack)] == [[12]]
     assert not any(engine.consumer._holding.values())  # nothing held any more
+
+
+def test_a_message_sent_again_after_its_ack_timeout_reaches_the_application_again(
+        engine: Engine) -> None:
+    """The application took 12 and 13 and settled neither; the producer's ack timeout
+    sends them again (attempt 2): the application gets them again. 14, still queued when
+    its resend comes, is not delivered twice. Either copy's ack settles the message."""
+    sub = Subscription(engine, "t", SubscriptionConfig(group="g"))
+    engine.consumer.add(sub)
+    _loop(engine, _batch(range(12, 15)))
+    first = sub.fetch(2, 0)
+    _loop(engine, _batch((12, 13, 14), attempt=2))
+    stats = engine.counters.snapshot()
+    assert stats["redelivered_lease_expired"] == 2 and stats["duplicates_held"] == 1
+    again = sub.fetch(10, 0)
+    assert [(m.id.seq, m.attempt) for m in again] == [(14, 1), (12, 2), (13, 2)]
+    first[0].ack()  # the first copy of 12, late
+    again[2].ack()  # the second copy of 13
+    again[0].ack()
+    acked = [s for a in _loop(engine) if isinstance(a, Ack) for s in a.seqs]
+    assert sorted(acked) == [12, 13, 14]
+    first[1].ack()  # the first copy of 13: acked again, harmless
+    again[1].ack()  # the second copy of 12
+    acked = [s for a in _loop(engine) if isinstance(a, Ack) for s in a.seqs]
+    assert sorted(acked) == [12, 13]
+    assert not any(engine.consumer._holding.values())
+
+
+def test_closing_a_subscription_releases_what_the_application_did_not_settle(
+        engine: Engine) -> None:
+    sub = Subscription(engine, "t", SubscriptionConfig(group="g"))
+    engine.consumer.add(sub)
+    _loop(engine, _batch(range(20, 26)))
+    taken = sub.fetch(3, 0)  # 20, 21, 22 taken; 23..25 queued
+    taken[1].ack()
+    sub._drain_unsettled()
+    engine.consumer.remove(sub)
+    sent = _loop(engine)
+    assert [list(a.seqs) for a in sent if isinstance(a, Ack)] == [[21]]
+    assert sorted(s for n in sent if isinstance(n, Nack) for s in n.seqs) == [20, 22, 23, 24, 25]
+    assert not any(engine.consumer._holding.values())
+    with pytest.raises(MessageStateError, match="released"):
+        taken[0].ack()
 
 
 def test_acks_in_order_reach_the_producer_as_one_range(engine: Engine) -> None:

@@ -1,7 +1,9 @@
-"""Operators' requests over the control socket: dead letters of a running node."""
+"""Operators' requests over the control socket: dead letters and groups of a running
+node."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +47,14 @@ def admin(engine: Engine, req: AdminRequest, wb: WriteBatch, now: float) -> Admi
         elif req.op == "purge":
             result = dead.purge(_str_arg(args, "topic"), _str_arg(args, "group"),
                                 _seqs(args), wb)
+        elif req.op == "groups":
+            topic = args.get("topic")
+            if topic is not None and not isinstance(topic, str):
+                raise ValueError("topic must be a string")
+            result = engine.producer.groups(topic, time.time())
+        elif req.op == "group_rm":
+            result = engine.delete_group(_str_arg(args, "topic"), _str_arg(args, "group"), wb,
+                                         now, announce=True)
         else:
             return AdminReply(req.token, False, None, f"unknown operation {req.op!r}")
     except ValueError as exc:

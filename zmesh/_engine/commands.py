@@ -114,6 +114,7 @@ class Commands:
         self._subs_lock = threading.Lock()
         self._announced: dict[tuple[str, str, str], set[Subscription]] = {}
         self._announced_bytes = 0
+        self._ephemeral = 0  # ephemeral subscriptions named so far
 
     # == application threads =============================================================
 
@@ -329,11 +330,11 @@ class Commands:
 
     def subscribe(self, sub: Subscription) -> None:
         """Add ``sub``; ArgumentError when this node's hello could not announce it."""
-        key = (sub.topic, sub.group, sub.mode)
+        key = (sub.topic, sub.announced_as, sub.mode)
         with self._subs_lock:
             subs = self._announced.get(key)
             if subs is None:
-                size = announced_bytes(sub.topic, sub.group)
+                size = announced_bytes(sub.topic, sub.announced_as)
                 if len(self._announced) >= MAX_SUBSCRIPTIONS or \
                         self._announced_bytes + size > MAX_SUBSCRIPTION_BYTES:
                     raise ArgumentError(
@@ -352,11 +353,11 @@ class Commands:
 
     def unsubscribe(self, sub: Subscription) -> None:
         self._forget_announced(sub)
-        left = sub._drain_unsettled()
-        self.submit(("unsub", sub, left))
+        sub._drain_unsettled()
+        self.submit(("unsub", sub))
 
     def _forget_announced(self, sub: Subscription) -> None:
-        key = (sub.topic, sub.group, sub.mode)
+        key = (sub.topic, sub.announced_as, sub.mode)
         with self._subs_lock:
             subs = self._announced.get(key)
             if subs is None or sub not in subs:
@@ -364,7 +365,14 @@ class Commands:
             subs.discard(sub)
             if not subs:
                 del self._announced[key]
-                self._announced_bytes -= announced_bytes(sub.topic, sub.group)
+                self._announced_bytes -= announced_bytes(sub.topic, sub.announced_as)
+
+    def ephemeral_name(self) -> str:
+        """A name for a new ephemeral subscription, unique at this node (a group's name
+        cannot start with '~')."""
+        with self._subs_lock:
+            self._ephemeral += 1
+            return f"~{self._ephemeral}"
 
     def call(self, fn: Callable[[WriteBatch, float], Any], timeout_s: float = 10.0) -> Any:
         """Run ``fn(write_batch, now)`` on the IO thread and return its result.
@@ -437,8 +445,10 @@ class Commands:
             elif kind == "unsub":
                 if cmd[1] in self._local_subs:
                     self._local_subs.remove(cmd[1])
-                self.consumer.remove(cmd[1], cmd[2])
+                self.consumer.remove(cmd[1])
                 subs_changed = True
+            elif kind == "touch":
+                self.consumer.touch(cmd[1])
             elif kind == "topic":
                 self.producer.set_topic(cmd[1], cmd[2], wb, now)
             elif kind == "abandon":

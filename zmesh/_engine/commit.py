@@ -49,26 +49,28 @@ class Committer:
         self.tx_pubs: set[int] = set()  # ids of this iteration's transaction publishes
 
     def store_pubs(self, wb: WriteBatch, pubs: list[AnyPublish], calls: Sequence[Waiter],
-                   now: float, next_wb: WriteBatch) -> tuple[int, int]:
+                   now: float, next_wb: WriteBatch) -> tuple[tuple[int, int], list[AnyPublish]]:
         """Stage the loop's publishes (and held ones due for a retry) and commit.
 
-        Returns (publishes, payload bytes) no longer waiting: stored or failed. Held
-        publishes are neither, so they still count against the outbox.
+        Returns (publishes, payload bytes) no longer waiting: stored or failed (held
+        publishes are neither, so they still count against the outbox); and the
+        publishes now stored.
         """
         held_before = self.held.count
         if not pubs and not held_before:  # (most iterations of a consumer): nothing staged
             self.commit(wb, [], calls, None, now)
-            return 0, 0
+            return (0, 0), []
         held_bytes = self.held.bytes if held_before else 0
         pubs_in, bytes_in = message_count(pubs), payload_bytes(pubs)
         pubs = self.held.admit(pubs, self.tx_pubs, now)
         self.producer.staging.prepare_lanes(pubs, wb, now)
         mark = wb.mark() if pubs else None  # what follows is the publishes' part
         fresh = self.producer.staging.stage(pubs, wb)
-        self.producer.staging.added(self.commit(wb, fresh, calls, mark, now), now, next_wb)
+        stored = self.commit(wb, fresh, calls, mark, now)
+        self.producer.staging.added(stored, now, next_wb)
         self.tx_pubs.clear()
         return (held_before + pubs_in - self.held.count,
-                held_bytes + bytes_in - self.held.bytes)
+                held_bytes + bytes_in - self.held.bytes), stored
 
     def commit(self, wb: WriteBatch, pubs: list[AnyPublish], calls: Sequence[Waiter] | None = None,
                mark: dict[str, int] | None = None, now: float = 0.0) -> list[AnyPublish]:

@@ -18,10 +18,10 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from .._protocol.codec import MAX_REASON_CHARS
-from .._protocol.frames import Ack, Batch, Fail, Nack
+from .._protocol.frames import Ack, Batch, Fail, Nack, Touch
 from .._seqs import span
 from .._store.store import Store, WriteBatch
-from ..subscription import Message, Origin
+from ..subscription import RELEASED, Message, Origin
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -58,23 +58,50 @@ class Consumer:
         self._tops = store.seen_tops()
         self._nacks: list[Nack] = []
         self._fails: list[Fail] = []
-        self._outgoing: list[tuple[bytes, Ack | Nack | Fail]] = []
+        self._outgoing: list[tuple[bytes, Ack | Nack | Fail | Touch]] = []
+        self._touches: dict[tuple[bytes, str, str], list[int]] = {}
 
     # -- subscriptions --------------------------------------------------------------------
 
     def add(self, sub: Subscription) -> None:
         self.subs.setdefault((sub.topic, sub.lane), []).append(sub)
 
-    def remove(self, sub: Subscription, left: list[Message]) -> None:
+    def remove(self, sub: Subscription) -> None:
+        """``sub`` closed: what it was delivered and the application did not settle
+        (queued, or taken) goes back to its producers at once, for other members."""
         key = (sub.topic, sub.lane)
         subs = self.subs.get(key, [])
         if sub in subs:
             subs.remove(sub)
         if not subs:
             self.subs.pop(key, None)
-        for msg in left:
-            msg._settled = "released"
-            self.settle(msg, "nacked", 0.0)
+        released = 0
+        for source, holding in self._holding.items():
+            for origin in [o for o in holding if o.sub is sub]:
+                places = origin.unsettled()
+                for i in places:
+                    origin.state[i] = RELEASED
+                seqs = _pick(origin.seqs, places)
+                origin.settled_apart(seqs)
+                if origin.left <= 0:
+                    del holding[origin]
+                if seqs:
+                    released += len(seqs)
+                    self._outgoing.append((source[0], Nack(self.engine.node_id, source[1],
+                                                           source[2], tuple(seqs), 0.0)))
+        if released:
+            self.counters.add("released_on_close", released)
+
+    def touch(self, msg: Message) -> None:
+        """The application still works on ``msg``: its producer restarts its ack deadline
+        (sent after the loop's commit, with the others of its lane)."""
+        origin = msg._origin
+        seq = origin.seqs[msg._i]
+        touches = self._touches.get(origin.source)
+        if touches is None:
+            self._touches[origin.source] = [seq]
+        else:
+            touches.append(seq)
 
     # -- incoming -------------------------------------------------------------------------
 
@@ -90,6 +117,12 @@ class Consumer:
             self._outgoing.append((producer, Nack(self.engine.node_id, topic, lane, seqs,
                                                   0.0)))
             return
+        if subs[0].mode == "ephemeral":  # at most once: nothing to dedupe, hold or ack
+            self.counters.add("received_ephemeral", len(seqs))
+            subs[0]._deliver(Origin(None, (producer, topic, lane), None, seqs, batch.headers,
+                                    batch.attempts, batch.partitions, batch.published_ats,
+                                    batch.indexes), batch.keys, batch.payloads)
+            return
         self._note_floor(producer, lane, batch.floor, wb, now)
         first, last = span(seqs)
         top = self._tops.get((producer, lane), -1)
@@ -100,27 +133,48 @@ class Consumer:
         holding = self._holding.get(source)
         if holding is None:
             holding = self._holding[source] = {}
-        held = set().union(*[o.held() for o in holding if o.lo <= last and o.hi >= first])
+        # What local subscriptions hold of this lane: sequence -> (origin, place).
+        held: dict[int, tuple[Origin, int]] = {}
+        for o in holding:
+            if o.lo <= last and o.hi >= first:
+                held.update((seq, (o, i)) for seq, i in o.held().items())
         group = subs[0].group
         origin = None
         keys: Sequence[str | None] = batch.keys
         payloads: Sequence[bytes] = batch.payloads
         reack: list[int] = []
-        duplicates = 0
+        duplicates = leased = 0
         # All new (the common case): no test each (``isdisjoint`` walks ``seqs`` whole).
-        if not seen and (not held or held.isdisjoint(seqs)):
+        if not seen and (not held or held.keys().isdisjoint(seqs)):
             origin = Origin(self.engine, source, group, seqs, batch.headers, batch.attempts,
                             batch.partitions, batch.published_ats, batch.indexes)
         else:
+            attempts = batch.attempts
             places: list[int] = []
+            chosen: set[int] = set()  # (a sequence twice in one batch is delivered once)
             for i, seq in enumerate(seqs):
                 if seq in seen:
                     reack.append(seq)
-                elif seq in held:
+                    continue
+                copy = held.get(seq)
+                if seq in chosen:
                     duplicates += 1
-                else:
-                    places.append(i)
-                    held.add(seq)  # (a sequence twice in one batch is delivered once)
+                    continue
+                if copy is not None:
+                    o, place = copy
+                    # Sent again with a higher attempt: its lease ran out at the producer
+                    # while the application had it unsettled (a handler still at work
+                    # calls in_progress). Delivered again; the first copy's ack still
+                    # counts. A copy still queued, or one sent again after a reconnect
+                    # (the same attempt), is dropped: the application will see the first.
+                    if attempts[i] <= o.attempts[place] or o.state[place] \
+                            or not o.taken_by_application(place):
+                        duplicates += 1
+                        continue
+                    o.settled_apart((seq,))
+                    leased += 1
+                places.append(i)
+                chosen.add(seq)
             if places:  # an origin of their own: its places are theirs
                 origin = Origin(self.engine, source, group, _pick(seqs, places),
                                 _pick(batch.headers, places), _pick(batch.attempts, places),
@@ -130,6 +184,8 @@ class Consumer:
                 keys, payloads = _pick(keys, places), _pick(payloads, places)
         if duplicates:
             self.counters.add("duplicates_held", duplicates)
+        if leased:
+            self.counters.add("redelivered_lease_expired", leased)
         if reack:
             self.counters.add("duplicates_dropped", len(reack))
             self._outgoing.append((producer, Ack(self.engine.node_id, topic, lane,
@@ -209,8 +265,9 @@ class Consumer:
         self.counters.add("acks_rolled_back", sum(map(len, chain(*self._acks.values()))))
         self._acks.clear()
 
-    def flush(self, send: Callable[[bytes, Ack | Nack | Fail], None]) -> None:
-        """After commit: send acks (grouped per producer and lane), nacks and fails."""
+    def flush(self, send: Callable[[bytes, Ack | Nack | Fail | Touch], None]) -> None:
+        """After commit: send acks (grouped per producer and lane), nacks, fails and
+        touches."""
         me = self.engine.node_id
         tops = self._tops
         joined = [(key, _joined(parts)) for key, parts in self._acks.items()]
@@ -226,6 +283,10 @@ class Consumer:
                     send(producer, Ack(me, topic, lane, seqs[i:i + 5000]))
         self._acks.clear()
         out, self._outgoing = self._outgoing, []
+        for (producer, topic, lane), seqs in self._touches.items():
+            for i in range(0, len(seqs), 5000):
+                out.append((producer, Touch(me, topic, lane, tuple(seqs[i:i + 5000]))))
+        self._touches.clear()
         for producer, msg in out:
             send(producer, msg)
 

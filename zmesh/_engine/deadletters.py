@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from .._receipt import MessageId
 from .._store.damage import decode_record
+from .._store.keys import u32
 from .._store.store import WriteBatch, pack, pend_key, u64, unpackb
 from ..deadletters import DeadLetter
 from .delivery import Entry
@@ -59,6 +60,28 @@ class DeadLetters:
         if (lane_id, seq) in self.replayed:
             self.replayed.discard((lane_id, seq))
             batch.dead_del.append(pend_key(lane_id, seq))
+
+    def forget_lane(self, lane_id: int) -> int:
+        """A retired lane's dead letters go with it (deleted with its entries): returns
+        how many were parked."""
+        self.replayed = {(lid, seq) for lid, seq in self.replayed if lid != lane_id}
+        return self.parked(lane_id)
+
+    def parked(self, lane_id: int) -> int:
+        """How many dead letters of the lane are parked: its ``dead`` entries, counted by
+        their keys alone (no value decoded: every status reply asks), less those replayed
+        and not yet settled again, which ``replayed`` holds."""
+        store = self.p.store
+        prefix = u32(lane_id)
+        count = 0
+        with store.env.begin(db=store.dead) as txn:
+            cur = txn.cursor()
+            if cur.set_range(prefix):
+                for key in cur.iternext(keys=True, values=False):
+                    if not key.startswith(prefix):
+                        break
+                    count += 1
+        return count - sum(1 for lid, _seq in self.replayed if lid == lane_id)
 
     def _lanes(self, topic: str, group: str) -> list[tuple[Lane, int]]:
         out = []

@@ -20,6 +20,7 @@ from .._store.damage import decode_record
 from .._store.store import WriteBatch, u64
 from .delivery import Taken
 from .lane import Lane
+from .outcomes import Outcome
 from .staging import UNCLAIMED, oldest
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ def dispatch(producer: Producer, now: float,
         taken, expired = lane.take(now)
         if expired:
             producer._count(lane, "expired", len(expired))
-            producer._settled(topic, lane, expired, batch)
+            producer._settled(topic, lane, expired, batch, Outcome.EXPIRED)
         if not taken:
             continue
         if producer.runs:  # runs holding all of a take send their columns as they are
@@ -244,7 +245,7 @@ def _drop(producer: Producer, topic: str, seqs: list[int], batch: WriteBatch) ->
     for seq in seqs:
         for owing in producer._owing(topic, seq):
             owing.ack([seq])
-            producer._settled(topic, owing, [seq], batch)
+            producer._settled(topic, owing, [seq], batch, Outcome.LOST)
 
 
 def _select(out: Taken, fields: list, keep: list[bool]) -> tuple[Taken, list]:

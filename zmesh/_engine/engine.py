@@ -25,7 +25,7 @@ from .._protocol.codec import (
     encode_lane_batch,
     pack_columns,
 )
-from .._protocol.frames import Bye
+from .._protocol.frames import Bye, GroupDel
 from .._security import Keys, load_keys
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
@@ -35,6 +35,7 @@ from .commit import Committer
 from .consumer import Consumer
 from .delivery import Taken
 from .dispatch import Columns, Packed, dispatch
+from .ephemeral import send_ephemeral
 from .lane import Lane
 from .listener import Listener
 from .mesh import Mesh
@@ -75,7 +76,8 @@ class Engine(Commands):
         super().__init__(self.node_id, next_seq, config.map_size_bytes)
         self.producer = Producer(self.store, self.node_id, next_seq, next_lane,
                                  dict(config.topics), config.memory_budget_bytes,
-                                 config.max_message_bytes, self.counters)
+                                 config.max_message_bytes, self.counters,
+                                 self._publisher.outcomes)
         self.consumer = Consumer(self, self.store, self.counters)
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
@@ -93,6 +95,7 @@ class Engine(Commands):
         self._hold_until = 0.0
         self._send_retry_at = 0.0
         self._next_reclaim = 0.0
+        self._expire_from = 0.0  # when idle lanes may expire (set at start)
         self._packed = Packed()
         self.mesh: Mesh | None = None
         self.ctrl_port = 0
@@ -183,6 +186,7 @@ class Engine(Commands):
         self.poller.register(self._wake_rx, zmq.POLLIN)
         self.listener.register(self.poller)
         now = time.monotonic()
+        self._expire_from = now + cfg.dead_after_s
         load_outbox(self.producer, now, self._wb)
         known = self.store.known_peers()
         for topic, tcfg in self.producer.topics.items():
@@ -239,15 +243,17 @@ class Engine(Commands):
             stop = self._drain_commands(wb, pubs, calls, now)
         self.listener.receive(events, wb, now)
         self._timers(now, wb)
-        done = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
+        done, stored = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
+        mesh = self.mesh
+        assert mesh is not None
+        if stored and mesh.ephemeral:
+            send_ephemeral(mesh, stored, self.node_id, self.incarnation, self.counters)
         if self._watches:
             self.producer.watch(self._watches)
             self._watches.clear()
         for call in calls:
             call.done.set()
         self._notify(*done)  # after watch(): it resolves receipts already settled
-        mesh = self.mesh
-        assert mesh is not None
         if mesh.ctrl_backlog and mesh.flush_ctrl_backlog():
             self._send_retry_at = self._send_retry_at or now + SEND_RETRY_S
         self.consumer.flush(mesh.send_ctrl)
@@ -283,9 +289,12 @@ class Engine(Commands):
             self.producer.tick(now, wb)
         if now >= self._next_beat:
             self._next_beat = now + self.config.heartbeat_interval_s
-            wb.ids_prune_before = time.time() - self.config.dedupe_window_s
+            wall = time.time()
+            wb.ids_prune_before = wall - self.config.dedupe_window_s
             assert self.mesh is not None
             self.mesh.beat(now, wb)
+            # (none retired before the members had time to say hello again)
+            self.producer.expire_idle(wall, wb, retire=now >= self._expire_from)
         if now >= self._next_reclaim:
             more = self.producer.retained.reclaim(wb, time.time())
             self._next_reclaim = now + (RECLAIM_BUSY_S if more else RECLAIM_INTERVAL_S)
@@ -346,6 +355,20 @@ class Engine(Commands):
         return encode_lane_batch(self.node_id, self.incarnation, lane.topic, lane.name, floor,
                                  out.attempts if whole else out.attempts[start:end], done)
 
+    # -- groups --------------------------------------------------------------------------
+
+    def delete_group(self, topic: str, group: str, wb: WriteBatch, now: float,
+                     announce: bool) -> dict:
+        """Retire ``group`` of ``topic`` here (and, ``announce``, at every live peer): its
+        lanes and what they owe. Members still subscribed are members of a new lane of it
+        at once. Returns what was dropped here and how many peers were told."""
+        mesh = self.mesh
+        assert mesh is not None
+        dropped = self.producer.delete_group(topic, group, wb)
+        mesh.renew_lanes(topic, group, wb, now)
+        told = mesh.send_to_peers(GroupDel(self.node_id, topic, group)) if announce else 0
+        return {"dropped": dropped, "peers_told": told}
+
     # -- status and teardown -------------------------------------------------------------
 
     def status(self) -> dict:
@@ -361,7 +384,7 @@ class Engine(Commands):
             calls: list[Call] = []
             self._drain_commands(wb, pubs, calls, now, max_pubs=1 << 62)
             self.held.freed()  # one last try for the held publishes
-            done = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
+            done, _stored = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
             for call in calls:
                 call.done.set()
             self._notify(*done)

@@ -24,10 +24,12 @@ from .._protocol.frames import (
     FetchItem,
     FetchReply,
     FetchRequest,
+    GroupDel,
     Hello,
     Nack,
     StatusReply,
     StatusRequest,
+    Touch,
 )
 from .._security import ZapHandler, server_options
 from ..errors import DecodeError, ZMeshError
@@ -221,6 +223,11 @@ class Listener:
                                   None if msg.delay_s < 0 else msg.delay_s, wb, now)
         elif isinstance(msg, Fail):
             self.producer.on_fail(msg.topic, msg.lane, msg.seq, msg.reason, wb)
+        elif isinstance(msg, Touch):
+            self.producer.on_touch(msg.topic, msg.lane, msg.seqs, msg.node_id, now)
+        elif isinstance(msg, GroupDel):
+            if mesh.peers.get(msg.node_id) is not None:  # (a peer's operator, not a stranger)
+                self.engine.delete_group(msg.topic, msg.group, wb, now, announce=False)
         elif isinstance(msg, Bye):
             peer = mesh.peers.get(msg.node_id)
             if peer is not None and peer.incarnation == msg.incarnation:

@@ -11,7 +11,7 @@ import zmq
 
 from .._discovery.static import seed_endpoints
 from .._protocol.codec import encode_control
-from .._protocol.frames import Ack, Fail, Hello, Nack, PeerRef, SubInfo
+from .._protocol.frames import Ack, Fail, GroupDel, Hello, Nack, PeerRef, SubInfo, Touch
 from .._security import Keys, client_options
 from .._store.store import WriteBatch
 from ..config import NodeConfig
@@ -54,6 +54,8 @@ class Mesh:
         # (endpoint, server key) -> (socket, heartbeats without answer, is a seed)
         self._contacts: dict[tuple[str, bytes], tuple[zmq.Socket, int, bool]] = {}
         self.ctrl_backlog: dict[bytes, list[bytes]] = {}
+        # Live peers' ephemeral subscriptions by topic (rebuilt when one changes).
+        self.ephemeral: dict[str, list[tuple[Peer, SubInfo]]] = {}
         self._foreign_logged: set[bytes] = set()
         self.ctrl_port = 0
         self.data_port = 0
@@ -85,9 +87,9 @@ class Mesh:
         limit = self.config.max_message_bytes
         # Several subscriptions of one topic and group on this node are one member of its
         # lane: named once (the newest one's flow control).
-        subs = tuple({(s.topic, s.group, s.mode): SubInfo(
-            s.topic, s.group, s.mode, s.config.max_in_flight, s.config.batch_size, limit)
-            for s in self._local_subs()}.values())
+        subs = tuple({(s.topic, s.announced_as, s.mode): SubInfo(
+            s.topic, s.announced_as, s.mode, s.config.max_in_flight, s.config.batch_size,
+            limit) for s in self._local_subs()}.values())
         refs = tuple(PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode())
                      for p in self.peers.values() if p.alive)
         return Hello(self.node_id, self.config.name, self.config.mesh, self.incarnation,
@@ -180,7 +182,7 @@ class Mesh:
 
     def apply_subs(self, peer: Peer, subs: tuple[SubInfo, ...], wb: WriteBatch,
                     now: float) -> None:
-        new = {(s.topic, lane_name(s, peer.node_id)): s for s in subs}
+        new = {(s.topic, lane_name(s, peer.node_id)): s for s in subs if s.mode != "ephemeral"}
         for key in peer.lanes.keys() - new.keys():
             lane = self.producer.lanes.get(key)
             if lane is not None:
@@ -190,6 +192,36 @@ class Mesh:
             lane.set_member(peer.node_id, s.max_in_flight, s.batch_size, s.max_message_bytes)
         peer.subs = subs
         peer.lanes = new
+        ephemeral = {(s.topic, s.group): s for s in subs if s.mode == "ephemeral"}
+        if ephemeral != peer.ephemeral:
+            peer.ephemeral = ephemeral
+            self._index_ephemeral()
+
+    def _index_ephemeral(self) -> None:
+        by_topic: dict[str, list[tuple[Peer, SubInfo]]] = {}
+        for peer in (self.self_peer, *self.peers.values()):
+            if peer is not None and peer.alive:
+                for (topic, _name), s in peer.ephemeral.items():
+                    by_topic.setdefault(topic, []).append((peer, s))
+        self.ephemeral = by_topic
+
+    def renew_lanes(self, topic: str, group: str, wb: WriteBatch, now: float) -> None:
+        """``group`` of ``topic`` was deleted here: live members that still subscribe to
+        it are members of a new lane of it at once (it owes what is published from now)."""
+        for peer in (self.self_peer, *self.peers.values()):
+            if peer is None or not peer.alive:
+                continue
+            gone = [key for key, s in peer.lanes.items() if key[0] == topic and s.group == group]
+            if gone:
+                for key in gone:
+                    del peer.lanes[key]
+                self.apply_subs(peer, peer.subs, wb, now)
+
+    def send_to_peers(self, msg: GroupDel) -> int:
+        """Send a control message to every live peer; returns how many were sent it."""
+        frame = encode_control(msg)
+        return sum(self.send_raw(peer.dealer, frame) for peer in self.peers.values()
+                   if peer.alive)
 
     def subs_changed(self, wb: WriteBatch, now: float) -> None:
         hello = self.hello()
@@ -204,6 +236,9 @@ class Mesh:
         peer.dead_since = now
         peer.subs = ()
         peer.lanes = {}
+        if peer.ephemeral:
+            peer.ephemeral = {}
+            self._index_ephemeral()
         moved = self.producer.member_gone(peer.node_id, now)
         log.log(logging.WARNING if why == "silent" else logging.INFO,
                 "peer %s (%s) is gone (%s, last heard %.1fs ago); %d in-flight messages "
@@ -240,7 +275,7 @@ class Mesh:
 
     # -- sending -------------------------------------------------------------------------
 
-    def send_ctrl(self, node_id: bytes, msg: Ack | Nack | Fail) -> None:
+    def send_ctrl(self, node_id: bytes, msg: Ack | Nack | Fail | Touch) -> None:
         """Send a settlement to a producer; hold it while the producer is unknown or its
         socket is full, so acks are delayed rather than lost."""
         frame = encode_control(msg)

@@ -37,6 +37,9 @@ class Peer:
     is_self: bool = False
     subs: tuple[SubInfo, ...] = ()
     lanes: dict[tuple[str, str], SubInfo] = field(default_factory=dict)
+    # Its ephemeral subscriptions (no lane: sent what is published while it is here),
+    # by (topic, the subscription's name).
+    ephemeral: dict[tuple[str, str], SubInfo] = field(default_factory=dict)
     dead_since: float = 0.0
     public_key: bytes = b""  # Z85 CURVE key, on a secured mesh
 

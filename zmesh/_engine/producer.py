@@ -24,6 +24,7 @@ from .deadletters import DeadLetters
 from .delivery import IN_FLIGHT, Entry, Timing
 from .dispatch import Columns, Decoded
 from .lane import Lane
+from .outcomes import Outcome, Outcomes
 from .retained import Retained
 from .retention import Indexes, retains
 from .runs import RUN_ENTRY_BYTES, Runs, run_message
@@ -46,14 +47,20 @@ class Producer:
 
     def __init__(self, store: Store, node_id: bytes, next_seq: int, next_lane: int,
                  topics: dict[str, TopicConfig], memory_budget_bytes: int,
-                 max_message_bytes: int, counters: Counters) -> None:
+                 max_message_bytes: int, counters: Counters,
+                 outcomes: Outcomes | None = None) -> None:
         self.store = store
+        # What messages became for a lane when it did not ack them (read by receipts).
+        self.outcomes = Outcomes() if outcomes is None else outcomes
         self.node_id = node_id
         self.topics = topics
         self.counters = counters
         self.lanes: dict[tuple[str, str], Lane] = {}
         self.lane_ids: dict[tuple[str, str], int] = {}
         self.lane_meta: dict[tuple[str, str], tuple[str, str]] = {}  # group, mode
+        # When each lane last had no member (wall clock; None while it has one, or not
+        # seen yet), as its ``lanes`` entry keeps it: see ``expire_idle``.
+        self.idle_since: dict[tuple[str, str], float | None] = {}
         self.by_topic: dict[str, list[Lane]] = {}  # claimed lanes only
         # The lanes with work, so that a loop iteration visits those alone (a node may have
         # thousands of lanes, most idle): each lane's timers as (at, serial, lane), the
@@ -148,6 +155,7 @@ class Producer:
         seqs = sorted(unclaimed.seqs())
         log.info("%d messages of %s published before any group was known go to %s",
                  len(seqs), topic, [ln.name for ln in lanes])
+        self.outcomes.claim(topic, seqs, [ln.name for ln in lanes])
         for seq in seqs:
             entry = unclaimed.entry(seq)
             assert entry is not None
@@ -319,13 +327,17 @@ class Producer:
         self.settled_floor = min((lane.floor() for lane in self.lanes.values() if len(lane)),
                                  default=math.inf)
 
-    def _settled(self, topic: str, lane: Lane, seqs: Iterable[int], batch: WriteBatch) -> None:
-        """``lane`` no longer owes ``seqs``; drop each message that nobody owes. (A
-        ``range``, consecutive acks mostly, is kept as one: each step below takes it.)"""
+    def _settled(self, topic: str, lane: Lane, seqs: Iterable[int], batch: WriteBatch,
+                 outcome: Outcome | None = None) -> None:
+        """``lane`` no longer owes ``seqs`` (``outcome``: how, when not acked); drop each
+        message that nobody owes. (A ``range``, consecutive acks mostly, is kept as one:
+        each step below takes it.)"""
         if not isinstance(seqs, range):
             seqs = list(seqs)
         if not seqs:
             return
+        if outcome is not None:
+            self.outcomes.record(lane.name, outcome, seqs)
         lane_id = self.lane_ids[(topic, lane.name)]
         mem = self._mem
         # What another lane of the topic still owes stays in the outbox: the runs' counts
@@ -400,6 +412,12 @@ class Producer:
         for entry in exhausted:
             self._park(lane, entry, "max attempts reached after nack", batch)
 
+    def on_touch(self, topic: str, name: str, seqs: Iterable[int], member: bytes,
+                 now: float) -> None:
+        lane = self.lanes.get((topic, name))
+        if lane is not None:
+            self._count(lane, "lease_extended", lane.touch(seqs, member, now))
+
     def on_fail(self, topic: str, name: str, seq: int, reason: str, batch: WriteBatch) -> None:
         lane = self.lanes.get((topic, name))
         if lane is None:
@@ -410,7 +428,7 @@ class Producer:
 
     def _park(self, lane: Lane, entry: Entry, reason: str, batch: WriteBatch) -> None:
         self.dead.park(lane, entry, reason, self.record(entry.seq), batch)
-        self._settled(lane.topic, lane, [entry.seq], batch)
+        self._settled(lane.topic, lane, [entry.seq], batch, Outcome.DEAD_LETTERED)
 
     def _persist_attempts(self, lane: Lane, seqs: Iterable[int], batch: WriteBatch) -> None:
         lane_id = self.lane_ids[(lane.topic, lane.name)]
@@ -438,7 +456,7 @@ class Producer:
         state = lane.state(old)
         if state is not None and state != IN_FLIGHT:
             lane.ack([old])
-            self._settled(lane.topic, lane, [old], batch)
+            self._settled(lane.topic, lane, [old], batch, Outcome.SUPERSEDED)
             self._count(lane, "superseded", 1)
 
     def index_latest(self, topic: str) -> None:
@@ -464,6 +482,115 @@ class Producer:
             lane.counts[name] += n
             self.counters.add(name, n)
 
+    # -- group lifecycle ----------------------------------------------------------------
+
+    def retire(self, lane: Lane, batch: WriteBatch, why: str) -> int:
+        """Drop ``lane`` (a group deleted or expired) and what it owes: counted in
+        ``dropped_group_deleted``, its receipts' outcome ``group_deleted``; its stored
+        entries and dead letters go with it. Returns the messages it owed."""
+        topic, name = lane.topic, lane.name
+        key = (topic, name)
+        owed = lane.seqs()
+        if owed:
+            settled = lane.ack(sorted(owed))
+            self._settled(topic, lane, settled, batch, Outcome.GROUP_DELETED)
+            self.counters.add("dropped_group_deleted", len(settled))
+        lane_id = self.lane_ids.pop(key)
+        batch.lanes_del.append((pack([topic, name]), lane_id))
+        del self.lanes[key]
+        del self.lane_meta[key]
+        self.idle_since.pop(key, None)
+        self._latest.pop(key, None)
+        self.ready.pop(lane, None)
+        lanes = self.by_topic.get(topic, [])
+        if lane in lanes:
+            lanes.remove(lane)
+            if not lanes:
+                del self.by_topic[topic]
+        parked = self.dead.forget_lane(lane_id)
+        if parked:
+            self.counters.add("dead_letters_dropped", parked)
+        self.counters.add("lanes_retired", 1)
+        log.warning("lane %s/%s retired (%s): %d pending messages and %d dead letters "
+                    "dropped", topic, name, why, len(owed), parked)
+        return len(owed)
+
+    def delete_group(self, topic: str, group: str, batch: WriteBatch) -> int:
+        """Retire every lane of ``group`` on ``topic`` (the shared one and broadcast
+        members' own); returns the pending messages dropped."""
+        lanes = [lane for key, lane in self.lanes.items()
+                 if key[0] == topic and key[1] != UNCLAIMED and self.lane_meta[key][0] == group]
+        return sum(self.retire(lane, batch, "group deleted") for lane in lanes)
+
+    def expire_idle(self, wall: float, batch: WriteBatch, retire: bool = True) -> int:
+        """Note which lanes have members (``idle_since``, kept in their ``lanes``
+        entries) and (``retire``) retire those that had none for their topic's
+        ``group_inactive_expiry_s`` (0: never; groups declared on the topic never
+        expire). ``wall``: the wall clock now. Returns how many were retired."""
+        retired = 0
+        for key, lane in list(self.lanes.items()):
+            topic, name = key
+            if name == UNCLAIMED:
+                continue
+            idle = self.idle_since.get(key)
+            if lane.members:
+                if idle is not None:
+                    self._note_idle(key, None, batch)
+                continue
+            if idle is None:
+                self._note_idle(key, wall, batch)
+                continue
+            if not retire:
+                continue
+            cfg = self.topic_config(topic)
+            group, mode = self.lane_meta[key]
+            expiry = cfg.group_inactive_expiry_s
+            if not expiry or (mode == "shared" and group in cfg.groups) or wall - idle < expiry:
+                continue
+            self.retire(lane, batch, f"no member for {wall - idle:.0f}s, past the topic's "
+                                     f"group_inactive_expiry_s of {expiry:g}s")
+            self.counters.add("groups_expired", 1)
+            retired += 1
+        return retired
+
+    def _note_idle(self, key: tuple[str, str], since: float | None, batch: WriteBatch) -> None:
+        self.idle_since[key] = since
+        group, mode = self.lane_meta[key]
+        batch.lanes_put.append((pack(list(key)), pack([self.lane_ids[key], group, mode, since])))
+
+    def groups(self, topic: str | None, wall: float) -> list[dict]:
+        """This producer's lanes (of ``topic``, or all) for listings: group, mode,
+        pending, in flight, members, last seen (wall clock), oldest message's age."""
+        out = []
+        for key, lane in self.lanes.items():
+            if key[1] == UNCLAIMED or (topic is not None and key[0] != topic):
+                continue
+            group, mode = self.lane_meta[key]
+            cfg = self.topic_config(key[0])
+            pending = len(lane)
+            oldest = self.published_at(lane.floor()) if pending else None
+            out.append({
+                "topic": key[0], "group": group, "mode": mode, "lane": key[1],
+                "pending": pending, "in_flight": lane.in_flight_count(),
+                "members": [m.hex() for m in lane.members],
+                "last_seen": wall if lane.members else self.idle_since.get(key),
+                "oldest_age_s": None if oldest is None else max(0.0, wall - oldest),
+                "declared": mode == "shared" and group in cfg.groups,
+                "expires_after_s": cfg.group_inactive_expiry_s or None,
+                "dead_letters": self.dead.parked(self.lane_ids[key]),
+            })
+        return out
+
+    def published_at(self, seq: int) -> float | None:
+        """When ``seq`` was published (wall clock), from its stored fields; None if gone."""
+        fields = self._mem.get(seq) or self.decoded.fields.get(seq)
+        if fields is None and self.runs.find(seq) is not None:
+            fields = self.run_messages([seq]).get(seq)
+        if fields is None:
+            record = self.store.get_messages([seq]).get(seq)
+            fields = None if record is None else decode_record(record)
+        return None if fields is None else float(fields[5])
+
     def member_gone(self, member: bytes, now: float) -> int:
         moved = 0
         for lane in self.lanes.values():
@@ -488,13 +615,15 @@ class Producer:
         while wakeups and wakeups[0][0] <= now:
             due[heapq.heappop(wakeups)[2]] = None
         for lane in due:
+            if self.lanes.get((lane.topic, lane.name)) is not lane:
+                continue  # retired
             lane._wake_at = math.inf  # what it was told of is due: tell again what is left
             result = lane.tick(now)
             if result.timed_out:
                 self._count(lane, "ack_timeouts", result.timed_out)
             if result.expired:
                 self._count(lane, "expired", len(result.expired))
-                self._settled(lane.topic, lane, result.expired, batch)
+                self._settled(lane.topic, lane, result.expired, batch, Outcome.EXPIRED)
             for entry in result.exhausted:
                 self._park(lane, entry, "max attempts reached after ack timeouts", batch)
             nxt = lane.next_wakeup()

@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 def load_outbox(producer: Producer, now: float, batch: WriteBatch) -> None:
     """Rebuild the lanes of ``producer`` and its outbox depth from LMDB after a start."""
     by_id: dict[int, Lane] = {}
-    for topic, name, lane_id, group, mode in producer.store.iter_lanes():
+    for topic, name, lane_id, group, mode, idle_since in producer.store.iter_lanes():
         by_id[lane_id] = producer._add_lane(topic, name, lane_id, group, mode)
+        producer.idle_since[(topic, name)] = idle_since
     offset = mono_offset()
     for lane in by_id.values():
         lane.begin_bulk()

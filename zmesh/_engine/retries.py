@@ -26,6 +26,7 @@ class Retries:
     _deadlines: list[tuple[float, int, array[int] | range]]
     _expiring: list[tuple[float, int]]
     _wake_at: float
+    _serial: int
     on_timer: Callable[[Any, float], None]
 
     if TYPE_CHECKING:
@@ -68,6 +69,26 @@ class Retries:
             delay = self.backoff(entry.attempt) if delay_s is None else max(0.0, delay_s)
             self._schedule(entry, now + delay if delay > 0 else 0.0, now)
         return exhausted
+
+    def touch(self, seqs: Iterable[int], member: bytes, now: float) -> int:
+        """``member`` still works on ``seqs``: those it holds in flight get a new ack
+        deadline, a whole ack timeout from ``now``. Returns how many."""
+        deadline = now + self.timing.ack_timeout_s
+        touched = array("q")
+        for seq in seqs:
+            if self.state(seq) != IN_FLIGHT:
+                continue
+            entry = self.entry(seq)
+            assert entry is not None
+            if entry.member != member:
+                continue  # (handed to another member since)
+            entry.deadline = deadline  # (the record of the old one is skipped when due)
+            touched.append(seq)
+        if touched:
+            self._serial += 1
+            heapq.heappush(self._deadlines, (deadline, self._serial, touched))
+            self._timer(deadline)
+        return len(touched)
 
     def fail(self, seq: int) -> Entry | None:
         """Take ``seq`` out of delivery to be parked; None when it is not owed."""

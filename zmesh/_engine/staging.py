@@ -12,7 +12,7 @@ import heapq
 import time
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import accumulate, repeat
 from operator import add, attrgetter, itemgetter
 from typing import TYPE_CHECKING, TypeVar
@@ -52,6 +52,10 @@ def mem_size(fields: tuple) -> int:
 
 _keys, _headers, _payloads = itemgetter(2), itemgetter(3), itemgetter(8)
 _stage = attrgetter("stage")
+
+
+def _lane_names(lanes: Iterable[Lane]) -> tuple[str, ...]:
+    return tuple(lane.name for lane in lanes)
 
 
 def mem_run_size(record: list) -> int:
@@ -423,11 +427,19 @@ class Staging:
                 if latest_wins and p.key is not None:
                     producer._supersede(lane, p.key, p.seq, batch)
             i += 1
+        # The lanes each stage's messages are owed to, for its receipts' outcomes.
+        owed_to: dict[str, tuple[str, ...]] = {}
+        for p in pubs:
+            names = owed_to.get(p.topic)
+            if names is None:
+                names = owed_to[p.topic] = _lane_names(producer.by_topic.get(p.topic, ()))
+            p.stage.lanes = names
         producer.stored.extend(map(_stage, pubs))  # (a batch's stage once per message)
         count = message_count(pubs)
         producer.depth += count
         producer.counters.add("published", count)
         for topic, original, receipt in self.duplicates:
+            receipt._stage.lanes = _lane_names(producer.by_topic.get(topic, ()))
             if producer.owed(topic, original):
                 producer._followers.setdefault(original, []).append(receipt)
                 producer.stored.append(receipt._stage)

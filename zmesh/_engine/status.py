@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from .backlog import oldest_age_s, parked
-
 if TYPE_CHECKING:
     from .engine import Engine
 
@@ -25,8 +23,9 @@ def node_status(engine: Engine) -> dict:
             "windows": [m.window for m in lane.members.values()],  # (the members' order)
             "pending": len(lane), "ready": lane.ready_count,
             "in_flight": lane.in_flight_count(), **lane.counts,
-            "oldest_age_s": oldest_age_s(producer, lane, wall_now),
-            "dead_letters": parked(producer, producer.lane_ids[(topic, name)]),
+            "oldest_age_s": _age(producer.published_at(lane.floor()) if len(lane) else None,
+                                 wall_now),
+            "dead_letters": producer.dead.parked(producer.lane_ids[(topic, name)]),
         })
     return {
         "node": {"id": engine.node_id.hex(), "name": engine.config.name,
@@ -42,3 +41,9 @@ def node_status(engine: Engine) -> dict:
         "peers": [p.info(now) for p in engine.mesh.peers.values()] if engine.mesh else [],
         "counters": engine.counters.snapshot(),
     }
+
+
+def _age(published_at: float | None, wall_now: float) -> float | None:
+    """Seconds since ``published_at`` (the lane's oldest unsettled message: sequences
+    grow with publish time, so it is the lane's floor); None when there is none."""
+    return None if published_at is None else max(0.0, round(wall_now - published_at, 3))

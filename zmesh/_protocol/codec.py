@@ -23,11 +23,13 @@ from .frames import (
     FAIL,
     FETCH_REP,
     FETCH_REQ,
+    GROUP_DEL,
     HELLO,
     NACK,
     PROTOCOL_VERSION,
     STATUS_REP,
     STATUS_REQ,
+    TOUCH,
     Ack,
     AdminReply,
     AdminRequest,
@@ -39,12 +41,14 @@ from .frames import (
     FetchItem,
     FetchReply,
     FetchRequest,
+    GroupDel,
     Hello,
     Nack,
     PeerRef,
     StatusReply,
     StatusRequest,
     SubInfo,
+    Touch,
 )
 
 MAX_HEADER_BYTES = 1 << 20
@@ -209,6 +213,10 @@ def encode_control(msg: Control) -> bytes:
         return _packb([v, FAIL, msg.node_id, msg.topic, msg.lane, msg.seq, msg.reason])
     if isinstance(msg, Bye):
         return _packb([v, BYE, msg.node_id, msg.incarnation])
+    if isinstance(msg, Touch):
+        return _packb([v, TOUCH, msg.node_id, msg.topic, msg.lane, list(msg.seqs)])
+    if isinstance(msg, GroupDel):
+        return _packb([v, GROUP_DEL, msg.node_id, msg.topic, msg.group])
     if isinstance(msg, StatusRequest):
         return _packb([v, STATUS_REQ, msg.token])
     if isinstance(msg, StatusReply):
@@ -252,7 +260,7 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
             subs = []
             for s in subs_raw:
                 _check(isinstance(s, list) and len(s) == 6, "bad sub")
-                _check(s[2] in ("shared", "broadcast"), "bad sub mode")
+                _check(s[2] in ("shared", "broadcast", "ephemeral"), "bad sub mode")
                 subs.append(SubInfo(_str(s[0], "topic"), _str(s[1], "group"), s[2],
                                     _int(s[3], "max_in_flight", 1, MAX_IN_FLIGHT),
                                     _int(s[4], "batch_size", 1, MAX_BATCH_ITEMS),
@@ -283,6 +291,13 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
         if kind == BYE:
             _check(len(obj) == 4, "bad bye length")
             return Bye(_node_id(obj[2]), _int(obj[3], "incarnation"))
+        if kind == TOUCH:
+            _check(len(obj) == 6, "bad touch length")
+            return Touch(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"),
+                         _seqs(obj[5]))
+        if kind == GROUP_DEL:
+            _check(len(obj) == 5, "bad group deletion length")
+            return GroupDel(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "group"))
         if kind == STATUS_REQ:
             _check(len(obj) == 3, "bad status request length")
             return StatusRequest(_int(obj[2], "token"))

@@ -22,11 +22,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-PROTOCOL_VERSION = 5  # 2: data batches in columns, payloads inside the header frame;
+PROTOCOL_VERSION = 6  # 2: data batches in columns, payloads inside the header frame;
 #                       3: subscriptions and fetch requests carry max_message_bytes;
 #                       4: consecutive sequences of a batch or an ack travel as the first;
 #                       5: a batch's numbers (partitions, attempts, publish times, indexes)
-#                          travel as bins of fixed-size little-endian numbers
+#                          travel as bins of fixed-size little-endian numbers;
+#                       6: ephemeral subscriptions, GROUP_DEL, TOUCH
 
 # Control kinds.
 HELLO = 1
@@ -40,6 +41,8 @@ ADMIN_REQ = 8
 ADMIN_REP = 9
 FETCH_REQ = 10
 FETCH_REP = 11
+GROUP_DEL = 12
+TOUCH = 13
 # Data kinds.
 BATCH = 16
 
@@ -49,8 +52,8 @@ class SubInfo:
     """One subscription a node announces: which lane of which topic it consumes."""
 
     topic: str
-    group: str
-    mode: str  # "shared" | "broadcast"
+    group: str  # (an ephemeral subscription's: a name of its own, unique at its node)
+    mode: str  # "shared" | "broadcast" | "ephemeral"
     max_in_flight: int
     batch_size: int
     max_message_bytes: int  # the largest payload the subscribing node accepts
@@ -118,6 +121,27 @@ class Fail:
     lane: str
     seq: int
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Touch:
+    """The sender's member still works on these in-flight sequences of the receiver's
+    lane: their ack deadline starts again (``Message.in_progress``)."""
+
+    node_id: bytes
+    topic: str
+    lane: str
+    seqs: Sequence[int]  # (a tuple when decoded)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDel:
+    """An operator deleted ``group`` of ``topic``: drop its lanes (sent by the node that
+    was asked to every live peer)."""
+
+    node_id: bytes
+    topic: str
+    group: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,5 +262,5 @@ class Batch:
     payloads: Sequence[bytes]
 
 
-Control = (Hello | Bye | Ack | Nack | Fail | StatusRequest | StatusReply | AdminRequest
-           | AdminReply | FetchRequest | FetchReply)
+Control = (Hello | Bye | Ack | Nack | Fail | Touch | GroupDel | StatusRequest | StatusReply
+           | AdminRequest | AdminReply | FetchRequest | FetchReply)

@@ -28,6 +28,9 @@ class WriteBatch:
     seen_put: list[tuple[bytes, bytes, Sequence[int]]] = field(default_factory=list)
     seen_prune: list[tuple[bytes, int, bytes]] = field(default_factory=list)
     lanes_put: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # Lanes retired (a group deleted or expired): (lanes key, lane id), with every
+    # pending entry, run entry and dead letter of theirs.
+    lanes_del: list[tuple[bytes, int]] = field(default_factory=list)
     dead_put: list[tuple[bytes, bytes]] = field(default_factory=list)
     dead_del: list[bytes] = field(default_factory=list)
     meta_put: dict[bytes, bytes] = field(default_factory=dict)
@@ -52,7 +55,8 @@ class WriteBatch:
         return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_runs
                     or self.pend_del or self.runs_put or self.prun_put or self.runs_del
                     or self.prun_set
-                    or self.seen_put or self.seen_prune or self.lanes_put or self.dead_put
+                    or self.seen_put or self.seen_prune or self.lanes_put or self.lanes_del
+                    or self.dead_put
                     or self.dead_del or self.meta_put or self.ids_put
                     or self.ids_prune_before or self.peers_put or self.peers_del
                     or self.quarantine or self.log_put or self.log_next or self.log_del)
@@ -65,7 +69,8 @@ class WriteBatch:
     def frees_space(self) -> bool:
         """True when committing this batch deleted stored records."""
         return bool(self.msgs_del or self.pend_del or self.dead_del or self.seen_prune
-                    or self.log_del or self.runs_del or None in self.prun_set.values())
+                    or self.log_del or self.runs_del or self.lanes_del
+                    or None in self.prun_set.values())
 
     def mark(self) -> dict[str, int]:
         """The length of every list now; ``truncate`` drops what was added after."""
@@ -87,7 +92,8 @@ class WriteBatch:
                           runs_del=self.runs_del, del_bytes=self.del_bytes,
                           prun_set=self.prun_set,
                           dead_del=self.dead_del, dead_put=self.dead_put,
-                          lanes_put=self.lanes_put, seen_prune=self.seen_prune,
+                          lanes_put=self.lanes_put, lanes_del=self.lanes_del,
+                          seen_prune=self.seen_prune,
                           meta_put=self.meta_put, ids_prune_before=self.ids_prune_before,
                           quarantine=self.quarantine, log_del=self.log_del)
 

@@ -17,8 +17,10 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   lane still owes of a run (partitions a bin of a byte each, or a list past 255; offsets
   nil: all of it, an int: from that one to the end, else a list; attempts nil: none
   handed out yet, else one per offset owed).
-- ``lanes``: msgpack [topic, lane] -> msgpack [lane_id, group, mode]: every group this
-  producer has learned of, remembered so an offline group accumulates its backlog.
+- ``lanes``: msgpack [topic, lane] -> msgpack [lane_id, group, mode, idle_since]: every
+  group this producer has learned of, remembered so an offline group accumulates its
+  backlog; ``idle_since`` (wall clock; nil while it has members, or absent) is when it
+  last had no member, for ``TopicConfig.group_inactive_expiry_s``.
 - ``acked``: producer(16) + chunk(8) + lane -> bitmap: the consumer's dedupe window of
   acked messages, pruned below each producer's announced floor (see acked.py).
 - ``dead``:  lane_id(4) + seq(8) -> msgpack [state, reason, attempts, failed_at, history,
@@ -322,12 +324,16 @@ class Store(LogIndex, AckedWindow):
 
     # -- reads ----------------------------------------------------------------------------
 
-    def iter_lanes(self) -> Iterator[tuple[str, str, int, str, str]]:
-        """(topic, lane, lane_id, group, mode) of every remembered lane."""
-        def decode(k: bytes, v: bytes) -> tuple[str, str, int, str, str]:
+    def iter_lanes(self) -> Iterator[tuple[str, str, int, str, str, float | None]]:
+        """(topic, lane, lane_id, group, mode, idle_since) of every remembered lane."""
+        def decode(k: bytes, v: bytes) -> tuple[str, str, int, str, str, float | None]:
             topic, lane = unpackb(k)
-            lane_id, group, mode = unpackb(v)
-            return str(topic), str(lane), int(lane_id), str(group), str(mode)
+            lane_id, group, mode, *rest = unpackb(v)
+            idle = rest[0] if rest else None
+            if len(rest) > 1 or not (idle is None or type(idle) in (int, float)):
+                raise ValueError("not a lane")
+            return (str(topic), str(lane), int(lane_id), str(group), str(mode),
+                    None if idle is None else float(idle))
         yield from self._scan(self.lanes, "lanes", decode)
 
     def iter_pending(self) -> Iterator[tuple[int, int, tuple]]:
@@ -518,6 +524,10 @@ class Store(LogIndex, AckedWindow):
                     cursor.delete()
         if b.lanes_put:
             txn.cursor(db=self.lanes).putmulti(b.lanes_put)
+        for key, lane_id in b.lanes_del:
+            txn.delete(key, db=self.lanes)
+            for db in (self.pend, self.pruns, self.dead):
+                _delete_prefix(txn, db, u32(lane_id))
         if b.dead_put:
             txn.cursor(db=self.dead).putmulti(b.dead_put)
         for mid, seq, at in b.ids_put:
@@ -550,6 +560,16 @@ def _delete_each(txn: Any, db: Any, keys: list[bytes]) -> None:
     for key in keys:
         if find(key):
             delete()
+
+
+def _delete_prefix(txn: Any, db: Any, prefix: bytes) -> None:
+    """Delete every key of ``db`` that starts with ``prefix``."""
+    cursor = txn.cursor(db=db)
+    if not cursor.set_range(prefix):
+        return
+    while cursor.key().startswith(prefix):
+        if not cursor.delete():  # (False at the end of the database)
+            return
 
 
 def _pages(stat: Any) -> int:

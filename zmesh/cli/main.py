@@ -20,6 +20,7 @@ from .client import add_curve_options
 from .demo import demo
 from .dlq import dlq
 from .doctor import doctor
+from .group import group
 from .keys import keys, snapshot
 from .ls import ls
 from .noderun import node
@@ -81,6 +82,7 @@ cli.add_command(add_curve_options(peers))
 cli.add_command(node)
 cli.add_command(top)
 cli.add_command(dlq)
+cli.add_command(group)
 cli.add_command(keys)
 cli.add_command(snapshot)
 cli.add_command(doctor)

@@ -1,0 +1,119 @@
+"""Sending to ephemeral subscriptions (IO thread): what a producer stores while such a
+subscriber is connected is sent to it once, right after the commit, at most once.
+
+No lane, no pending entry, no ack, nothing remembered: a subscriber that is gone, or whose
+pipe has no room (a slow one), misses the messages, counted in ``ephemeral_dropped``.
+Messages scheduled for later (``deliver_at``) are for groups only; an expired one is not
+sent.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Iterable
+from itertools import repeat
+from typing import TYPE_CHECKING
+
+import zmq
+
+from .._protocol.codec import MAX_BATCH_HEADER_BYTES, encode_lane_batch, pack_columns
+from .publishes import AnyPublish, Publish
+from .stats import Counters
+
+if TYPE_CHECKING:
+    from .._protocol.frames import SubInfo
+    from .mesh import Mesh
+    from .peers import Peer
+
+_NOBLOCK = int(zmq.NOBLOCK)
+
+
+class _Columns:
+    """The messages of one topic to send, a column per field."""
+
+    __slots__ = ("seqs", "partitions", "keys", "headers", "published_ats", "payloads")
+
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+        self.partitions: list[int] = []
+        self.keys: list[str | None] = []
+        self.headers: list[dict | None] = []
+        self.published_ats = array("d")
+        self.payloads: list[bytes] = []
+
+    def add(self, p: AnyPublish, wall: float) -> None:
+        if isinstance(p, Publish):
+            if p.deliver_at is not None or (p.expires_at is not None and p.expires_at <= wall):
+                return
+            self.seqs.append(p.seq)
+            self.partitions.append(p.partition)
+            self.keys.append(p.key)
+            self.headers.append(p.headers)
+            self.published_ats.append(p.published_at)
+            self.payloads.append(p.payload)
+            return
+        n = p.count
+        self.seqs.extend(range(p.seq, p.seq + n))
+        self.partitions.extend(p.partitions)
+        self.keys.extend(repeat(None, n) if p.keys is None else p.keys)
+        self.headers.extend(repeat(p.headers, n))
+        at = p.published_at
+        self.published_ats.extend(array("d", (at,)) * n if isinstance(at, float) else at)
+        self.payloads.extend(p.payloads)
+
+
+def send_ephemeral(mesh: Mesh, pubs: Iterable[AnyPublish], node_id: bytes, incarnation: int,
+                   counters: Counters) -> None:
+    """Send ``pubs`` (just stored) to the ephemeral subscriptions of their topics."""
+    wall = time.time()
+    by_topic: dict[str, _Columns] = {}
+    for p in pubs:
+        if p.topic in mesh.ephemeral:
+            columns = by_topic.get(p.topic)
+            if columns is None:
+                columns = by_topic[p.topic] = _Columns()
+            columns.add(p, wall)
+    for topic, columns in by_topic.items():
+        for peer, info in mesh.ephemeral[topic]:
+            sent, dropped = _send(peer, info, topic, columns, node_id, incarnation)
+            counters.add("sent_ephemeral", sent)
+            counters.add("ephemeral_dropped", dropped)
+
+
+def _send(peer: Peer, info: SubInfo, topic: str, c: _Columns, node_id: bytes,
+          incarnation: int) -> tuple[int, int]:
+    """Send ``c`` to one subscription in batches; returns (sent, dropped)."""
+    places = list(range(len(c.seqs)))
+    too_large = [i for i in places if len(c.payloads[i]) > info.max_message_bytes]
+    if too_large:
+        skip = set(too_large)
+        places = [i for i in places if i not in skip]
+    sent = 0
+    start, n = 0, len(places)
+    while start < n:
+        end = min(start + info.batch_size, n)
+        while True:
+            part = places[start:end]
+            frames = encode_lane_batch(node_id, incarnation, topic, info.group, 0,
+                                       b"\x01" * len(part), pack_columns(
+                                           [c.seqs[i] for i in part],
+                                           [c.partitions[i] for i in part],
+                                           [c.keys[i] for i in part],
+                                           [c.headers[i] for i in part],
+                                           [c.published_ats[i] for i in part],
+                                           [None] * len(part),
+                                           [c.payloads[i] for i in part]))
+            if len(frames[0]) <= MAX_BATCH_HEADER_BYTES or end - start == 1:
+                break
+            end = start + (end - start) // 2  # (long keys and large headers)
+        try:
+            if len(frames) == 1:
+                peer.push.send(frames[0], _NOBLOCK)
+            else:
+                peer.push.send_multipart(frames, _NOBLOCK, copy=False)
+        except zmq.Again:  # a slow subscriber (or one that is gone): at most once
+            break
+        sent += end - start
+        start = end
+    return sent, len(too_large) + n - sent

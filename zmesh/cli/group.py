@@ -1,0 +1,155 @@
+"""``zmesh group ls|rm``: the consumer groups the producers of a mesh owe messages to.
+
+Each producer keeps a lane per group of each topic it publishes, with what it still owes
+that group. ``ls`` asks the node at ADDRESS and every live peer it knows (ops ``groups``
+over their control sockets) and adds their lanes up per topic and group; ``rm`` asks the
+node at ADDRESS to delete a group (op ``group_rm``): it drops its lanes and tells every
+live peer to do the same.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from .client import add_curve_options, request_admin, request_status
+from .output import CliError, console, note
+
+
+def _ages(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
+def gather(address: str, topic: str | None, timeout: float) -> tuple[list[dict], list[str]]:
+    """Every producer's lanes (of ``topic``), each with its producer's name and address;
+    and the nodes that did not answer."""
+    status = request_status(address, timeout)
+    nodes = [(status["node"]["name"], address)]
+    nodes += [(p["name"], p["control"].removeprefix("tcp://")) for p in status["peers"]
+              if p["alive"]]
+    lanes: list[dict] = []
+    unreachable: list[str] = []
+    args: dict[str, Any] = {} if topic is None else {"topic": topic}
+    for name, at in nodes:
+        try:
+            got = request_admin(at, "groups", args, timeout)
+        except CliError:
+            unreachable.append(f"{name} ({at})")
+            continue
+        lanes.extend({**lane, "producer": name, "address": at} for lane in got)
+    return lanes, unreachable
+
+
+def summarize(lanes: list[dict], now: float) -> list[dict]:
+    """Lanes added up per (topic, group): pending and in flight summed, members joined,
+    the latest last seen and the oldest message's age over the producers."""
+    out: dict[tuple[str, str], dict] = {}
+    for lane in lanes:
+        key = (lane["topic"], lane["group"])
+        row = out.get(key)
+        if row is None:
+            row = out[key] = {"topic": key[0], "group": key[1], "mode": lane["mode"],
+                              "producers": 0, "pending": 0, "in_flight": 0,
+                              "dead_letters": 0, "members": set(), "last_seen": None,
+                              "oldest_age_s": None, "declared": False}
+        row["producers"] += 1
+        for field in ("pending", "in_flight", "dead_letters"):
+            row[field] += lane[field]
+        row["members"].update(lane["members"])
+        row["declared"] = row["declared"] or lane["declared"]
+        if lane["last_seen"] is not None:
+            row["last_seen"] = max(row["last_seen"] or 0.0, lane["last_seen"])
+        if lane["oldest_age_s"] is not None:
+            row["oldest_age_s"] = max(row["oldest_age_s"] or 0.0, lane["oldest_age_s"])
+    rows = sorted(out.values(), key=lambda r: (r["topic"], r["group"]))
+    for row in rows:
+        row["members"] = sorted(row["members"])
+        seen = row["last_seen"]
+        row["last_seen_ago_s"] = None if seen is None else max(0.0, now - seen)
+    return rows
+
+
+@click.group()
+def group() -> None:
+    """Consumer groups of a mesh: list them, delete one."""
+
+
+@group.command("ls")
+@click.argument("address", metavar="HOST:PORT")
+@click.argument("topic", required=False)
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              help="Seconds to wait for each node's reply.")
+@click.option("--json", "as_json", is_flag=True, help="Print the groups as JSON.")
+def ls(address: str, topic: str | None, timeout: float, as_json: bool) -> None:
+    """The groups the node at ADDRESS and its live peers owe messages of TOPIC (or of
+    every topic) to: pending, in flight, members, last seen, oldest message's age."""
+    lanes, unreachable = gather(address, topic, timeout)
+    rows = summarize(lanes, time.time())
+    if as_json:
+        click.echo(json.dumps({"groups": rows, "unreachable": unreachable}, indent=2,
+                              sort_keys=True))
+    elif not rows:
+        click.echo(f"no groups{'' if topic is None else f' of {topic}'} at {address} or its "
+                   "peers")
+    else:
+        table = Table(title="groups", title_justify="left")
+        for name, justify in (("topic", "left"), ("group", "left"), ("mode", "left"),
+                              ("producers", "right"), ("pending", "right"),
+                              ("in flight", "right"), ("members", "right"),
+                              ("last seen", "right"), ("oldest", "right"),
+                              ("dead letters", "right")):
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for r in rows:
+            seen = "now" if r["members"] else _ages(r["last_seen_ago_s"]) + \
+                (" ago" if r["last_seen_ago_s"] is not None else "")
+            table.add_row(escape(r["topic"]), escape(r["group"]) + (" (declared)"
+                          if r["declared"] else ""), r["mode"], str(r["producers"]),
+                          f"{r['pending']:,}", f"{r['in_flight']:,}", str(len(r["members"])),
+                          seen, _ages(r["oldest_age_s"]), str(r["dead_letters"]))
+        console.print(table)
+    if unreachable:
+        note(f"no answer from {', '.join(unreachable)}: their groups are not counted")
+
+
+@group.command("rm")
+@click.argument("address", metavar="HOST:PORT")
+@click.argument("topic")
+@click.argument("name", metavar="GROUP")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              help="Seconds to wait for the node's reply.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def rm(address: str, topic: str, name: str, timeout: float, yes: bool) -> None:
+    """Delete GROUP of TOPIC: the node at ADDRESS and every live peer drop what they still
+    owe it (counted as dropped_group_deleted) and its dead letters. Members still
+    subscribed start again with an empty group."""
+    if not yes:
+        try:
+            ok = click.confirm(f"Delete group {name} of {topic} and every message the mesh's "
+                               "producers still owe it? They cannot be recovered",
+                               default=False, err=True)
+        except click.exceptions.Abort:
+            click.echo("", err=True)  # the question's line was left open
+            ok = False
+        if not ok:
+            raise CliError("not confirmed; nothing deleted (pass --yes to skip the question)")
+    result = request_admin(address, "group_rm", {"topic": topic, "group": name}, timeout)
+    if not isinstance(result, dict):
+        raise CliError(f"{address} answered group_rm with {result!r}")
+    click.echo(f"deleted group {name} of {topic} at {address}: {result['dropped']:,} pending "
+               f"message(s) dropped there; {result['peers_told']} peer(s) told to do the same")
+    note(f"producers offline now keep it until their group_inactive_expiry_s passes; "
+         f"check with `zmesh group ls {address} {escape(topic)}`")
+
+
+for _cmd in (ls, rm):
+    add_curve_options(_cmd)
