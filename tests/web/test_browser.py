@@ -160,6 +160,21 @@ def test_the_mesh_live_in_a_browser(tmp_path: Path, make_node: Callable[..., zme
                what="the replayed message acked")
     page.goto(url)
     expect(dead).to_have_text("0", timeout=SEEN_S)
+
+    # audit, offline again with a backlog, removed from its button: every producer drops
+    # its lane and what it owed, and the row goes.
+    audit.close()
+    wait_members(prod, "orders", "audit", 0)
+    for i in range(5):
+        prod.publish("orders", f"late-{i}".encode())
+    expect(pending).to_have_text("5", timeout=SEEN_S)
+    page.locator("tr[data-topic=orders][data-group=audit] button[data-action=group-rm]").click()
+    expect(page.locator("#group-result")).to_have_text(re.compile(
+        r"^removed group audit of orders: 3 nodes told to drop it$"), timeout=SEEN_S)
+    assert asked[-1].startswith("Delete group audit of orders")
+    expect(page.locator("tr[data-topic=orders][data-group=audit]")).to_have_count(0,
+                                                                                   timeout=SEEN_S)
+    assert prod.stats()["dropped_group_deleted"] == 5
     assert errors == []
 
 

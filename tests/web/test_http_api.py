@@ -158,7 +158,10 @@ def test_admin_actions_are_refused_unless_enabled(scene: Scene) -> None:
     for op in ("replay", "purge"):
         code, answer = post_json(scene.url(f"/api/dead-letters/{op}"), body)
         assert code == 403 and "http_admin" in answer["error"]
+    code, answer = post_json(scene.url("/api/groups/rm"), {"topic": "orders", "group": "audit"})
+    assert code == 403 and "http_admin" in answer["error"]
     assert lane_of(scene.prod, "orders", "billing")["dead_letters"] == 1  # untouched
+    assert lane_of(scene.prod, "orders", "audit")["pending"] == ORDERS
     assert get_json(scene.url("/api/nowhere"))[0] == 404
 
 
@@ -183,6 +186,15 @@ def test_admin_actions_when_enabled(make_node: Callable[..., zmesh.Node]) -> Non
     code, answer = post_json(scene.url("/api/dead-letters/purge"), body)
     assert (code, answer["purged"]) == (200, 1)
     assert lane_of(scene.prod, "orders", "billing")["dead_letters"] == 0
+    # Group removal: asked at the API's node, which tells every live peer.
+    code, answer = post_json(scene.url("/api/groups/rm"), {"topic": "orders", "group": "audit"})
+    assert (code, answer) == (200, {"node": scene.hub.id, "name": "hub", "topic": "orders",
+                                    "group": "audit", "dropped": 0, "peers_told": 2})
+    wait_until(lambda: not [ln for ln in scene.prod.status()["lanes"] if ln["group"] == "audit"],
+               what="prod dropping the audit lane")
+    assert scene.prod.stats()["dropped_group_deleted"] == ORDERS
+    assert post_json(scene.url("/api/groups/rm"), {"topic": "orders"}) == \
+        (400, {"error": "group is required"})
 
 
 def test_http_admin_is_refused_on_a_secured_node(tmp_path: Path) -> None:

@@ -67,6 +67,8 @@ def test_web_from_its_own_node_without_admin(tmp_path: Path, scene: Scene,
     code, answer = post_json(url + "api/dead-letters/replay", body)
     assert code == 403 and "--admin" in answer["error"]
     assert get_json(url + "api/dead-letters?topic=orders&group=billing")[1]["letters"]
+    code, answer = post_json(url + "api/groups/rm", {"topic": "orders", "group": "audit"})
+    assert code == 403 and "--admin" in answer["error"]
     with urllib.request.urlopen(url, timeout=10) as resp:
         page = resp.read().decode()
     assert '<script src="/static/uPlot.iife.min.js">' in page  # (shipped, no CDN)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .._engine.engine import Engine
 
 ADMIN_OPS = {"replay": "replayed", "purge": "purged"}  # op -> the count's name in answers
+GROUP_RM = "/api/groups/rm"
 
 
 class HttpError(Exception):
@@ -77,6 +78,21 @@ def dead_letters(engine: Engine, ctx: zmq.Context, query: dict[str, str],
         assert isinstance(result, list)
         letters += [dead_letter_json(d, a.target.name) for d in result]
     return {**args, "letters": letters, "errors": errors}
+
+
+def remove_group(engine: Engine, ctx: zmq.Context, body: dict) -> dict:
+    """Delete ``body``'s group of its topic at this node and every live peer (admin op
+    ``group_rm``, as ``zmesh group rm`` asks it): what was dropped here, how many peers
+    were told."""
+    args = {"topic": arg(body, "topic"), "group": arg(body, "group")}
+    [answer] = run_admin(engine, ctx, all_targets(engine)[:1], "group_rm", args)
+    reply = answer.reply
+    assert isinstance(reply, AdminReply)  # (this node's own: always answered)
+    if not reply.ok:
+        raise HttpError(HTTPStatus.BAD_REQUEST, reply.error)
+    result = reply.result
+    assert isinstance(result, dict)
+    return {"node": answer.target.node_id, "name": answer.target.name, **args, **result}
 
 
 def act(engine: Engine, ctx: zmq.Context, op: str, body: dict) -> dict:

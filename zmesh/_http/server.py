@@ -26,7 +26,7 @@ import zmq
 from ..config import parse_seed
 from ..errors import NodeStateError
 from . import views
-from .actions import ADMIN_OPS, HttpError, act, dead_letters
+from .actions import ADMIN_OPS, GROUP_RM, HttpError, act, dead_letters, remove_group
 from .collect import MESH_TIMEOUT_S, collect_mesh
 from .prometheus import CONTENT_TYPE, render
 
@@ -97,11 +97,13 @@ class HttpApi:
 
     def post(self, path: str, body: dict) -> bytes:
         op = path.removeprefix("/api/dead-letters/")
-        if self.metrics_only or op == path or op not in ADMIN_OPS:
+        if self.metrics_only or (path != GROUP_RM and op not in ADMIN_OPS):
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {path}")
         if not self.admin:
             raise HttpError(HTTPStatus.FORBIDDEN, "admin actions are off on this node: set "
                             "http_admin = true in its [node] table to allow them")
+        if path == GROUP_RM:
+            return _json(remove_group(self.engine, self._ctx(), body))
         return _json(act(self.engine, self._ctx(), op, body))
 
     def _ctx(self) -> zmq.Context:

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .._http.actions import ADMIN_OPS, HttpError
+from .._http.actions import ADMIN_OPS, GROUP_RM, HttpError
 from .._http.views import groups_view, nodes_view, topics_view, unreachable
 from .history import History
 from .source import Source
@@ -78,6 +78,7 @@ class WebApp:
         app.router.add_get("/api/history", self.get_history)
         app.router.add_get("/api/dead-letters", self.get_dead_letters)
         app.router.add_post("/api/dead-letters/{op}", self.post_action)
+        app.router.add_post(GROUP_RM, self.post_group_rm)
         app.cleanup_ctx.append(self._sampling)
         return app
 
@@ -161,15 +162,24 @@ class WebApp:
 
     async def post_action(self, request: web.Request) -> web.Response:
         op = request.match_info["op"]
+        if op not in ADMIN_OPS:
+            return await _answer(_missing(op))
+        return await self._admin(request, lambda body: self.source.act(op, body))
+
+    async def post_group_rm(self, request: web.Request) -> web.Response:
+        return await self._admin(request, self.source.remove_group)
+
+    async def _admin(self, request: web.Request, run: Callable[[dict], dict]) -> web.Response:
+        """An admin action: refused without --admin or without a JSON body (a form posted
+        from another site), else run on a worker thread."""
         loop = asyncio.get_running_loop()
 
         async def acted() -> dict:
-            if op not in ADMIN_OPS:
-                raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {op}")
             if not self.admin:
                 raise HttpError(HTTPStatus.FORBIDDEN, "admin actions are off: start zmesh "
-                                "web with --admin to replay or purge dead letters")
-            if request.content_type != "application/json":  # (no form posts from elsewhere)
+                                "web with --admin to replay or purge dead letters and "
+                                "remove groups")
+            if request.content_type != "application/json":
                 raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "actions take a JSON body")
             try:
                 body = await request.json()
@@ -177,8 +187,14 @@ class WebApp:
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {exc}") from None
             if not isinstance(body, dict):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
-            return await loop.run_in_executor(None, self.source.act, op, body)
+            return await loop.run_in_executor(None, run, body)
         return await _answer(acted)
+
+
+def _missing(op: str) -> Callable[[], Any]:
+    async def fail() -> dict:
+        raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {op}")
+    return fail
 
 
 async def _answer(make: Callable[[], Any]) -> web.Response:

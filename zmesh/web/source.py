@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import zmq
 
-from .._http.actions import HttpError, act, dead_letters
+from .._http.actions import GROUP_RM, HttpError, act, dead_letters, remove_group
 from .._http.collect import collect_mesh
 from .._http.views import drop_observer
 from ..node import Node
@@ -29,6 +29,8 @@ class Source(Protocol):
     def dead_letters(self, topic: str, group: str) -> dict: ...
 
     def act(self, op: str, body: dict) -> dict: ...
+
+    def remove_group(self, body: dict) -> dict: ...
 
     def close(self) -> None: ...
 
@@ -51,6 +53,9 @@ class NodeSource:
 
     def act(self, op: str, body: dict) -> dict:
         return act(self._node._engine, self._ctx, op, body)
+
+    def remove_group(self, body: dict) -> dict:
+        return remove_group(self._node._engine, self._ctx, body)
 
     def close(self) -> None:
         self._ctx.term()
@@ -92,6 +97,9 @@ class ApiSource:
 
     def act(self, op: str, body: dict) -> dict:
         return self._call(f"/api/dead-letters/{op}", body)
+
+    def remove_group(self, body: dict) -> dict:
+        return self._call(GROUP_RM, body)
 
     def close(self) -> None:
         pass

@@ -10,6 +10,7 @@ const state = {
   filter: "",
   charts: new Map(),             // lane key -> uPlot
   view: null,
+  notice: null,                  // the outcome of the last group removal, shown above the table
 };
 
 // -- small helpers -----------------------------------------------------------------------
@@ -162,19 +163,36 @@ function drawGroups(snap) {
                "data-col": key,
                onclick: () => { state.sort = { col: key, dir: key === col ? -dir : (numeric ? -1 : 1) }; render(); } },
        label)));
+  const admin = snap.admin;
+  if (admin) head.append(el("th", {}, ""));
   const body = rows.map((g) => el("tr", { "data-topic": g.topic, "data-group": g.group },
     COLUMNS.map(([key, , numeric]) => el("td", {
       "data-col": key,
       class: [numeric ? "num" : "", (key === "dead_letters" && g[key]) || (key === "members" && !g.members.length && g.pending) ? "hot" : ""].join(" ").trim(),
-    }, groupCell(g, key)))));
+    }, groupCell(g, key))),
+    admin ? el("td", {}, el("button", { class: "danger", "data-action": "group-rm",
+                                        onclick: () => removeGroup(g) }, "Remove")) : null));
   const filter = el("input", { class: "filter", placeholder: "filter topics and groups", value: state.filter,
                                "data-testid": "filter" });
   filter.oninput = () => { state.filter = filter.value; renderKeepingFocus(); };
   return el("div", { class: "card" },
     el("h2", {}, "Topics \u00d7 groups ", el("span", { class: "note" }, "(summed over every producer's lanes)")),
+    state.notice ? el("p", { id: "group-result", class: state.notice.ok ? "ok" : "down" }, state.notice.text) : null,
     filter,
     el("table", { class: "sortable groups", "data-testid": "groups" }, el("thead", {}, head), el("tbody", {}, body)),
     rows.length ? null : el("p", { class: "note" }, "no group matches"));
+}
+
+async function removeGroup(g) {
+  if (!window.confirm(`Delete group ${g.group} of ${g.topic}, and every message the mesh's producers still owe it? They cannot be recovered.`)) return;
+  try {
+    const done = await api("/api/groups/rm", { topic: g.topic, group: g.group });
+    const here = done.dropped ? `, ${num(done.dropped)} pending dropped at ${done.name}` : "";
+    state.notice = { ok: true, text: `removed group ${done.group} of ${done.topic}: ${done.peers_told} nodes told to drop it${here}` };
+  } catch (err) {
+    state.notice = { ok: false, text: `removing ${g.group} of ${g.topic} failed: ${err.message}` };
+  }
+  render();
 }
 
 function renderKeepingFocus() {
