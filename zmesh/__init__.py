@@ -2,7 +2,7 @@
 outbox, delivering at least once per group with retries at the producer.
 """
 
-from ._engine.outcomes import Outcome
+from ._engine.outbox.outcomes import Outcome
 from ._receipt import MessageId, Receipt
 from .config import NodeConfig, ProducerConfig, RelayConfig, SubscriptionConfig, TopicConfig
 from .deadletters import DeadLetter

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from threading import TIMEOUT_MAX
 from typing import NamedTuple
 
-from ._engine.outcomes import Outcome, Outcomes
+from ._engine.outbox.outcomes import Outcome, Outcomes
 from ._waits import check_timeout
 from .errors import NotDeliveredError, TimeoutError, ZMeshError
 

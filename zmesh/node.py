@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ._engine.engine import Engine
-from ._engine.publishes import AnyPublish, Publish
+from ._engine.outbox.publishes import AnyPublish, Publish
 from ._protocol.codec import MAX_KEY_CHARS, check_headers
 from ._receipt import MessageId, Receipt
 from ._roles import Roles, resolve

@@ -9,7 +9,7 @@ from .errors import ArgumentError, MessageStateError, NodeStateError
 from .subscription import Message
 
 if TYPE_CHECKING:
-    from ._engine.publishes import Publish
+    from ._engine.outbox.publishes import Publish
     from .node import Node
 
 __all__ = ["Transaction"]

@@ -16,7 +16,7 @@ import zmesh
 from tests.conftest import wait_members, wait_until
 from tests.integration.test_delivery import drain
 from tests.waiting import until
-from zmesh._engine.publishes import Stretch
+from zmesh._engine.outbox.publishes import Stretch
 from zmesh._store.damage import decode_run
 from zmesh._store.store import Store, WriteBatch, pack, unpackb
 

@@ -4,7 +4,7 @@ the other lanes: bounded, the newest kept."""
 
 from __future__ import annotations
 
-from zmesh._engine.dispatch import Decoded, Packed
+from zmesh._engine.outbox.dispatch import Decoded, Packed
 
 
 def fields(payload: bytes) -> list:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zmesh._engine.producer import Producer
+from zmesh._engine.outbox.producer import Producer
 from zmesh._engine.stats import Counters
 from zmesh._store.store import Store, WriteBatch
 from zmesh.config import TopicConfig

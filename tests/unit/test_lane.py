@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zmesh._engine.delivery import IN_FLIGHT, WINDOW_MAX_BYTES, Entry, Taken, Timing
-from zmesh._engine.lane import Lane, PlainRun, _distinct
-from zmesh._engine.seqqueue import COMPACT_AFTER
+from zmesh._engine.lane.delivery import IN_FLIGHT, WINDOW_MAX_BYTES, Entry, Taken, Timing
+from zmesh._engine.lane.lane import Lane, PlainRun, _distinct
+from zmesh._engine.lane.seqqueue import COMPACT_AFTER
 
 PRODUCER = b"P" * 16
 A, B, C, D = (bytes([i]) * 16 for i in b"ABCD")

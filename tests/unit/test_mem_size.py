@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zmesh._engine.staging import MEM_RECORD_OVERHEAD, mem_size, mem_total
+from zmesh._engine.outbox.staging import MEM_RECORD_OVERHEAD, mem_size, mem_total
 
 fields_st = st.builds(
     lambda key, headers, payload: ("t", 0, key, headers, 0, 1.0, None, None, payload, 0),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zmesh import TopicConfig
-from zmesh._engine.retention import (
+from zmesh._engine.outbox.retention import (
     Head,
     Indexes,
     log_entry,

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zmesh._engine.delivery import NO_SIZE_LIMIT, Timing
 from zmesh._engine.engine import Engine
-from zmesh._engine.lane import Lane, PlainRun
-from zmesh._engine.runs import (
+from zmesh._engine.lane.delivery import NO_SIZE_LIMIT, Timing
+from zmesh._engine.lane.lane import Lane, PlainRun
+from zmesh._engine.outbox.runs import (
     RUN_MAX_BYTES,
     Run,
     Runs,

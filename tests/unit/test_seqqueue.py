@@ -7,7 +7,7 @@ from array import array
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zmesh._engine.seqqueue import (
+from zmesh._engine.lane.seqqueue import (
     COMPACT_AFTER,
     SPARSE,
     STRETCH,
@@ -22,7 +22,7 @@ from zmesh._engine.seqqueue import (
     round_robin_slots,
     slot_partitions,
 )
-from zmesh._engine.staging import _allocate
+from zmesh._engine.outbox.staging import _allocate
 
 
 def _window(mapping: dict[int, int]) -> SeqWindow:

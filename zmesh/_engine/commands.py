@@ -24,7 +24,7 @@ import zmq
 from .._protocol.codec import MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTIONS, announced_bytes
 from .._receipt import Publisher, Receipt, Stage
 from ..errors import ArgumentError, NodeStateError, OutboxFullError, StoreFullError
-from .publishes import AnyPublish, Publish, PublishMany, Stretch, message_count
+from .outbox.publishes import AnyPublish, Publish, PublishMany, Stretch, message_count
 from .routing import partition_for, round_robin_partitions
 
 if TYPE_CHECKING:
@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from ..config import NodeConfig
     from ..subscription import Message, Origin, Subscription
     from .commit import Committer
-    from .consumer import Consumer
     from .held import Held
+    from .inbox.consumer import Consumer
     from .mesh import Mesh
-    from .producer import Producer
+    from .outbox.producer import Producer
     from .stats import Counters
 
 log = logging.getLogger(__name__)

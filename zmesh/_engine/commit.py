@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Protocol
 from .._store.store import Store, WriteBatch, u64
 from ..errors import StoreError, StoreFullError
 from .held import Held
-from .publishes import message_count, payload_bytes
+from .outbox.publishes import message_count, payload_bytes
 
 if TYPE_CHECKING:
-    from .consumer import Consumer
-    from .producer import Producer
-    from .publishes import AnyPublish
+    from .inbox.consumer import Consumer
+    from .outbox.producer import Producer
+    from .outbox.publishes import AnyPublish
     from .stats import Counters
 
 log = logging.getLogger(__name__)

@@ -32,17 +32,17 @@ from ..config import NodeConfig
 from ..errors import NodeStateError, ZMeshError
 from .commands import Call, Commands
 from .commit import Committer
-from .consumer import Consumer
-from .delivery import Taken
-from .dispatch import Columns, Packed, dispatch
-from .ephemeral import send_ephemeral
-from .lane import Lane
+from .inbox.consumer import Consumer
+from .lane.delivery import Taken
+from .lane.lane import Lane
 from .listener import Listener
 from .mesh import Mesh
-from .producer import Producer
-from .publishes import AnyPublish
-from .restart import load_outbox
-from .retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
+from .outbox.dispatch import Columns, Packed, dispatch
+from .outbox.ephemeral import send_ephemeral
+from .outbox.producer import Producer
+from .outbox.publishes import AnyPublish
+from .outbox.restart import load_outbox
+from .outbox.retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
 from .stats import Counters
 from .status import node_status
 

@@ -11,7 +11,7 @@ retry wait for a deletion or RETRY_INTERVAL_S. Each chunk stored doubles the nex
 
 from __future__ import annotations
 
-from .publishes import AnyPublish, message_count, payload_bytes
+from .outbox.publishes import AnyPublish, message_count, payload_bytes
 
 RETRY_INTERVAL_S = 1.0  # also retry without a deletion seen: space may come from elsewhere
 

@@ -15,8 +15,8 @@ from .._protocol.frames import Ack, Fail, GroupDel, Hello, Nack, PeerRef, SubInf
 from .._security import Keys, client_options
 from .._store.store import WriteBatch
 from ..config import NodeConfig
+from .outbox.producer import Producer
 from .peers import Peer, endpoint, lane_name
-from .producer import Producer
 from .stats import Counters
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._store.damage import decode_record
-from .._store.store import WriteBatch, u64
+from ..._store.damage import decode_record
+from ..._store.store import WriteBatch, u64
 from .retention import RECLAIM_CHUNK, Head, partition_prefix, reclaimable, retains, topic_prefix
 
 if TYPE_CHECKING:

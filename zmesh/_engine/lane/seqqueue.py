@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from itertools import compress, islice
 from operator import or_
 
-from .._numbers import LITTLE
-from .routing import round_robin_partitions
+from ..._numbers import LITTLE
+from ..routing import round_robin_partitions
 
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
 _NONE: dict[int, object] = {}  # (first_in: owned by the window alone)

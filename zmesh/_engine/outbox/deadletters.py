@@ -12,13 +12,13 @@ import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from .._receipt import MessageId
-from .._store.damage import decode_record
-from .._store.keys import u32
-from .._store.store import WriteBatch, pack, pend_key, u64, unpackb
-from ..deadletters import DeadLetter
-from .delivery import Entry
-from .lane import Lane
+from ..._receipt import MessageId
+from ..._store.damage import decode_record
+from ..._store.keys import u32
+from ..._store.store import WriteBatch, pack, pend_key, u64, unpackb
+from ...deadletters import DeadLetter
+from ..lane.delivery import Entry
+from ..lane.lane import Lane
 
 if TYPE_CHECKING:
     from .producer import Producer

@@ -16,23 +16,23 @@ from itertools import islice, repeat
 from operator import itemgetter, lt, sub
 from typing import TYPE_CHECKING
 
-from .._protocol.codec import INLINE_PAYLOAD_BYTES, LARGE_PAYLOAD_BYTES
-from .._store.damage import decode_record, decode_run
-from .._store.store import Store, WriteBatch, pack, pend_key, u64
-from ..config import TopicConfig
+from ..._protocol.codec import INLINE_PAYLOAD_BYTES, LARGE_PAYLOAD_BYTES
+from ..._store.damage import decode_record, decode_run
+from ..._store.store import Store, WriteBatch, pack, pend_key, u64
+from ...config import TopicConfig
+from ..lane.delivery import IN_FLIGHT, Entry, Timing
+from ..lane.lane import Lane
+from ..stats import Counters
 from .deadletters import DeadLetters
-from .delivery import IN_FLIGHT, Entry, Timing
 from .dispatch import Columns, Decoded
-from .lane import Lane
 from .outcomes import Outcome, Outcomes
 from .retained import Retained
 from .retention import Indexes, retains
 from .runs import RUN_ENTRY_BYTES, Runs, run_message
 from .staging import UNCLAIMED, Staging, mem_total
-from .stats import Counters
 
 if TYPE_CHECKING:
-    from .._receipt import Receipt, Stage
+    from ..._receipt import Receipt, Stage
 
 log = logging.getLogger(__name__)
 

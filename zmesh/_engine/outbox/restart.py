@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from .._store.damage import decode_record, decode_run
-from .._store.store import WriteBatch, pack
-from .lane import Lane
+from ..._store.damage import decode_record, decode_run
+from ..._store.store import WriteBatch, pack
+from ..lane.lane import Lane
 from .runs import Run, run_entry
 from .staging import mono_at, mono_offset
 

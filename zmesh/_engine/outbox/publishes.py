@@ -17,11 +17,11 @@ from itertools import repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from .._receipt import Stage
-from .routing import round_robin_partitions
+from ..._receipt import Stage
+from ..routing import round_robin_partitions
 
 if TYPE_CHECKING:
-    from .._receipt import Receipt
+    from ..._receipt import Receipt
 
 
 @dataclass(slots=True)

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from .._protocol.codec import MAX_BATCH_HEADER_BYTES, encode_lane_batch, pack_columns
+from ..._protocol.codec import MAX_BATCH_HEADER_BYTES, encode_lane_batch, pack_columns
+from ..stats import Counters
 from .publishes import AnyPublish, Publish
-from .stats import Counters
 
 if TYPE_CHECKING:
-    from .._protocol.frames import SubInfo
-    from .mesh import Mesh
-    from .peers import Peer
+    from ..._protocol.frames import SubInfo
+    from ..mesh import Mesh
+    from ..peers import Peer
 
 _NOBLOCK = int(zmq.NOBLOCK)
 

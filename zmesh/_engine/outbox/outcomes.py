@@ -20,7 +20,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
-from .._seqs import consecutive
+from ..._seqs import consecutive
 
 __all__ = ["Outcome", "Outcomes"]
 

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..config import TopicConfig
+from ...config import TopicConfig
 
 RECLAIM_CHUNK = 1000  # index entries looked at (and at most deleted) per topic per pass
 RECLAIM_INTERVAL_S = 0.5  # between passes while nothing is left to reclaim

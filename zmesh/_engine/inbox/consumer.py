@@ -17,16 +17,16 @@ from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from .._protocol.codec import MAX_REASON_CHARS
-from .._protocol.frames import Ack, Batch, Fail, Nack, Touch
-from .._seqs import span
-from .._store.store import Store, WriteBatch
-from ..subscription import RELEASED, Message, Origin
-from .stats import Counters
+from ..._protocol.codec import MAX_REASON_CHARS
+from ..._protocol.frames import Ack, Batch, Fail, Nack, Touch
+from ..._seqs import span
+from ..._store.store import Store, WriteBatch
+from ...subscription import RELEASED, Message, Origin
+from ..stats import Counters
 
 if TYPE_CHECKING:
-    from ..subscription import Subscription
-    from .engine import Engine
+    from ...subscription import Subscription
+    from ..engine import Engine
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,10 @@ from itertools import accumulate, repeat
 from operator import add, attrgetter, itemgetter
 from typing import TYPE_CHECKING, TypeVar
 
-from .._numbers import fitting_array
-from .._store.store import WriteBatch, pack, pend_key, u32, u64
-from .lane import Lane, PlainRun
+from ..._numbers import fitting_array
+from ..._store.store import WriteBatch, pack, pend_key, u32, u64
+from ..lane.lane import Lane, PlainRun
+from ..lane.seqqueue import round_robin, round_robin_parts
 from .publishes import AnyPublish, Publish, PublishMany, joined, message_count
 from .retention import log_entry, partition_prefix, retains
 from .runs import (
@@ -31,10 +32,9 @@ from .runs import (
     run_entry,
     run_record,
 )
-from .seqqueue import round_robin, round_robin_parts
 
 if TYPE_CHECKING:
-    from .._receipt import Receipt
+    from ..._receipt import Receipt
     from .producer import Producer
 
 UNCLAIMED = ""  # lane name of a topic's messages published before any group was known

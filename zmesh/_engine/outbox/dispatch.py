@@ -15,11 +15,11 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from .._protocol.codec import PackedColumns
-from .._store.damage import decode_record
-from .._store.store import WriteBatch, u64
-from .delivery import Taken
-from .lane import Lane
+from ..._protocol.codec import PackedColumns
+from ..._store.damage import decode_record
+from ..._store.store import WriteBatch, u64
+from ..lane.delivery import Taken
+from ..lane.lane import Lane
 from .outcomes import Outcome
 from .staging import UNCLAIMED, oldest
 

@@ -30,7 +30,8 @@ from itertools import compress, repeat
 from operator import add
 from typing import cast
 
-from .._seqs import consecutive
+from ..._seqs import consecutive
+from ..routing import rendezvous
 from .delivery import (
     DELAYED,
     IN_FLIGHT,
@@ -47,7 +48,6 @@ from .delivery import (
     out_columns,
 )
 from .retries import Retries
-from .routing import rendezvous
 from .seqqueue import (
     SentWindow,
     SeqQueue,

@@ -27,11 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._numbers import le_bytes
-from .._store.store import WriteBatch, pack, pend_key, u64
+from ..._numbers import le_bytes
+from ..._store.store import WriteBatch, pack, pend_key, u64
 
 if TYPE_CHECKING:
-    from .lane import Lane
+    from ..lane.lane import Lane
 
 RUN_ENTRY_BYTES = 100  # what a run's decoded record holds per message besides its payload
 # What one run record holds at most: larger batches are stored as several runs. (Large
