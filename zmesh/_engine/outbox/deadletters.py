@@ -64,8 +64,9 @@ class DeadLetters:
     def forget_lane(self, lane_id: int) -> int:
         """A retired lane's dead letters go with it (deleted with its entries): returns
         how many were parked."""
+        parked = self.parked(lane_id)  # (before its replayed ones are forgotten)
         self.replayed = {(lid, seq) for lid, seq in self.replayed if lid != lane_id}
-        return self.parked(lane_id)
+        return parked
 
     def parked(self, lane_id: int) -> int:
         """How many dead letters of the lane are parked: its ``dead`` entries, counted by
