@@ -510,14 +510,14 @@ class Node:
         _check_lane(topic, group)
         if not int_in(limit, 1):
             raise ArgumentError(f"limit must be an int >= 1, got {limit!r}")
-        dead = self._engine.producer.dead
+        dead = self._engine.outbox.dead
         return self._engine.call(lambda _wb, _now: dead.list(topic, group, limit))
 
     def replay_dead_letters(self, topic: str, group: str,
                             ids: Iterable[MessageId | int] | None = None) -> int:
         """Deliver parked messages to ``group`` again (all of them when ``ids`` is None)."""
         _check_lane(topic, group)
-        dead = self._engine.producer.dead
+        dead = self._engine.outbox.dead
         seqs = _seqs(ids, self.id)
         return self._engine.call(lambda wb, now: dead.replay(topic, group, seqs, wb, now))
 
@@ -525,7 +525,7 @@ class Node:
                            ids: Iterable[MessageId | int] | None = None) -> int:
         """Delete parked messages for good (all of them when ``ids`` is None)."""
         _check_lane(topic, group)
-        dead = self._engine.producer.dead
+        dead = self._engine.outbox.dead
         seqs = _seqs(ids, self.id)
         return self._engine.call(lambda wb, _now: dead.purge(topic, group, seqs, wb))
 
@@ -538,8 +538,8 @@ class Node:
         expires) and expires_after_s."""
         if topic is not None:
             check_name("topic", topic)
-        producer = self._engine.producer
-        return self._engine.call(lambda _wb, _now: producer.groups(topic, time.time()))
+        groups = self._engine.outbox.groups
+        return self._engine.call(lambda _wb, _now: groups.listing(topic, time.time()))
 
     def delete_group(self, topic: str, group: str) -> dict:
         """Retire ``group`` of ``topic`` here and at every live peer: each producer drops

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 
 import zmq
 
+from ._engine.inbox.origin import Origin
 from ._engine.peers import endpoint
 from ._protocol.codec import decode_control, encode_control
 from ._protocol.frames import FetchReply, FetchRequest
 from ._security import client_options
 from .errors import DecodeError, NodeStateError
-from .subscription import Message, Origin
+from .subscription import Message
 
 if TYPE_CHECKING:
     from ._engine.engine import Engine

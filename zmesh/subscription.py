@@ -12,8 +12,9 @@ from operator import attrgetter, length_hint
 from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
+from ._engine.inbox.origin import STATES, Origin
 from ._receipt import MessageId
-from ._seqs import consecutive, span
+from ._seqs import consecutive
 from ._waits import check_timeout
 from .config import SubscriptionConfig, check_delay, int_in
 from .errors import ArgumentError, MessageStateError, NodeStateError, ZMeshError
@@ -27,10 +28,8 @@ log = logging.getLogger(__name__)
 
 _origin_of, _place_of = attrgetter("_origin"), attrgetter("_i")
 # How a message was settled, as its origin's ``state`` keeps it: one byte per message.
-_STATES: tuple[str | None, ...] = (None, "acked", "nacked", "failed", "released")
-_CODES = {how: code for code, how in enumerate(_STATES)}
+_CODES = {how: code for code, how in enumerate(STATES)}
 _ACKED = _CODES["acked"]
-RELEASED = _CODES["released"]  # (set by the IO thread when its subscription closed)
 _ACKED_RUN = bytes((_ACKED,))
 
 
@@ -53,113 +52,6 @@ def _settled_already(msg: Message) -> MessageStateError:
 
 # MessageId's own __new__ is a Python function; the tuple constructor builds the same value.
 _message_id = tuple.__new__
-
-
-class Origin:
-    """What every message of one delivered batch shares: the engine its settlement goes
-    to, its source (producer id, topic, lane), its group and the producer id in hex (made
-    once per batch), the batch's sequences, and its columns of what a message is seldom
-    asked for (its headers, attempt, partition, publish time and index: a ``Message``
-    reads them by its place in the batch). One reference per message instead of ten
-    fields to set.
-
-    It also collects the batch's acks. Acked in order (the message at place ``next``),
-    ``msg.ack()`` only moves ``next`` on: the IO thread takes those as one slice of the
-    batch's sequences (a range when they are consecutive), with no step per message.
-    Others are appended to ``acks``. The origin is queued for the IO thread only when it
-    is not queued already, so acking a batch's messages one by one sends one command per
-    batch, not one per message. The IO thread clears ``queued`` before it takes the acks
-    (``take_acks``): an ack made after that queues the origin again.
-
-    The IO thread keeps, per source, the origins with messages it has not seen settled
-    (``left``): their sequences from ``taken`` on, less those settled out of order
-    (``apart``), are what a local subscription still holds (``held``).
-
-    ``state`` holds how each message was settled by the application (a byte each, an
-    index of ``_STATES``): acking a run of the batch's messages checks and marks them
-    with two operations on it, none per message. It holds no ``Message``: those refer to
-    it, and are made one at a time as the application takes them (see ``Subscription``)."""
-
-    __slots__ = ("engine", "source", "topic", "group", "producer", "seqs", "lo", "hi",
-                 "next", "acks", "queued", "taken", "left", "apart", "state",
-                 "headers", "attempts", "partitions", "published_ats", "indexes", "sub",
-                 "places")
-
-    def __init__(self, engine: Engine | None, source: tuple[bytes, str, str],
-                 group: str | None, seqs: Sequence[int], headers: Sequence[dict | None],
-                 attempts: Sequence[int], partitions: Sequence[int],
-                 published_ats: Sequence[float], indexes: Sequence[int | None]) -> None:
-        self.engine = engine
-        self.source = source
-        self.topic = source[1]
-        self.group = group
-        self.producer = source[0].hex()
-        self.seqs = seqs
-        self.lo, self.hi = span(seqs)
-        self.next = 0  # (application threads) the places before it were acked in order
-        self.acks: list[int] = []  # (application threads) acked out of order
-        self.queued = False
-        self.taken = 0  # (IO thread) ``next`` as last taken
-        self.left = len(seqs)  # (IO thread) messages it has not seen settled
-        self.apart: set[int] = set()  # (IO thread) settled out of order, seen
-        self.state = bytearray(len(seqs))  # (application threads) see above
-        self.headers = headers
-        self.attempts = attempts
-        self.partitions = partitions
-        self.published_ats = published_ats
-        self.indexes = indexes
-        self.sub: Subscription | None = None  # (set by the subscription it is queued in)
-        self.places: Iterator[int] | None = None  # (its places not taken yet, ditto)
-
-    def take_acks(self) -> Sequence[int]:
-        """The sequences acked since the last take (IO thread): those acked in order as
-        a slice of ``seqs``, then the others. Deleting only the part of ``acks`` read
-        keeps what another thread appends meanwhile for the next take. (A message whose
-        lease ran out, delivered again since, is no longer held here but its ack still
-        goes: it is counted once in ``left``.)"""
-        self.queued = False
-        upto = self.next
-        taken: Sequence[int] = self.seqs[self.taken:upto]
-        self.taken = upto
-        apart = self.apart
-        seen = len(apart.intersection(taken)) if apart and taken else 0
-        acks = self.acks
-        if acks:
-            n = len(acks)
-            out_of_order = acks[:n]
-            del acks[:n]
-            seen += sum(map(apart.__contains__, out_of_order))
-            apart.update(out_of_order)
-            taken = [*taken, *out_of_order]
-        self.left -= len(taken) - seen
-        return taken
-
-    def settled_apart(self, seqs: Sequence[int]) -> None:
-        """Messages nacked, failed, released or acked in a transaction, or no longer held
-        here (IO thread)."""
-        apart = self.apart
-        fresh = [seq for seq in seqs if seq not in apart]
-        apart.update(fresh)
-        self.left -= len(fresh)
-
-    def held(self) -> dict[int, int]:
-        """The sequences still held, as the IO thread knows (for redeliveries), with
-        their places."""
-        apart, seqs = self.apart, self.seqs
-        return {seqs[i]: i for i in range(self.taken, len(seqs)) if seqs[i] not in apart}
-
-    def taken_by_application(self, place: int) -> bool:
-        """Whether the application took the message at ``place`` from its subscription
-        (places are taken in order; what is left is still queued)."""
-        places = self.places
-        return places is None or place < len(self.seqs) - length_hint(places)
-
-    def unsettled(self) -> list[int]:
-        """The places of messages the application has not settled (IO thread; read from
-        ``state``, which application threads write)."""
-        apart, seqs, state = self.apart, self.seqs, self.state
-        return [i for i in range(self.taken, len(seqs))
-                if not state[i] and seqs[i] not in apart]
 
 
 class Message:
@@ -185,7 +77,7 @@ class Message:
     @property
     def _settled(self) -> str | None:
         """How it was settled (None: not yet), as its origin keeps it."""
-        return _STATES[self._origin.state[self._i]]
+        return STATES[self._origin.state[self._i]]
 
     @_settled.setter
     def _settled(self, how: str | None) -> None:
@@ -239,9 +131,9 @@ class Message:
         if self._settled is not None:
             raise _settled_already(self)
         self._settled = how
-        engine = self._origin.engine
-        if engine is not None:
-            engine.submit(("settle", self, how, arg))
+        queue = self._origin.queue
+        if queue is not None:
+            queue.submit(("settle", self, how, arg))
 
     def ack(self) -> None:
         """Done with it: the group will not get it again."""
@@ -250,17 +142,17 @@ class Message:
         if state[i]:
             raise _settled_already(self)
         state[i] = _ACKED
-        engine = origin.engine
-        if engine is not None:  # (a replay reader's message: nothing to settle)
+        queue = origin.queue
+        if queue is not None:  # (a replay reader's message: nothing to settle)
             if i == origin.next:  # (only the thread acking the message at ``next`` sets it)
                 origin.next = i + 1
             else:
                 origin.acks.append(origin.seqs[i])
             if not origin.queued:  # the batch's first ack since the IO thread took them
                 origin.queued = True
-                engine.submit(origin)
-            elif engine._state != "running":  # (what submit would say)
-                engine._check_running()
+                queue.submit(origin)
+            elif queue.state != "running":  # (what submit would say)
+                queue.check_running()
 
     def nack(self, delay: float | None = None) -> None:
         """Redeliver after ``delay`` seconds (None: the topic's retry backoff; at most ten
@@ -281,9 +173,9 @@ class Message:
         handler that may take longer than the ack timeout, well within each timeout."""
         if self._settled is not None:
             raise _settled_already(self)
-        engine = self._origin.engine
-        if engine is not None:
-            engine.submit(("touch", self))
+        queue = self._origin.queue
+        if queue is not None:
+            queue.submit(("touch", self))
 
     @property
     def settled(self) -> bool:

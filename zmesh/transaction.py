@@ -45,7 +45,7 @@ class Transaction:
     def ack(self, msg: Message) -> None:
         """Ack ``msg`` when the transaction commits."""
         self._check_open()
-        if msg._origin.engine is not self._node._engine:
+        if msg._origin.queue is not self._node._engine:
             raise ArgumentError(f"message {msg.id} was not received by this node")
         if msg.settled or msg in self._acks:
             raise MessageStateError(f"message {msg.id} was already {msg._settled or 'added'}")

@@ -62,7 +62,7 @@ def test_groups_far_apart_get_every_message_when_kept_records_are_dropped(make_n
     dropping the oldest (here after a few messages) must never lose one a lane was about
     to send: every message reaches both groups, none is settled as lost."""
     prod = make_node("prod")
-    prod._engine.producer.decoded.limit = 3 * 700
+    prod._engine.outbox.records.decoded.limit = 3 * 700
     cons = make_node("cons", seeds=[prod.control_address])
     fast = cons.subscribe("t", group="fast", max_in_flight=5000)  # takes them all at once
     slow = cons.subscribe("t", group="slow", max_in_flight=10)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import zmesh
 from tests.conftest import wait_members, wait_until
 from tests.waiting import pause
-from zmesh.subscription import Origin
+from zmesh._engine.inbox.origin import Origin
 
 
 def test_slow_consumer_is_bounded_by_max_in_flight(make_node):

@@ -29,6 +29,8 @@ def test_deleting_a_group_drops_its_lanes_at_every_producer_while_they_publish(m
     for p in (p1, p2):
         wait_members(p, "t", "ops", 0)
     early = [p.publish("t", b"early") for p in (p1, p2)]
+    for r in early:  # (stored before the deletion: owed to "ops" too)
+        r.wait_stored(timeout=10)
     stop = threading.Event()
     receipts: list[zmesh.Receipt] = []
 

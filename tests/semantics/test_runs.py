@@ -414,8 +414,8 @@ def test_two_groups_acking_batches_out_of_order_across_restarts(make_node, tmp_p
 def _mem(node: zmesh.Node) -> tuple[int, int]:
     """(runs held in RAM, bytes counted against the memory budget), read on the IO thread."""
     def read(_batch: object, _now: float) -> tuple[int, int]:
-        producer = node._engine.producer
-        return len(producer.mem_runs), producer._mem_bytes
+        records = node._engine.outbox.records
+        return len(records.mem_runs), records.mem_bytes
     return node._engine.call(read)
 
 

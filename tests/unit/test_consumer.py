@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from zmesh._engine.engine import Engine
+from zmesh._engine.inbox.origin import Origin
 from zmesh._protocol.frames import Ack, Batch, Nack
 from zmesh._store.store import WriteBatch
 from zmesh.config import NodeConfig, SubscriptionConfig
 from zmesh.errors import MessageStateError
-from zmesh.subscription import Message, Origin, Subscription, _fetched_runs
+from zmesh.subscription import Message, Subscription, _fetched_runs
 
 PRODUCER = os.urandom(16)
 
@@ -26,10 +27,10 @@ PRODUCER = os.urandom(16)
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[Engine]:
     eng = Engine(NodeConfig(name="c", mesh="unit", data_dir=str(tmp_path / "c"), mdns=False))
-    eng._state = "running"  # (acks are queued as commands; nothing wakes a thread)
+    eng.state = "running"  # (acks are queued as commands; nothing wakes a thread)
     eng._wake_pending = True
     yield eng
-    eng._state = "new"
+    eng.state = "new"
     eng.close()
 
 

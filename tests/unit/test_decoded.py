@@ -4,11 +4,12 @@ the other lanes: bounded, the newest kept."""
 
 from __future__ import annotations
 
-from zmesh._engine.outbox.dispatch import Decoded, Packed
+from zmesh._engine.outbox.cache import Decoded, Packed
+from zmesh._engine.outbox.record import Record
 
 
-def fields(payload: bytes) -> list:
-    return ["t", 0, None, None, 0, 1.0, None, None, payload, 0]
+def fields(payload: bytes) -> Record:
+    return Record("t", 0, None, None, 0, 1.0, None, None, payload, 0)
 
 
 def test_kept_records_stay_under_the_limit_and_the_oldest_go_first() -> None:

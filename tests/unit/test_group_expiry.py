@@ -1,5 +1,5 @@
-"""Groups without members expire, with the wall clock passed in: a producer on a real
-LMDB store, no IO thread, no sockets."""
+"""Groups without members expire, with the wall clock passed in: a producer's outbox on
+a real LMDB store, no IO thread, no sockets."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from zmesh._engine.outbox.producer import Producer
+from zmesh._engine.outbox.outbox import Outbox
+from zmesh._engine.outbox.outcomes import Outcomes
 from zmesh._engine.stats import Counters
 from zmesh._store.store import Store, WriteBatch
 from zmesh.config import TopicConfig
@@ -24,15 +25,15 @@ def store(tmp_path: Path) -> Iterator[Store]:
     store.close()
 
 
-def _producer(store: Store, **topics: TopicConfig) -> Producer:
+def _producer(store: Store, **topics: TopicConfig) -> Outbox:
     node_id, _incarnation, next_seq, next_lane = store.open_identity()
-    return Producer(store, node_id, next_seq, next_lane, dict(topics), 1 << 20, 1 << 20,
-                    Counters())
+    return Outbox(store, node_id, next_seq, next_lane, dict(topics), 1 << 20, 1 << 20,
+                  Counters(), Outcomes())
 
 
-def _expire(producer: Producer, wall: float) -> int:
+def _expire(producer: Outbox, wall: float) -> int:
     wb = WriteBatch()
-    retired = producer.expire_idle(wall, wb)
+    retired = producer.groups.expire_idle(wall, wb)
     producer.store.commit(wb)
     return retired
 
@@ -44,7 +45,7 @@ def _stored_lanes(store: Store) -> dict[str, float | None]:
 def test_a_group_expires_after_its_topic_s_expiry_without_members(store: Store) -> None:
     producer = _producer(store, t=TopicConfig(group_inactive_expiry_s=7 * DAY))
     wb = WriteBatch()
-    lane = producer.ensure_lane("t", "g", "g", "shared", wb, 0.0)
+    lane = producer.groups.ensure("t", "g", "g", "shared", wb, 0.0)
     lane.set_member(MEMBER, 100, 10)
     for seq in range(5):
         lane.add(seq, 0, now=0.0)
@@ -57,15 +58,15 @@ def test_a_group_expires_after_its_topic_s_expiry_without_members(store: Store) 
     assert _expire(producer, 2000.0 + 7 * DAY - 1) == 0
     assert _expire(producer, 2000.0 + 7 * DAY) == 1
     assert _stored_lanes(store) == {}
-    assert producer.lanes == {}
-    assert producer.counters.get("groups_expired") == 1
-    assert producer.counters.get("dropped_group_deleted") == 5
+    assert producer.lanes.all == {}
+    assert producer.lanes.counters.get("groups_expired") == 1
+    assert producer.lanes.counters.get("dropped_group_deleted") == 5
 
 
 def test_a_member_back_in_time_keeps_its_group(store: Store) -> None:
     producer = _producer(store, t=TopicConfig(group_inactive_expiry_s=60.0))
     wb = WriteBatch()
-    lane = producer.ensure_lane("t", "g", "g", "shared", wb, 0.0)
+    lane = producer.groups.ensure("t", "g", "g", "shared", wb, 0.0)
     store.commit(wb)
     _expire(producer, 100.0)
     lane.set_member(MEMBER, 100, 10)
@@ -81,13 +82,13 @@ def test_declared_groups_and_an_expiry_of_0_never_expire(store: Store) -> None:
     producer = _producer(store, d=TopicConfig(groups=("kept",), group_inactive_expiry_s=1.0),
                          z=TopicConfig(group_inactive_expiry_s=0))
     wb = WriteBatch()
-    producer.set_topic("d", producer.topics["d"], wb, 0.0)
-    producer.ensure_lane("d", "kept/ab", "kept", "broadcast", wb, 0.0)  # a member's own copy
-    producer.ensure_lane("z", "g", "g", "shared", wb, 0.0)
+    producer.set_topic("d", producer.lanes.topics["d"], wb, 0.0)
+    producer.groups.ensure("d", "kept/ab", "kept", "broadcast", wb, 0.0)  # a member's own copy
+    producer.groups.ensure("z", "g", "g", "shared", wb, 0.0)
     store.commit(wb)
     _expire(producer, 0.0)
     assert _expire(producer, 10 * DAY) == 1  # the broadcast lane: not the declared group
-    assert sorted(producer.lanes) == [("d", "kept"), ("z", "g")]
+    assert sorted(producer.lanes.all) == [("d", "kept"), ("z", "g")]
 
 
 def test_the_idle_clock_is_kept_across_a_restart(tmp_path: Path) -> None:
@@ -95,7 +96,7 @@ def test_the_idle_clock_is_kept_across_a_restart(tmp_path: Path) -> None:
     store = Store(path, 1 << 24)
     producer = _producer(store, t=TopicConfig(group_inactive_expiry_s=60.0))
     wb = WriteBatch()
-    producer.ensure_lane("t", "g", "g", "shared", wb, 0.0)
+    producer.groups.ensure("t", "g", "g", "shared", wb, 0.0)
     store.commit(wb)
     _expire(producer, 100.0)
     store.close()

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from zmesh._engine.engine import Engine
 from zmesh._engine.lane.delivery import NO_SIZE_LIMIT, Timing
 from zmesh._engine.lane.lane import Lane, PlainRun
+from zmesh._engine.outbox.records import run_message
 from zmesh._engine.outbox.runs import (
     RUN_MAX_BYTES,
     Run,
     Runs,
     lane_entry,
     run_entry,
-    run_message,
     run_record,
 )
 from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES, pack_columns
@@ -203,11 +203,11 @@ def _stored_runs(tmp_path, batches: list[list[bytes]]):
     with one group, one loop iteration each, and their first sequences."""
     eng = Engine(NodeConfig(name="p", mesh="unit", data_dir=str(tmp_path / "p"), mdns=False,
                             topics={"t": TopicConfig(groups=("g",))}))
-    eng._state = "running"  # (publishes are prepared; nothing wakes a thread)
+    eng.state = "running"  # (publishes are prepared; nothing wakes a thread)
     now = time.monotonic()
     wb = WriteBatch()
-    for topic, cfg in eng.producer.topics.items():
-        eng.producer.set_topic(topic, cfg, wb, now)
+    for topic, cfg in eng.outbox.lanes.topics.items():
+        eng.outbox.set_topic(topic, cfg, wb, now)
     eng.commits.commit(wb, [])
     firsts = []
     for payloads in batches:
@@ -232,14 +232,14 @@ def test_columns_of_runs_know_their_payloads_travel_inline(tmp_path, sizes, inli
     eng, firsts = _stored_runs(tmp_path, [payloads[i:i + 30] for i in range(0, len(sizes), 30)])
     try:
         seqs = range(firsts[0], firsts[0] + len(sizes))
-        columns = eng.producer.run_columns(seqs, NO_SIZE_LIMIT)
+        columns = eng.outbox.records.run_columns(seqs, NO_SIZE_LIMIT)
         assert columns is not None and list(columns.payloads) == payloads
         assert columns.inline is inline
         parts = [p % 16 for p in seqs]
         assert pack_columns(seqs, parts, *columns[:5], all_inline=columns.inline) == \
             pack_columns(seqs, parts, *columns[:5])
     finally:
-        eng._state = "new"
+        eng.state = "new"
         eng.close()
 
 
@@ -251,17 +251,17 @@ def test_columns_of_a_scattered_take_are_those_of_its_places(tmp_path):
     eng, firsts = _stored_runs(tmp_path, [payloads[i:i + 50] for i in range(0, 200, 50)])
     try:
         every = range(firsts[0], firsts[0] + 200)
-        whole = eng.producer.run_columns(every, NO_SIZE_LIMIT)
+        whole = eng.outbox.records.run_columns(every, NO_SIZE_LIMIT)
         assert whole is not None
         for mine in ({1, 2, 5, 11}, {0}, {15}, set(range(16)) - {7}):
             seqs = [s for s in every if s % 16 in mine]
-            columns = eng.producer.run_columns(seqs, NO_SIZE_LIMIT)
+            columns = eng.outbox.records.run_columns(seqs, NO_SIZE_LIMIT)
             assert columns is not None
             places = [s - every[0] for s in seqs]
             for got, full in zip(columns[:5], whole[:5], strict=True):
                 assert list(got) == [full[i] for i in places]
     finally:
-        eng._state = "new"
+        eng.state = "new"
         eng.close()
 
 

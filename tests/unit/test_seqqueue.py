@@ -22,7 +22,7 @@ from zmesh._engine.lane.seqqueue import (
     round_robin_slots,
     slot_partitions,
 )
-from zmesh._engine.outbox.staging import _allocate
+from zmesh._engine.outbox.allocate import allocate as _allocate
 
 
 def _window(mapping: dict[int, int]) -> SeqWindow:

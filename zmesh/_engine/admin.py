@@ -32,7 +32,7 @@ def _str_arg(args: dict, name: str) -> str:
 
 def admin(engine: Engine, req: AdminRequest, wb: WriteBatch, now: float) -> AdminReply:
     """Run one request on the IO thread; errors come back in the reply."""
-    dead = engine.producer.dead
+    dead = engine.outbox.dead
     args = req.args
     try:
         result: Any
@@ -51,7 +51,7 @@ def admin(engine: Engine, req: AdminRequest, wb: WriteBatch, now: float) -> Admi
             topic = args.get("topic")
             if topic is not None and not isinstance(topic, str):
                 raise ValueError("topic must be a string")
-            result = engine.producer.groups(topic, time.time())
+            result = engine.outbox.groups.listing(topic, time.time())
         elif req.op == "group_rm":
             result = engine.delete_group(_str_arg(args, "topic"), _str_arg(args, "group"), wb,
                                          now, announce=True)

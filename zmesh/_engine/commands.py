@@ -30,12 +30,13 @@ from .routing import partition_for, round_robin_partitions
 if TYPE_CHECKING:
     from .._store.store import Store, WriteBatch
     from ..config import NodeConfig
-    from ..subscription import Message, Origin, Subscription
+    from ..subscription import Message, Subscription
     from .commit import Committer
     from .held import Held
     from .inbox.consumer import Consumer
+    from .inbox.origin import Origin
     from .mesh import Mesh
-    from .outbox.producer import Producer
+    from .outbox.outbox import Outbox
     from .stats import Counters
 
 log = logging.getLogger(__name__)
@@ -70,14 +71,14 @@ class Commands:
     # Set by Engine.__init__; the methods below use them.
     config: NodeConfig
     store: Store
-    producer: Producer
+    outbox: Outbox
     consumer: Consumer
     commits: Committer
     held: Held
     counters: Counters
     mesh: Mesh | None
     _local_subs: list[Subscription]
-    _state: str
+    state: str
     _failure: BaseException | None
 
     def __init__(self, node_id: bytes, next_seq: int, map_size_bytes: int) -> None:
@@ -122,15 +123,15 @@ class Commands:
         """The node closes: under the allocation lock, so a publish that found it running
         has queued itself already, and no later one takes room."""
         with self._alloc:
-            self._state = "closing"
+            self.state = "closing"
             self._credit = self._credit_bytes = 0
 
-    def _check_running(self) -> None:
-        if self._state != "running":
+    def check_running(self) -> None:
+        if self.state != "running":
             if self._failure is not None:
                 raise NodeStateError(f"node {self.config.name!r} stopped after an internal "
                                      f"error: {self._failure!r}")
-            raise NodeStateError(f"node {self.config.name!r} is {self._state}; use it inside "
+            raise NodeStateError(f"node {self.config.name!r} is {self.state}; use it inside "
                                  "'with' or after start()")
 
     def submit(self, cmd: tuple | list[AnyPublish] | Publish | Origin) -> None:
@@ -141,20 +142,20 @@ class Commands:
         A plain ``publish()`` made later may still join a stretch queued before it, and be
         staged with it (sooner, never later): what a command changes applies from the
         loop iteration that drains it to every publish that iteration stages."""
-        if self._state != "running":
-            self._check_running()
+        if self.state != "running":
+            self.check_running()
         self._cmds.append(cmd)
         if not self._wake_pending:  # (``_wake_once``, inline)
             self._wake_pending = True
             if not self._wake():
-                self._check_running()
+                self.check_running()
 
     def _wake_once(self) -> None:
         """Wake the IO thread unless a wake-up is pending already."""
         if not self._wake_pending:
             self._wake_pending = True
             if not self._wake():
-                self._check_running()  # the IO thread stopped meanwhile: say why
+                self.check_running()  # the IO thread stopped meanwhile: say why
 
     def _wake(self) -> bool:
         """Wake the IO thread; False when it has already closed its wake pipe."""
@@ -227,9 +228,9 @@ class Commands:
             first = self._reserve(1, nbytes, self.config.publish_timeout_s if timeout_s is None
                                   else timeout_s, True)
             alloc.acquire()  # (to join a stretch: the open one, if it ends just before)
-            if self._state != "running":  # closed while it waited: never queued after that
+            if self.state != "running":  # closed while it waited: never queued after that
                 alloc.release()
-                self._check_running()
+                self.check_running()
         stretch = self._open
         rounds = 0 if key is not None else partitions
         if stretch is None or stretch.next != first or stretch.topic != topic \
@@ -253,8 +254,8 @@ class Commands:
 
     def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
         """The first of ``n`` sequences, once the outbox has room for them."""
-        if self._state != "running":
-            self._check_running()
+        if self.state != "running":
+            self.check_running()
         deadline = 0.0
         alloc = self._alloc
         while True:
@@ -275,7 +276,7 @@ class Commands:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 limit = self.config.max_outbox_messages
-                depth = self.producer.depth + self._submitted - self._done
+                depth = self.outbox.depth + self._submitted - self._done
                 if (depth + n <= limit or depth == 0) and self.held.full:
                     # the outbox has room, the LMDB map has not
                     self.counters.add("publish_store_full", 1)
@@ -287,7 +288,7 @@ class Commands:
                 # room made since the check above is seen here, later room wakes the wait.
                 if not self._fits(n, nbytes, paced):
                     self.cond.wait(min(remaining, TIMEOUT_MAX))  # (inf: no end)
-            self._check_running()
+            self.check_running()
 
     def _fits(self, n: int, nbytes: int, paced: bool) -> bool:
         """There is room for ``n`` more publishes of ``nbytes``: in the outbox, in the LMDB
@@ -295,7 +296,7 @@ class Commands:
         waiting = self._submitted - self._done
         if paced and waiting and waiting + n > MAX_AHEAD_MSGS:
             return False  # (the wait a fast publisher meets most)
-        depth = self.producer.depth + waiting
+        depth = self.outbox.depth + waiting
         ahead = self._submitted_bytes - self._done_bytes
         return ((depth + n <= self.config.max_outbox_messages or depth == 0)
                 and not self.held.full
@@ -316,7 +317,7 @@ class Commands:
 
     def watch(self, receipt: Receipt) -> None:
         """Someone waits for ``receipt`` to be acked: have the IO thread track it."""
-        if self._state == "running":
+        if self.state == "running":
             self.submit(("watch", receipt))
 
     def transact(self, pubs: list[Publish], acks: list[Message], timeout_s: float) -> None:
@@ -450,7 +451,7 @@ class Commands:
             elif kind == "touch":
                 self.consumer.touch(cmd[1])
             elif kind == "topic":
-                self.producer.set_topic(cmd[1], cmd[2], wb, now)
+                self.outbox.set_topic(cmd[1], cmd[2], wb, now)
             elif kind == "abandon":
                 log.warning("a transaction was dropped without commit or abort: its %d "
                             "publishes were discarded", cmd[1])
@@ -472,26 +473,24 @@ class Commands:
         """Resolve receipts and wake waiting publishers when this iteration made room:
         publishes stored or failed, messages settled (a shallower outbox), the LMDB map
         no longer full. Counters publishers check are changed under ``cond`` only."""
-        p = self.producer
-        room = p.depth < self._depth_seen or (self._full_seen and not self.held.full)
-        self._depth_seen, self._full_seen = p.depth, self.held.full
-        floor = p.settled_floor
-        if staged_done or p.stored or p.acked or room or floor is not None:
+        depth, receipts = self.outbox.depth, self.outbox.receipts
+        room = depth < self._depth_seen or (self._full_seen and not self.held.full)
+        self._depth_seen, self._full_seen = depth, self.held.full
+        floor = receipts.settled_floor
+        if staged_done or receipts.stored or receipts.acked or room or floor is not None:
             with self.cond:
                 self._done += staged_done
                 self._done_bytes += staged_bytes
-                if p.stored:
+                if receipts.stored:
                     self._told += 1
                     told = self._told
-                    for stage in p.stored:
+                    for stage in receipts.stored:
                         stage.stored = told
-                for r in p.acked:
+                for r in receipts.acked:
                     r._unacked -= 1
                 if floor is not None:  # (after this notification's stores: it counts them)
                     self._publisher.settled = (floor, self._told)
-                    p.settled_floor = None
-                p.stored.clear()
-                p.acked.clear()
+                receipts.told()
                 self.cond.notify_all()
         with self._alloc:
             self._refill()
@@ -499,10 +498,10 @@ class Commands:
     def _refill(self) -> None:
         """Set what publish_one may take without checks (under _alloc): as many single
         publishes as ``_fits`` would let in now, one by one."""
-        if self._state != "running" or self.held.full:
+        if self.state != "running" or self.held.full:
             self._credit = self._credit_bytes = 0
             return
         waiting = self._submitted - self._done
         self._credit = min(MAX_AHEAD_MSGS - waiting,
-                           self.config.max_outbox_messages - self.producer.depth - waiting)
+                           self.config.max_outbox_messages - self.outbox.depth - waiting)
         self._credit_bytes = self._ahead_limit - (self._submitted_bytes - self._done_bytes)

@@ -21,8 +21,8 @@ from .outbox.publishes import message_count, payload_bytes
 
 if TYPE_CHECKING:
     from .inbox.consumer import Consumer
-    from .outbox.producer import Producer
     from .outbox.publishes import AnyPublish
+    from .outbox.staging import Staging
     from .stats import Counters
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,10 @@ class Waiter(Protocol):
 class Committer:
     """Commits write batches for one engine; owns the publishes a full map holds."""
 
-    def __init__(self, store: Store, producer: Producer, consumer: Consumer,
+    def __init__(self, store: Store, staging: Staging, consumer: Consumer,
                  counters: Counters, max_map_size_bytes: int) -> None:
         self.store = store
-        self.producer = producer
+        self.staging = staging
         self.consumer = consumer
         self.counters = counters
         self.max_map_size_bytes = max_map_size_bytes
@@ -63,11 +63,11 @@ class Committer:
         held_bytes = self.held.bytes if held_before else 0
         pubs_in, bytes_in = message_count(pubs), payload_bytes(pubs)
         pubs = self.held.admit(pubs, self.tx_pubs, now)
-        self.producer.staging.prepare_lanes(pubs, wb, now)
+        self.staging.prepare_lanes(pubs, wb, now)
         mark = wb.mark() if pubs else None  # what follows is the publishes' part
-        fresh = self.producer.staging.stage(pubs, wb)
+        fresh = self.staging.stage(pubs, wb)
         stored = self.commit(wb, fresh, calls, mark, now)
-        self.producer.staging.added(stored, now, next_wb)
+        self.staging.added(stored, now, next_wb)
         self.tx_pubs.clear()
         return (held_before + pubs_in - self.held.count,
                 held_bytes + bytes_in - self.held.bytes), stored
@@ -97,7 +97,7 @@ class Committer:
             full = False
         self.counters.add("store_full" if full else "store_errors", 1)
         if mark is not None:
-            self.producer.staging.unstage(pubs)
+            self.staging.unstage(pubs)
         keep = [p for p in pubs if id(p) not in self.tx_pubs]
         for p in pubs:
             if not (full and id(p) not in self.tx_pubs):

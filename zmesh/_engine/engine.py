@@ -37,11 +37,11 @@ from .lane.delivery import Taken
 from .lane.lane import Lane
 from .listener import Listener
 from .mesh import Mesh
-from .outbox.dispatch import Columns, Packed, dispatch
+from .outbox.cache import Packed
 from .outbox.ephemeral import send_ephemeral
-from .outbox.producer import Producer
+from .outbox.outbox import Outbox
 from .outbox.publishes import AnyPublish
-from .outbox.restart import load_outbox
+from .outbox.record import Columns
 from .outbox.retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
 from .stats import Counters
 from .status import node_status
@@ -74,19 +74,18 @@ class Engine(Commands):
             raise
         self.counters = Counters()
         super().__init__(self.node_id, next_seq, config.map_size_bytes)
-        self.producer = Producer(self.store, self.node_id, next_seq, next_lane,
-                                 dict(config.topics), config.memory_budget_bytes,
-                                 config.max_message_bytes, self.counters,
-                                 self._publisher.outcomes)
-        self.consumer = Consumer(self, self.store, self.counters)
+        self.outbox = Outbox(self.store, self.node_id, next_seq, next_lane,
+                             dict(config.topics), config.memory_budget_bytes,
+                             config.max_message_bytes, self.counters, self._publisher.outcomes)
+        self.consumer = Consumer(self.node_id, self, self.store, self.counters)
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
-        self._state = "new"  # new -> running -> closing -> closed
+        self.state = "new"  # new -> running -> closing -> closed
         self._local_subs: list[Subscription] = []
         self._mdns: MdnsDiscovery | None = None
         self._wb = WriteBatch()
-        self.commits = Committer(self.store, self.producer, self.consumer, self.counters,
+        self.commits = Committer(self.store, self.outbox.staging, self.consumer, self.counters,
                                  config.max_map_size_bytes)
         self.held = self.commits.held  # publishes a full map holds back
         self.listener = Listener(self)
@@ -104,9 +103,9 @@ class Engine(Commands):
     # == application threads: start and close (what else they call is in commands.py) ====
 
     def start(self) -> None:
-        if self._state != "new":
+        if self.state != "new":
             raise NodeStateError(f"node {self.config.name!r} was already started")
-        self._state = "running"
+        self.state = "running"
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"zmesh-io-{self.config.name}")
         self._thread.start()
@@ -115,7 +114,7 @@ class Engine(Commands):
                                  f"{START_TIMEOUT_S:g}s")
         if self._failure is not None:
             self._thread.join()
-            self._state = "closed"
+            self.state = "closed"
             self.store.close()
             failure = self._failure
             if isinstance(failure, ZMeshError):
@@ -124,19 +123,19 @@ class Engine(Commands):
                                  f"{failure}") from failure
 
     def close(self) -> None:
-        if self._state in ("new", "closed"):
-            if self._state == "new":
+        if self.state in ("new", "closed"):
+            if self.state == "new":
                 self.store.close()
-            self._state = "closed"
+            self.state = "closed"
             return
-        if self._state == "running" and self._thread is not None and self._thread.is_alive():
+        if self.state == "running" and self._thread is not None and self._thread.is_alive():
             self._closing()
             self._cmds.append(("stop",))
             self._wake()
-        self._state = "closing"
+        self.state = "closing"
         if self._thread is not None:
             self._thread.join()
-        self._state = "closed"
+        self.state = "closed"
         with self.cond:
             self.cond.notify_all()
 
@@ -174,7 +173,7 @@ class Engine(Commands):
             self._wake_tx = wake_tx
         inproc = f"inproc://zmesh-{self.node_id.hex()}-{self.incarnation}"
         self.data_port, self.ctrl_port = self.listener.open(self.ctx, inproc)
-        mesh = self.mesh = Mesh(self.ctx, cfg, self.node_id, self.incarnation, self.producer,
+        mesh = self.mesh = Mesh(self.ctx, cfg, self.node_id, self.incarnation, self.outbox,
                                 self.counters, lambda: self._local_subs, self.keys)
         mesh.ctrl_port, mesh.data_port = self.ctrl_port, self.data_port
         mesh.hosts = tuple(cfg.interfaces) or ("*",)
@@ -187,19 +186,17 @@ class Engine(Commands):
         self.listener.register(self.poller)
         now = time.monotonic()
         self._expire_from = now + cfg.dead_after_s
-        load_outbox(self.producer, now, self._wb)
+        self.outbox.load(now, self._wb)
         known = self.store.known_peers()
-        for topic, tcfg in self.producer.topics.items():
-            self.producer.set_topic(topic, tcfg, self._wb, now)
         for c in self.store.take_corrupt():  # what the restart could not decode
-            self.producer.set_aside(c.db, c.key, c.value, c.reason, self._wb)
+            self.outbox.records.set_aside(c.db, c.key, c.value, c.reason, self._wb)
         self.commits.commit(self._wb, [])
         self._wb = WriteBatch()
         for ep in seed_endpoints(cfg.seeds):
             mesh.contact(ep, seed=True)
         for ep, key in known.values():
             mesh.contact(ep, key=key)
-        if known and self.producer.depth:
+        if known and self.outbox.depth:
             # Hold the reopened backlog until the peers we knew are back (or presumed dead):
             # handing all of a group's partitions to whichever member says hello first
             # would redeliver what the others acked just before our crash.
@@ -216,7 +213,7 @@ class Engine(Commands):
                  self.node_id.hex()[:12], cfg.mesh, self.ctrl_port, self.data_port)
 
     def _cmds_from_discovery(self, peer_id: bytes, ep: str, key: bytes) -> None:
-        if self._state == "running":
+        if self.state == "running":
             self.submit(("contact", ep, peer_id, key))
 
     # -- the loop ------------------------------------------------------------------------
@@ -249,7 +246,7 @@ class Engine(Commands):
         if stored and mesh.ephemeral:
             send_ephemeral(mesh, stored, self.node_id, self.incarnation, self.counters)
         if self._watches:
-            self.producer.watch(self._watches)
+            self.outbox.receipts.watch(self._watches, self.outbox.lanes)
             self._watches.clear()
         for call in calls:
             call.done.set()
@@ -261,14 +258,14 @@ class Engine(Commands):
             self._awaiting.clear()
         if now >= self._send_retry_at and not self._awaiting:
             self._send_retry_at = 0.0
-            dispatch(self.producer, now, self._send_data, self._wb)
+            self.outbox.dispatcher.dispatch(now, self._send_data, self._wb)
         return not stop
 
     def _poll_timeout_ms(self, now: float) -> int:
         if self._cmds or self._wb:
             return 0
         wake = self._next_beat
-        nxt = self.producer.next_wakeup()
+        nxt = self.outbox.lanes.next_wakeup()
         if nxt is not None:
             wake = min(wake, nxt)
         if self._send_retry_at:
@@ -284,9 +281,9 @@ class Engine(Commands):
     # -- peers ---------------------------------------------------------------------------
 
     def _timers(self, now: float, wb: WriteBatch) -> None:
-        nxt = self.producer.next_wakeup()
+        nxt = self.outbox.lanes.next_wakeup()
         if nxt is not None and nxt <= now:
-            self.producer.tick(now, wb)
+            self.outbox.settler.tick(now, wb)
         if now >= self._next_beat:
             self._next_beat = now + self.config.heartbeat_interval_s
             wall = time.time()
@@ -294,9 +291,9 @@ class Engine(Commands):
             assert self.mesh is not None
             self.mesh.beat(now, wb)
             # (none retired before the members had time to say hello again)
-            self.producer.expire_idle(wall, wb, retire=now >= self._expire_from)
+            self.outbox.groups.expire_idle(wall, wb, retire=now >= self._expire_from)
         if now >= self._next_reclaim:
-            more = self.producer.retained.reclaim(wb, time.time())
+            more = self.outbox.retained.reclaim(wb, time.time())
             self._next_reclaim = now + (RECLAIM_BUSY_S if more else RECLAIM_INTERVAL_S)
 
     # -- sending -------------------------------------------------------------------------
@@ -311,7 +308,7 @@ class Engine(Commands):
         sent = 0
         push = peer.push
         # The other lanes of the topic send the same messages, mostly in the same batches.
-        packed = self._packed if len(self.producer.by_topic.get(lane.topic, ())) > 1 else None
+        packed = self._packed if len(self.outbox.lanes.of_topic(lane.topic)) > 1 else None
         start, n = 0, len(out.seqs)
         while start < n:
             end = min(start + batch_size, n)
@@ -364,7 +361,7 @@ class Engine(Commands):
         at once. Returns what was dropped here and how many peers were told."""
         mesh = self.mesh
         assert mesh is not None
-        dropped = self.producer.delete_group(topic, group, wb)
+        dropped = self.outbox.groups.delete(topic, group, wb)
         mesh.renew_lanes(topic, group, wb, now)
         told = mesh.send_to_peers(GroupDel(self.node_id, topic, group)) if announce else 0
         return {"dropped": dropped, "peers_told": told}
@@ -404,7 +401,7 @@ class Engine(Commands):
                 sub._drain_unsettled()
             self._teardown_sockets()
             self.store.close()
-            self._state = "closed"
+            self.state = "closed"
             with self.cond:
                 self.cond.notify_all()
 

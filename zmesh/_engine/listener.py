@@ -62,7 +62,8 @@ class Listener:
         self.engine = engine
         self.config = engine.config
         self.counters = engine.counters
-        self.producer = engine.producer
+        self.settler = engine.outbox.settler
+        self.retained = engine.outbox.retained
         self.consumer = engine.consumer
         self._bad_frames: dict[str, int] = {}
         self._next_data_warning = 0.0
@@ -213,18 +214,18 @@ class Listener:
     def _on_control(self, msg: object, frames: list[zmq.Frame], mesh: Mesh, wb: WriteBatch,
                     now: float) -> None:
         if isinstance(msg, Ack):
-            self.producer.on_ack(msg.topic, msg.lane, msg.seqs, wb)
+            self.settler.on_ack(msg.topic, msg.lane, msg.seqs, wb)
         elif isinstance(msg, Hello):
             mesh.on_hello(msg, _meta(frames[1], "Peer-Address"),
                           (_meta(frames[1], "User-Id") or "").encode(), wb, now)
             self.engine._awaiting.discard(msg.node_id)
         elif isinstance(msg, Nack):
-            self.producer.on_nack(msg.topic, msg.lane, msg.seqs,
+            self.settler.on_nack(msg.topic, msg.lane, msg.seqs,
                                   None if msg.delay_s < 0 else msg.delay_s, wb, now)
         elif isinstance(msg, Fail):
-            self.producer.on_fail(msg.topic, msg.lane, msg.seq, msg.reason, wb)
+            self.settler.on_fail(msg.topic, msg.lane, msg.seq, msg.reason, wb)
         elif isinstance(msg, Touch):
-            self.producer.on_touch(msg.topic, msg.lane, msg.seqs, msg.node_id, now)
+            self.settler.on_touch(msg.topic, msg.lane, msg.seqs, msg.node_id, now)
         elif isinstance(msg, GroupDel):
             if mesh.peers.get(msg.node_id) is not None:  # (a peer's operator, not a stranger)
                 self.engine.delete_group(msg.topic, msg.group, wb, now, announce=False)
@@ -237,7 +238,7 @@ class Listener:
         elif isinstance(msg, AdminRequest):
             self._reply(frames[0], admin(self.engine, msg, wb, now))
         elif isinstance(msg, FetchRequest):
-            items, heads = self.producer.retained.fetch(msg.topic, dict(msg.cursors),
+            items, heads = self.retained.fetch(msg.topic, dict(msg.cursors),
                                                         msg.start, msg.max_items,
                                                         FETCH_REPLY_BYTES,
                                                         msg.max_payload_bytes)

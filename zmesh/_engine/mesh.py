@@ -15,7 +15,7 @@ from .._protocol.frames import Ack, Fail, GroupDel, Hello, Nack, PeerRef, SubInf
 from .._security import Keys, client_options
 from .._store.store import WriteBatch
 from ..config import NodeConfig
-from .outbox.producer import Producer
+from .outbox.outbox import Outbox
 from .peers import Peer, endpoint, lane_name
 from .stats import Counters
 
@@ -36,7 +36,7 @@ class Mesh:
     """Peers of one node and the sockets to them."""
 
     def __init__(self, ctx: zmq.Context, config: NodeConfig, node_id: bytes, incarnation: int,
-                 producer: Producer, counters: Counters,
+                 outbox: Outbox, counters: Counters,
                  local_subs: Callable[[], list[Subscription]], keys: Keys | None) -> None:
         self.ctx = ctx
         self.keys = keys
@@ -46,7 +46,8 @@ class Mesh:
         self.config = config
         self.node_id = node_id
         self.incarnation = incarnation
-        self.producer = producer
+        self.lanes = outbox.lanes
+        self.groups = outbox.groups
         self.counters = counters
         self._local_subs = local_subs
         self.peers: dict[bytes, Peer] = {}
@@ -184,11 +185,11 @@ class Mesh:
                     now: float) -> None:
         new = {(s.topic, lane_name(s, peer.node_id)): s for s in subs if s.mode != "ephemeral"}
         for key in peer.lanes.keys() - new.keys():
-            lane = self.producer.lanes.get(key)
+            lane = self.lanes.get(*key)
             if lane is not None:
                 lane.remove_member(peer.node_id, now)
         for (topic, name), s in new.items():
-            lane = self.producer.ensure_lane(topic, name, s.group, s.mode, wb, now)
+            lane = self.groups.ensure(topic, name, s.group, s.mode, wb, now)
             lane.set_member(peer.node_id, s.max_in_flight, s.batch_size, s.max_message_bytes)
         peer.subs = subs
         peer.lanes = new
@@ -239,7 +240,7 @@ class Mesh:
         if peer.ephemeral:
             peer.ephemeral = {}
             self._index_ephemeral()
-        moved = self.producer.member_gone(peer.node_id, now)
+        moved = self.lanes.members_gone(peer.node_id, now)
         log.log(logging.WARNING if why == "silent" else logging.INFO,
                 "peer %s (%s) is gone (%s, last heard %.1fs ago); %d in-flight messages "
                 "pending again", peer.name, peer.node_id.hex()[:12], why,

@@ -13,25 +13,24 @@ def node_status(engine: Engine) -> dict:
     """A snapshot for status displays (IO thread)."""
     now = time.monotonic()
     wall_now = time.time()
-    producer = engine.producer
+    outbox = engine.outbox
     lanes = []
-    for (topic, name), lane in producer.lanes.items():
-        group, mode = producer.lane_meta[(topic, name)]
+    for lane in outbox.lanes.all.values():
         lanes.append({
-            "topic": topic, "lane": name, "group": group, "mode": mode,
+            "topic": lane.topic, "lane": lane.name, "group": lane.group, "mode": lane.mode,
             "members": [m.hex() for m in lane.members],
             "windows": [m.window for m in lane.members.values()],  # (the members' order)
             "pending": len(lane), "ready": lane.ready_count,
             "in_flight": lane.in_flight_count(), **lane.counts,
-            "oldest_age_s": _age(producer.published_at(lane.floor()) if len(lane) else None,
-                                 wall_now),
-            "dead_letters": producer.dead.parked(producer.lane_ids[(topic, name)]),
+            "oldest_age_s": _age(outbox.records.published_at(lane.floor()) if len(lane)
+                                 else None, wall_now),
+            "dead_letters": outbox.dead.parked(lane),
         })
     return {
         "node": {"id": engine.node_id.hex(), "name": engine.config.name,
                  "mesh": engine.config.mesh, "incarnation": engine.incarnation,
                  "control_port": engine.ctrl_port, "data_port": engine.data_port},
-        "outbox": engine.producer.depth,
+        "outbox": engine.outbox.depth,
         "store": {"path": engine.store.path, "map_size_bytes": engine.store.map_size_bytes,
                   "full": engine.held.full, "held_publishes": engine.held.count},
         "lanes": lanes,

@@ -21,12 +21,12 @@ from ..._protocol.codec import MAX_REASON_CHARS
 from ..._protocol.frames import Ack, Batch, Fail, Nack, Touch
 from ..._seqs import span
 from ..._store.store import Store, WriteBatch
-from ...subscription import RELEASED, Message, Origin
+from ...subscription import Message
 from ..stats import Counters
+from .origin import RELEASED, Origin, Queue
 
 if TYPE_CHECKING:
     from ...subscription import Subscription
-    from ..engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,9 @@ _NONE: frozenset[int] = frozenset()
 class Consumer:
     """Local subscriptions and the dedupe window."""
 
-    def __init__(self, engine: Engine, store: Store, counters: Counters) -> None:
-        self.engine = engine
+    def __init__(self, node_id: bytes, queue: Queue, store: Store, counters: Counters) -> None:
+        self.node_id = node_id
+        self.queue = queue  # (where the settlements of the messages it delivers go)
         self.store = store
         self.counters = counters
         self.subs: dict[tuple[str, str], list[Subscription]] = {}
@@ -87,7 +88,7 @@ class Consumer:
                     del holding[origin]
                 if seqs:
                     released += len(seqs)
-                    self._outgoing.append((source[0], Nack(self.engine.node_id, source[1],
+                    self._outgoing.append((source[0], Nack(self.node_id, source[1],
                                                            source[2], tuple(seqs), 0.0)))
         if released:
             self.counters.add("released_on_close", released)
@@ -114,7 +115,7 @@ class Consumer:
         if not subs:
             # Our hello without this lane is on its way; give the messages back.
             self.counters.add("released_no_subscription", len(seqs))
-            self._outgoing.append((producer, Nack(self.engine.node_id, topic, lane, seqs,
+            self._outgoing.append((producer, Nack(self.node_id, topic, lane, seqs,
                                                   0.0)))
             return
         if subs[0].mode == "ephemeral":  # at most once: nothing to dedupe, hold or ack
@@ -146,7 +147,7 @@ class Consumer:
         duplicates = leased = 0
         # All new (the common case): no test each (``isdisjoint`` walks ``seqs`` whole).
         if not seen and (not held or held.keys().isdisjoint(seqs)):
-            origin = Origin(self.engine, source, group, seqs, batch.headers, batch.attempts,
+            origin = Origin(self.queue, source, group, seqs, batch.headers, batch.attempts,
                             batch.partitions, batch.published_ats, batch.indexes)
         else:
             attempts = batch.attempts
@@ -176,7 +177,7 @@ class Consumer:
                 places.append(i)
                 chosen.add(seq)
             if places:  # an origin of their own: its places are theirs
-                origin = Origin(self.engine, source, group, _pick(seqs, places),
+                origin = Origin(self.queue, source, group, _pick(seqs, places),
                                 _pick(batch.headers, places), _pick(batch.attempts, places),
                                 _pick(batch.partitions, places),
                                 _pick(batch.published_ats, places),
@@ -188,7 +189,7 @@ class Consumer:
             self.counters.add("redelivered_lease_expired", leased)
         if reack:
             self.counters.add("duplicates_dropped", len(reack))
-            self._outgoing.append((producer, Ack(self.engine.node_id, topic, lane,
+            self._outgoing.append((producer, Ack(self.node_id, topic, lane,
                                                  tuple(reack))))
         if origin is not None:
             holding[origin] = None
@@ -201,7 +202,7 @@ class Consumer:
 
     def release(self, batch: Batch) -> None:
         """Give a batch back to its producer without delivering it."""
-        self._outgoing.append((batch.node_id, Nack(self.engine.node_id, batch.topic,
+        self._outgoing.append((batch.node_id, Nack(self.node_id, batch.topic,
                                                    batch.lane, batch.seqs, 0.0)))
 
     def _note_floor(self, producer: bytes, lane: str, floor: int, wb: WriteBatch,
@@ -250,13 +251,13 @@ class Consumer:
             self._holding.get(source, {}).pop(origin, None)
         if how == "nacked":
             delay = -1.0 if arg is None else float(arg)  # type: ignore[arg-type]
-            self._outgoing.append((producer, Nack(self.engine.node_id, msg.topic, lane,
+            self._outgoing.append((producer, Nack(self.node_id, msg.topic, lane,
                                                   (seq,), delay)))
         elif how == "failed":
             reason = str(arg)
             if len(reason) > MAX_REASON_CHARS:  # (what a FAIL carries: the start of it)
                 reason = reason[:MAX_REASON_CHARS - 1] + "…"
-            self._outgoing.append((producer, Fail(self.engine.node_id, msg.topic, lane, seq,
+            self._outgoing.append((producer, Fail(self.node_id, msg.topic, lane, seq,
                                                   reason)))
 
     def rollback(self) -> None:
@@ -268,7 +269,7 @@ class Consumer:
     def flush(self, send: Callable[[bytes, Ack | Nack | Fail | Touch], None]) -> None:
         """After commit: send acks (grouped per producer and lane), nacks, fails and
         touches."""
-        me = self.engine.node_id
+        me = self.node_id
         tops = self._tops
         joined = [(key, _joined(parts)) for key, parts in self._acks.items()]
         # Counted before they are sent: a producer that settles them (and a caller woken

@@ -108,10 +108,14 @@ class Lane(Retries):
 
     def __init__(
         self, topic: str, name: str, *, producer: bytes, partitions: int, timing: Timing,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = random.random, lane_id: int = 0, group: str = "",
+        mode: str = "shared",
     ) -> None:
         self.topic = topic
         self.name = name
+        self.id = lane_id  # its key prefix in the store (pend, pruns, dead)
+        self.group = group
+        self.mode = mode  # "shared", "broadcast" (a member's own copy), or "unclaimed"
         self.producer = producer
         self.timing = timing
         self._rng = rng

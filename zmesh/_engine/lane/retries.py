@@ -6,6 +6,7 @@ every message takes; pure state with the current time passed in, like the rest o
 from __future__ import annotations
 
 import heapq
+import math
 from array import array
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -111,7 +112,9 @@ class Retries:
         return base * (0.5 + self._rng())
 
     def tick(self, now: float) -> TickResult:
-        """Move due delayed messages to ready, time out acks, expire old messages."""
+        """Move due delayed messages to ready, time out acks, expire old messages; then
+        tell the producer of the next timer left (``on_timer``)."""
+        self._wake_at = math.inf  # what it was told of is due: tell again what is left
         result = TickResult()
         delayed = self._delayed
         while delayed and delayed[0][0] <= now:
@@ -143,6 +146,9 @@ class Retries:
             if entry is not None and entry.state != IN_FLIGHT:
                 self._remove(seq)
                 result.expired.append(seq)
+        nxt = self.next_wakeup()
+        if nxt is not None:
+            self._timer(nxt)
         return result
 
     def _timer(self, at: float) -> None:

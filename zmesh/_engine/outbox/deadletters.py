@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterator
+from typing import Any
 
 from ..._receipt import MessageId
 from ..._store.damage import decode_record
 from ..._store.keys import u32
-from ..._store.store import WriteBatch, pack, pend_key, u64, unpackb
+from ..._store.store import Store, WriteBatch, pack, pend_key, u64, unpackb
 from ...deadletters import DeadLetter
 from ..lane.delivery import Entry
 from ..lane.lane import Lane
-
-if TYPE_CHECKING:
-    from .producer import Producer
+from .lanes import UNCLAIMED, Lanes
+from .records import Records
 
 log = logging.getLogger(__name__)
 
@@ -32,48 +31,51 @@ REPLAYED = 1
 class DeadLetters:
     """The dead-letter store of one producer."""
 
-    def __init__(self, producer: Producer) -> None:
-        self.p = producer
+    def __init__(self, store: Store, lanes: Lanes, records: Records, node_id: bytes) -> None:
+        self.store = store
+        self.lanes = lanes
+        self.records = records
+        self.producer = node_id.hex()
         self.replayed: set[tuple[int, int]] = set()  # (lane id, seq)
 
     def load(self) -> None:
-        for lane_id, seq, value in self.p.store.iter_all_dead():
+        for lane_id, seq, value in self.store.iter_all_dead():
             if value[0] == REPLAYED:
                 self.replayed.add((lane_id, seq))
 
-    def park(self, lane: Lane, entry: Entry, reason: str, record: bytes | None,
-             batch: WriteBatch) -> None:
-        lane_id = self.p.lane_ids[(lane.topic, lane.name)]
-        old = self.p.store.get_dead(lane_id, entry.seq)
+    def park(self, lane: Lane, entry: Entry, reason: str, batch: WriteBatch) -> None:
+        old = self.store.get_dead(lane.id, entry.seq)
         history = list(old[4]) if old else []
         now = time.time()
         history.append([now, entry.attempt, reason])
-        self.replayed.discard((lane_id, entry.seq))
-        batch.dead_put.append((pend_key(lane_id, entry.seq),
-                               pack([PARKED, reason, entry.attempt, now, history, record])))
-        self.p._count(lane, "dead_lettered", 1)
+        self.replayed.discard((lane.id, entry.seq))
+        batch.dead_put.append((pend_key(lane.id, entry.seq),
+                               pack([PARKED, reason, entry.attempt, now, history,
+                                     self.records.packed(entry.seq)])))
+        self.lanes.count(lane, "dead_lettered", 1)
         log.warning("message %d of %s parked in dead letters of %s: %s", entry.seq,
                     lane.topic, lane.name, reason)
 
-    def settled(self, lane_id: int, seq: int, batch: WriteBatch) -> None:
-        """A replayed message was settled: its history is no longer needed."""
-        if (lane_id, seq) in self.replayed:
-            self.replayed.discard((lane_id, seq))
-            batch.dead_del.append(pend_key(lane_id, seq))
+    def settled(self, lane: Lane, seqs: Collection[int], batch: WriteBatch) -> None:
+        """Replayed messages were settled: their history is no longer needed."""
+        for seq in seqs:
+            if (lane.id, seq) in self.replayed:
+                self.replayed.discard((lane.id, seq))
+                batch.dead_del.append(pend_key(lane.id, seq))
 
-    def forget_lane(self, lane_id: int) -> int:
+    def forget_lane(self, lane: Lane) -> int:
         """A retired lane's dead letters go with it (deleted with its entries): returns
         how many were parked."""
-        parked = self.parked(lane_id)  # (before its replayed ones are forgotten)
-        self.replayed = {(lid, seq) for lid, seq in self.replayed if lid != lane_id}
+        parked = self.parked(lane)  # (before its replayed ones are forgotten)
+        self.replayed = {(lid, seq) for lid, seq in self.replayed if lid != lane.id}
         return parked
 
-    def parked(self, lane_id: int) -> int:
-        """How many dead letters of the lane are parked: its ``dead`` entries, counted by
+    def parked(self, lane: Lane) -> int:
+        """How many dead letters of ``lane`` are parked: its ``dead`` entries, counted by
         their keys alone (no value decoded: every status reply asks), less those replayed
         and not yet settled again, which ``replayed`` holds."""
-        store = self.p.store
-        prefix = u32(lane_id)
+        store = self.store
+        prefix = u32(lane.id)
         count = 0
         with store.env.begin(db=store.dead) as txn:
             cur = txn.cursor()
@@ -82,20 +84,16 @@ class DeadLetters:
                     if not key.startswith(prefix):
                         break
                     count += 1
-        return count - sum(1 for lid, _seq in self.replayed if lid == lane_id)
+        return count - sum(1 for lid, _seq in self.replayed if lid == lane.id)
 
-    def _lanes(self, topic: str, group: str) -> list[tuple[Lane, int]]:
-        out = []
-        for key, lane in self.p.lanes.items():
-            if key[0] == topic and self.p.lane_meta[key][0] == group:
-                out.append((lane, self.p.lane_ids[key]))
-        return out
+    def _lanes(self, topic: str, group: str) -> list[Lane]:
+        return [lane for lane in self.lanes.of_topic(topic)
+                if lane.name != UNCLAIMED and lane.group == group]
 
     def list(self, topic: str, group: str, limit: int) -> list[DeadLetter]:
-        producer = self.p.node_id.hex()
         out: list[DeadLetter] = []
-        for lane, lane_id in self._lanes(topic, group):
-            for seq, value in self.p.store.iter_dead(lane_id):
+        for lane in self._lanes(topic, group):
+            for seq, value in self.store.iter_dead(lane.id):
                 state, reason, attempts, failed_at, history, record = value
                 if state != PARKED:
                     continue
@@ -106,24 +104,26 @@ class DeadLetters:
                 if fields is not None:
                     key, headers, payload = fields[2], fields[3], fields[8]
                 out.append(DeadLetter(
-                    MessageId(producer, seq), topic, group, lane.name, key, payload,
+                    MessageId(self.producer, seq), topic, group, lane.name, key, payload,
                     headers or {}, reason, attempts, failed_at,
                     tuple((float(h[0]), int(h[1]), str(h[2])) for h in history)))
                 if len(out) >= limit:
                     return out
         return out
 
-    def _select(self, topic: str, group: str, seqs: Collection[int] | None):
-        for lane, lane_id in self._lanes(topic, group):
-            for seq, value in list(self.p.store.iter_dead(lane_id)):
+    def _select(self, topic: str, group: str, seqs: Collection[int] | None
+                ) -> Iterator[tuple[Lane, int, Any]]:
+        for lane in self._lanes(topic, group):
+            for seq, value in list(self.store.iter_dead(lane.id)):
                 if value[0] == PARKED and (seqs is None or seq in seqs):
-                    yield lane, lane_id, seq, value
+                    yield lane, seq, value
 
     def replay(self, topic: str, group: str, seqs: Collection[int] | None,
                batch: WriteBatch, now: float) -> int:
         """Make parked messages owed to their lane again; returns how many."""
         count = 0
-        for lane, lane_id, seq, value in self._select(topic, group, seqs):
+        records = self.records
+        for lane, seq, value in self._select(topic, group, seqs):
             _state, reason, attempts, failed_at, history, record = value
             if record is None:
                 log.error("dead letter %d of %s/%s has no record; purge it", seq, topic,
@@ -131,29 +131,29 @@ class DeadLetters:
                 continue
             fields = unpackb(record)
             partition, priority, expires_at = fields[1], fields[4], fields[6]
-            in_outbox = self.p.owed(topic, seq)
+            in_outbox = self.lanes.owed(topic, seq)
             if not in_outbox:
-                self.p.depth += 1
+                records.depth += 1
             lane.add(seq, partition, priority, 0, now=now)
-            batch.dead_put.append((pend_key(lane_id, seq),
+            batch.dead_put.append((pend_key(lane.id, seq),
                                    pack([REPLAYED, reason, attempts, failed_at, history, None])))
-            if not self.p.runs.owe_again(lane, lane_id, seq, in_outbox, batch):
+            if not records.runs.owe_again(lane, lane.id, seq, in_outbox, batch):
                 if not in_outbox:  # (a run still stored holds its record)
                     batch.msgs_put.append((u64(seq), record))
                     batch.msgs_bytes += len(record)
-                batch.pend_put.append((pend_key(lane_id, seq),
+                batch.pend_put.append((pend_key(lane.id, seq),
                                        pack([partition, priority, 0, expires_at, None])))
-            self.replayed.add((lane_id, seq))
+            self.replayed.add((lane.id, seq))
             count += 1
-        self.p.counters.add("dead_replayed", count)
+        self.lanes.counters.add("dead_replayed", count)
         return count
 
     def purge(self, topic: str, group: str, seqs: Collection[int] | None,
               batch: WriteBatch) -> int:
         """Delete parked messages for good; returns how many (counted as purged)."""
         count = 0
-        for _lane, lane_id, seq, _value in self._select(topic, group, seqs):
-            batch.dead_del.append(pend_key(lane_id, seq))
+        for lane, seq, _value in self._select(topic, group, seqs):
+            batch.dead_del.append(pend_key(lane.id, seq))
             count += 1
-        self.p.counters.add("dead_purged", count)
+        self.lanes.counters.add("dead_purged", count)
         return count

@@ -8,31 +8,30 @@ set aside by the engine.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from ..._store.damage import decode_record, decode_run
-from ..._store.store import WriteBatch, pack
+from ..._store.damage import decode_run
+from ..._store.store import Store, WriteBatch, pack
 from ..lane.lane import Lane
+from .deadletters import DeadLetters
+from .lanes import Lanes
+from .records import Records
 from .runs import Run, run_entry
 from .staging import mono_at, mono_offset
-
-if TYPE_CHECKING:
-    from .producer import Producer
 
 log = logging.getLogger(__name__)
 
 
-def load_outbox(producer: Producer, now: float, batch: WriteBatch) -> None:
-    """Rebuild the lanes of ``producer`` and its outbox depth from LMDB after a start."""
+def load_outbox(store: Store, lanes: Lanes, records: Records, dead: DeadLetters, now: float,
+                batch: WriteBatch) -> None:
+    """Rebuild a producer's lanes and its outbox depth from LMDB after a start."""
     by_id: dict[int, Lane] = {}
-    for topic, name, lane_id, group, mode, idle_since in producer.store.iter_lanes():
-        by_id[lane_id] = producer._add_lane(topic, name, lane_id, group, mode)
-        producer.idle_since[(topic, name)] = idle_since
+    for topic, name, lane_id, group, mode, idle_since in store.iter_lanes():
+        by_id[lane_id] = lanes.add(topic, name, group, mode, None, lane_id, idle_since)
     offset = mono_offset()
     for lane in by_id.values():
         lane.begin_bulk()
     for lane_id, seq, (partition, priority, attempt, expires_at, deliver_at) in \
-            producer.store.iter_pending():
+            store.iter_pending():
         owing = by_id.get(lane_id)
         if owing is None:
             log.error("pending entry %d of unknown lane %d is skipped", seq, lane_id)
@@ -40,49 +39,48 @@ def load_outbox(producer: Producer, now: float, batch: WriteBatch) -> None:
         owing.add(seq, partition, priority, attempt, now=now,
                   not_before=mono_at(deliver_at, offset),
                   expires_at=mono_at(expires_at, offset))
-    _load_runs(producer, by_id, now)
-    for c in producer.store.corrupt:
+    _load_runs(store, records, by_id, now)
+    for c in store.corrupt:
         if c.db == "pend" and len(c.key) == 12:
-            _rebuild_pending(producer, by_id, c.key, now, offset, batch)
+            _rebuild_pending(records, by_id, c.key, now, offset, batch)
         elif c.db == "pruns" and len(c.key) == 12:
-            _rebuild_run_entry(producer, by_id, c.key, now, batch)
+            _rebuild_run_entry(store, records, by_id, c.key, now, batch)
     of_topic: dict[str, list[Lane]] = {}
     for lane in by_id.values():
         lane.end_bulk()
         of_topic.setdefault(lane.topic, []).append(lane)
     # Retained messages stay in ``msgs`` after they are settled: the outbox is what some
     # lane still owes, each message counted once (a topic's lanes owe the same ones).
-    producer.depth = len(producer._mem) + sum(
+    records.depth = len(records.mem) + sum(
         len(lanes[0]) if len(lanes) == 1 else len(set().union(*(ln.seqs() for ln in lanes)))
         for lanes in of_topic.values())
-    producer.dead.load()
-    if producer.depth:
-        log.info("outbox reopened with %d unacknowledged messages", producer.depth)
+    dead.load()
+    if records.depth:
+        log.info("outbox reopened with %d unacknowledged messages", records.depth)
 
 
-def _rebuild_pending(producer: Producer, by_id: dict[int, Lane], key: bytes, now: float,
+def _rebuild_pending(records: Records, by_id: dict[int, Lane], key: bytes, now: float,
                      offset: float, batch: WriteBatch) -> None:
     lane_id, seq = int.from_bytes(key[:4], "big"), int.from_bytes(key[4:], "big")
     lane = by_id.get(lane_id)
-    raw = producer.store.get_messages([seq]).get(seq)
-    fields = None if raw is None else decode_record(raw)
-    if lane is None or fields is None:
+    r = records.read([seq]).get(seq)
+    if lane is None or r is None:
         log.error("pending entry %d of lane %d is damaged and cannot be rebuilt", seq,
                   lane_id)
         return
-    _t, partition, _k, _h, priority, _p, expires_at, deliver_at, _pl, _i = fields
-    lane.add(seq, partition, priority, 0, now=now, not_before=mono_at(deliver_at, offset),
-             expires_at=mono_at(expires_at, offset))
-    batch.pend_put.append((key, pack([partition, priority, 0, expires_at, deliver_at])))
+    lane.add(seq, r.partition, r.priority, 0, now=now,
+             not_before=mono_at(r.deliver_at, offset), expires_at=mono_at(r.expires_at, offset))
+    batch.pend_put.append((key, pack([r.partition, r.priority, 0, r.expires_at,
+                                      r.deliver_at])))
     log.warning("pending entry %d of lane %s/%s rebuilt from its outbox record", seq,
                 lane.topic, lane.name)
 
 
-def _load_runs(producer: Producer, by_id: dict[int, Lane], now: float) -> None:
+def _load_runs(store: Store, records: Records, by_id: dict[int, Lane], now: float) -> None:
     """Owe each lane what its ``pruns`` entries say, and know the runs again."""
     runs: dict[int, Run] = {}
     in_outbox: dict[int, set[int] | None] = {}  # first -> offsets some lane owes (None: all)
-    for lane_id, first, (partitions, offsets, attempts) in producer.store.iter_pruns():
+    for lane_id, first, (partitions, offsets, attempts) in store.iter_pruns():
         owing = by_id.get(lane_id)
         if owing is None:
             log.error("run entry %d of unknown lane %d is skipped", first, lane_id)
@@ -104,25 +102,25 @@ def _load_runs(producer: Producer, by_id: dict[int, Lane], now: float) -> None:
     for first, run in runs.items():
         known = in_outbox[first]
         run.left = run.count if known is None else len(known)
-        producer.runs.add(run)
+        records.runs.add(run)
 
 
-def _rebuild_run_entry(producer: Producer, by_id: dict[int, Lane], key: bytes, now: float,
-                       batch: WriteBatch) -> None:
+def _rebuild_run_entry(store: Store, records: Records, by_id: dict[int, Lane], key: bytes,
+                       now: float, batch: WriteBatch) -> None:
     """A damaged ``pruns`` entry: the lane owes the whole run again (what it had acked
     comes again, and the consumers' dedupe window drops it), rebuilt from the record."""
     lane_id, first = int.from_bytes(key[:4], "big"), int.from_bytes(key[4:], "big")
     lane = by_id.get(lane_id)
-    raw = producer.store.get_runs([first]).get(first)
+    raw = store.get_runs([first]).get(first)
     fields = None if raw is None else decode_run(raw)
     if lane is None or fields is None:
         log.error("run entry %d of lane %d is damaged and cannot be rebuilt", first, lane_id)
         return
     partitions = fields[1]
-    run = producer.runs.find(first)
+    run = records.runs.find(first)
     if run is None:
         run = Run(first, len(partitions), lane.topic, partitions, 0, {})
-        producer.runs.add(run)
+        records.runs.add(run)
     run.left = run.count
     run.owed[lane_id] = run.count
     for seq, partition in zip(run.seqs(), partitions, strict=True):

@@ -7,25 +7,35 @@ What may go is decided by the pure rules of retention.py; this applies them to t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ..._store.damage import decode_record
-from ..._store.store import WriteBatch, u64
-from .retention import RECLAIM_CHUNK, Head, partition_prefix, reclaimable, retains, topic_prefix
-
-if TYPE_CHECKING:
-    from .producer import Producer
+from ..._store.store import Store, WriteBatch, u64
+from ..stats import Counters
+from .lanes import Lanes
+from .records import Records
+from .retention import (
+    RECLAIM_CHUNK,
+    Head,
+    Indexes,
+    partition_prefix,
+    reclaimable,
+    retains,
+    topic_prefix,
+)
 
 
 class Retained:
     """The retained messages of one producer: what they weigh, reclaiming, reading them."""
 
-    def __init__(self, producer: Producer) -> None:
-        self.p = producer
+    def __init__(self, store: Store, lanes: Lanes, records: Records, indexes: Indexes,
+                 counters: Counters) -> None:
+        self.store = store
+        self.lanes = lanes
+        self.records = records
+        self.indexes = indexes
+        self.counters = counters
         # topic -> [index entries, their record bytes]: what retention_bytes is held against
         self.totals: dict[str, list[int]] = {
             prefix[:-1].decode(): [n, size]
-            for prefix, (n, size) in producer.store.log_totals().items()}
+            for prefix, (n, size) in store.log_totals().items()}
         # Per retaining topic the entries and record bytes the last ``stage`` added, for
         # ``unstage`` to give back.
         self.staged: dict[str, list[int]] = {}
@@ -48,17 +58,16 @@ class Retained:
     def reclaim(self, batch: WriteBatch, wall: float) -> bool:
         """One bounded pass of retention over every topic with index entries; True when a
         topic has more to reclaim at once (call again soon)."""
-        producer = self.p
         more = False
         for topic, totals in self.totals.items():
             if not totals[0]:
                 continue
             prefix = topic_prefix(topic)
             heads = [Head.decode(seq, v)
-                     for seq, v in producer.store.log_heads(prefix, RECLAIM_CHUNK)]
-            cfg = producer.topic_config(topic)
+                     for seq, v in self.store.log_heads(prefix, RECLAIM_CHUNK)]
+            cfg = self.lanes.config(topic)
             n = reclaimable(heads, wall=wall, cfg=cfg, retained_bytes=totals[1],
-                            owed=lambda seq, t=topic: producer.owed(t, seq))  # type: ignore[misc]
+                            owed=lambda seq, t=topic: self.lanes.owed(t, seq))  # type: ignore[misc]
             if not n:
                 continue
             kept = retains(cfg)
@@ -69,9 +78,9 @@ class Retained:
                 totals[0] -= 1
                 totals[1] -= head.size
             # (a record is gone already if it was settled while the topic did not retain)
-            batch.msgs_del.extend(map(u64, producer.forget_mem([h.seq for h in heads[:n]])))
+            batch.msgs_del.extend(map(u64, self.records.forget_mem([h.seq for h in heads[:n]])))
             if kept:
-                producer.counters.add("retention_reclaimed", n)
+                self.counters.add("retention_reclaimed", n)
             more = more or n == RECLAIM_CHUNK
         return more
 
@@ -87,8 +96,8 @@ class Retained:
         up to)``: the reader continues at "scanned up to"; indexes it skipped are gone, or
         were messages with a payload past ``max_payload_bytes`` (what the reader accepts).
         """
-        producer = self.p
-        nexts = producer.indexes.partitions(topic)
+        nexts = self.indexes.partitions(topic)
+        mem = self.records.mem
         wanted = set(cursors) | (set(nexts) if start is not None else set())
         items: list[tuple] = []
         heads: list[tuple[int, int, int, int]] = []
@@ -98,29 +107,26 @@ class Retained:
             nxt = nexts.get(partition, 0)
             budget = max_items - len(items)
             full = budget <= 0 or size >= max_bytes
-            oldest, entries = producer.store.log_range(partition_prefix(topic, partition),
-                                                       pos, 0 if full else budget)
+            oldest, entries = self.store.log_range(partition_prefix(topic, partition),
+                                                   pos, 0 if full else budget)
             scanned = pos
             if not full:
-                records = producer.store.get_messages([s for _i, s, _p in entries
-                                                       if s not in producer._mem])
+                stored = self.records.read([s for _i, s, _p in entries if s not in mem])
                 stopped = False
                 for index, seq, published_at in entries:
                     if size >= max_bytes and items:
                         stopped = True
                         break
                     scanned = index + 1
-                    record = records.get(seq)
-                    fields = producer._mem.get(seq) or (
-                        None if record is None else decode_record(record))
-                    if fields is None:
+                    record = mem.get(seq) or stored.get(seq)
+                    if record is None:
                         continue  # settled without retention (or damaged): not replayable
-                    _t, _p, key, headers, _pr, _pa, _e, _d, payload, _i = fields
-                    if len(payload) > max_payload_bytes:
-                        producer.counters.add("refused_oversized", 1)
+                    if len(record.payload) > max_payload_bytes:
+                        self.counters.add("refused_oversized", 1)
                         continue
-                    items.append((partition, index, seq, key, headers, published_at, payload))
-                    size += len(payload)
+                    items.append((partition, index, seq, record.key, record.headers,
+                                  published_at, record.payload))
+                    size += len(record.payload)
                 if not stopped and len(entries) < budget:
                     scanned = max(scanned, nxt)  # the whole partition was read
             heads.append((partition, nxt if oldest is None else oldest, nxt, scanned))

@@ -80,16 +80,6 @@ def run_entry(parts: array[int], offsets: list[int] | int | None = None,
                  attempts])
 
 
-def run_message(record: list, i: int) -> tuple:
-    """The fields of message ``i`` of a decoded run record, as a message's own record holds
-    them (``_store.damage.RECORD_FIELDS``)."""
-    topic, partitions, keys, headers, published_at, payloads, indexes = record
-    if type(published_at) is array:
-        published_at = published_at[i]
-    return (topic, partitions[i], keys[i] if keys else None, headers, 0, published_at, None,
-            None, payloads[i], indexes[i])
-
-
 def lane_entry(lane: Lane, run: Run, owed_count: int | None = None) -> bytes | None:
     """What ``lane`` owes of ``run`` as its ``pruns`` value; None when it owes none.
 

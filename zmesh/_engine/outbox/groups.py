@@ -1,0 +1,158 @@
+"""The lifecycle of a producer's lanes (IO thread only): a lane is made when its group is
+first learned (taking the messages published before any group was known), retired when
+an operator deletes its group or when it had no member for its topic's
+``group_inactive_expiry_s``, and listed for operators.
+
+Retiring settles what the lane owes as ``group_deleted`` (a message no other lane owes
+leaves the outbox) and deletes the lane's entries and dead letters with it: nothing is
+dropped without a count.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..._store.store import WriteBatch, pack, pend_key
+from ..lane.lane import Lane
+from ..stats import Counters
+from .deadletters import DeadLetters
+from .lanes import UNCLAIMED, Lanes
+from .outcomes import Outcome, Outcomes
+from .records import Records
+from .settle import Settler
+
+log = logging.getLogger(__name__)
+
+
+class Groups:
+    """Making, retiring and listing one producer's lanes."""
+
+    def __init__(self, lanes: Lanes, records: Records, settler: Settler, dead: DeadLetters,
+                 outcomes: Outcomes, counters: Counters) -> None:
+        self.lanes = lanes
+        self.records = records
+        self.settler = settler
+        self.dead = dead
+        self.outcomes = outcomes
+        self.counters = counters
+
+    # -- making ---------------------------------------------------------------------------
+
+    def ensure(self, topic: str, name: str, group: str, mode: str, batch: WriteBatch,
+               now: float) -> Lane:
+        """The lane of (topic, name), made and remembered durably when new."""
+        lane = self.lanes.get(topic, name)
+        if lane is not None:
+            return lane
+        lane = self.lanes.add(topic, name, group, mode, batch)
+        if name != UNCLAIMED:
+            self._claim(topic, batch, now)
+        log.info("lane %s/%s (%s %s) is new at this producer", topic, name, mode, group)
+        return lane
+
+    def _claim(self, topic: str, batch: WriteBatch, now: float) -> None:
+        """Messages published before any group was known go to the first groups learned."""
+        unclaimed = self.lanes.get(topic, UNCLAIMED)
+        if unclaimed is None or not len(unclaimed):
+            return
+        lanes = self.lanes.of_topic(topic)
+        seqs = sorted(unclaimed.seqs())
+        names = [lane.name for lane in lanes]
+        log.info("%d messages of %s published before any group was known go to %s",
+                 len(seqs), topic, names)
+        self.outcomes.claim(topic, seqs, names)
+        mem = self.records.mem
+        for seq in seqs:
+            entry = unclaimed.entry(seq)
+            assert entry is not None
+            value = pack([entry.partition, entry.priority, 0, None, None])
+            for target in lanes:
+                target.add(seq, entry.partition, entry.priority, 0, now=now,
+                           not_before=entry.not_before, expires_at=entry.expires_at)
+                if seq not in mem:
+                    batch.pend_put.append((pend_key(target.id, seq), value))
+            if seq not in mem:
+                batch.pend_del.append(pend_key(unclaimed.id, seq))
+        unclaimed.ack(seqs)
+
+    # -- retiring -------------------------------------------------------------------------
+
+    def retire(self, lane: Lane, batch: WriteBatch, why: str) -> int:
+        """Drop ``lane`` (a group deleted or expired) and what it owes: counted in
+        ``dropped_group_deleted``, its receipts' outcome ``group_deleted``; its stored
+        entries and dead letters go with it. Returns the messages it owed."""
+        owed = lane.seqs()
+        if owed:
+            settled = lane.ack(sorted(owed))
+            self.settler.settled(lane, settled, batch, Outcome.GROUP_DELETED)
+            self.counters.add("dropped_group_deleted", len(settled))
+        self.lanes.remove(lane, batch)
+        self.settler.forget_lane(lane)
+        parked = self.dead.forget_lane(lane)
+        if parked:
+            self.counters.add("dead_letters_dropped", parked)
+        self.counters.add("lanes_retired", 1)
+        log.warning("lane %s/%s retired (%s): %d pending messages and %d dead letters "
+                    "dropped", lane.topic, lane.name, why, len(owed), parked)
+        return len(owed)
+
+    def delete(self, topic: str, group: str, batch: WriteBatch) -> int:
+        """Retire every lane of ``group`` on ``topic`` (the shared one and broadcast
+        members' own); returns the pending messages dropped."""
+        lanes = [lane for lane in self.lanes.of_topic(topic) if lane.group == group]
+        return sum(self.retire(lane, batch, "group deleted") for lane in lanes)
+
+    def expire_idle(self, wall: float, batch: WriteBatch, retire: bool = True) -> int:
+        """Note which lanes have members (``Lanes.idle_since``, kept in their ``lanes``
+        entries) and (``retire``) retire those that had none for their topic's
+        ``group_inactive_expiry_s`` (0: never; groups declared on the topic never
+        expire). ``wall``: the wall clock now. Returns how many were retired."""
+        retired = 0
+        idle_since = self.lanes.idle_since
+        for key, lane in list(self.lanes.all.items()):
+            if lane.name == UNCLAIMED:
+                continue
+            idle = idle_since.get(key)
+            if lane.members:
+                if idle is not None:
+                    self.lanes.note_idle(lane, None, batch)
+                continue
+            if idle is None:
+                self.lanes.note_idle(lane, wall, batch)
+                continue
+            cfg = self.lanes.config(lane.topic)
+            expiry = cfg.group_inactive_expiry_s
+            if not retire or not expiry or self._declared(lane) or wall - idle < expiry:
+                continue
+            self.retire(lane, batch, f"no member for {wall - idle:.0f}s, past the topic's "
+                                     f"group_inactive_expiry_s of {expiry:g}s")
+            self.counters.add("groups_expired", 1)
+            retired += 1
+        return retired
+
+    def _declared(self, lane: Lane) -> bool:
+        return lane.mode == "shared" and lane.group in self.lanes.config(lane.topic).groups
+
+    # -- listing --------------------------------------------------------------------------
+
+    def listing(self, topic: str | None, wall: float) -> list[dict]:
+        """The lanes (of ``topic``, or all) for operators: group, mode, pending, in
+        flight, members, last seen (wall clock), oldest message's age."""
+        out = []
+        for key, lane in self.lanes.all.items():
+            if lane.name == UNCLAIMED or (topic is not None and lane.topic != topic):
+                continue
+            cfg = self.lanes.config(lane.topic)
+            pending = len(lane)
+            oldest = self.records.published_at(lane.floor()) if pending else None
+            out.append({
+                "topic": lane.topic, "group": lane.group, "mode": lane.mode,
+                "lane": lane.name, "pending": pending, "in_flight": lane.in_flight_count(),
+                "members": [m.hex() for m in lane.members],
+                "last_seen": wall if lane.members else self.lanes.idle_since.get(key),
+                "oldest_age_s": None if oldest is None else max(0.0, wall - oldest),
+                "declared": self._declared(lane),
+                "expires_after_s": cfg.group_inactive_expiry_s or None,
+                "dead_letters": self.dead.parked(lane),
+            })
+        return out
