@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from ._engine.inbox.origin import Origin
-from ._engine.peers import endpoint
+from ._protocol.addresses import endpoint
 from ._protocol.codec import decode_control, encode_control
 from ._protocol.frames import FetchReply, FetchRequest
 from ._security import client_options

@@ -1,1 +1,2 @@
-"""How nodes find each other: mDNS on the LAN, static seeds elsewhere."""
+"""How nodes find each other: mDNS on the LAN, static seeds elsewhere (both a
+``Discovery``, base.py)."""

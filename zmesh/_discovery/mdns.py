@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from zeroconf import IPVersion, ServiceBrowser, ServiceInfo, ServiceStateChange, Zeroconf
 
-from .._engine.peers import endpoint
+from .._protocol.addresses import endpoint
 from .._protocol.frames import PROTOCOL_VERSION
+from .base import Found, Report
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +43,10 @@ class MdnsDiscovery:
     """Announces this node and reports peers of the same mesh to ``on_peer``."""
 
     def __init__(self, *, name: str, mesh: str, node_id: bytes, ctrl_port: int,
-                 data_port: int, interfaces: Sequence[str],
-                 on_peer: Callable[[bytes, str, bytes], None],
-                 public_key: bytes = b"") -> None:
+                 data_port: int, interfaces: Sequence[str], public_key: bytes = b"") -> None:
         self.mesh = mesh
         self.node_id = node_id
-        self._on_peer = on_peer
+        self._report: Report | None = None
         self._interfaces = list(interfaces)
         self._closed = threading.Event()
         addrs = local_addresses(self._interfaces)
@@ -65,7 +64,8 @@ class MdnsDiscovery:
         self._browser: ServiceBrowser | None = None
         self._registrar: threading.Thread | None = None
 
-    def start(self) -> None:
+    def start(self, report: Report) -> None:
+        self._report = report
         if self._interfaces:
             self._zc = Zeroconf(interfaces=self._interfaces, ip_version=IPVersion.V4Only)
         else:
@@ -104,11 +104,17 @@ class MdnsDiscovery:
         if peer_id == self.node_id or len(peer_id) != 16:
             return
         key = _txt(props, b"pk").encode()
+        report = self._report
         for addr in info.parsed_addresses(IPVersion.V4Only):
-            self._on_peer(peer_id, endpoint(addr, ctrl), key)
+            if report is not None:
+                report(Found(endpoint(addr, ctrl), peer_id, key))
+
+    def beat(self) -> None:
+        pass  # (zeroconf reports as it learns)
 
     def close(self) -> None:
         self._closed.set()
+        self._report = None
         if self._registrar is not None:
             self._registrar.join()
         if self._browser is not None:

@@ -435,10 +435,10 @@ class Commands:
                 self.commits.tx_pubs.update(id(p) for p in tx_pubs)
                 calls.append(done)
             elif kind == "contact":
-                _, ep, peer_id, key = cmd
-                peer = mesh.peers.get(peer_id)
-                if peer is None or (not peer.alive and peer.ctrl_ep != ep):
-                    mesh.contact(ep, key=key)
+                found = cmd[1]
+                peer = None if found.node_id is None else mesh.peers.get(found.node_id)
+                if peer is None or (not peer.alive and peer.ctrl_ep != found.endpoint):
+                    mesh.contact(found.endpoint, seed=found.seed, key=found.key)
             elif kind == "sub":
                 self._local_subs.append(cmd[1])
                 self.consumer.add(cmd[1])

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 import zmq
 
+from .._discovery.base import Discovery, Found
 from .._discovery.mdns import MdnsDiscovery
-from .._discovery.static import seed_endpoints
+from .._discovery.static import StaticSeeds
 from .._protocol.codec import (
     MAX_BATCH_HEADER_BYTES,
     encode_control,
@@ -83,7 +84,7 @@ class Engine(Commands):
         self._failure: BaseException | None = None
         self.state = "new"  # new -> running -> closing -> closed
         self._local_subs: list[Subscription] = []
-        self._mdns: MdnsDiscovery | None = None
+        self._discoveries: list[Discovery] = []
         self._wb = WriteBatch()
         self.commits = Committer(self.store, self.outbox.staging, self.consumer, self.counters,
                                  config.max_map_size_bytes)
@@ -192,8 +193,6 @@ class Engine(Commands):
             self.outbox.records.set_aside(c.db, c.key, c.value, c.reason, self._wb)
         self.commits.commit(self._wb, [])
         self._wb = WriteBatch()
-        for ep in seed_endpoints(cfg.seeds):
-            mesh.contact(ep, seed=True)
         for ep, key in known.values():
             mesh.contact(ep, key=key)
         if known and self.outbox.depth:
@@ -202,19 +201,22 @@ class Engine(Commands):
             # would redeliver what the others acked just before our crash.
             self._awaiting = set(known)
             self._hold_until = now + cfg.dead_after_s
+        self._discoveries.append(StaticSeeds(cfg.seeds))
         if cfg.mdns:
-            self._mdns = MdnsDiscovery(
+            self._discoveries.append(MdnsDiscovery(
                 name=cfg.name, mesh=cfg.mesh, node_id=self.node_id, ctrl_port=self.ctrl_port,
                 data_port=self.data_port, interfaces=cfg.interfaces,
-                on_peer=self._cmds_from_discovery,
-                public_key=self.keys.public if self.keys else b"")
-            self._mdns.start()
+                public_key=self.keys.public if self.keys else b""))
+        for discovery in self._discoveries:
+            discovery.start(self._found)
         log.info("node %s (%s) of mesh %s up: control %s data %s", cfg.name,
                  self.node_id.hex()[:12], cfg.mesh, self.ctrl_port, self.data_port)
 
-    def _cmds_from_discovery(self, peer_id: bytes, ep: str, key: bytes) -> None:
+    def _found(self, found: Found) -> None:
+        """A discovery reports a control endpoint (from any thread): contacted on the IO
+        thread."""
         if self.state == "running":
-            self.submit(("contact", ep, peer_id, key))
+            self.submit(("contact", found))
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -290,6 +292,8 @@ class Engine(Commands):
             wb.ids_prune_before = wall - self.config.dedupe_window_s
             assert self.mesh is not None
             self.mesh.beat(now, wb)
+            for discovery in self._discoveries:
+                discovery.beat()
             # (none retired before the members had time to say hello again)
             self.outbox.groups.expire_idle(wall, wb, retire=now >= self._expire_from)
         if now >= self._next_reclaim:
@@ -406,12 +410,12 @@ class Engine(Commands):
                 self.cond.notify_all()
 
     def _teardown_sockets(self) -> None:
-        if self._mdns is not None:
+        for discovery in self._discoveries:
             try:
-                self._mdns.close()
+                discovery.close()
             except Exception:
-                log.exception("closing mDNS failed")
-            self._mdns = None
+                log.exception("closing %s failed", type(discovery).__name__)
+        self._discoveries.clear()
         if self.mesh is not None:
             self.mesh.close()
         self.listener.close()

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from .._discovery.static import seed_endpoints
+from .._protocol.addresses import endpoint
 from .._protocol.codec import encode_control
 from .._protocol.frames import Ack, Fail, GroupDel, Hello, Nack, PeerRef, SubInfo, Touch
 from .._security import Keys, client_options
 from .._store.store import WriteBatch
 from ..config import NodeConfig
 from .outbox.outbox import Outbox
-from .peers import Peer, endpoint, lane_name
+from .peers import Peer, lane_name
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -271,8 +271,6 @@ class Mesh:
                 continue
             self._contacts[ep] = (sock, beats + 1, seed)
             self.send_raw(sock, frame)
-        for seed_ep in seed_endpoints(self.config.seeds):
-            self.contact(seed_ep, seed=True)
 
     # -- sending -------------------------------------------------------------------------
 

@@ -9,13 +9,6 @@ import zmq
 from .._protocol.frames import SubInfo
 
 
-def endpoint(host: str, port: int) -> str:
-    """A tcp endpoint, bracketing IPv6 hosts."""
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"tcp://{host}:{port}"
-
-
 def lane_name(sub: SubInfo, member: bytes) -> str:
     """The producer-side lane a subscription consumes: the group, or a member's own copy."""
     return sub.group if sub.mode == "shared" else f"{sub.group}/{member.hex()}"

@@ -21,7 +21,7 @@ from typing import Any
 import click
 import zmq
 
-from .._engine.peers import endpoint
+from .._protocol.addresses import endpoint
 from .._protocol.codec import decode_control, encode_control
 from .._protocol.frames import AdminReply, AdminRequest, Control, StatusReply, StatusRequest
 from .._security import _check_key
