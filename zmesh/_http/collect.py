@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from .._engine.admin import admin
-from .._engine.peers import endpoint
+from .._protocol.addresses import endpoint
 from .._protocol.codec import decode_control, encode_control
 from .._protocol.frames import AdminReply, AdminRequest, StatusReply, StatusRequest
 from .._security import Keys, client_options
