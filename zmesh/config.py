@@ -280,8 +280,11 @@ class NodeConfig:
     empty (or ``"0.0.0.0"`` alone) means all interfaces.
     seeds: control addresses ``"host:port"`` of peers to contact directly (a host name or
     an IPv4 address: nodes listen on IPv4 only).
-    metrics_address: ``host:port`` for a Prometheus endpoint (port 0: any free port; needs
-    the ``metrics`` extra).
+    metrics_address: ``host:port`` for a Prometheus endpoint alone (port 0: any free port).
+    http_address: ``host:port`` of the node's HTTP API (its state, the mesh's, and
+    Prometheus metrics at ``/metrics``; port 0: any free port). http_admin: serve its
+    admin actions (dead-letter replay and purge) too; refused on a secured node, whose
+    admin actions go over the control socket with an admin key.
     secret_key_file / trusted_keys_dir / trusted_keys: CurveZMQ security; with a secret
     key every socket is encrypted and only trusted public keys (and this node's own) may
     connect. ban_after_bad_frames: refuse new connections from an address that sent this
@@ -316,6 +319,8 @@ class NodeConfig:
     producers: tuple[ProducerConfig, ...] = ()
     relays: tuple[RelayConfig, ...] = ()
     metrics_address: str | None = None
+    http_address: str | None = None
+    http_admin: bool = False
 
     def __post_init__(self) -> None:
         check_name("node", self.name)
@@ -398,8 +403,19 @@ class NodeConfig:
             if not all(isinstance(i, kind) for i in items):
                 raise ConfigError(f"NodeConfig.{name} holds {kind.__name__} objects")
             object.__setattr__(self, name, items)
-        if self.metrics_address is not None:
-            parse_seed(self.metrics_address, what="metrics_address", allow_port_zero=True)
+        for name in ("metrics_address", "http_address"):
+            if getattr(self, name) is not None:
+                parse_seed(getattr(self, name), what=name, allow_port_zero=True)
+        if not isinstance(self.http_admin, bool):
+            raise ConfigError(f"NodeConfig.http_admin must be true or false, got "
+                              f"{self.http_admin!r}")
+        if self.http_admin and self.secret_key_file is not None:
+            # (HTTP carries no CurveZMQ key: anyone who reaches the port would be admin)
+            raise ConfigError("NodeConfig.http_admin cannot be set on a secured node: HTTP "
+                              "carries no CurveZMQ key, so anyone reaching http_address could "
+                              "act. Run admin actions over the control socket with an admin "
+                              "key instead (zmesh dlq ..., zmesh web --admin with "
+                              "--secret-key-file)")
 
     def replace(self, **changes: Any) -> NodeConfig:
         """A copy with some fields changed (validated again)."""

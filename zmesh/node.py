@@ -88,6 +88,7 @@ class Node:
         self._plain_partitions: dict[str, int] = {}
         self._max_bytes = config.max_message_bytes
         self._metrics: Any = None
+        self._http: Any = None
         self._roles: Roles | None = None
         self._readers: weakref.WeakSet[ReplayReader] = weakref.WeakSet()
         self._engine = Engine(config)
@@ -101,7 +102,7 @@ class Node:
 
     def start(self) -> Node:
         """Bind sockets, reopen the outbox, start discovery, start the configured
-        subscriptions and metrics endpoint; returns self."""
+        subscriptions, HTTP API and metrics endpoint; returns self."""
         try:
             handlers = [(sub, resolve(str(sub.handler), f"subscription {sub.topic}/{sub.group}"))
                         for sub in self.config.subscriptions]
@@ -116,10 +117,15 @@ class Node:
                 self.subscribe(sub.topic, config=sub, handler=handler)
             roles.start()
             self._roles = roles
+            if self.config.metrics_address is not None or \
+                    self.config.http_address is not None:
+                from ._http.server import serve  # (http.server: imported when used)
             if self.config.metrics_address is not None:
-                from ._metrics import serve_metrics
-
-                self._metrics = serve_metrics(self, self.config.metrics_address)
+                self._metrics = serve(self._engine, self.config.metrics_address,
+                                      what="metrics_address", metrics_only=True)
+            if self.config.http_address is not None:
+                self._http = serve(self._engine, self.config.http_address,
+                                   what="http_address", admin=self.config.http_admin)
         except BaseException:
             self.close()
             raise
@@ -129,6 +135,12 @@ class Node:
     def metrics_address(self) -> str | None:
         """``host:port`` of the Prometheus endpoint, when metrics_address is set."""
         return None if self._metrics is None else self._metrics.address
+
+    @property
+    def http_address(self) -> str | None:
+        """``host:port`` of the HTTP API (port 0 in the config: the one chosen), when
+        http_address is set."""
+        return None if self._http is None else self._http.address
 
     def close(self) -> None:
         """Stop subscriptions (waiting for running handler calls to return), flush acks,
@@ -141,9 +153,10 @@ class Node:
         for sub in list(self._engine._local_subs):
             if not sub.closed:
                 sub._end()  # gives what it still holds back to the producers
-        if self._metrics is not None:
-            self._metrics.close()
-            self._metrics = None
+        for server in (self._http, self._metrics):
+            if server is not None:
+                server.close()
+        self._http = self._metrics = None
         self._engine.close()
 
     def __enter__(self) -> Node:

@@ -60,4 +60,5 @@ class Peer:
             "alive": self.alive,
             "last_seen_s": round(now - self.last_seen, 3),
             "subscriptions": [[s.topic, s.group, s.mode] for s in self.subs],
+            "public_key": self.public_key.decode() or None,  # (to reach it on a secured mesh)
         }

@@ -12,14 +12,19 @@ if TYPE_CHECKING:
 def node_status(engine: Engine) -> dict:
     """A snapshot for status displays (IO thread)."""
     now = time.monotonic()
+    wall_now = time.time()
+    outbox = engine.outbox
     lanes = []
-    for lane in engine.outbox.lanes.all.values():
+    for lane in outbox.lanes.all.values():
         lanes.append({
             "topic": lane.topic, "lane": lane.name, "group": lane.group, "mode": lane.mode,
             "members": [m.hex() for m in lane.members],
             "windows": [m.window for m in lane.members.values()],  # (the members' order)
             "pending": len(lane), "ready": lane.ready_count,
             "in_flight": lane.in_flight_count(), **lane.counts,
+            "oldest_age_s": _age(outbox.records.published_at(lane.floor()) if len(lane)
+                                 else None, wall_now),
+            "dead_letters": outbox.dead.parked(lane),
         })
     return {
         "node": {"id": engine.node_id.hex(), "name": engine.config.name,
@@ -35,3 +40,9 @@ def node_status(engine: Engine) -> dict:
         "peers": [p.info(now) for p in engine.mesh.peers.values()] if engine.mesh else [],
         "counters": engine.counters.snapshot(),
     }
+
+
+def _age(published_at: float | None, wall_now: float) -> float | None:
+    """Seconds since ``published_at`` (the lane's oldest unsettled message: sequences
+    grow with publish time, so it is the lane's floor); None when there is none."""
+    return None if published_at is None else max(0.0, round(wall_now - published_at, 3))

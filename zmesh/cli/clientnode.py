@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,3 +113,22 @@ def cli_node(role: str, args: NodeArgs) -> Iterator[Node]:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+DISCOVERY_STABLE_S = 0.5
+
+
+def settle_peers(node: Node, max_wait_s: float) -> None:
+    """Wait until the live peers this node knows stop changing (up to ``max_wait_s``):
+    a command that looks at the whole mesh (``ls``, ``web``) looks once it is found."""
+    deadline = time.monotonic() + max_wait_s
+    last: frozenset[str] | None = None
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        view = frozenset(p["id"] for p in node.peers() if p["alive"])
+        now = time.monotonic()
+        if view != last:
+            last, since = view, now
+        elif view and now - since >= DISCOVERY_STABLE_S:
+            return
+        time.sleep(0.05)

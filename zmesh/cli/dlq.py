@@ -17,6 +17,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from .._http.actions import payload_json
 from .client import add_curve_options, request_admin
 from .output import CliError, console, note
 from .settings import target
@@ -67,13 +68,7 @@ def _stamp(t: float) -> str:
 
 def _jsonable(letter: dict) -> dict:
     out = dict(letter)
-    payload = out.pop("payload", b"") or b""
-    out["payload_b64"] = base64.b64encode(payload).decode()
-    try:
-        out["payload_text"] = payload.decode()
-    except UnicodeDecodeError:
-        out["payload_text"] = None
-    return out
+    return {**out, **payload_json(out.pop("payload", b"") or b"")}
 
 
 def _bytes_default(value: object) -> object:

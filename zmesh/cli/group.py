@@ -18,17 +18,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from .client import add_curve_options, request_admin, request_status
+from .ls import age
 from .output import CliError, console, note
 from .settings import target
-
-
-def _ages(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.1f}s"
 
 
 def gather(address: str, topic: str | None, timeout: float) -> tuple[list[dict], list[str]]:
@@ -117,12 +109,12 @@ def ls(topic: str | None, address: str | None, timeout: float, as_json: bool) ->
                               ("dead letters", "right")):
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
         for r in rows:
-            seen = "now" if r["members"] else _ages(r["last_seen_ago_s"]) + \
+            seen = "now" if r["members"] else age(r["last_seen_ago_s"]) + \
                 (" ago" if r["last_seen_ago_s"] is not None else "")
             table.add_row(escape(r["topic"]), escape(r["group"]) + (" (declared)"
                           if r["declared"] else ""), r["mode"], str(r["producers"]),
                           f"{r['pending']:,}", f"{r['in_flight']:,}", str(len(r["members"])),
-                          seen, _ages(r["oldest_age_s"]), str(r["dead_letters"]))
+                          seen, age(r["oldest_age_s"]), str(r["dead_letters"]))
         console.print(table)
     if unreachable:
         note(f"no answer from {', '.join(unreachable)}: their groups are not counted")

@@ -32,6 +32,7 @@ from .dlq import dlq
 from .doctor import doctor
 from .group import group
 from .keys import keys, snapshot
+from .ls import ls
 from .noderun import node
 from .output import print_error
 from .pub import pub
@@ -39,6 +40,7 @@ from .settings import ENV, OPTIONS, env_help
 from .status import peers, status
 from .sub import sub
 from .top import top
+from .web import web
 
 LOG_LEVEL_ENV = ENV["log_level"]
 
@@ -93,7 +95,7 @@ def cli(log_level: str, log_format: str) -> None:
 
 
 for _command in (demo, pub, sub, add_curve_options(status), add_curve_options(peers), node,
-                 top, dlq, group, context, keys, snapshot, doctor, bench):
+                 top, dlq, group, ls, web, context, keys, snapshot, doctor, bench):
     cli.add_command(_command)
 
 

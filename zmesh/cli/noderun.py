@@ -68,6 +68,8 @@ def run(file: str, interfaces: tuple[str, ...]) -> None:
                     f"control {n.control_address}")
             if not isinstance(runner, Node):
                 line += f" bridge {runner.endpoint}"
+            if n.http_address is not None:
+                line += f" http http://{n.http_address}/"
             click.echo(line)
             # Flushed at once so a supervisor reading stdout can seed other nodes from it.
             sys.stdout.flush()

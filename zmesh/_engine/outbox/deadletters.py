@@ -14,6 +14,7 @@ from typing import Any
 
 from ..._receipt import MessageId
 from ..._store.damage import decode_record
+from ..._store.keys import u32
 from ..._store.store import Store, WriteBatch, pack, pend_key, u64, unpackb
 from ...deadletters import DeadLetter
 from ..lane.delivery import Entry
@@ -65,12 +66,25 @@ class DeadLetters:
     def forget_lane(self, lane: Lane) -> int:
         """A retired lane's dead letters go with it (deleted with its entries): returns
         how many were parked."""
+        parked = self.parked(lane)  # (before its replayed ones are forgotten)
         self.replayed = {(lid, seq) for lid, seq in self.replayed if lid != lane.id}
-        return self.parked(lane)
+        return parked
 
     def parked(self, lane: Lane) -> int:
-        """How many dead letters of ``lane`` are parked."""
-        return sum(value[0] == PARKED for _seq, value in self.store.iter_dead(lane.id))
+        """How many dead letters of ``lane`` are parked: its ``dead`` entries, counted by
+        their keys alone (no value decoded: every status reply asks), less those replayed
+        and not yet settled again, which ``replayed`` holds."""
+        store = self.store
+        prefix = u32(lane.id)
+        count = 0
+        with store.env.begin(db=store.dead) as txn:
+            cur = txn.cursor()
+            if cur.set_range(prefix):
+                for key in cur.iternext(keys=True, values=False):
+                    if not key.startswith(prefix):
+                        break
+                    count += 1
+        return count - sum(1 for lid, _seq in self.replayed if lid == lane.id)
 
     def _lanes(self, topic: str, group: str) -> list[Lane]:
         return [lane for lane in self.lanes.of_topic(topic)

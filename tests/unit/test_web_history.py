@@ -1,0 +1,44 @@
+"""The lanes' history of ``zmesh web``: rates from counter differences, a producer's
+restart (counters going down) starting afresh, lanes gone dropped, at most the last
+points kept. Times are given: no clock."""
+
+from __future__ import annotations
+
+from zmesh.web import history
+from zmesh.web.history import History
+
+
+def mesh(**lanes: dict) -> dict:
+    rows = [{"topic": "t", "lane": name, "group": name, "mode": "shared", "members": [],
+             "pending": 0, **figures} for name, figures in lanes.items()]
+    return {"nodes": [{"id": "p" * 32, "name": "prod", "status": {"lanes": rows}}]}
+
+
+def test_rates_are_differences_over_time() -> None:
+    h = History()
+    [first] = h.add(mesh(g={"pending": 5}), t=100.0)
+    assert (first["rate_in"], first["rate_out"], first["pending"]) == (None, None, 5)
+    [second] = h.add(mesh(g={"pending": 3, "acked": 8, "dead_lettered": 1}), t=102.0)
+    # entered: 5 -> 12 (3 pending + 8 acked + 1 parked) in 2 s; acked 0 -> 8
+    assert (second["rate_in"], second["rate_out"]) == (3.5, 4.0)
+    assert second["name"] == "prod" and second["key"] == f"{'p' * 32}/t/g"
+
+
+def test_a_restarted_producer_starts_afresh() -> None:
+    h = History()
+    h.add(mesh(g={"pending": 0, "acked": 50}), t=1.0)
+    [after] = h.add(mesh(g={"pending": 2, "acked": 1}), t=2.0)
+    assert (after["rate_in"], after["rate_out"]) == (None, None)
+    [later] = h.add(mesh(g={"pending": 2, "acked": 3}), t=3.0)
+    assert (later["rate_in"], later["rate_out"]) == (2.0, 2.0)
+
+
+def test_points_are_bounded_and_gone_lanes_dropped(monkeypatch) -> None:
+    monkeypatch.setattr(history, "HISTORY_POINTS", 3)
+    h = History()
+    h.add(mesh(a={}, b={}), t=0.0)
+    for t in range(1, 5):
+        h.add(mesh(a={"pending": t}), t=float(t))
+    assert sorted(h.series) == [f"{'p' * 32}/t/a"]
+    [a] = h.points()
+    assert (a["t"], a["pending"]) == ([2.0, 3.0, 4.0], [2, 3, 4])

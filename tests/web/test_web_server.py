@@ -1,0 +1,132 @@
+"""``zmesh web``'s server as a process, without a browser: its snapshot and its events
+follow the scene's mesh, it refuses admin actions unless started with --admin, and with
+--api it reads a node's HTTP API instead of joining the mesh."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import zmesh
+from tests.conftest import fetched, wait_members, wait_until
+from tests.integration.test_cli import Proc, run_cli
+from tests.web.conftest import ORDERS, Scene, build_scene, get_json, lane_of, post_json
+from tests.web.test_browser import URL_RE
+from zmesh._security import generate_keypair
+
+SNAPSHOT_KEYS = {"mesh", "collected_at", "source", "admin", "interval_s", "nodes", "links",
+                 "topics", "groups", "lanes", "unreachable", "statuses"}
+LANE_POINT_KEYS = {"key", "node", "name", "topic", "lane", "group", "t", "rate_in",
+                   "rate_out", "pending"}
+
+
+def start(tmp_path: Path, procs: list[Proc], args: list[str]) -> str:
+    web = Proc(tmp_path, "web", ["web", "--listen", "127.0.0.1:0", "--interval", "0.2", *args])
+    procs.append(web)
+    return web.wait_for(URL_RE).group(1)
+
+
+def first_event(url: str) -> tuple[str, dict]:
+    with urllib.request.urlopen(url + "events", timeout=30) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        event = ""
+        for raw in resp:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                event = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                return event, json.loads(line.removeprefix("data: "))
+    raise AssertionError("the event stream ended")
+
+
+def test_web_from_its_own_node_without_admin(tmp_path: Path, scene: Scene,
+                                             procs: list[Proc]) -> None:
+    url = start(tmp_path, procs, ["--mesh", scene.hub.config.mesh, "--seed",
+                                  scene.hub.control_address, "--interface", "127.0.0.1",
+                                  "--no-mdns"])
+    code, snap = get_json(url + "api/snapshot")
+    assert code == 200 and set(snap) == SNAPSHOT_KEYS
+    snap = wait_until(lambda: (s := get_json(url + "api/snapshot")[1])["statuses"].keys()
+                      == {scene.hub.id, scene.prod.id, scene.cons.id} and s,
+                      what="the web's node meeting the scene")
+    assert snap["admin"] is False and snap["source"].startswith("node web-")
+    assert sorted(n["name"] for n in snap["nodes"]) == ["cons", "hub", "prod"]
+    audit = [g for g in snap["groups"] if g["group"] == "audit"][0]
+    assert audit["pending"] == ORDERS and {"rate_in", "rate_out"} <= set(audit)
+    assert all(set(ln) == LANE_POINT_KEYS for ln in snap["lanes"])
+    event, data = first_event(url)
+    assert event == "snapshot" and set(data) == SNAPSHOT_KEYS
+    code, history = get_json(url + "api/history")
+    [points] = [ln for ln in history["lanes"] if ln["key"].endswith("/orders/audit")]
+    assert len(points["t"]) == len(points["pending"]) >= 1 and points["pending"][-1] == ORDERS
+    code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing")
+    assert code == 200 and [d["reason"] for d in dead["letters"]] == ["bad record"]
+    body = {"node": "prod", "topic": "orders", "group": "billing"}
+    code, answer = post_json(url + "api/dead-letters/replay", body)
+    assert code == 403 and "--admin" in answer["error"]
+    assert get_json(url + "api/dead-letters?topic=orders&group=billing")[1]["letters"]
+    code, answer = post_json(url + "api/groups/rm", {"topic": "orders", "group": "audit"})
+    assert code == 403 and "--admin" in answer["error"]
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        page = resp.read().decode()
+    assert '<script src="/static/uPlot.iife.min.js">' in page  # (shipped, no CDN)
+    with urllib.request.urlopen(url + "static/uPlot.iife.min.js", timeout=10) as resp:
+        assert resp.read().startswith(b"/*! https://github.com/leeoniya/uPlot (v1.6.32)")
+
+
+def test_web_from_a_nodes_http_api(tmp_path: Path, make_node: Callable[..., zmesh.Node],
+                                   procs: list[Proc]) -> None:
+    scene = build_scene(make_node)
+    url = start(tmp_path, procs, ["--api", f"http://{scene.hub.http_address}", "--admin"])
+    code, snap = get_json(url + "api/snapshot")
+    assert code == 200 and snap["source"] == f"the HTTP API at http://{scene.hub.http_address}"
+    # (the API's node is one of the mesh's: it stays in the view)
+    assert sorted(n["name"] for n in snap["nodes"]) == ["cons", "hub", "prod"]
+    code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing")
+    assert [d["node"] for d in dead["letters"]] == ["prod"]
+    # The page allows actions, the node behind it does not (http_admin is off there).
+    body = {"node": "prod", "topic": "orders", "group": "billing"}
+    code, answer = post_json(url + "api/dead-letters/replay", body)
+    assert code == 403 and "http_admin" in answer["error"]
+
+
+def test_a_secured_mesh_seen_and_acted_on_with_an_operators_key(
+        tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc]) -> None:
+    trusted = tmp_path / "trusted"
+    for name in ("a", "b", "op"):
+        generate_keypair(trusted, name)
+
+    def secured(name: str) -> dict:
+        return {"secret_key_file": str(trusted / f"{name}.key"),
+                "trusted_keys_dir": str(trusted)}
+    a = make_node("a", **secured("a"))
+    b = make_node("b", seeds=[a.control_address], **secured("b"))
+    sub = b.subscribe("t", group="g")
+    wait_members(a, "t", "g", 1)
+    a.publish("t", b"bad")
+    [msg] = fetched(sub, 1)
+    msg.fail("bad record")
+    wait_until(lambda: lane_of(a, "t", "g")["dead_letters"] == 1, what="a dead letter at a")
+    where = ["--mesh", a.config.mesh, "--seed", a.control_address, "--interface",
+             "127.0.0.1", "--no-mdns"]
+    operator = ["--secret-key-file", str(trusted / "op.key"), "--trusted-keys-dir",
+                str(trusted)]
+    done = run_cli(["ls", "nodes", *where, *operator, "--json"])
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert sorted((r["name"], r["reachable"]) for r in rows) == [("a", True), ("b", True)]
+    keyless = run_cli(["ls", "nodes", *where, "--json", "--wait", "1"])
+    assert json.loads(keyless.stdout) == []  # (a node without keys is not let in)
+    url = start(tmp_path, procs, [*where, *operator, "--admin"])
+    wait_until(lambda: len(get_json(url + "api/snapshot")[1]["nodes"]) == 2,
+               what="the page's node meeting the secured mesh")
+    code, dead = get_json(url + "api/dead-letters?topic=t&group=g")
+    assert [d["reason"] for d in dead["letters"]] == ["bad record"]
+    code, answer = post_json(url + "api/dead-letters/replay",
+                             {"node": "a", "topic": "t", "group": "g"})
+    assert (code, answer["replayed"]) == (200, 1)
+    [again] = fetched(sub, 1)
+    assert again.payload == b"bad"
+    again.ack()

@@ -1,0 +1,120 @@
+"""Dead letters of a group across the mesh, and the admin actions on them (replay,
+purge), shared by the node's HTTP API and ``zmesh web``. Whether an action is allowed
+at all is the caller's decision; these only do it."""
+
+from __future__ import annotations
+
+import base64
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+import zmq
+
+from .._protocol.frames import AdminReply
+from .collect import MESH_TIMEOUT_S, all_targets, run_admin
+
+if TYPE_CHECKING:
+    from .._engine.engine import Engine
+
+ADMIN_OPS = {"replay": "replayed", "purge": "purged"}  # op -> the count's name in answers
+GROUP_RM = "/api/groups/rm"
+
+
+class HttpError(Exception):
+    """An answer other than 200, with its JSON error message."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def arg(source: dict, name: str) -> str:
+    """A required, non-empty string argument."""
+    value = source.get(name)
+    if not isinstance(value, str) or not value:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"{name} is required")
+    return value
+
+
+def payload_json(payload: bytes) -> dict[str, str | None]:
+    """A payload in JSON: ``payload_b64``, and ``payload_text`` when it is UTF-8."""
+    try:
+        text: str | None = payload.decode()
+    except UnicodeDecodeError:
+        text = None
+    return {"payload_b64": base64.b64encode(payload).decode(), "payload_text": text}
+
+
+def dead_letter_json(d: dict, node: str) -> dict:
+    """A dead letter as an admin reply holds it, in JSON, the producer's name beside its
+    id."""
+    out = {k: v for k, v in d.items() if k != "payload"}
+    return {**out, "id": str(d["id"]), "node": node, **payload_json(bytes(d["payload"]))}
+
+
+def dead_letters(engine: Engine, ctx: zmq.Context, query: dict[str, str],
+                 timeout_s: float = MESH_TIMEOUT_S) -> dict:
+    """The parked messages of ``query``'s topic and group at every node this one knows (or
+    at ``node``, an id or a name), with the nodes that could not say."""
+    args: dict[str, Any] = {"topic": arg(query, "topic"), "group": arg(query, "group")}
+    limit = str(query.get("limit", "1000"))
+    if not limit.isdigit() or int(limit) < 1:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"limit must be an int >= 1, got {limit!r}")
+    args["limit"] = int(limit)
+    targets = all_targets(engine)
+    node = query.get("node")
+    if node:
+        targets = [t for t in targets if node in (t.node_id, t.name)]
+    letters: list[dict] = []
+    errors: list[dict] = []
+    for a in run_admin(engine, ctx, targets, "dead_letters", args, timeout_s):
+        reply = a.reply
+        if not isinstance(reply, AdminReply) or not reply.ok:
+            error = reply.error if isinstance(reply, AdminReply) else a.error
+            errors.append({"node": a.target.name, "node_id": a.target.node_id,
+                           "error": error})
+            continue
+        result = reply.result
+        assert isinstance(result, list)
+        letters += [dead_letter_json(d, a.target.name) for d in result]
+    return {**args, "letters": letters, "errors": errors}
+
+
+def remove_group(engine: Engine, ctx: zmq.Context, body: dict) -> dict:
+    """Delete ``body``'s group of its topic at this node and every live peer (admin op
+    ``group_rm``, as ``zmesh group rm`` asks it): what was dropped here, how many peers
+    were told."""
+    args = {"topic": arg(body, "topic"), "group": arg(body, "group")}
+    [answer] = run_admin(engine, ctx, all_targets(engine)[:1], "group_rm", args)
+    reply = answer.reply
+    assert isinstance(reply, AdminReply)  # (this node's own: always answered)
+    if not reply.ok:
+        raise HttpError(HTTPStatus.BAD_REQUEST, reply.error)
+    result = reply.result
+    assert isinstance(result, dict)
+    return {"node": answer.target.node_id, "name": answer.target.name, **args, **result}
+
+
+def act(engine: Engine, ctx: zmq.Context, op: str, body: dict) -> dict:
+    """Replay or purge (``op``) dead letters of ``body``'s topic and group at its node
+    (an id or a name): every one, or those whose sequences ``seqs`` lists."""
+    if op not in ADMIN_OPS:
+        raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {op}")
+    node = arg(body, "node")
+    args: dict[str, Any] = {"topic": arg(body, "topic"), "group": arg(body, "group")}
+    seqs = body.get("seqs")
+    if seqs is not None:
+        if not isinstance(seqs, list) or not all(type(s) is int for s in seqs):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "seqs must be a list of ints")
+        args["seqs"] = seqs
+    target = [t for t in all_targets(engine) if node in (t.node_id, t.name)]
+    if not target:
+        raise HttpError(HTTPStatus.NOT_FOUND, f"node {node!r} is not known to this node")
+    [answer] = run_admin(engine, ctx, target[:1], op, args)
+    reply = answer.reply
+    if not isinstance(reply, AdminReply):
+        raise HttpError(HTTPStatus.GATEWAY_TIMEOUT, f"{answer.target.name}: {answer.error}")
+    if not reply.ok:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"{answer.target.name}: {reply.error}")
+    return {"node": answer.target.node_id, "name": answer.target.name, **args,
+            ADMIN_OPS[op]: reply.result}

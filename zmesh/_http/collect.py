@@ -1,0 +1,192 @@
+"""Asking the nodes of a mesh for their status (or an admin operation) over their control
+sockets, from a thread that is not the node's IO thread.
+
+The asking thread uses sockets of its own, in a context of its own (the way a replay
+reader does): the IO thread only answers which peers it knows. Every node is asked at
+once and given the same deadline, so a mesh with dead nodes answers within one timeout,
+and a node that does not answer is reported as unreachable, never left out. Peers that
+the reached nodes know and the asking node does not (gossip not yet arrived) are asked
+in a second round.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import zmq
+
+from .._engine.admin import admin
+from .._protocol.addresses import endpoint
+from .._protocol.codec import decode_control, encode_control
+from .._protocol.frames import AdminReply, AdminRequest, StatusReply, StatusRequest
+from .._security import Keys, client_options
+from ..errors import DecodeError
+
+if TYPE_CHECKING:
+    from .._engine.engine import Engine
+
+MESH_TIMEOUT_S = 2.0  # how long a node of the mesh is waited for, all of them at once
+MAX_REPLY_BYTES = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A node to ask: its control endpoint, and its CURVE key on a secured mesh."""
+
+    node_id: str  # hex
+    name: str
+    control: str  # tcp://host:port
+    public_key: bytes = b""
+    alive: bool | None = None  # as the asking node sees it (None: not its peer)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What one target answered, or why not."""
+
+    target: Target
+    reply: StatusReply | AdminReply | None
+    rtt_ms: float | None
+    error: str | None
+
+
+def _self_target(engine: Engine) -> Target:
+    host = next((i for i in engine.config.interfaces if i not in ("*", "0.0.0.0")),
+                "127.0.0.1")
+    return Target(engine.node_id.hex(), engine.config.name, endpoint(host, engine.ctrl_port),
+                  engine.keys.public if engine.keys is not None else b"", True)
+
+
+def _peers(engine: Engine) -> list[Target]:
+    """The peers this node knows, alive or not (IO thread)."""
+    mesh = engine.mesh
+    return [] if mesh is None else [
+        Target(p.node_id.hex(), p.name, p.ctrl_ep, p.public_key, p.alive)
+        for p in mesh.peers.values() if not p.is_self]
+
+
+def known(engine: Engine) -> tuple[dict, list[Target]]:
+    """This node's status and the peers it knows (one IO-thread call)."""
+    return engine.call(lambda _wb, _now: (engine.status(), _peers(engine)))
+
+
+def all_targets(engine: Engine) -> list[Target]:
+    """This node and every peer it knows, alive or not."""
+    return [_self_target(engine), *engine.call(lambda _wb, _now: _peers(engine))]
+
+
+def ask(ctx: zmq.Context, requests: Sequence[tuple[Target, StatusRequest | AdminRequest]],
+        keys: Keys | None, timeout_s: float) -> list[Answer]:
+    """Send each request to its target at once; the answers (in order) once every target
+    has answered or ``timeout_s`` has passed."""
+    socks: list[zmq.Socket] = []
+    replies: list[tuple[Any, float] | None] = [None] * len(requests)
+    index: dict[zmq.Socket, int] = {}
+    poller = zmq.Poller()
+    start = time.monotonic()
+    try:
+        for i, (target, msg) in enumerate(requests):
+            sock = ctx.socket(zmq.DEALER)
+            socks.append(sock)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_REPLY_BYTES)
+            client_options(sock, keys, target.public_key)
+            sock.connect(target.control)
+            sock.send(encode_control(msg), zmq.NOBLOCK)
+            poller.register(sock, zmq.POLLIN)
+            index[sock] = i
+        deadline = start + timeout_s
+        while index:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for sock, _ in poller.poll(max(1, int(left * 1000))):
+                i = index[sock]
+                try:
+                    reply = decode_control(sock.recv(zmq.NOBLOCK))
+                except (DecodeError, zmq.Again):
+                    continue
+                if isinstance(reply, StatusReply | AdminReply) \
+                        and reply.token == requests[i][1].token:
+                    replies[i] = (reply, time.monotonic())
+                    poller.unregister(sock)
+                    del index[sock]
+    finally:
+        for sock in socks:
+            sock.close(linger=0)
+    out = []
+    for (target, msg), got in zip(requests, replies, strict=True):
+        if got is None:
+            what = "status" if isinstance(msg, StatusRequest) else msg.op
+            out.append(Answer(target, None, None, f"no {what} reply within {timeout_s:g}s"))
+        else:
+            out.append(Answer(target, got[0], round((got[1] - start) * 1000, 2), None))
+    return out
+
+
+def _control_address(ep: str) -> str:
+    return ep.removeprefix("tcp://")
+
+
+def _entry(target: Target, *, is_self: bool, status: dict | None, rtt_ms: float | None,
+           error: str | None) -> dict:
+    return {"id": target.node_id, "name": target.name,
+            "control": _control_address(target.control), "self": is_self,
+            "alive": target.alive, "reachable": status is not None, "rtt_ms": rtt_ms,
+            "error": error, "status": status}
+
+
+def collect_mesh(engine: Engine, ctx: zmq.Context,
+                 timeout_s: float = MESH_TIMEOUT_S) -> dict:
+    """Every node this node knows (itself first), each with its status or marked
+    unreachable, and the links between them as each reached node sees its peers."""
+    own, peers = known(engine)
+    me = _self_target(engine)
+    nodes = [_entry(me, is_self=True, status=own, rtt_ms=0.0, error=None)]
+    seen = {me.node_id}
+    targets = [t for t in peers if t.node_id not in seen]
+    for _round in range(2):
+        if not targets:
+            break
+        answers = ask(ctx, [(t, StatusRequest(secrets.randbits(62))) for t in targets],
+                      engine.keys, timeout_s)
+        seen.update(t.node_id for t in targets)
+        found: dict[str, Target] = {}
+        for a in answers:
+            status = a.reply.status if isinstance(a.reply, StatusReply) else None
+            nodes.append(_entry(a.target, is_self=False, status=status, rtt_ms=a.rtt_ms,
+                                error=a.error))
+            for p in (status or {}).get("peers", []):
+                if p["id"] not in seen and p["id"] not in found and p.get("control"):
+                    key = (p.get("public_key") or "").encode()
+                    found[p["id"]] = Target(p["id"], p["name"], p["control"], key)
+        targets = list(found.values())
+    links = []
+    for node in nodes:
+        status = node["status"]
+        if status is None:
+            continue
+        for p in status.get("peers", []):
+            links.append({"from": node["id"], "to": p["id"], "alive": bool(p["alive"])})
+    return {"mesh": engine.config.mesh, "observer": me.node_id, "collected_at": time.time(),
+            "timeout_s": timeout_s, "nodes": nodes, "links": links}
+
+
+def run_admin(engine: Engine, ctx: zmq.Context, targets: Sequence[Target], op: str,
+              args: dict, timeout_s: float = MESH_TIMEOUT_S) -> list[Answer]:
+    """Run the admin operation ``op`` (dead_letters, replay, purge) at each target: this
+    node's own on its IO thread, the others over their control sockets."""
+    me = engine.node_id.hex()
+    local = [t for t in targets if t.node_id == me]
+    remote = [t for t in targets if t.node_id != me]
+    answers = ask(ctx, [(t, AdminRequest(secrets.randbits(62), op, args)) for t in remote],
+                  engine.keys, timeout_s) if remote else []
+    if local:
+        req = AdminRequest(0, op, args)
+        reply = engine.call(lambda wb, now: admin(engine, req, wb, now))
+        answers.insert(0, Answer(local[0], reply, 0.0, None))
+    return answers

@@ -1,0 +1,225 @@
+"""A node's HTTP API: its own state, the mesh's, and Prometheus metrics, on one port.
+
+The standard library's ThreadingHTTPServer on a thread of its own, so the API needs no
+extra installed. Handlers read the node through its IO thread (``engine.call``) and ask
+other nodes over their control sockets with sockets of their own (collect.py); they never
+touch the IO thread's sockets. Admin actions (POST) are served only when the node's
+``http_admin`` is set, and only with a JSON body: a browser sends a cross-origin JSON POST
+only after a CORS preflight this server never grants, so a page elsewhere cannot act.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import zmq
+
+from ..config import parse_seed
+from ..errors import NodeStateError
+from . import views
+from .actions import ADMIN_OPS, GROUP_RM, HttpError, act, dead_letters, remove_group
+from .collect import MESH_TIMEOUT_S, collect_mesh
+from .prometheus import CONTENT_TYPE, render
+
+if TYPE_CHECKING:
+    from .._engine.engine import Engine
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1 << 20
+MAX_MESH_TIMEOUT_S = 30.0
+
+
+class _Server(ThreadingHTTPServer):
+    # Each request has a thread, joined when the server closes (HTTP/1.0: one request per
+    # connection, so no thread waits on an idle keep-alive client).
+    daemon_threads = False
+    api: HttpApi
+
+
+class HttpApi:
+    """The HTTP endpoint of one node. ``metrics_only`` serves ``/metrics`` alone (the
+    node's ``metrics_address``); otherwise the JSON API too, and its admin POSTs when
+    ``admin``."""
+
+    def __init__(self, engine: Engine, address: str, *, what: str, metrics_only: bool = False,
+                 admin: bool = False) -> None:
+        host, port = parse_seed(address, what=what, allow_port_zero=True)
+        self.engine = engine
+        self.admin = admin
+        self.metrics_only = metrics_only
+        self.ctx: zmq.Context | None = None if metrics_only else zmq.Context()
+        server_cls = type("_Server6", (_Server,), {"address_family": socket.AF_INET6}) \
+            if ":" in host else _Server
+        try:
+            self._server = server_cls((host, port), _Handler)
+        except BaseException:
+            self._term()
+            raise
+        self._server.api = self
+        bound = self._server.server_address[1]
+        self.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name=f"zmesh-http-{engine.config.name}", daemon=True)
+        self._thread.start()
+        log.info("node %s: %s at http://%s/", engine.config.name,
+                 "metrics" if metrics_only else "HTTP API", self.address)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+        self._term()
+
+    def _term(self) -> None:
+        if self.ctx is not None:
+            self.ctx.term()
+            self.ctx = None
+
+    # -- the routes ---------------------------------------------------------------------
+
+    def get(self, path: str, query: dict[str, str]) -> tuple[str, bytes]:
+        if path == "/metrics":
+            return CONTENT_TYPE, render(self.engine.call(
+                lambda _wb, _now: self.engine.status())).encode()
+        if self.metrics_only or path not in GETS:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no such resource: {path}")
+        return "application/json", _json(GETS[path](self, query))
+
+    def post(self, path: str, body: dict) -> bytes:
+        op = path.removeprefix("/api/dead-letters/")
+        if self.metrics_only or (path != GROUP_RM and op not in ADMIN_OPS):
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {path}")
+        if not self.admin:
+            raise HttpError(HTTPStatus.FORBIDDEN, "admin actions are off on this node: set "
+                            "http_admin = true in its [node] table to allow them")
+        if path == GROUP_RM:
+            return _json(remove_group(self.engine, self._ctx(), body))
+        return _json(act(self.engine, self._ctx(), op, body))
+
+    def _ctx(self) -> zmq.Context:
+        assert self.ctx is not None
+        return self.ctx
+
+    def mesh(self, query: dict[str, str]) -> dict:
+        return collect_mesh(self.engine, self._ctx(), _timeout(query))
+
+    def node(self, _query: dict[str, str]) -> dict:
+        return self.engine.call(lambda _wb, _now: self.engine.status())
+
+    def nodes(self, query: dict[str, str]) -> dict:
+        mesh = self.mesh(query)
+        return {"mesh": mesh["mesh"], "collected_at": mesh["collected_at"],
+                "nodes": views.nodes_view(mesh), "links": mesh["links"]}
+
+    def topics(self, query: dict[str, str]) -> dict:
+        return views.topics_view(self.mesh(query))
+
+    def groups(self, query: dict[str, str]) -> dict:
+        return views.groups_view(self.mesh(query))
+
+    def dead_letters(self, query: dict[str, str]) -> dict:
+        return dead_letters(self.engine, self._ctx(), query, _timeout(query))
+
+
+GETS: dict[str, Callable[[HttpApi, dict[str, str]], dict]] = {
+    "/api/node": HttpApi.node,
+    "/api/mesh": HttpApi.mesh,
+    "/api/nodes": HttpApi.nodes,
+    "/api/topics": HttpApi.topics,
+    "/api/groups": HttpApi.groups,
+    "/api/dead-letters": HttpApi.dead_letters,
+}
+
+
+def _timeout(query: dict[str, str]) -> float:
+    raw = query.get("timeout")
+    if raw is None:
+        return MESH_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= MAX_MESH_TIMEOUT_S:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"timeout must be seconds in "
+                        f"(0, {MAX_MESH_TIMEOUT_S:g}], got {raw!r}")
+    return value
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, default=_jsonable).encode()
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, set | tuple):
+        return list(value)
+    return str(value)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:  # noqa: N802
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        self._answer(lambda: self.server.api.get(url.path, query))
+
+    def do_POST(self) -> None:  # noqa: N802
+        def act() -> tuple[str, bytes]:
+            kind = self.headers.get("Content-Type", "").split(";")[0].strip()
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY_BYTES:
+                raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
+            raw = self.rfile.read(length)
+            if kind != "application/json":
+                raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                                "actions take a JSON body (Content-Type: application/json)")
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError as exc:
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {exc}") from None
+            if not isinstance(body, dict):
+                raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
+            return "application/json", self.server.api.post(urlsplit(self.path).path, body)
+        self._answer(act)
+
+    def _answer(self, make: Callable[[], tuple[str, bytes]]) -> None:
+        try:
+            kind, body = make()
+            status = HTTPStatus.OK
+        except HttpError as exc:
+            status, kind, body = exc.status, "application/json", _json({"error": str(exc)})
+        except NodeStateError as exc:  # closing, or too busy to answer
+            status, kind = HTTPStatus.SERVICE_UNAVAILABLE, "application/json"
+            body = _json({"error": str(exc)})
+        except Exception as exc:
+            log.exception("HTTP %s %s failed", self.command, self.path)
+            status, kind = HTTPStatus.INTERNAL_SERVER_ERROR, "application/json"
+            body = _json({"error": f"{type(exc).__name__}: {exc}"})
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def serve(engine: Engine, address: str, *, what: str, metrics_only: bool = False,
+          admin: bool = False) -> HttpApi:
+    """Start the endpoint of ``engine``'s node at ``address`` (``host:port``, port 0 for
+    any free one)."""
+    return HttpApi(engine, address, what=what, metrics_only=metrics_only, admin=admin)

@@ -1,0 +1,221 @@
+"""The server of ``zmesh web`` (aiohttp): the page and its assets, a snapshot of the mesh
+taken every interval and pushed to every open page as a server-sent event, the history
+the page's charts start from, and the dead-letter actions.
+
+Collecting the mesh blocks (ZeroMQ requests, or HTTP to a node's API), so it runs on a
+worker thread while the event loop goes on serving; one collection at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from .._http.actions import ADMIN_OPS, GROUP_RM, HttpError
+from .._http.views import groups_view, nodes_view, topics_view, unreachable
+from .history import History
+from .source import Source
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+CLIENT_QUEUE = 4  # snapshots waiting for a slow page; past it the oldest is dropped
+
+
+def _rates(lanes: list[dict], topic: str, group: str) -> dict[str, float | None]:
+    mine = [ln for ln in lanes if ln["topic"] == topic and ln["group"] == group]
+    out: dict[str, float | None] = {}
+    for k in ("rate_in", "rate_out"):
+        known = [ln[k] for ln in mine if ln[k] is not None]
+        out[k] = round(sum(known), 3) if known else None
+    return out
+
+
+def snapshot(mesh: dict, lanes: list[dict], *, source: str, admin: bool,
+             interval_s: float) -> dict:
+    """What a page shows at one moment (the views of the HTTP API, with rates)."""
+    groups = [{**g, **_rates(lanes, g["topic"], g["group"])}
+              for g in groups_view(mesh)["groups"]]
+    return {"mesh": mesh["mesh"], "collected_at": mesh["collected_at"], "source": source,
+            "admin": admin, "interval_s": interval_s, "nodes": nodes_view(mesh),
+            "links": mesh["links"], "topics": topics_view(mesh)["topics"], "groups": groups,
+            "lanes": lanes, "unreachable": unreachable(mesh),
+            "statuses": {n["id"]: n["status"] for n in mesh["nodes"] if n["status"]}}
+
+
+def _sse(event: str, data: dict) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+class WebApp:
+    """One ``zmesh web`` server's state: the source, the history, the open pages."""
+
+    def __init__(self, source: Source, *, admin: bool, interval_s: float) -> None:
+        self.source = source
+        self.admin = admin
+        self.interval_s = interval_s
+        self.history = History()
+        self.latest: dict | None = None
+        self.error: str | None = None
+        self._pages: set[asyncio.Queue[dict]] = set()
+        self._first = asyncio.Event()
+
+    def build(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/", self.index)
+        app.router.add_static("/static/", STATIC)
+        app.router.add_get("/events", self.events)
+        app.router.add_get("/api/snapshot", self.get_snapshot)
+        app.router.add_get("/api/history", self.get_history)
+        app.router.add_get("/api/dead-letters", self.get_dead_letters)
+        app.router.add_post("/api/dead-letters/{op}", self.post_action)
+        app.router.add_post(GROUP_RM, self.post_group_rm)
+        app.cleanup_ctx.append(self._sampling)
+        return app
+
+    # -- sampling -----------------------------------------------------------------------
+
+    async def _sampling(self, _app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(self._sample_forever())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _sample_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                mesh = await loop.run_in_executor(None, self.source.mesh)
+            except Exception as exc:  # (a source's failure is shown, and tried again)
+                self.error = f"cannot read the mesh from {self.source.description}: {exc}"
+                log.warning("%s", self.error)
+            else:
+                self.error = None
+                lanes = self.history.add(mesh, time.time())
+                self.latest = snapshot(mesh, lanes, source=self.source.description,
+                                       admin=self.admin, interval_s=self.interval_s)
+                self._first.set()
+                for queue in self._pages:
+                    if queue.full():
+                        queue.get_nowait()
+                    queue.put_nowait(self.latest)
+            await asyncio.sleep(max(0.0, self.interval_s - (loop.time() - started)))
+
+    # -- routes -------------------------------------------------------------------------
+
+    async def index(self, _request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    async def _current(self) -> dict:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._first.wait(), timeout=30)
+        if self.latest is None:
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, self.error or "no sample yet")
+        return self.latest
+
+    async def get_snapshot(self, _request: web.Request) -> web.Response:
+        return await _answer(self._current)
+
+    async def get_history(self, _request: web.Request) -> web.Response:
+        async def points() -> dict:
+            return {"lanes": self.history.points()}
+        return await _answer(points)
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """Every new snapshot, as a server-sent event ``snapshot``."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-store"})
+        await resp.prepare(request)
+        queue: asyncio.Queue[dict] = asyncio.Queue(CLIENT_QUEUE)
+        self._pages.add(queue)
+        try:
+            if self.latest is not None:
+                await resp.write(_sse("snapshot", self.latest))
+            while True:
+                await resp.write(_sse("snapshot", await queue.get()))
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass  # the page went away, or the server stops
+        finally:
+            self._pages.discard(queue)
+        return resp
+
+    async def get_dead_letters(self, request: web.Request) -> web.Response:
+        topic, group = request.query.get("topic", ""), request.query.get("group", "")
+        loop = asyncio.get_running_loop()
+
+        async def listed() -> dict:
+            if not topic or not group:
+                raise HttpError(HTTPStatus.BAD_REQUEST, "topic and group are required")
+            return await loop.run_in_executor(None, self.source.dead_letters, topic, group)
+        return await _answer(listed)
+
+    async def post_action(self, request: web.Request) -> web.Response:
+        op = request.match_info["op"]
+        if op not in ADMIN_OPS:
+            return await _answer(_missing(op))
+        return await self._admin(request, lambda body: self.source.act(op, body))
+
+    async def post_group_rm(self, request: web.Request) -> web.Response:
+        return await self._admin(request, self.source.remove_group)
+
+    async def _admin(self, request: web.Request, run: Callable[[dict], dict]) -> web.Response:
+        """An admin action: refused without --admin or without a JSON body (a form posted
+        from another site), else run on a worker thread."""
+        loop = asyncio.get_running_loop()
+
+        async def acted() -> dict:
+            if not self.admin:
+                raise HttpError(HTTPStatus.FORBIDDEN, "admin actions are off: start zmesh "
+                                "web with --admin to replay or purge dead letters and "
+                                "remove groups")
+            if request.content_type != "application/json":
+                raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "actions take a JSON body")
+            try:
+                body = await request.json()
+            except ValueError as exc:
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {exc}") from None
+            if not isinstance(body, dict):
+                raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
+            return await loop.run_in_executor(None, run, body)
+        return await _answer(acted)
+
+
+def _missing(op: str) -> Callable[[], Any]:
+    async def fail() -> dict:
+        raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {op}")
+    return fail
+
+
+async def _answer(make: Callable[[], Any]) -> web.Response:
+    try:
+        return web.json_response(await make(), headers={"Cache-Control": "no-store"})
+    except HttpError as exc:
+        return web.json_response({"error": str(exc)}, status=exc.status)
+
+
+async def serve(source: Source, host: str, port: int, *, admin: bool, interval_s: float,
+                stop: asyncio.Event, ready: Callable[[str], None]) -> None:
+    """Serve until ``stop`` is set; ``ready(url)`` once listening."""
+    app = WebApp(source, admin=admin, interval_s=interval_s).build()
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound_host, bound_port = runner.addresses[0][:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        ready(f"http://{shown}:{bound_port}/")
+        await stop.wait()
+    finally:
+        await runner.cleanup()
