@@ -256,6 +256,7 @@ class Node:
     config = forwarded("config")
     control_address = forwarded("control_address")
     metrics_address = forwarded("metrics_address")
+    http_address = forwarded("http_address")
 
     async def start(self) -> Node:
         await asyncio.to_thread(self._node.start)
