@@ -28,7 +28,8 @@ def node_status(engine: Engine) -> dict:
                  "control_port": engine.ctrl_port, "data_port": engine.data_port},
         "outbox": engine.producer.depth,
         "store": {"path": engine.store.path, "map_size_bytes": engine.store.map_size_bytes,
-                  "full": engine.held.full, "held_publishes": engine.held.count},
+                  "full": engine.held.full, "held_publishes": engine.held.count,
+                  **engine.store.disk.state()},
         "lanes": lanes,
         "subscriptions": [{"topic": s.topic, "group": s.group, "mode": s.mode,
                            "delivered": s.delivered, "queued": s._queued()}

@@ -60,6 +60,7 @@ from ..errors import DataDirLockedError, StoreError, StoreFullError
 from .acked import AckedWindow
 from .batch import WriteBatch
 from .damage import FIX, Corrupt, check_store_files, decode_run, number_column, run_offsets
+from .disk import NEW_STORE_MIN_BYTES, Disk
 from .keys import pend_key, u32, u64
 from .logindex import LogIndex
 from .pages import MappedPages
@@ -178,12 +179,15 @@ class Store(LogIndex, AckedWindow):
         # Not at exit: the OS frees the lock then, and a node's IO thread may still run.
         self._release = weakref.finalize(self, _collected, held, str(self.data_dir))
         self._release.atexit = False
+        self.disk = Disk(self.data_dir)
         try:
             check_store_files(Path(self.path))
+            self._check_room_for_new()
             try:
                 migrated = self._open_env(held)
             except lmdb.Error as exc:
                 raise self._open_error(exc) from exc
+            self.disk.make_reserve()
         except BaseException:
             self._release.detach()
             with contextlib.suppress(Exception):  # (the environment may be half open)
@@ -223,6 +227,32 @@ class Store(LogIndex, AckedWindow):
         # A map grown before (or used past map_size_bytes) reopens at its real size.
         self.map_size_bytes = self.env.info()["map_size"]
         return self.migrate_seen()
+
+    def _check_room_for_new(self) -> None:
+        """Refuse to make a new store on a disk without room for it (a full disk would
+        kill the process where LMDB writes its lock file through a memory map)."""
+        if (Path(self.path) / "data.mdb").exists():
+            return
+        free = self.disk.free_bytes()
+        if free is not None and free < NEW_STORE_MIN_BYTES:
+            raise StoreFullError(self.path, self.map_size_bytes, disk=self.disk.describe(),
+                                 free_bytes=free)
+
+    def full_error(self, waited_s: float | None = None) -> StoreFullError:
+        """The StoreFullError of the store as it is: its disk's, or its map's."""
+        if self.disk.full:
+            return StoreFullError(self.path, self.map_size_bytes, waited_s,
+                                  disk=self.disk.describe(), free_bytes=self.disk.free_bytes())
+        return StoreFullError(self.path, self.map_size_bytes, waited_s)
+
+    def _disk_full(self, exc: BaseException) -> StoreFullError | None:
+        """What a failed write means when the disk is full: the reserve is released (its
+        room lets the next commit through) and the error to raise; None otherwise."""
+        if not self.disk.is_full_error(exc):
+            return None
+        self.disk.full = True
+        self.disk.release_reserve()
+        return self.full_error()
 
     def _open_error(self, exc: lmdb.Error) -> StoreError:
         """What failing to open the environment means: a map this host cannot map (a
@@ -296,7 +326,24 @@ class Store(LogIndex, AckedWindow):
     # -- identity -------------------------------------------------------------------------
 
     def open_identity(self) -> tuple[bytes, int, int, int]:
-        """(node id, incarnation, next seq, next lane id); bumps the incarnation."""
+        """(node id, incarnation, next seq, next lane id); bumps the incarnation.
+
+        On a full disk the reserve is released for it (a node restarted there must start,
+        to drain its outbox)."""
+        try:
+            return self._open_identity()
+        except lmdb.Error as exc:
+            if self._disk_full(exc) is None:
+                raise StoreError(f"cannot open the LMDB store ({exc}); if it is damaged, "
+                                 f"{FIX}", self.path) from exc
+        try:
+            return self._open_identity()
+        except lmdb.Error as exc:
+            raise self.full_error() if self.disk.full else StoreError(
+                f"cannot open the LMDB store ({exc}); if it is damaged, {FIX}",
+                self.path) from exc
+
+    def _open_identity(self) -> tuple[bytes, int, int, int]:
         with self._write() as txn:
             node_id = txn.get(b"node_id", db=self.meta)
             if node_id is None:
@@ -441,16 +488,24 @@ class Store(LogIndex, AckedWindow):
         return self.env.begin(write=True)
 
     def commit(self, batch: WriteBatch) -> None:
-        """Apply a batch in one transaction; StoreFullError when the map is full."""
-        if (batch.msgs_put or batch.runs_put) and self._would_fill(batch):
-            raise StoreFullError(self.path, self.map_size_bytes)
+        """Apply a batch in one transaction; StoreFullError when the map or the disk has
+        no room for it."""
+        grows = bool(batch.msgs_put or batch.runs_put)
+        if grows and self._would_fill(batch):
+            raise self.full_error()
         try:
             with self._write() as txn:
                 self._apply(txn, batch)
         except lmdb.MapFullError as exc:
+            self.disk.full = False
             raise StoreFullError(self.path, self.map_size_bytes) from exc
         except lmdb.Error as exc:
+            full = self._disk_full(exc)
+            if full is not None:
+                raise full from exc
             raise StoreError(f"LMDB write failed: {exc}", self.path) from exc
+        if grows:
+            self.disk.full = False
         if batch.fsync:
             self.env.sync(True)
         # Records written or deleted and, per pending entry, deletion or outbox entry, about
@@ -472,14 +527,25 @@ class Store(LogIndex, AckedWindow):
         reserve = max(RESERVE_MIN_PAGES, capacity // RESERVE_FRACTION)
         # Records (8-byte keys, node headers) and pending entries (12-byte keys, values of
         # about 12 bytes), twice over: split leaves are half full, and a record too large
-        # for a leaf takes whole overflow pages.
-        need = 2 * (batch.msgs_bytes + 40 * (len(batch.msgs_put) + len(batch.runs_put))
-                    + 40 * batch.pending_entries()) // psize + 2
-        if capacity - self.env.info()["last_pgno"] - 1 >= need + reserve:
+        # for a leaf takes whole overflow pages. A run's record (up to 256 KiB of
+        # payloads) takes its overflow pages, filled, and a slot in a leaf.
+        runs_bytes = sum(len(v) for _k, v in batch.runs_put)
+        need = 2 * (batch.msgs_bytes - runs_bytes + 40 * len(batch.msgs_put)
+                    + 40 * batch.pending_entries()) // psize + 2 \
+            + (runs_bytes + 2 * psize * len(batch.runs_put)) // psize
+        end = self.env.info()["last_pgno"] + 1  # pages of the file in use, free ones too
+        room = self.disk.room_bytes()  # (None: unknown, no limit)
+        disk_pages = None if room is None else end + room // psize  # the file may grow to
+        if capacity - end >= need + reserve and (disk_pages is None or disk_pages - end >= need):
             return False  # the untouched end of the map is room enough: no need to count
         with self.env.begin() as txn:
             used = sum(_pages(txn.stat(db)) for db in self._dbs) + _pages(self.env.stat())
-        return used + need + reserve > capacity
+        if used + need + reserve > capacity:
+            self.disk.full = False
+            return True
+        # Free pages inside the file are reused before it grows (from two commits on).
+        self.disk.full = disk_pages is not None and used + need > disk_pages
+        return self.disk.full
 
     def _prune_ids(self, txn: Any, before: float, limit: int = 10_000) -> None:
         cur = txn.cursor(db=self.ids_t)
