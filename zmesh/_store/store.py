@@ -40,8 +40,6 @@ Databases (keys are big-endian so LMDB's order is numeric order):
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import gc
 import logging
 import os
 import secrets
@@ -56,12 +54,22 @@ import lmdb
 import msgpack
 
 from .._dirs import make_dir
-from ..errors import DataDirLockedError, StoreError, StoreFullError
+from ..errors import StoreError, StoreFullError
 from .acked import AckedWindow
 from .batch import WriteBatch
-from .damage import FIX, Corrupt, check_store_files, decode_run, number_column, run_offsets
+from .check import check_store
+from .damage import (
+    Corrupt,
+    check_store_files,
+    decode_run,
+    number_column,
+    read_failed,
+    remedy,
+    run_offsets,
+)
 from .disk import NEW_STORE_MIN_BYTES, Disk
 from .keys import pend_key, u32, u64
+from .lock import LockedDir, collected, let_go, take_lock
 from .logindex import LogIndex
 from .pages import MappedPages
 from .snapshot import copy_env
@@ -74,7 +82,6 @@ RESERVE_MIN_PAGES = 16
 PENDING_VALUES_KEPT = 4096  # distinct pending values decoded once each by iter_pending
 RESERVE_FRACTION = 64
 SCAN_RELEASE_BYTES = 2 << 20  # keys and values read by a scan between two releases
-LOCK_FILE = "LOCK"  # in the data dir: flock'ed by the store that has it open, holds its pid
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -84,81 +91,6 @@ def unpackb(data: bytes) -> Any:
 
 
 pack: Callable[[Any], bytes] = _packb  # msgpack with bin types (IO thread only)
-
-
-class _Held:
-    """What a store keeps open: the data dir's lock file and, once opened, the LMDB
-    environment. Released once: by ``Store.close()``, or when the store is collected."""
-
-    __slots__ = ("env", "lock_fd")
-
-    def __init__(self, lock_fd: int) -> None:
-        self.lock_fd = lock_fd
-        self.env: Any = None
-
-
-def _let_go(held: _Held, *, sync: bool) -> None:
-    """Close the environment, then the lock file (which frees the data dir)."""
-    try:
-        if held.env is not None:
-            if sync:
-                held.env.sync(True)
-            held.env.close()
-    finally:
-        os.close(held.lock_fd)
-
-
-def _collected(held: _Held, data_dir: str) -> None:
-    """A store dropped without close() (its Node was never started, or never closed): let
-    go of the data dir, so a node of this process can open it again."""
-    log.warning("data dir %s released: its node was dropped without close()", data_dir)
-    try:
-        _let_go(held, sync=True)
-    except Exception as exc:  # lmdb.Error, OSError: nobody is left to raise it to
-        log.error("closing the store of data dir %s failed: %s", data_dir, exc)
-
-
-def _holder_pid(lock_fd: int) -> int | None:
-    """The pid the holder of a data dir's lock wrote into it, if it can be read."""
-    try:
-        text = os.pread(lock_fd, 32, 0).decode("ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def _flock(lock_fd: int) -> bool:
-    """Take the exclusive lock of a data dir's lock file; False when another has it."""
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _take_lock(data_dir: Path) -> int:
-    """The data dir's lock file, opened and flock'ed, with this process's pid written in."""
-    path = data_dir / LOCK_FILE
-    try:
-        lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise StoreError(f"cannot open the data dir's lock file {path}: {exc.strerror}",
-                         str(data_dir)) from exc
-    if not _flock(lock_fd):
-        holder = _holder_pid(lock_fd)
-        if holder == os.getpid():
-            # Held in this process: perhaps by a node dropped without close(), which the
-            # node's own reference cycles keep until the collector runs (see _collected).
-            gc.collect()
-        if holder != os.getpid() or not _flock(lock_fd):
-            os.close(lock_fd)
-            raise DataDirLockedError(str(data_dir), holder)
-    # Only what DataDirLockedError tells a node that finds the lock taken: no harm if not
-    # written (a full disk).
-    with contextlib.suppress(OSError):
-        os.ftruncate(lock_fd, 0)
-        os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
-    return lock_fd
 
 
 class Store(LogIndex, AckedWindow):
@@ -173,15 +105,16 @@ class Store(LogIndex, AckedWindow):
         # the IO thread (snapshots) hold this lock, and growing the map takes it.
         self._resize_lock = threading.Lock()
         make_dir(self.data_dir, "data dir", lambda message: StoreError(message, data_dir))
-        held = self._held = _Held(_take_lock(self.data_dir))
+        held = self._held = take_lock(self.data_dir, Path(self.path) / "data.mdb")
         # A Node created and dropped without close() (an exception before its `with`, a
         # REPL) lets go of the data dir when collected, not only when the process exits.
         # Not at exit: the OS frees the lock then, and a node's IO thread may still run.
-        self._release = weakref.finalize(self, _collected, held, str(self.data_dir))
+        self._release = weakref.finalize(self, collected, held, str(self.data_dir))
         self._release.atexit = False
         self.disk = Disk(self.data_dir)
         try:
             check_store_files(Path(self.path))
+            self._check_if_unclean(held)
             self._check_room_for_new()
             try:
                 migrated = self._open_env(held)
@@ -191,13 +124,28 @@ class Store(LogIndex, AckedWindow):
         except BaseException:
             self._release.detach()
             with contextlib.suppress(Exception):  # (the environment may be half open)
-                _let_go(held, sync=False)
+                let_go(held, sync=False)
             raise
         if migrated:
             log.info("%s: the dedupe window's %d entries are kept as bitmaps from now on",
                      self.path, migrated)
 
-    def _open_env(self, held: _Held) -> int:
+    def _check_if_unclean(self, held: LockedDir) -> None:
+        """Walk the store for damage (check.py) unless it is as a clean close left it;
+        StoreError naming the data file and the remedies when it is damaged."""
+        why = held.unclean()
+        if why is None:
+            return
+        size = held.data_file.stat().st_size
+        log.warning("checking the store %s (%.1f MiB) for damage before opening it: %s",
+                    self.path, size / (1 << 20), why)
+        report = check_store(self.path)
+        if not report.sound:
+            raise StoreError(f"{report.summary()}; zmesh store check {self.data_dir} "
+                             f"lists what is damaged; {remedy(self.path)}", self.path)
+        log.warning("store %s checked in %.1fs: sound", self.path, report.seconds)
+
+    def _open_env(self, held: LockedDir) -> int:
         """Open the environment and its databases; how many dedupe entries were migrated."""
         self.env = held.env = lmdb.open(
             self.path, map_size=self.map_size_bytes, max_dbs=16, subdir=True,
@@ -272,12 +220,12 @@ class Store(LogIndex, AckedWindow):
                 f"{self.map_size_bytes}) cannot be mapped on this host ({exc}): raise the "
                 "process's address-space limit (ulimit -v), or run the node on a host that "
                 "can map it", self.path)
-        return StoreError(f"cannot open the LMDB store ({exc}); if it is damaged, {FIX}",
-                          self.path)
+        return StoreError(f"cannot open the LMDB store ({exc}); if it is damaged, "
+                          f"{remedy(self.path)}", self.path)
 
     def close(self) -> None:
         if self._release.detach() is not None:  # (not twice; not again when collected)
-            _let_go(self._held, sync=True)
+            let_go(self._held, sync=True)
 
     def snapshot(self, dest: str) -> None:
         """A consistent, compacted copy of this store into the data dir ``dest``."""
@@ -304,19 +252,22 @@ class Store(LogIndex, AckedWindow):
     def _scan(self, db: Any, name: str, decode: Callable[[bytes, bytes], Any]) -> Iterator[Any]:
         """Decoded records of ``db``; those that fail to decode go to ``self.corrupt``."""
         scanned = 0
-        with self.env.begin(db=db) as txn:
-            for k, v in txn.cursor():
-                # A scan maps the db's pages and, by the kernel's fault-around, cached
-                # pages beside them (other dbs' pages): let go of them as it goes.
-                scanned += len(k) + len(v)
-                if scanned >= SCAN_RELEASE_BYTES:
-                    self.pages.release()
-                    scanned = 0
-                try:
-                    yield decode(k, v)
-                except Exception as exc:  # any decoding failure means a damaged record
-                    self.corrupt.append(Corrupt(name, bytes(k), bytes(v),
-                                                f"{type(exc).__name__}: {exc}"))
+        try:
+            with self.env.begin(db=db) as txn:
+                for k, v in txn.cursor():
+                    # A scan maps the db's pages and, by the kernel's fault-around, cached
+                    # pages beside them (other dbs' pages): let go of them as it goes.
+                    scanned += len(k) + len(v)
+                    if scanned >= SCAN_RELEASE_BYTES:
+                        self.pages.release()
+                        scanned = 0
+                    try:
+                        yield decode(k, v)
+                    except Exception as exc:  # any decoding failure means a damaged record
+                        self.corrupt.append(Corrupt(name, bytes(k), bytes(v),
+                                                    f"{type(exc).__name__}: {exc}"))
+        except lmdb.Error as exc:
+            raise read_failed(exc, self.path, f"the {name} database") from exc
         self.pages.release()  # (the whole db was read: a restart's pending entries)
 
     def take_corrupt(self) -> list[Corrupt]:
@@ -334,14 +285,11 @@ class Store(LogIndex, AckedWindow):
             return self._open_identity()
         except lmdb.Error as exc:
             if self._disk_full(exc) is None:
-                raise StoreError(f"cannot open the LMDB store ({exc}); if it is damaged, "
-                                 f"{FIX}", self.path) from exc
+                raise self._open_error(exc) from exc
         try:
             return self._open_identity()
         except lmdb.Error as exc:
-            raise self.full_error() if self.disk.full else StoreError(
-                f"cannot open the LMDB store ({exc}); if it is damaged, {FIX}",
-                self.path) from exc
+            raise self.full_error() if self.disk.full else self._open_error(exc) from exc
 
     def _open_identity(self) -> tuple[bytes, int, int, int]:
         with self._write() as txn:

@@ -25,6 +25,7 @@ from .noderun import node
 from .output import err_console, print_error
 from .pubsub import pub, sub
 from .status import peers, status
+from .store import store
 from .top import top
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -81,6 +82,7 @@ cli.add_command(top)
 cli.add_command(dlq)
 cli.add_command(keys)
 cli.add_command(snapshot)
+cli.add_command(store)
 cli.add_command(doctor)
 cli.add_command(bench)
 
