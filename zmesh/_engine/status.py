@@ -35,5 +35,6 @@ def node_status(engine: Engine) -> dict:
                            "delivered": s.delivered, "queued": s._queued()}
                           for s in engine._local_subs],
         "peers": [p.info(now) for p in engine.mesh.peers.values()] if engine.mesh else [],
+        "bans": engine.listener.bans.state(now),
         "counters": engine.counters.snapshot(),
     }
