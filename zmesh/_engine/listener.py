@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from .._acl import ADMIN_OPS
 from .._protocol.codec import decode_batch, decode_control, encode_control
 from .._protocol.frames import (
     Ack,
@@ -33,7 +34,8 @@ from .._protocol.frames import (
 from .._security import CONTROL_DOMAIN, DATA_DOMAIN, ZapHandler, server_options
 from ..errors import DecodeError, ZMeshError
 from .admin import admin
-from .bans import Bans, Conn
+from .bans import Bans, Conn, meta, shut_down
+from .guard import Guard
 
 if TYPE_CHECKING:
     from .._store.store import WriteBatch
@@ -65,6 +67,7 @@ class Listener:
         self.producer = engine.producer
         self.consumer = engine.consumer
         self.bans = Bans(self.config, self.counters)
+        self.guard = Guard(engine)
         self._next_data_warning = 0.0
 
     def open(self, ctx: zmq.Context, inproc: str) -> tuple[int, int]:
@@ -72,6 +75,7 @@ class Listener:
         their TCP ports (data, control)."""
         cfg = self.config
         keys = self.engine.keys
+        self.guard.load()  # (the ACL file: a bad one fails the start, the store closed)
         max_frame = cfg.max_message_bytes + (1 << 20)
         # The ZAP handler must be bound before any server socket, or CURVE admits everyone.
         self.zap = ZapHandler(ctx, keys, self.counters, self.bans)
@@ -114,6 +118,7 @@ class Listener:
 
     def receive(self, events: dict, wb: WriteBatch, now: float) -> None:
         """Handle what the poller's ``events`` say is waiting on these sockets."""
+        self.guard.tick(wb, now)
         if self.zap.sock in events:
             self.zap.handle(now)
         for mon in self._monitors:
@@ -127,6 +132,7 @@ class Listener:
     def _recv_data(self, wb: WriteBatch, now: float) -> None:
         pull = self.pull
         mesh = self.engine.mesh
+        guard = self.guard
         limit = self.config.max_message_bytes
         received = 0
         for _ in range(RECV_BURST):
@@ -138,6 +144,10 @@ class Listener:
             except zmq.Again:
                 return
             if self.bans.data_dropped(parts[0], now):
+                continue
+            key = meta(parts[0], "User-Id").encode() if guard.active else b""
+            if key and key in guard.revoked:
+                shut_down(parts[0])
                 continue
             try:
                 batch = decode_batch([f.bytes for f in parts], limit)
@@ -157,6 +167,13 @@ class Listener:
                 # producer (the nack waits for it), and never deliver a stranger's batch.
                 self.counters.add("batches_from_unknown_peers", 1)
                 self.consumer.release(batch)
+                continue
+            if key and not guard.allowed(key, "publish", batch.topic):
+                # Handed back with the topic's backoff (a negative delay), not at once: it
+                # comes again later, when the permission may have been granted.
+                assert mesh is not None
+                mesh.send_ctrl(batch.node_id, Nack(self.engine.node_id, batch.topic,
+                                                   batch.lane, batch.seqs, -1.0))
                 continue
             received += len(batch.seqs)
             self.consumer.on_batch(batch, wb, now)
@@ -198,6 +215,8 @@ class Listener:
             if conn.ban:
                 self._refuse(msg, frames, conn)
                 continue
+            if self.guard.active and conn.key and not self._permitted(msg, frames, conn):
+                continue
             try:
                 self._on_control(msg, frames, conn, mesh, wb, now)
             except Exception:
@@ -211,7 +230,10 @@ class Listener:
         if isinstance(msg, Ack):
             self.producer.on_ack(msg.topic, msg.lane, msg.seqs, wb)
         elif isinstance(msg, Hello):
-            mesh.on_hello(msg, conn.address or None, conn.key.encode(), wb, now)
+            key = conn.key.encode()
+            if key and self.guard.acl is not None:
+                msg = self.guard.hello(msg, key)
+            mesh.on_hello(msg, conn.address or None, key, wb, now)
             self.engine._awaiting.discard(msg.node_id)
         elif isinstance(msg, Nack):
             self.producer.on_nack(msg.topic, msg.lane, msg.seqs,
@@ -235,6 +257,33 @@ class Listener:
             self._reply(frames[0], FetchReply(msg.token, msg.topic,
                                               tuple(FetchItem(*i) for i in items),
                                               tuple(FetchHead(*h) for h in heads)))
+
+    def _permitted(self, msg: object, frames: list[zmq.Frame], conn: Conn) -> bool:
+        """Whether the key of ``conn`` may send ``msg`` (guard.py); a request it may not
+        make is answered with why, a revoked key's connection is shut down."""
+        key = conn.key.encode()
+        guard = self.guard
+        if key in guard.revoked:
+            self.bans.refuse(frames[-1], conn)
+            return False
+        if isinstance(msg, Ack | Nack):
+            return guard.allowed(key, "subscribe", msg.topic)
+        if isinstance(msg, Fail):
+            return guard.allowed(key, "subscribe", msg.topic)
+        if isinstance(msg, FetchRequest) and not guard.allowed(key, "subscribe", msg.topic):
+            self._reply(frames[0], FetchReply(msg.token, msg.topic, (), ()))
+            return False
+        if isinstance(msg, StatusRequest) and not guard.allowed(key, "admin", "status"):
+            self._reply(frames[0], StatusReply(msg.token,
+                                               {"refused": guard.refusal(key, "status")}))
+            return False
+        if isinstance(msg, AdminRequest):
+            right = ADMIN_OPS.get(msg.op, msg.op)
+            if not guard.allowed(key, "admin", right):
+                self._reply(frames[0], AdminReply(msg.token, False, None,
+                                                  guard.refusal(key, right)))
+                return False
+        return True
 
     def _refuse(self, msg: object, frames: list[zmq.Frame], conn: Conn) -> None:
         """A banned connection's first request is answered with why (shutting it down at

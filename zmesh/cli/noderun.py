@@ -12,6 +12,7 @@ from ..config import NodeConfig
 from ..node import Node
 from .client import StopSignals
 from .output import note
+from .reload import reload_on_sighup
 
 if TYPE_CHECKING:
     from ..spark import Bridge, BridgeConfig
@@ -39,7 +40,8 @@ def run(file: str) -> None:
     FILE has a [node] table (name, mesh, data_dir, interfaces, mdns, seeds, ...) and
     [topics.NAME], [subscriptions.NAME], [producers.NAME], [relays.NAME] tables; with a
     [bridge] table the node is a Spark bridge. The node's control address (and a
-    bridge's endpoint) is printed on stdout.
+    bridge's endpoint) is printed on stdout. SIGHUP reads its trusted keys and acl_file
+    again (it also does when they change).
     """
     runner = build(*read_definition(file))
     n = runner if isinstance(runner, Node) else runner.node
@@ -51,7 +53,8 @@ def run(file: str) -> None:
         click.echo(line)
         # Flushed at once so a supervisor reading stdout can seed other nodes from it.
         sys.stdout.flush()
-        while not signals.stop.wait(1.0):
-            pass
+        with reload_on_sighup(n):
+            while not signals.stop.wait(1.0):
+                pass
         note(f"node {n.name}: stopping")
     note(f"node {n.name}: closed")
