@@ -57,6 +57,21 @@ def mount_of(path: Path) -> tuple[str, str, str]:
     return best
 
 
+def _allocate(fd: int, size: int) -> None:
+    """Give the file ``fd`` ``size`` bytes of blocks on its disk (not a sparse file):
+    posix_fallocate, or zeros written where the file system has no fallocate."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    chunk = b"\0" * (1 << 20)
+    for _ in range(size // len(chunk)):
+        os.write(fd, chunk)
+    os.fsync(fd)
+
+
 class Disk:
     """The file system of one data dir: free bytes, and the reserve file in it."""
 
@@ -64,6 +79,7 @@ class Disk:
         self.data_dir = data_dir
         self.reserve_path = data_dir / RESERVE_FILE
         self._next_reserve_try = 0.0
+        self._warned = False
         self.full = False  # the last look found no room for new messages
         # Whether the reserve file is there (this node makes and deletes it; a look at the
         # file each commit would cost a system call).
@@ -115,7 +131,7 @@ class Disk:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                os.posix_fallocate(fd, 0, RESERVE_BYTES)  # allocated, not a sparse file
+                _allocate(fd, RESERVE_BYTES)
             finally:
                 os.close(fd)
             os.replace(tmp, self.reserve_path)
@@ -123,7 +139,8 @@ class Disk:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-            if exc.errno not in _FULL_ERRNOS:
+            if exc.errno not in _FULL_ERRNOS and not self._warned:
+                self._warned = True  # (tried again every RESERVE_RETRY_S: said once)
                 log.warning("cannot make the disk reserve %s: %s", self.reserve_path, exc)
             return False
         log.info("disk reserve %s of %d bytes made", self.reserve_path, RESERVE_BYTES)
