@@ -17,6 +17,8 @@ from zmq.utils.monitor import recv_monitor_message
 _FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
            | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 _names = itertools.count()
+_KEYS = ("pass --server-key (its NAME.pub, or the 'pk' of its mDNS record) and "
+         "--secret-key-file (a key pair whose .pub is in its trusted_keys_dir)")
 
 
 class HandshakeWatch:
@@ -24,36 +26,37 @@ class HandshakeWatch:
 
     def __init__(self, sock: zmq.Socket) -> None:
         self.mon = sock.get_monitor_socket(_FAILED, addr=f"inproc://zmesh-cli-{next(_names)}")
-        self.event: tuple[int, int] | None = None
+        self.events: set[tuple[int, int]] = set()  # (event, value) of each failure seen
 
     def _drain(self) -> None:
         while self.mon.poll(0):
             event = recv_monitor_message(self.mon, zmq.NOBLOCK)
-            self.event = (int(event["event"]), int(event["value"]))
+            self.events.add((int(event["event"]), int(event["value"])))
 
     def why(self, keyed: bool) -> str | None:
-        """What the last failed handshake says (``keyed``: the command had CURVE keys)."""
+        """What the failed handshakes say (``keyed``: the command had CURVE keys); the
+        most telling one, since a connection retried may fail more vaguely."""
         self._drain()
-        if self.event is None:
+        if not self.events:
             return None
-        event, value = self.event
-        if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL \
-                and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+        if (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) in self.events:
             if keyed:
                 return ("the node runs without CurveZMQ keys: leave out --server-key and "
                         "--secret-key-file")
-            return ("the node is secured and requires CurveZMQ keys: pass --server-key (its "
-                    "NAME.pub, or the 'pk' of its mDNS record) and --secret-key-file (a key "
-                    "pair whose .pub is in its trusted_keys_dir)")
-        if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            return "the node is secured and requires CurveZMQ keys: " + _KEYS
+        auth = [value for event, value in self.events
+                if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH]
+        if auth:
             if keyed:
                 return ("the node refused the key of --secret-key-file: its .pub is not in "
                         "the node's trusted_keys_dir (or was taken out of it)")
-            return f"the node refused this connection (ZAP status {value})"
+            return f"the node refused this connection (ZAP status {auth[0]})"
         if keyed:
             return ("the CurveZMQ handshake failed: --server-key is probably not this node's "
                     "public key")
-        return "the handshake with the node failed: is it a zmesh node?"
+        return ("the handshake with the node failed: it may be a secured node (then " + _KEYS
+                + "), or not a zmesh node")
 
     def close(self) -> None:
         self.mon.close(linger=0)
