@@ -3,8 +3,11 @@
 Keys are Z85 text (40 characters): a node's secret key file holds its secret key; its
 public key is derived from it. Trusted public keys come from a directory of ``*.pub``
 files and/or inline strings. The ZAP handler runs on the node's IO thread (a ROUTER bound
-at ``inproc://zeromq.zap.01`` in the node's own ZeroMQ context) and also refuses addresses
-banned for abuse, with or without CURVE.
+at ``inproc://zeromq.zap.01`` in the node's own ZeroMQ context). It gives every connection
+an id (the ``X-Conn`` property of its frames), by which abuse is counted per connection
+(_engine/bans.py), and handles banned addresses and keys, with or without CURVE: refused
+at the data socket; at the control socket admitted with an ``X-Ban`` property, so that a
+status request gets a reply saying why before the connection is shut down.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import zmq
 from zmq.utils import z85
@@ -20,10 +24,15 @@ from zmq.utils import z85
 from ._dirs import make_dir
 from .errors import ConfigError
 
+if TYPE_CHECKING:
+    from ._engine.bans import Bans
+    from ._engine.stats import Counters
+
 log = logging.getLogger(__name__)
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
-ZAP_DOMAIN = b"zmesh"
+CONTROL_DOMAIN = b"zmesh-control"  # the ZAP domain of the ROUTER; the PULL's:
+DATA_DOMAIN = b"zmesh-data"
 KEY_LEN = 40
 
 
@@ -93,10 +102,10 @@ def generate_keypair(directory: str | Path, name: str) -> tuple[Path, Path]:
     return key_path, pub_path
 
 
-def server_options(sock: zmq.Socket, keys: Keys | None) -> None:
+def server_options(sock: zmq.Socket, keys: Keys | None, domain: bytes) -> None:
     """Options of a bound socket (PULL, ROUTER): CURVE server when keys are set; ZAP always
-    (so banned addresses are refused). Set before bind."""
-    sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+    (every connection gets an id, banned ones are refused). Set before bind."""
+    sock.setsockopt(zmq.ZAP_DOMAIN, domain)
     if keys is not None:
         sock.setsockopt(zmq.CURVE_SERVER, 1)
         sock.setsockopt(zmq.CURVE_SECRETKEY, keys.secret)
@@ -113,18 +122,19 @@ def client_options(sock: zmq.Socket, keys: Keys | None, server_key: bytes | None
 
 class ZapHandler:
     """Answers ZAP requests: CURVE clients with a trusted key, NULL clients only when the
-    node has no keys, and nobody from a banned address."""
+    node has no keys; banned addresses and keys as the module says."""
 
-    def __init__(self, ctx: zmq.Context, keys: Keys | None, counters: object) -> None:
+    def __init__(self, ctx: zmq.Context, keys: Keys | None, counters: Counters,
+                 bans: Bans) -> None:
         self.keys = keys
         self.counters = counters
-        self.banned: set[str] = set()
+        self.bans = bans
         self._logged: set[tuple[str, bytes]] = set()
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.bind(ZAP_ENDPOINT)
 
-    def handle(self) -> None:
+    def handle(self, now: float) -> None:
         """Answer every waiting request (IO thread)."""
         sock = self.sock
         while True:
@@ -136,32 +146,48 @@ class ZapHandler:
             #  credentials...]
             if len(frames) < 8:
                 continue
-            rid, _, version, request_id, _domain, address, _ident, mechanism = frames[:8]
-            creds = frames[8:]
-            ok, why, user = self._decide(address.decode(errors="replace"), mechanism, creds)
-            code = b"200" if ok else b"400"
-            sock.send_multipart([rid, b"", version, request_id, code, why.encode(), user, b""])
+            rid, _, version, request_id, domain, address, _ident, mechanism = frames[:8]
+            ok, why, user, props = self._decide(address.decode(errors="replace"), domain,
+                                                mechanism, frames[8:], now)
+            sock.send_multipart([rid, b"", version, request_id, b"200" if ok else b"400",
+                                 why.encode(), user, properties(props) if ok else b""])
 
-    def _decide(self, address: str, mechanism: bytes,
-                creds: list[bytes]) -> tuple[bool, str, bytes]:
-        if address in self.banned:
-            return self._deny(address, b"banned", "address banned after repeated bad frames")
+    def _decide(self, address: str, domain: bytes, mechanism: bytes, creds: list[bytes],
+                now: float) -> tuple[bool, str, bytes, dict[str, str]]:
+        key = b""
         if self.keys is None:
-            return (mechanism == b"NULL", "OK", b"")
-        if mechanism != b"CURVE" or not creds:
+            if mechanism != b"NULL":
+                return self._deny(address, mechanism, "this node has no CURVE keys")
+        elif mechanism != b"CURVE" or not creds:
             return self._deny(address, mechanism, "CURVE required")
-        key = z85.encode(creds[0])
-        if key not in self.keys.trusted:
-            return self._deny(address, key, "untrusted key")
-        return True, "OK", key
+        else:
+            key = z85.encode(creds[0])
+            if key not in self.keys.trusted:
+                return self._deny(address, key, "untrusted key")
+        props = {"X-Conn": self.bans.new_conn()}
+        ban = self.bans.find(address, key.decode(), now)
+        if ban is not None:
+            if domain != CONTROL_DOMAIN:
+                return self._deny(address, b"banned", ban.text())
+            props["X-Ban"] = ban.text()  # (its request is answered, then it is shut down)
+        return True, "OK", key, props
 
-    def _deny(self, address: str, what: bytes, why: str) -> tuple[bool, str, bytes]:
-        self.counters.add("auth_denied", 1)  # type: ignore[attr-defined]
+    def _deny(self, address: str, what: bytes, why: str) -> tuple[bool, str, bytes, dict]:
+        self.counters.add("auth_denied", 1)
         if (address, what) not in self._logged and len(self._logged) < 1000:
             self._logged.add((address, what))
             log.warning("refused a connection from %s: %s (%s)", address, why,
                         what.decode(errors="replace"))
-        return False, why, b""
+        return False, why[:255], b"", {}
 
     def close(self) -> None:
         self.sock.close(linger=0)
+
+
+def properties(props: dict[str, str]) -> bytes:
+    """ZMTP metadata (a ZAP reply's last frame): name length, name, value length, value."""
+    out = bytearray()
+    for name, value in props.items():
+        data = value.encode()
+        out += bytes([len(name)]) + name.encode() + len(data).to_bytes(4, "big") + data
+    return bytes(out)

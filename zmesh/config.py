@@ -287,8 +287,12 @@ class NodeConfig:
     admin actions go over the control socket with an admin key.
     secret_key_file / trusted_keys_dir / trusted_keys: CurveZMQ security; with a secret
     key every socket is encrypted and only trusted public keys (and this node's own) may
-    connect. ban_after_bad_frames: refuse new connections from an address that sent this
-    many undecodable control frames (0: never).
+    connect. drop_after_bad_frames: shut down a connection that sent this many frames
+    that are not zmesh wire data (0: never); ban_after_dropped_connections: ban an address
+    (on a secured mesh, the CURVE key) whose connections were dropped this many times
+    within ten minutes (0: never), for ban_duration_s (0: until restart); loopback
+    addresses only with ban_loopback. acl_file: per-topic permissions of CURVE keys (TOML,
+    see docs/operations.md), read again on SIGHUP and when it changes.
     map_size_bytes / max_map_size_bytes: the LMDB map; when it is full, publishes wait for
     room (acks that delete messages), and with max_map_size_bytes above map_size_bytes the
     map first doubles, step by step, up to that size (0: never grow). At least 1 MiB, and
@@ -313,7 +317,11 @@ class NodeConfig:
     secret_key_file: str | None = None
     trusted_keys_dir: str | None = None
     trusted_keys: tuple[str, ...] = ()
-    ban_after_bad_frames: int = 1000
+    drop_after_bad_frames: int = 10
+    ban_after_dropped_connections: int = 5
+    ban_duration_s: float = 600.0
+    ban_loopback: bool = False
+    acl_file: str | None = None
     topics: Mapping[str, TopicConfig] = field(default_factory=dict)
     subscriptions: tuple[SubscriptionConfig, ...] = ()
     producers: tuple[ProducerConfig, ...] = ()
@@ -361,8 +369,22 @@ class NodeConfig:
         if isinstance(self.trusted_keys, str):
             raise ConfigError("NodeConfig.trusted_keys must be a list of keys, not a string")
         object.__setattr__(self, "trusted_keys", tuple(self.trusted_keys))
-        _integer("NodeConfig", "ban_after_bad_frames", self.ban_after_bad_frames, 0,
+        _integer("NodeConfig", "drop_after_bad_frames", self.drop_after_bad_frames, 0,
                  " (0: never)")
+        _integer("NodeConfig", "ban_after_dropped_connections",
+                 self.ban_after_dropped_connections, 0, " (0: never)")
+        _positive("NodeConfig", "ban_duration_s", self.ban_duration_s, allow_zero=True,
+                  finite=True)
+        if not isinstance(self.ban_loopback, bool):
+            raise ConfigError(f"NodeConfig.ban_loopback must be true or false, got "
+                              f"{self.ban_loopback!r}")
+        if self.acl_file is not None:
+            if not isinstance(self.acl_file, str | os.PathLike) or not str(self.acl_file):
+                raise ConfigError(f"NodeConfig.acl_file must be a path, got {self.acl_file!r}")
+            if self.secret_key_file is None:
+                raise ConfigError("NodeConfig.acl_file needs secret_key_file: permissions "
+                                  "are granted to CURVE keys, which an open mesh has none of")
+            object.__setattr__(self, "acl_file", os.fspath(self.acl_file))
         for name in ("max_outbox_messages", "map_size_bytes", "max_message_bytes"):
             _integer("NodeConfig", name, getattr(self, name), 1)
         grow = self.max_map_size_bytes

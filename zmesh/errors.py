@@ -9,7 +9,7 @@ The tree::
     │   └── NodeClosedError         the node closed before (or while) the call waited
     ├── DataDirLockedError          another open node holds the node's data dir
     ├── StoreError                  the LMDB store cannot be opened, read or written
-    │   └── StoreFullError          the LMDB map is full
+    │   └── StoreFullError          the LMDB map, or the disk under it, is full
     ├── OutboxFullError             publish() waited for room in the outbox and gave up
     ├── MessageStateError           ack/nack/fail on a message already settled
     ├── NotDeliveredError           wait_delivered(): a group did not ack the message
@@ -98,19 +98,29 @@ class StoreError(ZMeshError):
 
 
 class StoreFullError(StoreError):
-    """The LMDB map is full: publish() waited ``waited_s`` for room and gave up (or, with
-    ``waited_s`` None, a commit found no room)."""
+    """The store has no room for new messages: publish() waited ``waited_s`` for room and
+    gave up (or, with ``waited_s`` None, a commit found none). Either the LMDB map is full
+    (``disk`` None), or the disk holding the store is (``disk`` names it, ``free_bytes``
+    says what it had left: the store keeps some of it for acks and other settlements)."""
 
-    def __init__(self, path: str, map_size_bytes: int, waited_s: float | None = None) -> None:
+    def __init__(self, path: str, map_size_bytes: int, waited_s: float | None = None, *,
+                 disk: str | None = None, free_bytes: int | None = None) -> None:
         waited = "" if waited_s is None else f" and no room came within {waited_s:g}s"
-        super().__init__(
-            f"LMDB map of {map_size_bytes} bytes is full{waited}; raise "
-            "NodeConfig.map_size_bytes, set NodeConfig.max_map_size_bytes so the map grows, "
-            "or let consumers drain the outbox",
-            path,
-        )
+        if disk is None:
+            message = (f"LMDB map of {map_size_bytes} bytes is full{waited}; raise "
+                       "NodeConfig.map_size_bytes, set NodeConfig.max_map_size_bytes so the "
+                       "map grows, or let consumers drain the outbox")
+        else:
+            left = "an unknown number of" if free_bytes is None else f"{free_bytes:,}"
+            message = (f"the disk {disk} is full: {left} bytes free, which the store keeps "
+                       f"for acks and other settlements{waited}; free space on that disk, "
+                       "move the data dir to a larger one, or let consumers drain the outbox "
+                       "(publishes go on once acks make room in the store)")
+        super().__init__(message, path)
         self.map_size_bytes = map_size_bytes
         self.waited_s = waited_s
+        self.disk = disk
+        self.free_bytes = free_bytes
 
 
 class OutboxFullError(ZMeshError):

@@ -491,7 +491,7 @@ class Node:
 
     def status(self) -> dict:
         """Topics, lanes, outbox depth, peers and counters, as a plain dict."""
-        return self._engine.call(lambda _wb, _now: self._engine.status())
+        return self._engine.call(lambda _wb, _now: self._engine.status(), writes=False)
 
     def snapshot(self, dest: str | Path) -> Path:
         """Copy this node's store consistently, while it runs, into the new data dir ``dest``.

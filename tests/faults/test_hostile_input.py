@@ -1,9 +1,13 @@
-"""Hostile input: 100,000 random and mutated frames at a node's PULL and ROUTER sockets
-while it keeps serving a normal publisher without loss."""
+"""Hostile input: 100,000 random and mutated frames from 127.0.0.1 at a node's PULL and
+ROUTER sockets while it keeps serving a normal publisher without loss, and a new honest
+peer of the same host; connections dropped one by one, an address banned only when
+several misbehave (and loopback only when asked), told why; another protocol version
+told once, never dropped."""
 
 from __future__ import annotations
 
 import random
+import re
 import resource
 import threading
 import time
@@ -12,12 +16,27 @@ import msgpack
 import pytest
 import zmq
 
-from tests.conftest import wait_members, wait_until
-from zmesh._protocol.codec import encode_batch, encode_control
-from zmesh._protocol.frames import PROTOCOL_VERSION, Ack, Batch, Hello, Nack, PeerRef, SubInfo
+import zmesh
+from tests.conftest import run_module, wait_members, wait_until
+from tests.integration.test_delivery import drain
+from zmesh._protocol.codec import decode_control, encode_batch, encode_control
+from zmesh._protocol.frames import (
+    PROTOCOL_VERSION,
+    Ack,
+    Batch,
+    Hello,
+    Nack,
+    PeerRef,
+    StatusReply,
+    StatusRequest,
+    SubInfo,
+)
+from zmesh.cli.client import request_status
+from zmesh.cli.output import CliError
 
 BAD_FRAMES = 100_000
 MESSAGES = 20_000
+NEW_PEER_MESSAGES = 2_000
 
 
 def samples(mesh: str) -> list[list[bytes]]:
@@ -62,13 +81,17 @@ def mutate(rng: random.Random, msg: list[bytes]) -> list[bytes]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_fuzzed_node_keeps_serving_without_loss(make_node, mesh_name):
+def test_a_fuzzed_node_drops_connections_and_keeps_serving_a_new_honest_peer(make_node,
+                                                                          mesh_name):
     prod = make_node("prod")
-    victim = make_node("victim", seeds=[prod.control_address], ban_after_bad_frames=50_000)
+    # The defaults: a connection dropped after 10 bad frames, loopback never banned.
+    victim = make_node("victim", seeds=[prod.control_address],
+                       topics={"u": zmesh.TopicConfig(groups=("h",))})
     sub = victim.subscribe("t", group="g")
     wait_members(prod, "t", "g", 1)
-    data_ep = f"tcp://127.0.0.2:0;127.0.0.1:{victim._engine.data_port}"
-    ctrl_ep = f"tcp://127.0.0.2:0;127.0.0.1:{victim._engine.ctrl_port}"
+    # From 127.0.0.1 itself, like every honest node of this host.
+    data_ep = f"tcp://127.0.0.1:{victim._engine.data_port}"
+    ctrl_ep = f"tcp://127.0.0.1:{victim._engine.ctrl_port}"
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     sent = [0]
     stop = threading.Event()
@@ -81,13 +104,16 @@ def test_fuzzed_node_keeps_serving_without_loss(make_node, mesh_name):
             push = ctx.socket(zmq.PUSH)
             dealer = ctx.socket(zmq.DEALER)
             for sock, ep in ((push, data_ep), (dealer, ctrl_ep)):
-                sock.setsockopt(zmq.LINGER, 0)
-                sock.setsockopt(zmq.SNDHWM, 100_000)
-                sock.connect(ep)
+                sock.setsockopt(zmq.LINGER, 0)  # (a queue of 1,000: what a dropped
+                sock.connect(ep)  # connection had queued is lost, as for any sender)
             deadline = time.monotonic() + 120
             while sent[0] < BAD_FRAMES and time.monotonic() < deadline and not stop.is_set():
                 msg = mutate(rng, base[rng.randrange(len(base))])
-                (push if rng.random() < 0.5 else dealer).send_multipart(msg)
+                try:
+                    (push if rng.random() < 0.5 else dealer).send_multipart(msg, zmq.NOBLOCK)
+                except zmq.Again:  # (queue full, or its connection dropped: reconnecting)
+                    stop.wait(0.001)
+                    continue
                 sent[0] += 1
         finally:
             ctx.destroy(linger=0)
@@ -98,9 +124,17 @@ def test_fuzzed_node_keeps_serving_without_loss(make_node, mesh_name):
     got: set[int] = set()
     foreign: list[bytes] = []  # delivered payloads this test never published
     try:
-        receipts = []
-        for i in range(MESSAGES):
-            receipts.append(prod.publish("t", str(i).encode(), key=str(i % 50)))
+        receipts = [prod.publish("t", str(i).encode(), key=str(i % 50))
+                    for i in range(MESSAGES)]
+        for i in range(NEW_PEER_MESSAGES):
+            victim.publish("u", str(i).encode())
+        # A new honest peer on the same host joins the node under fuzz while it lasts.
+        wait_until(lambda: victim.stats().get("connections_dropped", 0) >= 3, 60,
+                   what="the fuzz under way")
+        late = make_node("late", seeds=[victim.control_address])
+        late_got = drain(late.subscribe("u", group="h"), NEW_PEER_MESSAGES, timeout=60)
+        assert sorted(int(m.payload) for m in late_got) == list(range(NEW_PEER_MESSAGES))
+        assert fuzzer.is_alive(), "the fuzz ended before the new peer was served"
 
         def drained() -> bool:
             for m in sub.fetch(1000, timeout=0.05):
@@ -121,37 +155,115 @@ def test_fuzzed_node_keeps_serving_without_loss(make_node, mesh_name):
     stats = victim.stats()
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"\nfuzz: bad frames sent={sent[0]} decode_errors={stats.get('decode_errors', 0)} "
+          f"connections dropped={stats.get('connections_dropped', 0)} frames of dropped "
+          f"connections skipped={stats.get('dropped_connection_frames', 0)} "
           f"unknown-producer batches={stats.get('batches_from_unknown_peers', 0)} "
           f"messages={len(got)}/{MESSAGES} rss growth={(rss_after - rss_before) / 1024:.0f} MB")
     assert sent[0] >= BAD_FRAMES
     assert got == set(range(MESSAGES)), "lost messages while fuzzed"
-    assert stats.get("decode_errors", 0) > BAD_FRAMES // 4
+    assert stats.get("connections_dropped", 0) >= 1 and stats.get("decode_errors", 0) > 0
+    assert "addresses_banned" not in stats and victim.status()["bans"] == []
     assert stats.get("received", 0) >= MESSAGES
     # Forged but decodable batches were handed back, never delivered.
     assert not foreign, f"{len(foreign)} forged messages delivered, e.g. {foreign[:3]}"
     assert (rss_after - rss_before) < 300 * 1024, "memory grew without bound"
-    assert victim.status()["node"]["name"] == "victim"  # the IO thread still answers
+    # An operator on the same host still gets the status.
+    assert request_status(victim.control_address, 5)["node"]["name"] == "victim"
+    late_stats = late.stats()
+    assert "auth_denied" not in late_stats and "handshakes_failed" not in late_stats
 
 
-def test_an_abusive_address_is_banned(make_node):
-    victim = make_node("victim", ban_after_bad_frames=200)
+def garbage(ctx: zmq.Context, ep: str, count: int) -> zmq.Socket:
+    """A new connection to ``ep`` (``tcp://SOURCE:0;HOST:PORT``) sending ``count`` frames
+    that are not zmesh wire data; the socket (the context's destroy closes it)."""
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(ep)
+    for _ in range(count):
+        dealer.send(b"\xc1garbage")
+    return dealer
+
+
+def test_connections_are_dropped_then_their_address_banned_but_not_the_host(make_node):
+    victim = make_node("victim", drop_after_bad_frames=5, ban_after_dropped_connections=3,
+                       ban_loopback=True, ban_duration_s=60)
     ep = f"tcp://127.0.0.3:0;127.0.0.1:{victim._engine.ctrl_port}"
+    ctx = zmq.Context()
+    try:
+        socks = []
+        for n in range(1, 4):
+            socks.append(garbage(ctx, ep, 5))
+            wait_until(lambda n=n: victim.stats().get("connections_dropped", 0) == n,
+                       what=f"connection {n} dropped")
+        assert victim.stats()["addresses_banned"] == 1
+        [ban] = victim.status()["bans"]
+        assert ban["who"] == "address 127.0.0.3" and 0 < ban["until_s"] <= 60
+        # The banned address is told why, once, and its connection is shut down.
+        asker = ctx.socket(zmq.DEALER)
+        asker.setsockopt(zmq.LINGER, 0)
+        asker.connect(ep)
+        asker.send(encode_control(StatusRequest(7)))
+        assert asker.poll(5000)
+        reply = decode_control(asker.recv())
+        assert isinstance(reply, StatusReply)
+        assert reply.status["refused"].startswith("address 127.0.0.3 is banned by the node "
+                                                  "since ")
+        # Its data connections are refused at once.
+        push = ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.connect(f"tcp://127.0.0.3:0;127.0.0.1:{victim._engine.data_port}")
+        wait_until(lambda: victim.stats().get("auth_denied", 0) >= 1, what="data refused")
+    finally:
+        for sock in socks:
+            sock.close(linger=0)
+        ctx.destroy(linger=0)
+    # Another address of the same host is served.
+    assert request_status(victim.control_address, 5)["node"]["name"] == "victim"
+    assert victim._engine._thread is not None and victim._engine._thread.is_alive()
+
+
+def test_a_banned_operator_is_told_since_when_and_the_ban_ends(make_node, tmp_path):
+    victim = make_node("victim", drop_after_bad_frames=3, ban_after_dropped_connections=1,
+                       ban_loopback=True, ban_duration_s=3)
+    ctx = zmq.Context()
+    try:
+        sock = garbage(ctx, f"tcp://127.0.0.1:{victim._engine.ctrl_port}", 3)
+        wait_until(lambda: victim.stats().get("addresses_banned", 0) == 1, what="a ban")
+    finally:
+        sock.close(linger=0)
+        ctx.destroy(linger=0)
+    code, out = run_module(["-m", "zmesh.cli", "status", victim.control_address], 30,
+                           str(tmp_path))
+    assert code == 1, out
+    assert re.search(r"refused the status request: address 127\.0\.0\.1 is banned by the "
+                     r"node since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", out), out
+    # (the ban lasts 3 s)
+    wait_until(lambda: "node" in status_or_refusal(victim.control_address), 10,
+               what="the ban ended")
+
+
+def status_or_refusal(address: str) -> dict:
+    try:
+        return request_status(address, 1)
+    except CliError as exc:
+        return {"refused": str(exc)}
+
+
+def test_a_node_of_another_protocol_version_is_told_once_and_never_dropped(make_node,
+                                                                          caplog):
+    victim = make_node("victim", drop_after_bad_frames=3)
     ctx = zmq.Context()
     try:
         dealer = ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
-        dealer.connect(ep)
-        for _ in range(300):
-            dealer.send(b"\xc1garbage")
-        wait_until(lambda: victim.stats().get("addresses_banned", 0) == 1, what="a ban")
-        again = ctx.socket(zmq.DEALER)
-        again.setsockopt(zmq.LINGER, 0)
-        again.connect(ep)
-        again.send(b"\xc1more")
-        wait_until(lambda: victim.stats().get("auth_denied", 0) >= 1,
-                   what="the banned address refused on a new connection")
+        dealer.connect(f"tcp://127.0.0.1:{victim._engine.ctrl_port}")
+        for _ in range(50):  # a hello of the version before, every heartbeat
+            dealer.send(msgpack.packb([PROTOCOL_VERSION - 1, 1, bytes(16), "old"]))
+        wait_until(lambda: victim.stats().get("wrong_version_frames", 0) == 50,
+                   what="the old node's frames")
     finally:
         ctx.destroy(linger=0)
-    # The node is still up: its IO thread runs and answers.
-    assert victim._engine._thread is not None and victim._engine._thread.is_alive()
-    assert victim.status()["node"]["name"] == "victim"
+    assert "connections_dropped" not in victim.stats()
+    told = [r for r in caplog.records if "speaks another zmesh protocol" in r.getMessage()]
+    assert len(told) == 1 and "127.0.0.1" in told[0].getMessage()
+    assert f"unsupported protocol version {PROTOCOL_VERSION - 1}" in told[0].getMessage()

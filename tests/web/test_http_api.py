@@ -29,7 +29,7 @@ from tests.web.conftest import (
 from zmesh._http.views import SUMMED
 
 # The shapes docs/operations.md documents ("The HTTP API").
-STATUS_KEYS = {"node", "outbox", "store", "lanes", "subscriptions", "peers", "counters"}
+STATUS_KEYS = {"node", "outbox", "store", "lanes", "subscriptions", "peers", "bans", "counters"}
 LANE_KEYS = {"topic", "lane", "group", "mode", "members", "windows", "pending", "ready",
              "in_flight", "oldest_age_s", "dead_letters"}
 LANE_COUNTS = {"acked", "nacked", "ack_timeouts", "expired", "dead_lettered", "superseded"}

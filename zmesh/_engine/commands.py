@@ -28,7 +28,6 @@ from ..errors import (
     NodeClosedError,
     NodeStateError,
     OutboxFullError,
-    StoreFullError,
 )
 from .outbox.publishes import AnyPublish, Publish, PublishMany, Stretch, message_count
 from .peers import announced_group
@@ -62,11 +61,13 @@ MAX_PUBS_PER_LOOP = 10_000  # publishes staged in one loop iteration (one LMDB t
 class Call:
     """A function to run on the IO thread, and its result."""
 
-    __slots__ = ("fn", "done", "result", "error", "tx")
+    __slots__ = ("fn", "done", "result", "error", "tx", "writes")
 
-    def __init__(self, fn: Callable[[WriteBatch, float], Any], tx: bool = False) -> None:
+    def __init__(self, fn: Callable[[WriteBatch, float], Any], tx: bool = False,
+                 writes: bool = True) -> None:
         self.fn = fn
         self.tx = tx  # a transaction: it fails with the commit of its publishes
+        self.writes = writes  # False: it only reads, and no failed commit fails it
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -289,8 +290,7 @@ class Commands:
                 if (depth + n <= limit or depth == 0) and self.held.full:
                     # the outbox has room, the LMDB map has not
                     self.counters.add("publish_store_full", 1)
-                    raise StoreFullError(self.store.path, self.store.map_size_bytes,
-                                         timeout_s)
+                    raise self.store.full_error(timeout_s)
                 raise OutboxFullError(depth, limit, timeout_s)
             with self.cond:
                 # Checked again under the lock the IO thread makes room under (_notify):
@@ -384,13 +384,15 @@ class Commands:
             self._ephemeral += 1
             return f"~{self._ephemeral}"
 
-    def call(self, fn: Callable[[WriteBatch, float], Any], timeout_s: float = 10.0) -> Any:
+    def call(self, fn: Callable[[WriteBatch, float], Any], timeout_s: float = 10.0,
+             writes: bool = True) -> Any:
         """Run ``fn(write_batch, now)`` on the IO thread and return its result.
 
         What ``fn`` adds to the write batch is committed in that loop iteration, before the
-        result is returned.
+        result is returned (``writes=False``: it adds nothing, and a failed commit of that
+        iteration does not fail it).
         """
-        call = Call(fn)
+        call = Call(fn, writes=writes)
         self.submit(("call", call))
         if not call.done.wait(min(timeout_s, TIMEOUT_MAX)):
             raise NodeStateError(f"node {self.config.name!r} did not answer within "

@@ -27,11 +27,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Deletions per commit when a full disk refuses the whole of them: a page each at most,
+# a fraction of the disk's reserve (disk.py).
+SETTLEMENT_PIECE = 200
+
 
 class Waiter(Protocol):
     """A call or transaction waiting for the commit of its loop iteration."""
 
     tx: bool
+    writes: bool  # False: it staged nothing, and a failed commit leaves it alone
     error: BaseException | None
 
 
@@ -83,10 +88,12 @@ class Committer:
             return pubs
         try:
             self._commit_growing(wb)
+            if not self.store.disk.reserve_held:
+                self.store.disk.make_reserve()
             if wb.frees_space():
                 self.held.freed()
             if self.held.stored():
-                log.warning("LMDB map of %s has room again; held publishes are stored",
+                log.warning("the store %s has room again; held publishes are stored",
                             self.store.path)
             return pubs
         except StoreFullError as exc:
@@ -107,7 +114,7 @@ class Committer:
         elif keep and self.held.hold(keep, now):
             log.error("%s; publishes wait for room (acks that delete messages)", error)
         for call in calls or ():
-            if call.tx or not full:
+            if call.tx or (call.writes and not full):
                 call.error = error
         self.consumer.rollback()
         wb.seen_put.clear()
@@ -131,13 +138,34 @@ class Committer:
                 self.held.freed()
             if attempt is not wb:
                 for call in calls or ():
-                    call.error = error  # what the call staged was not committed
+                    if call.writes:
+                        call.error = error  # what the call staged was not committed
+            return []
+        if full and self._commit_in_pieces(wb):
+            for call in calls or ():
+                if call.writes:
+                    call.error = error
             return []
         # Nothing could be written: settlements are not on disk and come back at restart.
         log.error("could not commit settlements either: %s", last)
         for call in calls or ():
-            call.error = error
+            if call.writes:
+                call.error = error
         return []
+
+    def _commit_in_pieces(self, wb: WriteBatch) -> bool:
+        """Commit the settlements of ``wb`` in pieces (see ``WriteBatch.settlement_pieces``);
+        True when every piece was committed."""
+        for piece in wb.settlement_pieces(SETTLEMENT_PIECE):
+            try:
+                self.store.commit(piece)
+            except StoreError as exc:
+                log.error("could not commit settlements, even in pieces: %s", exc)
+                return False
+        self.held.freed()
+        log.warning("settlements committed in pieces of %d deletions: the store's disk is "
+                    "full", SETTLEMENT_PIECE)
+        return True
 
     def _commit_growing(self, wb: WriteBatch) -> None:
         limit = self.max_map_size_bytes
@@ -146,7 +174,8 @@ class Committer:
                 self.store.commit(wb)
                 return
             except StoreFullError:
-                if not limit or not self.store.grow(limit):
+                # (a larger map is no help on a full disk)
+                if not limit or self.store.disk.full or not self.store.grow(limit):
                     raise
                 self.counters.add("map_grown", 1)
 
@@ -158,7 +187,7 @@ class Committer:
         held = self.held.take_all()
         if not held:
             return 0, 0
-        error = StoreFullError(self.store.path, self.store.map_size_bytes)
+        error = self.store.full_error()
         for p in held:
             p.stage.error = error
         count = message_count(held)

@@ -1,8 +1,9 @@
 """The sockets a node listens on, and what arrives on them (IO thread only).
 
 PULL takes data batches; ROUTER takes control frames, and answers status, admin and fetch
-requests on the same socket. The ZAP handler vets whoever connects to either, and an
-address that keeps sending undecodable control frames is banned.
+requests on the same socket. The ZAP handler vets whoever connects to either; a
+connection that keeps sending frames that are not zmesh wire data is dropped, and an
+address whose connections keep being dropped is banned (bans.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from .._acl import ADMIN_OPS
 from .._protocol.codec import decode_batch, decode_control, encode_control
 from .._protocol.frames import (
     Ack,
@@ -31,9 +33,11 @@ from .._protocol.frames import (
     StatusRequest,
     Touch,
 )
-from .._security import ZapHandler, server_options
+from .._security import CONTROL_DOMAIN, DATA_DOMAIN, ZapHandler, server_options
 from ..errors import DecodeError, ZMeshError
 from .admin import admin
+from .bans import Bans, Conn, meta, shut_down
+from .guard import Guard
 
 if TYPE_CHECKING:
     from .._store.store import WriteBatch
@@ -65,7 +69,8 @@ class Listener:
         self.settler = engine.outbox.settler
         self.retained = engine.outbox.retained
         self.consumer = engine.consumer
-        self._bad_frames: dict[str, int] = {}
+        self.bans = Bans(self.config, self.counters)
+        self.guard = Guard(engine)
         self._next_data_warning = 0.0
 
     def open(self, ctx: zmq.Context, inproc: str) -> tuple[int, int]:
@@ -73,15 +78,16 @@ class Listener:
         their TCP ports (data, control)."""
         cfg = self.config
         keys = self.engine.keys
+        self.guard.load()  # (the ACL file: a bad one fails the start, the store closed)
         max_frame = cfg.max_message_bytes + (1 << 20)
         # The ZAP handler must be bound before any server socket, or CURVE admits everyone.
-        self.zap = ZapHandler(ctx, keys, self.counters)
+        self.zap = ZapHandler(ctx, keys, self.counters, self.bans)
         self.pull = ctx.socket(zmq.PULL)
         self.router = ctx.socket(zmq.ROUTER)
-        for sock in (self.pull, self.router):
+        for sock, domain in ((self.pull, DATA_DOMAIN), (self.router, CONTROL_DOMAIN)):
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
-            server_options(sock, keys)
+            server_options(sock, keys, domain)
         try:
             ports = self._bind(self.pull), self._bind(self.router)
         except zmq.ZMQError as exc:
@@ -115,8 +121,9 @@ class Listener:
 
     def receive(self, events: dict, wb: WriteBatch, now: float) -> None:
         """Handle what the poller's ``events`` say is waiting on these sockets."""
+        self.guard.tick(wb, now)
         if self.zap.sock in events:
-            self.zap.handle()
+            self.zap.handle(now)
         for mon in self._monitors:
             if mon in events:
                 self._on_monitor(mon)
@@ -128,6 +135,7 @@ class Listener:
     def _recv_data(self, wb: WriteBatch, now: float) -> None:
         pull = self.pull
         mesh = self.engine.mesh
+        guard = self.guard
         limit = self.config.max_message_bytes
         received = 0
         for _ in range(RECV_BURST):
@@ -135,12 +143,19 @@ class Listener:
                 return
             try:
                 # Usually one frame; large payloads follow as more parts of the message.
-                frames = [f.bytes for f in _recv_parts(pull)]
+                parts = _recv_parts(pull)
             except zmq.Again:
                 return
+            if self.bans.data_dropped(parts[0], now):
+                continue
+            key = meta(parts[0], "User-Id").encode() if guard.active else b""
+            if key and key in guard.revoked:
+                shut_down(parts[0])
+                continue
             try:
-                batch = decode_batch(frames, limit)
+                batch = decode_batch([f.bytes for f in parts], limit)
             except DecodeError as exc:
+                self.bans.bad_frame(parts[0], exc, now)
                 self.counters.add("decode_errors", 1)
                 if now >= self._next_data_warning:  # (at most one a minute: flood-proof)
                     self._next_data_warning = now + DATA_WARNING_INTERVAL_S
@@ -155,6 +170,13 @@ class Listener:
                 # producer (the nack waits for it), and never deliver a stranger's batch.
                 self.counters.add("batches_from_unknown_peers", 1)
                 self.consumer.release(batch)
+                continue
+            if key and not guard.allowed(key, "publish", batch.topic):
+                # Handed back with the topic's backoff (a negative delay), not at once: it
+                # comes again later, when the permission may have been granted.
+                assert mesh is not None
+                mesh.send_ctrl(batch.node_id, Nack(self.engine.node_id, batch.topic,
+                                                   batch.lane, batch.seqs, -1.0))
                 continue
             received += len(batch.seqs)
             self.consumer.on_batch(batch, wb, now)
@@ -172,19 +194,6 @@ class Listener:
                             "the mesh's keys, or not speaking zmesh, tries to connect", n,
                             zmq.Event(event["event"]).name, event["endpoint"])
 
-    def _abuse(self, frame: zmq.Frame) -> None:
-        """Count bad control frames per source address; ban an address past the limit."""
-        limit = self.config.ban_after_bad_frames
-        addr = _meta(frame, "Peer-Address")
-        if not limit or addr is None:
-            return
-        n = self._bad_frames[addr] = self._bad_frames.get(addr, 0) + 1
-        if n == limit:
-            self.zap.banned.add(addr)
-            self.counters.add("addresses_banned", 1)
-            log.warning("banning %s: %d undecodable control frames; it can no longer "
-                        "connect to this node", addr, n)
-
     def _recv_control(self, wb: WriteBatch, now: float) -> None:
         router = self.router
         mesh = self.engine.mesh
@@ -194,6 +203,9 @@ class Listener:
                 frames = _recv_parts(router)
             except zmq.Again:
                 return
+            conn = self.bans.control_conn(frames[0].bytes, frames[-1])
+            if self.bans.dropped(conn.conn):
+                continue  # (what a dropped connection had queued)
             try:
                 if len(frames) != 2:
                     raise DecodeError(f"{len(frames)} frames")
@@ -201,23 +213,30 @@ class Listener:
             except DecodeError as exc:
                 self.counters.add("decode_errors", 1)
                 log.debug("dropped a bad control frame: %s", exc)
-                self._abuse(frames[-1])
+                self.bans.bad_frame(frames[-1], exc, now, conn)
+                continue
+            if conn.ban:
+                self._refuse(msg, frames, conn)
+                continue
+            if self.guard.active and conn.key and not self._permitted(msg, frames, conn):
                 continue
             try:
-                self._on_control(msg, frames, mesh, wb, now)
+                self._on_control(msg, frames, conn, mesh, wb, now)
             except Exception:
                 # Input must never stop the IO thread; this is a bug to report, not a crash.
                 self.counters.add("internal_errors", 1)
                 log.exception("error while handling a %s; the node goes on",
                               type(msg).__name__)
 
-    def _on_control(self, msg: object, frames: list[zmq.Frame], mesh: Mesh, wb: WriteBatch,
-                    now: float) -> None:
+    def _on_control(self, msg: object, frames: list[zmq.Frame], conn: Conn, mesh: Mesh,
+                    wb: WriteBatch, now: float) -> None:
         if isinstance(msg, Ack):
             self.settler.on_ack(msg.topic, msg.lane, msg.seqs, wb)
         elif isinstance(msg, Hello):
-            mesh.on_hello(msg, _meta(frames[1], "Peer-Address"),
-                          (_meta(frames[1], "User-Id") or "").encode(), wb, now)
+            key = conn.key.encode()
+            if key and self.guard.acl is not None:
+                msg = self.guard.hello(msg, key)
+            mesh.on_hello(msg, conn.address or None, key, wb, now)
             self.engine._awaiting.discard(msg.node_id)
         elif isinstance(msg, Nack):
             self.settler.on_nack(msg.topic, msg.lane, msg.seqs,
@@ -246,6 +265,44 @@ class Listener:
             self._reply(frames[0], FetchReply(msg.token, msg.topic,
                                               tuple(FetchItem(*i) for i in items),
                                               tuple(FetchHead(*h) for h in heads)))
+
+    def _permitted(self, msg: object, frames: list[zmq.Frame], conn: Conn) -> bool:
+        """Whether the key of ``conn`` may send ``msg`` (guard.py); a request it may not
+        make is answered with why, a revoked key's connection is shut down."""
+        key = conn.key.encode()
+        guard = self.guard
+        if key in guard.revoked:
+            self.bans.refuse(frames[-1], conn)
+            return False
+        if isinstance(msg, Ack | Nack):
+            return guard.allowed(key, "subscribe", msg.topic)
+        if isinstance(msg, Fail):
+            return guard.allowed(key, "subscribe", msg.topic)
+        if isinstance(msg, FetchRequest) and not guard.allowed(key, "subscribe", msg.topic):
+            self._reply(frames[0], FetchReply(msg.token, msg.topic, (), ()))
+            return False
+        if isinstance(msg, StatusRequest) and not guard.allowed(key, "admin", "status"):
+            self._reply(frames[0], StatusReply(msg.token,
+                                               {"refused": guard.refusal(key, "status")}))
+            return False
+        if isinstance(msg, AdminRequest):
+            right = ADMIN_OPS.get(msg.op, msg.op)
+            if not guard.allowed(key, "admin", right):
+                self._reply(frames[0], AdminReply(msg.token, False, None,
+                                                  guard.refusal(key, right)))
+                return False
+        return True
+
+    def _refuse(self, msg: object, frames: list[zmq.Frame], conn: Conn) -> None:
+        """A banned connection's first request is answered with why (shutting it down at
+        once could cut the reply off); anything more shuts it down."""
+        if conn.told or not isinstance(msg, StatusRequest | AdminRequest):
+            self.bans.refuse(frames[-1], conn)
+        elif isinstance(msg, StatusRequest):
+            self._reply(frames[0], StatusReply(msg.token, {"refused": conn.ban}))
+        else:
+            self._reply(frames[0], AdminReply(msg.token, False, None, conn.ban))
+        conn.told = True
 
     def _reply(self, identity: zmq.Frame, msg: StatusReply | AdminReply | FetchReply) -> None:
         try:
@@ -281,14 +338,6 @@ def _recv_parts(sock: zmq.Socket) -> list[zmq.Frame]:
     while frames[-1].more:
         frames.append(sock.recv(_NOBLOCK, copy=False))
     return frames
-
-
-def _meta(frame: zmq.Frame, name: str) -> str | None:
-    try:
-        value = frame.get(name)
-        return value if isinstance(value, str) else None
-    except zmq.ZMQError:
-        return None
 
 
 def _host(iface: str) -> str:

@@ -32,12 +32,14 @@ def node_status(engine: Engine) -> dict:
                  "control_port": engine.ctrl_port, "data_port": engine.data_port},
         "outbox": engine.outbox.depth,
         "store": {"path": engine.store.path, "map_size_bytes": engine.store.map_size_bytes,
-                  "full": engine.held.full, "held_publishes": engine.held.count},
+                  "full": engine.held.full, "held_publishes": engine.held.count,
+                  **engine.store.disk.state()},
         "lanes": lanes,
         "subscriptions": [{"topic": s.topic, "group": s.group, "mode": s.mode,
                            "delivered": s.delivered, "queued": s._queued()}
                           for s in engine._local_subs],
         "peers": [p.info(now) for p in engine.mesh.peers.values()] if engine.mesh else [],
+        "bans": engine.listener.bans.state(now),
         "counters": engine.counters.snapshot(),
     }
 

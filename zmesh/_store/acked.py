@@ -18,8 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import lmdb
+
 from .._seqs import consecutive
 from .batch import WriteBatch
+from .damage import read_failed
 from .keys import u64
 
 CHUNK = 1024  # sequences per bitmap
@@ -68,6 +71,7 @@ class AckedWindow:
 
     env: Any
     acked: Any
+    path: str
 
     def seen_filter(self, producer: bytes, lane: bytes, seqs: list[int]) -> set[int]:
         """Those of ``seqs`` this node acked from (producer, lane) and still remembers."""
@@ -88,15 +92,18 @@ class AckedWindow:
     def seen_tops(self) -> dict[tuple[bytes, str], int]:
         """The highest sequence acked per (producer, lane) (read at start)."""
         out: dict[tuple[bytes, str], int] = {}
-        with self.env.begin(db=self.acked) as txn:
-            for k, v in txn.cursor():
-                bits = bytes(v).rstrip(b"\0")
-                if not bits:
-                    continue
-                seq = (int.from_bytes(k[16:24], "big") << _SHIFT) + 8 * (len(bits) - 1) \
-                    + bits[-1].bit_length() - 1
-                key = (bytes(k[:16]), bytes(k[24:]).decode(errors="replace"))
-                out[key] = max(seq, out.get(key, -1))
+        try:
+            with self.env.begin(db=self.acked) as txn:
+                for k, v in txn.cursor():
+                    bits = bytes(v).rstrip(b"\0")
+                    if not bits:
+                        continue
+                    seq = (int.from_bytes(k[16:24], "big") << _SHIFT) \
+                        + 8 * (len(bits) - 1) + bits[-1].bit_length() - 1
+                    key = (bytes(k[:16]), bytes(k[24:]).decode(errors="replace"))
+                    out[key] = max(seq, out.get(key, -1))
+        except lmdb.Error as exc:
+            raise read_failed(exc, self.path, "the acked database") from exc
         return out
 
     def _apply_acked(self, txn: Any, b: WriteBatch) -> None:

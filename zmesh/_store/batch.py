@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -97,5 +99,26 @@ class WriteBatch:
                           meta_put=self.meta_put, ids_prune_before=self.ids_prune_before,
                           quarantine=self.quarantine, log_del=self.log_del)
 
+    def settlement_pieces(self, size: int) -> Iterator[WriteBatch]:
+        """What ``without_growth`` keeps, as batches of at most ``size`` deletions each,
+        the first with everything else. On a full disk a commit copies every page it
+        changes to a free one, and the pages it frees are reused two commits later: a
+        small piece fits where the whole would not, and the pieces after it reuse what
+        the ones before freed."""
+        whole = self.without_growth()
+        keys = [(name, key) for name in _DELETIONS for key in getattr(whole, name)]
+        runs = list(whole.prun_set.items())
+        empty: dict[str, Any] = {name: [] for name in _DELETIONS}
+        piece = dataclasses.replace(whole, prun_set={}, **empty)
+        for start in range(0, max(len(keys), 1), size):
+            for name, key in keys[start:start + size]:
+                getattr(piece, name).append(key)
+            yield piece
+            piece = WriteBatch()
+        for start in range(0, len(runs), size):
+            yield WriteBatch(prun_set=dict(runs[start:start + size]))
+
 
 _LISTS = tuple(f.name for f in fields(WriteBatch) if f.default_factory is list)
+# What settling deletes (prun_set's deletions and rewrites go in pieces of their own).
+_DELETIONS = ("msgs_del", "pend_del", "runs_del", "dead_del", "log_del")

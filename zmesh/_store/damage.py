@@ -24,8 +24,22 @@ MIN_DATA_BYTES = 2 * 4096
 RECORD_FIELDS = 10  # msgs values: [topic, partition, key, headers, priority, published_at,
 #                                   expires_at, deliver_at, payload, index]
 
-FIX = ("restore the data dir from a snapshot (zmesh snapshot, Node.snapshot) or move it "
-       "aside to start this node afresh (its unacknowledged messages would then be lost)")
+FIX = ("restore the data dir from a snapshot (zmesh snapshot, Node.snapshot), or copy what "
+       "can be read into a new data dir (zmesh store salvage DATA_DIR NEW_DIR) and run the "
+       "node there, or move it aside to start this node afresh (its unacknowledged "
+       "messages would then be lost)")
+
+
+def remedy(store_path: str | Path) -> str:
+    """What to do about the damaged store at ``store_path`` (``DATA_DIR/store``)."""
+    return FIX.replace("DATA_DIR", str(Path(store_path).parent))
+
+
+def read_failed(exc: Exception, path: str, what: str) -> StoreError:
+    """The StoreError of a read LMDB refused (MDB_CORRUPTED, MDB_PAGE_NOTFOUND, and the
+    MDB_BAD_TXN that follows them): the store is damaged."""
+    return StoreError(f"reading {what} failed ({exc}): the store is damaged; "
+                      f"{remedy(path)}", path)
 
 
 class Corrupt(NamedTuple):
@@ -44,10 +58,10 @@ def check_store_files(path: Path) -> None:
         size = data.stat().st_size
         if size < MIN_DATA_BYTES:
             raise StoreError(f"{data} is {size} bytes, too short to be an LMDB store (it was "
-                             f"truncated?); {FIX}", str(path))
+                             f"truncated?); {remedy(path)}", str(path))
     elif path.is_dir() and any(path.iterdir()):
-        raise StoreError(f"{data} is missing but the store directory is not empty; {FIX}",
-                         str(path))
+        raise StoreError(f"{data} is missing but the store directory is not empty; "
+                         f"{remedy(path)}", str(path))
 
 
 def decode_or_none(data: bytes) -> Any:

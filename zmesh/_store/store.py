@@ -42,8 +42,6 @@ Databases (keys are big-endian so LMDB's order is numeric order):
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import gc
 import logging
 import os
 import secrets
@@ -58,11 +56,22 @@ import lmdb
 import msgpack
 
 from .._dirs import make_dir
-from ..errors import DataDirLockedError, StoreError, StoreFullError
+from ..errors import StoreError, StoreFullError
 from .acked import AckedWindow
 from .batch import WriteBatch
-from .damage import FIX, Corrupt, check_store_files, decode_run, number_column, run_offsets
+from .check import check_store
+from .damage import (
+    Corrupt,
+    check_store_files,
+    decode_run,
+    number_column,
+    read_failed,
+    remedy,
+    run_offsets,
+)
+from .disk import NEW_STORE_MIN_BYTES, Disk
 from .keys import pend_key, u32, u64
+from .lock import LockedDir, collected, let_go, take_lock
 from .logindex import LogIndex
 from .pages import MappedPages
 from .snapshot import copy_env
@@ -75,7 +84,6 @@ RESERVE_MIN_PAGES = 16
 PENDING_VALUES_KEPT = 4096  # distinct pending values decoded once each by iter_pending
 RESERVE_FRACTION = 64
 SCAN_RELEASE_BYTES = 2 << 20  # keys and values read by a scan between two releases
-LOCK_FILE = "LOCK"  # in the data dir: flock'ed by the store that has it open, holds its pid
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -85,81 +93,6 @@ def unpackb(data: bytes) -> Any:
 
 
 pack: Callable[[Any], bytes] = _packb  # msgpack with bin types (IO thread only)
-
-
-class _Held:
-    """What a store keeps open: the data dir's lock file and, once opened, the LMDB
-    environment. Released once: by ``Store.close()``, or when the store is collected."""
-
-    __slots__ = ("env", "lock_fd")
-
-    def __init__(self, lock_fd: int) -> None:
-        self.lock_fd = lock_fd
-        self.env: Any = None
-
-
-def _let_go(held: _Held, *, sync: bool) -> None:
-    """Close the environment, then the lock file (which frees the data dir)."""
-    try:
-        if held.env is not None:
-            if sync:
-                held.env.sync(True)
-            held.env.close()
-    finally:
-        os.close(held.lock_fd)
-
-
-def _collected(held: _Held, data_dir: str) -> None:
-    """A store dropped without close() (its Node was never started, or never closed): let
-    go of the data dir, so a node of this process can open it again."""
-    log.warning("data dir %s released: its node was dropped without close()", data_dir)
-    try:
-        _let_go(held, sync=True)
-    except Exception as exc:  # lmdb.Error, OSError: nobody is left to raise it to
-        log.error("closing the store of data dir %s failed: %s", data_dir, exc)
-
-
-def _holder_pid(lock_fd: int) -> int | None:
-    """The pid the holder of a data dir's lock wrote into it, if it can be read."""
-    try:
-        text = os.pread(lock_fd, 32, 0).decode("ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def _flock(lock_fd: int) -> bool:
-    """Take the exclusive lock of a data dir's lock file; False when another has it."""
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _take_lock(data_dir: Path) -> int:
-    """The data dir's lock file, opened and flock'ed, with this process's pid written in."""
-    path = data_dir / LOCK_FILE
-    try:
-        lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise StoreError(f"cannot open the data dir's lock file {path}: {exc.strerror}",
-                         str(data_dir)) from exc
-    if not _flock(lock_fd):
-        holder = _holder_pid(lock_fd)
-        if holder == os.getpid():
-            # Held in this process: perhaps by a node dropped without close(), which the
-            # node's own reference cycles keep until the collector runs (see _collected).
-            gc.collect()
-        if holder != os.getpid() or not _flock(lock_fd):
-            os.close(lock_fd)
-            raise DataDirLockedError(str(data_dir), holder)
-    # Only what DataDirLockedError tells a node that finds the lock taken: no harm if not
-    # written (a full disk).
-    with contextlib.suppress(OSError):
-        os.ftruncate(lock_fd, 0)
-        os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
-    return lock_fd
 
 
 class Store(LogIndex, AckedWindow):
@@ -174,28 +107,47 @@ class Store(LogIndex, AckedWindow):
         # the IO thread (snapshots) hold this lock, and growing the map takes it.
         self._resize_lock = threading.Lock()
         make_dir(self.data_dir, "data dir", lambda message: StoreError(message, data_dir))
-        held = self._held = _Held(_take_lock(self.data_dir))
+        held = self._held = take_lock(self.data_dir, Path(self.path) / "data.mdb")
         # A Node created and dropped without close() (an exception before its `with`, a
         # REPL) lets go of the data dir when collected, not only when the process exits.
         # Not at exit: the OS frees the lock then, and a node's IO thread may still run.
-        self._release = weakref.finalize(self, _collected, held, str(self.data_dir))
+        self._release = weakref.finalize(self, collected, held, str(self.data_dir))
         self._release.atexit = False
+        self.disk = Disk(self.data_dir)
         try:
             check_store_files(Path(self.path))
+            self._check_if_unclean(held)
+            self._check_room_for_new()
             try:
                 migrated = self._open_env(held)
             except lmdb.Error as exc:
                 raise self._open_error(exc) from exc
+            self.disk.make_reserve()
         except BaseException:
             self._release.detach()
             with contextlib.suppress(Exception):  # (the environment may be half open)
-                _let_go(held, sync=False)
+                let_go(held, sync=False)
             raise
         if migrated:
             log.info("%s: the dedupe window's %d entries are kept as bitmaps from now on",
                      self.path, migrated)
 
-    def _open_env(self, held: _Held) -> int:
+    def _check_if_unclean(self, held: LockedDir) -> None:
+        """Walk the store for damage (check.py) unless it is as a clean close left it;
+        StoreError naming the data file and the remedies when it is damaged."""
+        why = held.unclean()
+        if why is None:
+            return
+        size = held.data_file.stat().st_size
+        log.warning("checking the store %s (%.1f MiB) for damage before opening it: %s",
+                    self.path, size / (1 << 20), why)
+        report = check_store(self.path)
+        if not report.sound:
+            raise StoreError(f"{report.summary()}; zmesh store check {self.data_dir} "
+                             f"lists what is damaged; {remedy(self.path)}", self.path)
+        log.warning("store %s checked in %.1fs: sound", self.path, report.seconds)
+
+    def _open_env(self, held: LockedDir) -> int:
         """Open the environment and its databases; how many dedupe entries were migrated."""
         self.env = held.env = lmdb.open(
             self.path, map_size=self.map_size_bytes, max_dbs=16, subdir=True,
@@ -226,6 +178,32 @@ class Store(LogIndex, AckedWindow):
         self.map_size_bytes = self.env.info()["map_size"]
         return self.migrate_seen()
 
+    def _check_room_for_new(self) -> None:
+        """Refuse to make a new store on a disk without room for it (a full disk would
+        kill the process where LMDB writes its lock file through a memory map)."""
+        if (Path(self.path) / "data.mdb").exists():
+            return
+        free = self.disk.free_bytes()
+        if free is not None and free < NEW_STORE_MIN_BYTES:
+            raise StoreFullError(self.path, self.map_size_bytes, disk=self.disk.describe(),
+                                 free_bytes=free)
+
+    def full_error(self, waited_s: float | None = None) -> StoreFullError:
+        """The StoreFullError of the store as it is: its disk's, or its map's."""
+        if self.disk.full:
+            return StoreFullError(self.path, self.map_size_bytes, waited_s,
+                                  disk=self.disk.describe(), free_bytes=self.disk.free_bytes())
+        return StoreFullError(self.path, self.map_size_bytes, waited_s)
+
+    def _disk_full(self, exc: BaseException) -> StoreFullError | None:
+        """What a failed write means when the disk is full: the reserve is released (its
+        room lets the next commit through) and the error to raise; None otherwise."""
+        if not self.disk.is_full_error(exc):
+            return None
+        self.disk.full = True
+        self.disk.release_reserve()
+        return self.full_error()
+
     def _open_error(self, exc: lmdb.Error) -> StoreError:
         """What failing to open the environment means: a map this host cannot map (a
         configuration error: moving the data dir aside would not help), or a damaged
@@ -244,12 +222,12 @@ class Store(LogIndex, AckedWindow):
                 f"{self.map_size_bytes}) cannot be mapped on this host ({exc}): raise the "
                 "process's address-space limit (ulimit -v), or run the node on a host that "
                 "can map it", self.path)
-        return StoreError(f"cannot open the LMDB store ({exc}); if it is damaged, {FIX}",
-                          self.path)
+        return StoreError(f"cannot open the LMDB store ({exc}); if it is damaged, "
+                          f"{remedy(self.path)}", self.path)
 
     def close(self) -> None:
         if self._release.detach() is not None:  # (not twice; not again when collected)
-            _let_go(self._held, sync=True)
+            let_go(self._held, sync=True)
 
     def snapshot(self, dest: str) -> None:
         """A consistent, compacted copy of this store into the data dir ``dest``."""
@@ -276,19 +254,22 @@ class Store(LogIndex, AckedWindow):
     def _scan(self, db: Any, name: str, decode: Callable[[bytes, bytes], Any]) -> Iterator[Any]:
         """Decoded records of ``db``; those that fail to decode go to ``self.corrupt``."""
         scanned = 0
-        with self.env.begin(db=db) as txn:
-            for k, v in txn.cursor():
-                # A scan maps the db's pages and, by the kernel's fault-around, cached
-                # pages beside them (other dbs' pages): let go of them as it goes.
-                scanned += len(k) + len(v)
-                if scanned >= SCAN_RELEASE_BYTES:
-                    self.pages.release()
-                    scanned = 0
-                try:
-                    yield decode(k, v)
-                except Exception as exc:  # any decoding failure means a damaged record
-                    self.corrupt.append(Corrupt(name, bytes(k), bytes(v),
-                                                f"{type(exc).__name__}: {exc}"))
+        try:
+            with self.env.begin(db=db) as txn:
+                for k, v in txn.cursor():
+                    # A scan maps the db's pages and, by the kernel's fault-around, cached
+                    # pages beside them (other dbs' pages): let go of them as it goes.
+                    scanned += len(k) + len(v)
+                    if scanned >= SCAN_RELEASE_BYTES:
+                        self.pages.release()
+                        scanned = 0
+                    try:
+                        yield decode(k, v)
+                    except Exception as exc:  # any decoding failure means a damaged record
+                        self.corrupt.append(Corrupt(name, bytes(k), bytes(v),
+                                                    f"{type(exc).__name__}: {exc}"))
+        except lmdb.Error as exc:
+            raise read_failed(exc, self.path, f"the {name} database") from exc
         self.pages.release()  # (the whole db was read: a restart's pending entries)
 
     def take_corrupt(self) -> list[Corrupt]:
@@ -298,7 +279,21 @@ class Store(LogIndex, AckedWindow):
     # -- identity -------------------------------------------------------------------------
 
     def open_identity(self) -> tuple[bytes, int, int, int]:
-        """(node id, incarnation, next seq, next lane id); bumps the incarnation."""
+        """(node id, incarnation, next seq, next lane id); bumps the incarnation.
+
+        On a full disk the reserve is released for it (a node restarted there must start,
+        to drain its outbox)."""
+        try:
+            return self._open_identity()
+        except lmdb.Error as exc:
+            if self._disk_full(exc) is None:
+                raise self._open_error(exc) from exc
+        try:
+            return self._open_identity()
+        except lmdb.Error as exc:
+            raise self.full_error() if self.disk.full else self._open_error(exc) from exc
+
+    def _open_identity(self) -> tuple[bytes, int, int, int]:
         with self._write() as txn:
             node_id = txn.get(b"node_id", db=self.meta)
             if node_id is None:
@@ -447,16 +442,24 @@ class Store(LogIndex, AckedWindow):
         return self.env.begin(write=True)
 
     def commit(self, batch: WriteBatch) -> None:
-        """Apply a batch in one transaction; StoreFullError when the map is full."""
-        if (batch.msgs_put or batch.runs_put) and self._would_fill(batch):
-            raise StoreFullError(self.path, self.map_size_bytes)
+        """Apply a batch in one transaction; StoreFullError when the map or the disk has
+        no room for it."""
+        grows = bool(batch.msgs_put or batch.runs_put)
+        if grows and self._would_fill(batch):
+            raise self.full_error()
         try:
             with self._write() as txn:
                 self._apply(txn, batch)
         except lmdb.MapFullError as exc:
+            self.disk.full = False
             raise StoreFullError(self.path, self.map_size_bytes) from exc
         except lmdb.Error as exc:
+            full = self._disk_full(exc)
+            if full is not None:
+                raise full from exc
             raise StoreError(f"LMDB write failed: {exc}", self.path) from exc
+        if grows:
+            self.disk.full = False
         if batch.fsync:
             self.env.sync(True)
         # Records written or deleted and, per pending entry, deletion or outbox entry, about
@@ -478,14 +481,25 @@ class Store(LogIndex, AckedWindow):
         reserve = max(RESERVE_MIN_PAGES, capacity // RESERVE_FRACTION)
         # Records (8-byte keys, node headers) and pending entries (12-byte keys, values of
         # about 12 bytes), twice over: split leaves are half full, and a record too large
-        # for a leaf takes whole overflow pages.
-        need = 2 * (batch.msgs_bytes + 40 * (len(batch.msgs_put) + len(batch.runs_put))
-                    + 40 * batch.pending_entries()) // psize + 2
-        if capacity - self.env.info()["last_pgno"] - 1 >= need + reserve:
+        # for a leaf takes whole overflow pages. A run's record (up to 256 KiB of
+        # payloads) takes its overflow pages, filled, and a slot in a leaf.
+        runs_bytes = sum(len(v) for _k, v in batch.runs_put)
+        need = 2 * (batch.msgs_bytes - runs_bytes + 40 * len(batch.msgs_put)
+                    + 40 * batch.pending_entries()) // psize + 2 \
+            + (runs_bytes + 2 * psize * len(batch.runs_put)) // psize
+        end = self.env.info()["last_pgno"] + 1  # pages of the file in use, free ones too
+        room = self.disk.room_bytes()  # (None: unknown, no limit)
+        disk_pages = None if room is None else end + room // psize  # the file may grow to
+        if capacity - end >= need + reserve and (disk_pages is None or disk_pages - end >= need):
             return False  # the untouched end of the map is room enough: no need to count
         with self.env.begin() as txn:
             used = sum(_pages(txn.stat(db)) for db in self._dbs) + _pages(self.env.stat())
-        return used + need + reserve > capacity
+        if used + need + reserve > capacity:
+            self.disk.full = False
+            return True
+        # Free pages inside the file are reused before it grows (from two commits on).
+        self.disk.full = disk_pages is not None and used + need > disk_pages
+        return self.disk.full
 
     def _prune_ids(self, txn: Any, before: float, limit: int = 10_000) -> None:
         cur = txn.cursor(db=self.ids_t)

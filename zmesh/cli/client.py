@@ -24,6 +24,7 @@ from .._security import _check_key
 from ..config import parse_seed
 from ..errors import ConfigError, DecodeError
 from .output import CliError
+from .refusal import HandshakeWatch
 from .settings import common, source
 
 
@@ -109,7 +110,10 @@ def add_curve_options(cmd: click.Command) -> click.Command:
     return cmd
 
 
-def _no_reply(address: str, what: str, timeout_s: float, keys: CurveKeys | None) -> CliError:
+def _no_reply(address: str, what: str, timeout_s: float, keys: CurveKeys | None,
+              why: str | None = None) -> CliError:
+    if why is not None:
+        return CliError(f"no {what} reply from {address} within {timeout_s:g}s: {why}")
     if keys is None:
         hint = ("It may be a secured node (CurveZMQ; secret_key_file in its [node] table): "
                 "then pass --server-key (its NAME.pub) and --secret-key-file (a key pair "
@@ -130,6 +134,7 @@ def request(address: str, msg: StatusRequest | AdminRequest, timeout_s: float,
     keys = keys or current_curve()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
+    watch = HandshakeWatch(sock)
     try:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, 64 << 20)
@@ -148,7 +153,7 @@ def request(address: str, msg: StatusRequest | AdminRequest, timeout_s: float,
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not sock.poll(max(1, int(remaining * 1000))):
-                raise _no_reply(address, what, timeout_s, keys)
+                raise _no_reply(address, what, timeout_s, keys, watch.why(keys is not None))
             try:
                 reply = decode_control(sock.recv(zmq.NOBLOCK))
             except (DecodeError, zmq.Again):
@@ -156,6 +161,8 @@ def request(address: str, msg: StatusRequest | AdminRequest, timeout_s: float,
             if isinstance(reply, want) and reply.token == msg.token:
                 return reply
     finally:
+        sock.disable_monitor()
+        watch.close()
         sock.close(linger=0)
         ctx.term()
 
@@ -164,6 +171,8 @@ def request_status(address: str, timeout_s: float, keys: CurveKeys | None = None
     """Ask the node whose control socket is at ``address`` for its status."""
     reply = request(address, StatusRequest(secrets.randbits(62)), timeout_s, keys)
     assert isinstance(reply, StatusReply)
+    if "refused" in reply.status:  # (a banned address, a key not permitted)
+        raise CliError(f"{address} refused the status request: {reply.status['refused']}")
     return reply.status
 
 

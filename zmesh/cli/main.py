@@ -38,6 +38,7 @@ from .output import print_error
 from .pub import pub
 from .settings import ENV, OPTIONS, env_help
 from .status import peers, status
+from .store import store
 from .sub import sub
 from .top import top
 from .web import web
@@ -95,7 +96,7 @@ def cli(log_level: str, log_format: str) -> None:
 
 
 for _command in (demo, pub, sub, add_curve_options(status), add_curve_options(peers), node,
-                 top, dlq, group, ls, web, context, keys, snapshot, doctor, bench):
+                 top, dlq, group, ls, web, context, keys, snapshot, store, doctor, bench):
     cli.add_command(_command)
 
 

@@ -14,6 +14,7 @@ from ..node import Node
 from .client import StopSignals
 from .clientnode import warn_unresolvable
 from .output import note
+from .reload import reload_on_sighup
 from .settings import ADDRESSES, ENV, env_help
 
 if TYPE_CHECKING:
@@ -47,7 +48,8 @@ def run(file: str, interfaces: tuple[str, ...]) -> None:
     [topics.NAME], [subscriptions.NAME], [producers.NAME], [relays.NAME] tables; with a
     [bridge] table the node is a Spark bridge. The node's control address (and a
     bridge's endpoint) is printed on stdout. Contexts do not apply: the file is the
-    node's whole definition, but for --interface (or ZMESH_INTERFACE).
+    node's whole definition, but for --interface (or ZMESH_INTERFACE). SIGHUP reads its
+    trusted keys and acl_file again (it also does when they change).
     """
     node_cfg, bridge_cfg = read_definition(file)
     if interfaces:
@@ -64,17 +66,19 @@ def run(file: str, interfaces: tuple[str, ...]) -> None:
         except ConfigError as exc:  # (a handler, source or transform that is not there)
             raise ConfigError(f"{file}: {exc}") from None
         try:
-            line = (f"node {n.name} ({n.id[:12]}) of mesh {n.config.mesh}: "
-                    f"control {n.control_address}")
-            if not isinstance(runner, Node):
-                line += f" bridge {runner.endpoint}"
-            if n.http_address is not None:
-                line += f" http http://{n.http_address}/"
-            click.echo(line)
-            # Flushed at once so a supervisor reading stdout can seed other nodes from it.
-            sys.stdout.flush()
-            while not signals.stop.wait(1.0):
-                pass
+            with reload_on_sighup(n):
+                line = (f"node {n.name} ({n.id[:12]}) of mesh {n.config.mesh}: "
+                        f"control {n.control_address}")
+                if not isinstance(runner, Node):
+                    line += f" bridge {runner.endpoint}"
+                if n.http_address is not None:
+                    line += f" http http://{n.http_address}/"
+                click.echo(line)
+                # Flushed at once so a supervisor reading stdout can seed other nodes from
+                # it (SIGHUP is handled already: it may send one as soon as it reads it).
+                sys.stdout.flush()
+                while not signals.stop.wait(1.0):
+                    pass
             note(f"node {n.name}: stopping")
         finally:
             runner.close()

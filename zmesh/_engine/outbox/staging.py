@@ -300,8 +300,7 @@ class Staging:
             records.mem_bytes += size
             return 0
         record = run_record(fields)
-        batch.runs_put.append((u64(first), record))
-        batch.msgs_bytes += len(record)
+        batch.runs_put.append((u64(first), record))  # (its bytes counted by the caller)
         decoded = records.decoded
         if live and decoded.bytes < decoded.limit:
             decoded.keep_run(first, fields, len(record) + RUN_ENTRY_BYTES * count)

@@ -1,0 +1,206 @@
+"""Damaged stores never abort the process: a store whose last node did not close it (or
+whose file changed since) is walked in a child process before LMDB reads it; a start on a
+damaged store fails with one line naming the file and the remedies; ``zmesh store
+check`` reports the damage and ``zmesh store salvage`` copies what can be read. The
+damage is real: pages of real store files overwritten at their meta page, a branch page,
+a leaf page and an overflow page."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from lmdb import verify
+
+import zmesh
+from tests.conftest import LOOPBACK, read_line, reap, run_module, spawn, wait_until
+
+CLI = ["-m", "zmesh.cli"]
+ROOT = str(Path(__file__).resolve().parents[2])
+SMALL, LARGE = 3000, 20  # messages of 300 bytes (leaves, branches) and of 5,000 (overflow)
+GROUPS = {"t": zmesh.TopicConfig(groups=("g",))}
+
+
+class _Pages(verify._Verifier):
+    """The verifier's walk, noting each reachable page of each database by its kind."""
+
+    def __init__(self, f, size):
+        super().__init__(f, size)
+        self.pages: dict[str, dict[str, list[int]]] = {}
+
+    def _note(self, db: str, kind: str, pgno: int) -> None:
+        self.pages.setdefault(db, {}).setdefault(kind, []).append(pgno)
+
+    def _walk_page(self, ctx, pgno, depth):
+        buf = self.read_page(pgno)
+        if buf is not None:
+            kind = {verify.P_BRANCH: "branch", verify.P_LEAF: "leaf"}.get(
+                self._pg_flags(buf, 0) & verify._TYPE_MASK, "other")
+            self._note(ctx["name"], kind, pgno)
+            if kind == "leaf":
+                self._note(ctx["name"], f"keys@{pgno}", self._numkeys(self._pg_lower(buf, 0)))
+        super()._walk_page(ctx, pgno, depth)
+
+    def _bigdata(self, ctx, pgno, i, buf, doff, dsize, want_bytes):
+        self._note(ctx["name"], "overflow", verify._U64.unpack_from(buf, doff)[0])
+        return super()._bigdata(ctx, pgno, i, buf, doff, dsize, want_bytes)
+
+
+def pages_of(data_dir: Path) -> dict[str, dict[str, list[int]]]:
+    data = data_dir / "store" / "data.mdb"
+    with open(data, "rb") as f:
+        walk = _Pages(f, data.stat().st_size)
+        assert walk.verify() == []
+    return walk.pages
+
+
+def overwrite(data_dir: Path, pgno: int) -> None:
+    """Put random bytes over page ``pgno`` of the store's data file (4 KiB pages)."""
+    with open(data_dir / "store" / "data.mdb", "r+b") as f:
+        f.seek(pgno * 4096)
+        f.write(os.urandom(4096))
+
+
+def older_meta(data_dir: Path) -> int:
+    """The meta page (0 or 1) of the older of LMDB's last two transactions: a commit
+    writes the one that is not the newest, so which is newest depends on how many
+    commits there were. (Its txnid: 8 bytes at offset 144 of the page, 64-bit LMDB.)"""
+    with open(data_dir / "store" / "data.mdb", "rb") as f:
+        txnids = []
+        for pgno in (0, 1):
+            f.seek(pgno * 4096 + 144)
+            txnids.append(int.from_bytes(f.read(8), "little"))
+    return txnids.index(min(txnids))
+
+
+def payload(i: int) -> bytes:
+    return str(i).encode().ljust(300 if i < SMALL else 5000, b".")
+
+
+def build(data_dir: Path, mesh: str, *, kill: bool) -> None:
+    """A store holding SMALL + LARGE messages each stored alone (a priority), owed to g.
+    ``kill``: its node is killed with SIGKILL instead of closed."""
+    code = ("import sys, zmesh\n"
+            "from tests.faults.test_damaged_stores import GROUPS, SMALL, LARGE, payload\n"
+            f"n = zmesh.Node('p', mesh={mesh!r}, data_dir={str(data_dir)!r}, "
+            "interfaces=['127.0.0.1'], mdns=False, topics=GROUPS).start()\n"
+            "rs = [n.publish('t', payload(i), priority=1) for i in range(SMALL + LARGE)]\n"
+            "for r in rs:\n    r.wait_stored(30)\n"
+            "print('stored', flush=True)\n"
+            "sys.stdin.read()\n"
+            "n.close()\n")
+    proc = spawn(["-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert read_line(proc).strip() == b"stored"
+        assert proc.stdin is not None
+        if kill:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        else:
+            proc.stdin.close()
+            assert proc.wait(30) == 0
+    finally:
+        reap(proc)
+
+
+def definition(tmp_path: Path, data_dir: Path, mesh: str) -> Path:
+    path = tmp_path / f"{data_dir.name}.toml"
+    path.write_text(f'[node]\nname = "p"\nmesh = "{mesh}"\ndata_dir = "{data_dir}"\n'
+                    'interfaces = ["127.0.0.1"]\nmdns = false\n')
+    return path
+
+
+@pytest.mark.parametrize("where", ["meta", "branch", "leaf", "overflow"])
+def test_a_damaged_store_is_refused_in_one_line_checked_and_salvaged(tmp_path, mesh_name,
+                                                                     make_node, where):
+    data_dir = tmp_path / "p"
+    build(data_dir, mesh_name, kill=where in ("branch", "overflow"))
+    msgs = pages_of(data_dir)["main/msgs"]
+    # (the older meta page: the newer one still says where every message is)
+    pgno = {"meta": older_meta(data_dir), "branch": msgs["branch"][0],
+            "leaf": msgs["leaf"][len(msgs["leaf"]) // 2],
+            "overflow": msgs["overflow"][0]}[where]
+    lost = msgs[f"keys@{pgno}"][0] if where == "leaf" else 1 if where == "overflow" else 0
+    overwrite(data_dir, pgno)
+    before = (data_dir / "store" / "data.mdb").read_bytes()
+
+    # The node refuses it: one line naming the file and the remedies, exit 1, no abort.
+    code, out = run_module([*CLI, "node", "run", str(definition(tmp_path, data_dir, mesh_name))],
+                           60, ROOT)
+    assert code == 1, out
+    errors = [line for line in out.splitlines() if line.startswith("zmesh: error:")]
+    assert len(errors) == 1 and "Traceback" not in out, out
+    assert f"{data_dir}/store/data.mdb is damaged" in errors[0]
+    assert f"zmesh store salvage {data_dir} NEW_DIR" in errors[0]
+    assert "snapshot" in errors[0] and f"zmesh store check {data_dir}" in errors[0]
+
+    # The check says what is damaged.
+    code, out = run_module([*CLI, "store", "check", str(data_dir)], 60, ROOT)
+    assert code == 1, out
+    assert re.search(r"problem\(s\) in .*" + ("LMDB's meta pages" if where == "meta"
+                                               else "msgs"), out), out
+
+    # Salvage copies what can be read; the damaged store is left as it was.
+    dest = tmp_path / "salvaged"
+    code, out = run_module([*CLI, "store", "salvage", str(data_dir), str(dest)], 120, ROOT)
+    assert code == 0, out
+    assert re.search(rf"msgs\s*│\s*{SMALL + LARGE:,}\s*│\s*{SMALL + LARGE - lost:,}\s*│\s*"
+                     rf"{lost:,}\s*│", out), out
+    assert (data_dir / "store" / "data.mdb").read_bytes() == before
+    prod = make_node("p", data_dir=str(dest))
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got: list[zmesh.Message] = []
+
+    def take() -> bool:
+        msgs = sub.fetch(1000, timeout=0.05)
+        sub.ack_many(msgs)
+        got.extend(msgs)
+        return len(got) >= SMALL + LARGE - lost
+
+    wait_until(take, 30, what="the salvaged messages")
+    indexes = sorted(int(bytes(m.payload).rstrip(b".")) for m in got)
+    assert len(set(indexes)) == len(indexes) == SMALL + LARGE - lost
+    assert set(indexes) <= set(range(SMALL + LARGE))
+    counters = prod.status()["counters"]
+    assert counters.get("lost_records", 0) == lost  # (their pending entries, settled)
+
+
+def test_the_check_runs_after_an_unclean_shutdown_and_not_after_a_clean_close(tmp_path,
+                                                                             mesh_name,
+                                                                             caplog):
+    caplog.set_level(logging.WARNING, logger="zmesh._store.store")
+
+    def start_and_close(data_dir: Path) -> None:
+        zmesh.Node("p", mesh=mesh_name, data_dir=str(data_dir), interfaces=LOOPBACK,
+                   mdns=False).close()
+
+    killed, closed = tmp_path / "killed", tmp_path / "closed"
+    build(killed, mesh_name, kill=True)
+    build(closed, mesh_name, kill=False)
+    start_and_close(closed)
+    assert "checking the store" not in caplog.text
+    start_and_close(killed)
+    assert f"checking the store {killed}/store" in caplog.text
+    assert "the node that had it open (pid" in caplog.text and "sound" in caplog.text
+    caplog.clear()
+    start_and_close(killed)  # closed cleanly this time: no check
+    assert "checking the store" not in caplog.text
+    # A data file that changed while its node was stopped (restored, copied) is checked.
+    data = closed / "store" / "data.mdb"
+    os.utime(data, ns=(data.stat().st_atime_ns, data.stat().st_mtime_ns + 1))
+    start_and_close(closed)
+    assert "its data file changed after its node closed it" in caplog.text
+
+
+def test_store_check_reports_a_sound_store(tmp_path, mesh_name):
+    build(tmp_path / "p", mesh_name, kill=False)
+    code, out = run_module([*CLI, "store", "check", str(tmp_path / "p")], 60, ROOT)
+    assert code == 0 and "is sound" in out, out
+    code, out = run_module([*CLI, "store", "check", str(tmp_path)], 60, ROOT)
+    assert code == 1 and "does not exist" in out, out

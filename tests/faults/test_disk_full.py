@@ -1,0 +1,193 @@
+"""A full disk is a state: publishes are held, settlements commit, nothing wedges, also
+after kill -9 and a restart on the still-full disk. The disk is a real tmpfs of 24 MiB
+(mounting it needs root: the tests skip without it)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import lmdb
+import pytest
+
+import zmesh
+from tests.conftest import read_line, reap, spawn, wait_until
+from tests.faults.disk_worker import payload
+from zmesh._store.disk import RESERVE_BYTES, RESERVE_FILE, Disk
+
+DISK_BYTES = 24 << 20
+WORKER = str(Path(__file__).with_name("disk_worker.py"))
+RUNS = 20
+MORE = 100  # messages the restarted producer publishes on the full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of DISK_BYTES mounted for the test, unmounted after it."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs",
+                           str(mnt)], capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def fill_up(path: Path) -> int:
+    """Write ``path`` until the disk has no room left; the bytes written."""
+    written = 0
+    with open(path, "wb", buffering=0) as f:
+        for size in (1 << 20, 4096):  # (the last pages one by one)
+            while True:
+                try:
+                    written += f.write(b"\0" * size) or 0
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+                    break
+    return written
+
+
+def json_line(proc: subprocess.Popen) -> dict:
+    line = read_line(proc, 60)
+    assert isinstance(line, bytes)
+    return json.loads(line)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("run", range(RUNS))
+def test_a_full_disk_holds_publishes_and_loses_nothing_across_kill_9(small_disk, make_node,
+                                                                     mesh_name, run,
+                                                                     record_summary):
+    # Odd runs store each message alone: acking those copies many pages to fresh ones.
+    alone = ["--alone"] if run % 2 else []
+    data_dir = small_disk / "producer"
+    common = ["--mesh", mesh_name, "--data-dir", str(data_dir)]
+    proc = spawn([WORKER, "fill", *common, *alone], stdin=subprocess.PIPE,
+                 stdout=subprocess.PIPE)
+    drainer = None
+    try:
+        full = json_line(proc)
+        # publish() gave up naming the disk and what it has left; status said so, no raise.
+        assert full["disk"].startswith(str(small_disk)) and "tmpfs" in full["disk"]
+        assert f"{full['free_bytes']:,} bytes free" in full["error"]
+        assert "free space on that disk" in full["error"]
+        assert full["status"]["disk_full"] and full["status"]["full"]
+        assert full["status"]["disk_reserve_held"]
+        published, stored = full["published"], full["stored"]
+        assert 1000 < stored <= published
+        # Something else takes the last bytes of the disk.
+        fill_up(small_disk / "filler")
+        assert proc.stdin is not None
+        proc.stdin.write(b"status?\n")
+        proc.stdin.flush()
+        assert json_line(proc)["status"]["disk_full"]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        # Restarted on the still-full disk: it starts, and its outbox drains.
+        drainer = spawn([WORKER, "drain", *common, "--first", str(published),
+                         "--more", str(MORE)], stdout=subprocess.PIPE)
+        up = json_line(drainer)
+        assert up["status"]["disk_full"] and up["outbox"] >= stored
+        cons = make_node("cons", seeds=[up["address"]])
+        sub = cons.subscribe("t", group="g")
+        got: dict[int, int] = {}
+
+        def take() -> bool:
+            for m in sub.fetch(1000, timeout=0.05):
+                i = int(bytes(m.payload).rstrip(b"."))
+                got[i] = got.get(i, 0) + 1
+                m.ack()
+            return all(i in got for i in range(stored)) and \
+                all(i in got for i in range(published, published + MORE))
+
+        wait_until(take, 60, what="every stored message and the ones published after")
+        assert read_line(drainer, 60).strip() == b"stored"
+        assert read_line(drainer, 90).strip() == b"drained"
+        end = json_line(drainer)
+        assert drainer.wait(30) == 0
+        assert set(got) <= set(range(published + MORE))
+        assert not [i for i, n in got.items() if n > 1], "duplicates without a consumer crash"
+        record_summary(f"full disk run {run} ({'alone' if alone else 'runs'}): published "
+                       f"{published}, stored {stored}, {len(got)} delivered; reserve held at "
+                       f"the end: {end['status']['disk_reserve_held']}, commits that found "
+                       f"it full: {end['counters'].get('store_full', 0)}")
+    finally:
+        reap(proc)
+        if drainer is not None:
+            reap(drainer)
+
+
+def test_a_disk_filled_by_another_gives_its_reserve_to_settlements(small_disk, make_node):
+    data_dir = small_disk / "p"
+    prod = make_node("p", data_dir=str(data_dir), topics={"t": zmesh.TopicConfig(groups=("g",))})
+    assert (data_dir / RESERVE_FILE).stat().st_blocks * 512 >= RESERVE_BYTES
+    # Messages stored alone (a priority): acking them changes a leaf per few messages,
+    # each copied to a fresh page before the old one is freed.
+    count = 4000
+    for i in range(count):
+        prod.publish("t", payload(i, 1000), priority=1)
+    prod.publish("t", payload(count, 1000), priority=1).wait_stored(10)
+    fill_up(small_disk / "filler")
+    status = prod.status()["store"]
+    assert status["disk_full"] and status["disk_free_bytes"] < 64 << 10
+    held = count + 1  # the index of the next publish
+    with pytest.raises(zmesh.StoreFullError) as err:
+        for _ in range(5000):  # (up to 2,000 are taken at once, and held: see commands.py)
+            prod.publish("t", payload(held, 1000), timeout=0.5)
+            held += 1
+    assert err.value.disk is not None and str(small_disk) in err.value.disk
+    assert err.value.waited_s == 0.5
+    # The consumer's acks delete records: commits LMDB can only make with fresh pages.
+    # Once they freed pages in the store, the held publishes are stored and sent too.
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = set()
+
+    def take() -> bool:
+        for m in sub.fetch(1000, timeout=0.05):
+            got.add(int(bytes(m.payload).rstrip(b".")))
+            m.ack()
+        return len(got) >= held
+
+    wait_until(take, 30, what="the backlog delivered")
+    assert got == set(range(held))
+    wait_until(lambda: prod.status()["outbox"] == 0, 30, what="the outbox drained")
+    assert not (data_dir / RESERVE_FILE).exists()  # released for those commits
+    assert prod.status()["store"]["disk_reserve_held"] is False
+    # Room in the store again (pages the acks freed): publishes go on, disk still full.
+    prod.publish("t", payload(held, 100), timeout=10).wait_stored(10)
+    # The disk gets room: the reserve is made again.
+    (small_disk / "filler").unlink()
+    prod.publish("t", payload(held + 1, 100)).wait_stored(10)
+    wait_until(lambda: prod.status()["store"]["disk_reserve_held"], 15,
+               what="the reserve made again")
+    assert (data_dir / RESERVE_FILE).stat().st_blocks * 512 >= RESERVE_BYTES
+
+
+def test_eio_means_a_full_disk_only_on_a_nearly_full_disk(small_disk, tmp_path):
+    eio = lmdb.Error("mdb_txn_commit: Input/output error")
+    enospc = lmdb.DiskError("mdb_txn_commit: No space left on device")
+    roomy = Disk(tmp_path)
+    assert roomy.is_full_error(enospc) and not roomy.is_full_error(eio)
+    fill_up(small_disk / "filler")
+    assert Disk(small_disk).is_full_error(eio)
+
+
+def test_a_new_store_is_not_made_on_a_full_disk(small_disk, mesh_name):
+    fill_up(small_disk / "filler")
+    with pytest.raises(zmesh.StoreFullError) as err:
+        zmesh.Node("n", mesh=mesh_name, data_dir=str(small_disk / "n"),
+                   interfaces=["127.0.0.1"], mdns=False)
+    assert err.value.disk is not None and "bytes free" in str(err.value)
+    assert not (small_disk / "n" / "store" / "data.mdb").exists()

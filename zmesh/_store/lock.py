@@ -1,0 +1,139 @@
+"""The data dir's lock file: who holds the store, and how its last holder left it.
+
+``LOCK`` is flock'ed by the process whose node has the store open, and holds that
+process's pid while it does (what DataDirLockedError tells another node). A clean close
+replaces the pid with ``clean SIZE MTIME_NS INODE`` of ``data.mdb`` as it was left. A
+node that opens the store and finds anything else there (a pid: its holder died without
+closing it; or a data file that is not the one a clean close left: restored, copied,
+changed while stopped) has its store checked before LMDB reads it (see check.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gc
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataDirLockedError, StoreError
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = "LOCK"  # in the data dir
+_CLEAN = "clean"
+
+
+class LockedDir:
+    """What a store keeps open: the data dir's lock file and, once opened, the LMDB
+    environment. Released once: by ``Store.close()``, or when the store is collected."""
+
+    __slots__ = ("env", "lock_fd", "data_file", "previous")
+
+    def __init__(self, lock_fd: int, data_file: Path, previous: str) -> None:
+        self.lock_fd = lock_fd
+        self.data_file = data_file
+        self.previous = previous  # what the lock file said before this process took it
+        self.env: Any = None
+
+    def unclean(self) -> str | None:
+        """Why the store must be checked before it is used; None when its data file is
+        exactly as the last clean close left it (or there is none yet)."""
+        try:
+            st = self.data_file.stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"its data file cannot be looked at ({exc.strerror})"
+        word, *fields = self.previous.split() or [""]
+        if word.isdigit():
+            return f"the node that had it open (pid {word}) did not close it"
+        if word != _CLEAN:
+            return "nothing says how its last node left it"
+        if fields != [str(st.st_size), str(st.st_mtime_ns), str(st.st_ino)]:
+            return "its data file changed after its node closed it"
+        return None
+
+
+def let_go(held: LockedDir, *, sync: bool) -> None:
+    """Close the environment, then the lock file (which frees the data dir); ``sync``: a
+    clean close, recorded in the lock file."""
+    try:
+        if held.env is not None:
+            if sync:
+                held.env.sync(True)
+            held.env.close()
+            if sync:
+                _mark_clean(held)
+    finally:
+        os.close(held.lock_fd)
+
+
+def _mark_clean(held: LockedDir) -> None:
+    try:
+        st = held.data_file.stat()
+        text = f"{_CLEAN} {st.st_size} {st.st_mtime_ns} {st.st_ino}\n".encode()
+        os.ftruncate(held.lock_fd, 0)
+        os.pwrite(held.lock_fd, text, 0)
+    except OSError as exc:  # (a full disk: the next start checks the store, no harm)
+        log.info("cannot record the clean close of %s: %s", held.data_file, exc)
+
+
+def collected(held: LockedDir, data_dir: str) -> None:
+    """A store dropped without close() (its Node was never started, or never closed): let
+    go of the data dir, so a node of this process can open it again."""
+    log.warning("data dir %s released: its node was dropped without close()", data_dir)
+    try:
+        let_go(held, sync=True)
+    except Exception as exc:  # lmdb.Error, OSError: nobody is left to raise it to
+        log.error("closing the store of data dir %s failed: %s", data_dir, exc)
+
+
+def _read(lock_fd: int) -> str:
+    try:
+        return os.pread(lock_fd, 200, 0).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _holder_pid(lock_fd: int) -> int | None:
+    """The pid the holder of a data dir's lock wrote into it, if it can be read."""
+    text = _read(lock_fd)
+    return int(text) if text.isdigit() else None
+
+
+def _flock(lock_fd: int) -> bool:
+    """Take the exclusive lock of a data dir's lock file; False when another has it."""
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def take_lock(data_dir: Path, data_file: Path) -> LockedDir:
+    """The data dir's lock file, opened and flock'ed, with this process's pid written in."""
+    path = data_dir / LOCK_FILE
+    try:
+        lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(f"cannot open the data dir's lock file {path}: {exc.strerror}",
+                         str(data_dir)) from exc
+    if not _flock(lock_fd):
+        holder = _holder_pid(lock_fd)
+        if holder == os.getpid():
+            # Held in this process: perhaps by a node dropped without close(), which the
+            # node's own reference cycles keep until the collector runs (see collected).
+            gc.collect()
+        if holder != os.getpid() or not _flock(lock_fd):
+            os.close(lock_fd)
+            raise DataDirLockedError(str(data_dir), holder)
+    previous = _read(lock_fd)
+    # Only what DataDirLockedError tells a node that finds the lock taken (and what says
+    # the store was not closed cleanly): no harm if not written (a full disk).
+    with contextlib.suppress(OSError):
+        os.ftruncate(lock_fd, 0)
+        os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+    return LockedDir(lock_fd, data_file, previous)
