@@ -135,9 +135,13 @@ def test_sub_max_message_bytes_has_larger_payloads_parked(
     long_line = "x" * 100
     pub = run_cli(["pub", "t", "-", *node, "--group", "g", "--timeout", "60"],
                   stdin_data=f"{long_line}\nshort\n".encode(), timeout=90)
-    assert pub.returncode == 0, pub.stderr
+    # Settled, but not delivered to g: exit 3, and the outcome per group.
+    assert pub.returncode == 3, pub.stderr
+    assert "published 2, acknowledged 1" in pub.stdout
+    assert "g: 1 acked, 1 dead_lettered" in pub.stdout
     said = " ".join(pub.stderr.split())  # (rich wraps log lines)
     assert "parked as dead letters" in said and "max_message_bytes (64)" in said
+    assert "1 of 2 messages were not acknowledged by every group" in said
     assert sub.finish(timeout=60) == 0, sub.stderr()
     assert sub.stdout().split() == ["short"]
 

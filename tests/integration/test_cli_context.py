@@ -143,6 +143,6 @@ def test_help_shows_examples_settings_and_exit_codes() -> None:
     assert "Examples:" in top and "zmesh context add plant" in top and "context" in top
     pub = ok(["pub", "--help"])
     for expected in ("[env: ZMESH_SEED]", "[env: ZMESH_SECRET_KEY_FILE]", "--msg-id",
-                     "{{Count}}", "Exit codes: 0 all acknowledged", "130 / 143"):
+                     "{{Count}}", "Exit codes: 0 every group acknowledged", "130 / 143"):
         assert expected in pub, expected
     assert "Exit codes: 0 after --count messages" in ok(["sub", "--help"])

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
-from tests.conftest import wait_members, wait_until
-from tests.integration.test_cli import run_cli
+from tests.conftest import reap, spawn, wait_members, wait_until
+from tests.integration.test_cli import CLI, run_cli
 
 
 def _groups(address: str, *topic: str) -> dict:
@@ -58,3 +59,47 @@ def test_group_ls_adds_up_producers_and_rm_deletes_at_each(make_node):
     assert p1.stats()["dropped_group_deleted"] == 30
     table = run_cli(["group", "ls"], env={**os.environ, "ZMESH_SEED": p1.control_address})
     assert table.returncode == 0 and "keep" in table.stdout and "ops" not in table.stdout
+
+
+def test_fifty_runs_of_sub_without_a_group_leave_nothing_at_the_producer(make_node, mesh_name):
+    """`zmesh sub TOPIC` (and `--mode broadcast`) without --group is ephemeral: fifty
+    runs, each getting the message published while it ran, leave the producer's lanes
+    and outbox as they were."""
+    prod = make_node("prod")
+    worker = make_node("worker", seeds=[prod.control_address])
+    acked = worker.subscribe("t", group="g", handler=lambda msg: None)  # (acks each)
+    wait_members(prod, "t", "g", 1)
+    prod.publish("t", b"first").wait_acked(timeout=10)
+    lanes, outbox = _lanes(prod), prod.status()["outbox"]
+    assert lanes == ["g"] and outbox == 0
+    node = ["--interface", "127.0.0.1", "--no-mdns", "--mesh", mesh_name,
+            "--seed", prod.control_address]
+    for batch in range(10):  # (five at a time)
+        subs = [spawn([*CLI, "sub", "t", *(["--mode", "broadcast"] if i % 2 else []), *node,
+                       "--json", "--count", "1", "--timeout", "60"],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(5)]
+        try:
+            wait_until(lambda: _ephemeral(prod) >= 5, timeout=30,
+                       what=f"five ephemeral subscriptions (batch {batch})")
+            receipt = prod.publish("t", b"run %d" % batch)
+            for proc in subs:
+                out, err = proc.communicate(timeout=60)
+                assert proc.returncode == 0, err
+                assert json.loads(out)["payload"] == f"run {batch}"
+            receipt.wait_acked(timeout=10)
+        finally:
+            for proc in subs:
+                reap(proc)
+        wait_until(lambda: _ephemeral(prod) == 0, what="the subscribers gone")
+    assert _lanes(prod) == lanes and prod.status()["outbox"] == outbox
+    assert prod.stats()["sent_ephemeral"] == 50
+    acked.close()
+
+
+def _lanes(node) -> list[str]:
+    return sorted(ln["lane"] for ln in node.status()["lanes"] if ln["lane"])
+
+
+def _ephemeral(node) -> int:
+    return sum(s[2] == "ephemeral" for p in node.peers() if p["alive"]
+               for s in p["subscriptions"])

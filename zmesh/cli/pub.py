@@ -7,8 +7,9 @@ import re
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -79,13 +80,17 @@ def _payloads(data: str | None, file: str | None, count: int | None) -> Iterator
         yield line.rstrip(b"\r\n")
 
 
-def wait_serving(node: Node, topic: str, wait_s: float, signals: StopSignals) -> bool:
-    """Wait (up to ``wait_s``) until a peer that consumes ``topic`` has said hello: the
-    first lane of the topic with a member. Publishing before would owe the messages to
-    groups found later, not to that one (see Node.publish)."""
+def wait_serving(node: Node, topic: str, wait_s: float, signals: StopSignals,
+                 groups: int = 1) -> bool:
+    """Wait (up to ``wait_s``) until peers of ``groups`` groups that consume ``topic`` have
+    said hello: lanes of the topic with a member. A message is owed to the groups its
+    producer knows when it is stored (see Node.publish): one of a group found later is
+    not owed to it."""
     deadline = time.monotonic() + wait_s
     while not signals.stop.is_set():
-        if any(ln["topic"] == topic and ln["members"] for ln in node.status()["lanes"]):
+        serving = {ln["group"] for ln in node.status()["lanes"]
+                   if ln["topic"] == topic and ln["members"]}
+        if len(serving) >= groups:
             return True
         if time.monotonic() >= deadline:
             return False
@@ -93,22 +98,32 @@ def wait_serving(node: Node, topic: str, wait_s: float, signals: StopSignals) ->
     return False
 
 
+NOT_DELIVERED = 3  # the exit code of a run whose messages some group did not ack
+
+
 @dataclass
 class Outcome:
-    """How a run of ``zmesh pub`` ended: what was published and what is settled."""
+    """How a run of ``zmesh pub`` ended: what was published, what is settled, and per
+    group how many of the settled messages ended in each outcome."""
 
     topic: str
     published: int
-    acked: int
+    settled: int  # every group is done with it (acked or not)
     timeout_s: float
     interrupted: int | None = None  # the signal that stopped the wait
+    by_group: dict[str, Counter[str]] = field(default_factory=dict)
+
+    delivered: int = 0  # acked by every group it was owed to
 
     def exit_code(self) -> int:
         """0: every message acked by every group; 130/143: stopped by SIGINT/SIGTERM;
-        1: some not acked within --timeout."""
+        1: some not settled within --timeout; 3: settled, but some group did not ack
+        (dead-lettered, expired, superseded, group deleted)."""
         if self.interrupted is not None:
             return 128 + self.interrupted
-        return 0 if self.acked == self.published else 1
+        if self.settled < self.published:
+            return 1
+        return 0 if self.delivered == self.published else NOT_DELIVERED
 
 
 def _acked_by(receipt: Receipt, deadline: float, signals: StopSignals) -> bool:
@@ -137,8 +152,17 @@ def settle(topic: str, receipts: list[Receipt], timeout_s: float,
             if not _acked_by(receipt, deadline, signals):
                 break
             progress.update(task, completed=n + 1)
-    return Outcome(topic, len(receipts), sum(1 for r in receipts if r.acked), timeout_s,
-                   signals.signum)
+    by_group: dict[str, Counter[str]] = {}
+    settled = delivered = 0
+    for r in receipts:
+        if r.acked:
+            settled += 1
+            outcomes = r.outcomes
+            delivered += all(o == "acked" for o in outcomes.values())
+            for group, outcome in outcomes.items():
+                by_group.setdefault(group, Counter())[str(outcome)] += r.count
+    return Outcome(topic, len(receipts), settled, timeout_s, signals.signum, by_group,
+                   delivered)
 
 
 def _unclaimed_hint(node: Node, topic: str) -> str:
@@ -151,12 +175,23 @@ def _unclaimed_hint(node: Node, topic: str) -> str:
 
 
 def _report(outcome: Outcome, node: Node, data_dir: str | None) -> None:
-    click.echo(f"published {outcome.published}, acknowledged {outcome.acked} "
+    click.echo(f"published {outcome.published}, acknowledged {outcome.delivered} "
                f"(topic {outcome.topic})")
+    for group, counts in sorted(outcome.by_group.items()):
+        click.echo(f"  {group}: " + ", ".join(f"{n} {how}" for how, n in sorted(
+            counts.items(), key=lambda item: (item[0] != "acked", item[0]))))
     code = outcome.exit_code()
     if code == 0:
         return
-    left = outcome.published - outcome.acked
+    if code == NOT_DELIVERED:
+        kept = (f"`zmesh dlq list --topic {outcome.topic} --group G` at this node's address "
+                "lists them while it runs" if data_dir else "dead letters are kept by the "
+                "producer, this command's node: they are dropped with its temporary data "
+                "dir; pass --data-dir to keep them")
+        raise CliError(f"{outcome.published - outcome.delivered} of {outcome.published} "
+                       f"messages were not acknowledged by every group (above, per group); "
+                       f"{kept}", exit_code=code)
+    left = outcome.published - outcome.settled
     where = (f"they stay in the outbox at {data_dir}" if data_dir else
              "they are dropped with the temporary data dir; pass --data-dir to keep them")
     if outcome.interrupted is not None:
@@ -196,17 +231,22 @@ def _report(outcome: Outcome, node: Node, data_dir: str | None) -> None:
               help="Seconds to wait for every group's acks.")
 @click.option("--discovery-wait", type=click.FloatRange(min=0), default=3.0,
               show_default=True,
-              help="Seconds at most to wait for a peer that consumes TOPIC, without --group.")
+              help="Seconds at most to wait for peers that consume TOPIC, without --group.")
+@click.option("--wait-groups", type=click.IntRange(min=1), default=1, show_default=True,
+              metavar="N", help="Without --group: publish once members of N groups of TOPIC "
+                                "are found (or --discovery-wait has passed).")
 def pub(topic: str, data: str | None, file: str | None, count: int | None, key: str | None,
         headers: tuple[str, ...], priority: int, ttl: float | None, delay: float | None,
         msg_id: str | None, groups: tuple[str, ...], node: NodeArgs, timeout: float,
-        discovery_wait: float) -> None:
+        discovery_wait: float, wait_groups: int) -> None:
     """Publish DATA to TOPIC (DATA `-` or absent, no --file: each line of stdin) and wait
     until every group acknowledged every message.
 
     \b
-    Exit codes: 0 all acknowledged; 1 some not acknowledged within --timeout (or an
-    error); 2 bad usage; 130 / 143 stopped by SIGINT / SIGTERM.
+    Exit codes: 0 every group acknowledged every message; 1 some not acknowledged within
+    --timeout (or an error); 3 settled, but some group did not acknowledge one
+    (dead-lettered, expired, superseded or its group deleted: the per-group lines say
+    which); 2 bad usage; 130 / 143 stopped by SIGINT / SIGTERM.
     """
     check_name("topic", topic)  # (before a node starts for nothing)
     for group in groups:
@@ -221,9 +261,10 @@ def pub(topic: str, data: str | None, file: str | None, count: int | None, key: 
     with StopSignals() as signals, cli_node("pub", node) as n:
         if groups:
             n.topic(topic, groups=list(groups))
-        elif not wait_serving(n, topic, discovery_wait, signals) and not signals.stop.is_set():
-            note(f"no peer consuming {topic} found within {discovery_wait:g}s; publishing "
-                 "for the first group found")
+        elif not wait_serving(n, topic, discovery_wait, signals, wait_groups) \
+                and not signals.stop.is_set():
+            note(f"members of {wait_groups} group(s) consuming {topic} not found within "
+                 f"{discovery_wait:g}s; publishing for the groups found")
         receipts = []
         for i, payload in enumerate(_payloads(data, file, count), start=1):
             if signals.stop.is_set():

@@ -73,11 +73,15 @@ def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
     return True
 
 
-@click.command(short_help="Consume TOPIC in a group: print or --exec each message, ack it.")
+@click.command(short_help="Consume TOPIC: print or --exec each message (in a group: ack it).")
 @click.argument("topic")
-@click.option("--group", required=True, help="Consumer group to join.")
+@click.option("--group", help="Consumer group to join: its backlog is kept for it by every "
+                               "producer (until it is deleted, or expires). Without one the "
+                               "subscription is ephemeral: what is published while it runs, "
+                               "nothing kept for it.")
 @click.option("--mode", type=click.Choice(["shared", "broadcast"]), default="shared",
-              show_default=True, help="shared: members compete; broadcast: own copy of all.")
+              show_default=True, help="With --group: shared: members compete; broadcast: "
+                                      "own copy of all.")
 @click.option("--json", "fmt", flag_value="json",
               help="One JSON object a line: id, topic, group, key, headers, attempt, "
                    "partition, published_at, and payload (UTF-8 text) or payload_b64.")
@@ -98,11 +102,14 @@ def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
               help="Run CMD (with sh) per message, payload on stdin: exit 0 acks, else nacks.")
 @click.option("--exec-timeout", type=click.FloatRange(min=0.1), default=60.0,
               show_default=True, help="Seconds before a --exec command counts as failed.")
-def sub(topic: str, group: str, mode: str, fmt: str | None, ack: bool, max_in_flight: int,
+def sub(topic: str, group: str | None, mode: str, fmt: str | None, ack: bool,
+        max_in_flight: int,
         node: NodeArgs, count: int | None, timeout: float | None, exec_cmd: str | None,
         exec_timeout: float) -> None:
-    """Consume TOPIC as a member of --group: print each payload on a line (or --json,
-    --raw), and ack it.
+    """Consume TOPIC: print each payload on a line (or --json, --raw). With --group, as
+    a member of that group, acking each; without one, ephemeral (like `nats sub`): every
+    message published while it runs, at most once, and nothing left behind at the
+    producers.
 
     \b
     Exit codes: 0 after --count messages, or at --timeout without --count; 1 fewer than
@@ -110,7 +117,10 @@ def sub(topic: str, group: str, mode: str, fmt: str | None, ack: bool, max_in_fl
     SIGTERM.
     """
     check_name("topic", topic)  # (before a node starts for nothing)
-    check_name("group", group)
+    if group is not None:
+        check_name("group", group)
+    elif mode == "broadcast":
+        mode = "shared"  # (an ephemeral subscription gets every message: its own copy)
     if exec_cmd is not None and fmt is not None:
         raise click.UsageError(f"--{fmt} prints messages and --exec hands them to a command: "
                                "give one of them")
@@ -121,7 +131,7 @@ def sub(topic: str, group: str, mode: str, fmt: str | None, ack: bool, max_in_fl
                                    max_in_flight=max_in_flight,
                                    batch_size=min(max_in_flight, BATCH_SIZE))
         note(f"node {n.name} of mesh {node.mesh}: control {n.control_address}; "
-             f"consuming {topic} as {group}")
+             f"consuming {topic} " + (f"as {group}" if group else "(ephemeral)"))
         deadline = None if timeout is None else time.monotonic() + timeout
         while count is None or handled < count:
             wait = WAIT_STEP_S if deadline is None else \
