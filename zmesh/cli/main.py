@@ -9,6 +9,8 @@ Exit codes, the same for every command:
        check failed, lost messages in `demo`
   2    bad usage or bad configuration (an option, a setting, a definition file, a
        context), which running again will not fix
+  3    `pub`: every message settled, but some group did not acknowledge one (it was
+       dead-lettered, expired, superseded, or its group deleted)
   130  stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM (`pub`, `sub`; `node run`
        exits 0 after either: that is how a service is stopped)
 """
