@@ -237,7 +237,7 @@ class Node:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._node = _SyncNode(*args, **kwargs)
         self._wakes = Wakes()  # receipts and publishes waiting for room
-        cond = self._node._engine.cond
+        cond = self._node._queue.cond
         cond.wakers = (*cond.wakers, self._wakes.wake)
         self._readers: weakref.WeakSet[ReplayReader] = weakref.WeakSet()
 

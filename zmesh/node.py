@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from ._engine.commands import SetTopic
 from ._engine.engine import Engine
 from ._engine.outbox.publishes import AnyPublish, Publish
 from ._protocol.codec import MAX_KEY_CHARS, check_headers
@@ -92,6 +93,7 @@ class Node:
         self._roles: Roles | None = None
         self._readers: weakref.WeakSet[ReplayReader] = weakref.WeakSet()
         self._engine = Engine(config)
+        self._queue = self._engine.queue  # (what application threads talk to)
 
     @classmethod
     def from_toml(cls, path: str | Path) -> Node:
@@ -150,7 +152,7 @@ class Node:
             self._roles = None
         for reader in list(self._readers):
             reader.close()
-        for sub in list(self._engine._local_subs):
+        for sub in self._queue.subscriptions():
             if not sub.closed:
                 sub._end()  # gives what it still holds back to the producers
         for server in (self._http, self._metrics):
@@ -199,7 +201,7 @@ class Node:
             raise ConfigError("pass either a TopicConfig or keyword options, not both")
         else:
             cfg = config
-        self._engine.submit(("topic", name, cfg))
+        self._queue.submit(SetTopic(name, cfg))
         self._topics[name] = cfg
         self._plain_partitions.pop(name, None)
         return cfg
@@ -243,12 +245,12 @@ class Node:
             if type(payload) is not bytes:
                 payload = _payload_bytes(payload)
             if len(payload) <= self._max_bytes:  # (else _prepare says why)
-                return self._engine.publish_one(
+                return self._queue.publish_one(
                     topic, payload, key, partitions,
                     None if timeout is None else self._timeout(timeout))
         [pub] = self._prepare(topic, [payload], [key], headers, priority, ttl, deliver_at,
                               delay, msg_id, timeout)  # (positional: the cheaper call)
-        self._engine.submit(cast(Publish, pub))  # (queued alone: the list is not kept)
+        self._queue.submit(cast(Publish, pub))  # (queued alone: the list is not kept)
         return pub.receipt  # type: ignore[return-value]
 
     def _learn_topic(self, topic: str) -> int:
@@ -299,7 +301,7 @@ class Node:
             if len(key_list) != len(payloads):
                 raise ArgumentError(f"{len(key_list)} keys for {len(payloads)} payloads")
         pubs = self._prepare(topic, payloads, key_list, headers, priority, ttl, timeout=timeout)
-        self._engine.submit(pubs)
+        self._queue.submit(pubs)
         assert pubs[0].receipt is not None
         return pubs[0].receipt
 
@@ -363,7 +365,7 @@ class Node:
             if not isinstance(msg_id, str) or not 0 < len(msg_id) <= 256:
                 raise ArgumentError("msg_id must be a non-empty str of at most 256 characters")
             _utf8(msg_id, "msg_id")
-        return self._engine.prepare(
+        return self._queue.prepare(
             topic, payloads, keys, headers, priority,
             None if ttl is None else now + ttl, deliver_at,
             DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions,
@@ -438,8 +440,8 @@ class Node:
             raise ArgumentError(f"concurrency={config.concurrency} needs handler=: it is how "
                                 "many threads call the handler; without one, the threads "
                                 "that call get/fetch/iterate consume")
-        sub = Subscription(self._engine, topic, config, handler)
-        self._engine.subscribe(sub)
+        sub = Subscription(self._queue, topic, config, handler)
+        self._queue.subscribe(sub)
         sub._start_handlers(self.config.name)
         return sub
 
@@ -491,7 +493,7 @@ class Node:
 
     def status(self) -> dict:
         """Topics, lanes, outbox depth, peers and counters, as a plain dict."""
-        return self._engine.call(lambda _wb, _now: self._engine.status(), writes=False)
+        return self._queue.call(lambda _wb, _now: self._engine.status(), writes=False)
 
     def snapshot(self, dest: str | Path) -> Path:
         """Copy this node's store consistently, while it runs, into the new data dir ``dest``.
@@ -511,7 +513,7 @@ class Node:
         if not int_in(limit, 1):
             raise ArgumentError(f"limit must be an int >= 1, got {limit!r}")
         dead = self._engine.outbox.dead
-        return self._engine.call(lambda _wb, _now: dead.list(topic, group, limit))
+        return self._queue.call(lambda _wb, _now: dead.list(topic, group, limit))
 
     def replay_dead_letters(self, topic: str, group: str,
                             ids: Iterable[MessageId | int] | None = None) -> int:
@@ -519,7 +521,7 @@ class Node:
         _check_lane(topic, group)
         dead = self._engine.outbox.dead
         seqs = _seqs(ids, self.id)
-        return self._engine.call(lambda wb, now: dead.replay(topic, group, seqs, wb, now))
+        return self._queue.call(lambda wb, now: dead.replay(topic, group, seqs, wb, now))
 
     def purge_dead_letters(self, topic: str, group: str,
                            ids: Iterable[MessageId | int] | None = None) -> int:
@@ -527,7 +529,7 @@ class Node:
         _check_lane(topic, group)
         dead = self._engine.outbox.dead
         seqs = _seqs(ids, self.id)
-        return self._engine.call(lambda wb, _now: dead.purge(topic, group, seqs, wb))
+        return self._queue.call(lambda wb, _now: dead.purge(topic, group, seqs, wb))
 
     # -- groups -------------------------------------------------------------------------
 
@@ -539,7 +541,7 @@ class Node:
         if topic is not None:
             check_name("topic", topic)
         groups = self._engine.outbox.groups
-        return self._engine.call(lambda _wb, _now: groups.listing(topic, time.time()))
+        return self._queue.call(lambda _wb, _now: groups.listing(topic, time.time()))
 
     def delete_group(self, topic: str, group: str) -> dict:
         """Retire ``group`` of ``topic`` here and at every live peer: each producer drops
@@ -551,8 +553,8 @@ class Node:
         peers asked to do the same}``."""
         _check_lane(topic, group)
         engine = self._engine
-        return engine.call(lambda wb, now: engine.delete_group(topic, group, wb, now,
-                                                               announce=True))
+        return self._queue.call(lambda wb, now: engine.delete_group(topic, group, wb, now,
+                                                                    announce=True))
 
     def peers(self) -> list[dict]:
         """Peers as discovered: id, name, addresses, liveness, subscriptions."""

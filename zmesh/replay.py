@@ -110,7 +110,7 @@ class ReplayReader:
                         keys.public if keys is not None else b""))
             return out
 
-        for node_id, name, ctrl_ep, key in engine.call(live):
+        for node_id, name, ctrl_ep, key in engine.queue.call(live):
             if self._producers is not None and node_id.hex() not in self._producers \
                     and name not in self._producers:
                 continue

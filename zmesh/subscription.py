@@ -12,6 +12,7 @@ from operator import attrgetter, length_hint
 from threading import TIMEOUT_MAX
 from typing import TYPE_CHECKING, Any
 
+from ._engine.commands import Extend, Settle
 from ._engine.inbox.origin import STATES, Origin
 from ._receipt import MessageId
 from ._seqs import consecutive
@@ -26,7 +27,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from ._engine.engine import Engine
+    from ._engine.submit import Submitter
 
 __all__ = ["Message", "Subscription"]
 
@@ -139,7 +140,7 @@ class Message:
         self._settled = how
         queue = self._origin.queue
         if queue is not None:
-            queue.submit(("settle", self, how, arg))
+            queue.submit(Settle(self, how, arg))
 
     def ack(self) -> None:
         """Done with it: the group will not get it again."""
@@ -181,7 +182,7 @@ class Message:
             raise _settled_already(self)
         queue = self._origin.queue
         if queue is not None:
-            queue.submit(("touch", self))
+            queue.submit(Extend(self))
 
     @property
     def settled(self) -> bool:
@@ -211,14 +212,14 @@ class Subscription:
     # from the iterator at the head (each step hands one message to one caller); the one
     # that finds it exhausted removes it, under the lock.
 
-    def __init__(self, engine: Engine, topic: str, config: SubscriptionConfig,
+    def __init__(self, submitter: Submitter, topic: str, config: SubscriptionConfig,
                  handler: Callable[[Message], Any] | None = None) -> None:
         self.topic = topic
         self.config = config
         self.group = config.group  # (None: ephemeral)
         self.mode = config.mode
-        self._engine = engine
-        self._name = engine.ephemeral_name() if config.group is None else config.group
+        self._submitter = submitter  # (this node's command queue)
+        self._name = submitter.ephemeral_name() if config.group is None else config.group
         self._queue: deque[tuple[Iterator[Message], Iterator[int]]] = deque()
         # The list ``fetch`` returned last (a copy, as it was) and the runs of batches it
         # is, for ``ack_many`` to know it by when it is given back whole.
@@ -239,7 +240,7 @@ class Subscription:
         """The producer-side lane this subscription consumes (an ephemeral one's name:
         producers keep no lane for it)."""
         if self.mode == "broadcast":
-            return f"{self.group}/{self._engine.node_id.hex()}"
+            return f"{self.group}/{self._submitter.node_id.hex()}"
         return self._name if self.group is None else self.group
 
     @property
@@ -337,7 +338,7 @@ class Subscription:
                 if self._closed:
                     if self._own_close:
                         return None
-                    raise NodeClosedError(self._engine.config.name, f"subscription "
+                    raise NodeClosedError(self._submitter.config.name, f"subscription "
                                           f"{self.topic}/{self.group} ended with it")
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -393,7 +394,7 @@ class Subscription:
                    for origin, places, in_order in runs) \
                 or len({id(run[0]) for run in runs}) < len(runs):
             _check_each(messages)  # (raises, or marks each acked)
-        engine = self._engine
+        submitter = self._submitter
         for origin, places, in_order in runs:
             if in_order:
                 first, n = places[0], len(places)
@@ -406,7 +407,7 @@ class Subscription:
                 origin.acks.extend(map(origin.seqs.__getitem__, places))
             if not origin.queued:
                 origin.queued = True
-                engine.submit(origin)
+                submitter.submit(origin)
 
     def __iter__(self) -> Iterator[Message]:
         queue = self._queue
@@ -455,7 +456,7 @@ class Subscription:
         if self._closed:
             return
         try:
-            self._engine.unsubscribe(self)
+            self._submitter.unsubscribe(self)
         except NodeStateError:
             self._drain_unsettled()
         for t in self._workers:

@@ -45,7 +45,7 @@ class Transaction:
     def ack(self, msg: Message) -> None:
         """Ack ``msg`` when the transaction commits."""
         self._check_open()
-        if msg._origin.queue is not self._node._engine:
+        if msg._origin.queue is not self._node._queue:
             raise ArgumentError(f"message {msg.id} was not received by this node")
         if msg.settled or msg in self._acks:
             raise MessageStateError(f"message {msg.id} was already {msg._settled or 'added'}")
@@ -64,7 +64,7 @@ class Transaction:
         for msg in self._acks:
             msg._settled = "acked"
         try:
-            self._node._engine.transact(self._pubs, self._acks, self._timeout_s)
+            self._node._queue.transact(self._pubs, self._acks, self._timeout_s)
         except BaseException:
             for msg in self._acks:
                 msg._settled = None
@@ -75,11 +75,11 @@ class Transaction:
         if self._done:
             return
         self._done = True
-        engine = self._node._engine
-        engine.abandon(len(self._pubs), sum(len(p.payload) for p in self._pubs))
-        with engine.cond:  # (their receipts' waits end with it)
+        queue = self._node._queue
+        queue.abandon(len(self._pubs), sum(len(p.payload) for p in self._pubs))
+        with queue.cond:  # (their receipts' waits end with it)
             self._fail_receipts()
-            engine.cond.notify_all()
+            queue.cond.notify_all()
         self._pubs.clear()
         self._acks.clear()
 
@@ -94,7 +94,7 @@ class Transaction:
         # inside a lock of the node's own, so it only queues that for the IO thread.
         if not self._done and self._pubs:
             self._fail_receipts()
-            self._node._engine.abandon_dropped(len(self._pubs),
+            self._node._queue.abandon_dropped(len(self._pubs),
                                                sum(len(p.payload) for p in self._pubs))
 
     def __enter__(self) -> Transaction:

@@ -44,7 +44,7 @@ def test_a_wait_for_acks_without_timeout_wakes_when_the_node_closes(make_node):
     receipt = node.publish("t", b"x")
     receipt.wait_stored(5)
     blocked = Blocked(receipt.wait_acked)
-    cond = node._engine.cond
+    cond = node._engine.queue.cond
     wait_until(lambda: waiters(cond) == 1, what="wait_acked blocked")
     node.close()
     error = blocked.ended().error
@@ -61,7 +61,7 @@ def test_a_publish_waiting_for_room_wakes_when_the_node_closes(make_node):
                      topics={"t": zmesh.TopicConfig(groups=("g",))})
     node.publish("t", b"fills it").wait_stored(5)
     blocked = Blocked(lambda: node.publish("t", b"no room", timeout=float("inf")))
-    wait_until(lambda: waiters(node._engine.cond) == 1, what="publish waiting for room")
+    wait_until(lambda: waiters(node._engine.queue.cond) == 1, what="publish waiting for room")
     node.close()
     assert isinstance(blocked.ended().error, zmesh.NodeClosedError)
 

@@ -124,7 +124,7 @@ def test_a_publish_blocked_on_a_full_outbox_goes_on_when_acks_make_room(make_nod
     publisher = threading.Thread(target=sixth)
     publisher.start()
     try:
-        wait_until(lambda: prod._engine.cond._waiters, what="the sixth publish waiting")
+        wait_until(lambda: prod._engine.queue.cond._waiters, what="the sixth publish waiting")
         cons = make_node("cons", seeds=[prod.control_address])
         sub = cons.subscribe("t", group="g")
         for _ in range(5):
@@ -201,7 +201,7 @@ def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first
     # Nothing of it was kept: the node goes on, and its outbox counts what was stored.
     prod.publish("t", b"after").wait_stored(5)
     assert prod.status()["outbox"] == (1 if first else 2)
-    assert prod._engine._submitted == prod._engine._done
+    assert prod._engine.queue._submitted == prod._engine.queue._done
 
 
 def test_a_publish_is_scheduled_up_to_ten_years_ahead(make_node):

@@ -111,7 +111,7 @@ def _io_held(prod: zmesh.Node) -> Iterator[None]:
     def hold(_batch: object, _now: float) -> None:
         held.set()
         release.wait(10)
-    caller = threading.Thread(target=prod._engine.call, args=(hold,))
+    caller = threading.Thread(target=prod._engine.queue.call, args=(hold,))
     caller.start()
     try:
         assert held.wait(5)
@@ -416,7 +416,7 @@ def _mem(node: zmesh.Node) -> tuple[int, int]:
     def read(_batch: object, _now: float) -> tuple[int, int]:
         records = node._engine.outbox.records
         return len(records.mem_runs), records.mem_bytes
-    return node._engine.call(read)
+    return node._engine.queue.call(read)
 
 
 def _pending(node: zmesh.Node, group: str) -> int:

@@ -83,7 +83,7 @@ def test_transaction_rejects_foreign_and_settled_messages(make_node):
 def test_a_transaction_larger_than_the_publish_queue_bound_commits(make_node):
     # Publishers wait while MAX_AHEAD_MSGS publishes are queued for the IO thread; a
     # transaction's publishes are queued only at commit, so they must not wait for that.
-    from zmesh._engine.commands import MAX_AHEAD_MSGS
+    from zmesh._engine.limits import MAX_AHEAD_MSGS
 
     node = make_node("tx", publish_timeout_s=2.0, topics={"t": zmesh.TopicConfig(groups=("g",))})
     n = MAX_AHEAD_MSGS + 500

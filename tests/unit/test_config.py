@@ -716,7 +716,7 @@ def test_handler_threads_that_cannot_start_are_a_clear_error(
         node.subscribe("a", "g", handler=lambda msg: None, concurrency=8)
     monkeypatch.setattr(threading.Thread, "start", start)
     assert len(started) == 2 and not any(t.is_alive() for t in started)  # stopped, joined
-    assert not [s for s in node._engine._local_subs if not s.closed]
+    assert not [s for s in node._engine.queue.subscriptions() if not s.closed]
     sub = node.subscribe("a", "g", handler=lambda msg: None, concurrency=2)
     node.publish("a", b"x").wait_acked(5)
     sub.close()

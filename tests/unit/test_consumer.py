@@ -27,10 +27,10 @@ PRODUCER = os.urandom(16)
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[Engine]:
     eng = Engine(NodeConfig(name="c", mesh="unit", data_dir=str(tmp_path / "c"), mdns=False))
-    eng.state = "running"  # (acks are queued as commands; nothing wakes a thread)
-    eng._wake_pending = True
+    eng.queue.state = "running"  # (acks are queued as commands; nothing wakes a thread)
+    eng.queue._wake_pending = True
     yield eng
-    eng.state = "new"
+    eng.queue.state = "new"
     eng.close()
 
 
@@ -45,14 +45,7 @@ def _loop(engine: Engine, *batches: Batch) -> list:
     """One loop iteration: the acks queued, the batches, the commit, the flush. Returns
     what was sent to the producer."""
     wb = WriteBatch()
-    cmds = engine._cmds
-    while cmds:  # (what ``Commands._drain_commands`` does with these two kinds)
-        cmd = cmds.popleft()
-        if isinstance(cmd, Origin):
-            engine.consumer.acked_seqs(cmd, cmd.take_acks(), wb)
-        else:
-            assert isinstance(cmd, tuple) and cmd[0] == "settle"
-            engine.consumer.settle(*cmd[1:])
+    engine.commands.drain(wb, [], [], 0.0)  # (the acks, nacks and fails queued)
     for batch in batches:
         engine.consumer.on_batch(batch, wb, 0.0)
     engine.store.commit(wb)
@@ -62,7 +55,7 @@ def _loop(engine: Engine, *batches: Batch) -> list:
 
 
 def test_a_redelivery_mixing_held_acked_and_new_messages(engine: Engine) -> None:
-    sub = Subscription(engine, "t", SubscriptionConfig(group="g"))
+    sub = Subscription(engine.queue, "t", SubscriptionConfig(group="g"))
     engine.consumer.add(sub)
     _loop(engine, _batch(range(10, 15)))
     got = sub.fetch(3, 0)  # 10, 11, 12 taken by the application; 13, 14 still queued
@@ -99,7 +92,7 @@ def test_a_message_sent_again_after_its_ack_timeout_reaches_the_application_agai
     """The application took 12 and 13 and settled neither; the producer's ack timeout
     sends them again (attempt 2): the application gets them again. 14, still queued when
     its resend comes, is not delivered twice. Either copy's ack settles the message."""
-    sub = Subscription(engine, "t", SubscriptionConfig(group="g"))
+    sub = Subscription(engine.queue, "t", SubscriptionConfig(group="g"))
     engine.consumer.add(sub)
     _loop(engine, _batch(range(12, 15)))
     first = sub.fetch(2, 0)
@@ -122,7 +115,7 @@ def test_a_message_sent_again_after_its_ack_timeout_reaches_the_application_agai
 
 def test_closing_a_subscription_releases_what_the_application_did_not_settle(
         engine: Engine) -> None:
-    sub = Subscription(engine, "t", SubscriptionConfig(group="g"))
+    sub = Subscription(engine.queue, "t", SubscriptionConfig(group="g"))
     engine.consumer.add(sub)
     _loop(engine, _batch(range(20, 26)))
     taken = sub.fetch(3, 0)  # 20, 21, 22 taken; 23..25 queued
@@ -138,7 +131,7 @@ def test_closing_a_subscription_releases_what_the_application_did_not_settle(
 
 
 def test_acks_in_order_reach_the_producer_as_one_range(engine: Engine) -> None:
-    sub = Subscription(engine, "t", SubscriptionConfig(group="g"))
+    sub = Subscription(engine.queue, "t", SubscriptionConfig(group="g"))
     engine.consumer.add(sub)
     _loop(engine, _batch(range(100, 600)), _batch(range(600, 1100)))
     for msg in sub.fetch(1000, 0):
@@ -153,7 +146,7 @@ def test_threads_taking_from_one_subscription_get_each_message_once(engine: Engi
     application's own threads): each message goes to one of them, once, and the lists
     fetched with gaps (another thread took from the same batch meanwhile) are acked for
     what they hold. Thread switches are forced as often as Python allows."""
-    sub = Subscription(engine, "t", SubscriptionConfig(group="g"))
+    sub = Subscription(engine.queue, "t", SubscriptionConfig(group="g"))
     engine.consumer.add(sub)
     _loop(engine, *[_batch(range(k, k + 500)) for k in range(0, 20_000, 500)])
     taken: list[list[Message]] = [[] for _ in range(4)]

@@ -203,7 +203,7 @@ def _stored_runs(tmp_path, batches: list[list[bytes]]):
     with one group, one loop iteration each, and their first sequences."""
     eng = Engine(NodeConfig(name="p", mesh="unit", data_dir=str(tmp_path / "p"), mdns=False,
                             topics={"t": TopicConfig(groups=("g",))}))
-    eng.state = "running"  # (publishes are prepared; nothing wakes a thread)
+    eng.queue.state = "running"  # (publishes are prepared; nothing wakes a thread)
     now = time.monotonic()
     wb = WriteBatch()
     for topic, cfg in eng.outbox.lanes.topics.items():
@@ -211,7 +211,7 @@ def _stored_runs(tmp_path, batches: list[list[bytes]]):
     eng.commits.commit(wb, [])
     firsts = []
     for payloads in batches:
-        pubs = eng.prepare("t", payloads, [None] * len(payloads), None, 0, None, None, 16, 5.0)
+        pubs = eng.queue.prepare("t", payloads, [None] * len(payloads), None, 0, None, None, 16, 5.0)
         firsts.append(pubs[0].seq)
         nxt = WriteBatch()  # (staged as the IO thread stages what it drained)
         eng.commits.store_pubs(WriteBatch(), pubs, [], now, nxt)
@@ -239,7 +239,7 @@ def test_columns_of_runs_know_their_payloads_travel_inline(tmp_path, sizes, inli
         assert pack_columns(seqs, parts, *columns[:5], all_inline=columns.inline) == \
             pack_columns(seqs, parts, *columns[:5])
     finally:
-        eng.state = "new"
+        eng.queue.state = "new"
         eng.close()
 
 
@@ -261,7 +261,7 @@ def test_columns_of_a_scattered_take_are_those_of_its_places(tmp_path):
             for got, full in zip(columns[:5], whole[:5], strict=True):
                 assert list(got) == [full[i] for i in places]
     finally:
-        eng.state = "new"
+        eng.queue.state = "new"
         eng.close()
 
 

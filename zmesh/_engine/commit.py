@@ -44,13 +44,13 @@ class Committer:
     """Commits write batches for one engine; owns the publishes a full map holds."""
 
     def __init__(self, store: Store, staging: Staging, consumer: Consumer,
-                 counters: Counters, max_map_size_bytes: int) -> None:
+                 counters: Counters, max_map_size_bytes: int, held: Held) -> None:
         self.store = store
         self.staging = staging
         self.consumer = consumer
         self.counters = counters
         self.max_map_size_bytes = max_map_size_bytes
-        self.held = Held()
+        self.held = held
         self.tx_pubs: set[int] = set()  # ids of this iteration's transaction publishes
 
     def store_pubs(self, wb: WriteBatch, pubs: list[AnyPublish], calls: Sequence[Waiter],

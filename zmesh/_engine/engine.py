@@ -1,9 +1,9 @@
 """The IO thread: it owns every ZeroMQ socket and does every LMDB write of a node.
 
-Other threads talk to it only through ``submit`` (a deque plus a wake-up byte on an inproc
-PAIR socket; commands.py). One loop iteration: poll, drain commands, receive data and
-control (listener.py), run timers, commit one LMDB transaction, then send what that commit
-allows (receipts, acks, data batches).
+Other threads talk to it only through its command queue (``Submitter``, submit.py: a
+deque plus a wake-up byte on an inproc PAIR socket). One loop iteration: poll, apply
+commands (commands.py), receive data and control (listener.py), run timers, commit one
+LMDB transaction, then send what that commit allows (receipts, acks, data batches).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING
 
 import zmq
 
@@ -30,9 +29,10 @@ from .._protocol.frames import Bye, GroupDel
 from .._security import Keys, load_keys
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
-from ..errors import NodeClosedError, NodeStateError, ZMeshError
-from .commands import Call, Commands
+from ..errors import NodeStateError, StoreFullError, ZMeshError
+from .commands import Call, Commands, Contact
 from .commit import Committer
+from .held import Held
 from .inbox.consumer import Consumer
 from .lane.delivery import Taken
 from .lane.lane import Lane
@@ -41,14 +41,13 @@ from .mesh import Mesh
 from .outbox.cache import Packed
 from .outbox.ephemeral import send_ephemeral
 from .outbox.outbox import Outbox
+from .outbox.outcomes import Outcomes
 from .outbox.publishes import AnyPublish
 from .outbox.record import Columns
 from .outbox.retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
 from .stats import Counters
 from .status import node_status
-
-if TYPE_CHECKING:
-    from ..subscription import Subscription
+from .submit import Submitter
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,26 @@ SEND_RETRY_S = 0.005
 _NOBLOCK = int(zmq.NOBLOCK)
 
 
-class Engine(Commands):
+class _Room:
+    """What publishes wait for room in: this node's outbox, its LMDB map and its disk."""
+
+    def __init__(self, outbox: Outbox, held: Held, store: Store, counters: Counters) -> None:
+        self._outbox, self._held, self._store, self._counters = outbox, held, store, counters
+
+    @property
+    def depth(self) -> int:
+        return self._outbox.depth
+
+    @property
+    def full(self) -> bool:
+        return self._held.full
+
+    def full_error(self, waited_s: float) -> StoreFullError:
+        self._counters.add("publish_store_full", 1)
+        return self._store.full_error(waited_s)
+
+
+class Engine:
     """One node's IO thread and everything it owns."""
 
     def __init__(self, config: NodeConfig) -> None:
@@ -74,21 +92,22 @@ class Engine(Commands):
             self.store.close()
             raise
         self.counters = Counters()
-        super().__init__(self.node_id, next_seq, config.map_size_bytes)
+        outcomes = Outcomes()
         self.outbox = Outbox(self.store, self.node_id, next_seq, next_lane,
                              dict(config.topics), config.memory_budget_bytes,
-                             config.max_message_bytes, self.counters, self._publisher.outcomes)
-        self.consumer = Consumer(self.node_id, self, self.store, self.counters)
+                             config.max_message_bytes, self.counters, outcomes)
+        self.held = Held()  # publishes a full map holds back
+        self.queue = Submitter(config, self.node_id, next_seq,
+                               _Room(self.outbox, self.held, self.store, self.counters),
+                               outcomes)
+        self.consumer = Consumer(self.node_id, self.queue, self.store, self.counters)
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
-        self._failure: BaseException | None = None
-        self.state = "new"  # new -> running -> closing -> closed
-        self._local_subs: list[Subscription] = []
         self._discoveries: list[Discovery] = []
         self._wb = WriteBatch()
         self.commits = Committer(self.store, self.outbox.staging, self.consumer, self.counters,
-                                 config.max_map_size_bytes)
-        self.held = self.commits.held  # publishes a full map holds back
+                                 config.max_map_size_bytes, self.held)
+        self.commands = Commands(self.queue, self.consumer, self.outbox, self.commits)
         self.listener = Listener(self)
         self._next_beat = 0.0
         self._awaiting: set[bytes] = set()
@@ -101,44 +120,44 @@ class Engine(Commands):
         self.ctrl_port = 0
         self.data_port = 0
 
-    # == application threads: start and close (what else they call is in commands.py) ====
+    # == application threads: start and close (what else they call is the queue's) ======
 
     def start(self) -> None:
-        if self.state != "new":
+        queue = self.queue
+        if queue.state != "new":
             raise NodeStateError(f"node {self.config.name!r} was already started")
-        self.state = "running"
+        queue.state = "running"
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"zmesh-io-{self.config.name}")
         self._thread.start()
         if not self._ready.wait(START_TIMEOUT_S):
             raise NodeStateError(f"node {self.config.name!r} IO thread did not start within "
                                  f"{START_TIMEOUT_S:g}s")
-        if self._failure is not None:
+        if queue.failure is not None:
             self._thread.join()
-            self.state = "closed"
+            queue.state = "closed"
             self.store.close()
-            failure = self._failure
+            failure = queue.failure
             if isinstance(failure, ZMeshError):
                 raise failure
             raise NodeStateError(f"node {self.config.name!r} failed to start: "
                                  f"{failure}") from failure
 
     def close(self) -> None:
-        if self.state in ("new", "closed"):
-            if self.state == "new":
+        queue = self.queue
+        if queue.state in ("new", "closed"):
+            if queue.state == "new":
                 self.store.close()
-            self.state = "closed"
+            queue.state = "closed"
             return
-        if self.state == "running" and self._thread is not None and self._thread.is_alive():
-            self._closing()
-            self._cmds.append(("stop",))
-            self._wake()
-        self.state = "closing"
+        if queue.state == "running" and self._thread is not None and self._thread.is_alive():
+            queue.stop()
+        queue.state = "closing"
         if self._thread is not None:
             self._thread.join()
-        self.state = "closed"
-        with self.cond:
-            self.cond.notify_all()
+        queue.state = "closed"
+        with queue.cond:
+            queue.cond.notify_all()
 
     # == IO thread =======================================================================
 
@@ -146,7 +165,7 @@ class Engine(Commands):
         try:
             self._setup()
         except BaseException as exc:  # reported by start()
-            self._failure = exc
+            self.queue.failure = exc
             self._teardown_sockets()
             self._ready.set()
             return
@@ -157,8 +176,8 @@ class Engine(Commands):
         except BaseException as exc:
             log.exception("zmesh IO thread of %s stopped on an internal error",
                           self.config.name)
-            self._failure = exc
-            self._closing()
+            self.queue.failure = exc
+            self.queue.closing()
         finally:
             self._teardown()
 
@@ -170,12 +189,12 @@ class Engine(Commands):
         self._wake_rx.bind(wake_ep)
         wake_tx = self.ctx.socket(zmq.PAIR)
         wake_tx.connect(wake_ep)
-        with self._wake_lock:
-            self._wake_tx = wake_tx
+        self.queue.attach(wake_tx)
         inproc = f"inproc://zmesh-{self.node_id.hex()}-{self.incarnation}"
         self.data_port, self.ctrl_port = self.listener.open(self.ctx, inproc)
-        mesh = self.mesh = Mesh(self.ctx, cfg, self.node_id, self.incarnation, self.outbox,
-                                self.counters, lambda: self._local_subs, self.keys)
+        mesh = self.mesh = self.commands.mesh = Mesh(
+            self.ctx, cfg, self.node_id, self.incarnation, self.outbox, self.counters,
+            lambda: self.commands.local, self.keys)
         mesh.ctrl_port, mesh.data_port = self.ctrl_port, self.data_port
         mesh.hosts = tuple(cfg.interfaces) or ("*",)
         mesh.self_peer = mesh.make_peer(self.node_id, cfg.name, self.incarnation,
@@ -215,8 +234,8 @@ class Engine(Commands):
     def _found(self, found: Found) -> None:
         """A discovery reports a control endpoint (from any thread): contacted on the IO
         thread."""
-        if self.state == "running":
-            self.submit(("contact", found))
+        if self.queue.state == "running":
+            self.queue.submit(Contact(found))
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -237,9 +256,9 @@ class Engine(Commands):
             # brings one more iteration, where reading until the pipe is empty would raise
             # zmq.Again (several microseconds) on every wake-up.
             self._wake_rx.recv(_NOBLOCK)
-            self._wake_pending = False
-        if self._cmds:
-            stop = self._drain_commands(wb, pubs, calls, now)
+            self.queue.woken()
+        if self.queue.waiting():
+            stop = self.commands.drain(wb, pubs, calls, now)
         self.listener.receive(events, wb, now)
         self._timers(now, wb)
         done, stored = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
@@ -247,12 +266,14 @@ class Engine(Commands):
         assert mesh is not None
         if stored and mesh.ephemeral:
             send_ephemeral(mesh, stored, self.node_id, self.incarnation, self.counters)
-        if self._watches:
-            self.outbox.receipts.watch(self._watches, self.outbox.lanes)
-            self._watches.clear()
+        watches = self.commands.watches
+        if watches:
+            self.outbox.receipts.watch(watches, self.outbox.lanes)
+            watches.clear()
         for call in calls:
             call.done.set()
-        self._notify(*done)  # after watch(): it resolves receipts already settled
+        # (after watch(): it resolves receipts already settled)
+        self.queue.notify(self.outbox.receipts, *done)
         if mesh.ctrl_backlog and mesh.flush_ctrl_backlog():
             self._send_retry_at = self._send_retry_at or now + SEND_RETRY_S
         self.consumer.flush(mesh.send_ctrl)
@@ -264,7 +285,7 @@ class Engine(Commands):
         return not stop
 
     def _poll_timeout_ms(self, now: float) -> int:
-        if self._cmds or self._wb:
+        if self.queue.waiting() or self._wb:
             return 0
         wake = self._next_beat
         nxt = self.outbox.lanes.next_wakeup()
@@ -383,14 +404,15 @@ class Engine(Commands):
             wb, self._wb = self._wb, WriteBatch()
             pubs: list[AnyPublish] = []
             calls: list[Call] = []
-            self._drain_commands(wb, pubs, calls, now, max_pubs=1 << 62)
+            self.commands.drain(wb, pubs, calls, now, max_pubs=1 << 62)
             self.held.freed()  # one last try for the held publishes
             done, _stored = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
             for call in calls:
                 call.done.set()
-            self._notify(*done)
+            receipts = self.outbox.receipts
+            self.queue.notify(receipts, *done)
             self.commits.commit(self._wb, [])
-            self._notify(*self.commits.fail_held(self.config.name))
+            self.queue.notify(receipts, *self.commits.fail_held(self.config.name))
             mesh = self.mesh
             assert mesh is not None
             mesh.flush_ctrl_backlog()
@@ -401,28 +423,12 @@ class Engine(Commands):
         except Exception:
             log.exception("error while closing node %s", self.config.name)
         finally:
-            for sub in list(self._local_subs):
+            for sub in list(self.commands.local):
                 sub._drain_unsettled()
             self._teardown_sockets()
             self.store.close()
-            self.state = "closed"
-            self._end_waits()
-
-    def _end_waits(self) -> None:
-        """Wake every waiter for good: receipts, publishes waiting for room, and calls or
-        transactions queued too late for the last drain (they fail with NodeClosedError)."""
-        failure = "" if self._failure is None else \
-            f"it stopped after an internal error: {self._failure!r}"
-        closed = NodeClosedError(self.config.name, failure)
-        while self._cmds:
-            cmd = self._cmds.popleft()
-            if isinstance(cmd, tuple) and cmd[0] in ("call", "tx"):
-                call: Call = cmd[1] if cmd[0] == "call" else cmd[3]
-                call.error = NodeClosedError(self.config.name, failure)
-                call.done.set()
-        with self.cond:
-            self.cond.closed = closed
-            self.cond.notify_all()
+            self.queue.state = "closed"
+            self.queue.end()
 
     def _teardown_sockets(self) -> None:
         for discovery in self._discoveries:
@@ -436,11 +442,7 @@ class Engine(Commands):
         self.listener.close()
         ctx = getattr(self, "ctx", None)
         if ctx is not None:
-            # Application threads send wake-ups under the lock: never close it under them.
-            with self._wake_lock:
-                if self._wake_tx is not None:
-                    self._wake_tx.close(linger=0)
-                    self._wake_tx = None
+            self.queue.attach(None)  # (under the lock wake-ups are sent under)
             wake_rx = getattr(self, "_wake_rx", None)
             if wake_rx is not None:
                 wake_rx.close(linger=0)

@@ -37,7 +37,7 @@ def node_status(engine: Engine) -> dict:
         "lanes": lanes,
         "subscriptions": [{"topic": s.topic, "group": s.group, "mode": s.mode,
                            "delivered": s.delivered, "queued": s._queued()}
-                          for s in engine._local_subs],
+                          for s in engine.commands.local],
         "peers": [p.info(now) for p in engine.mesh.peers.values()] if engine.mesh else [],
         "bans": engine.listener.bans.state(now),
         "counters": engine.counters.snapshot(),

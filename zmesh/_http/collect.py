@@ -71,12 +71,12 @@ def _peers(engine: Engine) -> list[Target]:
 
 def known(engine: Engine) -> tuple[dict, list[Target]]:
     """This node's status and the peers it knows (one IO-thread call)."""
-    return engine.call(lambda _wb, _now: (engine.status(), _peers(engine)))
+    return engine.queue.call(lambda _wb, _now: (engine.status(), _peers(engine)))
 
 
 def all_targets(engine: Engine) -> list[Target]:
     """This node and every peer it knows, alive or not."""
-    return [_self_target(engine), *engine.call(lambda _wb, _now: _peers(engine))]
+    return [_self_target(engine), *engine.queue.call(lambda _wb, _now: _peers(engine))]
 
 
 def ask(ctx: zmq.Context, requests: Sequence[tuple[Target, StatusRequest | AdminRequest]],
@@ -187,6 +187,6 @@ def run_admin(engine: Engine, ctx: zmq.Context, targets: Sequence[Target], op: s
                   engine.keys, timeout_s) if remote else []
     if local:
         req = AdminRequest(0, op, args)
-        reply = engine.call(lambda wb, now: admin(engine, req, wb, now))
+        reply = engine.queue.call(lambda wb, now: admin(engine, req, wb, now))
         answers.insert(0, Answer(local[0], reply, 0.0, None))
     return answers

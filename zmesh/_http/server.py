@@ -89,7 +89,7 @@ class HttpApi:
 
     def get(self, path: str, query: dict[str, str]) -> tuple[str, bytes]:
         if path == "/metrics":
-            return CONTENT_TYPE, render(self.engine.call(
+            return CONTENT_TYPE, render(self.engine.queue.call(
                 lambda _wb, _now: self.engine.status())).encode()
         if self.metrics_only or path not in GETS:
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such resource: {path}")
@@ -114,7 +114,7 @@ class HttpApi:
         return collect_mesh(self.engine, self._ctx(), _timeout(query))
 
     def node(self, _query: dict[str, str]) -> dict:
-        return self.engine.call(lambda _wb, _now: self.engine.status())
+        return self.engine.queue.call(lambda _wb, _now: self.engine.status())
 
     def nodes(self, query: dict[str, str]) -> dict:
         mesh = self.mesh(query)

@@ -24,7 +24,7 @@ def reload_on_sighup(node: Node) -> Iterator[None]:
         while wanted.wait() and not done.is_set():
             wanted.clear()
             try:
-                engine.call(lambda wb, now: engine.listener.guard.reload(wb, now))
+                engine.queue.call(lambda wb, now: engine.listener.guard.reload(wb, now))
             except Exception as exc:  # (the node is closing, or failed: nothing to reload)
                 note(f"node {node.name}: reload failed: {exc}")
 

@@ -1,0 +1,478 @@
+"""The application threads' side of a node's command queue (``Submitter``): commands
+appended to a deque, the IO thread woken, sequences allocated and room in the outbox
+waited for, receipts resolved and waiters woken after each loop iteration.
+
+An application thread appends a command to a deque and, unless a wake-up is already
+pending, sends one wake-up byte on an inproc PAIR socket. A publish gets its sequences on
+the caller's thread, and waits while the outbox, the LMDB map or the IO thread's backlog
+has no room for it. The IO thread (engine.py) takes the commands at the start of a loop
+iteration (``take``; commands.py applies them) and, after that iteration's commit,
+``notify`` resolves receipts and wakes the waiters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from itertools import repeat
+from threading import TIMEOUT_MAX
+from typing import TYPE_CHECKING, Any, Protocol
+
+import zmq
+
+from .._protocol.codec import MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTIONS, announced_bytes
+from .._receipt import Publisher, Receipt, Signal, Stage
+from ..errors import ArgumentError, NodeClosedError, NodeStateError, OutboxFullError, StoreFullError
+from .commands import (
+    STOP,
+    Abandon,
+    Call,
+    Command,
+    Subscribe,
+    Tx,
+    Unsubscribe,
+    Watch,
+)
+from .limits import MAX_AHEAD_MSGS
+from .outbox.outcomes import Outcomes
+from .outbox.publishes import AnyPublish, Publish, PublishMany, Stretch
+from .peers import announced_group
+from .routing import partition_for, round_robin_partitions
+
+if TYPE_CHECKING:
+    from .._store.store import WriteBatch
+    from ..config import NodeConfig
+    from ..subscription import Message, Subscription
+    from .outbox.receipts import Receipts
+
+log = logging.getLogger(__name__)
+
+
+class Room(Protocol):
+    """What a publish waits for room in: the outbox (its depth), and the LMDB map and the
+    disk (``full``, and the error to give up with)."""
+
+    @property
+    def depth(self) -> int: ...
+
+    @property
+    def full(self) -> bool: ...
+
+    def full_error(self, waited_s: float) -> StoreFullError: ...
+
+
+class Submitter:
+    """The application threads' side of one node's command queue, and the state both
+    sides of it share (under its locks)."""
+
+    def __init__(self, config: NodeConfig, node_id: bytes, next_seq: int, room: Room,
+                 outcomes: Outcomes) -> None:
+        self.config = config
+        self.node_id = node_id
+        self.state = "new"  # new -> running -> closing -> closed (the engine moves it)
+        self.failure: BaseException | None = None  # why the IO thread stopped, if it did
+        self._room = room
+        self.cond = Signal()  # (receipts, room in the outbox, and the node's close)
+        self._next_seq = next_seq
+        self.publisher = Publisher(node_id.hex(), self.cond, self.watch, outcomes)
+        self._told = 0  # notifications that told stages they are stored (Stage.stored)
+        self._alloc = threading.Lock()  # sequence allocation (application threads)
+        # The stretch plain publish() calls join (under _alloc) until the IO thread takes
+        # it: see publishes.Stretch.
+        self._open: Stretch | None = None
+        self._submitted = 0  # messages prepared by application threads (under _alloc)
+        self._done = 0  # of those, stored or failed (IO thread)
+        # Payload bytes of the same: publishes may run ahead of the IO thread by at most
+        # an eighth of the map, so a map that fills up stops them soon after.
+        self._submitted_bytes = 0
+        self._done_bytes = 0
+        self._ahead_limit = config.map_size_bytes // 8
+        # What publish_one may take without _fits's checks until the IO thread looks again
+        # (``_refill``, under _alloc): the room _fits would find for as many single
+        # publishes, and their payload bytes; none while the node is not running or the
+        # LMDB map is full. Every allocation takes its part (under _alloc).
+        self._credit = 0
+        self._credit_bytes = 0
+        self._depth_seen = 0  # the outbox depth and map state at the last notify
+        self._full_seen = False
+        self._cmds: deque[Command] = deque()
+        self._wake_pending = False
+        self._wake_lock = threading.Lock()
+        self._wake_tx: zmq.Socket | None = None  # application threads' end of the wake pipe
+        # What this node's hello announces: (topic, group, mode) -> its Subscription
+        # objects (the hello names each once), and the bytes of them.
+        self._subs_lock = threading.Lock()
+        self._announced: dict[tuple[str, str, str], set[Subscription]] = {}
+        self._announced_bytes = 0
+        self._ephemeral = 0  # ephemeral subscriptions named so far
+
+    def subscriptions(self) -> list[Subscription]:
+        """This node's open subscriptions."""
+        with self._subs_lock:
+            return [sub for subs in self._announced.values() for sub in subs]
+
+    def closing(self) -> None:
+        """The node closes: under the allocation lock, so a publish that found it running
+        has queued itself already, and no later one takes room."""
+        with self._alloc:
+            self.state = "closing"
+            self._credit = self._credit_bytes = 0
+
+    def check_running(self) -> None:
+        if self.state != "running":
+            if self.failure is not None:
+                raise NodeClosedError(self.config.name, f"it stopped after an internal error: "
+                                      f"{self.failure!r}")
+            if self.state in ("closing", "closed"):
+                raise NodeClosedError(self.config.name)
+            raise NodeStateError(f"node {self.config.name!r} is {self.state}; use it inside "
+                                 "'with' or after start()")
+
+    def submit(self, cmd: Command) -> None:
+        """Queue a command for the IO thread (commands.py): a publish, a list of
+        publishes, the ``Origin`` of a delivered batch whose messages were acked (one
+        command per batch, whatever the number of its acks; see ``Message.ack``), or another
+        command.
+
+        A plain ``publish()`` made later may still join a stretch queued before it, and be
+        staged with it (sooner, never later): what a command changes applies from the
+        loop iteration that drains it to every publish that iteration stages."""
+        if self.state != "running":
+            self.check_running()
+        self._cmds.append(cmd)
+        if not self._wake_pending:  # (``_wake_once``, inline)
+            self._wake_pending = True
+            if not self._wake():
+                self.check_running()
+
+    def _wake_once(self) -> None:
+        """Wake the IO thread unless a wake-up is pending already."""
+        if not self._wake_pending:
+            self._wake_pending = True
+            if not self._wake():
+                self.check_running()  # the IO thread stopped meanwhile: say why
+
+    def _wake(self) -> bool:
+        """Wake the IO thread; False when it has already closed its wake pipe."""
+        with self._wake_lock:
+            if self._wake_tx is None:
+                return False
+            with contextlib.suppress(zmq.Again):  # the pipe is full of wake-ups already
+                self._wake_tx.send(b"", zmq.NOBLOCK)
+            return True
+
+    def prepare(self, topic: str, payloads: list[bytes], keys: list[str | None],
+                headers: dict | None, priority: int, expires_at: float | None,
+                deliver_at: float | None, partitions: int, timeout_s: float,
+                msg_id: str | None = None, paced: bool = True,
+                nbytes: int | None = None) -> list[AnyPublish]:
+        """Allocate consecutive sequences and one receipt for ``payloads``, waiting up to
+        ``timeout_s`` for outbox room. The caller must submit them (or ``abandon`` them):
+        a ``Publish`` each, or one ``PublishMany`` for several plain messages.
+
+        ``paced``: also wait while MAX_AHEAD_MSGS publishes wait for the IO thread (not for
+        a transaction, whose publishes are submitted only when it commits). ``nbytes``:
+        the payloads' bytes, when the caller counted them.
+        """
+        n = len(payloads)
+        if nbytes is None:
+            nbytes = sum(map(len, payloads)) if n > 1 else len(payloads[0])
+        first = self._reserve(n, nbytes, timeout_s, paced)
+        stage = Stage()
+        receipt = Receipt(self.publisher, first, stage, n, topic)
+        now = time.time()
+        if n == 1:  # publish(): no comprehension to set up for one message
+            key = keys[0]
+            return [Publish(first, topic, partition_for(key, partitions, first), key, headers,
+                            payloads[0], priority, now, expires_at, deliver_at, receipt,
+                            stage, msg_id)]
+        seqs = range(first, first + n)
+        if priority or expires_at is not None or deliver_at is not None or msg_id is not None:
+            return [Publish(seq, topic, partition_for(key, partitions, seq), key, headers,
+                            payload, priority, now, expires_at, deliver_at, receipt, stage,
+                            msg_id)
+                    for seq, payload, key in zip(seqs, payloads, keys, strict=True)]
+        # Plain messages: one object for the batch, no Python step per message but the
+        # partition of a key.
+        if keys.count(None) < n:
+            parts = list(map(partition_for, keys, repeat(partitions), seqs))
+            return [PublishMany(first, topic, parts, keys, headers, payloads, now, receipt,
+                                stage, n, nbytes)]
+        parts = round_robin_partitions(first, n, partitions)
+        return [PublishMany(first, topic, parts, None, headers, payloads, now, receipt, stage,
+                            n, nbytes, partitions)]
+
+    def publish_one(self, topic: str, payload: bytes, key: str | None, partitions: int,
+                    timeout_s: float | None = None) -> Receipt:
+        """``publish()`` with every option at its default (checked by the caller;
+        ``timeout_s`` None: ``publish_timeout_s``): its sequence, then a place in the open
+        stretch of ``topic`` (or a new one, queued now). The usual case of ``_reserve`` is
+        inline: the node running and room at once (``_fits`` for one message)."""
+        nbytes = len(payload)
+        alloc = self._alloc
+        alloc.acquire()
+        if self._credit > 0 and self._credit_bytes >= nbytes:
+            self._credit -= 1
+            self._credit_bytes -= nbytes
+            first = self._next_seq
+            self._next_seq = first + 1
+            self._submitted += 1
+            self._submitted_bytes += nbytes
+        else:
+            alloc.release()
+            first = self._reserve(1, nbytes, self.config.publish_timeout_s if timeout_s is None
+                                  else timeout_s, True)
+            alloc.acquire()  # (to join a stretch: the open one, if it ends just before)
+            if self.state != "running":  # closed while it waited: never queued after that
+                alloc.release()
+                self.check_running()
+        stretch = self._open
+        rounds = 0 if key is not None else partitions
+        if stretch is None or stretch.next != first or stretch.topic != topic \
+                or stretch.rounds != rounds:
+            stretch = self._open = Stretch(first, topic, rounds)
+            self._cmds.append(stretch)  # (in the queue before any later publish)
+            new = True
+        else:
+            new = False
+        if key is not None:
+            stretch.partitions.append(partition_for(key, partitions, first))
+            stretch.keys.append(key)
+        stretch.next = first + 1
+        stretch.nbytes += nbytes
+        stretch.payloads.append(payload)
+        stretch.times.append(time.time())
+        alloc.release()
+        if new:
+            self._wake_once()
+        return Receipt(self.publisher, first, stretch, 1, topic)
+
+    def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
+        """The first of ``n`` sequences, once the outbox has room for them."""
+        if self.state != "running":
+            self.check_running()
+        deadline = 0.0
+        alloc = self._alloc
+        while True:
+            alloc.acquire()  # (half the cost of ``with`` here)
+            try:
+                if self._fits(n, nbytes, paced):
+                    first = self._next_seq
+                    self._next_seq = first + n
+                    self._submitted += n
+                    self._submitted_bytes += nbytes
+                    self._credit -= n  # (the short path's room is taken too)
+                    self._credit_bytes -= nbytes
+                    return first
+            finally:
+                alloc.release()
+            # Full: wait for acks (or stores) to make room, up to the timeout.
+            deadline = deadline or time.monotonic() + timeout_s
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                limit = self.config.max_outbox_messages
+                depth = self._room.depth + self._submitted - self._done
+                if (depth + n <= limit or depth == 0) and self._room.full:
+                    # the outbox has room, the LMDB map (or the disk) has not
+                    raise self._room.full_error(timeout_s)
+                raise OutboxFullError(depth, limit, timeout_s)
+            with self.cond:
+                # Checked again under the lock the IO thread makes room under (notify):
+                # room made since the check above is seen here, later room wakes the wait.
+                if not self._fits(n, nbytes, paced):
+                    self.cond.wait(min(remaining, TIMEOUT_MAX))  # (inf: no end)
+            self.check_running()
+
+    def _fits(self, n: int, nbytes: int, paced: bool) -> bool:
+        """There is room for ``n`` more publishes of ``nbytes``: in the outbox, in the LMDB
+        map, and (``paced``) among the publishes waiting for the IO thread."""
+        waiting = self._submitted - self._done
+        if paced and waiting and waiting + n > MAX_AHEAD_MSGS:
+            return False  # (the wait a fast publisher meets most)
+        depth = self._room.depth + waiting
+        ahead = self._submitted_bytes - self._done_bytes
+        return ((depth + n <= self.config.max_outbox_messages or depth == 0)
+                and not self._room.full
+                and (ahead + nbytes <= self._ahead_limit or ahead == 0))
+
+    def abandon(self, count: int, nbytes: int) -> None:
+        """Prepared publishes that will never be submitted (an aborted transaction)."""
+        with self._alloc:
+            self._submitted -= count
+            self._submitted_bytes -= nbytes
+        with self.cond:
+            self.cond.notify_all()
+
+    def abandon_dropped(self, count: int, nbytes: int) -> None:
+        """``abandon`` for a transaction dropped without commit or abort, from wherever it
+        was collected: takes no lock (the IO thread applies it at its next iteration)."""
+        self._cmds.append(Abandon(count, nbytes))
+
+    def watch(self, receipt: Receipt) -> None:
+        """Someone waits for ``receipt`` to be acked: have the IO thread track it."""
+        if self.state == "running":
+            self.submit(Watch(receipt))
+
+    def transact(self, pubs: list[Publish], acks: list[Message], timeout_s: float) -> None:
+        """Store ``pubs`` and settle ``acks`` in one LMDB transaction, or none of it."""
+        done = Call(lambda _wb, _now: None, tx=True)
+        self.submit(Tx(pubs, acks, done))
+        if not done.done.wait(min(timeout_s, TIMEOUT_MAX)):
+            raise NodeStateError(f"transaction not committed within {timeout_s:g}s")
+        if done.error is not None:
+            raise done.error
+
+    def subscribe(self, sub: Subscription) -> None:
+        """Add ``sub``; ArgumentError when this node's hello could not announce it."""
+        key = (sub.topic, announced_group(sub), sub.mode)
+        with self._subs_lock:
+            subs = self._announced.get(key)
+            if subs is None:
+                size = announced_bytes(sub.topic, announced_group(sub))
+                if len(self._announced) >= MAX_SUBSCRIPTIONS or \
+                        self._announced_bytes + size > MAX_SUBSCRIPTION_BYTES:
+                    raise ArgumentError(
+                        f"node {self.config.name!r} announces {len(self._announced)} "
+                        f"subscriptions ({self._announced_bytes} bytes) in its hello, which "
+                        f"holds at most {MAX_SUBSCRIPTIONS} and {MAX_SUBSCRIPTION_BYTES} "
+                        f"bytes of them: close some, or spread them over more nodes")
+                self._announced_bytes += size
+                subs = self._announced[key] = set()
+            subs.add(sub)
+        try:
+            self.submit(Subscribe(sub))
+        except BaseException:
+            self._forget_announced(sub)
+            raise
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self._forget_announced(sub)
+        sub._drain_unsettled()
+        self.submit(Unsubscribe(sub))
+
+    def _forget_announced(self, sub: Subscription) -> None:
+        key = (sub.topic, announced_group(sub), sub.mode)
+        with self._subs_lock:
+            subs = self._announced.get(key)
+            if subs is None or sub not in subs:
+                return  # (closed twice)
+            subs.discard(sub)
+            if not subs:
+                del self._announced[key]
+                self._announced_bytes -= announced_bytes(sub.topic, announced_group(sub))
+
+    def ephemeral_name(self) -> str:
+        """A name for a new ephemeral subscription, unique at this node (a group's name
+        cannot start with '~')."""
+        with self._subs_lock:
+            self._ephemeral += 1
+            return f"~{self._ephemeral}"
+
+    def call(self, fn: Callable[[WriteBatch, float], Any], timeout_s: float = 10.0,
+             writes: bool = True) -> Any:
+        """Run ``fn(write_batch, now)`` on the IO thread and return its result.
+
+        What ``fn`` adds to the write batch is committed in that loop iteration, before the
+        result is returned (``writes=False``: it adds nothing, and a failed commit of that
+        iteration does not fail it).
+        """
+        call = Call(fn, writes=writes)
+        self.submit(call)
+        if not call.done.wait(min(timeout_s, TIMEOUT_MAX)):
+            raise NodeStateError(f"node {self.config.name!r} did not answer within "
+                                 f"{timeout_s:g}s")
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def notify(self, receipts: Receipts, staged_done: int, staged_bytes: int = 0) -> None:
+        """Resolve receipts and wake waiting publishers when this iteration made room:
+        publishes stored or failed, messages settled (a shallower outbox), the LMDB map
+        no longer full. Counters publishers check are changed under ``cond`` only."""
+        depth, full = self._room.depth, self._room.full
+        room = depth < self._depth_seen or (self._full_seen and not full)
+        self._depth_seen, self._full_seen = depth, full
+        floor = receipts.settled_floor
+        if staged_done or receipts.stored or receipts.acked or room or floor is not None:
+            with self.cond:
+                self._done += staged_done
+                self._done_bytes += staged_bytes
+                if receipts.stored:
+                    self._told += 1
+                    told = self._told
+                    for stage in receipts.stored:
+                        stage.stored = told
+                for r in receipts.acked:
+                    r._unacked -= 1
+                if floor is not None:  # (after this notification's stores: it counts them)
+                    self.publisher.settled = (floor, self._told)
+                receipts.told()
+                self.cond.notify_all()
+        with self._alloc:
+            self._refill()
+
+    def _refill(self) -> None:
+        """Set what publish_one may take without checks (under _alloc): as many single
+        publishes as ``_fits`` would let in now, one by one."""
+        if self.state != "running" or self._room.full:
+            self._credit = self._credit_bytes = 0
+            return
+        waiting = self._submitted - self._done
+        self._credit = min(MAX_AHEAD_MSGS - waiting,
+                           self.config.max_outbox_messages - self._room.depth - waiting)
+        self._credit_bytes = self._ahead_limit - (self._submitted_bytes - self._done_bytes)
+
+    def take(self) -> Command | None:
+        """The next queued command (IO thread), or None; a stretch taken is closed: no
+        publish joins it any more."""
+        try:
+            cmd = self._cmds.popleft()
+        except IndexError:
+            return None
+        if type(cmd) is Stretch:
+            with self._alloc:
+                if self._open is cmd:
+                    self._open = None
+        return cmd
+
+    def waiting(self) -> bool:
+        """Whether commands wait for the IO thread."""
+        return bool(self._cmds)
+
+    def attach(self, wake_tx: zmq.Socket | None) -> None:
+        """The application threads' end of the wake pipe (None: closed, at teardown)."""
+        with self._wake_lock:
+            old, self._wake_tx = self._wake_tx, wake_tx
+        if old is not None:
+            old.close(linger=0)
+
+    def woken(self) -> None:
+        """The IO thread consumed a wake-up: the next command sends another."""
+        self._wake_pending = False
+
+    def stop(self) -> None:
+        """Ask the IO thread to stop (after what is queued)."""
+        self.closing()
+        self._cmds.append(STOP)
+        self._wake()
+
+    def end(self) -> None:
+        """The node closed: every waiter wakes for good (receipts, publishes waiting for
+        room), and calls or transactions queued too late for the last drain fail with
+        NodeClosedError."""
+        why = "" if self.failure is None else \
+            f"it stopped after an internal error: {self.failure!r}"
+        closed = NodeClosedError(self.config.name, why)
+        while self._cmds:
+            cmd = self._cmds.popleft()
+            done = cmd if type(cmd) is Call else cmd.done if type(cmd) is Tx else None
+            if done is not None:
+                done.error = NodeClosedError(self.config.name, why)
+                done.done.set()
+        with self.cond:
+            self.cond.closed = closed
+            self.cond.notify_all()
