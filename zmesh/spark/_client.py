@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
 from ..errors import DecodeError
 from ._errors import BridgeError
 from ._wire import Reply, Request, decode_reply, encode_request
+
+if TYPE_CHECKING:
+    from ._rows import Chunk
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_ATTEMPTS = 3
@@ -94,26 +97,41 @@ class BridgeClient:
 
     # -- requests -------------------------------------------------------------------------
 
-    def info(self, *, reader: str | None = None, topics: list[str] | None = None,
-             watermark: dict[str, int] | None = None) -> dict[str, tuple[int, int]]:
-        """Stream bounds ``topic/partition`` -> (head, end); with ``reader``, registers it
-        and moves its watermarks up to ``watermark``."""
+    def bounds(self, *, reader: str | None = None, topics: list[str] | None = None,
+               watermark: dict[str, int] | None = None
+               ) -> tuple[str, dict[str, tuple[int, int, int]]]:
+        """The bridge log's id and its streams ``topic/partition`` -> (head, end, record
+        bytes ever appended); with ``reader``, also registers it and moves its watermarks
+        up to ``watermark``."""
         args: dict[str, Any] = {}
         if reader is not None:
             args = {"reader": reader, "topics": topics, "wm": dict(watermark or {})}
-        streams = self.call("info", args).result.get("streams", {})
-        return {name: (int(b[0]), int(b[1])) for name, b in streams.items()}
+        result = self.call("info", args).result
+        streams = result.get("streams", {})
+        return str(result.get("log", "")), {
+            name: (int(b[0]), int(b[1]), int(b[2]) if len(b) > 2 else 0)
+            for name, b in streams.items()}
+
+    def info(self, **kwargs: Any) -> dict[str, tuple[int, int]]:
+        """Stream bounds ``topic/partition`` -> (head, end) (arguments as ``bounds``)."""
+        return {name: (b[0], b[1]) for name, b in self.bounds(**kwargs)[1].items()}
 
     def fetch(self, stream: str, start: int, end: int,
-              max_records: int) -> tuple[int, list[bytes]]:
-        """(offset of the first record, records) of ``stream`` in [start, end)."""
+              max_records: int) -> tuple[int, list[tuple[int, bytes]]]:
+        """(the first offset retained from ``start`` on, [(a run's first offset, its
+        record)]) of ``stream`` in [start, end): see ``BridgeLog.read``."""
         rep = self.call("fetch", {"stream": stream, "start": start, "end": end,
                                   "max": max_records})
-        return int(rep.result["first"]), list(rep.parts)
+        starts = rep.result["starts"]
+        if len(starts) != len(rep.parts):
+            raise BridgeError(f"bridge {self.endpoint} sent {len(rep.parts)} records for "
+                              f"{len(starts)} runs")
+        return int(rep.result["first"]), list(zip(map(int, starts), rep.parts, strict=True))
 
-    def publish(self, rows: list[list[Any]], payloads: list[bytes]) -> dict[str, int]:
-        """Publish sink rows ``[row_id, topic, key, headers]``; returns once stored."""
-        rep = self.call("publish", {"rows": rows}, tuple(payloads))
+    def publish(self, task: str, chunk: Chunk, topic: str | None) -> dict[str, int]:
+        """Publish a chunk of the sink task ``task``'s rows; returns once they are stored."""
+        rep = self.call("publish", {"task": task, "first": chunk.first,
+                                    "n": len(chunk.payloads), "topic": topic}, chunk.frames())
         return {k: int(v) for k, v in rep.result.items()}
 
     def drop_reader(self, reader: str) -> bool:
