@@ -64,6 +64,7 @@ FIGURES: tuple[tuple[str, str, float | None, str | None, str], ...] = (
     ("ingest_json_publish_many", "msgs/s", None, None, "the JSON rows, publish_many"),
     ("arrow", "rows/s", None, None, "read path alone, no Spark"),
     ("session_s", "s", None, None, "SparkSession start"),
+    ("python_source_first_batch_s", "s", None, None, "floor: a 1-row Python source, cold"),
     ("stream_cold_first_batch_s", "s", 5.0, "max", "<= 5 s after start()"),
     ("stream_cold_steady", "rows/s", 200_000, "min", ">= 200k rows/s"),
     ("stream_first_batch_s", "s", 5.0, "max", "<= 5 s after start()"),
@@ -75,6 +76,8 @@ FIGURES: tuple[tuple[str, str, float | None, str | None, str], ...] = (
     ("parquet_steady", "rows/s", None, None, "yardstick: Parquet stream"),
     ("parquet_json_first_batch_s", "s", None, None, "yardstick: + from_json"),
     ("parquet_json_steady", "rows/s", None, None, "yardstick: + from_json"),
+    ("sink_floor", "rows/s", None, None, "floor: to a Python writer that drops them"),
+    ("sink_first_acked", "rows/s", None, None, "the session's first zmesh write"),
     ("sink_stored", "rows/s", None, None, "df.write until stored"),
     ("sink_acked", "rows/s", None, None, "df.write until a group acked"),
     ("zmesh_batch_process", "msgs/s", None, None, "publish_many, fetch + ack_many"),
@@ -161,8 +164,13 @@ def _spark(kids: Children, work: Path, args: argparse.Namespace, bridges: list[d
                           data_dir=str(work / f"sink-consumer-{uuid.uuid4().hex[:6]}"),
                           seeds=[b["control"] for b in bridges], topic=SINK_TOPIC,
                           group=SINK_GROUP, api="batch", fetch=FULL.batch,
-                          deadline_s=deadline_s, expect=n)
+                          deadline_s=deadline_s, expect=2 * n)
     consumer.expect("ready", 30)
+    floor = kids.start("spark_floor", name="floor", work=str(work / "floor"), master=master,
+                       conf=conf, deadline_s=deadline_s)
+    got = floor.expect("floor", 300)
+    out["python_source_first_batch_s"] = got["first_batch_s"]
+    floor.stop()
     driver = kids.start("spark_driver", name="driver", work=str(work / "driver"),
                         endpoints=[b["endpoint"] for b in bridges],
                         log_dirs=[b["log_dir"] for b in bridges], master=master, conf=conf,
@@ -179,17 +187,20 @@ def _spark(kids: Children, work: Path, args: argparse.Namespace, bridges: list[d
     out["batch"] = _rate(n, driver.expect("batch", deadline_s)["seconds"])
     for figure in ("parquet", "parquet_json"):
         _stream_figures(out, figure, driver.expect(figure, deadline_s), n)
-    driver.send("sink")
-    written = driver.expect("sink_written", deadline_s)
-    out["sink_stored"] = _rate(n, written["t1"] - written["t0"])
-    for b in bridges:
-        b["child"].send("do", what="drained")
-    drained = [b["child"].expect("drained", deadline_s) for b in bridges]
-    out["sink_acked"] = _rate(n, max(d["t"] for d in drained) - written["t0"])
+    out["sink_floor"] = _rate(n, driver.expect("sink_floor", deadline_s)["seconds"])
+    for name in ("first", "timed"):
+        driver.send("sink")
+        written = driver.expect("sink_written", deadline_s)
+        for b in bridges:
+            b["child"].send("do", what="drained")
+        drained = max(b["child"].expect("drained", deadline_s)["t"] for b in bridges)
+        prefix = "sink_first" if name == "first" else "sink"
+        out[f"{prefix}_stored"] = _rate(n, written["t1"] - written["t0"])
+        out[f"{prefix}_acked"] = _rate(n, drained - written["t0"])
     consumer.send("stop")
     got = consumer.expect("result", 60)
-    if got["count"] != n:
-        raise RuntimeError(f"the sink's consumer got {got['count']} of {n} rows")
+    if got["count"] != 2 * n:
+        raise RuntimeError(f"the sink's consumer got {got['count']} of {2 * n} rows")
     driver.stop()
     consumer.stop()
 

@@ -140,6 +140,81 @@ def _stream(spark: Any, reader: Any, sink_work: Path, name: str) -> dict[str, An
     return _progress(running, started)
 
 
+def _ticks() -> type:
+    """A Python streaming data source of one row per micro-batch, an Arrow batch as the
+    zmesh source yields: what Spark's Python data source machinery costs a query by
+    itself (its Python workers, its planning, Arrow in the JVM)."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    class TickReader(DataSourceStreamReader):
+        def initialOffset(self) -> dict:
+            return {"tick": 0}
+
+        def latestOffset(self) -> dict:
+            return {"tick": 1}
+
+        def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(start["tick"], end["tick"])]
+
+        def read(self, partition: InputPartition) -> Any:
+            yield pa.RecordBatch.from_arrays([pa.array([partition.value], pa.int32())],
+                                             names=["tick"])
+
+    class Ticks(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "ticks"
+
+        def schema(self) -> str:
+            return "tick int"
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return TickReader()
+
+    return Ticks
+
+
+def _drop() -> type:
+    """A Python data source whose writer drops what Spark hands it: what Spark costs a
+    sink by itself."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class DropWriter(DataSourceArrowWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            for _batch in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class Drop(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "drop"
+
+        def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
+            return DropWriter()
+
+    return Drop
+
+
+def spark_floor(p: dict[str, Any], cmds: Commands) -> None:
+    """The floor of a first batch: a fresh SparkSession's first query, over a Python
+    streaming source that reads one row (``_ticks``)."""
+    from zmesh.spark._local import local_session
+
+    t0 = time.monotonic()
+    spark = local_session("zmesh-bench-floor", p["master"], p.get("conf", {}))
+    session_s = time.monotonic() - t0
+    try:
+        spark.dataSource.register(_ticks())
+        work = Path(p["work"])
+        work.mkdir(parents=True, exist_ok=True)
+        emit("floor", session_s=session_s,
+             **_stream(spark, spark.readStream.format("ticks").load(), work, "ticks"))
+    finally:
+        spark.stop()
+
+
 def spark_driver(p: dict[str, Any], cmds: Commands) -> None:
     """Start a SparkSession (``master``) and measure, in this order: the read path alone
     (records to Arrow, no Spark), streaming queries into ``noop`` (the first one cold, in a
@@ -217,14 +292,21 @@ def spark_driver(p: dict[str, Any], cmds: Commands) -> None:
                                            READING_SCHEMA).alias("r")).select("r.*")
         emit("parquet_json", **_stream(spark, decoded, work, "parquet_json"))
 
-        # The sink: the rows (key, payload) cached, then written into the mesh.
-        df = spark.read.parquet(str(parquet)).select("key", "payload").cache()
+        # The sink: the payloads cached (no keys, as zmesh_batch_process publishes them).
+        # Its floor first: the same rows handed to a Python writer that drops them.
+        df = spark.read.parquet(str(parquet)).select("payload").cache()
         assert df.count() == n
-        cmds.wait("sink", p["deadline_s"])
-        t0 = time.monotonic()
-        (df.write.format("zmesh").mode("append").option("endpoint", ep)
-         .option("topic", p["sink_topic"]).save())
-        emit("sink_written", t0=t0, t1=time.monotonic(), rows=n)
+        spark.dataSource.register(_drop())
+        for _ in range(2):  # (the first warms the writers up)
+            t0 = time.monotonic()
+            df.write.format("drop").mode("append").save()
+        emit("sink_floor", seconds=time.monotonic() - t0)
+        for name in ("first", "timed"):  # (the first: the session's first zmesh write)
+            cmds.wait("sink", p["deadline_s"])
+            t0 = time.monotonic()
+            (df.write.format("zmesh").mode("append").option("endpoint", ep)
+             .option("topic", p["sink_topic"]).save())
+            emit("sink_written", name=name, t0=t0, t1=time.monotonic())
         df.unpersist()
         cmds.wait_stop(p["deadline_s"])
     finally:
@@ -235,4 +317,5 @@ ROLES = {
     "spark_bridge": spark_bridge,
     "spark_json_producer": spark_json_producer,
     "spark_driver": spark_driver,
+    "spark_floor": spark_floor,
 }

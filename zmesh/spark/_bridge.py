@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 15.0
 FULL_BACKOFF_S = 1.0
 PRUNE_ROUNDS = 32
+PUBLISH_POLL_S = 0.001  # how soon the bridge looks again while publishes wait for the node
 
 
 class _Call:
@@ -265,8 +266,11 @@ class Bridge:
             router.close()
 
     def _loop_once(self, poller: zmq.Poller, wake: zmq.Socket, router: zmq.Socket) -> bool:
+        assert self._service is not None
         mono = time.monotonic()
         wait_s = 0.0 if self._busy else max(0.0, min(self._next_prune - mono, 1.0))
+        if self._service.busy:  # (publishes wait for the node: look again soon)
+            wait_s = min(wait_s, PUBLISH_POLL_S)
         events = dict(poller.poll(int(wait_s * 1000)))
         if wake in events:
             try:
@@ -281,6 +285,7 @@ class Bridge:
             cmd = self._cmds.popleft()
             if cmd[0] == "stop":
                 self._ingest()
+                self._finish_publishes(router)
                 return False
             call: _Call = cmd[1]
             try:
@@ -290,12 +295,21 @@ class Bridge:
             call.done.set()
         self._busy = self._ingest()
         if router in events:
-            assert self._service is not None
             self._service.serve(router)
+        if self._service.busy:
+            self._service.finish(router)
         if time.monotonic() >= self._next_prune:
             self._next_prune = time.monotonic() + self.config.prune_interval_s
             self._prune(time.time())
         return True
+
+    def _finish_publishes(self, router: zmq.Socket) -> None:
+        """On the way out: answer the publishes under way once the node stores them (it
+        gives up on them after ``publish_timeout_s``, and answers with an error)."""
+        assert self._service is not None
+        while self._service.busy:
+            router.poll(int(PUBLISH_POLL_S * 1000))
+            self._service.finish(router)
 
     def _ingest(self) -> bool:
         """Append what the subscriptions hold, then ack it; True if more may be waiting."""

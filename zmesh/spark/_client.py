@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import zmq
@@ -70,30 +72,58 @@ class BridgeClient:
 
     def call(self, kind: str, args: dict[str, Any], parts: tuple[bytes, ...] = ()) -> Reply:
         """Send a request and return the bridge's reply; BridgeError when it fails."""
-        self._token += 1
-        frames = encode_request(Request(kind, self._token, args, parts))
-        for _attempt in range(self.attempts):
-            try:
-                sock = self._socket()
-                sock.send_multipart(frames, copy=False)
-                deadline = time.monotonic() + self.timeout_s
-                while (remaining := deadline - time.monotonic()) > 0:
-                    if not sock.poll(int(remaining * 1000) + 1, zmq.POLLIN):
+        return next(self.calls(kind, [(args, parts)], window=1))
+
+    def calls(self, kind: str, requests: Iterable[tuple[dict[str, Any], tuple[bytes, ...]]],
+              window: int) -> Iterator[Reply]:
+        """Send ``requests`` keeping up to ``window`` of them unanswered, and yield their
+        replies in their order. A request unanswered within the timeout is sent again,
+        with those after it (on a new socket: what the old one receives is lost), up to
+        ``attempts`` times; BridgeError when it fails."""
+        pending: deque[tuple[int, list[bytes]]] = deque()  # (token, frames), oldest first
+        replies: dict[int, Reply] = {}
+        todo = iter(requests)
+        attempt, deadline = 1, 0.0
+        try:
+            while True:
+                while len(pending) < window and (req := next(todo, None)) is not None:
+                    self._token += 1
+                    pending.append((self._token, encode_request(
+                        Request(kind, self._token, *req))))
+                    self._socket().send_multipart(pending[-1][1], copy=False)
+                    if len(pending) == 1:
+                        deadline = time.monotonic() + self.timeout_s
+                if not pending:
+                    return
+                token = pending[0][0]
+                while token not in replies and (left := deadline - time.monotonic()) > 0:
+                    sock = self._socket()
+                    if not sock.poll(int(left * 1000) + 1, zmq.POLLIN):
                         continue
                     try:
                         rep = decode_reply(sock.recv_multipart())
                     except DecodeError:
                         continue
-                    if rep.token != self._token:
-                        continue  # the answer to an attempt we gave up on
-                    if not rep.ok:
-                        raise BridgeError(f"bridge {self.endpoint} refused {kind}: {rep.error}")
-                    return rep
-            except zmq.ZMQError as exc:
-                raise BridgeError(f"bridge {self.endpoint}: {exc}") from exc
-            self._reset()
-        raise BridgeError(f"bridge {self.endpoint} did not answer {kind!r} within "
-                          f"{self.timeout_s:g}s, {self.attempts} times")
+                    if any(rep.token == t for t, _f in pending):  # (else: of an attempt
+                        replies[rep.token] = rep                   # given up on)
+                answer = replies.pop(token, None)
+                if answer is None:
+                    if attempt >= self.attempts:
+                        raise BridgeError(f"bridge {self.endpoint} did not answer {kind!r} "
+                                          f"within {self.timeout_s:g}s, {self.attempts} times")
+                    attempt += 1
+                    self._reset()
+                    for _t, frames in pending:
+                        self._socket().send_multipart(frames, copy=False)
+                    deadline = time.monotonic() + self.timeout_s
+                    continue
+                if not answer.ok:
+                    raise BridgeError(f"bridge {self.endpoint} refused {kind}: {answer.error}")
+                pending.popleft()
+                attempt, deadline = 1, time.monotonic() + self.timeout_s
+                yield answer
+        except zmq.ZMQError as exc:
+            raise BridgeError(f"bridge {self.endpoint}: {exc}") from exc
 
     # -- requests -------------------------------------------------------------------------
 
@@ -128,11 +158,14 @@ class BridgeClient:
                               f"{len(starts)} runs")
         return int(rep.result["first"]), list(zip(map(int, starts), rep.parts, strict=True))
 
-    def publish(self, task: str, chunk: Chunk, topic: str | None) -> dict[str, int]:
-        """Publish a chunk of the sink task ``task``'s rows; returns once they are stored."""
-        rep = self.call("publish", {"task": task, "first": chunk.first,
-                                    "n": len(chunk.payloads), "topic": topic}, chunk.frames())
-        return {k: int(v) for k, v in rep.result.items()}
+    def publish(self, task: str, chunks: Iterable[Chunk], topic: str | None,
+                window: int = 1) -> Iterator[dict[str, int]]:
+        """Publish chunks of the sink task ``task``'s rows, up to ``window`` of them
+        unanswered; yields each one's counts once its rows are stored."""
+        requests = (({"task": task, "first": c.first, "n": len(c.payloads), "topic": topic},
+                     c.frames()) for c in chunks)
+        for rep in self.calls("publish", requests, window):
+            yield {k: int(v) for k, v in rep.result.items()}
 
     def drop_reader(self, reader: str) -> bool:
         return bool(self.call("drop", {"reader": reader}).result.get("dropped"))

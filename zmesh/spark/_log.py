@@ -485,16 +485,23 @@ class BridgeLog:
 
     def sink_put(self, rows: list[tuple[bytes, str, int]], now: float) -> None:
         """Remember published rows: (row id, producer hex, seq)."""
-        self._sink_put([(rid, [now, producer, seq]) for rid, producer, seq in rows], now)
+        self.sink_write([(rid, [now, producer, seq]) for rid, producer, seq in rows], now)
+
+    @staticmethod
+    def range_entries(task: bytes, ranges: list[tuple[int, int, str, int]],
+                      now: float) -> list[tuple[bytes, list[Any]]]:
+        """The sink entries saying that rows [first, end) of ``task`` were published from
+        (producer, seq) on, for each (first, end, producer, seq) of ``ranges``."""
+        return [(task + b"\0" + _u64(end - 1), [first, now, producer, seq])
+                for first, end, producer, seq in ranges]
 
     def sink_put_ranges(self, task: bytes, ranges: list[tuple[int, int, str, int]],
                         now: float) -> None:
-        """Remember that rows [first, end) of ``task`` were published, from (producer,
-        seq) on, for each (first, end, producer, seq) of ``ranges``."""
-        self._sink_put([(task + b"\0" + _u64(end - 1), [first, now, producer, seq])
-                        for first, end, producer, seq in ranges], now)
+        """Remember ranges of ``task``'s rows published (see ``range_entries``)."""
+        self.sink_write(self.range_entries(task, ranges, now), now)
 
-    def _sink_put(self, entries: list[tuple[bytes, list]], now: float) -> None:
+    def sink_write(self, entries: list[tuple[bytes, list[Any]]], now: float) -> None:
+        """Write sink entries (of ``sink_put`` or ``range_entries``) in one transaction."""
         def put(txn: Any) -> None:
             stamp = _u64(int(now * 1000))
             for key, value in entries:

@@ -37,6 +37,8 @@ __all__ = ["ZMeshBatchWriter", "ZMeshStreamWriter"]
 
 log = logging.getLogger(__name__)
 
+WINDOW = 2  # chunks a task has sent and not seen stored: it reads the next meanwhile
+
 
 class SinkCommit(WriterCommitMessage):
     """What one task published (and how many of its rows were already published)."""
@@ -59,8 +61,8 @@ def publish_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], pref
     endpoint = opts.endpoints[partition % len(opts.endpoints)]
     task = f"{prefix}:{partition}"
     with BridgeClient(endpoint, timeout_s=opts.timeout_s) as client:
-        for chunk in chunks(batches, opts, prefix):
-            res = client.publish(task, chunk, opts.topic)
+        for res in client.publish(task, chunks(batches, opts, prefix), opts.topic,
+                                  window=WINDOW):
             published += res.get("published", 0)
             dups += res.get("duplicates", 0)
     return SinkCommit(partition, published, dups)
