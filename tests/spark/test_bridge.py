@@ -104,6 +104,33 @@ def publish(client: BridgeClient, task: str, chunk: Chunk,
     return counts
 
 
+def test_a_loop_logs_a_run_per_partition_in_order(bridged: Callable[..., Bridged]) -> None:
+    b = bridged()
+    receipts = [
+        # dealt round-robin (no keys), by key, and all to one partition
+        b.producer.publish_many("readings", [f"rr{i}".encode() for i in range(500)]),
+        b.producer.publish_many("readings", [f"k{i}".encode() for i in range(300)],
+                                keys=[f"key-{i % 7}" for i in range(300)]),
+        *[b.producer.publish("readings", f"one{i}".encode(), key="solo") for i in range(50)],
+    ]
+    for r in receipts:
+        r.wait_acked(30)
+    where: dict[bytes, str] = {}
+    with BridgeClient(b.endpoint) as client:
+        for stream, (_head, end) in client.info().items():
+            recs = records(client, stream, 0, end)
+            assert [m.offset for m in recs] == list(range(end))
+            assert [m.seq for m in recs] == sorted(m.seq for m in recs), stream
+            where.update((m.payload, stream) for m in recs)
+    assert len(where) == 850
+    first = receipts[0].id.seq
+    assert all(where[f"rr{i}".encode()] == f"readings/{(first + i) % 16}" for i in range(500))
+    for key in range(7):
+        assert len({where[f"k{i}".encode()] for i in range(key, 300, 7)}) == 1
+    assert len({where[f"one{i}".encode()] for i in range(50)}) == 1
+    assert b.bridge.stats()["log"] < 100, "runs, not a record per message"
+
+
 def test_sink_rows_are_published_once_per_row_id(bridged: Callable[..., Bridged],
                                                  make_node: Callable[..., zmesh.Node]) -> None:
     b = bridged()
@@ -141,6 +168,27 @@ def test_sink_rows_are_published_once_per_row_id(bridged: Callable[..., Bridged]
     assert first.key == "k0" and first.headers == {"h": "v"}
     assert next(m for m in got if m.payload == b"alert 1").headers == {}
     assert b.bridge.stats()["publish_duplicates"] == 25 + 1
+
+
+def test_overlapping_chunks_under_way_at_once_publish_each_row_once(
+        bridged: Callable[..., Bridged], make_node: Callable[..., zmesh.Node]) -> None:
+    b = bridged()
+    got: list[zmesh.Message] = []
+    consumer = make_node("consumer", seeds=[b.node.control_address])
+    consumer.subscribe("out", group="g", handler=got.append)
+    wait_members(b.node, "out", "g", 1)
+    rows = [f"row {i}".encode() for i in range(3000)]
+    chunks = [Chunk(0, rows[:2000], None, None, None, None),
+              Chunk(1000, rows[1000:3000], None, None, None, None),  # (half of it is the first's)
+              Chunk(0, rows[:3000], None, None, None, None)]
+    with BridgeClient(b.endpoint) as client:
+        counts = list(client.publish("q:0:0", chunks, "out", window=3))
+    assert counts == [{"published": 2000, "duplicates": 0},
+                      {"published": 1000, "duplicates": 1000},
+                      {"published": 0, "duplicates": 3000}]
+    wait_until(lambda: len(got) >= 3000, what="3000 rows handled")
+    wait_until(lambda: b.node.status()["outbox"] == 0, what="rows acked")
+    assert sorted(m.payload for m in got) == sorted(rows)
 
 
 def test_watermarks_drive_retention_over_the_network(bridged: Callable[..., Bridged]) -> None:

@@ -161,10 +161,10 @@ def plan(start: Mapping[str, int], end: Mapping[str, int], *, min_partitions: in
         return []
     k = max(min_partitions, math.ceil(total / max_per_partition))
     k = min(total, math.ceil(k / min_partitions) * min_partitions)
-    size = math.ceil(total / k)
+    sizes = [total // k + (i < total % k) for i in range(k)]  # (differing by one at most)
     parts: list[tuple[Range, ...]] = []
     cur: list[Range] = []
-    room = size
+    room = sizes[0]
     for s, b, e in ranges:
         while b < e:
             take = min(room, e - b)
@@ -173,7 +173,6 @@ def plan(start: Mapping[str, int], end: Mapping[str, int], *, min_partitions: in
             room -= take
             if room == 0:
                 parts.append(tuple(cur))
-                cur, room = [], size
-    if cur:
-        parts.append(tuple(cur))
+                cur = []
+                room = sizes[len(parts)] if len(parts) < k else 0
     return parts

@@ -148,8 +148,7 @@ class SinkPublisher:
         if ids is not None:
             encoded = [str(r).encode() for r in ids]
             if self._ids.intersection(encoded):
-                self._deferred.append((route, req))
-                return None
+                return self._defer(route, req)
             seen = self.log.sink_filter(encoded)
             for i, rid in enumerate(encoded):
                 if rid not in seen:
@@ -162,8 +161,7 @@ class SinkPublisher:
         else:
             flying = self._ranges.get(task, [])
             if any(a < first + n and first < b for a, b in flying):
-                self._deferred.append((route, req))
-                return None
+                return self._defer(route, req)
             for a, b in gaps(first, first + n, self.log.sink_covered(task, first, first + n)):
                 receipts = [self._send(rows, i, j) for i, j in rows.segments(a - first,
                                                                             b - first)]
@@ -176,6 +174,10 @@ class SinkPublisher:
             return self._reply(p)
         self._publishing.append(p)
         return None
+
+    def _defer(self, route: bytes, req: Request) -> None:
+        self.counters.add("publishes_waited", 1)
+        self._deferred.append((route, req))
 
     def _send(self, rows: _Rows, i: int, j: int) -> Receipt:
         """Publish rows i..j-1, of one topic and none with headers but a first alone."""
