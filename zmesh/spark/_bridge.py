@@ -326,14 +326,14 @@ class Bridge:
             return False
         msgs = taken[0][1] if len(taken) == 1 else [m for _s, got in taken for m in got]
         done, added, dups, error = self._append(msgs)
+        self.counters.add("appended", added)  # (before the acks, which others may wait on)
+        self.counters.add("duplicates", dups)
         for sub, got in taken:  # the first ``done`` of ``msgs``, in the order fetched
             if done >= len(got):
                 sub.ack_many(got)  # (the list fetch returned: acked as its batches)
             elif done > 0:
                 sub.ack_many(got[:done])
             done -= len(got)
-        self.counters.add("appended", added)
-        self.counters.add("duplicates", dups)
         if error is not None:
             # Not logged, so not acked: the producers keep the messages and redeliver.
             left = [m for m in msgs if not m.settled]

@@ -148,7 +148,8 @@ class SinkPublisher:
         if ids is not None:
             encoded = [str(r).encode() for r in ids]
             if self._ids.intersection(encoded):
-                return self._defer(route, req)
+                self._defer(route, req)
+                return None
             seen = self.log.sink_filter(encoded)
             for i, rid in enumerate(encoded):
                 if rid not in seen:
@@ -161,7 +162,8 @@ class SinkPublisher:
         else:
             flying = self._ranges.get(task, [])
             if any(a < first + n and first < b for a, b in flying):
-                return self._defer(route, req)
+                self._defer(route, req)
+                return None
             for a, b in gaps(first, first + n, self.log.sink_covered(task, first, first + n)):
                 receipts = [self._send(rows, i, j) for i, j in rows.segments(a - first,
                                                                             b - first)]
