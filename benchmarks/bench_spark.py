@@ -88,20 +88,21 @@ FIGURES: tuple[tuple[str, str, float | None, str | None, str], ...] = (
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_spark",
                                  description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000, help="messages of each stage")
-    ap.add_argument("--reps", type=int, default=2, help="repetitions, each reported")
+    ap.add_argument("--rows", type=int, help="messages of each stage (1,000,000; quick 30,000)")
+    ap.add_argument("--reps", type=int, help="repetitions, each reported (2; quick 1)")
     ap.add_argument("--bridges", type=int, default=1, help="bridge processes in the group")
-    ap.add_argument("--batch-rows", type=int, default=250_000,
-                    help="rows per micro-batch (maxRecordsPerTrigger)")
+    ap.add_argument("--batch-rows", type=int,
+                    help="rows per micro-batch, maxRecordsPerTrigger (a quarter of --rows)")
     ap.add_argument("--master", default="local[2]", help="the driver's master")
     ap.add_argument("--cluster", action="store_true",
                     help="also run the Spark stages on a standalone master with one worker")
-    ap.add_argument("--quick", action="store_true", help="30,000 rows, one repetition")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: few rows, one run")
     ap.add_argument("--json", type=Path, help="write the results as JSON here")
     ap.add_argument("--results-dir", type=Path, help="write spark.json and spark.txt here")
     args = ap.parse_args(argv)
-    if args.quick:
-        args.rows, args.reps, args.batch_rows = 30_000, 1, 10_000
+    args.rows = args.rows or (30_000 if args.quick else 1_000_000)
+    args.reps = args.reps or (1 if args.quick else 2)
+    args.batch_rows = args.batch_rows or max(1, args.rows // 4)
     if args.rows < 1000 or args.reps < 1 or args.bridges < 1 or args.batch_rows < 1:
         ap.error("--rows >= 1000, and --reps, --bridges, --batch-rows >= 1")
     return args
