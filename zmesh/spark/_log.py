@@ -34,14 +34,15 @@ import os
 import secrets
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import lmdb
 import msgpack
 
-from .._store.acked import CHUNK, _masks
+from .._store.acked import CHUNK
+from .._store.acked import _masks as _masks_of_list
 from ._errors import BridgeError, LogFullError
 from ._runs import VERSION as FORMAT
 from ._runs import Run, encode, head
@@ -67,6 +68,22 @@ def _u64(n: int) -> bytes:
 
 def _int(b: bytes) -> int:
     return int.from_bytes(b, "big")
+
+
+def _masks(seqs: Sequence[int]) -> dict[int, int]:
+    """chunk -> the bits of ``seqs`` in it. A range with a step (a partition's share of
+    a batch dealt round-robin) is a comb of bits per chunk, made with one division, not
+    a step per sequence."""
+    if type(seqs) is not range or seqs.step < 1 or not seqs:
+        return _masks_of_list(seqs)
+    out: dict[int, int] = {}
+    step, at, last = seqs.step, seqs.start, seqs[-1]
+    while at <= last:
+        chunk = at >> _SHIFT
+        k = (min(last, ((chunk + 1) << _SHIFT) - 1) - at) // step + 1  # seqs in this chunk
+        out[chunk] = ((1 << (step * k)) - 1) // ((1 << step) - 1) << (at & (CHUNK - 1))
+        at += k * step
+    return out
 
 
 def _cost(record_bytes: int) -> int:

@@ -73,7 +73,8 @@ def encode(run: Run, appended_at: float) -> bytes:
     body = _pack([
         VERSION, run.producer, seqs[0],
         None if consecutive(seqs) else array("q", seqs).tobytes(),
-        array("d", run.published_ats).tobytes(),
+        (run.published_ats if isinstance(run.published_ats, array) and
+         run.published_ats.typecode == "d" else array("d", run.published_ats)).tobytes(),
         array("i", accumulate(map(len, payloads), initial=0)).tobytes(),
         b"".join(payloads),
         None if keys is None else list(keys),
