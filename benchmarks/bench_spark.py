@@ -275,6 +275,22 @@ def table(reps: list[dict[str, Any]], title: str) -> Table:
     return tab
 
 
+def _write(args: argparse.Namespace, doc: dict[str, Any], tab: Table) -> None:
+    """The JSON to ``--json`` and, with the table as text, to ``--results-dir``."""
+    text = json.dumps(doc, indent=2, default=str) + "\n"
+    paths = [args.json] if args.json else []
+    if args.results_dir:
+        paths.append(args.results_dir / "spark.json")
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    if args.results_dir:
+        with open(os.devnull, "w") as devnull:
+            rec = Console(record=True, width=200, file=devnull)
+            rec.print(tab)
+            (args.results_dir / "spark.txt").write_text(rec.export_text())
+
+
 def run(argv: list[str] | None = None) -> int:
     args = _args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=160)
@@ -313,17 +329,7 @@ def run(argv: list[str] | None = None) -> int:
            "machine": desc, "runs": reps,
            "median": {name: statistics.median(r[name] for r in reps)
                       for name, *_rest in FIGURES if all(name in r for r in reps)}}
-    text = json.dumps(doc, indent=2, default=str) + "\n"
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text)
-    if args.results_dir:
-        args.results_dir.mkdir(parents=True, exist_ok=True)
-        (args.results_dir / "spark.json").write_text(text)
-        rec = Console(record=True, width=200, file=open(os.devnull, "w"))  # noqa: SIM115
-        rec.print(tab)
-        (args.results_dir / "spark.txt").write_text(rec.export_text())
-        rec.file.close()
+    _write(args, doc, tab)
     return 0
 
 

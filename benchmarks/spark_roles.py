@@ -225,11 +225,10 @@ def spark_driver(p: dict[str, Any], cmds: Commands) -> None:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    from zmesh.spark._arrow import BASE_DDL
     from zmesh.spark._local import local_session
     from zmesh.spark._log import BridgeLog
     from zmesh.spark._offsets import plan, qualify, resolve
-    from zmesh.spark._options import SourceOptions
+    from zmesh.spark._options import BASE_DDL, SourceOptions
     from zmesh.spark._source import read_ranges
 
     work = Path(p["work"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,22 @@ class Bridged:
     def logged(self, topic: str | None = None) -> int:
         return sum(end for s, (_h, end) in self.bridge.streams().items()
                    if topic is None or s.startswith(topic + "/"))
+
+
+class Collector:
+    """A consumer group member that keeps what it handles."""
+
+    def __init__(self, node: zmesh.Node, topic: str, group: str) -> None:
+        self.messages: list[zmesh.Message] = []
+        self._lock = threading.Lock()
+        node.subscribe(topic, group=group, handler=self._handle)
+
+    def _handle(self, msg: zmesh.Message) -> None:
+        with self._lock:
+            self.messages.append(msg)
+
+    def __len__(self) -> int:
+        return len(self.messages)
 
 
 def reading(i: int) -> dict[str, Any]:

@@ -10,7 +10,8 @@ import msgpack
 import pyarrow as pa
 import pytest
 
-from zmesh.spark._arrow import BASE_COLUMNS, RecordConverter
+from zmesh.spark._arrow import RecordConverter
+from zmesh.spark._options import BASE_COLUMNS
 from zmesh.spark._runs import Run, columns, encode
 
 from .conftest import needs_spark

@@ -10,7 +10,6 @@ import select
 import signal
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +27,7 @@ from zmesh.spark._rows import Chunk
 from zmesh.spark._runs import Message as Logged
 from zmesh.spark._runs import messages
 
-from .conftest import Bridged
+from .conftest import Bridged, Collector
 
 EXAMPLE_TOML = Path(__file__).parents[2] / "examples" / "metrics_pipeline" / "spark-bridge.toml"
 READY_TIMEOUT_S = 60.0
@@ -134,15 +133,9 @@ def test_a_loop_logs_a_run_per_partition_in_order(bridged: Callable[..., Bridged
 def test_sink_rows_are_published_once_per_row_id(bridged: Callable[..., Bridged],
                                                  make_node: Callable[..., zmesh.Node]) -> None:
     b = bridged()
-    got: list[zmesh.Message] = []
-    lock = threading.Lock()
-
-    def handle(m: zmesh.Message) -> None:
-        with lock:
-            got.append(m)
-
-    consumer = make_node("consumer", seeds=[b.node.control_address])
-    consumer.subscribe("alerts", group="pager", handler=handle)
+    collected = Collector(make_node("consumer", seeds=[b.node.control_address]), "alerts",
+                          "pager")
+    got = collected.messages
     wait_members(b.node, "alerts", "pager", 1)
     payloads = [f"alert {i}".encode() for i in range(50)]
     keys = [f"k{i}" for i in range(50)]
@@ -173,9 +166,8 @@ def test_sink_rows_are_published_once_per_row_id(bridged: Callable[..., Bridged]
 def test_overlapping_chunks_under_way_at_once_publish_each_row_once(
         bridged: Callable[..., Bridged], make_node: Callable[..., zmesh.Node]) -> None:
     b = bridged()
-    got: list[zmesh.Message] = []
-    consumer = make_node("consumer", seeds=[b.node.control_address])
-    consumer.subscribe("out", group="g", handler=got.append)
+    got = Collector(make_node("consumer", seeds=[b.node.control_address]), "out",
+                    "g").messages
     wait_members(b.node, "out", "g", 1)
     rows = [f"row {i}".encode() for i in range(3000)]
     chunks = [Chunk(0, rows[:2000], None, None, None, None),

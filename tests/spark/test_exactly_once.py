@@ -28,7 +28,7 @@ import zmesh
 from tests.conftest import spawn, wait_members, wait_until
 from tests.waiting import pause, until
 
-from .conftest import Bridged, Pair, needs_spark, reading
+from .conftest import Bridged, Collector, Pair, needs_spark, reading
 
 pytestmark = [needs_spark, pytest.mark.slow]
 
@@ -165,15 +165,8 @@ def test_driver_kills_lose_and_duplicate_nothing(
         spark: Any, bridged: Callable[..., Bridged], make_node: Callable[..., zmesh.Node],
         tmp_path: Path) -> None:
     b = bridged()
-    handled: list[zmesh.Message] = []
-    lock = threading.Lock()
-
-    def handle(msg: zmesh.Message) -> None:
-        with lock:
-            handled.append(msg)
-
-    consumer = make_node("consumer", seeds=[b.node.control_address])
-    consumer.subscribe("copies", group="checker", handler=handle)
+    handled = Collector(make_node("consumer", seeds=[b.node.control_address]), "copies",
+                        "checker")
     wait_members(b.node, "copies", "checker", 1)
 
     out, ck_files, ck_mesh = tmp_path / "out", tmp_path / "ck-parquet", tmp_path / "ck-mesh"
@@ -233,8 +226,9 @@ def test_driver_kills_lose_and_duplicate_nothing(
     wait_until(lambda: len(handled) >= total, 60, what=f"{total} copies handled")
     wait_until(lambda: b.node.status()["outbox"] == 0, 30, what="copies acked")
     assert len(handled) == total
-    assert sorted(json.loads(m.payload)["i"] for m in handled) == list(range(total))
-    assert all(m.key == reading(json.loads(m.payload)["i"])["sensor"] for m in handled)
+    assert sorted(json.loads(m.payload)["i"] for m in handled.messages) == list(range(total))
+    assert all(m.key == reading(json.loads(m.payload)["i"])["sensor"]
+               for m in handled.messages)
     assert b.bridge.stats().get("publish_duplicates", 0) > 0, "a replayed batch was dropped"
 
 
@@ -245,15 +239,7 @@ def test_two_bridges_of_one_group_and_a_driver_kill(
     and written through both (each task's rows through the bridge of its partition): one
     driver kill mid-batch, then a run to the end."""
     pair = bridged_pair()
-    handled: list[zmesh.Message] = []
-    lock = threading.Lock()
-
-    def handle(msg: zmesh.Message) -> None:
-        with lock:
-            handled.append(msg)
-
-    consumer = make_node("consumer", seeds=pair.controls)
-    consumer.subscribe("copies", group="checker", handler=handle)
+    handled = Collector(make_node("consumer", seeds=pair.controls), "copies", "checker")
     for b in (pair.first, pair.second):
         wait_members(b.node, "copies", "checker", 1)
     out, ck_files, ck_mesh = tmp_path / "out", tmp_path / "ck-parquet", tmp_path / "ck-mesh"
@@ -290,4 +276,4 @@ def test_two_bridges_of_one_group_and_a_driver_kill(
     wait_until(lambda: len(handled) >= total, 60, what=f"{total} copies handled")
     for b in (pair.first, pair.second):
         wait_until(lambda b=b: b.node.status()["outbox"] == 0, 30, what="copies acked")
-    assert sorted(json.loads(m.payload)["i"] for m in handled) == list(range(total))
+    assert sorted(json.loads(m.payload)["i"] for m in handled.messages) == list(range(total))

@@ -1,6 +1,6 @@
 """Log runs to Arrow record batches, with no Python object per message.
 
-The source schema is fixed (``BASE_DDL``); ``payloadFormat``/``payloadSchema`` append
+The source schema is fixed (``_options.BASE_DDL``); ``payloadFormat``/``payloadSchema`` append
 columns decoded from each JSON or msgpack payload. A run's payloads and publish times are
 wrapped as Arrow buffers as they are stored (``_runs.py``); the runs of a batch are joined
 by Arrow. JSON payloads are parsed by Arrow's JSON reader into the typed columns; when
@@ -15,6 +15,7 @@ import datetime as dt
 import json
 from array import array
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 import msgpack
@@ -22,20 +23,30 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
+from ._options import BASE_COLUMNS
 from ._runs import Columns
 
-BASE_COLUMNS = (
-    ("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("key", "string"),
-    ("payload", "binary"), ("headers", "map<string,string>"), ("producer", "string"),
-    ("timestamp", "timestamp"),
-)
-BASE_DDL = ", ".join(f"`{n}` {t}" for n, t in BASE_COLUMNS)
 UTC = dt.UTC
-_NEWLINE, _EMPTY = pa.scalar(b"\n", pa.binary()), pa.scalar(b"", pa.binary())
 
 
-def source_ddl(payload_schema: str | None) -> str:
-    return BASE_DDL if not payload_schema else f"{BASE_DDL}, {payload_schema}"
+def _strings(values: list[bytes]) -> pa.Array:
+    """A string array of ``values`` (UTF-8) made from its buffers: no conversion of Python
+    objects, whose first one makes pyarrow import pandas (a tenth of a second and more in
+    each of the Python processes Spark starts for a query)."""
+    ends = array("i", accumulate(map(len, values), initial=0))
+    return pa.StringArray.from_buffers(len(values), pa.py_buffer(ends.tobytes()),
+                                       pa.py_buffer(b"".join(values)))
+
+
+def _repeat(value: pa.Array, n: int) -> pa.Array:
+    """The one value of ``value``, ``n`` times."""
+    return value.take(pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bytes(4 * n))]))
+
+
+_MICROS = pa.Array.from_buffers(pa.float64(), 1, [None, pa.py_buffer(array("d", [1e6]))])[0]
+_EMPTY, _NEWLINE = (pa.BinaryArray.from_buffers(pa.binary(), 2, [
+    None, pa.py_buffer(array("i", [0, 0, 1]).tobytes()), pa.py_buffer(b"\n")])[i]
+    for i in (0, 1))
 
 
 def _header_value(v: Any) -> str:
@@ -78,7 +89,7 @@ def _column(values: list[Any], typ: pa.DataType) -> pa.Array:
 
 def _seconds_to(typ: pa.DataType, seconds: pa.Array) -> pa.Array:
     """Float seconds since the epoch as a timestamp column of ``typ``."""
-    micros = pc.cast(pc.multiply(seconds, 1_000_000.0), pa.int64(), safe=False)
+    micros = pc.cast(pc.multiply(seconds, _MICROS), pa.int64(), safe=False)
     return micros.cast(typ)
 
 
@@ -148,10 +159,11 @@ class RecordConverter:
         topics, parts, offsets = [], [], []
         for stream, first, count in p.segments:
             topic, _, part = stream.rpartition("/")
-            topics.append(pa.repeat(pa.scalar(topic, pa.string()), count))
-            parts.append(pa.repeat(pa.scalar(int(part), pa.int32()), count))
+            topics.append(_repeat(_strings([topic.encode()]), count))
+            parts.append(pa.Array.from_buffers(pa.int32(), count, [
+                None, pa.py_buffer(array("i", [int(part)]) * count)]))
             offsets.append(pa.py_buffer(array("q", range(first, first + count)).tobytes()))
-        producers = pa.array([p.hex() for p in p.producers], pa.string())
+        producers = _strings([p.hex().encode() for p in p.producers])
         index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(
             b"".join(p.producer_of))])
         stamps = pa.Array.from_buffers(pa.float64(), n, [None, pa.py_buffer(
@@ -234,5 +246,5 @@ class RecordConverter:
 
 def _concat(arrays: list[pa.Array], typ: pa.DataType) -> pa.Array:
     if not arrays:
-        return pa.array([], typ)
+        return pa.nulls(0, typ)
     return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)

@@ -22,6 +22,17 @@ SOURCE_OPTIONS = ("endpoint", "path", "topics", "reader", "startingOffsets", "en
 SINK_OPTIONS = ("endpoint", "topic", "payloadFormat", "idColumns", "writeId", "batchRows",
                 "requestTimeoutMs")
 DEFAULT_PARTITIONS = 2
+# The source's columns; payloadSchema adds decoded ones after them.
+BASE_COLUMNS = (
+    ("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("key", "string"),
+    ("payload", "binary"), ("headers", "map<string,string>"), ("producer", "string"),
+    ("timestamp", "timestamp"),
+)
+BASE_DDL = ", ".join(f"`{n}` {t}" for n, t in BASE_COLUMNS)
+
+
+def source_ddl(payload_schema: str | None) -> str:
+    return BASE_DDL if not payload_schema else f"{BASE_DDL}, {payload_schema}"
 PAYLOAD_FORMATS = ("json", "msgpack")
 SPARK_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})  # Spark passes these on
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -22,7 +21,6 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
     InputPartition,
 )
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -33,7 +31,6 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..errors import ArgumentError
-from ._arrow import BASE_COLUMNS, RecordConverter, source_ddl
 from ._client import BridgeClient
 from ._errors import BridgeError, DataLossError
 from ._log import BridgeLog
@@ -49,8 +46,11 @@ from ._offsets import (
     select,
     split,
 )
-from ._options import DEFAULT_PARTITIONS, SinkOptions, SourceOptions
+from ._options import BASE_COLUMNS, DEFAULT_PARTITIONS, SinkOptions, SourceOptions, source_ddl
 from ._runs import columns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["ZMeshDataSource"]
 
@@ -140,6 +140,11 @@ class _Fetchers:
 def read_ranges(opts: SourceOptions, schema: StructType, ranges: Sequence[Range],
                 endpoints: dict[str, str]) -> Iterator[pa.RecordBatch]:
     """Record batches of the given log ranges, in order (executor side)."""
+    # (imported here: the planner's processes never build a record batch)
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ._arrow import RecordConverter
+
     conv = RecordConverter(to_arrow_schema(schema, timezone="UTC"), opts.payload_format)
     fetchers = _Fetchers(opts, endpoints)
     try:
