@@ -6,10 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from zmesh._store.acked import _masks as masks_of_list
 from zmesh.spark import BridgeError, LogFullError
 from zmesh.spark._log import BridgeLog
 from zmesh.spark._runs import Run, columns, encode, messages
+from zmesh.spark._seen import masks
 
 P1 = bytes(range(16))
 P2 = bytes(range(16, 32))
@@ -207,3 +211,10 @@ def test_the_size_budget_leaves_room_to_prune(tmp_path: Path) -> None:
         assert log.append(runs[taken:taken + 1], T0) == (10, 0), "pruning made room again"
     finally:
         log.close()
+
+
+@given(st.integers(0, 5000), st.integers(1, 40), st.integers(1, 400))
+def test_a_stepped_range_marks_the_bits_of_its_sequences(start: int, step: int,
+                                                        n: int) -> None:
+    seqs = range(start, start + step * n, step)
+    assert masks(seqs) == masks_of_list(list(seqs))

@@ -10,17 +10,12 @@ Databases (keys are big-endian so LMDB's order is numeric order):
 - ``log``:     sid(4) + last offset(8) -> a run of messages (``_runs.py``) with the offsets
   up to that one: a cursor put at ``sid + offset`` lands on the run holding the offset.
   Immutable once written; retention deletes whole runs from a stream's head.
-- ``seen``:    producer(16) + chunk(8) -> updated_at(8, a double) + a bitmap of the
-  chunk's sequences logged (``zmesh._store.acked``'s chunks: one read and one write per
-  chunk a loop touches, not per message). Upstream redeliveries are dropped by it.
-  ``seen_t``: updated_at ms(8) + seen key -> b"": a chunk goes once every run appended
-  before its last update is gone.
+- ``seen``, ``seen_t``: the dedupe window, bitmaps of the sequences logged per producer
+  (``_seen.py``). Upstream redeliveries are dropped by it.
 - ``readers``: name -> msgpack {"topics": [..] or None, "wm": {stream: offset}, "seen_at"}:
   the offsets below which a streaming query will never read again.
-- ``sink``:    rows the sink published: a task's positional range, ``task`` + 0 + last
-  row(8) -> msgpack [first row, stored_at, producer, first seq]; or a row id of its own
-  (``idColumns``) -> msgpack [stored_at, producer, seq]. ``sink_t``: stored_at ms(8) +
-  sink key -> b"", the same in time order for pruning.
+- ``sink``, ``sink_t``: the rows the sink published, as ranges of a task's rows or by
+  their ids, and their expiry order (``_sinkrows.py``).
 
 Other processes on the host open the environment read-only (``open_reader``); a process
 that holds the writer reuses its handle, since LMDB forbids one file open twice per process.
@@ -32,17 +27,15 @@ import fcntl
 import logging
 import os
 import secrets
-import struct
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import lmdb
 import msgpack
 
-from .._store.acked import CHUNK
-from .._store.acked import _masks as _masks_of_list
+from . import _seen, _sinkrows
 from ._errors import BridgeError, LogFullError
 from ._runs import VERSION as FORMAT
 from ._runs import Run, encode, head
@@ -52,8 +45,6 @@ log = logging.getLogger(__name__)
 _pack = msgpack.Packer(use_bin_type=True).pack
 _OPEN: dict[str, BridgeLog] = {}
 _OPEN_LOCK = threading.Lock()
-_SHIFT = CHUNK.bit_length() - 1
-_STAMP = struct.Struct("<d")
 PAGE_BYTES = 4096
 DBS = ("meta", "streams", "log", "seen", "seen_t", "readers", "sink", "sink_t")
 
@@ -68,22 +59,6 @@ def _u64(n: int) -> bytes:
 
 def _int(b: bytes) -> int:
     return int.from_bytes(b, "big")
-
-
-def _masks(seqs: Sequence[int]) -> dict[int, int]:
-    """chunk -> the bits of ``seqs`` in it. A range with a step (a partition's share of
-    a batch dealt round-robin) is a comb of bits per chunk, made with one division, not
-    a step per sequence."""
-    if type(seqs) is not range or seqs.step < 1 or not seqs:
-        return _masks_of_list(seqs)
-    out: dict[int, int] = {}
-    step, at, last = seqs.step, seqs.start, seqs[-1]
-    while at <= last:
-        chunk = at >> _SHIFT
-        k = (min(last, ((chunk + 1) << _SHIFT) - 1) - at) // step + 1  # seqs in this chunk
-        out[chunk] = ((1 << (step * k)) - 1) // ((1 << step) - 1) << (at & (CHUNK - 1))
-        at += k * step
-    return out
 
 
 def _cost(record_bytes: int) -> int:
@@ -322,12 +297,12 @@ class BridgeLog:
         return self._write(self._append, list(runs), now)
 
     def _append(self, txn: Any, runs: list[tuple[str, Run]], now: float) -> tuple[int, int]:
-        seen: dict[bytes, list] = {}  # seen key -> [bits, its old value or None]
+        window = _seen.Window(txn, self.db["seen"], self.db["seen_t"])
         records: list[tuple[str, int, bytes]] = []
         added = dups = 0
         room = self.room()
         for stream, run in runs:
-            fresh = self._fresh(txn, run, seen)
+            fresh = window.fresh(run)
             dups += len(run) - len(fresh)
             if not len(fresh):
                 continue
@@ -351,43 +326,8 @@ class BridgeLog:
             touched.add(stream)
         for name in touched:
             self._put_bounds(txn, name)
-        self._put_seen(txn, seen, now)
+        window.write(now)
         return added, dups
-
-    def _fresh(self, txn: Any, run: Run, seen: dict[bytes, list]) -> Run:
-        """``run`` less the messages whose ids are logged, or earlier in this transaction;
-        marks the rest as logged in ``seen``."""
-        producer, seqs = run.producer, run.seqs
-        masks = _masks(seqs)
-        clash = False
-        for chunk, mask in masks.items():
-            key = producer + _u64(chunk)
-            entry = seen.get(key)
-            if entry is None:
-                old = txn.get(key, db=self.db["seen"])
-                entry = seen[key] = [0 if old is None else int.from_bytes(old[8:], "little"),
-                                     None if old is None else bytes(old[:8])]
-            clash = clash or bool(entry[0] & mask)
-        if clash:  # (a redelivery: rare, so found one at a time)
-            logged = {i for i, seq in enumerate(seqs)
-                      if seen[producer + _u64(seq >> _SHIFT)][0] >> (seq & (CHUNK - 1)) & 1}
-            run = run.without(logged)
-            if not len(run):
-                return run
-            masks = _masks(run.seqs)
-        for chunk, mask in masks.items():
-            seen[producer + _u64(chunk)][0] |= mask
-        return run
-
-    def _put_seen(self, txn: Any, seen: dict[bytes, list], now: float) -> None:
-        stamp, ms = _STAMP.pack(now), _u64(int(now * 1000))
-        seen_db, seen_t = self.db["seen"], self.db["seen_t"]
-        for key, (bits, old_stamp) in seen.items():
-            if old_stamp is not None:
-                txn.delete(_u64(int(_STAMP.unpack(old_stamp)[0] * 1000)) + key, db=seen_t)
-            txn.put(key, stamp + bits.to_bytes((bits.bit_length() + 7) // 8, "little"),
-                    db=seen_db)
-            txn.put(ms + key, b"", db=seen_t)
 
     def set_watermark(self, reader: str, topics: list[str] | None, wm: dict[str, int],
                       now: float) -> None:
@@ -462,78 +402,32 @@ class BridgeLog:
             if first != bounds[1]:
                 bounds[1] = first
                 self._put_bounds(txn, name)
-        self._prune_seen(txn, oldest)
+        _seen.prune(txn, self.db["seen"], self.db["seen_t"], oldest)
         return deleted
 
-    def _prune_seen(self, txn: Any, oldest: float) -> None:
-        """Forget the seen chunks last set by runs all gone: those set before ``oldest``,
-        when the oldest run kept was appended."""
-        limit = _u64(int(oldest * 1000)) if oldest != float("inf") else b"\xff" * 9
-        cur = txn.cursor(db=self.db["seen_t"])
-        while cur.first() and bytes(cur.key()[:8]) < limit:
-            txn.delete(bytes(cur.key()[8:]), db=self.db["seen"])
-            if not cur.delete():
-                break
-
-    # -- sink -----------------------------------------------------------------------------
+    # -- sink (``_sinkrows.py``) ---------------------------------------------------------
 
     def sink_filter(self, row_ids: list[bytes]) -> set[bytes]:
         """The row ids the sink already published."""
-        return self._read(lambda txn: {r for r in row_ids
-                                       if txn.get(r, db=self.db["sink"]) is not None})
+        return self._read(_sinkrows.published, self.db["sink"], row_ids)
 
     def sink_covered(self, task: bytes, first: int, end: int) -> list[tuple[int, int]]:
         """The ranges [a, b) of rows [first, end) of ``task`` already published, in order."""
-        def covered(txn: Any) -> list[tuple[int, int]]:
-            out: list[tuple[int, int]] = []
-            cur = txn.cursor(db=self.db["sink"])
-            prefix = task + b"\0"
-            if not cur.set_range(prefix + _u64(first)):
-                return out
-            for key, value in cur:
-                if not key.startswith(prefix):
-                    break
-                a, b = _unpack(value)[0], _int(key[-8:]) + 1
-                if a >= end:
-                    break
-                out.append((max(a, first), min(b, end)))
-            return out
-        return self._read(covered)
+        return self._read(_sinkrows.covered, self.db["sink"], task, first, end)
 
     def sink_put(self, rows: list[tuple[bytes, str, int]], now: float) -> None:
         """Remember published rows: (row id, producer hex, seq)."""
-        self.sink_write([(rid, [now, producer, seq]) for rid, producer, seq in rows], now)
-
-    @staticmethod
-    def range_entries(task: bytes, ranges: list[tuple[int, int, str, int]],
-                      now: float) -> list[tuple[bytes, list[Any]]]:
-        """The sink entries saying that rows [first, end) of ``task`` were published from
-        (producer, seq) on, for each (first, end, producer, seq) of ``ranges``."""
-        return [(task + b"\0" + _u64(end - 1), [first, now, producer, seq])
-                for first, end, producer, seq in ranges]
+        self.sink_write(_sinkrows.id_entries(rows, now), now)
 
     def sink_put_ranges(self, task: bytes, ranges: list[tuple[int, int, str, int]],
                         now: float) -> None:
-        """Remember ranges of ``task``'s rows published (see ``range_entries``)."""
-        self.sink_write(self.range_entries(task, ranges, now), now)
+        """Remember ranges of ``task``'s rows published: (first, end, producer, seq)."""
+        self.sink_write(_sinkrows.range_entries(task, ranges, now), now)
 
-    def sink_write(self, entries: list[tuple[bytes, list[Any]]], now: float) -> None:
-        """Write sink entries (of ``sink_put`` or ``range_entries``) in one transaction."""
-        def put(txn: Any) -> None:
-            stamp = _u64(int(now * 1000))
-            for key, value in entries:
-                txn.put(key, _pack(value), db=self.db["sink"])
-                txn.put(stamp + key, b"", db=self.db["sink_t"])
-        self._write(put)
+    def sink_write(self, entries: list[_sinkrows.Entry], now: float) -> None:
+        """Write sink entries (``_sinkrows``'s) in one transaction."""
+        self._write(_sinkrows.write, self.db["sink"], self.db["sink_t"], entries, now)
 
     def sink_prune(self, now: float, window_s: float, max_delete: int = 20_000) -> int:
-        def prune(txn: Any) -> int:
-            limit = _u64(int((now - window_s) * 1000))
-            cur = txn.cursor(db=self.db["sink_t"])
-            n = 0
-            while n < max_delete and cur.first() and cur.key()[:8] < limit:
-                txn.delete(cur.key()[8:], db=self.db["sink"])
-                cur.delete()
-                n += 1
-            return n
-        return self._write(prune)
+        return self._write(_sinkrows.prune, self.db["sink"], self.db["sink_t"], now,
+                           window_s, max_delete)

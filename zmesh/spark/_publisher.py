@@ -20,7 +20,6 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgpack
 
@@ -29,6 +28,7 @@ from .._receipt import Receipt
 from ..errors import ArgumentError, ZMeshError
 from ..errors import TimeoutError as ZTimeoutError
 from ..node import Node
+from . import _sinkrows
 from ._log import BridgeLog
 from ._wire import Reply, Request
 
@@ -201,14 +201,16 @@ class SinkPublisher:
         if not ended:
             return []
         self._publishing = [p for p in self._publishing if not p.done]
-        stored = [p for p in ended if not p.error]
-        entries: list[tuple[bytes, list[Any]]] = []
-        for p in stored:
-            entries += self.log.range_entries(p.task, [(a, b, r.id.producer, r.id.seq)
-                                                       for a, b, r in p.ranges], time.time())
-            entries += [(rid, [time.time(), r.id.producer, r.id.seq]) for rid, r in p.ids]
+        entries: list[_sinkrows.Entry] = []
+        stamp = time.time()
+        for p in ended:
+            if not p.error:
+                entries += _sinkrows.range_entries(
+                    p.task, [(a, b, r.id.producer, r.id.seq) for a, b, r in p.ranges], stamp)
+                entries += _sinkrows.id_entries(
+                    [(rid, r.id.producer, r.id.seq) for rid, r in p.ids], stamp)
         if entries:
-            self.log.sink_write(entries, time.time())
+            self.log.sink_write(entries, stamp)
         out = []
         for p in ended:
             self._forget(p)
