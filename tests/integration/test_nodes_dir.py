@@ -6,7 +6,6 @@ import dataclasses
 import json
 from pathlib import Path
 
-import msgpack
 import pytest
 
 import zmesh
@@ -15,6 +14,7 @@ from tests.conftest import wait_until
 from zmesh.cli import roles
 from zmesh.cli.noderun import build, read_definition
 from zmesh.spark._client import BridgeClient
+from zmesh.spark._runs import messages
 
 NODES = Path(__file__).resolve().parents[2] / "nodes"
 FILES = sorted(NODES.glob("*.toml"))
@@ -71,9 +71,10 @@ def test_the_reference_roles_work_together(tmp_path, mesh_name):
                    what="clean readings through the relay into the bridge's log")
         with BridgeClient(bridge.endpoint) as client:
             stream, (head, end) = next(iter(client.info().items()))
-            _first, records = client.fetch(stream, head, end, 10)
-        # A log record is [producer, seq, key, headers, published_at, appended_at, payload].
-        assert records and all("temp_k" in json.loads(msgpack.unpackb(r)[6]) for r in records)
+            _first, runs = client.fetch(stream, head, end, 10)
+        # A log record is a run of messages (zmesh.spark._runs).
+        msgs = [m for start, record in runs for m in messages(start, record)]
+        assert msgs and all("temp_k" in json.loads(m.payload) for m in msgs)
         wait_until(lambda: aggregated() > before, 10, what="readings in the aggregator's figures")
     finally:
         for runner in reversed(started):

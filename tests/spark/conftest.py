@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,22 @@ class Bridged:
                    if topic is None or s.startswith(topic + "/"))
 
 
+class Collector:
+    """A consumer group member that keeps what it handles."""
+
+    def __init__(self, node: zmesh.Node, topic: str, group: str) -> None:
+        self.messages: list[zmesh.Message] = []
+        self._lock = threading.Lock()
+        node.subscribe(topic, group=group, handler=self._handle)
+
+    def _handle(self, msg: zmesh.Message) -> None:
+        with self._lock:
+            self.messages.append(msg)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
 def reading(i: int) -> dict[str, Any]:
     return {"i": i, "sensor": f"sensor-{i % 5}", "value": float(i % 97)}
 
@@ -73,23 +90,67 @@ def run_to_end(query: Any, timeout_s: float = 120.0) -> Any:
     return query
 
 
+@dataclass
+class Pair:
+    """Two bridges in one group, each on a node of its own, and a producer of both."""
+
+    first: Bridged
+    second: Bridged
+
+    @property
+    def endpoints(self) -> str:
+        return f"{self.first.endpoint},{self.second.endpoint}"
+
+    @property
+    def controls(self) -> list[str]:
+        return [self.first.node.control_address, self.second.node.control_address]
+
+    def logged(self, topic: str | None = None) -> int:
+        return self.first.logged(topic) + self.second.logged(topic)
+
+
 @pytest.fixture
-def bridged(make_node: Callable[..., zmesh.Node],
-            tmp_path: Path) -> Iterator[Callable[..., Bridged]]:
-    """Make a bridge (group ``spark``) on ``topics`` and a producer that knows it."""
+def start_bridge(make_node: Callable[..., zmesh.Node],
+                 tmp_path: Path) -> Iterator[Callable[..., tuple[zmesh.Node, Any, str]]]:
+    """Start a bridge node ``name`` with its Bridge (group ``spark``) on ``topics``."""
     made: list[zmesh.spark.Bridge] = []
 
-    def make(topics: tuple[str, ...] = ("readings",), **options: Any) -> Bridged:
-        node = make_node("bridge")
-        log_dir = str(tmp_path / "bridge-log")
+    def start(name: str, topics: tuple[str, ...], **options: Any) -> tuple[zmesh.Node, Any, str]:
+        node = make_node(name)
+        log_dir = str(tmp_path / f"{name}-log")
         bridge = zmesh.spark.Bridge(node, topics=list(topics), log_dir=log_dir,
                                     **options).start()
         made.append(bridge)
+        return node, bridge, log_dir
+
+    yield start
+    for bridge in made:
+        bridge.close()
+
+
+@pytest.fixture
+def bridged(start_bridge: Callable[..., tuple[zmesh.Node, Any, str]],
+            make_node: Callable[..., zmesh.Node]) -> Callable[..., Bridged]:
+    """Make a bridge (group ``spark``) on ``topics`` and a producer that knows it."""
+    def make(topics: tuple[str, ...] = ("readings",), **options: Any) -> Bridged:
+        node, bridge, log_dir = start_bridge("bridge", topics, **options)
         producer = make_node("producer", seeds=[node.control_address])
         for topic in topics:
             wait_members(producer, topic, "spark", 1)
         return Bridged(node, bridge, producer, log_dir)
+    return make
 
-    yield make
-    for bridge in made:
-        bridge.close()
+
+@pytest.fixture
+def bridged_pair(start_bridge: Callable[..., tuple[zmesh.Node, Any, str]],
+                 make_node: Callable[..., zmesh.Node]) -> Callable[..., Pair]:
+    """Make two bridges in group ``spark`` on ``topics``, sharing their partitions, and
+    a producer seeded to both (each Bridged of the pair has it)."""
+    def make(topics: tuple[str, ...] = ("readings",), **options: Any) -> Pair:
+        a = start_bridge("bridge-a", topics, **options)
+        b = start_bridge("bridge-b", topics, **options)
+        producer = make_node("producer", seeds=[a[0].control_address, b[0].control_address])
+        for topic in topics:
+            wait_members(producer, topic, "spark", 2)
+        return Pair(Bridged(a[0], a[1], producer, a[2]), Bridged(b[0], b[1], producer, b[2]))
+    return make

@@ -10,12 +10,10 @@ import select
 import signal
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import msgpack
 import pytest
 import zmq
 
@@ -25,8 +23,11 @@ from tests.conftest import spawn, wait_members, wait_until
 from zmesh.spark import BridgeError
 from zmesh.spark._client import BridgeClient
 from zmesh.spark._log import BridgeLog
+from zmesh.spark._rows import Chunk
+from zmesh.spark._runs import Message as Logged
+from zmesh.spark._runs import messages
 
-from .conftest import Bridged
+from .conftest import Bridged, Collector
 
 EXAMPLE_TOML = Path(__file__).parents[2] / "examples" / "metrics_pipeline" / "spark-bridge.toml"
 READY_TIMEOUT_S = 60.0
@@ -64,10 +65,11 @@ def end_group(proc: subprocess.Popen) -> None:
         proc.stdout.close()
 
 
-def records(client: BridgeClient, stream: str, start: int, end: int) -> list[list]:
-    first, recs = client.fetch(stream, start, end, 10_000)
+def records(client: BridgeClient, stream: str, start: int, end: int) -> list[Logged]:
+    first, runs = client.fetch(stream, start, end, 10_000)
     assert first == start
-    return [msgpack.unpackb(r) for r in recs]
+    return [m for run_first, record in runs for m in messages(run_first, record)
+            if start <= m.offset < end]
 
 
 def test_messages_get_offsets_and_are_acked_after_logging(
@@ -84,60 +86,118 @@ def test_messages_get_offsets_and_are_acked_after_logging(
         for stream, (head, end) in streams.items():
             assert head == 0
             recs = records(client, stream, 0, end)
-            assert len(recs) == end
-            seqs = [r[1] for r in recs]
+            assert [m.offset for m in recs] == list(range(end))
+            seqs = [m.seq for m in recs]
             assert seqs == sorted(seqs), "one partition keeps the producer's order"
-            for producer, _seq, key, headers, _pub, _app, payload in recs:
-                assert producer.hex() == b.producer.id
-                body = json.loads(payload)
-                assert key == f"sensor-{body['i'] % 5}" and headers == {"i": str(body["i"])}
+            for m in recs:
+                assert m.producer.hex() == b.producer.id
+                body = json.loads(m.payload)
+                assert m.key == f"sensor-{body['i'] % 5}" and m.headers == {"i": str(body["i"])}
                 seen.append(body["i"])
         assert sorted(seen) == list(range(300))
+
+
+def publish(client: BridgeClient, task: str, chunk: Chunk,
+            topic: str | None) -> dict[str, int]:
+    [counts] = client.publish(task, [chunk], topic)
+    return counts
+
+
+def test_a_loop_logs_a_run_per_partition_in_order(bridged: Callable[..., Bridged]) -> None:
+    b = bridged()
+    receipts = [
+        # dealt round-robin (no keys), by key, and all to one partition
+        b.producer.publish_many("readings", [f"rr{i}".encode() for i in range(500)]),
+        b.producer.publish_many("readings", [f"k{i}".encode() for i in range(300)],
+                                keys=[f"key-{i % 7}" for i in range(300)]),
+        *[b.producer.publish("readings", f"one{i}".encode(), key="solo") for i in range(50)],
+    ]
+    for r in receipts:
+        r.wait_acked(30)
+    where: dict[bytes, str] = {}
+    with BridgeClient(b.endpoint) as client:
+        for stream, (_head, end) in client.info().items():
+            recs = records(client, stream, 0, end)
+            assert [m.offset for m in recs] == list(range(end))
+            assert [m.seq for m in recs] == sorted(m.seq for m in recs), stream
+            where.update((m.payload, stream) for m in recs)
+    assert len(where) == 850
+    first = receipts[0].id.seq
+    assert all(where[f"rr{i}".encode()] == f"readings/{(first + i) % 16}" for i in range(500))
+    for key in range(7):
+        assert len({where[f"k{i}".encode()] for i in range(key, 300, 7)}) == 1
+    assert len({where[f"one{i}".encode()] for i in range(50)}) == 1
+    assert b.bridge.stats()["log"] < 100, "runs, not a record per message"
 
 
 def test_sink_rows_are_published_once_per_row_id(bridged: Callable[..., Bridged],
                                                  make_node: Callable[..., zmesh.Node]) -> None:
     b = bridged()
-    got: list[zmesh.Message] = []
-    lock = threading.Lock()
-
-    def handle(m: zmesh.Message) -> None:
-        with lock:
-            got.append(m)
-
-    consumer = make_node("consumer", seeds=[b.node.control_address])
-    consumer.subscribe("alerts", group="pager", handler=handle)
+    collected = Collector(make_node("consumer", seeds=[b.node.control_address]), "alerts",
+                          "pager")
+    got = collected.messages
     wait_members(b.node, "alerts", "pager", 1)
-    rows = [[f"q:0:0:{i}", "alerts", f"k{i}", {"h": "v"}] for i in range(50)]
     payloads = [f"alert {i}".encode() for i in range(50)]
+    keys = [f"k{i}" for i in range(50)]
+    headers: list[dict | None] = [{"h": "v"} if i % 10 == 0 else None for i in range(50)]
     with BridgeClient(b.endpoint) as client:
-        assert client.publish(rows, payloads) == {"published": 50, "duplicates": 0}
-        # a retried batch: the same ids again, plus ten new rows
-        rows2 = rows[25:] + [[f"q:1:0:{i}", "alerts", None, None] for i in range(10)]
-        assert client.publish(rows2, payloads[25:] + [b"new"] * 10) == {
-            "published": 10, "duplicates": 25}
-        with pytest.raises(BridgeError, match="payloads"):
-            client.publish(rows[:2], payloads[:1])
-    wait_until(lambda: len(got) >= 60, what="60 alerts handled")
+        chunk = Chunk(0, payloads, None, keys, headers, None)
+        assert publish(client, "q:0:0", chunk, "alerts") == {"published": 50, "duplicates": 0}
+        # a retried task in other chunks: rows 25..59, of which 50..59 are new
+        again = Chunk(25, payloads[25:] + [b"new"] * 10, None, None, None, None)
+        assert publish(client, "q:0:0", again, "alerts") == {"published": 10, "duplicates": 25}
+        # another task, with a topic per row; rows with ids of their own
+        per_row = Chunk(0, [b"t1", b"t2"], ["alerts", "alerts"], None, None, None)
+        assert publish(client, "q:0:1", per_row, None) == {"published": 2, "duplicates": 0}
+        by_id = Chunk(0, [b"id-a", b"id-b", b"id-a"], None, None, None, ["q:x", "q:y", "q:x"])
+        assert publish(client, "q:0:2", by_id, "alerts") == {"published": 2, "duplicates": 1}
+        with pytest.raises(BridgeError, match="other lengths"):
+            publish(client, "q:0:3", Chunk(0, payloads[:2], None, keys[:1], None, None),
+                    "alerts")
+    wait_until(lambda: len(got) >= 64, what="64 alerts handled")
     wait_until(lambda: b.node.status()["outbox"] == 0, what="alerts acked")
-    assert len(got) == 60 and len({m.payload for m in got}) == 51
+    assert len(got) == 64 and len({m.payload for m in got}) == 51 + 2 + 2
     first = next(m for m in got if m.payload == b"alert 0")
     assert first.key == "k0" and first.headers == {"h": "v"}
-    assert b.bridge.stats()["publish_duplicates"] == 25
+    assert next(m for m in got if m.payload == b"alert 1").headers == {}
+    assert b.bridge.stats()["publish_duplicates"] == 25 + 1
+
+
+def test_overlapping_chunks_under_way_at_once_publish_each_row_once(
+        bridged: Callable[..., Bridged], make_node: Callable[..., zmesh.Node]) -> None:
+    b = bridged()
+    got = Collector(make_node("consumer", seeds=[b.node.control_address]), "out",
+                    "g").messages
+    wait_members(b.node, "out", "g", 1)
+    rows = [f"row {i}".encode() for i in range(3000)]
+    chunks = [Chunk(0, rows[:2000], None, None, None, None),
+              Chunk(1000, rows[1000:3000], None, None, None, None),  # (half of it is the first's)
+              Chunk(0, rows[:3000], None, None, None, None)]
+    with BridgeClient(b.endpoint) as client:
+        counts = list(client.publish("q:0:0", chunks, "out", window=3))
+    assert counts == [{"published": 2000, "duplicates": 0},
+                      {"published": 1000, "duplicates": 1000},
+                      {"published": 0, "duplicates": 3000}]
+    wait_until(lambda: len(got) >= 3000, what="3000 rows handled")
+    wait_until(lambda: b.node.status()["outbox"] == 0, what="rows acked")
+    assert sorted(m.payload for m in got) == sorted(rows)
 
 
 def test_watermarks_drive_retention_over_the_network(bridged: Callable[..., Bridged]) -> None:
     b = bridged(retain_s=0.0)
     b.publish("readings", 100)
+    b.publish("readings", 100, start=100)  # (acked first: runs apart from the first's)
     with BridgeClient(b.endpoint) as client:
         streams = client.info(reader="job", topics=["readings"], watermark={})
         b.bridge.prune()
         assert client.info() == streams, "a registered reader without marks holds everything"
-        stream, (_head, end) = next(iter(streams.items()))
+        stream, (_head, end) = max(streams.items(), key=lambda s: s[1][1])
         client.info(reader="job", topics=["readings"], watermark={stream: end - 1})
         b.bridge.prune()
-        first, recs = client.fetch(stream, 0, end, 100)
-        assert (first, len(recs)) == (end - 1, 1)
+        head = b.bridge.streams()[stream][0]
+        assert 0 < head <= end - 1, "the runs below the mark went, whole"
+        first, runs = client.fetch(stream, 0, end, 100)
+        assert first == head and runs[0][0] == head
         assert b.bridge.readers()["job"]["wm"] == {stream: end - 1}
         assert b.bridge.drop_reader("job") and client.info(reader="other") is not None
         assert not client.drop_reader("job")
@@ -276,7 +336,8 @@ def test_kill_9_of_the_bridge_loses_and_duplicates_nothing(
     try:
         payloads = []
         for stream, (_head, end) in log.streams().items():
-            payloads += [msgpack.unpackb(r)[6] for r in log.read(stream, 0, end, n)[1]]
+            payloads += [m.payload for start, record in log.read(stream, 0, end, n)[1]
+                         for m in messages(start, record)]
     finally:
         log.close()
     assert len(payloads) == n and len(set(payloads)) == n

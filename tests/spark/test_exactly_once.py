@@ -28,7 +28,7 @@ import zmesh
 from tests.conftest import spawn, wait_members, wait_until
 from tests.waiting import pause, until
 
-from .conftest import Bridged, needs_spark, reading
+from .conftest import Bridged, Collector, Pair, needs_spark, reading
 
 pytestmark = [needs_spark, pytest.mark.slow]
 
@@ -165,15 +165,8 @@ def test_driver_kills_lose_and_duplicate_nothing(
         spark: Any, bridged: Callable[..., Bridged], make_node: Callable[..., zmesh.Node],
         tmp_path: Path) -> None:
     b = bridged()
-    handled: list[zmesh.Message] = []
-    lock = threading.Lock()
-
-    def handle(msg: zmesh.Message) -> None:
-        with lock:
-            handled.append(msg)
-
-    consumer = make_node("consumer", seeds=[b.node.control_address])
-    consumer.subscribe("copies", group="checker", handler=handle)
+    handled = Collector(make_node("consumer", seeds=[b.node.control_address]), "copies",
+                        "checker")
     wait_members(b.node, "copies", "checker", 1)
 
     out, ck_files, ck_mesh = tmp_path / "out", tmp_path / "ck-parquet", tmp_path / "ck-mesh"
@@ -233,6 +226,54 @@ def test_driver_kills_lose_and_duplicate_nothing(
     wait_until(lambda: len(handled) >= total, 60, what=f"{total} copies handled")
     wait_until(lambda: b.node.status()["outbox"] == 0, 30, what="copies acked")
     assert len(handled) == total
-    assert sorted(json.loads(m.payload)["i"] for m in handled) == list(range(total))
-    assert all(m.key == reading(json.loads(m.payload)["i"])["sensor"] for m in handled)
+    assert sorted(json.loads(m.payload)["i"] for m in handled.messages) == list(range(total))
+    assert all(m.key == reading(json.loads(m.payload)["i"])["sensor"]
+               for m in handled.messages)
     assert b.bridge.stats().get("publish_duplicates", 0) > 0, "a replayed batch was dropped"
+
+
+def test_two_bridges_of_one_group_and_a_driver_kill(
+        spark: Any, bridged_pair: Callable[..., Pair], make_node: Callable[..., zmesh.Node],
+        tmp_path: Path) -> None:
+    """The same through two bridges that share the group's partitions, read as one stream
+    and written through both (each task's rows through the bridge of its partition): one
+    driver kill mid-batch, then a run to the end."""
+    pair = bridged_pair()
+    handled = Collector(make_node("consumer", seeds=pair.controls), "copies", "checker")
+    for b in (pair.first, pair.second):
+        wait_members(b.node, "copies", "checker", 1)
+    out, ck_files, ck_mesh = tmp_path / "out", tmp_path / "ck-parquet", tmp_path / "ck-mesh"
+    driver = Driver(tmp_path, {"endpoint": pair.endpoints, "max_records": MAX_RECORDS,
+                               "queries": [
+        {"sink": "parquet", "out": str(out), "reader": "to-parquet", "checkpoint": str(ck_files)},
+        {"sink": "zmesh", "topic": "copies", "reader": "to-mesh", "checkpoint": str(ck_mesh)},
+    ]})
+    first, second, _third = CHUNKS
+    total = first + second
+
+    def top_up() -> None:
+        nonlocal total
+        feeder.finish()
+        pair.first.publish("readings", TOP_UP, start=total)
+        total += TOP_UP
+
+    try:
+        pair.first.publish("readings", first)
+        assert pair.first.logged() > 0 and pair.second.logged() > 0, "both took a share"
+        driver.start("continuous")
+        feeder = Feeder(pair.first, first, second)
+        feeder.start()
+        batch, kills = driver.kill_mid_batch(ck_files, lambda: parquet_files(out), top_up)
+        print(f"run {driver.runs} killed in batch {batch} ({kills} kills)", flush=True)
+        feeder.finish()
+        assert pair.logged("readings") == total
+        driver.run_to_end()
+    finally:
+        driver.close()
+
+    rows = spark.read.parquet(str(out)).select("payload").collect()
+    assert sorted(json.loads(r.payload)["i"] for r in rows) == list(range(total))
+    wait_until(lambda: len(handled) >= total, 60, what=f"{total} copies handled")
+    for b in (pair.first, pair.second):
+        wait_until(lambda b=b: b.node.status()["outbox"] == 0, 30, what="copies acked")
+    assert sorted(json.loads(m.payload)["i"] for m in handled.messages) == list(range(total))

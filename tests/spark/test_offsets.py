@@ -13,8 +13,22 @@ import zmesh.spark
 import zmesh.spark._errors
 from zmesh.errors import ArgumentError, ConfigError, DecodeError
 from zmesh.spark import BridgeConfig, BridgeError
-from zmesh.spark._offsets import advance, cap, count, parse_spec, plan, resolve, select
+from zmesh.spark._offsets import (
+    advance,
+    cap,
+    count,
+    parse_spec,
+    plan,
+    qualify,
+    qualify_all,
+    resolve,
+    rows_for_bytes,
+    select,
+    split,
+    topic_of,
+)
 from zmesh.spark._options import SinkOptions, SourceOptions
+from zmesh.spark._publisher import gaps
 from zmesh.spark._wire import (
     Reply,
     Request,
@@ -116,6 +130,43 @@ def test_plan_cuts_even_partitions_in_a_stable_order() -> None:
     assert len(plan({}, {"a/0": 1}, min_partitions=4)) == 1
 
 
+def test_plan_fills_whole_waves_of_tasks() -> None:
+    sizes = [p[0][2] - p[0][1] for p in plan({}, {"a/0": 1000}, min_partitions=2,
+                                                 max_per_partition=300)]
+    assert sizes == [250, 250, 250, 250]
+    assert len(plan({}, {"a/0": 1000}, min_partitions=3, max_per_partition=300)) == 6
+    assert len(plan({}, {"a/0": 1000}, min_partitions=2)) == 2, "one wave on two cores"
+    assert len(plan({}, {"a/0": 5}, min_partitions=4)) == 4
+
+
+def test_streams_are_named_by_their_bridge_log() -> None:
+    name = qualify("9f3a61c2", "metrics.raw/3")
+    assert name == "9f3a61c2:metrics.raw/3" and split(name) == ("9f3a61c2", "metrics.raw/3")
+    assert topic_of(name) == topic_of("metrics.raw/3") == "metrics.raw"
+    with pytest.raises(BridgeError, match="does not name its bridge"):
+        split("metrics/3")
+    # offsets named without a bridge (a user's, or an older checkpoint's): the only one's
+    assert qualify_all({"a/0": 4, "L1:a/1": 2}, ["L1"]) == {"L1:a/0": 4, "L1:a/1": 2}
+    assert qualify_all({"L1:a/0": 4}, ["L1", "L2"]) == {"L1:a/0": 4}
+    with pytest.raises(ArgumentError, match="which of the bridges"):
+        qualify_all({"a/0": 4}, ["L1", "L2"])
+
+
+def test_rows_for_bytes_by_average_record_size() -> None:
+    sizes = {"a/0": (0, 100, 10_000), "a/1": (0, 100, 30_000)}  # 100 and 300 bytes each
+    assert rows_for_bytes(20_000, {}, sizes) == 100  # 200 bytes on average
+    assert rows_for_bytes(20_000, {"a/1": 100}, sizes) == 200, "only a/0 waits"
+    assert rows_for_bytes(1, {}, sizes) == 1, "at least one"
+    assert rows_for_bytes(5, {"a/0": 100, "a/1": 100}, sizes) == 1
+
+
+def test_gaps_between_published_ranges() -> None:
+    assert gaps(0, 10, []) == [(0, 10)]
+    assert gaps(0, 10, [(2, 4), (6, 12)]) == [(0, 2), (4, 6)]
+    assert gaps(5, 10, [(0, 7)]) == [(7, 10)]
+    assert gaps(0, 10, [(0, 10)]) == []
+
+
 def test_source_options() -> None:
     opts = SourceOptions.parse({"endpoint": "tcp://127.0.0.1:5", "topics": "a, b",
                                 "maxrecordsperbatch": "10", "startingoffsets": "latest"})
@@ -133,12 +184,26 @@ def test_source_options() -> None:
         SourceOptions.parse({"endpoint": "tcp://h:1", "payloadformat": "json"})
     with pytest.raises(BridgeError):
         SourceOptions.parse({"endpoint": "h:1"})
+    two = SourceOptions.parse({"endpoint": "tcp://h:1, tcp://h:2", "path": "/a,/b",
+                               "maxRecordsPerTrigger": "7", "maxBytesPerTrigger": "1000"}, 4)
+    assert two.endpoints == ("tcp://h:1", "tcp://h:2") and two.paths == ("/a", "/b")
+    assert (two.max_records_per_batch, two.max_bytes_per_batch) == (7, 1000)
+    assert two.min_partitions == 4, "the session's parallelism, when register() found it"
+    assert opts.min_partitions == 2 and opts.max_bytes_per_batch is None
+    with pytest.raises(ArgumentError, match="twice"):
+        SourceOptions.parse({"endpoint": "tcp://h:1,tcp://h:1"})
+    with pytest.raises(ArgumentError, match="one limit"):
+        SourceOptions.parse({"endpoint": "tcp://h:1", "maxRecordsPerTrigger": "5",
+                             "maxRecordsPerBatch": "6"})
 
 
 def test_sink_options() -> None:
     opts = SinkOptions.parse({"endpoint": "tcp://h:1", "topic": "alerts",
                               "idcolumns": "sensor, window_start"})
     assert opts.id_columns == ("sensor", "window_start") and opts.payload_format == "json"
+    assert opts.endpoints == ("tcp://h:1",) and opts.batch_rows == 10_000
+    assert SinkOptions.parse({"endpoint": "tcp://h:1,tcp://h:2"}).endpoints == (
+        "tcp://h:1", "tcp://h:2")
     with pytest.raises(ConfigError):
         SinkOptions.parse({"endpoint": "tcp://h:1", "topic": "bad topic"})
 

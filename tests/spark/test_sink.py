@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,25 +12,9 @@ import pytest
 import zmesh
 from tests.conftest import wait_members, wait_until
 
-from .conftest import Bridged, needs_spark, run_to_end
+from .conftest import Bridged, Collector, needs_spark, run_to_end
 
 pytestmark = needs_spark
-
-
-class Collector:
-    """A consumer group member that keeps what it handles."""
-
-    def __init__(self, node: zmesh.Node, topic: str, group: str) -> None:
-        self.messages: list[zmesh.Message] = []
-        self._lock = threading.Lock()
-        node.subscribe(topic, group=group, handler=self._handle)
-
-    def _handle(self, msg: zmesh.Message) -> None:
-        with self._lock:
-            self.messages.append(msg)
-
-    def __len__(self) -> int:
-        return len(self.messages)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from .conftest import Bridged, needs_spark, run_to_end
+from .conftest import Bridged, Pair, needs_spark, run_to_end
 
 pytestmark = needs_spark
 
@@ -117,3 +117,40 @@ def test_stream_decodes_json_and_msgpack_payloads(spark: Any, bridged: Callable[
     assert [(r.i, r.value, r.sensor) for r in packed[:10]] == [(i, i / 2, None) for i in range(10)]
     assert (packed[10].i, packed[10].value) == (None, None), "an undecodable payload is null"
     assert {r.topic for r in packed} == {"packed"}
+
+
+def test_two_bridges_of_one_group_read_as_one_stream(spark: Any,
+                                                     bridged_pair: Callable[..., Pair],
+                                                     tmp_path: Path) -> None:
+    pair = bridged_pair()
+    # dealt round-robin over 16 partitions, which the two bridges share
+    for r in [pair.first.producer.publish_many(
+            "readings", [json.dumps({"i": i}).encode() for i in range(k, k + 100)])
+            for k in range(0, 600, 100)]:
+        r.wait_acked(30)
+    assert pair.first.logged() > 0 and pair.second.logged() > 0, "both bridges took a share"
+    assert pair.logged() == 600
+    ids = {pair.first.bridge.log_id, pair.second.bridge.log_id}
+    rows = spark.read.format("zmesh").option("endpoint", pair.endpoints).load().collect()
+    assert sorted(json.loads(r.payload)["i"] for r in rows) == list(range(600))
+    query = (spark.readStream.format("zmesh").option("endpoint", pair.endpoints)
+             .option("reader", "both").option("maxRecordsPerTrigger", 250).load()
+             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    run_to_end(query)
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [
+        250, 250, 100]
+    out = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(json.loads(r.payload)["i"] for r in out) == list(range(600))
+    # its offsets name each stream by its bridge's log; each bridge knows the query's marks
+    offsets = query.lastProgress["sources"][0]["endOffset"]
+    ends = json.loads(offsets) if isinstance(offsets, str) else offsets
+    assert {s.split(":")[0] for s in ends} == ids
+    for b in (pair.first, pair.second):
+        marks = b.bridge.readers()["both"]["wm"]
+        assert marks == {s: end for s, (_h, end) in b.bridge.streams().items()}
+    # offsets named without a bridge cannot say which of the two they are of
+    with pytest.raises(Exception, match="which of the bridges"):
+        (spark.read.format("zmesh").option("endpoint", pair.endpoints)
+         .option("startingOffsets", '{"readings/0": 1}').load().collect())

@@ -211,7 +211,8 @@ def _stored_runs(tmp_path, batches: list[list[bytes]]):
     eng.commits.commit(wb, [])
     firsts = []
     for payloads in batches:
-        pubs = eng.queue.prepare("t", payloads, [None] * len(payloads), None, 0, None, None, 16, 5.0)
+        pubs = eng.queue.prepare("t", payloads, [None] * len(payloads), None, 0, None, None, 16,
+                                 5.0)
         firsts.append(pubs[0].seq)
         nxt = WriteBatch()  # (staged as the IO thread stages what it drained)
         eng.commits.store_pubs(WriteBatch(), pubs, [], now, nxt)

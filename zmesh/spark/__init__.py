@@ -48,8 +48,21 @@ def _data_source() -> type:
 
 
 def register(spark: Any) -> None:
-    """Register the ``zmesh`` format with a SparkSession."""
-    spark.dataSource.register(_data_source())
+    """Register the ``zmesh`` format with a SparkSession.
+
+    The session's default parallelism (its cores) becomes the source's default
+    ``minPartitions``, so that every core reads a share of each micro-batch."""
+    source = _data_source()
+    try:
+        parallelism = int(spark.sparkContext.defaultParallelism)
+    except Exception:  # a Spark Connect session has no SparkContext: keep the default
+        parallelism = 0
+    if parallelism > 0:
+        # A subclass made here is pickled with its value (it is no module's attribute),
+        # which is how the planner, in a Python worker of its own, learns it.
+        source = type(source.__name__, (source,), {"parallelism": parallelism,
+                                                   "__doc__": source.__doc__})
+    spark.dataSource.register(source)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,33 +1,52 @@
-"""Log records to Arrow record batches, and sink rows to payloads.
+"""Log runs to Arrow record batches, with no Python object per message.
 
-The source schema is fixed (``BASE_DDL``); ``payloadFormat``/``payloadSchema`` append
-columns decoded from each JSON or msgpack payload. A payload that does not decode, or a
-value that does not fit its column, becomes null rather than failing the query.
+The source schema is fixed (``_options.BASE_DDL``); ``payloadFormat``/``payloadSchema`` append
+columns decoded from each JSON or msgpack payload. A run's payloads and publish times are
+wrapped as Arrow buffers as they are stored (``_runs.py``); the runs of a batch are joined
+by Arrow. JSON payloads are parsed by Arrow's JSON reader into the typed columns; when
+that fails for a batch (a payload that is not an object, a value of the wrong type), the
+batch is decoded a payload at a time, and a payload that does not decode, or a value that
+does not fit its column, becomes null rather than failing the query.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import decimal
 import json
+from array import array
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 import msgpack
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
 
-BASE_COLUMNS = (
-    ("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("key", "string"),
-    ("payload", "binary"), ("headers", "map<string,string>"), ("producer", "string"),
-    ("timestamp", "timestamp"),
-)
-BASE_DDL = ", ".join(f"`{n}` {t}" for n, t in BASE_COLUMNS)
+from ._options import BASE_COLUMNS
+from ._runs import Columns
+
 UTC = dt.UTC
 
 
-def source_ddl(payload_schema: str | None) -> str:
-    return BASE_DDL if not payload_schema else f"{BASE_DDL}, {payload_schema}"
+def _strings(values: list[bytes]) -> pa.Array:
+    """A string array of ``values`` (UTF-8) made from its buffers: no conversion of Python
+    objects, whose first one makes pyarrow import pandas (a tenth of a second and more in
+    each of the Python processes Spark starts for a query)."""
+    ends = array("i", accumulate(map(len, values), initial=0))
+    return pa.StringArray.from_buffers(len(values), pa.py_buffer(ends.tobytes()),
+                                       pa.py_buffer(b"".join(values)))
+
+
+def _repeat(value: pa.Array, n: int) -> pa.Array:
+    """The one value of ``value``, ``n`` times."""
+    return value.take(pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bytes(4 * n))]))
+
+
+_MICROS = pa.Array.from_buffers(pa.float64(), 1, [None, pa.py_buffer(array("d", [1e6]))])[0]
+_EMPTY, _NEWLINE = (pa.BinaryArray.from_buffers(pa.binary(), 2, [
+    None, pa.py_buffer(array("i", [0, 0, 1]).tobytes()), pa.py_buffer(b"\n")])[i]
+    for i in (0, 1))
 
 
 def _header_value(v: Any) -> str:
@@ -68,6 +87,44 @@ def _column(values: list[Any], typ: pa.DataType) -> pa.Array:
         return pa.array(out, type=typ)
 
 
+def _seconds_to(typ: pa.DataType, seconds: pa.Array) -> pa.Array:
+    """Float seconds since the epoch as a timestamp column of ``typ``."""
+    micros = pc.cast(pc.multiply(seconds, _MICROS), pa.int64(), safe=False)
+    return micros.cast(typ)
+
+
+class _Pending:
+    """The columns of the runs read for the next record batch."""
+
+    def __init__(self) -> None:
+        self.segments: list[tuple[str, int, int]] = []  # (stream, first offset, count)
+        self.producers: dict[bytes, int] = {}
+        self.producer_of: list[bytes] = []  # int32 indexes into producers, per run
+        self.payloads: list[pa.Array] = []
+        self.stamps: list[memoryview] = []
+        self.keys: list[pa.Array | int] = []  # an int: that many without a key
+        self.headers: list[list | int] = []  # likewise
+        self.rows = 0
+
+    def add(self, stream: str, offset: int, c: Columns, lo: int, hi: int) -> None:
+        """Messages ``lo``..``hi - 1`` of a run, the first at ``offset`` of ``stream``."""
+        n = hi - lo
+        seg = self.segments[-1] if self.segments else None
+        if seg is not None and seg[0] == stream and seg[1] + seg[2] == offset:
+            self.segments[-1] = (stream, seg[1], seg[2] + n)
+        else:
+            self.segments.append((stream, offset, n))
+        index = self.producers.setdefault(c.producer, len(self.producers))
+        self.producer_of.append(array("i", (index,)).tobytes() * n)
+        payloads = pa.Array.from_buffers(pa.binary(), c.count, [
+            None, pa.py_buffer(c.offsets), pa.py_buffer(c.data)])
+        self.payloads.append(payloads.slice(lo, n))
+        self.stamps.append(memoryview(c.published_ats)[lo * 8:hi * 8])
+        self.keys.append(n if c.keys is None else pa.array(c.keys[lo:hi], pa.string()))
+        self.headers.append(n if c.headers is None else c.headers[lo:hi])
+        self.rows += n
+
+
 class RecordConverter:
     """Builds record batches matching the Spark schema exactly (as PySpark checks)."""
 
@@ -75,44 +132,84 @@ class RecordConverter:
         self.schema = arrow_schema
         self.extra = [arrow_schema.field(i) for i in range(len(BASE_COLUMNS),
                                                             len(arrow_schema))]
+        self.format = payload_format
         self.decode = _decoder(payload_format)
         self._headers_type = arrow_schema.field("headers").type
         self._time_type = arrow_schema.field("timestamp").type
+        self._pending = _Pending()
+        # Arrow's JSON reader parses timestamps from strings only: it reads those
+        # columns as numbers of seconds, which are then converted.
+        self._json_schema = pa.schema([
+            pa.field(f.name, pa.float64() if pa.types.is_timestamp(f.type) else f.type)
+            for f in self.extra])
 
-    def convert(self, stream: str, first: int, records: list[bytes]) -> pa.RecordBatch:
-        topic, _, part = stream.rpartition("/")
-        n = len(records)
-        keys: list[Any] = []
-        payloads: list[bytes] = []
-        headers: list[Any] = []
-        producers: list[str] = []
-        stamps: list[int] = []
-        unpack = msgpack.unpackb
-        for raw in records:
-            producer, _seq, key, hdrs, published_at, _appended, payload = unpack(raw)
-            keys.append(key)
-            payloads.append(payload)
-            headers.append(None if not hdrs else
-                           [(k, _header_value(v)) for k, v in hdrs.items()])
-            producers.append(producer.hex())
-            stamps.append(int(published_at * 1_000_000))
+    @property
+    def rows(self) -> int:
+        """Messages added since the last batch was made."""
+        return self._pending.rows
+
+    def add(self, stream: str, offset: int, c: Columns, lo: int, hi: int) -> None:
+        """Take messages ``lo``..``hi - 1`` of a run, the first at ``offset`` of ``stream``."""
+        self._pending.add(stream, offset, c, lo, hi)
+
+    def batch(self) -> pa.RecordBatch:
+        """The messages added since the last batch, as one record batch."""
+        p, self._pending = self._pending, _Pending()
+        n = p.rows
+        topics, parts, offsets = [], [], []
+        for stream, first, count in p.segments:
+            topic, _, part = stream.rpartition("/")
+            topics.append(_repeat(_strings([topic.encode()]), count))
+            parts.append(pa.Array.from_buffers(pa.int32(), count, [
+                None, pa.py_buffer(array("i", [int(part)]) * count)]))
+            offsets.append(pa.py_buffer(array("q", range(first, first + count)).tobytes()))
+        producers = _strings([p.hex().encode() for p in p.producers])
+        index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(
+            b"".join(p.producer_of))])
+        stamps = pa.Array.from_buffers(pa.float64(), n, [None, pa.py_buffer(
+            b"".join(p.stamps))])
+        payloads = _concat(p.payloads, pa.binary())
         arrays = [
-            pa.array([topic] * n, pa.string()),
-            pa.array([int(part)] * n, pa.int32()),
-            pa.array(range(first, first + n), pa.int64()),
-            pa.array(keys, pa.string()),
-            pa.array(payloads, pa.binary()),
-            pa.array(headers, self._headers_type),
-            pa.array(producers, pa.string()),
-            pa.array(stamps, pa.int64()).cast(self._time_type),
+            _concat(topics, pa.string()),
+            _concat(parts, pa.int32()),
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(
+                b"".join(b.to_pybytes() for b in offsets))]),
+            self._keys(p.keys),
+            payloads,
+            self._headers(p.headers),
+            producers.take(index),
+            _seconds_to(self._time_type, stamps),
         ]
         if self.extra:
             arrays.extend(self._decoded(payloads))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def _decoded(self, payloads: list[bytes]) -> list[pa.Array]:
+    def _keys(self, parts: list[pa.Array | int]) -> pa.Array:
+        if all(isinstance(k, int) for k in parts):
+            return pa.nulls(sum(parts), pa.string())  # type: ignore[arg-type]
+        return _concat([pa.nulls(k, pa.string()) if isinstance(k, int) else k for k in parts],
+                       pa.string())
+
+    def _headers(self, parts: list[list | int]) -> pa.Array:
+        typ = self._headers_type
+        if all(isinstance(h, int) for h in parts):
+            return pa.nulls(sum(parts), typ)  # type: ignore[arg-type]
+        rows: list[Any] = []
+        for h in parts:
+            if isinstance(h, int):
+                rows.extend([None] * h)
+            else:
+                rows.extend(None if not d else [(k, _header_value(v)) for k, v in d.items()]
+                            for d in h)
+        return pa.array(rows, typ)
+
+    def _decoded(self, payloads: pa.Array) -> list[pa.Array]:
+        if self.format == "json":
+            fast = self._json(payloads)
+            if fast is not None:
+                return fast
         rows: list[dict] = []
-        for p in payloads:
+        for p in payloads.to_pylist():
             try:
                 d = self.decode(p)
             except Exception:  # json and msgpack raise many unrelated types
@@ -120,29 +217,34 @@ class RecordConverter:
             rows.append(d if isinstance(d, dict) else {})
         return [_column([r.get(f.name) for r in rows], f.type) for f in self.extra]
 
+    def _json(self, payloads: pa.Array) -> list[pa.Array] | None:
+        """The decoded columns by Arrow's JSON reader; None when it cannot read them all
+        (then each payload is decoded on its own, and what does not fit is null)."""
+        n = len(payloads)
+        if n == 0:
+            return None
+        lines = pc.binary_join_element_wise(payloads, _EMPTY, _NEWLINE)  # each + "\n"
+        _validity, ends, data = lines.buffers()
+        data = data.slice(0, memoryview(ends).cast("i")[lines.offset + n])
+        try:
+            table = pa_json.read_json(
+                pa.BufferReader(data),
+                read_options=pa_json.ReadOptions(use_threads=False,
+                                                 block_size=max(1 << 20, data.size + 1)),
+                parse_options=pa_json.ParseOptions(explicit_schema=self._json_schema,
+                                                   unexpected_field_behavior="ignore"))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return None
+        if table.num_rows != n:  # (an empty payload is no line to the reader)
+            return None
+        out = []
+        for f in self.extra:
+            col = table.column(f.name).combine_chunks()
+            out.append(_seconds_to(f.type, col) if pa.types.is_timestamp(f.type) else col)
+        return out
 
-# -- sink side ------------------------------------------------------------------------------
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dt.datetime | dt.date):
-        return v.isoformat()
-    if isinstance(v, decimal.Decimal):
-        return float(v)  # a JSON number, as Spark's to_json writes it
-    if isinstance(v, bytes):
-        return base64.b64encode(v).decode()
-    raise TypeError(f"cannot encode {type(v).__name__} as JSON")
-
-
-def _msgpackable(v: Any) -> Any:
-    if isinstance(v, dt.datetime | dt.date):
-        return v.isoformat()
-    if isinstance(v, decimal.Decimal):
-        return float(v)
-    return v
-
-
-def encode_row(row: dict[str, Any], fmt: str) -> bytes:
-    """A row without a ``payload`` column becomes a JSON or msgpack object of its columns."""
-    if fmt == "msgpack":
-        return msgpack.packb(row, default=_msgpackable, use_bin_type=True)
-    return json.dumps(row, default=_jsonable, separators=(",", ":")).encode()
+def _concat(arrays: list[pa.Array], typ: pa.DataType) -> pa.Array:
+    if not arrays:
+        return pa.nulls(0, typ)
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)

@@ -28,7 +28,8 @@ from ..node import Node
 from ..subscription import Message, Subscription
 from ._config import BridgeConfig
 from ._errors import BridgeError, LogFullError
-from ._log import BridgeLog, Incoming
+from ._ingest import runs_of
+from ._log import BridgeLog
 from ._service import Service
 
 __all__ = ["Bridge"]
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 15.0
 FULL_BACKOFF_S = 1.0
 PRUNE_ROUNDS = 32
+PUBLISH_POLL_S = 0.001  # how soon the bridge looks again while publishes wait for the node
 
 
 class _Call:
@@ -104,6 +106,12 @@ class Bridge:
     def endpoint(self) -> str:
         """Where readers and sink writers connect (``tcp://host:port``)."""
         return self._endpoint
+
+    @property
+    def log_id(self) -> str:
+        """The id of the bridge's log: a source reading several bridges names this one's
+        streams ``"<log id>:topic/partition"``."""
+        return self._require_log().log_id
 
     def start(self) -> Bridge:
         """Open the log, bind the ROUTER, start the thread, then subscribe; returns self."""
@@ -258,8 +266,11 @@ class Bridge:
             router.close()
 
     def _loop_once(self, poller: zmq.Poller, wake: zmq.Socket, router: zmq.Socket) -> bool:
+        assert self._service is not None
         mono = time.monotonic()
         wait_s = 0.0 if self._busy else max(0.0, min(self._next_prune - mono, 1.0))
+        if self._service.busy:  # (publishes wait for the node: look again soon)
+            wait_s = min(wait_s, PUBLISH_POLL_S)
         events = dict(poller.poll(int(wait_s * 1000)))
         if wake in events:
             try:
@@ -274,6 +285,7 @@ class Bridge:
             cmd = self._cmds.popleft()
             if cmd[0] == "stop":
                 self._ingest()
+                self._finish_publishes(router)
                 return False
             call: _Call = cmd[1]
             try:
@@ -283,58 +295,68 @@ class Bridge:
             call.done.set()
         self._busy = self._ingest()
         if router in events:
-            assert self._service is not None
             self._service.serve(router)
+        if self._service.busy:
+            self._service.finish(router)
         if time.monotonic() >= self._next_prune:
             self._next_prune = time.monotonic() + self.config.prune_interval_s
             self._prune(time.time())
         return True
+
+    def _finish_publishes(self, router: zmq.Socket) -> None:
+        """On the way out: answer the publishes under way once the node stores them (it
+        gives up on them after ``publish_timeout_s``, and answers with an error)."""
+        assert self._service is not None
+        while self._service.busy:
+            router.poll(int(PUBLISH_POLL_S * 1000))
+            self._service.finish(router)
 
     def _ingest(self) -> bool:
         """Append what the subscriptions hold, then ack it; True if more may be waiting."""
         if time.monotonic() < self._paused_until:
             return False
         budget = self.config.ingest_batch_max
-        msgs: list[Message] = []
+        taken: list[tuple[Subscription, list[Message]]] = []
         for sub in self._subs:
-            while budget > 0:
-                got = sub.fetch(min(budget, 1000), timeout=0)
-                if not got:
-                    break
-                msgs.extend(got)
+            got = sub.fetch(budget, timeout=0) if budget > 0 else []
+            if got:
+                taken.append((sub, got))
                 budget -= len(got)
-        if not msgs:
+        if not taken:
             return False
-        items = [Incoming(f"{m.topic}/{m.partition}", bytes.fromhex(m.id.producer), m.id.seq,
-                          m.key, m.headers or None, m.published_at, m.payload) for m in msgs]
-        done, added, dups, error = self._append(items)
-        for m in msgs[:done]:
-            m.ack()
-        self.counters.add("appended", added)
+        msgs = taken[0][1] if len(taken) == 1 else [m for _s, got in taken for m in got]
+        done, added, dups, error = self._append(msgs)
+        self.counters.add("appended", added)  # (before the acks, which others may wait on)
         self.counters.add("duplicates", dups)
+        for sub, got in taken:  # the first ``done`` of ``msgs``, in the order fetched
+            if done >= len(got):
+                sub.ack_many(got)  # (the list fetch returned: acked as its batches)
+            elif done > 0:
+                sub.ack_many(got[:done])
+            done -= len(got)
         if error is not None:
             # Not logged, so not acked: the producers keep the messages and redeliver.
+            left = [m for m in msgs if not m.settled]
             self.counters.add("log_write_failures", 1)
             self._paused_until = time.monotonic() + FULL_BACKOFF_S
             if isinstance(error, LogFullError) or self.counters.get("log_write_failures") == 1:
-                log.warning("%s; %d messages go back to their producers", error,
-                            len(msgs) - done)
-            for m in msgs[done:]:
+                log.warning("%s; %d messages go back to their producers", error, len(left))
+            for m in left:
                 m.nack(FULL_BACKOFF_S)
             return False
-        return budget == 0
+        return budget <= 0
 
-    def _append(self, items: list[Incoming]) -> tuple[int, int, int, BridgeError | None]:
-        """Append as much of ``items`` as fits, in order, halving the transaction when
-        LMDB itself runs out of room. Returns (items done, appended, duplicates, and the
-        error that stopped it, if any)."""
+    def _append(self, msgs: list[Message]) -> tuple[int, int, int, BridgeError | None]:
+        """Append as much of ``msgs`` as fits, from the first on, in one transaction (in
+        fewer, each half the last, when the log cannot take them all). Returns (messages
+        done, appended, duplicates, and the error that stopped it, if any)."""
         assert self._log is not None
         done = added = dups = 0
-        size = len(items)
-        while done < len(items):
-            chunk = items[done:done + size]
+        size = len(msgs)
+        while done < len(msgs):
+            chunk = msgs[done:done + size]
             try:
-                taken, a, d = self._log.append(chunk, time.time())
+                a, d = self._log.append(runs_of(chunk), time.time())
                 if self.config.fsync:
                     self._log.sync()
             except LogFullError as exc:
@@ -344,11 +366,9 @@ class Bridge:
                 continue
             except BridgeError as exc:
                 return done, added, dups, exc
-            done += taken
+            done += len(chunk)
             added += a
             dups += d
-            if taken < len(chunk):
-                return done, added, dups, LogFullError(self._log.path, self._log.max_log_bytes)
         return done, added, dups, None
 
     def _prune(self, now: float) -> int:

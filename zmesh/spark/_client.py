@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
 from ..errors import DecodeError
 from ._errors import BridgeError
 from ._wire import Reply, Request, decode_reply, encode_request
+
+if TYPE_CHECKING:
+    from ._rows import Chunk
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_ATTEMPTS = 3
@@ -67,54 +72,100 @@ class BridgeClient:
 
     def call(self, kind: str, args: dict[str, Any], parts: tuple[bytes, ...] = ()) -> Reply:
         """Send a request and return the bridge's reply; BridgeError when it fails."""
-        self._token += 1
-        frames = encode_request(Request(kind, self._token, args, parts))
-        for _attempt in range(self.attempts):
-            try:
-                sock = self._socket()
-                sock.send_multipart(frames, copy=False)
-                deadline = time.monotonic() + self.timeout_s
-                while (remaining := deadline - time.monotonic()) > 0:
-                    if not sock.poll(int(remaining * 1000) + 1, zmq.POLLIN):
+        return next(self.calls(kind, [(args, parts)], window=1))
+
+    def calls(self, kind: str, requests: Iterable[tuple[dict[str, Any], tuple[bytes, ...]]],
+              window: int) -> Iterator[Reply]:
+        """Send ``requests`` keeping up to ``window`` of them unanswered, and yield their
+        replies in their order. A request unanswered within the timeout is sent again,
+        with those after it (on a new socket: what the old one receives is lost), up to
+        ``attempts`` times; BridgeError when it fails."""
+        pending: deque[tuple[int, list[bytes]]] = deque()  # (token, frames), oldest first
+        replies: dict[int, Reply] = {}
+        todo = iter(requests)
+        attempt, deadline = 1, 0.0
+        try:
+            while True:
+                while len(pending) < window and (req := next(todo, None)) is not None:
+                    self._token += 1
+                    pending.append((self._token, encode_request(
+                        Request(kind, self._token, *req))))
+                    self._socket().send_multipart(pending[-1][1], copy=False)
+                    if len(pending) == 1:
+                        deadline = time.monotonic() + self.timeout_s
+                if not pending:
+                    return
+                token = pending[0][0]
+                while token not in replies and (left := deadline - time.monotonic()) > 0:
+                    sock = self._socket()
+                    if not sock.poll(int(left * 1000) + 1, zmq.POLLIN):
                         continue
                     try:
                         rep = decode_reply(sock.recv_multipart())
                     except DecodeError:
                         continue
-                    if rep.token != self._token:
-                        continue  # the answer to an attempt we gave up on
-                    if not rep.ok:
-                        raise BridgeError(f"bridge {self.endpoint} refused {kind}: {rep.error}")
-                    return rep
-            except zmq.ZMQError as exc:
-                raise BridgeError(f"bridge {self.endpoint}: {exc}") from exc
-            self._reset()
-        raise BridgeError(f"bridge {self.endpoint} did not answer {kind!r} within "
-                          f"{self.timeout_s:g}s, {self.attempts} times")
+                    if any(rep.token == t for t, _f in pending):  # (else: of an attempt
+                        replies[rep.token] = rep                   # given up on)
+                answer = replies.pop(token, None)
+                if answer is None:
+                    if attempt >= self.attempts:
+                        raise BridgeError(f"bridge {self.endpoint} did not answer {kind!r} "
+                                          f"within {self.timeout_s:g}s, {self.attempts} times")
+                    attempt += 1
+                    self._reset()
+                    for _t, frames in pending:
+                        self._socket().send_multipart(frames, copy=False)
+                    deadline = time.monotonic() + self.timeout_s
+                    continue
+                if not answer.ok:
+                    raise BridgeError(f"bridge {self.endpoint} refused {kind}: {answer.error}")
+                pending.popleft()
+                attempt, deadline = 1, time.monotonic() + self.timeout_s
+                yield answer
+        except zmq.ZMQError as exc:
+            raise BridgeError(f"bridge {self.endpoint}: {exc}") from exc
 
     # -- requests -------------------------------------------------------------------------
 
-    def info(self, *, reader: str | None = None, topics: list[str] | None = None,
-             watermark: dict[str, int] | None = None) -> dict[str, tuple[int, int]]:
-        """Stream bounds ``topic/partition`` -> (head, end); with ``reader``, registers it
-        and moves its watermarks up to ``watermark``."""
+    def bounds(self, *, reader: str | None = None, topics: list[str] | None = None,
+               watermark: dict[str, int] | None = None
+               ) -> tuple[str, dict[str, tuple[int, int, int]]]:
+        """The bridge log's id and its streams ``topic/partition`` -> (head, end, record
+        bytes ever appended); with ``reader``, also registers it and moves its watermarks
+        up to ``watermark``."""
         args: dict[str, Any] = {}
         if reader is not None:
             args = {"reader": reader, "topics": topics, "wm": dict(watermark or {})}
-        streams = self.call("info", args).result.get("streams", {})
-        return {name: (int(b[0]), int(b[1])) for name, b in streams.items()}
+        result = self.call("info", args).result
+        streams = result.get("streams", {})
+        return str(result.get("log", "")), {
+            name: (int(b[0]), int(b[1]), int(b[2]) if len(b) > 2 else 0)
+            for name, b in streams.items()}
+
+    def info(self, **kwargs: Any) -> dict[str, tuple[int, int]]:
+        """Stream bounds ``topic/partition`` -> (head, end) (arguments as ``bounds``)."""
+        return {name: (b[0], b[1]) for name, b in self.bounds(**kwargs)[1].items()}
 
     def fetch(self, stream: str, start: int, end: int,
-              max_records: int) -> tuple[int, list[bytes]]:
-        """(offset of the first record, records) of ``stream`` in [start, end)."""
+              max_records: int) -> tuple[int, list[tuple[int, bytes]]]:
+        """(the first offset retained from ``start`` on, [(a run's first offset, its
+        record)]) of ``stream`` in [start, end): see ``BridgeLog.read``."""
         rep = self.call("fetch", {"stream": stream, "start": start, "end": end,
                                   "max": max_records})
-        return int(rep.result["first"]), list(rep.parts)
+        starts = rep.result["starts"]
+        if len(starts) != len(rep.parts):
+            raise BridgeError(f"bridge {self.endpoint} sent {len(rep.parts)} records for "
+                              f"{len(starts)} runs")
+        return int(rep.result["first"]), list(zip(map(int, starts), rep.parts, strict=True))
 
-    def publish(self, rows: list[list[Any]], payloads: list[bytes]) -> dict[str, int]:
-        """Publish sink rows ``[row_id, topic, key, headers]``; returns once stored."""
-        rep = self.call("publish", {"rows": rows}, tuple(payloads))
-        return {k: int(v) for k, v in rep.result.items()}
+    def publish(self, task: str, chunks: Iterable[Chunk], topic: str | None,
+                window: int = 1) -> Iterator[dict[str, int]]:
+        """Publish chunks of the sink task ``task``'s rows, up to ``window`` of them
+        unanswered; yields each one's counts once its rows are stored."""
+        requests = (({"task": task, "first": c.first, "n": len(c.payloads), "topic": topic},
+                     c.frames()) for c in chunks)
+        for rep in self.calls("publish", requests, window):
+            yield {k: int(v) for k, v in rep.result.items()}
 
     def drop_reader(self, reader: str) -> bool:
         return bool(self.call("drop", {"reader": reader}).result.get("dropped"))

@@ -43,9 +43,10 @@ class BridgeConfig:
     max_log_bytes: int | None = None
     fsync: bool = False
     sink_window_s: float = 86_400.0
-    max_in_flight: int = 5000
-    batch_size: int = 500
-    ingest_batch_max: int = 5000
+    # (the subscription's as a node's defaults are; a loop logs up to ingest_batch_max)
+    max_in_flight: int = 8000
+    batch_size: int = 1000
+    ingest_batch_max: int = 8000
     prune_interval_s: float = 1.0
     publish_timeout_s: float = 30.0
 

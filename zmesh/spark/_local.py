@@ -28,15 +28,17 @@ def local_env() -> None:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 
-def local_session(app: str, master: str = "local[2]") -> Any:
-    """A local SparkSession with the ``zmesh`` format registered."""
+def local_session(app: str, master: str = "local[2]",
+                  conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession on loopback with the ``zmesh`` format registered (``conf`` adds
+    to or overrides ``LOCAL_CONF``)."""
     local_env()
     from pyspark.sql import SparkSession
 
     from . import register
 
     builder = SparkSession.builder.master(master).appName(app)
-    for key, value in LOCAL_CONF.items():
+    for key, value in {**LOCAL_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

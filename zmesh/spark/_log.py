@@ -2,17 +2,20 @@
 
 Databases (keys are big-endian so LMDB's order is numeric order):
 
-- ``meta``:    ``next_sid`` -> u32.
-- ``streams``: stream name ``topic/partition`` -> sid(4) + head(8) + end(8): the first
-  retained offset and the next offset to assign. Offsets start at 0 and have no gaps.
-- ``log``:     sid(4) + offset(8) -> msgpack [producer(16 bytes), seq, key, headers,
-  published_at, appended_at, payload]; immutable once written.
-- ``ids``:     producer(16) + seq(8) -> sid(4) + offset(8): upstream redeliveries are dropped
-  by message id; an entry leaves with the record it points at.
+- ``meta``:    ``next_sid`` -> u32; ``log_id`` -> the log's id (hex), which names its
+  streams to readers of several bridges; ``format`` -> u32, the record format.
+- ``streams``: stream name ``topic/partition`` -> sid(4) + head(8) + end(8) + bytes(8):
+  the first retained offset, the next offset to assign, and the record bytes ever
+  appended (their average sizes micro-batches by bytes). Offsets start at 0, no gaps.
+- ``log``:     sid(4) + last offset(8) -> a run of messages (``_runs.py``) with the offsets
+  up to that one: a cursor put at ``sid + offset`` lands on the run holding the offset.
+  Immutable once written; retention deletes whole runs from a stream's head.
+- ``seen``, ``seen_t``: the dedupe window, bitmaps of the sequences logged per producer
+  (``_seen.py``). Upstream redeliveries are dropped by it.
 - ``readers``: name -> msgpack {"topics": [..] or None, "wm": {stream: offset}, "seen_at"}:
   the offsets below which a streaming query will never read again.
-- ``sink``:    row id -> msgpack [stored_at, producer, seq]: rows the sink already published;
-  ``sink_t``: stored_at ms(8) + row id -> b"", the same in time order for pruning.
+- ``sink``, ``sink_t``: the rows the sink published, as ranges of a task's rows or by
+  their ids, and their expiry order (``_sinkrows.py``).
 
 Other processes on the host open the environment read-only (``open_reader``); a process
 that holds the writer reuses its handle, since LMDB forbids one file open twice per process.
@@ -23,23 +26,27 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lmdb
 import msgpack
 
+from . import _seen, _sinkrows
 from ._errors import BridgeError, LogFullError
+from ._runs import VERSION as FORMAT
+from ._runs import Run, encode, head
 
 log = logging.getLogger(__name__)
 
 _pack = msgpack.Packer(use_bin_type=True).pack
 _OPEN: dict[str, BridgeLog] = {}
-RECORD_OVERHEAD = 64  # keys, the ids entry and node headers, per record (estimate)
 _OPEN_LOCK = threading.Lock()
+PAGE_BYTES = 4096
+DBS = ("meta", "streams", "log", "seen", "seen_t", "readers", "sink", "sink_t")
 
 
 def _unpack(data: bytes) -> Any:
@@ -54,21 +61,14 @@ def _int(b: bytes) -> int:
     return int.from_bytes(b, "big")
 
 
-@dataclass(slots=True, frozen=True)
-class Incoming:
-    """One received message, as the bridge appends it."""
-
-    stream: str
-    producer: bytes
-    seq: int
-    key: str | None
-    headers: dict | None
-    published_at: float
-    payload: bytes
+def _cost(record_bytes: int) -> int:
+    """What a record takes of the log's budget: its bytes and, for a small one, as much
+    again (pages fill about half on inserts), for a large one its last page."""
+    return record_bytes + min(record_bytes, PAGE_BYTES) + 64
 
 
 class BridgeLog:
-    """Per-partition offset log, dedupe window, reader watermarks and sink row ids."""
+    """Per-partition offset log of runs, dedupe bitmaps, reader watermarks and sink rows."""
 
     def __init__(self, log_dir: str | Path, *, map_size_bytes: int = 1 << 30,
                  max_log_bytes: int | None = None, readonly: bool = False) -> None:
@@ -81,28 +81,54 @@ class BridgeLog:
         self.readonly = readonly
         self._lock_fd: int | None = None
         self._inode = 0
-        self._bounds: dict[str, list[int]] = {}  # writer only: name -> [sid, head, end]
+        # writer only: name -> [sid, head, end, bytes]
+        self._bounds: dict[str, list[int]] = {}
         self._next_sid = 1
         try:
             if not readonly:
                 self.log_dir.mkdir(parents=True, exist_ok=True)
                 self._lock_fd = os.open(self.log_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self.env = lmdb.open(self.path, map_size=map_size_bytes, max_dbs=8, subdir=True,
-                                 readonly=readonly, create=not readonly, sync=False,
-                                 metasync=False, readahead=False, max_readers=256)
+            self.env = lmdb.open(self.path, map_size=map_size_bytes, max_dbs=len(DBS),
+                                 subdir=True, readonly=readonly, create=not readonly,
+                                 sync=False, metasync=False, readahead=False, max_readers=256)
             self.db = {name: self.env.open_db(name.encode(), create=not readonly)
-                       for name in ("meta", "streams", "log", "ids", "readers", "sink",
-                                    "sink_t")}
+                       for name in DBS}
+            self.log_id = self._identify()
         except BlockingIOError as exc:
             self._close_lock()
             raise BridgeError(f"bridge log {self.log_dir} is in use by another bridge") from exc
         except (OSError, lmdb.Error) as exc:
             self._close_lock()
             raise BridgeError(f"cannot open bridge log {self.path}: {exc}") from exc
+        except BridgeError:
+            self.env.close()
+            self._close_lock()
+            raise
         if not readonly:
             self._reload_bounds()
             self._measure()
+
+    def _identify(self) -> str:
+        """The log's id and format: made when the log is, checked when it is opened."""
+        meta = self.db["meta"]
+        with self.env.begin(write=not self.readonly) as txn:
+            log_id, fmt = txn.get(b"log_id", db=meta), txn.get(b"format", db=meta)
+            if log_id is None and not self.readonly:
+                if txn.stat(self.db["streams"])["entries"]:
+                    fmt = b"\0\0\0\1"  # streams before ids: the first format
+                else:
+                    log_id = secrets.token_hex(4).encode()
+                    fmt = FORMAT.to_bytes(4, "big")
+                    txn.put(b"log_id", log_id, db=meta)
+                    txn.put(b"format", fmt, db=meta)
+        if fmt is not None and _int(fmt) != FORMAT:
+            raise BridgeError(f"bridge log {self.path} was written in format {_int(fmt)} by "
+                              f"an older zmesh; this one reads format {FORMAT}: let its readers "
+                              "finish, then give the bridge a new log_dir")
+        if log_id is None:
+            raise BridgeError(f"bridge log {self.path} has no id yet: open it for writing first")
+        return bytes(log_id).decode()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -168,37 +194,47 @@ class BridgeLog:
 
     def streams(self) -> dict[str, tuple[int, int]]:
         """Every stream ``topic/partition`` -> (head, end): retained offsets are [head, end)."""
+        return {name: (b[0], b[1]) for name, b in self.stream_sizes().items()}
+
+    def stream_sizes(self) -> dict[str, tuple[int, int, int]]:
+        """Every stream -> (head, end, record bytes ever appended)."""
         return self._read(lambda txn: {
-            bytes(k).decode(): (_int(v[4:12]), _int(v[12:20]))
+            bytes(k).decode(): (_int(v[4:12]), _int(v[12:20]), _int(v[20:28]))
             for k, v in txn.cursor(db=self.db["streams"])})
 
     def read(self, stream: str, start: int, end: int, max_records: int,
-             max_bytes: int = 32 << 20) -> tuple[int, list[bytes]]:
-        """Records of ``stream`` from ``start`` (or the head, if later) up to ``end``.
-
-        Returns (offset of the first record returned, records); fewer than asked when
-        limits are hit. A first offset above ``start`` means retention removed the gap.
+             max_bytes: int = 32 << 20) -> tuple[int, list[tuple[int, bytes]]]:
+        """The runs of ``stream`` holding offsets from ``start`` (or the head, if later)
+        below ``end``: (the first offset asked for that is retained, [(the run's first
+        offset, its record)]). The first run may begin before that offset and the last
+        end after ``end``; runs stop once they hold ``max_records`` from the first offset
+        on or ``max_bytes``. A first offset above ``start`` means retention removed the gap.
         """
-        return self._read(self._range, stream, start, end, max_records, max_bytes)
+        return self._read(self._runs, stream, start, end, max_records, max_bytes)
 
-    def _range(self, txn: Any, stream: str, start: int, end: int, max_records: int,
-               max_bytes: int) -> tuple[int, list[bytes]]:
-        out: list[bytes] = []
+    def _runs(self, txn: Any, stream: str, start: int, end: int, max_records: int,
+              max_bytes: int) -> tuple[int, list[tuple[int, bytes]]]:
+        out: list[tuple[int, bytes]] = []
         meta = txn.get(stream.encode(), db=self.db["streams"])
         if meta is None:
             return start, out
-        sid, head = meta[:4], _int(meta[4:12])
+        sid, first = meta[:4], max(start, _int(meta[4:12]))
         end = min(end, _int(meta[12:20]))
-        first = max(start, head)
         cur = txn.cursor(db=self.db["log"])
-        if first >= end or not cur.set_key(sid + _u64(first)):
+        if first >= end or not cur.set_range(sid + _u64(first)):
             return first, out
-        size, want = 0, min(max_records, end - first)
-        append = out.append
-        for value in cur.iternext(keys=False):
-            append(value)
-            size += len(value)
-            if len(out) >= want or size >= max_bytes:
+        want = min(max_records, end - first)
+        size = 0
+        for key, record in cur:
+            if key[:4] != sid:
+                break
+            last = _int(key[4:])
+            run_first = last + 1 - head(record)[1]
+            if run_first >= end:
+                break
+            out.append((run_first, record))
+            size += len(record)
+            if last + 1 - first >= want or size >= max_bytes:
                 break
         return first, out
 
@@ -208,13 +244,13 @@ class BridgeLog:
 
     def stat(self) -> dict[str, int]:
         return self._read(lambda txn: {name: txn.stat(self.db[name])["entries"]
-                                       for name in ("log", "ids", "sink", "readers")})
+                                       for name in ("log", "seen", "sink", "readers")})
 
     # -- writes (bridge thread) -------------------------------------------------------------
 
-    def _write(self, fn: Any, *args: Any) -> Any:
+    def _write(self, fn: Any, *args: Any, buffers: bool = False) -> Any:
         try:
-            with self.env.begin(write=True) as txn:
+            with self.env.begin(write=True, buffers=buffers) as txn:  # type: ignore[call-overload]
                 result = fn(txn, *args)
         except lmdb.MapFullError as exc:
             self._reload_bounds()
@@ -222,6 +258,9 @@ class BridgeLog:
         except lmdb.Error as exc:
             self._reload_bounds()
             raise BridgeError(f"bridge log write failed: {exc}") from exc
+        except BaseException:
+            self._reload_bounds()  # the transaction was aborted: so were its bounds
+            raise
         self._measure()
         return result
 
@@ -235,54 +274,60 @@ class BridgeLog:
     def _reload_bounds(self) -> None:
         with self.env.begin() as txn:
             self._next_sid = _int(txn.get(b"next_sid", b"\0\0\0\1", db=self.db["meta"]))
-            self._bounds = {bytes(k).decode(): [_int(v[:4]), _int(v[4:12]), _int(v[12:20])]
+            self._bounds = {bytes(k).decode(): [_int(v[:4]), _int(v[4:12]), _int(v[12:20]),
+                                                _int(v[20:28])]
                             for k, v in txn.cursor(db=self.db["streams"])}
 
     def _put_bounds(self, txn: Any, name: str) -> None:
-        sid, head, end = self._bounds[name]
-        txn.put(name.encode(), sid.to_bytes(4, "big") + _u64(head) + _u64(end),
+        sid, first, end, nbytes = self._bounds[name]
+        txn.put(name.encode(), sid.to_bytes(4, "big") + _u64(first) + _u64(end) + _u64(nbytes),
                 db=self.db["streams"])
 
-    def append(self, items: Iterable[Incoming], now: float) -> tuple[int, int, int]:
-        """Append in one transaction, dropping message ids already logged.
+    def room(self) -> int:
+        """Bytes of the budget left, as measured after the last commit."""
+        return self.max_log_bytes - self.used_bytes
 
-        Returns (items taken, appended, duplicates); fewer items are taken than given
-        when the log reaches ``max_log_bytes``: the caller hands the rest back.
+    def append(self, runs: Iterable[tuple[str, Run]], now: float) -> tuple[int, int]:
+        """Append ``(stream, run)`` pairs in one transaction, each run one record, less
+        the messages already logged (by message id). Returns (appended, duplicates).
+
+        Raises LogFullError, having appended nothing, when the records would take the log
+        past ``max_log_bytes``: the caller hands them back, or tries fewer.
         """
-        return self._write(self._append, list(items), now)
+        return self._write(self._append, list(runs), now)
 
-    def _append(self, txn: Any, items: list[Incoming], now: float) -> tuple[int, int, int]:
-        ids_db, log_db = self.db["ids"], self.db["log"]
-        touched: set[str] = set()
-        added = dups = taken = 0
-        room = self.max_log_bytes - self.used_bytes
-        for it in items:
-            mid = it.producer + _u64(it.seq)
-            if txn.get(mid, db=ids_db) is not None:
-                dups += 1
-                taken += 1
+    def _append(self, txn: Any, runs: list[tuple[str, Run]], now: float) -> tuple[int, int]:
+        window = _seen.Window(txn, self.db["seen"], self.db["seen_t"])
+        records: list[tuple[str, int, bytes]] = []
+        added = dups = 0
+        room = self.room()
+        for stream, run in runs:
+            fresh = window.fresh(run)
+            dups += len(run) - len(fresh)
+            if not len(fresh):
                 continue
-            record = _pack([it.producer, it.seq, it.key, it.headers, it.published_at, now,
-                            it.payload])
-            # Pages fill about half on random inserts: count a record twice.
-            room -= 2 * (len(record) + RECORD_OVERHEAD)
+            record = encode(fresh, now)
+            room -= _cost(len(record))
             if room < 0:
-                break
-            bounds = self._bounds.get(it.stream)
+                raise LogFullError(self.path, self.max_log_bytes)
+            records.append((stream, len(fresh), record))
+            added += len(fresh)
+        log_db, meta = self.db["log"], self.db["meta"]
+        touched: set[str] = set()
+        for stream, n, record in records:
+            bounds = self._bounds.get(stream)
             if bounds is None:
-                bounds = self._bounds[it.stream] = [self._next_sid, 0, 0]
+                bounds = self._bounds[stream] = [self._next_sid, 0, 0, 0]
                 self._next_sid += 1
-                txn.put(b"next_sid", self._next_sid.to_bytes(4, "big"), db=self.db["meta"])
-            loc = bounds[0].to_bytes(4, "big") + _u64(bounds[2])
-            txn.put(loc, record, db=log_db)
-            txn.put(mid, loc, db=ids_db)
-            bounds[2] += 1
-            touched.add(it.stream)
-            added += 1
-            taken += 1
+                txn.put(b"next_sid", self._next_sid.to_bytes(4, "big"), db=meta)
+            bounds[2] += n
+            bounds[3] += len(record)
+            txn.put(bounds[0].to_bytes(4, "big") + _u64(bounds[2] - 1), record, db=log_db)
+            touched.add(stream)
         for name in touched:
             self._put_bounds(txn, name)
-        return taken, added, dups
+        window.write(now)
+        return added, dups
 
     def set_watermark(self, reader: str, topics: list[str] | None, wm: dict[str, int],
                       now: float) -> None:
@@ -306,12 +351,12 @@ class BridgeLog:
         return self._write(lambda txn: txn.delete(reader.encode(), db=self.db["readers"]))
 
     def prune(self, now: float, *, retain_s: float, retain_records: int = 0,
-              reader_ttl_s: float | None = None, max_delete: int = 20_000) -> int:
-        """Delete records every covering reader has passed, older than ``retain_s`` and
-        beyond the last ``retain_records`` of their stream; returns how many went (a
-        bounded number per call: call again while it returns more than 0)."""
+              reader_ttl_s: float | None = None, max_delete: int = 200_000) -> int:
+        """Delete runs every covering reader has passed, older than ``retain_s`` and
+        beyond the last ``retain_records`` of their stream; returns how many records went
+        (a bounded number per call: call again while it returns more than 0)."""
         return self._write(self._prune, now, retain_s, retain_records, reader_ttl_s,
-                           max_delete)
+                           max_delete, buffers=True)
 
     def _prune(self, txn: Any, now: float, retain_s: float, retain_records: int,
                reader_ttl_s: float | None, max_delete: int) -> int:
@@ -325,56 +370,64 @@ class BridgeLog:
                     del readers[name]
         cutoff = now - retain_s
         deleted = freed = 0
+        oldest = float("inf")  # when the oldest run still kept was appended
         # Each deletion copies its page first: a transaction freeing too much at once
         # could need more free pages than a nearly full map has.
         max_free = max(1 << 16, self.max_log_bytes // 16)
+        cur = txn.cursor(db=self.db["log"])
         for name, bounds in self._bounds.items():
-            sid, head, end = bounds
+            sid, first, end = bounds[0].to_bytes(4, "big"), bounds[1], bounds[2]
             topic = name.rpartition("/")[0]
             stop = end - retain_records
             for rec in readers.values():
                 if rec["topics"] is None or topic in rec["topics"]:
                     stop = min(stop, rec["wm"].get(name, 0))
-            off = head
-            while off < stop and deleted < max_delete and freed < max_free:
-                loc = sid.to_bytes(4, "big") + _u64(off)
-                raw = txn.get(loc, db=self.db["log"])
-                if raw is not None:
-                    producer, seq, _k, _h, _p, appended_at, _payload = _unpack(raw)
-                    if appended_at > cutoff:
-                        break
-                    freed += len(raw) + RECORD_OVERHEAD
-                    txn.delete(loc, db=self.db["log"])
-                    txn.delete(producer + _u64(seq), db=self.db["ids"])
-                off += 1
-                deleted += 1
-            if off != head:
-                bounds[1] = off
+            if first >= end or not cur.set_range(sid + _u64(first)):
+                continue
+            while True:
+                key = cur.key()
+                if key[:4] != sid:
+                    break
+                appended_at, n = head(cur.value())
+                last = _int(key[4:])
+                if last >= stop or appended_at > cutoff or deleted >= max_delete \
+                        or freed >= max_free:
+                    oldest = min(oldest, appended_at)
+                    break
+                freed += len(cur.value())
+                deleted += n
+                first = last + 1
+                if not cur.delete():
+                    break
+            if first != bounds[1]:
+                bounds[1] = first
                 self._put_bounds(txn, name)
+        _seen.prune(txn, self.db["seen"], self.db["seen_t"], oldest)
         return deleted
+
+    # -- sink (``_sinkrows.py``) ---------------------------------------------------------
 
     def sink_filter(self, row_ids: list[bytes]) -> set[bytes]:
         """The row ids the sink already published."""
-        return self._read(lambda txn: {r for r in row_ids
-                                       if txn.get(r, db=self.db["sink"]) is not None})
+        return self._read(_sinkrows.published, self.db["sink"], row_ids)
+
+    def sink_covered(self, task: bytes, first: int, end: int) -> list[tuple[int, int]]:
+        """The ranges [a, b) of rows [first, end) of ``task`` already published, in order."""
+        return self._read(_sinkrows.covered, self.db["sink"], task, first, end)
 
     def sink_put(self, rows: list[tuple[bytes, str, int]], now: float) -> None:
         """Remember published rows: (row id, producer hex, seq)."""
-        def put(txn: Any) -> None:
-            stamp = _u64(int(now * 1000))
-            for rid, producer, seq in rows:
-                txn.put(rid, _pack([now, producer, seq]), db=self.db["sink"])
-                txn.put(stamp + rid, b"", db=self.db["sink_t"])
-        self._write(put)
+        self.sink_write(_sinkrows.id_entries(rows, now), now)
+
+    def sink_put_ranges(self, task: bytes, ranges: list[tuple[int, int, str, int]],
+                        now: float) -> None:
+        """Remember ranges of ``task``'s rows published: (first, end, producer, seq)."""
+        self.sink_write(_sinkrows.range_entries(task, ranges, now), now)
+
+    def sink_write(self, entries: list[_sinkrows.Entry], now: float) -> None:
+        """Write sink entries (``_sinkrows``'s) in one transaction."""
+        self._write(_sinkrows.write, self.db["sink"], self.db["sink_t"], entries, now)
 
     def sink_prune(self, now: float, window_s: float, max_delete: int = 20_000) -> int:
-        def prune(txn: Any) -> int:
-            limit = _u64(int((now - window_s) * 1000))
-            cur = txn.cursor(db=self.db["sink_t"])
-            n = 0
-            while n < max_delete and cur.first() and cur.key()[:8] < limit:
-                txn.delete(cur.key()[8:], db=self.db["sink"])
-                cur.delete()
-                n += 1
-            return n
-        return self._write(prune)
+        return self._write(_sinkrows.prune, self.db["sink"], self.db["sink_t"], now,
+                           window_s, max_delete)

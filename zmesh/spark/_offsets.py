@@ -1,8 +1,10 @@
 """Offset arithmetic of the data source: pure functions, unit-tested without Spark.
 
-An offset is a dict ``{"topic/partition": next offset to read}``; a range is
-``(stream, start, end)`` with ``end`` exclusive. A stream missing from a start offset
-(one that appeared after the query began) is read from offset 0.
+A source reads one bridge or several, so its streams are named by the bridge log's id and
+the stream's name there: ``"<log id>:topic/partition"``. An offset is a dict
+``{stream: next offset to read}``; a range is ``(stream, start, end)`` with ``end``
+exclusive. A stream missing from a start offset (one that appeared after the query began,
+or a bridge added to the source) is read from offset 0.
 """
 
 from __future__ import annotations
@@ -10,19 +12,49 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 from ..errors import ArgumentError
 from ._errors import BridgeError
 
-Bounds = Mapping[str, tuple[int, int]]
+Bounds = Mapping[str, tuple[int, ...]]  # (head, end), or (head, end, bytes appended)
 Range = tuple[str, int, int]
+B = TypeVar("B")
 
 
 def topic_of(stream: str) -> str:
-    return stream.rpartition("/")[0]
+    """The topic of a stream, named with its bridge log's id or not."""
+    return stream.rpartition("/")[0].rpartition(":")[2]
 
 
-def select(bounds: Bounds, topics: Iterable[str] | None) -> dict[str, tuple[int, int]]:
+def qualify(log_id: str, stream: str) -> str:
+    """A bridge's stream ``topic/partition`` as a source names it."""
+    return f"{log_id}:{stream}"
+
+
+def split(stream: str) -> tuple[str, str]:
+    """(log id, ``topic/partition``) of a source's stream name."""
+    log_id, sep, name = stream.partition(":")
+    if not sep:
+        raise BridgeError(f"stream {stream!r} does not name its bridge log")
+    return log_id, name
+
+
+def qualify_all(offsets: Mapping[str, int], log_ids: Iterable[str]) -> dict[str, int]:
+    """``offsets`` with every stream named by its bridge: a stream named without one
+    (by a user's startingOffsets, or a checkpoint of a source of one bridge from before
+    streams named bridges) is the only bridge's; with several, that is an error."""
+    plain = [s for s in offsets if ":" not in s]
+    if not plain:
+        return dict(offsets)
+    ids = sorted(set(log_ids))
+    if len(ids) != 1:
+        raise ArgumentError(f"offsets {plain} do not say which of the bridges {ids} they are "
+                            'of: name them "<log id>:topic/partition" (Bridge.log_id)')
+    return {s if ":" in s else qualify(ids[0], s): o for s, o in offsets.items()}
+
+
+def select(bounds: Mapping[str, B], topics: Iterable[str] | None) -> dict[str, B]:
     """The streams of ``topics`` (all when None)."""
     wanted = None if topics is None else set(topics)
     return {s: b for s, b in bounds.items() if wanted is None or topic_of(s) in wanted}
@@ -43,7 +75,8 @@ def parse_spec(value: str | None, default: str, what: str) -> str | dict[str, in
     if not isinstance(data, dict) or not all(
             isinstance(k, str) and "/" in k and isinstance(v, int) and v >= 0
             for k, v in data.items()):
-        raise ArgumentError(f'{what} must map "topic/partition" to offsets >= 0, got {value!r}')
+        raise ArgumentError(f'{what} must map "topic/partition" (or, of several bridges, '
+                            f'"<log id>:topic/partition") to offsets >= 0, got {value!r}')
     return data
 
 
@@ -102,19 +135,36 @@ def count(start: Mapping[str, int], end: Mapping[str, int]) -> int:
     return sum(max(0, e - start.get(s, 0)) for s, e in end.items())
 
 
+def rows_for_bytes(max_bytes: int, start: Mapping[str, int],
+                   sizes: Mapping[str, tuple[int, int, int]]) -> int:
+    """About how many of the records waiting after ``start`` make ``max_bytes``, by each
+    stream's average record size (``sizes``: stream -> (head, end, bytes appended)); at
+    least one."""
+    waiting = {s: end - start.get(s, 0) for s, (_h, end, _b) in sizes.items()
+               if end > start.get(s, 0)}
+    total = sum(waiting.values())
+    if not total:
+        return 1
+    avg = sum(n * sizes[s][2] / max(1, sizes[s][1]) for s, n in waiting.items()) / total
+    return max(1, int(max_bytes / max(avg, 1.0)))
+
+
 def plan(start: Mapping[str, int], end: Mapping[str, int], *, min_partitions: int = 1,
-         max_per_partition: int = 50_000) -> list[tuple[Range, ...]]:
+         max_per_partition: int = 1_000_000) -> list[tuple[Range, ...]]:
     """Cut [start, end) into Spark partitions of about equal size; each partition is one
-    or more ranges, in stream order, so a plan is the same every time it is made."""
+    or more ranges, in stream order, so a plan is the same every time it is made. More
+    than ``min_partitions`` partitions (the cores the query has) are a multiple of it, so
+    no core idles through a last, partial wave of tasks."""
     ranges = [(s, start.get(s, 0), e) for s, e in sorted(end.items()) if e > start.get(s, 0)]
     total = sum(e - b for _s, b, e in ranges)
     if total == 0:
         return []
-    k = min(total, max(min_partitions, math.ceil(total / max_per_partition)))
-    size = math.ceil(total / k)
+    k = max(min_partitions, math.ceil(total / max_per_partition))
+    k = min(total, math.ceil(k / min_partitions) * min_partitions)
+    sizes = [total // k + (i < total % k) for i in range(k)]  # (differing by one at most)
     parts: list[tuple[Range, ...]] = []
     cur: list[Range] = []
-    room = size
+    room = sizes[0]
     for s, b, e in ranges:
         while b < e:
             take = min(room, e - b)
@@ -123,7 +173,6 @@ def plan(start: Mapping[str, int], end: Mapping[str, int], *, min_partitions: in
             room -= take
             if room == 0:
                 parts.append(tuple(cur))
-                cur, room = [], size
-    if cur:
-        parts.append(tuple(cur))
+                cur = []
+                room = sizes[len(parts)] if len(parts) < k else 0
     return parts

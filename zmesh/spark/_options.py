@@ -16,11 +16,23 @@ from ._client import check_endpoint
 from ._offsets import parse_spec
 
 SOURCE_OPTIONS = ("endpoint", "path", "topics", "reader", "startingOffsets", "endingOffsets",
-                  "maxRecordsPerBatch", "minPartitions", "maxRecordsPerPartition",
-                  "failOnDataLoss", "payloadFormat", "payloadSchema", "requestTimeoutMs",
-                  "fetchMaxRecords")
+                  "maxRecordsPerTrigger", "maxRecordsPerBatch", "maxBytesPerTrigger",
+                  "minPartitions", "maxRecordsPerPartition", "failOnDataLoss",
+                  "payloadFormat", "payloadSchema", "requestTimeoutMs", "fetchMaxRecords")
 SINK_OPTIONS = ("endpoint", "topic", "payloadFormat", "idColumns", "writeId", "batchRows",
                 "requestTimeoutMs")
+DEFAULT_PARTITIONS = 2
+# The source's columns; payloadSchema adds decoded ones after them.
+BASE_COLUMNS = (
+    ("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("key", "string"),
+    ("payload", "binary"), ("headers", "map<string,string>"), ("producer", "string"),
+    ("timestamp", "timestamp"),
+)
+BASE_DDL = ", ".join(f"`{n}` {t}" for n, t in BASE_COLUMNS)
+
+
+def source_ddl(payload_schema: str | None) -> str:
+    return BASE_DDL if not payload_schema else f"{BASE_DDL}, {payload_schema}"
 PAYLOAD_FORMATS = ("json", "msgpack")
 SPARK_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})  # Spark passes these on
 
@@ -67,17 +79,39 @@ def _timeout(opts: dict[str, str]) -> float:
     return (_int(opts, "requestTimeoutMs", 30_000) or 30_000) / 1000.0
 
 
+def _endpoints(opts: dict[str, str], what: str) -> tuple[str, ...]:
+    """Option endpoint: one bridge's ``tcp://host:port``, or several, comma-separated."""
+    found = tuple(e.strip() for e in opts.get("endpoint", "").split(",") if e.strip())
+    if not found:
+        raise ArgumentError(f"the zmesh {what} needs option endpoint: the bridge's "
+                            "'tcp://host:port' (Bridge.endpoint), or several, comma-separated")
+    if len(set(found)) < len(found):
+        raise ArgumentError(f"option endpoint names a bridge twice: {opts['endpoint']!r}")
+    return tuple(check_endpoint(e) for e in found)
+
+
+def _max_rows(opts: dict[str, str]) -> int | None:
+    """maxRecordsPerTrigger, or its older name maxRecordsPerBatch (not both, unless equal)."""
+    rows = _int(opts, "maxRecordsPerTrigger", None)
+    older = _int(opts, "maxRecordsPerBatch", None)
+    if rows is not None and older is not None and rows != older:
+        raise ArgumentError(f"options maxRecordsPerTrigger ({rows}) and maxRecordsPerBatch "
+                            f"({older}) are one limit: give one of them")
+    return rows if rows is not None else older
+
+
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     """How a reader finds the bridge and what it reads."""
 
-    endpoint: str
-    path: str | None
+    endpoints: tuple[str, ...]
+    paths: tuple[str, ...]
     topics: tuple[str, ...] | None
     reader: str | None
     starting: str | dict[str, int]
     ending: str | dict[str, int]
     max_records_per_batch: int | None
+    max_bytes_per_batch: int | None
     min_partitions: int
     max_records_per_partition: int
     fail_on_data_loss: bool
@@ -87,11 +121,12 @@ class SourceOptions:
     fetch_max_records: int
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
+    def parse(cls, options: Mapping[str, Any],
+              default_partitions: int = DEFAULT_PARTITIONS) -> SourceOptions:
+        """``default_partitions``: minPartitions when not given (the session's parallelism,
+        as ``zmesh.spark.register`` found it)."""
         opts = _lower(options, SOURCE_OPTIONS, "source")
-        if "endpoint" not in opts:
-            raise ArgumentError("the zmesh source needs option endpoint: the bridge's "
-                                "'tcp://host:port' (Bridge.endpoint)")
+        endpoints = _endpoints(opts, "source")
         topics = None
         if opts.get("topics"):
             topics = tuple(check_name("topic", t.strip()) for t in opts["topics"].split(","))
@@ -103,15 +138,17 @@ class SourceOptions:
             raise ArgumentError("options payloadFormat and payloadSchema go together: "
                                 "payloadSchema is a DDL string like 'sensor string, value double'")
         return cls(
-            endpoint=check_endpoint(opts["endpoint"]),
-            path=opts.get("path") or None,
+            endpoints=endpoints,
+            paths=tuple(p.strip() for p in (opts.get("path") or "").split(",") if p.strip()),
             topics=topics,
             reader=reader,
             starting=parse_spec(opts.get("startingoffsets"), "earliest", "startingOffsets"),
             ending=parse_spec(opts.get("endingoffsets"), "latest", "endingOffsets"),
-            max_records_per_batch=_int(opts, "maxRecordsPerBatch", None),
-            min_partitions=_int(opts, "minPartitions", 2) or 2,
-            max_records_per_partition=_int(opts, "maxRecordsPerPartition", 50_000) or 50_000,
+            max_records_per_batch=_max_rows(opts),
+            max_bytes_per_batch=_int(opts, "maxBytesPerTrigger", None),
+            min_partitions=_int(opts, "minPartitions", default_partitions) or default_partitions,
+            max_records_per_partition=_int(opts, "maxRecordsPerPartition", 1_000_000)
+            or 1_000_000,
             fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             payload_format=fmt,
             payload_schema=schema,
@@ -131,7 +168,7 @@ class SourceOptions:
 class SinkOptions:
     """Where and how a writer publishes rows."""
 
-    endpoint: str
+    endpoints: tuple[str, ...]
     topic: str | None
     payload_format: str
     id_columns: tuple[str, ...]
@@ -142,19 +179,17 @@ class SinkOptions:
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SinkOptions:
         opts = _lower(options, SINK_OPTIONS, "sink")
-        if "endpoint" not in opts:
-            raise ArgumentError("the zmesh sink needs option endpoint: the bridge's "
-                                "'tcp://host:port' (Bridge.endpoint)")
+        endpoints = _endpoints(opts, "sink")
         topic = opts.get("topic")
         if topic is not None:
             check_name("topic", topic)
         ids = tuple(c.strip() for c in opts.get("idcolumns", "").split(",") if c.strip())
         return cls(
-            endpoint=check_endpoint(opts["endpoint"]),
+            endpoints=endpoints,
             topic=topic,
             payload_format=_format(opts) or "json",
             id_columns=ids,
             write_id=opts.get("writeid") or None,
-            batch_rows=_int(opts, "batchRows", 1000) or 1000,
+            batch_rows=_int(opts, "batchRows", 10_000) or 10_000,
             timeout_s=_timeout(opts),
         )

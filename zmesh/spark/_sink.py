@@ -1,9 +1,11 @@
 """The ``zmesh`` sink: each task sends its rows to a bridge, which publishes them.
 
-Every row gets an id derived from (query, batch, partition, row) — or, with ``idColumns``,
-from (query, batch, those columns' values) — and the bridge publishes a row id only once,
-so a batch Spark runs again after a failure or a driver restart is dropped as duplicate.
-A task returns only after the bridge has stored its rows.
+Every row is named by (query, batch, partition, its place in the partition) — or, with
+``idColumns``, by (query, batch, those columns' values) — and the bridge publishes a row
+only once, so a batch Spark runs again after a failure or a driver restart is dropped as
+duplicate. Rows travel in chunks of consecutive rows, their columns taken whole from
+Arrow (``_rows.py``), and the bridge publishes a chunk with ``publish_many``. A task
+returns only after the bridge has stored its rows.
 
 Columns: ``payload`` (binary or string) is the message body; without one, the row's other
 columns become a JSON (or msgpack) object. ``key`` (string) and ``headers``
@@ -13,12 +15,9 @@ columns become a JSON (or msgpack) object. ``key`` (string) and ``headers``
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -29,17 +28,16 @@ from pyspark.sql.datasource import (
 )
 
 from ..errors import ArgumentError
-from ._arrow import _jsonable, encode_row
 from ._client import BridgeClient
 from ._errors import BridgeError
 from ._options import SinkOptions
+from ._rows import chunks
 
 __all__ = ["ZMeshBatchWriter", "ZMeshStreamWriter"]
 
 log = logging.getLogger(__name__)
 
-SPECIAL = ("topic", "key", "headers", "payload")
-MAX_REQUEST_BYTES = 8 << 20
+WINDOW = 2  # chunks a task has sent and not seen stored: it reads the next meanwhile
 
 
 class SinkCommit(WriterCommitMessage):
@@ -55,66 +53,18 @@ class SinkCommit(WriterCommitMessage):
                 f"duplicates={self.duplicates})")
 
 
-def row_id(prefix: str, partition: int, index: int, row: dict[str, Any],
-           id_columns: tuple[str, ...]) -> str:
-    """The row's message id: positional by default, by content with ``idColumns``."""
-    if not id_columns:
-        return f"{prefix}:{partition}:{index}"
-    values = json.dumps([row.get(c) for c in id_columns], default=_jsonable,
-                        separators=(",", ":"))
-    return f"{prefix}:{hashlib.sha256(values.encode()).hexdigest()[:32]}"
-
-
-def _message(row: dict[str, Any], opts: SinkOptions) -> tuple[str, Any, Any, bytes]:
-    topic = opts.topic or row.get("topic")
-    if not topic:
-        raise ArgumentError("the zmesh sink needs option topic, or a 'topic' column")
-    key = row.get("key")
-    headers = row.get("headers")
-    if isinstance(headers, list):  # Arrow maps arrive as (key, value) pairs
-        headers = dict(headers)
-    if "payload" in row:
-        payload = row["payload"]
-        if isinstance(payload, str):
-            payload = payload.encode()
-        if not isinstance(payload, bytes):
-            raise ArgumentError(f"column payload must be binary or string, got "
-                                f"{type(payload).__name__}")
-    else:
-        body = {k: v for k, v in row.items() if k not in SPECIAL}
-        payload = encode_row(body, opts.payload_format)
-    return str(topic), None if key is None else str(key), headers or None, payload
-
-
 def publish_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], prefix: str,
                       partition: int) -> SinkCommit:
-    """Send one task's rows to the bridge in bounded requests (executor side)."""
-    published = dups = index = 0
-    rows: list[list[Any]] = []
-    payloads: list[bytes] = []
-    size = 0
-    with BridgeClient(opts.endpoint, timeout_s=opts.timeout_s) as client:
-        def flush() -> None:
-            nonlocal published, dups, size
-            if rows:
-                res = client.publish(rows, payloads)
-                published += res.get("published", 0)
-                dups += res.get("duplicates", 0)
-                rows.clear()
-                payloads.clear()
-                size = 0
-
-        for batch in batches:
-            for row in batch.to_pylist():
-                rid = row_id(prefix, partition, index, row, opts.id_columns)
-                index += 1
-                topic, key, headers, payload = _message(row, opts)
-                rows.append([rid, topic, key, headers])
-                payloads.append(payload)
-                size += len(payload)
-                if len(rows) >= opts.batch_rows or size >= MAX_REQUEST_BYTES:
-                    flush()
-        flush()
+    """Send one task's rows to its bridge in bounded requests (executor side). With
+    several bridges, a task's partition picks one, the same every time it runs."""
+    published = dups = 0
+    endpoint = opts.endpoints[partition % len(opts.endpoints)]
+    task = f"{prefix}:{partition}"
+    with BridgeClient(endpoint, timeout_s=opts.timeout_s) as client:
+        for res in client.publish(task, chunks(batches, opts, prefix), opts.topic,
+                                  window=WINDOW):
+            published += res.get("published", 0)
+            dups += res.get("duplicates", 0)
     return SinkCommit(partition, published, dups)
 
 

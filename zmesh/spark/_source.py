@@ -1,17 +1,18 @@
-"""The ``zmesh`` PySpark data source: batch and streaming readers over a bridge's log.
+"""The ``zmesh`` PySpark data source: batch and streaming readers over bridges' logs.
 
-Planning (offsets, partitions) runs on the driver and talks to the bridge over its ROUTER;
-``read()`` runs on executors from a pickled reader, opening its own connection (or, when
-the bridge's log directory is on the same host, reading LMDB directly).
+A source reads one bridge or several (the members of one group, each with a share of
+the partitions) as one stream: its streams are named by their bridge log's id. Planning
+(offsets, partitions) runs on the driver and talks to the bridges over their ROUTERs;
+``read()`` runs on executors from a pickled reader, opening its own connections (or,
+when a bridge's log directory is on the same host, reading LMDB directly).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -20,7 +21,6 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
     InputPartition,
 )
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -31,14 +31,31 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..errors import ArgumentError
-from ._arrow import BASE_COLUMNS, RecordConverter, source_ddl
 from ._client import BridgeClient
 from ._errors import BridgeError, DataLossError
 from ._log import BridgeLog
-from ._offsets import Range, advance, count, plan, resolve, select
-from ._options import SinkOptions, SourceOptions
+from ._offsets import (
+    Range,
+    advance,
+    count,
+    plan,
+    qualify,
+    qualify_all,
+    resolve,
+    rows_for_bytes,
+    select,
+    split,
+)
+from ._options import BASE_COLUMNS, DEFAULT_PARTITIONS, SinkOptions, SourceOptions, source_ddl
+from ._runs import columns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["ZMeshDataSource"]
+
+BATCH_ROWS = 1 << 16  # rows per Arrow record batch handed to Spark, about
+Sizes = dict[str, tuple[int, int, int]]
 
 
 class ZMeshDataSource(DataSource):
@@ -46,6 +63,9 @@ class ZMeshDataSource(DataSource):
 
     Register it with ``zmesh.spark.register(spark)``; options are in docs/spark.md.
     """
+
+    # The session's default parallelism, when register() found it: minPartitions' default.
+    parallelism: ClassVar[int | None] = None
 
     @classmethod
     def name(cls) -> str:
@@ -55,11 +75,14 @@ class ZMeshDataSource(DataSource):
         lowered = {str(k).lower(): v for k, v in dict(self.options).items()}
         return source_ddl(lowered.get("payloadschema"))
 
+    def _source_options(self) -> SourceOptions:
+        return SourceOptions.parse(dict(self.options), self.parallelism or DEFAULT_PARTITIONS)
+
     def reader(self, schema: StructType) -> DataSourceReader:
-        return ZMeshBatchReader(SourceOptions.parse(dict(self.options)), schema)
+        return ZMeshBatchReader(self._source_options(), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return ZMeshStreamReader(SourceOptions.parse(dict(self.options)), schema)
+        return ZMeshStreamReader(self._source_options(), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from ._sink import ZMeshBatchWriter
@@ -73,47 +96,93 @@ class ZMeshDataSource(DataSource):
 
 
 class RangePartition(InputPartition):
-    """One Spark task's share of a micro-batch: ranges (stream, start, end)."""
+    """One Spark task's share of a micro-batch: ranges (stream, start, end), and where
+    the bridge of each log id answers."""
 
-    def __init__(self, ranges: tuple[Range, ...]) -> None:
+    def __init__(self, ranges: tuple[Range, ...], endpoints: dict[str, str]) -> None:
         super().__init__(ranges)
         self.ranges = ranges
+        self.endpoints = endpoints
 
 
-def read_ranges(opts: SourceOptions, schema: StructType,
-                ranges: Sequence[Range]) -> Iterator[pa.RecordBatch]:
+class _Fetchers:
+    """How an executor reads each bridge log: from its directory when it is on this host
+    (one of the ``path`` option's), else from the bridge over the network."""
+
+    def __init__(self, opts: SourceOptions, endpoints: dict[str, str]) -> None:
+        self.opts = opts
+        self.endpoints = endpoints
+        self.local: dict[str, BridgeLog] = {}
+        for path in opts.paths:
+            if os.path.isfile(os.path.join(path, "log", "data.mdb")):
+                found = BridgeLog.open_reader(path)
+                self.local[found.log_id] = found
+        self.clients: dict[str, BridgeClient] = {}
+
+    def fetch(self, log_id: str) -> Callable[..., tuple[int, list[tuple[int, bytes]]]]:
+        if log_id in self.local:
+            return self.local[log_id].read
+        client = self.clients.get(log_id)
+        if client is None:
+            endpoint = self.endpoints.get(log_id)
+            if endpoint is None:
+                raise BridgeError(f"no bridge of log {log_id} among the source's endpoints "
+                                  f"{list(self.opts.endpoints)}")
+            client = self.clients[log_id] = BridgeClient(endpoint,
+                                                         timeout_s=self.opts.timeout_s)
+        return client.fetch
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+
+def read_ranges(opts: SourceOptions, schema: StructType, ranges: Sequence[Range],
+                endpoints: dict[str, str]) -> Iterator[pa.RecordBatch]:
     """Record batches of the given log ranges, in order (executor side)."""
+    # (imported here: the planner's processes never build a record batch)
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ._arrow import RecordConverter
+
     conv = RecordConverter(to_arrow_schema(schema, timezone="UTC"), opts.payload_format)
-    client: BridgeClient | None = None
-    fetch: Callable[..., tuple[int, list[bytes]]]
-    if opts.path and os.path.isfile(os.path.join(opts.path, "log", "data.mdb")):
-        fetch = BridgeLog.open_reader(opts.path).read
-    else:
-        client = BridgeClient(opts.endpoint, timeout_s=opts.timeout_s)
-        fetch = client.fetch
+    fetchers = _Fetchers(opts, endpoints)
     try:
         for stream, start, end in ranges:
+            log_id, name = split(stream)
+            fetch = fetchers.fetch(log_id)
             pos = start
             while pos < end:
-                first, records = fetch(stream, pos, end, opts.fetch_max_records)
+                first, runs = fetch(name, pos, end, opts.fetch_max_records)
                 if first > pos:
                     if opts.fail_on_data_loss:
                         raise DataLossError(stream, pos, first)
                     pos = first
-                if not records:
+                if not runs:
                     if pos >= end:
                         break
                     raise BridgeError(f"the bridge log of {stream} holds nothing at offsets "
                                       f"{pos}..{end - 1} that were planned; was it replaced?")
-                yield conv.convert(stream, first, records)
-                pos = first + len(records)
+                for run_first, record in runs:
+                    c = columns(record)
+                    lo, hi = pos - run_first, min(end, run_first + c.count) - run_first
+                    if lo < 0 or hi <= lo:
+                        raise BridgeError(f"the bridge log of {stream} sent a run of offsets "
+                                          f"{run_first}..{run_first + c.count - 1} for "
+                                          f"offset {pos}")
+                    conv.add(name, pos, c, lo, hi)
+                    pos = run_first + hi
+                    if conv.rows >= BATCH_ROWS:
+                        yield conv.batch()
+        if conv.rows:
+            yield conv.batch()
     finally:
-        if client is not None:
-            client.close()
+        fetchers.close()
 
 
 class _Planner:
-    """Driver-side state shared by both readers: a lazily opened bridge client."""
+    """Driver-side state shared by both readers: a client per bridge, opened lazily, and
+    each bridge's log id."""
 
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         base = [name for name, _type in BASE_COLUMNS]
@@ -122,54 +191,107 @@ class _Planner:
                                 "add decoded columns with payloadSchema, not .schema()")
         self.opts = opts
         self.schema = schema
-        self._client: BridgeClient | None = None
+        self._clients: dict[str, BridgeClient] = {}
+        self._log_ids: dict[str, str] = {}  # endpoint -> its bridge log's id
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_client"] = None  # executors open their own
+        state["_clients"] = {}  # executors open their own
         return state
 
-    def _bridge(self) -> BridgeClient:
-        if self._client is None:
-            self._client = BridgeClient(self.opts.endpoint, timeout_s=self.opts.timeout_s)
-        return self._client
+    def _client(self, endpoint: str) -> BridgeClient:
+        client = self._clients.get(endpoint)
+        if client is None:
+            client = self._clients[endpoint] = BridgeClient(endpoint,
+                                                            timeout_s=self.opts.timeout_s)
+        return client
 
     def _close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def _sizes(self, reader: str | None = None,
+               watermark: dict[str, int] | None = None) -> Sizes:
+        """Every bridge's streams of the source's topics -> (head, end, bytes appended),
+        named by log id; with ``reader``, registers it at each bridge and moves its
+        watermarks there up to ``watermark``'s."""
+        topics = None if self.opts.topics is None else list(self.opts.topics)
+        out: Sizes = {}
+        for endpoint in self.opts.endpoints:
+            log_id = self._log_ids.get(endpoint)
+            marks = None
+            if reader is not None and watermark:
+                if log_id is None:  # (learnt with a first call that moves nothing)
+                    log_id = self._learn(endpoint, *self._client(endpoint).bounds())
+                marks = {split(s)[1]: o for s, o in watermark.items()
+                         if split(s)[0] == log_id}
+            found = self._client(endpoint).bounds(reader=reader, topics=topics,
+                                                  watermark=marks)
+            log_id = self._learn(endpoint, *found)
+            out.update({qualify(log_id, s): b for s, b in found[1].items()})
+        return select(out, self.opts.topics)
+
+    def _learn(self, endpoint: str, log_id: str, _streams: Any = None) -> str:
+        if not log_id:
+            raise BridgeError(f"the bridge at {endpoint} does not name its log: is it a "
+                              "bridge of an older zmesh?")
+        for other, known in self._log_ids.items():
+            if known == log_id and other != endpoint:
+                raise ArgumentError(f"endpoints {other} and {endpoint} are the same bridge "
+                                    f"(log {log_id}): name each bridge once")
+        self._log_ids[endpoint] = log_id
+        return log_id
+
+    def _endpoints(self) -> dict[str, str]:
+        """Each bridge log's id -> its endpoint."""
+        if len(self._log_ids) < len(self.opts.endpoints):
+            self._sizes()
+        return {log_id: endpoint for endpoint, log_id in self._log_ids.items()}
+
+    def _qualified(self, offsets: dict[str, int]) -> dict[str, int]:
+        return qualify_all(offsets, self._endpoints())
 
     def _plan(self, start: dict[str, int], end: dict[str, int]) -> list[RangePartition]:
-        return [RangePartition(r) for r in plan(
+        endpoints = self._endpoints()
+        return [RangePartition(r, endpoints) for r in plan(
             start, end, min_partitions=self.opts.min_partitions,
             max_per_partition=self.opts.max_records_per_partition)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # An empty plan still gets one task, with a partition that is not ours: read nothing.
-        ranges = partition.ranges if isinstance(partition, RangePartition) else ()
-        return read_ranges(self.opts, self.schema, ranges)
+        if not isinstance(partition, RangePartition):
+            return iter(())
+        return read_ranges(self.opts, self.schema, partition.ranges, partition.endpoints)
+
+
+def _ints(offsets: dict) -> dict[str, int]:
+    return {str(s): int(o) for s, o in offsets.items()}
 
 
 class ZMeshBatchReader(_Planner, DataSourceReader):
-    """``spark.read.format("zmesh")``: the retained log between startingOffsets and
-    endingOffsets (default: all of it), as of planning time."""
+    """``spark.read.format("zmesh")``: the retained logs between startingOffsets and
+    endingOffsets (default: all of them), as of planning time."""
 
     def partitions(self) -> Sequence[InputPartition]:
         try:
-            bounds = select(self._bridge().info(), self.opts.topics)
+            bounds = {s: (h, e) for s, (h, e, _b) in self._sizes().items()}
+            start = resolve(self._spec(self.opts.starting), bounds)
+            end = resolve(self._spec(self.opts.ending), bounds, missing="latest")
+            end = {s: min(e, bounds[s][1]) if s in bounds else start.get(s, 0)
+                   for s, e in end.items()}
+            return self._plan(start, end)
         finally:
             self._close()
-        start = resolve(self.opts.starting, bounds)
-        end = resolve(self.opts.ending, bounds, missing="latest")
-        end = {s: min(e, bounds[s][1]) if s in bounds else start.get(s, 0)
-               for s, e in end.items()}
-        return self._plan(start, end)
+
+    def _spec(self, spec: str | dict[str, int]) -> str | dict[str, int]:
+        return spec if isinstance(spec, str) else self._qualified(spec)
 
 
 class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """``spark.readStream.format("zmesh")``: offsets are the bridge log's offsets.
+    """``spark.readStream.format("zmesh")``: offsets are the bridge logs' offsets.
 
-    Each latestOffset call also tells the bridge the query's start: everything below it
+    Each latestOffset call also tells each bridge the query's start: everything below it
     belongs to committed batches (Spark plans batch N+1 only after committing batch N), so
     retention may drop it. Spark's own commit() is not needed for that, and not used.
     """
@@ -180,15 +302,12 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         self._target: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
 
-    def _bounds(self, watermark: dict[str, int] | None = None) -> dict[str, tuple[int, int]]:
-        topics = None if self.opts.topics is None else list(self.opts.topics)
-        bounds = self._bridge().info(reader=self.reader_name, topics=topics,
-                                     watermark=watermark)
-        return select(bounds, self.opts.topics)
-
     def initialOffset(self) -> dict:
-        start = resolve(self.opts.starting, self._bounds())
-        self._bounds(watermark=start)
+        sizes = self._sizes(self.reader_name)
+        bounds = {s: (h, e) for s, (h, e, _b) in sizes.items()}
+        spec = self.opts.starting
+        start = resolve(spec if isinstance(spec, str) else self._qualified(spec), bounds)
+        self._sizes(self.reader_name, watermark=start)
         return start
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -197,25 +316,28 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {s: end for s, (_h, end) in self._bounds().items()}
+        self._target = {s: end for s, (_h, end, _b) in self._sizes(self.reader_name).items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        start = {str(s): int(o) for s, o in start.items()}
-        ends = {s: end for s, (_h, end) in self._bounds(watermark=start).items()}
+        start = self._qualified(_ints(start))
+        sizes = self._sizes(self.reader_name, watermark=start)
+        ends = {s: end for s, (_h, end, _b) in sizes.items()}
         self._latest = dict(ends)
         if self._target is not None:
             ends = {s: min(e, self._target.get(s, start.get(s, 0))) for s, e in ends.items()}
         if isinstance(limit, ReadMinRows) and count(start, ends) < limit.min_rows:
             return start
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if self.opts.max_bytes_per_batch is not None:
+            by_bytes = rows_for_bytes(self.opts.max_bytes_per_batch, start, sizes)
+            max_rows = by_bytes if max_rows is None else min(max_rows, by_bytes)
         return advance(start, ends, max_rows)
 
     def reportLatestOffset(self) -> dict | None:
         return self._latest
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return self._plan({str(s): int(o) for s, o in start.items()},
-                          {str(s): int(o) for s, o in end.items()})
+        return self._plan(self._qualified(_ints(start)), self._qualified(_ints(end)))
 
     def commit(self, end: dict) -> None:
         """Nothing to do: retention follows latestOffset, which always comes."""

@@ -1,0 +1,258 @@
+"""Sink rows published by the bridge thread, without waiting for the node to store them.
+
+A publish request carries a chunk of consecutive rows of one sink task. The rows the
+bridge has not published before are handed to the node (``Node.publish_many``; a row
+with headers of its own alone), and the request waits, as a ``Publishing``, while the
+bridge goes on serving others; once its rows are stored, the bridge remembers them in its
+log (as ranges of the task's rows, or by their ids with ``idColumns``) and only then
+answers. A request for rows that another one is publishing waits for that one to end,
+so no row is published twice.
+
+Rows with ids of their own also give the id to ``Node.publish`` as ``msg_id``, so the
+node itself drops a row stored before a crash kept the bridge from remembering it;
+positional rows, published a chunk at a time, are remembered once stored: a bridge killed
+in between publishes them again when Spark retries the task.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import msgpack
+
+from .._engine.stats import Counters
+from .._receipt import Receipt
+from ..errors import ArgumentError, ZMeshError
+from ..errors import TimeoutError as ZTimeoutError
+from ..node import Node
+from . import _sinkrows
+from ._log import BridgeLog
+from ._wire import Reply, Request
+
+PUBLISH_FRAMES = 5  # payloads, topics, keys, headers, ids (see _rows.Chunk)
+
+
+def gaps(first: int, end: int, covered: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of [first, end) outside the ranges ``covered`` (in order)."""
+    out, at = [], first
+    for a, b in sorted(covered):
+        if a > at:
+            out.append((at, min(a, end)))
+        at = max(at, b)
+    if at < end:
+        out.append((at, end))
+    return [(a, b) for a, b in out if a < b]
+
+
+class _Rows:
+    """The columns of a publish's rows."""
+
+    __slots__ = ("topic", "payloads", "topics", "keys", "headers")
+
+    def __init__(self, topic: str | None, payloads: list[bytes], topics: list[str] | None,
+                 keys: list[str | None] | None, headers: list[dict | None] | None) -> None:
+        self.topic = topic
+        self.payloads = payloads
+        self.topics = topics
+        self.keys = keys
+        self.headers = headers
+
+    def topic_of(self, i: int) -> str:
+        return str(self.topic if self.topic is not None else self.topics[i])  # type: ignore[index]
+
+    def key(self, i: int) -> str | None:
+        return None if self.keys is None else self.keys[i]
+
+    def headers_of(self, i: int) -> dict | None:
+        return None if self.headers is None else self.headers[i] or None
+
+    def segments(self, i: int, j: int) -> Iterator[tuple[int, int]]:
+        """Rows i..j-1 in stretches of one topic, each row with headers a stretch alone."""
+        if self.topic is not None and self.headers is None:
+            yield i, j
+            return
+        start = i
+        for k in range(i + 1, j + 1):
+            if k == j or self.topic_of(k) != self.topic_of(start) or (
+                    self.headers_of(k) or self.headers_of(start)):
+                yield start, k
+                start = k
+
+
+@dataclass(slots=True)
+class Publishing:
+    """A publish request whose rows are on their way into the node's outbox."""
+
+    route: bytes
+    token: int
+    task: bytes
+    ranges: list[tuple[int, int, Receipt]]  # positional rows: [a, b) and its first receipt
+    ids: list[tuple[bytes, Receipt]]  # rows with ids of their own
+    receipts: list[Receipt]
+    deadline: float
+    rows: int
+    published: int = 0
+    error: str = ""
+    done: bool = field(default=False)
+
+
+def _decode(req: Request) -> tuple[bytes, int, _Rows, list[str] | None]:
+    """(task, first row, rows, ids) of a publish request; ArgumentError if malformed."""
+    if len(req.parts) != PUBLISH_FRAMES:
+        raise ArgumentError(f"a publish carries {PUBLISH_FRAMES} frames, got {len(req.parts)}")
+    try:
+        payloads, topics, keys, headers, ids = (msgpack.unpackb(p, raw=False)
+                                                for p in req.parts)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise ArgumentError(f"a publish's rows do not decode: {exc}") from exc
+    args = req.args
+    n, topic = int(args["n"]), args.get("topic")
+    if len(payloads) != n or any(col is not None and len(col) != n
+                                 for col in (topics, keys, headers, ids)):
+        raise ArgumentError(f"publish of {n} rows carried columns of other lengths")
+    if topic is None and topics is None:
+        raise ArgumentError("a publish needs a topic, or one per row")
+    return (str(args["task"]).encode(), int(args["first"]),
+            _Rows(topic, payloads, topics, keys, headers), ids)
+
+
+class SinkPublisher:
+    """Publish requests in progress (bridge thread only)."""
+
+    def __init__(self, blog: BridgeLog, node: Node, counters: Counters,
+                 timeout_s: float) -> None:
+        self.log = blog
+        self.node = node
+        self.counters = counters
+        self.timeout_s = timeout_s
+        self._publishing: list[Publishing] = []
+        self._deferred: deque[tuple[bytes, Request]] = deque()
+        self._ranges: dict[bytes, list[tuple[int, int]]] = {}  # task -> rows in flight
+        self._ids: set[bytes] = set()  # row ids in flight
+
+    @property
+    def busy(self) -> bool:
+        """Whether publishes wait for the node (the bridge then looks again soon)."""
+        return bool(self._publishing)
+
+    def start(self, route: bytes, req: Request) -> Reply | None:
+        """Begin a publish: its reply now (nothing new to publish), or None (it is under
+        way, or waits for another publishing some of its rows)."""
+        task, first, rows, ids = _decode(req)
+        n = len(rows.payloads)
+        p = Publishing(route, req.token, task, [], [], [], time.monotonic() + self.timeout_s,
+                       n)
+        if ids is not None:
+            encoded = [str(r).encode() for r in ids]
+            if self._ids.intersection(encoded):
+                self._defer(route, req)
+                return None
+            seen = self.log.sink_filter(encoded)
+            for i, rid in enumerate(encoded):
+                if rid not in seen:
+                    seen.add(rid)
+                    p.ids.append((rid, self.node.publish(
+                        rows.topic_of(i), rows.payloads[i], msg_id=ids[i], key=rows.key(i),
+                        headers=rows.headers_of(i))))
+            p.receipts = [r for _rid, r in p.ids]
+            self._ids.update(rid for rid, _r in p.ids)
+        else:
+            flying = self._ranges.get(task, [])
+            if any(a < first + n and first < b for a, b in flying):
+                self._defer(route, req)
+                return None
+            for a, b in gaps(first, first + n, self.log.sink_covered(task, first, first + n)):
+                receipts = [self._send(rows, i, j) for i, j in rows.segments(a - first,
+                                                                            b - first)]
+                p.ranges.append((a, b, receipts[0]))
+                p.receipts.extend(receipts)
+            if p.ranges:
+                self._ranges.setdefault(task, []).extend((a, b) for a, b, _r in p.ranges)
+        p.published = sum(b - a for a, b, _r in p.ranges) + len(p.ids)
+        if not p.receipts:
+            return self._reply(p)
+        self._publishing.append(p)
+        return None
+
+    def _defer(self, route: bytes, req: Request) -> None:
+        self.counters.add("publishes_waited", 1)
+        self._deferred.append((route, req))
+
+    def _send(self, rows: _Rows, i: int, j: int) -> Receipt:
+        """Publish rows i..j-1, of one topic and none with headers but a first alone."""
+        if j - i == 1 or rows.headers_of(i):
+            return self.node.publish(rows.topic_of(i), rows.payloads[i], key=rows.key(i),
+                                     headers=rows.headers_of(i))
+        keys = None if rows.keys is None else rows.keys[i:j]
+        return self.node.publish_many(rows.topic_of(i), rows.payloads[i:j], keys=keys)
+
+    def finished(self, now: float) -> list[tuple[bytes, Reply]]:
+        """The replies of publishes whose rows are stored (remembered first, in one write)
+        or failed, and of those that waited for them and could now begin."""
+        for p in self._publishing:
+            p.done = all(map(self._settled, p.receipts)) or now > p.deadline
+            if p.done and not p.error and now > p.deadline and not all(
+                    r.stored for r in p.receipts):
+                p.error = f"rows not stored within {self.timeout_s:g}s"
+        ended = [p for p in self._publishing if p.done]
+        if not ended:
+            return []
+        self._publishing = [p for p in self._publishing if not p.done]
+        entries: list[_sinkrows.Entry] = []
+        stamp = time.time()
+        for p in ended:
+            if not p.error:
+                entries += _sinkrows.range_entries(
+                    p.task, [(a, b, r.id.producer, r.id.seq) for a, b, r in p.ranges], stamp)
+                entries += _sinkrows.id_entries(
+                    [(rid, r.id.producer, r.id.seq) for rid, r in p.ids], stamp)
+        if entries:
+            self.log.sink_write(entries, stamp)
+        out = []
+        for p in ended:
+            self._forget(p)
+            out.append((p.route, self._reply(p)))
+        for _ in range(len(self._deferred)):  # each waited for some of these: begin again
+            route, req = self._deferred.popleft()
+            try:
+                rep = self.start(route, req)
+            except (ZMeshError, ValueError, TypeError, KeyError) as exc:
+                rep = Reply(req.token, False, error=str(exc) or type(exc).__name__)
+            if rep is not None:
+                out.append((route, rep))
+        return out
+
+    def _settled(self, receipt: Receipt) -> bool:
+        """Whether a receipt is stored, or failed (it then says why in its publishing)."""
+        if receipt.stored:
+            return True
+        try:
+            receipt.wait_stored(0)
+        except ZTimeoutError:
+            return False
+        except ZMeshError as exc:
+            for p in self._publishing:
+                if receipt in p.receipts:
+                    p.error = p.error or str(exc)
+        return True
+
+    def _forget(self, p: Publishing) -> None:
+        flying = self._ranges.get(p.task)
+        if flying is not None:
+            for a, b, _r in p.ranges:
+                flying.remove((a, b))
+            if not flying:
+                del self._ranges[p.task]
+        self._ids.difference_update(rid for rid, _r in p.ids)
+
+    def _reply(self, p: Publishing) -> Reply:
+        if p.error:
+            self.counters.add("request_errors", 1)
+            return Reply(p.token, False, error=p.error)
+        dups = p.rows - p.published
+        self.counters.add("published", p.published)
+        self.counters.add("publish_duplicates", dups)
+        return Reply(p.token, True, {"published": p.published, "duplicates": dups})
