@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -24,14 +23,14 @@ def local(path: Path, tmp_path: Path, mesh: str,
           **changes: object) -> zmesh.Node | zmesh.spark.Bridge:
     """The definition as ``zmesh node run`` loads it, but on loopback, in this test's mesh,
     in a temp dir and (a bridge) on an ephemeral port."""
-    node_cfg, bridge_cfg = read_definition(path)
+    node_cfg, bridge_table = read_definition(path)
     node_cfg = node_cfg.replace(mesh=mesh, data_dir=str(tmp_path / node_cfg.name),
                                 interfaces=("127.0.0.1",), heartbeat_interval_s=0.2,
                                 dead_after_s=1.5, **changes)
-    if bridge_cfg is not None:
-        bridge_cfg = dataclasses.replace(bridge_cfg, bind="tcp://127.0.0.1:*",
-                                         log_dir=str(tmp_path / f"{node_cfg.name}-log"))
-    return build(node_cfg, bridge_cfg)
+    if bridge_table is not None:
+        bridge_table = {**bridge_table, "bind": "tcp://127.0.0.1:*",
+                        "log_dir": str(tmp_path / f"{node_cfg.name}-log")}
+    return build(node_cfg, bridge_table, str(path))
 
 
 def test_there_are_reference_roles():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,16 +18,18 @@ from .reload import reload_on_sighup
 from .settings import ADDRESSES, ENV, env_help
 
 if TYPE_CHECKING:
-    from ..spark import Bridge, BridgeConfig
-
-
-def build(node_cfg: NodeConfig, bridge_cfg: BridgeConfig | None) -> Node | Bridge:
-    """A node, or a bridge with its own node, not yet started."""
-    if bridge_cfg is None:
-        return Node(config=node_cfg)
     from ..spark import Bridge
 
-    return Bridge(node_cfg, bridge_cfg)
+
+def build(node_cfg: NodeConfig, bridge_table: dict[str, Any] | None, source: str = ""
+          ) -> Node | Bridge:
+    """A node, or (a ``[bridge]`` table) a Spark bridge with its own node, not yet
+    started."""
+    if bridge_table is None:
+        return Node(config=node_cfg)
+    from ..spark import Bridge, BridgeConfig
+
+    return Bridge(node_cfg, BridgeConfig.from_mapping(bridge_table, source=source))
 
 
 @click.group()
@@ -51,14 +53,14 @@ def run(file: str, interfaces: tuple[str, ...]) -> None:
     node's whole definition, but for --interface (or ZMESH_INTERFACE). SIGHUP reads its
     trusted keys and acl_file again (it also does when they change).
     """
-    node_cfg, bridge_cfg = read_definition(file)
+    node_cfg, bridge_table = read_definition(file)
     if interfaces:
         try:
             node_cfg = node_cfg.replace(interfaces=tuple(interfaces))
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--interface") from None
     warn_unresolvable(node_cfg.seeds)
-    runner = build(node_cfg, bridge_cfg)
+    runner = build(node_cfg, bridge_table, file)
     n = runner if isinstance(runner, Node) else runner.node
     with StopSignals() as signals:
         try:

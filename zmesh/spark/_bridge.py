@@ -95,10 +95,10 @@ class Bridge:
     def from_toml(cls, path: str | Path) -> Bridge:
         """A bridge and its own node from a definition with ``[node]``, ``[topics.*]`` and
         ``[bridge]`` tables (see docs/spark.md)."""
-        node_cfg, bridge_cfg = read_definition(path)
-        if bridge_cfg is None:
+        node_cfg, table = read_definition(path)
+        if table is None:
             raise ConfigError(f"{path}: a bridge definition needs a [bridge] table")
-        return cls(node_cfg, bridge_cfg)
+        return cls(node_cfg, BridgeConfig.from_mapping(table, source=str(path)))
 
     # -- lifecycle ------------------------------------------------------------------------
 
