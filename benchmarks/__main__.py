@@ -34,26 +34,46 @@ RUNNERS = {**scen_raw.SCENARIOS, **scen_zmesh.SCENARIOS}
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="small counts and 1 repetition (a smoke run of about 20 seconds)")
-    ap.add_argument("--reps", type=int, default=None,
-                    help="repetitions of each scenario; medians are reported (default 3, "
-                         "quick 1)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="small counts and 1 repetition (a smoke run of about 20 seconds)",
+    )
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="repetitions of each scenario; medians are reported (default 3, quick 1)",
+    )
     ap.add_argument("--json", type=Path, help="write the results as JSON to this file")
-    ap.add_argument("--results-dir", type=Path,
-                    help="write results.json, results.txt and machine.md to this directory")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=SCENARIOS,
-                    help=f"run only these scenarios: {', '.join(SCENARIOS)}")
-    ap.add_argument("--profile", type=Path, metavar="DIR",
-                    help="run every child process under py-spy and keep its samples in DIR")
+    ap.add_argument(
+        "--results-dir",
+        type=Path,
+        help="write results.json, results.txt and machine.md to this directory",
+    )
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        choices=SCENARIOS,
+        help=f"run only these scenarios: {', '.join(SCENARIOS)}",
+    )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="run every child process under py-spy and keep its samples in DIR",
+    )
     args = ap.parse_args(argv)
     if args.reps is None:
         args.reps = 1 if args.quick else 3
     if args.reps < 1:
         ap.error("--reps must be >= 1")
     # Where the results go is checked before the run, not found wrong after it.
-    for option, path, is_dir in (("--json", args.json, False),
-                                 ("--results-dir", args.results_dir, True)):
+    for option, path, is_dir in (
+        ("--json", args.json, False),
+        ("--results-dir", args.results_dir, True),
+    ):
         if path is not None:
             problem = _unwritable(path, is_dir)
             if problem:
@@ -111,8 +131,11 @@ def run(argv: list[str] | None = None) -> int:
                 try:
                     metrics = RUNNERS[name](workdir, sizes, profile)
                 except Exception as exc:  # (one scenario's failure is recorded, not fatal)
-                    text = str(exc) if isinstance(exc, _child.BenchError) else \
-                        f"{type(exc).__name__}: {exc}"
+                    text = (
+                        str(exc)
+                        if isinstance(exc, _child.BenchError)
+                        else f"{type(exc).__name__}: {exc}"
+                    )
                     raw[name]["errors"].append(f"rep {rep + 1}: {text}")
                     err.print(f"[red]failed[/] ({time.monotonic() - t0:.1f}s)\n{text}")
                     continue
@@ -133,9 +156,11 @@ def run(argv: list[str] | None = None) -> int:
     desc["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     desc["python_speed_s_start"] = speed_start
     desc["python_speed_s_end"] = machine.python_speed()
-    title = (f"zmesh benchmarks ({'quick' if args.quick else 'full'}, median of "
-             f"{args.reps}) - {desc['cpus']} CPUs {desc['cpu_model']}, Python "
-             f"{desc['python']}, libzmq {desc['libzmq']}, zmesh {desc['git_commit']}")
+    title = (
+        f"zmesh benchmarks ({'quick' if args.quick else 'full'}, median of "
+        f"{args.reps}) - {desc['cpus']} CPUs {desc['cpu_model']}, Python "
+        f"{desc['python']}, libzmq {desc['libzmq']}, zmesh {desc['git_commit']}"
+    )
     tab = report.table(scenarios, targets, title)
     out.print(tab)
     doc = {

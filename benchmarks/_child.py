@@ -38,8 +38,9 @@ class BenchError(RuntimeError):
 class Child:
     """One worker process and its event stream."""
 
-    def __init__(self, role: str, params: dict[str, Any], workdir: Path,
-                 profile_dir: Path | None = None) -> None:
+    def __init__(
+        self, role: str, params: dict[str, Any], workdir: Path, profile_dir: Path | None = None
+    ) -> None:
         self.role = role
         self.name = params.get("name", role)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -54,19 +55,38 @@ class Child:
             if spy is None:
                 raise BenchError("--profile needs py-spy: pip install py-spy")
             # --gil: sample only the thread holding the GIL, i.e. where Python time goes.
-            cmd = [spy, "record", "--format", "raw", "--threads", "--gil", "--rate", "250",
-                   "--output", str(profile_dir.resolve() / f"{self.name}.txt"), "--", *cmd]
+            cmd = [
+                spy,
+                "record",
+                "--format",
+                "raw",
+                "--threads",
+                "--gil",
+                "--rate",
+                "250",
+                "--output",
+                str(profile_dir.resolve() / f"{self.name}.txt"),
+                "--",
+                *cmd,
+            ]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=self._log, env=env, cwd=str(ROOT))
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                env=env,
+                cwd=str(ROOT),
+            )
         except BaseException:
             self._log.close()
             raise
         self.cmdline = shlex.join(cmd)
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True,
-                                        name=f"bench-reader-{self.name}")
+        self._reader = threading.Thread(
+            target=self._read, daemon=True, name=f"bench-reader-{self.name}"
+        )
         self._reader.start()
 
     def _read(self) -> None:
@@ -87,8 +107,7 @@ class Child:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise BenchError(f"{self.name}: no {event!r} within {timeout:g}s"
-                                 f"{self.tail()}")
+                raise BenchError(f"{self.name}: no {event!r} within {timeout:g}s{self.tail()}")
             try:
                 msg = self._events.get(timeout=remaining)
             except queue.Empty:
@@ -98,8 +117,9 @@ class Child:
                 code = self.proc.wait(5)
                 raise BenchError(f"{self.name} exited ({code}) before {event!r}{self.tail()}")
             if msg.get("event") == "error":
-                raise BenchError(f"{self.name} failed: {msg.get('error')}\n"
-                                 f"{msg.get('traceback', '')}")
+                raise BenchError(
+                    f"{self.name} failed: {msg.get('error')}\n{msg.get('traceback', '')}"
+                )
             if msg.get("event") == event:
                 return msg
 
@@ -157,8 +177,9 @@ class Children:
             try:
                 child.stop()
             except Exception as exc:  # keep stopping the others
-                print(f"warning: stopping {child.name} (pid {child.proc.pid}): {exc}",
-                      file=sys.stderr)
+                print(
+                    f"warning: stopping {child.name} (pid {child.proc.pid}): {exc}", file=sys.stderr
+                )
 
 
 @contextmanager

@@ -80,8 +80,12 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     def rank(p: float) -> float:
         return s[min(len(s) - 1, max(0, round(p * len(s)) - 1))] * 1000.0
 
-    return {"p50_ms": round(rank(0.50), 4), "p99_ms": round(rank(0.99), 4),
-            "max_ms": round(s[-1] * 1000.0, 4), "samples": len(s)}
+    return {
+        "p50_ms": round(rank(0.50), 4),
+        "p99_ms": round(rank(0.99), 4),
+        "max_ms": round(s[-1] * 1000.0, 4),
+        "samples": len(s),
+    }
 
 
 class Commands:

@@ -70,13 +70,20 @@ async def _members(prod: zmesh.aio.Node, topic: str) -> None:
 
 
 async def _run(way: str, work: Path, messages: int, pending: int) -> dict[str, float]:
-    kw: dict[str, Any] = {"mesh": f"bench-aio-{os.getpid()}", "interfaces": ["127.0.0.1"],
-                          "mdns": False, "max_outbox_messages": 10 * messages}
+    kw: dict[str, Any] = {
+        "mesh": f"bench-aio-{os.getpid()}",
+        "interfaces": ["127.0.0.1"],
+        "mdns": False,
+        "max_outbox_messages": 10 * messages,
+    }
     stored, acked = _waiter(way, False), _waiter(way, True)
     out: dict[str, float] = {}
-    async with zmesh.aio.Node("prod", data_dir=str(work / "prod"), **kw) as prod, \
-            zmesh.aio.Node("cons", data_dir=str(work / "cons"), seeds=[prod.control_address],
-                           **kw) as cons:
+    async with (
+        zmesh.aio.Node("prod", data_dir=str(work / "prod"), **kw) as prod,
+        zmesh.aio.Node(
+            "cons", data_dir=str(work / "cons"), seeds=[prod.control_address], **kw
+        ) as cons,
+    ):
         cons.subscribe("t", group="g", handler=lambda _m: None)
         await _members(prod, "t")
         each = []
@@ -97,8 +104,9 @@ async def _run(way: str, work: Path, messages: int, pending: int) -> dict[str, f
         out["gather_msgs_s"] = messages / (time.perf_counter() - t0)
         # Receipts nobody acks: a topic whose group is owed but has no member.
         prod.topic("nobody", groups=["absent"])
-        tasks = [asyncio.create_task(acked(await prod.publish("nobody", b"x")))
-                 for _ in range(pending)]
+        tasks = [
+            asyncio.create_task(acked(await prod.publish("nobody", b"x"))) for _ in range(pending)
+        ]
         await asyncio.sleep(0.2)  # (every task reaches its await)
         out["pending_threads"] = _threads_in(zmesh.Receipt._wait)
         t0 = time.perf_counter()
@@ -118,8 +126,9 @@ def measure(way: str, messages: int, pending: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.aio_waits",
-                                 description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.aio_waits", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--messages", type=int, default=2000)
     ap.add_argument("--pending", type=int, default=300)
     ap.add_argument("--reps", type=int, default=3)
@@ -130,15 +139,25 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(args.reps):
         for way in WAYS:  # (interleaved: a busy moment of the machine hits both)
             reps[way].append(measure(way, args.messages, args.pending))
-    medians = {way: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-               for way, runs in reps.items()}
+    medians = {
+        way: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        for way, runs in reps.items()
+    }
     print(f"{'figure':<16}" + "".join(f"{way:>12}" for way in WAYS))
     for key in medians["loop"]:
         print(f"{key:<16}" + "".join(f"{medians[way][key]:>12,.1f}" for way in WAYS))
     if args.json is not None:
-        args.json.write_text(json.dumps({"medians": medians, "reps": reps,
-                                         "messages": args.messages,
-                                         "pending": args.pending}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "medians": medians,
+                    "reps": reps,
+                    "messages": args.messages,
+                    "pending": args.pending,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

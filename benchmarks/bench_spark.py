@@ -86,16 +86,23 @@ FIGURES: tuple[tuple[str, str, float | None, str | None, str], ...] = (
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_spark",
-                                 description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_spark", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--rows", type=int, help="messages of each stage (1,000,000; quick 30,000)")
     ap.add_argument("--reps", type=int, help="repetitions, each reported (2; quick 1)")
     ap.add_argument("--bridges", type=int, default=1, help="bridge processes in the group")
-    ap.add_argument("--batch-rows", type=int,
-                    help="rows per micro-batch, maxRecordsPerTrigger (a quarter of --rows)")
+    ap.add_argument(
+        "--batch-rows",
+        type=int,
+        help="rows per micro-batch, maxRecordsPerTrigger (a quarter of --rows)",
+    )
     ap.add_argument("--master", default="local[2]", help="the driver's master")
-    ap.add_argument("--cluster", action="store_true",
-                    help="also run the Spark stages on a standalone master with one worker")
+    ap.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also run the Spark stages on a standalone master with one worker",
+    )
     ap.add_argument("--quick", action="store_true", help="a smoke run: few rows, one run")
     ap.add_argument("--json", type=Path, help="write the results as JSON here")
     ap.add_argument("--results-dir", type=Path, help="write spark.json and spark.txt here")
@@ -116,21 +123,43 @@ def _rate(rows: int, seconds: float) -> float:
     return rows / seconds if seconds > 0 else 0.0
 
 
-def _ingest(kids: Children, work: Path, args: argparse.Namespace,
-            out: dict[str, Any]) -> list[dict[str, Any]]:
+def _ingest(
+    kids: Children, work: Path, args: argparse.Namespace, out: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Bridges (left running) fed by the suite's producer; returns their ready events."""
     mesh, n, deadline_s = f"bench-{uuid.uuid4().hex[:10]}", args.rows, _deadline(args.rows)
-    prod = kids.start("zmesh_producer", name="producer", mesh=mesh,
-                      data_dir=str(work / "producer"), topic=INGEST_TOPIC,
-                      durability="process", groups=[GROUP], api="message", batch=FULL.batch,
-                      warmup=FULL.warmup, count=n, rate=0.0, deadline_s=deadline_s,
-                      members=args.bridges)
+    prod = kids.start(
+        "zmesh_producer",
+        name="producer",
+        mesh=mesh,
+        data_dir=str(work / "producer"),
+        topic=INGEST_TOPIC,
+        durability="process",
+        groups=[GROUP],
+        api="message",
+        batch=FULL.batch,
+        warmup=FULL.warmup,
+        count=n,
+        rate=0.0,
+        deadline_s=deadline_s,
+        members=args.bridges,
+    )
     control = prod.expect("ready", 30)["control"]
-    bridges = [kids.start("spark_bridge", name=f"bridge-{i}", mesh=mesh,
-                          data_dir=str(work / f"bridge-{i}"), log_dir=str(work / f"log-{i}"),
-                          seeds=[control], topics=[INGEST_TOPIC, ROWS_TOPIC],
-                          sink_topic=SINK_TOPIC, sink_group=SINK_GROUP, deadline_s=deadline_s)
-               for i in range(args.bridges)]
+    bridges = [
+        kids.start(
+            "spark_bridge",
+            name=f"bridge-{i}",
+            mesh=mesh,
+            data_dir=str(work / f"bridge-{i}"),
+            log_dir=str(work / f"log-{i}"),
+            seeds=[control],
+            topics=[INGEST_TOPIC, ROWS_TOPIC],
+            sink_topic=SINK_TOPIC,
+            sink_group=SINK_GROUP,
+            deadline_s=deadline_s,
+        )
+        for i in range(args.bridges)
+    ]
     ready = [b.expect("ready", 60) for b in bridges]
     res = prod.expect("result", deadline_s)
     prod.stop()
@@ -142,10 +171,18 @@ def _ingest(kids: Children, work: Path, args: argparse.Namespace,
     out["bridge_stats"] = [s["stats"] for s in stats]
     out["bridge_rss_mb"] = [s["rss_mb"] for s in stats]
     # The rows of the Spark stages: JSON readings, into the same bridges.
-    jp = kids.start("spark_json_producer", name="json-producer", mesh=mesh,
-                    data_dir=str(work / "json-producer"), topic=ROWS_TOPIC, group=GROUP,
-                    count=n, members=args.bridges, seeds=[r["control"] for r in ready],
-                    deadline_s=deadline_s)
+    jp = kids.start(
+        "spark_json_producer",
+        name="json-producer",
+        mesh=mesh,
+        data_dir=str(work / "json-producer"),
+        topic=ROWS_TOPIC,
+        group=GROUP,
+        count=n,
+        members=args.bridges,
+        seeds=[r["control"] for r in ready],
+        deadline_s=deadline_s,
+    )
     jp.expect("ready", 30)
     res = jp.expect("result", deadline_s)
     jp.stop()
@@ -156,27 +193,57 @@ def _ingest(kids: Children, work: Path, args: argparse.Namespace,
     return ready
 
 
-def _spark(kids: Children, work: Path, args: argparse.Namespace, bridges: list[dict[str, Any]],
-           master: str, conf: dict[str, str], out: dict[str, Any]) -> None:
+def _spark(
+    kids: Children,
+    work: Path,
+    args: argparse.Namespace,
+    bridges: list[dict[str, Any]],
+    master: str,
+    conf: dict[str, str],
+    out: dict[str, Any],
+) -> None:
     """The driver's stages, then the sink's rows until acked downstream."""
     n, deadline_s = args.rows, _deadline(args.rows)
     mesh = bridges[0]["mesh"]
-    consumer = kids.start("zmesh_consumer", name="sink-consumer", mesh=mesh,
-                          data_dir=str(work / f"sink-consumer-{uuid.uuid4().hex[:6]}"),
-                          seeds=[b["control"] for b in bridges], topic=SINK_TOPIC,
-                          group=SINK_GROUP, api="batch", fetch=FULL.batch,
-                          deadline_s=deadline_s, expect=2 * n)
+    consumer = kids.start(
+        "zmesh_consumer",
+        name="sink-consumer",
+        mesh=mesh,
+        data_dir=str(work / f"sink-consumer-{uuid.uuid4().hex[:6]}"),
+        seeds=[b["control"] for b in bridges],
+        topic=SINK_TOPIC,
+        group=SINK_GROUP,
+        api="batch",
+        fetch=FULL.batch,
+        deadline_s=deadline_s,
+        expect=2 * n,
+    )
     consumer.expect("ready", 30)
-    floor = kids.start("spark_floor", name="floor", work=str(work / "floor"), master=master,
-                       conf=conf, deadline_s=deadline_s)
+    floor = kids.start(
+        "spark_floor",
+        name="floor",
+        work=str(work / "floor"),
+        master=master,
+        conf=conf,
+        deadline_s=deadline_s,
+    )
     got = floor.expect("floor", 300)
     out["python_source_first_batch_s"] = got["first_batch_s"]
     floor.stop()
-    driver = kids.start("spark_driver", name="driver", work=str(work / "driver"),
-                        endpoints=[b["endpoint"] for b in bridges],
-                        log_dirs=[b["log_dir"] for b in bridges], master=master, conf=conf,
-                        rows=n, batch_rows=args.batch_rows, topic=ROWS_TOPIC,
-                        sink_topic=SINK_TOPIC, deadline_s=deadline_s)
+    driver = kids.start(
+        "spark_driver",
+        name="driver",
+        work=str(work / "driver"),
+        endpoints=[b["endpoint"] for b in bridges],
+        log_dirs=[b["log_dir"] for b in bridges],
+        master=master,
+        conf=conf,
+        rows=n,
+        batch_rows=args.batch_rows,
+        topic=ROWS_TOPIC,
+        sink_topic=SINK_TOPIC,
+        deadline_s=deadline_s,
+    )
     session = driver.expect("session", 300)
     out["session_s"] = session["seconds"]
     out["parallelism"] = session["parallelism"]
@@ -219,8 +286,13 @@ def _reference(name: str, work: Path, rows: int) -> float:
     return float(scen_zmesh.SCENARIOS[name](work / name, sizes)["rate"])
 
 
-def _rep(work: Path, args: argparse.Namespace, master: str, conf: dict[str, str],
-         cluster_master: str | None) -> dict[str, Any]:
+def _rep(
+    work: Path,
+    args: argparse.Namespace,
+    master: str,
+    conf: dict[str, str],
+    cluster_master: str | None,
+) -> dict[str, Any]:
     out: dict[str, Any] = {"zmesh_process": _reference("zmesh_process", work, args.rows)}
     with children(work) as kids:
         bridges = _ingest(kids, work, args, out)
@@ -270,8 +342,13 @@ def table(reps: list[dict[str, Any]], title: str) -> Table:
             if all(v is None for v in values):
                 continue
             status = {_met(v, bound, kind) for v in values} - {None}
-            tab.add_row(prefix + name, *[_fmt(v, unit) for v in values], unit, text,
-                        "/".join(sorted(status)) or "")
+            tab.add_row(
+                prefix + name,
+                *[_fmt(v, unit) for v in values],
+                unit,
+                text,
+                "/".join(sorted(status)) or "",
+            )
     return tab
 
 
@@ -318,17 +395,30 @@ def run(argv: list[str] | None = None) -> int:
     desc = machine.describe()
     desc["load_average_start"] = [round(x, 2) for x in load_start]
     desc["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    title = (f"zmesh mesh-to-Spark ({args.rows:,} rows, {args.bridges} bridge(s), "
-             f"{args.master}{', standalone' if args.cluster else ''}) - {desc['cpus']} CPUs, "
-             f"Python {desc['python']}, zmesh {desc['git_commit']}")
+    title = (
+        f"zmesh mesh-to-Spark ({args.rows:,} rows, {args.bridges} bridge(s), "
+        f"{args.master}{', standalone' if args.cluster else ''}) - {desc['cpus']} CPUs, "
+        f"Python {desc['python']}, zmesh {desc['git_commit']}"
+    )
     tab = table(reps, title)
     console.print(tab)
-    doc = {"schema": "zmesh-bench-spark/1", "started_at": started.isoformat(timespec="seconds"),
-           "rows": args.rows, "reps": args.reps, "bridges": args.bridges,
-           "batch_rows": args.batch_rows, "master": args.master, "cluster": args.cluster,
-           "machine": desc, "runs": reps,
-           "median": {name: statistics.median(r[name] for r in reps)
-                      for name, *_rest in FIGURES if all(name in r for r in reps)}}
+    doc = {
+        "schema": "zmesh-bench-spark/1",
+        "started_at": started.isoformat(timespec="seconds"),
+        "rows": args.rows,
+        "reps": args.reps,
+        "bridges": args.bridges,
+        "batch_rows": args.batch_rows,
+        "master": args.master,
+        "cluster": args.cluster,
+        "machine": desc,
+        "runs": reps,
+        "median": {
+            name: statistics.median(r[name] for r in reps)
+            for name, *_rest in FIGURES
+            if all(name in r for r in reps)
+        },
+    }
     _write(args, doc, tab)
     return 0
 

@@ -27,8 +27,13 @@ CLI = [sys.executable, "-m", "zmesh.cli"]
 
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen([*CLI, *args], env=env, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [*CLI, *args],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _wait_for(log: Path, pattern: str, proc: subprocess.Popen, timeout: float = 60) -> str:
@@ -45,8 +50,7 @@ def _wait_for(log: Path, pattern: str, proc: subprocess.Popen, timeout: float = 
 
 def _timed(args: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    done = subprocess.run([*CLI, *args], env=env, capture_output=True, timeout=120,
-                          check=False)
+    done = subprocess.run([*CLI, *args], env=env, capture_output=True, timeout=120, check=False)
     elapsed = time.perf_counter() - t0
     if done.returncode != 0 or b"acknowledged 1" not in done.stdout:
         raise RuntimeError(f"pub failed ({done.returncode}): {done.stderr.decode()}")
@@ -61,20 +65,26 @@ def run(calls: int) -> dict[str, dict[str, float]]:
         env["XDG_CONFIG_HOME"] = str(work / "config")
         (work / "hub.toml").write_text(
             f'[node]\nname = "hub"\nmesh = "{mesh}"\ndata_dir = "{work / "hub"}"\n'
-            'interfaces = ["127.0.0.1"]\nmdns = false\n')
+            'interfaces = ["127.0.0.1"]\nmdns = false\n'
+        )
         procs = [_start(["node", "run", str(work / "hub.toml")], env, work / "hub.log")]
         try:
             seed = _wait_for(work / "hub.log", r"127\.0\.0\.1:\d+", procs[0])
             flags = ["--mesh", mesh, "--seed", seed, "--interface", "127.0.0.1"]
             procs.append(_start(["sub", "t", "--group", "g", *flags], env, work / "sub.log"))
             _wait_for(work / "sub.log", "consuming t as g", procs[1])
-            by_env = {**env, "ZMESH_MESH": mesh, "ZMESH_SEED": seed,
-                      "ZMESH_INTERFACE": "127.0.0.1"}
-            subprocess.run([*CLI, "context", "add", "bench", *flags, "--select"], env=env,
-                           check=True, capture_output=True)
-            ways = {"flags": (["pub", "t", "x", *flags], env),
-                    "env": (["pub", "t", "x"], by_env),
-                    "context": (["pub", "t", "x"], env)}
+            by_env = {**env, "ZMESH_MESH": mesh, "ZMESH_SEED": seed, "ZMESH_INTERFACE": "127.0.0.1"}
+            subprocess.run(
+                [*CLI, "context", "add", "bench", *flags, "--select"],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
+            ways = {
+                "flags": (["pub", "t", "x", *flags], env),
+                "env": (["pub", "t", "x"], by_env),
+                "context": (["pub", "t", "x"], env),
+            }
             times: dict[str, list[float]] = {way: [] for way in ways}
             for _ in range(calls):
                 for way, (args, way_env) in ways.items():  # (interleaved)
@@ -83,14 +93,20 @@ def run(calls: int) -> dict[str, dict[str, float]]:
             for proc in reversed(procs):
                 proc.terminate()
                 proc.wait(30)
-    return {way: {"median_s": statistics.median(t),
-                  "p90_s": sorted(t)[int(0.9 * (len(t) - 1))], "fastest_s": min(t)}
-            for way, t in times.items()}
+    return {
+        way: {
+            "median_s": statistics.median(t),
+            "p90_s": sorted(t)[int(0.9 * (len(t) - 1))],
+            "fastest_s": min(t),
+        }
+        for way, t in times.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.cli_pub",
-                                 description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.cli_pub", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--calls", type=int, default=20, help="pub calls per way")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)

@@ -27,8 +27,9 @@ def python_speed() -> float:
 
 def _run(cmd: list[str]) -> str:
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=10,
-                              cwd=ROOT).stdout.strip()
+        return subprocess.run(
+            cmd, capture_output=True, text=True, timeout=10, cwd=ROOT
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -80,15 +81,20 @@ def describe() -> dict[str, Any]:
 
 def markdown(desc: dict[str, Any]) -> str:
     keys = [k for k in desc if k != "lscpu"]
-    lines = ["# Machine of the committed benchmark run", "",
-             "Every process of a scenario runs on this one machine over TCP loopback. "
-             "`load_average_start` / `load_average_end` show how busy the machine was "
-             "with other work: above the CPU count, the figures are depressed and noisier. "
-             "`python_speed_s_start` / `_end` are the seconds a loop of a million additions "
-             "took then (`machine.python_speed`; `python_speed_s` in each repetition of "
-             "results.json is the same, taken just before it): a reading well above the "
-             "machine's usual one means the host ran Python slower than it can.",
-             "", "| what | value |", "| --- | --- |"]
+    lines = [
+        "# Machine of the committed benchmark run",
+        "",
+        "Every process of a scenario runs on this one machine over TCP loopback. "
+        "`load_average_start` / `load_average_end` show how busy the machine was "
+        "with other work: above the CPU count, the figures are depressed and noisier. "
+        "`python_speed_s_start` / `_end` are the seconds a loop of a million additions "
+        "took then (`machine.python_speed`; `python_speed_s` in each repetition of "
+        "results.json is the same, taken just before it): a reading well above the "
+        "machine's usual one means the host ran Python slower than it can.",
+        "",
+        "| what | value |",
+        "| --- | --- |",
+    ]
     lines += [f"| {k} | {desc[k]} |" for k in keys]
     lines += ["", "## lscpu", "", "```", desc.get("lscpu", ""), "```", ""]
     return "\n".join(lines)

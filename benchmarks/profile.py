@@ -26,7 +26,7 @@ def _func(frame: str) -> str:
     path = m.group("file")
     for marker in ("zmesh/", "benchmarks/", "site-packages/"):
         if marker in path:
-            path = path[path.index(marker):].replace("site-packages/", "")
+            path = path[path.index(marker) :].replace("site-packages/", "")
             break
     else:
         path = Path(path).name
@@ -82,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     missing = [str(f) for f in args.files if not f.is_file()]
     if missing:
-        ap.error(f"no such profile file: {', '.join(missing)} (python -m benchmarks "
-                 "--profile DIR writes DIR/SCENARIO-REP/ROLE.txt)")
+        ap.error(
+            f"no such profile file: {', '.join(missing)} (python -m benchmarks "
+            "--profile DIR writes DIR/SCENARIO-REP/ROLE.txt)"
+        )
     for f in args.files:
         print(report(f, args.top))
     return 0

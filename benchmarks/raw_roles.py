@@ -55,8 +55,7 @@ def raw_pull(p: dict[str, Any], cmds: Commands) -> None:
         with _receiver(sock, p.get("handoff", False)) as recv:
             while got < total and not cmds.stopping:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"received {got} of {total} messages before the "
-                                       f"deadline")
+                    raise TimeoutError(f"received {got} of {total} messages before the deadline")
                 for _ in range(CHECK_EVERY):
                     try:
                         frame = recv()
@@ -75,8 +74,14 @@ def raw_pull(p: dict[str, Any], cmds: Commands) -> None:
                     if got >= total:
                         break
         t_end = time.monotonic()
-        emit("done", t_end=t_end, received=got, rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0,
-             **percentiles(lat))
+        emit(
+            "done",
+            t_end=t_end,
+            received=got,
+            rss_mb=rss_mb(),
+            cpu_s=cpu_s() - cpu0,
+            **percentiles(lat),
+        )
         cmds.wait_stop(p["deadline_s"])
     finally:
         sock.close(linger=0)
@@ -245,8 +250,7 @@ def raw_router(p: dict[str, Any], cmds: Commands) -> None:
                 send([ident, received.to_bytes(8, "big")])
             if not counted_from and warmup and received >= warmup:
                 cpu0, counted_from = cpu_s(), received
-        emit("result", received=received - counted_from, rss_mb=rss_mb(),
-             cpu_s=cpu_s() - cpu0)
+        emit("result", received=received - counted_from, rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0)
     finally:
         sock.close(linger=0)
         ctx.term()
@@ -261,8 +265,9 @@ def raw_dealer(p: dict[str, Any], cmds: Commands) -> None:
     if p.get("lmdb_dir"):
         import lmdb
 
-        env = lmdb.open(p["lmdb_dir"], map_size=1 << 30, sync=False, metasync=False,
-                        readahead=False)
+        env = lmdb.open(
+            p["lmdb_dir"], map_size=1 << 30, sync=False, metasync=False, readahead=False
+        )
     ex = _Exchange(sock, env, p["window"], p["chunk"], time.monotonic() + p["deadline_s"])
     try:
         ex.run(p["warmup"])
@@ -281,8 +286,9 @@ def raw_dealer(p: dict[str, Any], cmds: Commands) -> None:
 class _Exchange:
     """The DEALER's side: a send window, cumulative acks, and an optional LMDB outbox."""
 
-    def __init__(self, sock: zmq.Socket, env: Any, window: int, chunk: int,
-                 deadline: float) -> None:
+    def __init__(
+        self, sock: zmq.Socket, env: Any, window: int, chunk: int, deadline: float
+    ) -> None:
         self.sock, self.env = sock, env
         self.window, self.chunk, self.deadline = window, chunk, deadline
         self.seq = 0
@@ -302,8 +308,9 @@ class _Exchange:
                 seqs = range(self.seq, self.seq + k)
                 if env is not None:
                     with env.begin(write=True) as txn:
-                        txn.cursor().putmulti([(s.to_bytes(8, "big"), body) for s in seqs],
-                                              append=True)
+                        txn.cursor().putmulti(
+                            [(s.to_bytes(8, "big"), body) for s in seqs], append=True
+                        )
                 for s in seqs:
                     send(s.to_bytes(8, "big") + body)
                 self.seq += k

@@ -23,9 +23,17 @@ class Target:
     text: str
 
     def evaluate(self, scenarios: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {"scenario": self.scenario, "metric": self.metric,
-                               "op": self.op, "bound": self.bound, "baseline": self.baseline,
-                               "target": self.text, "value": None, "ratio": None, "met": None}
+        out: dict[str, Any] = {
+            "scenario": self.scenario,
+            "metric": self.metric,
+            "op": self.op,
+            "bound": self.bound,
+            "baseline": self.baseline,
+            "target": self.text,
+            "value": None,
+            "ratio": None,
+            "met": None,
+        }
         value = scenarios.get(self.scenario, {}).get("median", {}).get(self.metric)
         if value is None:
             return out
@@ -41,25 +49,38 @@ class Target:
 
 
 TARGETS = (
-    Target("zmesh_process", "rate", ">=", 0.25, "raw_pushpull_1",
-           ">= 0.25 x raw PUSH/PULL 1/frame"),
-    Target("zmesh_batch_process", "rate", ">=", 0.12, "raw_pushpull_100",
-           ">= 0.12 x raw PUSH/PULL 100/frame"),
+    Target(
+        "zmesh_process", "rate", ">=", 0.25, "raw_pushpull_1", ">= 0.25 x raw PUSH/PULL 1/frame"
+    ),
+    Target(
+        "zmesh_batch_process",
+        "rate",
+        ">=",
+        0.12,
+        "raw_pushpull_100",
+        ">= 0.12 x raw PUSH/PULL 100/frame",
+    ),
     Target("zmesh_fsync", "rate", ">=", 0.6, "zmesh_process", ">= 0.6 x zmesh_process"),
     Target("zmesh_memory", "rate", ">=", 1.3, "zmesh_process", ">= 1.3 x zmesh_process"),
     Target("latency_zmesh_process", "p50_ms", "<=", 2.5, "latency_raw", "p50 <= 2.5 x raw p50"),
     Target("latency_zmesh_process", "p99_ms", "<=", 5.0, "latency_raw", "p99 <= 5 x raw p99"),
-    Target("fanout_4_groups", "rate", ">=", 0.5, "zmesh_process",
-           "each group >= 0.5 x zmesh_process"),
+    Target(
+        "fanout_4_groups", "rate", ">=", 0.5, "zmesh_process", "each group >= 0.5 x zmesh_process"
+    ),
     # Not one of the issue's: idle lanes must not slow a busy one (they did, before).
-    Target("zmesh_many_lanes", "rate", ">=", 0.8, "zmesh_process",
-           ">= 0.8 x zmesh_process"),
-    Target("offline_backlog", "producer_rss_after_publish_mb", "<=", 150.0, None,
-           "producer peak RSS <= 150 MB"),
-    Target("offline_backlog", "rate", ">=", 0.5, DRAIN_REFERENCE,
-           f"drain >= 0.5 x {DRAIN_REFERENCE}"),
-    Target("restart_first_message", "first_message_s", "<=", 3.0, None,
-           "first message <= 3 s"),
+    Target("zmesh_many_lanes", "rate", ">=", 0.8, "zmesh_process", ">= 0.8 x zmesh_process"),
+    Target(
+        "offline_backlog",
+        "producer_rss_after_publish_mb",
+        "<=",
+        150.0,
+        None,
+        "producer peak RSS <= 150 MB",
+    ),
+    Target(
+        "offline_backlog", "rate", ">=", 0.5, DRAIN_REFERENCE, f"drain >= 0.5 x {DRAIN_REFERENCE}"
+    ),
+    Target("restart_first_message", "first_message_s", "<=", 3.0, None, "first message <= 3 s"),
 )
 
 # The raw baseline each scenario's "x raw" column divides by (latency: p50 by raw p50).
@@ -90,8 +111,11 @@ def summarize(raw: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[dict
     scenarios: dict[str, Any] = {}
     for name, entry in raw.items():
         reps = entry["reps"]
-        scenarios[name] = {"reps": reps, "errors": entry["errors"],
-                           "median": median_of(reps) if reps else {}}
+        scenarios[name] = {
+            "reps": reps,
+            "errors": entry["errors"],
+            "median": median_of(reps) if reps else {},
+        }
         scenarios[name]["rate"] = scenarios[name]["median"].get("rate")
     for name, entry in scenarios.items():
         base = RAW_BASELINE.get(name, "raw_pushpull_1")
@@ -130,10 +154,17 @@ def _target_value(t: dict[str, Any]) -> str:
 
 def table(scenarios: dict[str, Any], targets: list[dict[str, Any]], title: str) -> Table:
     tab = Table(title=title, title_justify="left")
-    for col, just in (("scenario", "left"), ("msgs/s", "right"), ("x raw", "right"),
-                      ("raw baseline", "left"), ("p50 / p99 ms", "right"),
-                      ("RSS MB prod / cons", "right"), ("target", "left"),
-                      ("measured", "right"), ("status", "left")):
+    for col, just in (
+        ("scenario", "left"),
+        ("msgs/s", "right"),
+        ("x raw", "right"),
+        ("raw baseline", "left"),
+        ("p50 / p99 ms", "right"),
+        ("RSS MB prod / cons", "right"),
+        ("target", "left"),
+        ("measured", "right"),
+        ("status", "left"),
+    ):
         tab.add_column(col, justify=just)  # type: ignore[arg-type]
     by_scenario: dict[str, list[dict[str, Any]]] = {}
     for t in targets:
@@ -141,8 +172,7 @@ def table(scenarios: dict[str, Any], targets: list[dict[str, Any]], title: str) 
     for name, entry in scenarios.items():
         med = entry["median"]
         if not med:
-            tab.add_row(name, "-", "-", "-", "-", "-", "failed", "-",
-                        "[red]error[/]")
+            tab.add_row(name, "-", "-", "-", "-", "-", "failed", "-", "[red]error[/]")
             continue
         lat = "-"
         if "p50_ms" in med:
@@ -155,9 +185,20 @@ def table(scenarios: dict[str, Any], targets: list[dict[str, Any]], title: str) 
             extra = f" (first msg {med['first_message_s']:.2f} s)"
         rows = by_scenario.get(name) or [None]
         for i, t in enumerate(rows):
-            head = (name + extra, _num(entry["rate"]), ratio, entry["baseline"], lat,
-                    _rss(med.get("rss_mb", {}))) if i == 0 else ("", "", "", "", "", "")
-            tail = ("-", "-", "-") if t is None else (t["target"], _target_value(t),
-                                                      _status(t["met"]))
+            head = (
+                (
+                    name + extra,
+                    _num(entry["rate"]),
+                    ratio,
+                    entry["baseline"],
+                    lat,
+                    _rss(med.get("rss_mb", {})),
+                )
+                if i == 0
+                else ("", "", "", "", "", "")
+            )
+            tail = (
+                ("-", "-", "-") if t is None else (t["target"], _target_value(t), _status(t["met"]))
+            )
             tab.add_row(*head, *tail)
     return tab

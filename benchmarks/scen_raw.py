@@ -13,19 +13,44 @@ from ._child import children
 from .sizes import Sizes
 
 
-def _pushpull(workdir: Path, profile: Path | None, *, batch: int, warmup: int, count: int,
-              rate: float = 0.0, deadline_s: float, contract: bool = False) -> dict[str, Any]:
+def _pushpull(
+    workdir: Path,
+    profile: Path | None,
+    *,
+    batch: int,
+    warmup: int,
+    count: int,
+    rate: float = 0.0,
+    deadline_s: float,
+    contract: bool = False,
+) -> dict[str, Any]:
     """``contract``: with the hand-offs and the commit zmesh's contract puts on the path
     (raw_roles.py)."""
     latency = bool(rate)
     lmdb_dir = str(workdir / "raw-contract-outbox") if contract else None
     with children(workdir, profile) as kids:
-        pull = kids.start("raw_pull", name="raw-pull", batch=batch, warmup=warmup, count=count,
-                          latency=latency, handoff=contract, deadline_s=deadline_s)
+        pull = kids.start(
+            "raw_pull",
+            name="raw-pull",
+            batch=batch,
+            warmup=warmup,
+            count=count,
+            latency=latency,
+            handoff=contract,
+            deadline_s=deadline_s,
+        )
         endpoint = pull.expect("ready", 15)["endpoint"]
-        push = kids.start("raw_push", name="raw-push", endpoint=endpoint, batch=batch,
-                          warmup=warmup, count=count, rate=rate, lmdb_dir=lmdb_dir,
-                          deadline_s=deadline_s)
+        push = kids.start(
+            "raw_push",
+            name="raw-push",
+            endpoint=endpoint,
+            batch=batch,
+            warmup=warmup,
+            count=count,
+            rate=rate,
+            lmdb_dir=lmdb_dir,
+            deadline_s=deadline_s,
+        )
         push.expect("warmed", deadline_s)
         pull.expect("warm", deadline_s)
         push.send("go")
@@ -34,8 +59,10 @@ def _pushpull(workdir: Path, profile: Path | None, *, batch: int, warmup: int, c
     out: dict[str, Any] = {
         "rss_mb": {"producer": sent["rss_mb"], "consumer": done["rss_mb"]},
         "seconds": done["t_end"] - sent["t0"],
-        "cpu_us_per_msg": {"producer": sent["cpu_s"] * 1e6 / count,
-                           "consumer": done["cpu_s"] * 1e6 / count},
+        "cpu_us_per_msg": {
+            "producer": sent["cpu_s"] * 1e6 / count,
+            "consumer": done["cpu_s"] * 1e6 / count,
+        },
     }
     if latency:
         out["rate"] = count / (sent["t_sent"] - sent["t0"])
@@ -47,58 +74,86 @@ def _pushpull(workdir: Path, profile: Path | None, *, batch: int, warmup: int, c
 
 def raw_pushpull_1(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
     n = sizes.raw
-    return _pushpull(workdir, profile, batch=1, warmup=n // 10, count=n,
-                     deadline_s=sizes.deadline(n, 100_000))
+    return _pushpull(
+        workdir, profile, batch=1, warmup=n // 10, count=n, deadline_s=sizes.deadline(n, 100_000)
+    )
 
 
 def raw_pushpull_100(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
     n = sizes.raw_batched
-    return _pushpull(workdir, profile, batch=100, warmup=n // 10, count=n,
-                     deadline_s=sizes.deadline(n, 500_000))
+    return _pushpull(
+        workdir, profile, batch=100, warmup=n // 10, count=n, deadline_s=sizes.deadline(n, 500_000)
+    )
 
 
-def latency_raw(workdir: Path, sizes: Sizes, profile: Path | None = None,
-                contract: bool = False) -> dict[str, Any]:
+def latency_raw(
+    workdir: Path, sizes: Sizes, profile: Path | None = None, contract: bool = False
+) -> dict[str, Any]:
     n = int(sizes.latency_s * sizes.latency_rate)
-    return _pushpull(workdir, profile, batch=1, warmup=sizes.latency_warmup, count=n,
-                     rate=sizes.latency_rate, deadline_s=sizes.latency_s * 3 + 30,
-                     contract=contract)
+    return _pushpull(
+        workdir,
+        profile,
+        batch=1,
+        warmup=sizes.latency_warmup,
+        count=n,
+        rate=sizes.latency_rate,
+        deadline_s=sizes.latency_s * 3 + 30,
+        contract=contract,
+    )
 
 
-def latency_raw_contract(workdir: Path, sizes: Sizes,
-                         profile: Path | None = None) -> dict[str, Any]:
+def latency_raw_contract(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
     """``latency_raw`` plus what the contract puts on the path: the floor of zmesh's p50."""
     return latency_raw(workdir, sizes, profile, contract=True)
 
 
-def _dealer_router(workdir: Path, profile: Path | None, *, lmdb: bool,
-                   sizes: Sizes) -> dict[str, Any]:
+def _dealer_router(
+    workdir: Path, profile: Path | None, *, lmdb: bool, sizes: Sizes
+) -> dict[str, Any]:
     n = sizes.dealer_router
     deadline_s = sizes.deadline(n, 30_000)
     with children(workdir, profile) as kids:
-        router = kids.start("raw_router", name="raw-router", ack_every=100, warmup=n // 10,
-                            deadline_s=deadline_s)
+        router = kids.start(
+            "raw_router", name="raw-router", ack_every=100, warmup=n // 10, deadline_s=deadline_s
+        )
         endpoint = router.expect("ready", 15)["endpoint"]
         lmdb_dir = workdir / "raw-outbox"
-        dealer = kids.start("raw_dealer", name="raw-dealer", endpoint=endpoint, window=1000,
-                            chunk=100, warmup=n // 10, count=n,
-                            lmdb_dir=str(lmdb_dir) if lmdb else None, deadline_s=deadline_s)
+        dealer = kids.start(
+            "raw_dealer",
+            name="raw-dealer",
+            endpoint=endpoint,
+            window=1000,
+            chunk=100,
+            warmup=n // 10,
+            count=n,
+            lmdb_dir=str(lmdb_dir) if lmdb else None,
+            deadline_s=deadline_s,
+        )
         res = dealer.expect("result", deadline_s)
         router.send("stop")
         got = router.expect("result", 30)
-    return {"rate": n / (res["t1"] - res["t0"]), "seconds": res["t1"] - res["t0"],
-            "rss_mb": {"producer": res["rss_mb"], "consumer": got["rss_mb"]},
-            "cpu_us_per_msg": {"producer": res["cpu_s"] * 1e6 / n,
-                               "consumer": got["cpu_s"] * 1e6 / max(1, got["received"])}}
+    return {
+        "rate": n / (res["t1"] - res["t0"]),
+        "seconds": res["t1"] - res["t0"],
+        "rss_mb": {"producer": res["rss_mb"], "consumer": got["rss_mb"]},
+        "cpu_us_per_msg": {
+            "producer": res["cpu_s"] * 1e6 / n,
+            "consumer": got["cpu_s"] * 1e6 / max(1, got["received"]),
+        },
+    }
 
 
-def raw_dealer_router_acks(workdir: Path, sizes: Sizes,
-                           profile: Path | None = None) -> dict[str, Any]:
+def raw_dealer_router_acks(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
     return _dealer_router(workdir, profile, lmdb=False, sizes=sizes)
 
 
-def raw_dealer_router_lmdb(workdir: Path, sizes: Sizes,
-                           profile: Path | None = None) -> dict[str, Any]:
+def raw_dealer_router_lmdb(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
     return _dealer_router(workdir, profile, lmdb=True, sizes=sizes)
 
 

@@ -27,35 +27,90 @@ def _mesh() -> str:
     return f"bench-{uuid.uuid4().hex[:10]}"
 
 
-def _consumer(kids: Any, workdir: Path, mesh: str, group: str, *, seeds: list[str],
-              api: str, sizes: Sizes, deadline_s: float, member: str = "",
-              **extra: Any) -> Child:
+def _consumer(
+    kids: Any,
+    workdir: Path,
+    mesh: str,
+    group: str,
+    *,
+    seeds: list[str],
+    api: str,
+    sizes: Sizes,
+    deadline_s: float,
+    member: str = "",
+    **extra: Any,
+) -> Child:
     name = f"consumer-{group}{member}"
-    return kids.start("zmesh_consumer", name=name, mesh=mesh, data_dir=str(workdir / name),
-                      seeds=seeds, topic=TOPIC, group=group, api=api, fetch=sizes.batch,
-                      deadline_s=deadline_s, **extra)
+    return kids.start(
+        "zmesh_consumer",
+        name=name,
+        mesh=mesh,
+        data_dir=str(workdir / name),
+        seeds=seeds,
+        topic=TOPIC,
+        group=group,
+        api=api,
+        fetch=sizes.batch,
+        deadline_s=deadline_s,
+        **extra,
+    )
 
 
-def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str, api: str,
-          count: int, groups: tuple[str, ...] = ("g",), rate: float = 0.0,
-          warmup: int | None = None, idle: int = 0, members: int = 1) -> dict[str, Any]:
+def _live(
+    workdir: Path,
+    sizes: Sizes,
+    profile: Path | None,
+    *,
+    durability: str,
+    api: str,
+    count: int,
+    groups: tuple[str, ...] = ("g",),
+    rate: float = 0.0,
+    warmup: int | None = None,
+    idle: int = 0,
+    members: int = 1,
+) -> dict[str, Any]:
     mesh = _mesh()
     warmup = sizes.warmup if warmup is None else warmup
     deadline_s = (sizes.latency_s * 3 + 60) if rate else sizes.deadline(count * len(groups))
     with children(workdir, profile) as kids:
-        prod = kids.start("zmesh_producer", name="producer", mesh=mesh,
-                          data_dir=str(workdir / "producer"), topic=TOPIC,
-                          durability=durability, groups=list(groups), api=api,
-                          batch=sizes.batch, warmup=warmup, count=count, rate=rate,
-                          deadline_s=deadline_s, members=members)
+        prod = kids.start(
+            "zmesh_producer",
+            name="producer",
+            mesh=mesh,
+            data_dir=str(workdir / "producer"),
+            topic=TOPIC,
+            durability=durability,
+            groups=list(groups),
+            api=api,
+            batch=sizes.batch,
+            warmup=warmup,
+            count=count,
+            rate=rate,
+            deadline_s=deadline_s,
+            members=members,
+        )
         control = prod.expect("ready", 30)["control"]
         # Members of one group share its messages: each counts its own (no expected total).
         names = [(g, f"-{i + 1}" if members > 1 else "") for g in groups for i in range(members)]
-        cons = [_consumer(kids, workdir, mesh, g, seeds=[control], api=api, sizes=sizes,
-                          deadline_s=deadline_s, latency=bool(rate), idle=idle, member=m,
-                          expect=warmup + count if members == 1 else 0,
-                          warmup=warmup if members == 1 else 0)
-                for g, m in names]
+        cons = [
+            _consumer(
+                kids,
+                workdir,
+                mesh,
+                g,
+                seeds=[control],
+                api=api,
+                sizes=sizes,
+                deadline_s=deadline_s,
+                latency=bool(rate),
+                idle=idle,
+                member=m,
+                expect=warmup + count if members == 1 else 0,
+                warmup=warmup if members == 1 else 0,
+            )
+            for g, m in names
+        ]
         for c in cons:
             c.expect("ready", 30)
         res = prod.expect("result", deadline_s)
@@ -66,19 +121,35 @@ def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str,
     out: dict[str, Any] = {
         "seconds": res["t1"] - t0,
         "publish_seconds": res["t_published"] - t0,  # the rest of a run drains the backlog
-        "rss_mb": {"producer": res["rss_mb"],
-                   **{f"consumer_{g}{m}": r["rss_mb"] for (g, m), r in zip(names, got,
-                                                                          strict=True)}},
+        "rss_mb": {
+            "producer": res["rss_mb"],
+            **{f"consumer_{g}{m}": r["rss_mb"] for (g, m), r in zip(names, got, strict=True)},
+        },
         "cpu_us_per_msg": {
             "producer": res["cpu_s"] * 1e6 / count,
             # (one member of a group: from its last warm-up message; two: all it received)
-            **{f"consumer_{g}{m}": r["cpu_s"] * 1e6 / max(1, r["count"] if m else count)
-               for (g, m), r in zip(names, got, strict=True)}},
-        "producer_stats": {k: v for k, v in res["stats"].items()
-                           if k in ("redelivered_member_gone", "ack_timeouts", "nacked",
-                                    "data_send_blocked", "control_send_full",
-                                    "duplicates_dropped", "spilled", "store_full",
-                                    "publish_store_full", "map_grown")},
+            **{
+                f"consumer_{g}{m}": r["cpu_s"] * 1e6 / max(1, r["count"] if m else count)
+                for (g, m), r in zip(names, got, strict=True)
+            },
+        },
+        "producer_stats": {
+            k: v
+            for k, v in res["stats"].items()
+            if k
+            in (
+                "redelivered_member_gone",
+                "ack_timeouts",
+                "nacked",
+                "data_send_blocked",
+                "control_send_full",
+                "duplicates_dropped",
+                "spilled",
+                "store_full",
+                "publish_store_full",
+                "map_grown",
+            )
+        },
     }
     if rate:
         out["rate"] = count / (res["t_published"] - t0)
@@ -94,8 +165,7 @@ def _live(workdir: Path, sizes: Sizes, profile: Path | None, *, durability: str,
 
 
 def zmesh_process(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
-    return _live(workdir, sizes, profile, durability="process", api="message",
-                 count=sizes.zmesh)
+    return _live(workdir, sizes, profile, durability="process", api="message", count=sizes.zmesh)
 
 
 def zmesh_fsync(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
@@ -103,41 +173,69 @@ def zmesh_fsync(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dic
 
 
 def zmesh_memory(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
-    return _live(workdir, sizes, profile, durability="memory", api="message",
-                 count=sizes.zmesh)
+    return _live(workdir, sizes, profile, durability="memory", api="message", count=sizes.zmesh)
 
 
-def zmesh_batch_process(workdir: Path, sizes: Sizes,
-                        profile: Path | None = None) -> dict[str, Any]:
-    return _live(workdir, sizes, profile, durability="process", api="batch",
-                 count=sizes.zmesh_batch, warmup=sizes.warmup * 4)
+def zmesh_batch_process(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    return _live(
+        workdir,
+        sizes,
+        profile,
+        durability="process",
+        api="batch",
+        count=sizes.zmesh_batch,
+        warmup=sizes.warmup * 4,
+    )
 
 
-def latency_zmesh_process(workdir: Path, sizes: Sizes,
-                          profile: Path | None = None) -> dict[str, Any]:
-    return _live(workdir, sizes, profile, durability="process", api="message",
-                 count=int(sizes.latency_s * sizes.latency_rate), rate=sizes.latency_rate,
-                 warmup=sizes.latency_warmup)
+def latency_zmesh_process(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
+    return _live(
+        workdir,
+        sizes,
+        profile,
+        durability="process",
+        api="message",
+        count=int(sizes.latency_s * sizes.latency_rate),
+        rate=sizes.latency_rate,
+        warmup=sizes.latency_warmup,
+    )
 
 
-def zmesh_many_lanes(workdir: Path, sizes: Sizes,
-                     profile: Path | None = None) -> dict[str, Any]:
+def zmesh_many_lanes(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
     """``zmesh_process`` with the consumer subscribed to ``sizes.idle_lanes`` more topics
     nobody publishes: a lane each at the producer, idle."""
-    return _live(workdir, sizes, profile, durability="process", api="message",
-                 count=sizes.zmesh, idle=sizes.idle_lanes)
+    return _live(
+        workdir,
+        sizes,
+        profile,
+        durability="process",
+        api="message",
+        count=sizes.zmesh,
+        idle=sizes.idle_lanes,
+    )
 
 
-def zmesh_shared_2_members(workdir: Path, sizes: Sizes,
-                           profile: Path | None = None) -> dict[str, Any]:
+def zmesh_shared_2_members(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
     """``zmesh_process`` with two consumer processes in the group, sharing its partitions."""
-    return _live(workdir, sizes, profile, durability="process", api="message",
-                 count=sizes.zmesh, members=2)
+    return _live(
+        workdir, sizes, profile, durability="process", api="message", count=sizes.zmesh, members=2
+    )
 
 
 def fanout_4_groups(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
-    return _live(workdir, sizes, profile, durability="process", api="message",
-                 count=sizes.fanout, groups=("g1", "g2", "g3", "g4"))
+    return _live(
+        workdir,
+        sizes,
+        profile,
+        durability="process",
+        api="message",
+        count=sizes.fanout,
+        groups=("g1", "g2", "g3", "g4"),
+    )
 
 
 def offline_backlog(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
@@ -145,52 +243,100 @@ def offline_backlog(workdir: Path, sizes: Sizes, profile: Path | None = None) ->
     mesh, n = _mesh(), sizes.offline
     deadline_s = sizes.deadline(n, 1_000) + 120
     with children(workdir, profile) as kids:
-        prod = kids.start("zmesh_offline_producer", name="producer", mesh=mesh,
-                          data_dir=str(workdir / "producer"), topic=TOPIC, group="g", count=n,
-                          batch=1000, deadline_s=deadline_s)
+        prod = kids.start(
+            "zmesh_offline_producer",
+            name="producer",
+            mesh=mesh,
+            data_dir=str(workdir / "producer"),
+            topic=TOPIC,
+            group="g",
+            count=n,
+            batch=1000,
+            deadline_s=deadline_s,
+        )
         control = prod.expect("ready", 30)["control"]
         pub = prod.expect("published", deadline_s)
         prod.send("drain")
-        cons = _consumer(kids, workdir, mesh, "g", seeds=[control], api=DRAIN_API,
-                         sizes=sizes, deadline_s=deadline_s, expect=n)
+        cons = _consumer(
+            kids,
+            workdir,
+            mesh,
+            "g",
+            seeds=[control],
+            api=DRAIN_API,
+            sizes=sizes,
+            deadline_s=deadline_s,
+            expect=n,
+        )
         ready = cons.expect("ready", 30)
         drained = prod.expect("drained", deadline_s)
         cons.send("stop")
         got = cons.expect("result", 30)
     seconds = drained["t_empty"] - ready["t_subscribed"]
     return {
-        "rate": n / seconds, "seconds": seconds, "backlog": pub["outbox"],
+        "rate": n / seconds,
+        "seconds": seconds,
+        "backlog": pub["outbox"],
         "publish_rate": pub["publish_rate"],
         "producer_rss_after_publish_mb": pub["rss_mb"],
         "producer_rss_after_publish": pub["rss_now"],
         "first_message_after_reconnect_s": got["t_first"] - ready["t_subscribed"],
         "rss_mb": {"producer": drained["rss_mb"], "consumer": got["rss_mb"]},
-        "cpu_us_per_msg": {"producer": drained["cpu_s"] * 1e6 / n,  # (the drain's)
-                           "consumer": got["cpu_s"] * 1e6 / max(1, got["count"])},
+        "cpu_us_per_msg": {
+            "producer": drained["cpu_s"] * 1e6 / n,  # (the drain's)
+            "consumer": got["cpu_s"] * 1e6 / max(1, got["count"]),
+        },
     }
 
 
-def restart_first_message(workdir: Path, sizes: Sizes,
-                          profile: Path | None = None) -> dict[str, Any]:
+def restart_first_message(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
     """Reopen a producer with a large backlog; time its first delivery to a waiting consumer."""
     mesh, n = _mesh(), sizes.restart
     deadline_s = sizes.deadline(n, 1_000) + 120
     data_dir = str(workdir / "producer")
     with children(workdir, profile) as kids:
-        build = kids.start("zmesh_build_producer", name="producer-build", mesh=mesh,
-                           data_dir=data_dir, topic=TOPIC, group="g", count=n, batch=1000,
-                           deadline_s=deadline_s)
+        build = kids.start(
+            "zmesh_build_producer",
+            name="producer-build",
+            mesh=mesh,
+            data_dir=data_dir,
+            topic=TOPIC,
+            group="g",
+            count=n,
+            batch=1000,
+            deadline_s=deadline_s,
+        )
         built = build.expect("built", deadline_s)
         try:
             build.proc.wait(60)  # its data dir lock is released
         except subprocess.TimeoutExpired as exc:
-            raise BenchError(f"{build.name} did not exit within 60s after building the "
-                             f"backlog{build.tail()}") from exc
-        cons = _consumer(kids, workdir, mesh, "g", seeds=[], api=DRAIN_API, sizes=sizes,
-                         deadline_s=deadline_s, expect=n, window_s=sizes.restart_window_s)
+            raise BenchError(
+                f"{build.name} did not exit within 60s after building the backlog{build.tail()}"
+            ) from exc
+        cons = _consumer(
+            kids,
+            workdir,
+            mesh,
+            "g",
+            seeds=[],
+            api=DRAIN_API,
+            sizes=sizes,
+            deadline_s=deadline_s,
+            expect=n,
+            window_s=sizes.restart_window_s,
+        )
         control = cons.expect("ready", 30)["control"]
-        prod = kids.start("zmesh_restart_producer", name="producer-restarted", mesh=mesh,
-                          data_dir=data_dir, seeds=[control], count=n, deadline_s=deadline_s)
+        prod = kids.start(
+            "zmesh_restart_producer",
+            name="producer-restarted",
+            mesh=mesh,
+            data_dir=data_dir,
+            seeds=[control],
+            count=n,
+            deadline_s=deadline_s,
+        )
         started = prod.expect("started", 300)
         first = cons.expect("first", 300)
         time.sleep(sizes.restart_window_s + 0.3)
@@ -204,15 +350,22 @@ def restart_first_message(workdir: Path, sizes: Sizes,
     elif got["t_last"]:  # everything came within the window
         rate = n / max(1e-6, got["t_last"] - got["t_first"])
     else:
-        raise BenchError(f"the restarted producer delivered {got['count']} of {n} messages, "
-                         f"none within {sizes.restart_window_s:g}s of the first")
+        raise BenchError(
+            f"the restarted producer delivered {got['count']} of {n} messages, "
+            f"none within {sizes.restart_window_s:g}s of the first"
+        )
     return {
         "first_message_s": first["t"] - started["t0"],
         "node_start_s": started["t_started"] - started["t0"],
         "producer_rss_after_start": started["rss_now"],
-        "rate": rate, "backlog": built["outbox"], "build_publish_rate": built["publish_rate"],
-        "rss_mb": {"producer_build": built["rss_mb"], "producer": closed["rss_mb"],
-                   "consumer": got["rss_mb"]},
+        "rate": rate,
+        "backlog": built["outbox"],
+        "build_publish_rate": built["publish_rate"],
+        "rss_mb": {
+            "producer_build": built["rss_mb"],
+            "producer": closed["rss_mb"],
+            "consumer": got["rss_mb"],
+        },
         "cpu_us_per_msg": {"consumer": got["cpu_s"] * 1e6 / max(1, got["count"])},
     }
 

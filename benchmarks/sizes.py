@@ -9,22 +9,22 @@ from dataclasses import dataclass
 class Sizes:
     """How much each scenario sends (messages unless named otherwise)."""
 
-    raw: int = 2_000_000               # raw PUSH/PULL, one message per frame
-    raw_batched: int = 10_000_000      # raw PUSH/PULL, 100 messages per frame
-    dealer_router: int = 1_000_000     # raw DEALER/ROUTER with acks (and LMDB)
-    zmesh: int = 200_000               # zmesh per-message scenarios (each durability)
-    zmesh_batch: int = 1_000_000       # zmesh publish_many / fetch + ack_many
-    fanout: int = 100_000              # zmesh fan-out, messages (each group gets all)
-    idle_lanes: int = 2_000            # idle lanes beside the busy one (zmesh_many_lanes)
-    offline: int = 2_000_000           # backlog published while the group is offline
-    restart: int = 1_000_000           # pending messages when the producer restarts
-    latency_s: float = 5.0             # paced latency run, seconds
-    latency_rate: float = 1000.0       # msgs/s of the paced latency runs
+    raw: int = 2_000_000  # raw PUSH/PULL, one message per frame
+    raw_batched: int = 10_000_000  # raw PUSH/PULL, 100 messages per frame
+    dealer_router: int = 1_000_000  # raw DEALER/ROUTER with acks (and LMDB)
+    zmesh: int = 200_000  # zmesh per-message scenarios (each durability)
+    zmesh_batch: int = 1_000_000  # zmesh publish_many / fetch + ack_many
+    fanout: int = 100_000  # zmesh fan-out, messages (each group gets all)
+    idle_lanes: int = 2_000  # idle lanes beside the busy one (zmesh_many_lanes)
+    offline: int = 2_000_000  # backlog published while the group is offline
+    restart: int = 1_000_000  # pending messages when the producer restarts
+    latency_s: float = 5.0  # paced latency run, seconds
+    latency_rate: float = 1000.0  # msgs/s of the paced latency runs
     latency_warmup: int = 500
-    warmup: int = 5_000                # zmesh warm-up messages before timing
-    batch: int = 100                   # messages per publish_many and per fetch
-    restart_window_s: float = 2.0      # delivery rate measured after the first message
-    min_rate: float = 2_000.0          # slowest plausible zmesh rate, for deadlines
+    warmup: int = 5_000  # zmesh warm-up messages before timing
+    batch: int = 100  # messages per publish_many and per fetch
+    restart_window_s: float = 2.0  # delivery rate measured after the first message
+    min_rate: float = 2_000.0  # slowest plausible zmesh rate, for deadlines
 
     def deadline(self, count: int, min_rate: float | None = None) -> float:
         """A generous bound for sending ``count`` messages: a hang fails, a slow run not."""
@@ -32,6 +32,18 @@ class Sizes:
 
 
 FULL = Sizes()
-QUICK = Sizes(raw=100_000, raw_batched=500_000, dealer_router=50_000, zmesh=10_000,
-              zmesh_batch=50_000, fanout=5_000, idle_lanes=200, offline=20_000, restart=20_000,
-              latency_s=1.0, latency_warmup=100, warmup=1_000, restart_window_s=0.5)
+QUICK = Sizes(
+    raw=100_000,
+    raw_batched=500_000,
+    dealer_router=50_000,
+    zmesh=10_000,
+    zmesh_batch=50_000,
+    fanout=5_000,
+    idle_lanes=200,
+    offline=20_000,
+    restart=20_000,
+    latency_s=1.0,
+    latency_warmup=100,
+    warmup=1_000,
+    restart_window_s=0.5,
+)

@@ -29,16 +29,26 @@ def _spark_home() -> Path:
 
 
 def _env(work: Path) -> dict[str, str]:
-    return {**os.environ, "SPARK_HOME": str(_spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_WORKER_DIR": str(work / "worker"), "SPARK_LOG_DIR": str(work),
-            "PYSPARK_PYTHON": sys.executable}
+    return {
+        **os.environ,
+        "SPARK_HOME": str(_spark_home()),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_WORKER_DIR": str(work / "worker"),
+        "SPARK_LOG_DIR": str(work),
+        "PYSPARK_PYTHON": sys.executable,
+    }
 
 
 def _start(cls: str, args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     with log.open("wb") as out:
-        return subprocess.Popen([str(_spark_home() / "bin" / "spark-class"), cls, *args],
-                                stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        return subprocess.Popen(
+            [str(_spark_home() / "bin" / "spark-class"), cls, *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
 
 
 def _wait_for(log: Path, pattern: str, proc: subprocess.Popen) -> re.Match[str]:
@@ -77,16 +87,33 @@ def standalone(work: Path, enabled: bool = True) -> Iterator[str | None]:
     started: list[subprocess.Popen] = []
     try:
         master_log = work / "master.log"
-        master = _start("org.apache.spark.deploy.master.Master",
-                        ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"],
-                        master_log, env)
+        master = _start(
+            "org.apache.spark.deploy.master.Master",
+            ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"],
+            master_log,
+            env,
+        )
         started.append(master)
         url = _wait_for(master_log, r"Starting Spark master at (spark://\S+)", master).group(1)
         worker_log = work / "worker.log"
-        worker = _start("org.apache.spark.deploy.worker.Worker",
-                        ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
-                         "--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY, url],
-                        worker_log, env)
+        worker = _start(
+            "org.apache.spark.deploy.worker.Worker",
+            [
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--webui-port",
+                "0",
+                "--cores",
+                str(WORKER_CORES),
+                "--memory",
+                WORKER_MEMORY,
+                url,
+            ],
+            worker_log,
+            env,
+        )
         started.append(worker)
         _wait_for(worker_log, r"Successfully registered with master", worker)
         yield url

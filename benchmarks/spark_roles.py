@@ -26,14 +26,23 @@ PUBLISH_BATCH = 1000
 
 
 def _node(p: dict[str, Any], name: str, **extra: Any) -> zmesh.Node:
-    return zmesh.Node(name, mesh=p["mesh"], data_dir=p["data_dir"], interfaces=["127.0.0.1"],
-                      mdns=False, seeds=p.get("seeds", []), **extra).start()
+    return zmesh.Node(
+        name,
+        mesh=p["mesh"],
+        data_dir=p["data_dir"],
+        interfaces=["127.0.0.1"],
+        mdns=False,
+        seeds=p.get("seeds", []),
+        **extra,
+    ).start()
 
 
 def reading(i: int, pad: str) -> bytes:
     """A JSON reading of about 100 bytes, as an edge sensor would send one."""
-    return json.dumps({"sensor": f"s{i % SENSORS}", "ts": 1.7e9 + i / 1000, "value": i * 0.5,
-                       "i": i, "pad": pad}, separators=(",", ":")).encode()
+    return json.dumps(
+        {"sensor": f"s{i % SENSORS}", "ts": 1.7e9 + i / 1000, "value": i * 0.5, "i": i, "pad": pad},
+        separators=(",", ":"),
+    ).encode()
 
 
 def spark_bridge(p: dict[str, Any], cmds: Commands) -> None:
@@ -42,24 +51,38 @@ def spark_bridge(p: dict[str, Any], cmds: Commands) -> None:
     Commands (``{"cmd": "do", "what": ...}``): ``drained`` answers once the node's outbox
     is empty (every sink row acked by its group); ``stats``, the bridge's counters."""
     deadline = time.monotonic() + p["deadline_s"]
-    node = _node(p, p.get("name", "bridge"), map_size_bytes=8 << 30,
-                 max_outbox_messages=p.get("max_outbox", 2_000_000))
+    node = _node(
+        p,
+        p.get("name", "bridge"),
+        map_size_bytes=8 << 30,
+        max_outbox_messages=p.get("max_outbox", 2_000_000),
+    )
     try:
         if p.get("sink_topic"):
             node.topic(p["sink_topic"], groups=[p["sink_group"]])
-        bridge = zmesh.spark.Bridge(node, topics=p["topics"], log_dir=p["log_dir"],
-                                    map_size_bytes=16 << 30, retain_s=3600.0).start()
+        bridge = zmesh.spark.Bridge(
+            node, topics=p["topics"], log_dir=p["log_dir"], map_size_bytes=16 << 30, retain_s=3600.0
+        ).start()
         try:
-            emit("ready", control=node.control_address, endpoint=bridge.endpoint,
-                 log_id=bridge.log_id, log_dir=p["log_dir"])
+            emit(
+                "ready",
+                control=node.control_address,
+                endpoint=bridge.endpoint,
+                log_id=bridge.log_id,
+                log_dir=p["log_dir"],
+            )
             while True:
                 cmd = cmds.wait("do", deadline - time.monotonic())
                 if cmd["what"] == "drained":
                     cpu0 = cpu_s()
-                    _wait(lambda: node.status()["outbox"] == 0, deadline - time.monotonic(),
-                          "the sink's rows acked", cmds, 0.005)
-                    emit("drained", t=time.monotonic(), cpu_s=cpu_s() - cpu0,
-                         stats=bridge.stats())
+                    _wait(
+                        lambda: node.status()["outbox"] == 0,
+                        deadline - time.monotonic(),
+                        "the sink's rows acked",
+                        cmds,
+                        0.005,
+                    )
+                    emit("drained", t=time.monotonic(), cpu_s=cpu_s() - cpu0, stats=bridge.stats())
                 elif cmd["what"] == "stats":
                     emit("stats", stats=bridge.stats(), rss_mb=rss_mb(), cpu_s=cpu_s())
         finally:
@@ -72,8 +95,9 @@ def spark_json_producer(p: dict[str, Any], cmds: Commands) -> None:
     """Publish ``count`` JSON readings with ``publish_many`` (keyed by sensor), then wait
     until the group acked them all."""
     deadline = time.monotonic() + p["deadline_s"]
-    node = _node(p, "json-producer", max_outbox_messages=p["count"] + 10_000,
-                 map_size_bytes=8 << 30)
+    node = _node(
+        p, "json-producer", max_outbox_messages=p["count"] + 10_000, map_size_bytes=8 << 30
+    )
     try:
         topic = p["topic"]
         node.topic(topic, groups=[p["group"]])
@@ -87,11 +111,17 @@ def spark_json_producer(p: dict[str, Any], cmds: Commands) -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError("publishing the readings ran past the deadline")
             idx = range(start, min(p["count"], start + PUBLISH_BATCH))
-            last = node.publish_many(topic, [reading(i, pad) for i in idx],
-                                     keys=[f"s{i % SENSORS}" for i in idx])
+            last = node.publish_many(
+                topic, [reading(i, pad) for i in idx], keys=[f"s{i % SENSORS}" for i in idx]
+            )
         assert last is not None
-        _wait(lambda: node.status()["outbox"] == 0, deadline - time.monotonic(),
-              "every reading acked", cmds, 0.005)
+        _wait(
+            lambda: node.status()["outbox"] == 0,
+            deadline - time.monotonic(),
+            "every reading acked",
+            cmds,
+            0.005,
+        )
         emit("result", t0=t0, t1=time.monotonic(), payload_bytes=len(reading(0, pad)))
         cmds.wait_stop(p["deadline_s"])
     finally:
@@ -99,6 +129,7 @@ def spark_json_producer(p: dict[str, Any], cmds: Commands) -> None:
 
 
 # -- the driver ---------------------------------------------------------------------------
+
 
 def _progress(query: Any, started_wall: float) -> dict[str, Any]:
     """A finished query's batches: when the first was done after ``start()``, and the
@@ -118,7 +149,8 @@ def _progress(query: Any, started_wall: float) -> dict[str, Any]:
     batches.sort()
     first_done = batches[0][0]
     out: dict[str, Any] = {
-        "rows": sum(b[1] for b in batches), "batches": len(batches),
+        "rows": sum(b[1] for b in batches),
+        "batches": len(batches),
         "first_batch_s": round(first_done - started_wall, 3),
         "first_batch_rows": batches[0][1],
         "batch_seconds": [round(b[2], 3) for b in batches],
@@ -131,9 +163,12 @@ def _progress(query: Any, started_wall: float) -> dict[str, Any]:
 
 
 def _stream(spark: Any, reader: Any, sink_work: Path, name: str) -> dict[str, Any]:
-    query = (reader.writeStream.format("noop").queryName(name)
-             .option("checkpointLocation", tempfile.mkdtemp(dir=sink_work))
-             .trigger(availableNow=True))
+    query = (
+        reader.writeStream.format("noop")
+        .queryName(name)
+        .option("checkpointLocation", tempfile.mkdtemp(dir=sink_work))
+        .trigger(availableNow=True)
+    )
     started = time.time()
     running = query.start()
     running.awaitTermination()
@@ -158,8 +193,9 @@ def _ticks() -> type:
             return [InputPartition(i) for i in range(start["tick"], end["tick"])]
 
         def read(self, partition: InputPartition) -> Any:
-            yield pa.RecordBatch.from_arrays([pa.array([partition.value], pa.int32())],
-                                             names=["tick"])
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([partition.value], pa.int32())], names=["tick"]
+            )
 
     class Ticks(DataSource):
         @classmethod
@@ -209,8 +245,11 @@ def spark_floor(p: dict[str, Any], cmds: Commands) -> None:
         spark.dataSource.register(_ticks())
         work = Path(p["work"])
         work.mkdir(parents=True, exist_ok=True)
-        emit("floor", session_s=session_s,
-             **_stream(spark, spark.readStream.format("ticks").load(), work, "ticks"))
+        emit(
+            "floor",
+            session_s=session_s,
+            **_stream(spark, spark.readStream.format("ticks").load(), work, "ticks"),
+        )
     finally:
         spark.stop()
 
@@ -239,33 +278,46 @@ def spark_driver(p: dict[str, Any], cmds: Commands) -> None:
 
     t0 = time.monotonic()
     spark = local_session("zmesh-bench-spark", p["master"], p.get("conf", {}))
-    emit("session", seconds=time.monotonic() - t0,
-         parallelism=spark.sparkContext.defaultParallelism)
+    emit(
+        "session", seconds=time.monotonic() - t0, parallelism=spark.sparkContext.defaultParallelism
+    )
     try:
         # The read path alone: every log's records of the topic to Arrow, in this process.
         t0 = time.monotonic()
         rows = 0
         for log_dir in p["log_dirs"]:
             log = BridgeLog.open_reader(log_dir)
-            bounds = {qualify(log.log_id, s): b for s, b in log.streams().items()
-                      if s.startswith(topic + "/")}
-            ranges = [r for part in plan(resolve("earliest", bounds), resolve("latest", bounds))
-                      for r in part]
+            bounds = {
+                qualify(log.log_id, s): b
+                for s, b in log.streams().items()
+                if s.startswith(topic + "/")
+            }
+            ranges = [
+                r
+                for part in plan(resolve("earliest", bounds), resolve("latest", bounds))
+                for r in part
+            ]
             opts = SourceOptions.parse({"endpoint": ep, "path": log_dir})
-            rows += sum(b.num_rows for b in read_ranges(
-                opts, StructType.fromDDL(BASE_DDL), ranges, {}))
+            rows += sum(
+                b.num_rows for b in read_ranges(opts, StructType.fromDDL(BASE_DDL), ranges, {})
+            )
         arrow_s = time.monotonic() - t0
         emit("arrow", rows=rows, seconds=arrow_s)
 
         def source(decode: bool) -> Any:
-            reader = (spark.readStream.format("zmesh").option("endpoint", ep)
-                      .option("topics", topic).option("reader", f"bench-{time.time_ns()}")
-                      .option("maxRecordsPerTrigger", per_batch))
+            reader = (
+                spark.readStream.format("zmesh")
+                .option("endpoint", ep)
+                .option("topics", topic)
+                .option("reader", f"bench-{time.time_ns()}")
+                .option("maxRecordsPerTrigger", per_batch)
+            )
             if p.get("local_path"):
                 reader = reader.option("path", ",".join(p["log_dirs"]))
             if decode:
                 reader = reader.option("payloadFormat", "json").option(
-                    "payloadSchema", READING_SCHEMA)
+                    "payloadSchema", READING_SCHEMA
+                )
             return reader.load()
 
         emit("stream", cold=True, **_stream(spark, source(False), work, "zmesh_noop_cold"))
@@ -273,22 +325,40 @@ def spark_driver(p: dict[str, Any], cmds: Commands) -> None:
         emit("stream_json", **_stream(spark, source(True), work, "zmesh_json"))
 
         t0 = time.monotonic()
-        (spark.read.format("zmesh").option("endpoint", ep).option("topics", topic).load()
-         .write.format("noop").mode("overwrite").save())
+        (
+            spark.read.format("zmesh")
+            .option("endpoint", ep)
+            .option("topics", topic)
+            .load()
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
         emit("batch", rows=n, seconds=time.monotonic() - t0)
 
         # The yardstick: the same rows, as Parquet files of a batch's rows each, read by
         # Spark's own streaming file source.
         parquet = work / "parquet"
-        (spark.read.format("zmesh").option("endpoint", ep).option("topics", topic).load()
-         .repartition(max(1, round(n / per_batch))).write.mode("overwrite").parquet(
-             str(parquet)))
+        (
+            spark.read.format("zmesh")
+            .option("endpoint", ep)
+            .option("topics", topic)
+            .load()
+            .repartition(max(1, round(n / per_batch)))
+            .write.mode("overwrite")
+            .parquet(str(parquet))
+        )
         schema = spark.read.parquet(str(parquet)).schema
-        files = (spark.readStream.format("parquet").schema(schema)
-                 .option("maxFilesPerTrigger", 1).load(str(parquet)))
+        files = (
+            spark.readStream.format("parquet")
+            .schema(schema)
+            .option("maxFilesPerTrigger", 1)
+            .load(str(parquet))
+        )
         emit("parquet", **_stream(spark, files, work, "parquet_noop"))
-        decoded = files.select(F.from_json(F.col("payload").cast("string"),
-                                           READING_SCHEMA).alias("r")).select("r.*")
+        decoded = files.select(
+            F.from_json(F.col("payload").cast("string"), READING_SCHEMA).alias("r")
+        ).select("r.*")
         emit("parquet_json", **_stream(spark, decoded, work, "parquet_json"))
 
         # The sink: the payloads cached (no keys, as zmesh_batch_process publishes them).
@@ -303,8 +373,13 @@ def spark_driver(p: dict[str, Any], cmds: Commands) -> None:
         for name in ("first", "timed"):  # (the first: the session's first zmesh write)
             cmds.wait("sink", p["deadline_s"])
             t0 = time.monotonic()
-            (df.write.format("zmesh").mode("append").option("endpoint", ep)
-             .option("topic", p["sink_topic"]).save())
+            (
+                df.write.format("zmesh")
+                .mode("append")
+                .option("endpoint", ep)
+                .option("topic", p["sink_topic"])
+                .save()
+            )
             emit("sink_written", name=name, t0=t0, t1=time.monotonic())
         df.unpersist()
         cmds.wait_stop(p["deadline_s"])

@@ -31,10 +31,16 @@ def build(data_dir: Path, gib: float, shape: str, size: int) -> tuple[int, float
     data = data_dir / "store" / "data.mdb"
     start = time.monotonic()
     count = 0
-    with zmesh.Node("bench", mesh="store-check", data_dir=str(data_dir), mdns=False,
-                    interfaces=["127.0.0.1"], map_size_bytes=int(gib * 3 * (1 << 30)),
-                    max_outbox_messages=100_000_000,
-                    topics={"t": zmesh.TopicConfig(groups=("g",))}) as node:
+    with zmesh.Node(
+        "bench",
+        mesh="store-check",
+        data_dir=str(data_dir),
+        mdns=False,
+        interfaces=["127.0.0.1"],
+        map_size_bytes=int(gib * 3 * (1 << 30)),
+        max_outbox_messages=100_000_000,
+        topics={"t": zmesh.TopicConfig(groups=("g",))},
+    ) as node:
         while not data.exists() or data.stat().st_size < gib * (1 << 30):
             if shape == "runs":
                 r = node.publish_many("t", [payload] * BATCH)
@@ -61,14 +67,18 @@ def main() -> None:
         data_dir = root / "node"
         count, built = build(data_dir, args.gib, args.shape, args.payload_bytes)
         size = (data_dir / "store" / "data.mdb").stat().st_size
-        print(f"store: {size / (1 << 30):.2f} GiB, {count:,} messages of "
-              f"{args.payload_bytes} bytes ({args.shape}), built in {built:.0f}s")
+        print(
+            f"store: {size / (1 << 30):.2f} GiB, {count:,} messages of "
+            f"{args.payload_bytes} bytes ({args.shape}), built in {built:.0f}s"
+        )
         start = time.monotonic()
         report = check_store(data_dir / "store")
         took = time.monotonic() - start
         assert report.sound, report.problems[:5]
-        print(f"check: {took:.1f}s in all ({report.seconds:.1f}s walking), "
-              f"{took / (size / (1 << 30)):.1f}s per GiB")
+        print(
+            f"check: {took:.1f}s in all ({report.seconds:.1f}s walking), "
+            f"{took / (size / (1 << 30)):.1f}s per GiB"
+        )
         start = time.monotonic()
         copied = salvage(data_dir, root / "salvaged")
         took = time.monotonic() - start

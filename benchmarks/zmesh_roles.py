@@ -31,16 +31,22 @@ STATUS_POLL_S = 0.005
 
 
 def _node(p: dict[str, Any], name: str, **extra: Any) -> zmesh.Node:
-    return zmesh.Node(name, mesh=p["mesh"], data_dir=p["data_dir"], interfaces=["127.0.0.1"],
-                      mdns=False, seeds=p.get("seeds", []), **extra).start()
+    return zmesh.Node(
+        name,
+        mesh=p["mesh"],
+        data_dir=p["data_dir"],
+        interfaces=["127.0.0.1"],
+        mdns=False,
+        seeds=p.get("seeds", []),
+        **extra,
+    ).start()
 
 
 def _lanes(node: zmesh.Node, topic: str) -> dict[str, dict[str, Any]]:
     return {ln["lane"]: ln for ln in node.status()["lanes"] if ln["topic"] == topic}
 
 
-def _wait(pred: Any, timeout: float, what: str, cmds: Commands,
-          interval: float = 0.01) -> None:
+def _wait(pred: Any, timeout: float, what: str, cmds: Commands, interval: float = 0.01) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
         cmds.check()
@@ -49,16 +55,22 @@ def _wait(pred: Any, timeout: float, what: str, cmds: Commands,
         time.sleep(interval)
 
 
-def _wait_members(node: zmesh.Node, topic: str, groups: list[str], timeout: float,
-                  cmds: Commands, members: int = 1) -> None:
+def _wait_members(
+    node: zmesh.Node,
+    topic: str,
+    groups: list[str],
+    timeout: float,
+    cmds: Commands,
+    members: int = 1,
+) -> None:
     def ready() -> bool:
         lanes = _lanes(node, topic)
         return all(g in lanes and len(lanes[g]["members"]) >= members for g in groups)
+
     _wait(ready, timeout, f"{members} member(s) in each of {groups}", cmds)
 
 
-def _wait_acked(node: zmesh.Node, last: zmesh.Receipt, deadline: float,
-                cmds: Commands) -> None:
+def _wait_acked(node: zmesh.Node, last: zmesh.Receipt, deadline: float, cmds: Commands) -> None:
     """Every message acked: the last receipt acked, then the outbox empty (acks of other
     partitions may come a little later)."""
     while True:  # (woken by the acks themselves; a stop is seen within a tenth of a second)
@@ -71,12 +83,23 @@ def _wait_acked(node: zmesh.Node, last: zmesh.Receipt, deadline: float,
             break
         except zmesh.TimeoutError:
             continue
-    _wait(lambda: node.status()["outbox"] == 0, deadline - time.monotonic(),
-          "an empty outbox", cmds, STATUS_POLL_S)
+    _wait(
+        lambda: node.status()["outbox"] == 0,
+        deadline - time.monotonic(),
+        "an empty outbox",
+        cmds,
+        STATUS_POLL_S,
+    )
 
 
-def _publish(node: zmesh.Node, p: dict[str, Any], count: int, deadline: float,
-             cmds: Commands, rate: float = 0.0) -> zmesh.Receipt:
+def _publish(
+    node: zmesh.Node,
+    p: dict[str, Any],
+    count: int,
+    deadline: float,
+    cmds: Commands,
+    rate: float = 0.0,
+) -> zmesh.Receipt:
     """Publish ``count`` messages with the scenario's API; returns the last receipt (the
     others are dropped, as a fire-and-forget publisher would)."""
     topic, body = p["topic"], payload()
@@ -120,10 +143,12 @@ def zmesh_producer(p: dict[str, Any], cmds: Commands) -> None:
         topic, groups = p["topic"], p["groups"]
         node.topic(topic, durability=p["durability"], groups=groups)
         emit("ready", control=node.control_address)
-        _wait_members(node, topic, groups, p.get("members_timeout_s", 30.0), cmds,
-                      p.get("members", 1))
-        _wait_acked(node, _publish(node, p, p["warmup"], deadline, cmds, p.get("rate", 0.0)),
-                    deadline, cmds)
+        _wait_members(
+            node, topic, groups, p.get("members_timeout_s", 30.0), cmds, p.get("members", 1)
+        )
+        _wait_acked(
+            node, _publish(node, p, p["warmup"], deadline, cmds, p.get("rate", 0.0)), deadline, cmds
+        )
         t0, cpu0 = time.monotonic(), cpu_s()
         last = _publish(node, p, p["count"], deadline, cmds, p.get("rate", 0.0))
         t_published = time.monotonic()
@@ -137,12 +162,20 @@ def zmesh_producer(p: dict[str, Any], cmds: Commands) -> None:
                     if name in groups and name not in lanes_done and ln["pending"] == 0:
                         lanes_done[name] = now
                 return len(lanes_done) == len(groups)
-            _wait(all_done, deadline - time.monotonic(), "every group to ack", cmds,
-                  STATUS_POLL_S)
+
+            _wait(all_done, deadline - time.monotonic(), "every group to ack", cmds, STATUS_POLL_S)
         _wait_acked(node, last, deadline, cmds)
         t1, cpu1 = time.monotonic(), cpu_s()
-        emit("result", t0=t0, t_published=t_published, t1=t1, lanes_done=lanes_done,
-             rss_mb=rss_mb(), cpu_s=cpu1 - cpu0, stats=node.stats())
+        emit(
+            "result",
+            t0=t0,
+            t_published=t_published,
+            t1=t1,
+            lanes_done=lanes_done,
+            rss_mb=rss_mb(),
+            cpu_s=cpu1 - cpu0,
+            stats=node.stats(),
+        )
         cmds.wait_stop(p["deadline_s"])
     finally:
         node.close()
@@ -158,19 +191,31 @@ def zmesh_consumer(p: dict[str, Any], cmds: Commands) -> None:
     sub = node.subscribe(p["topic"], group=p["group"])  # (the defaults users get)
     t_sub = time.monotonic()
     # The CPU of the timed part: from the last warm-up message on (``warmup`` counted).
-    state = {"count": 0, "t_first": 0.0, "t_last": 0.0, "window_count": 0,
-             "cpu0": cpu_s(), "cpu_s": 0.0, "warmup": p.get("warmup", 0)}
+    state = {
+        "count": 0,
+        "t_first": 0.0,
+        "t_last": 0.0,
+        "window_count": 0,
+        "cpu0": cpu_s(),
+        "cpu_s": 0.0,
+        "warmup": p.get("warmup", 0),
+    }
     window_s = p.get("window_s", 0.0)
 
     def watch() -> None:
         # Closing the subscription ends the consumer's loop; it runs on its own thread so
         # the hot loop stays the documented `for msg in sub`.
         while not cmds.stopping and time.monotonic() < deadline:
-            if window_s and state["t_first"] and not state["window_count"] and \
-                    time.monotonic() >= state["t_first"] + window_s:
+            if (
+                window_s
+                and state["t_first"]
+                and not state["window_count"]
+                and time.monotonic() >= state["t_first"] + window_s
+            ):
                 state["window_count"] = state["count"]
             time.sleep(0.005)
         sub.close()
+
     watcher = threading.Thread(target=watch, daemon=True, name="bench-watch")
     watcher.start()
     emit("ready", control=node.control_address, t_subscribed=t_sub, start_s=t_sub - t_start)
@@ -185,10 +230,17 @@ def zmesh_consumer(p: dict[str, Any], cmds: Commands) -> None:
         sub.close()
         watcher.join(5.0)
         node.close()
-    emit("result", count=state["count"], t_first=state["t_first"], t_last=state["t_last"],
-         window_count=state["window_count"], start_s=t_sub - t_start, rss_mb=rss_mb(),
-         cpu_s=state["cpu_s"] or cpu_s() - state["cpu0"],
-         **percentiles(lat))
+    emit(
+        "result",
+        count=state["count"],
+        t_first=state["t_first"],
+        t_last=state["t_last"],
+        window_count=state["window_count"],
+        start_s=t_sub - t_start,
+        rss_mb=rss_mb(),
+        cpu_s=state["cpu_s"] or cpu_s() - state["cpu0"],
+        **percentiles(lat),
+    )
 
 
 def _seen(state: dict[str, Any], n: int, expect: int) -> None:
@@ -205,8 +257,9 @@ def _seen(state: dict[str, Any], n: int, expect: int) -> None:
         emit("done", t=state["t_last"])
 
 
-def _consume_messages(sub: zmesh.Subscription, latency: bool, lat: list[float], expect: int,
-                      state: dict[str, Any]) -> None:
+def _consume_messages(
+    sub: zmesh.Subscription, latency: bool, lat: list[float], expect: int, state: dict[str, Any]
+) -> None:
     count, warmup = 0, state["warmup"]
     for msg in sub:
         if latency and count >= warmup:  # (the warm-up is acked before the timed part)
@@ -218,8 +271,9 @@ def _consume_messages(sub: zmesh.Subscription, latency: bool, lat: list[float], 
     _seen(state, count - state["count"], expect)
 
 
-def _consume_batches(sub: zmesh.Subscription, fetch: int, expect: int,
-                     state: dict[str, Any]) -> None:
+def _consume_batches(
+    sub: zmesh.Subscription, fetch: int, expect: int, state: dict[str, Any]
+) -> None:
     while True:
         msgs = sub.fetch(fetch)
         if not msgs:
@@ -247,14 +301,29 @@ def zmesh_offline_producer(p: dict[str, Any], cmds: Commands) -> None:
         assert last is not None
         last.wait_stored(max(0.001, deadline - time.monotonic()))
         t_pub = time.monotonic()
-        emit("published", publish_rate=count / (t_pub - t0), rss_mb=rss_mb(),
-             rss_now=rss_now(), outbox=node.status()["outbox"])
+        emit(
+            "published",
+            publish_rate=count / (t_pub - t0),
+            rss_mb=rss_mb(),
+            rss_now=rss_now(),
+            outbox=node.status()["outbox"],
+        )
         cmds.wait("drain", p["deadline_s"])
         cpu0 = cpu_s()
-        _wait(lambda: node.status()["outbox"] == 0, deadline - time.monotonic(),
-              "the backlog to drain", cmds, STATUS_POLL_S)
-        emit("drained", t_empty=time.monotonic(), rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0,
-             stats=node.stats())
+        _wait(
+            lambda: node.status()["outbox"] == 0,
+            deadline - time.monotonic(),
+            "the backlog to drain",
+            cmds,
+            STATUS_POLL_S,
+        )
+        emit(
+            "drained",
+            t_empty=time.monotonic(),
+            rss_mb=rss_mb(),
+            cpu_s=cpu_s() - cpu0,
+            stats=node.stats(),
+        )
         cmds.wait_stop(p["deadline_s"])
     finally:
         node.close()
@@ -287,8 +356,7 @@ def zmesh_build_producer(p: dict[str, Any], cmds: Commands) -> None:
 def zmesh_restart_producer(p: dict[str, Any], cmds: Commands) -> None:
     """Reopen a data dir full of pending messages; the consumer times the first delivery."""
     t0 = time.monotonic()
-    node = _node(p, "producer", max_outbox_messages=p["count"] + 10_000,
-                 map_size_bytes=8 << 30)
+    node = _node(p, "producer", max_outbox_messages=p["count"] + 10_000, map_size_bytes=8 << 30)
     try:
         t_started = time.monotonic()
         emit("started", t0=t0, t_started=t_started, rss_now=rss_now())

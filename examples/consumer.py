@@ -19,24 +19,42 @@ import zmesh
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mesh", default="examples", help="mesh to join")
-    parser.add_argument("--seed", action="append", default=[], metavar="HOST:PORT",
-                        help="control address of a peer (printed by the producer)")
-    parser.add_argument("--interface", action="append", default=[], metavar="IP",
-                        help="where to bind and speak mDNS (default: all interfaces)")
+    parser.add_argument(
+        "--seed",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="control address of a peer (printed by the producer)",
+    )
+    parser.add_argument(
+        "--interface",
+        action="append",
+        default=[],
+        metavar="IP",
+        help="where to bind and speak mDNS (default: all interfaces)",
+    )
     parser.add_argument("--no-mdns", action="store_true", help="use --seed only")
     parser.add_argument("--count", type=int, default=10, help="stop after this many")
     parser.add_argument("--timeout", type=float, default=60.0, help="give up after seconds")
     parser.add_argument("--topic", default="readings")
     parser.add_argument("--group", default="printers")
-    parser.add_argument("--handler", action="store_true",
-                        help="use subscribe(handler=...) instead of iterating")
+    parser.add_argument(
+        "--handler", action="store_true", help="use subscribe(handler=...) instead of iterating"
+    )
     args = parser.parse_args()
 
     # The data dir holds the node's id and its dedupe window; a real consumer keeps it.
-    with tempfile.TemporaryDirectory(prefix="zmesh-consumer-") as data_dir, zmesh.Node(
-        "consumer", mesh=args.mesh, data_dir=data_dir, interfaces=args.interface,
-        mdns=not args.no_mdns, seeds=args.seed,
-    ) as node:
+    with (
+        tempfile.TemporaryDirectory(prefix="zmesh-consumer-") as data_dir,
+        zmesh.Node(
+            "consumer",
+            mesh=args.mesh,
+            data_dir=data_dir,
+            interfaces=args.interface,
+            mdns=not args.no_mdns,
+            seeds=args.seed,
+        ) as node,
+    ):
         print(f"consumer up: control {node.control_address}", flush=True)
         received = 0
         enough = threading.Event()

@@ -18,29 +18,48 @@ import zmesh
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mesh", default="examples", help="mesh to join")
-    parser.add_argument("--seed", action="append", default=[], metavar="HOST:PORT",
-                        help="control address of a peer (printed by the consumer)")
-    parser.add_argument("--interface", action="append", default=[], metavar="IP",
-                        help="where to bind and speak mDNS (default: all interfaces)")
+    parser.add_argument(
+        "--seed",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="control address of a peer (printed by the consumer)",
+    )
+    parser.add_argument(
+        "--interface",
+        action="append",
+        default=[],
+        metavar="IP",
+        help="where to bind and speak mDNS (default: all interfaces)",
+    )
     parser.add_argument("--no-mdns", action="store_true", help="use --seed only")
     parser.add_argument("--count", type=int, default=10, help="messages to publish")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for acks")
     parser.add_argument("--topic", default="readings")
-    parser.add_argument("--group", default="printers",
-                        help="group that must get every message, even if it starts later")
+    parser.add_argument(
+        "--group",
+        default="printers",
+        help="group that must get every message, even if it starts later",
+    )
     args = parser.parse_args()
 
     # The outbox lives in the data dir: keep it (not a temp dir) to survive restarts.
-    with tempfile.TemporaryDirectory(prefix="zmesh-producer-") as data_dir, zmesh.Node(
-        "producer", mesh=args.mesh, data_dir=data_dir, interfaces=args.interface,
-        mdns=not args.no_mdns, seeds=args.seed,
-    ) as node:
+    with (
+        tempfile.TemporaryDirectory(prefix="zmesh-producer-") as data_dir,
+        zmesh.Node(
+            "producer",
+            mesh=args.mesh,
+            data_dir=data_dir,
+            interfaces=args.interface,
+            mdns=not args.no_mdns,
+            seeds=args.seed,
+        ) as node,
+    ):
         print(f"producer up: control {node.control_address}", flush=True)
         # Declaring the group makes the outbox keep messages for it from the start.
         node.topic(args.topic, groups=[args.group])
         receipts = [
-            node.publish(args.topic, f"reading {i}", key=f"sensor-{i % 4}",
-                         headers={"unit": "C"})
+            node.publish(args.topic, f"reading {i}", key=f"sensor-{i % 4}", headers={"unit": "C"})
             for i in range(args.count)
         ]
         deadline = time.monotonic() + args.timeout

@@ -20,8 +20,12 @@ from tests.waiting import until
 LOOPBACK = ["127.0.0.1"]
 
 
-def wait_until(pred: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
-               what: str = "condition") -> object:
+def wait_until(
+    pred: Callable[[], object],
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    what: str = "condition",
+) -> object:
     """Poll ``pred`` until it is truthy; fail the test with ``what`` after ``timeout``."""
     value = until(pred, timeout, interval)
     if not value:
@@ -32,8 +36,10 @@ def wait_until(pred: Callable[[], object], timeout: float = 10.0, interval: floa
 def fetched(sub: zmesh.Subscription, n: int) -> list[zmesh.Message]:
     """``n`` messages fetched from ``sub`` (failing the test after wait_until's timeout)."""
     got: list[zmesh.Message] = []
-    wait_until(lambda: got.extend(sub.fetch(n - len(got), timeout=0.05)) or len(got) >= n,
-               what=f"{n} messages")
+    wait_until(
+        lambda: got.extend(sub.fetch(n - len(got), timeout=0.05)) or len(got) >= n,
+        what=f"{n} messages",
+    )
     return got
 
 
@@ -71,14 +77,17 @@ def make_node(tmp_path: Path, mesh_name: str) -> Iterator[Callable[..., zmesh.No
         raise first
 
 
-def wait_members(node: zmesh.Node, topic: str, lane: str, count: int,
-                 timeout: float = 10.0) -> None:
+def wait_members(
+    node: zmesh.Node, topic: str, lane: str, count: int, timeout: float = 10.0
+) -> None:
     """Wait until ``node`` as producer sees ``count`` live members in a lane."""
+
     def ready() -> bool:
         for ln in node.status()["lanes"]:
             if ln["topic"] == topic and ln["lane"] == lane and len(ln["members"]) == count:
                 return True
         return False
+
     wait_until(ready, timeout, what=f"{count} members of {topic}/{lane} at {node.name}")
 
 
@@ -87,9 +96,14 @@ def no_leaked_threads() -> Iterator[None]:
     """Fail a test that leaves zmesh threads running."""
     before = set(threading.enumerate())
     yield
+
     def leaked() -> list[threading.Thread]:
-        return [t for t in threading.enumerate()
-                if t not in before and t.is_alive() and t.name.startswith("zmesh")]
+        return [
+            t
+            for t in threading.enumerate()
+            if t not in before and t.is_alive() and t.name.startswith("zmesh")
+        ]
+
     deadline = time.monotonic() + 5
     for thread in leaked():  # (ending as the test's nodes close: given 5 s in all)
         thread.join(max(0.0, deadline - time.monotonic()))
@@ -133,13 +147,13 @@ def read_line(proc: subprocess.Popen, timeout: float = 60.0) -> str | bytes:
     stdout = proc.stdout
     assert stdout is not None
     got: list[str | bytes] = []
-    reader = threading.Thread(target=lambda: got.append(stdout.readline()),
-                              name=f"read-line-{proc.pid}", daemon=True)
+    reader = threading.Thread(
+        target=lambda: got.append(stdout.readline()), name=f"read-line-{proc.pid}", daemon=True
+    )
     reader.start()
     reader.join(timeout)
     if not got:
-        pytest.fail(f"no line from child {proc.pid} within {timeout}s "
-                    f"(exit code {proc.poll()})")
+        pytest.fail(f"no line from child {proc.pid} within {timeout}s (exit code {proc.poll()})")
     return got[0]
 
 

@@ -39,8 +39,7 @@ from .errors import ConfigError
 
 ADMIN_RIGHTS = frozenset({"status", "dlq", "group"})
 # The operations of the control socket's admin requests, by the right they need.
-ADMIN_OPS = {"dead_letters": "dlq", "replay": "dlq", "purge": "dlq",
-             "delete_group": "group"}
+ADMIN_OPS = {"dead_letters": "dlq", "replay": "dlq", "purge": "dlq", "delete_group": "group"}
 
 
 def covers(pattern: str, topic: str) -> bool:
@@ -93,8 +92,10 @@ class Acl:
             raise ConfigError(f"acl_file {path}: invalid TOML: {exc}") from exc
         unknown = set(data) - {"groups", "allow"}
         if unknown:
-            raise ConfigError(f"acl_file {path}: unknown table(s) {sorted(unknown)}; it has "
-                              "[groups] and [[allow]] tables")
+            raise ConfigError(
+                f"acl_file {path}: unknown table(s) {sorted(unknown)}; it has "
+                "[groups] and [[allow]] tables"
+            )
         groups = data.get("groups", {})
         if not isinstance(groups, dict):
             raise ConfigError(f"acl_file {path}: [groups] must be a table of lists")
@@ -109,8 +110,9 @@ class Acl:
                 raise ConfigError(f"{where} must be a table")
             bad = set(allow) - {"who", "publish", "subscribe", "admin"}
             if bad or "who" not in allow:
-                raise ConfigError(f"{where} has who (required), publish, subscribe and "
-                                  f"admin; got {sorted(allow)}")
+                raise ConfigError(
+                    f"{where} has who (required), publish, subscribe and admin; got {sorted(allow)}"
+                )
             publish = _patterns(allow.get("publish", []), f"{where} publish")
             subscribe = _patterns(allow.get("subscribe", []), f"{where} subscribe")
             admin = _admin(allow.get("admin", []), f"{where} admin")
@@ -128,26 +130,32 @@ class _Names:
     def __init__(self, path: str, trusted_keys_dir: str | None, groups: dict) -> None:
         self.path = path
         self.dir = Path(trusted_keys_dir) if trusted_keys_dir else None
-        self.groups = {name: _strings(members, f"acl_file {path}: group {name!r}")
-                       for name, members in groups.items()}
+        self.groups = {
+            name: _strings(members, f"acl_file {path}: group {name!r}")
+            for name, members in groups.items()
+        }
 
-    def keys(self, names: Iterable[str], where: str, seen: frozenset[str] = frozenset()
-             ) -> set[bytes]:
+    def keys(
+        self, names: Iterable[str], where: str, seen: frozenset[str] = frozenset()
+    ) -> set[bytes]:
         out: set[bytes] = set()
         for name in names:
             if name in self.groups:
                 if name in seen:
                     raise ConfigError(f"{where}: group {name!r} contains itself")
-                out |= self.keys(self.groups[name], f"acl_file {self.path}: group {name!r}",
-                                 seen | {name})
+                out |= self.keys(
+                    self.groups[name], f"acl_file {self.path}: group {name!r}", seen | {name}
+                )
             elif self.dir is not None and (self.dir / f"{name}.pub").is_file():
                 pub = self.dir / f"{name}.pub"
                 out.add(_check_key(pub.read_text(), str(pub)))
             elif len(name.strip()) == 40:
                 out.add(_check_key(name, where))
             else:
-                raise ConfigError(f"{where}: {name!r} is neither a group, nor a key's name "
-                                  f"(NAME.pub in trusted_keys_dir), nor a 40-character key")
+                raise ConfigError(
+                    f"{where}: {name!r} is neither a group, nor a key's name "
+                    f"(NAME.pub in trusted_keys_dir), nor a 40-character key"
+                )
         return out
 
 
@@ -161,10 +169,16 @@ def _patterns(value: Any, where: str) -> list[str]:
     out = _strings(value, where)
     for p in out:
         tokens = p.split(".")
-        if not p or "" in tokens or ">" in tokens[:-1] or \
-                any(t not in ("*", ">") and any(c in t for c in "*>") for t in tokens):
-            raise ConfigError(f"{where}: {p!r} is not a topic pattern (dot-separated "
-                              "tokens; '*' one token, '>' the rest, at the end)")
+        if (
+            not p
+            or "" in tokens
+            or ">" in tokens[:-1]
+            or any(t not in ("*", ">") and any(c in t for c in "*>") for t in tokens)
+        ):
+            raise ConfigError(
+                f"{where}: {p!r} is not a topic pattern (dot-separated "
+                "tokens; '*' one token, '>' the rest, at the end)"
+            )
     return out
 
 
@@ -173,6 +187,8 @@ def _admin(value: Any, where: str) -> set[str]:
     if "*" in out:
         return set(ADMIN_RIGHTS)
     if out - ADMIN_RIGHTS:
-        raise ConfigError(f"{where}: unknown right(s) {sorted(out - ADMIN_RIGHTS)}; known: "
-                          f"{sorted(ADMIN_RIGHTS)} or '*'")
+        raise ConfigError(
+            f"{where}: unknown right(s) {sorted(out - ADMIN_RIGHTS)}; known: "
+            f"{sorted(ADMIN_RIGHTS)} or '*'"
+        )
     return out

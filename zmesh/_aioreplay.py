@@ -78,8 +78,11 @@ class ReplayReader:
     async def __anext__(self) -> Message:
         if self._thread is None:
             self._thread = threading.Thread(
-                target=self._fetch, args=(asyncio.get_running_loop(),), daemon=True,
-                name=f"zmesh-aio-replay-{self._reader.topic}")
+                target=self._fetch,
+                args=(asyncio.get_running_loop(),),
+                daemon=True,
+                name=f"zmesh-aio-replay-{self._reader.topic}",
+            )
             self._thread.start()
         await self._wakes.until(self._ready, None)
         if self._buffer:

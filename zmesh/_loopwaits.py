@@ -16,8 +16,7 @@ T = TypeVar("T")
 
 def forwarded(name: str) -> Any:
     """A read-only attribute that is the wrapped sync object's (``self.sync``) own."""
-    return property(lambda self: getattr(self.sync, name),
-                    doc=f"The sync object's ``{name}``.")
+    return property(lambda self: getattr(self.sync, name), doc=f"The sync object's ``{name}``.")
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
@@ -81,8 +80,9 @@ class Wakes:
                 self._waiting.discard(fut)
 
 
-async def with_room(wakes: Wakes, publish: Callable[[], T], timeout: float | None,
-                     default_s: float) -> T:
+async def with_room(
+    wakes: Wakes, publish: Callable[[], T], timeout: float | None, default_s: float
+) -> T:
     """``publish()`` (which waits for nothing: made with timeout=0) once the outbox has
     room for it, tried again after each notification up to ``timeout`` (None:
     ``default_s``, the node's publish_timeout_s); then the last refusal, with the wait."""

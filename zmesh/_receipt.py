@@ -71,9 +71,13 @@ class Publisher:
 
     __slots__ = ("producer", "cond", "watch", "settled", "outcomes")
 
-    def __init__(self, producer: str, cond: Signal,
-                 watch: Callable[[Receipt], None] | None = None,
-                 outcomes: Outcomes | None = None) -> None:
+    def __init__(
+        self,
+        producer: str,
+        cond: Signal,
+        watch: Callable[[Receipt], None] | None = None,
+        outcomes: Outcomes | None = None,
+    ) -> None:
         self.producer = producer  # (hex: the ids are made when asked for, most never are)
         self.cond = cond
         self.watch = watch
@@ -86,8 +90,9 @@ class Receipt:
 
     __slots__ = ("_publisher", "_seq", "count", "topic", "_stage", "_unacked", "_watched")
 
-    def __init__(self, publisher: Publisher, seq: int, stage: Stage, count: int = 1,
-                 topic: str = "") -> None:
+    def __init__(
+        self, publisher: Publisher, seq: int, stage: Stage, count: int = 1, topic: str = ""
+    ) -> None:
         self._publisher = publisher
         self._seq = seq
         self._stage = stage

@@ -29,14 +29,14 @@ def resolve(ref: str, what: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"{what}: {ref!r}: cannot import module {module_name!r}: "
-                          f"{exc}") from exc
+        raise ConfigError(f"{what}: {ref!r}: cannot import module {module_name!r}: {exc}") from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
         where = getattr(module, "__file__", None) or "no file"
         found = "no function" if fn is None else f"a {type(fn).__name__}, not a function,"
-        raise ConfigError(f"{what}: {ref!r}: module {module_name} ({where}) has {found} "
-                          f"named {attr!r}")
+        raise ConfigError(
+            f"{what}: {ref!r}: module {module_name} ({where}) has {found} named {attr!r}"
+        )
     return fn  # type: ignore[no-any-return]
 
 
@@ -57,8 +57,10 @@ class Roles:
         self._threads: list[threading.Thread] = []
         cfg = node.config
         self._producers = [(p, resolve(p.source, f"producer {p.topic}")) for p in cfg.producers]
-        self._relays = [(r, resolve(r.transform, f"relay {r.from_topic}") if r.transform
-                         else None) for r in cfg.relays]
+        self._relays = [
+            (r, resolve(r.transform, f"relay {r.from_topic}") if r.transform else None)
+            for r in cfg.relays
+        ]
 
     def start(self) -> None:
         for p, source in self._producers:
@@ -68,8 +70,9 @@ class Roles:
             self._spawn(f"relay-{r.from_topic}", self._relay, r, sub, transform)
 
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
-        t = threading.Thread(target=target, args=args, daemon=True,
-                             name=f"zmesh-{self._node.name}-{name}")
+        t = threading.Thread(
+            target=target, args=args, daemon=True, name=f"zmesh-{self._node.name}-{name}"
+        )
         t.start()
         self._threads.append(t)
 
@@ -107,8 +110,9 @@ class Roles:
                         tx.publish(r.to_topic, _payload(out), key=msg.key, headers=msg.headers)
                     tx.ack(msg)
             except Exception:
-                log.exception("relay %s -> %s failed on %s; nacking", r.from_topic,
-                              r.to_topic, msg.id)
+                log.exception(
+                    "relay %s -> %s failed on %s; nacking", r.from_topic, r.to_topic, msg.id
+                )
                 if not msg.settled:
                     msg.nack()
 

@@ -39,8 +39,7 @@ KEY_LEN = 40
 def _check_key(text: str, where: str) -> bytes:
     key = text.strip().encode()
     if len(key) != KEY_LEN:
-        raise ConfigError(f"{where}: not a CurveZMQ key (want 40 Z85 characters, "
-                          f"got {len(key)})")
+        raise ConfigError(f"{where}: not a CurveZMQ key (want 40 Z85 characters, got {len(key)})")
     try:
         z85.decode(key)
     except (ValueError, KeyError) as exc:
@@ -57,14 +56,17 @@ class Keys:
     trusted: frozenset[bytes]
 
 
-def load_keys(secret_key_file: str | None, trusted_keys_dir: str | None,
-              trusted_keys: tuple[str, ...]) -> Keys | None:
+def load_keys(
+    secret_key_file: str | None, trusted_keys_dir: str | None, trusted_keys: tuple[str, ...]
+) -> Keys | None:
     """The node's keys, or None when it runs without security."""
     if secret_key_file is None:
         if trusted_keys_dir or trusted_keys:
-            raise ConfigError("trusted keys are set but secret_key_file is not: a node needs "
-                              "its own key pair to join a secured mesh "
-                              "(zmesh keys generate DIR)")
+            raise ConfigError(
+                "trusted keys are set but secret_key_file is not: a node needs "
+                "its own key pair to join a secured mesh "
+                "(zmesh keys generate DIR)"
+            )
         return None
     path = Path(secret_key_file)
     try:
@@ -124,8 +126,7 @@ class ZapHandler:
     """Answers ZAP requests: CURVE clients with a trusted key, NULL clients only when the
     node has no keys; banned addresses and keys as the module says."""
 
-    def __init__(self, ctx: zmq.Context, keys: Keys | None, counters: Counters,
-                 bans: Bans) -> None:
+    def __init__(self, ctx: zmq.Context, keys: Keys | None, counters: Counters, bans: Bans) -> None:
         self.keys = keys
         self.counters = counters
         self.bans = bans
@@ -147,13 +148,25 @@ class ZapHandler:
             if len(frames) < 8:
                 continue
             rid, _, version, request_id, domain, address, _ident, mechanism = frames[:8]
-            ok, why, user, props = self._decide(address.decode(errors="replace"), domain,
-                                                mechanism, frames[8:], now)
-            sock.send_multipart([rid, b"", version, request_id, b"200" if ok else b"400",
-                                 why.encode(), user, properties(props) if ok else b""])
+            ok, why, user, props = self._decide(
+                address.decode(errors="replace"), domain, mechanism, frames[8:], now
+            )
+            sock.send_multipart(
+                [
+                    rid,
+                    b"",
+                    version,
+                    request_id,
+                    b"200" if ok else b"400",
+                    why.encode(),
+                    user,
+                    properties(props) if ok else b"",
+                ]
+            )
 
-    def _decide(self, address: str, domain: bytes, mechanism: bytes, creds: list[bytes],
-                now: float) -> tuple[bool, str, bytes, dict[str, str]]:
+    def _decide(
+        self, address: str, domain: bytes, mechanism: bytes, creds: list[bytes], now: float
+    ) -> tuple[bool, str, bytes, dict[str, str]]:
         key = b""
         if self.keys is None:
             if mechanism != b"NULL":
@@ -176,8 +189,9 @@ class ZapHandler:
         self.counters.add("auth_denied", 1)
         if (address, what) not in self._logged and len(self._logged) < 1000:
             self._logged.add((address, what))
-            log.warning("refused a connection from %s: %s (%s)", address, why,
-                        what.decode(errors="replace"))
+            log.warning(
+                "refused a connection from %s: %s (%s)", address, why, what.decode(errors="replace")
+            )
         return False, why[:255], b"", {}
 
     def close(self) -> None:

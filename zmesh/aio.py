@@ -132,8 +132,7 @@ class Subscription:
         await self._wakes.until(ready, check_timeout(timeout))
         return got[0] if got else None
 
-    async def fetch(self, max_messages: int = 100, timeout: float | None = None
-                    ) -> list[Message]:
+    async def fetch(self, max_messages: int = 100, timeout: float | None = None) -> list[Message]:
         """Up to ``max_messages`` messages; waits up to ``timeout`` for the first one."""
         sub = self._sub
         got: list[list[Message]] = []
@@ -190,14 +189,17 @@ class Transaction:
         """The underlying transaction."""
         return self._tx
 
-    async def publish(self, topic: str, payload: bytes | str, *,
-                      timeout: float | None = None, **options: Any) -> Receipt:
+    async def publish(
+        self, topic: str, payload: bytes | str, *, timeout: float | None = None, **options: Any
+    ) -> Receipt:
         """Like ``zmesh.Transaction.publish``; waits for outbox room on the loop."""
         node = self._node
         receipt = await with_room(
-            node._wakes, functools.partial(self._tx.publish, topic, payload, timeout=0,
-                                           **options),
-            timeout, node.config.publish_timeout_s)
+            node._wakes,
+            functools.partial(self._tx.publish, topic, payload, timeout=0, **options),
+            timeout,
+            node.config.publish_timeout_s,
+        )
         return Receipt(receipt, node._wakes)
 
     def ack(self, msg: Message) -> None:
@@ -219,8 +221,9 @@ class Transaction:
             self.abort()
 
 
-def _on_loop(handler: Callable[[Message], Any], loop: asyncio.AbstractEventLoop
-             ) -> Callable[[Message], Any]:
+def _on_loop(
+    handler: Callable[[Message], Any], loop: asyncio.AbstractEventLoop
+) -> Callable[[Message], Any]:
     """A coroutine handler as the sync handler threads call it: run on ``loop``, each
     thread waiting for its call (acked when it returns, nacked when it raises)."""
 
@@ -283,36 +286,82 @@ class Node:
         """Like ``zmesh.Node.topic`` (it never waits)."""
         return self._node.topic(name, config, **options)
 
-    async def publish(self, topic: str, payload: bytes | bytearray | memoryview | str, *,
-                      key: str | None = None, headers: Mapping[str, Any] | None = None,
-                      priority: int = 0, ttl: float | None = None,
-                      deliver_at: Any = None, delay: float | None = None,
-                      msg_id: str | None = None, timeout: float | None = None) -> Receipt:
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes | bytearray | memoryview | str,
+        *,
+        key: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        priority: int = 0,
+        ttl: float | None = None,
+        deliver_at: Any = None,
+        delay: float | None = None,
+        msg_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Receipt:
         """Like ``zmesh.Node.publish``; a full outbox is waited for on the loop."""
-        receipt = await with_room(self._wakes, functools.partial(
-            self._node.publish, topic, payload, key=key, headers=headers, priority=priority,
-            ttl=ttl, deliver_at=deliver_at, delay=delay, msg_id=msg_id, timeout=0),
-            timeout, self.config.publish_timeout_s)
+        receipt = await with_room(
+            self._wakes,
+            functools.partial(
+                self._node.publish,
+                topic,
+                payload,
+                key=key,
+                headers=headers,
+                priority=priority,
+                ttl=ttl,
+                deliver_at=deliver_at,
+                delay=delay,
+                msg_id=msg_id,
+                timeout=0,
+            ),
+            timeout,
+            self.config.publish_timeout_s,
+        )
         return Receipt(receipt, self._wakes)
 
-    async def publish_many(self, topic: str,
-                           payloads: Sequence[bytes | bytearray | memoryview | str], *,
-                           keys: Sequence[str | None] | None = None,
-                           headers: Mapping[str, Any] | None = None, priority: int = 0,
-                           ttl: float | None = None, timeout: float | None = None) -> Receipt:
+    async def publish_many(
+        self,
+        topic: str,
+        payloads: Sequence[bytes | bytearray | memoryview | str],
+        *,
+        keys: Sequence[str | None] | None = None,
+        headers: Mapping[str, Any] | None = None,
+        priority: int = 0,
+        ttl: float | None = None,
+        timeout: float | None = None,
+    ) -> Receipt:
         """Like ``zmesh.Node.publish_many``; a full outbox is waited for on the loop."""
-        receipt = await with_room(self._wakes, functools.partial(
-            self._node.publish_many, topic, payloads, keys=keys, headers=headers,
-            priority=priority, ttl=ttl, timeout=0), timeout, self.config.publish_timeout_s)
+        receipt = await with_room(
+            self._wakes,
+            functools.partial(
+                self._node.publish_many,
+                topic,
+                payloads,
+                keys=keys,
+                headers=headers,
+                priority=priority,
+                ttl=ttl,
+                timeout=0,
+            ),
+            timeout,
+            self.config.publish_timeout_s,
+        )
         return Receipt(receipt, self._wakes)
 
     def transaction(self, timeout: float | None = None) -> Transaction:
         """``async with node.transaction() as tx:`` (see zmesh.Node.transaction)."""
         return Transaction(self._node.transaction(timeout), self)
 
-    def subscribe(self, topic: str, group: str | None = None, *,
-                  handler: Callable[[Message], Any] | None = None,
-                  **options: Any) -> Subscription:
+    def subscribe(
+        self,
+        topic: str,
+        group: str | None = None,
+        *,
+        handler: Callable[[Message], Any] | None = None,
+        **options: Any,
+    ) -> Subscription:
         """Like ``zmesh.Node.subscribe``; ``handler`` may be a coroutine function, run on
         this loop (call it from the loop then)."""
         if handler is not None and inspect.iscoroutinefunction(handler):
@@ -321,8 +370,9 @@ class Node:
 
     async def replay(self, topic: str, from_index: int = 0, **options: Any) -> ReplayReader:
         """Like ``zmesh.Node.replay``; iterate the reader with ``async for``."""
-        reader = ReplayReader(await asyncio.to_thread(self._node.replay, topic, from_index,
-                                                      **options))
+        reader = ReplayReader(
+            await asyncio.to_thread(self._node.replay, topic, from_index, **options)
+        )
         self._readers.add(reader)
         return reader
 
@@ -345,16 +395,17 @@ class Node:
     async def delete_group(self, topic: str, group: str) -> dict:
         return await asyncio.to_thread(self._node.delete_group, topic, group)
 
-    async def dead_letters(self, topic: str, group: str, *, limit: int = 1000
-                           ) -> list[DeadLetter]:
+    async def dead_letters(self, topic: str, group: str, *, limit: int = 1000) -> list[DeadLetter]:
         return await asyncio.to_thread(self._node.dead_letters, topic, group, limit=limit)
 
-    async def replay_dead_letters(self, topic: str, group: str,
-                                  ids: Iterable[MessageId | int] | None = None) -> int:
+    async def replay_dead_letters(
+        self, topic: str, group: str, ids: Iterable[MessageId | int] | None = None
+    ) -> int:
         return await asyncio.to_thread(self._node.replay_dead_letters, topic, group, ids)
 
-    async def purge_dead_letters(self, topic: str, group: str,
-                                 ids: Iterable[MessageId | int] | None = None) -> int:
+    async def purge_dead_letters(
+        self, topic: str, group: str, ids: Iterable[MessageId | int] | None = None
+    ) -> int:
         return await asyncio.to_thread(self._node.purge_dead_letters, topic, group, ids)
 
     def __repr__(self) -> str:

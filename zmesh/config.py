@@ -60,17 +60,24 @@ def check_delay(what: str, delay: object) -> float:
     """``delay`` seconds from now (a publish's ``delay``, a nack's): a number >= 0, not a
     bool (it would be taken for 1 s), at most MAX_SCHEDULE_AHEAD_S; ArgumentError naming
     ``what`` otherwise."""
-    if isinstance(delay, bool) or not isinstance(delay, int | float) \
-            or not 0 <= delay < math.inf:
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay < math.inf:
         raise ArgumentError(f"{what} must be a finite number >= 0 (seconds), got {delay!r}")
     if delay > MAX_SCHEDULE_AHEAD_S:
-        raise ArgumentError(f"{what}={delay!r} is more than ten years ahead: give a finite "
-                            f"number >= 0 of seconds, at most {MAX_SCHEDULE_AHEAD_S:,.0f}")
+        raise ArgumentError(
+            f"{what}={delay!r} is more than ten years ahead: give a finite "
+            f"number >= 0 of seconds, at most {MAX_SCHEDULE_AHEAD_S:,.0f}"
+        )
     return delay
 
 
-def check_fields(cls: Any, given: Collection[str], where: str, what: str = "key", *,
-                 leave_out: Collection[str] = ()) -> None:
+def check_fields(
+    cls: Any,
+    given: Collection[str],
+    where: str,
+    what: str = "key",
+    *,
+    leave_out: Collection[str] = (),
+) -> None:
     """Raise ConfigError naming what of ``given`` is no field of the config class ``cls``
     (or is one of ``leave_out``), and listing the known ones."""
     known = {f.name for f in dataclasses.fields(cls)} - set(leave_out)
@@ -79,8 +86,9 @@ def check_fields(cls: Any, given: Collection[str], where: str, what: str = "key"
         raise ConfigError(f"{where} has unknown {what}(s) {sorted(bad)}; known: {sorted(known)}")
 
 
-def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False,
-              finite: bool = False) -> None:
+def _positive(
+    owner: str, name: str, value: float, *, allow_zero: bool = False, finite: bool = False
+) -> None:
     """A number > 0 (``allow_zero``: >= 0); with ``finite``, not infinity either (for
     durations where infinity means never, and never is not what anyone wants)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
@@ -146,23 +154,33 @@ class TopicConfig:
             raise ConfigError(f"TopicConfig.partitions must be 1..4096, got {self.partitions}")
         _positive("TopicConfig", "ack_timeout_s", self.ack_timeout_s)
         # (an infinite backoff never redelivers a nacked or timed-out message)
-        _positive("TopicConfig", "retry_backoff_s", self.retry_backoff_s, allow_zero=True,
-                  finite=True)
-        _positive("TopicConfig", "max_retry_backoff_s", self.max_retry_backoff_s,
-                  allow_zero=True, finite=True)
+        _positive(
+            "TopicConfig", "retry_backoff_s", self.retry_backoff_s, allow_zero=True, finite=True
+        )
+        _positive(
+            "TopicConfig",
+            "max_retry_backoff_s",
+            self.max_retry_backoff_s,
+            allow_zero=True,
+            finite=True,
+        )
         if self.retry_backoff_s > self.max_retry_backoff_s:
-            raise ConfigError(f"TopicConfig.retry_backoff_s ({self.retry_backoff_s}) must be at "
-                              f"most max_retry_backoff_s ({self.max_retry_backoff_s})")
+            raise ConfigError(
+                f"TopicConfig.retry_backoff_s ({self.retry_backoff_s}) must be at "
+                f"most max_retry_backoff_s ({self.max_retry_backoff_s})"
+            )
         _integer("TopicConfig", "max_attempts", self.max_attempts, 0, " (0 means unlimited)")
         if self.ttl_s is not None:
             _positive("TopicConfig", "ttl_s", self.ttl_s)
         if not isinstance(self.latest_wins, bool):
-            raise ConfigError(f"TopicConfig.latest_wins must be true or false, got "
-                              f"{self.latest_wins!r}")
+            raise ConfigError(
+                f"TopicConfig.latest_wins must be true or false, got {self.latest_wins!r}"
+            )
         _positive("TopicConfig", "retention_s", self.retention_s, allow_zero=True)
         _integer("TopicConfig", "retention_bytes", self.retention_bytes, 0, " (0: no size cap)")
-        _positive("TopicConfig", "group_inactive_expiry_s", self.group_inactive_expiry_s,
-                  allow_zero=True)
+        _positive(
+            "TopicConfig", "group_inactive_expiry_s", self.group_inactive_expiry_s, allow_zero=True
+        )
         if isinstance(self.groups, str):
             raise ConfigError("TopicConfig.groups must be a list of group names, not a string")
         object.__setattr__(self, "groups", tuple(check_name("group", g) for g in self.groups))
@@ -201,30 +219,40 @@ class SubscriptionConfig:
     def __post_init__(self) -> None:
         if self.group is None:
             if self.mode == "broadcast":
-                raise ConfigError("a broadcast subscription needs a group (its members each "
-                                  "get a copy); without one a subscription is ephemeral, and "
-                                  "gets every message anyway")
+                raise ConfigError(
+                    "a broadcast subscription needs a group (its members each "
+                    "get a copy); without one a subscription is ephemeral, and "
+                    "gets every message anyway"
+                )
             object.__setattr__(self, "mode", "ephemeral")
         else:
             check_name("group", self.group)
             if self.mode not in ("shared", "broadcast"):
                 raise ConfigError(
                     f"subscription mode must be 'shared' or 'broadcast', got {self.mode!r}"
-                    + (" (a subscription without a group is ephemeral)"
-                       if self.mode == "ephemeral" else ""))
+                    + (
+                        " (a subscription without a group is ephemeral)"
+                        if self.mode == "ephemeral"
+                        else ""
+                    )
+                )
         if self.topic is not None:
             check_name("topic", self.topic)
         if self.handler is not None and not _HANDLER_RE.match(str(self.handler)):
             raise ConfigError(f"handler {self.handler!r} must be 'package.module:function'")
         # (the bounds a producer decodes in a hello: past them it would not know the member)
         # (and concurrency: a thread each)
-        for name, most in (("max_in_flight", MAX_IN_FLIGHT), ("batch_size", MAX_BATCH_ITEMS),
-                           ("concurrency", MAX_CONCURRENCY)):
+        for name, most in (
+            ("max_in_flight", MAX_IN_FLIGHT),
+            ("batch_size", MAX_BATCH_ITEMS),
+            ("concurrency", MAX_CONCURRENCY),
+        ):
             value = getattr(self, name)
             if not int_in(value, 1, most):
                 bound = f"1..{most:,}"
-                raise ConfigError(f"SubscriptionConfig.{name} must be an int {bound}, "
-                                  f"got {value!r}")
+                raise ConfigError(
+                    f"SubscriptionConfig.{name} must be an int {bound}, got {value!r}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -264,12 +292,13 @@ class RelayConfig:
         check_name("topic", self.to_topic)
         check_name("group", self.group)
         if self.from_topic == self.to_topic:
-            raise ConfigError(f"RelayConfig.to_topic must differ from from_topic "
-                              f"({self.from_topic!r}): the relay would consume what it "
-                              "publishes, republishing each message for good")
+            raise ConfigError(
+                f"RelayConfig.to_topic must differ from from_topic "
+                f"({self.from_topic!r}): the relay would consume what it "
+                "publishes, republishing each message for good"
+            )
         if self.transform is not None and not _HANDLER_RE.match(str(self.transform)):
-            raise ConfigError(f"transform {self.transform!r} must be "
-                              "'package.module:function'")
+            raise ConfigError(f"transform {self.transform!r} must be 'package.module:function'")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -335,27 +364,32 @@ class NodeConfig:
         check_name("mesh", self.mesh)
         # (a str path or one of pathlib's; bytes or a number would become a directory
         # named "b'/x'" or "5")
-        data_dir = os.fspath(self.data_dir) if isinstance(self.data_dir, os.PathLike) \
-            else self.data_dir
+        data_dir = (
+            os.fspath(self.data_dir) if isinstance(self.data_dir, os.PathLike) else self.data_dir
+        )
         if not isinstance(data_dir, str) or not data_dir:
-            raise ConfigError(f"NodeConfig.data_dir must be a path (a str or os.PathLike), "
-                              f"got {self.data_dir!r}")
+            raise ConfigError(
+                f"NodeConfig.data_dir must be a path (a str or os.PathLike), got {self.data_dir!r}"
+            )
         object.__setattr__(self, "data_dir", data_dir)
         if not isinstance(self.mdns, bool):
             raise ConfigError(f"NodeConfig.mdns must be true or false, got {self.mdns!r}")
         for name in ("interfaces", "seeds"):
             value = getattr(self, name)
             if isinstance(value, str | bytes):
-                raise ConfigError(f"NodeConfig.{name} must be a list of addresses, not a "
-                                  f"string: [{value!r}]")
+                raise ConfigError(
+                    f"NodeConfig.{name} must be a list of addresses, not a string: [{value!r}]"
+                )
             if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"NodeConfig.{name} must be a list of strings, got {value!r}")
             object.__setattr__(self, name, tuple(value))
         _check_interfaces(self.interfaces)
         if self.mdns and "*" in self.interfaces:
             # (ZeroMQ's spelling: zeroconf takes addresses only, and the start would fail)
-            raise ConfigError("NodeConfig.interfaces: mDNS does not take '*'; write "
-                              "'0.0.0.0', or leave interfaces empty for all of them")
+            raise ConfigError(
+                "NodeConfig.interfaces: mDNS does not take '*'; write "
+                "'0.0.0.0', or leave interfaces empty for all of them"
+            )
         for seed in self.seeds:
             parse_seed(seed)
         _positive("NodeConfig", "heartbeat_interval_s", self.heartbeat_interval_s)
@@ -369,45 +403,59 @@ class NodeConfig:
         if isinstance(self.trusted_keys, str):
             raise ConfigError("NodeConfig.trusted_keys must be a list of keys, not a string")
         object.__setattr__(self, "trusted_keys", tuple(self.trusted_keys))
-        _integer("NodeConfig", "drop_after_bad_frames", self.drop_after_bad_frames, 0,
-                 " (0: never)")
-        _integer("NodeConfig", "ban_after_dropped_connections",
-                 self.ban_after_dropped_connections, 0, " (0: never)")
-        _positive("NodeConfig", "ban_duration_s", self.ban_duration_s, allow_zero=True,
-                  finite=True)
+        _integer(
+            "NodeConfig", "drop_after_bad_frames", self.drop_after_bad_frames, 0, " (0: never)"
+        )
+        _integer(
+            "NodeConfig",
+            "ban_after_dropped_connections",
+            self.ban_after_dropped_connections,
+            0,
+            " (0: never)",
+        )
+        _positive("NodeConfig", "ban_duration_s", self.ban_duration_s, allow_zero=True, finite=True)
         if not isinstance(self.ban_loopback, bool):
-            raise ConfigError(f"NodeConfig.ban_loopback must be true or false, got "
-                              f"{self.ban_loopback!r}")
+            raise ConfigError(
+                f"NodeConfig.ban_loopback must be true or false, got {self.ban_loopback!r}"
+            )
         if self.acl_file is not None:
             if not isinstance(self.acl_file, str | os.PathLike) or not str(self.acl_file):
                 raise ConfigError(f"NodeConfig.acl_file must be a path, got {self.acl_file!r}")
             if self.secret_key_file is None:
-                raise ConfigError("NodeConfig.acl_file needs secret_key_file: permissions "
-                                  "are granted to CURVE keys, which an open mesh has none of")
+                raise ConfigError(
+                    "NodeConfig.acl_file needs secret_key_file: permissions "
+                    "are granted to CURVE keys, which an open mesh has none of"
+                )
             object.__setattr__(self, "acl_file", os.fspath(self.acl_file))
         for name in ("max_outbox_messages", "map_size_bytes", "max_message_bytes"):
             _integer("NodeConfig", name, getattr(self, name), 1)
         grow = self.max_map_size_bytes
         _integer("NodeConfig", "max_map_size_bytes", grow, 0, " (0: never grow the map)")
         if 0 < grow < self.map_size_bytes:
-            raise ConfigError(f"NodeConfig.max_map_size_bytes ({grow}) must be 0 or at least "
-                              f"map_size_bytes ({self.map_size_bytes})")
+            raise ConfigError(
+                f"NodeConfig.max_map_size_bytes ({grow}) must be 0 or at least "
+                f"map_size_bytes ({self.map_size_bytes})"
+            )
         if self.map_size_bytes < MIN_MAP_SIZE_BYTES:
-            raise ConfigError(f"NodeConfig.map_size_bytes must be at least "
-                              f"{MIN_MAP_SIZE_BYTES} (1 MiB), got {self.map_size_bytes}")
+            raise ConfigError(
+                f"NodeConfig.map_size_bytes must be at least "
+                f"{MIN_MAP_SIZE_BYTES} (1 MiB), got {self.map_size_bytes}"
+            )
         largest_map = max(self.map_size_bytes, grow)
         if self.max_message_bytes > largest_map // MAP_SHARE_OF_ONE_MESSAGE:
             # A publish the map can never take would be held, and every publish after it.
             raise ConfigError(
                 f"NodeConfig.max_message_bytes ({self.max_message_bytes}) must be at most an "
                 f"eighth of the LMDB map ({largest_map} bytes): lower it, or raise "
-                f"map_size_bytes or max_map_size_bytes")
+                f"map_size_bytes or max_map_size_bytes"
+            )
         _positive("NodeConfig", "publish_timeout_s", self.publish_timeout_s, allow_zero=True)
         _integer("NodeConfig", "memory_budget_bytes", self.memory_budget_bytes, 0)
         _positive("NodeConfig", "dedupe_window_s", self.dedupe_window_s)
         if not isinstance(self.topics, Mapping):
-            raise ConfigError(f"NodeConfig.topics must map topic names to TopicConfig, "
-                              f"got {self.topics!r}")
+            raise ConfigError(
+                f"NodeConfig.topics must map topic names to TopicConfig, got {self.topics!r}"
+            )
         for topic, cfg in self.topics.items():
             check_name("topic", topic)
             if not isinstance(cfg, TopicConfig):
@@ -415,10 +463,11 @@ class NodeConfig:
         object.__setattr__(self, "topics", dict(self.topics))
         subs = tuple(self.subscriptions)
         for sub in subs:
-            if not isinstance(sub, SubscriptionConfig) or sub.topic is None or \
-                    sub.handler is None:
-                raise ConfigError("NodeConfig.subscriptions holds SubscriptionConfig with a "
-                                  "topic and a handler ('package.module:function')")
+            if not isinstance(sub, SubscriptionConfig) or sub.topic is None or sub.handler is None:
+                raise ConfigError(
+                    "NodeConfig.subscriptions holds SubscriptionConfig with a "
+                    "topic and a handler ('package.module:function')"
+                )
         object.__setattr__(self, "subscriptions", subs)
         for name, kind in (("producers", ProducerConfig), ("relays", RelayConfig)):
             items = tuple(getattr(self, name))
@@ -429,15 +478,18 @@ class NodeConfig:
             if getattr(self, name) is not None:
                 parse_seed(getattr(self, name), what=name, allow_port_zero=True)
         if not isinstance(self.http_admin, bool):
-            raise ConfigError(f"NodeConfig.http_admin must be true or false, got "
-                              f"{self.http_admin!r}")
+            raise ConfigError(
+                f"NodeConfig.http_admin must be true or false, got {self.http_admin!r}"
+            )
         if self.http_admin and self.secret_key_file is not None:
             # (HTTP carries no CurveZMQ key: anyone who reaches the port would be admin)
-            raise ConfigError("NodeConfig.http_admin cannot be set on a secured node: HTTP "
-                              "carries no CurveZMQ key, so anyone reaching http_address could "
-                              "act. Run admin actions over the control socket with an admin "
-                              "key instead (zmesh dlq ..., zmesh web --admin with "
-                              "--secret-key-file)")
+            raise ConfigError(
+                "NodeConfig.http_admin cannot be set on a secured node: HTTP "
+                "carries no CurveZMQ key, so anyone reaching http_address could "
+                "act. Run admin actions over the control socket with an admin "
+                "key instead (zmesh dlq ..., zmesh web --admin with "
+                "--secret-key-file)"
+            )
 
     def replace(self, **changes: Any) -> NodeConfig:
         """A copy with some fields changed (validated again)."""
@@ -460,9 +512,11 @@ class NodeConfig:
         """Build from parsed TOML; errors name the source and the offending key."""
         unknown = set(data) - {"node", "topics", "subscriptions", "producers", "relays"}
         if unknown:
-            raise ConfigError(f"{source}: unknown table(s) {sorted(unknown)}; a node "
-                              "definition has [node], [topics.NAME], [subscriptions.NAME], "
-                              "[producers.NAME] and [relays.NAME] tables")
+            raise ConfigError(
+                f"{source}: unknown table(s) {sorted(unknown)}; a node "
+                "definition has [node], [topics.NAME], [subscriptions.NAME], "
+                "[producers.NAME] and [relays.NAME] tables"
+            )
         node = _table(data.get("node", {}), f"{source}: [node]")
         topics_raw = _table(data.get("topics", {}), f"{source}: [topics]")
         topics = {}
@@ -474,25 +528,40 @@ class NodeConfig:
                 raise ConfigError(f"{where}: {exc}") from exc
             topics[topic] = _build(TopicConfig, _table(opts, where), where)
         subs = []
-        for name, opts in _table(data.get("subscriptions", {}),
-                                 f"{source}: [subscriptions]").items():
+        for name, opts in _table(
+            data.get("subscriptions", {}), f"{source}: [subscriptions]"
+        ).items():
             where = f"{source}: [subscriptions.{name}]"
             opts = _table(opts, where)
             for required in ("topic", "group", "handler"):
                 if required not in opts:
-                    raise ConfigError(f"{where} needs {required} = ... (handler is "
-                                      "'package.module:function', called per message)")
+                    raise ConfigError(
+                        f"{where} needs {required} = ... (handler is "
+                        "'package.module:function', called per message)"
+                    )
             subs.append(_build(SubscriptionConfig, opts, where))
         roles: dict[str, list[Any]] = {"producers": [], "relays": []}
         for table, kind in (("producers", ProducerConfig), ("relays", RelayConfig)):
             for name, opts in _table(data.get(table, {}), f"{source}: [{table}]").items():
                 where = f"{source}: [{table}.{name}]"
                 roles[table].append(_build(kind, _table(opts, where), where))
-        check_fields(cls, node, f"{source}: [node]",
-                     leave_out=("topics", "subscriptions", "producers", "relays"))
-        return _build(cls, {**node, "topics": topics, "subscriptions": tuple(subs),
-                            "producers": tuple(roles["producers"]),
-                            "relays": tuple(roles["relays"])}, f"{source}: [node]")
+        check_fields(
+            cls,
+            node,
+            f"{source}: [node]",
+            leave_out=("topics", "subscriptions", "producers", "relays"),
+        )
+        return _build(
+            cls,
+            {
+                **node,
+                "topics": topics,
+                "subscriptions": tuple(subs),
+                "producers": tuple(roles["producers"]),
+                "relays": tuple(roles["relays"]),
+            },
+            f"{source}: [node]",
+        )
 
 
 def _table(value: Any, where: str) -> Mapping[str, Any]:
@@ -503,9 +572,14 @@ def _table(value: Any, where: str) -> Mapping[str, Any]:
 
 def _build(cls: Any, opts: Mapping[str, Any], where: str) -> Any:
     check_fields(cls, opts, where)
-    missing = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in opts
-               and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.init
+        and f.name not in opts
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise ConfigError(f"{where} needs {' and '.join(missing)}")
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in opts.items()}
@@ -522,19 +596,24 @@ def _check_interfaces(interfaces: tuple[str, ...]) -> None:
     for iface in interfaces:
         if iface in _WILDCARDS:
             if len(interfaces) > 1:
-                raise ConfigError(f"NodeConfig.interfaces: {iface!r} binds every interface "
-                                  f"already; give it alone, not with others {list(interfaces)}")
+                raise ConfigError(
+                    f"NodeConfig.interfaces: {iface!r} binds every interface "
+                    f"already; give it alone, not with others {list(interfaces)}"
+                )
             continue
         if _ipv6(iface):
-            raise ConfigError(f"NodeConfig.interfaces: {iface!r} is an IPv6 address; zmesh "
-                              "binds IPv4 only")
+            raise ConfigError(
+                f"NodeConfig.interfaces: {iface!r} is an IPv6 address; zmesh binds IPv4 only"
+            )
         try:
             ipaddress.IPv4Address(iface)
         except ValueError:
             port = " without a port" if ":" in iface else ""
-            raise ConfigError(f"NodeConfig.interfaces: {iface!r} is not an IPv4 address; give "
-                              f"this host's addresses{port} ('0.0.0.0' alone: all of "
-                              "them)") from None
+            raise ConfigError(
+                f"NodeConfig.interfaces: {iface!r} is not an IPv4 address; give "
+                f"this host's addresses{port} ('0.0.0.0' alone: all of "
+                "them)"
+            ) from None
     if len(set(interfaces)) < len(interfaces):
         twice = sorted({i for i in interfaces if interfaces.count(i) > 1})
         raise ConfigError(f"NodeConfig.interfaces names {twice} more than once")
@@ -548,8 +627,7 @@ def _ipv6(host: str) -> bool:
     return True
 
 
-def parse_seed(seed: str, *, what: str = "seed",
-               allow_port_zero: bool = False) -> tuple[str, int]:
+def parse_seed(seed: str, *, what: str = "seed", allow_port_zero: bool = False) -> tuple[str, int]:
     """Split ``"host:port"`` (ZeroMQ's ``"tcp://host:port"`` too); raise ConfigError naming
     the address when it is not one.
 
@@ -559,18 +637,20 @@ def parse_seed(seed: str, *, what: str = "seed",
     text = str(seed)
     host, sep, port = text.removeprefix("tcp://").rpartition(":")
     low = 0 if allow_port_zero else 1
-    if not sep or not host or "/" in host or not port.isdigit() \
-            or not low <= int(port) < 65536:
-        raise ConfigError(f"{what} {seed!r} must be 'host:port' with a port in "
-                          f"{low}..65535")
+    if not sep or not host or "/" in host or not port.isdigit() or not low <= int(port) < 65536:
+        raise ConfigError(f"{what} {seed!r} must be 'host:port' with a port in {low}..65535")
     if _ipv6(host):
         if what == "seed":
-            raise ConfigError(f"{what} {seed!r} is an IPv6 address; zmesh binds IPv4 only: "
-                              "give the node's IPv4 address or host name")
+            raise ConfigError(
+                f"{what} {seed!r} is an IPv6 address; zmesh binds IPv4 only: "
+                "give the node's IPv4 address or host name"
+            )
         return host.strip("[]"), int(port)
     if not _HOST_RE.match(host):
-        raise ConfigError(f"{what} {seed!r}: {host!r} is neither a host name nor an IPv4 "
-                          "address (letters, digits, '.', '-' and '_')")
+        raise ConfigError(
+            f"{what} {seed!r}: {host!r} is neither a host name nor an IPv4 "
+            "address (letters, digits, '.', '-' and '_')"
+        )
     if host.replace(".", "").isdigit():
         try:
             ipaddress.IPv4Address(host)

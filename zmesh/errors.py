@@ -76,14 +76,21 @@ class DataDirLockedError(ZMeshError):
 
     def __init__(self, path: str, holder_pid: int | None = None) -> None:
         if holder_pid is not None and holder_pid == os.getpid():
-            message = (f"data dir {path!r} is in use by another zmesh node of this process "
-                       f"(pid {holder_pid}) that was not closed: close() it (or use it in a "
-                       "with block) before opening its data dir again")
+            message = (
+                f"data dir {path!r} is in use by another zmesh node of this process "
+                f"(pid {holder_pid}) that was not closed: close() it (or use it in a "
+                "with block) before opening its data dir again"
+            )
         else:
-            holder = ("of another process, or of this one and not closed yet"
-                      if holder_pid is None else f"pid {holder_pid}")
-            message = (f"data dir {path!r} is in use by another zmesh node ({holder}); "
-                       "give each node its own data_dir")
+            holder = (
+                "of another process, or of this one and not closed yet"
+                if holder_pid is None
+                else f"pid {holder_pid}"
+            )
+            message = (
+                f"data dir {path!r} is in use by another zmesh node ({holder}); "
+                "give each node its own data_dir"
+            )
         super().__init__(message)
         self.path = path
         self.holder_pid = holder_pid
@@ -103,19 +110,30 @@ class StoreFullError(StoreError):
     (``disk`` None), or the disk holding the store is (``disk`` names it, ``free_bytes``
     says what it had left: the store keeps some of it for acks and other settlements)."""
 
-    def __init__(self, path: str, map_size_bytes: int, waited_s: float | None = None, *,
-                 disk: str | None = None, free_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        map_size_bytes: int,
+        waited_s: float | None = None,
+        *,
+        disk: str | None = None,
+        free_bytes: int | None = None,
+    ) -> None:
         waited = "" if waited_s is None else f" and no room came within {waited_s:g}s"
         if disk is None:
-            message = (f"LMDB map of {map_size_bytes} bytes is full{waited}; raise "
-                       "NodeConfig.map_size_bytes, set NodeConfig.max_map_size_bytes so the "
-                       "map grows, or let consumers drain the outbox")
+            message = (
+                f"LMDB map of {map_size_bytes} bytes is full{waited}; raise "
+                "NodeConfig.map_size_bytes, set NodeConfig.max_map_size_bytes so the "
+                "map grows, or let consumers drain the outbox"
+            )
         else:
             left = "an unknown number of" if free_bytes is None else f"{free_bytes:,}"
-            message = (f"the disk {disk} is full: {left} bytes free, which the store keeps "
-                       f"for acks and other settlements{waited}; free space on that disk, "
-                       "move the data dir to a larger one, or let consumers drain the outbox "
-                       "(publishes go on once acks make room in the store)")
+            message = (
+                f"the disk {disk} is full: {left} bytes free, which the store keeps "
+                f"for acks and other settlements{waited}; free space on that disk, "
+                "move the data dir to a larger one, or let consumers drain the outbox "
+                "(publishes go on once acks make room in the store)"
+            )
         super().__init__(message, path)
         self.map_size_bytes = map_size_bytes
         self.waited_s = waited_s

@@ -39,8 +39,11 @@ __all__ = ["Node"]
 
 DEFAULT_PARTITIONS = TopicConfig().partitions
 # What Node.subscribe's arguments default to (group: None, none in the config).
-_SUBSCRIBE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SubscriptionConfig)
-                       if f.default is not dataclasses.MISSING}
+_SUBSCRIBE_DEFAULTS = {
+    f.name: f.default
+    for f in dataclasses.fields(SubscriptionConfig)
+    if f.default is not dataclasses.MISSING
+}
 # What publish_many must not take apart as a sequence of payloads or keys.
 _ONE_VALUE = (str, bytes, bytearray, memoryview)
 
@@ -72,13 +75,26 @@ class Node:
             check_fields(NodeConfig, options, "Node()", "setting")
             # (NodeConfig checks the values: a data_dir that is not a path, a string where
             # a list of addresses belongs)
-            config = NodeConfig(name=name, mesh=mesh, data_dir=data_dir,  # type: ignore[arg-type]
-                                interfaces=_addresses(interfaces), mdns=mdns,
-                                seeds=_addresses(seeds), **options)
+            config = NodeConfig(
+                name=name,
+                mesh=mesh,
+                data_dir=data_dir,  # type: ignore[arg-type]
+                interfaces=_addresses(interfaces),
+                mdns=mdns,
+                seeds=_addresses(seeds),
+                **options,
+            )
         elif not isinstance(config, NodeConfig):
             raise ConfigError(f"Node config= must be a NodeConfig, got {type(config).__name__}")
-        elif (name is not None or data_dir is not None or options or mesh != "default"
-              or interfaces is not None or mdns is not True or seeds):
+        elif (
+            name is not None
+            or data_dir is not None
+            or options
+            or mesh != "default"
+            or interfaces is not None
+            or mdns is not True
+            or seeds
+        ):
             # (a setting beside config= was ignored)
             raise ConfigError("pass either config=NodeConfig(...) or keyword settings, not both")
         self.config = config
@@ -106,8 +122,10 @@ class Node:
         """Bind sockets, reopen the outbox, start discovery, start the configured
         subscriptions, HTTP API and metrics endpoint; returns self."""
         try:
-            handlers = [(sub, resolve(str(sub.handler), f"subscription {sub.topic}/{sub.group}"))
-                        for sub in self.config.subscriptions]
+            handlers = [
+                (sub, resolve(str(sub.handler), f"subscription {sub.topic}/{sub.group}"))
+                for sub in self.config.subscriptions
+            ]
             roles = Roles(self)
         except BaseException:
             self._engine.close()
@@ -119,15 +137,22 @@ class Node:
                 self.subscribe(sub.topic, config=sub, handler=handler)
             roles.start()
             self._roles = roles
-            if self.config.metrics_address is not None or \
-                    self.config.http_address is not None:
+            if self.config.metrics_address is not None or self.config.http_address is not None:
                 from ._http.server import serve  # (http.server: imported when used)
             if self.config.metrics_address is not None:
-                self._metrics = serve(self._engine, self.config.metrics_address,
-                                      what="metrics_address", metrics_only=True)
+                self._metrics = serve(
+                    self._engine,
+                    self.config.metrics_address,
+                    what="metrics_address",
+                    metrics_only=True,
+                )
             if self.config.http_address is not None:
-                self._http = serve(self._engine, self.config.http_address,
-                                   what="http_address", admin=self.config.http_admin)
+                self._http = serve(
+                    self._engine,
+                    self.config.http_address,
+                    what="http_address",
+                    admin=self.config.http_admin,
+                )
         except BaseException:
             self.close()
             raise
@@ -181,8 +206,7 @@ class Node:
     @property
     def control_address(self) -> str:
         """``host:port`` of the control socket, usable as another node's seed."""
-        host = next((i for i in self.config.interfaces if i not in ("*", "0.0.0.0")),
-                    "127.0.0.1")
+        host = next((i for i in self.config.interfaces if i not in ("*", "0.0.0.0")), "127.0.0.1")
         return f"{host}:{self._engine.ctrl_port}"
 
     # -- producing ----------------------------------------------------------------------
@@ -194,9 +218,11 @@ class Node:
             check_fields(TopicConfig, options, f"topic {name!r}", "option")
             cfg = TopicConfig(**options)
         elif not isinstance(config, TopicConfig):
-            raise ConfigError(f"topic {name!r}: config must be a TopicConfig, got "
-                              f"{type(config).__name__} (or give options as keywords: "
-                              f"topic({name!r}, partitions=4))")
+            raise ConfigError(
+                f"topic {name!r}: config must be a TopicConfig, got "
+                f"{type(config).__name__} (or give options as keywords: "
+                f"topic({name!r}, partitions=4))"
+            )
         elif options:
             raise ConfigError("pass either a TopicConfig or keyword options, not both")
         else:
@@ -236,20 +262,31 @@ class Node:
         partitions = self._plain_partitions.get(topic)
         if partitions is None:
             partitions = self._learn_topic(topic)
-        if (partitions and headers is None and ttl is None and deliver_at is None
-                and delay is None and msg_id is None and priority == 0
-                and type(priority) is int
-                and (key is None or (type(key) is str and len(key) <= MAX_KEY_CHARS
-                                     and key.isascii()))):
+        if (
+            partitions
+            and headers is None
+            and ttl is None
+            and deliver_at is None
+            and delay is None
+            and msg_id is None
+            and priority == 0
+            and type(priority) is int
+            and (key is None or (type(key) is str and len(key) <= MAX_KEY_CHARS and key.isascii()))
+        ):
             # Every option at its default (the usual call): a place in a stretch.
             if type(payload) is not bytes:
                 payload = _payload_bytes(payload)
             if len(payload) <= self._max_bytes:  # (else _prepare says why)
                 return self._queue.publish_one(
-                    topic, payload, key, partitions,
-                    None if timeout is None else self._timeout(timeout))
-        [pub] = self._prepare(topic, [payload], [key], headers, priority, ttl, deliver_at,
-                              delay, msg_id, timeout)  # (positional: the cheaper call)
+                    topic,
+                    payload,
+                    key,
+                    partitions,
+                    None if timeout is None else self._timeout(timeout),
+                )
+        [pub] = self._prepare(
+            topic, [payload], [key], headers, priority, ttl, deliver_at, delay, msg_id, timeout
+        )  # (positional: the cheaper call)
         self._queue.submit(cast(Publish, pub))  # (queued alone: the list is not kept)
         return pub.receipt  # type: ignore[return-value]
 
@@ -260,8 +297,13 @@ class Node:
             check_name("topic", topic)
             self._known_topics.add(topic)
         tcfg = self._topics.get(topic)
-        partitions = 0 if tcfg is not None and tcfg.ttl_s is not None else \
-            DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions
+        partitions = (
+            0
+            if tcfg is not None and tcfg.ttl_s is not None
+            else DEFAULT_PARTITIONS
+            if tcfg is None
+            else tcfg.partitions
+        )
         self._plain_partitions[topic] = partitions
         return partitions
 
@@ -282,11 +324,15 @@ class Node:
         ``receipt.ids`` lists the message ids; ``wait_acked`` waits for every message.
         """
         if isinstance(payloads, _ONE_VALUE):
-            raise ArgumentError(f"publish_many takes a list of payloads, got one "
-                                f"{type(payloads).__name__} (use publish for one message)")
+            raise ArgumentError(
+                f"publish_many takes a list of payloads, got one "
+                f"{type(payloads).__name__} (use publish for one message)"
+            )
         if not isinstance(payloads, Iterable):
-            raise ArgumentError(f"publish_many takes a list of payloads (bytes or str), got "
-                                f"{type(payloads).__name__}")
+            raise ArgumentError(
+                f"publish_many takes a list of payloads (bytes or str), got "
+                f"{type(payloads).__name__}"
+            )
         payloads = list(payloads)
         if not payloads:
             raise ArgumentError("publish_many needs at least one payload")
@@ -295,8 +341,10 @@ class Node:
         else:
             if isinstance(keys, _ONE_VALUE) or not isinstance(keys, Iterable):
                 one = "one " if isinstance(keys, _ONE_VALUE) else ""
-                raise ArgumentError(f"publish_many takes a list of keys (one per payload), "
-                                    f"got {one}{type(keys).__name__}")
+                raise ArgumentError(
+                    f"publish_many takes a list of keys (one per payload), "
+                    f"got {one}{type(keys).__name__}"
+                )
             key_list = list(keys)
             if len(key_list) != len(payloads):
                 raise ArgumentError(f"{len(key_list)} keys for {len(payloads)} payloads")
@@ -305,12 +353,20 @@ class Node:
         assert pubs[0].receipt is not None
         return pubs[0].receipt
 
-    def _prepare(self, topic: str, payloads: list[Any],
-                 keys: list[str | None], headers: Mapping[str, Any] | None = None,
-                 priority: int = 0, ttl: float | None = None,
-                 deliver_at: float | _dt.datetime | None = None, delay: float | None = None,
-                 msg_id: str | None = None, timeout: float | None = None,
-                 paced: bool = True) -> list[AnyPublish]:
+    def _prepare(
+        self,
+        topic: str,
+        payloads: list[Any],
+        keys: list[str | None],
+        headers: Mapping[str, Any] | None = None,
+        priority: int = 0,
+        ttl: float | None = None,
+        deliver_at: float | _dt.datetime | None = None,
+        delay: float | None = None,
+        msg_id: str | None = None,
+        timeout: float | None = None,
+        paced: bool = True,
+    ) -> list[AnyPublish]:
         """Validate publishes and allocate their sequences (shared with transactions,
         which are not ``paced``: see Engine.prepare)."""
         if topic not in self._plain_partitions:
@@ -324,8 +380,9 @@ class Node:
             if type(payload) is not bytes:
                 payloads[i] = payload = _payload_bytes(payload)
             if len(payload) > limit:
-                raise ArgumentError(f"payload of {len(payload)} bytes exceeds "
-                                    f"max_message_bytes {limit}")
+                raise ArgumentError(
+                    f"payload of {len(payload)} bytes exceeds max_message_bytes {limit}"
+                )
         for key in () if keys.count(None) == len(keys) else keys:
             if key is None:
                 continue
@@ -343,9 +400,11 @@ class Node:
                 check_headers(headers)
             except ValueError as exc:
                 raise ArgumentError(str(exc)) from None
-        if type(priority) is not int and (isinstance(priority, bool)
-                                          or not isinstance(priority, int)) \
-                or not 0 <= priority <= 255:
+        if (
+            type(priority) is not int
+            and (isinstance(priority, bool) or not isinstance(priority, int))
+            or not 0 <= priority <= 255
+        ):
             raise ArgumentError(f"priority must be an int 0..255 (0 most urgent), got {priority!r}")
         tcfg = self._topics.get(topic)
         if ttl is None and tcfg is not None:
@@ -366,10 +425,19 @@ class Node:
                 raise ArgumentError("msg_id must be a non-empty str of at most 256 characters")
             _utf8(msg_id, "msg_id")
         return self._queue.prepare(
-            topic, payloads, keys, headers, priority,
-            None if ttl is None else now + ttl, deliver_at,
+            topic,
+            payloads,
+            keys,
+            headers,
+            priority,
+            None if ttl is None else now + ttl,
+            deliver_at,
             DEFAULT_PARTITIONS if tcfg is None else tcfg.partitions,
-            self._timeout(timeout), msg_id, paced, nbytes if plain else None)
+            self._timeout(timeout),
+            msg_id,
+            paced,
+            nbytes if plain else None,
+        )
 
     def _timeout(self, timeout: float | None) -> float:
         """A publish's timeout: None is NodeConfig.publish_timeout_s, infinity no end."""
@@ -416,30 +484,48 @@ class Node:
         check_name("topic", topic)
         if config is not None:
             if not isinstance(config, SubscriptionConfig):
-                raise ArgumentError(f"subscribe config= must be a SubscriptionConfig, got "
-                                    f"{type(config).__name__}")
+                raise ArgumentError(
+                    f"subscribe config= must be a SubscriptionConfig, got {type(config).__name__}"
+                )
             if config.topic is not None and config.topic != topic:
-                raise ArgumentError(f"subscribe to {topic!r} got a config for topic "
-                                    f"{config.topic!r}")
+                raise ArgumentError(
+                    f"subscribe to {topic!r} got a config for topic {config.topic!r}"
+                )
             # (an argument left at its default, or equal to config's, is not a clash)
-            given = {"group": group, "mode": mode, "max_in_flight": max_in_flight,
-                     "batch_size": batch_size, "concurrency": concurrency}
-            clash = [name for name, value in given.items()
-                     if value != _SUBSCRIBE_DEFAULTS.get(name) and value != getattr(config, name)]
+            given = {
+                "group": group,
+                "mode": mode,
+                "max_in_flight": max_in_flight,
+                "batch_size": batch_size,
+                "concurrency": concurrency,
+            }
+            clash = [
+                name
+                for name, value in given.items()
+                if value != _SUBSCRIBE_DEFAULTS.get(name) and value != getattr(config, name)
+            ]
             if clash:
-                raise ArgumentError(f"subscribe takes config= or {'=, '.join(clash)}=, not "
-                                    f"both (config says {config!r})")
+                raise ArgumentError(
+                    f"subscribe takes config= or {'=, '.join(clash)}=, not "
+                    f"both (config says {config!r})"
+                )
         else:
-            config = SubscriptionConfig(group=group, mode=mode,  # type: ignore[arg-type]
-                                        max_in_flight=max_in_flight, batch_size=batch_size,
-                                        concurrency=concurrency)
+            config = SubscriptionConfig(
+                group=group,
+                mode=mode,  # type: ignore[arg-type]
+                max_in_flight=max_in_flight,
+                batch_size=batch_size,
+                concurrency=concurrency,
+            )
         if handler is not None and not callable(handler):
             raise ArgumentError("handler must be callable")
         if handler is None and config.concurrency != 1:
             # (concurrency is the number of handler threads: it does nothing without one)
-            raise ArgumentError(f"concurrency={config.concurrency} needs handler=: it is how "
-                                "many threads call the handler; without one, the threads "
-                                "that call get/fetch/iterate consume")
+            raise ArgumentError(
+                f"concurrency={config.concurrency} needs handler=: it is how "
+                "many threads call the handler; without one, the threads "
+                "that call get/fetch/iterate consume"
+            )
         sub = Subscription(self._queue, topic, config, handler)
         self._queue.subscribe(sub)
         sub._start_handlers(self.config.name)
@@ -476,16 +562,24 @@ class Node:
         parts = None
         if partitions is not None:
             parts = list(partitions)
-            if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < 4096
-                       for p in parts):
+            if not all(
+                isinstance(p, int) and not isinstance(p, bool) and 0 <= p < 4096 for p in parts
+            ):
                 raise ArgumentError(f"partitions must be ints 0..4095, got {parts!r}")
         names = None
         if producers is not None:
             if isinstance(producers, str):
                 raise ArgumentError("producers must be a list of node ids or names")
             names = [str(p) for p in producers]
-        reader = ReplayReader(self._engine, topic, from_index, follow=bool(follow),
-                              partitions=parts, producers=names, batch_size=batch_size)
+        reader = ReplayReader(
+            self._engine,
+            topic,
+            from_index,
+            follow=bool(follow),
+            partitions=parts,
+            producers=names,
+            batch_size=batch_size,
+        )
         self._readers.add(reader)
         return reader
 
@@ -515,16 +609,18 @@ class Node:
         dead = self._engine.outbox.dead
         return self._queue.call(lambda _wb, _now: dead.list(topic, group, limit))
 
-    def replay_dead_letters(self, topic: str, group: str,
-                            ids: Iterable[MessageId | int] | None = None) -> int:
+    def replay_dead_letters(
+        self, topic: str, group: str, ids: Iterable[MessageId | int] | None = None
+    ) -> int:
         """Deliver parked messages to ``group`` again (all of them when ``ids`` is None)."""
         _check_lane(topic, group)
         dead = self._engine.outbox.dead
         seqs = _seqs(ids, self.id)
         return self._queue.call(lambda wb, now: dead.replay(topic, group, seqs, wb, now))
 
-    def purge_dead_letters(self, topic: str, group: str,
-                           ids: Iterable[MessageId | int] | None = None) -> int:
+    def purge_dead_letters(
+        self, topic: str, group: str, ids: Iterable[MessageId | int] | None = None
+    ) -> int:
         """Delete parked messages for good (all of them when ``ids`` is None)."""
         _check_lane(topic, group)
         dead = self._engine.outbox.dead
@@ -553,8 +649,9 @@ class Node:
         peers asked to do the same}``."""
         _check_lane(topic, group)
         engine = self._engine
-        return self._queue.call(lambda wb, now: engine.delete_group(topic, group, wb, now,
-                                                                    announce=True))
+        return self._queue.call(
+            lambda wb, now: engine.delete_group(topic, group, wb, now, announce=True)
+        )
 
     def peers(self) -> list[dict]:
         """Peers as discovered: id, name, addresses, liveness, subscriptions."""
@@ -609,16 +706,22 @@ def _deliver_at(deliver_at: float | _dt.datetime | None, delay: float | None) ->
         return now + check_delay("delay", delay)
     if isinstance(deliver_at, _dt.datetime):
         due = deliver_at.timestamp()
-    elif isinstance(deliver_at, bool) or not isinstance(deliver_at, int | float) \
-            or not math.isfinite(deliver_at):
-        raise ArgumentError(f"deliver_at must be a datetime or a UNIX timestamp, got "
-                            f"{deliver_at!r}")
+    elif (
+        isinstance(deliver_at, bool)
+        or not isinstance(deliver_at, int | float)
+        or not math.isfinite(deliver_at)
+    ):
+        raise ArgumentError(
+            f"deliver_at must be a datetime or a UNIX timestamp, got {deliver_at!r}"
+        )
     else:
         due = float(deliver_at)
     if due - now > MAX_SCHEDULE_AHEAD_S:
-        raise ArgumentError(f"deliver_at={deliver_at!r} is more than ten years ahead: a "
-                            f"message is scheduled at most {MAX_SCHEDULE_AHEAD_S:,.0f} s "
-                            "from now")
+        raise ArgumentError(
+            f"deliver_at={deliver_at!r} is more than ten years ahead: a "
+            f"message is scheduled at most {MAX_SCHEDULE_AHEAD_S:,.0f} s "
+            "from now"
+        )
     return due
 
 
@@ -636,5 +739,6 @@ def _utf8(text: str, what: str) -> bytes:
     try:
         return text.encode()
     except UnicodeEncodeError as exc:
-        raise ArgumentError(f"{what} is not valid text: {exc.reason} at character "
-                            f"{exc.start}") from None
+        raise ArgumentError(
+            f"{what} is not valid text: {exc.reason} at character {exc.start}"
+        ) from None

@@ -63,9 +63,17 @@ class ReplayReader:
     the iterating thread uses; ``close()`` may be called from any thread.
     """
 
-    def __init__(self, engine: Engine, topic: str, from_index: int, *, follow: bool,
-                 partitions: Collection[int] | None, producers: Collection[str] | None,
-                 batch_size: int) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        topic: str,
+        from_index: int,
+        *,
+        follow: bool,
+        partitions: Collection[int] | None,
+        producers: Collection[str] | None,
+        batch_size: int,
+    ) -> None:
         self.topic = topic
         self.from_index = from_index
         self.follow = follow
@@ -101,18 +109,31 @@ class ReplayReader:
         def live(_wb: object, _now: float) -> list[tuple[bytes, str, str, bytes]]:
             mesh = engine.mesh
             assert mesh is not None
-            out = [(p.node_id, p.name, p.ctrl_ep, p.public_key)
-                   for p in mesh.peers.values() if p.alive and not p.is_self]
-            host = next((i for i in engine.config.interfaces if i not in ("*", "0.0.0.0")),
-                        "127.0.0.1")
+            out = [
+                (p.node_id, p.name, p.ctrl_ep, p.public_key)
+                for p in mesh.peers.values()
+                if p.alive and not p.is_self
+            ]
+            host = next(
+                (i for i in engine.config.interfaces if i not in ("*", "0.0.0.0")), "127.0.0.1"
+            )
             keys = engine.keys
-            out.append((engine.node_id, engine.config.name, endpoint(host, engine.ctrl_port),
-                        keys.public if keys is not None else b""))
+            out.append(
+                (
+                    engine.node_id,
+                    engine.config.name,
+                    endpoint(host, engine.ctrl_port),
+                    keys.public if keys is not None else b"",
+                )
+            )
             return out
 
         for node_id, name, ctrl_ep, key in engine.queue.call(live):
-            if self._producers is not None and node_id.hex() not in self._producers \
-                    and name not in self._producers:
+            if (
+                self._producers is not None
+                and node_id.hex() not in self._producers
+                and name not in self._producers
+            ):
                 continue
             source = self._sources.get(node_id)
             if source is not None:
@@ -159,8 +180,14 @@ class ReplayReader:
                 continue
             source.token = secrets.randbits(62)
             source.sent_at = now
-            req = FetchRequest(source.token, self.topic, tuple(source.cursors.items()), start,
-                               self._batch_size, self._engine.config.max_message_bytes)
+            req = FetchRequest(
+                source.token,
+                self.topic,
+                tuple(source.cursors.items()),
+                start,
+                self._batch_size,
+                self._engine.config.max_message_bytes,
+            )
             try:
                 source.sock.send(encode_control(req), zmq.NOBLOCK)
             except zmq.Again:
@@ -203,8 +230,17 @@ class ReplayReader:
         published_ats: list[float] = []
         indexes: list[int | None] = []
         seqs: list[int] = []
-        origin = Origin(None, (producer, self.topic, ""), None, seqs, headers, b"", partitions,
-                        published_ats, indexes)
+        origin = Origin(
+            None,
+            (producer, self.topic, ""),
+            None,
+            seqs,
+            headers,
+            b"",
+            partitions,
+            published_ats,
+            indexes,
+        )
         default = start if start is not None else 0
         for item in reply.items:
             pos = cursors.get(item.partition, default)
@@ -302,6 +338,8 @@ class ReplayReader:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"<ReplayReader {self.topic} from {self.from_index} "
-                f"{'following' if self.follow else 'to the end'} gaps={self.gaps}"
-                f"{' closed' if self.closed else ''}>")
+        return (
+            f"<ReplayReader {self.topic} from {self.from_index} "
+            f"{'following' if self.follow else 'to the end'} gaps={self.gaps}"
+            f"{' closed' if self.closed else ''}>"
+        )

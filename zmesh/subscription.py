@@ -57,6 +57,7 @@ def _settled_already(msg: Message) -> MessageStateError:
     why = " when its subscription closed" if how == "released" else ""
     return MessageStateError(f"message {msg.id} was already {how}{why}")
 
+
 # MessageId's own __new__ is a Python function; the tuple constructor builds the same value.
 _message_id = tuple.__new__
 
@@ -189,8 +190,10 @@ class Message:
         return self._origin.state[self._i] != 0
 
     def __repr__(self) -> str:
-        return (f"<Message {self.id} topic={self.topic!r} key={self.key!r} "
-                f"attempt={self.attempt} {len(self.payload)}B>")
+        return (
+            f"<Message {self.id} topic={self.topic!r} key={self.key!r} "
+            f"attempt={self.attempt} {len(self.payload)}B>"
+        )
 
 
 class Subscription:
@@ -212,8 +215,13 @@ class Subscription:
     # from the iterator at the head (each step hands one message to one caller); the one
     # that finds it exhausted removes it, under the lock.
 
-    def __init__(self, submitter: Submitter, topic: str, config: SubscriptionConfig,
-                 handler: Callable[[Message], Any] | None = None) -> None:
+    def __init__(
+        self,
+        submitter: Submitter,
+        topic: str,
+        config: SubscriptionConfig,
+        handler: Callable[[Message], Any] | None = None,
+    ) -> None:
         self.topic = topic
         self.config = config
         self.group = config.group  # (None: ephemeral)
@@ -223,8 +231,7 @@ class Subscription:
         self._queue: deque[tuple[Iterator[Message], Iterator[int]]] = deque()
         # The list ``fetch`` returned last (a copy, as it was) and the runs of batches it
         # is, for ``ack_many`` to know it by when it is given back whole.
-        self._fetched: tuple[list[Message], list[tuple[Origin, Sequence[int], bool]]] | None \
-            = None
+        self._fetched: tuple[list[Message], list[tuple[Origin, Sequence[int], bool]]] | None = None
         self._cond = threading.Condition()
         self._closed = False
         self._own_close = False  # closed by close(), not by its node's close
@@ -251,8 +258,9 @@ class Subscription:
         if self._handler is None:
             return
         for i in range(self.config.concurrency):
-            t = threading.Thread(target=self._handle_loop, daemon=True,
-                                 name=f"zmesh-handler-{name}-{self.topic}-{i}")
+            t = threading.Thread(
+                target=self._handle_loop, daemon=True, name=f"zmesh-handler-{name}-{self.topic}-{i}"
+            )
             try:
                 t.start()
             except RuntimeError as exc:  # "can't start new thread": out of threads or memory
@@ -260,7 +268,8 @@ class Subscription:
                 raise ZMeshError(
                     f"subscription {self.topic}/{self.group} started {i} of its "
                     f"concurrency={self.config.concurrency} handler threads and no more "
-                    f"({exc}); lower concurrency") from exc
+                    f"({exc}); lower concurrency"
+                ) from exc
             self._workers.append(t)
 
     def _handle_loop(self) -> None:
@@ -277,8 +286,9 @@ class Subscription:
                 handler(msg)
             except BaseException:  # (SystemExit too: it would end this worker for good)
                 self.handler_errors += 1
-                log.exception("handler for %s/%s raised on %s; nacking it", self.topic,
-                              self.group, msg.id)
+                log.exception(
+                    "handler for %s/%s raised on %s; nacking it", self.topic, self.group, msg.id
+                )
                 if not msg.settled:
                     msg.nack()
                 continue
@@ -286,8 +296,9 @@ class Subscription:
             if not msg.settled:
                 msg.ack()
 
-    def _deliver(self, origin: Origin, keys: Sequence[str | None],
-                 payloads: Sequence[bytes]) -> None:
+    def _deliver(
+        self, origin: Origin, keys: Sequence[str | None], payloads: Sequence[bytes]
+    ) -> None:
         """Queue a batch's messages, all of ``origin``'s places (IO thread)."""
         places = iter(range(len(payloads)))
         origin.sub, origin.places = self, places
@@ -338,8 +349,10 @@ class Subscription:
                 if self._closed:
                     if self._own_close:
                         return None
-                    raise NodeClosedError(self._submitter.config.name, f"subscription "
-                                          f"{self.topic}/{self.group} ended with it")
+                    raise NodeClosedError(
+                        self._submitter.config.name,
+                        f"subscription {self.topic}/{self.group} ended with it",
+                    )
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
@@ -384,25 +397,30 @@ class Subscription:
             self._fetched = None
             runs = fetched[1]
         else:  # each batch's messages and their places in it, at C speed
-            runs = [(origin, places, consecutive(places)) for origin, places in
-                    ((origin, list(map(_place_of, group)))
-                     for origin, group in groupby(messages, _origin_of))]
+            runs = [
+                (origin, places, consecutive(places))
+                for origin, places in (
+                    (origin, list(map(_place_of, group)))
+                    for origin, group in groupby(messages, _origin_of)
+                )
+            ]
         # The usual case is checked with no Python step per message: each batch's messages
         # consecutive (a message is the only one of its place), none of them settled, and
         # no batch in two runs.
-        if not all(in_order and origin.state.count(0, places[0], places[-1] + 1) == len(places)
-                   for origin, places, in_order in runs) \
-                or len({id(run[0]) for run in runs}) < len(runs):
+        if not all(
+            in_order and origin.state.count(0, places[0], places[-1] + 1) == len(places)
+            for origin, places, in_order in runs
+        ) or len({id(run[0]) for run in runs}) < len(runs):
             _check_each(messages)  # (raises, or marks each acked)
         submitter = self._submitter
         for origin, places, in_order in runs:
             if in_order:
                 first, n = places[0], len(places)
-                origin.state[first:first + n] = _ACKED_RUN * n
+                origin.state[first : first + n] = _ACKED_RUN * n
                 if first == origin.next:
                     origin.next = first + n  # (a slice of its sequences)
                 else:
-                    origin.acks.extend(origin.seqs[first:first + n])
+                    origin.acks.extend(origin.seqs[first : first + n])
             else:
                 origin.acks.extend(map(origin.seqs.__getitem__, places))
             if not origin.queued:
@@ -470,12 +488,15 @@ class Subscription:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"<Subscription {self.topic}/{self.group} {self.mode} "
-                f"queued={self._queued()}{' closed' if self._closed else ''}>")
+        return (
+            f"<Subscription {self.topic}/{self.group} {self.mode} "
+            f"queued={self._queued()}{' closed' if self._closed else ''}>"
+        )
 
 
-def _fetched_runs(stretches: list[tuple[Origin, int, int, int]]
-                  ) -> list[tuple[Origin, Sequence[int], bool]] | None:
+def _fetched_runs(
+    stretches: list[tuple[Origin, int, int, int]],
+) -> list[tuple[Origin, Sequence[int], bool]] | None:
     """The runs ``ack_many`` would find in a list ``fetch`` took as ``stretches`` (each
     from one batch: its origin, first and last place, and count), joined where one goes
     on where the one before ended; None unless every stretch is of consecutive places

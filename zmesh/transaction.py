@@ -94,8 +94,9 @@ class Transaction:
         # inside a lock of the node's own, so it only queues that for the IO thread.
         if not self._done and self._pubs:
             self._fail_receipts()
-            self._node._queue.abandon_dropped(len(self._pubs),
-                                               sum(len(p.payload) for p in self._pubs))
+            self._node._queue.abandon_dropped(
+                len(self._pubs), sum(len(p.payload) for p in self._pubs)
+            )
 
     def __enter__(self) -> Transaction:
         return self

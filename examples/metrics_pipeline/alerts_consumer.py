@@ -18,8 +18,11 @@ import zmesh
 
 def show(msg: zmesh.Message) -> None:
     a = json.loads(msg.payload)
-    print(f"ALERT {a['sensor']} window {a['window_start']} avg={a['avg_value']:.1f} "
-          f"max={a['max_value']:.1f} over {a['readings']} readings", flush=True)
+    print(
+        f"ALERT {a['sensor']} window {a['window_start']} avg={a['avg_value']:.1f} "
+        f"max={a['max_value']:.1f} over {a['readings']} readings",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -32,8 +35,14 @@ def main() -> None:
     args = parser.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with zmesh.Node("pager", mesh=args.mesh, data_dir=args.data_dir, interfaces=args.interface,
-                    mdns=not args.no_mdns, seeds=args.seed) as node:
+    with zmesh.Node(
+        "pager",
+        mesh=args.mesh,
+        data_dir=args.data_dir,
+        interfaces=args.interface,
+        mdns=not args.no_mdns,
+        seeds=args.seed,
+    ) as node:
         node.subscribe("alerts", group="pager", handler=show)
         print(f"pager up: control {node.control_address}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):

@@ -14,6 +14,7 @@ closed windows is written idempotently, so a batch Spark replays after a crash c
 nothing: the Parquet files of batch N replace ``batch=N/``, and the alerts are published
 through the bridge with ids from (query, batch, sensor, window), which it publishes once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,29 +28,48 @@ import zmesh.spark
 READING_SCHEMA = "sensor string, ts double, value double, heartbeat boolean"
 
 
-
 def aggregates(spark: Any, args: argparse.Namespace) -> Any:
     """Per sensor and event-time window: readings, average and maximum."""
-    source = (spark.readStream.format("zmesh").option("endpoint", args.endpoint)
-              .option("reader", "metrics-windows").option("topics", "metrics")
-              .option("payloadFormat", "json").option("payloadSchema", READING_SCHEMA))
+    source = (
+        spark.readStream.format("zmesh")
+        .option("endpoint", args.endpoint)
+        .option("reader", "metrics-windows")
+        .option("topics", "metrics")
+        .option("payloadFormat", "json")
+        .option("payloadSchema", READING_SCHEMA)
+    )
     if args.bridge_log:
         source = source.option("path", args.bridge_log)  # same host: read the log directly
-    events = (source.load()
-              .select("sensor", F.col("ts").cast("timestamp").alias("event_time"), "value",
-                      F.col("heartbeat").isNull().alias("real"))
-              .withWatermark("event_time", f"{args.watermark_s} seconds"))
+    events = (
+        source.load()
+        .select(
+            "sensor",
+            F.col("ts").cast("timestamp").alias("event_time"),
+            "value",
+            F.col("heartbeat").isNull().alias("real"),
+        )
+        .withWatermark("event_time", f"{args.watermark_s} seconds")
+    )
     # Heartbeats move the watermark so every real window closes. They are left out after
     # the aggregation, not before: a filter would be pushed below the watermark.
     real = F.col("real")
-    return (events.groupBy("sensor", F.window("event_time", f"{args.window_s} seconds"))
-            .agg(F.count(F.when(real, 1)).alias("readings"),
-                 F.round(F.avg(F.when(real, F.col("value"))), 3).alias("avg_value"),
-                 F.max(F.when(real, F.col("value"))).alias("max_value"))
-            .where(F.col("readings") > 0)
-            .select("sensor", F.col("window.start").alias("window_start"),
-                    F.col("window.end").alias("window_end"), "readings", "avg_value",
-                    "max_value"))
+    return (
+        events.groupBy("sensor", F.window("event_time", f"{args.window_s} seconds"))
+        .agg(
+            F.count(F.when(real, 1)).alias("readings"),
+            F.round(F.avg(F.when(real, F.col("value"))), 3).alias("avg_value"),
+            F.max(F.when(real, F.col("value"))).alias("max_value"),
+        )
+        .where(F.col("readings") > 0)
+        .select(
+            "sensor",
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "readings",
+            "avg_value",
+            "max_value",
+        )
+    )
 
 
 def write_batch(args: argparse.Namespace) -> Any:
@@ -58,12 +78,19 @@ def write_batch(args: argparse.Namespace) -> Any:
         query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
         windows = windows.persist()
         windows.write.mode("overwrite").parquet(f"{args.out}/batch={batch_id}")
-        (windows.where(F.col("avg_value") > args.threshold)
-         .withColumn("key", F.col("sensor"))
-         .write.format("zmesh").mode("append").option("endpoint", args.endpoint)
-         .option("topic", "alerts").option("writeId", f"{query_id}:{batch_id}")
-         .option("idColumns", "sensor,window_start").save())
+        (
+            windows.where(F.col("avg_value") > args.threshold)
+            .withColumn("key", F.col("sensor"))
+            .write.format("zmesh")
+            .mode("append")
+            .option("endpoint", args.endpoint)
+            .option("topic", "alerts")
+            .option("writeId", f"{query_id}:{batch_id}")
+            .option("idColumns", "sensor,window_start")
+            .save()
+        )
         windows.unpersist()
+
     return write
 
 
@@ -77,22 +104,29 @@ def main() -> None:
     parser.add_argument("--window-s", type=int, default=10)
     parser.add_argument("--watermark-s", type=int, default=5)
     parser.add_argument("--master", help="e.g. local[*]; leave unset under spark-submit")
-    parser.add_argument("--trigger", choices=("available-now", "continuous"),
-                        default="available-now")
+    parser.add_argument(
+        "--trigger", choices=("available-now", "continuous"), default="available-now"
+    )
     args = parser.parse_args()
 
     builder = SparkSession.builder.appName("zmesh-metrics-pipeline")
     if args.master:
         builder = builder.master(args.master)
-    spark = (builder.config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark = (
+        builder.config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     zmesh.spark.register(spark)
 
-    writer = (aggregates(spark, args).writeStream.outputMode("append")
-              .foreachBatch(write_batch(args))
-              .option("checkpointLocation", args.checkpoint))
+    writer = (
+        aggregates(spark, args)
+        .writeStream.outputMode("append")
+        .foreachBatch(write_batch(args))
+        .option("checkpointLocation", args.checkpoint)
+    )
     if args.trigger == "available-now":
         writer = writer.trigger(availableNow=True)
     else:

@@ -48,30 +48,74 @@ def main() -> None:
     work = Path(args.workdir).resolve()
     shutil.rmtree(work, ignore_errors=True)  # a fresh run: new mesh, log and checkpoints
     mesh = f"metrics-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONUNBUFFERED": "1",
+    }
     py = sys.executable
-    with zmesh.Node("spark-bridge", mesh=mesh, data_dir=work / "bridge",
-                    interfaces=["127.0.0.1"], mdns=False) as node:
+    with zmesh.Node(
+        "spark-bridge", mesh=mesh, data_dir=work / "bridge", interfaces=["127.0.0.1"], mdns=False
+    ) as node:
         node.topic("alerts", groups=["pager"])  # alerts wait for the pager, however late
         with zmesh.spark.Bridge(node, topics=["metrics"], log_dir=work / "bridge-log") as bridge:
-            print(f"bridge up: node {node.control_address}, log served at {bridge.endpoint}",
-                  flush=True)
-            peers = ["--mesh", mesh, "--seed", node.control_address, "--interface",
-                     "127.0.0.1", "--no-mdns"]
-            pager = subprocess.Popen([py, str(HERE / "alerts_consumer.py"), *peers,
-                                      "--data-dir", str(work / "pager")], env=env,
-                                     stdin=subprocess.DEVNULL)
+            print(
+                f"bridge up: node {node.control_address}, log served at {bridge.endpoint}",
+                flush=True,
+            )
+            peers = [
+                "--mesh",
+                mesh,
+                "--seed",
+                node.control_address,
+                "--interface",
+                "127.0.0.1",
+                "--no-mdns",
+            ]
+            pager = subprocess.Popen(
+                [py, str(HERE / "alerts_consumer.py"), *peers, "--data-dir", str(work / "pager")],
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
             try:
-                run([py, str(HERE / "sensors.py"), *peers, "--sensors", str(args.sensors),
-                     "--readings", str(args.readings), "--data-dir", str(work / "sensors")],
-                    env, args.timeout)
+                run(
+                    [
+                        py,
+                        str(HERE / "sensors.py"),
+                        *peers,
+                        "--sensors",
+                        str(args.sensors),
+                        "--readings",
+                        str(args.readings),
+                        "--data-dir",
+                        str(work / "sensors"),
+                    ],
+                    env,
+                    args.timeout,
+                )
                 logged = sum(end for _head, end in bridge.streams().values())
                 print(f"bridge: {logged} readings logged", flush=True)
-                run([py, str(HERE / "job.py"), "--endpoint", bridge.endpoint, "--bridge-log",
-                     str(work / "bridge-log"), "--out", str(work / "windows"), "--checkpoint",
-                     str(work / "checkpoint"), "--threshold", str(args.threshold),
-                     "--master", args.master], env, args.timeout)
+                run(
+                    [
+                        py,
+                        str(HERE / "job.py"),
+                        "--endpoint",
+                        bridge.endpoint,
+                        "--bridge-log",
+                        str(work / "bridge-log"),
+                        "--out",
+                        str(work / "windows"),
+                        "--checkpoint",
+                        str(work / "checkpoint"),
+                        "--threshold",
+                        str(args.threshold),
+                        "--master",
+                        args.master,
+                    ],
+                    env,
+                    args.timeout,
+                )
                 deadline = time.monotonic() + 60
                 while node.status()["outbox"] and time.monotonic() < deadline:
                     time.sleep(0.1)  # the pager acks each alert it printed
@@ -82,8 +126,7 @@ def main() -> None:
             alerts = bridge.stats().get("published", 0)
     if left:
         raise SystemExit(f"{left} alerts were not acknowledged by the pager")
-    print(f"pipeline done: {alerts} alerts published, windows in {work / 'windows'}",
-          flush=True)
+    print(f"pipeline done: {alerts} alerts published, windows in {work / 'windows'}", flush=True)
 
 
 if __name__ == "__main__":

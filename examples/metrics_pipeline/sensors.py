@@ -19,7 +19,7 @@ from pathlib import Path
 import zmesh
 
 BASE_TS = 1_700_000_000.0  # event time of reading 0 (a multiple of the window)
-STEP_S = 1.0               # event time between two readings of a sensor
+STEP_S = 1.0  # event time between two readings of a sensor
 HOT = ("sensor-2", 20, 30)  # this sensor reads hot for readings [20, 30)
 SPIKE = ("sensor-3", 40, 43)  # a short spike: the window's maximum, not its average
 
@@ -36,21 +36,33 @@ def reading(sensor: int, i: int) -> dict:
 
 
 def heartbeat(sensor: int, readings: int) -> dict:
-    return {"sensor": f"sensor-{sensor}", "ts": BASE_TS + readings * STEP_S + 60, "value": 0.0,
-            "heartbeat": True}
+    return {
+        "sensor": f"sensor-{sensor}",
+        "ts": BASE_TS + readings * STEP_S + 60,
+        "value": 0.0,
+        "heartbeat": True,
+    }
 
 
 def run_sensor(sensor: int, args: argparse.Namespace, errors: list[BaseException]) -> None:
     name = f"sensor-{sensor}"
     try:
-        with zmesh.Node(name, mesh=args.mesh, data_dir=Path(args.data_dir) / name,
-                        interfaces=args.interface, mdns=not args.no_mdns,
-                        seeds=args.seed) as node:
+        with zmesh.Node(
+            name,
+            mesh=args.mesh,
+            data_dir=Path(args.data_dir) / name,
+            interfaces=args.interface,
+            mdns=not args.no_mdns,
+            seeds=args.seed,
+        ) as node:
             node.topic("metrics", groups=["spark"])  # the bridge's group gets every reading
-            receipts = [node.publish("metrics", json.dumps(reading(sensor, i)), key=name)
-                        for i in range(args.readings)]
-            receipts.append(node.publish("metrics", json.dumps(heartbeat(sensor, args.readings)),
-                                         key=name))
+            receipts = [
+                node.publish("metrics", json.dumps(reading(sensor, i)), key=name)
+                for i in range(args.readings)
+            ]
+            receipts.append(
+                node.publish("metrics", json.dumps(heartbeat(sensor, args.readings)), key=name)
+            )
             for r in receipts:
                 r.wait_acked(args.timeout)
     except BaseException as exc:
@@ -69,16 +81,19 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args()
     errors: list[BaseException] = []
-    threads = [threading.Thread(target=run_sensor, args=(s, args, errors))
-               for s in range(1, args.sensors + 1)]
+    threads = [
+        threading.Thread(target=run_sensor, args=(s, args, errors))
+        for s in range(1, args.sensors + 1)
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if errors:
         raise SystemExit(f"sensors failed: {errors[0]!r}")
-    print(f"sensors: {args.sensors} x {args.readings} readings acknowledged by the mesh",
-          flush=True)
+    print(
+        f"sensors: {args.sensors} x {args.readings} readings acknowledged by the mesh", flush=True
+    )
 
 
 if __name__ == "__main__":

@@ -72,15 +72,25 @@ def run_producer(args: argparse.Namespace) -> int:
     own = Path(args.addr_dir) / "producer.addr"
     progress = Path(args.progress)
     start = last_progress(progress) + 1
-    node = zmesh.Node("producer", mesh=args.mesh, data_dir=args.data_dir,
-                      interfaces=LOOPBACK, mdns=False,
-                      max_outbox_messages=args.max_outbox, publish_timeout_s=10.0, **TIMING)
+    node = zmesh.Node(
+        "producer",
+        mesh=args.mesh,
+        data_dir=args.data_dir,
+        interfaces=LOOPBACK,
+        mdns=False,
+        max_outbox_messages=args.max_outbox,
+        publish_timeout_s=10.0,
+        **TIMING,
+    )
     node.start()
     try:
         node.topic(TOPIC, groups=list(GROUPS))
         write_atomic(own, node.control_address)
-        print(f"producer {node.id[:12]} at {node.control_address} resumes at index {start} "
-              f"(outbox {node.status()['outbox']})", flush=True)
+        print(
+            f"producer {node.id[:12]} at {node.control_address} resumes at index {start} "
+            f"(outbox {node.status()['outbox']})",
+            flush=True,
+        )
         with open(progress, "a") as prog:
             receipt = None
             for first in range(start, args.count, args.batch):
@@ -91,17 +101,16 @@ def run_producer(args: argparse.Namespace) -> int:
                         if args.batch == 1:
                             receipt = node.publish(TOPIC, str(index).encode())
                         else:
-                            receipt = node.publish_many(TOPIC,
-                                                        [str(i).encode() for i in indexes])
+                            receipt = node.publish_many(TOPIC, [str(i).encode() for i in indexes])
                         break
                     except zmesh.OutboxFullError:
-                        print(f"outbox full at index {first} (attempt {attempt + 1})",
-                              flush=True)
+                        print(f"outbox full at index {first} (attempt {attempt + 1})", flush=True)
                 else:
                     print(f"gave up publishing index {first}", flush=True)
                     return 2
-                if (index + 1) // args.checkpoint > first // args.checkpoint or \
-                        index == args.count - 1:
+                if (
+                    index + 1
+                ) // args.checkpoint > first // args.checkpoint or index == args.count - 1:
                     # Receipts resolve in publish order: every index up to this one is stored.
                     receipt.wait_stored(timeout=30)
                     prog.write(f"{index}\n")
@@ -109,8 +118,11 @@ def run_producer(args: argparse.Namespace) -> int:
                     os.fsync(prog.fileno())
         print(f"producer published up to {args.count - 1}; draining", flush=True)
         if not until(lambda: node.status()["outbox"] == 0, DRAIN_TIMEOUT_S, 0.05):
-            print(f"outbox still holds {node.status()['outbox']} after {DRAIN_TIMEOUT_S:g}s: "
-                  f"{node.status()['lanes']}", flush=True)
+            print(
+                f"outbox still holds {node.status()['outbox']} after {DRAIN_TIMEOUT_S:g}s: "
+                f"{node.status()['lanes']}",
+                flush=True,
+            )
             return 3
         print(f"producer done: {node.stats()}", flush=True)
         return 0
@@ -127,13 +139,23 @@ def run_consumer(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     seed = read_addr(Path(args.addr_dir) / "producer.addr", ADDR_WAIT_S)
-    node = zmesh.Node(args.name, mesh=args.mesh, data_dir=args.data_dir,
-                      interfaces=LOOPBACK, mdns=False, seeds=[seed], **TIMING)
+    node = zmesh.Node(
+        args.name,
+        mesh=args.mesh,
+        data_dir=args.data_dir,
+        interfaces=LOOPBACK,
+        mdns=False,
+        seeds=[seed],
+        **TIMING,
+    )
     node.start()
     try:
         sub = node.subscribe(TOPIC, group=args.group, max_in_flight=MAX_IN_FLIGHT)
-        print(f"consumer {args.name} ({args.group}) {node.id[:12]} at "
-              f"{node.control_address}, seed {seed}", flush=True)
+        print(
+            f"consumer {args.name} ({args.group}) {node.id[:12]} at "
+            f"{node.control_address}, seed {seed}",
+            flush=True,
+        )
         with open(args.log, "a") as log:
             fd = log.fileno()
             while not stop:
@@ -163,8 +185,9 @@ def main(argv: list[str]) -> int:
     prod.add_argument("--progress", required=True)
     prod.add_argument("--count", type=int, required=True)
     prod.add_argument("--checkpoint", type=int, default=1000)
-    prod.add_argument("--batch", type=int, default=1,
-                      help="messages per publish_many (1: publish one by one)")
+    prod.add_argument(
+        "--batch", type=int, default=1, help="messages per publish_many (1: publish one by one)"
+    )
     # A bounded outbox keeps the producer at the consumers' pace (publish blocks when it is
     # full), so the stream is still being published when the test kills the producer.
     prod.add_argument("--max-outbox", type=int, default=20_000)

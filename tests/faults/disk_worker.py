@@ -33,9 +33,16 @@ DRAIN_TIMEOUT_S = 90.0
 
 
 def _node(args: argparse.Namespace, timeout_s: float) -> zmesh.Node:
-    return zmesh.Node("producer", mesh=args.mesh, data_dir=args.data_dir, interfaces=LOOPBACK,
-                      mdns=False, publish_timeout_s=timeout_s,
-                      topics={TOPIC: zmesh.TopicConfig(groups=("g",))}, **TIMING)
+    return zmesh.Node(
+        "producer",
+        mesh=args.mesh,
+        data_dir=args.data_dir,
+        interfaces=LOOPBACK,
+        mdns=False,
+        publish_timeout_s=timeout_s,
+        topics={TOPIC: zmesh.TopicConfig(groups=("g",))},
+        **TIMING,
+    )
 
 
 def payload(index: int, size: int) -> bytes:
@@ -52,13 +59,20 @@ def fill(args: argparse.Namespace) -> int:
     priority = 1 if args.alone else 0
     try:
         while True:
-            receipts.append(node.publish(TOPIC, payload(len(receipts), args.payload_bytes),
-                                         priority=priority))
+            receipts.append(
+                node.publish(TOPIC, payload(len(receipts), args.payload_bytes), priority=priority)
+            )
     except zmesh.StoreFullError as exc:
         error = exc
     stored = next((i for i, r in enumerate(receipts) if not r.stored), len(receipts))
-    say(error=str(error), disk=error.disk, free_bytes=error.free_bytes,
-        published=len(receipts), stored=stored, status=node.status()["store"])
+    say(
+        error=str(error),
+        disk=error.disk,
+        free_bytes=error.free_bytes,
+        published=len(receipts),
+        stored=stored,
+        status=node.status()["store"],
+    )
     for _line in sys.stdin:
         say(status=node.status()["store"])
     return 0
@@ -66,10 +80,14 @@ def fill(args: argparse.Namespace) -> int:
 
 def drain(args: argparse.Namespace) -> int:
     with _node(args, 60.0) as node:
-        say(address=node.control_address, status=node.status()["store"],
-            outbox=node.status()["outbox"])
-        receipts = [node.publish(TOPIC, payload(i, 100))
-                    for i in range(args.first, args.first + args.more)]
+        say(
+            address=node.control_address,
+            status=node.status()["store"],
+            outbox=node.status()["outbox"],
+        )
+        receipts = [
+            node.publish(TOPIC, payload(i, 100)) for i in range(args.first, args.first + args.more)
+        ]
         for r in receipts:
             r.wait_stored(60)
         print("stored", flush=True)

@@ -54,17 +54,20 @@ def take(sub: zmesh.Subscription, got: list[bytes]) -> int:
 
 
 def members(node: zmesh.Node, topic: str) -> list[str]:
-    return [m for lane in node.status()["lanes"] if lane["topic"] == topic
-            for m in lane["members"]]
+    return [m for lane in node.status()["lanes"] if lane["topic"] == topic for m in lane["members"]]
 
 
-def test_an_acl_denies_a_subscription_and_data_and_allows_the_rest(make_node, keys, tmp_path,
-                                                                   caplog):
+def test_an_acl_denies_a_subscription_and_data_and_allows_the_rest(
+    make_node, keys, tmp_path, caplog
+):
     caplog.set_level(logging.WARNING, logger="zmesh._engine.guard")
-    prod_acl = write(tmp_path / "prod-acl.toml", '[[allow]]\nwho = ["cons"]\n'
-                     'subscribe = ["allowed.>", "other"]\n')
-    cons_acl = write(tmp_path / "cons-acl.toml", '[[allow]]\nwho = ["prod"]\n'
-                     'publish = ["allowed.*"]\n')
+    prod_acl = write(
+        tmp_path / "prod-acl.toml",
+        '[[allow]]\nwho = ["cons"]\nsubscribe = ["allowed.>", "other"]\n',
+    )
+    cons_acl = write(
+        tmp_path / "cons-acl.toml", '[[allow]]\nwho = ["prod"]\npublish = ["allowed.*"]\n'
+    )
     prod = make_node("prod", **node_kw(keys, "prod", prod_acl))
     cons = make_node("cons", seeds=[prod.control_address], **node_kw(keys, "cons", cons_acl))
     subs = {t: cons.subscribe(t, group="g") for t in ("allowed.x", "secret", "other")}
@@ -93,31 +96,76 @@ def test_an_acl_denies_a_subscription_and_data_and_allows_the_rest(make_node, ke
 
 
 def test_admin_rights_gate_status_and_dead_letters(make_node, keys, tmp_path):
-    acl = write(tmp_path / "acl.toml", '[[allow]]\nwho = ["ops"]\nadmin = ["*"]\n'
-                '[[allow]]\nwho = ["viewer"]\nadmin = ["status"]\n')
+    acl = write(
+        tmp_path / "acl.toml",
+        '[[allow]]\nwho = ["ops"]\nadmin = ["*"]\n'
+        '[[allow]]\nwho = ["viewer"]\nadmin = ["status"]\n',
+    )
     node = make_node("prod", **node_kw(keys, "prod", acl))
     server = ["--server-key", str(keys / "prod.pub")]
 
     def cli(who: str, *args: str) -> tuple[int, str]:
-        return run_module(["-m", "zmesh.cli", *args, node.control_address, *server,
-                           "--secret-key-file", str(keys / f"{who}.key")], 30, str(tmp_path))
+        return run_module(
+            [
+                "-m",
+                "zmesh.cli",
+                *args,
+                node.control_address,
+                *server,
+                "--secret-key-file",
+                str(keys / f"{who}.key"),
+            ],
+            30,
+            str(tmp_path),
+        )
 
     assert cli("ops", "status")[0] == 0
     assert cli("viewer", "status")[0] == 0
     code, out = cli("cons", "status")
     assert code == 1 and "may not use the admin right 'status'" in out, out
-    code, out = run_module(["-m", "zmesh.cli", "dlq", "list", node.control_address, *server,
-                            "--secret-key-file", str(keys / "viewer.key"), "--topic", "t",
-                            "--group", "g"], 30, str(tmp_path))
+    code, out = run_module(
+        [
+            "-m",
+            "zmesh.cli",
+            "dlq",
+            "list",
+            node.control_address,
+            *server,
+            "--secret-key-file",
+            str(keys / "viewer.key"),
+            "--topic",
+            "t",
+            "--group",
+            "g",
+        ],
+        30,
+        str(tmp_path),
+    )
     assert code == 1 and "may not use the admin right 'dlq'" in out, out
-    code, out = run_module(["-m", "zmesh.cli", "dlq", "list", node.control_address, *server,
-                            "--secret-key-file", str(keys / "ops.key"), "--topic", "t",
-                            "--group", "g"], 30, str(tmp_path))
+    code, out = run_module(
+        [
+            "-m",
+            "zmesh.cli",
+            "dlq",
+            "list",
+            node.control_address,
+            *server,
+            "--secret-key-file",
+            str(keys / "ops.key"),
+            "--topic",
+            "t",
+            "--group",
+            "g",
+        ],
+        30,
+        str(tmp_path),
+    )
     assert code == 0, out
 
 
-def test_a_key_revoked_at_run_time_can_no_longer_publish_or_subscribe(make_node, keys,
-                                                                      record_summary):
+def test_a_key_revoked_at_run_time_can_no_longer_publish_or_subscribe(
+    make_node, keys, record_summary
+):
     prod = make_node("prod", **node_kw(keys, "prod"))
     cons = make_node("cons", seeds=[prod.control_address], **node_kw(keys, "cons"))
     to_cons = cons.subscribe("t", group="g")
@@ -129,13 +177,20 @@ def test_a_key_revoked_at_run_time_can_no_longer_publish_or_subscribe(make_node,
         cons.publish("u", b"before %d" % i)
     got_cons: list[bytes] = []
     got_prod: list[bytes] = []
-    wait_until(lambda: take(to_cons, got_cons) >= 10 and take(from_cons, got_prod) >= 10,
-               what="both ways before")
+    wait_until(
+        lambda: take(to_cons, got_cons) >= 10 and take(from_cons, got_prod) >= 10,
+        what="both ways before",
+    )
     (keys / "cons.pub").unlink()  # the producer no longer trusts cons
     start = time.monotonic()
-    wait_until(lambda: members(prod, "t") == [] and
-               all(p["id"] != cons.id or not p["alive"] for p in prod.status()["peers"]),
-               REVOKED_WITHIN_S, what="cons revoked at the producer")
+    wait_until(
+        lambda: (
+            members(prod, "t") == []
+            and all(p["id"] != cons.id or not p["alive"] for p in prod.status()["peers"])
+        ),
+        REVOKED_WITHIN_S,
+        what="cons revoked at the producer",
+    )
     took = time.monotonic() - start
     for i in range(10):
         prod.publish("t", b"after %d" % i)
@@ -167,12 +222,18 @@ def test_a_permission_taken_away_ends_within_2_s(make_node, keys, tmp_path):
 def test_sighup_reloads_a_running_node(tmp_path, keys, mesh_name):
     acl = write(tmp_path / "acl.toml", '[[allow]]\nwho = ["ops"]\nadmin = ["status"]\n')
     definition = tmp_path / "node.toml"
-    definition.write_text(f'[node]\nname = "n"\nmesh = "{mesh_name}"\n'
-                          f'data_dir = "{tmp_path / "n"}"\ninterfaces = ["127.0.0.1"]\n'
-                          f'mdns = false\nsecret_key_file = "{keys / "prod.key"}"\n'
-                          f'trusted_keys_dir = "{keys}"\nacl_file = "{acl}"\n')
-    proc = spawn(["-m", "zmesh.cli", "node", "run", str(definition)], stdout=subprocess.PIPE,
-                 stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "300"})
+    definition.write_text(
+        f'[node]\nname = "n"\nmesh = "{mesh_name}"\n'
+        f'data_dir = "{tmp_path / "n"}"\ninterfaces = ["127.0.0.1"]\n'
+        f'mdns = false\nsecret_key_file = "{keys / "prod.key"}"\n'
+        f'trusted_keys_dir = "{keys}"\nacl_file = "{acl}"\n'
+    )
+    proc = spawn(
+        ["-m", "zmesh.cli", "node", "run", str(definition)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "300"},
+    )
     try:
         assert b"control 127.0.0.1:" in read_line(proc)
         proc.send_signal(signal.SIGHUP)

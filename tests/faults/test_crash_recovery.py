@@ -29,9 +29,9 @@ N = 100_000
 WORKER = str(Path(__file__).with_name("crash_worker.py"))
 CONSUMERS = {"c1": "g1", "c2": "g1", "c3": "g2"}
 GROUP_MEMBERS = {"g1": ("c1", "c2"), "g2": ("c3",)}
-KILL_C1_AT = N // 5        # g1 has logged this many messages
+KILL_C1_AT = N // 5  # g1 has logged this many messages
 KILL_PRODUCER_AT = N // 2  # the producer has recorded this index as stored
-KILL_PRODUCER_LAG = 2000   # ... and g2 has handled this many more messages since
+KILL_PRODUCER_LAG = 2000  # ... and g2 has handled this many more messages since
 START_TIMEOUT_S = 20.0
 # The phases wait on the stream's progress, not on a clock: a wait fails once nothing new
 # was handled or recorded stored for STALL_S (a restart and its discovery take seconds, not
@@ -91,22 +91,53 @@ class Cluster:
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
         out = self.root / f"{name}.{sum(1 for h in self.history if h[0] == name)}.out"
         with open(out, "wb") as f:
-            proc = spawn([WORKER, *args, "--mesh", self.mesh,
-                          "--data-dir", str(self.root / f"data-{name}"),
-                          "--addr-dir", str(self.addr_dir)],
-                         stdout=f, stderr=subprocess.STDOUT)
+            proc = spawn(
+                [
+                    WORKER,
+                    *args,
+                    "--mesh",
+                    self.mesh,
+                    "--data-dir",
+                    str(self.root / f"data-{name}"),
+                    "--addr-dir",
+                    str(self.addr_dir),
+                ],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+            )
         self.procs[name] = proc
         self.history.append((name, proc, out))
         return proc
 
     def start_producer(self) -> subprocess.Popen:
-        return self._spawn("producer", ["producer", "--progress", str(self.progress),
-                                        "--count", str(N), "--batch", str(self.batch),
-                                        "--checkpoint", str(CHECKPOINT)])
+        return self._spawn(
+            "producer",
+            [
+                "producer",
+                "--progress",
+                str(self.progress),
+                "--count",
+                str(N),
+                "--batch",
+                str(self.batch),
+                "--checkpoint",
+                str(CHECKPOINT),
+            ],
+        )
 
     def start_consumer(self, name: str) -> subprocess.Popen:
-        return self._spawn(name, ["consumer", "--name", name, "--group", CONSUMERS[name],
-                                  "--log", str(self.root / f"{name}.log")])
+        return self._spawn(
+            name,
+            [
+                "consumer",
+                "--name",
+                name,
+                "--group",
+                CONSUMERS[name],
+                "--log",
+                str(self.root / f"{name}.log"),
+            ],
+        )
 
     def kill9(self, name: str) -> None:
         proc = self.procs[name]
@@ -148,9 +179,12 @@ class Cluster:
             if seen != mark:
                 mark, moved_at = seen, time.monotonic()
             elif time.monotonic() - moved_at > STALL_S:
-                pytest.fail(f"no progress for {STALL_S:g}s (index {seen[0]} recorded stored, "
-                            f"{seen[1]} handled) waiting for {what}")
+                pytest.fail(
+                    f"no progress for {STALL_S:g}s (index {seen[0]} recorded stored, "
+                    f"{seen[1]} handled) waiting for {what}"
+                )
             return False
+
         if not until(done_or_moving, self.deadline - time.monotonic(), POLL_S):
             pytest.fail(f"the run passed its {RUN_CAP_S:g}s cap waiting for {what}")
 
@@ -158,8 +192,7 @@ class Cluster:
         parts = []
         for _name, proc, out in self.history:
             text = out.read_text(errors="replace") if out.exists() else ""
-            parts.append(f"--- {out.name} (pid {proc.pid}, rc {proc.poll()}) ---\n"
-                         f"{text[-4000:]}")
+            parts.append(f"--- {out.name} (pid {proc.pid}, rc {proc.poll()}) ---\n{text[-4000:]}")
         return "\n".join(parts)
 
     def stop_all(self) -> None:
@@ -202,10 +235,8 @@ def _group_report(cluster: Cluster, group: str) -> dict[str, int]:
         "indexes_handled_twice_or_more": sum(1 for c in per_index.values() if c > 1),
         # the same message id (producer, seq) handed to a handler again
         "redeliveries_same_message": sum(per_msg[s] - 1 for s in redelivered),
-        "redelivered_to_same_member": sum(1 for s in redelivered
-                                          if len(handlers_of_msg[s]) == 1),
-        "redelivered_across_members": sum(1 for s in redelivered
-                                          if len(handlers_of_msg[s]) > 1),
+        "redelivered_to_same_member": sum(1 for s in redelivered if len(handlers_of_msg[s]) == 1),
+        "redelivered_across_members": sum(1 for s in redelivered if len(handlers_of_msg[s]) > 1),
         # an index published again under a new id by the restarted producer
         "republished_indexes": sum(1 for seqs in seqs_of_index.values() if len(seqs) > 1),
     }
@@ -215,8 +246,10 @@ def _summary(cluster: Cluster, kills: list[str], t0: float) -> dict[str, dict[st
     """Print the run's figures; returns each group's report."""
     cluster.poll_logs()
     reports = {g: _group_report(cluster, g) for g in GROUP_MEMBERS}
-    print(f"\ncrash recovery: {N} messages, groups g1 (c1, c2) and g2 (c3), "
-          f"{time.monotonic() - t0:.1f}s")
+    print(
+        f"\ncrash recovery: {N} messages, groups g1 (c1, c2) and g2 (c3), "
+        f"{time.monotonic() - t0:.1f}s"
+    )
     for kill in kills:
         print(f"  killed {kill}")
     for name, log in cluster.logs.items():
@@ -230,7 +263,8 @@ def _summary(cluster: Cluster, kills: list[str], t0: float) -> dict[str, dict[st
 @pytest.mark.timeout(RUN_CAP_S + 30)
 @pytest.mark.parametrize("batch", [1, 100], ids=["publish", "publish_many"])
 def test_kill9_consumer_then_producer_loses_nothing(
-        tmp_path: Path, record_summary: Callable[[str], None], batch: int) -> None:
+    tmp_path: Path, record_summary: Callable[[str], None], batch: int
+) -> None:
     # publish_many of 100: the outbox holds the batches as runs (one record each)
     t0 = time.monotonic()
     cluster = Cluster(tmp_path, batch)
@@ -241,6 +275,7 @@ def test_kill9_consumer_then_producer_loses_nothing(
         def producer_up() -> bool:
             cluster.check_running("producer")
             return (cluster.addr_dir / "producer.addr").exists()
+
         wait_until(producer_up, START_TIMEOUT_S, what="the producer's control address")
         for name in CONSUMERS:
             cluster.start_consumer(name)
@@ -251,23 +286,30 @@ def test_kill9_consumer_then_producer_loses_nothing(
             cluster.poll_logs()
             c1, c2 = (len(cluster.logs[n].entries) for n in ("c1", "c2"))
             return c1 >= 1000 and c1 + c2 >= KILL_C1_AT
+
         cluster.wait_progressing(c1_busy, f"g1 to handle {KILL_C1_AT} messages")
         cluster.kill9("c1")
         c1_lines_at_kill = cluster.logs["c1"].poll()
         progress_at_c1_kill = cluster.progress_index()
-        kills.append(f"c1 (SIGKILL after {c1_lines_at_kill} handled; producer at index "
-                     f"{progress_at_c1_kill})")
+        kills.append(
+            f"c1 (SIGKILL after {c1_lines_at_kill} handled; producer at index "
+            f"{progress_at_c1_kill})"
+        )
         cluster.start_consumer("c1")
 
         # Phase 2: the restarted c1 handles messages again; kill -9 the producer mid-publish.
         def producer_half_way() -> bool:
             cluster.check_running("producer", *CONSUMERS)
             cluster.poll_logs()
-            return (len(cluster.logs["c1"].entries) > c1_lines_at_kill
-                    and cluster.progress_index() >= KILL_PRODUCER_AT)
+            return (
+                len(cluster.logs["c1"].entries) > c1_lines_at_kill
+                and cluster.progress_index() >= KILL_PRODUCER_AT
+            )
+
         cluster.wait_progressing(
             producer_half_way,
-            f"restarted c1 handling and the producer past index {KILL_PRODUCER_AT}")
+            f"restarted c1 handling and the producer past index {KILL_PRODUCER_AT}",
+        )
         # Not right at a checkpoint: let the stream move on, so that the kill lands at an
         # arbitrary point between two progress records (stored, unrecorded publishes are
         # then published again by the restarted producer).
@@ -277,16 +319,21 @@ def test_kill9_consumer_then_producer_loses_nothing(
             cluster.check_running("producer", *CONSUMERS)
             cluster.poll_logs()
             return len(cluster.logs["c3"].entries) >= c3_mark
+
         cluster.wait_progressing(stream_moved_on, f"c3 to handle {c3_mark} messages")
         cluster.kill9("producer")
         progress_at_kill = cluster.progress_index()
         assert progress_at_kill < N - 1, (
             "the producer had finished publishing before its kill: the test did not crash "
-            "it mid-run")
+            "it mid-run"
+        )
         cluster.poll_logs()
-        kills.append(f"producer (SIGKILL with index {progress_at_kill} recorded stored; "
-                     "consumers had handled " + ", ".join(
-                         f"{n}={len(log.entries)}" for n, log in cluster.logs.items()) + ")")
+        kills.append(
+            f"producer (SIGKILL with index {progress_at_kill} recorded stored; "
+            "consumers had handled "
+            + ", ".join(f"{n}={len(log.entries)}" for n, log in cluster.logs.items())
+            + ")"
+        )
         cluster.start_producer()
 
         # Phase 3: the restarted producer resumes, drains its outbox and exits 0.
@@ -294,8 +341,10 @@ def test_kill9_consumer_then_producer_loses_nothing(
             cluster.check_running(*CONSUMERS)
             cluster.poll_logs()
             return cluster.procs["producer"].poll() is not None
-        cluster.wait_progressing(producer_done,
-                                 "the restarted producer to drain its outbox and exit")
+
+        cluster.wait_progressing(
+            producer_done, "the restarted producer to drain its outbox and exit"
+        )
         rc = cluster.procs["producer"].returncode
         assert rc == 0, f"restarted producer exited with {rc}\n{cluster.outputs()}"
 
@@ -304,8 +353,10 @@ def test_kill9_consumer_then_producer_loses_nothing(
         def all_logged() -> bool:
             cluster.poll_logs()
             return all(len(cluster.indexes(g) & set(range(N))) == N for g in GROUP_MEMBERS)
-        wait_until(all_logged, LOGGED_TIMEOUT_S, interval=0.1,
-                   what="every index in each group's logs")
+
+        wait_until(
+            all_logged, LOGGED_TIMEOUT_S, interval=0.1, what="every index in each group's logs"
+        )
 
         for name in CONSUMERS:
             os.kill(cluster.procs[name].pid, signal.SIGTERM)
@@ -315,20 +366,24 @@ def test_kill9_consumer_then_producer_loses_nothing(
         reports = _summary(cluster, kills, t0)
         record_summary(f"{N} messages ({batch} per publish), kills: {'; '.join(kills)}")
         for group, rep in reports.items():
-            record_summary(f"  {group}: lost={rep['lost']} "
-                           f"duplicate_deliveries={rep['duplicate_deliveries']}")
+            record_summary(
+                f"  {group}: lost={rep['lost']} duplicate_deliveries={rep['duplicate_deliveries']}"
+            )
         for group, rep in reports.items():
             assert rep["lost"] == 0, f"{group} lost {rep['lost']} messages"
             assert rep["unexpected"] == 0, f"{group} got indexes outside 0..{N - 1}"
             assert rep["stored_not_delivered"] == 0, (
                 f"{group} never got {rep['stored_not_delivered']} of the producer's stored "
-                f"sequences 1..{rep['stored_messages']}")
+                f"sequences 1..{rep['stored_messages']}"
+            )
             assert rep["republished_indexes"] <= CHECKPOINT + batch, (
-                f"{group}: {rep['republished_indexes']} indexes published again")
+                f"{group}: {rep['republished_indexes']} indexes published again"
+            )
             windows = (1 + len(GROUP_MEMBERS[group])) * MAX_IN_FLIGHT
             assert rep["redeliveries_same_message"] <= windows, (
                 f"{group}: {rep['redeliveries_same_message']} messages delivered again, "
-                f"more than the windows a kill can leave unacked ({windows})")
+                f"more than the windows a kill can leave unacked ({windows})"
+            )
     except BaseException:
         print(cluster.outputs(), file=sys.stderr)
         try:

@@ -40,7 +40,8 @@ class _Pages(verify._Verifier):
         buf = self.read_page(pgno)
         if buf is not None:
             kind = {verify.P_BRANCH: "branch", verify.P_LEAF: "leaf"}.get(
-                self._pg_flags(buf, 0) & verify._TYPE_MASK, "other")
+                self._pg_flags(buf, 0) & verify._TYPE_MASK, "other"
+            )
             self._note(ctx["name"], kind, pgno)
             if kind == "leaf":
                 self._note(ctx["name"], f"keys@{pgno}", self._numkeys(self._pg_lower(buf, 0)))
@@ -85,15 +86,17 @@ def payload(i: int) -> bytes:
 def build(data_dir: Path, mesh: str, *, kill: bool) -> None:
     """A store holding SMALL + LARGE messages each stored alone (a priority), owed to g.
     ``kill``: its node is killed with SIGKILL instead of closed."""
-    code = ("import sys, zmesh\n"
-            "from tests.faults.test_damaged_stores import GROUPS, SMALL, LARGE, payload\n"
-            f"n = zmesh.Node('p', mesh={mesh!r}, data_dir={str(data_dir)!r}, "
-            "interfaces=['127.0.0.1'], mdns=False, topics=GROUPS).start()\n"
-            "rs = [n.publish('t', payload(i), priority=1) for i in range(SMALL + LARGE)]\n"
-            "for r in rs:\n    r.wait_stored(30)\n"
-            "print('stored', flush=True)\n"
-            "sys.stdin.read()\n"
-            "n.close()\n")
+    code = (
+        "import sys, zmesh\n"
+        "from tests.faults.test_damaged_stores import GROUPS, SMALL, LARGE, payload\n"
+        f"n = zmesh.Node('p', mesh={mesh!r}, data_dir={str(data_dir)!r}, "
+        "interfaces=['127.0.0.1'], mdns=False, topics=GROUPS).start()\n"
+        "rs = [n.publish('t', payload(i), priority=1) for i in range(SMALL + LARGE)]\n"
+        "for r in rs:\n    r.wait_stored(30)\n"
+        "print('stored', flush=True)\n"
+        "sys.stdin.read()\n"
+        "n.close()\n"
+    )
     proc = spawn(["-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert read_line(proc).strip() == b"stored"
@@ -110,28 +113,35 @@ def build(data_dir: Path, mesh: str, *, kill: bool) -> None:
 
 def definition(tmp_path: Path, data_dir: Path, mesh: str) -> Path:
     path = tmp_path / f"{data_dir.name}.toml"
-    path.write_text(f'[node]\nname = "p"\nmesh = "{mesh}"\ndata_dir = "{data_dir}"\n'
-                    'interfaces = ["127.0.0.1"]\nmdns = false\n')
+    path.write_text(
+        f'[node]\nname = "p"\nmesh = "{mesh}"\ndata_dir = "{data_dir}"\n'
+        'interfaces = ["127.0.0.1"]\nmdns = false\n'
+    )
     return path
 
 
 @pytest.mark.parametrize("where", ["meta", "branch", "leaf", "overflow"])
-def test_a_damaged_store_is_refused_in_one_line_checked_and_salvaged(tmp_path, mesh_name,
-                                                                     make_node, where):
+def test_a_damaged_store_is_refused_in_one_line_checked_and_salvaged(
+    tmp_path, mesh_name, make_node, where
+):
     data_dir = tmp_path / "p"
     build(data_dir, mesh_name, kill=where in ("branch", "overflow"))
     msgs = pages_of(data_dir)["main/msgs"]
     # (the older meta page: the newer one still says where every message is)
-    pgno = {"meta": older_meta(data_dir), "branch": msgs["branch"][0],
-            "leaf": msgs["leaf"][len(msgs["leaf"]) // 2],
-            "overflow": msgs["overflow"][0]}[where]
+    pgno = {
+        "meta": older_meta(data_dir),
+        "branch": msgs["branch"][0],
+        "leaf": msgs["leaf"][len(msgs["leaf"]) // 2],
+        "overflow": msgs["overflow"][0],
+    }[where]
     lost = msgs[f"keys@{pgno}"][0] if where == "leaf" else 1 if where == "overflow" else 0
     overwrite(data_dir, pgno)
     before = (data_dir / "store" / "data.mdb").read_bytes()
 
     # The node refuses it: one line naming the file and the remedies, exit 1, no abort.
-    code, out = run_module([*CLI, "node", "run", str(definition(tmp_path, data_dir, mesh_name))],
-                           60, ROOT)
+    code, out = run_module(
+        [*CLI, "node", "run", str(definition(tmp_path, data_dir, mesh_name))], 60, ROOT
+    )
     assert code == 1, out
     errors = [line for line in out.splitlines() if line.startswith("zmesh: error:")]
     assert len(errors) == 1 and "Traceback" not in out, out
@@ -142,15 +152,19 @@ def test_a_damaged_store_is_refused_in_one_line_checked_and_salvaged(tmp_path, m
     # The check says what is damaged.
     code, out = run_module([*CLI, "store", "check", str(data_dir)], 60, ROOT)
     assert code == 1, out
-    assert re.search(r"problem\(s\) in .*" + ("LMDB's meta pages" if where == "meta"
-                                               else "msgs"), out), out
+    assert re.search(
+        r"problem\(s\) in .*" + ("LMDB's meta pages" if where == "meta" else "msgs"), out
+    ), out
 
     # Salvage copies what can be read; the damaged store is left as it was.
     dest = tmp_path / "salvaged"
     code, out = run_module([*CLI, "store", "salvage", str(data_dir), str(dest)], 120, ROOT)
     assert code == 0, out
-    assert re.search(rf"msgs\s*│\s*{SMALL + LARGE:,}\s*│\s*{SMALL + LARGE - lost:,}\s*│\s*"
-                     rf"{lost:,}\s*│", out), out
+    assert re.search(
+        rf"msgs\s*│\s*{SMALL + LARGE:,}\s*│\s*{SMALL + LARGE - lost:,}\s*│\s*"
+        rf"{lost:,}\s*│",
+        out,
+    ), out
     assert (data_dir / "store" / "data.mdb").read_bytes() == before
     prod = make_node("p", data_dir=str(dest))
     cons = make_node("cons", seeds=[prod.control_address])
@@ -171,14 +185,15 @@ def test_a_damaged_store_is_refused_in_one_line_checked_and_salvaged(tmp_path, m
     assert counters.get("lost_records", 0) == lost  # (their pending entries, settled)
 
 
-def test_the_check_runs_after_an_unclean_shutdown_and_not_after_a_clean_close(tmp_path,
-                                                                             mesh_name,
-                                                                             caplog):
+def test_the_check_runs_after_an_unclean_shutdown_and_not_after_a_clean_close(
+    tmp_path, mesh_name, caplog
+):
     caplog.set_level(logging.WARNING, logger="zmesh._store.store")
 
     def start_and_close(data_dir: Path) -> None:
-        zmesh.Node("p", mesh=mesh_name, data_dir=str(data_dir), interfaces=LOOPBACK,
-                   mdns=False).close()
+        zmesh.Node(
+            "p", mesh=mesh_name, data_dir=str(data_dir), interfaces=LOOPBACK, mdns=False
+        ).close()
 
     killed, closed = tmp_path / "killed", tmp_path / "closed"
     build(killed, mesh_name, kill=True)

@@ -33,8 +33,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         pytest.skip("mounting a small tmpfs needs root")
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs",
-                           str(mnt)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -66,15 +69,14 @@ def json_line(proc: subprocess.Popen) -> dict:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("run", range(RUNS))
-def test_a_full_disk_holds_publishes_and_loses_nothing_across_kill_9(small_disk, make_node,
-                                                                     mesh_name, run,
-                                                                     record_summary):
+def test_a_full_disk_holds_publishes_and_loses_nothing_across_kill_9(
+    small_disk, make_node, mesh_name, run, record_summary
+):
     # Odd runs store each message alone: acking those copies many pages to fresh ones.
     alone = ["--alone"] if run % 2 else []
     data_dir = small_disk / "producer"
     common = ["--mesh", mesh_name, "--data-dir", str(data_dir)]
-    proc = spawn([WORKER, "fill", *common, *alone], stdin=subprocess.PIPE,
-                 stdout=subprocess.PIPE)
+    proc = spawn([WORKER, "fill", *common, *alone], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     drainer = None
     try:
         full = json_line(proc)
@@ -95,8 +97,10 @@ def test_a_full_disk_holds_publishes_and_loses_nothing_across_kill_9(small_disk,
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         # Restarted on the still-full disk: it starts, and its outbox drains.
-        drainer = spawn([WORKER, "drain", *common, "--first", str(published),
-                         "--more", str(MORE)], stdout=subprocess.PIPE)
+        drainer = spawn(
+            [WORKER, "drain", *common, "--first", str(published), "--more", str(MORE)],
+            stdout=subprocess.PIPE,
+        )
         up = json_line(drainer)
         assert up["status"]["disk_full"] and up["outbox"] >= stored
         cons = make_node("cons", seeds=[up["address"]])
@@ -108,8 +112,9 @@ def test_a_full_disk_holds_publishes_and_loses_nothing_across_kill_9(small_disk,
                 i = int(bytes(m.payload).rstrip(b"."))
                 got[i] = got.get(i, 0) + 1
                 m.ack()
-            return all(i in got for i in range(stored)) and \
-                all(i in got for i in range(published, published + MORE))
+            return all(i in got for i in range(stored)) and all(
+                i in got for i in range(published, published + MORE)
+            )
 
         wait_until(take, 60, what="every stored message and the ones published after")
         assert read_line(drainer, 60).strip() == b"stored"
@@ -118,10 +123,12 @@ def test_a_full_disk_holds_publishes_and_loses_nothing_across_kill_9(small_disk,
         assert drainer.wait(30) == 0
         assert set(got) <= set(range(published + MORE))
         assert not [i for i, n in got.items() if n > 1], "duplicates without a consumer crash"
-        record_summary(f"full disk run {run} ({'alone' if alone else 'runs'}): published "
-                       f"{published}, stored {stored}, {len(got)} delivered; reserve held at "
-                       f"the end: {end['status']['disk_reserve_held']}, commits that found "
-                       f"it full: {end['counters'].get('store_full', 0)}")
+        record_summary(
+            f"full disk run {run} ({'alone' if alone else 'runs'}): published "
+            f"{published}, stored {stored}, {len(got)} delivered; reserve held at "
+            f"the end: {end['status']['disk_reserve_held']}, commits that found "
+            f"it full: {end['counters'].get('store_full', 0)}"
+        )
     finally:
         reap(proc)
         if drainer is not None:
@@ -170,8 +177,9 @@ def test_a_disk_filled_by_another_gives_its_reserve_to_settlements(small_disk, m
     # The disk gets room: the reserve is made again.
     (small_disk / "filler").unlink()
     prod.publish("t", payload(held + 1, 100)).wait_stored(10)
-    wait_until(lambda: prod.status()["store"]["disk_reserve_held"], 15,
-               what="the reserve made again")
+    wait_until(
+        lambda: prod.status()["store"]["disk_reserve_held"], 15, what="the reserve made again"
+    )
     assert (data_dir / RESERVE_FILE).stat().st_blocks * 512 >= RESERVE_BYTES
 
 
@@ -187,7 +195,12 @@ def test_eio_means_a_full_disk_only_on_a_nearly_full_disk(small_disk, tmp_path):
 def test_a_new_store_is_not_made_on_a_full_disk(small_disk, mesh_name):
     fill_up(small_disk / "filler")
     with pytest.raises(zmesh.StoreFullError) as err:
-        zmesh.Node("n", mesh=mesh_name, data_dir=str(small_disk / "n"),
-                   interfaces=["127.0.0.1"], mdns=False)
+        zmesh.Node(
+            "n",
+            mesh=mesh_name,
+            data_dir=str(small_disk / "n"),
+            interfaces=["127.0.0.1"],
+            mdns=False,
+        )
     assert err.value.disk is not None and "bytes free" in str(err.value)
     assert not (small_disk / "n" / "store" / "data.mdb").exists()

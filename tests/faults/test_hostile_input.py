@@ -44,18 +44,46 @@ def samples(mesh: str) -> list[list[bytes]]:
     nid = bytes(range(16))
     # Another mesh: a forged hello of this mesh would make its sender a peer (an open
     # mesh admits anyone), and its batches legitimate.
-    hello = encode_control(Hello(nid, "evil", mesh + "-x", 1, 1, 2, ("127.0.0.1",),
-                                 (SubInfo("t", "g", "shared", 10, 10, 1 << 20),),
-                                 (PeerRef(nid, "tcp://127.0.0.1:1", ""),)))
-    batch = Batch(nid, 1, "t", "g", 0, (1, 2), (0, 3), ("k", None), ({"h": 1}, None), (1, 0),
-                  (1.0, 2.0), (0, None), (b"payload", b"other"))
+    hello = encode_control(
+        Hello(
+            nid,
+            "evil",
+            mesh + "-x",
+            1,
+            1,
+            2,
+            ("127.0.0.1",),
+            (SubInfo("t", "g", "shared", 10, 10, 1 << 20),),
+            (PeerRef(nid, "tcp://127.0.0.1:1", ""),),
+        )
+    )
+    batch = Batch(
+        nid,
+        1,
+        "t",
+        "g",
+        0,
+        (1, 2),
+        (0, 3),
+        ("k", None),
+        ({"h": 1}, None),
+        (1, 0),
+        (1.0, 2.0),
+        (0, None),
+        (b"payload", b"other"),
+    )
     inline = encode_batch(batch)
     # The same batch with its second payload in a frame of its own, as a large one travels.
     header = msgpack.unpackb(inline[0])
     header[14][1] = None
     apart = [msgpack.packb(header), b"other"]
-    return [[hello], [encode_control(Ack(nid, "t", "g", (1, 2, 3)))],
-            [encode_control(Nack(nid, "t", "g", (1,), 0.0))], inline, apart]
+    return [
+        [hello],
+        [encode_control(Ack(nid, "t", "g", (1, 2, 3)))],
+        [encode_control(Nack(nid, "t", "g", (1,), 0.0))],
+        inline,
+        apart,
+    ]
 
 
 def mutate(rng: random.Random, msg: list[bytes]) -> list[bytes]:
@@ -68,25 +96,26 @@ def mutate(rng: random.Random, msg: list[bytes]) -> list[bytes]:
         for _ in range(rng.randrange(1, 4)):
             f[rng.randrange(len(f))] = rng.randrange(256)
     elif choice == 2 and f:
-        del f[rng.randrange(len(f)):]
+        del f[rng.randrange(len(f)) :]
     elif choice == 3:
         f.extend(rng.randbytes(rng.randrange(1, 20)))
     elif choice == 4:
         frames.append(bytearray(rng.randbytes(10)))
     else:
-        frames[0] = bytearray(msgpack.packb([PROTOCOL_VERSION, rng.randrange(30),
-                                             *[rng.random()] * 3]))
+        frames[0] = bytearray(
+            msgpack.packb([PROTOCOL_VERSION, rng.randrange(30), *[rng.random()] * 3])
+        )
     return [bytes(x) for x in frames]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_fuzzed_node_drops_connections_and_keeps_serving_a_new_honest_peer(make_node,
-                                                                          mesh_name):
+def test_a_fuzzed_node_drops_connections_and_keeps_serving_a_new_honest_peer(make_node, mesh_name):
     prod = make_node("prod")
     # The defaults: a connection dropped after 10 bad frames, loopback never banned.
-    victim = make_node("victim", seeds=[prod.control_address],
-                       topics={"u": zmesh.TopicConfig(groups=("h",))})
+    victim = make_node(
+        "victim", seeds=[prod.control_address], topics={"u": zmesh.TopicConfig(groups=("h",))}
+    )
     sub = victim.subscribe("t", group="g")
     wait_members(prod, "t", "g", 1)
     # From 127.0.0.1 itself, like every honest node of this host.
@@ -124,13 +153,13 @@ def test_a_fuzzed_node_drops_connections_and_keeps_serving_a_new_honest_peer(mak
     got: set[int] = set()
     foreign: list[bytes] = []  # delivered payloads this test never published
     try:
-        receipts = [prod.publish("t", str(i).encode(), key=str(i % 50))
-                    for i in range(MESSAGES)]
+        receipts = [prod.publish("t", str(i).encode(), key=str(i % 50)) for i in range(MESSAGES)]
         for i in range(NEW_PEER_MESSAGES):
             victim.publish("u", str(i).encode())
         # A new honest peer on the same host joins the node under fuzz while it lasts.
-        wait_until(lambda: victim.stats().get("connections_dropped", 0) >= 3, 60,
-                   what="the fuzz under way")
+        wait_until(
+            lambda: victim.stats().get("connections_dropped", 0) >= 3, 60, what="the fuzz under way"
+        )
         late = make_node("late", seeds=[victim.control_address])
         late_got = drain(late.subscribe("u", group="h"), NEW_PEER_MESSAGES, timeout=60)
         assert sorted(int(m.payload) for m in late_got) == list(range(NEW_PEER_MESSAGES))
@@ -154,11 +183,13 @@ def test_a_fuzzed_node_drops_connections_and_keeps_serving_a_new_honest_peer(mak
         fuzzer.join()
     stats = victim.stats()
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"\nfuzz: bad frames sent={sent[0]} decode_errors={stats.get('decode_errors', 0)} "
-          f"connections dropped={stats.get('connections_dropped', 0)} frames of dropped "
-          f"connections skipped={stats.get('dropped_connection_frames', 0)} "
-          f"unknown-producer batches={stats.get('batches_from_unknown_peers', 0)} "
-          f"messages={len(got)}/{MESSAGES} rss growth={(rss_after - rss_before) / 1024:.0f} MB")
+    print(
+        f"\nfuzz: bad frames sent={sent[0]} decode_errors={stats.get('decode_errors', 0)} "
+        f"connections dropped={stats.get('connections_dropped', 0)} frames of dropped "
+        f"connections skipped={stats.get('dropped_connection_frames', 0)} "
+        f"unknown-producer batches={stats.get('batches_from_unknown_peers', 0)} "
+        f"messages={len(got)}/{MESSAGES} rss growth={(rss_after - rss_before) / 1024:.0f} MB"
+    )
     assert sent[0] >= BAD_FRAMES
     assert got == set(range(MESSAGES)), "lost messages while fuzzed"
     assert stats.get("connections_dropped", 0) >= 1 and stats.get("decode_errors", 0) > 0
@@ -185,16 +216,23 @@ def garbage(ctx: zmq.Context, ep: str, count: int) -> zmq.Socket:
 
 
 def test_connections_are_dropped_then_their_address_banned_but_not_the_host(make_node):
-    victim = make_node("victim", drop_after_bad_frames=5, ban_after_dropped_connections=3,
-                       ban_loopback=True, ban_duration_s=60)
+    victim = make_node(
+        "victim",
+        drop_after_bad_frames=5,
+        ban_after_dropped_connections=3,
+        ban_loopback=True,
+        ban_duration_s=60,
+    )
     ep = f"tcp://127.0.0.3:0;127.0.0.1:{victim._engine.ctrl_port}"
     ctx = zmq.Context()
     try:
         socks = []
         for n in range(1, 4):
             socks.append(garbage(ctx, ep, 5))
-            wait_until(lambda n=n: victim.stats().get("connections_dropped", 0) == n,
-                       what=f"connection {n} dropped")
+            wait_until(
+                lambda n=n: victim.stats().get("connections_dropped", 0) == n,
+                what=f"connection {n} dropped",
+            )
         assert victim.stats()["addresses_banned"] == 1
         [ban] = victim.status()["bans"]
         assert ban["who"] == "address 127.0.0.3" and 0 < ban["until_s"] <= 60
@@ -206,8 +244,7 @@ def test_connections_are_dropped_then_their_address_banned_but_not_the_host(make
         assert asker.poll(5000)
         reply = decode_control(asker.recv())
         assert isinstance(reply, StatusReply)
-        assert reply.status["refused"].startswith("address 127.0.0.3 is banned by the node "
-                                                  "since ")
+        assert reply.status["refused"].startswith("address 127.0.0.3 is banned by the node since ")
         # Its data connections are refused at once.
         push = ctx.socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
@@ -223,8 +260,13 @@ def test_connections_are_dropped_then_their_address_banned_but_not_the_host(make
 
 
 def test_a_banned_operator_is_told_since_when_and_the_ban_ends(make_node, tmp_path):
-    victim = make_node("victim", drop_after_bad_frames=3, ban_after_dropped_connections=1,
-                       ban_loopback=True, ban_duration_s=3)
+    victim = make_node(
+        "victim",
+        drop_after_bad_frames=3,
+        ban_after_dropped_connections=1,
+        ban_loopback=True,
+        ban_duration_s=3,
+    )
     ctx = zmq.Context()
     try:
         sock = garbage(ctx, f"tcp://127.0.0.1:{victim._engine.ctrl_port}", 3)
@@ -232,14 +274,17 @@ def test_a_banned_operator_is_told_since_when_and_the_ban_ends(make_node, tmp_pa
     finally:
         sock.close(linger=0)
         ctx.destroy(linger=0)
-    code, out = run_module(["-m", "zmesh.cli", "status", victim.control_address], 30,
-                           str(tmp_path))
+    code, out = run_module(["-m", "zmesh.cli", "status", victim.control_address], 30, str(tmp_path))
     assert code == 1, out
-    assert re.search(r"refused the status request: address 127\.0\.0\.1 is banned by the "
-                     r"node since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", out), out
+    assert re.search(
+        r"refused the status request: address 127\.0\.0\.1 is banned by the "
+        r"node since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d",
+        out,
+    ), out
     # (the ban lasts 3 s)
-    wait_until(lambda: "node" in status_or_refusal(victim.control_address), 10,
-               what="the ban ended")
+    wait_until(
+        lambda: "node" in status_or_refusal(victim.control_address), 10, what="the ban ended"
+    )
 
 
 def status_or_refusal(address: str) -> dict:
@@ -249,8 +294,7 @@ def status_or_refusal(address: str) -> dict:
         return {"refused": str(exc)}
 
 
-def test_a_node_of_another_protocol_version_is_told_once_and_never_dropped(make_node,
-                                                                          caplog):
+def test_a_node_of_another_protocol_version_is_told_once_and_never_dropped(make_node, caplog):
     victim = make_node("victim", drop_after_bad_frames=3)
     ctx = zmq.Context()
     try:
@@ -259,8 +303,10 @@ def test_a_node_of_another_protocol_version_is_told_once_and_never_dropped(make_
         dealer.connect(f"tcp://127.0.0.1:{victim._engine.ctrl_port}")
         for _ in range(50):  # a hello of the version before, every heartbeat
             dealer.send(msgpack.packb([PROTOCOL_VERSION - 1, 1, bytes(16), "old"]))
-        wait_until(lambda: victim.stats().get("wrong_version_frames", 0) == 50,
-                   what="the old node's frames")
+        wait_until(
+            lambda: victim.stats().get("wrong_version_frames", 0) == 50,
+            what="the old node's frames",
+        )
     finally:
         ctx.destroy(linger=0)
     assert "connections_dropped" not in victim.stats()

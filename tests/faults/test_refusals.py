@@ -23,8 +23,11 @@ def keys(tmp_path: Path) -> Path:
 
 
 def secured(keys: Path, **kw: object) -> dict:
-    return dict(secret_key_file=str(keys / "trusted" / "node.key"),
-                trusted_keys_dir=str(keys / "trusted"), **kw)
+    return dict(
+        secret_key_file=str(keys / "trusted" / "node.key"),
+        trusted_keys_dir=str(keys / "trusted"),
+        **kw,
+    )
 
 
 def status(address: str, cwd: Path, *args: str) -> tuple[int, str]:
@@ -36,24 +39,45 @@ def test_the_cli_says_why_a_node_does_not_answer(make_node, keys, tmp_path):
     server = ["--server-key", str(keys / "trusted" / "node.pub")]
     code, out = status(node.control_address, tmp_path)
     assert code == 1 and "the node is secured and requires CurveZMQ keys" in out, out
-    code, out = status(node.control_address, tmp_path, *server,
-                       "--secret-key-file", str(keys / "stranger" / "x.key"))
+    code, out = status(
+        node.control_address,
+        tmp_path,
+        *server,
+        "--secret-key-file",
+        str(keys / "stranger" / "x.key"),
+    )
     assert code == 1 and "the node refused the key of --secret-key-file" in out, out
-    code, out = status(node.control_address, tmp_path,
-                       "--server-key", str(keys / "stranger" / "x.pub"),
-                       "--secret-key-file", str(keys / "trusted" / "ops.key"))
+    code, out = status(
+        node.control_address,
+        tmp_path,
+        "--server-key",
+        str(keys / "stranger" / "x.pub"),
+        "--secret-key-file",
+        str(keys / "trusted" / "ops.key"),
+    )
     assert code == 1 and "--server-key is probably not this node's public key" in out, out
-    code, out = status(node.control_address, tmp_path, *server,
-                       "--secret-key-file", str(keys / "trusted" / "ops.key"))
+    code, out = status(
+        node.control_address,
+        tmp_path,
+        *server,
+        "--secret-key-file",
+        str(keys / "trusted" / "ops.key"),
+    )
     assert code == 0 and "node" in out, out
     open_node = make_node("open")
-    code, out = status(open_node.control_address, tmp_path, *server,
-                       "--secret-key-file", str(keys / "trusted" / "ops.key"))
+    code, out = status(
+        open_node.control_address,
+        tmp_path,
+        *server,
+        "--secret-key-file",
+        str(keys / "trusted" / "ops.key"),
+    )
     assert code == 1 and "the node runs without CurveZMQ keys" in out, out
 
 
-def _garbage_with_key(ctx: zmq.Context, ep: str, server: bytes, pair: tuple[bytes, bytes],
-                      count: int) -> zmq.Socket:
+def _garbage_with_key(
+    ctx: zmq.Context, ep: str, server: bytes, pair: tuple[bytes, bytes], count: int
+) -> zmq.Socket:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.curve_serverkey = server
@@ -67,8 +91,9 @@ def _garbage_with_key(ctx: zmq.Context, ep: str, server: bytes, pair: tuple[byte
 def test_a_misbehaving_key_is_banned_wherever_it_connects_from(make_node, keys, tmp_path):
     bad = zmq.curve_keypair()  # a key the node trusts, of a misbehaving process
     (keys / "trusted" / "bad.pub").write_text(bad[0].decode() + "\n")
-    node = make_node("node", **secured(keys, drop_after_bad_frames=3,
-                                       ban_after_dropped_connections=2))
+    node = make_node(
+        "node", **secured(keys, drop_after_bad_frames=3, ban_after_dropped_connections=2)
+    )
     server = (keys / "trusted" / "node.pub").read_text().strip().encode()
     ep = f"tcp://127.0.0.1:{node._engine.ctrl_port}"
     ctx = zmq.Context()
@@ -85,7 +110,12 @@ def test_a_misbehaving_key_is_banned_wherever_it_connects_from(make_node, keys, 
             sock.close(linger=0)
         ctx.destroy(linger=0)
     # The operator's key, from the same address, is served.
-    code, out = status(node.control_address, tmp_path,
-                       "--server-key", str(keys / "trusted" / "node.pub"),
-                       "--secret-key-file", str(keys / "trusted" / "ops.key"))
+    code, out = status(
+        node.control_address,
+        tmp_path,
+        "--server-key",
+        str(keys / "trusted" / "node.pub"),
+        "--secret-key-file",
+        str(keys / "trusted" / "ops.key"),
+    )
     assert code == 0, out

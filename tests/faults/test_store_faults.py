@@ -31,8 +31,9 @@ def index(msg: zmesh.Message) -> int:
     return int(msg.payload.rstrip(b"."))
 
 
-def fill(node: zmesh.Node, limit: int = 5000,
-         receipts: list[zmesh.Receipt] | None = None) -> tuple[int, zmesh.StoreFullError]:
+def fill(
+    node: zmesh.Node, limit: int = 5000, receipts: list[zmesh.Receipt] | None = None
+) -> tuple[int, zmesh.StoreFullError]:
     """Publish until publish() gives up; (how many returned, the error)."""
     for i in range(limit):
         try:
@@ -80,8 +81,12 @@ def test_full_map_blocks_publish_loses_nothing_and_recovers(make_node, tmp_path)
 def test_memory_runs_spilling_into_a_full_map_are_held_and_lose_nothing(make_node):
     # The budget holds a few batches: the rest spill, until a spill no longer fits the map
     # and the commit that carried it fails (what it staged and spilled is given back).
-    prod = make_node("prod", **SMALL, memory_budget_bytes=64_000,
-                     topics={"t": zmesh.TopicConfig(groups=("g",), durability="memory")})
+    prod = make_node(
+        "prod",
+        **SMALL,
+        memory_budget_bytes=64_000,
+        topics={"t": zmesh.TopicConfig(groups=("g",), durability="memory")},
+    )
     accepted = 0
     with pytest.raises(zmesh.StoreFullError):
         for _ in range(200):
@@ -109,8 +114,7 @@ def test_closing_with_held_publishes_fails_their_receipts(make_node, tmp_path):
 
 
 def test_max_map_size_grows_the_map_for_the_same_workload(make_node):
-    prod = make_node("prod", **SMALL, max_map_size_bytes=16 * SMALL_MAP,
-                     topics=GROUPS)
+    prod = make_node("prod", **SMALL, max_map_size_bytes=16 * SMALL_MAP, topics=GROUPS)
     count = 800  # about three times what fits in SMALL_MAP
     rs = [prod.publish("t", payload(i), timeout=5) for i in range(count)]
     for r in rs:
@@ -152,8 +156,9 @@ def test_a_damaged_data_file_is_reported_and_left_untouched(tmp_path, mesh_name,
     store.mkdir(parents=True)
     (store / "data.mdb").write_bytes(content)
     with pytest.raises(zmesh.StoreError) as err:
-        zmesh.Node("n", mesh=mesh_name, data_dir=str(tmp_path / "n"), interfaces=LOOPBACK,
-                   mdns=False).start()
+        zmesh.Node(
+            "n", mesh=mesh_name, data_dir=str(tmp_path / "n"), interfaces=LOOPBACK, mdns=False
+        ).start()
     assert str(store) in str(err.value) and err.value.path == str(store)
     assert "snapshot" in str(err.value) and "move it aside" in str(err.value)
     assert (store / "data.mdb").read_bytes() == content
@@ -241,8 +246,7 @@ def _publish_runs_and_stop(make_node, name: str, batches: int, size: int) -> Non
     node = make_node(name, topics=GROUPS)
     for b in range(batches):  # (each stored before the next: batches staged together
         #                        would be joined into one run)
-        node.publish_many("t", [payload(i) for i in range(b * size, (b + 1) * size)]) \
-            .wait_stored(5)
+        node.publish_many("t", [payload(i) for i in range(b * size, (b + 1) * size)]).wait_stored(5)
     node.close()
 
 
@@ -269,8 +273,7 @@ def test_a_corrupt_run_record_is_set_aside_and_the_other_runs_delivered(make_nod
 
 def _node(data_dir: Path, mesh: str, **kw: object) -> zmesh.Node:
     """A node on ``data_dir``, created (its store opened) but not started."""
-    return zmesh.Node("n", mesh=mesh, data_dir=str(data_dir), interfaces=LOOPBACK, mdns=False,
-                      **kw)  # type: ignore[arg-type]
+    return zmesh.Node("n", mesh=mesh, data_dir=str(data_dir), interfaces=LOOPBACK, mdns=False, **kw)  # type: ignore[arg-type]
 
 
 def test_a_map_too_large_to_map_is_a_config_error_not_damage(tmp_path, mesh_name):
@@ -286,8 +289,7 @@ def test_a_map_too_large_to_map_is_a_config_error_not_damage(tmp_path, mesh_name
     _node(tmp_path / "n", mesh_name).close()
 
 
-def test_a_data_dir_that_is_a_file_or_holds_a_lock_directory_is_a_store_error(tmp_path,
-                                                                               mesh_name):
+def test_a_data_dir_that_is_a_file_or_holds_a_lock_directory_is_a_store_error(tmp_path, mesh_name):
     afile = tmp_path / "afile"
     afile.write_text("not a data dir")
     with pytest.raises(zmesh.StoreError, match="exists and is not a directory"):
@@ -329,13 +331,19 @@ def test_a_node_dropped_without_close_lets_go_of_its_data_dir(tmp_path, mesh_nam
 
 def test_a_data_dir_locked_by_another_process_names_its_pid(tmp_path, mesh_name):
     data_dir = tmp_path / "n"
-    holder = spawn(["-c", "import sys, zmesh\n"
-                    f"n = zmesh.Node('h', mesh={mesh_name!r}, data_dir={str(data_dir)!r}, "
-                    "interfaces=['127.0.0.1'], mdns=False)\n"
-                    "print('open', flush=True)\n"
-                    "sys.stdin.read()\n"
-                    "n.close()\n"],
-                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    holder = spawn(
+        [
+            "-c",
+            "import sys, zmesh\n"
+            f"n = zmesh.Node('h', mesh={mesh_name!r}, data_dir={str(data_dir)!r}, "
+            "interfaces=['127.0.0.1'], mdns=False)\n"
+            "print('open', flush=True)\n"
+            "sys.stdin.read()\n"
+            "n.close()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert holder.stdout is not None and holder.stdin is not None
         assert holder.stdout.readline().strip() == b"open"
@@ -351,8 +359,9 @@ def test_a_data_dir_locked_by_another_process_names_its_pid(tmp_path, mesh_name)
 
 
 @pytest.mark.parametrize("dest", ["afile/x", "/proc/snap"])
-def test_a_snapshot_to_a_path_that_cannot_be_a_directory_is_a_store_error(make_node,
-                                                                           tmp_path, dest):
+def test_a_snapshot_to_a_path_that_cannot_be_a_directory_is_a_store_error(
+    make_node, tmp_path, dest
+):
     (tmp_path / "afile").write_text("")
     node = make_node("n")
     with pytest.raises(zmesh.StoreError, match="cannot create the snapshot destination") as err:

@@ -51,8 +51,11 @@ def test_transformer_killed_many_times_yields_b_equal_a(tmp_path, mesh_name):
         while kills < KILLS:
             # Let it work for a random while, then kill it mid-stream.
             target = len(read_log(sink_log)) + rng.randint(50, 300)
-            wait_until(lambda t=target: len(read_log(sink_log)) >= t or
-                       len(read_log(sink_log)) >= N, 60, what="transform progress")
+            wait_until(
+                lambda t=target: len(read_log(sink_log)) >= t or len(read_log(sink_log)) >= N,
+                60,
+                what="transform progress",
+            )
             if len(read_log(sink_log)) >= N:
                 break
             os.kill(xf.pid, signal.SIGKILL)
@@ -69,8 +72,7 @@ def test_transformer_killed_many_times_yields_b_equal_a(tmp_path, mesh_name):
         got = Counter(read_log(sink_log))
         lost = N - len(got)
         dups = sum(c - 1 for c in got.values())
-        print(f"\ntransaction kill test: messages={N} kills={kills} lost={lost} "
-              f"duplicates={dups}")
+        print(f"\ntransaction kill test: messages={N} kills={kills} lost={lost} duplicates={dups}")
         assert kills >= 3, "the stream ended before the transformer was killed enough"
         assert set(got) == set(range(N)), f"{lost} messages of A missing from B"
         assert dups == 0, f"{dups} duplicates in B"

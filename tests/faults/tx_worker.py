@@ -17,8 +17,13 @@ from pathlib import Path
 import zmesh
 from tests.waiting import until
 
-COMMON = dict(mesh=os.environ["ZMESH_TEST_MESH"], interfaces=["127.0.0.1"], mdns=False,
-              heartbeat_interval_s=0.2, dead_after_s=1.5)
+COMMON = dict(
+    mesh=os.environ["ZMESH_TEST_MESH"],
+    interfaces=["127.0.0.1"],
+    mdns=False,
+    heartbeat_interval_s=0.2,
+    dead_after_s=1.5,
+)
 DRAIN_TIMEOUT_S = 120.0
 
 
@@ -28,8 +33,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if role == "source":
         count = int(sys.argv[4])
-        node = zmesh.Node("source", data_dir=data_dir,
-                          topics={"a": zmesh.TopicConfig(groups=("xf",))}, **COMMON).start()
+        node = zmesh.Node(
+            "source", data_dir=data_dir, topics={"a": zmesh.TopicConfig(groups=("xf",))}, **COMMON
+        ).start()
         with open(path + ".tmp", "w") as f:
             f.write(node.control_address)
         os.replace(path + ".tmp", path)
@@ -42,8 +48,13 @@ def main() -> int:
         return 0
     seed = Path(sys.argv[4]).read_text()
     if role == "transformer":
-        node = zmesh.Node("transformer", data_dir=data_dir, seeds=[seed],
-                          topics={"b": zmesh.TopicConfig(groups=("sink",))}, **COMMON).start()
+        node = zmesh.Node(
+            "transformer",
+            data_dir=data_dir,
+            seeds=[seed],
+            topics={"b": zmesh.TopicConfig(groups=("sink",))},
+            **COMMON,
+        ).start()
         sub = node.subscribe("a", group="xf", max_in_flight=50, batch_size=10)
         while not stop.is_set():
             msg = sub.get(timeout=0.1)
@@ -55,8 +66,10 @@ def main() -> int:
         # Stopped: exit 0 only once every message of B this data dir holds (its earlier,
         # killed runs' too) is acked by the sink, so none can be redelivered later.
         if not until(lambda: node.status()["outbox"] == 0, DRAIN_TIMEOUT_S, 0.05):
-            print(f"outbox still holds {node.status()['outbox']} after "
-                  f"{DRAIN_TIMEOUT_S:g}s", flush=True)
+            print(
+                f"outbox still holds {node.status()['outbox']} after {DRAIN_TIMEOUT_S:g}s",
+                flush=True,
+            )
             node.close()
             return 3
         node.close()

@@ -35,8 +35,9 @@ def procs() -> Iterator[list[Child]]:
 
 
 @pytest.fixture(autouse=True)
-def own_cli_settings(tmp_path_factory: pytest.TempPathFactory,
-                     monkeypatch: pytest.MonkeyPatch) -> None:
+def own_cli_settings(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The CLI children of a test read no contexts and no ZMESH_* variables of the user
     running the tests: a config dir of their own (XDG_CONFIG_HOME), nothing set."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))

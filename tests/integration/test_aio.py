@@ -37,10 +37,16 @@ async def members(prod: zmesh.aio.Node, topic: str, lane: str, count: int = 1) -
 
 def test_async_publish_subscribe_and_ack(tmp_path, mesh_name):
     async def main() -> list[bytes]:
-        async with zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"),
-                                  **COMMON) as prod, \
-                zmesh.aio.Node("c", mesh=mesh_name, data_dir=str(tmp_path / "c"),
-                               seeds=[prod.control_address], **COMMON) as cons:
+        async with (
+            zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"), **COMMON) as prod,
+            zmesh.aio.Node(
+                "c",
+                mesh=mesh_name,
+                data_dir=str(tmp_path / "c"),
+                seeds=[prod.control_address],
+                **COMMON,
+            ) as cons,
+        ):
             sub = cons.subscribe("t", group="g")
             receipts = [await prod.publish("t", str(i).encode()) for i in range(50)]
             got = []
@@ -63,9 +69,13 @@ def test_the_issue_35_hang_returns_at_once(tmp_path, mesh_name):
     # A wait_acked that times out (a group is owed the message, nobody acks it) used to
     # leave a worker thread blocked in the sync wait, and asyncio.run never returned.
     async def main() -> None:
-        async with zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"),
-                                  topics={"t": zmesh.TopicConfig(groups=("g",))},
-                                  **COMMON) as node:
+        async with zmesh.aio.Node(
+            "p",
+            mesh=mesh_name,
+            data_dir=str(tmp_path / "p"),
+            topics={"t": zmesh.TopicConfig(groups=("g",))},
+            **COMMON,
+        ) as node:
             r = await node.publish("t", b"x")
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(r.wait_acked(), 0.5)
@@ -79,11 +89,23 @@ def test_the_issue_35_hang_returns_at_once(tmp_path, mesh_name):
 
 def test_cancelled_waits_hold_no_thread_and_take_nothing(tmp_path, mesh_name):
     async def main() -> tuple[int, int, zmesh.Message | None]:
-        async with zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"),
-                                  topics={"t": zmesh.TopicConfig(groups=("g",))},
-                                  max_outbox_messages=1, **COMMON) as prod, \
-                zmesh.aio.Node("c", mesh=mesh_name, data_dir=str(tmp_path / "c"),
-                               seeds=[prod.control_address], **COMMON) as cons:
+        async with (
+            zmesh.aio.Node(
+                "p",
+                mesh=mesh_name,
+                data_dir=str(tmp_path / "p"),
+                topics={"t": zmesh.TopicConfig(groups=("g",))},
+                max_outbox_messages=1,
+                **COMMON,
+            ) as prod,
+            zmesh.aio.Node(
+                "c",
+                mesh=mesh_name,
+                data_dir=str(tmp_path / "c"),
+                seeds=[prod.control_address],
+                **COMMON,
+            ) as cons,
+        ):
             r = await prod.publish("t", b"unacked")  # fills the outbox: nobody consumes t
             await r.wait_stored(5)
             sub = cons.subscribe("u", group="g")
@@ -91,8 +113,10 @@ def test_cancelled_waits_hold_no_thread_and_take_nothing(tmp_path, mesh_name):
             tasks = [asyncio.create_task(r.wait_acked()) for _ in range(100)]
             tasks += [asyncio.create_task(sub.get()) for _ in range(100)]
             tasks += [asyncio.create_task(sub.fetch(10)) for _ in range(50)]
-            tasks += [asyncio.create_task(prod.publish("t", b"no room", timeout=math.inf))
-                      for _ in range(50)]
+            tasks += [
+                asyncio.create_task(prod.publish("t", b"no room", timeout=math.inf))
+                for _ in range(50)
+            ]
             await asyncio.sleep(0.2)  # (every task reaches its await)
             assert not any(t.done() for t in tasks)
             waiting_threads = threading.active_count() - threads_before
@@ -119,11 +143,23 @@ def test_cancelled_waits_hold_no_thread_and_take_nothing(tmp_path, mesh_name):
 
 def test_a_full_outbox_is_waited_for_on_the_loop(tmp_path, mesh_name):
     async def main() -> None:
-        async with zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"),
-                                  topics={"t": zmesh.TopicConfig(groups=("g",))},
-                                  max_outbox_messages=1, **COMMON) as prod, \
-                zmesh.aio.Node("c", mesh=mesh_name, data_dir=str(tmp_path / "c"),
-                               seeds=[prod.control_address], **COMMON) as cons:
+        async with (
+            zmesh.aio.Node(
+                "p",
+                mesh=mesh_name,
+                data_dir=str(tmp_path / "p"),
+                topics={"t": zmesh.TopicConfig(groups=("g",))},
+                max_outbox_messages=1,
+                **COMMON,
+            ) as prod,
+            zmesh.aio.Node(
+                "c",
+                mesh=mesh_name,
+                data_dir=str(tmp_path / "c"),
+                seeds=[prod.control_address],
+                **COMMON,
+            ) as cons,
+        ):
             await (await prod.publish("t", b"one")).wait_stored(5)
             with pytest.raises(zmesh.OutboxFullError, match="within 0.1s"):
                 await prod.publish("t", b"two", timeout=0.1)
@@ -143,8 +179,13 @@ def test_a_full_outbox_is_waited_for_on_the_loop(tmp_path, mesh_name):
 
 def test_close_ends_every_wait_with_node_closed_error(tmp_path, mesh_name):
     async def main() -> list[BaseException | None]:
-        node = zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"),
-                              topics={"t": zmesh.TopicConfig(groups=("g",))}, **COMMON)
+        node = zmesh.aio.Node(
+            "p",
+            mesh=mesh_name,
+            data_dir=str(tmp_path / "p"),
+            topics={"t": zmesh.TopicConfig(groups=("g",))},
+            **COMMON,
+        )
         await node.start()
         r = await node.publish("t", b"x")
         sub = node.subscribe("u", group="g")
@@ -153,8 +194,9 @@ def test_close_ends_every_wait_with_node_closed_error(tmp_path, mesh_name):
             async for _msg in sub:
                 pass
 
-        tasks = [asyncio.create_task(c) for c in (r.wait_acked(), sub.get(), sub.fetch(5),
-                                                  iterate())]
+        tasks = [
+            asyncio.create_task(c) for c in (r.wait_acked(), sub.get(), sub.fetch(5), iterate())
+        ]
         await asyncio.sleep(0.1)  # (every task reaches its await)
         await node.close()
         results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -168,8 +210,9 @@ def test_close_ends_every_wait_with_node_closed_error(tmp_path, mesh_name):
 
 def test_a_subscription_closed_on_its_own_ends_async_for(tmp_path, mesh_name):
     async def main() -> list[Any]:
-        async with zmesh.aio.Node("c", mesh=mesh_name, data_dir=str(tmp_path / "c"),
-                                  **COMMON) as node:
+        async with zmesh.aio.Node(
+            "c", mesh=mesh_name, data_dir=str(tmp_path / "c"), **COMMON
+        ) as node:
             async with node.subscribe("t", group="g") as sub:
                 waiting = asyncio.create_task(sub.get())
                 got: list[Any] = []
@@ -190,7 +233,7 @@ def test_every_method_round_trips(tmp_path, mesh_name):
 [node]
 name = "c"
 mesh = "{mesh_name}"
-data_dir = "{tmp_path / 'c'}"
+data_dir = "{tmp_path / "c"}"
 interfaces = ["127.0.0.1"]
 mdns = false
 heartbeat_interval_s = 0.2
@@ -198,27 +241,37 @@ heartbeat_interval_s = 0.2
 
     async def main() -> None:
         topics = {"t": zmesh.TopicConfig(retention_s=600, max_attempts=1, partitions=2)}
-        async with zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"),
-                                  topics=topics, **COMMON) as prod:
+        async with zmesh.aio.Node(
+            "p", mesh=mesh_name, data_dir=str(tmp_path / "p"), topics=topics, **COMMON
+        ) as prod:
             defined = zmesh.aio.Node.from_toml(path)
             assert defined.name == "c" and defined.config.data_dir == str(tmp_path / "c")
             await defined.close()  # (never started: its store is let go)
-            async with zmesh.aio.Node("c2", mesh=mesh_name, data_dir=str(tmp_path / "c2"),
-                                      seeds=[prod.control_address], **COMMON) as cons:
+            async with zmesh.aio.Node(
+                "c2",
+                mesh=mesh_name,
+                data_dir=str(tmp_path / "c2"),
+                seeds=[prod.control_address],
+                **COMMON,
+            ) as cons:
                 assert cons.name == "c2" and cons.config.mesh == mesh_name
                 assert len(cons.id) == 32 and cons.metrics_address is None
                 assert cons.topic("out", partitions=4).partitions == 4
                 sub = cons.subscribe("t", group="g")
                 await members(prod, "t", "g")
                 # publish with every option, publish_many
-                r = await prod.publish("t", "text", key="k1", headers={"h": "v"},
-                                       priority=3, ttl=60, msg_id="once")
+                r = await prod.publish(
+                    "t", "text", key="k1", headers={"h": "v"}, priority=3, ttl=60, msg_id="once"
+                )
                 assert r.topic == "t" and r.count == 1 and r.ids == [r.id]
                 await r.wait_stored(5)
                 assert r.stored
                 msg = await sub.get(timeout=10)
-                assert msg is not None and (msg.payload, msg.key, msg.headers) == \
-                    (b"text", "k1", {"h": "v"})
+                assert msg is not None and (msg.payload, msg.key, msg.headers) == (
+                    b"text",
+                    "k1",
+                    {"h": "v"},
+                )
                 msg.ack()
                 await r.wait_acked(10)
                 await r.wait_delivered(10)
@@ -295,8 +348,9 @@ heartbeat_interval_s = 0.2
 
 def test_async_get_refuses_a_timeout_that_is_not_a_number(tmp_path, mesh_name):
     async def main() -> None:
-        async with zmesh.aio.Node("c", data_dir=str(tmp_path / "c"), mesh=mesh_name,
-                                  interfaces=LOOPBACK, mdns=False) as node:
+        async with zmesh.aio.Node(
+            "c", data_dir=str(tmp_path / "c"), mesh=mesh_name, interfaces=LOOPBACK, mdns=False
+        ) as node:
             sub = node.subscribe("t", group="g")
             with pytest.raises(zmesh.ArgumentError, match="must be a number of seconds"):
                 await sub.get(timeout=math.nan)  # (spun on the event loop before)
@@ -306,17 +360,38 @@ def test_async_get_refuses_a_timeout_that_is_not_a_number(tmp_path, mesh_name):
     run(main())
 
 
-PAIRS = [(zmesh.Node, zmesh.aio.Node), (zmesh.Receipt, zmesh.aio.Receipt),
-         (zmesh.Subscription, zmesh.aio.Subscription),
-         (zmesh.Transaction, zmesh.aio.Transaction),
-         (zmesh.ReplayReader, zmesh.aio.ReplayReader)]
+PAIRS = [
+    (zmesh.Node, zmesh.aio.Node),
+    (zmesh.Receipt, zmesh.aio.Receipt),
+    (zmesh.Subscription, zmesh.aio.Subscription),
+    (zmesh.Transaction, zmesh.aio.Transaction),
+    (zmesh.ReplayReader, zmesh.aio.ReplayReader),
+]
 # Sync methods that may wait (for the IO thread, the outbox, a peer or the disk): their
 # twins are coroutines. The others (topic, subscribe, stats, ack, ack_many, abort, ...)
 # only queue work and stay plain methods.
-WAITING = {"start", "close", "publish", "publish_many", "replay", "status", "peers",
-           "snapshot", "dead_letters", "replay_dead_letters", "purge_dead_letters",
-           "wait_stored", "wait_acked", "wait_delivered", "get", "fetch", "commit", "read",
-           "groups", "delete_group"}
+WAITING = {
+    "start",
+    "close",
+    "publish",
+    "publish_many",
+    "replay",
+    "status",
+    "peers",
+    "snapshot",
+    "dead_letters",
+    "replay_dead_letters",
+    "purge_dead_letters",
+    "wait_stored",
+    "wait_acked",
+    "wait_delivered",
+    "get",
+    "fetch",
+    "commit",
+    "read",
+    "groups",
+    "delete_group",
+}
 
 
 @pytest.mark.parametrize(("sync", "twin"), PAIRS, ids=[p[0].__name__ for p in PAIRS])
@@ -338,8 +413,9 @@ def test_the_twin_covers_the_whole_sync_api(sync: type, twin: type) -> None:
 def test_async_replay_follows_new_messages_and_close_ends_its_thread(tmp_path, mesh_name):
     async def main() -> list[bytes]:
         topics = {"t": zmesh.TopicConfig(partitions=1, retention_s=600)}
-        async with zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"),
-                                  topics=topics, **COMMON) as prod:
+        async with zmesh.aio.Node(
+            "p", mesh=mesh_name, data_dir=str(tmp_path / "p"), topics=topics, **COMMON
+        ) as prod:
             await (await prod.publish("t", b"old")).wait_stored(5)
             reader = await prod.replay("t", 0)
             got = [(await reader.__anext__()).payload]

@@ -22,8 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(180)
 def test_quick_benchmark_run_reports_every_scenario(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    code, text = run_module(["-m", "benchmarks", "--quick", "--json", str(out)], 150,
-                            str(ROOT))
+    code, text = run_module(["-m", "benchmarks", "--quick", "--json", str(out)], 150, str(ROOT))
     assert code == 0, text[-4000:]
     doc = json.loads(out.read_text())
     assert doc["mode"] == "quick"
@@ -56,8 +55,12 @@ def test_quick_benchmark_run_reports_every_scenario(tmp_path: Path) -> None:
 
 
 def test_benchmark_worker_rejects_unknown_roles() -> None:
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.worker", "nope", "{}"],
-                          cwd=str(ROOT), capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.worker", "nope", "{}"],
+        cwd=str(ROOT),
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert b"unknown role" in proc.stdout
 
@@ -89,8 +92,10 @@ def test_a_socket_owning_thread_that_fails_fails_its_worker() -> None:
     def broken(stop: threading.Event) -> None:
         raise OSError("the socket's thread broke")
 
-    with pytest.raises(RuntimeError, match="raw-test-io failed") as err, \
-            _owning("raw-test-io", broken):
+    with (
+        pytest.raises(RuntimeError, match="raw-test-io failed") as err,
+        _owning("raw-test-io", broken),
+    ):
         pass
     assert isinstance(err.value.__cause__, OSError)
     assert "raw-test-io" not in {t.name for t in threading.enumerate()}

@@ -24,8 +24,9 @@ ADDRESS_RE = re.compile(r"control (127\.0\.0\.1:\d+)")
 class Proc:
     """A CLI child whose stdout and stderr go to files (no pipes to drain)."""
 
-    def __init__(self, tmp_path: Path, name: str, args: list[str],
-                 stdin: int | None = subprocess.DEVNULL) -> None:
+    def __init__(
+        self, tmp_path: Path, name: str, args: list[str], stdin: int | None = subprocess.DEVNULL
+    ) -> None:
         self.out = tmp_path / f"{name}.out"
         self.err = tmp_path / f"{name}.err"
         with self.out.open("wb") as out, self.err.open("wb") as err:
@@ -37,16 +38,19 @@ class Proc:
     def stderr(self) -> str:
         return self.err.read_text(errors="replace")
 
-    def wait_for(self, pattern: re.Pattern[str] | str, timeout: float = 30.0,
-                 stream: str = "stdout") -> re.Match[str]:
+    def wait_for(
+        self, pattern: re.Pattern[str] | str, timeout: float = 30.0, stream: str = "stdout"
+    ) -> re.Match[str]:
         """Wait until the output matches; fail early (with its stderr) if the process ends."""
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
 
         def seen() -> re.Match[str] | None:
             found = regex.search(self.stdout() if stream == "stdout" else self.stderr())
             if found is None and self.popen.poll() is not None:
-                pytest.fail(f"process exited {self.popen.returncode} before printing "
-                            f"{regex.pattern!r}; stderr:\n{self.stderr()}")
+                pytest.fail(
+                    f"process exited {self.popen.returncode} before printing "
+                    f"{regex.pattern!r}; stderr:\n{self.stderr()}"
+                )
             return found
 
         return wait_until(seen, timeout, what=f"{regex.pattern!r} on {stream}")  # type: ignore[return-value]
@@ -55,17 +59,26 @@ class Proc:
         return self.popen.wait(timeout=timeout)
 
 
-def run_cli(args: list[str], timeout: float = 60.0, stdin_data: bytes | None = None,
-            env: dict[str, str] | None = None, cwd: str | None = None,
-            ) -> subprocess.CompletedProcess:
+def run_cli(
+    args: list[str],
+    timeout: float = 60.0,
+    stdin_data: bytes | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> subprocess.CompletedProcess:
     """Run the CLI to completion (killed after ``timeout``); text stdout and stderr."""
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     env.setdefault("COLUMNS", "120")  # rich tables wide enough to match rows
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.Popen([sys.executable, *CLI, *args], env=env, cwd=cwd,
-                            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, *CLI, *args],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         out, err = proc.communicate(stdin_data, timeout=timeout)
     finally:
@@ -81,7 +94,7 @@ def hub_toml(tmp_path: Path, mesh: str) -> Path:
 [node]
 name = "hub"
 mesh = "{mesh}"
-data_dir = "{tmp_path / 'hub-data'}"
+data_dir = "{tmp_path / "hub-data"}"
 interfaces = ["127.0.0.1"]
 mdns = false
 heartbeat_interval_s = 0.2
@@ -108,16 +121,21 @@ def status_json(address: str) -> dict:
     return json.loads(done.stdout)
 
 
-def test_pub_to_sub_through_a_seed(tmp_path: Path, mesh_name: str, hub: tuple[Proc, str],
-                                   procs: list[Proc]) -> None:
+def test_pub_to_sub_through_a_seed(
+    tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]
+) -> None:
     _, seed = hub
     node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
-    sub = Proc(tmp_path, "sub", ["sub", "t", "--group", "g", *node, "--count", "3",
-                                 "--timeout", "60"])
+    sub = Proc(
+        tmp_path, "sub", ["sub", "t", "--group", "g", *node, "--count", "3", "--timeout", "60"]
+    )
     procs.append(sub)
     sub.wait_for("consuming t as g", stream="stderr")
-    pub = run_cli(["pub", "t", "-", *node, "--group", "g", "--timeout", "60"],
-                  stdin_data=b"alpha\nbeta\ngamma\n", timeout=90)
+    pub = run_cli(
+        ["pub", "t", "-", *node, "--group", "g", "--timeout", "60"],
+        stdin_data=b"alpha\nbeta\ngamma\n",
+        timeout=90,
+    )
     assert pub.returncode == 0, pub.stderr
     assert "published 3, acknowledged 3" in pub.stdout
     assert sub.finish(timeout=60) == 0, sub.stderr()
@@ -125,16 +143,35 @@ def test_pub_to_sub_through_a_seed(tmp_path: Path, mesh_name: str, hub: tuple[Pr
 
 
 def test_sub_max_message_bytes_has_larger_payloads_parked(
-        tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]) -> None:
+    tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]
+) -> None:
     _, seed = hub
     node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
-    sub = Proc(tmp_path, "sub", ["sub", "t", "--group", "g", *node, "--count", "1",
-                                 "--timeout", "60", "--max-message-bytes", "64"])
+    sub = Proc(
+        tmp_path,
+        "sub",
+        [
+            "sub",
+            "t",
+            "--group",
+            "g",
+            *node,
+            "--count",
+            "1",
+            "--timeout",
+            "60",
+            "--max-message-bytes",
+            "64",
+        ],
+    )
     procs.append(sub)
     sub.wait_for("consuming t as g", stream="stderr")
     long_line = "x" * 100
-    pub = run_cli(["pub", "t", "-", *node, "--group", "g", "--timeout", "60"],
-                  stdin_data=f"{long_line}\nshort\n".encode(), timeout=90)
+    pub = run_cli(
+        ["pub", "t", "-", *node, "--group", "g", "--timeout", "60"],
+        stdin_data=f"{long_line}\nshort\n".encode(),
+        timeout=90,
+    )
     # Settled, but not delivered to g: exit 3, and the outcome per group.
     assert pub.returncode == 3, pub.stderr
     assert "published 2, acknowledged 1" in pub.stdout
@@ -146,31 +183,52 @@ def test_sub_max_message_bytes_has_larger_payloads_parked(
     assert sub.stdout().split() == ["short"]
 
 
-def test_sub_exec_nacks_on_failure_then_acks(tmp_path: Path, mesh_name: str,
-                                             hub: tuple[Proc, str], procs: list[Proc]) -> None:
+def test_sub_exec_nacks_on_failure_then_acks(
+    tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]
+) -> None:
     _, seed = hub
     node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
     flag, out = tmp_path / "failed-once", tmp_path / "handled.txt"
     # The first run fails (nack: redelivered after the backoff); later runs append the payload.
     cmd = f"test -e {flag} || {{ touch {flag}; exit 3; }}; cat >> {out}; echo >> {out}"
-    sub = Proc(tmp_path, "sub", ["sub", "t", "--group", "g", *node, "--count", "2",
-                                 "--timeout", "60", "--exec", cmd])
+    sub = Proc(
+        tmp_path,
+        "sub",
+        ["sub", "t", "--group", "g", *node, "--count", "2", "--timeout", "60", "--exec", cmd],
+    )
     procs.append(sub)
     sub.wait_for("consuming t as g", stream="stderr")
     for payload in ("one", "two"):
-        done = run_cli(["pub", "t", payload, *node, "--group", "g", "--timeout", "60"],
-                       timeout=90)
+        done = run_cli(["pub", "t", payload, *node, "--group", "g", "--timeout", "60"], timeout=90)
         assert done.returncode == 0, done.stderr
     assert sub.finish(timeout=60) == 0, sub.stderr()
     assert sorted(out.read_text().split()) == ["one", "two"]
     assert "exited 3" in sub.stderr() and "nacked" in sub.stderr()
 
 
-def test_status_and_peers_of_a_running_node(tmp_path: Path, mesh_name: str,
-                                            hub: tuple[Proc, str], procs: list[Proc]) -> None:
+def test_status_and_peers_of_a_running_node(
+    tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]
+) -> None:
     hub_proc, address = hub
-    sub = Proc(tmp_path, "sub", ["sub", "t", "--group", "g", *LOOP, "--mesh", mesh_name,
-                                 "--seed", address, "--name", "reader-1", "--timeout", "120"])
+    sub = Proc(
+        tmp_path,
+        "sub",
+        [
+            "sub",
+            "t",
+            "--group",
+            "g",
+            *LOOP,
+            "--mesh",
+            mesh_name,
+            "--seed",
+            address,
+            "--name",
+            "reader-1",
+            "--timeout",
+            "120",
+        ],
+    )
     procs.append(sub)
 
     def sub_is_member() -> dict | None:
@@ -226,8 +284,7 @@ def test_status_without_a_node_fails_clearly() -> None:
     assert "host:port" in bad.stderr
 
 
-@pytest.mark.parametrize("command", ["status", "peers", "top",
-                                     "dlq list --topic t --group g"])
+@pytest.mark.parametrize("command", ["status", "peers", "top", "dlq list --topic t --group g"])
 @pytest.mark.parametrize("address", ["not-an-address", "a b:1", "[::1]:5"])
 def test_a_bad_address_is_a_usage_error(command: str, address: str) -> None:
     done = run_cli([*command.split(), address, "--timeout", "1"], timeout=30)
@@ -246,10 +303,16 @@ def test_a_bad_log_level_names_where_it_came_from() -> None:
     assert "--log-level" in from_option.stderr and "ZMESH_LOG_LEVEL" not in from_option.stderr
 
 
-@pytest.mark.parametrize("args", [["pub", "no spaces", "x"], ["pub", "t", "x", "--group", ""],
-                                  ["sub", "t", "--group", "no spaces"],
-                                  ["sub", "no spaces", "--group", "g"]],
-                         ids=["pub topic", "pub group", "sub group", "sub topic"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["pub", "no spaces", "x"],
+        ["pub", "t", "x", "--group", ""],
+        ["sub", "t", "--group", "no spaces"],
+        ["sub", "no spaces", "--group", "g"],
+    ],
+    ids=["pub topic", "pub group", "sub group", "sub topic"],
+)
 def test_pub_and_sub_refuse_bad_names_before_starting_a_node(args: list[str]) -> None:
     done = run_cli([*args, *LOOP], timeout=30)
     assert done.returncode == 2, done.stderr
@@ -257,12 +320,15 @@ def test_pub_and_sub_refuse_bad_names_before_starting_a_node(args: list[str]) ->
     assert "is open" not in done.stderr  # (no node started: it would warn of an open mesh)
 
 
-def test_pub_reading_a_terminal_says_so(tmp_path: Path, mesh_name: str,
-                                        procs: list[Proc]) -> None:
+def test_pub_reading_a_terminal_says_so(tmp_path: Path, mesh_name: str, procs: list[Proc]) -> None:
     main, terminal = os.openpty()
     try:
-        pub = Proc(tmp_path, "pub", ["pub", "t", *LOOP, "--mesh", mesh_name,
-                                     "--discovery-wait", "0"], stdin=terminal)
+        pub = Proc(
+            tmp_path,
+            "pub",
+            ["pub", "t", *LOOP, "--mesh", mesh_name, "--discovery-wait", "0"],
+            stdin=terminal,
+        )
         procs.append(pub)
         pub.wait_for("reading lines from stdin; Ctrl-D to end", stream="stderr")
         os.write(main, b"\x04")  # Ctrl-D: the end of input, nothing typed
@@ -272,8 +338,11 @@ def test_pub_reading_a_terminal_says_so(tmp_path: Path, mesh_name: str,
         os.close(main)
     assert "nothing to publish" in pub.stderr()
     # Piped in: no hint (nobody is there to read it).
-    piped = run_cli(["pub", "t", *LOOP, "--mesh", mesh_name, "--discovery-wait", "0"],
-                    stdin_data=b"", timeout=60)
+    piped = run_cli(
+        ["pub", "t", *LOOP, "--mesh", mesh_name, "--discovery-wait", "0"],
+        stdin_data=b"",
+        timeout=60,
+    )
     assert piped.returncode == 0, piped.stderr
     assert "Ctrl-D" not in piped.stderr
 
@@ -281,10 +350,11 @@ def test_pub_reading_a_terminal_says_so(tmp_path: Path, mesh_name: str,
 BAD_TOML = {
     "invalid": ("[node\nname = 'x'\n", "invalid TOML"),
     "unknown-key": ("[node]\nname = 'x'\ndata_dir = 'd'\ncolour = 'blue'\n", "colour"),
-    "bad-value": ("[node]\nname = 'x'\ndata_dir = 'd'\nheartbeat_interval_s = -1\n",
-                  "heartbeat_interval_s"),
-    "bad-topic": ("[node]\nname = 'x'\ndata_dir = 'd'\n[topics.t]\npartitions = 0\n",
-                  "partitions"),
+    "bad-value": (
+        "[node]\nname = 'x'\ndata_dir = 'd'\nheartbeat_interval_s = -1\n",
+        "heartbeat_interval_s",
+    ),
+    "bad-topic": ("[node]\nname = 'x'\ndata_dir = 'd'\n[topics.t]\npartitions = 0\n", "partitions"),
     "bad-name": ("[node]\nname = 'no spaces'\ndata_dir = 'd'\n", "name"),
     "empty": ("", "[node] needs name and data_dir"),
     "no-data-dir": ("[node]\nname = 'x'\n", "[node] needs data_dir"),
@@ -305,7 +375,8 @@ def test_node_run_rejects_bad_toml(tmp_path: Path, case: str) -> None:
 
 
 def test_node_run_starts_a_spark_bridge_and_publishes_into_it(
-        tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]) -> None:
+    tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]
+) -> None:
     """A definition with a [bridge] table runs as a bridge: it logs what it is sent."""
     _hub, seed = hub
     path = tmp_path / "bridge.toml"
@@ -313,7 +384,7 @@ def test_node_run_starts_a_spark_bridge_and_publishes_into_it(
 [node]
 name = "bridge"
 mesh = "{mesh_name}"
-data_dir = "{tmp_path / 'bridge-data'}"
+data_dir = "{tmp_path / "bridge-data"}"
 interfaces = ["127.0.0.1"]
 mdns = false
 seeds = ["{seed}"]
@@ -322,14 +393,16 @@ heartbeat_interval_s = 0.2
 [bridge]
 topics = ["t"]
 group = "g"
-log_dir = "{tmp_path / 'bridge-log'}"
+log_dir = "{tmp_path / "bridge-log"}"
 bind = "tcp://127.0.0.1:*"
 """)
     bridge = Proc(tmp_path, "bridge", ["node", "run", str(path)])
     procs.append(bridge)
     endpoint = bridge.wait_for(r"bridge (tcp://127\.0\.0\.1:\d+)").group(1)
-    done = run_cli(["pub", "t", "-", "--mesh", mesh_name, "--seed", seed, *LOOP, "--group", "g"],
-                   stdin_data=b"one\ntwo\nthree\n")
+    done = run_cli(
+        ["pub", "t", "-", "--mesh", mesh_name, "--seed", seed, *LOOP, "--group", "g"],
+        stdin_data=b"one\ntwo\nthree\n",
+    )
     assert done.returncode == 0, done.stderr
     with BridgeClient(endpoint) as client:
         assert sum(end for _head, end in client.info().values()) == 3
@@ -354,8 +427,9 @@ def test_help_and_console_script() -> None:
     script = Path(sys.executable).parent / "zmesh"
     if not script.exists():
         pytest.skip("zmesh console script not installed next to this interpreter")
-    installed = subprocess.run([str(script), "--version"], capture_output=True, text=True,
-                               timeout=30, check=False)
+    installed = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, timeout=30, check=False
+    )
     assert installed.returncode == 0 and "zmesh" in installed.stdout
 
 
@@ -363,8 +437,11 @@ def test_help_and_console_script() -> None:
 def test_demo_loses_nothing(tmp_path: Path) -> None:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    done = run_cli(["demo", "--messages", "3000", "--timeout", "120"], timeout=280,
-                   env={**os.environ, "TMPDIR": str(scratch)})
+    done = run_cli(
+        ["demo", "--messages", "3000", "--timeout", "120"],
+        timeout=280,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "lost 0" in done.stdout
     assert re.search(r"│ lost\s+│\s+0 │", done.stdout), done.stdout

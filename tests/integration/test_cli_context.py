@@ -20,10 +20,11 @@ def ok(args: list[str], **kw: object) -> str:
 
 def shown(*args: str, env: dict[str, str] | None = None) -> dict:
     """What `zmesh context show --json` says, as {setting: (value, from)}."""
-    out = json.loads(ok([*args, "context", "show", "--json"],
-                        env={**os.environ, **(env or {})}))
-    return {k: (v["value"], v["from"]) for k, v in out["settings"].items()} | \
-        {"context": out["context"], "http": out["http_address"]}
+    out = json.loads(ok([*args, "context", "show", "--json"], env={**os.environ, **(env or {})}))
+    return {k: (v["value"], v["from"]) for k, v in out["settings"].items()} | {
+        "context": out["context"],
+        "http": out["http_address"],
+    }
 
 
 def contexts_file() -> Path:
@@ -32,18 +33,42 @@ def contexts_file() -> Path:
 
 def test_add_ls_select_rm(tmp_path: Path) -> None:
     (tmp_path / "keys").mkdir()
-    added = ok(["context", "add", "plant", "--mesh", "plant", "--seed", "10.0.0.5:41000",
-                "--seed", "sensor-host:41001", "--interface", "127.0.0.1", "--no-mdns",
-                "--secret-key-file", "keys/op.key", "--http-address", "127.0.0.1:8080",
-                "--description", "the plant floor", "--select"], cwd=str(tmp_path))
+    added = ok(
+        [
+            "context",
+            "add",
+            "plant",
+            "--mesh",
+            "plant",
+            "--seed",
+            "10.0.0.5:41000",
+            "--seed",
+            "sensor-host:41001",
+            "--interface",
+            "127.0.0.1",
+            "--no-mdns",
+            "--secret-key-file",
+            "keys/op.key",
+            "--http-address",
+            "127.0.0.1:8080",
+            "--description",
+            "the plant floor",
+            "--select",
+        ],
+        cwd=str(tmp_path),
+    )
     assert "context plant saved" in added and "selected" in added
     stored = tomllib.loads(contexts_file().read_text())
     assert stored["selected"] == "plant"
     assert stored["contexts"]["plant"] == {
-        "mesh": "plant", "seeds": ["10.0.0.5:41000", "sensor-host:41001"],
-        "interfaces": ["127.0.0.1"], "mdns": False,
+        "mesh": "plant",
+        "seeds": ["10.0.0.5:41000", "sensor-host:41001"],
+        "interfaces": ["127.0.0.1"],
+        "mdns": False,
         "secret_key_file": str(tmp_path / "keys" / "op.key"),  # (stored absolute)
-        "http_address": "127.0.0.1:8080", "description": "the plant floor"}
+        "http_address": "127.0.0.1:8080",
+        "description": "the plant floor",
+    }
     assert oct(contexts_file().stat().st_mode & 0o777) == "0o600"
 
     ok(["context", "add", "lab", "--mesh", "lab"])
@@ -70,8 +95,22 @@ def test_add_ls_select_rm(tmp_path: Path) -> None:
 
 def test_each_setting_comes_from_flag_then_env_then_context_then_default() -> None:
     assert shown()["mesh"] == ("default", "default") and shown()["context"] is None
-    ok(["context", "add", "plant", "--mesh", "plant", "--seed", "10.0.0.5:41000",
-        "--server-key", "K" * 40, "--http-address", "127.0.0.1:8080", "--select"])
+    ok(
+        [
+            "context",
+            "add",
+            "plant",
+            "--mesh",
+            "plant",
+            "--seed",
+            "10.0.0.5:41000",
+            "--server-key",
+            "K" * 40,
+            "--http-address",
+            "127.0.0.1:8080",
+            "--select",
+        ]
+    )
     ok(["context", "add", "lab", "--mesh", "lab", "--interface", "127.0.0.1"])
     got = shown()
     assert got["context"] == "plant"
@@ -81,8 +120,12 @@ def test_each_setting_comes_from_flag_then_env_then_context_then_default() -> No
     assert got["server_key"] == ("K" * 40, "context plant")
     assert got["http"] == "127.0.0.1:8080"
 
-    env = {"ZMESH_MESH": "env-mesh", "ZMESH_SEED": "a:1, b:2", "ZMESH_MDNS": "false",
-           "ZMESH_HTTP_ADDRESS": "127.0.0.1:9090"}
+    env = {
+        "ZMESH_MESH": "env-mesh",
+        "ZMESH_SEED": "a:1, b:2",
+        "ZMESH_MDNS": "false",
+        "ZMESH_HTTP_ADDRESS": "127.0.0.1:9090",
+    }
     got = shown(env=env)
     assert got["mesh"] == ("env-mesh", "env") and got["seeds"] == (["a:1", "b:2"], "env")
     assert got["mdns"] == (False, "env") and got["http"] == "127.0.0.1:9090"
@@ -91,8 +134,12 @@ def test_each_setting_comes_from_flag_then_env_then_context_then_default() -> No
     got = shown("--context", "lab", env=env)  # a flag of the group...
     assert got["context"] == "lab" and got["mesh"] == ("env-mesh", "env")
     assert got["interfaces"] == (["127.0.0.1"], "context lab")
-    got = json.loads(ok(["context", "show", "--json", "--mesh", "flag-mesh", "--seed",
-                         "c:3"], env={**os.environ, **env, "ZMESH_CONTEXT": "lab"}))
+    got = json.loads(
+        ok(
+            ["context", "show", "--json", "--mesh", "flag-mesh", "--seed", "c:3"],
+            env={**os.environ, **env, "ZMESH_CONTEXT": "lab"},
+        )
+    )
     settings = got["settings"]  # ...or of the command, over ZMESH_CONTEXT
     assert got["context"] == "lab"
     assert (settings["mesh"]["value"], settings["mesh"]["from"]) == ("flag-mesh", "flag")
@@ -113,21 +160,32 @@ def test_a_broken_contexts_file_is_named() -> None:
     assert str(contexts_file()) not in keys.stderr
 
 
-def test_a_context_takes_pub_sub_and_status_to_the_mesh(tmp_path: Path, mesh_name: str,
-                                                        procs: list[Proc]) -> None:
+def test_a_context_takes_pub_sub_and_status_to_the_mesh(
+    tmp_path: Path, mesh_name: str, procs: list[Proc]
+) -> None:
     hub = Proc(tmp_path, "hub", ["node", "run", str(hub_toml(tmp_path, mesh_name))])
     procs.append(hub)
     seed = hub.wait_for(ADDRESS_RE).group(1)
-    ok(["context", "add", "here", "--mesh", mesh_name, "--seed", seed, "--interface",
-        "127.0.0.1", "--select"])
-    sub = Proc(tmp_path, "sub", ["sub", "t", "--group", "g", "--count", "1", "--timeout",
-                                 "60"])
+    ok(
+        [
+            "context",
+            "add",
+            "here",
+            "--mesh",
+            mesh_name,
+            "--seed",
+            seed,
+            "--interface",
+            "127.0.0.1",
+            "--select",
+        ]
+    )
+    sub = Proc(tmp_path, "sub", ["sub", "t", "--group", "g", "--count", "1", "--timeout", "60"])
     procs.append(sub)
     sub.wait_for("consuming t as g", stream="stderr")
     status = json.loads(ok(["status", "--json"]))  # (no address: the context's seed)
     assert status["node"]["name"] == "hub" and status["node"]["mesh"] == mesh_name
-    assert [p["name"] for p in json.loads(ok(["peers", "--json"]))] == \
-        [f"sub-{sub.popen.pid}"]
+    assert [p["name"] for p in json.loads(ok(["peers", "--json"]))] == [f"sub-{sub.popen.pid}"]
     pub = run_cli(["pub", "t", "through the context"])
     assert pub.returncode == 0 and "acknowledged 1" in pub.stdout, pub.stderr
     assert pub.stderr == ""  # (nothing said on a call that went well)
@@ -142,7 +200,13 @@ def test_help_shows_examples_settings_and_exit_codes() -> None:
     top = ok(["--help"])
     assert "Examples:" in top and "zmesh context add plant" in top and "context" in top
     pub = ok(["pub", "--help"])
-    for expected in ("[env: ZMESH_SEED]", "[env: ZMESH_SECRET_KEY_FILE]", "--msg-id",
-                     "{{Count}}", "Exit codes: 0 every group acknowledged", "130 / 143"):
+    for expected in (
+        "[env: ZMESH_SEED]",
+        "[env: ZMESH_SECRET_KEY_FILE]",
+        "--msg-id",
+        "{{Count}}",
+        "Exit codes: 0 every group acknowledged",
+        "130 / 143",
+    ):
         assert expected in pub, expected
     assert "Exit codes: 0 after --count messages" in ok(["sub", "--help"])

@@ -34,11 +34,15 @@ def test_group_ls_adds_up_producers_and_rm_deletes_at_each(make_node):
         p1.publish("t", b"%d" % i)
     for i in range(12):
         p2.publish("t", b"%d" % i)
-    wait_until(lambda: p1.status()["outbox"] == 30 and p2.status()["outbox"] == 12,
-               what="the backlogs stored")
+    wait_until(
+        lambda: p1.status()["outbox"] == 30 and p2.status()["outbox"] == 12,
+        what="the backlogs stored",
+    )
     for p in (p1, p2):  # (a heartbeat notes when a lane lost its last member)
-        wait_until(lambda p=p: all(g["last_seen"] for g in p.groups()),
-                   what=f"the lanes' last members noted at {p.name}")
+        wait_until(
+            lambda p=p: all(g["last_seen"] for g in p.groups()),
+            what=f"the lanes' last members noted at {p.name}",
+        )
     listed = _groups(p1.control_address, "t")
     rows = {r["group"]: r for r in listed["groups"]}
     assert listed["unreachable"] == []
@@ -53,8 +57,10 @@ def test_group_ls_adds_up_producers_and_rm_deletes_at_each(make_node):
     assert done.returncode == 0, done.stderr
     assert "12 pending message(s) dropped" in done.stdout
     for p in (p1, p2):
-        wait_until(lambda p=p: [g["group"] for g in p.groups("t")] == ["keep"],
-                   what=f"ops gone at {p.name}")
+        wait_until(
+            lambda p=p: [g["group"] for g in p.groups("t")] == ["keep"],
+            what=f"ops gone at {p.name}",
+        )
     assert [r["group"] for r in _groups(p1.control_address)["groups"]] == ["keep"]
     assert p1.stats()["dropped_group_deleted"] == 30
     table = run_cli(["group", "ls"], env={**os.environ, "ZMESH_SEED": p1.control_address})
@@ -72,15 +78,41 @@ def test_fifty_runs_of_sub_without_a_group_leave_nothing_at_the_producer(make_no
     prod.publish("t", b"first").wait_acked(timeout=10)
     lanes, outbox = _lanes(prod), prod.status()["outbox"]
     assert lanes == ["g"] and outbox == 0
-    node = ["--interface", "127.0.0.1", "--no-mdns", "--mesh", mesh_name,
-            "--seed", prod.control_address]
+    node = [
+        "--interface",
+        "127.0.0.1",
+        "--no-mdns",
+        "--mesh",
+        mesh_name,
+        "--seed",
+        prod.control_address,
+    ]
     for batch in range(10):  # (five at a time)
-        subs = [spawn([*CLI, "sub", "t", *(["--mode", "broadcast"] if i % 2 else []), *node,
-                       "--json", "--count", "1", "--timeout", "60"],
-                      stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(5)]
+        subs = [
+            spawn(
+                [
+                    *CLI,
+                    "sub",
+                    "t",
+                    *(["--mode", "broadcast"] if i % 2 else []),
+                    *node,
+                    "--json",
+                    "--count",
+                    "1",
+                    "--timeout",
+                    "60",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for i in range(5)
+        ]
         try:
-            wait_until(lambda: _ephemeral(prod) >= 5, timeout=30,
-                       what=f"five ephemeral subscriptions (batch {batch})")
+            wait_until(
+                lambda: _ephemeral(prod) >= 5,
+                timeout=30,
+                what=f"five ephemeral subscriptions (batch {batch})",
+            )
             receipt = prod.publish("t", b"run %d" % batch)
             for proc in subs:
                 out, err = proc.communicate(timeout=60)
@@ -101,5 +133,4 @@ def _lanes(node) -> list[str]:
 
 
 def _ephemeral(node) -> int:
-    return sum(s[2] == "ephemeral" for p in node.peers() if p["alive"]
-               for s in p["subscriptions"])
+    return sum(s[2] == "ephemeral" for p in node.peers() if p["alive"] for s in p["subscriptions"])

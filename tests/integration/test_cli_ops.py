@@ -76,18 +76,24 @@ class App(Proc):
         self.out = tmp_path / f"{name}.out"
         self.err = tmp_path / f"{name}.err"
         with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.popen = spawn([str(script), *args], stdout=out, stderr=err,
-                               stdin=subprocess.PIPE)
+            self.popen = spawn([str(script), *args], stdout=out, stderr=err, stdin=subprocess.PIPE)
 
 
-def node_toml(tmp_path: Path, name: str, mesh: str, *, mdns: bool = False,
-              data_dir: Path | None = None, extra: str = "") -> Path:
+def node_toml(
+    tmp_path: Path,
+    name: str,
+    mesh: str,
+    *,
+    mdns: bool = False,
+    data_dir: Path | None = None,
+    extra: str = "",
+) -> Path:
     path = tmp_path / f"{name}.toml"
     path.write_text(f"""
 [node]
 name = "{name}"
 mesh = "{mesh}"
-data_dir = "{data_dir or tmp_path / (name + '-data')}"
+data_dir = "{data_dir or tmp_path / (name + "-data")}"
 interfaces = ["127.0.0.1"]
 mdns = {"true" if mdns else "false"}
 heartbeat_interval_s = 0.2
@@ -100,8 +106,9 @@ groups = ["g"]
     return path
 
 
-def start_node(tmp_path: Path, procs: list[Proc], name: str, mesh: str,
-               **kw: object) -> tuple[Proc, str]:
+def start_node(
+    tmp_path: Path, procs: list[Proc], name: str, mesh: str, **kw: object
+) -> tuple[Proc, str]:
     proc = Proc(tmp_path, name, ["node", "run", str(node_toml(tmp_path, name, mesh, **kw))])
     procs.append(proc)
     return proc, proc.wait_for(ADDRESS_RE).group(1)
@@ -134,8 +141,7 @@ def test_keys_generate_refuses_a_bad_directory_or_an_empty_name(tmp_path: Path) 
     afile.write_text("")
     under_a_file = run_cli(["keys", "generate", str(afile / "sub"), "--name", "k"], timeout=30)
     assert under_a_file.returncode == 2
-    assert f"cannot create key directory {afile / 'sub'}: Not a directory" in \
-        under_a_file.stderr
+    assert f"cannot create key directory {afile / 'sub'}: Not a directory" in under_a_file.stderr
     assert "Traceback" not in under_a_file.stderr
     empty = run_cli(["keys", "generate", str(tmp_path / "keys"), "--name", ""], timeout=30)
     assert empty.returncode == 2
@@ -147,9 +153,13 @@ def test_an_error_the_cli_does_not_expect_is_one_line_not_a_traceback(tmp_path: 
     # Output to a full disk (/dev/full: every write fails with ENOSPC), unbuffered so the
     # write fails inside the command, not at exit.
     with open("/dev/full", "wb") as full, (tmp_path / "err").open("wb") as err:
-        proc = spawn([*CLI, "keys", "generate", str(tmp_path / "keys"), "--name", "k"],
-                     stdout=full, stderr=err, stdin=subprocess.DEVNULL,
-                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = spawn(
+            [*CLI, "keys", "generate", str(tmp_path / "keys"), "--name", "k"],
+            stdout=full,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         try:
             assert proc.wait(timeout=30) == 1
         finally:
@@ -173,7 +183,9 @@ def test_dlq_list_replay_purge(tmp_path: Path, mesh_name: str, procs: list[Proc]
         assert expected in table, table
     letters = json.loads(ok(["dlq", "list", address, *where, "--json"]).stdout)
     assert [(d["key"], d["reason"], d["payload_text"]) for d in letters] == [
-        ("k1", "bad record", "bad-one"), ("k2", "bad record", "bad-two")]
+        ("k1", "bad record", "bad-one"),
+        ("k2", "bad record", "bad-two"),
+    ]
     first, second = (d["seq"] for d in letters)
 
     replayed = ok(["dlq", "replay", address, *where, "--id", str(first)])
@@ -197,14 +209,22 @@ def test_dlq_list_replay_purge(tmp_path: Path, mesh_name: str, procs: list[Proc]
 def test_top_refreshes_with_rates(tmp_path: Path, mesh_name: str, procs: list[Proc]) -> None:
     _, address = start_node(tmp_path, procs, "hub", mesh_name)
     done = ok(["top", address, "--iterations", "2", "--interval", "0.2"])
-    for expected in ("published/s", "acked/s", "redelivered/s", "lanes", "peers", "hub",
-                     "refresh 2"):
+    for expected in (
+        "published/s",
+        "acked/s",
+        "redelivered/s",
+        "lanes",
+        "peers",
+        "hub",
+        "refresh 2",
+    ):
         assert expected in done.stdout, done.stdout
     assert re.search(r"published/s\s+│\s+0\.0 │", done.stdout), done.stdout
 
 
-def test_snapshot_of_a_running_node_restores_with_its_id(tmp_path: Path, mesh_name: str,
-                                                         procs: list[Proc]) -> None:
+def test_snapshot_of_a_running_node_restores_with_its_id(
+    tmp_path: Path, mesh_name: str, procs: list[Proc]
+) -> None:
     hub, address = start_node(tmp_path, procs, "hub", mesh_name)
     node_id = json.loads(ok(["status", address, "--json"]).stdout)["node"]["id"]
     copy = tmp_path / "copy"
@@ -230,22 +250,39 @@ def test_snapshot_of_a_running_node_restores_with_its_id(tmp_path: Path, mesh_na
     assert json.loads(ok(["status", restored, "--json"]).stdout)["node"]["id"] == node_id
 
 
-def test_doctor_finds_the_mesh_and_flags_another(tmp_path: Path, mesh_name: str,
-                                                 procs: list[Proc]) -> None:
+def test_doctor_finds_the_mesh_and_flags_another(
+    tmp_path: Path, mesh_name: str, procs: list[Proc]
+) -> None:
     trusted = tmp_path / "trusted"
     for name in ("guard", "operator"):
         ok(["keys", "generate", str(trusted), "--name", name])
     _, address = start_node(tmp_path, procs, "mine", mesh_name, mdns=True)
     start_node(tmp_path, procs, "theirs", mesh_name + "-other", mdns=True)
-    start_node(tmp_path, procs, "guard", mesh_name, mdns=True,
-               extra=f'secret_key_file = "{trusted / "guard.key"}"\n'
-                     f'trusted_keys_dir = "{trusted}"')
+    start_node(
+        tmp_path,
+        procs,
+        "guard",
+        mesh_name,
+        mdns=True,
+        extra=f'secret_key_file = "{trusted / "guard.key"}"\ntrusted_keys_dir = "{trusted}"',
+    )
     port = address.rpartition(":")[2]
 
     def doctor(*extra: str) -> subprocess.CompletedProcess:
         def seen_all() -> subprocess.CompletedProcess | None:
-            done = run_cli(["doctor", "--interface", "127.0.0.1", "--mesh", mesh_name,
-                            "--timeout", "2", *extra], timeout=60)
+            done = run_cli(
+                [
+                    "doctor",
+                    "--interface",
+                    "127.0.0.1",
+                    "--mesh",
+                    mesh_name,
+                    "--timeout",
+                    "2",
+                    *extra,
+                ],
+                timeout=60,
+            )
             names = re.findall(r"node: (mine|theirs|guard)-\w+: mesh", done.stdout)
             return done if len(set(names)) == 3 else None
 
@@ -286,11 +323,14 @@ def test_secured_node_needs_keys(tmp_path: Path, mesh_name: str, procs: list[Pro
     trusted, strangers = tmp_path / "trusted", tmp_path / "strangers"
     for d, name in ((trusted, "node1"), (trusted, "operator"), (strangers, "x")):
         ok(["keys", "generate", str(d), "--name", name])
-    extra = (f'secret_key_file = "{trusted / "node1.key"}"\n'
-             f'trusted_keys_dir = "{trusted}"')
+    extra = f'secret_key_file = "{trusted / "node1.key"}"\ntrusted_keys_dir = "{trusted}"'
     _, address = start_node(tmp_path, procs, "vault", mesh_name, extra=extra)
-    keys = ["--server-key", str(trusted / "node1.pub"),
-            "--secret-key-file", str(trusted / "operator.key")]
+    keys = [
+        "--server-key",
+        str(trusted / "node1.pub"),
+        "--secret-key-file",
+        str(trusted / "operator.key"),
+    ]
 
     status = json.loads(ok(["status", address, "--json", *keys]).stdout)
     assert status["node"]["name"] == "vault"
@@ -305,8 +345,17 @@ def test_secured_node_needs_keys(tmp_path: Path, mesh_name: str, procs: list[Pro
     assert "--server-key" in bare.stderr and "Traceback" not in bare.stderr
     dlq = run_cli(["dlq", "list", address, "--topic", "t", "--group", "g", "--timeout", "1"])
     assert dlq.returncode == 1 and "secured" in dlq.stderr
-    stranger = run_cli(["status", address, "--timeout", "1", *keys[:2], "--secret-key-file",
-                        str(strangers / "x.key")])
+    stranger = run_cli(
+        [
+            "status",
+            address,
+            "--timeout",
+            "1",
+            *keys[:2],
+            "--secret-key-file",
+            str(strangers / "x.key"),
+        ]
+    )
     assert stranger.returncode == 1 and "trusted_keys_dir" in stranger.stderr
     half = run_cli(["status", address, *keys[:2]])
     assert half.returncode == 2 and "go together" in half.stderr
@@ -322,8 +371,11 @@ def test_bench_runs_and_prints_rates() -> None:
 def test_bench_suite_runs_the_benchmarks_of_the_checkout(tmp_path: Path) -> None:
     """From anywhere, --suite finds the checkout this zmesh is installed from; its relative
     paths are the caller's."""
-    done = run_cli(["bench", "--suite", "--quick", "--only", "raw_pushpull_1", "--json",
-                    "out.json"], timeout=120, cwd=str(tmp_path))
+    done = run_cli(
+        ["bench", "--suite", "--quick", "--only", "raw_pushpull_1", "--json", "out.json"],
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
     assert re.search(r"raw_pushpull_1\s+│\s+[\d,]+ │", done.stdout), done.stdout
     assert "raw_pushpull_1" in json.loads((tmp_path / "out.json").read_text())["scenarios"]

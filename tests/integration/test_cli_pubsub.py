@@ -26,8 +26,9 @@ def seed(tmp_path: Path, mesh_name: str, procs: list[Proc]) -> str:
     return proc.wait_for(ADDRESS_RE).group(1)
 
 
-def consumer(tmp_path: Path, procs: list[Proc], node: list[str], *args: str,
-             name: str = "sub") -> Proc:
+def consumer(
+    tmp_path: Path, procs: list[Proc], node: list[str], *args: str, name: str = "sub"
+) -> Proc:
     """`zmesh sub t --group g ARGS`, once it consumes."""
     proc = Proc(tmp_path, name, ["sub", "t", "--group", "g", *node, *args])
     procs.append(proc)
@@ -37,18 +38,37 @@ def consumer(tmp_path: Path, procs: list[Proc], node: list[str], *args: str,
 
 def lines(proc: Proc, n: int, timeout: float = 30.0) -> list[dict]:
     """The first ``n`` JSON lines ``proc`` printed (waiting for them)."""
-    wait_until(lambda: len(proc.stdout().splitlines()) >= n, timeout,
-               what=f"{n} lines from {proc.out.name}")
+    wait_until(
+        lambda: len(proc.stdout().splitlines()) >= n,
+        timeout,
+        what=f"{n} lines from {proc.out.name}",
+    )
     return [json.loads(line) for line in proc.stdout().splitlines()[:n]]
 
 
-def test_each_pub_option_is_received_as_sent(tmp_path: Path, mesh_name: str, seed: str,
-                                             procs: list[Proc]) -> None:
+def test_each_pub_option_is_received_as_sent(
+    tmp_path: Path, mesh_name: str, seed: str, procs: list[Proc]
+) -> None:
     node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
     sub = consumer(tmp_path, procs, node, "--json")
-    done = run_cli(["pub", "t", "reading {{Count}}", *node, "--count", "3", "--key", "line-4",
-                    "--header", "unit=C", "--header", "n={{Count}}", "--msg-id",
-                    "job-{{Count}}"])
+    done = run_cli(
+        [
+            "pub",
+            "t",
+            "reading {{Count}}",
+            *node,
+            "--count",
+            "3",
+            "--key",
+            "line-4",
+            "--header",
+            "unit=C",
+            "--header",
+            "n={{Count}}",
+            "--msg-id",
+            "job-{{Count}}",
+        ]
+    )
     assert done.returncode == 0, done.stderr
     assert "published 3, acknowledged 3" in done.stdout
     assert "is open" not in done.stderr  # (the command's own node: no warning every call)
@@ -83,38 +103,69 @@ def test_each_pub_option_is_received_as_sent(tmp_path: Path, mesh_name: str, see
     assert len(sub.stdout().splitlines()) == 8  # (the duplicates never came)
 
 
-def test_priority_and_ttl_act_on_a_kept_outbox(tmp_path: Path, mesh_name: str,
-                                               procs: list[Proc]) -> None:
+def test_priority_and_ttl_act_on_a_kept_outbox(
+    tmp_path: Path, mesh_name: str, procs: list[Proc]
+) -> None:
     """Messages published with --data-dir while no member is there stay in that outbox;
     a node run on it later sends the urgent one first and drops the expired one."""
     outbox = tmp_path / "outbox"
-    alone = [*LOOP, "--mesh", mesh_name, "--data-dir", str(outbox), "--group", "g",
-             "--timeout", "0"]
-    for args in (["low", "--priority", "200"], ["expires", "--ttl", "0.5"],
-                 ["urgent", "--priority", "0"]):
+    alone = [
+        *LOOP,
+        "--mesh",
+        mesh_name,
+        "--data-dir",
+        str(outbox),
+        "--group",
+        "g",
+        "--timeout",
+        "0",
+    ]
+    for args in (
+        ["low", "--priority", "200"],
+        ["expires", "--ttl", "0.5"],
+        ["urgent", "--priority", "0"],
+    ):
         done = run_cli(["pub", "t", *args, *alone])
         assert done.returncode == 1, done.stderr  # (nobody acked: they stay)
         assert "stay in the outbox" in done.stderr
     pause(0.5)  # (the ttl runs out: the passing time is what is tested)
     toml = tmp_path / "producer.toml"
-    toml.write_text(f'[node]\nname = "producer"\nmesh = "{mesh_name}"\n'
-                    f'data_dir = "{outbox}"\ninterfaces = ["127.0.0.1"]\nmdns = false\n')
+    toml.write_text(
+        f'[node]\nname = "producer"\nmesh = "{mesh_name}"\n'
+        f'data_dir = "{outbox}"\ninterfaces = ["127.0.0.1"]\nmdns = false\n'
+    )
     producer = Proc(tmp_path, "producer", ["node", "run", str(toml)])
     procs.append(producer)
     address = producer.wait_for(ADDRESS_RE).group(1)
-    sub = consumer(tmp_path, procs, [*LOOP, "--mesh", mesh_name, "--seed", address],
-                   "--json", "--max-in-flight", "1", "--count", "2", "--timeout", "60")
+    sub = consumer(
+        tmp_path,
+        procs,
+        [*LOOP, "--mesh", mesh_name, "--seed", address],
+        "--json",
+        "--max-in-flight",
+        "1",
+        "--count",
+        "2",
+        "--timeout",
+        "60",
+    )
     assert sub.finish(timeout=60) == 0, sub.stderr()
     assert [m["payload"] for m in lines(sub, 2)] == ["urgent", "low"]
 
 
-def test_sub_raw_no_ack_and_redelivery(tmp_path: Path, mesh_name: str, seed: str,
-                                       procs: list[Proc]) -> None:
+def test_sub_raw_no_ack_and_redelivery(
+    tmp_path: Path, mesh_name: str, seed: str, procs: list[Proc]
+) -> None:
     node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
-    peek = consumer(tmp_path, procs, node, "--raw", "--no-ack", "--count", "2",
-                    "--timeout", "60", name="peek")
-    pub = Proc(tmp_path, "pub", ["pub", "t", "-", *node, "--group", "g", "--timeout", "60"],
-               stdin=subprocess.PIPE)
+    peek = consumer(
+        tmp_path, procs, node, "--raw", "--no-ack", "--count", "2", "--timeout", "60", name="peek"
+    )
+    pub = Proc(
+        tmp_path,
+        "pub",
+        ["pub", "t", "-", *node, "--group", "g", "--timeout", "60"],
+        stdin=subprocess.PIPE,
+    )
     procs.append(pub)
     assert pub.popen.stdin is not None
     pub.popen.stdin.write(b"one\ntwo\n")
@@ -122,8 +173,9 @@ def test_sub_raw_no_ack_and_redelivery(tmp_path: Path, mesh_name: str, seed: str
     assert peek.finish(timeout=60) == 0, peek.stderr()
     assert peek.out.read_bytes() in (b"onetwo", b"twoone")  # (raw: nothing added)
     # Not acked: the next member gets them again, as second attempts.
-    again = consumer(tmp_path, procs, node, "--json", "--count", "2", "--timeout", "60",
-                     name="again")
+    again = consumer(
+        tmp_path, procs, node, "--json", "--count", "2", "--timeout", "60", name="again"
+    )
     assert again.finish(timeout=60) == 0, again.stderr()
     got = lines(again, 2)
     assert sorted(m["payload"] for m in got) == ["one", "two"]
@@ -133,8 +185,9 @@ def test_sub_raw_no_ack_and_redelivery(tmp_path: Path, mesh_name: str, seed: str
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_stop_signals_give_their_exit_codes(tmp_path: Path, mesh_name: str, seed: str,
-                                            procs: list[Proc], sig: int, code: int) -> None:
+def test_stop_signals_give_their_exit_codes(
+    tmp_path: Path, mesh_name: str, seed: str, procs: list[Proc], sig: int, code: int
+) -> None:
     node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
     sub = consumer(tmp_path, procs, node)
     sub.popen.send_signal(sig)
@@ -144,16 +197,20 @@ def test_stop_signals_give_their_exit_codes(tmp_path: Path, mesh_name: str, seed
     # it) is stopped the same way.
     pub = Proc(tmp_path, "pub", ["pub", "t", "x", *node, "--timeout", "120"])
     procs.append(pub)
-    wait_until(lambda: "found within" in pub.stderr() or pub.popen.poll() is not None, 30,
-               what="pub waiting")
+    wait_until(
+        lambda: "found within" in pub.stderr() or pub.popen.poll() is not None,
+        30,
+        what="pub waiting",
+    )
     pub.popen.send_signal(sig)
     assert pub.finish(timeout=30) == code, pub.stderr()
     assert "interrupted with 1 of 1 messages not acknowledged" in pub.stderr()
 
 
 def test_pub_fails_clearly_when_not_acknowledged(tmp_path: Path, mesh_name: str) -> None:
-    done = run_cli(["pub", "t", "x", *LOOP, "--mesh", mesh_name, "--group", "g",
-                    "--timeout", "0.3"])
+    done = run_cli(
+        ["pub", "t", "x", *LOOP, "--mesh", mesh_name, "--group", "g", "--timeout", "0.3"]
+    )
     assert done.returncode == 1
     assert "published 1, acknowledged 0" in done.stdout
     assert "1 of 1 messages not acknowledged within 0.3s (groups owed: g)" in done.stderr
@@ -164,36 +221,77 @@ def test_pub_fails_clearly_when_not_acknowledged(tmp_path: Path, mesh_name: str)
 
 
 def test_an_unresolvable_seed_is_reported_at_start(tmp_path: Path, mesh_name: str) -> None:
-    done = run_cli(["pub", "t", "x", *LOOP, "--mesh", mesh_name, "--seed",
-                    "no-such-host.invalid:4000", "--group", "g", "--timeout", "0.2"])
+    done = run_cli(
+        [
+            "pub",
+            "t",
+            "x",
+            *LOOP,
+            "--mesh",
+            mesh_name,
+            "--seed",
+            "no-such-host.invalid:4000",
+            "--group",
+            "g",
+            "--timeout",
+            "0.2",
+        ]
+    )
     assert done.returncode == 1
     [warning] = [ln for ln in done.stderr.splitlines() if "no-such-host.invalid" in ln]
     assert "WARNING" in warning and "does not resolve" in warning and "keeps trying" in warning
 
 
-def test_pub_and_sub_join_a_secured_mesh(tmp_path: Path, mesh_name: str,
-                                         procs: list[Proc]) -> None:
+def test_pub_and_sub_join_a_secured_mesh(tmp_path: Path, mesh_name: str, procs: list[Proc]) -> None:
     trusted = tmp_path / "trusted"
     for name in ("hub", "reader", "writer"):
         done = run_cli(["keys", "generate", str(trusted), "--name", name])
         assert done.returncode == 0, done.stderr
     toml = hub_toml(tmp_path, mesh_name)
-    toml.write_text(toml.read_text().replace(
-        "mdns = false", f'mdns = false\nsecret_key_file = "{trusted / "hub.key"}"\n'
-                        f'trusted_keys_dir = "{trusted}"'))
+    toml.write_text(
+        toml.read_text().replace(
+            "mdns = false",
+            f'mdns = false\nsecret_key_file = "{trusted / "hub.key"}"\n'
+            f'trusted_keys_dir = "{trusted}"',
+        )
+    )
     hub = Proc(tmp_path, "hub", ["node", "run", str(toml)])
     procs.append(hub)
     seed = hub.wait_for(ADDRESS_RE).group(1)
     node = [*LOOP, "--mesh", mesh_name, "--seed", seed, "--trusted-keys-dir", str(trusted)]
-    sub = consumer(tmp_path, procs, [*node, "--secret-key-file", str(trusted / "reader.key")],
-                   "--json", "--count", "1", "--timeout", "60")
+    sub = consumer(
+        tmp_path,
+        procs,
+        [*node, "--secret-key-file", str(trusted / "reader.key")],
+        "--json",
+        "--count",
+        "1",
+        "--timeout",
+        "60",
+    )
     # The writer's key from the environment, as a context or a service would give it.
-    done = run_cli(["pub", "t", "sealed", *node],
-                   env={**os.environ, "ZMESH_SECRET_KEY_FILE": str(trusted / "writer.key")})
+    done = run_cli(
+        ["pub", "t", "sealed", *node],
+        env={**os.environ, "ZMESH_SECRET_KEY_FILE": str(trusted / "writer.key")},
+    )
     assert done.returncode == 0 and "acknowledged 1" in done.stdout, done.stderr
     assert sub.finish(timeout=60) == 0, sub.stderr()
     assert lines(sub, 1)[0]["payload"] == "sealed"
     # Without keys the secured hub never says hello: nobody consuming t is found.
-    bare = run_cli(["pub", "t", "open", *LOOP, "--mesh", mesh_name, "--seed", seed,
-                    "--discovery-wait", "0.5", "--timeout", "0.5"])
+    bare = run_cli(
+        [
+            "pub",
+            "t",
+            "open",
+            *LOOP,
+            "--mesh",
+            mesh_name,
+            "--seed",
+            seed,
+            "--discovery-wait",
+            "0.5",
+            "--timeout",
+            "0.5",
+        ]
+    )
     assert bare.returncode == 1 and "members of 1 group(s) consuming t not found" in bare.stderr

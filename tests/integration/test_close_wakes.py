@@ -57,8 +57,7 @@ def test_a_wait_for_acks_without_timeout_wakes_when_the_node_closes(make_node):
 
 
 def test_a_publish_waiting_for_room_wakes_when_the_node_closes(make_node):
-    node = make_node("prod", max_outbox_messages=1,
-                     topics={"t": zmesh.TopicConfig(groups=("g",))})
+    node = make_node("prod", max_outbox_messages=1, topics={"t": zmesh.TopicConfig(groups=("g",))})
     node.publish("t", b"fills it").wait_stored(5)
     blocked = Blocked(lambda: node.publish("t", b"no room", timeout=float("inf")))
     wait_until(lambda: waiters(node._engine.queue.cond) == 1, what="publish waiting for room")
@@ -71,8 +70,11 @@ def test_a_publish_waiting_for_room_wakes_when_the_node_closes(make_node):
 def test_a_consumer_waiting_for_messages_wakes_on_close(make_node, how, closing):
     node = make_node("cons")
     sub = node.subscribe("t", group="g")
-    take: Callable[[], object] = {"get": sub.get, "fetch": lambda: sub.fetch(10),
-                                  "iterate": lambda: list(sub)}[how]
+    take: Callable[[], object] = {
+        "get": sub.get,
+        "fetch": lambda: sub.fetch(10),
+        "iterate": lambda: list(sub),
+    }[how]
     blocked = Blocked(take)
     wait_until(lambda: waiters(sub._cond) == 1, what=f"{how} blocked")
     if closing == "node":

@@ -83,12 +83,34 @@ def test_small_and_large_payloads_arrive_intact(make_node):
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("blobs", group="g")
     wait_members(prod, "blobs", "g", 1)
-    sizes = [0, 1, 100, LARGE_PAYLOAD_BYTES - 1, LARGE_PAYLOAD_BYTES, 3 * LARGE_PAYLOAD_BYTES,
-             7, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000,
-             40_000, 40_000, 40_000, 40_000, 5]
+    sizes = [
+        0,
+        1,
+        100,
+        LARGE_PAYLOAD_BYTES - 1,
+        LARGE_PAYLOAD_BYTES,
+        3 * LARGE_PAYLOAD_BYTES,
+        7,
+        40_000,
+        40_000,
+        40_000,
+        40_000,
+        40_000,
+        40_000,
+        40_000,
+        40_000,
+        40_000,
+        40_000,
+        40_000,
+        40_000,
+        40_000,
+        40_000,
+        5,
+    ]
     sent = {f"m{i}": bytes([i]) * size for i, size in enumerate(sizes)}
-    receipt = prod.publish_many("blobs", list(sent.values()), keys=list(sent),
-                                headers={"unit": "B"})
+    receipt = prod.publish_many(
+        "blobs", list(sent.values()), keys=list(sent), headers={"unit": "B"}
+    )
     got = drain(sub, len(sent))
     assert {m.key: m.payload for m in got} == sent
     assert all(m.headers == {"unit": "B"} and m.id.producer == prod.id for m in got)
@@ -104,15 +126,15 @@ def test_long_keys_and_large_headers_travel_in_batches_a_consumer_can_decode(mak
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
     headers = {"h": "x" * (MAX_HEADERS_BYTES - 64)}
     key = "é" * MAX_KEY_CHARS  # two bytes each in UTF-8
-    receipts = [prod.publish("t", b"%d" % i, key=key if i % 2 else None, headers=headers)
-                for i in range(60)]
+    receipts = [
+        prod.publish("t", b"%d" % i, key=key if i % 2 else None, headers=headers) for i in range(60)
+    ]
     for r in receipts:
         r.wait_stored(10)
     cons = make_node("cons", seeds=[prod.control_address])
     got = drain(cons.subscribe("t", group="g"), 60, timeout=20)
     assert sorted(int(m.payload) for m in got) == list(range(60))
-    assert all(m.headers == headers and m.key == (key if int(m.payload) % 2 else None)
-               for m in got)
+    assert all(m.headers == headers and m.key == (key if int(m.payload) % 2 else None) for m in got)
     assert cons.stats().get("decode_errors", 0) == 0
 
 
@@ -273,10 +295,10 @@ def test_messages_published_before_any_group_is_known_are_kept(make_node):
     assert sorted(int(m.payload) for m in got) == list(range(50))
 
 
-def test_a_message_not_settled_within_its_ack_timeout_reaches_the_application_again(
-        make_node):
-    prod = make_node("prod", topics={"w": zmesh.TopicConfig(ack_timeout_s=0.3,
-                                                             retry_backoff_s=0.0)})
+def test_a_message_not_settled_within_its_ack_timeout_reaches_the_application_again(make_node):
+    prod = make_node(
+        "prod", topics={"w": zmesh.TopicConfig(ack_timeout_s=0.3, retry_backoff_s=0.0)}
+    )
     a = make_node("a", seeds=[prod.control_address])
     sa = a.subscribe("w", group="g")
     wait_members(prod, "w", "g", 1)
@@ -295,13 +317,13 @@ def test_a_message_not_settled_within_its_ack_timeout_reaches_the_application_ag
         first.ack()
 
 
-def test_the_unsettled_messages_of_a_partly_acked_batch_come_again_after_the_timeout(
-        make_node):
+def test_the_unsettled_messages_of_a_partly_acked_batch_come_again_after_the_timeout(make_node):
     """Messages of one batch acked in order, one acked out of order, the rest held past
     the ack timeout: the producer resends only the unacked ones, and the application gets
     each of those again, once per resend, with its attempt."""
-    prod = make_node("prod", topics={"w": zmesh.TopicConfig(ack_timeout_s=0.5,
-                                                             retry_backoff_s=0.0)})
+    prod = make_node(
+        "prod", topics={"w": zmesh.TopicConfig(ack_timeout_s=0.5, retry_backoff_s=0.0)}
+    )
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("w", group="g")
     wait_members(prod, "w", "g", 1)
@@ -319,8 +341,9 @@ def test_the_unsettled_messages_of_a_partly_acked_batch_come_again_after_the_tim
 
 
 def test_a_handler_that_says_it_is_in_progress_keeps_its_message(make_node):
-    prod = make_node("prod", topics={"w": zmesh.TopicConfig(ack_timeout_s=0.5,
-                                                             retry_backoff_s=0.0)})
+    prod = make_node(
+        "prod", topics={"w": zmesh.TopicConfig(ack_timeout_s=0.5, retry_backoff_s=0.0)}
+    )
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("w", group="g")
     wait_members(prod, "w", "g", 1)
@@ -383,8 +406,9 @@ def test_acks_of_one_batch_from_several_threads_all_reach_the_producer(make_node
     wait_members(prod, "w", "g", 1)
     receipt = prod.publish_many("w", [str(i).encode() for i in range(1000)])
     got = fetched(sub, 1000)
-    threads = [threading.Thread(target=lambda part=got[k::4]: [m.ack() for m in part])
-               for k in range(4)]
+    threads = [
+        threading.Thread(target=lambda part=got[k::4]: [m.ack() for m in part]) for k in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -482,7 +506,8 @@ def test_two_meshes_on_one_host_stay_apart(make_node, tmp_path):
 
 @pytest.mark.parametrize("restart_consumer", [False, True])
 def test_a_redelivered_message_acked_before_is_dropped_by_the_dedupe_window(
-        make_node, tmp_path, restart_consumer):
+    make_node, tmp_path, restart_consumer
+):
     """The ack reached the consumer's dedupe window but the producer never settled it: a
     producer restored from a snapshot taken while the message was in flight sends it
     again, and the consumer (also after its own restart) acks it without delivering it."""
@@ -506,8 +531,9 @@ def test_a_redelivered_message_acked_before_is_dropped_by_the_dedupe_window(
         cons.close()
         cons = make_node("cons2", data_dir=str(tmp_path / "cons"))
         sub = cons.subscribe("t", group="g")
-    restored = make_node("restored", data_dir=str(tmp_path / "restored"),
-                         seeds=[cons.control_address])
+    restored = make_node(
+        "restored", data_dir=str(tmp_path / "restored"), seeds=[cons.control_address]
+    )
     wait_until(lambda: cons.stats().get("duplicates_dropped", 0) == 1, what="a dropped resend")
     wait_until(lambda: restored.status()["outbox"] == 0, what="the resend acked")
     assert sub.get(timeout=0.3) is None

@@ -19,8 +19,11 @@ def test_mdns_on_loopback_finds_peers_of_the_same_mesh(make_node, mesh_name):
     a = make_node("a", mdns=True)
     b = make_node("b", mdns=True)
     other = make_node("x", mdns=True, mesh=mesh_name + "-other")
-    wait_until(lambda: peer_names(a) == {"b"} and peer_names(b) == {"a"}, 20,
-               what="mDNS discovery of a and b")
+    wait_until(
+        lambda: peer_names(a) == {"b"} and peer_names(b) == {"a"},
+        20,
+        what="mDNS discovery of a and b",
+    )
     sub = b.subscribe("t", group="g")
     wait_members(a, "t", "g", 1)
     a.publish("t", b"over mdns").wait_stored(5)
@@ -34,8 +37,10 @@ def test_gossip_introduces_peers_learned_from_a_seed(make_node):
     hub = make_node("hub")
     a = make_node("a", seeds=[hub.control_address])
     b = make_node("b", seeds=[hub.control_address])
-    wait_until(lambda: peer_names(a) == {"hub", "b"} and peer_names(b) == {"hub", "a"},
-               what="a and b to meet through the hub")
+    wait_until(
+        lambda: peer_names(a) == {"hub", "b"} and peer_names(b) == {"hub", "a"},
+        what="a and b to meet through the hub",
+    )
 
 
 CONSUMER = textwrap.dedent("""
@@ -53,8 +58,12 @@ CONSUMER = textwrap.dedent("""
 
 def start_consumer(mesh: str, data_dir: Path, seed: str) -> tuple[subprocess.Popen, str]:
     """A consumer node in a process of its own, and its node id once it is up."""
-    proc = spawn(["-c", CONSUMER, mesh, str(data_dir), seed], stdin=subprocess.PIPE,
-                 stdout=subprocess.PIPE, text=True)
+    proc = spawn(
+        ["-c", CONSUMER, mesh, str(data_dir), seed],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = str(read_line(proc, 30))
         assert line.startswith("ready "), f"the consumer did not start: {line!r}"
@@ -78,8 +87,10 @@ def test_silent_peer_is_declared_dead_and_returns(make_node, tmp_path, mesh_name
         # dead_after_s tells the producer. A bye would have made it forget the peer; a
         # silent one is kept, marked dead.
         os.kill(proc.pid, signal.SIGSTOP)
-        wait_until(lambda: [p["alive"] for p in cons_info()] == [False],
-                   what="cons declared dead by its silence")
+        wait_until(
+            lambda: [p["alive"] for p in cons_info()] == [False],
+            what="cons declared dead by its silence",
+        )
         wait_members(prod, "t", "g", 0)
     finally:
         reap(proc)  # (SIGKILL ends a stopped process too: a crash, never a bye)
@@ -87,7 +98,9 @@ def test_silent_peer_is_declared_dead_and_returns(make_node, tmp_path, mesh_name
     try:
         assert back_id == cons_id, "node id is stable across restarts"
         wait_members(prod, "t", "g", 1)
-        wait_until(lambda: [(p["alive"], p["incarnation"]) for p in cons_info()] == [(True, 2)],
-                   what="cons back, in its second incarnation")
+        wait_until(
+            lambda: [(p["alive"], p["incarnation"]) for p in cons_info()] == [(True, 2)],
+            what="cons back, in its second incarnation",
+        )
     finally:
         reap(proc)

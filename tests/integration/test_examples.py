@@ -21,8 +21,12 @@ class Script:
         self.out = tmp_path / f"{name}.out"
         self.err = tmp_path / f"{name}.err"
         with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.popen = spawn([str(EXAMPLES / f"{name}.py"), *args], stdout=out, stderr=err,
-                               stdin=subprocess.DEVNULL)
+            self.popen = spawn(
+                [str(EXAMPLES / f"{name}.py"), *args],
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+            )
 
     def stdout(self) -> str:
         return self.out.read_text(errors="replace")
@@ -40,10 +44,17 @@ class Script:
         return wait_until(seen, timeout, what=regex.pattern)  # type: ignore[return-value]
 
 
-def run_pair(tmp_path: Path, procs: list[Script], common: list[str],
-             consumer_extra: list[str], seed: bool, count: int = 12) -> Script:
-    consumer = Script(tmp_path, "consumer", [*common, "--count", str(count), "--timeout", "90",
-                                             *consumer_extra])
+def run_pair(
+    tmp_path: Path,
+    procs: list[Script],
+    common: list[str],
+    consumer_extra: list[str],
+    seed: bool,
+    count: int = 12,
+) -> Script:
+    consumer = Script(
+        tmp_path, "consumer", [*common, "--count", str(count), "--timeout", "90", *consumer_extra]
+    )
     procs.append(consumer)
     address = consumer.wait_for(ADDRESS_RE).group(1)
     producer_args = [*common, "--count", str(count), "--timeout", "90"]
@@ -61,8 +72,9 @@ def received(consumer: Script) -> list[str]:
     return re.findall(r"^received (reading \d+) \(key sensor-\d\)$", consumer.stdout(), re.M)
 
 
-def test_consumer_prints_every_message_seeded(tmp_path: Path, mesh_name: str,
-                                              procs: list[Script]) -> None:
+def test_consumer_prints_every_message_seeded(
+    tmp_path: Path, mesh_name: str, procs: list[Script]
+) -> None:
     common = ["--mesh", mesh_name, "--interface", "127.0.0.1", "--no-mdns"]
     consumer = run_pair(tmp_path, procs, common, [], seed=True)
     assert sorted(received(consumer)) == sorted(f"reading {i}" for i in range(12))
@@ -75,8 +87,9 @@ def test_handler_form(tmp_path: Path, mesh_name: str, procs: list[Script]) -> No
     assert sorted(received(consumer)) == sorted(f"reading {i}" for i in range(12))
 
 
-def test_examples_find_each_other_over_mdns_on_loopback(tmp_path: Path, mesh_name: str,
-                                                         procs: list[Script]) -> None:
+def test_examples_find_each_other_over_mdns_on_loopback(
+    tmp_path: Path, mesh_name: str, procs: list[Script]
+) -> None:
     # No seed: discovery by mDNS, which speaks on 127.0.0.1 only.
     common = ["--mesh", mesh_name, "--interface", "127.0.0.1"]
     consumer = run_pair(tmp_path, procs, common, [], seed=False, count=5)

@@ -21,11 +21,12 @@ def record(msg: zmesh.Message) -> None:
 def test_toml_subscription_with_handler_and_metrics(tmp_path, mesh_name, make_node):
     RECEIVED.clear()
     path = tmp_path / "worker.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [node]
         name = "worker"
         mesh = "{mesh_name}"
-        data_dir = "{tmp_path / 'worker'}"
+        data_dir = "{tmp_path / "worker"}"
         interfaces = ["127.0.0.1"]
         mdns = false
         metrics_address = "127.0.0.1:0"
@@ -35,7 +36,8 @@ def test_toml_subscription_with_handler_and_metrics(tmp_path, mesh_name, make_no
         group = "billing"
         handler = "tests.integration.test_node_definitions:record"
         concurrency = 2
-    """))
+    """)
+    )
     prod = make_node("prod")
     worker = zmesh.Node.from_toml(path)
     worker.start()
@@ -46,8 +48,11 @@ def test_toml_subscription_with_handler_and_metrics(tmp_path, mesh_name, make_no
         for r in rs:
             r.wait_acked(10)
         assert sorted(RECEIVED) == sorted(f"o{i}".encode() for i in range(20))
-        body = urllib.request.urlopen(f"http://{worker.metrics_address}/metrics",
-                                      timeout=5).read().decode()
+        body = (
+            urllib.request.urlopen(f"http://{worker.metrics_address}/metrics", timeout=5)
+            .read()
+            .decode()
+        )
         assert 'zmesh_events_total{event="acked_local",mesh="' in body
         assert "zmesh_peers" in body and 'node="worker"' in body
     finally:
@@ -55,16 +60,23 @@ def test_toml_subscription_with_handler_and_metrics(tmp_path, mesh_name, make_no
     assert prod.peers() == []  # never seeded: only prod2 met the worker
 
 
-@pytest.mark.parametrize("table, match", [
-    ('[subscriptions.x]\ntopic = "t"\ngroup = "g"\n', "needs handler"),
-    ('[subscriptions.x]\ntopic = "t"\ngroup = "g"\nhandler = "nocolon"\n', "module:function"),
-    ('[subscriptions.x]\ntopic = "t"\ngroup = "g"\nhandler = "no.such.mod:f"\n',
-     "cannot import"),
-])
+@pytest.mark.parametrize(
+    "table, match",
+    [
+        ('[subscriptions.x]\ntopic = "t"\ngroup = "g"\n', "needs handler"),
+        ('[subscriptions.x]\ntopic = "t"\ngroup = "g"\nhandler = "nocolon"\n', "module:function"),
+        (
+            '[subscriptions.x]\ntopic = "t"\ngroup = "g"\nhandler = "no.such.mod:f"\n',
+            "cannot import",
+        ),
+    ],
+)
 def test_bad_subscription_definitions(tmp_path, table, match):
     path = tmp_path / "n.toml"
-    path.write_text(f'[node]\nname = "n"\ndata_dir = "{tmp_path / "n"}"\n'
-                    'interfaces = ["127.0.0.1"]\nmdns = false\n' + table)
+    path.write_text(
+        f'[node]\nname = "n"\ndata_dir = "{tmp_path / "n"}"\n'
+        'interfaces = ["127.0.0.1"]\nmdns = false\n' + table
+    )
     with pytest.raises(zmesh.ConfigError, match=match) as err:
         node = zmesh.Node.from_toml(path)
         node.start()

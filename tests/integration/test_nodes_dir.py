@@ -19,17 +19,26 @@ NODES = Path(__file__).resolve().parents[2] / "nodes"
 FILES = sorted(NODES.glob("*.toml"))
 
 
-def local(path: Path, tmp_path: Path, mesh: str,
-          **changes: object) -> zmesh.Node | zmesh.spark.Bridge:
+def local(
+    path: Path, tmp_path: Path, mesh: str, **changes: object
+) -> zmesh.Node | zmesh.spark.Bridge:
     """The definition as ``zmesh node run`` loads it, but on loopback, in this test's mesh,
     in a temp dir and (a bridge) on an ephemeral port."""
     node_cfg, bridge_table = read_definition(path)
-    node_cfg = node_cfg.replace(mesh=mesh, data_dir=str(tmp_path / node_cfg.name),
-                                interfaces=("127.0.0.1",), heartbeat_interval_s=0.2,
-                                dead_after_s=1.5, **changes)
+    node_cfg = node_cfg.replace(
+        mesh=mesh,
+        data_dir=str(tmp_path / node_cfg.name),
+        interfaces=("127.0.0.1",),
+        heartbeat_interval_s=0.2,
+        dead_after_s=1.5,
+        **changes,
+    )
     if bridge_table is not None:
-        bridge_table = {**bridge_table, "bind": "tcp://127.0.0.1:*",
-                        "log_dir": str(tmp_path / f"{node_cfg.name}-log")}
+        bridge_table = {
+            **bridge_table,
+            "bind": "tcp://127.0.0.1:*",
+            "log_dir": str(tmp_path / f"{node_cfg.name}-log"),
+        }
     return build(node_cfg, bridge_table, str(path))
 
 
@@ -50,6 +59,7 @@ def test_each_definition_loads_and_starts(path, tmp_path, mesh_name):
 
 def test_the_reference_roles_work_together(tmp_path, mesh_name):
     """sensor -> aggregator and relay -> spark bridge, found over mDNS on loopback."""
+
     def aggregated() -> float:
         """Readings the aggregator handled in this process so far (its figures are the
         module's, kept across tests)."""
@@ -59,15 +69,16 @@ def test_the_reference_roles_work_together(tmp_path, mesh_name):
     started = []
     try:
         for name in ("aggregator", "relay", "spark-bridge", "sensor"):
-            started.append(local(NODES / f"{name}.toml", tmp_path, mesh_name,
-                                 mdns=True).start())
+            started.append(local(NODES / f"{name}.toml", tmp_path, mesh_name, mdns=True).start())
         bridge = started[2]
         assert isinstance(bridge, zmesh.spark.Bridge)
 
         def logged() -> int:
             return sum(end for _head, end in bridge.streams().values())
-        wait_until(lambda: logged() >= 3, 30,
-                   what="clean readings through the relay into the bridge's log")
+
+        wait_until(
+            lambda: logged() >= 3, 30, what="clean readings through the relay into the bridge's log"
+        )
         with BridgeClient(bridge.endpoint) as client:
             stream, (head, end) = next(iter(client.info().items()))
             _first, runs = client.fetch(stream, head, end, 10)

@@ -40,8 +40,10 @@ def test_restarted_producer_resumes_from_its_outbox(make_node, tmp_path):
 
 def test_a_reopened_outbox_counts_each_message_once(make_node, tmp_path):
     """Two groups owe every message of one topic; the outbox is messages, not debts."""
-    prod = make_node("prod", topics={"a": zmesh.TopicConfig(groups=("g1", "g2")),
-                                     "b": zmesh.TopicConfig(groups=("g",))})
+    prod = make_node(
+        "prod",
+        topics={"a": zmesh.TopicConfig(groups=("g1", "g2")), "b": zmesh.TopicConfig(groups=("g",))},
+    )
     receipts = [prod.publish_many("a", [b"x"] * 30), prod.publish_many("b", [b"y"] * 20)]
     for r in receipts:
         r.wait_stored(5)
@@ -50,7 +52,10 @@ def test_a_reopened_outbox_counts_each_message_once(make_node, tmp_path):
     reopened = make_node("prod", data_dir=str(tmp_path / "prod"))
     assert reopened.status()["outbox"] == 50
     assert sorted((ln["lane"], ln["pending"]) for ln in reopened.status()["lanes"]) == [
-        ("g", 20), ("g1", 30), ("g2", 30)]
+        ("g", 20),
+        ("g1", 30),
+        ("g2", 30),
+    ]
 
 
 @pytest.mark.parametrize("durability", ["fsync", "process", "memory"])
@@ -66,8 +71,11 @@ def test_each_durability_mode_delivers(make_node, durability):
 
 
 def test_memory_mode_spills_to_lmdb_past_its_budget(make_node, tmp_path):
-    prod = make_node("prod", memory_budget_bytes=20_000,
-                     topics={"t": zmesh.TopicConfig(durability="memory", groups=("g",))})
+    prod = make_node(
+        "prod",
+        memory_budget_bytes=20_000,
+        topics={"t": zmesh.TopicConfig(durability="memory", groups=("g",))},
+    )
     rs = [prod.publish("t", bytes(1000)) for _ in range(100)]
     for r in rs:
         r.wait_stored(5)
@@ -90,8 +98,9 @@ def test_full_outbox_blocks_then_raises_a_clear_error(make_node):
 def test_a_fast_publisher_stops_exactly_at_max_outbox_messages(make_node):
     # publish() takes the room the IO thread last counted without checking each time
     # (Commands._credit): the bound holds all the same, to the message.
-    prod = make_node("prod", max_outbox_messages=3000,
-                     topics={"t": zmesh.TopicConfig(groups=("g",))})
+    prod = make_node(
+        "prod", max_outbox_messages=3000, topics={"t": zmesh.TopicConfig(groups=("g",))}
+    )
     published = 0
     with pytest.raises(zmesh.OutboxFullError):
         for _ in range(3001):
@@ -109,8 +118,7 @@ def test_a_publish_blocked_on_a_full_outbox_goes_on_when_acks_make_room(make_nod
     """Acks that settle messages wake a publisher waiting for outbox room at once, not
     when its timeout runs out (it then found the room and went on, 30 s late). A timeout
     of infinity waits like no timeout (it raised OverflowError)."""
-    prod = make_node("prod", max_outbox_messages=5,
-                     topics={"t": zmesh.TopicConfig(groups=("g",))})
+    prod = make_node("prod", max_outbox_messages=5, topics={"t": zmesh.TopicConfig(groups=("g",))})
     for _ in range(5):
         prod.publish("t", b"x")
     waited: list[float] = []
@@ -147,47 +155,49 @@ def test_a_data_dir_serves_one_node_at_a_time(make_node, tmp_path):
     make_node("a")
     with pytest.raises(zmesh.DataDirLockedError):
         # (closed at once if it is wrongly made: no second node left on the data dir)
-        zmesh.Node("a2", data_dir=str(tmp_path / "a"), mdns=False,
-                   interfaces=LOOPBACK).close()
+        zmesh.Node("a2", data_dir=str(tmp_path / "a"), mdns=False, interfaces=LOOPBACK).close()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"payload": 123}, "payload"),
-    ({"key": 5}, "key"),
-    ({"priority": -1}, "priority"),
-    ({"priority": 256}, "priority"),
-    ({"priority": True}, "priority"),
-    ({"priority": 1.0}, "priority"),
-    ({"ttl": 0}, "ttl"),
-    ({"headers": {1: 2}}, "headers"),
-    ({"delay": 1, "deliver_at": 5.0}, "deliver_at or delay"),
-    ({"priority": False}, "priority"),
-    ({"priority": 0.0}, "priority"),
-    ({"payload": b"x" * 2049}, "max_message_bytes"),
-    # What a consumer could not decode is refused at the call (it stopped the IO thread,
-    # or every consumer dropped the batch holding it).
-    ({"key": "k" * (MAX_KEY_CHARS + 1)}, "key of"),
-    ({"headers": {"h": object()}}, "cannot be packed"),
-    ({"headers": {"h": {1: 2}}}, "would not decode"),
-    ({"headers": {"h": "x" * MAX_HEADERS_BYTES}}, "more than"),
-    ({"headers": {"h": 1 << 64}}, "cannot be packed"),
-    ({"headers": {"h": "\ud800"}}, "cannot be packed"),
-    ({"key": "\ud800"}, "key is not valid text"),
-    ({"msg_id": "a\ud800"}, "msg_id is not valid text"),
-    ({"payload": "\ud800"}, "payload is not valid text"),
-    ({"ttl": float("nan")}, "ttl"),
-    ({"delay": float("nan")}, "delay"),
-    ({"delay": float("inf")}, "delay"),
-    ({"deliver_at": float("nan")}, "deliver_at"),
-    # A bool was taken for 1 s (or the timestamp 1.0).
-    ({"ttl": True}, "ttl must be a positive number"),
-    ({"delay": True}, "delay must be a finite number"),
-    ({"deliver_at": True}, "deliver_at must be a datetime or a UNIX timestamp, got True"),
-    # Scheduled past any use, the message sat in the outbox for good.
-    ({"delay": 1e12}, "delay=1000000000000.0 is more than ten years ahead"),
-    ({"deliver_at": 1e300}, "deliver_at=1e.300 is more than ten years ahead"),
-    ({"deliver_at": datetime.datetime.max.replace(tzinfo=datetime.UTC)}, "ten years ahead"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"payload": 123}, "payload"),
+        ({"key": 5}, "key"),
+        ({"priority": -1}, "priority"),
+        ({"priority": 256}, "priority"),
+        ({"priority": True}, "priority"),
+        ({"priority": 1.0}, "priority"),
+        ({"ttl": 0}, "ttl"),
+        ({"headers": {1: 2}}, "headers"),
+        ({"delay": 1, "deliver_at": 5.0}, "deliver_at or delay"),
+        ({"priority": False}, "priority"),
+        ({"priority": 0.0}, "priority"),
+        ({"payload": b"x" * 2049}, "max_message_bytes"),
+        # What a consumer could not decode is refused at the call (it stopped the IO thread,
+        # or every consumer dropped the batch holding it).
+        ({"key": "k" * (MAX_KEY_CHARS + 1)}, "key of"),
+        ({"headers": {"h": object()}}, "cannot be packed"),
+        ({"headers": {"h": {1: 2}}}, "would not decode"),
+        ({"headers": {"h": "x" * MAX_HEADERS_BYTES}}, "more than"),
+        ({"headers": {"h": 1 << 64}}, "cannot be packed"),
+        ({"headers": {"h": "\ud800"}}, "cannot be packed"),
+        ({"key": "\ud800"}, "key is not valid text"),
+        ({"msg_id": "a\ud800"}, "msg_id is not valid text"),
+        ({"payload": "\ud800"}, "payload is not valid text"),
+        ({"ttl": float("nan")}, "ttl"),
+        ({"delay": float("nan")}, "delay"),
+        ({"delay": float("inf")}, "delay"),
+        ({"deliver_at": float("nan")}, "deliver_at"),
+        # A bool was taken for 1 s (or the timestamp 1.0).
+        ({"ttl": True}, "ttl must be a positive number"),
+        ({"delay": True}, "delay must be a finite number"),
+        ({"deliver_at": True}, "deliver_at must be a datetime or a UNIX timestamp, got True"),
+        # Scheduled past any use, the message sat in the outbox for good.
+        ({"delay": 1e12}, "delay=1000000000000.0 is more than ten years ahead"),
+        ({"deliver_at": 1e300}, "deliver_at=1e.300 is more than ten years ahead"),
+        ({"deliver_at": datetime.datetime.max.replace(tzinfo=datetime.UTC)}, "ten years ahead"),
+    ],
+)
 @pytest.mark.parametrize("first", [True, False], ids=["first publish", "topic published"])
 def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first):
     # A topic published before takes publish()'s short way when every option is at its
@@ -214,16 +224,19 @@ def test_a_publish_is_scheduled_up_to_ten_years_ahead(make_node):
     assert prod.status()["outbox"] == 3
 
 
-@pytest.mark.parametrize("payloads, keys, match", [
-    ("abc", None, "list of payloads, got one str"),  # was three messages "a", "b", "c"
-    (b"abc", None, "list of payloads, got one bytes"),
-    (bytearray(b"ab"), None, "list of payloads"),
-    ([], None, "at least one payload"),
-    ([b"a", b"b", b"c"], "abc", "list of keys"),  # was the keys "a", "b", "c"
-    ([b"a", b"b"], ["k"], "1 keys for 2 payloads"),
-    (5, None, "list of payloads .bytes or str., got int"),  # was a raw TypeError
-    ([b"a"], 5, "list of keys .one per payload., got int"),
-])
+@pytest.mark.parametrize(
+    "payloads, keys, match",
+    [
+        ("abc", None, "list of payloads, got one str"),  # was three messages "a", "b", "c"
+        (b"abc", None, "list of payloads, got one bytes"),
+        (bytearray(b"ab"), None, "list of payloads"),
+        ([], None, "at least one payload"),
+        ([b"a", b"b", b"c"], "abc", "list of keys"),  # was the keys "a", "b", "c"
+        ([b"a", b"b"], ["k"], "1 keys for 2 payloads"),
+        (5, None, "list of payloads .bytes or str., got int"),  # was a raw TypeError
+        ([b"a"], 5, "list of keys .one per payload., got int"),
+    ],
+)
 def test_bad_publish_many_arguments_raise_at_the_call(make_node, payloads, keys, match):
     prod = make_node("prod")
     with pytest.raises(zmesh.ArgumentError, match=match):
@@ -243,13 +256,15 @@ def test_topic_config_set_after_publishing_applies_to_the_next_publish(make_node
     after = [prod.publish("t", b"%d" % i, key=None) for i in range(4, 8)]
     got = {m.id.seq: m for m in drain(sub, 8)}
     assert [got[r.id.seq].partition for r in before] == [
-        r.id.seq % zmesh.TopicConfig().partitions for r in before]
+        r.id.seq % zmesh.TopicConfig().partitions for r in before
+    ]
     assert [got[r.id.seq].partition for r in after] == [0] * 4
     prod.topic("t", ttl_s=0.2, groups=("g2",))
     prod.publish("t", b"expires").wait_stored(5)
-    wait_until(lambda: any(ln["lane"] == "g2" and ln.get("expired") == 1
-                           for ln in prod.status()["lanes"]),
-               what="the topic's new ttl applied to the next publish")
+    wait_until(
+        lambda: any(ln["lane"] == "g2" and ln.get("expired") == 1 for ln in prod.status()["lanes"]),
+        what="the topic's new ttl applied to the next publish",
+    )
 
 
 def test_bad_names_and_closed_nodes_give_clear_errors(make_node, tmp_path):
@@ -286,8 +301,9 @@ def test_msg_id_makes_publish_idempotent_across_restarts(make_node, tmp_path):
 
 def test_publish_many_and_ack_many(make_node):
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
-    receipt = prod.publish_many("t", [str(i).encode() for i in range(1000)],
-                                keys=[f"k{i % 7}" for i in range(1000)])
+    receipt = prod.publish_many(
+        "t", [str(i).encode() for i in range(1000)], keys=[f"k{i % 7}" for i in range(1000)]
+    )
     receipt.wait_stored(5)
     assert receipt.count == 1000 and len(receipt.ids) == 1000
     assert receipt.ids[-1].seq - receipt.ids[0].seq == 999
@@ -396,11 +412,16 @@ def test_messages_are_made_as_taken_and_freed_when_dropped(make_node):
     def queued() -> int:
         [status] = cons.status()["subscriptions"]
         return status["queued"]
+
     wait_until(lambda: queued() == 100, what="the batch queued")
 
     def alive() -> list[int]:
-        return sorted(int(o.payload) for o in gc.get_objects()
-                      if type(o) is zmesh.Message and o.topic == "made")
+        return sorted(
+            int(o.payload)
+            for o in gc.get_objects()
+            if type(o) is zmesh.Message and o.topic == "made"
+        )
+
     gc.disable()
     try:
         assert alive() == []
@@ -439,13 +460,17 @@ def _mapped_kb(path: str) -> int:
 def test_a_large_backlog_does_not_stay_mapped_in_memory(make_node):
     """The store's file pages are let go of as records are written and read back: a backlog
     far larger than RELEASE_BYTES never stays resident, and every record reads back whole."""
-    prod = make_node("prod", map_size_bytes=256 << 20,
-                     topics={"t": zmesh.TopicConfig(groups=("g",))})
+    prod = make_node(
+        "prod", map_size_bytes=256 << 20, topics={"t": zmesh.TopicConfig(groups=("g",))}
+    )
     pages = prod._engine.store.pages
     n, size = 14_000, 4096  # 56 MiB of payloads
-    receipts = [prod.publish_many("t", [i.to_bytes(4, "big") * (size // 4)
-                                        for i in range(start, start + 500)])
-                for start in range(0, n, 500)]
+    receipts = [
+        prod.publish_many(
+            "t", [i.to_bytes(4, "big") * (size // 4) for i in range(start, start + 500)]
+        )
+        for start in range(0, n, 500)
+    ]
     for r in receipts:
         r.wait_stored(30)
     assert os.path.getsize(pages.path) > 3 * RELEASE_BYTES
@@ -480,12 +505,15 @@ def test_a_timeout_that_is_not_a_number_is_refused_where_a_call_would_wait(make_
     # NaN compares false with everything: get(timeout=nan) spun at 100 % CPU for good.
     node = make_node("n", topics={"t": zmesh.TopicConfig(groups=("g",))})
     sub = node.subscribe("t", group="g")
-    waits = [lambda: sub.get(timeout=bad), lambda: sub.fetch(10, timeout=bad),
-             lambda: node.publish("t", b"x").wait_stored(bad),
-             lambda: node.publish("t", b"x").wait_acked(bad),
-             lambda: node.publish("t", b"x", timeout=bad),
-             lambda: node.publish_many("t", [b"x"], timeout=bad),
-             lambda: node.transaction(timeout=bad)]
+    waits = [
+        lambda: sub.get(timeout=bad),
+        lambda: sub.fetch(10, timeout=bad),
+        lambda: node.publish("t", b"x").wait_stored(bad),
+        lambda: node.publish("t", b"x").wait_acked(bad),
+        lambda: node.publish("t", b"x", timeout=bad),
+        lambda: node.publish_many("t", [b"x"], timeout=bad),
+        lambda: node.transaction(timeout=bad),
+    ]
     for wait in waits:
         with pytest.raises(zmesh.ArgumentError, match="must be a number of seconds or None"):
             wait()

@@ -28,12 +28,15 @@ def keys(tmp_path):
 
 
 def secured(keys, name):
-    return dict(secret_key_file=str(keys / "trusted" / f"{name}.key"),
-                trusted_keys_dir=str(keys / "trusted"))
+    return dict(
+        secret_key_file=str(keys / "trusted" / f"{name}.key"),
+        trusted_keys_dir=str(keys / "trusted"),
+    )
 
 
-def status_over_wire(address: str, server_key: bytes | None = None,
-                     client: tuple[bytes, bytes] | None = None) -> dict | None:
+def status_over_wire(
+    address: str, server_key: bytes | None = None, client: tuple[bytes, bytes] | None = None
+) -> dict | None:
     """A status request as `zmesh status` sends it; None when no answer comes."""
     ctx = zmq.Context()
     try:
@@ -68,12 +71,16 @@ def test_untrusted_keyless_and_foreign_nodes_are_refused(make_node, keys, mesh_n
     a = make_node("a", **secured(keys, "a"))
     a_sub = a.subscribe("t", group="g")
     a.topic("t", groups=["g"])
-    stranger = make_node("x", seeds=[a.control_address],
-                         secret_key_file=str(keys / "stranger" / "x.key"),
-                         trusted_keys_dir=str(keys / "trusted"))
+    stranger = make_node(
+        "x",
+        seeds=[a.control_address],
+        secret_key_file=str(keys / "stranger" / "x.key"),
+        trusted_keys_dir=str(keys / "trusted"),
+    )
     keyless = make_node("k", seeds=[a.control_address])
-    other_mesh = make_node("o", mesh=mesh_name + "-other", seeds=[a.control_address],
-                           **secured(keys, "b"))
+    other_mesh = make_node(
+        "o", mesh=mesh_name + "-other", seeds=[a.control_address], **secured(keys, "b")
+    )
     wait_until(lambda: a.stats().get("auth_denied", 0) >= 1, what="the stranger refused")
     wait_until(lambda: a.stats().get("handshakes_failed", 0) >= 1, what="the keyless refused")
     wait_until(lambda: a.stats().get("foreign_mesh_hellos", 0) >= 1, what="other mesh ignored")
@@ -89,16 +96,20 @@ def test_untrusted_keyless_and_foreign_nodes_are_refused(make_node, keys, mesh_n
     # mesh's hellos reach a and are ignored (counted); the stranger (refused once, for
     # good) and the keyless node never connect, so their hellos are held back unsent
     # (counted at each), while a goes on failing the keyless node's handshakes.
-    foreign, failed = (a.stats().get(n, 0) for n in ("foreign_mesh_hellos",
-                                                      "handshakes_failed"))
+    foreign, failed = (a.stats().get(n, 0) for n in ("foreign_mesh_hellos", "handshakes_failed"))
     held = {n.name: n.stats().get("control_send_full", 0) for n in (stranger, keyless)}
-    wait_until(lambda: a.stats().get("foreign_mesh_hellos", 0) > foreign,
-               what="a hello of the other mesh, with its subscription, ignored")
-    wait_until(lambda: a.stats().get("handshakes_failed", 0) > failed,
-               what="another failed handshake")
+    wait_until(
+        lambda: a.stats().get("foreign_mesh_hellos", 0) > foreign,
+        what="a hello of the other mesh, with its subscription, ignored",
+    )
+    wait_until(
+        lambda: a.stats().get("handshakes_failed", 0) > failed, what="another failed handshake"
+    )
     for n in (stranger, keyless):
-        wait_until(lambda n=n: n.stats().get("control_send_full", 0) > held[n.name],
-                   what=f"{n.name}'s hellos held back")
+        wait_until(
+            lambda n=n: n.stats().get("control_send_full", 0) > held[n.name],
+            what=f"{n.name}'s hellos held back",
+        )
     assert not any(ln["lane"] == "g2" for ln in a.status()["lanes"])
     assert [p["name"] for p in a.peers()] == []
     assert a_sub.fetch(10, timeout=0) == [], "a's group got a message it did not publish"

@@ -50,8 +50,7 @@ def test_fail_list_replay_ack(make_node, tmp_path, durability):
 
 
 def test_max_attempts_parks_and_purge_deletes(make_node):
-    prod = make_node("prod", topics={"t": zmesh.TopicConfig(max_attempts=2,
-                                                             retry_backoff_s=0.0)})
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(max_attempts=2, retry_backoff_s=0.0)})
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="g")
     wait_members(prod, "t", "g", 1)
@@ -126,7 +125,6 @@ def test_nack_and_fetch_refuse_bad_arguments_and_the_message_stays_unsettled(mak
     assert again is not None and again.attempt == 2
 
 
-
 def test_a_payload_larger_than_a_consumer_accepts_is_parked_for_its_group_only(make_node):
     # The consumer of "small" accepts 64 KiB (its node's max_message_bytes, told in its
     # hello): the producer parks a larger payload for that group instead of sending it
@@ -167,7 +165,8 @@ def test_a_payload_larger_than_a_consumer_accepts_is_parked_for_its_group_only(m
 
 
 def test_a_payload_stored_under_a_larger_limit_is_parked_for_a_consumer_after_restart(
-        make_node, tmp_path):
+    make_node, tmp_path
+):
     # Stored while the producer allowed 1 MiB, sent after it restarted allowing 128 KiB
     # to a consumer that accepts 128 KiB: the record read back is what is checked.
     topics = {"t": zmesh.TopicConfig(groups=("g",))}
@@ -175,8 +174,9 @@ def test_a_payload_stored_under_a_larger_limit_is_parked_for_a_consumer_after_re
     large = prod.publish("t", b"L" * (200 << 10))
     large.wait_stored(5)
     prod.close()
-    prod = make_node("prod", data_dir=str(tmp_path / "prod"), topics=topics,
-                     max_message_bytes=128 << 10)
+    prod = make_node(
+        "prod", data_dir=str(tmp_path / "prod"), topics=topics, max_message_bytes=128 << 10
+    )
     cons = make_node("cons", seeds=[prod.control_address], max_message_bytes=128 << 10)
     sub = cons.subscribe("t", group="g")
     small = prod.publish("t", b"s")

@@ -63,9 +63,9 @@ def test_scheduled_message_waits_for_its_time_even_across_restart(make_node, tmp
                 received.setdefault(bytes(m.payload), time.time())
                 m.ack()
             return len(received) == 2
+
         wait_until(both, lead + 20, what="the plain and the scheduled message")
-        assert received[b"later"] >= at, \
-            f"delivered {at - received[b'later']:.2f}s before its time"
+        assert received[b"later"] >= at, f"delivered {at - received[b'later']:.2f}s before its time"
         assert set(received) == {b"now", b"later"}
         ready = received[b"now"]
         if ready < at - 0.5:
@@ -74,8 +74,10 @@ def test_scheduled_message_waits_for_its_time_even_across_restart(make_node, tmp
         cons.close()
         prod.close()
         lead = 2 * (ready - start) + 1.0
-    pytest.fail("the restarted producer never reached the consumer before the scheduled "
-                f"time, so the hold across the restart was not shown ({'; '.join(tries)})")
+    pytest.fail(
+        "the restarted producer never reached the consumer before the scheduled "
+        f"time, so the hold across the restart was not shown ({'; '.join(tries)})"
+    )
 
 
 def test_delay_argument(make_node):
@@ -90,8 +92,9 @@ def test_delay_argument(make_node):
 
 
 def test_nack_with_delay_and_backoff_survive_producer_restart(make_node, tmp_path):
-    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",), max_attempts=3,
-                                                             retry_backoff_s=0.05)})
+    prod = make_node(
+        "prod", topics={"t": zmesh.TopicConfig(groups=("g",), max_attempts=3, retry_backoff_s=0.05)}
+    )
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="g")
     r = prod.publish("t", b"x")
@@ -104,8 +107,11 @@ def test_nack_with_delay_and_backoff_survive_producer_restart(make_node, tmp_pat
     second.nack()  # the topic's backoff
     wait_until(lambda: prod.stats().get("nacked", 0) == 2, what="both nacks at the producer")
     prod.close()
-    prod = make_node("prod", data_dir=str(tmp_path / "prod"),
-                     topics={"t": zmesh.TopicConfig(max_attempts=3, retry_backoff_s=0.05)})
+    prod = make_node(
+        "prod",
+        data_dir=str(tmp_path / "prod"),
+        topics={"t": zmesh.TopicConfig(max_attempts=3, retry_backoff_s=0.05)},
+    )
     third = sub.get(timeout=10)
     assert third is not None and third.id == r.id and third.attempt == 3
     third.nack(0)

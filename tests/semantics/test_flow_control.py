@@ -65,8 +65,10 @@ def test_a_slow_handler_is_sent_what_it_handles_before_its_acks_time_out(make_no
     # 600 messages wait at once, the last six seconds behind the first, and a third of
     # them would time out and be sent again. The timeout is long beside the window so
     # that a loaded machine, stalling the handler for a second or two, times none out.
-    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",), ack_timeout_s=4.0,
-                                                             retry_backoff_s=0.0)})
+    prod = make_node(
+        "prod",
+        topics={"t": zmesh.TopicConfig(groups=("g",), ack_timeout_s=4.0, retry_backoff_s=0.0)},
+    )
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="g", max_in_flight=1000, batch_size=10)
     wait_members(prod, "t", "g", 1)

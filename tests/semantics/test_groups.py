@@ -12,8 +12,9 @@ from tests.integration.test_delivery import drain
 
 
 def _lanes(node: zmesh.Node, topic: str = "t") -> list[str]:
-    return sorted(ln["lane"] for ln in node.status()["lanes"]
-                  if ln["topic"] == topic and ln["lane"])
+    return sorted(
+        ln["lane"] for ln in node.status()["lanes"] if ln["topic"] == topic and ln["lane"]
+    )
 
 
 def test_deleting_a_group_drops_its_lanes_at_every_producer_while_they_publish(make_node):
@@ -77,8 +78,12 @@ def test_a_deleted_group_with_live_members_starts_again_empty(make_node):
     wait_members(prod, "t", "g", 1)  # a new lane, its member at once
     new = prod.publish("t", b"after")
     seen: list[zmesh.Message] = []  # (the old lane's first message may be in flight)
-    wait_until(lambda: seen.extend(sub.fetch(10, timeout=0.05))
-               or any(m.payload == b"after" for m in seen), what="the new message")
+    wait_until(
+        lambda: (
+            seen.extend(sub.fetch(10, timeout=0.05)) or any(m.payload == b"after" for m in seen)
+        ),
+        what="the new message",
+    )
     sub.ack_many(seen)
     new.wait_delivered(timeout=10)
     old.wait_acked(timeout=10)
@@ -86,8 +91,10 @@ def test_a_deleted_group_with_live_members_starts_again_empty(make_node):
 
 
 def test_a_group_without_members_expires(make_node):
-    topics = {"t": zmesh.TopicConfig(group_inactive_expiry_s=0.5),
-              "declared": zmesh.TopicConfig(groups=("d",), group_inactive_expiry_s=0.5)}
+    topics = {
+        "t": zmesh.TopicConfig(group_inactive_expiry_s=0.5),
+        "declared": zmesh.TopicConfig(groups=("d",), group_inactive_expiry_s=0.5),
+    }
     prod = make_node("prod", topics=topics)
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="gone")
@@ -115,9 +122,15 @@ def test_ephemeral_subscriptions_leave_nothing_at_the_producer(make_node):
         cons = make_node(f"tail-{i}", seeds=[prod.control_address])
         sub = cons.subscribe("t")
         assert sub.group is None and sub.mode == "ephemeral"
-        wait_until(lambda cons=cons: any(
-            s[2] == "ephemeral" for p in prod.peers() if p["id"] == cons.id
-            for s in p["subscriptions"]), what="the producer knows the subscriber")
+        wait_until(
+            lambda cons=cons: any(
+                s[2] == "ephemeral"
+                for p in prod.peers()
+                if p["id"] == cons.id
+                for s in p["subscriptions"]
+            ),
+            what="the producer knows the subscriber",
+        )
         r = prod.publish("t", b"live %d" % i)
         msg = sub.get(timeout=5)
         assert msg is not None and msg.payload == b"live %d" % i and msg.group is None

@@ -58,8 +58,7 @@ def test_a_superseded_message_says_so(make_node):
     new.wait_delivered(timeout=10)
 
 
-def test_a_message_stored_before_any_group_takes_the_outcomes_of_those_that_claim_it(
-        make_node):
+def test_a_message_stored_before_any_group_takes_the_outcomes_of_those_that_claim_it(make_node):
     prod = make_node("prod")
     r = prod.publish("t", b"early")
     r.wait_stored(timeout=10)

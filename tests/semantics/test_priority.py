@@ -38,15 +38,35 @@ def test_priorities_survive_kill_9_of_the_producer(tmp_path, mesh_name):
         "    n.publish('jobs', str(i).encode(), priority=9 if i < 20 else 1)\n"
         "n.publish('jobs', b'done', priority=1).wait_stored(10)\n"
         "print('stored', flush=True)\n"
-        "sys.stdin.read()\n")
+        "sys.stdin.read()\n"
+    )
     import subprocess
-    kill_9_when(spawn([str(script), mesh_name, str(tmp_path / "prod")], stdout=subprocess.PIPE,
-                      stdin=subprocess.PIPE, text=True), "stored")
-    prod = zmesh.Node("prod", mesh=mesh_name, data_dir=str(tmp_path / "prod"), mdns=False,
-                      interfaces=["127.0.0.1"]).start()
+
+    kill_9_when(
+        spawn(
+            [str(script), mesh_name, str(tmp_path / "prod")],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            text=True,
+        ),
+        "stored",
+    )
+    prod = zmesh.Node(
+        "prod",
+        mesh=mesh_name,
+        data_dir=str(tmp_path / "prod"),
+        mdns=False,
+        interfaces=["127.0.0.1"],
+    ).start()
     try:
-        cons = zmesh.Node("cons", mesh=mesh_name, data_dir=str(tmp_path / "c"), mdns=False,
-                          interfaces=["127.0.0.1"], seeds=[prod.control_address]).start()
+        cons = zmesh.Node(
+            "cons",
+            mesh=mesh_name,
+            data_dir=str(tmp_path / "c"),
+            mdns=False,
+            interfaces=["127.0.0.1"],
+            seeds=[prod.control_address],
+        ).start()
         try:
             sub = cons.subscribe("jobs", group="w", max_in_flight=1, batch_size=1)
             got = [m.payload for m in drain(sub, 31)]

@@ -32,8 +32,10 @@ def consume_all(prod: zmesh.Node, cons: zmesh.Node, topic: str, n: int) -> list[
 
 
 def live_peers(node: zmesh.Node, count: int) -> None:
-    wait_until(lambda: sum(p["alive"] for p in node.peers()) >= count,
-               what=f"{count} live peers of {node.name}")
+    wait_until(
+        lambda: sum(p["alive"] for p in node.peers()) >= count,
+        what=f"{count} live peers of {node.name}",
+    )
 
 
 def test_replay_from_zero_returns_acked_messages_in_order_from_every_producer(make_node):
@@ -41,8 +43,12 @@ def test_replay_from_zero_returns_acked_messages_in_order_from_every_producer(ma
     p1 = make_node("p1", topics=topics)
     p2 = make_node("p2", topics=topics)
     cons = make_node("cons", seeds=[p1.control_address, p2.control_address])
-    receipts = [prod.publish_many("t", [f"{prod.name}-{i}" for i in range(40)],
-                                  keys=[KEYS[i % 10] for i in range(40)]) for prod in (p1, p2)]
+    receipts = [
+        prod.publish_many(
+            "t", [f"{prod.name}-{i}" for i in range(40)], keys=[KEYS[i % 10] for i in range(40)]
+        )
+        for prod in (p1, p2)
+    ]
     sub = cons.subscribe("t", group="g")
     received = drain(sub, 80)  # acked
     for receipt in receipts:
@@ -62,8 +68,7 @@ def test_replay_from_zero_returns_acked_messages_in_order_from_every_producer(ma
         assert [m.index for m in msgs] == list(range(len(msgs)))
         # Index order is publish order within a partition.
         assert [m.id.seq for m in msgs] == sorted(m.id.seq for m in msgs)
-        assert all(m.topic == "t" and m.group is None and m.partition == partition
-                   for m in msgs)
+        assert all(m.topic == "t" and m.group is None and m.partition == partition for m in msgs)
         assert all(m.payload.decode().startswith(("p1-", "p2-")) for m in msgs)
     assert {m.key for m in replayed} == set(KEYS)
     # Readers do not ack and do not touch groups: ack a replayed message of each producer,
@@ -77,8 +82,10 @@ def test_replay_from_zero_returns_acked_messages_in_order_from_every_producer(ma
     assert sorted(m.payload for m in drain(sub, 2)) == [b"p1-new", b"p2-new"]
     for receipt in fresh:
         receipt.wait_acked(10)
-    assert {p.name: p.stats()["acked"] - acked_before[p.name] for p in (p1, p2)} == \
-        {"p1": 1, "p2": 1}
+    assert {p.name: p.stats()["acked"] - acked_before[p.name] for p in (p1, p2)} == {
+        "p1": 1,
+        "p2": 1,
+    }
     assert cons.stats().get("acked_local", 0) - local_before == 2
     assert sub.fetch(10, timeout=0) == []
 
@@ -167,8 +174,7 @@ def test_a_reader_gets_no_payload_larger_than_it_accepts_and_the_gap_is_reported
     # past the frames the reader takes: its connection was reset and the producer taken
     # for unreachable.)
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(partitions=1, retention_s=600)})
-    reader_node = make_node("reader", seeds=[prod.control_address],
-                            max_message_bytes=64 << 10)
+    reader_node = make_node("reader", seeds=[prod.control_address], max_message_bytes=64 << 10)
     prod.publish_many("t", [b"a", b"L" * (3 << 20), b"c"]).wait_stored(5)
     live_peers(reader_node, 1)
     with reader_node.replay("t", follow=False) as reader:
@@ -186,8 +192,10 @@ def test_retention_by_time_reclaims_and_a_replay_reports_the_gap(make_node):
     cons = make_node("cons", seeds=[prod.control_address])
     prod.publish_many("t", [f"early-{i}" for i in range(5)])
     consume_all(prod, cons, "t", 5)
-    wait_until(lambda: prod.stats().get("retention_reclaimed", 0) == 5,
-               what="5 messages reclaimed after their retention")
+    wait_until(
+        lambda: prod.stats().get("retention_reclaimed", 0) == 5,
+        what="5 messages reclaimed after their retention",
+    )
     cons.close()  # what follows stays owed, so retention cannot reclaim it
     prod.publish_many("t", [f"late-{i}" for i in range(3)]).wait_stored(5)
     with prod.replay("t", 0, follow=False) as reader:
@@ -206,34 +214,41 @@ def test_retention_bytes_keeps_only_the_newest(make_node):
     prod.publish_many("t", payloads)
     consume_all(prod, cons, "t", 20)
     # Each stored record is the 200-byte payload plus its metadata: at most 4 fit.
-    wait_until(lambda: prod.stats().get("retention_reclaimed", 0) >= 16,
-               what="the size cap pushing the oldest out")
+    wait_until(
+        lambda: prod.stats().get("retention_reclaimed", 0) >= 16,
+        what="the size cap pushing the oldest out",
+    )
     with prod.replay("t", follow=False) as reader:
         replayed = list(reader)
     kept = len(replayed)
     assert 1 <= kept <= 4
     assert prod.stats()["retention_reclaimed"] == 20 - kept
     assert [m.index for m in replayed] == list(range(20 - kept, 20))
-    assert [m.payload for m in replayed] == payloads[20 - kept:]
+    assert [m.payload for m in replayed] == payloads[20 - kept :]
     assert reader.gaps == 20 - kept
 
 
 def test_memory_topics_retain_in_memory(make_node):
-    topics = {"t": zmesh.TopicConfig(durability="memory", partitions=1, retention_s=600,
-                                     groups=("g",))}
+    topics = {
+        "t": zmesh.TopicConfig(durability="memory", partitions=1, retention_s=600, groups=("g",))
+    }
     prod = make_node("prod", topics=topics)
     cons = make_node("cons", seeds=[prod.control_address])
     prod.publish_many("t", [f"m-{i}" for i in range(5)])
     consume_all(prod, cons, "t", 5)
     with prod.replay("t", follow=False) as reader:
-        assert [(m.index, m.payload) for m in reader] == [(i, f"m-{i}".encode())
-                                                         for i in range(5)]
+        assert [(m.index, m.payload) for m in reader] == [(i, f"m-{i}".encode()) for i in range(5)]
 
 
 def test_replay_arguments_and_a_topic_nobody_produces(make_node):
     node = make_node("solo")
-    for bad in ({"from_index": -1}, {"from_index": 1.5}, {"batch_size": 0},
-                {"partitions": [4096]}, {"producers": "solo"}):
+    for bad in (
+        {"from_index": -1},
+        {"from_index": 1.5},
+        {"batch_size": 0},
+        {"partitions": [4096]},
+        {"producers": "solo"},
+    ):
         with pytest.raises(zmesh.ArgumentError):
             node.replay("t", **bad)
     with pytest.raises(zmesh.ConfigError):
@@ -271,17 +286,25 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_indexes_continue_and_retained_messages_survive_kill_9(make_node, tmp_path: Path,
-                                                               mesh_name: str):
+def test_indexes_continue_and_retained_messages_survive_kill_9(
+    make_node, tmp_path: Path, mesh_name: str
+):
     data_dir = tmp_path / "prod"
-    kill_9_when(spawn(["-c", CHILD, mesh_name, str(data_dir), "30"], stdin=subprocess.PIPE,
-                      stdout=subprocess.PIPE), b"ready")
+    kill_9_when(
+        spawn(
+            ["-c", CHILD, mesh_name, str(data_dir), "30"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        ),
+        b"ready",
+    )
 
     topics = {"t": zmesh.TopicConfig(partitions=2, retention_s=3600, groups=("g",))}
     prod = make_node("prod", data_dir=str(data_dir), topics=topics)
     assert prod.status()["outbox"] == 2  # retained messages are not the outbox
-    prod.publish_many("t", [f"after-{i}" for i in range(10)],
-                      keys=[f"k{i % 7}" for i in range(10)]).wait_stored(10)
+    prod.publish_many(
+        "t", [f"after-{i}" for i in range(10)], keys=[f"k{i % 7}" for i in range(10)]
+    ).wait_stored(10)
     with prod.replay("t", follow=False) as reader:
         replayed = list(reader)
     assert reader.gaps == 0

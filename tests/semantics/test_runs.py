@@ -25,8 +25,10 @@ def _entries(node: zmesh.Node) -> dict[str, int]:
     """Entries of the outbox's databases, read in a transaction of this thread."""
     store = node._engine.store
     with store.env.begin() as txn:
-        return {name: txn.stat(getattr(store, name))["entries"]
-                for name in ("msgs", "pend", "runs", "pruns")}
+        return {
+            name: txn.stat(getattr(store, name))["entries"]
+            for name in ("msgs", "pend", "runs", "pruns")
+        }
 
 
 def _index(msg: zmesh.Message) -> int:
@@ -40,6 +42,7 @@ def _receive(sub: zmesh.Subscription, count: int) -> dict[int, zmesh.Message]:
     def more() -> bool:
         got.update((_index(m), m) for m in sub.fetch(1000, timeout=0.05))
         return len(got) >= count
+
     wait_until(more, what=f"{count} messages")
     return got
 
@@ -67,9 +70,11 @@ def test_a_batch_is_one_record_and_leaves_with_the_last_group_to_ack(make_node):
 
 
 def test_large_batches_are_cut_into_runs_and_other_topics_store_messages_alone(make_node):
-    topics = {"big": zmesh.TopicConfig(groups=("g",)),
-              "kept": zmesh.TopicConfig(groups=("g",), retention_s=60),  # replay reads these
-              "ram": zmesh.TopicConfig(groups=("g",), durability="memory")}
+    topics = {
+        "big": zmesh.TopicConfig(groups=("g",)),
+        "kept": zmesh.TopicConfig(groups=("g",), retention_s=60),  # replay reads these
+        "ram": zmesh.TopicConfig(groups=("g",), durability="memory"),
+    }
     prod = make_node("prod", topics=topics)
     prod.publish_many("big", [bytes(100_000)] * 6).wait_stored(5)  # 600 kB: three runs
     prod.publish_many("kept", [b"a", b"b"]).wait_stored(5)
@@ -78,8 +83,9 @@ def test_large_batches_are_cut_into_runs_and_other_topics_store_messages_alone(m
     assert _entries(prod) == {"msgs": 3, "pend": 3, "runs": 3, "pruns": 3}
 
 
-def _publish_held(prod: zmesh.Node, topic: str, count: int,
-                  extra: dict | None = None) -> tuple[list[zmesh.Receipt], list[tuple]]:
+def _publish_held(
+    prod: zmesh.Node, topic: str, count: int, extra: dict | None = None
+) -> tuple[list[zmesh.Receipt], list[tuple]]:
     """``count`` plain publishes queued while the IO thread is held in a call, so they are
     staged together (``extra``: the keywords of one more publish after them); their
     receipts, and the time span of each publish() call."""
@@ -111,6 +117,7 @@ def _io_held(prod: zmesh.Node) -> Iterator[None]:
     def hold(_batch: object, _now: float) -> None:
         held.set()
         release.wait(10)
+
     caller = threading.Thread(target=prod._engine.queue.call, args=(hold,))
     caller.start()
     try:
@@ -121,8 +128,9 @@ def _io_held(prod: zmesh.Node) -> Iterator[None]:
         caller.join(10)
 
 
-def _check_times(got: list[zmesh.Message], receipts: list[zmesh.Receipt],
-                 spans: list[tuple]) -> None:
+def _check_times(
+    got: list[zmesh.Message], receipts: list[zmesh.Receipt], spans: list[tuple]
+) -> None:
     """Each message carries the time of its own publish() call, and its receipt's id."""
     for msg in got:
         i = _index(msg)
@@ -135,8 +143,7 @@ def _check_times(got: list[zmesh.Message], receipts: list[zmesh.Receipt],
 def test_publishes_of_one_loop_iteration_are_one_run_with_their_own_times(make_node):
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g1", "g2"))})
     # The one with headers is not plain: stored alone.
-    receipts, spans = _publish_held(prod, "t", 100,
-                                    {"payload": b"headed", "headers": {"h": "x"}})
+    receipts, spans = _publish_held(prod, "t", 100, {"payload": b"headed", "headers": {"h": "x"}})
     assert _entries(prod) == {"msgs": 1, "pend": 2, "runs": 1, "pruns": 2}
     assert len({r.id for r in receipts}) == 100
     c1 = make_node("c1", seeds=[prod.control_address])
@@ -158,8 +165,9 @@ def test_batches_staged_together_are_joined_into_runs_and_keep_their_times(make_
     with _io_held(prod):
         for b in range(6):
             before = time.time()
-            receipts.append(prod.publish_many("t", [str(i).encode()
-                                                    for i in range(b * 100, b * 100 + 100)]))
+            receipts.append(
+                prod.publish_many("t", [str(i).encode() for i in range(b * 100, b * 100 + 100)])
+            )
             spans.append((before, time.time()))
             _clock_past(spans[-1][1])
         # Not joined with the batches before: keys, then other headers.
@@ -170,8 +178,10 @@ def test_batches_staged_together_are_joined_into_runs_and_keep_their_times(make_
     # Whole batches joined while they fit in one run (512 messages): 500, then the sixth
     # batch, then the keyed batch and the one with headers on their own.
     with prod._engine.store.env.begin() as txn:
-        sizes = [len(decode_run(value)[5])  # type: ignore[index]
-                 for value in txn.cursor(db=prod._engine.store.runs).iternext(keys=False)]
+        sizes = [
+            len(decode_run(value)[5])  # type: ignore[index]
+            for value in txn.cursor(db=prod._engine.store.runs).iternext(keys=False)
+        ]
     assert sizes == [500, 100, 2, 2]
     assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 4, "pruns": 8}
     cons = make_node("cons", seeds=[prod.control_address])
@@ -197,8 +207,7 @@ def test_batches_staged_together_are_joined_into_runs_and_keep_their_times(make_
     assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
 
 
-def test_publishes_stored_together_keep_their_times_and_acks_across_a_restart(
-        make_node, tmp_path):
+def test_publishes_stored_together_keep_their_times_and_acks_across_a_restart(make_node, tmp_path):
     topics = {"t": zmesh.TopicConfig(groups=("g",))}
     prod = make_node("prod", topics=topics)
     receipts, spans = _publish_held(prod, "t", 60)
@@ -264,8 +273,7 @@ def test_a_restart_owes_what_was_not_acked_and_keeps_what_was_parked(make_node, 
     assert _entries(prod) == {"msgs": 0, "pend": 0, "runs": 0, "pruns": 0}
 
 
-def test_runs_of_a_topic_past_256_partitions_come_back_whole_after_a_restart(make_node,
-                                                                               tmp_path):
+def test_runs_of_a_topic_past_256_partitions_come_back_whole_after_a_restart(make_node, tmp_path):
     """Partitions past 255 (two bytes each in a run's record, a list in its entries) and
     each message's index read back after a restart as they were written: keyless
     batches round-robin, keyed ones by their keys' hash, a partition's indexes 0, 1, ..."""
@@ -284,9 +292,11 @@ def test_runs_of_a_topic_past_256_partitions_come_back_whole_after_a_restart(mak
     by_index = {_index(m): m for m in drain(cons.subscribe("t", group="g"), 800)}
     assert sorted(by_index) == list(range(800))
     assert [by_index[i].partition for i in range(700)] == [
-        msg_id.seq % 300 for msg_id in keyless.ids]
+        msg_id.seq % 300 for msg_id in keyless.ids
+    ]
     assert [by_index[i].partition for i in range(700, 800)] == [
-        zlib.crc32(key.encode()) % 300 for key in keys]
+        zlib.crc32(key.encode()) % 300 for key in keys
+    ]
     indexes: dict[int, list[int]] = {}
     for i in range(800):
         indexes.setdefault(by_index[i].partition, []).append(by_index[i].index)
@@ -295,15 +305,18 @@ def test_runs_of_a_topic_past_256_partitions_come_back_whole_after_a_restart(mak
 
 
 def test_runs_an_earlier_release_wrote_with_lists_are_delivered_after_an_upgrade(
-        make_node, tmp_path):
+    make_node, tmp_path
+):
     """Records and entries written before runs kept their partitions, indexes and publish
     times as bytes (msgpack lists) are read as they were: a data dir carries over an
     upgrade."""
     topics = {"t": zmesh.TopicConfig(groups=("g", "h"))}
     prod = make_node("prod", topics=topics)
     with _io_held(prod):  # (five joined into a run with a time per message, then one)
-        receipts = [prod.publish_many("t", [str(i).encode() for i in range(b, b + 100)])
-                    for b in range(0, 600, 100)]
+        receipts = [
+            prod.publish_many("t", [str(i).encode() for i in range(b, b + 100)])
+            for b in range(0, 600, 100)
+        ]
     for r in receipts:
         r.wait_stored(5)
     prod.close()
@@ -337,7 +350,8 @@ def test_runs_an_earlier_release_wrote_with_lists_are_delivered_after_an_upgrade
         assert sorted(map(_index, got)) == list(range(600))
         ids = [msg_id for r in receipts for msg_id in r.ids]
         assert {(_index(m), m.id, m.partition) for m in got} == {
-            (i, msg_id, msg_id.seq % 16) for i, msg_id in enumerate(ids)}
+            (i, msg_id, msg_id.seq % 16) for i, msg_id in enumerate(ids)
+        }
         times = [{m.published_at for m in got if _index(m) // 100 == b} for b in range(6)]
         assert all(len(each) == 1 for each in times)  # (each batch's own time)
         assert [t for (t,) in times] == sorted(t for (t,) in times)
@@ -361,8 +375,9 @@ def test_a_parked_message_of_a_batch_is_replayed_while_the_rest_is_owed(make_nod
     assert replayed is not None and replayed.id == r.ids[2] and replayed.payload == b"2"
     assert prod.status()["outbox"] == 2
     prod.close()  # the run's entry owes 2 and 4 again across a restart
-    prod = make_node("prod", data_dir=str(tmp_path / "prod"),
-                     topics={"t": zmesh.TopicConfig(groups=("g",))})
+    prod = make_node(
+        "prod", data_dir=str(tmp_path / "prod"), topics={"t": zmesh.TopicConfig(groups=("g",))}
+    )
     assert prod.status()["outbox"] == 2
     wait_members(prod, "t", "g", 1)
     replayed.ack()
@@ -379,16 +394,17 @@ def test_two_groups_acking_batches_out_of_order_across_restarts(make_node, tmp_p
     rng = random.Random(7)
     topics = {"t": zmesh.TopicConfig(groups=("g1", "g2"))}
     prod = make_node("prod", topics=topics)
-    receipts = [prod.publish_many("t", [str(b * 400 + i).encode().ljust(1000)
-                                        for i in range(400)]) for b in range(3)]
+    receipts = [
+        prod.publish_many("t", [str(b * 400 + i).encode().ljust(1000) for i in range(400)])
+        for b in range(3)
+    ]
     receipts[-1].wait_stored(5)
     base = receipts[0].ids[0].seq  # message i is sequence base + i
     total = 1200
     assert _entries(prod)["runs"] == 6
     acked: dict[str, set[int]] = {"g1": set(), "g2": set()}
     for round_ in range(3):
-        consumers = {g: make_node(f"{g}-{round_}", seeds=[prod.control_address])
-                     for g in acked}
+        consumers = {g: make_node(f"{g}-{round_}", seeds=[prod.control_address]) for g in acked}
         for group, node in consumers.items():
             sub = node.subscribe("t", group=group, max_in_flight=total)
             wait_members(prod, "t", group, 1)
@@ -397,12 +413,13 @@ def test_two_groups_acking_batches_out_of_order_across_restarts(make_node, tmp_p
             assert all(m.id.seq == base + i and m.index is not None for i, m in got.items())
             order = sorted(got)
             rng.shuffle(order)
-            chosen = order[:len(order) // 2] if round_ < 2 else order
+            chosen = order[: len(order) // 2] if round_ < 2 else order
             sub.ack_many([got[i] for i in chosen])
             acked[group].update(chosen)
         owed = total - len(acked["g1"] & acked["g2"])
-        wait_until(lambda node=prod, owed=owed: node.status()["outbox"] == owed,
-                   what=f"{owed} owed")
+        wait_until(
+            lambda node=prod, owed=owed: node.status()["outbox"] == owed, what=f"{owed} owed"
+        )
         for node in consumers.values():
             node.close()
         prod.close()
@@ -413,9 +430,11 @@ def test_two_groups_acking_batches_out_of_order_across_restarts(make_node, tmp_p
 
 def _mem(node: zmesh.Node) -> tuple[int, int]:
     """(runs held in RAM, bytes counted against the memory budget), read on the IO thread."""
+
     def read(_batch: object, _now: float) -> tuple[int, int]:
         records = node._engine.outbox.records
         return len(records.mem_runs), records.mem_bytes
+
     return node._engine.queue.call(read)
 
 
@@ -424,8 +443,9 @@ def _pending(node: zmesh.Node, group: str) -> int:
 
 
 def test_a_memory_topics_batch_is_a_run_held_in_ram_until_acked(make_node):
-    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g1", "g2"),
-                                                           durability="memory")})
+    prod = make_node(
+        "prod", topics={"t": zmesh.TopicConfig(groups=("g1", "g2"), durability="memory")}
+    )
     r = prod.publish_many("t", [str(i).encode() for i in range(600)])
     r.wait_stored(5)
     # two runs (at most 512 messages each), nothing of them in LMDB
@@ -436,8 +456,10 @@ def test_a_memory_topics_batch_is_a_run_held_in_ram_until_acked(make_node):
     c2 = make_node("c2", seeds=[prod.control_address])
     s1, s2 = c1.subscribe("t", group="g1"), c2.subscribe("t", group="g2")
     assert sorted(map(_index, drain(s1, 600))) == list(range(600))
-    wait_until(lambda: prod.status()["outbox"] == 600 and _mem(prod)[0] == 2,
-               what="g1's acks settled, the runs still owed to g2")
+    wait_until(
+        lambda: prod.status()["outbox"] == 600 and _mem(prod)[0] == 2,
+        what="g1's acks settled, the runs still owed to g2",
+    )
     assert sorted(map(_index, drain(s2, 600))) == list(range(600))
     r.wait_acked(10)
     wait_until(lambda: _mem(prod) == (0, 0), what="the runs gone from RAM")
@@ -445,8 +467,7 @@ def test_a_memory_topics_batch_is_a_run_held_in_ram_until_acked(make_node):
     assert s1.fetch(10, timeout=0.3) == [] and s2.fetch(10, timeout=0.3) == []
 
 
-def test_memory_runs_past_the_budget_spill_with_what_each_group_still_owes(make_node,
-                                                                           tmp_path):
+def test_memory_runs_past_the_budget_spill_with_what_each_group_still_owes(make_node, tmp_path):
     topics = {"t": zmesh.TopicConfig(groups=("g1", "g2"), durability="memory")}
     prod = make_node("prod", memory_budget_bytes=100_000, topics=topics)
     prod.publish_many("t", [str(i).encode().ljust(500) for i in range(100)])
@@ -460,8 +481,9 @@ def test_memory_runs_past_the_budget_spill_with_what_each_group_still_owes(make_
     c1.close()
     # 100 more runs of 100 x 500 bytes: far past the budget, the oldest spill
     for n in range(1, 101):
-        prod.publish_many("t", [str(n * 100 + i).encode().ljust(500)
-                                for i in range(100)]).wait_stored(5)
+        prod.publish_many(
+            "t", [str(n * 100 + i).encode().ljust(500) for i in range(100)]
+        ).wait_stored(5)
     spilled = prod.stats()["spilled"]
     assert spilled >= 100 and spilled % 100 == 0  # (whole runs)
     entries = _entries(prod)
@@ -472,8 +494,9 @@ def test_memory_runs_past_the_budget_spill_with_what_each_group_still_owes(make_
 
     # What spilled survives a restart (what did not is lost, as memory durability says):
     # g1 is owed the odd ones of the first run and all of the others, g2 all of them.
-    prod = make_node("prod", data_dir=str(tmp_path / "prod"), memory_budget_bytes=100_000,
-                     topics=topics)
+    prod = make_node(
+        "prod", data_dir=str(tmp_path / "prod"), memory_budget_bytes=100_000, topics=topics
+    )
     assert prod.status()["outbox"] == spilled
     c1 = make_node("c1b", seeds=[prod.control_address])
     c2 = make_node("c2", seeds=[prod.control_address])
@@ -499,6 +522,7 @@ def test_publishers_on_several_threads_lose_nothing_and_keep_each_keys_order(mak
     def publish(t: int) -> None:
         for i in range(count):
             receipts[t].append(prod.publish("t", f"{t}:{i}".encode(), key=f"k{t}"))
+
     workers = [threading.Thread(target=publish, args=(t,)) for t in range(threads)]
     for w in workers:
         w.start()
@@ -517,8 +541,7 @@ def test_publishers_on_several_threads_lose_nothing_and_keep_each_keys_order(mak
         rs[-1].wait_acked(10)
 
 
-def test_a_memory_message_spilled_as_it_is_staged_is_owed_after_a_restart(make_node,
-                                                                          tmp_path):
+def test_a_memory_message_spilled_as_it_is_staged_is_owed_after_a_restart(make_node, tmp_path):
     # One publish larger than the budget spills in the iteration that stages it,
     # before any lane owes it: its pending entries are written all the same.
     topics = {"t": zmesh.TopicConfig(groups=("g1", "g2"), durability="memory")}
@@ -527,8 +550,9 @@ def test_a_memory_message_spilled_as_it_is_staged_is_owed_after_a_restart(make_n
     assert prod.stats()["spilled"] == 1
     assert _entries(prod) == {"msgs": 1, "pend": 2, "runs": 0, "pruns": 0}
     prod.close()
-    prod = make_node("prod", data_dir=str(tmp_path / "prod"), memory_budget_bytes=10_000,
-                     topics=topics)
+    prod = make_node(
+        "prod", data_dir=str(tmp_path / "prod"), memory_budget_bytes=10_000, topics=topics
+    )
     assert prod.status()["outbox"] == 1
     c1 = make_node("c1", seeds=[prod.control_address])
     c2 = make_node("c2", seeds=[prod.control_address])
@@ -554,6 +578,7 @@ def test_publishes_racing_close_are_stored_or_refused(make_node, tmp_path):
             except zmesh.NodeStateError:
                 refused[t] += 1
                 return
+
     workers = [threading.Thread(target=publish, args=(t,)) for t in range(4)]
     for w in workers:
         w.start()
@@ -565,8 +590,9 @@ def test_publishes_racing_close_are_stored_or_refused(make_node, tmp_path):
     assert sum(refused) > 0  # (each thread ran until the node refused it)
     stored = sum(len(rs) for rs in receipts)
     assert all(r.stored for rs in receipts for r in rs)
-    again = make_node("prod2", data_dir=str(tmp_path / "prod"),
-                      topics={"t": zmesh.TopicConfig(groups=("g",))})
+    again = make_node(
+        "prod2", data_dir=str(tmp_path / "prod"), topics={"t": zmesh.TopicConfig(groups=("g",))}
+    )
     assert again.status()["outbox"] == stored
 
 
@@ -580,5 +606,6 @@ def test_kept_receipts_keep_no_payloads(make_node):
     assert len(stages) < len(receipts)  # (stretches of several publishes)
     assert all(r.stored for r in receipts)
     assert all(type(stage) is Stretch for stage in stages.values())
-    assert all(stage.payloads == [] and stage.keys == [] and not stage.times
-               for stage in stages.values())
+    assert all(
+        stage.payloads == [] and stage.keys == [] and not stage.times for stage in stages.values()
+    )

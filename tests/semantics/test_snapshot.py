@@ -16,9 +16,16 @@ def test_snapshot_while_running_and_restore(make_node, tmp_path):
         r.wait_stored(5)
     prod.snapshot(tmp_path / "snap-api")
     # From another process, beside the live node (as `zmesh snapshot` does).
-    code, output = run_module(["-c", "import sys, zmesh; zmesh.snapshot(sys.argv[1], sys.argv[2])",
-                               str(tmp_path / "prod"), str(tmp_path / "snap-fn")], 30,
-                              cwd=str(tmp_path))
+    code, output = run_module(
+        [
+            "-c",
+            "import sys, zmesh; zmesh.snapshot(sys.argv[1], sys.argv[2])",
+            str(tmp_path / "prod"),
+            str(tmp_path / "snap-fn"),
+        ],
+        30,
+        cwd=str(tmp_path),
+    )
     assert code == 0, output
     prod_id = prod.id
     prod.close()

@@ -11,8 +11,9 @@ from tests.integration.test_delivery import drain
 
 def test_consume_transform_produce_commits_together(make_node):
     src = make_node("src", topics={"a": zmesh.TopicConfig(groups=("xf",))})
-    xf = make_node("xf", seeds=[src.control_address],
-                   topics={"b": zmesh.TopicConfig(groups=("sink",))})
+    xf = make_node(
+        "xf", seeds=[src.control_address], topics={"b": zmesh.TopicConfig(groups=("sink",))}
+    )
     sink = make_node("sink", seeds=[xf.control_address])
     sub_a = xf.subscribe("a", group="xf")
     sub_b = sink.subscribe("b", group="sink")
@@ -33,8 +34,9 @@ def test_consume_transform_produce_commits_together(make_node):
 
 def test_an_aborted_transaction_leaves_nothing(make_node):
     src = make_node("src")
-    xf = make_node("xf", seeds=[src.control_address],
-                   topics={"b": zmesh.TopicConfig(groups=("sink",))})
+    xf = make_node(
+        "xf", seeds=[src.control_address], topics={"b": zmesh.TopicConfig(groups=("sink",))}
+    )
     sub_a = xf.subscribe("a", group="xf")
     wait_members(src, "a", "xf", 1)
     src.publish("a", b"in")

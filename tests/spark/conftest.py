@@ -19,7 +19,8 @@ from zmesh.spark._local import local_session as build_session
 
 HAVE_PYSPARK = importlib.util.find_spec("pyspark") is not None
 needs_spark = pytest.mark.skipif(
-    not HAVE_PYSPARK, reason="pyspark is not installed (pip install -e '.[spark]')")
+    not HAVE_PYSPARK, reason="pyspark is not installed (pip install -e '.[spark]')"
+)
 
 
 @pytest.fixture(scope="session")
@@ -47,15 +48,21 @@ class Bridged:
 
     def publish(self, topic: str, n: int, start: int = 0, timeout: float = 60.0) -> None:
         """Publish messages {"i": i, ...} for i in [start, start + n) and wait for acks."""
-        receipts = [self.producer.publish(topic, json.dumps(reading(i)).encode(),
-                                          key=f"sensor-{i % 5}", headers={"i": str(i)})
-                    for i in range(start, start + n)]
+        receipts = [
+            self.producer.publish(
+                topic, json.dumps(reading(i)).encode(), key=f"sensor-{i % 5}", headers={"i": str(i)}
+            )
+            for i in range(start, start + n)
+        ]
         for r in receipts:
             r.wait_acked(timeout)
 
     def logged(self, topic: str | None = None) -> int:
-        return sum(end for s, (_h, end) in self.bridge.streams().items()
-                   if topic is None or s.startswith(topic + "/"))
+        return sum(
+            end
+            for s, (_h, end) in self.bridge.streams().items()
+            if topic is None or s.startswith(topic + "/")
+        )
 
 
 class Collector:
@@ -83,8 +90,8 @@ def run_to_end(query: Any, timeout_s: float = 120.0) -> Any:
     way, so that one which overran does not keep running in the shared SparkSession."""
     try:
         assert query.awaitTermination(timeout_s), (
-            f"query {query.name or query.id} still running after {timeout_s:g}s: "
-            f"{query.status}")
+            f"query {query.name or query.id} still running after {timeout_s:g}s: {query.status}"
+        )
     finally:
         query.stop()
     return query
@@ -110,16 +117,16 @@ class Pair:
 
 
 @pytest.fixture
-def start_bridge(make_node: Callable[..., zmesh.Node],
-                 tmp_path: Path) -> Iterator[Callable[..., tuple[zmesh.Node, Any, str]]]:
+def start_bridge(
+    make_node: Callable[..., zmesh.Node], tmp_path: Path
+) -> Iterator[Callable[..., tuple[zmesh.Node, Any, str]]]:
     """Start a bridge node ``name`` with its Bridge (group ``spark``) on ``topics``."""
     made: list[zmesh.spark.Bridge] = []
 
     def start(name: str, topics: tuple[str, ...], **options: Any) -> tuple[zmesh.Node, Any, str]:
         node = make_node(name)
         log_dir = str(tmp_path / f"{name}-log")
-        bridge = zmesh.spark.Bridge(node, topics=list(topics), log_dir=log_dir,
-                                    **options).start()
+        bridge = zmesh.spark.Bridge(node, topics=list(topics), log_dir=log_dir, **options).start()
         made.append(bridge)
         return node, bridge, log_dir
 
@@ -129,23 +136,28 @@ def start_bridge(make_node: Callable[..., zmesh.Node],
 
 
 @pytest.fixture
-def bridged(start_bridge: Callable[..., tuple[zmesh.Node, Any, str]],
-            make_node: Callable[..., zmesh.Node]) -> Callable[..., Bridged]:
+def bridged(
+    start_bridge: Callable[..., tuple[zmesh.Node, Any, str]], make_node: Callable[..., zmesh.Node]
+) -> Callable[..., Bridged]:
     """Make a bridge (group ``spark``) on ``topics`` and a producer that knows it."""
+
     def make(topics: tuple[str, ...] = ("readings",), **options: Any) -> Bridged:
         node, bridge, log_dir = start_bridge("bridge", topics, **options)
         producer = make_node("producer", seeds=[node.control_address])
         for topic in topics:
             wait_members(producer, topic, "spark", 1)
         return Bridged(node, bridge, producer, log_dir)
+
     return make
 
 
 @pytest.fixture
-def bridged_pair(start_bridge: Callable[..., tuple[zmesh.Node, Any, str]],
-                 make_node: Callable[..., zmesh.Node]) -> Callable[..., Pair]:
+def bridged_pair(
+    start_bridge: Callable[..., tuple[zmesh.Node, Any, str]], make_node: Callable[..., zmesh.Node]
+) -> Callable[..., Pair]:
     """Make two bridges in group ``spark`` on ``topics``, sharing their partitions, and
     a producer seeded to both (each Bridged of the pair has it)."""
+
     def make(topics: tuple[str, ...] = ("readings",), **options: Any) -> Pair:
         a = start_bridge("bridge-a", topics, **options)
         b = start_bridge("bridge-b", topics, **options)
@@ -153,4 +165,5 @@ def bridged_pair(start_bridge: Callable[..., tuple[zmesh.Node, Any, str]],
         for topic in topics:
             wait_members(producer, topic, "spark", 2)
         return Pair(Bridged(a[0], a[1], producer, a[2]), Bridged(b[0], b[1], producer, b[2]))
+
     return make

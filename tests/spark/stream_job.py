@@ -18,14 +18,22 @@ from zmesh.spark._local import local_session as build_session
 
 
 def start(spark: Any, cfg: dict[str, Any], q: dict[str, Any]) -> Any:
-    df = (spark.readStream.format("zmesh").option("endpoint", cfg["endpoint"])
-          .option("reader", q["reader"]).option("maxRecordsPerBatch", cfg["max_records"])
-          .load())
+    df = (
+        spark.readStream.format("zmesh")
+        .option("endpoint", cfg["endpoint"])
+        .option("reader", q["reader"])
+        .option("maxRecordsPerBatch", cfg["max_records"])
+        .load()
+    )
     if q["sink"] == "parquet":
         writer = df.writeStream.format("parquet").option("path", q["out"])
     else:
-        writer = (df.select("key", "payload").writeStream.format("zmesh")
-                  .option("endpoint", cfg["endpoint"]).option("topic", q["topic"]))
+        writer = (
+            df.select("key", "payload")
+            .writeStream.format("zmesh")
+            .option("endpoint", cfg["endpoint"])
+            .option("topic", q["topic"])
+        )
     writer = writer.option("checkpointLocation", q["checkpoint"])
     if cfg["trigger"] == "available-now":
         writer = writer.trigger(availableNow=True)

@@ -24,23 +24,43 @@ TS = pa.timestamp("us", tz="UTC")
 
 
 def schema(*extra: tuple[str, pa.DataType]) -> pa.Schema:
-    types = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(),
-             "binary": pa.binary(), "map<string,string>": pa.map_(pa.string(), pa.string()),
-             "timestamp": TS}
+    types = {
+        "string": pa.string(),
+        "int": pa.int32(),
+        "bigint": pa.int64(),
+        "binary": pa.binary(),
+        "map<string,string>": pa.map_(pa.string(), pa.string()),
+        "timestamp": TS,
+    }
     return pa.schema([(name, types[t]) for name, t in BASE_COLUMNS] + list(extra))
 
 
-def record(payloads: list[bytes], producer: bytes = P1, first_seq: int = 0,
-           keys: list | None = None, headers: list | None = None) -> bytes:
+def record(
+    payloads: list[bytes],
+    producer: bytes = P1,
+    first_seq: int = 0,
+    keys: list | None = None,
+    headers: list | None = None,
+) -> bytes:
     n = len(payloads)
-    return encode(Run(producer, range(first_seq, first_seq + n), [T0 + i for i in range(n)],
-                      payloads, keys, headers), T0 + 100)
+    return encode(
+        Run(
+            producer,
+            range(first_seq, first_seq + n),
+            [T0 + i for i in range(n)],
+            payloads,
+            keys,
+            headers,
+        ),
+        T0 + 100,
+    )
 
 
 def test_runs_and_slices_of_runs_become_one_batch() -> None:
     conv = RecordConverter(schema(), None)
-    a = columns(record([b"a0", b"a1", b"a2"], keys=["k0", None, "k2"],
-                       headers=[None, {"h": 1}, {"s": "x"}]))
+    a = columns(
+        record([b"a0", b"a1", b"a2"], keys=["k0", None, "k2"], headers=[None, {"h": 1}, {"s": "x"}])
+    )
     b = columns(record([b"b0", b"b1"], producer=P2, first_seq=7))
     conv.add("t/3", 10, a, 1, 3)  # offsets 10, 11 are a's messages 1, 2
     conv.add("t/3", 12, b, 0, 2)
@@ -50,7 +70,12 @@ def test_runs_and_slices_of_runs_become_one_batch() -> None:
     assert conv.rows == 0 and batch.schema == schema()
     rows = batch.to_pylist()
     assert [(r["topic"], r["partition"], r["offset"]) for r in rows] == [
-        ("t", 3, 10), ("t", 3, 11), ("t", 3, 12), ("t", 3, 13), ("u", 0, 0)]
+        ("t", 3, 10),
+        ("t", 3, 11),
+        ("t", 3, 12),
+        ("t", 3, 13),
+        ("u", 0, 0),
+    ]
     assert [r["payload"] for r in rows] == [b"a1", b"a2", b"b0", b"b1", b"a0"]
     assert [r["key"] for r in rows] == [None, "k2", None, None, "k0"]
     assert [r["headers"] for r in rows] == [[("h", "1")], [("s", "x")], None, None, None]
@@ -59,24 +84,31 @@ def test_runs_and_slices_of_runs_become_one_batch() -> None:
 
 
 def test_json_payloads_become_typed_columns() -> None:
-    conv = RecordConverter(schema(("sensor", pa.string()), ("value", pa.float64()),
-                                  ("i", pa.int64()), ("ts", TS)), "json")
-    bodies = [json.dumps({"sensor": f"s{i}", "value": i / 2, "i": i, "ts": T0 + i,
-                          "other": [1, 2]}).encode() for i in range(5)]
+    conv = RecordConverter(
+        schema(("sensor", pa.string()), ("value", pa.float64()), ("i", pa.int64()), ("ts", TS)),
+        "json",
+    )
+    bodies = [
+        json.dumps(
+            {"sensor": f"s{i}", "value": i / 2, "i": i, "ts": T0 + i, "other": [1, 2]}
+        ).encode()
+        for i in range(5)
+    ]
     conv.add("t/0", 0, columns(record(bodies)), 0, 5)
     rows = conv.batch().to_pylist()
     assert [(r["sensor"], r["value"], r["i"]) for r in rows] == [
-        (f"s{i}", i / 2, i) for i in range(5)]
+        (f"s{i}", i / 2, i) for i in range(5)
+    ]
     assert rows[2]["ts"] == dt.datetime.fromtimestamp(T0 + 2, dt.UTC)
 
 
-@pytest.mark.parametrize("bad", [b"not json", b"", b"[1, 2]", b'{"i": "seven"}',
-                                 b'{"sensor": 3}'])
+@pytest.mark.parametrize("bad", [b"not json", b"", b"[1, 2]", b'{"i": "seven"}', b'{"sensor": 3}'])
 def test_a_payload_that_does_not_fit_gives_nulls_not_a_failure(bad: bytes) -> None:
-    conv = RecordConverter(schema(("sensor", pa.string()), ("i", pa.int64()),
-                                  ("ts", TS)), "json")
-    good = [json.dumps({"sensor": "s", "i": i, "ts": "2024-05-01T10:00:00+00:00"}).encode()
-            for i in range(3)]
+    conv = RecordConverter(schema(("sensor", pa.string()), ("i", pa.int64()), ("ts", TS)), "json")
+    good = [
+        json.dumps({"sensor": "s", "i": i, "ts": "2024-05-01T10:00:00+00:00"}).encode()
+        for i in range(3)
+    ]
     conv.add("t/0", 0, columns(record([good[0], bad, *good[1:]])), 0, 4)
     rows = conv.batch().to_pylist()
     assert [r["i"] for r in rows] == [0, None, 1, 2]
@@ -90,4 +122,8 @@ def test_msgpack_payloads_are_decoded_one_at_a_time() -> None:
     bodies = [msgpack.packb({"i": i, "value": i / 4}) for i in range(3)] + [b"\xc1"]
     conv.add("t/0", 0, columns(record(bodies)), 0, 4)
     assert [(r["i"], r["value"]) for r in conv.batch().to_pylist()] == [
-        (0, 0.0), (1, 0.25), (2, 0.5), (None, None)]
+        (0, 0.0),
+        (1, 0.25),
+        (2, 0.5),
+        (None, None),
+    ]

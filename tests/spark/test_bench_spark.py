@@ -23,8 +23,19 @@ pytestmark = [needs_spark, pytest.mark.slow]
 @pytest.mark.timeout(600)
 def test_spark_benchmark_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "spark.json"
-    code, text = run_module(["-m", "benchmarks.bench_spark", "--quick", "--rows", "3000",
-                             "--results-dir", str(tmp_path)], 560, str(ROOT))
+    code, text = run_module(
+        [
+            "-m",
+            "benchmarks.bench_spark",
+            "--quick",
+            "--rows",
+            "3000",
+            "--results-dir",
+            str(tmp_path),
+        ],
+        560,
+        str(ROOT),
+    )
     assert code == 0, text[-4000:]
     doc = json.loads(out.read_text())
     assert doc["rows"] == 3000 and len(doc["runs"]) == 1

@@ -44,12 +44,15 @@ def first_line(proc: subprocess.Popen, timeout_s: float) -> str:
     while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
-            pytest.fail(f"no line from child {proc.pid} within {timeout_s:g}s "
-                        f"(exit code {proc.poll()}); it said {data!r}")
+            pytest.fail(
+                f"no line from child {proc.pid} within {timeout_s:g}s "
+                f"(exit code {proc.poll()}); it said {data!r}"
+            )
         chunk = os.read(fd, 1)
         if not chunk:
-            pytest.fail(f"child {proc.pid} closed its output (exit code {proc.wait(10)}); "
-                        f"it said {data!r}")
+            pytest.fail(
+                f"child {proc.pid} closed its output (exit code {proc.wait(10)}); it said {data!r}"
+            )
         data += chunk
     return data.decode(errors="replace")
 
@@ -68,12 +71,15 @@ def end_group(proc: subprocess.Popen) -> None:
 def records(client: BridgeClient, stream: str, start: int, end: int) -> list[Logged]:
     first, runs = client.fetch(stream, start, end, 10_000)
     assert first == start
-    return [m for run_first, record in runs for m in messages(run_first, record)
-            if start <= m.offset < end]
+    return [
+        m
+        for run_first, record in runs
+        for m in messages(run_first, record)
+        if start <= m.offset < end
+    ]
 
 
-def test_messages_get_offsets_and_are_acked_after_logging(
-        bridged: Callable[..., Bridged]) -> None:
+def test_messages_get_offsets_and_are_acked_after_logging(bridged: Callable[..., Bridged]) -> None:
     b = bridged()
     b.publish("readings", 300)
     assert b.logged() == 300
@@ -97,8 +103,7 @@ def test_messages_get_offsets_and_are_acked_after_logging(
         assert sorted(seen) == list(range(300))
 
 
-def publish(client: BridgeClient, task: str, chunk: Chunk,
-            topic: str | None) -> dict[str, int]:
+def publish(client: BridgeClient, task: str, chunk: Chunk, topic: str | None) -> dict[str, int]:
     [counts] = client.publish(task, [chunk], topic)
     return counts
 
@@ -108,8 +113,11 @@ def test_a_loop_logs_a_run_per_partition_in_order(bridged: Callable[..., Bridged
     receipts = [
         # dealt round-robin (no keys), by key, and all to one partition
         b.producer.publish_many("readings", [f"rr{i}".encode() for i in range(500)]),
-        b.producer.publish_many("readings", [f"k{i}".encode() for i in range(300)],
-                                keys=[f"key-{i % 7}" for i in range(300)]),
+        b.producer.publish_many(
+            "readings",
+            [f"k{i}".encode() for i in range(300)],
+            keys=[f"key-{i % 7}" for i in range(300)],
+        ),
         *[b.producer.publish("readings", f"one{i}".encode(), key="solo") for i in range(50)],
     ]
     for r in receipts:
@@ -130,11 +138,11 @@ def test_a_loop_logs_a_run_per_partition_in_order(bridged: Callable[..., Bridged
     assert b.bridge.stats()["log"] < 100, "runs, not a record per message"
 
 
-def test_sink_rows_are_published_once_per_row_id(bridged: Callable[..., Bridged],
-                                                 make_node: Callable[..., zmesh.Node]) -> None:
+def test_sink_rows_are_published_once_per_row_id(
+    bridged: Callable[..., Bridged], make_node: Callable[..., zmesh.Node]
+) -> None:
     b = bridged()
-    collected = Collector(make_node("consumer", seeds=[b.node.control_address]), "alerts",
-                          "pager")
+    collected = Collector(make_node("consumer", seeds=[b.node.control_address]), "alerts", "pager")
     got = collected.messages
     wait_members(b.node, "alerts", "pager", 1)
     payloads = [f"alert {i}".encode() for i in range(50)]
@@ -152,8 +160,7 @@ def test_sink_rows_are_published_once_per_row_id(bridged: Callable[..., Bridged]
         by_id = Chunk(0, [b"id-a", b"id-b", b"id-a"], None, None, None, ["q:x", "q:y", "q:x"])
         assert publish(client, "q:0:2", by_id, "alerts") == {"published": 2, "duplicates": 1}
         with pytest.raises(BridgeError, match="other lengths"):
-            publish(client, "q:0:3", Chunk(0, payloads[:2], None, keys[:1], None, None),
-                    "alerts")
+            publish(client, "q:0:3", Chunk(0, payloads[:2], None, keys[:1], None, None), "alerts")
     wait_until(lambda: len(got) >= 64, what="64 alerts handled")
     wait_until(lambda: b.node.status()["outbox"] == 0, what="alerts acked")
     assert len(got) == 64 and len({m.payload for m in got}) == 51 + 2 + 2
@@ -164,20 +171,24 @@ def test_sink_rows_are_published_once_per_row_id(bridged: Callable[..., Bridged]
 
 
 def test_overlapping_chunks_under_way_at_once_publish_each_row_once(
-        bridged: Callable[..., Bridged], make_node: Callable[..., zmesh.Node]) -> None:
+    bridged: Callable[..., Bridged], make_node: Callable[..., zmesh.Node]
+) -> None:
     b = bridged()
-    got = Collector(make_node("consumer", seeds=[b.node.control_address]), "out",
-                    "g").messages
+    got = Collector(make_node("consumer", seeds=[b.node.control_address]), "out", "g").messages
     wait_members(b.node, "out", "g", 1)
     rows = [f"row {i}".encode() for i in range(3000)]
-    chunks = [Chunk(0, rows[:2000], None, None, None, None),
-              Chunk(1000, rows[1000:3000], None, None, None, None),  # (half of it is the first's)
-              Chunk(0, rows[:3000], None, None, None, None)]
+    chunks = [
+        Chunk(0, rows[:2000], None, None, None, None),
+        Chunk(1000, rows[1000:3000], None, None, None, None),  # (half of it is the first's)
+        Chunk(0, rows[:3000], None, None, None, None),
+    ]
     with BridgeClient(b.endpoint) as client:
         counts = list(client.publish("q:0:0", chunks, "out", window=3))
-    assert counts == [{"published": 2000, "duplicates": 0},
-                      {"published": 1000, "duplicates": 1000},
-                      {"published": 0, "duplicates": 3000}]
+    assert counts == [
+        {"published": 2000, "duplicates": 0},
+        {"published": 1000, "duplicates": 1000},
+        {"published": 0, "duplicates": 3000},
+    ]
     wait_until(lambda: len(got) >= 3000, what="3000 rows handled")
     wait_until(lambda: b.node.status()["outbox"] == 0, what="rows acked")
     assert sorted(m.payload for m in got) == sorted(rows)
@@ -222,13 +233,14 @@ def test_bad_requests_are_counted_and_dropped(bridged: Callable[..., Bridged]) -
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-        with BridgeClient(f"tcp://127.0.0.1:{port}", timeout_s=0.2, attempts=2) as client, \
-                pytest.raises(BridgeError, match="did not answer"):
+        with (
+            BridgeClient(f"tcp://127.0.0.1:{port}", timeout_s=0.2, attempts=2) as client,
+            pytest.raises(BridgeError, match="did not answer"),
+        ):
             client.info()
 
 
-def test_a_full_log_pushes_back_until_retention_frees_it(
-        bridged: Callable[..., Bridged]) -> None:
+def test_a_full_log_pushes_back_until_retention_frees_it(bridged: Callable[..., Bridged]) -> None:
     # Retention runs only when the test says (once at start, then not for an hour), so the
     # log certainly fills: 400 payloads of 1.5 kB are more than twice its 512 kB budget
     # (a record counts twice: pages fill about half).
@@ -253,8 +265,11 @@ def test_a_full_log_pushes_back_until_retention_frees_it(
         b.bridge.prune()
         prunes += 1
         assert prunes <= 20, "the log kept filling: pruning frees nothing?"
-        wait_until(lambda s=seen: all_acked() or failures() > s, 60,
-                   what="every message acked, or the log full again")
+        wait_until(
+            lambda s=seen: all_acked() or failures() > s,
+            60,
+            what="every message acked, or the log full again",
+        )
         if all_acked():
             break
     stats = b.bridge.stats()
@@ -274,7 +289,7 @@ def test_restart_keeps_offsets(make_node: Callable[..., zmesh.Node], tmp_path: P
         assert bridge.streams() == before
         for r in [producer.publish("readings", b"b", key="k") for _ in range(5)]:
             r.wait_acked(30)
-        (stream, (head, end)), = bridge.streams().items()
+        ((stream, (head, end)),) = bridge.streams().items()
         assert (head, end) == (0, 10)
 
 
@@ -289,11 +304,17 @@ def test_bridge_from_toml(tmp_path: Path) -> None:
 
 
 def test_kill_9_of_the_bridge_loses_and_duplicates_nothing(
-        make_node: Callable[..., zmesh.Node], tmp_path: Path, mesh_name: str) -> None:
+    make_node: Callable[..., zmesh.Node], tmp_path: Path, mesh_name: str
+) -> None:
     producer = make_node("producer")
-    args = [str(Path(__file__).with_name("bridge_worker.py")), mesh_name,
-            str(tmp_path / "bridge"), str(tmp_path / "log"), "readings",
-            producer.control_address]
+    args = [
+        str(Path(__file__).with_name("bridge_worker.py")),
+        mesh_name,
+        str(tmp_path / "bridge"),
+        str(tmp_path / "log"),
+        "readings",
+        producer.control_address,
+    ]
 
     procs: list[subprocess.Popen] = []
 
@@ -311,8 +332,10 @@ def test_kill_9_of_the_bridge_loses_and_duplicates_nothing(
     n = 6000
 
     def publish(first: int, last: int) -> list[zmesh.Receipt]:
-        return [producer.publish("readings", str(i).encode(), key=str(i % 7))
-                for i in range(first, last)]
+        return [
+            producer.publish("readings", str(i).encode(), key=str(i % 7))
+            for i in range(first, last)
+        ]
 
     try:
         proc = start()
@@ -336,8 +359,11 @@ def test_kill_9_of_the_bridge_loses_and_duplicates_nothing(
     try:
         payloads = []
         for stream, (_head, end) in log.streams().items():
-            payloads += [m.payload for start, record in log.read(stream, 0, end, n)[1]
-                         for m in messages(start, record)]
+            payloads += [
+                m.payload
+                for start, record in log.read(stream, 0, end, n)[1]
+                for m in messages(start, record)
+            ]
     finally:
         log.close()
     assert len(payloads) == n and len(set(payloads)) == n

@@ -41,8 +41,7 @@ class FakeBridge(threading.Thread):
             self.seen.append(req.token)
             if self.answer(req, self.seen.count(req.token)):
                 result = {"n": req.args["n"]}
-                self.sock.send_multipart([route, *encode_reply(Reply(req.token, True,
-                                                                     result))])
+                self.sock.send_multipart([route, *encode_reply(Reply(req.token, True, result))])
 
     def close(self) -> None:
         self._halt.set()
@@ -71,7 +70,8 @@ def requests(n: int) -> list[tuple[dict, tuple[bytes, ...]]]:
 
 
 def test_replies_come_in_request_order_with_several_unanswered(
-        fake: Callable[[Answer], FakeBridge]) -> None:
+    fake: Callable[[Answer], FakeBridge],
+) -> None:
     bridge = fake(lambda req, seen: True)
     with BridgeClient(bridge.endpoint, timeout_s=5) as client:
         got = [rep.result["n"] for rep in client.calls("publish", requests(10), window=3)]
@@ -80,7 +80,8 @@ def test_replies_come_in_request_order_with_several_unanswered(
 
 
 def test_an_unanswered_request_is_sent_again_with_those_after_it(
-        fake: Callable[[Answer], FakeBridge]) -> None:
+    fake: Callable[[Answer], FakeBridge],
+) -> None:
     # the second request is answered only the second time it comes
     bridge = fake(lambda req, seen: req.args["n"] != 1 or seen > 1)
     with BridgeClient(bridge.endpoint, timeout_s=0.3, attempts=3) as client:
@@ -93,7 +94,8 @@ def test_an_unanswered_request_is_sent_again_with_those_after_it(
 
 
 def test_a_request_never_answered_fails_after_its_attempts(
-        fake: Callable[[Answer], FakeBridge]) -> None:
+    fake: Callable[[Answer], FakeBridge],
+) -> None:
     bridge = fake(lambda req, seen: req.args["n"] != 2)
     with BridgeClient(bridge.endpoint, timeout_s=0.2, attempts=2) as client:
         got = []

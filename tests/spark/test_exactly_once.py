@@ -43,8 +43,11 @@ DRAIN_TIMEOUT_S = 180.0
 
 def batch_ids(checkpoint: Path, kind: str) -> list[int]:
     folder = checkpoint / kind
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if (
-        folder.is_dir()) else []
+    return (
+        sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+        if (folder.is_dir())
+        else []
+    )
 
 
 def in_flight(checkpoint: Path) -> int | None:
@@ -70,15 +73,20 @@ class Driver:
         self.trigger = trigger
         cfg = {**self.cfg, "trigger": trigger, **overrides}
         with (self.tmp_path / f"driver-{self.runs}.log").open("wb") as log:
-            self.proc = spawn([JOB, json.dumps(cfg)], stdout=log,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              start_new_session=True)
+            self.proc = spawn(
+                [JOB, json.dumps(cfg)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def output(self) -> str:
         return (self.tmp_path / f"driver-{self.runs}.log").read_text(errors="replace")[-3000:]
 
-    def kill_mid_batch(self, checkpoint: Path, progress: Callable[[], int],
-                       before_retry: Callable[[], None]) -> tuple[int, int]:
+    def kill_mid_batch(
+        self, checkpoint: Path, progress: Callable[[], int], before_retry: Callable[[], None]
+    ) -> tuple[int, int]:
         """SIGKILL the driver mid-batch: once a batch of ``checkpoint`` is in flight and
         ``progress`` (its sink's output) moved after that batch was planned. Spark may
         commit the batch between that look and the kill; then the kill did not land
@@ -90,8 +98,11 @@ class Driver:
             left = in_flight(checkpoint)
             if left == batch:
                 return batch, attempt
-            print(f"run {self.runs}: batch {batch} was committed when the kill landed "
-                  f"(in flight now: {left}); again, on a later batch", flush=True)
+            print(
+                f"run {self.runs}: batch {batch} was committed when the kill landed "
+                f"(in flight now: {left}); again, on a later batch",
+                flush=True,
+            )
             before_retry()
             self.start(self.trigger)
         pytest.fail(f"none of {KILL_ATTEMPTS} kills landed before their batch's commit")
@@ -113,6 +124,7 @@ class Driver:
             else:
                 return progress() > watching[1]
             return False
+
         if not until(output_in_flight, KILL_TIMEOUT_S, 0.003):
             pytest.fail(f"no batch with output in flight to kill:\n{self.output()}")
         os.killpg(proc.pid, signal.SIGKILL)
@@ -162,18 +174,37 @@ def parquet_files(out: Path) -> int:
 
 
 def test_driver_kills_lose_and_duplicate_nothing(
-        spark: Any, bridged: Callable[..., Bridged], make_node: Callable[..., zmesh.Node],
-        tmp_path: Path) -> None:
+    spark: Any,
+    bridged: Callable[..., Bridged],
+    make_node: Callable[..., zmesh.Node],
+    tmp_path: Path,
+) -> None:
     b = bridged()
-    handled = Collector(make_node("consumer", seeds=[b.node.control_address]), "copies",
-                        "checker")
+    handled = Collector(make_node("consumer", seeds=[b.node.control_address]), "copies", "checker")
     wait_members(b.node, "copies", "checker", 1)
 
     out, ck_files, ck_mesh = tmp_path / "out", tmp_path / "ck-parquet", tmp_path / "ck-mesh"
-    driver = Driver(tmp_path, {"endpoint": b.endpoint, "max_records": MAX_RECORDS, "queries": [
-        {"sink": "parquet", "out": str(out), "reader": "to-parquet", "checkpoint": str(ck_files)},
-        {"sink": "zmesh", "topic": "copies", "reader": "to-mesh", "checkpoint": str(ck_mesh)},
-    ]})
+    driver = Driver(
+        tmp_path,
+        {
+            "endpoint": b.endpoint,
+            "max_records": MAX_RECORDS,
+            "queries": [
+                {
+                    "sink": "parquet",
+                    "out": str(out),
+                    "reader": "to-parquet",
+                    "checkpoint": str(ck_files),
+                },
+                {
+                    "sink": "zmesh",
+                    "topic": "copies",
+                    "reader": "to-mesh",
+                    "checkpoint": str(ck_mesh),
+                },
+            ],
+        },
+    )
     first, second, third = CHUNKS
     total = 0  # readings published so far: [0, total)
     t0 = time.monotonic()
@@ -206,7 +237,8 @@ def test_driver_kills_lose_and_duplicate_nothing(
         driver.start("continuous")
         feeder = feed(third)
         batch, kills = driver.kill_mid_batch(
-            ck_mesh, lambda: b.bridge.stats().get("published", 0), top_up)
+            ck_mesh, lambda: b.bridge.stats().get("published", 0), top_up
+        )
         mark(f"run {driver.runs} killed in batch {batch} ({kills} kills)")
         feeder.finish()
         assert b.logged("readings") == total
@@ -215,26 +247,28 @@ def test_driver_kills_lose_and_duplicate_nothing(
     finally:
         driver.close()
 
-    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset",
-                                               "payload").collect()
+    rows = spark.read.parquet(str(out)).select("topic", "partition", "offset", "payload").collect()
     assert len(rows) == total
     assert len({(r.topic, r.partition, r.offset) for r in rows}) == total
     assert sorted(json.loads(r.payload)["i"] for r in rows) == list(range(total))
     assert parquet_files(out) > len(spark.read.parquet(str(out)).inputFiles()), (
-        "the killed batch left files that the sink's log does not list")
+        "the killed batch left files that the sink's log does not list"
+    )
 
     wait_until(lambda: len(handled) >= total, 60, what=f"{total} copies handled")
     wait_until(lambda: b.node.status()["outbox"] == 0, 30, what="copies acked")
     assert len(handled) == total
     assert sorted(json.loads(m.payload)["i"] for m in handled.messages) == list(range(total))
-    assert all(m.key == reading(json.loads(m.payload)["i"])["sensor"]
-               for m in handled.messages)
+    assert all(m.key == reading(json.loads(m.payload)["i"])["sensor"] for m in handled.messages)
     assert b.bridge.stats().get("publish_duplicates", 0) > 0, "a replayed batch was dropped"
 
 
 def test_two_bridges_of_one_group_and_a_driver_kill(
-        spark: Any, bridged_pair: Callable[..., Pair], make_node: Callable[..., zmesh.Node],
-        tmp_path: Path) -> None:
+    spark: Any,
+    bridged_pair: Callable[..., Pair],
+    make_node: Callable[..., zmesh.Node],
+    tmp_path: Path,
+) -> None:
     """The same through two bridges that share the group's partitions, read as one stream
     and written through both (each task's rows through the bridge of its partition): one
     driver kill mid-batch, then a run to the end."""
@@ -243,11 +277,27 @@ def test_two_bridges_of_one_group_and_a_driver_kill(
     for b in (pair.first, pair.second):
         wait_members(b.node, "copies", "checker", 1)
     out, ck_files, ck_mesh = tmp_path / "out", tmp_path / "ck-parquet", tmp_path / "ck-mesh"
-    driver = Driver(tmp_path, {"endpoint": pair.endpoints, "max_records": MAX_RECORDS,
-                               "queries": [
-        {"sink": "parquet", "out": str(out), "reader": "to-parquet", "checkpoint": str(ck_files)},
-        {"sink": "zmesh", "topic": "copies", "reader": "to-mesh", "checkpoint": str(ck_mesh)},
-    ]})
+    driver = Driver(
+        tmp_path,
+        {
+            "endpoint": pair.endpoints,
+            "max_records": MAX_RECORDS,
+            "queries": [
+                {
+                    "sink": "parquet",
+                    "out": str(out),
+                    "reader": "to-parquet",
+                    "checkpoint": str(ck_files),
+                },
+                {
+                    "sink": "zmesh",
+                    "topic": "copies",
+                    "reader": "to-mesh",
+                    "checkpoint": str(ck_mesh),
+                },
+            ],
+        },
+    )
     first, second, _third = CHUNKS
     total = first + second
 

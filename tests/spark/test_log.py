@@ -22,18 +22,25 @@ T0 = 1_000_000.0
 
 def run(*seqs: int, producer: bytes = P1, keys: bool = True, size: int = 0) -> Run:
     """A run of the given sequences, each message's payload and key from its sequence."""
-    return Run(producer, list(seqs), [T0 + s for s in seqs],
-               [f"p{s}".encode() + b"x" * size for s in seqs],
-               [f"k{s}" for s in seqs] if keys else None,
-               [{"n": s} for s in seqs] if keys else None)
+    return Run(
+        producer,
+        list(seqs),
+        [T0 + s for s in seqs],
+        [f"p{s}".encode() + b"x" * size for s in seqs],
+        [f"k{s}" for s in seqs] if keys else None,
+        [{"n": s} for s in seqs] if keys else None,
+    )
 
 
 def logged(log: BridgeLog, stream: str, start: int = 0, end: int = 1 << 40) -> list:
     """(offset, producer, seq, key, payload) of each message of ``stream`` in [start, end)."""
     first, runs = log.read(stream, start, end, 1 << 30)
-    return [(m.offset, m.producer, m.seq, m.key, m.payload)
-            for run_first, record in runs for m in messages(run_first, record)
-            if first <= m.offset < end]
+    return [
+        (m.offset, m.producer, m.seq, m.key, m.payload)
+        for run_first, record in runs
+        for m in messages(run_first, record)
+        if first <= m.offset < end
+    ]
 
 
 @pytest.fixture
@@ -52,8 +59,9 @@ def test_a_run_keeps_its_columns() -> None:
     assert c.time_list() == [T0 + 5, T0 + 6, T0 + 9]
     assert c.keys == ["k5", "k6", "k9"] and c.headers == [{"n": 5}, {"n": 6}, {"n": 9}]
     # consecutive sequences are kept as the first; no keys or headers: nothing kept
-    plain = columns(encode(Run(P1, range(7, 10), [T0] * 3, [b"a", b"", b"c"],
-                               [None] * 3, [None] * 3), T0))
+    plain = columns(
+        encode(Run(P1, range(7, 10), [T0] * 3, [b"a", b"", b"c"], [None] * 3, [None] * 3), T0)
+    )
     assert plain.seqs is None and plain.seq_list() == [7, 8, 9]
     assert (plain.keys, plain.headers) == (None, None)
     assert plain.payload_list() == [b"a", b"", b"c"]
@@ -65,9 +73,13 @@ def test_offsets_per_partition_without_gaps(blog: BridgeLog) -> None:
     assert blog.append([("t/0", run(1, 3)), ("t/3", run(2)), ("u/0", run(4))], T0) == (4, 0)
     assert blog.streams() == {"t/0": (0, 2), "t/3": (0, 1), "u/0": (0, 1)}
     assert blog.append([("t/0", run(5, 6, 7))], T0) == (3, 0)
-    assert logged(blog, "t/0") == [(0, P1, 1, "k1", b"p1"), (1, P1, 3, "k3", b"p3"),
-                                   (2, P1, 5, "k5", b"p5"), (3, P1, 6, "k6", b"p6"),
-                                   (4, P1, 7, "k7", b"p7")]
+    assert logged(blog, "t/0") == [
+        (0, P1, 1, "k1", b"p1"),
+        (1, P1, 3, "k3", b"p3"),
+        (2, P1, 5, "k5", b"p5"),
+        (3, P1, 6, "k6", b"p6"),
+        (4, P1, 7, "k7", b"p7"),
+    ]
     assert blog.stat()["log"] == 4, "one record per run"
     sizes = blog.stream_sizes()
     assert sizes["t/0"][:2] == (0, 5) and sizes["t/0"][2] > 5 * len(b"p1")
@@ -76,8 +88,9 @@ def test_offsets_per_partition_without_gaps(blog: BridgeLog) -> None:
 def test_duplicates_are_dropped_by_message_id(blog: BridgeLog) -> None:
     blog.append([("t/0", run(1, 2))], T0)
     # redelivered: 2 again (in the same stream, or moved to another), 1 of another producer
-    assert blog.append([("t/0", run(2, 3)), ("t/1", run(2, 3000)),
-                        ("t/0", run(1, producer=P2))], T0) == (3, 2)
+    assert blog.append(
+        [("t/0", run(2, 3)), ("t/1", run(2, 3000)), ("t/0", run(1, producer=P2))], T0
+    ) == (3, 2)
     assert blog.streams() == {"t/0": (0, 4), "t/1": (0, 1)}
     assert [m[2] for m in logged(blog, "t/1")] == [3000]
     assert blog.append([("t/0", run(1, 2, 3))], T0) == (0, 3)
@@ -112,8 +125,9 @@ def test_reopen_keeps_offsets_dedupe_and_id(tmp_path: Path) -> None:
     assert BridgeLog(tmp_path / "other").log_id != log_id
 
 
-def test_read_only_handle_in_the_same_process_is_the_writer(blog: BridgeLog,
-                                                            tmp_path: Path) -> None:
+def test_read_only_handle_in_the_same_process_is_the_writer(
+    blog: BridgeLog, tmp_path: Path
+) -> None:
     blog.append([("t/0", run(1))], T0)
     blog.register()
     assert BridgeLog.open_reader(tmp_path / "log") is blog
@@ -198,23 +212,22 @@ def test_the_size_budget_leaves_room_to_prune(tmp_path: Path) -> None:
         taken = 0
         while taken < len(runs):
             try:
-                log.append(runs[taken:taken + 1], T0)
+                log.append(runs[taken : taken + 1], T0)
             except LogFullError:
                 break
             taken += 1
         assert 0 < taken < len(runs)
         with pytest.raises(LogFullError):
-            log.append(runs[taken:taken + 1], T0)
+            log.append(runs[taken : taken + 1], T0)
         assert sum(end for _h, end in log.streams().values()) == taken * 10, "nothing taken"
         while log.prune(T0 + 1, retain_s=0):
             pass
-        assert log.append(runs[taken:taken + 1], T0) == (10, 0), "pruning made room again"
+        assert log.append(runs[taken : taken + 1], T0) == (10, 0), "pruning made room again"
     finally:
         log.close()
 
 
 @given(st.integers(0, 5000), st.integers(1, 40), st.integers(1, 400))
-def test_a_stepped_range_marks_the_bits_of_its_sequences(start: int, step: int,
-                                                        n: int) -> None:
+def test_a_stepped_range_marks_the_bits_of_its_sequences(start: int, step: int, n: int) -> None:
     seqs = range(start, start + step * n, step)
     assert masks(seqs) == masks_of_list(list(seqs))

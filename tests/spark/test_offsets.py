@@ -47,13 +47,21 @@ def test_public_names_are_sorted_and_complete() -> None:
     # Complete: every class and function of zmesh.spark in the package namespace, and
     # every error it defines, is exported; nothing is exported that is not one of them.
     # ZMeshDataSource is the one lazy name (it imports pyspark on first use).
-    defined = {name for name, obj in vars(zmesh.spark).items()
-               if not name.startswith("_") and (inspect.isclass(obj) or inspect.isfunction(obj))
-               and obj.__module__.startswith("zmesh.spark")}
+    defined = {
+        name
+        for name, obj in vars(zmesh.spark).items()
+        if not name.startswith("_")
+        and (inspect.isclass(obj) or inspect.isfunction(obj))
+        and obj.__module__.startswith("zmesh.spark")
+    }
     assert set(names) == defined | {"ZMeshDataSource"}
-    errors = {name for name, obj in vars(zmesh.spark._errors).items()
-              if inspect.isclass(obj) and issubclass(obj, Exception)
-              and obj.__module__ == "zmesh.spark._errors"}
+    errors = {
+        name
+        for name, obj in vars(zmesh.spark._errors).items()
+        if inspect.isclass(obj)
+        and issubclass(obj, Exception)
+        and obj.__module__ == "zmesh.spark._errors"
+    }
     assert errors <= set(names), f"errors not exported: {sorted(errors - set(names))}"
     for name in names:
         if name == "ZMeshDataSource" and importlib.util.find_spec("pyspark") is None:
@@ -62,11 +70,14 @@ def test_public_names_are_sorted_and_complete() -> None:
 
 
 def test_importable_without_pyspark() -> None:
-    code = ("import sys; sys.modules['pyspark'] = None; import zmesh.spark as s; "
-            "b = s.Bridge; s.BridgeConfig\n"
-            "try:\n    s.ZMeshDataSource\nexcept ImportError as e:\n    print('ok', e)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+    code = (
+        "import sys; sys.modules['pyspark'] = None; import zmesh.spark as s; "
+        "b = s.Bridge; s.BridgeConfig\n"
+        "try:\n    s.ZMeshDataSource\nexcept ImportError as e:\n    print('ok', e)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     assert out.startswith("ok") and "zmesh[spark]" in out
 
 
@@ -131,8 +142,9 @@ def test_plan_cuts_even_partitions_in_a_stable_order() -> None:
 
 
 def test_plan_fills_whole_waves_of_tasks() -> None:
-    sizes = [p[0][2] - p[0][1] for p in plan({}, {"a/0": 1000}, min_partitions=2,
-                                                 max_per_partition=300)]
+    sizes = [
+        p[0][2] - p[0][1] for p in plan({}, {"a/0": 1000}, min_partitions=2, max_per_partition=300)
+    ]
     assert sizes == [250, 250, 250, 250]
     assert len(plan({}, {"a/0": 1000}, min_partitions=3, max_per_partition=300)) == 6
     assert len(plan({}, {"a/0": 1000}, min_partitions=2)) == 2, "one wave on two cores"
@@ -168,8 +180,14 @@ def test_gaps_between_published_ranges() -> None:
 
 
 def test_source_options() -> None:
-    opts = SourceOptions.parse({"endpoint": "tcp://127.0.0.1:5", "topics": "a, b",
-                                "maxrecordsperbatch": "10", "startingoffsets": "latest"})
+    opts = SourceOptions.parse(
+        {
+            "endpoint": "tcp://127.0.0.1:5",
+            "topics": "a, b",
+            "maxrecordsperbatch": "10",
+            "startingoffsets": "latest",
+        }
+    )
     assert opts.topics == ("a", "b") and opts.max_records_per_batch == 10
     assert opts.starting == "latest" and opts.ending == "latest"
     with pytest.raises(ArgumentError, match="reader"):
@@ -184,8 +202,15 @@ def test_source_options() -> None:
         SourceOptions.parse({"endpoint": "tcp://h:1", "payloadformat": "json"})
     with pytest.raises(BridgeError):
         SourceOptions.parse({"endpoint": "h:1"})
-    two = SourceOptions.parse({"endpoint": "tcp://h:1, tcp://h:2", "path": "/a,/b",
-                               "maxRecordsPerTrigger": "7", "maxBytesPerTrigger": "1000"}, 4)
+    two = SourceOptions.parse(
+        {
+            "endpoint": "tcp://h:1, tcp://h:2",
+            "path": "/a,/b",
+            "maxRecordsPerTrigger": "7",
+            "maxBytesPerTrigger": "1000",
+        },
+        4,
+    )
     assert two.endpoints == ("tcp://h:1", "tcp://h:2") and two.paths == ("/a", "/b")
     assert (two.max_records_per_batch, two.max_bytes_per_batch) == (7, 1000)
     assert two.min_partitions == 4, "the session's parallelism, when register() found it"
@@ -193,17 +218,21 @@ def test_source_options() -> None:
     with pytest.raises(ArgumentError, match="twice"):
         SourceOptions.parse({"endpoint": "tcp://h:1,tcp://h:1"})
     with pytest.raises(ArgumentError, match="one limit"):
-        SourceOptions.parse({"endpoint": "tcp://h:1", "maxRecordsPerTrigger": "5",
-                             "maxRecordsPerBatch": "6"})
+        SourceOptions.parse(
+            {"endpoint": "tcp://h:1", "maxRecordsPerTrigger": "5", "maxRecordsPerBatch": "6"}
+        )
 
 
 def test_sink_options() -> None:
-    opts = SinkOptions.parse({"endpoint": "tcp://h:1", "topic": "alerts",
-                              "idcolumns": "sensor, window_start"})
+    opts = SinkOptions.parse(
+        {"endpoint": "tcp://h:1", "topic": "alerts", "idcolumns": "sensor, window_start"}
+    )
     assert opts.id_columns == ("sensor", "window_start") and opts.payload_format == "json"
     assert opts.endpoints == ("tcp://h:1",) and opts.batch_rows == 10_000
     assert SinkOptions.parse({"endpoint": "tcp://h:1,tcp://h:2"}).endpoints == (
-        "tcp://h:1", "tcp://h:2")
+        "tcp://h:1",
+        "tcp://h:2",
+    )
     with pytest.raises(ConfigError):
         SinkOptions.parse({"endpoint": "tcp://h:1", "topic": "bad topic"})
 

@@ -33,18 +33,35 @@ def expected_windows() -> dict[tuple[str, float], tuple[int, float, float]]:
         for w in range(0, READINGS, WINDOW):
             values = [sensors.reading(s, i)["value"] for i in range(w, w + WINDOW)]
             start = sensors.reading(s, w)["ts"]
-            out[(f"sensor-{s}", start)] = (len(values), round(sum(values) / len(values), 3),
-                                           max(values))
+            out[(f"sensor-{s}", start)] = (
+                len(values),
+                round(sum(values) / len(values), 3),
+                max(values),
+            )
     return out
 
 
 def test_metrics_pipeline_runs_end_to_end(spark: Any, tmp_path: Path) -> None:
     work = tmp_path / "work"
-    proc = spawn([str(EXAMPLE / "run.py"), "--workdir", str(work), "--sensors", str(SENSORS),
-                  "--readings", str(READINGS), "--threshold", str(THRESHOLD),
-                  "--master", "local[2]"],
-                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                 text=True)
+    proc = spawn(
+        [
+            str(EXAMPLE / "run.py"),
+            "--workdir",
+            str(work),
+            "--sensors",
+            str(SENSORS),
+            "--readings",
+            str(READINGS),
+            "--threshold",
+            str(THRESHOLD),
+            "--master",
+            "local[2]",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         out, _ = proc.communicate(timeout=400)
     finally:
@@ -57,8 +74,10 @@ def test_metrics_pipeline_runs_end_to_end(spark: Any, tmp_path: Path) -> None:
     assert f"job: {len(expected)} windows in" in out
 
     windows = spark.read.parquet(str(work / "windows")).collect()
-    got = {(r.sensor, r.window_start.timestamp()): (r.readings, r.avg_value, r.max_value)
-           for r in windows}
+    got = {
+        (r.sensor, r.window_start.timestamp()): (r.readings, r.avg_value, r.max_value)
+        for r in windows
+    }
     assert len(windows) == len(got) == len(expected)
     assert got == expected
 

@@ -24,6 +24,7 @@ def collect(make_node: Callable[..., zmesh.Node]) -> Callable[..., Collector]:
         c = Collector(node, topic, group)
         wait_members(b.node, topic, group, 1)
         return c
+
     return make
 
 
@@ -31,15 +32,28 @@ def settled(b: Bridged) -> None:
     wait_until(lambda: b.node.status()["outbox"] == 0, 30, what="bridge outbox drained")
 
 
-def test_batch_write_publishes_each_row_once(spark: Any, bridged: Callable[..., Bridged],
-                                             collect: Callable[..., Collector]) -> None:
+def test_batch_write_publishes_each_row_once(
+    spark: Any, bridged: Callable[..., Bridged], collect: Callable[..., Collector]
+) -> None:
     b = bridged()
     out = collect(b, "out")
-    df = spark.range(0, 300).selectExpr("cast(id as string) as key", "id",
-                                        "id * 1.5 as value", "map('n', cast(id as string)) "
-                                        "as headers").repartition(3)
-    writer = (df.write.format("zmesh").mode("append").option("endpoint", b.endpoint)
-              .option("topic", "out").option("writeId", "backfill-1"))
+    df = (
+        spark.range(0, 300)
+        .selectExpr(
+            "cast(id as string) as key",
+            "id",
+            "id * 1.5 as value",
+            "map('n', cast(id as string)) as headers",
+        )
+        .repartition(3)
+    )
+    writer = (
+        df.write.format("zmesh")
+        .mode("append")
+        .option("endpoint", b.endpoint)
+        .option("topic", "out")
+        .option("writeId", "backfill-1")
+    )
     writer.save()
     wait_until(lambda: len(out) >= 300, 30, what="300 rows handled")
     writer.save()  # the same job again: every row id is known
@@ -53,12 +67,14 @@ def test_batch_write_publishes_each_row_once(spark: Any, bridged: Callable[..., 
     assert m.key == "7" and m.headers == {"n": "7"}
 
 
-def test_payload_and_topic_columns(spark: Any, bridged: Callable[..., Bridged],
-                                   collect: Callable[..., Collector]) -> None:
+def test_payload_and_topic_columns(
+    spark: Any, bridged: Callable[..., Bridged], collect: Callable[..., Collector]
+) -> None:
     b = bridged()
     a, z = collect(b, "t-a"), collect(b, "t-z")
-    df = spark.createDataFrame([("t-a", b"raw-1"), ("t-z", b"raw-2"), ("t-a", b"raw-3")],
-                               "topic string, payload binary")
+    df = spark.createDataFrame(
+        [("t-a", b"raw-1"), ("t-z", b"raw-2"), ("t-a", b"raw-3")], "topic string, payload binary"
+    )
     df.write.format("zmesh").mode("append").option("endpoint", b.endpoint).save()
     wait_until(lambda: len(a) == 2 and len(z) == 1, 30, what="rows routed by topic")
     assert sorted(m.payload for m in a.messages) == [b"raw-1", b"raw-3"]
@@ -66,18 +82,26 @@ def test_payload_and_topic_columns(spark: Any, bridged: Callable[..., Bridged],
         df.write.format("zmesh").mode("overwrite").option("endpoint", b.endpoint).save()
 
 
-def test_stream_write_from_the_zmesh_source(spark: Any, bridged: Callable[..., Bridged],
-                                            collect: Callable[..., Collector],
-                                            tmp_path: Path) -> None:
+def test_stream_write_from_the_zmesh_source(
+    spark: Any, bridged: Callable[..., Bridged], collect: Callable[..., Collector], tmp_path: Path
+) -> None:
     b = bridged()
     out = collect(b, "copies")
     b.publish("readings", 500)
-    query = (spark.readStream.format("zmesh").option("endpoint", b.endpoint)
-             .option("reader", "copier").option("maxRecordsPerBatch", 200).load()
-             .selectExpr("key", "payload")
-             .writeStream.format("zmesh").option("endpoint", b.endpoint)
-             .option("topic", "copies").option("checkpointLocation", str(tmp_path / "ck"))
-             .trigger(availableNow=True).start())
+    query = (
+        spark.readStream.format("zmesh")
+        .option("endpoint", b.endpoint)
+        .option("reader", "copier")
+        .option("maxRecordsPerBatch", 200)
+        .load()
+        .selectExpr("key", "payload")
+        .writeStream.format("zmesh")
+        .option("endpoint", b.endpoint)
+        .option("topic", "copies")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     run_to_end(query)
     wait_until(lambda: len(out) >= 500, 30, what="500 copies handled")
     settled(b)

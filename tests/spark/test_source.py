@@ -17,14 +17,23 @@ pytestmark = needs_spark
 
 
 def test_batch_read_returns_the_retained_log_between_offsets(
-        spark: Any, bridged: Callable[..., Bridged]) -> None:
+    spark: Any, bridged: Callable[..., Bridged]
+) -> None:
     b = bridged()
     b.publish("readings", 400)
     streams = b.bridge.streams()
     reader = spark.read.format("zmesh").option("endpoint", b.endpoint)
     df = reader.load()
-    assert df.columns == ["topic", "partition", "offset", "key", "payload", "headers",
-                          "producer", "timestamp"]
+    assert df.columns == [
+        "topic",
+        "partition",
+        "offset",
+        "key",
+        "payload",
+        "headers",
+        "producer",
+        "timestamp",
+    ]
     rows = df.collect()
     assert len(rows) == 400
     assert {json.loads(r.payload)["i"] for r in rows} == set(range(400))
@@ -34,20 +43,28 @@ def test_batch_read_returns_the_retained_log_between_offsets(
     (s1, (_h1, e1)), (s2, (_h2, e2)) = sorted(streams.items())[:2]
     start = json.dumps({s1: 2, s2: e2})
     end = json.dumps({s1: e1 - 1, s2: e2})
-    part = (reader.option("startingOffsets", start).option("endingOffsets", end).load()
-            .where(f"partition in ({s1.split('/')[1]}, {s2.split('/')[1]})").collect())
+    part = (
+        reader.option("startingOffsets", start)
+        .option("endingOffsets", end)
+        .load()
+        .where(f"partition in ({s1.split('/')[1]}, {s2.split('/')[1]})")
+        .collect()
+    )
     assert sorted((r.partition, r.offset) for r in part) == [
-        (int(s1.split("/")[1]), o) for o in range(2, e1 - 1)]
+        (int(s1.split("/")[1]), o) for o in range(2, e1 - 1)
+    ]
     with pytest.raises(Exception, match="payloadSchema, not .schema"):
         spark.read.format("zmesh").schema("a int").option("endpoint", b.endpoint).load().collect()
     # the same read straight from the log directory (same-host readers)
     local = spark.read.format("zmesh").option("endpoint", b.endpoint).load(b.log_dir)
     assert sorted(local.select("offset", "payload").collect()) == sorted(
-        df.select("offset", "payload").collect())
+        df.select("offset", "payload").collect()
+    )
 
 
-def test_batch_read_after_retention_and_data_loss(spark: Any,
-                                                  bridged: Callable[..., Bridged]) -> None:
+def test_batch_read_after_retention_and_data_loss(
+    spark: Any, bridged: Callable[..., Bridged]
+) -> None:
     b = bridged(retain_s=0.0)
     b.publish("readings", 100)
     b.bridge.prune()
@@ -61,16 +78,24 @@ def test_batch_read_after_retention_and_data_loss(spark: Any,
     assert old.option("failOnDataLoss", "false").load().count() == 0
 
 
-def test_stream_with_read_limit_and_available_now(spark: Any, bridged: Callable[..., Bridged],
-                                                  tmp_path: Path) -> None:
+def test_stream_with_read_limit_and_available_now(
+    spark: Any, bridged: Callable[..., Bridged], tmp_path: Path
+) -> None:
     b = bridged()
     b.publish("readings", 1000)
-    query = (spark.readStream.format("zmesh").option("endpoint", b.endpoint)
-             .option("reader", "limits").option("maxRecordsPerBatch", 300)
-             .option("minPartitions", 3).load()
-             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
-             .option("checkpointLocation", str(tmp_path / "ck"))
-             .trigger(availableNow=True).start())
+    query = (
+        spark.readStream.format("zmesh")
+        .option("endpoint", b.endpoint)
+        .option("reader", "limits")
+        .option("maxRecordsPerBatch", 300)
+        .option("minPartitions", 3)
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     run_to_end(query)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [300, 300, 300, 100]
@@ -85,62 +110,88 @@ def test_stream_with_read_limit_and_available_now(spark: Any, bridged: Callable[
     assert marks == {s: end for s, (_h, end) in b.bridge.streams().items()}
     # nothing new: a second run reads nothing; new messages: it reads just those
     b.publish("readings", 50, start=1000)
-    query = (spark.readStream.format("zmesh").option("endpoint", b.endpoint)
-             .option("reader", "limits").load()
-             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
-             .option("checkpointLocation", str(tmp_path / "ck"))
-             .trigger(availableNow=True).start())
+    query = (
+        spark.readStream.format("zmesh")
+        .option("endpoint", b.endpoint)
+        .option("reader", "limits")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     run_to_end(query)
     assert spark.read.parquet(str(tmp_path / "out")).count() == 1050
 
 
-def test_stream_decodes_json_and_msgpack_payloads(spark: Any, bridged: Callable[..., Bridged],
-                                                  tmp_path: Path) -> None:
+def test_stream_decodes_json_and_msgpack_payloads(
+    spark: Any, bridged: Callable[..., Bridged], tmp_path: Path
+) -> None:
     b = bridged(topics=("readings", "packed"))
     b.publish("readings", 20)
-    for r in [b.producer.publish("packed", msgpack.packb({"i": i, "value": i / 2}))
-              for i in range(10)] + [b.producer.publish("packed", b"\xc1 not msgpack")]:
+    for r in [
+        b.producer.publish("packed", msgpack.packb({"i": i, "value": i / 2})) for i in range(10)
+    ] + [b.producer.publish("packed", b"\xc1 not msgpack")]:
         r.wait_acked(30)
     schema = "sensor string, value double, i long"
     got = {}
     for topic, fmt in (("readings", "json"), ("packed", "msgpack")):
-        query = (spark.readStream.format("zmesh").option("endpoint", b.endpoint)
-                 .option("reader", f"decode-{topic}").option("topics", topic)
-                 .option("payloadFormat", fmt).option("payloadSchema", schema).load()
-                 .writeStream.format("memory").queryName(f"decoded_{topic}")
-                 .trigger(availableNow=True).start())
+        query = (
+            spark.readStream.format("zmesh")
+            .option("endpoint", b.endpoint)
+            .option("reader", f"decode-{topic}")
+            .option("topics", topic)
+            .option("payloadFormat", fmt)
+            .option("payloadSchema", schema)
+            .load()
+            .writeStream.format("memory")
+            .queryName(f"decoded_{topic}")
+            .trigger(availableNow=True)
+            .start()
+        )
         run_to_end(query)
         got[topic] = spark.sql(f"select * from decoded_{topic}").collect()
     assert sorted((r.i, r.sensor, r.value) for r in got["readings"]) == [
-        (i, f"sensor-{i % 5}", float(i % 97)) for i in range(20)]
+        (i, f"sensor-{i % 5}", float(i % 97)) for i in range(20)
+    ]
     packed = sorted(got["packed"], key=lambda r: (r.i is None, r.i))
     assert [(r.i, r.value, r.sensor) for r in packed[:10]] == [(i, i / 2, None) for i in range(10)]
     assert (packed[10].i, packed[10].value) == (None, None), "an undecodable payload is null"
     assert {r.topic for r in packed} == {"packed"}
 
 
-def test_two_bridges_of_one_group_read_as_one_stream(spark: Any,
-                                                     bridged_pair: Callable[..., Pair],
-                                                     tmp_path: Path) -> None:
+def test_two_bridges_of_one_group_read_as_one_stream(
+    spark: Any, bridged_pair: Callable[..., Pair], tmp_path: Path
+) -> None:
     pair = bridged_pair()
     # dealt round-robin over 16 partitions, which the two bridges share
-    for r in [pair.first.producer.publish_many(
-            "readings", [json.dumps({"i": i}).encode() for i in range(k, k + 100)])
-            for k in range(0, 600, 100)]:
+    for r in [
+        pair.first.producer.publish_many(
+            "readings", [json.dumps({"i": i}).encode() for i in range(k, k + 100)]
+        )
+        for k in range(0, 600, 100)
+    ]:
         r.wait_acked(30)
     assert pair.first.logged() > 0 and pair.second.logged() > 0, "both bridges took a share"
     assert pair.logged() == 600
     ids = {pair.first.bridge.log_id, pair.second.bridge.log_id}
     rows = spark.read.format("zmesh").option("endpoint", pair.endpoints).load().collect()
     assert sorted(json.loads(r.payload)["i"] for r in rows) == list(range(600))
-    query = (spark.readStream.format("zmesh").option("endpoint", pair.endpoints)
-             .option("reader", "both").option("maxRecordsPerTrigger", 250).load()
-             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
-             .option("checkpointLocation", str(tmp_path / "ck"))
-             .trigger(availableNow=True).start())
+    query = (
+        spark.readStream.format("zmesh")
+        .option("endpoint", pair.endpoints)
+        .option("reader", "both")
+        .option("maxRecordsPerTrigger", 250)
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     run_to_end(query)
-    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [
-        250, 250, 100]
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [250, 250, 100]
     out = spark.read.parquet(str(tmp_path / "out")).collect()
     assert sorted(json.loads(r.payload)["i"] for r in out) == list(range(600))
     # its offsets name each stream by its bridge's log; each bridge knows the query's marks
@@ -152,5 +203,10 @@ def test_two_bridges_of_one_group_read_as_one_stream(spark: Any,
         assert marks == {s: end for s, (_h, end) in b.bridge.streams().items()}
     # offsets named without a bridge cannot say which of the two they are of
     with pytest.raises(Exception, match="which of the bridges"):
-        (spark.read.format("zmesh").option("endpoint", pair.endpoints)
-         .option("startingOffsets", '{"readings/0": 1}').load().collect())
+        (
+            spark.read.format("zmesh")
+            .option("endpoint", pair.endpoints)
+            .option("startingOffsets", '{"readings/0": 1}')
+            .load()
+            .collect()
+        )

@@ -17,17 +17,28 @@ LANES = (b"g", b"gg")  # one a prefix of the other: keys must not mix them up
 
 # Acks as they come (any order, repeats), runs of consecutive sequences across chunk
 # bounds (what one member acks, mostly), and runs with a hole filled by a repeat.
-runs_st = st.builds(lambda first, n: list(range(first, first + n)),
-                    st.integers(0, 3 * CHUNK), st.integers(1, 2 * CHUNK + 3))
+runs_st = st.builds(
+    lambda first, n: list(range(first, first + n)),
+    st.integers(0, 3 * CHUNK),
+    st.integers(1, 2 * CHUNK + 3),
+)
 seqs_st = st.one_of(
     st.lists(st.one_of(st.integers(0, 3 * CHUNK), st.integers(0, 2**40)), max_size=60),
     runs_st,
-    st.builds(lambda run, i: run[:i % len(run)] + [run[0]] + run[i % len(run) + 1:],
-              runs_st.filter(lambda run: len(run) > 2), st.integers(1, 10**6)))
+    st.builds(
+        lambda run, i: run[: i % len(run)] + [run[0]] + run[i % len(run) + 1 :],
+        runs_st.filter(lambda run: len(run) > 2),
+        st.integers(1, 10**6),
+    ),
+)
 step_st = st.one_of(
     st.tuples(st.just("ack"), st.sampled_from((P1, P2)), st.sampled_from(LANES), seqs_st),
-    st.tuples(st.just("prune"), st.sampled_from((P1, P2)), st.sampled_from(LANES),
-              st.integers(0, 4 * CHUNK)),
+    st.tuples(
+        st.just("prune"),
+        st.sampled_from((P1, P2)),
+        st.sampled_from(LANES),
+        st.integers(0, 4 * CHUNK),
+    ),
 )
 
 
@@ -55,7 +66,8 @@ def test_window_answers_like_a_set_of_acks(tmp_path_factory, steps) -> None:
                 wb.seen_prune.append((producer, arg, lane))
                 kept[at] = {s for s in kept.get(at, ()) if s >= arg}
                 gone.setdefault(at, set()).update(
-                    s for s in ever.get(at, ()) if s < arg - arg % CHUNK)
+                    s for s in ever.get(at, ()) if s < arg - arg % CHUNK
+                )
             store.commit(wb)
         for reopen in (False, True):
             if reopen:

@@ -11,23 +11,26 @@ from zmesh._acl import Acl, covers
 from zmesh.errors import ConfigError
 
 
-@pytest.mark.parametrize(("pattern", "topic", "expected"), [
-    ("metrics", "metrics", True),
-    ("metrics", "metrics.cpu", False),
-    ("metrics.*", "metrics.cpu", True),
-    ("metrics.*", "metrics.cpu.user", False),
-    ("metrics.>", "metrics.cpu.user", True),
-    ("metrics.>", "metrics", False),
-    (">", "anything.at.all", True),
-    ("*.cpu", "host1.cpu", True),
-    ("*.cpu", "host1.mem", False),
-    # A subscription that is a pattern needs a grant covering all it can match.
-    ("metrics.*", "metrics.*", True),
-    ("metrics.>", "metrics.*", True),
-    ("metrics.cpu", "metrics.*", False),
-    ("metrics.*", "metrics.>", False),
-    ("metrics.>", "metrics.>", True),
-])
+@pytest.mark.parametrize(
+    ("pattern", "topic", "expected"),
+    [
+        ("metrics", "metrics", True),
+        ("metrics", "metrics.cpu", False),
+        ("metrics.*", "metrics.cpu", True),
+        ("metrics.*", "metrics.cpu.user", False),
+        ("metrics.>", "metrics.cpu.user", True),
+        ("metrics.>", "metrics", False),
+        (">", "anything.at.all", True),
+        ("*.cpu", "host1.cpu", True),
+        ("*.cpu", "host1.mem", False),
+        # A subscription that is a pattern needs a grant covering all it can match.
+        ("metrics.*", "metrics.*", True),
+        ("metrics.>", "metrics.*", True),
+        ("metrics.cpu", "metrics.*", False),
+        ("metrics.*", "metrics.>", False),
+        ("metrics.>", "metrics.>", True),
+    ],
+)
 def test_covers(pattern: str, topic: str, expected: bool) -> None:
     assert covers(pattern, topic) is expected
 
@@ -81,19 +84,21 @@ subscribe = ["hello"]
     assert not acl.may(zmq.curve_keypair()[0], "subscribe", "hello")  # not named: nothing
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("[[allow]]\nwho = ['nobody']\n", "'nobody' is neither a group, nor a key's name"),
-    ("[[allow]]\npublish = ['x']\n", "has who (required)"),
-    ("[[allow]]\nwho = ['s1']\npublish = ['a.>.b']\n", "'a.>.b' is not a topic pattern"),
-    ("[[allow]]\nwho = ['s1']\npublish = ['a*']\n", "'a*' is not a topic pattern"),
-    ("[[allow]]\nwho = ['s1']\nadmin = ['root']\n", "unknown right(s) ['root']"),
-    ("[groups]\nloop = ['loop']\n[[allow]]\nwho = ['loop']\n", "contains itself"),
-    ("[users]\n", "unknown table(s) ['users']"),
-    ("[[allow]\n", "invalid TOML"),
-    ("[[allow]]\nwho = 's1'\n", "must be a list of strings"),
-])
-def test_a_bad_acl_file_names_itself_and_the_entry(tmp_path: Path, text: str,
-                                                   message: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[allow]]\nwho = ['nobody']\n", "'nobody' is neither a group, nor a key's name"),
+        ("[[allow]]\npublish = ['x']\n", "has who (required)"),
+        ("[[allow]]\nwho = ['s1']\npublish = ['a.>.b']\n", "'a.>.b' is not a topic pattern"),
+        ("[[allow]]\nwho = ['s1']\npublish = ['a*']\n", "'a*' is not a topic pattern"),
+        ("[[allow]]\nwho = ['s1']\nadmin = ['root']\n", "unknown right(s) ['root']"),
+        ("[groups]\nloop = ['loop']\n[[allow]]\nwho = ['loop']\n", "contains itself"),
+        ("[users]\n", "unknown table(s) ['users']"),
+        ("[[allow]\n", "invalid TOML"),
+        ("[[allow]]\nwho = 's1'\n", "must be a list of strings"),
+    ],
+)
+def test_a_bad_acl_file_names_itself_and_the_entry(tmp_path: Path, text: str, message: str) -> None:
     _keys(tmp_path, "s1")
     acl_file = tmp_path / "acl.toml"
     acl_file.write_text(text)

@@ -79,8 +79,19 @@ FUZZ = settings(
 
 MAX_MESSAGE_BYTES = 1 << 16
 assert MAX_MESSAGE_BYTES >= LARGE_PAYLOAD_BYTES  # large payloads are valid ones
-CONTROL_TYPES = (Hello, Bye, Ack, Nack, Fail, Touch, GroupDel, StatusRequest, StatusReply,
-                 FetchRequest, FetchReply)
+CONTROL_TYPES = (
+    Hello,
+    Bye,
+    Ack,
+    Nack,
+    Fail,
+    Touch,
+    GroupDel,
+    StatusRequest,
+    StatusReply,
+    FetchRequest,
+    FetchReply,
+)
 U63 = (1 << 63) - 1
 NODE = b"\x01" * NODE_ID_BYTES
 
@@ -109,8 +120,7 @@ hosts = st.one_of(
 )
 endpoints = st.builds(lambda h, p: f"tcp://{h}:{p}", hosts, ports)
 curve_keys = st.one_of(st.just(""), st.text(min_size=40, max_size=40))
-peer_refs = st.builds(PeerRef, node_id=node_ids, ctrl_endpoint=endpoints,
-                      public_key=curve_keys)
+peer_refs = st.builds(PeerRef, node_id=node_ids, ctrl_endpoint=endpoints, public_key=curve_keys)
 
 # Plain msgpack values that come back equal (lists, not tuples; str map keys).
 scalars = (
@@ -153,24 +163,46 @@ status_replies = st.builds(
 )
 partitions = st.integers(0, 4095)
 fetch_requests = st.builds(
-    FetchRequest, token=u63, topic=names,
+    FetchRequest,
+    token=u63,
+    topic=names,
     cursors=st.lists(st.tuples(partitions, u63), max_size=5).map(tuple),
-    start=st.none() | u63, max_items=st.integers(1, 10_000),
+    start=st.none() | u63,
+    max_items=st.integers(1, 10_000),
     max_payload_bytes=st.integers(1, U63),
 )
 fetch_replies = st.builds(
-    FetchReply, token=u63, topic=names,
-    items=st.lists(st.builds(FetchItem, partition=partitions, index=u63, seq=u63,
-                             key=st.none() | st.text(max_size=60),
-                             headers=st.none() | st.dictionaries(st.text(max_size=10),
-                                                                 msgpack_values, max_size=4),
-                             published_at=finite, payload=st.binary(max_size=64)),
-                   max_size=5).map(tuple),
-    heads=st.lists(st.builds(FetchHead, partition=partitions, oldest=u63, next=u63,
-                             scanned=u63), max_size=5).map(tuple),
+    FetchReply,
+    token=u63,
+    topic=names,
+    items=st.lists(
+        st.builds(
+            FetchItem,
+            partition=partitions,
+            index=u63,
+            seq=u63,
+            key=st.none() | st.text(max_size=60),
+            headers=st.none() | st.dictionaries(st.text(max_size=10), msgpack_values, max_size=4),
+            published_at=finite,
+            payload=st.binary(max_size=64),
+        ),
+        max_size=5,
+    ).map(tuple),
+    heads=st.lists(
+        st.builds(FetchHead, partition=partitions, oldest=u63, next=u63, scanned=u63), max_size=5
+    ).map(tuple),
 )
-controls = (hellos | acks | nacks | fails | byes | status_requests | status_replies
-            | fetch_requests | fetch_replies)
+controls = (
+    hellos
+    | acks
+    | nacks
+    | fails
+    | byes
+    | status_requests
+    | status_replies
+    | fetch_requests
+    | fetch_replies
+)
 
 headers = st.none() | st.dictionaries(st.text(max_size=10), msgpack_values, max_size=4)
 # A few payloads large enough to travel as frames of their own.
@@ -179,12 +211,21 @@ small_payloads = st.binary(max_size=64)
 payloads = small_payloads | small_payloads | small_payloads | st.sampled_from(LARGE_PAYLOADS)
 # One message of a batch: (seq, partition, key, headers, attempt, published_at, index,
 # payload).
-rows = st.tuples(u63, st.integers(0, 65535), st.none() | st.text(max_size=60), headers,
-                 st.integers(0, 1 << 31), finite, st.none() | u63, payloads)
+rows = st.tuples(
+    u63,
+    st.integers(0, 65535),
+    st.none() | st.text(max_size=60),
+    headers,
+    st.integers(0, 1 << 31),
+    finite,
+    st.none() | u63,
+    payloads,
+)
 
 
-def make_batch(node_id: bytes, incarnation: int, topic: str, lane: str, floor: int,
-               messages: list[tuple]) -> Batch:
+def make_batch(
+    node_id: bytes, incarnation: int, topic: str, lane: str, floor: int, messages: list[tuple]
+) -> Batch:
     """A Batch from per-message rows (the columns transposed)."""
     columns = tuple(zip(*messages, strict=True)) if messages else ((),) * 8
     return Batch(node_id, incarnation, topic, lane, floor, *columns)
@@ -192,8 +233,14 @@ def make_batch(node_id: bytes, incarnation: int, topic: str, lane: str, floor: i
 
 @st.composite
 def batches(draw: st.DrawFn) -> Batch:
-    return make_batch(draw(node_ids), draw(u63), draw(names), draw(names), draw(u63),
-                      draw(st.lists(rows, max_size=8)))
+    return make_batch(
+        draw(node_ids),
+        draw(u63),
+        draw(names),
+        draw(names),
+        draw(u63),
+        draw(st.lists(rows, max_size=8)),
+    )
 
 
 def sample_hello() -> Hello:
@@ -216,19 +263,26 @@ def test_subscriptions_a_node_may_announce_fit_in_a_hello() -> None:
     # peers on IPv6 endpoints, the hello still decodes.
     topic, group = "t" * 128, "g" * 128
     many = MAX_SUBSCRIPTION_BYTES // announced_bytes(topic, group)
-    subs = tuple(SubInfo(f"{i:08d}" + topic[8:], group, "broadcast", 1 << 24,
-                         MAX_BATCH_ITEMS, (1 << 63) - 1) for i in range(many))
-    peers = tuple(PeerRef(i.to_bytes(NODE_ID_BYTES, "big"),
-                          f"tcp://[fd00:aaaa:bbbb:cccc:dddd:eeee:ffff:{i:04x}]:65535", "k" * 40)
-                  for i in range(2048))
-    hello = Hello(NODE, "n" * 128, "m" * 128, U63, 65535, 65535, ("h" * 255,) * 64, subs,
-                  peers)
+    subs = tuple(
+        SubInfo(f"{i:08d}" + topic[8:], group, "broadcast", 1 << 24, MAX_BATCH_ITEMS, (1 << 63) - 1)
+        for i in range(many)
+    )
+    peers = tuple(
+        PeerRef(
+            i.to_bytes(NODE_ID_BYTES, "big"),
+            f"tcp://[fd00:aaaa:bbbb:cccc:dddd:eeee:ffff:{i:04x}]:65535",
+            "k" * 40,
+        )
+        for i in range(2048)
+    )
+    hello = Hello(NODE, "n" * 128, "m" * 128, U63, 65535, 65535, ("h" * 255,) * 64, subs, peers)
     frame = encode_control(hello)
     assert len(frame) <= MAX_HEADER_BYTES
     assert decode_control(frame) == hello
     # Short names: the count is what bounds them.
-    short = tuple(SubInfo(f"t{i}", "g", "shared", 1000, 100, 8 << 20)
-                  for i in range(MAX_SUBSCRIPTIONS))
+    short = tuple(
+        SubInfo(f"t{i}", "g", "shared", 1000, 100, 8 << 20) for i in range(MAX_SUBSCRIPTIONS)
+    )
     assert sum(announced_bytes(s.topic, s.group) for s in short) <= MAX_SUBSCRIPTION_BYTES
     hello = dataclasses.replace(hello, subs=short)
     assert decode_control(encode_control(hello)) == hello
@@ -245,8 +299,12 @@ SAMPLE_CONTROLS: list[Any] = [
     StatusRequest(42),
     StatusReply(42, {"lanes": [], "ok": True}),
     FetchRequest(43, "metrics", ((0, 5), (3, 0)), 0, 500, 8 << 20),
-    FetchReply(43, "metrics", (FetchItem(3, 7, 12, "k", {"h": 1}, 1.5, b"payload"),),
-               (FetchHead(3, 2, 9, 8), FetchHead(0, 0, 0, 5))),
+    FetchReply(
+        43,
+        "metrics",
+        (FetchItem(3, 7, 12, "k", {"h": 1}, 1.5, b"payload"),),
+        (FetchHead(3, 2, 9, 8), FetchHead(0, 0, 0, 5)),
+    ),
 ]
 
 
@@ -256,22 +314,39 @@ BIG = b"B" * LARGE_PAYLOAD_BYTES
 def sample_batch() -> Batch:
     """Two inline payloads and a large one that travels as a second frame (sequences
     with a gap: they travel as an array)."""
-    return make_batch(NODE, 3, "metrics", "agg", 10, [
-        (10, 4, "line-4", {"unit": "C"}, 1, 1.5, 7, b"first"),
-        (11, 0, None, None, 0, 2.0, None, b""),
-        (13, 65535, "k", {}, 1 << 31, 0.0, 0, BIG),
-    ])
+    return make_batch(
+        NODE,
+        3,
+        "metrics",
+        "agg",
+        10,
+        [
+            (10, 4, "line-4", {"unit": "C"}, 1, 1.5, 7, b"first"),
+            (11, 0, None, None, 0, 2.0, None, b""),
+            (13, 65535, "k", {}, 1 << 31, 0.0, 0, BIG),
+        ],
+    )
 
 
-COLUMN_FIELDS = ("seqs", "partitions", "keys", "headers", "attempts", "published_ats",
-                 "indexes", "payloads")
+COLUMN_FIELDS = (
+    "seqs",
+    "partitions",
+    "keys",
+    "headers",
+    "attempts",
+    "published_ats",
+    "indexes",
+    "payloads",
+)
 
 
 def plain(batch: Batch) -> tuple:
     """A batch's fields with each column as a list: a decoded batch's columns of numbers
     are arrays (or bytes, a byte each), a made one's tuples."""
-    return tuple(list(getattr(batch, f.name)) if f.name in COLUMN_FIELDS
-                 else getattr(batch, f.name) for f in dataclasses.fields(batch))
+    return tuple(
+        list(getattr(batch, f.name)) if f.name in COLUMN_FIELDS else getattr(batch, f.name)
+        for f in dataclasses.fields(batch)
+    )
 
 
 def empty(n: int) -> list[tuple]:
@@ -311,8 +386,19 @@ def test_every_control_kind_round_trips(msg: Any) -> None:
 
 def test_control_kinds_are_distinct_on_the_wire() -> None:
     kinds = [msgpack.unpackb(encode_control(m))[1] for m in SAMPLE_CONTROLS]
-    assert kinds == [HELLO, ACK, NACK, FAIL, BYE, TOUCH, GROUP_DEL, STATUS_REQ, STATUS_REP,
-                     FETCH_REQ, FETCH_REP]
+    assert kinds == [
+        HELLO,
+        ACK,
+        NACK,
+        FAIL,
+        BYE,
+        TOUCH,
+        GROUP_DEL,
+        STATUS_REQ,
+        STATUS_REP,
+        FETCH_REQ,
+        FETCH_REP,
+    ]
     assert all(msgpack.unpackb(encode_control(m))[0] == PROTOCOL_VERSION for m in SAMPLE_CONTROLS)
 
 
@@ -350,9 +436,14 @@ def test_small_payloads_travel_inline_up_to_the_inline_bytes(n: int) -> None:
     """Payloads of 1,000 bytes: all inside the header while together within
     INLINE_PAYLOAD_BYTES (past LARGE_PAYLOAD_BYTES in all too), those beyond it as frames
     of their own; the frames are what packing the whole header at once gives."""
-    batch = make_batch(b"\x01" * NODE_ID_BYTES, 1, "t", "g", 0,
-                       [(i + 1, 0, None, None, 1, 1.0, i, bytes([i % 256]) * 1000)
-                        for i in range(n)])
+    batch = make_batch(
+        b"\x01" * NODE_ID_BYTES,
+        1,
+        "t",
+        "g",
+        0,
+        [(i + 1, 0, None, None, 1, 1.0, i, bytes([i % 256]) * 1000) for i in range(n)],
+    )
     frames = encode_batch(batch)
     beyond = max(0, n - INLINE_PAYLOAD_BYTES // 1000)
     assert len(frames) == 1 + beyond
@@ -362,11 +453,18 @@ def test_small_payloads_travel_inline_up_to_the_inline_bytes(n: int) -> None:
 
 # Any value publish() might be given as a header value: msgpack's and others.
 header_values = st.recursive(
-    scalars | st.integers() | st.floats() | st.tuples(scalars) | st.sets(st.integers(), max_size=2)
+    scalars
+    | st.integers()
+    | st.floats()
+    | st.tuples(scalars)
+    | st.sets(st.integers(), max_size=2)
     | st.just(object()),
-    lambda inner: (st.lists(inner, max_size=3)
-                   | st.dictionaries(st.text(max_size=4) | st.integers() | st.binary(max_size=4),
-                                     inner, max_size=3)),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.text(max_size=4) | st.integers() | st.binary(max_size=4), inner, max_size=3
+        )
+    ),
     max_leaves=8,
 )
 
@@ -374,8 +472,9 @@ header_values = st.recursive(
 def travels(hdrs: dict) -> bool:
     """Whether a batch with ``hdrs`` as a message's headers is encoded and decoded (back
     to the same headers)."""
-    batch = make_batch(b"\x01" * NODE_ID_BYTES, 1, "t", "g", 0,
-                       [(1, 0, None, hdrs, 1, 1.0, 0, b"p")])
+    batch = make_batch(
+        b"\x01" * NODE_ID_BYTES, 1, "t", "g", 0, [(1, 0, None, hdrs, 1, 1.0, 0, b"p")]
+    )
     try:
         frames = encode_batch(batch)
         decoded = decode_batch(frames, MAX_MESSAGE_BYTES)
@@ -401,22 +500,28 @@ def test_headers_publish_takes_are_headers_every_consumer_decodes(hdrs: dict) ->
     assert taken(hdrs) == travels(hdrs)
 
 
-@pytest.mark.parametrize("hdrs", [
-    {},
-    {"a": 1, "b": "x", "c": b"\x00", "d": None, "e": True, "f": 1.5, "g": -(1 << 63)},
-    {"nested": {"k": [1, {"deeper": [None, "s"]}]}, "list": [1, "two", 3.0]},
-    {"tuple": (1, 2)},  # (travels as a list)
-])
+@pytest.mark.parametrize(
+    "hdrs",
+    [
+        {},
+        {"a": 1, "b": "x", "c": b"\x00", "d": None, "e": True, "f": 1.5, "g": -(1 << 63)},
+        {"nested": {"k": [1, {"deeper": [None, "s"]}]}, "list": [1, "two", 3.0]},
+        {"tuple": (1, 2)},  # (travels as a list)
+    ],
+)
 def test_plain_headers_are_taken_and_travel(hdrs: dict) -> None:
     assert taken(hdrs) and travels(hdrs)
 
 
-@pytest.mark.parametrize("hdrs", [
-    {"set": {1, 2}},
-    {"obj": object()},
-    {"big": 1 << 64},
-    {"nested": {1: "int key"}},
-])
+@pytest.mark.parametrize(
+    "hdrs",
+    [
+        {"set": {1, 2}},
+        {"obj": object()},
+        {"big": 1 << 64},
+        {"nested": {1: "int key"}},
+    ],
+)
 def test_headers_a_consumer_cannot_decode_are_refused(hdrs: dict) -> None:
     assert not taken(hdrs) and not travels(hdrs)
 
@@ -438,30 +543,61 @@ def indexes_bin(indexes: Sequence[int | None]) -> bytes:
 
 def packed_at_once(b: Batch) -> list[bytes]:
     """The frames of ``b`` with its header packed by msgpack in one call."""
-    inline, extra = _split(b.payloads) if sum(map(len, b.payloads)) >= LARGE_PAYLOAD_BYTES \
+    inline, extra = (
+        _split(b.payloads)
+        if sum(map(len, b.payloads)) >= LARGE_PAYLOAD_BYTES
         else (list(b.payloads), [])
+    )
     n = len(b.seqs)
-    return [msgpack.packb([PROTOCOL_VERSION, BATCH, b.node_id, b.incarnation, b.topic, b.lane,
-                           b.floor, wire_seqs(b.seqs), uints_bin(b.partitions, "H"),
-                           list(b.keys), list(b.headers), uints_bin(b.attempts, "I"),
-                           struct.pack(f"<{n}d", *b.published_ats), indexes_bin(b.indexes),
-                           inline], use_bin_type=True), *extra]
+    return [
+        msgpack.packb(
+            [
+                PROTOCOL_VERSION,
+                BATCH,
+                b.node_id,
+                b.incarnation,
+                b.topic,
+                b.lane,
+                b.floor,
+                wire_seqs(b.seqs),
+                uints_bin(b.partitions, "H"),
+                list(b.keys),
+                list(b.headers),
+                uints_bin(b.attempts, "I"),
+                struct.pack(f"<{n}d", *b.published_ats),
+                indexes_bin(b.indexes),
+                inline,
+            ],
+            use_bin_type=True,
+        ),
+        *extra,
+    ]
 
 
 @FAST
 @given(batches(), names, u63, st.lists(st.integers(0, 1 << 31), min_size=8, max_size=8))
-def test_columns_packed_once_serve_every_lane(batch: Batch, lane: str, floor: int,
-                                             attempts: list[int]) -> None:
+def test_columns_packed_once_serve_every_lane(
+    batch: Batch, lane: str, floor: int, attempts: list[int]
+) -> None:
     """A topic's other lanes send the same packed columns with their own lane, floor and
     attempts: the frames are those of the whole header packed at once, as msgpack packs
     a list."""
-    columns = pack_columns(batch.seqs, batch.partitions, batch.keys, batch.headers,
-                           batch.published_ats, batch.indexes, batch.payloads)
-    other = dataclasses.replace(batch, lane=lane, floor=floor,
-                                attempts=tuple(attempts[:len(batch.seqs)]))
+    columns = pack_columns(
+        batch.seqs,
+        batch.partitions,
+        batch.keys,
+        batch.headers,
+        batch.published_ats,
+        batch.indexes,
+        batch.payloads,
+    )
+    other = dataclasses.replace(
+        batch, lane=lane, floor=floor, attempts=tuple(attempts[: len(batch.seqs)])
+    )
     for b in (batch, other):
-        frames = encode_lane_batch(b.node_id, b.incarnation, b.topic, b.lane, b.floor,
-                                   b.attempts, columns)
+        frames = encode_lane_batch(
+            b.node_id, b.incarnation, b.topic, b.lane, b.floor, b.attempts, columns
+        )
         whole = packed_at_once(b)
         assert frames[0] == whole[0] and frames[1:] == whole[1:]
         assert encode_batch(b) == frames
@@ -469,9 +605,21 @@ def test_columns_packed_once_serve_every_lane(batch: Batch, lane: str, floor: in
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.sampled_from([0, 100, INLINE_PAYLOAD_BYTES // 10, LARGE_PAYLOAD_BYTES - 1,
-                                 LARGE_PAYLOAD_BYTES, 3 * LARGE_PAYLOAD_BYTES]),
-                max_size=30))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                0,
+                100,
+                INLINE_PAYLOAD_BYTES // 10,
+                LARGE_PAYLOAD_BYTES - 1,
+                LARGE_PAYLOAD_BYTES,
+                3 * LARGE_PAYLOAD_BYTES,
+            ]
+        ),
+        max_size=30,
+    )
+)
 @example([LARGE_PAYLOAD_BYTES - 1] * 9)  # none large, past the header's share together
 @example([INLINE_PAYLOAD_BYTES // 10] * 10)  # none large, within it
 @example([100, 100, LARGE_PAYLOAD_BYTES, 100])
@@ -481,23 +629,35 @@ def test_payloads_travel_inline_unless_large_or_past_the_headers_share(sizes: li
     INLINE_PAYLOAD_BYTES of them."""
     n = len(sizes)
     payloads = [bytes([i % 256]) * size for i, size in enumerate(sizes)]
-    _before, after, extra = pack_columns(range(n), bytes(n), [None] * n, [None] * n,
-                                         array("d", bytes(8 * n)), array("I", bytes(4 * n)),
-                                         payloads)
+    _before, after, extra = pack_columns(
+        range(n),
+        bytes(n),
+        [None] * n,
+        [None] * n,
+        array("d", bytes(8 * n)),
+        array("I", bytes(4 * n)),
+        payloads,
+    )
     inline, want_extra = _split(payloads)
     assert extra == want_extra and msgpack.unpackb(after[-1]) == inline
 
 
-@given(st.lists(st.integers(0, 300), max_size=40),
-       st.lists(st.integers(0, 1 << 31) | st.none(), max_size=20),
-       st.lists(st.none() | st.text(max_size=3), max_size=20))
+@given(
+    st.lists(st.integers(0, 300), max_size=40),
+    st.lists(st.integers(0, 1 << 31) | st.none(), max_size=20),
+    st.lists(st.none() | st.text(max_size=3), max_size=20),
+)
 def test_columns_packed_at_c_speed_are_what_struct_and_msgpack_pack(
-        ints: list[int], indexes: list[int | None], optional: list) -> None:
+    ints: list[int], indexes: list[int | None], optional: list
+) -> None:
     """Partitions and attempts (a byte each when they fit), indexes, keys and headers
     (all nil, mostly): byte for byte what ``struct`` and msgpack make."""
     for wide in ("H", "I"):
-        assert _pack_uints(ints, wide) == msgpack.packb(uints_bin(ints, wide)) \
+        assert (
+            _pack_uints(ints, wide)
+            == msgpack.packb(uints_bin(ints, wide))
             == _pack_uints(tuple(ints), wide)
+        )
     big = [i if i is None else i << 2 for i in indexes]  # (some at or past 2**32)
     for column in (indexes, big, [i for i in indexes if i is not None]):
         assert _pack_indexes(column) == msgpack.packb(indexes_bin(column))
@@ -521,8 +681,9 @@ def test_sample_batch_round_trips() -> None:
 
 
 def test_small_payloads_travel_inside_the_header() -> None:
-    batch = make_batch(NODE, 1, "t", "g", 0, [
-        (i, 0, None, None, 0, 0.0, i, bytes([i]) * 100) for i in range(100)])
+    batch = make_batch(
+        NODE, 1, "t", "g", 0, [(i, 0, None, None, 0, 0.0, i, bytes([i]) * 100) for i in range(100)]
+    )
     frames = encode_batch(batch)
     assert len(frames) == 1
     assert msgpack.unpackb(frames[0])[14] == list(batch.payloads)
@@ -530,10 +691,17 @@ def test_small_payloads_travel_inside_the_header() -> None:
 
 
 def test_a_payload_just_under_the_large_size_stays_inline() -> None:
-    batch = make_batch(NODE, 1, "t", "g", 0, [
-        (0, 0, None, None, 0, 0.0, None, b"s" * (LARGE_PAYLOAD_BYTES - 1)),
-        (1, 0, None, None, 0, 0.0, None, b"L" * LARGE_PAYLOAD_BYTES),
-    ])
+    batch = make_batch(
+        NODE,
+        1,
+        "t",
+        "g",
+        0,
+        [
+            (0, 0, None, None, 0, 0.0, None, b"s" * (LARGE_PAYLOAD_BYTES - 1)),
+            (1, 0, None, None, 0, 0.0, None, b"L" * LARGE_PAYLOAD_BYTES),
+        ],
+    )
     frames = encode_batch(batch)
     assert len(frames) == 2 and len(frames[1]) == LARGE_PAYLOAD_BYTES
     assert msgpack.unpackb(frames[0])[14] == [batch.payloads[0], None]
@@ -543,8 +711,14 @@ def test_a_payload_just_under_the_large_size_stays_inline() -> None:
 def test_inline_payloads_stop_at_the_header_budget() -> None:
     size = LARGE_PAYLOAD_BYTES - 1
     fit = INLINE_PAYLOAD_BYTES // size
-    batch = make_batch(NODE, 1, "t", "g", 0, [
-        (i, 0, None, None, 0, 0.0, None, bytes([i]) * size) for i in range(fit + 5)])
+    batch = make_batch(
+        NODE,
+        1,
+        "t",
+        "g",
+        0,
+        [(i, 0, None, None, 0, 0.0, None, bytes([i]) * size) for i in range(fit + 5)],
+    )
     frames = encode_batch(batch)
     assert len(frames) == 1 + 5
     assert frames[1:] == list(batch.payloads[fit:])
@@ -579,23 +753,41 @@ def test_the_layout_before_columns_is_rejected() -> None:
 
 
 def test_published_at_decodes_as_float() -> None:
-    batch = make_batch(NODE, 1, "t", "g", 0, [(i, 0, None, None, 1, at, None, b"")
-                                              for i, at in enumerate((3, 1 << 63))])
+    batch = make_batch(
+        NODE,
+        1,
+        "t",
+        "g",
+        0,
+        [(i, 0, None, None, 1, at, None, b"") for i, at in enumerate((3, 1 << 63))],
+    )
     decoded = decode_batch(encode_batch(batch), MAX_MESSAGE_BYTES)
     assert list(decoded.published_ats) == [3.0, float(1 << 63)]
     assert all(type(t) is float for t in decoded.published_ats)
 
 
-@pytest.mark.parametrize(("partitions", "attempts", "indexes", "sizes"), [
-    ((0, 255), (1, 255), (0, (1 << 32) - 1), (1, 1, 4)),
-    ((256, 0), (1, 256), (0, 1 << 32), (2, 4, 8)),
-    ((0, 1), (1, 1), (None, 5), (1, 1, 8)),
-])
+@pytest.mark.parametrize(
+    ("partitions", "attempts", "indexes", "sizes"),
+    [
+        ((0, 255), (1, 255), (0, (1 << 32) - 1), (1, 1, 4)),
+        ((256, 0), (1, 256), (0, 1 << 32), (2, 4, 8)),
+        ((0, 1), (1, 1), (None, 5), (1, 1, 8)),
+    ],
+)
 def test_numbers_travel_in_the_smallest_size_that_holds_them(
-        partitions: tuple, attempts: tuple, indexes: tuple, sizes: tuple) -> None:
-    batch = make_batch(NODE, 1, "t", "g", 0, [
-        (i, p, None, None, a, 1.5, x, b"") for i, (p, a, x) in
-        enumerate(zip(partitions, attempts, indexes, strict=True))])
+    partitions: tuple, attempts: tuple, indexes: tuple, sizes: tuple
+) -> None:
+    batch = make_batch(
+        NODE,
+        1,
+        "t",
+        "g",
+        0,
+        [
+            (i, p, None, None, a, 1.5, x, b"")
+            for i, (p, a, x) in enumerate(zip(partitions, attempts, indexes, strict=True))
+        ],
+    )
     frames = encode_batch(batch)
     obj = msgpack.unpackb(frames[0])
     assert [len(obj[c]) // 2 for c in (8, 11, 13)] == list(sizes)
@@ -630,8 +822,16 @@ def assert_valid(batch: Batch) -> None:
     """Every column of the right length, type and range."""
     n = len(batch.seqs)
     assert n <= MAX_BATCH_ITEMS
-    columns = (batch.seqs, batch.partitions, batch.keys, batch.headers, batch.attempts,
-               batch.published_ats, batch.indexes, batch.payloads)
+    columns = (
+        batch.seqs,
+        batch.partitions,
+        batch.keys,
+        batch.headers,
+        batch.attempts,
+        batch.published_ats,
+        batch.indexes,
+        batch.payloads,
+    )
     # (numbers as arrays, or bytes for a byte each; consecutive sequences as a range; the
     # rest as tuples)
     assert all(type(c) in (tuple, bytes, array, range) and len(c) == n for c in columns)
@@ -639,8 +839,9 @@ def assert_valid(batch: Batch) -> None:
     assert all(type(s) is int and 0 <= s <= U63 for s in batch.seqs)
     assert all(type(p) is int and 0 <= p <= 65535 for p in batch.partitions)
     assert all(k is None or (type(k) is str and len(k) <= 4096) for k in batch.keys)
-    assert all(h is None or (type(h) is dict and all(type(k) is str for k in h))
-               for h in batch.headers)
+    assert all(
+        h is None or (type(h) is dict and all(type(k) is str for k in h)) for h in batch.headers
+    )
     assert all(type(a) is int and 0 <= a < 1 << 32 for a in batch.attempts)
     assert all(type(t) is float for t in batch.published_ats)
     assert all(i is None or (type(i) is int and 0 <= i <= U63) for i in batch.indexes)
@@ -775,8 +976,7 @@ def test_frame_shaped_garbage_raises_only_decode_error(
     fields: list,
     payloads: list[bytes],
 ) -> None:
-    for kind in (HELLO, BYE, ACK, NACK, FAIL, STATUS_REQ, STATUS_REP, FETCH_REQ, FETCH_REP,
-                 BATCH):
+    for kind in (HELLO, BYE, ACK, NACK, FAIL, STATUS_REQ, STATUS_REP, FETCH_REQ, FETCH_REP, BATCH):
         frame = msgpack.packb([PROTOCOL_VERSION, kind, *fields], use_bin_type=True)
         decode_control_or_decode_error(frame)
         decode_batch_or_decode_error([frame, *payloads])
@@ -832,8 +1032,16 @@ def test_every_prefix_of_a_control_frame_is_rejected(msg: Any) -> None:
 # -- specific rejections ----------------------------------------------------------------------
 
 
-OTHER_VERSIONS: list[Any] = [0, PROTOCOL_VERSION - 1, PROTOCOL_VERSION + 1, -1, 255,
-                              str(PROTOCOL_VERSION), None, [PROTOCOL_VERSION]]
+OTHER_VERSIONS: list[Any] = [
+    0,
+    PROTOCOL_VERSION - 1,
+    PROTOCOL_VERSION + 1,
+    -1,
+    255,
+    str(PROTOCOL_VERSION),
+    None,
+    [PROTOCOL_VERSION],
+]
 
 
 @pytest.mark.parametrize("version", OTHER_VERSIONS)
@@ -939,8 +1147,16 @@ def test_batch_header_of_the_wrong_length(change: str) -> None:
         decode_batch([header, *frames[1:]], MAX_MESSAGE_BYTES)
 
 
-COLUMNS = {"seq": 7, "partition": 8, "key": 9, "headers": 10, "attempt": 11,
-           "published_at": 12, "index": 13, "payload": 14}
+COLUMNS = {
+    "seq": 7,
+    "partition": 8,
+    "key": 9,
+    "headers": 10,
+    "attempt": 11,
+    "published_at": 12,
+    "index": 13,
+    "payload": 14,
+}
 
 
 @pytest.mark.parametrize("how", ["extra", "missing", "empty"])
@@ -951,8 +1167,11 @@ def test_batch_column_of_the_wrong_length(column: int, how: str) -> None:
     def change(obj: list) -> None:
         if isinstance(obj[column], bytes):  # numbers: one message's bytes more or fewer
             size = len(obj[column]) // 3
-            obj[column] = {"extra": obj[column] + obj[column][:size],
-                           "missing": obj[column][size:], "empty": b""}[how]
+            obj[column] = {
+                "extra": obj[column] + obj[column][:size],
+                "missing": obj[column][size:],
+                "empty": b"",
+            }[how]
         elif how == "extra":
             obj[column].append(obj[column][0])
         elif how == "missing":
@@ -992,17 +1211,19 @@ def test_empty_data_message() -> None:
         decode_batch([], MAX_MESSAGE_BYTES)
 
 
-@pytest.mark.parametrize(("seqs", "wire"), [
-    ((5, 6, 7), 5),
-    ((9,), 9),
-    ((5, 7, 8), [5, 7, 8]),  # a gap
-    ((6, 5, 7), [6, 5, 7]),  # consecutive, not ascending
-    ((5, 5, 6), [5, 5, 6]),  # a repeat spans as many as it counts
-    ((), []),
-])
+@pytest.mark.parametrize(
+    ("seqs", "wire"),
+    [
+        ((5, 6, 7), 5),
+        ((9,), 9),
+        ((5, 7, 8), [5, 7, 8]),  # a gap
+        ((6, 5, 7), [6, 5, 7]),  # consecutive, not ascending
+        ((5, 5, 6), [5, 5, 6]),  # a repeat spans as many as it counts
+        ((), []),
+    ],
+)
 def test_consecutive_sequences_travel_as_their_first(seqs: tuple, wire: object) -> None:
-    batch = make_batch(NODE, 0, "t", "g", 0, [(s, 0, None, None, 1, 0.0, None, b"x")
-                                              for s in seqs])
+    batch = make_batch(NODE, 0, "t", "g", 0, [(s, 0, None, None, 1, 0.0, None, b"x") for s in seqs])
     frames = encode_batch(batch)
     assert msgpack.unpackb(frames[0])[7] == wire
     assert plain(decode_batch(frames, MAX_MESSAGE_BYTES)) == plain(batch)
@@ -1032,15 +1253,22 @@ def test_payload_at_max_message_bytes_is_accepted(size: int) -> None:
 @pytest.mark.parametrize("size", [100, LARGE_PAYLOAD_BYTES])
 def test_payload_over_max_message_bytes(size: int) -> None:
     # Inline (100) and in a frame of its own (LARGE_PAYLOAD_BYTES).
-    batch = make_batch(NODE, 0, "t", "g", 0, [(0, 0, None, None, 0, 0.0, None, b"ok"),
-                                              (1, 0, None, None, 0, 0.0, None, b"x" * size)])
+    batch = make_batch(
+        NODE,
+        0,
+        "t",
+        "g",
+        0,
+        [(0, 0, None, None, 0, 0.0, None, b"ok"), (1, 0, None, None, 0, 0.0, None, b"x" * size)],
+    )
     with pytest.raises(DecodeError, match="max_message_bytes"):
         decode_batch(encode_batch(batch), size - 1)
 
 
 def test_oversized_batch_header_is_rejected_before_parsing() -> None:
-    batch = make_batch(NODE, 0, "t", "g", 0, [(0, 0, "k", {"h": "x" * MAX_BATCH_HEADER_BYTES},
-                                               0, 0.0, None, b"")])
+    batch = make_batch(
+        NODE, 0, "t", "g", 0, [(0, 0, "k", {"h": "x" * MAX_BATCH_HEADER_BYTES}, 0, 0.0, None, b"")]
+    )
     with pytest.raises(DecodeError, match="exceeds"):
         decode_batch(encode_batch(batch), MAX_MESSAGE_BYTES)
 
@@ -1108,9 +1336,18 @@ def test_batch_column_with_a_bad_element(column: int, value: object, position: i
         (13, struct.pack("<3q", 7, -1 << 63, 0)),
         (13, b"\x00" * 20),
     ],
-    ids=["partition-array", "partition-text", "attempt-array", "attempt-int",
-         "published-array", "published-short", "index-array", "index-negative",
-         "index-most-negative", "index-odd-size"],
+    ids=[
+        "partition-array",
+        "partition-text",
+        "attempt-array",
+        "attempt-int",
+        "published-array",
+        "published-short",
+        "index-array",
+        "index-negative",
+        "index-most-negative",
+        "index-odd-size",
+    ],
 )
 def test_batch_number_column_that_is_not_its_bin(column: int, value: object) -> None:
     frames = encode_batch(sample_batch())
@@ -1276,9 +1513,18 @@ def test_the_largest_batch_is_accepted() -> None:
         (SAMPLE_CONTROLS[-1], lambda obj: obj[5][0].append(1)),
         (SAMPLE_CONTROLS[-1], lambda obj: obj[5][0].__setitem__(2, None)),
     ],
-    ids=["cursor-partition", "cursor-short", "start-negative", "max-items-0",
-         "max-items-big", "payload-text", "index-negative", "item-short", "head-long",
-         "head-next-none"],
+    ids=[
+        "cursor-partition",
+        "cursor-short",
+        "start-negative",
+        "max-items-0",
+        "max-items-big",
+        "payload-text",
+        "index-negative",
+        "item-short",
+        "head-long",
+        "head-next-none",
+    ],
 )
 def test_fetch_with_bad_field(msg: Any, change: Any) -> None:
     with pytest.raises(DecodeError):
@@ -1286,8 +1532,7 @@ def test_fetch_with_bad_field(msg: Any, change: Any) -> None:
 
 
 def test_fetch_reply_over_the_default_size_needs_a_larger_limit() -> None:
-    big = FetchReply(1, "t", (FetchItem(0, 0, 1, None, None, 0.0, b"x" * MAX_HEADER_BYTES),),
-                     ())
+    big = FetchReply(1, "t", (FetchItem(0, 0, 1, None, None, 0.0, b"x" * MAX_HEADER_BYTES),), ())
     frame = encode_control(big)
     with pytest.raises(DecodeError, match="exceeds"):
         decode_control(frame)
@@ -1305,10 +1550,29 @@ def test_deeply_nested_input_is_rejected() -> None:
         decode_control(frame)
 
 
-@pytest.mark.parametrize("endpoint", ["127.0.0.1:6000", "tcp://127.0.0.1X1", "tcp://h:0",
-                                      "tcp://h:70000", "ipc:///tmp/x", "tcp://a b:1", ""])
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "127.0.0.1:6000",
+        "tcp://127.0.0.1X1",
+        "tcp://h:0",
+        "tcp://h:70000",
+        "ipc:///tmp/x",
+        "tcp://a b:1",
+        "",
+    ],
+)
 def test_hello_with_an_unusable_peer_endpoint_is_rejected(endpoint: str) -> None:
-    hello = Hello(b"\x01" * NODE_ID_BYTES, "n", "m", 1, 5000, 5001, (), (),
-                  (PeerRef(b"\x02" * NODE_ID_BYTES, endpoint),))
+    hello = Hello(
+        b"\x01" * NODE_ID_BYTES,
+        "n",
+        "m",
+        1,
+        5000,
+        5001,
+        (),
+        (),
+        (PeerRef(b"\x02" * NODE_ID_BYTES, endpoint),),
+    )
     with pytest.raises(DecodeError, match="endpoint"):
         decode_control(encode_control(hello))

@@ -269,8 +269,11 @@ def test_subscription_config_rejects(field: str, value: object, named: str) -> N
         ("interfaces", [""], "'' is not an IPv4 address"),
         ("interfaces", ["::1"], "'::1' is an IPv6 address; zmesh binds IPv4 only"),
         ("interfaces", ["[::1]"], "zmesh binds IPv4 only"),
-        ("interfaces", ["127.0.0.1:5000"], "is not an IPv4 address; give this host's "
-                                           "addresses without a port"),
+        (
+            "interfaces",
+            ["127.0.0.1:5000"],
+            "is not an IPv4 address; give this host's addresses without a port",
+        ),
         ("interfaces", ["lo"], "'lo' is not an IPv4 address"),  # (mDNS takes addresses)
         ("interfaces", ["127.0.0.1", "127.0.0.1"], "names ['127.0.0.1'] more than once"),
         ("interfaces", ["0.0.0.0", "127.0.0.1"], "'0.0.0.0' binds every interface already"),
@@ -315,8 +318,11 @@ def test_subscription_config_rejects(field: str, value: object, named: str) -> N
         ("memory_budget_bytes", 1.5, "NodeConfig.memory_budget_bytes must be an int"),
         ("memory_budget_bytes", True, "NodeConfig.memory_budget_bytes must be an int"),
         ("drop_after_bad_frames", 1.5, "NodeConfig.drop_after_bad_frames must be an int >= 0"),
-        ("ban_after_dropped_connections", -1,
-         "NodeConfig.ban_after_dropped_connections must be an int >= 0"),
+        (
+            "ban_after_dropped_connections",
+            -1,
+            "NodeConfig.ban_after_dropped_connections must be an int >= 0",
+        ),
         ("ban_duration_s", float("inf"), "NodeConfig.ban_duration_s must be a finite number"),
         ("ban_loopback", 1, "NodeConfig.ban_loopback must be true or false"),
         ("acl_file", "/etc/zmesh/acl.toml", "NodeConfig.acl_file needs secret_key_file"),
@@ -497,15 +503,23 @@ def test_from_toml_unknown_key_in_topic(tmp_path: Path) -> None:
         ('seeds = ["10.0.0.2:5555", "10.0.0.3:5555"]', 'seeds = ["10.0.0.2"]', "[node]", "seed"),
         ('interfaces = ["127.0.0.1"]', 'interfaces = "127.0.0.1"', "[node]", "interfaces"),
         ("max_message_bytes = 1048576", "max_message_bytes = 0", "[node]", "max_message_bytes"),
-        ("max_map_size_bytes = 8388608", "max_map_size_bytes = 1024", "[node]",
-         "max_map_size_bytes"),
+        (
+            "max_map_size_bytes = 8388608",
+            "max_map_size_bytes = 1024",
+            "[node]",
+            "max_map_size_bytes",
+        ),
         ('durability = "fsync"', 'durability = "disk"', "[topics.metrics]", "durability"),
         ("partitions = 8", "partitions = 0", "[topics.metrics]", "partitions"),
         ("partitions = 8", 'partitions = "8"', "[topics.metrics]", "partitions"),
         ("ttl_s = 3600", "ttl_s = -1", "[topics.metrics]", "ttl_s"),
         ("retention_s = 86400", "retention_s = -1", "[topics.metrics]", "retention_s"),
-        ("retention_bytes = 1073741824", 'retention_bytes = "1G"', "[topics.metrics]",
-         "retention_bytes"),
+        (
+            "retention_bytes = 1073741824",
+            'retention_bytes = "1G"',
+            "[topics.metrics]",
+            "retention_bytes",
+        ),
         (
             'groups = ["aggregators", "archive"]',
             'groups = "aggregators"',
@@ -601,16 +615,22 @@ def test_a_relay_to_its_own_topic_is_refused() -> None:
     with pytest.raises(ConfigError, match="RelayConfig.to_topic must differ from from_topic"):
         RelayConfig(from_topic="a", to_topic="a", group="g")
     with pytest.raises(ConfigError, match=r"\[relays.loop\]: RelayConfig.to_topic"):
-        NodeConfig.from_mapping({"node": {"name": "n", "data_dir": "d"},
-                                 "relays": {"loop": {"from_topic": "a", "to_topic": "a",
-                                                     "group": "g"}}})
+        NodeConfig.from_mapping(
+            {
+                "node": {"name": "n", "data_dir": "d"},
+                "relays": {"loop": {"from_topic": "a", "to_topic": "a", "group": "g"}},
+            }
+        )
 
 
-@pytest.mark.parametrize(("field", "value", "named"), [
-    ("interval_s", math.inf, "ProducerConfig.interval_s must be a finite"),
-    ("count", 1.5, "ProducerConfig.count must be an int >= 0"),
-    ("count", True, "ProducerConfig.count must be an int >= 0"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("interval_s", math.inf, "ProducerConfig.interval_s must be a finite"),
+        ("count", 1.5, "ProducerConfig.count must be an int >= 0"),
+        ("count", True, "ProducerConfig.count must be an int >= 0"),
+    ],
+)
 def test_producer_config_rejects(field: str, value: object, named: str) -> None:
     kw: dict[str, Any] = {"topic": "t", "source": "m:f", field: value}
     with pytest.raises(ConfigError, match=named):
@@ -621,14 +641,19 @@ def test_producer_config_rejects(field: str, value: object, named: str) -> None:
 # (refused at the call: a TopicConfig of the wrong type was taken, then killed the IO thread)
 
 
-def test_a_node_refuses_settings_it_cannot_use(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_node_refuses_settings_it_cannot_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="Node config= must be a NodeConfig, got dict"):
         zmesh.Node(config={"name": "n", "data_dir": "d"})  # type: ignore[arg-type]
     cfg = NodeConfig(name="n", data_dir="d", mdns=False)
-    for kw in ({"interfaces": ["127.0.0.1"]}, {"mesh": "m"}, {"mdns": False},
-               {"seeds": ["10.0.0.2:5000"]}):
+    for kw in (
+        {"interfaces": ["127.0.0.1"]},
+        {"mesh": "m"},
+        {"mdns": False},
+        {"seeds": ["10.0.0.2:5000"]},
+    ):
         with pytest.raises(ConfigError, match=r"config=NodeConfig\(\.\.\.\) or keyword settings"):
             zmesh.Node(config=cfg, **kw)  # type: ignore[arg-type]  # (was ignored)
     with pytest.raises(ConfigError) as info:
@@ -637,18 +662,21 @@ def test_a_node_refuses_settings_it_cannot_use(tmp_path: Path,
     assert "'heartbeat_interval_s'" in str(info.value)
     # A string where a list belongs was split into characters; bytes or a number became a
     # directory named "b'/x'" or "5".
-    for kw, named in [({"interfaces": "127.0.0.1"}, "interfaces must be a list of addresses"),
-                      ({"seeds": "127.0.0.1:4000"}, "seeds must be a list of addresses"),
-                      ({"data_dir": b"/x"}, "data_dir must be a path"),
-                      ({"data_dir": 5}, "data_dir must be a path")]:
+    for kw, named in [
+        ({"interfaces": "127.0.0.1"}, "interfaces must be a list of addresses"),
+        ({"seeds": "127.0.0.1:4000"}, "seeds must be a list of addresses"),
+        ({"data_dir": b"/x"}, "data_dir must be a path"),
+        ({"data_dir": 5}, "data_dir must be a path"),
+    ]:
         with pytest.raises(ConfigError, match=named):
             zmesh.Node("n", **{"data_dir": "d", **kw})  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_node_takes_any_list_of_interfaces_and_a_path_for_its_data_dir(tmp_path: Path) -> None:
-    with zmesh.Node("n", data_dir=tmp_path / "n", interfaces=(i for i in ["127.0.0.1"]),
-                    mdns=False) as node:
+    with zmesh.Node(
+        "n", data_dir=tmp_path / "n", interfaces=(i for i in ["127.0.0.1"]), mdns=False
+    ) as node:
         assert node.config.interfaces == ("127.0.0.1",)
         assert node.config.data_dir == str(tmp_path / "n")
         assert node.control_address.startswith("127.0.0.1:")
@@ -671,12 +699,10 @@ def test_topic_refuses_a_config_of_another_type_and_unknown_options(make_node: A
 
 def test_subscribe_refuses_a_config_of_another_type_or_topic(make_node: Any) -> None:
     node = make_node("n")
-    with pytest.raises(zmesh.ArgumentError, match="config= must be a SubscriptionConfig, got "
-                                                  "dict"):
+    with pytest.raises(zmesh.ArgumentError, match="config= must be a SubscriptionConfig, got dict"):
         node.subscribe("a", config={"group": "g"})
     # The config's topic was ignored.
-    with pytest.raises(zmesh.ArgumentError, match="subscribe to 'a' got a config for topic "
-                                                  "'zzz'"):
+    with pytest.raises(zmesh.ArgumentError, match="subscribe to 'a' got a config for topic 'zzz'"):
         node.subscribe("a", config=SubscriptionConfig(group="g", topic="zzz"))
     sub = node.subscribe("a", config=SubscriptionConfig(group="g", topic="a"))
     assert sub.topic == "a"
@@ -697,7 +723,8 @@ def test_concurrency_is_for_a_handler(make_node: Any) -> None:
 
 
 def test_handler_threads_that_cannot_start_are_a_clear_error(
-        make_node: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_node: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     node = make_node("n")
     start = threading.Thread.start
     started: list[threading.Thread] = []
@@ -710,9 +737,12 @@ def test_handler_threads_that_cannot_start_are_a_clear_error(
         start(self)
 
     monkeypatch.setattr(threading.Thread, "start", start_two)
-    with pytest.raises(zmesh.ZMeshError, match="started 2 of its concurrency=8 handler "
-                                               "threads and no more .can't start new "
-                                               "thread.; lower concurrency"):
+    with pytest.raises(
+        zmesh.ZMeshError,
+        match="started 2 of its concurrency=8 handler "
+        "threads and no more .can't start new "
+        "thread.; lower concurrency",
+    ):
         node.subscribe("a", "g", handler=lambda msg: None, concurrency=8)
     monkeypatch.setattr(threading.Thread, "start", start)
     assert len(started) == 2 and not any(t.is_alive() for t in started)  # stopped, joined

@@ -36,9 +36,21 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
 
 def _batch(seqs: Sequence[int], attempt: int = 1) -> Batch:
     n = len(seqs)
-    return Batch(PRODUCER, 1, "t", "g", 0, seqs, [s % 4 for s in seqs], [f"k{s}" for s in seqs],
-                 [{"h": str(s)} for s in seqs], [attempt] * n, [float(s) for s in seqs],
-                 list(seqs), [str(s).encode() for s in seqs])
+    return Batch(
+        PRODUCER,
+        1,
+        "t",
+        "g",
+        0,
+        seqs,
+        [s % 4 for s in seqs],
+        [f"k{s}" for s in seqs],
+        [{"h": str(s)} for s in seqs],
+        [attempt] * n,
+        [float(s) for s in seqs],
+        list(seqs),
+        [str(s).encode() for s in seqs],
+    )
 
 
 def _loop(engine: Engine, *batches: Batch) -> list:
@@ -74,8 +86,16 @@ def test_a_redelivery_mixing_held_acked_and_new_messages(engine: Engine) -> None
     queued = sub.fetch(10, 0)
     assert [m.id.seq for m in queued] == [13, 14, 15]
     new = queued[-1]
-    assert (new.id.seq, new.key, new.payload, new.headers, new.attempt, new.partition,
-            new.published_at, new.index) == (15, "k15", b"15", {"h": "15"}, 1, 3, 15.0, 15)
+    assert (
+        new.id.seq,
+        new.key,
+        new.payload,
+        new.headers,
+        new.attempt,
+        new.partition,
+        new.published_at,
+        new.index,
+    ) == (15, "k15", b"15", {"h": "15"}, 1, 3, 15.0, 15)
     # The held ones settle in any order; each reaches the producer once.
     queued[1].ack()
     new.ack()
@@ -88,7 +108,8 @@ def test_a_redelivery_mixing_held_acked_and_new_messages(engine: Engine) -> None
 
 
 def test_a_message_sent_again_after_its_ack_timeout_reaches_the_application_again(
-        engine: Engine) -> None:
+    engine: Engine,
+) -> None:
     """The application took 12 and 13 and settled neither; the producer's ack timeout
     sends them again (attempt 2): the application gets them again. 14, still queued when
     its resend comes, is not delivered twice. Either copy's ack settles the message."""
@@ -114,7 +135,8 @@ def test_a_message_sent_again_after_its_ack_timeout_reaches_the_application_agai
 
 
 def test_closing_a_subscription_releases_what_the_application_did_not_settle(
-        engine: Engine) -> None:
+    engine: Engine,
+) -> None:
     sub = Subscription(engine.queue, "t", SubscriptionConfig(group="g"))
     engine.consumer.add(sub)
     _loop(engine, _batch(range(20, 26)))
@@ -164,11 +186,13 @@ def test_threads_taking_from_one_subscription_get_each_message_once(engine: Engi
                 mine.extend(msgs)
         except BaseException as exc:  # (reported below, on the test's thread)
             errors.append(exc)
+
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
-        threads = [threading.Thread(target=take, args=(mine, n % 2 == 0))
-                   for n, mine in enumerate(taken)]
+        threads = [
+            threading.Thread(target=take, args=(mine, n % 2 == 0)) for n, mine in enumerate(taken)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -184,12 +208,32 @@ def test_threads_taking_from_one_subscription_get_each_message_once(engine: Engi
 def test_the_runs_of_a_fetched_list() -> None:
     """``fetch`` records each stretch it took from one batch; those consecutive make the
     list's runs (joined where one goes on from the one before), any other refuses."""
-    a = Origin(None, (PRODUCER, "t", "g"), "g", range(10), [None] * 10, [1] * 10, [0] * 10,
-               [0.0] * 10, list(range(10)))
-    b = Origin(None, (PRODUCER, "t", "g"), "g", range(10, 20), [None] * 10, [1] * 10,
-               [0] * 10, [0.0] * 10, list(range(10)))
-    assert _fetched_runs([(a, 2, 2, 1), (a, 3, 9, 7), (b, 0, 4, 5)]) == \
-        [(a, range(2, 10), True), (b, range(0, 5), True)]
+    a = Origin(
+        None,
+        (PRODUCER, "t", "g"),
+        "g",
+        range(10),
+        [None] * 10,
+        [1] * 10,
+        [0] * 10,
+        [0.0] * 10,
+        list(range(10)),
+    )
+    b = Origin(
+        None,
+        (PRODUCER, "t", "g"),
+        "g",
+        range(10, 20),
+        [None] * 10,
+        [1] * 10,
+        [0] * 10,
+        [0.0] * 10,
+        list(range(10)),
+    )
+    assert _fetched_runs([(a, 2, 2, 1), (a, 3, 9, 7), (b, 0, 4, 5)]) == [
+        (a, range(2, 10), True),
+        (b, range(0, 5), True),
+    ]
     assert _fetched_runs([(a, 0, 9, 8)]) is None  # two places taken by another thread
     assert _fetched_runs([(a, 0, 0, 1), (a, 3, 9, 7)]) is None  # the batch in two runs
     assert _fetched_runs([(a, 0, 4, 5), (b, 0, 4, 5), (a, 5, 9, 5)]) is None

@@ -27,8 +27,9 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 def _producer(store: Store, **topics: TopicConfig) -> Outbox:
     node_id, _incarnation, next_seq, next_lane = store.open_identity()
-    return Outbox(store, node_id, next_seq, next_lane, dict(topics), 1 << 20, 1 << 20,
-                  Counters(), Outcomes())
+    return Outbox(
+        store, node_id, next_seq, next_lane, dict(topics), 1 << 20, 1 << 20, Counters(), Outcomes()
+    )
 
 
 def _expire(producer: Outbox, wall: float) -> int:
@@ -79,8 +80,11 @@ def test_a_member_back_in_time_keeps_its_group(store: Store) -> None:
 
 
 def test_declared_groups_and_an_expiry_of_0_never_expire(store: Store) -> None:
-    producer = _producer(store, d=TopicConfig(groups=("kept",), group_inactive_expiry_s=1.0),
-                         z=TopicConfig(group_inactive_expiry_s=0))
+    producer = _producer(
+        store,
+        d=TopicConfig(groups=("kept",), group_inactive_expiry_s=1.0),
+        z=TopicConfig(group_inactive_expiry_s=0),
+    )
     wb = WriteBatch()
     producer.set_topic("d", producer.lanes.topics["d"], wb, 0.0)
     producer.groups.ensure("d", "kept/ab", "kept", "broadcast", wb, 0.0)  # a member's own copy

@@ -106,8 +106,9 @@ def test_raising_credit_lets_more_through() -> None:
     assert taken(lane, 0.0) == [1, 2]
 
 
-def _window_lane(max_in_flight: int, batch_size: int, ready: int,
-                 ack_timeout_s: float = 4.0) -> Lane:
+def _window_lane(
+    max_in_flight: int, batch_size: int, ready: int, ack_timeout_s: float = 4.0
+) -> Lane:
     """A lane with member A and ``ready`` plain messages of partition 0 (with an ack
     timeout of 4 s, a window holds what the member acks in 1 s)."""
     lane = make_lane(ack_timeout_s=ack_timeout_s)
@@ -789,13 +790,22 @@ def test_a_quiet_topics_sparse_sequences_keep_their_order_and_floor() -> None:
 # -- take against a model -------------------------------------------------------------------
 
 
-@given(st.integers(1, 3), st.lists(st.tuples(
-    st.sampled_from(["add", "add", "run", "urgent", "old", "take", "ack", "nack", "ack_ready",
-                     "member"]),
-    st.integers(0, 1000)), max_size=60))
+@given(
+    st.integers(1, 3),
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["add", "add", "run", "urgent", "old", "take", "ack", "nack", "ack_ready", "member"]
+            ),
+            st.integers(0, 1000),
+        ),
+        max_size=60,
+    ),
+)
 @settings(max_examples=500)
-def test_take_matches_a_model_of_urgency_and_credit(partitions: int,
-                                                    ops: list[tuple[str, int]]) -> None:
+def test_take_matches_a_model_of_urgency_and_credit(
+    partitions: int, ops: list[tuple[str, int]]
+) -> None:
     """One member or two, plain messages or not: ``take`` hands out the most urgent ready
     messages (priority, then sequence) of each member's partitions within its credit, with
     their attempt counts, and ``ack`` settles them. With only plain messages ready, take
@@ -846,8 +856,7 @@ def test_take_matches_a_model_of_urgency_and_credit(partitions: int,
             expected = {m: v for m, v in expected.items() if v}
             assert {m: list(t.seqs) for m, t in got.items()} == expected
             for member, t in got.items():
-                for s, partition, attempt in zip(t.seqs, t.partitions, t.attempts,
-                                                 strict=True):
+                for s, partition, attempt in zip(t.seqs, t.partitions, t.attempts, strict=True):
                     priority, p = ready.pop(s)
                     assert partition == p
                     attempts[s] = attempts.get(s, 0) + 1

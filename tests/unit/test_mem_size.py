@@ -11,9 +11,9 @@ from zmesh._engine.outbox.records import MEM_RECORD_OVERHEAD, mem_size, mem_tota
 fields_st = st.builds(
     lambda key, headers, payload: Record("t", 0, key, headers, 0, 1.0, None, None, payload, 0),
     st.one_of(st.none(), st.text(max_size=20)),
-    st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.text(max_size=5),
-                                          max_size=3)),
-    st.binary(max_size=300))
+    st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3)),
+    st.binary(max_size=300),
+)
 
 
 @given(st.lists(fields_st, max_size=20))

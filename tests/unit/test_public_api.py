@@ -26,12 +26,17 @@ NAMED_PUBLIC_MODULES = [
 # Namespaces of their own, outside __all__ by design (DESIGN.md: "plus zmesh.aio, zmesh.spark").
 OWN_NAMESPACES = {"aio", "spark", "cli"}
 # Public-looking helpers that are internal plumbing, not API users need.
-INTERNAL_HELPERS = {"zmesh.config.check_name", "zmesh.config.parse_seed",
-                    "zmesh.config.check_delay", "zmesh.config.check_fields",
-                    "zmesh.config.int_in",
-                    "zmesh._receipt.Stage", "zmesh._receipt.Publisher",
-                    "zmesh._receipt.Signal",
-                    "zmesh.subscription.Origin"}
+INTERNAL_HELPERS = {
+    "zmesh.config.check_name",
+    "zmesh.config.parse_seed",
+    "zmesh.config.check_delay",
+    "zmesh.config.check_fields",
+    "zmesh.config.int_in",
+    "zmesh._receipt.Stage",
+    "zmesh._receipt.Publisher",
+    "zmesh._receipt.Signal",
+    "zmesh.subscription.Origin",
+}
 
 
 def public_modules() -> list[types.ModuleType]:

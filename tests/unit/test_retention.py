@@ -44,8 +44,10 @@ def test_indexes_continue_from_what_is_stored() -> None:
 def test_without_retention_settled_messages_go_at_once() -> None:
     cfg = TopicConfig()
     assert not retains(cfg)
-    assert reclaimable(heads(0.0, 1.0, 2.0), wall=2.0, cfg=cfg, retained_bytes=300,
-                       owed=never_owed) == 3
+    assert (
+        reclaimable(heads(0.0, 1.0, 2.0), wall=2.0, cfg=cfg, retained_bytes=300, owed=never_owed)
+        == 3
+    )
 
 
 def test_retention_by_time_keeps_what_is_younger() -> None:
@@ -75,8 +77,16 @@ def test_time_and_size_together_reclaim_what_either_allows() -> None:
 
 def test_reclamation_stops_at_a_message_still_owed() -> None:
     for cfg in (TopicConfig(), TopicConfig(retention_s=1), TopicConfig(retention_bytes=1)):
-        assert reclaimable(heads(0.0, 0.0, 0.0), wall=100.0, cfg=cfg, retained_bytes=300,
-                           owed=lambda seq: seq == 2) == 1
+        assert (
+            reclaimable(
+                heads(0.0, 0.0, 0.0),
+                wall=100.0,
+                cfg=cfg,
+                retained_bytes=300,
+                owed=lambda seq: seq == 2,
+            )
+            == 1
+        )
 
 
 def test_store_derives_next_indexes_from_entries_and_counters(tmp_path: Path) -> None:
@@ -93,8 +103,10 @@ def test_store_derives_next_indexes_from_entries_and_counters(tmp_path: Path) ->
         wb.log_next.append((partition_prefix("t", 0), 2))
         store.commit(wb)
         assert store.next_indexes() == {
-            partition_prefix("t", 0): 5, partition_prefix("t", 3): 1,
-            partition_prefix("tt", 1): 9, partition_prefix("u", 2): 12,
+            partition_prefix("t", 0): 5,
+            partition_prefix("t", 3): 1,
+            partition_prefix("tt", 1): 9,
+            partition_prefix("u", 2): 12,
         }
         assert store.log_totals() == {topic_prefix("t"): (6, 320), topic_prefix("tt"): (1, 70)}
         oldest, entries = store.log_range(partition_prefix("t", 0), 3, 10)
@@ -102,8 +114,12 @@ def test_store_derives_next_indexes_from_entries_and_counters(tmp_path: Path) ->
         first = [Head.decode(seq, v) for seq, v in store.log_heads(topic_prefix("t"), 2)]
         assert first == [Head(10, 0, 0, 50, 1.0), Head(11, 0, 1, 50, 2.0)]
         wb = WriteBatch()
-        wb.log_del.append((partition_prefix("t", 0) + (0).to_bytes(8, "big"),
-                           topic_prefix("t") + (10).to_bytes(8, "big")))
+        wb.log_del.append(
+            (
+                partition_prefix("t", 0) + (0).to_bytes(8, "big"),
+                topic_prefix("t") + (10).to_bytes(8, "big"),
+            )
+        )
         store.commit(wb)
         assert store.log_range(partition_prefix("t", 0), 0, 1)[0] == 1
     finally:

@@ -63,8 +63,9 @@ def test_insort_keeps_order_behind_the_front() -> None:
     q.popleft()
     q.insort(7)
     assert not q.append(12) and not q.append(3) and len(q) == 3  # only above the last
-    owed = [q.first_owed(SeqWindow(), _sent(*(s for s in (7, 9, 12) if s >= k)), {})
-            for k in (0, 8, 10)]
+    owed = [
+        q.first_owed(SeqWindow(), _sent(*(s for s in (7, 9, 12) if s >= k)), {}) for k in (0, 8, 10)
+    ]
     assert owed == [7, 9, 12]
     assert q.first_owed(_window({12: 3}), SentWindow(), {9: 0}) == 12  # (9 dropped before)
 
@@ -89,8 +90,13 @@ def test_matches_a_plain_list(ops: list[tuple[bool, int]]) -> None:
         assert len(q) == len(model)
 
 
-@given(st.lists(st.tuples(st.integers(0, 200), st.sampled_from(["window", "sent", "entry"])),
-                min_size=1, max_size=30))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 200), st.sampled_from(["window", "sent", "entry"])),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_first_owed_skips_long_settled_runs(runs: list[tuple[int, str]]) -> None:
     """Runs of settled sequences, each followed by one owed from the window, the sent map
     or the entries, settled in turn."""
@@ -99,9 +105,11 @@ def test_first_owed_skips_long_settled_runs(runs: list[tuple[int, str]]) -> None
         for s in range(seq, seq + gap + 1):
             q.append(s)
         seq += gap
-        {"window": lambda s: window.put(s, 0),
-         "sent": lambda s: sent.put_many([s], [0], [b"m"], 1.0),
-         "entry": lambda s: entries.__setitem__(s, 0)}[where](seq)
+        {
+            "window": lambda s: window.put(s, 0),
+            "sent": lambda s: sent.put_many([s], [0], [b"m"], 1.0),
+            "entry": lambda s: entries.__setitem__(s, 0),
+        }[where](seq)
         owed.append(seq)
         seq += 1
     for expected in owed:
@@ -111,13 +119,16 @@ def test_first_owed_skips_long_settled_runs(runs: list[tuple[int, str]]) -> None
 
 
 @settings(max_examples=200)
-@given(st.lists(st.tuples(st.integers(1, 3 * STRETCH), st.integers(0, 3)), min_size=1,
-                max_size=6),
-       st.lists(st.tuples(st.integers(0, 3 * STRETCH * 4), st.sampled_from(["window", "sent"])),
-                max_size=40),
-       st.booleans())
+@given(
+    st.lists(st.tuples(st.integers(1, 3 * STRETCH), st.integers(0, 3)), min_size=1, max_size=6),
+    st.lists(
+        st.tuples(st.integers(0, 3 * STRETCH * 4), st.sampled_from(["window", "sent"])), max_size=40
+    ),
+    st.booleans(),
+)
 def test_first_owed_past_stretches_matches_one_by_one(
-        stretches: list[tuple[int, int]], owed: list[tuple[int, str]], aside: bool) -> None:
+    stretches: list[tuple[int, int]], owed: list[tuple[int, str]], aside: bool
+) -> None:
     """A queue of consecutive stretches with gaps between them, some of its sequences in
     the ready window or the sent one (long settled runs between them, wherever they fall
     against ``STRETCH``), settled in turn: the first owed is the one a look at each
@@ -166,18 +177,28 @@ def _check(w: SeqWindow, model: dict[int, int]) -> None:
     # What a lane owes: the window's entries, or those of its sent window and entries.
     probe = sorted({s + d for s in model for d in (-1, 0, 1)} | {-1, 0})
     assert w.owed_among(probe, SentWindow(), {}) == [s for s in probe if s in model]
-    assert w.owed_among(probe, _sent(-1, 0), {probe[-1]: 0}) == \
-        [s for s in probe if s in model or s in (-1, 0, probe[-1])]
+    assert w.owed_among(probe, _sent(-1, 0), {probe[-1]: 0}) == [
+        s for s in probe if s in model or s in (-1, 0, probe[-1])
+    ]
     # A run's consecutive sequences, partly in either window, partly beyond both.
     sent = _sent(*[s + 1 for s in model if s + 1 not in model])
     for first in {-2, *(s - 3 for s in model)}:
         span = list(range(first, first + 9))
-        assert w.owed_in(first, 9, sent, {}) == w.owed_among(span, sent, {}) == \
-            [s for s in span if s in model or s in sent]
+        assert (
+            w.owed_in(first, 9, sent, {})
+            == w.owed_among(span, sent, {})
+            == [s for s in span if s in model or s in sent]
+        )
 
 
-@given(st.lists(st.tuples(st.sampled_from(["put", "run", "pop", "has"]), st.integers(0, 3),
-                          st.integers(0, 12)), max_size=80))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "run", "pop", "has"]), st.integers(0, 3), st.integers(0, 12)
+        ),
+        max_size=80,
+    )
+)
 @settings(max_examples=1000)
 def test_window_matches_a_dict(ops: list[tuple[str, int, int]]) -> None:
     """Single puts, runs (consecutive or not, into an empty window or continuing it),
@@ -212,8 +233,7 @@ def test_window_keeps_older_entries_below_its_base() -> None:
     assert w.pop(5) == 2 and 5 not in w and len(w) == 2
 
 
-@given(st.lists(st.integers(1, 3 * WINDOW_MIN), min_size=1, max_size=40),
-       st.integers(0, 4095))
+@given(st.lists(st.integers(1, 3 * WINDOW_MIN), min_size=1, max_size=40), st.integers(0, 4095))
 def test_window_of_a_quiet_topic_moves_old_entries_aside(gaps: list[int], partition: int) -> None:
     """Sequences far apart (one topic of a busy node) never make the window large."""
     w, model, seq = SeqWindow(), {}, 0
@@ -255,14 +275,23 @@ def test_front_shows_what_take_front_removes_and_leaves_it() -> None:
 
 def test_a_consecutive_front_comes_as_a_range_with_its_slots() -> None:
     w = SeqWindow()
-    w.put_run(list(range(20, 30)), [300 if s == 25 else s % 4 for s in range(20, 30)],
-              array("H", [301 if s == 25 else s % 4 + 1 for s in range(20, 30)]))
+    w.put_run(
+        list(range(20, 30)),
+        [300 if s == 25 else s % 4 for s in range(20, 30)],
+        array("H", [301 if s == 25 else s % 4 + 1 for s in range(20, 30)]),
+    )
     seqs, partitions, slots = w.front(4)
     # (partitions below 255 as bytes, a byte each, the way a batch carries them)
-    assert (seqs, partitions, slots) == (range(20, 24), bytes([0, 1, 2, 3]),
-                                         array("H", [1, 2, 3, 4]))
-    assert w.take_front(8) == (range(20, 28), [0, 1, 2, 3, 0, 300, 2, 3],
-                               array("H", [1, 2, 3, 4, 1, 301, 3, 4]))
+    assert (seqs, partitions, slots) == (
+        range(20, 24),
+        bytes([0, 1, 2, 3]),
+        array("H", [1, 2, 3, 4]),
+    )
+    assert w.take_front(8) == (
+        range(20, 28),
+        [0, 1, 2, 3, 0, 300, 2, 3],
+        array("H", [1, 2, 3, 4, 1, 301, 3, 4]),
+    )
     assert len(w) == 2 and w.front(5)[0] == range(28, 30)
 
 
@@ -276,13 +305,14 @@ def test_by_partition_splits_in_order_round_robin_or_not(first, n, count, keyed)
     seqs = list(range(first, first + n))
     partitions = [(s * 7 + 3) % count if keyed else s % count for s in seqs]
     split = by_partition(array("q", seqs), partitions, round_robin(first, partitions))
-    assert len(split) >= max(partitions) + 1 and not any(split[max(partitions) + 1:])
+    assert len(split) >= max(partitions) + 1 and not any(split[max(partitions) + 1 :])
     for p, part in enumerate(split):
         assert list(part) == [s for s, q in zip(seqs, partitions, strict=True) if q == p]
 
 
-def _allocate_each(partitions: list[int], next_index: dict[int, int],
-                   firsts: dict[int, int]) -> list[int]:
+def _allocate_each(
+    partitions: list[int], next_index: dict[int, int], firsts: dict[int, int]
+) -> list[int]:
     """``Indexes.allocate``, one message at a time: the model ``_allocate`` must match."""
     out = []
     for partition in partitions:
@@ -293,16 +323,20 @@ def _allocate_each(partitions: list[int], next_index: dict[int, int],
     return out
 
 
-@given(st.integers(0, 10_000), st.integers(1, 40), st.integers(1, 20), st.booleans(),
-       st.dictionaries(st.integers(0, 19), st.integers(0, 1000)
-                       | st.integers((1 << 32) - 30, (1 << 32) + 30)),
-       st.dictionaries(st.integers(0, 19), st.integers(0, 1000), max_size=3))
-def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, next_index,
-                                                      firsts):
+@given(
+    st.integers(0, 10_000),
+    st.integers(1, 40),
+    st.integers(1, 20),
+    st.booleans(),
+    st.dictionaries(
+        st.integers(0, 19), st.integers(0, 1000) | st.integers((1 << 32) - 30, (1 << 32) + 30)
+    ),
+    st.dictionaries(st.integers(0, 19), st.integers(0, 1000), max_size=3),
+)
+def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, next_index, firsts):
     """A round-robin's indexes, partitions, slots and split match those made one message
     at a time; indexes past 2**32 come as int64."""
-    partitions = [(s * 7 + 3) % count if keyed else s % count
-                  for s in range(first, first + n)]
+    partitions = [(s * 7 + 3) % count if keyed else s % count for s in range(first, first + n)]
     found = round_robin(first, partitions)
     if not keyed and first % count + n > count:  # (wraps around)
         assert found == count
@@ -324,9 +358,13 @@ def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, nex
         assert list(parts) == partitions and parts.typecode == "B"
 
 
-@given(st.integers(0, 10_000), st.integers(1, 20),
-       st.lists(st.integers(1, 300), min_size=1, max_size=8), st.booleans(),
-       st.sampled_from([0, (1 << 32) - 40]))
+@given(
+    st.integers(0, 10_000),
+    st.integers(1, 20),
+    st.lists(st.integers(1, 300), min_size=1, max_size=8),
+    st.booleans(),
+    st.sampled_from([0, (1 << 32) - 40]),
+)
 def test_round_robin_indexes_of_runs_in_a_row(first, count, sizes, gap, start):
     """Runs published round-robin one after another (a topic's usual indexes: each
     partition's next index one above or equal to the next's in the cycle) get the indexes
@@ -361,9 +399,17 @@ def _sent_check(w: SentWindow, model: dict[int, tuple[int, bytes, float]]) -> No
         assert w.to(member) == {s for s, state in model.items() if state[1] == member}
 
 
-@given(st.lists(st.tuples(st.sampled_from(["put", "run", "many", "pop", "pop_run", "pops"]),
-                          st.integers(0, 200), st.integers(1, 12), st.integers(0, 2)),
-                max_size=80))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "run", "many", "pop", "pop_run", "pops"]),
+            st.integers(0, 200),
+            st.integers(1, 12),
+            st.integers(0, 2),
+        ),
+        max_size=80,
+    )
+)
 @settings(max_examples=1000)
 def test_sent_window_matches_a_dict(ops: list[tuple[str, int, int, int]]) -> None:
     """Single puts (the heap's way), runs of consecutive sequences (a take of the front),
@@ -385,8 +431,9 @@ def test_sent_window_matches_a_dict(ops: list[tuple[str, int, int, int]]) -> Non
             else:  # (not above the window: the lane puts them one by one)
                 assert seq - w._base < len(w._w)
         elif op == "many":  # (the heap's way: ascending or not, gaps, below the window)
-            seqs = [s for s in dict.fromkeys(range(seq + n, seq - n, -3)) if s >= 0
-                    and s not in model]
+            seqs = [
+                s for s in dict.fromkeys(range(seq + n, seq - n, -3)) if s >= 0 and s not in model
+            ]
             states = [(s % 5, members[(m + s) % 3], deadline) for s in seqs]
             w.put_many(seqs, [st[0] for st in states], [st[1] for st in states], deadline)
             model.update(zip(seqs, states, strict=True))
@@ -397,8 +444,9 @@ def test_sent_window_matches_a_dict(ops: list[tuple[str, int, int, int]]) -> Non
             found, by = w.pop_many(seqs)
             popped = [model.pop(s, None) for s in seqs]
             assert [bool(f) for f in found] == [p is not None for p in popped]
-            assert by == {mb: sum(1 for p in popped if p and p[1] == mb)
-                          for mb in {p[1] for p in popped if p}}
+            assert by == {
+                mb: sum(1 for p in popped if p and p[1] == mb) for mb in {p[1] for p in popped if p}
+            }
         elif op == "pop_run":
             run = range(seq, seq + n)
             if w.pop_run(seq, n):

@@ -9,8 +9,18 @@ from zmesh.web.history import History
 
 
 def mesh(**lanes: dict) -> dict:
-    rows = [{"topic": "t", "lane": name, "group": name, "mode": "shared", "members": [],
-             "pending": 0, **figures} for name, figures in lanes.items()]
+    rows = [
+        {
+            "topic": "t",
+            "lane": name,
+            "group": name,
+            "mode": "shared",
+            "members": [],
+            "pending": 0,
+            **figures,
+        }
+        for name, figures in lanes.items()
+    ]
     return {"nodes": [{"id": "p" * 32, "name": "prod", "status": {"lanes": rows}}]}
 
 

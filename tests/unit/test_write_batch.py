@@ -6,11 +6,15 @@ from zmesh._store.batch import WriteBatch
 
 
 def _batch() -> WriteBatch:
-    wb = WriteBatch(msgs_put=[(b"new", b"record")], pend_put=[(b"p", b"v")],
-                    msgs_del=[b"m%d" % i for i in range(450)],
-                    pend_del=[b"p%d" % i for i in range(10)],
-                    dead_put=[(b"d", b"letter")], meta_put={b"k": b"v"},
-                    prun_set={b"r%d" % i: (None if i % 2 else b"x") for i in range(5)})
+    wb = WriteBatch(
+        msgs_put=[(b"new", b"record")],
+        pend_put=[(b"p", b"v")],
+        msgs_del=[b"m%d" % i for i in range(450)],
+        pend_del=[b"p%d" % i for i in range(10)],
+        dead_put=[(b"d", b"letter")],
+        meta_put={b"k": b"v"},
+        prun_set={b"r%d" % i: (None if i % 2 else b"x") for i in range(5)},
+    )
     wb.seen_prune.append((b"producer", 7, b"lane"))
     return wb
 

@@ -37,8 +37,7 @@ class Scene:
 
 
 def lane_of(node: zmesh.Node, topic: str, group: str) -> dict:
-    [lane] = [ln for ln in node.status()["lanes"]
-              if ln["topic"] == topic and ln["group"] == group]
+    [lane] = [ln for ln in node.status()["lanes"] if ln["topic"] == topic and ln["group"] == group]
     return lane
 
 
@@ -66,11 +65,13 @@ def build_scene(make_node: Callable[..., zmesh.Node], **hub_options: object) -> 
 
     def settled() -> bool:
         b, o = lane_of(prod, "orders", "billing"), lane_of(prod, "metrics", "ops")
-        return (b.get("acked"), b.get("dead_lettered"), o.get("acked")) == \
-            (ORDERS - 1, 1, METRICS)
+        return (b.get("acked"), b.get("dead_lettered"), o.get("acked")) == (ORDERS - 1, 1, METRICS)
+
     wait_until(settled, what="billing and ops settled at prod")
-    wait_until(lambda: all(len(n.peers()) == 2 for n in (hub, prod, cons)),
-               what="every node knowing the other two")
+    wait_until(
+        lambda: all(len(n.peers()) == 2 for n in (hub, prod, cons)),
+        what="every node knowing the other two",
+    )
     return Scene(hub, prod, cons, billing, ops)
 
 
@@ -86,8 +87,14 @@ def get_json(url: str) -> tuple[int, dict]:
 
 def post_json(url: str, body: object, content_type: str = "application/json") -> tuple[int, dict]:
     """POST ``body`` as JSON to ``url``: status code and JSON answer."""
-    return call_json(urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                            headers={"Content-Type": content_type}))
+    return call_json(
+        urllib.request.Request(
+            url,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": content_type},
+        )
+    )
 
 
 def call_json(req: urllib.request.Request) -> tuple[int, dict]:

@@ -21,20 +21,29 @@ from tests.integration.test_cli import Proc
 from tests.web.conftest import build_scene, lane_of
 
 CHROMIUM = "/usr/bin/chromium"
-LAUNCH_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run"]
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 URL_RE = re.compile(r"zmesh web: (http://\S+)")
 SEEN_S = 20_000  # ms a figure on the page may take to follow the mesh (samples every 0.3 s)
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                                reason=f"no browser: {CHROMIUM} is not installed "
-                                       "(apt-get install chromium chromium-driver)")
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM),
+    reason=f"no browser: {CHROMIUM} is not installed (apt-get install chromium chromium-driver)",
+)
 
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="playwright is not installed (the dev extra)")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed (the dev extra)"
+    )
     with sync_api.sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         try:
@@ -54,15 +63,32 @@ def shot(page: Any, tmp_path: Path, name: str) -> None:
 
 
 def start_web(tmp_path: Path, hub: zmesh.Node, procs: list[Proc], *extra: str) -> str:
-    web = Proc(tmp_path, "web", ["web", "--mesh", hub.config.mesh, "--seed",
-                                 hub.control_address, "--interface", "127.0.0.1", "--no-mdns",
-                                 "--listen", "127.0.0.1:0", "--interval", "0.3", *extra])
+    web = Proc(
+        tmp_path,
+        "web",
+        [
+            "web",
+            "--mesh",
+            hub.config.mesh,
+            "--seed",
+            hub.control_address,
+            "--interface",
+            "127.0.0.1",
+            "--no-mdns",
+            "--listen",
+            "127.0.0.1:0",
+            "--interval",
+            "0.3",
+            *extra,
+        ],
+    )
     procs.append(web)
     return web.wait_for(URL_RE).group(1)
 
 
-def test_the_mesh_live_in_a_browser(tmp_path: Path, make_node: Callable[..., zmesh.Node],
-                                    procs: list[Proc], browser: Any) -> None:
+def test_the_mesh_live_in_a_browser(
+    tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc], browser: Any
+) -> None:
     from playwright.sync_api import expect
 
     hub = make_node("hub")
@@ -82,16 +108,19 @@ def test_the_mesh_live_in_a_browser(tmp_path: Path, make_node: Callable[..., zme
     # The three nodes on the map, each answering (the page's own node is not shown).
     nodes = page.locator("svg.map g.node")
     expect(nodes).to_have_count(3, timeout=SEEN_S)
-    assert sorted(nodes.evaluate_all("gs => gs.map(g => g.dataset.name)")) == \
-        ["cons", "hub", "prod"]
+    assert sorted(nodes.evaluate_all("gs => gs.map(g => g.dataset.name)")) == [
+        "cons",
+        "hub",
+        "prod",
+    ]
     expect(page.locator("svg.map g.node[data-health=ok]")).to_have_count(3, timeout=SEEN_S)
     expect(page.locator("svg.map line.alive")).to_have_count(3, timeout=SEEN_S)
 
     # audit goes offline: its backlog rises on the page as orders are published.
     audit.close()
     wait_members(prod, "orders", "audit", 0)
-    pending = page.locator('tr[data-topic=orders][data-group=audit] td[data-col=pending]')
-    members = page.locator('tr[data-topic=orders][data-group=audit] td[data-col=members]')
+    pending = page.locator("tr[data-topic=orders][data-group=audit] td[data-col=pending]")
+    members = page.locator("tr[data-topic=orders][data-group=audit] td[data-col=members]")
     for i in range(12):
         prod.publish("orders", f"order-{i}".encode(), key=f"k{i}")
     expect(pending).to_have_text("12", timeout=SEEN_S)
@@ -104,7 +133,7 @@ def test_the_mesh_live_in_a_browser(tmp_path: Path, make_node: Callable[..., zme
             msg.fail("bad record")
         else:
             msg.ack()
-    dead = page.locator('tr[data-topic=orders][data-group=billing] td[data-col=dead_letters]')
+    dead = page.locator("tr[data-topic=orders][data-group=billing] td[data-col=dead_letters]")
     expect(dead).to_have_text("1", timeout=SEEN_S)
     expect(page.locator('.lane-card[data-lane$="/orders/audit"]')).to_have_count(1)
     shot(page, tmp_path, "web-backlog")
@@ -148,6 +177,7 @@ def test_the_mesh_live_in_a_browser(tmp_path: Path, make_node: Callable[..., zme
     def confirm(dialog: Any) -> None:
         asked.append(dialog.message)
         dialog.accept()
+
     page.on("dialog", confirm)
     row.locator("button[data-action=replay]").click()
     expect(page.locator("#action-result")).to_have_text(re.compile(r"^replayed 1 at prod$"))
@@ -156,8 +186,10 @@ def test_the_mesh_live_in_a_browser(tmp_path: Path, make_node: Callable[..., zme
     [again] = fetched(billing, 1)
     assert again.payload == b"order-3" and again.attempt >= 1
     again.ack()
-    wait_until(lambda: lane_of(prod, "orders", "billing")["pending"] == 0,
-               what="the replayed message acked")
+    wait_until(
+        lambda: lane_of(prod, "orders", "billing")["pending"] == 0,
+        what="the replayed message acked",
+    )
     page.goto(url)
     expect(dead).to_have_text("0", timeout=SEEN_S)
 
@@ -169,18 +201,18 @@ def test_the_mesh_live_in_a_browser(tmp_path: Path, make_node: Callable[..., zme
         prod.publish("orders", f"late-{i}".encode())
     expect(pending).to_have_text("5", timeout=SEEN_S)
     page.locator("tr[data-topic=orders][data-group=audit] button[data-action=group-rm]").click()
-    expect(page.locator("#group-result")).to_have_text(re.compile(
-        r"^removed group audit of orders: 3 nodes told to drop it$"), timeout=SEEN_S)
+    expect(page.locator("#group-result")).to_have_text(
+        re.compile(r"^removed group audit of orders: 3 nodes told to drop it$"), timeout=SEEN_S
+    )
     assert asked[-1].startswith("Delete group audit of orders")
-    expect(page.locator("tr[data-topic=orders][data-group=audit]")).to_have_count(0,
-                                                                                   timeout=SEEN_S)
+    expect(page.locator("tr[data-topic=orders][data-group=audit]")).to_have_count(0, timeout=SEEN_S)
     assert prod.stats()["dropped_group_deleted"] == 5
     assert errors == []
 
 
-def test_without_admin_the_page_offers_no_actions(tmp_path: Path,
-                                                  make_node: Callable[..., zmesh.Node],
-                                                  procs: list[Proc], browser: Any) -> None:
+def test_without_admin_the_page_offers_no_actions(
+    tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc], browser: Any
+) -> None:
     from playwright.sync_api import expect
 
     scene = build_scene(make_node)

@@ -30,23 +30,97 @@ from zmesh._http.views import SUMMED
 
 # The shapes docs/operations.md documents ("The HTTP API").
 STATUS_KEYS = {"node", "outbox", "store", "lanes", "subscriptions", "peers", "bans", "counters"}
-LANE_KEYS = {"topic", "lane", "group", "mode", "members", "windows", "pending", "ready",
-             "in_flight", "oldest_age_s", "dead_letters"}
+LANE_KEYS = {
+    "topic",
+    "lane",
+    "group",
+    "mode",
+    "members",
+    "windows",
+    "pending",
+    "ready",
+    "in_flight",
+    "oldest_age_s",
+    "dead_letters",
+}
 LANE_COUNTS = {"acked", "nacked", "ack_timeouts", "expired", "dead_lettered", "superseded"}
-PEER_KEYS = {"id", "name", "incarnation", "control", "data", "alive", "last_seen_s",
-             "subscriptions", "public_key"}
+PEER_KEYS = {
+    "id",
+    "name",
+    "incarnation",
+    "control",
+    "data",
+    "alive",
+    "last_seen_s",
+    "subscriptions",
+    "public_key",
+}
 MESH_KEYS = {"mesh", "observer", "collected_at", "timeout_s", "nodes", "links"}
-MESH_NODE_KEYS = {"id", "name", "control", "self", "alive", "reachable", "rtt_ms", "error",
-                  "status"}
-NODE_ROW_KEYS = {"id", "name", "control", "self", "alive", "reachable", "rtt_ms", "error",
-                 "outbox", "lanes", "subscriptions", "peers", "peers_alive"}
-TOPIC_KEYS = {"topic", "producers", "groups", "subscribers", "pending", "in_flight",
-              "dead_letters", "acked", "oldest_age_s"}
-GROUP_KEYS = {"topic", "group", "mode", *SUMMED, "oldest_age_s", "members", "subscribers",
-              "producers", "entered"}
+MESH_NODE_KEYS = {
+    "id",
+    "name",
+    "control",
+    "self",
+    "alive",
+    "reachable",
+    "rtt_ms",
+    "error",
+    "status",
+}
+NODE_ROW_KEYS = {
+    "id",
+    "name",
+    "control",
+    "self",
+    "alive",
+    "reachable",
+    "rtt_ms",
+    "error",
+    "outbox",
+    "lanes",
+    "subscriptions",
+    "peers",
+    "peers_alive",
+}
+TOPIC_KEYS = {
+    "topic",
+    "producers",
+    "groups",
+    "subscribers",
+    "pending",
+    "in_flight",
+    "dead_letters",
+    "acked",
+    "oldest_age_s",
+}
+GROUP_KEYS = {
+    "topic",
+    "group",
+    "mode",
+    *SUMMED,
+    "oldest_age_s",
+    "members",
+    "subscribers",
+    "producers",
+    "entered",
+}
 GROUP_PRODUCER_KEYS = {"node", "node_id", "lane", *SUMMED, "oldest_age_s", "entered"}
-DEAD_LETTER_KEYS = {"id", "seq", "node", "topic", "group", "lane", "key", "headers", "reason",
-                    "attempts", "failed_at", "history", "payload_b64", "payload_text"}
+DEAD_LETTER_KEYS = {
+    "id",
+    "seq",
+    "node",
+    "topic",
+    "group",
+    "lane",
+    "key",
+    "headers",
+    "reason",
+    "attempts",
+    "failed_at",
+    "history",
+    "payload_b64",
+    "payload_text",
+}
 
 
 def test_node_is_the_status_with_backlog_fields(scene: Scene) -> None:
@@ -87,8 +161,11 @@ def test_mesh_lists_every_node_with_its_status_and_links(scene: Scene) -> None:
     assert code == 200 and set(nodes) == {"mesh", "collected_at", "nodes", "links"}
     rows = {r["name"]: r for r in nodes["nodes"]}
     assert all(set(r) == NODE_ROW_KEYS for r in rows.values())
-    assert (rows["prod"]["outbox"], rows["prod"]["peers"], rows["prod"]["peers_alive"]) == \
-        (ORDERS, 2, 2)
+    assert (rows["prod"]["outbox"], rows["prod"]["peers"], rows["prod"]["peers_alive"]) == (
+        ORDERS,
+        2,
+        2,
+    )
     assert rows["cons"]["subscriptions"] == 1 and rows["hub"]["self"]
 
 
@@ -99,13 +176,24 @@ def test_topics_and_groups_sum_every_producers_lanes(scene: Scene) -> None:
     assert sorted(by_topic) == ["metrics", "orders"]
     orders, metrics = by_topic["orders"], by_topic["metrics"]
     assert all(set(t) == TOPIC_KEYS for t in by_topic.values())
-    assert (orders["producers"], orders["groups"], orders["subscribers"]) == \
-        (["prod"], ["audit", "billing"], ["cons"])
-    assert (orders["pending"], orders["in_flight"], orders["dead_letters"], orders["acked"]) \
-        == (ORDERS, 0, 1, ORDERS - 1)
+    assert (orders["producers"], orders["groups"], orders["subscribers"]) == (
+        ["prod"],
+        ["audit", "billing"],
+        ["cons"],
+    )
+    assert (orders["pending"], orders["in_flight"], orders["dead_letters"], orders["acked"]) == (
+        ORDERS,
+        0,
+        1,
+        ORDERS - 1,
+    )
     assert orders["oldest_age_s"] > 0
-    assert (metrics["groups"], metrics["subscribers"], metrics["acked"], metrics["pending"]) \
-        == (["ops"], ["hub"], METRICS, 0)
+    assert (metrics["groups"], metrics["subscribers"], metrics["acked"], metrics["pending"]) == (
+        ["ops"],
+        ["hub"],
+        METRICS,
+        0,
+    )
 
     code, groups = get_json(scene.url("/api/groups"))
     assert code == 200
@@ -115,15 +203,27 @@ def test_topics_and_groups_sum_every_producers_lanes(scene: Scene) -> None:
         assert set(g) == GROUP_KEYS
         assert all(set(p) == GROUP_PRODUCER_KEYS for p in g["producers"])
     audit, billing = by_key[("orders", "audit")], by_key[("orders", "billing")]
-    assert (audit["pending"], audit["ready"], audit["members"], audit["subscribers"]) == \
-        (ORDERS, ORDERS, [], [])
+    assert (audit["pending"], audit["ready"], audit["members"], audit["subscribers"]) == (
+        ORDERS,
+        ORDERS,
+        [],
+        [],
+    )
     assert audit["oldest_age_s"] > 0 and audit["entered"] == ORDERS
-    assert (billing["acked"], billing["dead_lettered"], billing["dead_letters"],
-            billing["pending"], billing["members"], billing["mode"]) == \
-        (ORDERS - 1, 1, 1, 0, ["cons"], "shared")
+    assert (
+        billing["acked"],
+        billing["dead_lettered"],
+        billing["dead_letters"],
+        billing["pending"],
+        billing["members"],
+        billing["mode"],
+    ) == (ORDERS - 1, 1, 1, 0, ["cons"], "shared")
     [prod_share] = [p for p in billing["producers"] if p["node"] == "prod"]
-    assert (prod_share["node_id"], prod_share["lane"], prod_share["entered"]) == \
-        (scene.prod.id, "billing", ORDERS)
+    assert (prod_share["node_id"], prod_share["lane"], prod_share["entered"]) == (
+        scene.prod.id,
+        "billing",
+        ORDERS,
+    )
 
 
 def test_dead_letters_of_a_group_across_the_mesh(scene: Scene) -> None:
@@ -132,15 +232,21 @@ def test_dead_letters_of_a_group_across_the_mesh(scene: Scene) -> None:
     assert (dead["topic"], dead["group"], dead["limit"]) == ("orders", "billing", 1000)
     [letter] = dead["letters"]
     assert set(letter) == DEAD_LETTER_KEYS
-    assert (letter["node"], letter["reason"], letter["attempts"], letter["key"]) == \
-        ("prod", "bad record", 1, "k3")
+    assert (letter["node"], letter["reason"], letter["attempts"], letter["key"]) == (
+        "prod",
+        "bad record",
+        1,
+        "k3",
+    )
     assert letter["id"] == f"{scene.prod.id}:{letter['seq']}"
     assert base64.b64decode(letter["payload_b64"]) == BAD and letter["payload_text"] == "order-3"
     assert [h[2] for h in letter["history"]] == ["bad record"]
     code, none = get_json(scene.url("/api/dead-letters?topic=orders&group=audit&node=prod"))
     assert code == 200 and none["letters"] == []
-    assert get_json(scene.url("/api/dead-letters?group=billing")) == \
-        (400, {"error": "topic is required"})
+    assert get_json(scene.url("/api/dead-letters?group=billing")) == (
+        400,
+        {"error": "topic is required"},
+    )
 
 
 def test_metrics_on_the_same_port(scene: Scene) -> None:
@@ -172,43 +278,73 @@ def test_admin_actions_when_enabled(make_node: Callable[..., zmesh.Node]) -> Non
     code, answer = post_json(url, body, content_type="text/plain")
     assert code == 415  # (what a form on another site could send without a preflight)
     assert post_json(url, {**body, "node": "nobody"})[0] == 404
-    assert post_json(url, {**body, "seqs": "all"}) == \
-        (400, {"error": "seqs must be a list of ints"})
+    assert post_json(url, {**body, "seqs": "all"}) == (
+        400,
+        {"error": "seqs must be a list of ints"},
+    )
     code, answer = post_json(url, {**body, "node": scene.prod.id})
     assert code == 200
-    assert answer == {"node": scene.prod.id, "name": "prod", "topic": "orders",
-                      "group": "billing", "replayed": 1}
+    assert answer == {
+        "node": scene.prod.id,
+        "name": "prod",
+        "topic": "orders",
+        "group": "billing",
+        "replayed": 1,
+    }
     [again] = fetched(scene.billing, 1)
     assert again.payload == BAD
     again.fail("still bad")
-    wait_until(lambda: lane_of(scene.prod, "orders", "billing")["dead_letters"] == 1,
-               what="the replayed message parked again")
+    wait_until(
+        lambda: lane_of(scene.prod, "orders", "billing")["dead_letters"] == 1,
+        what="the replayed message parked again",
+    )
     code, answer = post_json(scene.url("/api/dead-letters/purge"), body)
     assert (code, answer["purged"]) == (200, 1)
     assert lane_of(scene.prod, "orders", "billing")["dead_letters"] == 0
     # Group removal: asked at the API's node, which tells every live peer.
     code, answer = post_json(scene.url("/api/groups/rm"), {"topic": "orders", "group": "audit"})
-    assert (code, answer) == (200, {"node": scene.hub.id, "name": "hub", "topic": "orders",
-                                    "group": "audit", "dropped": 0, "peers_told": 2})
-    wait_until(lambda: not [ln for ln in scene.prod.status()["lanes"] if ln["group"] == "audit"],
-               what="prod dropping the audit lane")
+    assert (code, answer) == (
+        200,
+        {
+            "node": scene.hub.id,
+            "name": "hub",
+            "topic": "orders",
+            "group": "audit",
+            "dropped": 0,
+            "peers_told": 2,
+        },
+    )
+    wait_until(
+        lambda: not [ln for ln in scene.prod.status()["lanes"] if ln["group"] == "audit"],
+        what="prod dropping the audit lane",
+    )
     assert scene.prod.stats()["dropped_group_deleted"] == ORDERS
-    assert post_json(scene.url("/api/groups/rm"), {"topic": "orders"}) == \
-        (400, {"error": "group is required"})
+    assert post_json(scene.url("/api/groups/rm"), {"topic": "orders"}) == (
+        400,
+        {"error": "group is required"},
+    )
 
 
 def test_http_admin_is_refused_on_a_secured_node(tmp_path: Path) -> None:
     with pytest.raises(zmesh.ConfigError, match="http_admin cannot be set on a secured node"):
-        zmesh.NodeConfig(name="n", data_dir=str(tmp_path), http_admin=True,
-                         secret_key_file=str(tmp_path / "n.key"))
+        zmesh.NodeConfig(
+            name="n",
+            data_dir=str(tmp_path),
+            http_admin=True,
+            secret_key_file=str(tmp_path / "n.key"),
+        )
 
 
-def test_a_killed_node_is_reported_unreachable(tmp_path: Path, mesh_name: str,
-                                               make_node: Callable[..., zmesh.Node],
-                                               procs: list[Proc]) -> None:
+def test_a_killed_node_is_reported_unreachable(
+    tmp_path: Path, mesh_name: str, make_node: Callable[..., zmesh.Node], procs: list[Proc]
+) -> None:
     hub = make_node("hub", http_address="127.0.0.1:0")
-    toml = node_toml(tmp_path, "ghost", mesh_name,
-                     extra=f'seeds = ["{hub.control_address}"]\nhttp_address = "127.0.0.1:0"')
+    toml = node_toml(
+        tmp_path,
+        "ghost",
+        mesh_name,
+        extra=f'seeds = ["{hub.control_address}"]\nhttp_address = "127.0.0.1:0"',
+    )
     ghost = Proc(tmp_path, "ghost", ["node", "run", str(toml)])
     procs.append(ghost)
     ghost.wait_for(ADDRESS_RE)
@@ -216,8 +352,10 @@ def test_a_killed_node_is_reported_unreachable(tmp_path: Path, mesh_name: str,
     ghost_api = ghost.wait_for(r"http (http://127\.0\.0\.1:\d+/)").group(1)
     assert get_json(ghost_api + "api/node")[1]["node"]["name"] == "ghost"
     url = f"http://{hub.http_address}/api/mesh?timeout=0.5"
-    wait_until(lambda: [n["reachable"] for n in get_json(url)[1]["nodes"]] == [True, True],
-               what="the ghost reached through the hub")
+    wait_until(
+        lambda: [n["reachable"] for n in get_json(url)[1]["nodes"]] == [True, True],
+        what="the ghost reached through the hub",
+    )
     os.kill(ghost.popen.pid, signal.SIGKILL)
     ghost.popen.wait(10)
     code, mesh = get_json(url)
@@ -225,8 +363,10 @@ def test_a_killed_node_is_reported_unreachable(tmp_path: Path, mesh_name: str,
     [gone] = [n for n in mesh["nodes"] if n["name"] == "ghost"]
     assert (gone["reachable"], gone["status"], gone["rtt_ms"]) == (False, None, None)
     assert gone["error"] == "no status reply within 0.5s"
-    wait_until(lambda: [n["alive"] for n in get_json(url)[1]["nodes"]] == [True, False],
-               what="the hub declaring the ghost dead")
+    wait_until(
+        lambda: [n["alive"] for n in get_json(url)[1]["nodes"]] == [True, False],
+        what="the hub declaring the ghost dead",
+    )
     code, topics = get_json(f"http://{hub.http_address}/api/topics?timeout=0.5")
     assert topics["unreachable"] == ["ghost"]
     assert get_json(f"http://{hub.http_address}/api/mesh?timeout=0")[0] == 400

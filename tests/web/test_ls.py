@@ -14,8 +14,19 @@ LOOP = ["--interface", "127.0.0.1"]
 
 
 def ls(scene: Scene, kind: str, *extra: str) -> str:
-    done = run_cli(["ls", kind, "--mesh", scene.hub.config.mesh, "--seed",
-                    scene.hub.control_address, *LOOP, "--no-mdns", *extra])
+    done = run_cli(
+        [
+            "ls",
+            kind,
+            "--mesh",
+            scene.hub.config.mesh,
+            "--seed",
+            scene.hub.control_address,
+            *LOOP,
+            "--no-mdns",
+            *extra,
+        ]
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -26,22 +37,36 @@ def test_ls_json_from_a_seed(scene: Scene) -> None:
     assert sorted(n["name"] for n in nodes) == ["cons", "hub", "prod"]
     assert all(n["reachable"] and n["peers"] == 2 for n in nodes)
     topics = json.loads(ls(scene, "topics", "--json"))["topics"]
-    assert [(t["topic"], t["groups"], t["pending"]) for t in topics] == \
-        [("metrics", ["ops"], 0), ("orders", ["audit", "billing"], ORDERS)]
+    assert [(t["topic"], t["groups"], t["pending"]) for t in topics] == [
+        ("metrics", ["ops"], 0),
+        ("orders", ["audit", "billing"], ORDERS),
+    ]
     groups = json.loads(ls(scene, "groups", "--json"))["groups"]
     audit = [g for g in groups if g["group"] == "audit"][0]
-    assert (audit["pending"], audit["members"], audit["producers"][0]["node"]) == \
-        (ORDERS, [], "prod")
-    assert all(p["node"] != "ls" and not p["node"].startswith("ls-")
-               for g in groups for p in g["producers"])
+    assert (audit["pending"], audit["members"], audit["producers"][0]["node"]) == (
+        ORDERS,
+        [],
+        "prod",
+    )
+    assert all(
+        p["node"] != "ls" and not p["node"].startswith("ls-")
+        for g in groups
+        for p in g["producers"]
+    )
 
 
 def test_ls_tables(scene: Scene) -> None:
     out = ls(scene, "groups")
-    rows = {tuple(cell.strip() for cell in line.split("│")[1:4]): line
-            for line in out.splitlines() if line.startswith("│")}
-    assert set(rows) == {("metrics", "ops", "shared"), ("orders", "audit", "shared"),
-                         ("orders", "billing", "shared")}
+    rows = {
+        tuple(cell.strip() for cell in line.split("│")[1:4]): line
+        for line in out.splitlines()
+        if line.startswith("│")
+    }
+    assert set(rows) == {
+        ("metrics", "ops", "shared"),
+        ("orders", "audit", "shared"),
+        ("orders", "billing", "shared"),
+    }
     assert f"│ {ORDERS:>7} │" in rows[("orders", "audit", "shared")]
     out = ls(scene, "nodes")
     assert all(f"│ {name}" in out for name in ("hub", "prod", "cons")) and "ok" in out

@@ -16,10 +16,32 @@ from tests.web.conftest import ORDERS, Scene, build_scene, get_json, lane_of, po
 from tests.web.test_browser import URL_RE
 from zmesh._security import generate_keypair
 
-SNAPSHOT_KEYS = {"mesh", "collected_at", "source", "admin", "interval_s", "nodes", "links",
-                 "topics", "groups", "lanes", "unreachable", "statuses"}
-LANE_POINT_KEYS = {"key", "node", "name", "topic", "lane", "group", "t", "rate_in",
-                   "rate_out", "pending"}
+SNAPSHOT_KEYS = {
+    "mesh",
+    "collected_at",
+    "source",
+    "admin",
+    "interval_s",
+    "nodes",
+    "links",
+    "topics",
+    "groups",
+    "lanes",
+    "unreachable",
+    "statuses",
+}
+LANE_POINT_KEYS = {
+    "key",
+    "node",
+    "name",
+    "topic",
+    "lane",
+    "group",
+    "t",
+    "rate_in",
+    "rate_out",
+    "pending",
+}
 
 
 def start(tmp_path: Path, procs: list[Proc], args: list[str]) -> str:
@@ -41,16 +63,32 @@ def first_event(url: str) -> tuple[str, dict]:
     raise AssertionError("the event stream ended")
 
 
-def test_web_from_its_own_node_without_admin(tmp_path: Path, scene: Scene,
-                                             procs: list[Proc]) -> None:
-    url = start(tmp_path, procs, ["--mesh", scene.hub.config.mesh, "--seed",
-                                  scene.hub.control_address, "--interface", "127.0.0.1",
-                                  "--no-mdns"])
+def test_web_from_its_own_node_without_admin(
+    tmp_path: Path, scene: Scene, procs: list[Proc]
+) -> None:
+    url = start(
+        tmp_path,
+        procs,
+        [
+            "--mesh",
+            scene.hub.config.mesh,
+            "--seed",
+            scene.hub.control_address,
+            "--interface",
+            "127.0.0.1",
+            "--no-mdns",
+        ],
+    )
     code, snap = get_json(url + "api/snapshot")
     assert code == 200 and set(snap) == SNAPSHOT_KEYS
-    snap = wait_until(lambda: (s := get_json(url + "api/snapshot")[1])["statuses"].keys()
-                      == {scene.hub.id, scene.prod.id, scene.cons.id} and s,
-                      what="the web's node meeting the scene")
+    snap = wait_until(
+        lambda: (
+            (s := get_json(url + "api/snapshot")[1])["statuses"].keys()
+            == {scene.hub.id, scene.prod.id, scene.cons.id}
+            and s
+        ),
+        what="the web's node meeting the scene",
+    )
     assert snap["admin"] is False and snap["source"].startswith("node web-")
     assert sorted(n["name"] for n in snap["nodes"]) == ["cons", "hub", "prod"]
     audit = [g for g in snap["groups"] if g["group"] == "audit"][0]
@@ -76,8 +114,9 @@ def test_web_from_its_own_node_without_admin(tmp_path: Path, scene: Scene,
         assert resp.read().startswith(b"/*! https://github.com/leeoniya/uPlot (v1.6.32)")
 
 
-def test_web_from_a_nodes_http_api(tmp_path: Path, make_node: Callable[..., zmesh.Node],
-                                   procs: list[Proc]) -> None:
+def test_web_from_a_nodes_http_api(
+    tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc]
+) -> None:
     scene = build_scene(make_node)
     url = start(tmp_path, procs, ["--api", f"http://{scene.hub.http_address}", "--admin"])
     code, snap = get_json(url + "api/snapshot")
@@ -93,14 +132,15 @@ def test_web_from_a_nodes_http_api(tmp_path: Path, make_node: Callable[..., zmes
 
 
 def test_a_secured_mesh_seen_and_acted_on_with_an_operators_key(
-        tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc]) -> None:
+    tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc]
+) -> None:
     trusted = tmp_path / "trusted"
     for name in ("a", "b", "op"):
         generate_keypair(trusted, name)
 
     def secured(name: str) -> dict:
-        return {"secret_key_file": str(trusted / f"{name}.key"),
-                "trusted_keys_dir": str(trusted)}
+        return {"secret_key_file": str(trusted / f"{name}.key"), "trusted_keys_dir": str(trusted)}
+
     a = make_node("a", **secured("a"))
     b = make_node("b", seeds=[a.control_address], **secured("b"))
     sub = b.subscribe("t", group="g")
@@ -109,10 +149,16 @@ def test_a_secured_mesh_seen_and_acted_on_with_an_operators_key(
     [msg] = fetched(sub, 1)
     msg.fail("bad record")
     wait_until(lambda: lane_of(a, "t", "g")["dead_letters"] == 1, what="a dead letter at a")
-    where = ["--mesh", a.config.mesh, "--seed", a.control_address, "--interface",
-             "127.0.0.1", "--no-mdns"]
-    operator = ["--secret-key-file", str(trusted / "op.key"), "--trusted-keys-dir",
-                str(trusted)]
+    where = [
+        "--mesh",
+        a.config.mesh,
+        "--seed",
+        a.control_address,
+        "--interface",
+        "127.0.0.1",
+        "--no-mdns",
+    ]
+    operator = ["--secret-key-file", str(trusted / "op.key"), "--trusted-keys-dir", str(trusted)]
     done = run_cli(["ls", "nodes", *where, *operator, "--json"])
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
@@ -120,12 +166,15 @@ def test_a_secured_mesh_seen_and_acted_on_with_an_operators_key(
     keyless = run_cli(["ls", "nodes", *where, "--json", "--wait", "1"])
     assert json.loads(keyless.stdout) == []  # (a node without keys is not let in)
     url = start(tmp_path, procs, [*where, *operator, "--admin"])
-    wait_until(lambda: len(get_json(url + "api/snapshot")[1]["nodes"]) == 2,
-               what="the page's node meeting the secured mesh")
+    wait_until(
+        lambda: len(get_json(url + "api/snapshot")[1]["nodes"]) == 2,
+        what="the page's node meeting the secured mesh",
+    )
     code, dead = get_json(url + "api/dead-letters?topic=t&group=g")
     assert [d["reason"] for d in dead["letters"]] == ["bad record"]
-    code, answer = post_json(url + "api/dead-letters/replay",
-                             {"node": "a", "topic": "t", "group": "g"})
+    code, answer = post_json(
+        url + "api/dead-letters/replay", {"node": "a", "topic": "t", "group": "g"}
+    )
     assert (code, answer["replayed"]) == (200, 1)
     [again] = fetched(sub, 1)
     assert again.payload == b"bad"

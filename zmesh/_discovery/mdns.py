@@ -34,16 +34,29 @@ def local_addresses(interfaces: Sequence[str]) -> list[str]:
         return [a for a in interfaces if a not in ("0.0.0.0", "*")] or ["127.0.0.1"]
     import ifaddr  # a zeroconf dependency
 
-    addrs = [ip.ip for adapter in ifaddr.get_adapters() for ip in adapter.ips
-             if isinstance(ip.ip, str) and not ip.ip.startswith("127.")]
+    addrs = [
+        ip.ip
+        for adapter in ifaddr.get_adapters()
+        for ip in adapter.ips
+        if isinstance(ip.ip, str) and not ip.ip.startswith("127.")
+    ]
     return addrs or ["127.0.0.1"]
 
 
 class MdnsDiscovery:
     """Announces this node and reports peers of the same mesh to ``on_peer``."""
 
-    def __init__(self, *, name: str, mesh: str, node_id: bytes, ctrl_port: int,
-                 data_port: int, interfaces: Sequence[str], public_key: bytes = b"") -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        mesh: str,
+        node_id: bytes,
+        ctrl_port: int,
+        data_port: int,
+        interfaces: Sequence[str],
+        public_key: bytes = b"",
+    ) -> None:
         self.mesh = mesh
         self.node_id = node_id
         self._report: Report | None = None
@@ -55,9 +68,14 @@ class MdnsDiscovery:
             f"{name}-{node_id.hex()[:12]}.{SERVICE_TYPE}",
             addresses=[socket.inet_aton(a) for a in addrs],
             port=ctrl_port,
-            properties={"v": str(PROTOCOL_VERSION), "mesh": mesh, "id": node_id.hex(),
-                        "ctrl": str(ctrl_port), "data": str(data_port),
-                        "pk": public_key.decode()},
+            properties={
+                "v": str(PROTOCOL_VERSION),
+                "mesh": mesh,
+                "id": node_id.hex(),
+                "ctrl": str(ctrl_port),
+                "data": str(data_port),
+                "pk": public_key.decode(),
+            },
             server=f"zmesh-{node_id.hex()[:12]}.local.",
         )
         self._zc: Zeroconf | None = None
@@ -72,8 +90,9 @@ class MdnsDiscovery:
             self._zc = Zeroconf(ip_version=IPVersion.V4Only)
         self._browser = ServiceBrowser(self._zc, SERVICE_TYPE, handlers=[self._on_change])
         # Registration probes the name for about a second: do it off the caller's path.
-        self._registrar = threading.Thread(target=self._register, daemon=True,
-                                           name=f"zmesh-mdns-{self.node_id.hex()[:8]}")
+        self._registrar = threading.Thread(
+            target=self._register, daemon=True, name=f"zmesh-mdns-{self.node_id.hex()[:8]}"
+        )
         self._registrar.start()
 
     def _register(self) -> None:
@@ -82,11 +101,14 @@ class MdnsDiscovery:
             self._zc.register_service(self.info, allow_name_change=True)
         except Exception:
             if not self._closed.is_set():
-                log.exception("mDNS registration failed; peers can still find this node "
-                              "through seeds or gossip")
+                log.exception(
+                    "mDNS registration failed; peers can still find this node "
+                    "through seeds or gossip"
+                )
 
-    def _on_change(self, zeroconf: Zeroconf, service_type: str, name: str,
-                   state_change: ServiceStateChange) -> None:
+    def _on_change(
+        self, zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
+    ) -> None:
         if state_change is ServiceStateChange.Removed or self._closed.is_set():
             return
         info = zeroconf.get_service_info(service_type, name, timeout=LOOKUP_TIMEOUT_MS)

@@ -38,23 +38,27 @@ def admin(engine: Engine, req: AdminRequest, wb: WriteBatch, now: float) -> Admi
         result: Any
         if req.op == "dead_letters":
             limit = args.get("limit", 1000)
-            letters = dead.list(_str_arg(args, "topic"), _str_arg(args, "group"),
-                                limit if type(limit) is int and limit > 0 else 1000)
+            letters = dead.list(
+                _str_arg(args, "topic"),
+                _str_arg(args, "group"),
+                limit if type(limit) is int and limit > 0 else 1000,
+            )
             result = [{**asdict(d), "id": str(d.id), "seq": d.id.seq} for d in letters]
         elif req.op == "replay":
-            result = dead.replay(_str_arg(args, "topic"), _str_arg(args, "group"),
-                                 _seqs(args), wb, now)
+            result = dead.replay(
+                _str_arg(args, "topic"), _str_arg(args, "group"), _seqs(args), wb, now
+            )
         elif req.op == "purge":
-            result = dead.purge(_str_arg(args, "topic"), _str_arg(args, "group"),
-                                _seqs(args), wb)
+            result = dead.purge(_str_arg(args, "topic"), _str_arg(args, "group"), _seqs(args), wb)
         elif req.op == "groups":
             topic = args.get("topic")
             if topic is not None and not isinstance(topic, str):
                 raise ValueError("topic must be a string")
             result = engine.outbox.groups.listing(topic, time.time())
         elif req.op == "group_rm":
-            result = engine.delete_group(_str_arg(args, "topic"), _str_arg(args, "group"), wb,
-                                         now, announce=True)
+            result = engine.delete_group(
+                _str_arg(args, "topic"), _str_arg(args, "group"), wb, now, announce=True
+            )
         else:
             return AdminReply(req.token, False, None, f"unknown operation {req.op!r}")
     except ValueError as exc:

@@ -53,8 +53,11 @@ class Ban:
 
     def text(self) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(self.since))
-        end = "until the node restarts" if self.until == float("inf") else \
-            f"for {max(0.0, self.until - time.monotonic()):.0f}s more"
+        end = (
+            "until the node restarts"
+            if self.until == float("inf")
+            else f"for {max(0.0, self.until - time.monotonic()):.0f}s more"
+        )
         return f"{self.who} is banned by the node since {since}, {end}: {self.why}"
 
 
@@ -149,8 +152,9 @@ class Bans:
                 # (not kept: a later connection may come with the same routing id, which a
                 # client may choose)
                 return Conn(cid, "", "", "", rid)
-            conn = self.conns[rid] = Conn(cid, meta(frame, "Peer-Address"),
-                                          meta(frame, "User-Id"), meta(frame, "X-Ban"), rid)
+            conn = self.conns[rid] = Conn(
+                cid, meta(frame, "Peer-Address"), meta(frame, "User-Id"), meta(frame, "X-Ban"), rid
+            )
             if len(self.conns) > CONNS_KEPT:
                 self.conns.popitem(last=False)
         return conn
@@ -169,22 +173,27 @@ class Bans:
             return False
         return self.dropped(meta(frame, "X-Conn"))
 
-    def bad_frame(self, frame: zmq.Frame, error: Exception, now: float,
-                  conn: Conn | None = None) -> None:
+    def bad_frame(
+        self, frame: zmq.Frame, error: Exception, now: float, conn: Conn | None = None
+    ) -> None:
         """A frame that is not valid zmesh wire data arrived (``conn``: a control
         connection's, else read from the frame)."""
         if conn is None:
-            conn = Conn(meta(frame, "X-Conn"), meta(frame, "Peer-Address"),
-                        meta(frame, "User-Id"), "")
+            conn = Conn(
+                meta(frame, "X-Conn"), meta(frame, "Peer-Address"), meta(frame, "User-Id"), ""
+            )
         if str(error).startswith(_VERSION_ERROR):
             self.counters.add("wrong_version_frames", 1)
             told = (conn.address, str(error))
             if told not in self._versions_told and len(self._versions_told) < 1000:
                 self._versions_told.add(told)
-                log.warning("a node at %s speaks another zmesh protocol (%s; this node "
-                            "speaks the version of this release): nodes of two versions do "
-                            "not talk, upgrade the older one; its frames are dropped",
-                            conn.address or "?", error)
+                log.warning(
+                    "a node at %s speaks another zmesh protocol (%s; this node "
+                    "speaks the version of this release): nodes of two versions do "
+                    "not talk, upgrade the older one; its frames are dropped",
+                    conn.address or "?",
+                    error,
+                )
             return
         limit = self.config.drop_after_bad_frames
         if not limit or not conn.conn or conn.conn in self._dropped:
@@ -193,8 +202,7 @@ class Bans:
         if n >= limit:
             self._drop(frame, conn, n, error, now)
 
-    def _drop(self, frame: zmq.Frame, conn: Conn, n: int, error: Exception,
-              now: float) -> None:
+    def _drop(self, frame: zmq.Frame, conn: Conn, n: int, error: Exception, now: float) -> None:
         shut_down(frame)
         del self._bad[conn.conn]
         self.conns.pop(conn.rid, None)
@@ -208,10 +216,16 @@ class Bans:
         times.append(now)
         while times and times[0] < now - BAN_WINDOW_S:
             times.popleft()
-        log.warning("dropped a connection from %s%s: %d frames that are not zmesh wire "
-                    "data (the last: %s); %d of its connections dropped in %.0f s",
-                    conn.address or "?", f" (key {conn.key})" if conn.key else "", n,
-                    error, len(times), BAN_WINDOW_S)
+        log.warning(
+            "dropped a connection from %s%s: %d frames that are not zmesh wire "
+            "data (the last: %s); %d of its connections dropped in %.0f s",
+            conn.address or "?",
+            f" (key {conn.key})" if conn.key else "",
+            n,
+            error,
+            len(times),
+            BAN_WINDOW_S,
+        )
         if len(times) >= (self.config.ban_after_dropped_connections or float("inf")):
             self._ban(who, conn, len(times), now)
 
@@ -220,14 +234,21 @@ class Bans:
             return  # (its connections are still dropped, one by one)
         duration = self.config.ban_duration_s or float("inf")
         ban = self.bans[who] = Ban(
-            f"{'key' if conn.key else 'address'} {who}", time.time(), now + duration,
-            f"{drops} of its connections sent frames that are not zmesh wire data")
+            f"{'key' if conn.key else 'address'} {who}",
+            time.time(),
+            now + duration,
+            f"{drops} of its connections sent frames that are not zmesh wire data",
+        )
         self._drops.pop(who, None)
         self.counters.add("keys_banned" if conn.key else "addresses_banned", 1)
-        log.warning("banning %s for %s: %d of its connections were dropped for frames that "
-                    "are not zmesh wire data within %.0f s (zmesh status shows bans)",
-                    ban.who, "good" if duration == float("inf") else f"{duration:g}s",
-                    drops, BAN_WINDOW_S)
+        log.warning(
+            "banning %s for %s: %d of its connections were dropped for frames that "
+            "are not zmesh wire data within %.0f s (zmesh status shows bans)",
+            ban.who,
+            "good" if duration == float("inf") else f"{duration:g}s",
+            drops,
+            BAN_WINDOW_S,
+        )
 
     def refuse(self, frame: zmq.Frame, conn: Conn) -> None:
         """A banned connection said something: it is shut down."""
@@ -236,7 +257,13 @@ class Bans:
 
     def state(self, now: float) -> list[dict]:
         """The bans in force, for status."""
-        return [{"who": ban.who, "since": ban.since,
-                 "until_s": None if ban.until == float("inf") else round(ban.until - now, 1),
-                 "why": ban.why}
-                for who, ban in list(self.bans.items()) if self.find(who, "", now)]
+        return [
+            {
+                "who": ban.who,
+                "since": ban.since,
+                "until_s": None if ban.until == float("inf") else round(ban.until - now, 1),
+                "why": ban.why,
+            }
+            for who, ban in list(self.bans.items())
+            if self.find(who, "", now)
+        ]

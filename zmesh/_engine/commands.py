@@ -39,8 +39,9 @@ class Call:
 
     __slots__ = ("fn", "done", "result", "error", "tx", "writes")
 
-    def __init__(self, fn: Callable[[WriteBatch, float], Any], tx: bool = False,
-                 writes: bool = True) -> None:
+    def __init__(
+        self, fn: Callable[[WriteBatch, float], Any], tx: bool = False, writes: bool = True
+    ) -> None:
         self.fn = fn
         self.tx = tx  # a transaction: it fails with the commit of its publishes
         self.writes = writes  # False: it only reads, and no failed commit fails it
@@ -118,15 +119,31 @@ class Stop:
 
 STOP = Stop()
 
-Command = (AnyPublish | Stretch | list[AnyPublish] | Origin | Call | Settle | Extend | Watch
-           | Tx | Contact | Subscribe | Unsubscribe | SetTopic | Abandon | Stop)
+Command = (
+    AnyPublish
+    | Stretch
+    | list[AnyPublish]
+    | Origin
+    | Call
+    | Settle
+    | Extend
+    | Watch
+    | Tx
+    | Contact
+    | Subscribe
+    | Unsubscribe
+    | SetTopic
+    | Abandon
+    | Stop
+)
 
 
 class Commands:
     """What the IO thread does with the commands it takes (``drain``)."""
 
-    def __init__(self, queue: Submitter, consumer: Consumer, outbox: Outbox,
-                 commits: Committer) -> None:
+    def __init__(
+        self, queue: Submitter, consumer: Consumer, outbox: Outbox, commits: Committer
+    ) -> None:
         self.queue = queue
         self.consumer = consumer
         self.outbox = outbox
@@ -135,8 +152,14 @@ class Commands:
         self.local: list[Subscription] = []  # this node's subscriptions, as applied
         self.watches: list[Receipt] = []  # receipts to track after this iteration's commit
 
-    def drain(self, wb: WriteBatch, pubs: list[AnyPublish], calls: list[Call], now: float,
-              max_pubs: int = MAX_PUBS_PER_LOOP) -> bool:
+    def drain(
+        self,
+        wb: WriteBatch,
+        pubs: list[AnyPublish],
+        calls: list[Call],
+        now: float,
+        max_pubs: int = MAX_PUBS_PER_LOOP,
+    ) -> bool:
         """Apply queued commands in order; stops once ``max_pubs`` publishes are collected
         (the rest waits for the next iteration, so one transaction stays bounded).
         Returns whether the node is to stop."""
@@ -215,8 +238,11 @@ class Commands:
         elif isinstance(cmd, SetTopic):
             self.outbox.set_topic(cmd.topic, cmd.config, wb, now)
         elif isinstance(cmd, Abandon):
-            log.warning("a transaction was dropped without commit or abort: its %d "
-                        "publishes were discarded", cmd.count)
+            log.warning(
+                "a transaction was dropped without commit or abort: its %d "
+                "publishes were discarded",
+                cmd.count,
+            )
             self.queue.abandon(cmd.count, cmd.nbytes)
         else:
             raise TypeError(f"not a command: {cmd!r}")

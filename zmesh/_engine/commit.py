@@ -43,8 +43,15 @@ class Waiter(Protocol):
 class Committer:
     """Commits write batches for one engine; owns the publishes a full map holds."""
 
-    def __init__(self, store: Store, staging: Staging, consumer: Consumer,
-                 counters: Counters, max_map_size_bytes: int, held: Held) -> None:
+    def __init__(
+        self,
+        store: Store,
+        staging: Staging,
+        consumer: Consumer,
+        counters: Counters,
+        max_map_size_bytes: int,
+        held: Held,
+    ) -> None:
         self.store = store
         self.staging = staging
         self.consumer = consumer
@@ -53,8 +60,14 @@ class Committer:
         self.held = held
         self.tx_pubs: set[int] = set()  # ids of this iteration's transaction publishes
 
-    def store_pubs(self, wb: WriteBatch, pubs: list[AnyPublish], calls: Sequence[Waiter],
-                   now: float, next_wb: WriteBatch) -> tuple[tuple[int, int], list[AnyPublish]]:
+    def store_pubs(
+        self,
+        wb: WriteBatch,
+        pubs: list[AnyPublish],
+        calls: Sequence[Waiter],
+        now: float,
+        next_wb: WriteBatch,
+    ) -> tuple[tuple[int, int], list[AnyPublish]]:
         """Stage the loop's publishes (and held ones due for a retry) and commit.
 
         Returns (publishes, payload bytes) no longer waiting: stored or failed (held
@@ -74,11 +87,19 @@ class Committer:
         stored = self.commit(wb, fresh, calls, mark, now)
         self.staging.added(stored, now, next_wb)
         self.tx_pubs.clear()
-        return (held_before + pubs_in - self.held.count,
-                held_bytes + bytes_in - self.held.bytes), stored
+        return (
+            held_before + pubs_in - self.held.count,
+            held_bytes + bytes_in - self.held.bytes,
+        ), stored
 
-    def commit(self, wb: WriteBatch, pubs: list[AnyPublish], calls: Sequence[Waiter] | None = None,
-               mark: dict[str, int] | None = None, now: float = 0.0) -> list[AnyPublish]:
+    def commit(
+        self,
+        wb: WriteBatch,
+        pubs: list[AnyPublish],
+        calls: Sequence[Waiter] | None = None,
+        mark: dict[str, int] | None = None,
+        now: float = 0.0,
+    ) -> list[AnyPublish]:
         """Commit the loop's batch; returns the publishes that are now stored.
 
         ``mark`` (from ``WriteBatch.mark``) says where the publishes' part of ``wb`` starts;
@@ -93,8 +114,9 @@ class Committer:
             if wb.frees_space():
                 self.held.freed()
             if self.held.stored():
-                log.warning("the store %s has room again; held publishes are stored",
-                            self.store.path)
+                log.warning(
+                    "the store %s has room again; held publishes are stored", self.store.path
+                )
             return pubs
         except StoreFullError as exc:
             error: StoreError = exc
@@ -163,8 +185,10 @@ class Committer:
                 log.error("could not commit settlements, even in pieces: %s", exc)
                 return False
         self.held.freed()
-        log.warning("settlements committed in pieces of %d deletions: the store's disk is "
-                    "full", SETTLEMENT_PIECE)
+        log.warning(
+            "settlements committed in pieces of %d deletions: the store's disk is full",
+            SETTLEMENT_PIECE,
+        )
         return True
 
     def _commit_growing(self, wb: WriteBatch) -> None:

@@ -82,8 +82,7 @@ class Engine:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.keys = load_keys(config.secret_key_file, config.trusted_keys_dir,
-                              config.trusted_keys)
+        self.keys = load_keys(config.secret_key_file, config.trusted_keys_dir, config.trusted_keys)
         _warn_if_open(self.keys, config.mesh)
         self.store = Store(config.data_dir, config.map_size_bytes)
         try:
@@ -93,20 +92,38 @@ class Engine:
             raise
         self.counters = Counters()
         outcomes = Outcomes()
-        self.outbox = Outbox(self.store, self.node_id, next_seq, next_lane,
-                             dict(config.topics), config.memory_budget_bytes,
-                             config.max_message_bytes, self.counters, outcomes)
+        self.outbox = Outbox(
+            self.store,
+            self.node_id,
+            next_seq,
+            next_lane,
+            dict(config.topics),
+            config.memory_budget_bytes,
+            config.max_message_bytes,
+            self.counters,
+            outcomes,
+        )
         self.held = Held()  # publishes a full map holds back
-        self.queue = Submitter(config, self.node_id, next_seq,
-                               _Room(self.outbox, self.held, self.store, self.counters),
-                               outcomes)
+        self.queue = Submitter(
+            config,
+            self.node_id,
+            next_seq,
+            _Room(self.outbox, self.held, self.store, self.counters),
+            outcomes,
+        )
         self.consumer = Consumer(self.node_id, self.queue, self.store, self.counters)
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._discoveries: list[Discovery] = []
         self._wb = WriteBatch()
-        self.commits = Committer(self.store, self.outbox.staging, self.consumer, self.counters,
-                                 config.max_map_size_bytes, self.held)
+        self.commits = Committer(
+            self.store,
+            self.outbox.staging,
+            self.consumer,
+            self.counters,
+            config.max_map_size_bytes,
+            self.held,
+        )
         self.commands = Commands(self.queue, self.consumer, self.outbox, self.commits)
         self.listener = Listener(self)
         self._next_beat = 0.0
@@ -127,12 +144,14 @@ class Engine:
         if queue.state != "new":
             raise NodeStateError(f"node {self.config.name!r} was already started")
         queue.state = "running"
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"zmesh-io-{self.config.name}")
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"zmesh-io-{self.config.name}"
+        )
         self._thread.start()
         if not self._ready.wait(START_TIMEOUT_S):
-            raise NodeStateError(f"node {self.config.name!r} IO thread did not start within "
-                                 f"{START_TIMEOUT_S:g}s")
+            raise NodeStateError(
+                f"node {self.config.name!r} IO thread did not start within {START_TIMEOUT_S:g}s"
+            )
         if queue.failure is not None:
             self._thread.join()
             queue.state = "closed"
@@ -140,8 +159,9 @@ class Engine:
             failure = queue.failure
             if isinstance(failure, ZMeshError):
                 raise failure
-            raise NodeStateError(f"node {self.config.name!r} failed to start: "
-                                 f"{failure}") from failure
+            raise NodeStateError(
+                f"node {self.config.name!r} failed to start: {failure}"
+            ) from failure
 
     def close(self) -> None:
         queue = self.queue
@@ -174,8 +194,7 @@ class Engine:
             while self._loop_once():
                 pass
         except BaseException as exc:
-            log.exception("zmesh IO thread of %s stopped on an internal error",
-                          self.config.name)
+            log.exception("zmesh IO thread of %s stopped on an internal error", self.config.name)
             self.queue.failure = exc
             self.queue.closing()
         finally:
@@ -193,13 +212,26 @@ class Engine:
         inproc = f"inproc://zmesh-{self.node_id.hex()}-{self.incarnation}"
         self.data_port, self.ctrl_port = self.listener.open(self.ctx, inproc)
         mesh = self.mesh = self.commands.mesh = Mesh(
-            self.ctx, cfg, self.node_id, self.incarnation, self.outbox, self.counters,
-            lambda: self.commands.local, self.keys)
+            self.ctx,
+            cfg,
+            self.node_id,
+            self.incarnation,
+            self.outbox,
+            self.counters,
+            lambda: self.commands.local,
+            self.keys,
+        )
         mesh.ctrl_port, mesh.data_port = self.ctrl_port, self.data_port
         mesh.hosts = tuple(cfg.interfaces) or ("*",)
-        mesh.self_peer = mesh.make_peer(self.node_id, cfg.name, self.incarnation,
-                                        inproc + "-ctrl", inproc + "-data", time.monotonic(),
-                                        self.keys.public if self.keys else b"")
+        mesh.self_peer = mesh.make_peer(
+            self.node_id,
+            cfg.name,
+            self.incarnation,
+            inproc + "-ctrl",
+            inproc + "-data",
+            time.monotonic(),
+            self.keys.public if self.keys else b"",
+        )
         mesh.self_peer.is_self = True
         self.poller = zmq.Poller()
         self.poller.register(self._wake_rx, zmq.POLLIN)
@@ -222,14 +254,27 @@ class Engine:
             self._hold_until = now + cfg.dead_after_s
         self._discoveries.append(StaticSeeds(cfg.seeds))
         if cfg.mdns:
-            self._discoveries.append(MdnsDiscovery(
-                name=cfg.name, mesh=cfg.mesh, node_id=self.node_id, ctrl_port=self.ctrl_port,
-                data_port=self.data_port, interfaces=cfg.interfaces,
-                public_key=self.keys.public if self.keys else b""))
+            self._discoveries.append(
+                MdnsDiscovery(
+                    name=cfg.name,
+                    mesh=cfg.mesh,
+                    node_id=self.node_id,
+                    ctrl_port=self.ctrl_port,
+                    data_port=self.data_port,
+                    interfaces=cfg.interfaces,
+                    public_key=self.keys.public if self.keys else b"",
+                )
+            )
         for discovery in self._discoveries:
             discovery.start(self._found)
-        log.info("node %s (%s) of mesh %s up: control %s data %s", cfg.name,
-                 self.node_id.hex()[:12], cfg.mesh, self.ctrl_port, self.data_port)
+        log.info(
+            "node %s (%s) of mesh %s up: control %s data %s",
+            cfg.name,
+            self.node_id.hex()[:12],
+            cfg.mesh,
+            self.ctrl_port,
+            self.data_port,
+        )
 
     def _found(self, found: Found) -> None:
         """A discovery reports a control endpoint (from any thread): contacted on the IO
@@ -358,8 +403,16 @@ class Engine:
         self.counters.add("sent", sent)
         return sent
 
-    def _encode(self, lane: Lane, out: Taken, columns: Columns, start: int, end: int,
-                floor: int, packed: Packed | None) -> list[bytes]:
+    def _encode(
+        self,
+        lane: Lane,
+        out: Taken,
+        columns: Columns,
+        start: int,
+        end: int,
+        floor: int,
+        packed: Packed | None,
+    ) -> list[bytes]:
         """The frames of one batch: ``out``'s messages ``start:end``, from their columns
         (packed once for every lane of a topic with several: ``packed``)."""
         whole = start == 0 and end == len(out.seqs)  # (the columns as they are, no copies)
@@ -367,20 +420,34 @@ class Engine:
         key = seqs if type(seqs) is range else tuple(seqs)  # (a range's slice is a range)
         done = packed.columns.get(key) if packed is not None else None
         if done is None:
-            cut: Callable[[Sequence], Sequence] = _as_is if whole else \
-                itemgetter(slice(start, end))
-            done = pack_columns(key, cut(out.partitions), cut(columns.keys),
-                                cut(columns.headers), cut(columns.published_ats),
-                                cut(columns.indexes), cut(columns.payloads), columns.inline)
+            cut: Callable[[Sequence], Sequence] = _as_is if whole else itemgetter(slice(start, end))
+            done = pack_columns(
+                key,
+                cut(out.partitions),
+                cut(columns.keys),
+                cut(columns.headers),
+                cut(columns.published_ats),
+                cut(columns.indexes),
+                cut(columns.payloads),
+                columns.inline,
+            )
             if packed is not None:
                 packed.keep(key, done)
-        return encode_lane_batch(self.node_id, self.incarnation, lane.topic, lane.name, floor,
-                                 out.attempts if whole else out.attempts[start:end], done)
+        return encode_lane_batch(
+            self.node_id,
+            self.incarnation,
+            lane.topic,
+            lane.name,
+            floor,
+            out.attempts if whole else out.attempts[start:end],
+            done,
+        )
 
     # -- groups --------------------------------------------------------------------------
 
-    def delete_group(self, topic: str, group: str, wb: WriteBatch, now: float,
-                     announce: bool) -> dict:
+    def delete_group(
+        self, topic: str, group: str, wb: WriteBatch, now: float, announce: bool
+    ) -> dict:
         """Retire ``group`` of ``topic`` here (and, ``announce``, at every live peer): its
         lanes and what they owe. Members still subscribed are members of a new lane of it
         at once. Returns what was dropped here and how many peers were told."""
@@ -456,8 +523,11 @@ def _warn_if_open(keys: Keys | None, mesh: str) -> None:
     """Say once per mesh and process that a mesh without keys admits anyone."""
     if keys is None and mesh not in _open_warned:
         _open_warned.add(mesh)
-        log.warning("mesh %r is open: no CURVE keys are configured, so anyone on the "
-                    "network can join it (set secret_key_file and trusted keys)", mesh)
+        log.warning(
+            "mesh %r is open: no CURVE keys are configured, so anyone on the "
+            "network can join it (set secret_key_file and trusted keys)",
+            mesh,
+        )
 
 
 def _as_is(column: Sequence) -> Sequence:

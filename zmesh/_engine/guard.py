@@ -114,8 +114,12 @@ class Guard:
                 allowed = self.subs(peer.public_key, peer.subs)
                 if allowed != peer.subs:
                     mesh.apply_subs(peer, allowed, wb, now)
-        log.warning("reloaded the trusted keys (%d, %d revoked) and %s", len(keys.trusted),
-                    len(revoked), f"the ACL file {acl.path}" if acl else "no ACL file")
+        log.warning(
+            "reloaded the trusted keys (%d, %d revoked) and %s",
+            len(keys.trusted),
+            len(revoked),
+            f"the ACL file {acl.path}" if acl else "no ACL file",
+        )
 
     def _apply(self, keys: Keys, acl: Acl | None) -> None:
         engine = self.engine
@@ -145,9 +149,13 @@ class Guard:
             self.counters.add("acl_denied", 1)
             if memo not in self._logged and len(self._logged) < LOGGED_MAX:
                 self._logged.add(memo)
-                log.warning("key %s may not %s %s (acl_file %s)", key.decode(),
-                            "use the admin right" if action == "admin" else action, what,
-                            self.acl.path)
+                log.warning(
+                    "key %s may not %s %s (acl_file %s)",
+                    key.decode(),
+                    "use the admin right" if action == "admin" else action,
+                    what,
+                    self.acl.path,
+                )
         return ok
 
     def subs(self, key: bytes, subs: tuple[SubInfo, ...]) -> tuple[SubInfo, ...]:
@@ -160,5 +168,7 @@ class Guard:
         return msg if subs == msg.subs else replace(msg, subs=subs)
 
     def refusal(self, key: bytes, right: str) -> str:
-        return (f"key {key.decode() or '(none)'} may not use the admin right {right!r} of "
-                f"this node (acl_file {self.acl.path if self.acl else '-'})")
+        return (
+            f"key {key.decode() or '(none)'} may not use the admin right {right!r} of "
+            f"this node (acl_file {self.acl.path if self.acl else '-'})"
+        )

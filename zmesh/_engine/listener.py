@@ -91,8 +91,9 @@ class Listener:
         try:
             ports = self._bind(self.pull), self._bind(self.router)
         except zmq.ZMQError as exc:
-            raise ZMeshError(f"cannot bind on interfaces {list(cfg.interfaces) or ['*']}: "
-                             f"{exc}") from exc
+            raise ZMeshError(
+                f"cannot bind on interfaces {list(cfg.interfaces) or ['*']}: {exc}"
+            ) from exc
         self.pull.bind(inproc + "-data")
         self.router.bind(inproc + "-ctrl")
         return ports
@@ -112,10 +113,15 @@ class Listener:
         poller.register(self.zap.sock, zmq.POLLIN)
         # Failed handshakes (a keyless node at a secured one, garbage instead of ZMTP) never
         # reach ZAP; the sockets' monitors report them.
-        failed = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                  | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
-        self._monitors = [self.pull.get_monitor_socket(failed),
-                          self.router.get_monitor_socket(failed)]
+        failed = (
+            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+            | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        )
+        self._monitors = [
+            self.pull.get_monitor_socket(failed),
+            self.router.get_monitor_socket(failed),
+        ]
         for mon in self._monitors:
             poller.register(mon, zmq.POLLIN)
 
@@ -159,9 +165,12 @@ class Listener:
                 self.counters.add("decode_errors", 1)
                 if now >= self._next_data_warning:  # (at most one a minute: flood-proof)
                     self._next_data_warning = now + DATA_WARNING_INTERVAL_S
-                    log.warning("dropped a data frame that cannot be decoded (%s); %d so far, "
-                                "see the decode_errors counter", exc,
-                                self.counters.get("decode_errors"))
+                    log.warning(
+                        "dropped a data frame that cannot be decoded (%s); %d so far, "
+                        "see the decode_errors counter",
+                        exc,
+                        self.counters.get("decode_errors"),
+                    )
                 else:
                     log.debug("dropped a bad data frame: %s", exc)
                 continue
@@ -175,8 +184,10 @@ class Listener:
                 # Handed back with the topic's backoff (a negative delay), not at once: it
                 # comes again later, when the permission may have been granted.
                 assert mesh is not None
-                mesh.send_ctrl(batch.node_id, Nack(self.engine.node_id, batch.topic,
-                                                   batch.lane, batch.seqs, -1.0))
+                mesh.send_ctrl(
+                    batch.node_id,
+                    Nack(self.engine.node_id, batch.topic, batch.lane, batch.seqs, -1.0),
+                )
                 continue
             received += len(batch.seqs)
             self.consumer.on_batch(batch, wb, now)
@@ -190,9 +201,13 @@ class Listener:
             n = self.counters.get("handshakes_failed") + 1
             self.counters.add("handshakes_failed", 1)
             if n in (1, 10, 100, 1000) or n % 10_000 == 0:
-                log.warning("%d failed handshakes so far (last: %s on %s); a node without "
-                            "the mesh's keys, or not speaking zmesh, tries to connect", n,
-                            zmq.Event(event["event"]).name, event["endpoint"])
+                log.warning(
+                    "%d failed handshakes so far (last: %s on %s); a node without "
+                    "the mesh's keys, or not speaking zmesh, tries to connect",
+                    n,
+                    zmq.Event(event["event"]).name,
+                    event["endpoint"],
+                )
 
     def _recv_control(self, wb: WriteBatch, now: float) -> None:
         router = self.router
@@ -225,11 +240,17 @@ class Listener:
             except Exception:
                 # Input must never stop the IO thread; this is a bug to report, not a crash.
                 self.counters.add("internal_errors", 1)
-                log.exception("error while handling a %s; the node goes on",
-                              type(msg).__name__)
+                log.exception("error while handling a %s; the node goes on", type(msg).__name__)
 
-    def _on_control(self, msg: object, frames: list[zmq.Frame], conn: Conn, mesh: Mesh,
-                    wb: WriteBatch, now: float) -> None:
+    def _on_control(
+        self,
+        msg: object,
+        frames: list[zmq.Frame],
+        conn: Conn,
+        mesh: Mesh,
+        wb: WriteBatch,
+        now: float,
+    ) -> None:
         if isinstance(msg, Ack):
             self.settler.on_ack(msg.topic, msg.lane, msg.seqs, wb)
         elif isinstance(msg, Hello):
@@ -239,8 +260,9 @@ class Listener:
             mesh.on_hello(msg, conn.address or None, key, wb, now)
             self.engine._awaiting.discard(msg.node_id)
         elif isinstance(msg, Nack):
-            self.settler.on_nack(msg.topic, msg.lane, msg.seqs,
-                                  None if msg.delay_s < 0 else msg.delay_s, wb, now)
+            self.settler.on_nack(
+                msg.topic, msg.lane, msg.seqs, None if msg.delay_s < 0 else msg.delay_s, wb, now
+            )
         elif isinstance(msg, Fail):
             self.settler.on_fail(msg.topic, msg.lane, msg.seq, msg.reason, wb)
         elif isinstance(msg, Touch):
@@ -257,14 +279,24 @@ class Listener:
         elif isinstance(msg, AdminRequest):
             self._reply(frames[0], admin(self.engine, msg, wb, now))
         elif isinstance(msg, FetchRequest):
-            items, heads = self.retained.fetch(msg.topic, dict(msg.cursors),
-                                                        msg.start, msg.max_items,
-                                                        FETCH_REPLY_BYTES,
-                                                        msg.max_payload_bytes)
+            items, heads = self.retained.fetch(
+                msg.topic,
+                dict(msg.cursors),
+                msg.start,
+                msg.max_items,
+                FETCH_REPLY_BYTES,
+                msg.max_payload_bytes,
+            )
             self.counters.add("fetched", len(items))
-            self._reply(frames[0], FetchReply(msg.token, msg.topic,
-                                              tuple(FetchItem(*i) for i in items),
-                                              tuple(FetchHead(*h) for h in heads)))
+            self._reply(
+                frames[0],
+                FetchReply(
+                    msg.token,
+                    msg.topic,
+                    tuple(FetchItem(*i) for i in items),
+                    tuple(FetchHead(*h) for h in heads),
+                ),
+            )
 
     def _permitted(self, msg: object, frames: list[zmq.Frame], conn: Conn) -> bool:
         """Whether the key of ``conn`` may send ``msg`` (guard.py); a request it may not
@@ -282,14 +314,16 @@ class Listener:
             self._reply(frames[0], FetchReply(msg.token, msg.topic, (), ()))
             return False
         if isinstance(msg, StatusRequest) and not guard.allowed(key, "admin", "status"):
-            self._reply(frames[0], StatusReply(msg.token,
-                                               {"refused": guard.refusal(key, "status")}))
+            self._reply(
+                frames[0], StatusReply(msg.token, {"refused": guard.refusal(key, "status")})
+            )
             return False
         if isinstance(msg, AdminRequest):
             right = ADMIN_OPS.get(msg.op, msg.op)
             if not guard.allowed(key, "admin", right):
-                self._reply(frames[0], AdminReply(msg.token, False, None,
-                                                  guard.refusal(key, right)))
+                self._reply(
+                    frames[0], AdminReply(msg.token, False, None, guard.refusal(key, right))
+                )
                 return False
         return True
 

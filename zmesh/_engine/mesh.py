@@ -35,9 +35,17 @@ CTRL_BACKLOG_UNKNOWN_MAX = 1000  # frames waiting for a node not (yet) known
 class Mesh:
     """Peers of one node and the sockets to them."""
 
-    def __init__(self, ctx: zmq.Context, config: NodeConfig, node_id: bytes, incarnation: int,
-                 outbox: Outbox, counters: Counters,
-                 local_subs: Callable[[], list[Subscription]], keys: Keys | None) -> None:
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        config: NodeConfig,
+        node_id: bytes,
+        incarnation: int,
+        outbox: Outbox,
+        counters: Counters,
+        local_subs: Callable[[], list[Subscription]],
+        keys: Keys | None,
+    ) -> None:
         self.ctx = ctx
         self.keys = keys
         # A connection whose data stays unacknowledged this long is reset and redialed,
@@ -66,8 +74,16 @@ class Mesh:
         """The peer (or this node itself) with that id."""
         return self.self_peer if node_id == self.node_id else self.peers.get(node_id)
 
-    def make_peer(self, node_id: bytes, name: str, incarnation: int, ctrl_ep: str,
-                  data_ep: str, now: float, key: bytes = b"") -> Peer:
+    def make_peer(
+        self,
+        node_id: bytes,
+        name: str,
+        incarnation: int,
+        ctrl_ep: str,
+        data_ep: str,
+        now: float,
+        key: bytes = b"",
+    ) -> Peer:
         push = self.ctx.socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
         push.setsockopt(zmq.IMMEDIATE, 1)
@@ -81,20 +97,41 @@ class Mesh:
         dealer.setsockopt(zmq.TCP_MAXRT, self._maxrt_ms)
         client_options(dealer, self.keys, key)
         dealer.connect(ctrl_ep)
-        return Peer(node_id, name, incarnation, ctrl_ep, data_ep, push, dealer, now,
-                    public_key=key)
+        return Peer(node_id, name, incarnation, ctrl_ep, data_ep, push, dealer, now, public_key=key)
 
     def hello(self) -> Hello:
         limit = self.config.max_message_bytes
         # Several subscriptions of one topic and group on this node are one member of its
         # lane: named once (the newest one's flow control).
-        subs = tuple({(s.topic, announced_group(s), s.mode): SubInfo(
-            s.topic, announced_group(s), s.mode, s.config.max_in_flight, s.config.batch_size,
-            limit) for s in self._local_subs()}.values())
-        refs = tuple(PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode())
-                     for p in self.peers.values() if p.alive)
-        return Hello(self.node_id, self.config.name, self.config.mesh, self.incarnation,
-                     self.ctrl_port, self.data_port, self.hosts, subs, refs)
+        subs = tuple(
+            {
+                (s.topic, announced_group(s), s.mode): SubInfo(
+                    s.topic,
+                    announced_group(s),
+                    s.mode,
+                    s.config.max_in_flight,
+                    s.config.batch_size,
+                    limit,
+                )
+                for s in self._local_subs()
+            }.values()
+        )
+        refs = tuple(
+            PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode())
+            for p in self.peers.values()
+            if p.alive
+        )
+        return Hello(
+            self.node_id,
+            self.config.name,
+            self.config.mesh,
+            self.incarnation,
+            self.ctrl_port,
+            self.data_port,
+            self.hosts,
+            subs,
+            refs,
+        )
 
     def contact(self, ep: str, seed: bool = False, key: bytes = b"") -> None:
         """Say hello to a control endpoint whose node we do not know yet.
@@ -131,15 +168,20 @@ class Mesh:
             self.counters.add("control_send_full", 1)
             return False
 
-    def on_hello(self, hello: Hello, addr: str | None, key: bytes, wb: WriteBatch,
-                 now: float) -> None:
+    def on_hello(
+        self, hello: Hello, addr: str | None, key: bytes, wb: WriteBatch, now: float
+    ) -> None:
         """A hello (or heartbeat) arrived; ``key`` is the sender's authenticated CURVE key."""
         if hello.mesh != self.config.mesh:
             self.counters.add("foreign_mesh_hellos", 1)
             if hello.node_id not in self._foreign_logged:
                 self._foreign_logged.add(hello.node_id)
-                log.info("ignoring node %s of mesh %r (this is mesh %r)", hello.name,
-                         hello.mesh, self.config.mesh)
+                log.info(
+                    "ignoring node %s of mesh %r (this is mesh %r)",
+                    hello.name,
+                    hello.mesh,
+                    self.config.mesh,
+                )
             return
         if hello.node_id == self.node_id:
             return
@@ -153,8 +195,12 @@ class Mesh:
             if hello.incarnation < peer.incarnation:
                 return  # a late hello of an earlier life
             if hello.incarnation != peer.incarnation or peer.ctrl_ep != ctrl_ep:
-                log.info("peer %s restarted (incarnation %d -> %d)", peer.name,
-                         peer.incarnation, hello.incarnation)
+                log.info(
+                    "peer %s restarted (incarnation %d -> %d)",
+                    peer.name,
+                    peer.incarnation,
+                    hello.incarnation,
+                )
                 self.forget(peer, now, "restarted")
                 peer = None
             elif not peer.alive:
@@ -164,12 +210,12 @@ class Mesh:
                 self.forget(peer, now, "back")
                 peer = None
         if peer is None:
-            peer = self.make_peer(hello.node_id, hello.name, hello.incarnation, ctrl_ep,
-                                  data_ep, now, key)
+            peer = self.make_peer(
+                hello.node_id, hello.name, hello.incarnation, ctrl_ep, data_ep, now, key
+            )
             self.peers[hello.node_id] = peer
             wb.peers_put[hello.node_id] = f"{ctrl_ep} {key.decode()}".strip().encode()
-            log.info("peer %s (%s) joined at %s", hello.name, hello.node_id.hex()[:12],
-                     ctrl_ep)
+            log.info("peer %s (%s) joined at %s", hello.name, hello.node_id.hex()[:12], ctrl_ep)
             self.send_raw(peer.dealer, encode_control(self.hello()))
         peer.last_seen = now
         # A peer that does not list us yet would refuse our data (it cannot ack a stranger),
@@ -181,8 +227,7 @@ class Mesh:
             if ref.node_id != self.node_id and ref.node_id not in self.peers:
                 self.contact(ref.ctrl_endpoint, key=ref.public_key.encode())
 
-    def apply_subs(self, peer: Peer, subs: tuple[SubInfo, ...], wb: WriteBatch,
-                    now: float) -> None:
+    def apply_subs(self, peer: Peer, subs: tuple[SubInfo, ...], wb: WriteBatch, now: float) -> None:
         new = {(s.topic, lane_name(s, peer.node_id)): s for s in subs if s.mode != "ephemeral"}
         for key in peer.lanes.keys() - new.keys():
             lane = self.lanes.get(*key)
@@ -221,8 +266,7 @@ class Mesh:
     def send_to_peers(self, msg: GroupDel) -> int:
         """Send a control message to every live peer; returns how many were sent it."""
         frame = encode_control(msg)
-        return sum(self.send_raw(peer.dealer, frame) for peer in self.peers.values()
-                   if peer.alive)
+        return sum(self.send_raw(peer.dealer, frame) for peer in self.peers.values() if peer.alive)
 
     def subs_changed(self, wb: WriteBatch, now: float) -> None:
         hello = self.hello()
@@ -241,10 +285,15 @@ class Mesh:
             peer.ephemeral = {}
             self._index_ephemeral()
         moved = self.lanes.members_gone(peer.node_id, now)
-        log.log(logging.WARNING if why == "silent" else logging.INFO,
-                "peer %s (%s) is gone (%s, last heard %.1fs ago); %d in-flight messages "
-                "pending again", peer.name, peer.node_id.hex()[:12], why,
-                now - peer.last_seen, moved)
+        log.log(
+            logging.WARNING if why == "silent" else logging.INFO,
+            "peer %s (%s) is gone (%s, last heard %.1fs ago); %d in-flight messages pending again",
+            peer.name,
+            peer.node_id.hex()[:12],
+            why,
+            now - peer.last_seen,
+            moved,
+        )
 
     def forget(self, peer: Peer, now: float, why: str) -> None:
         if peer.alive:

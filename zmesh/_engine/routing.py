@@ -21,7 +21,7 @@ def round_robin_partitions(first: int, n: int, partitions: int) -> list[int]:
     """``partition_for`` without a key of the ``n`` consecutive sequences from ``first``:
     one cycle of partitions, tiled (no step per message)."""
     start = first % partitions
-    return (list(range(partitions)) * ((start + n) // partitions + 1))[start:start + n]
+    return (list(range(partitions)) * ((start + n) // partitions + 1))[start : start + n]
 
 
 def _score(member: bytes, producer: bytes, partition: int) -> bytes:

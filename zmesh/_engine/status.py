@@ -16,28 +16,52 @@ def node_status(engine: Engine) -> dict:
     outbox = engine.outbox
     lanes = []
     for lane in outbox.lanes.all.values():
-        lanes.append({
-            "topic": lane.topic, "lane": lane.name, "group": lane.group, "mode": lane.mode,
-            "members": [m.hex() for m in lane.members],
-            "windows": [m.window for m in lane.members.values()],  # (the members' order)
-            "pending": len(lane), "ready": lane.ready_count,
-            "in_flight": lane.in_flight_count(), **lane.counts,
-            "oldest_age_s": _age(outbox.records.published_at(lane.floor()) if len(lane)
-                                 else None, wall_now),
-            "dead_letters": outbox.dead.parked(lane),
-        })
+        lanes.append(
+            {
+                "topic": lane.topic,
+                "lane": lane.name,
+                "group": lane.group,
+                "mode": lane.mode,
+                "members": [m.hex() for m in lane.members],
+                "windows": [m.window for m in lane.members.values()],  # (the members' order)
+                "pending": len(lane),
+                "ready": lane.ready_count,
+                "in_flight": lane.in_flight_count(),
+                **lane.counts,
+                "oldest_age_s": _age(
+                    outbox.records.published_at(lane.floor()) if len(lane) else None, wall_now
+                ),
+                "dead_letters": outbox.dead.parked(lane),
+            }
+        )
     return {
-        "node": {"id": engine.node_id.hex(), "name": engine.config.name,
-                 "mesh": engine.config.mesh, "incarnation": engine.incarnation,
-                 "control_port": engine.ctrl_port, "data_port": engine.data_port},
+        "node": {
+            "id": engine.node_id.hex(),
+            "name": engine.config.name,
+            "mesh": engine.config.mesh,
+            "incarnation": engine.incarnation,
+            "control_port": engine.ctrl_port,
+            "data_port": engine.data_port,
+        },
         "outbox": engine.outbox.depth,
-        "store": {"path": engine.store.path, "map_size_bytes": engine.store.map_size_bytes,
-                  "full": engine.held.full, "held_publishes": engine.held.count,
-                  **engine.store.disk.state()},
+        "store": {
+            "path": engine.store.path,
+            "map_size_bytes": engine.store.map_size_bytes,
+            "full": engine.held.full,
+            "held_publishes": engine.held.count,
+            **engine.store.disk.state(),
+        },
         "lanes": lanes,
-        "subscriptions": [{"topic": s.topic, "group": s.group, "mode": s.mode,
-                           "delivered": s.delivered, "queued": s._queued()}
-                          for s in engine.commands.local],
+        "subscriptions": [
+            {
+                "topic": s.topic,
+                "group": s.group,
+                "mode": s.mode,
+                "delivered": s.delivered,
+                "queued": s._queued(),
+            }
+            for s in engine.commands.local
+        ],
         "peers": [p.info(now) for p in engine.mesh.peers.values()] if engine.mesh else [],
         "bans": engine.listener.bans.state(now),
         "counters": engine.counters.snapshot(),

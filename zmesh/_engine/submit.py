@@ -69,8 +69,9 @@ class Submitter:
     """The application threads' side of one node's command queue, and the state both
     sides of it share (under its locks)."""
 
-    def __init__(self, config: NodeConfig, node_id: bytes, next_seq: int, room: Room,
-                 outcomes: Outcomes) -> None:
+    def __init__(
+        self, config: NodeConfig, node_id: bytes, next_seq: int, room: Room, outcomes: Outcomes
+    ) -> None:
         self.config = config
         self.node_id = node_id
         self.state = "new"  # new -> running -> closing -> closed (the engine moves it)
@@ -125,12 +126,14 @@ class Submitter:
     def check_running(self) -> None:
         if self.state != "running":
             if self.failure is not None:
-                raise NodeClosedError(self.config.name, f"it stopped after an internal error: "
-                                      f"{self.failure!r}")
+                raise NodeClosedError(
+                    self.config.name, f"it stopped after an internal error: {self.failure!r}"
+                )
             if self.state in ("closing", "closed"):
                 raise NodeClosedError(self.config.name)
-            raise NodeStateError(f"node {self.config.name!r} is {self.state}; use it inside "
-                                 "'with' or after start()")
+            raise NodeStateError(
+                f"node {self.config.name!r} is {self.state}; use it inside 'with' or after start()"
+            )
 
     def submit(self, cmd: Command) -> None:
         """Queue a command for the IO thread (commands.py): a publish, a list of
@@ -165,11 +168,21 @@ class Submitter:
                 self._wake_tx.send(b"", zmq.NOBLOCK)
             return True
 
-    def prepare(self, topic: str, payloads: list[bytes], keys: list[str | None],
-                headers: dict | None, priority: int, expires_at: float | None,
-                deliver_at: float | None, partitions: int, timeout_s: float,
-                msg_id: str | None = None, paced: bool = True,
-                nbytes: int | None = None) -> list[AnyPublish]:
+    def prepare(
+        self,
+        topic: str,
+        payloads: list[bytes],
+        keys: list[str | None],
+        headers: dict | None,
+        priority: int,
+        expires_at: float | None,
+        deliver_at: float | None,
+        partitions: int,
+        timeout_s: float,
+        msg_id: str | None = None,
+        paced: bool = True,
+        nbytes: int | None = None,
+    ) -> list[AnyPublish]:
         """Allocate consecutive sequences and one receipt for ``payloads``, waiting up to
         ``timeout_s`` for outbox room. The caller must submit them (or ``abandon`` them):
         a ``Publish`` each, or one ``PublishMany`` for several plain messages.
@@ -187,27 +200,78 @@ class Submitter:
         now = time.time()
         if n == 1:  # publish(): no comprehension to set up for one message
             key = keys[0]
-            return [Publish(first, topic, partition_for(key, partitions, first), key, headers,
-                            payloads[0], priority, now, expires_at, deliver_at, receipt,
-                            stage, msg_id)]
+            return [
+                Publish(
+                    first,
+                    topic,
+                    partition_for(key, partitions, first),
+                    key,
+                    headers,
+                    payloads[0],
+                    priority,
+                    now,
+                    expires_at,
+                    deliver_at,
+                    receipt,
+                    stage,
+                    msg_id,
+                )
+            ]
         seqs = range(first, first + n)
         if priority or expires_at is not None or deliver_at is not None or msg_id is not None:
-            return [Publish(seq, topic, partition_for(key, partitions, seq), key, headers,
-                            payload, priority, now, expires_at, deliver_at, receipt, stage,
-                            msg_id)
-                    for seq, payload, key in zip(seqs, payloads, keys, strict=True)]
+            return [
+                Publish(
+                    seq,
+                    topic,
+                    partition_for(key, partitions, seq),
+                    key,
+                    headers,
+                    payload,
+                    priority,
+                    now,
+                    expires_at,
+                    deliver_at,
+                    receipt,
+                    stage,
+                    msg_id,
+                )
+                for seq, payload, key in zip(seqs, payloads, keys, strict=True)
+            ]
         # Plain messages: one object for the batch, no Python step per message but the
         # partition of a key.
         if keys.count(None) < n:
             parts = list(map(partition_for, keys, repeat(partitions), seqs))
-            return [PublishMany(first, topic, parts, keys, headers, payloads, now, receipt,
-                                stage, n, nbytes)]
+            return [
+                PublishMany(
+                    first, topic, parts, keys, headers, payloads, now, receipt, stage, n, nbytes
+                )
+            ]
         parts = round_robin_partitions(first, n, partitions)
-        return [PublishMany(first, topic, parts, None, headers, payloads, now, receipt, stage,
-                            n, nbytes, partitions)]
+        return [
+            PublishMany(
+                first,
+                topic,
+                parts,
+                None,
+                headers,
+                payloads,
+                now,
+                receipt,
+                stage,
+                n,
+                nbytes,
+                partitions,
+            )
+        ]
 
-    def publish_one(self, topic: str, payload: bytes, key: str | None, partitions: int,
-                    timeout_s: float | None = None) -> Receipt:
+    def publish_one(
+        self,
+        topic: str,
+        payload: bytes,
+        key: str | None,
+        partitions: int,
+        timeout_s: float | None = None,
+    ) -> Receipt:
         """``publish()`` with every option at its default (checked by the caller;
         ``timeout_s`` None: ``publish_timeout_s``): its sequence, then a place in the open
         stretch of ``topic`` (or a new one, queued now). The usual case of ``_reserve`` is
@@ -224,16 +288,21 @@ class Submitter:
             self._submitted_bytes += nbytes
         else:
             alloc.release()
-            first = self._reserve(1, nbytes, self.config.publish_timeout_s if timeout_s is None
-                                  else timeout_s, True)
+            first = self._reserve(
+                1, nbytes, self.config.publish_timeout_s if timeout_s is None else timeout_s, True
+            )
             alloc.acquire()  # (to join a stretch: the open one, if it ends just before)
             if self.state != "running":  # closed while it waited: never queued after that
                 alloc.release()
                 self.check_running()
         stretch = self._open
         rounds = 0 if key is not None else partitions
-        if stretch is None or stretch.next != first or stretch.topic != topic \
-                or stretch.rounds != rounds:
+        if (
+            stretch is None
+            or stretch.next != first
+            or stretch.topic != topic
+            or stretch.rounds != rounds
+        ):
             stretch = self._open = Stretch(first, topic, rounds)
             self._cmds.append(stretch)  # (in the queue before any later publish)
             new = True
@@ -295,9 +364,11 @@ class Submitter:
             return False  # (the wait a fast publisher meets most)
         depth = self._room.depth + waiting
         ahead = self._submitted_bytes - self._done_bytes
-        return ((depth + n <= self.config.max_outbox_messages or depth == 0)
-                and not self._room.full
-                and (ahead + nbytes <= self._ahead_limit or ahead == 0))
+        return (
+            (depth + n <= self.config.max_outbox_messages or depth == 0)
+            and not self._room.full
+            and (ahead + nbytes <= self._ahead_limit or ahead == 0)
+        )
 
     def abandon(self, count: int, nbytes: int) -> None:
         """Prepared publishes that will never be submitted (an aborted transaction)."""
@@ -333,13 +404,16 @@ class Submitter:
             subs = self._announced.get(key)
             if subs is None:
                 size = announced_bytes(sub.topic, announced_group(sub))
-                if len(self._announced) >= MAX_SUBSCRIPTIONS or \
-                        self._announced_bytes + size > MAX_SUBSCRIPTION_BYTES:
+                if (
+                    len(self._announced) >= MAX_SUBSCRIPTIONS
+                    or self._announced_bytes + size > MAX_SUBSCRIPTION_BYTES
+                ):
                     raise ArgumentError(
                         f"node {self.config.name!r} announces {len(self._announced)} "
                         f"subscriptions ({self._announced_bytes} bytes) in its hello, which "
                         f"holds at most {MAX_SUBSCRIPTIONS} and {MAX_SUBSCRIPTION_BYTES} "
-                        f"bytes of them: close some, or spread them over more nodes")
+                        f"bytes of them: close some, or spread them over more nodes"
+                    )
                 self._announced_bytes += size
                 subs = self._announced[key] = set()
             subs.add(sub)
@@ -372,8 +446,9 @@ class Submitter:
             self._ephemeral += 1
             return f"~{self._ephemeral}"
 
-    def call(self, fn: Callable[[WriteBatch, float], Any], timeout_s: float = 10.0,
-             writes: bool = True) -> Any:
+    def call(
+        self, fn: Callable[[WriteBatch, float], Any], timeout_s: float = 10.0, writes: bool = True
+    ) -> Any:
         """Run ``fn(write_batch, now)`` on the IO thread and return its result.
 
         What ``fn`` adds to the write batch is committed in that loop iteration, before the
@@ -383,8 +458,7 @@ class Submitter:
         call = Call(fn, writes=writes)
         self.submit(call)
         if not call.done.wait(min(timeout_s, TIMEOUT_MAX)):
-            raise NodeStateError(f"node {self.config.name!r} did not answer within "
-                                 f"{timeout_s:g}s")
+            raise NodeStateError(f"node {self.config.name!r} did not answer within {timeout_s:g}s")
         if call.error is not None:
             raise call.error
         return call.result
@@ -422,8 +496,9 @@ class Submitter:
             self._credit = self._credit_bytes = 0
             return
         waiting = self._submitted - self._done
-        self._credit = min(MAX_AHEAD_MSGS - waiting,
-                           self.config.max_outbox_messages - self._room.depth - waiting)
+        self._credit = min(
+            MAX_AHEAD_MSGS - waiting, self.config.max_outbox_messages - self._room.depth - waiting
+        )
         self._credit_bytes = self._ahead_limit - (self._submitted_bytes - self._done_bytes)
 
     def take(self) -> Command | None:
@@ -464,8 +539,9 @@ class Submitter:
         """The node closed: every waiter wakes for good (receipts, publishes waiting for
         room), and calls or transactions queued too late for the last drain fail with
         NodeClosedError."""
-        why = "" if self.failure is None else \
-            f"it stopped after an internal error: {self.failure!r}"
+        why = (
+            "" if self.failure is None else f"it stopped after an internal error: {self.failure!r}"
+        )
         closed = NodeClosedError(self.config.name, why)
         while self._cmds:
             cmd = self._cmds.popleft()

@@ -52,8 +52,9 @@ def dead_letter_json(d: dict, node: str) -> dict:
     return {**out, "id": str(d["id"]), "node": node, **payload_json(bytes(d["payload"]))}
 
 
-def dead_letters(engine: Engine, ctx: zmq.Context, query: dict[str, str],
-                 timeout_s: float = MESH_TIMEOUT_S) -> dict:
+def dead_letters(
+    engine: Engine, ctx: zmq.Context, query: dict[str, str], timeout_s: float = MESH_TIMEOUT_S
+) -> dict:
     """The parked messages of ``query``'s topic and group at every node this one knows (or
     at ``node``, an id or a name), with the nodes that could not say."""
     args: dict[str, Any] = {"topic": arg(query, "topic"), "group": arg(query, "group")}
@@ -71,8 +72,7 @@ def dead_letters(engine: Engine, ctx: zmq.Context, query: dict[str, str],
         reply = a.reply
         if not isinstance(reply, AdminReply) or not reply.ok:
             error = reply.error if isinstance(reply, AdminReply) else a.error
-            errors.append({"node": a.target.name, "node_id": a.target.node_id,
-                           "error": error})
+            errors.append({"node": a.target.name, "node_id": a.target.node_id, "error": error})
             continue
         result = reply.result
         assert isinstance(result, list)
@@ -116,5 +116,9 @@ def act(engine: Engine, ctx: zmq.Context, op: str, body: dict) -> dict:
         raise HttpError(HTTPStatus.GATEWAY_TIMEOUT, f"{answer.target.name}: {answer.error}")
     if not reply.ok:
         raise HttpError(HTTPStatus.BAD_REQUEST, f"{answer.target.name}: {reply.error}")
-    return {"node": answer.target.node_id, "name": answer.target.name, **args,
-            ADMIN_OPS[op]: reply.result}
+    return {
+        "node": answer.target.node_id,
+        "name": answer.target.name,
+        **args,
+        ADMIN_OPS[op]: reply.result,
+    }

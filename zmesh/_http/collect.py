@@ -55,18 +55,28 @@ class Answer:
 
 
 def _self_target(engine: Engine) -> Target:
-    host = next((i for i in engine.config.interfaces if i not in ("*", "0.0.0.0")),
-                "127.0.0.1")
-    return Target(engine.node_id.hex(), engine.config.name, endpoint(host, engine.ctrl_port),
-                  engine.keys.public if engine.keys is not None else b"", True)
+    host = next((i for i in engine.config.interfaces if i not in ("*", "0.0.0.0")), "127.0.0.1")
+    return Target(
+        engine.node_id.hex(),
+        engine.config.name,
+        endpoint(host, engine.ctrl_port),
+        engine.keys.public if engine.keys is not None else b"",
+        True,
+    )
 
 
 def _peers(engine: Engine) -> list[Target]:
     """The peers this node knows, alive or not (IO thread)."""
     mesh = engine.mesh
-    return [] if mesh is None else [
-        Target(p.node_id.hex(), p.name, p.ctrl_ep, p.public_key, p.alive)
-        for p in mesh.peers.values() if not p.is_self]
+    return (
+        []
+        if mesh is None
+        else [
+            Target(p.node_id.hex(), p.name, p.ctrl_ep, p.public_key, p.alive)
+            for p in mesh.peers.values()
+            if not p.is_self
+        ]
+    )
 
 
 def known(engine: Engine) -> tuple[dict, list[Target]]:
@@ -79,8 +89,12 @@ def all_targets(engine: Engine) -> list[Target]:
     return [_self_target(engine), *engine.queue.call(lambda _wb, _now: _peers(engine))]
 
 
-def ask(ctx: zmq.Context, requests: Sequence[tuple[Target, StatusRequest | AdminRequest]],
-        keys: Keys | None, timeout_s: float) -> list[Answer]:
+def ask(
+    ctx: zmq.Context,
+    requests: Sequence[tuple[Target, StatusRequest | AdminRequest]],
+    keys: Keys | None,
+    timeout_s: float,
+) -> list[Answer]:
     """Send each request to its target at once; the answers (in order) once every target
     has answered or ``timeout_s`` has passed."""
     socks: list[zmq.Socket] = []
@@ -110,8 +124,10 @@ def ask(ctx: zmq.Context, requests: Sequence[tuple[Target, StatusRequest | Admin
                     reply = decode_control(sock.recv(zmq.NOBLOCK))
                 except (DecodeError, zmq.Again):
                     continue
-                if isinstance(reply, StatusReply | AdminReply) \
-                        and reply.token == requests[i][1].token:
+                if (
+                    isinstance(reply, StatusReply | AdminReply)
+                    and reply.token == requests[i][1].token
+                ):
                     replies[i] = (reply, time.monotonic())
                     poller.unregister(sock)
                     del index[sock]
@@ -132,16 +148,23 @@ def _control_address(ep: str) -> str:
     return ep.removeprefix("tcp://")
 
 
-def _entry(target: Target, *, is_self: bool, status: dict | None, rtt_ms: float | None,
-           error: str | None) -> dict:
-    return {"id": target.node_id, "name": target.name,
-            "control": _control_address(target.control), "self": is_self,
-            "alive": target.alive, "reachable": status is not None, "rtt_ms": rtt_ms,
-            "error": error, "status": status}
+def _entry(
+    target: Target, *, is_self: bool, status: dict | None, rtt_ms: float | None, error: str | None
+) -> dict:
+    return {
+        "id": target.node_id,
+        "name": target.name,
+        "control": _control_address(target.control),
+        "self": is_self,
+        "alive": target.alive,
+        "reachable": status is not None,
+        "rtt_ms": rtt_ms,
+        "error": error,
+        "status": status,
+    }
 
 
-def collect_mesh(engine: Engine, ctx: zmq.Context,
-                 timeout_s: float = MESH_TIMEOUT_S) -> dict:
+def collect_mesh(engine: Engine, ctx: zmq.Context, timeout_s: float = MESH_TIMEOUT_S) -> dict:
     """Every node this node knows (itself first), each with its status or marked
     unreachable, and the links between them as each reached node sees its peers."""
     own, peers = known(engine)
@@ -152,14 +175,16 @@ def collect_mesh(engine: Engine, ctx: zmq.Context,
     for _round in range(2):
         if not targets:
             break
-        answers = ask(ctx, [(t, StatusRequest(secrets.randbits(62))) for t in targets],
-                      engine.keys, timeout_s)
+        answers = ask(
+            ctx, [(t, StatusRequest(secrets.randbits(62))) for t in targets], engine.keys, timeout_s
+        )
         seen.update(t.node_id for t in targets)
         found: dict[str, Target] = {}
         for a in answers:
             status = a.reply.status if isinstance(a.reply, StatusReply) else None
-            nodes.append(_entry(a.target, is_self=False, status=status, rtt_ms=a.rtt_ms,
-                                error=a.error))
+            nodes.append(
+                _entry(a.target, is_self=False, status=status, rtt_ms=a.rtt_ms, error=a.error)
+            )
             for p in (status or {}).get("peers", []):
                 if p["id"] not in seen and p["id"] not in found and p.get("control"):
                     key = (p.get("public_key") or "").encode()
@@ -172,19 +197,39 @@ def collect_mesh(engine: Engine, ctx: zmq.Context,
             continue
         for p in status.get("peers", []):
             links.append({"from": node["id"], "to": p["id"], "alive": bool(p["alive"])})
-    return {"mesh": engine.config.mesh, "observer": me.node_id, "collected_at": time.time(),
-            "timeout_s": timeout_s, "nodes": nodes, "links": links}
+    return {
+        "mesh": engine.config.mesh,
+        "observer": me.node_id,
+        "collected_at": time.time(),
+        "timeout_s": timeout_s,
+        "nodes": nodes,
+        "links": links,
+    }
 
 
-def run_admin(engine: Engine, ctx: zmq.Context, targets: Sequence[Target], op: str,
-              args: dict, timeout_s: float = MESH_TIMEOUT_S) -> list[Answer]:
+def run_admin(
+    engine: Engine,
+    ctx: zmq.Context,
+    targets: Sequence[Target],
+    op: str,
+    args: dict,
+    timeout_s: float = MESH_TIMEOUT_S,
+) -> list[Answer]:
     """Run the admin operation ``op`` (dead_letters, replay, purge) at each target: this
     node's own on its IO thread, the others over their control sockets."""
     me = engine.node_id.hex()
     local = [t for t in targets if t.node_id == me]
     remote = [t for t in targets if t.node_id != me]
-    answers = ask(ctx, [(t, AdminRequest(secrets.randbits(62), op, args)) for t in remote],
-                  engine.keys, timeout_s) if remote else []
+    answers = (
+        ask(
+            ctx,
+            [(t, AdminRequest(secrets.randbits(62), op, args)) for t in remote],
+            engine.keys,
+            timeout_s,
+        )
+        if remote
+        else []
+    )
     if local:
         req = AdminRequest(0, op, args)
         reply = engine.queue.call(lambda wb, now: admin(engine, req, wb, now))

@@ -31,26 +31,60 @@ def _family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> 
 def render(status: dict) -> str:
     """The exposition of one node's status."""
     node = {"node": status["node"]["name"], "mesh": status["node"]["mesh"]}
-    lines = _family("zmesh_events_total", "counter", "Node events by kind",
-                    (({**node, "event": event}, n)
-                     for event, n in sorted(status["counters"].items())))
-    lines += _family("zmesh_outbox_messages", "gauge", "Unacknowledged messages in the outbox",
-                     [(node, status["outbox"])])
-    lanes = [({**node, "topic": ln["topic"], "lane": ln["lane"], "group": ln["group"] or ""},
-              ln) for ln in status["lanes"]]
+    lines = _family(
+        "zmesh_events_total",
+        "counter",
+        "Node events by kind",
+        (({**node, "event": event}, n) for event, n in sorted(status["counters"].items())),
+    )
+    lines += _family(
+        "zmesh_outbox_messages",
+        "gauge",
+        "Unacknowledged messages in the outbox",
+        [(node, status["outbox"])],
+    )
+    lanes = [
+        ({**node, "topic": ln["topic"], "lane": ln["lane"], "group": ln["group"] or ""}, ln)
+        for ln in status["lanes"]
+    ]
     for name in LANE_GAUGES:
-        lines += _family(f"zmesh_lane_{name}", "gauge", f"Lane {name.replace('_', ' ')}",
-                         ((labels, len(ln[name]) if isinstance(ln[name], list) else ln[name])
-                          for labels, ln in lanes))
-    lines += _family("zmesh_lane_oldest_age_seconds", "gauge",
-                     "Age of the lane's oldest unsettled message",
-                     ((labels, ln["oldest_age_s"]) for labels, ln in lanes
-                      if ln.get("oldest_age_s") is not None))
-    lines += _family("zmesh_lane_events_total", "counter", "Lane events by kind",
-                     (({**labels, "event": event}, ln.get(event, 0))
-                      for labels, ln in lanes for event in LANE_EVENTS))
+        lines += _family(
+            f"zmesh_lane_{name}",
+            "gauge",
+            f"Lane {name.replace('_', ' ')}",
+            (
+                (labels, len(ln[name]) if isinstance(ln[name], list) else ln[name])
+                for labels, ln in lanes
+            ),
+        )
+    lines += _family(
+        "zmesh_lane_oldest_age_seconds",
+        "gauge",
+        "Age of the lane's oldest unsettled message",
+        (
+            (labels, ln["oldest_age_s"])
+            for labels, ln in lanes
+            if ln.get("oldest_age_s") is not None
+        ),
+    )
+    lines += _family(
+        "zmesh_lane_events_total",
+        "counter",
+        "Lane events by kind",
+        (
+            ({**labels, "event": event}, ln.get(event, 0))
+            for labels, ln in lanes
+            for event in LANE_EVENTS
+        ),
+    )
     alive = sum(1 for p in status["peers"] if p["alive"])
-    lines += _family("zmesh_peers", "gauge", "Peers by liveness",
-                     [({**node, "alive": "true"}, alive),
-                      ({**node, "alive": "false"}, len(status["peers"]) - alive)])
+    lines += _family(
+        "zmesh_peers",
+        "gauge",
+        "Peers by liveness",
+        [
+            ({**node, "alive": "true"}, alive),
+            ({**node, "alive": "false"}, len(status["peers"]) - alive),
+        ],
+    )
     return "\n".join(lines) + "\n"

@@ -51,15 +51,25 @@ class HttpApi:
     node's ``metrics_address``); otherwise the JSON API too, and its admin POSTs when
     ``admin``."""
 
-    def __init__(self, engine: Engine, address: str, *, what: str, metrics_only: bool = False,
-                 admin: bool = False) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        address: str,
+        *,
+        what: str,
+        metrics_only: bool = False,
+        admin: bool = False,
+    ) -> None:
         host, port = parse_seed(address, what=what, allow_port_zero=True)
         self.engine = engine
         self.admin = admin
         self.metrics_only = metrics_only
         self.ctx: zmq.Context | None = None if metrics_only else zmq.Context()
-        server_cls = type("_Server6", (_Server,), {"address_family": socket.AF_INET6}) \
-            if ":" in host else _Server
+        server_cls = (
+            type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
+            if ":" in host
+            else _Server
+        )
         try:
             self._server = server_cls((host, port), _Handler)
         except BaseException:
@@ -68,11 +78,16 @@ class HttpApi:
         self._server.api = self
         bound = self._server.server_address[1]
         self.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name=f"zmesh-http-{engine.config.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name=f"zmesh-http-{engine.config.name}", daemon=True
+        )
         self._thread.start()
-        log.info("node %s: %s at http://%s/", engine.config.name,
-                 "metrics" if metrics_only else "HTTP API", self.address)
+        log.info(
+            "node %s: %s at http://%s/",
+            engine.config.name,
+            "metrics" if metrics_only else "HTTP API",
+            self.address,
+        )
 
     def close(self) -> None:
         self._server.shutdown()
@@ -89,8 +104,9 @@ class HttpApi:
 
     def get(self, path: str, query: dict[str, str]) -> tuple[str, bytes]:
         if path == "/metrics":
-            return CONTENT_TYPE, render(self.engine.queue.call(
-                lambda _wb, _now: self.engine.status())).encode()
+            return CONTENT_TYPE, render(
+                self.engine.queue.call(lambda _wb, _now: self.engine.status())
+            ).encode()
         if self.metrics_only or path not in GETS:
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such resource: {path}")
         return "application/json", _json(GETS[path](self, query))
@@ -100,8 +116,11 @@ class HttpApi:
         if self.metrics_only or (path != GROUP_RM and op not in ADMIN_OPS):
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {path}")
         if not self.admin:
-            raise HttpError(HTTPStatus.FORBIDDEN, "admin actions are off on this node: set "
-                            "http_admin = true in its [node] table to allow them")
+            raise HttpError(
+                HTTPStatus.FORBIDDEN,
+                "admin actions are off on this node: set "
+                "http_admin = true in its [node] table to allow them",
+            )
         if path == GROUP_RM:
             return _json(remove_group(self.engine, self._ctx(), body))
         return _json(act(self.engine, self._ctx(), op, body))
@@ -118,8 +137,12 @@ class HttpApi:
 
     def nodes(self, query: dict[str, str]) -> dict:
         mesh = self.mesh(query)
-        return {"mesh": mesh["mesh"], "collected_at": mesh["collected_at"],
-                "nodes": views.nodes_view(mesh), "links": mesh["links"]}
+        return {
+            "mesh": mesh["mesh"],
+            "collected_at": mesh["collected_at"],
+            "nodes": views.nodes_view(mesh),
+            "links": mesh["links"],
+        }
 
     def topics(self, query: dict[str, str]) -> dict:
         return views.topics_view(self.mesh(query))
@@ -150,8 +173,10 @@ def _timeout(query: dict[str, str]) -> float:
     except ValueError:
         value = -1.0
     if not 0 < value <= MAX_MESH_TIMEOUT_S:
-        raise HttpError(HTTPStatus.BAD_REQUEST, f"timeout must be seconds in "
-                        f"(0, {MAX_MESH_TIMEOUT_S:g}], got {raw!r}")
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST,
+            f"timeout must be seconds in (0, {MAX_MESH_TIMEOUT_S:g}], got {raw!r}",
+        )
     return value
 
 
@@ -186,8 +211,10 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
             raw = self.rfile.read(length)
             if kind != "application/json":
-                raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
-                                "actions take a JSON body (Content-Type: application/json)")
+                raise HttpError(
+                    HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                    "actions take a JSON body (Content-Type: application/json)",
+                )
             try:
                 body = json.loads(raw or b"{}")
             except ValueError as exc:
@@ -195,6 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
             return "application/json", self.server.api.post(urlsplit(self.path).path, body)
+
         self._answer(act)
 
     def _answer(self, make: Callable[[], tuple[str, bytes]]) -> None:
@@ -218,8 +246,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def serve(engine: Engine, address: str, *, what: str, metrics_only: bool = False,
-          admin: bool = False) -> HttpApi:
+def serve(
+    engine: Engine, address: str, *, what: str, metrics_only: bool = False, admin: bool = False
+) -> HttpApi:
     """Start the endpoint of ``engine``'s node at ``address`` (``host:port``, port 0 for
     any free one)."""
     return HttpApi(engine, address, what=what, metrics_only=metrics_only, admin=admin)

@@ -11,8 +11,18 @@ from collections.abc import Iterable
 from typing import Any
 
 # Per-lane figures summed over a group's lanes (at every producer).
-SUMMED = ("pending", "ready", "in_flight", "dead_letters", "acked", "nacked", "ack_timeouts",
-          "expired", "dead_lettered", "superseded")
+SUMMED = (
+    "pending",
+    "ready",
+    "in_flight",
+    "dead_letters",
+    "acked",
+    "nacked",
+    "ack_timeouts",
+    "expired",
+    "dead_lettered",
+    "superseded",
+)
 # Outcomes of a lane's messages; with ``pending`` they make what entered the lane.
 SETTLED = ("acked", "expired", "dead_lettered", "superseded")
 
@@ -78,8 +88,16 @@ def _subscribers(mesh: dict) -> dict[tuple[str, str], set[str]]:
 
 
 def _group(topic: str, group: str, mode: str | None) -> dict[str, Any]:
-    return {"topic": topic, "group": group, "mode": mode, **dict.fromkeys(SUMMED, 0),
-            "oldest_age_s": None, "members": set(), "subscribers": set(), "producers": []}
+    return {
+        "topic": topic,
+        "group": group,
+        "mode": mode,
+        **dict.fromkeys(SUMMED, 0),
+        "oldest_age_s": None,
+        "members": set(),
+        "subscribers": set(),
+        "producers": [],
+    }
 
 
 def groups_view(mesh: dict) -> dict:
@@ -93,11 +111,16 @@ def groups_view(mesh: dict) -> dict:
             g[k] += int(lane.get(k, 0))
         g["oldest_age_s"] = _oldest([g["oldest_age_s"], lane.get("oldest_age_s")])
         g["members"].update(who.get(m, m[:12]) for m in lane["members"])
-        g["producers"].append({"node": lane["node"], "node_id": lane["node_id"],
-                               "lane": lane["lane"],
-                               **{k: int(lane.get(k, 0)) for k in SUMMED},
-                               "oldest_age_s": lane.get("oldest_age_s"),
-                               "entered": entered(lane)})
+        g["producers"].append(
+            {
+                "node": lane["node"],
+                "node_id": lane["node_id"],
+                "lane": lane["lane"],
+                **{k: int(lane.get(k, 0)) for k in SUMMED},
+                "oldest_age_s": lane.get("oldest_age_s"),
+                "entered": entered(lane),
+            }
+        )
     for key, subs in _subscribers(mesh).items():
         g = groups.get(key) or groups.setdefault(key, _group(*key, None))
         g["subscribers"].update(subs)
@@ -107,18 +130,32 @@ def groups_view(mesh: dict) -> dict:
         g["subscribers"] = sorted(g["subscribers"])
         g["entered"] = sum(p["entered"] for p in g["producers"])
         rows.append(g)
-    return {"mesh": mesh["mesh"], "collected_at": mesh["collected_at"],
-            "unreachable": unreachable(mesh), "groups": rows}
+    return {
+        "mesh": mesh["mesh"],
+        "collected_at": mesh["collected_at"],
+        "unreachable": unreachable(mesh),
+        "groups": rows,
+    }
 
 
 def topics_view(mesh: dict) -> dict:
     """Every topic of the mesh: its producers, groups and consumers, and its backlog."""
     topics: dict[str, dict[str, Any]] = {}
     for g in groups_view(mesh)["groups"]:
-        t = topics.setdefault(g["topic"], {"topic": g["topic"], "producers": set(),
-                                           "groups": [], "subscribers": set(), "pending": 0,
-                                           "in_flight": 0, "dead_letters": 0, "acked": 0,
-                                           "oldest_age_s": None})
+        t = topics.setdefault(
+            g["topic"],
+            {
+                "topic": g["topic"],
+                "producers": set(),
+                "groups": [],
+                "subscribers": set(),
+                "pending": 0,
+                "in_flight": 0,
+                "dead_letters": 0,
+                "acked": 0,
+                "oldest_age_s": None,
+            },
+        )
         t["groups"].append(g["group"])
         # (every node that knows a group has a lane for it: producers are those whose
         # lanes took messages since they started, or still owe some)
@@ -130,8 +167,12 @@ def topics_view(mesh: dict) -> dict:
     for t in topics.values():
         t["producers"] = sorted(t["producers"])
         t["subscribers"] = sorted(t["subscribers"])
-    return {"mesh": mesh["mesh"], "collected_at": mesh["collected_at"],
-            "unreachable": unreachable(mesh), "topics": [topics[k] for k in sorted(topics)]}
+    return {
+        "mesh": mesh["mesh"],
+        "collected_at": mesh["collected_at"],
+        "unreachable": unreachable(mesh),
+        "topics": [topics[k] for k in sorted(topics)],
+    }
 
 
 def unreachable(mesh: dict) -> list[str]:
@@ -144,14 +185,21 @@ def nodes_view(mesh: dict) -> list[dict]:
     rows = []
     for node in mesh["nodes"]:
         st = node["status"] or {}
-        rows.append({
-            "id": node["id"], "name": node["name"], "control": node["control"],
-            "self": node["self"], "alive": node["alive"], "reachable": node["reachable"],
-            "rtt_ms": node["rtt_ms"], "error": node["error"],
-            "outbox": st.get("outbox"),
-            "lanes": len(st.get("lanes", [])) if st else None,
-            "subscriptions": len(st.get("subscriptions", [])) if st else None,
-            "peers_alive": sum(1 for p in st.get("peers", []) if p["alive"]) if st else None,
-            "peers": len(st.get("peers", [])) if st else None,
-        })
+        rows.append(
+            {
+                "id": node["id"],
+                "name": node["name"],
+                "control": node["control"],
+                "self": node["self"],
+                "alive": node["alive"],
+                "reachable": node["reachable"],
+                "rtt_ms": node["rtt_ms"],
+                "error": node["error"],
+                "outbox": st.get("outbox"),
+                "lanes": len(st.get("lanes", [])) if st else None,
+                "subscriptions": len(st.get("subscriptions", [])) if st else None,
+                "peers_alive": sum(1 for p in st.get("peers", []) if p["alive"]) if st else None,
+                "peers": len(st.get("peers", [])) if st else None,
+            }
+        )
     return rows

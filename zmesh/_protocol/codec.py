@@ -95,8 +95,14 @@ def _unpack(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Any:
             max_array_len=MAX_BATCH_ITEMS * 8,
             max_map_len=MAX_BATCH_ITEMS,
         )
-    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
-            msgpack.StackError, UnicodeDecodeError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        msgpack.ExtraData,
+        msgpack.FormatError,
+        msgpack.StackError,
+        UnicodeDecodeError,
+    ) as exc:
         raise DecodeError(f"not msgpack: {exc}") from exc
     except Exception as exc:  # msgpack raises a few odd types on hostile input
         raise DecodeError(f"not msgpack: {type(exc).__name__}: {exc}") from exc
@@ -110,8 +116,7 @@ def check_headers(headers: dict) -> None:
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"headers cannot be packed: {exc}") from exc
     if len(packed) > MAX_HEADERS_BYTES:
-        raise ValueError(f"headers pack to {len(packed)} bytes, more than "
-                         f"{MAX_HEADERS_BYTES}")
+        raise ValueError(f"headers pack to {len(packed)} bytes, more than {MAX_HEADERS_BYTES}")
     try:
         _unpack(packed, MAX_HEADERS_BYTES)
     except DecodeError as exc:
@@ -197,16 +202,28 @@ def encode_control(msg: Control) -> bytes:
     """One frame for a control message."""
     v = PROTOCOL_VERSION
     if isinstance(msg, Hello):
-        return _packb([
-            v, HELLO, msg.node_id, msg.name, msg.mesh, msg.incarnation, msg.ctrl_port,
-            msg.data_port, list(msg.hosts),
-            [[s.topic, s.group, s.mode, s.max_in_flight, s.batch_size, s.max_message_bytes]
-             for s in msg.subs],
-            [[p.node_id, p.ctrl_endpoint, p.public_key] for p in msg.peers],
-        ])
+        return _packb(
+            [
+                v,
+                HELLO,
+                msg.node_id,
+                msg.name,
+                msg.mesh,
+                msg.incarnation,
+                msg.ctrl_port,
+                msg.data_port,
+                list(msg.hosts),
+                [
+                    [s.topic, s.group, s.mode, s.max_in_flight, s.batch_size, s.max_message_bytes]
+                    for s in msg.subs
+                ],
+                [[p.node_id, p.ctrl_endpoint, p.public_key] for p in msg.peers],
+            ]
+        )
     if isinstance(msg, Ack):
-        return _packb([v, ACK, msg.node_id, msg.topic, msg.lane, wire_seqs(msg.seqs),
-                       len(msg.seqs)])
+        return _packb(
+            [v, ACK, msg.node_id, msg.topic, msg.lane, wire_seqs(msg.seqs), len(msg.seqs)]
+        )
     if isinstance(msg, Nack):
         return _packb([v, NACK, msg.node_id, msg.topic, msg.lane, list(msg.seqs), msg.delay_s])
     if isinstance(msg, Fail):
@@ -226,13 +243,32 @@ def encode_control(msg: Control) -> bytes:
     if isinstance(msg, AdminReply):
         return _packb([v, ADMIN_REP, msg.token, msg.ok, msg.result, msg.error])
     if isinstance(msg, FetchRequest):
-        return _packb([v, FETCH_REQ, msg.token, msg.topic, [list(c) for c in msg.cursors],
-                       msg.start, msg.max_items, msg.max_payload_bytes])
+        return _packb(
+            [
+                v,
+                FETCH_REQ,
+                msg.token,
+                msg.topic,
+                [list(c) for c in msg.cursors],
+                msg.start,
+                msg.max_items,
+                msg.max_payload_bytes,
+            ]
+        )
     if isinstance(msg, FetchReply):
-        return _packb([v, FETCH_REP, msg.token, msg.topic,
-                       [[i.partition, i.index, i.seq, i.key, i.headers, i.published_at,
-                         i.payload] for i in msg.items],
-                       [[h.partition, h.oldest, h.next, h.scanned] for h in msg.heads]])
+        return _packb(
+            [
+                v,
+                FETCH_REP,
+                msg.token,
+                msg.topic,
+                [
+                    [i.partition, i.index, i.seq, i.key, i.headers, i.published_at, i.payload]
+                    for i in msg.items
+                ],
+                [[h.partition, h.oldest, h.next, h.scanned] for h in msg.heads],
+            ]
+        )
     raise TypeError(f"not a control message: {msg!r}")
 
 
@@ -244,16 +280,17 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
     """
     obj = _unpack(frame, max_bytes)
     _check(isinstance(obj, list) and len(obj) >= 2, "control frame is not a list")
-    _check(type(obj[0]) is int and obj[0] == PROTOCOL_VERSION,
-           f"unsupported protocol version {obj[0]!r}")
+    _check(
+        type(obj[0]) is int and obj[0] == PROTOCOL_VERSION,
+        f"unsupported protocol version {obj[0]!r}",
+    )
     kind = obj[1]
     _check(type(kind) is int, "bad kind")
     try:
         if kind == HELLO:
             _check(len(obj) == 11, "bad hello length")
             subs_raw, peers_raw = obj[9], obj[10]
-            _check(isinstance(subs_raw, list) and len(subs_raw) <= MAX_SUBSCRIPTIONS,
-                   "bad subs")
+            _check(isinstance(subs_raw, list) and len(subs_raw) <= MAX_SUBSCRIPTIONS, "bad subs")
             _check(isinstance(peers_raw, list) and len(peers_raw) <= 4096, "bad peers")
             hosts = obj[8]
             _check(isinstance(hosts, list) and len(hosts) <= 64, "bad hosts")
@@ -261,40 +298,65 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
             for s in subs_raw:
                 _check(isinstance(s, list) and len(s) == 6, "bad sub")
                 _check(s[2] in ("shared", "broadcast", "ephemeral"), "bad sub mode")
-                subs.append(SubInfo(_str(s[0], "topic"), _str(s[1], "group"), s[2],
-                                    _int(s[3], "max_in_flight", 1, MAX_IN_FLIGHT),
-                                    _int(s[4], "batch_size", 1, MAX_BATCH_ITEMS),
-                                    _int(s[5], "max_message_bytes", 1)))
+                subs.append(
+                    SubInfo(
+                        _str(s[0], "topic"),
+                        _str(s[1], "group"),
+                        s[2],
+                        _int(s[3], "max_in_flight", 1, MAX_IN_FLIGHT),
+                        _int(s[4], "batch_size", 1, MAX_BATCH_ITEMS),
+                        _int(s[5], "max_message_bytes", 1),
+                    )
+                )
             peers = []
             for p in peers_raw:
                 _check(isinstance(p, list) and len(p) == 3, "bad peer ref")
-                peers.append(PeerRef(_node_id(p[0]), _endpoint(p[1]),
-                                     _str(p[2], "public key", 40)))
+                peers.append(PeerRef(_node_id(p[0]), _endpoint(p[1]), _str(p[2], "public key", 40)))
             return Hello(
-                _node_id(obj[2]), _str(obj[3], "name"), _str(obj[4], "mesh"),
-                _int(obj[5], "incarnation"), _int(obj[6], "ctrl port", 1, 65535),
+                _node_id(obj[2]),
+                _str(obj[3], "name"),
+                _str(obj[4], "mesh"),
+                _int(obj[5], "incarnation"),
+                _int(obj[6], "ctrl port", 1, 65535),
                 _int(obj[7], "data port", 1, 65535),
-                tuple(_str(h, "host") for h in hosts), tuple(subs), tuple(peers),
+                tuple(_str(h, "host") for h in hosts),
+                tuple(subs),
+                tuple(peers),
             )
         if kind == ACK:
             _check(len(obj) == 7, "bad ack length")
-            return Ack(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"),
-                       _seq_column(obj[5], _int(obj[6], "ack count", 0, MAX_BATCH_ITEMS)))
+            return Ack(
+                _node_id(obj[2]),
+                _str(obj[3], "topic"),
+                _str(obj[4], "lane"),
+                _seq_column(obj[5], _int(obj[6], "ack count", 0, MAX_BATCH_ITEMS)),
+            )
         if kind == NACK:
             _check(len(obj) == 7, "bad nack length")
-            return Nack(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"),
-                        _seqs(obj[5]), _num(obj[6], "delay"))
+            return Nack(
+                _node_id(obj[2]),
+                _str(obj[3], "topic"),
+                _str(obj[4], "lane"),
+                _seqs(obj[5]),
+                _num(obj[6], "delay"),
+            )
         if kind == FAIL:
             _check(len(obj) == 7, "bad fail length")
-            return Fail(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"),
-                        _int(obj[5], "seq"), _str(obj[6], "reason", MAX_REASON_CHARS))
+            return Fail(
+                _node_id(obj[2]),
+                _str(obj[3], "topic"),
+                _str(obj[4], "lane"),
+                _int(obj[5], "seq"),
+                _str(obj[6], "reason", MAX_REASON_CHARS),
+            )
         if kind == BYE:
             _check(len(obj) == 4, "bad bye length")
             return Bye(_node_id(obj[2]), _int(obj[3], "incarnation"))
         if kind == TOUCH:
             _check(len(obj) == 6, "bad touch length")
-            return Touch(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"),
-                         _seqs(obj[5]))
+            return Touch(
+                _node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"), _seqs(obj[5])
+            )
         if kind == GROUP_DEL:
             _check(len(obj) == 5, "bad group deletion length")
             return GroupDel(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "group"))
@@ -314,37 +376,58 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
             for c in cursors:
                 _check(isinstance(c, list) and len(c) == 2, "bad cursor")
             return FetchRequest(
-                _int(obj[2], "token"), _str(obj[3], "topic"),
-                tuple((_int(c[0], "partition", 0, MAX_PARTITIONS - 1), _int(c[1], "index"))
-                      for c in cursors),
+                _int(obj[2], "token"),
+                _str(obj[3], "topic"),
+                tuple(
+                    (_int(c[0], "partition", 0, MAX_PARTITIONS - 1), _int(c[1], "index"))
+                    for c in cursors
+                ),
                 None if obj[5] is None else _int(obj[5], "start index"),
                 _int(obj[6], "max items", 1, MAX_BATCH_ITEMS),
-                _int(obj[7], "max payload bytes", 1))
+                _int(obj[7], "max payload bytes", 1),
+            )
         if kind == FETCH_REP:
             _check(len(obj) == 6, "bad fetch reply length")
             raw_items, raw_heads = obj[4], obj[5]
-            _check(isinstance(raw_items, list) and len(raw_items) <= MAX_BATCH_ITEMS,
-                   "bad fetch items")
-            _check(isinstance(raw_heads, list) and len(raw_heads) <= MAX_PARTITIONS,
-                   "bad fetch heads")
+            _check(
+                isinstance(raw_items, list) and len(raw_items) <= MAX_BATCH_ITEMS, "bad fetch items"
+            )
+            _check(
+                isinstance(raw_heads, list) and len(raw_heads) <= MAX_PARTITIONS, "bad fetch heads"
+            )
             items = []
             for i in raw_items:
                 _check(isinstance(i, list) and len(i) == 7, "bad fetch item")
                 key = i[3]
-                _check(key is None or (isinstance(key, str) and len(key) <= MAX_KEY_CHARS),
-                       "bad key")
+                _check(
+                    key is None or (isinstance(key, str) and len(key) <= MAX_KEY_CHARS), "bad key"
+                )
                 _check(isinstance(i[6], bytes), "bad payload")
-                items.append(FetchItem(_int(i[0], "partition", 0, MAX_PARTITIONS - 1),
-                                       _int(i[1], "index"), _int(i[2], "seq"), key,
-                                       _header(i[4]), _num(i[5], "published_at"), i[6]))
+                items.append(
+                    FetchItem(
+                        _int(i[0], "partition", 0, MAX_PARTITIONS - 1),
+                        _int(i[1], "index"),
+                        _int(i[2], "seq"),
+                        key,
+                        _header(i[4]),
+                        _num(i[5], "published_at"),
+                        i[6],
+                    )
+                )
             heads = []
             for h in raw_heads:
                 _check(isinstance(h, list) and len(h) == 4, "bad fetch head")
-                heads.append(FetchHead(_int(h[0], "partition", 0, MAX_PARTITIONS - 1),
-                                       _int(h[1], "oldest index"), _int(h[2], "next index"),
-                                       _int(h[3], "scanned index")))
-            return FetchReply(_int(obj[2], "token"), _str(obj[3], "topic"), tuple(items),
-                              tuple(heads))
+                heads.append(
+                    FetchHead(
+                        _int(h[0], "partition", 0, MAX_PARTITIONS - 1),
+                        _int(h[1], "oldest index"),
+                        _int(h[2], "next index"),
+                        _int(h[3], "scanned index"),
+                    )
+                )
+            return FetchReply(
+                _int(obj[2], "token"), _str(obj[3], "topic"), tuple(items), tuple(heads)
+            )
         if kind == STATUS_REP:
             _check(len(obj) == 4 and isinstance(obj[3], dict), "bad status reply")
             return StatusReply(_int(obj[2], "token"), obj[3])
@@ -363,11 +446,23 @@ def encode_batch(batch: Batch) -> list[bytes]:
     one past ``INLINE_PAYLOAD_BYTES`` of inline payloads, is left as its own frame (the
     same bytes object, for a zero-copy send) and nil takes its place in the header.
     """
-    return encode_lane_batch(batch.node_id, batch.incarnation, batch.topic, batch.lane,
-                             batch.floor, batch.attempts,
-                             pack_columns(batch.seqs, batch.partitions, batch.keys,
-                                          batch.headers, batch.published_ats, batch.indexes,
-                                          batch.payloads))
+    return encode_lane_batch(
+        batch.node_id,
+        batch.incarnation,
+        batch.topic,
+        batch.lane,
+        batch.floor,
+        batch.attempts,
+        pack_columns(
+            batch.seqs,
+            batch.partitions,
+            batch.keys,
+            batch.headers,
+            batch.published_ats,
+            batch.indexes,
+            batch.payloads,
+        ),
+    )
 
 
 # A batch's columns that depend only on its messages, packed: (the columns before
@@ -411,10 +506,16 @@ def _pack_optional(values: Sequence[Any]) -> bytes:
     return _packb(values)
 
 
-def pack_columns(seqs: Sequence[int], partitions: Sequence[int],
-                 keys: Sequence[str | None], headers: Sequence[dict | None],
-                 published_ats: Sequence[float], indexes: Sequence[int | None],
-                 payloads: Sequence[bytes], all_inline: bool = False) -> PackedColumns:
+def pack_columns(
+    seqs: Sequence[int],
+    partitions: Sequence[int],
+    keys: Sequence[str | None],
+    headers: Sequence[dict | None],
+    published_ats: Sequence[float],
+    indexes: Sequence[int | None],
+    payloads: Sequence[bytes],
+    all_inline: bool = False,
+) -> PackedColumns:
     """Pack what every lane sending these messages sends alike (a topic with several
     groups packs them once and keeps them for its other lanes). ``all_inline``: the
     payloads are known to fit inside the header (see ``encode_batch``), none looked at."""
@@ -423,25 +524,44 @@ def pack_columns(seqs: Sequence[int], partitions: Sequence[int],
     # All inline when none is large and together they fit: known with no look at each
     # payload, or from the largest alone (one pass) unless as many of it would not fit.
     largest = 0 if all_inline else max(map(len, payloads), default=0)
-    if largest >= LARGE_PAYLOAD_BYTES or largest * len(payloads) > INLINE_PAYLOAD_BYTES \
-            and sum(map(len, payloads)) > INLINE_PAYLOAD_BYTES:
+    if (
+        largest >= LARGE_PAYLOAD_BYTES
+        or largest * len(payloads) > INLINE_PAYLOAD_BYTES
+        and sum(map(len, payloads)) > INLINE_PAYLOAD_BYTES
+    ):
         inline, extra = _split(payloads)
-    return (b"".join((_packb(wire_seqs(seqs)), _pack_uints(partitions, "H"),
-                      _pack_optional(keys), _pack_optional(headers))),
-            (_numbers_bin(array("d", published_ats)), _pack_indexes(indexes), _packb(inline)),
-            extra)
+    return (
+        b"".join(
+            (
+                _packb(wire_seqs(seqs)),
+                _pack_uints(partitions, "H"),
+                _pack_optional(keys),
+                _pack_optional(headers),
+            )
+        ),
+        (_numbers_bin(array("d", published_ats)), _pack_indexes(indexes), _packb(inline)),
+        extra,
+    )
 
 
-def encode_lane_batch(node_id: bytes, incarnation: int, topic: str, lane: str, floor: int,
-                      attempts: Sequence[int], columns: PackedColumns) -> list[bytes]:
+def encode_lane_batch(
+    node_id: bytes,
+    incarnation: int,
+    topic: str,
+    lane: str,
+    floor: int,
+    attempts: Sequence[int],
+    columns: PackedColumns,
+) -> list[bytes]:
     """The frames of a batch from its lane's fields and its packed columns: the same
     bytes as packing the whole header at once (msgpack is a stream of its values)."""
     before, after, extra = columns
     # The first seven fields packed as an array of seven, less its one-byte array header.
     lead = _packb((PROTOCOL_VERSION, BATCH, node_id, incarnation, topic, lane, floor))
-    return [b"".join((_BATCH_HEADER, memoryview(lead)[1:], before, _pack_uints(attempts, "I"),
-                      *after)),
-            *extra]
+    return [
+        b"".join((_BATCH_HEADER, memoryview(lead)[1:], before, _pack_uints(attempts, "I"), *after)),
+        *extra,
+    ]
 
 
 def _split(payloads: Sequence[bytes]) -> tuple[list[bytes | None], list[bytes]]:
@@ -507,8 +627,10 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
     _check(len(frames) >= 1, "empty data message")
     obj = _unpack(frames[0], MAX_BATCH_HEADER_BYTES)
     _check(isinstance(obj, list) and len(obj) == 15, "bad batch header")
-    _check(type(obj[0]) is int and obj[0] == PROTOCOL_VERSION,
-           f"unsupported protocol version {obj[0]!r}")
+    _check(
+        type(obj[0]) is int and obj[0] == PROTOCOL_VERSION,
+        f"unsupported protocol version {obj[0]!r}",
+    )
     _check(type(obj[1]) is int and obj[1] == BATCH, "not a batch")
     payloads = obj[14]
     _check(type(payloads) is list and len(payloads) <= MAX_BATCH_ITEMS, "bad payload column")
@@ -520,8 +642,9 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
     headers = obj[10]
     if not _all_none(headers, n) and dict in _column(headers, n, "headers", _DICT_OR_NONE):
         # Every header name: the keys of every dict, in one pass.
-        _check(set(map(type, chain.from_iterable(filter(None, headers)))) <= _STR,
-               "bad header name")
+        _check(
+            set(map(type, chain.from_iterable(filter(None, headers)))) <= _STR, "bad header name"
+        )
     extra = frames[1:]
     if _NONE in _column(payloads, n, "payload", _BYTES_OR_NONE):
         _check(payloads.count(None) == len(extra), "payload count does not match items")
@@ -530,10 +653,23 @@ def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
     else:
         _check(not extra, "payload count does not match items")
     # (an inline payload is shorter than the header frame that holds it)
-    _check(max(map(len, payloads if len(frames[0]) > max_message_bytes else extra),
-               default=0) <= max_message_bytes, "payload exceeds max_message_bytes")
-    return Batch(_node_id(obj[2]), _int(obj[3], "incarnation"), _str(obj[4], "topic"),
-                 _str(obj[5], "lane"), _int(obj[6], "floor"), seqs,
-                 _numbers(obj[8], n, "BH", "partition"), tuple(keys), tuple(headers),
-                 _numbers(obj[11], n, "BI", "attempt"), _numbers(obj[12], n, "d", "published_at"),
-                 _indexes(obj[13], n), tuple(payloads))
+    _check(
+        max(map(len, payloads if len(frames[0]) > max_message_bytes else extra), default=0)
+        <= max_message_bytes,
+        "payload exceeds max_message_bytes",
+    )
+    return Batch(
+        _node_id(obj[2]),
+        _int(obj[3], "incarnation"),
+        _str(obj[4], "topic"),
+        _str(obj[5], "lane"),
+        _int(obj[6], "floor"),
+        seqs,
+        _numbers(obj[8], n, "BH", "partition"),
+        tuple(keys),
+        tuple(headers),
+        _numbers(obj[11], n, "BI", "attempt"),
+        _numbers(obj[12], n, "d", "published_at"),
+        _indexes(obj[13], n),
+        tuple(payloads),
+    )

@@ -262,5 +262,18 @@ class Batch:
     payloads: Sequence[bytes]
 
 
-Control = (Hello | Bye | Ack | Nack | Fail | Touch | GroupDel | StatusRequest | StatusReply
-           | AdminRequest | AdminReply | FetchRequest | FetchReply)
+Control = (
+    Hello
+    | Bye
+    | Ack
+    | Nack
+    | Fail
+    | Touch
+    | GroupDel
+    | StatusRequest
+    | StatusReply
+    | AdminRequest
+    | AdminReply
+    | FetchRequest
+    | FetchReply
+)

@@ -98,8 +98,12 @@ class AckedWindow:
                     bits = bytes(v).rstrip(b"\0")
                     if not bits:
                         continue
-                    seq = (int.from_bytes(k[16:24], "big") << _SHIFT) \
-                        + 8 * (len(bits) - 1) + bits[-1].bit_length() - 1
+                    seq = (
+                        (int.from_bytes(k[16:24], "big") << _SHIFT)
+                        + 8 * (len(bits) - 1)
+                        + bits[-1].bit_length()
+                        - 1
+                    )
                     key = (bytes(k[:16]), bytes(k[24:]).decode(errors="replace"))
                     out[key] = max(seq, out.get(key, -1))
         except lmdb.Error as exc:
@@ -138,7 +142,8 @@ class AckedWindow:
             n = 0
             for k in txn.cursor(db=old).iternext(values=False):
                 per_lane.setdefault((bytes(k[:16]), bytes(k[24:])), []).append(
-                    int.from_bytes(k[16:24], "big"))
+                    int.from_bytes(k[16:24], "big")
+                )
                 n += 1
             for (producer, lane), seqs in per_lane.items():
                 _add(txn, self.acked, producer, lane, seqs)

@@ -54,25 +54,53 @@ class WriteBatch:
     del_bytes: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.msgs_put or self.msgs_del or self.pend_put or self.pend_runs
-                    or self.pend_del or self.runs_put or self.prun_put or self.runs_del
-                    or self.prun_set
-                    or self.seen_put or self.seen_prune or self.lanes_put or self.lanes_del
-                    or self.dead_put
-                    or self.dead_del or self.meta_put or self.ids_put
-                    or self.ids_prune_before or self.peers_put or self.peers_del
-                    or self.quarantine or self.log_put or self.log_next or self.log_del)
+        return bool(
+            self.msgs_put
+            or self.msgs_del
+            or self.pend_put
+            or self.pend_runs
+            or self.pend_del
+            or self.runs_put
+            or self.prun_put
+            or self.runs_del
+            or self.prun_set
+            or self.seen_put
+            or self.seen_prune
+            or self.lanes_put
+            or self.lanes_del
+            or self.dead_put
+            or self.dead_del
+            or self.meta_put
+            or self.ids_put
+            or self.ids_prune_before
+            or self.peers_put
+            or self.peers_del
+            or self.quarantine
+            or self.log_put
+            or self.log_next
+            or self.log_del
+        )
 
     def pending_entries(self) -> int:
         """The pending entries this batch puts."""
-        return (len(self.pend_put) + len(self.prun_put)
-                + sum(len(seqs) for _, seqs, _ in self.pend_runs))
+        return (
+            len(self.pend_put)
+            + len(self.prun_put)
+            + sum(len(seqs) for _, seqs, _ in self.pend_runs)
+        )
 
     def frees_space(self) -> bool:
         """True when committing this batch deleted stored records."""
-        return bool(self.msgs_del or self.pend_del or self.dead_del or self.seen_prune
-                    or self.log_del or self.runs_del or self.lanes_del
-                    or None in self.prun_set.values())
+        return bool(
+            self.msgs_del
+            or self.pend_del
+            or self.dead_del
+            or self.seen_prune
+            or self.log_del
+            or self.runs_del
+            or self.lanes_del
+            or None in self.prun_set.values()
+        )
 
     def mark(self) -> dict[str, int]:
         """The length of every list now; ``truncate`` drops what was added after."""
@@ -81,8 +109,9 @@ class WriteBatch:
     def truncate(self, mark: dict[str, int]) -> None:
         for name, n in mark.items():
             del getattr(self, name)[n:]
-        self.msgs_bytes = sum(len(v) for _k, v in self.msgs_put) + \
-            sum(len(v) for _k, v in self.runs_put)
+        self.msgs_bytes = sum(len(v) for _k, v in self.msgs_put) + sum(
+            len(v) for _k, v in self.runs_put
+        )
 
     def without_growth(self) -> WriteBatch:
         """The part of the batch that frees space (the last resort when the map is full).
@@ -90,14 +119,22 @@ class WriteBatch:
         Parked messages (``dead_put``) and new lanes stay with the deletes: dropping them
         while deleting the outbox records they came from would lose messages.
         """
-        return WriteBatch(msgs_del=self.msgs_del, pend_del=self.pend_del,
-                          runs_del=self.runs_del, del_bytes=self.del_bytes,
-                          prun_set=self.prun_set,
-                          dead_del=self.dead_del, dead_put=self.dead_put,
-                          lanes_put=self.lanes_put, lanes_del=self.lanes_del,
-                          seen_prune=self.seen_prune,
-                          meta_put=self.meta_put, ids_prune_before=self.ids_prune_before,
-                          quarantine=self.quarantine, log_del=self.log_del)
+        return WriteBatch(
+            msgs_del=self.msgs_del,
+            pend_del=self.pend_del,
+            runs_del=self.runs_del,
+            del_bytes=self.del_bytes,
+            prun_set=self.prun_set,
+            dead_del=self.dead_del,
+            dead_put=self.dead_put,
+            lanes_put=self.lanes_put,
+            lanes_del=self.lanes_del,
+            seen_prune=self.seen_prune,
+            meta_put=self.meta_put,
+            ids_prune_before=self.ids_prune_before,
+            quarantine=self.quarantine,
+            log_del=self.log_del,
+        )
 
     def settlement_pieces(self, size: int) -> Iterator[WriteBatch]:
         """What ``without_growth`` keeps, as batches of at most ``size`` deletions each,
@@ -111,12 +148,12 @@ class WriteBatch:
         empty: dict[str, Any] = {name: [] for name in _DELETIONS}
         piece = dataclasses.replace(whole, prun_set={}, **empty)
         for start in range(0, max(len(keys), 1), size):
-            for name, key in keys[start:start + size]:
+            for name, key in keys[start : start + size]:
                 getattr(piece, name).append(key)
             yield piece
             piece = WriteBatch()
         for start in range(0, len(runs), size):
-            yield WriteBatch(prun_set=dict(runs[start:start + size]))
+            yield WriteBatch(prun_set=dict(runs[start : start + size]))
 
 
 _LISTS = tuple(f.name for f in fields(WriteBatch) if f.default_factory is list)

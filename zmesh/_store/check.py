@@ -74,8 +74,11 @@ class CheckReport:
         """One line: the first problem and how many there are."""
         if self.sound:
             return f"{self.data_file} is sound"
-        more = f" ({len(self.problems)} problems, in {', '.join(self.damaged())})" \
-            if len(self.problems) > 1 else ""
+        more = (
+            f" ({len(self.problems)} problems, in {', '.join(self.damaged())})"
+            if len(self.problems) > 1
+            else ""
+        )
         return f"{self.data_file} is damaged: {self.problems[0]}{more}"
 
 
@@ -87,12 +90,12 @@ def check_store(store_dir: str | Path) -> CheckReport:
         size = data_file.stat().st_size
     except OSError as exc:
         return CheckReport(str(data_file), 0, (f"cannot read it: {exc.strerror}",), 0.0)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(store_dir)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(store_dir)], capture_output=True, text=True, check=False
+    )
     try:
         found = json.loads(done.stdout)
-        problems = tuple(found["problems"]) or \
-            ((found["fatal"],) if found["fatal"] else ())
+        problems = tuple(found["problems"]) or ((found["fatal"],) if found["fatal"] else ())
         seconds = float(found["seconds"])
     except (ValueError, KeyError, TypeError):
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]

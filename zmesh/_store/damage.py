@@ -24,10 +24,12 @@ MIN_DATA_BYTES = 2 * 4096
 RECORD_FIELDS = 10  # msgs values: [topic, partition, key, headers, priority, published_at,
 #                                   expires_at, deliver_at, payload, index]
 
-FIX = ("restore the data dir from a snapshot (zmesh snapshot, Node.snapshot), or copy what "
-       "can be read into a new data dir (zmesh store salvage DATA_DIR NEW_DIR) and run the "
-       "node there, or move it aside to start this node afresh (its unacknowledged "
-       "messages would then be lost)")
+FIX = (
+    "restore the data dir from a snapshot (zmesh snapshot, Node.snapshot), or copy what "
+    "can be read into a new data dir (zmesh store salvage DATA_DIR NEW_DIR) and run the "
+    "node there, or move it aside to start this node afresh (its unacknowledged "
+    "messages would then be lost)"
+)
 
 
 def remedy(store_path: str | Path) -> str:
@@ -38,8 +40,7 @@ def remedy(store_path: str | Path) -> str:
 def read_failed(exc: Exception, path: str, what: str) -> StoreError:
     """The StoreError of a read LMDB refused (MDB_CORRUPTED, MDB_PAGE_NOTFOUND, and the
     MDB_BAD_TXN that follows them): the store is damaged."""
-    return StoreError(f"reading {what} failed ({exc}): the store is damaged; "
-                      f"{remedy(path)}", path)
+    return StoreError(f"reading {what} failed ({exc}): the store is damaged; {remedy(path)}", path)
 
 
 class Corrupt(NamedTuple):
@@ -57,11 +58,15 @@ def check_store_files(path: Path) -> None:
     if data.exists():
         size = data.stat().st_size
         if size < MIN_DATA_BYTES:
-            raise StoreError(f"{data} is {size} bytes, too short to be an LMDB store (it was "
-                             f"truncated?); {remedy(path)}", str(path))
+            raise StoreError(
+                f"{data} is {size} bytes, too short to be an LMDB store (it was "
+                f"truncated?); {remedy(path)}",
+                str(path),
+            )
     elif path.is_dir() and any(path.iterdir()):
-        raise StoreError(f"{data} is missing but the store directory is not empty; "
-                         f"{remedy(path)}", str(path))
+        raise StoreError(
+            f"{data} is missing but the store directory is not empty; {remedy(path)}", str(path)
+        )
 
 
 def decode_or_none(data: bytes) -> Any:
@@ -78,8 +83,11 @@ def decode_record(data: bytes) -> list | None:
     A record stored before messages had indexes (nine fields) gets index None.
     """
     fields = decode_or_none(data)
-    if not isinstance(fields, list) or len(fields) not in (RECORD_FIELDS - 1, RECORD_FIELDS) \
-            or not isinstance(fields[8], bytes):
+    if (
+        not isinstance(fields, list)
+        or len(fields) not in (RECORD_FIELDS - 1, RECORD_FIELDS)
+        or not isinstance(fields[8], bytes)
+    ):
         return None
     if len(fields) < RECORD_FIELDS:
         fields.append(None)
@@ -104,10 +112,13 @@ def decode_run(data: bytes) -> list | None:
         return None
     topic, partitions, keys, headers, published_at, payloads, indexes = fields
     n = len(payloads) if isinstance(payloads, list) else 0
-    if not (n and isinstance(topic, str)
-            and (keys is None or isinstance(keys, list) and len(keys) == n)
-            and (headers is None or isinstance(headers, dict))
-            and set(map(type, payloads)) == {bytes}):
+    if not (
+        n
+        and isinstance(topic, str)
+        and (keys is None or isinstance(keys, list) and len(keys) == n)
+        and (headers is None or isinstance(headers, dict))
+        and set(map(type, payloads)) == {bytes}
+    ):
         return None
     fields[1] = partitions = number_column(partitions, n, "BH")
     fields[4] = published_at = _times(published_at, n)
@@ -138,8 +149,14 @@ def run_offsets(value: Any, n: int) -> range | list[int] | None:
         return None
     if type(value) is int and 0 <= value < n:
         return range(value, n)
-    if type(value) is list and value and set(map(type, value)) <= {int} \
-            and value[0] >= 0 and value[-1] < n and all(map(lt, value, islice(value, 1, None))):
+    if (
+        type(value) is list
+        and value
+        and set(map(type, value)) <= {int}
+        and value[0] >= 0
+        and value[-1] < n
+        and all(map(lt, value, islice(value, 1, None)))
+    ):
         return value
     raise ValueError("bad offsets in a run entry")
 
@@ -153,8 +170,12 @@ def number_column(value: Any, n: int, codes: str) -> array | None:
         if column is not None and column.typecode == "q" and min(column) < 0:
             return None
         return column
-    if type(value) is not list or len(value) != n or set(map(type, value)) != {int} \
-            or min(value) < 0:
+    if (
+        type(value) is not list
+        or len(value) != n
+        or set(map(type, value)) != {int}
+        or min(value) < 0
+    ):
         return None
     try:
         return fitting_array(codes, value)

@@ -49,8 +49,9 @@ def mount_of(path: Path) -> tuple[str, str, str]:
                 if len(fields) < 3:
                     continue
                 point = fields[1].replace("\\040", " ")
-                if (path == Path(point) or Path(point) in path.parents) \
-                        and len(point) >= len(best[0]):
+                if (path == Path(point) or Path(point) in path.parents) and len(point) >= len(
+                    best[0]
+                ):
                     best = (point, fields[2], fields[0])
     except OSError:
         pass
@@ -107,8 +108,11 @@ class Disk:
         """For status: the disk's free bytes, whether it is full for new messages, whether
         the reserve is held. Never raises."""
         free = self.free_bytes()
-        return {"disk_full": self.full or (free is not None and free < self.kept_free()),
-                "disk_free_bytes": free, "disk_reserve_held": self.reserve_held}
+        return {
+            "disk_full": self.full or (free is not None and free < self.kept_free()),
+            "disk_free_bytes": free,
+            "disk_reserve_held": self.reserve_held,
+        }
 
     def describe(self) -> str:
         """The disk, for messages: its mount point, type and source."""
@@ -157,8 +161,12 @@ class Disk:
             log.error("cannot release the disk reserve %s: %s", self.reserve_path, exc)
             return False
         self._next_reserve_try = time.monotonic() + RESERVE_RETRY_S
-        log.warning("the disk of %s is full: its reserve of %d bytes was released so that "
-                    "acks and other settlements can commit", self.data_dir, RESERVE_BYTES)
+        log.warning(
+            "the disk of %s is full: its reserve of %d bytes was released so that "
+            "acks and other settlements can commit",
+            self.data_dir,
+            RESERVE_BYTES,
+        )
         return True
 
     def is_full_error(self, exc: BaseException) -> bool:

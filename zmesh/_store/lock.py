@@ -119,8 +119,9 @@ def take_lock(data_dir: Path, data_file: Path) -> LockedDir:
     try:
         lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise StoreError(f"cannot open the data dir's lock file {path}: {exc.strerror}",
-                         str(data_dir)) from exc
+        raise StoreError(
+            f"cannot open the data dir's lock file {path}: {exc.strerror}", str(data_dir)
+        ) from exc
     if not _flock(lock_fd):
         holder = _holder_pid(lock_fd)
         if holder == os.getpid():

@@ -67,7 +67,7 @@ class LogIndex:
                 for k, v in cur:
                     if not k.startswith(topic_prefix) or len(out) >= limit:
                         break
-                    out.append((int.from_bytes(k[len(topic_prefix):], "big"), bytes(v)))
+                    out.append((int.from_bytes(k[len(topic_prefix) :], "big"), bytes(v)))
         return out
 
     def log_totals(self) -> dict[bytes, tuple[int, int]]:
@@ -80,8 +80,9 @@ class LogIndex:
                 out[prefix] = (n + 1, size + int.from_bytes(v[10:14], "big"))
         return out
 
-    def log_range(self, partition_prefix: bytes, start: int,
-                  limit: int) -> tuple[int | None, list[tuple[int, int, float]]]:
+    def log_range(
+        self, partition_prefix: bytes, start: int, limit: int
+    ) -> tuple[int | None, list[tuple[int, int, float]]]:
         """(oldest stored index, up to ``limit`` entries (index, seq, published_at) from
         ``start``) of one partition of a topic."""
         out: list[tuple[int, int, float]] = []
@@ -94,7 +95,11 @@ class LogIndex:
                     for k, v in cur:
                         if k[:-8] != partition_prefix or len(out) >= limit:
                             break
-                        out.append((int.from_bytes(k[-8:], "big"),
-                                    int.from_bytes(v[:8], "big"),
-                                    struct.unpack(">d", v[8:16])[0]))
+                        out.append(
+                            (
+                                int.from_bytes(k[-8:], "big"),
+                                int.from_bytes(v[:8], "big"),
+                                struct.unpack(">d", v[8:16])[0],
+                            )
+                        )
         return oldest, out

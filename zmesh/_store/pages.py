@@ -82,8 +82,12 @@ class MappedPages:
         assert _LIBC is not None
         if _LIBC.madvise(addr, length, MADV_DONTNEED) != 0:
             err = ctypes.get_errno()
-            log.warning("cannot release the mapped pages of %s (%s); resident memory will "
-                        "include the store's pages read so far", self.path, os.strerror(err))
+            log.warning(
+                "cannot release the mapped pages of %s (%s); resident memory will "
+                "include the store's pages read so far",
+                self.path,
+                os.strerror(err),
+            )
             self._on = False
             return
         self.released += 1

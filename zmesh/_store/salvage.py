@@ -50,8 +50,7 @@ class SalvageReport:
 
     def lost(self) -> dict[str, int]:
         """Records of each database that were not copied."""
-        return {db: n - self.copied[db] for db, n in self.expected.items()
-                if n > self.copied[db]}
+        return {db: n - self.copied[db] for db, n in self.expected.items() if n > self.copied[db]}
 
 
 class _Reader(_verify._Verifier):  # type: ignore[misc,name-defined]
@@ -91,9 +90,12 @@ class _Reader(_verify._Verifier):  # type: ignore[misc,name-defined]
                     meta = self._read_meta(pgno, psize)
                 except _verify.VerifyError:
                     continue
-                if meta.magic == _verify.MDB_MAGIC and meta.psize == psize \
-                        and meta.version == self.eng["version"] \
-                        and (best is None or meta.txnid > best[1].txnid):
+                if (
+                    meta.magic == _verify.MDB_MAGIC
+                    and meta.psize == psize
+                    and meta.version == self.eng["version"]
+                    and (best is None or meta.txnid > best[1].txnid)
+                ):
                     best = (psize, meta, pgno)
             if best is not None:
                 break
@@ -109,19 +111,32 @@ class _Reader(_verify._Verifier):  # type: ignore[misc,name-defined]
             self.report.expected[ctx["name"][5:]] = ctx["db"].entries
         super()._walk_page(ctx, pgno, depth)
 
-    def _leaf_value(self, ctx: dict, pgno: int, i: int, buf: bytes, o: int, nflags: int,
-                    ksize: int, dsize: int, key: bytes) -> None:
+    def _leaf_value(
+        self,
+        ctx: dict,
+        pgno: int,
+        i: int,
+        buf: bytes,
+        o: int,
+        nflags: int,
+        ksize: int,
+        dsize: int,
+        key: bytes,
+    ) -> None:
         super()._leaf_value(ctx, pgno, i, buf, o, nflags, ksize, dsize, key)
         name = ctx["name"]
-        if ctx["is_free"] or not name.startswith("main/") \
-                or nflags & (_verify.F_SUBDATA | _verify.F_DUPDATA):
+        if (
+            ctx["is_free"]
+            or not name.startswith("main/")
+            or nflags & (_verify.F_SUBDATA | _verify.F_DUPDATA)
+        ):
             return
         db = name[5:]
         doff = o + 8 + (_verify._even(ksize) if self.eng["has_txnid"] else ksize)
         if nflags & _verify.F_BIGDATA:
             value = self._overflow(buf, doff, dsize)
         else:
-            value = bytes(buf[doff:doff + dsize]) if doff + dsize <= self.psize else None
+            value = bytes(buf[doff : doff + dsize]) if doff + dsize <= self.psize else None
         if value is None:
             self.report.unreadable[db] += 1
         else:
@@ -134,8 +149,11 @@ class _Reader(_verify._Verifier):  # type: ignore[misc,name-defined]
             if self.live[pgno] or self.free[pgno]:
                 continue
             buf = self.read_page(pgno)
-            if buf is None or self._pg_pgno(buf, 0) != pgno \
-                    or self._pg_flags(buf, 0) & _verify._TYPE_MASK != _verify.P_LEAF:
+            if (
+                buf is None
+                or self._pg_pgno(buf, 0) != pgno
+                or self._pg_flags(buf, 0) & _verify._TYPE_MASK != _verify.P_LEAF
+            ):
                 continue
             for key, value in self._records(buf):
                 db = _outbox_db(key, value)
@@ -154,16 +172,18 @@ class _Reader(_verify._Verifier):  # type: ignore[misc,name-defined]
             o = self._node_off(buf, 0, i)
             if o + 8 > self.psize:
                 continue
-            lo, hi, nflags, ksize = (_verify._U16.unpack_from(buf, o + 2 * j)[0]
-                                     for j in range(4))
+            lo, hi, nflags, ksize = (_verify._U16.unpack_from(buf, o + 2 * j)[0] for j in range(4))
             dsize = lo | hi << 16
             doff = o + 8 + (_verify._even(ksize) if self.eng["has_txnid"] else ksize)
             if doff > self.psize or nflags & (_verify.F_SUBDATA | _verify.F_DUPDATA):
                 continue
-            value = self._overflow(buf, doff, dsize) if nflags & _verify.F_BIGDATA else \
-                (bytes(buf[doff:doff + dsize]) if doff + dsize <= self.psize else None)
+            value = (
+                self._overflow(buf, doff, dsize)
+                if nflags & _verify.F_BIGDATA
+                else (bytes(buf[doff : doff + dsize]) if doff + dsize <= self.psize else None)
+            )
             if value is not None:
-                out.append((bytes(buf[o + 8:o + 8 + ksize]), value))
+                out.append((bytes(buf[o + 8 : o + 8 + ksize]), value))
         return out
 
     def _overflow(self, buf: bytes, doff: int, dsize: int) -> bytes | None:
@@ -175,11 +195,14 @@ class _Reader(_verify._Verifier):  # type: ignore[misc,name-defined]
         if first < _verify.NUM_METAS or first + need > self.next_pgno:
             return None
         extent = self.read_extent(first, need)
-        if extent is None or self._pg_pgno(extent, 0) != first \
-                or self._pg_flags(extent, 0) & _verify._TYPE_MASK != _verify.P_OVERFLOW \
-                or self._pg_pages(extent, 0) != need:
+        if (
+            extent is None
+            or self._pg_pgno(extent, 0) != first
+            or self._pg_flags(extent, 0) & _verify._TYPE_MASK != _verify.P_OVERFLOW
+            or self._pg_pages(extent, 0) != need
+        ):
             return None
-        return bytes(extent[self.hdrsz:self.hdrsz + dsize])
+        return bytes(extent[self.hdrsz : self.hdrsz + dsize])
 
 
 def _outbox_db(key: bytes, value: bytes) -> str | None:
@@ -209,8 +232,14 @@ class _Writer:
     """The new store, written in transactions of COPY_BATCH records."""
 
     def __init__(self, dest: Path, size_hint: int, report: SalvageReport) -> None:
-        self.env = lmdb.open(str(dest), map_size=max(1 << 30, 2 * size_hint), max_dbs=16,
-                             subdir=True, sync=False, metasync=False)
+        self.env = lmdb.open(
+            str(dest),
+            map_size=max(1 << 30, 2 * size_hint),
+            max_dbs=16,
+            subdir=True,
+            sync=False,
+            metasync=False,
+        )
         self.dbs: dict[str, Any] = {}
         self.pending: list[tuple[str, bytes, bytes]] = []
         self.report = report

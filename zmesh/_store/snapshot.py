@@ -19,8 +19,9 @@ def copy_env(env: Any, dest: str) -> None:
         if any(target.iterdir()):
             raise StoreError("snapshot destination is not empty", str(target))
     except OSError as exc:  # (no permission to read it)
-        raise StoreError(f"cannot read the snapshot destination {target}: {exc.strerror}",
-                         str(target)) from exc
+        raise StoreError(
+            f"cannot read the snapshot destination {target}: {exc.strerror}", str(target)
+        ) from exc
     try:
         env.copy(str(target), compact=True)
     except lmdb.Error as exc:

@@ -129,8 +129,11 @@ class Store(LogIndex, AckedWindow):
                 let_go(held, sync=False)
             raise
         if migrated:
-            log.info("%s: the dedupe window's %d entries are kept as bitmaps from now on",
-                     self.path, migrated)
+            log.info(
+                "%s: the dedupe window's %d entries are kept as bitmaps from now on",
+                self.path,
+                migrated,
+            )
 
     def _check_if_unclean(self, held: LockedDir) -> None:
         """Walk the store for damage (check.py) unless it is as a clean close left it;
@@ -139,19 +142,32 @@ class Store(LogIndex, AckedWindow):
         if why is None:
             return
         size = held.data_file.stat().st_size
-        log.warning("checking the store %s (%.1f MiB) for damage before opening it: %s",
-                    self.path, size / (1 << 20), why)
+        log.warning(
+            "checking the store %s (%.1f MiB) for damage before opening it: %s",
+            self.path,
+            size / (1 << 20),
+            why,
+        )
         report = check_store(self.path)
         if not report.sound:
-            raise StoreError(f"{report.summary()}; zmesh store check {self.data_dir} "
-                             f"lists what is damaged; {remedy(self.path)}", self.path)
+            raise StoreError(
+                f"{report.summary()}; zmesh store check {self.data_dir} "
+                f"lists what is damaged; {remedy(self.path)}",
+                self.path,
+            )
         log.warning("store %s checked in %.1fs: sound", self.path, report.seconds)
 
     def _open_env(self, held: LockedDir) -> int:
         """Open the environment and its databases; how many dedupe entries were migrated."""
         self.env = held.env = lmdb.open(
-            self.path, map_size=self.map_size_bytes, max_dbs=16, subdir=True,
-            sync=False, metasync=False, readahead=False, max_readers=64,
+            self.path,
+            map_size=self.map_size_bytes,
+            max_dbs=16,
+            subdir=True,
+            sync=False,
+            metasync=False,
+            readahead=False,
+            max_readers=64,
         )
         self.meta = self.env.open_db(b"meta")
         self.msgs = self.env.open_db(b"msgs")
@@ -168,9 +184,23 @@ class Store(LogIndex, AckedWindow):
         self.rtime = self.env.open_db(b"rtime")
         self.rnext = self.env.open_db(b"rnext")
         self.bad = self.env.open_db(b"bad")
-        self._dbs = (self.meta, self.msgs, self.pend, self.runs, self.pruns, self.lanes,
-                     self.acked, self.dead, self.ids, self.ids_t, self.peers, self.rlog,
-                     self.rtime, self.rnext, self.bad)
+        self._dbs = (
+            self.meta,
+            self.msgs,
+            self.pend,
+            self.runs,
+            self.pruns,
+            self.lanes,
+            self.acked,
+            self.dead,
+            self.ids,
+            self.ids_t,
+            self.peers,
+            self.rlog,
+            self.rtime,
+            self.rnext,
+            self.bad,
+        )
         self._psize = self.env.stat()["psize"]
         self._overflow = self._psize // 2 - 32  # larger values go to overflow pages
         self.pages = MappedPages(os.path.join(self.path, "data.mdb"))
@@ -185,14 +215,20 @@ class Store(LogIndex, AckedWindow):
             return
         free = self.disk.free_bytes()
         if free is not None and free < NEW_STORE_MIN_BYTES:
-            raise StoreFullError(self.path, self.map_size_bytes, disk=self.disk.describe(),
-                                 free_bytes=free)
+            raise StoreFullError(
+                self.path, self.map_size_bytes, disk=self.disk.describe(), free_bytes=free
+            )
 
     def full_error(self, waited_s: float | None = None) -> StoreFullError:
         """The StoreFullError of the store as it is: its disk's, or its map's."""
         if self.disk.full:
-            return StoreFullError(self.path, self.map_size_bytes, waited_s,
-                                  disk=self.disk.describe(), free_bytes=self.disk.free_bytes())
+            return StoreFullError(
+                self.path,
+                self.map_size_bytes,
+                waited_s,
+                disk=self.disk.describe(),
+                free_bytes=self.disk.free_bytes(),
+            )
         return StoreFullError(self.path, self.map_size_bytes, waited_s)
 
     def _disk_full(self, exc: BaseException) -> StoreFullError | None:
@@ -216,14 +252,19 @@ class Store(LogIndex, AckedWindow):
                     f"map_size_bytes {self.map_size_bytes} cannot be mapped on this host "
                     f"({exc}): lower map_size_bytes (to grow the map only when it fills "
                     "up, set max_map_size_bytes) or raise the process's address-space limit "
-                    "(ulimit -v)", self.path)
+                    "(ulimit -v)",
+                    self.path,
+                )
             return StoreError(
                 f"the store's data file of {used} bytes (more than map_size_bytes "
                 f"{self.map_size_bytes}) cannot be mapped on this host ({exc}): raise the "
                 "process's address-space limit (ulimit -v), or run the node on a host that "
-                "can map it", self.path)
-        return StoreError(f"cannot open the LMDB store ({exc}); if it is damaged, "
-                          f"{remedy(self.path)}", self.path)
+                "can map it",
+                self.path,
+            )
+        return StoreError(
+            f"cannot open the LMDB store ({exc}); if it is damaged, {remedy(self.path)}", self.path
+        )
 
     def close(self) -> None:
         if self._release.detach() is not None:  # (not twice; not again when collected)
@@ -246,8 +287,13 @@ class Store(LogIndex, AckedWindow):
             return False
         finally:
             self._resize_lock.release()
-        log.warning("LMDB map of %s grown from %d to %d bytes (max_map_size_bytes %d)",
-                    self.path, self.map_size_bytes, new, limit)
+        log.warning(
+            "LMDB map of %s grown from %d to %d bytes (max_map_size_bytes %d)",
+            self.path,
+            self.map_size_bytes,
+            new,
+            limit,
+        )
         self.map_size_bytes = new
         return True
 
@@ -266,8 +312,9 @@ class Store(LogIndex, AckedWindow):
                     try:
                         yield decode(k, v)
                     except Exception as exc:  # any decoding failure means a damaged record
-                        self.corrupt.append(Corrupt(name, bytes(k), bytes(v),
-                                                    f"{type(exc).__name__}: {exc}"))
+                        self.corrupt.append(
+                            Corrupt(name, bytes(k), bytes(v), f"{type(exc).__name__}: {exc}")
+                        )
         except lmdb.Error as exc:
             raise read_failed(exc, self.path, f"the {name} database") from exc
         self.pages.release()  # (the whole db was read: a restart's pending entries)
@@ -299,8 +346,9 @@ class Store(LogIndex, AckedWindow):
             if node_id is None:
                 node_id = secrets.token_bytes(16)
                 txn.put(b"node_id", node_id, db=self.meta)
-            incarnation = int.from_bytes(txn.get(b"incarnation", b"\0" * 8, db=self.meta),
-                                         "big") + 1
+            incarnation = (
+                int.from_bytes(txn.get(b"incarnation", b"\0" * 8, db=self.meta), "big") + 1
+            )
             txn.put(b"incarnation", u64(incarnation), db=self.meta)
             next_seq = int.from_bytes(txn.get(b"next_seq", b"\0" * 8, db=self.meta), "big")
             # Sequences allocated but never committed before a crash are skipped: resume
@@ -321,14 +369,22 @@ class Store(LogIndex, AckedWindow):
 
     def iter_lanes(self) -> Iterator[tuple[str, str, int, str, str, float | None]]:
         """(topic, lane, lane_id, group, mode, idle_since) of every remembered lane."""
+
         def decode(k: bytes, v: bytes) -> tuple[str, str, int, str, str, float | None]:
             topic, lane = unpackb(k)
             lane_id, group, mode, *rest = unpackb(v)
             idle = rest[0] if rest else None
             if len(rest) > 1 or not (idle is None or type(idle) in (int, float)):
                 raise ValueError("not a lane")
-            return (str(topic), str(lane), int(lane_id), str(group), str(mode),
-                    None if idle is None else float(idle))
+            return (
+                str(topic),
+                str(lane),
+                int(lane_id),
+                str(group),
+                str(mode),
+                None if idle is None else float(idle),
+            )
+
         yield from self._scan(self.lanes, "lanes", decode)
 
     def iter_pending(self) -> Iterator[tuple[int, int, tuple]]:
@@ -349,12 +405,14 @@ class Store(LogIndex, AckedWindow):
             if len(k) != 12:
                 raise ValueError("not a pending entry")
             return int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), value
+
         yield from self._scan(self.pend, "pend", decode)
 
     def iter_pruns(self) -> Iterator[tuple[int, int, tuple]]:
         """(lane_id, first seq, (partitions, offsets, attempts)) of every run entry, its
         partitions an array, its offsets None (all owed), a range or a list (see
         ``runs.run_entry``), each within the run, its attempts None or one per offset."""
+
         def decode(k: bytes, v: bytes) -> tuple[int, int, tuple]:
             value = unpackb(v)
             if len(k) != 12 or not isinstance(value, list) or len(value) != 3:
@@ -365,11 +423,18 @@ class Store(LogIndex, AckedWindow):
                 raise ValueError("not a run entry")
             offsets = run_offsets(offsets, len(parts))
             if attempts is not None and not (
-                    type(attempts) is list and len(attempts) == len(offsets or parts)
-                    and set(map(type, attempts)) <= {int} and min(attempts) >= 0):
+                type(attempts) is list
+                and len(attempts) == len(offsets or parts)
+                and set(map(type, attempts)) <= {int}
+                and min(attempts) >= 0
+            ):
                 raise ValueError("bad attempts in a run entry")
-            return (int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"),
-                    (parts, offsets, attempts))
+            return (
+                int.from_bytes(k[:4], "big"),
+                int.from_bytes(k[4:], "big"),
+                (parts, offsets, attempts),
+            )
+
         yield from self._scan(self.pruns, "pruns", decode)
 
     def get_messages(self, seqs: list[int]) -> dict[int, bytes]:
@@ -398,9 +463,11 @@ class Store(LogIndex, AckedWindow):
 
     def known_peers(self) -> dict[bytes, tuple[str, bytes]]:
         """(control endpoint, CURVE key or b"") of the peers this node knew before."""
+
         def decode(k: bytes, v: bytes) -> tuple[bytes, tuple[str, bytes]]:
             ep, _, key = bytes(v).decode().partition(" ")
             return bytes(k), (ep, key.encode())
+
         return dict(self._scan(self.peers, "peers", decode))
 
     def lookup_ids(self, msg_ids: list[bytes]) -> dict[bytes, int]:
@@ -424,6 +491,7 @@ class Store(LogIndex, AckedWindow):
             if not isinstance(value, list) or len(value) != 6:
                 raise ValueError("not a dead letter")
             return int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big"), value
+
         yield from self._scan(self.dead, "dead", decode)
 
     def iter_dead(self, lane_id: int) -> Iterator[tuple[int, list]]:
@@ -464,9 +532,17 @@ class Store(LogIndex, AckedWindow):
             self.env.sync(True)
         # Records written or deleted and, per pending entry, deletion or outbox entry, about
         # a leaf slot each.
-        self.pages.add(batch.msgs_bytes + batch.del_bytes
-                       + 32 * (batch.pending_entries() + len(batch.pend_del)
-                               + len(batch.msgs_del) + len(batch.prun_set)))
+        self.pages.add(
+            batch.msgs_bytes
+            + batch.del_bytes
+            + 32
+            * (
+                batch.pending_entries()
+                + len(batch.pend_del)
+                + len(batch.msgs_del)
+                + len(batch.prun_set)
+            )
+        )
 
     def _would_fill(self, batch: WriteBatch) -> bool:
         """True when the new messages would eat into the reserve of the map.
@@ -484,9 +560,18 @@ class Store(LogIndex, AckedWindow):
         # for a leaf takes whole overflow pages. A run's record (up to 256 KiB of
         # payloads) takes its overflow pages, filled, and a slot in a leaf.
         runs_bytes = sum(len(v) for _k, v in batch.runs_put)
-        need = 2 * (batch.msgs_bytes - runs_bytes + 40 * len(batch.msgs_put)
-                    + 40 * batch.pending_entries()) // psize + 2 \
+        need = (
+            2
+            * (
+                batch.msgs_bytes
+                - runs_bytes
+                + 40 * len(batch.msgs_put)
+                + 40 * batch.pending_entries()
+            )
+            // psize
+            + 2
             + (runs_bytes + 2 * psize * len(batch.runs_put)) // psize
+        )
         end = self.env.info()["last_pgno"] + 1  # pages of the file in use, free ones too
         room = self.disk.room_bytes()  # (None: unknown, no limit)
         disk_pages = None if room is None else end + room // psize  # the file may grow to
@@ -554,9 +639,13 @@ class Store(LogIndex, AckedWindow):
             txn.put(k, v, db=self.meta)
         for k, v in b.peers_put.items():
             txn.put(k, v, db=self.peers)
-        for db, keys in ((self.peers, b.peers_del), (self.pend, b.pend_del),
-                         (self.msgs, b.msgs_del), (self.runs, b.runs_del),
-                         (self.dead, b.dead_del)):
+        for db, keys in (
+            (self.peers, b.peers_del),
+            (self.pend, b.pend_del),
+            (self.msgs, b.msgs_del),
+            (self.runs, b.runs_del),
+            (self.dead, b.dead_del),
+        ):
             if keys:
                 _delete_each(txn, db, keys)
         if b.log_put or b.log_next or b.log_del:

@@ -34,17 +34,23 @@ TAIL_LINES = 10
 class Worker:
     """One bench process; its JSON lines become events on a shared queue."""
 
-    def __init__(self, role: str, args: list[str], root: Path, events: queue.Queue,
-                 env: dict[str, str]) -> None:
+    def __init__(
+        self, role: str, args: list[str], root: Path, events: queue.Queue, env: dict[str, str]
+    ) -> None:
         self.role = role
         self.log = root / f"{role}.log"
         with self.log.open("wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "zmesh.cli.bench_worker", role, *args],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
-                start_new_session=True)  # Ctrl-C reaches bench, which stops the workers
-        threading.Thread(target=self._read, args=(events,), daemon=True,
-                         name=f"bench-read-{role}").start()
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+            )  # Ctrl-C reaches bench, which stops the workers
+        threading.Thread(
+            target=self._read, args=(events,), daemon=True, name=f"bench-read-{role}"
+        ).start()
 
     def _read(self, events: queue.Queue) -> None:
         assert self.proc.stdout is not None
@@ -89,8 +95,11 @@ class Run:
         self.backlog: list[tuple[str, dict[str, Any]]] = []
         self.finished: set[str] = set()  # roles whose exit is expected now
         pkg_root = str(Path(__file__).resolve().parents[2])
-        self.env = dict(os.environ, PYTHONUNBUFFERED="1",
-                        PYTHONPATH=pkg_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            PYTHONPATH=pkg_root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        )
 
     def start(self, role: str, args: list[str]) -> None:
         self.workers[role] = Worker(role, args, self.root, self.events, self.env)
@@ -99,8 +108,13 @@ class Run:
         tail = self.workers[role].tail() if role in self.workers else ""
         return CliError(f"bench {role}: {message}" + (f"\n{tail}" if tail else ""))
 
-    def expect(self, role: str, event: str, timeout: float, on_progress: Any = None,
-               ) -> dict[str, Any]:
+    def expect(
+        self,
+        role: str,
+        event: str,
+        timeout: float,
+        on_progress: Any = None,
+    ) -> dict[str, Any]:
         """The next ``event`` of ``role``; progress events go to ``on_progress``, other
         events wait in a backlog for their own ``expect``."""
         for i, (who, ev) in enumerate(self.backlog):
@@ -135,10 +149,10 @@ class Run:
             worker.stop()
 
 
-def _table(messages: int, size: int, durability: str, thr: dict, res: dict,
-           rate: float) -> Table:
-    table = Table(title="zmesh bench: producer -> consumer, two processes on 127.0.0.1",
-                  title_justify="left")
+def _table(messages: int, size: int, durability: str, thr: dict, res: dict, rate: float) -> Table:
+    table = Table(
+        title="zmesh bench: producer -> consumer, two processes on 127.0.0.1", title_justify="left"
+    )
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("payload", f"{size} bytes, {durability} durability")
@@ -168,38 +182,81 @@ def run_suite(args: tuple[str, ...]) -> None:
     """``python -m benchmarks ARGS`` in the source checkout: zmesh against raw pyzmq."""
     root = suite_root()
     if root is None:
-        raise CliError("--suite runs the benchmark suite of a source checkout (benchmarks/ "
-                       "beside zmesh/); run it there, or from an editable install "
-                       "(pip install -e .)")
+        raise CliError(
+            "--suite runs the benchmark suite of a source checkout (benchmarks/ "
+            "beside zmesh/); run it there, or from an editable install "
+            "(pip install -e .)"
+        )
     # Run from the caller's directory (its relative --json, --results-dir and --profile
     # paths are its own), with the checkout on the path.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
     code = subprocess.call([sys.executable, "-m", "benchmarks", *args], env=env)
     if code:
         raise click.exceptions.Exit(code)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
-@click.option("--suite", is_flag=True,
-              help="Run the full benchmark suite instead (zmesh against raw pyzmq, every "
-                   "durability, batch API, latency, fan-out, backlog, restart); arguments "
-                   "after it go to `python -m benchmarks`, e.g. --quick or --only NAME.")
+@click.option(
+    "--suite",
+    is_flag=True,
+    help="Run the full benchmark suite instead (zmesh against raw pyzmq, every "
+    "durability, batch API, latency, fan-out, backlog, restart); arguments "
+    "after it go to `python -m benchmarks`, e.g. --quick or --only NAME.",
+)
 @click.argument("suite_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--messages", type=click.IntRange(min=1), default=20_000, show_default=True,
-              help="Messages of the throughput run.")
-@click.option("--size", type=click.IntRange(min=9, max=1 << 20), default=100,
-              show_default=True, help="Payload bytes.")
-@click.option("--durability", type=click.Choice(["process", "fsync", "memory"]),
-              default="process", show_default=True, help="The topic's durability.")
-@click.option("--latency-messages", type=click.IntRange(min=1),
-              help="Messages of the paced latency run (default: min(1000, --messages)).")
-@click.option("--rate", type=click.FloatRange(min=1), default=1000.0, show_default=True,
-              help="Messages per second of the latency run.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
-              help="Seconds before the run is abandoned.")
-def bench(suite: bool, suite_args: tuple[str, ...], messages: int, size: int,
-          durability: str, latency_messages: int | None, rate: float, timeout: float) -> None:
+@click.option(
+    "--messages",
+    type=click.IntRange(min=1),
+    default=20_000,
+    show_default=True,
+    help="Messages of the throughput run.",
+)
+@click.option(
+    "--size",
+    type=click.IntRange(min=9, max=1 << 20),
+    default=100,
+    show_default=True,
+    help="Payload bytes.",
+)
+@click.option(
+    "--durability",
+    type=click.Choice(["process", "fsync", "memory"]),
+    default="process",
+    show_default=True,
+    help="The topic's durability.",
+)
+@click.option(
+    "--latency-messages",
+    type=click.IntRange(min=1),
+    help="Messages of the paced latency run (default: min(1000, --messages)).",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=1),
+    default=1000.0,
+    show_default=True,
+    help="Messages per second of the latency run.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    help="Seconds before the run is abandoned.",
+)
+def bench(
+    suite: bool,
+    suite_args: tuple[str, ...],
+    messages: int,
+    size: int,
+    durability: str,
+    latency_messages: int | None,
+    rate: float,
+    timeout: float,
+) -> None:
     """Measure this installation: msgs/s with a publish and an ack per message, then
     p50/p99 end-to-end latency at a paced rate; two node processes on 127.0.0.1.
 
@@ -210,27 +267,59 @@ def bench(suite: bool, suite_args: tuple[str, ...], messages: int, size: int,
         run_suite(suite_args)
         return
     if suite_args:
-        raise click.UsageError(f"unexpected arguments {' '.join(suite_args)!r} (they go to "
-                               "the benchmark suite only with --suite)")
+        raise click.UsageError(
+            f"unexpected arguments {' '.join(suite_args)!r} (they go to "
+            "the benchmark suite only with --suite)"
+        )
     latency = latency_messages or min(1000, messages)
     warmup = min(200, messages)
     root = Path(tempfile.mkdtemp(prefix="zmesh-bench-"))
     mesh = f"bench-{uuid.uuid4().hex[:10]}"
-    common = ["--mesh", mesh, "--messages", str(messages), "--latency-messages",
-              str(latency), "--size", str(size), "--max-seconds", str(timeout)]
+    common = [
+        "--mesh",
+        mesh,
+        "--messages",
+        str(messages),
+        "--latency-messages",
+        str(latency),
+        "--size",
+        str(size),
+        "--max-seconds",
+        str(timeout),
+    ]
     run = Run(root)
     deadline = time.monotonic() + timeout
     try:
         run.start("consumer", [*common, "--data-dir", str(root / "consumer")])
         control = run.expect("consumer", "up", STARTUP_TIMEOUT_S)["control"]
-        run.start("producer", [*common, "--data-dir", str(root / "producer"), "--seed",
-                               control, "--warmup", str(warmup), "--rate", str(rate),
-                               "--durability", durability])
+        run.start(
+            "producer",
+            [
+                *common,
+                "--data-dir",
+                str(root / "producer"),
+                "--seed",
+                control,
+                "--warmup",
+                str(warmup),
+                "--rate",
+                str(rate),
+                "--durability",
+                durability,
+            ],
+        )
         run.expect("producer", "ready", STARTUP_TIMEOUT_S)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      console=err_console, transient=True) as progress:
-            tasks = {"throughput": progress.add_task("throughput: acked", total=messages),
-                     "latency": progress.add_task("latency: acked", total=latency)}
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=err_console,
+            transient=True,
+        ) as progress:
+            tasks = {
+                "throughput": progress.add_task("throughput: acked", total=messages),
+                "latency": progress.add_task("latency: acked", total=latency),
+            }
 
             def show(_who: str, ev: dict[str, Any]) -> None:
                 task = tasks.get(str(ev.get("phase")))
@@ -246,8 +335,12 @@ def bench(suite: bool, suite_args: tuple[str, ...], messages: int, size: int,
         run.close()
         shutil.rmtree(root, ignore_errors=True)
     console.print(_table(messages, size, durability, thr, res, rate))
-    click.echo(f"{messages / float(thr['seconds']):,.0f} msgs/s; latency p50 "
-               f"{res['p50_ms']:.3f} ms, p99 {res['p99_ms']:.3f} ms")
-    click.echo("A quick local run, not a benchmark suite: the full comparison against raw "
-               "ZeroMQ (PUSH/PULL, DEALER/ROUTER with acks, LMDB) is `zmesh bench --suite` "
-               "in a source checkout (make bench; see docs/performance.md).")
+    click.echo(
+        f"{messages / float(thr['seconds']):,.0f} msgs/s; latency p50 "
+        f"{res['p50_ms']:.3f} ms, p99 {res['p99_ms']:.3f} ms"
+    )
+    click.echo(
+        "A quick local run, not a benchmark suite: the full comparison against raw "
+        "ZeroMQ (PUSH/PULL, DEALER/ROUTER with acks, LMDB) is `zmesh bench --suite` "
+        "in a source checkout (make bench; see docs/performance.md)."
+    )

@@ -61,16 +61,25 @@ def _watch_stop() -> threading.Event:
 
 
 def _node(args: argparse.Namespace, name: str, seeds: list[str]) -> Node:
-    return Node(name, mesh=args.mesh, data_dir=args.data_dir, interfaces=LOOPBACK, mdns=False,
-                seeds=seeds, heartbeat_interval_s=0.5, dead_after_s=5.0)
+    return Node(
+        name,
+        mesh=args.mesh,
+        data_dir=args.data_dir,
+        interfaces=LOOPBACK,
+        mdns=False,
+        seeds=seeds,
+        heartbeat_interval_s=0.5,
+        dead_after_s=5.0,
+    )
 
 
 def _payload(phase: int, size: int) -> bytes:
     return HEADER.pack(time.time(), phase) + b"x" * max(0, size - HEADER.size)
 
 
-def _wait_acked(receipts: list[Receipt], deadline: float, stop: threading.Event,
-                phase: str) -> bool:
+def _wait_acked(
+    receipts: list[Receipt], deadline: float, stop: threading.Event, phase: str
+) -> bool:
     next_report = 0.0
     for n, receipt in enumerate(receipts):
         while not receipt.acked:
@@ -90,8 +99,10 @@ def run_producer(args: argparse.Namespace, stop: threading.Event) -> int:
     deadline = time.monotonic() + args.max_seconds
     with _node(args, "bench-producer", [args.seed]) as node:
         node.topic(TOPIC, groups=[GROUP], durability=args.durability, ack_timeout_s=30.0)
-        while not any(ln["topic"] == TOPIC and ln["lane"] == GROUP and ln["members"]
-                      for ln in node.status()["lanes"]):
+        while not any(
+            ln["topic"] == TOPIC and ln["lane"] == GROUP and ln["members"]
+            for ln in node.status()["lanes"]
+        ):
             if stop.wait(0.05) or time.monotonic() >= deadline:
                 emit("error", message="the consumer did not join")
                 return 1
@@ -107,11 +118,13 @@ def run_producer(args: argparse.Namespace, stop: threading.Event) -> int:
             receipts.append(node.publish(TOPIC, _payload(1, args.size)))
             if time.monotonic() >= next_report:
                 next_report = time.monotonic() + PROGRESS_EVERY_S
-                emit("progress", phase="throughput", published=len(receipts),
-                     total=args.messages)
+                emit("progress", phase="throughput", published=len(receipts), total=args.messages)
         if not _wait_acked(receipts, deadline, stop, "throughput"):
-            emit("error", message=f"only {sum(r.acked for r in receipts)} of "
-                                  f"{len(receipts)} messages acked in time")
+            emit(
+                "error",
+                message=f"only {sum(r.acked for r in receipts)} of "
+                f"{len(receipts)} messages acked in time",
+            )
             return 1
         emit("throughput", messages=args.messages, seconds=time.perf_counter() - t0)
         start = time.monotonic()
@@ -158,13 +171,17 @@ def run_consumer(args: argparse.Namespace, stop: threading.Event) -> int:
                     if phase == 2:
                         latencies.append(received - sent)
                 msg.ack()
-            if not reported and counts[1] >= args.messages and \
-                    counts[2] >= args.latency_messages:
+            if not reported and counts[1] >= args.messages and counts[2] >= args.latency_messages:
                 reported = True
-                emit("result", received=counts, duplicates=duplicates,
-                     samples=len(latencies), p50_ms=_percentile(latencies, 0.50) * 1e3,
-                     p99_ms=_percentile(latencies, 0.99) * 1e3,
-                     max_ms=max(latencies, default=0.0) * 1e3)
+                emit(
+                    "result",
+                    received=counts,
+                    duplicates=duplicates,
+                    samples=len(latencies),
+                    p50_ms=_percentile(latencies, 0.50) * 1e3,
+                    p99_ms=_percentile(latencies, 0.99) * 1e3,
+                    max_ms=max(latencies, default=0.0) * 1e3,
+                )
         sub.close()
     return 0
 
@@ -184,8 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     stop = _watch_stop()
     try:
         if args.role == "producer":

@@ -36,9 +36,12 @@ def control_endpoint(address: str) -> str:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="ADDRESS") from exc
     if ":" in host:  # (parse_seed takes IPv6 literals in addresses other than seeds)
-        raise click.BadParameter(f"address {address!r} is an IPv6 address; a node's control "
-                                 "socket listens on IPv4 only: give its IPv4 address or host "
-                                 "name", param_hint="ADDRESS")
+        raise click.BadParameter(
+            f"address {address!r} is an IPv6 address; a node's control "
+            "socket listens on IPv4 only: give its IPv4 address or host "
+            "name",
+            param_hint="ADDRESS",
+        )
     return endpoint(host, port)
 
 
@@ -62,24 +65,31 @@ def read_key(value: str, what: str) -> bytes:
         try:
             text = path.read_text()
         except OSError as exc:
-            raise ConfigError(f"{what}: {value!r} is neither a 40-character Z85 key nor a "
-                              f"readable key file ({exc.strerror})") from exc
+            raise ConfigError(
+                f"{what}: {value!r} is neither a 40-character Z85 key nor a "
+                f"readable key file ({exc.strerror})"
+            ) from exc
     return _check_key(text, f"{what} {value}")
 
 
-def load_curve(server_key: str | None, secret_key_file: str | None,
-               secret_from_flag: bool = True) -> CurveKeys | None:
+def load_curve(
+    server_key: str | None, secret_key_file: str | None, secret_from_flag: bool = True
+) -> CurveKeys | None:
     """The keys of --server-key and --secret-key-file (None when neither is given, or when
     only a secret key came from the environment or a context, where it serves the
     commands that join the mesh)."""
     if server_key is None and (secret_key_file is None or not secret_from_flag):
         return None
     if server_key is None or secret_key_file is None:
-        raise click.UsageError("--server-key and --secret-key-file go together: the node's "
-                               "public key and a key pair the node trusts")
+        raise click.UsageError(
+            "--server-key and --secret-key-file go together: the node's "
+            "public key and a key pair the node trusts"
+        )
     if secret_key_file.endswith(".pub"):
-        raise click.UsageError(f"--secret-key-file {secret_key_file} looks like a public key; "
-                               "pass the NAME.key beside it")
+        raise click.UsageError(
+            f"--secret-key-file {secret_key_file} looks like a public key; "
+            "pass the NAME.key beside it"
+        )
     secret = read_key(secret_key_file, "--secret-key-file")
     return CurveKeys(read_key(server_key, "--server-key"), zmq.curve_public(secret), secret)
 
@@ -110,24 +120,36 @@ def add_curve_options(cmd: click.Command) -> click.Command:
     return cmd
 
 
-def _no_reply(address: str, what: str, timeout_s: float, keys: CurveKeys | None,
-              why: str | None = None) -> CliError:
+def _no_reply(
+    address: str, what: str, timeout_s: float, keys: CurveKeys | None, why: str | None = None
+) -> CliError:
     if why is not None:
         return CliError(f"no {what} reply from {address} within {timeout_s:g}s: {why}")
     if keys is None:
-        hint = ("It may be a secured node (CurveZMQ; secret_key_file in its [node] table): "
-                "then pass --server-key (its NAME.pub) and --secret-key-file (a key pair "
-                "whose .pub is in its trusted_keys_dir)")
+        hint = (
+            "It may be a secured node (CurveZMQ; secret_key_file in its [node] table): "
+            "then pass --server-key (its NAME.pub) and --secret-key-file (a key pair "
+            "whose .pub is in its trusted_keys_dir)"
+        )
     else:
-        hint = ("With keys given: check that --server-key is this node's public key and that "
-                "the .pub of --secret-key-file is in its trusted_keys_dir (the node counts "
-                "refusals as auth_denied and handshakes_failed)")
-    return CliError(f"no {what} reply from {address} within {timeout_s:g}s: is a zmesh "
-                    f"node's control socket listening there? {hint}")
+        hint = (
+            "With keys given: check that --server-key is this node's public key and that "
+            "the .pub of --secret-key-file is in its trusted_keys_dir (the node counts "
+            "refusals as auth_denied and handshakes_failed)"
+        )
+    return CliError(
+        f"no {what} reply from {address} within {timeout_s:g}s: is a zmesh "
+        f"node's control socket listening there? {hint}"
+    )
 
 
-def request(address: str, msg: StatusRequest | AdminRequest, timeout_s: float,
-            keys: CurveKeys | None = None, what: str = "status") -> Control:
+def request(
+    address: str,
+    msg: StatusRequest | AdminRequest,
+    timeout_s: float,
+    keys: CurveKeys | None = None,
+    what: str = "status",
+) -> Control:
     """Send one request to the control socket at ``address`` and return the matching
     reply; ``keys`` (default: the command's --server-key/--secret-key-file) for CURVE."""
     ep = control_endpoint(address)
@@ -145,8 +167,9 @@ def request(address: str, msg: StatusRequest | AdminRequest, timeout_s: float,
         try:
             sock.connect(ep)
         except zmq.ZMQError as exc:  # an address ZeroMQ cannot parse ("a b:1")
-            raise click.BadParameter(f"address {address!r}: ZeroMQ cannot connect to {ep} "
-                                     f"({exc})", param_hint="ADDRESS") from exc
+            raise click.BadParameter(
+                f"address {address!r}: ZeroMQ cannot connect to {ep} ({exc})", param_hint="ADDRESS"
+            ) from exc
         sock.send(encode_control(msg))
         want = StatusReply if isinstance(msg, StatusRequest) else AdminReply
         deadline = time.monotonic() + timeout_s
@@ -176,12 +199,12 @@ def request_status(address: str, timeout_s: float, keys: CurveKeys | None = None
     return reply.status
 
 
-def request_admin(address: str, op: str, args: dict, timeout_s: float,
-                  keys: CurveKeys | None = None) -> Any:
+def request_admin(
+    address: str, op: str, args: dict, timeout_s: float, keys: CurveKeys | None = None
+) -> Any:
     """Run an operator's request (dead_letters, replay, purge) at the node; an error the
     node reports becomes a CliError (exit 1) with its message."""
-    reply = request(address, AdminRequest(secrets.randbits(62), op, args), timeout_s, keys,
-                    what=op)
+    reply = request(address, AdminRequest(secrets.randbits(62), op, args), timeout_s, keys, what=op)
     assert isinstance(reply, AdminReply)
     if not reply.ok:
         raise CliError(f"{address} refused {op}: {reply.error}")

@@ -56,14 +56,21 @@ def node_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     options = [
         common("mesh", "seeds", "interfaces", "mdns", "secret_key_file", "trusted_keys_dir"),
-        click.option("--data-dir", type=click.Path(file_okay=False),
-                     help="Keep the node's outbox and dedupe window here "
-                          "(default: a temporary dir removed on exit)."),
+        click.option(
+            "--data-dir",
+            type=click.Path(file_okay=False),
+            help="Keep the node's outbox and dedupe window here "
+            "(default: a temporary dir removed on exit).",
+        ),
         click.option("--name", help="Node name (default: ROLE-PID)."),
-        click.option("--max-message-bytes", type=click.IntRange(min=1),
-                     default=_DEFAULT_MAX_BYTES, show_default=True,
-                     help="Largest payload this node publishes or accepts (a consumer's "
-                          "producers park larger ones as dead letters)."),
+        click.option(
+            "--max-message-bytes",
+            type=click.IntRange(min=1),
+            default=_DEFAULT_MAX_BYTES,
+            show_default=True,
+            help="Largest payload this node publishes or accepts (a consumer's "
+            "producers park larger ones as dead letters).",
+        ),
     ]
     for option in reversed(options):
         with_node = option(with_node)
@@ -83,9 +90,13 @@ def warn_unresolvable(seeds: Sequence[str]) -> None:
         try:
             socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
         except OSError as exc:
-            log.warning("seed %s: host %r does not resolve (%s); zmesh keeps trying it, "
-                        "so it is reached once it resolves", seed, host,
-                        exc.strerror or exc)
+            log.warning(
+                "seed %s: host %r does not resolve (%s); zmesh keeps trying it, "
+                "so it is reached once it resolves",
+                seed,
+                host,
+                exc.strerror or exc,
+            )
 
 
 @contextlib.contextmanager
@@ -103,11 +114,17 @@ def cli_node(role: str, args: NodeArgs) -> Iterator[Node]:
         tmp = data_dir = tempfile.mkdtemp(prefix=f"zmesh-{role}-")
     try:
         with quiet_open_mesh():
-            node = Node(args.name or f"{role}-{os.getpid()}", mesh=args.mesh,
-                        data_dir=data_dir, interfaces=list(args.interfaces), mdns=mdns,
-                        seeds=list(args.seeds), max_message_bytes=args.max_message_bytes,
-                        secret_key_file=args.secret_key_file,
-                        trusted_keys_dir=args.trusted_keys_dir)
+            node = Node(
+                args.name or f"{role}-{os.getpid()}",
+                mesh=args.mesh,
+                data_dir=data_dir,
+                interfaces=list(args.interfaces),
+                mdns=mdns,
+                seeds=list(args.seeds),
+                max_message_bytes=args.max_message_bytes,
+                secret_key_file=args.secret_key_file,
+                trusted_keys_dir=args.trusted_keys_dir,
+            )
             with node:
                 yield node
     finally:

@@ -25,8 +25,7 @@ from .settings import (
 )
 
 # What `show` reports, and the option each comes from (the parameter name it has).
-SHOWN = ("mesh", "seeds", "interfaces", "mdns", "secret_key_file", "trusted_keys_dir",
-         "server_key")
+SHOWN = ("mesh", "seeds", "interfaces", "mdns", "secret_key_file", "trusted_keys_dir", "server_key")
 
 
 @click.group()
@@ -43,39 +42,70 @@ def context() -> None:
 
 
 def _row(name: str, c: Context, selected: str | None) -> list[str]:
-    return [("* " if name == selected else "  ") + name, c.mesh or "-",
-            " ".join(c.seeds) or "-", " ".join(c.interfaces) or "-",
-            "-" if c.mdns is None else ("on" if c.mdns else "off"),
-            c.secret_key_file or "-", c.description or ""]
+    return [
+        ("* " if name == selected else "  ") + name,
+        c.mesh or "-",
+        " ".join(c.seeds) or "-",
+        " ".join(c.interfaces) or "-",
+        "-" if c.mdns is None else ("on" if c.mdns else "off"),
+        c.secret_key_file or "-",
+        c.description or "",
+    ]
 
 
 @context.command("add")
 @click.argument("name")
 @click.option("--mesh", help="Mesh to join.")
-@click.option("--seed", "seeds", multiple=True, type=ADDRESSES, metavar="HOST:PORT",
-              help="Control address of a peer (repeatable).")
-@click.option("--interface", "interfaces", multiple=True, type=ADDRESSES, metavar="IP",
-              help="Address to bind and speak mDNS on (repeatable).")
+@click.option(
+    "--seed",
+    "seeds",
+    multiple=True,
+    type=ADDRESSES,
+    metavar="HOST:PORT",
+    help="Control address of a peer (repeatable).",
+)
+@click.option(
+    "--interface",
+    "interfaces",
+    multiple=True,
+    type=ADDRESSES,
+    metavar="IP",
+    help="Address to bind and speak mDNS on (repeatable).",
+)
 @click.option("--mdns/--no-mdns", default=None, help="Use multicast discovery or not.")
-@click.option("--secret-key-file", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Your CurveZMQ secret key, for a secured mesh.")
-@click.option("--trusted-keys-dir", metavar="DIR", type=click.Path(file_okay=False),
-              help="The .pub keys of the nodes to trust.")
-@click.option("--server-key", metavar="KEY|FILE",
-              help="Public key of the node status, top and dlq talk to.")
+@click.option(
+    "--secret-key-file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Your CurveZMQ secret key, for a secured mesh.",
+)
+@click.option(
+    "--trusted-keys-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="The .pub keys of the nodes to trust.",
+)
+@click.option(
+    "--server-key", metavar="KEY|FILE", help="Public key of the node status, top and dlq talk to."
+)
 @click.option("--http-address", metavar="HOST:PORT", help="A node's HTTP API.")
 @click.option("--description", default="", help="A line saying what it is for.")
 @click.option("--select", "select_it", is_flag=True, help="Also make it the selected one.")
 @click.option("--force", is_flag=True, help="Replace a context of that name.")
-def add(name: str, seeds: tuple[str, ...], interfaces: tuple[str, ...], select_it: bool,
-        force: bool, **values: Any) -> None:
+def add(
+    name: str,
+    seeds: tuple[str, ...],
+    interfaces: tuple[str, ...],
+    select_it: bool,
+    force: bool,
+    **values: Any,
+) -> None:
     """Save a context NAME (relative key paths are stored absolute)."""
     doc = Contexts.read()
     if name in doc.contexts and not force:
         raise CliError(f"context {name!r} exists in {doc.path}; pass --force to replace it")
     new = checked(Context(name=name, seeds=seeds, interfaces=interfaces, **values))
-    doc = Contexts(doc.path, {**doc.contexts, name: new},
-                   name if select_it else doc.selected)
+    doc = Contexts(doc.path, {**doc.contexts, name: new}, name if select_it else doc.selected)
     doc.write()
     click.echo(f"context {name} saved in {doc.path}" + (" and selected" if select_it else ""))
 
@@ -86,9 +116,17 @@ def ls(as_json: bool) -> None:
     """List the contexts; * marks the selected one."""
     doc = Contexts.read()
     if as_json:
-        click.echo(json.dumps({"selected": doc.selected, "path": str(doc.path),
-                               "contexts": {n: c.settings() for n, c in doc.contexts.items()}},
-                              indent=2, sort_keys=True))
+        click.echo(
+            json.dumps(
+                {
+                    "selected": doc.selected,
+                    "path": str(doc.path),
+                    "contexts": {n: c.settings() for n, c in doc.contexts.items()},
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
         return
     if not doc.contexts:
         click.echo(f"no contexts yet ({doc.path}); add one with `zmesh context add`")
@@ -147,20 +185,25 @@ def show(as_json: bool, **values: Any) -> None:
         where = _WHERE.get(source(name))  # type: ignore[arg-type]
         if where is None:
             by_context = in_use is not None and getattr(in_use, name) not in (None, ())
-            where = f"context {in_use.name}" if in_use is not None and by_context \
-                else "default"
+            where = f"context {in_use.name}" if in_use is not None and by_context else "default"
         value = values[name]
-        out[name] = {"value": list(value) if isinstance(value, tuple) else value,
-                     "from": where}
+        out[name] = {"value": list(value) if isinstance(value, tuple) else value, "from": where}
     http = http_address()
     if as_json:
-        click.echo(json.dumps({"context": None if in_use is None else in_use.name,
-                               "settings": out, "http_address": http}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "context": None if in_use is None else in_use.name,
+                    "settings": out,
+                    "http_address": http,
+                },
+                indent=2,
+            )
+        )
         return
     note(f"context in use: {in_use.name if in_use else 'none'}")
     for name, entry in out.items():
         value = entry["value"]
-        text = " ".join(value) if isinstance(value, list) else "-" if value is None \
-            else str(value)
+        text = " ".join(value) if isinstance(value, list) else "-" if value is None else str(value)
         click.echo(f"{name:<17} {text}  ({entry['from']}; {ENV[name]})")
     click.echo(f"{'http_address':<17} {http or '-'}  ({ENV['http_address']})")

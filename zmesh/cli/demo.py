@@ -40,8 +40,9 @@ TAIL_LINES = 15
 class Child:
     """One worker process and the thread that turns its stdout into events."""
 
-    def __init__(self, name: str, proc: subprocess.Popen, reader: threading.Thread,
-                 log: Path) -> None:
+    def __init__(
+        self, name: str, proc: subprocess.Popen, reader: threading.Thread, log: Path
+    ) -> None:
         self.name = name
         self.proc = proc
         self.reader = reader
@@ -59,20 +60,34 @@ class Fleet:
         self.children: dict[str, Child] = {}
         self.retired: list[Child] = []
         pkg_root = str(Path(__file__).resolve().parents[2])
-        self.env = dict(os.environ, PYTHONUNBUFFERED="1",
-                        PYTHONPATH=pkg_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            PYTHONPATH=pkg_root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        )
 
     def start(self, name: str, args: list[str]) -> Child:
         log = self.root / "logs" / f"{name}.log"
         log.parent.mkdir(exist_ok=True)
         with log.open("ab") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "zmesh.cli.demo_worker", *args,
-                 "--log-level", self.log_level],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=self.env,
-                start_new_session=True)  # Ctrl-C reaches the demo, which stops the children
-        reader = threading.Thread(target=self._read, args=(name, proc), daemon=True,
-                                  name=f"demo-read-{name}")
+                [
+                    sys.executable,
+                    "-m",
+                    "zmesh.cli.demo_worker",
+                    *args,
+                    "--log-level",
+                    self.log_level,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=self.env,
+                start_new_session=True,
+            )  # Ctrl-C reaches the demo, which stops the children
+        reader = threading.Thread(
+            target=self._read, args=(name, proc), daemon=True, name=f"demo-read-{name}"
+        )
         child = Child(name, proc, reader, log)
         self.children[name] = child
         reader.start()
@@ -134,7 +149,8 @@ class Fleet:
 
     def tail(self, name: str) -> str:
         child = self.children.get(name) or next(
-            (c for c in reversed(self.retired) if c.name == name), None)
+            (c for c in reversed(self.retired) if c.name == name), None
+        )
         if child is None or not child.log.exists():
             return ""
         lines = child.log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
@@ -177,8 +193,9 @@ def parse_consumers(spec: str) -> dict[str, int]:
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--consumers") from exc
         if not sep or not count.isdigit() or not 1 <= int(count) <= 8 or group in groups:
-            raise click.BadParameter(f"{part!r}: use GROUP:N with N in 1..8, each group once",
-                                     param_hint="--consumers")
+            raise click.BadParameter(
+                f"{part!r}: use GROUP:N with N in 1..8, each group once", param_hint="--consumers"
+            )
         groups[group] = int(count)
     if sum(groups.values()) > 12:
         raise click.BadParameter("at most 12 consumers", param_hint="--consumers")
@@ -188,8 +205,15 @@ def parse_consumers(spec: str) -> dict[str, int]:
 class Demo:
     """One run: start the fleet, publish, crash a consumer, wait, report."""
 
-    def __init__(self, root: Path, messages: int, groups: dict[str, int], kill: bool,
-                 timeout_s: float, log_level: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        messages: int,
+        groups: dict[str, int],
+        kill: bool,
+        timeout_s: float,
+        log_level: str,
+    ) -> None:
         self.root = root
         self.messages = messages
         self.groups = groups
@@ -211,10 +235,23 @@ class Demo:
         self.seed = ""
 
     def consumer_args(self, name: str, group: str, crash_after: int) -> list[str]:
-        return ["consumer", "--mesh", self.mesh, "--data-dir", str(self.root / name),
-                "--name", name, "--group", group, "--seed", self.seed,
-                "--records", str(self.root / f"{name}.records"),
-                "--crash-after", str(crash_after)]
+        return [
+            "consumer",
+            "--mesh",
+            self.mesh,
+            "--data-dir",
+            str(self.root / name),
+            "--name",
+            name,
+            "--group",
+            group,
+            "--seed",
+            self.seed,
+            "--records",
+            str(self.root / f"{name}.records"),
+            "--crash-after",
+            str(crash_after),
+        ]
 
     def _next(self, deadline: float, what: str) -> tuple[str, dict[str, Any]]:
         """The next event of a worker; ("", {}) after half a second without one."""
@@ -234,28 +271,51 @@ class Demo:
 
     def run(self) -> DemoResult:
         fleet = self.fleet
-        fleet.start("producer", [
-            "producer", "--mesh", self.mesh, "--data-dir", str(self.root / "producer"),
-            "--groups", ",".join(f"{g}:{n}" for g, n in self.groups.items()),
-            "--messages", str(self.messages), "--pause-at", str(self.pause_at),
-            "--join-timeout", str(STARTUP_TIMEOUT_S), "--timeout", str(self.timeout_s)])
+        fleet.start(
+            "producer",
+            [
+                "producer",
+                "--mesh",
+                self.mesh,
+                "--data-dir",
+                str(self.root / "producer"),
+                "--groups",
+                ",".join(f"{g}:{n}" for g, n in self.groups.items()),
+                "--messages",
+                str(self.messages),
+                "--pause-at",
+                str(self.pause_at),
+                "--join-timeout",
+                str(STARTUP_TIMEOUT_S),
+                "--timeout",
+                str(self.timeout_s),
+            ],
+        )
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self.seed:
             name, event = self._next(deadline, "the producer to start")
             if name == "producer" and event["event"] == "up":
                 self.seed = event["control"]
-        console.print(f"mesh [bold]{self.mesh}[/] on 127.0.0.1: producer at {self.seed}; "
-                      f"groups {', '.join(f'{g} x{n}' for g, n in self.groups.items())}")
+        console.print(
+            f"mesh [bold]{self.mesh}[/] on 127.0.0.1: producer at {self.seed}; "
+            f"groups {', '.join(f'{g} x{n}' for g, n in self.groups.items())}"
+        )
         for name, group in self.members:
-            fleet.start(name, self.consumer_args(
-                name, group, self.crash_after if name == self.victim else 0))
+            fleet.start(
+                name,
+                self.consumer_args(name, group, self.crash_after if name == self.victim else 0),
+            )
         self._watch()
         fleet.stop([n for n, _ in self.members], STOP_GRACE_S)
         return self._result()
 
     def _watch(self) -> None:
-        columns = (TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn())
+        columns = (
+            TextColumn("{task.description:<22}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
         total_members = len(self.members)
         deadline = time.monotonic() + 2 * STARTUP_TIMEOUT_S + self.timeout_s
         with Progress(*columns, console=console) as progress:
@@ -265,14 +325,18 @@ class Demo:
             while self.done is None:
                 name, event = self._next(deadline, "every message to be acked")
                 kind = event.get("event")
-                if (self.paused_at is not None and not self.crashed
-                        and time.monotonic() - self.paused_at > IDLE_KILL_S):
+                if (
+                    self.paused_at is not None
+                    and not self.crashed
+                    and time.monotonic() - self.paused_at > IDLE_KILL_S
+                ):
                     self._crash({"handled": 0, "unacked": 0, "idle": True}, progress)
                 if name == "producer" and kind == "paused":
                     self.paused_at = time.monotonic()
                 elif name == "producer" and kind == "joining":
-                    progress.update(joined, completed=min(total_members,
-                                                          sum(event["members"].values())))
+                    progress.update(
+                        joined, completed=min(total_members, sum(event["members"].values()))
+                    )
                 elif name == "producer" and kind == "progress":
                     progress.update(joined, completed=total_members)
                     progress.update(published, completed=event["published"])
@@ -291,41 +355,81 @@ class Demo:
         self.fleet.kill(self.victim)
         group = self.victim.rsplit("-", 1)[0]
         if event.get("idle"):
-            self.crash = (f"{self.victim} killed (SIGKILL) while idle (no messages came its "
-                          "way); restarted on its data dir")
+            self.crash = (
+                f"{self.victim} killed (SIGKILL) while idle (no messages came its "
+                "way); restarted on its data dir"
+            )
         else:
-            self.crash = (f"{self.victim} killed (SIGKILL) with {event['unacked']} messages "
-                          f"handled but not acked; restarted on its data dir")
-        progress.console.print(f"[yellow]crash:[/] {self.victim} killed with SIGKILL after "
-                               f"handling {event['handled']} messages "
-                               f"({event['unacked']} not yet acked); restarting it")
+            self.crash = (
+                f"{self.victim} killed (SIGKILL) with {event['unacked']} messages "
+                f"handled but not acked; restarted on its data dir"
+            )
+        progress.console.print(
+            f"[yellow]crash:[/] {self.victim} killed with SIGKILL after "
+            f"handling {event['handled']} messages "
+            f"({event['unacked']} not yet acked); restarting it"
+        )
         self.fleet.start(self.victim, self.consumer_args(self.victim, group, 0))
         self.fleet.send("producer", "go")
 
     def _result(self) -> DemoResult:
         assert self.done is not None
-        groups = [read_group(g, n, [self.root / f"{g}-{i}.records" for i in range(1, n + 1)],
-                             self.messages) for g, n in self.groups.items()]
+        groups = [
+            read_group(
+                g, n, [self.root / f"{g}-{i}.records" for i in range(1, n + 1)], self.messages
+            )
+            for g, n in self.groups.items()
+        ]
         completed = self.done["event"] == "done"
         elapsed = self.done["finished"] - self.done["started"] if completed else None
-        return DemoResult(self.messages, groups, completed, self.done["acked"], elapsed,
-                          self.done["counters"], self.crash)
+        return DemoResult(
+            self.messages,
+            groups,
+            completed,
+            self.done["acked"],
+            elapsed,
+            self.done["counters"],
+            self.crash,
+        )
 
 
 @click.command(short_help="Local demo: producer, two groups, a crashed consumer, no loss.")
-@click.option("--messages", type=click.IntRange(min=1, max=5_000_000), default=20000,
-              show_default=True, help="How many messages the producer publishes.")
-@click.option("--consumers", default="workers:2,audit:1", show_default=True,
-              help="Consumer groups and members per group, as GROUP:N,...")
-@click.option("--kill/--no-kill", default=True, show_default=True,
-              help="Crash a consumer with SIGKILL mid-run and restart it.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
-              help="Seconds allowed for every message to be acked once published.")
-@click.option("--keep", is_flag=True, hidden=True,
-              help="Keep the temporary dir (data dirs, records, logs) for debugging.")
+@click.option(
+    "--messages",
+    type=click.IntRange(min=1, max=5_000_000),
+    default=20000,
+    show_default=True,
+    help="How many messages the producer publishes.",
+)
+@click.option(
+    "--consumers",
+    default="workers:2,audit:1",
+    show_default=True,
+    help="Consumer groups and members per group, as GROUP:N,...",
+)
+@click.option(
+    "--kill/--no-kill",
+    default=True,
+    show_default=True,
+    help="Crash a consumer with SIGKILL mid-run and restart it.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Seconds allowed for every message to be acked once published.",
+)
+@click.option(
+    "--keep",
+    is_flag=True,
+    hidden=True,
+    help="Keep the temporary dir (data dirs, records, logs) for debugging.",
+)
 @click.pass_context
-def demo(ctx: click.Context, messages: int, consumers: str, kill: bool, timeout: float,
-         keep: bool) -> None:
+def demo(
+    ctx: click.Context, messages: int, consumers: str, kill: bool, timeout: float, keep: bool
+) -> None:
     """Run a producer and consumer groups on loopback, crash one consumer, count losses.
 
     Exits 0 only when every message reached every group (lost == 0).
@@ -348,11 +452,15 @@ def demo(ctx: click.Context, messages: int, consumers: str, kill: bool, timeout:
         else:
             shutil.rmtree(root, ignore_errors=True)
     if not result.completed:
-        raise CliError(f"only {result.acked:,} of {messages:,} messages were acked by every "
-                       f"group within {timeout:g}s of publishing")
+        raise CliError(
+            f"only {result.acked:,} of {messages:,} messages were acked by every "
+            f"group within {timeout:g}s of publishing"
+        )
     lost = result.lost_total
     if lost:
         per_group = ", ".join(f"{g.group} {result.lost(g)}" for g in result.groups)
         raise CliError(f"lost {lost} messages ({per_group}): at-least-once delivery failed")
-    console.print(f"[bold green]lost 0[/]: all {messages:,} messages reached every group "
-                  f"({', '.join(groups)})")
+    console.print(
+        f"[bold green]lost 0[/]: all {messages:,} messages reached every group "
+        f"({', '.join(groups)})"
+    )

@@ -113,11 +113,16 @@ def result_table(result: DemoResult) -> Table:
     if result.elapsed_s:
         rate = result.messages / result.elapsed_s
         groups = f"{len(result.groups)} group{'s' if len(result.groups) != 1 else ''}"
-        table.add_row("throughput", f"{rate:,.0f} msgs/s ({result.messages:,} messages to "
-                                    f"{groups} in {result.elapsed_s:.2f} s)")
+        table.add_row(
+            "throughput",
+            f"{rate:,.0f} msgs/s ({result.messages:,} messages to "
+            f"{groups} in {result.elapsed_s:.2f} s)",
+        )
     latencies = [x for g in result.groups for x in g.latencies_s]
-    table.add_row("end-to-end latency p50 / p99",
-                  f"{_ms(percentile(latencies, 50))} / {_ms(percentile(latencies, 99))}")
+    table.add_row(
+        "end-to-end latency p50 / p99",
+        f"{_ms(percentile(latencies, 50))} / {_ms(percentile(latencies, 99))}",
+    )
     malformed = sum(g.malformed for g in result.groups)
     if malformed:
         table.add_row("unreadable records", f"[yellow]{malformed}[/]")
@@ -128,12 +133,16 @@ def result_notes(result: DemoResult) -> list[str]:
     """What a reader might wonder about, in a sentence each."""
     notes = []
     if any(g.duplicates for g in result.groups):
-        notes.append("Duplicates are messages the killed consumer had handled but whose acks "
-                     "had not reached the producer when it died (the batch it held, and acks "
-                     "still in transit): at-least-once delivery gives them to the group "
-                     "again, and a handler (another member's, or the restarted one's) sees them a "
-                     "second time.")
+        notes.append(
+            "Duplicates are messages the killed consumer had handled but whose acks "
+            "had not reached the producer when it died (the batch it held, and acks "
+            "still in transit): at-least-once delivery gives them to the group "
+            "again, and a handler (another member's, or the restarted one's) sees them a "
+            "second time."
+        )
     if result.redelivered_by_producer:
-        notes.append("Redelivered counts every send after the first one per group, including "
-                     "messages in flight to the killed consumer.")
+        notes.append(
+            "Redelivered counts every send after the first one per group, including "
+            "messages in flight to the killed consumer."
+        )
     return notes

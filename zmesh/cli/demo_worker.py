@@ -76,8 +76,16 @@ class Commands:
 
 def _node(args: argparse.Namespace, name: str, seeds: list[str]) -> Node:
     # mDNS speaks on loopback only; the seed makes discovery independent of it.
-    return Node(name, mesh=args.mesh, data_dir=args.data_dir, interfaces=LOOPBACK, mdns=True,
-                seeds=seeds, heartbeat_interval_s=HEARTBEAT_S, dead_after_s=DEAD_AFTER_S)
+    return Node(
+        name,
+        mesh=args.mesh,
+        data_dir=args.data_dir,
+        interfaces=LOOPBACK,
+        mdns=True,
+        seeds=seeds,
+        heartbeat_interval_s=HEARTBEAT_S,
+        dead_after_s=DEAD_AFTER_S,
+    )
 
 
 def _groups(spec: str) -> dict[str, int]:
@@ -99,8 +107,11 @@ def run_producer(args: argparse.Namespace, cmds: Commands) -> int:
             if all(members[g] >= n for g, n in groups.items()):
                 break
             if time.monotonic() >= deadline:
-                emit("error", message=f"consumers did not join within {args.join_timeout:g}s "
-                                      f"(members per group: {members})")
+                emit(
+                    "error",
+                    message=f"consumers did not join within {args.join_timeout:g}s "
+                    f"(members per group: {members})",
+                )
                 return 1
             if cmds.stop.wait(0.1):
                 return 1
@@ -131,17 +142,33 @@ def run_producer(args: argparse.Namespace, cmds: Commands) -> int:
             if acked == len(receipts):
                 break
             if time.monotonic() >= deadline:
-                log.warning("only %d of %d messages acked in time; status %s", acked,
-                            len(receipts), node.status())
-                emit("timeout", published=len(receipts), acked=acked, started=started,
-                     finished=time.time(), counters=node.stats())
+                log.warning(
+                    "only %d of %d messages acked in time; status %s",
+                    acked,
+                    len(receipts),
+                    node.status(),
+                )
+                emit(
+                    "timeout",
+                    published=len(receipts),
+                    acked=acked,
+                    started=started,
+                    finished=time.time(),
+                    counters=node.stats(),
+                )
                 return 1
             if cmds.stop.wait(PROGRESS_EVERY_S):
                 return 1
         finished = time.time()
         log.info("all %d messages acked; counters %s", len(receipts), node.stats())
-        emit("done", published=len(receipts), acked=len(receipts), started=started,
-             finished=finished, counters=node.stats())
+        emit(
+            "done",
+            published=len(receipts),
+            acked=len(receipts),
+            started=started,
+            finished=finished,
+            counters=node.stats(),
+        )
     return 0
 
 
@@ -152,7 +179,7 @@ def _record(fd: int, msgs: list, received: float) -> None:
         lines.append(f"{int(index)} {msg.attempt} {float(sent):.6f} {received:.6f}\n")
     data = "".join(lines).encode()
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def _crash_point(cmds: Commands, args: argparse.Namespace, handled: int, unacked: int) -> None:
@@ -167,8 +194,7 @@ def run_consumer(args: argparse.Namespace, cmds: Commands) -> int:
     crash_after = args.crash_after
     try:
         with _node(args, args.name, [args.seed]) as node:
-            sub = node.subscribe(TOPIC, group=args.group, max_in_flight=2000,
-                                 batch_size=200)
+            sub = node.subscribe(TOPIC, group=args.group, max_in_flight=2000, batch_size=200)
             emit("up", name=args.name, control=node.control_address, id=node.id)
             next_report = 0.0
             last_batch = time.monotonic()
@@ -218,8 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hang-s", type=float, default=30.0)
     parser.add_argument("--max-seconds", type=float, default=3600.0)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     cmds = Commands()
     try:
         if args.role == "producer":

@@ -30,8 +30,13 @@ def _where(fn: Any) -> Any:
         click.argument("address", metavar="[HOST:PORT]", required=False),
         click.option("--topic", required=True, help="Topic of the parked messages."),
         click.option("--group", required=True, help="Consumer group that failed them."),
-        click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0,
-                     show_default=True, help="Seconds to wait for the node's reply."),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0.1),
+            default=5.0,
+            show_default=True,
+            help="Seconds to wait for the node's reply.",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -42,13 +47,19 @@ def _seq(value: str) -> int:
     """A dead letter's id: SEQ, or PRODUCER:SEQ as `dlq list` and message ids print it."""
     raw = value.rpartition(":")[2]
     if not raw.isdigit():
-        raise click.BadParameter(f"{value!r} is not a message id (SEQ or PRODUCER:SEQ)",
-                                 param_hint="--id")
+        raise click.BadParameter(
+            f"{value!r} is not a message id (SEQ or PRODUCER:SEQ)", param_hint="--id"
+        )
     return int(raw)
 
 
-_ids = click.option("--id", "ids", multiple=True, metavar="SEQ",
-                    help="Only this dead letter (repeatable; default: all of topic/group).")
+_ids = click.option(
+    "--id",
+    "ids",
+    multiple=True,
+    metavar="SEQ",
+    help="Only this dead letter (repeatable; default: all of topic/group).",
+)
 
 
 def preview(payload: bytes, size: int = PREVIEW_BYTES) -> str:
@@ -78,8 +89,7 @@ def _bytes_default(value: object) -> object:
 
 
 def letters_table(letters: list[dict], topic: str, group: str) -> Table:
-    table = Table(title=f"dead letters of {escape(topic)} / {escape(group)}",
-                  title_justify="left")
+    table = Table(title=f"dead letters of {escape(topic)} / {escape(group)}", title_justify="left")
     table.add_column("id", justify="right", no_wrap=True)
     table.add_column("key", overflow="fold")
     table.add_column("reason", overflow="fold")
@@ -91,10 +101,14 @@ def letters_table(letters: list[dict], topic: str, group: str) -> Table:
         reason = str(d.get("reason") or "-")
         if len(history) > 1:
             reason += f" (parked {len(history)} times)"
-        table.add_row(str(d.get("seq", "?")), escape(str(d.get("key") or "-")),
-                      escape(reason), str(d.get("attempts", "?")),
-                      _stamp(float(d.get("failed_at") or 0)),
-                      escape(preview(d.get("payload") or b"")))
+        table.add_row(
+            str(d.get("seq", "?")),
+            escape(str(d.get("key") or "-")),
+            escape(reason),
+            str(d.get("attempts", "?")),
+            _stamp(float(d.get("failed_at") or 0)),
+            escape(preview(d.get("payload") or b"")),
+        )
     return table
 
 
@@ -105,28 +119,42 @@ def dlq() -> None:
 
 @dlq.command("list")
 @_where
-@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="At most this many dead letters.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print them as JSON (payload as payload_b64, and payload_text when UTF-8).")
-def list_(address: str, topic: str, group: str, timeout: float, limit: int,
-          as_json: bool) -> None:
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="At most this many dead letters.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print them as JSON (payload as payload_b64, and payload_text when UTF-8).",
+)
+def list_(address: str, topic: str, group: str, timeout: float, limit: int, as_json: bool) -> None:
     """List the messages GROUP failed (or that ran out of attempts), oldest first."""
     address = target(address)
-    letters = request_admin(address, "dead_letters",
-                            {"topic": topic, "group": group, "limit": limit}, timeout)
+    letters = request_admin(
+        address, "dead_letters", {"topic": topic, "group": group, "limit": limit}, timeout
+    )
     if not isinstance(letters, list):
         raise CliError(f"{address} answered dead_letters with {type(letters).__name__}")
     if as_json:
-        click.echo(json.dumps([_jsonable(d) for d in letters], indent=2, sort_keys=True,
-                              default=_bytes_default))
+        click.echo(
+            json.dumps(
+                [_jsonable(d) for d in letters], indent=2, sort_keys=True, default=_bytes_default
+            )
+        )
         return
     if not letters:
         click.echo(f"no dead letters of {topic} / {group} at {address}")
         return
     console.print(letters_table(letters, topic, group))
-    note(f"{len(letters)} dead letter(s); deliver again with `zmesh dlq replay {address} "
-         f"--topic {topic} --group {group} [--id SEQ]`, drop with `zmesh dlq purge ...`")
+    note(
+        f"{len(letters)} dead letter(s); deliver again with `zmesh dlq replay {address} "
+        f"--topic {topic} --group {group} [--id SEQ]`, drop with `zmesh dlq purge ...`"
+    )
 
 
 def _count(result: Any, address: str, op: str) -> int:
@@ -137,8 +165,10 @@ def _count(result: Any, address: str, op: str) -> int:
 
 def _missing(ids: tuple[str, ...], done: int) -> None:
     if ids and done < len(set(map(_seq, ids))):
-        note(f"{len(set(map(_seq, ids))) - done} of the given ids were not parked there "
-             "(already replayed or purged, or another topic/group): see `zmesh dlq list`")
+        note(
+            f"{len(set(map(_seq, ids))) - done} of the given ids were not parked there "
+            "(already replayed or purged, or another topic/group): see `zmesh dlq list`"
+        )
 
 
 @dlq.command()
@@ -159,19 +189,22 @@ def replay(address: str, topic: str, group: str, timeout: float, ids: tuple[str,
 @_where
 @_ids
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-def purge(address: str, topic: str, group: str, timeout: float, ids: tuple[str, ...],
-          yes: bool) -> None:
+def purge(
+    address: str, topic: str, group: str, timeout: float, ids: tuple[str, ...], yes: bool
+) -> None:
     """Delete parked messages for good (every one of topic/group without --id)."""
     address = target(address)
     args: dict[str, Any] = {"topic": topic, "group": group}
     if ids:
         args["seqs"] = sorted({_seq(i) for i in ids})
     if not yes:
-        what = (f"dead letters {', '.join(map(str, args['seqs']))}" if ids else
-                "ALL dead letters")
+        what = f"dead letters {', '.join(map(str, args['seqs']))}" if ids else "ALL dead letters"
         try:
-            ok = click.confirm(f"Purge {what} of {topic} / {group} at {address}? They "
-                               "cannot be recovered", default=False, err=True)
+            ok = click.confirm(
+                f"Purge {what} of {topic} / {group} at {address}? They cannot be recovered",
+                default=False,
+                err=True,
+            )
         except click.exceptions.Abort:
             click.echo("", err=True)  # the question's line was left open
             ok = False

@@ -23,8 +23,10 @@ from .settings import ENV, common, env_help, from_context
 
 RESOLVE_TIMEOUT_MS = 1500
 STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "N/A": "dim"}
-NO_MDNS_FIX = ("multicast does not cross routers and is often dropped in containers and "
-               "clouds: give nodes seeds = [\"host:port\"] (a control address) instead")
+NO_MDNS_FIX = (
+    "multicast does not cross routers and is often dropped in containers and "
+    'clouds: give nodes seeds = ["host:port"] (a control address) instead'
+)
 
 
 @dataclass(slots=True)
@@ -37,8 +39,10 @@ class Report:
     def add(self, level: str, check: str, result: str, fix: str = "") -> None:
         self.failed += level == "FAIL"
         self.warned += level == "WARN"
-        console.print(f"[{STYLE[level]}]{level:<5}[/] [bold]{escape(check)}[/]: "
-                      f"{escape(result)}", soft_wrap=True)
+        console.print(
+            f"[{STYLE[level]}]{level:<5}[/] [bold]{escape(check)}[/]: {escape(result)}",
+            soft_wrap=True,
+        )
         if fix:
             console.print(f"      -> {escape(fix)}", soft_wrap=True)
 
@@ -73,27 +77,47 @@ class Target:
 def check_interfaces(report: Report, interfaces: tuple[str, ...]) -> bool:
     import ifaddr  # installed with zeroconf
 
-    v4 = [(a.nice_name, ip.ip, ip.network_prefix) for a in ifaddr.get_adapters()
-          for ip in a.ips if isinstance(ip.ip, str)]
+    v4 = [
+        (a.nice_name, ip.ip, ip.network_prefix)
+        for a in ifaddr.get_adapters()
+        for ip in a.ips
+        if isinstance(ip.ip, str)
+    ]
     listing = ", ".join(f"{n} {ip}/{p}" for n, ip, p in v4) or "none"
-    report.add("OK" if v4 else "FAIL", "interfaces", f"IPv4 addresses: {listing}",
-               "" if v4 else "this host has no IPv4 address; zmesh discovery speaks IPv4")
+    report.add(
+        "OK" if v4 else "FAIL",
+        "interfaces",
+        f"IPv4 addresses: {listing}",
+        "" if v4 else "this host has no IPv4 address; zmesh discovery speaks IPv4",
+    )
     local = {ip for _n, ip, _p in v4}
     ok = True
     for iface in interfaces:
         if iface in ("0.0.0.0", "*") or iface in local:
             continue
         ok = False
-        report.add("FAIL", "interfaces", f"--interface {iface} is not an address of this host",
-                   f"pick one of {', '.join(sorted(local)) or 'none'}; a node's interfaces "
-                   "must be addresses it can bind")
+        report.add(
+            "FAIL",
+            "interfaces",
+            f"--interface {iface} is not an address of this host",
+            f"pick one of {', '.join(sorted(local)) or 'none'}; a node's interfaces "
+            "must be addresses it can bind",
+        )
     routable = [ip for ip in local if not ip.startswith("127.")]
     if interfaces and all(i.startswith("127.") for i in interfaces):
-        report.add("OK", "interfaces", "loopback only: finds nodes of this host whose "
-                   "interfaces include 127.0.0.1", "")
+        report.add(
+            "OK",
+            "interfaces",
+            "loopback only: finds nodes of this host whose interfaces include 127.0.0.1",
+            "",
+        )
     elif not routable:
-        report.add("WARN", "interfaces", "only loopback is up: nodes on other hosts cannot "
-                   "be reached", "connect this host to the LAN the other nodes are on")
+        report.add(
+            "WARN",
+            "interfaces",
+            "only loopback is up: nodes on other hosts cannot be reached",
+            "connect this host to the LAN the other nodes are on",
+        )
     return ok
 
 
@@ -107,11 +131,14 @@ def open_mdns(report: Report, interfaces: tuple[str, ...]) -> object | None:
         else:
             zc = Zeroconf(ip_version=IPVersion.V4Only)
     except Exception as exc:  # zeroconf raises OSError and its own errors alike
-        report.add("FAIL", "mdns socket", f"cannot open an mDNS socket on {where}: "
-                   f"{type(exc).__name__}: {exc}",
-                   "another program may hold UDP 5353 without sharing it, the interface may "
-                   "have no multicast route (ip route add 224.0.0.0/4 dev IFACE), or "
-                   f"multicast is not permitted; {NO_MDNS_FIX}")
+        report.add(
+            "FAIL",
+            "mdns socket",
+            f"cannot open an mDNS socket on {where}: {type(exc).__name__}: {exc}",
+            "another program may hold UDP 5353 without sharing it, the interface may "
+            "have no multicast route (ip route add 224.0.0.0/4 dev IFACE), or "
+            f"multicast is not permitted; {NO_MDNS_FIX}",
+        )
         return None
     report.add("OK", "mdns socket", f"UDP 5353, group 224.0.0.251, on {where}")
     return zc
@@ -124,8 +151,9 @@ def browse(zc: object, timeout: float) -> list[Found]:
     names: set[str] = set()
     lock = threading.Lock()
 
-    def on_change(zeroconf: Zeroconf, service_type: str, name: str,
-                  state_change: ServiceStateChange) -> None:
+    def on_change(
+        zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
+    ) -> None:
         with lock:
             if state_change is ServiceStateChange.Removed:
                 names.discard(name)
@@ -146,24 +174,33 @@ def browse(zc: object, timeout: float) -> list[Found]:
         info = zc.get_service_info(SERVICE_TYPE, name, timeout=max(1, wait_ms))
         if info is None:
             continue  # gone, or its records did not come in time
-        props = {k.decode(errors="replace"): (v or b"").decode(errors="replace")
-                 for k, v in info.properties.items()}
-        found.append(Found(name, props, info.parsed_addresses(IPVersion.V4Only),
-                           info.port or 0))
+        props = {
+            k.decode(errors="replace"): (v or b"").decode(errors="replace")
+            for k, v in info.properties.items()
+        }
+        found.append(Found(name, props, info.parsed_addresses(IPVersion.V4Only), info.port or 0))
     return found
 
 
-def judge(report: Report, found: list[Found], mesh: str | None, timeout: float,
-          interfaces: tuple[str, ...], have_secret: bool) -> list[Target]:
+def judge(
+    report: Report,
+    found: list[Found],
+    mesh: str | None,
+    timeout: float,
+    interfaces: tuple[str, ...],
+    have_secret: bool,
+) -> list[Target]:
     """Report what the browse found; return the nodes worth probing."""
     where = ", ".join(interfaces) if interfaces else "all interfaces"
     if not found:
-        report.add("FAIL", "mdns browse", f"no zmesh node answered on {where} within "
-                   f"{timeout:g}s",
-                   "nodes need mdns = true and an interface on this network (their "
-                   "interfaces list); UDP 5353 must pass the firewall; answers can take over a "
-                   "second, so try a longer --timeout; "
-                   + NO_MDNS_FIX)
+        report.add(
+            "FAIL",
+            "mdns browse",
+            f"no zmesh node answered on {where} within {timeout:g}s",
+            "nodes need mdns = true and an interface on this network (their "
+            "interfaces list); UDP 5353 must pass the firewall; answers can take over a "
+            "second, so try a longer --timeout; " + NO_MDNS_FIX,
+        )
         return []
     report.add("OK", "mdns browse", f"{len(found)} zmesh service(s) on {where}")
     targets: list[Target] = []
@@ -171,30 +208,45 @@ def judge(report: Report, found: list[Found], mesh: str | None, timeout: float,
     for f in found:
         p = f.props
         node_mesh, version, pk = p.get("mesh", "?"), p.get("v", "?"), p.get("pk", "")
-        desc = (f"{f.label}: mesh {node_mesh}, id {p.get('id', '?')[:12]}, control "
-                f"{', '.join(f.addresses) or '?'}:{p.get('ctrl', '?')}, protocol v{version}"
-                + (", secured" if pk else ""))
+        desc = (
+            f"{f.label}: mesh {node_mesh}, id {p.get('id', '?')[:12]}, control "
+            f"{', '.join(f.addresses) or '?'}:{p.get('ctrl', '?')}, protocol v{version}"
+            + (", secured" if pk else "")
+        )
         if p.get("id") in ids:
-            report.add("FAIL", "node", f"{desc}: the same node id as {ids[p['id']]}",
-                       "two nodes run on copies of one data dir (a snapshot restored beside "
-                       "its original?): stop one; give the other a fresh data dir")
+            report.add(
+                "FAIL",
+                "node",
+                f"{desc}: the same node id as {ids[p['id']]}",
+                "two nodes run on copies of one data dir (a snapshot restored beside "
+                "its original?): stop one; give the other a fresh data dir",
+            )
         ids.setdefault(p.get("id", ""), f.label)
         if version != str(PROTOCOL_VERSION):
-            report.add("WARN", "node", f"{desc}: another protocol version (this zmesh speaks "
-                       f"v{PROTOCOL_VERSION}); it is ignored",
-                       "upgrade every node of the mesh to one zmesh release (rolling: nodes "
-                       "of two versions never talk, so upgrade consumers with producers)")
+            report.add(
+                "WARN",
+                "node",
+                f"{desc}: another protocol version (this zmesh speaks "
+                f"v{PROTOCOL_VERSION}); it is ignored",
+                "upgrade every node of the mesh to one zmesh release (rolling: nodes "
+                "of two versions never talk, so upgrade consumers with producers)",
+            )
             continue
         if mesh is not None and node_mesh != mesh:
-            report.add("WARN", "node", f"{desc}: another mesh (looking for {mesh}); nodes of "
-                       "other meshes never talk",
-                       f"if it should join, set mesh = \"{mesh}\" in its [node] table")
+            report.add(
+                "WARN",
+                "node",
+                f"{desc}: another mesh (looking for {mesh}); nodes of other meshes never talk",
+                f'if it should join, set mesh = "{mesh}" in its [node] table',
+            )
             continue
         level, fix = "OK", ""
         if pk and not have_secret:
             level = "WARN"
-            fix = ("a secured node: probe it with --secret-key-file (a key pair whose .pub "
-                   "is in its trusted_keys_dir); its server key is taken from its record")
+            fix = (
+                "a secured node: probe it with --secret-key-file (a key pair whose .pub "
+                "is in its trusted_keys_dir); its server key is taken from its record"
+            )
         report.add(level, "node", desc, fix)
         try:
             ctrl = int(p.get("ctrl", f.port))
@@ -205,9 +257,12 @@ def judge(report: Report, found: list[Found], mesh: str | None, timeout: float,
             targets.append(Target(f.label, addr, ctrl, node_mesh, pk, data))
     if mesh is not None and not targets:
         meshes = sorted({f.props.get("mesh", "?") for f in found})
-        report.add("FAIL", "mdns browse", f"no node of mesh {mesh} (found: "
-                   f"{', '.join(meshes)})",
-                   "check the mesh name in every [node] table (it is case-sensitive)")
+        report.add(
+            "FAIL",
+            "mdns browse",
+            f"no node of mesh {mesh} (found: {', '.join(meshes)})",
+            "check the mesh name in every [node] table (it is case-sensitive)",
+        )
     return targets
 
 
@@ -216,23 +271,36 @@ def tcp(report: Report, target: Target, port: int, what: str, timeout: float) ->
         with socket.create_connection((target.host, port), timeout=timeout):
             pass
     except OSError as exc:
-        report.add("FAIL", f"{target.label} {what}", f"TCP {target.host}:{port}: "
-                   f"{exc.strerror or exc}",
-                   "the node is down, bound to other interfaces, or a firewall drops the "
-                   "connection: allow TCP between mesh hosts (zmesh ports are ephemeral)")
+        report.add(
+            "FAIL",
+            f"{target.label} {what}",
+            f"TCP {target.host}:{port}: {exc.strerror or exc}",
+            "the node is down, bound to other interfaces, or a firewall drops the "
+            "connection: allow TCP between mesh hosts (zmesh ports are ephemeral)",
+        )
         return False
     report.add("OK", f"{target.label} {what}", f"TCP {target.host}:{port} accepts connections")
     return True
 
 
-def probe(report: Report, target: Target, mesh: str | None, timeout: float,
-          secret: bytes | None, server: bytes | None) -> None:
+def probe(
+    report: Report,
+    target: Target,
+    mesh: str | None,
+    timeout: float,
+    secret: bytes | None,
+    server: bytes | None,
+) -> None:
     if not tcp(report, target, target.port, "control port", timeout):
         return
     key = server if server is not None else (target.public_key.encode() or None)
     if target.public_key and secret is None:
-        report.add("WARN", f"{target.label} status", "skipped: the node is secured",
-                   "pass --secret-key-file with a key pair the node trusts")
+        report.add(
+            "WARN",
+            f"{target.label} status",
+            "skipped: the node is secured",
+            "pass --secret-key-file with a key pair the node trusts",
+        )
         return
     keys = None
     if key is not None and secret is not None:
@@ -248,11 +316,17 @@ def probe(report: Report, target: Target, mesh: str | None, timeout: float,
     node = status.get("node", {})
     peers = status.get("peers", [])
     alive = sum(1 for p in peers if p.get("alive"))
-    result = (f"node {node.get('name')} of mesh {node.get('mesh')}, knows {len(peers)} "
-              f"peer(s), {alive} alive")
+    result = (
+        f"node {node.get('name')} of mesh {node.get('mesh')}, knows {len(peers)} "
+        f"peer(s), {alive} alive"
+    )
     if mesh is not None and node.get("mesh") != mesh:
-        report.add("WARN", f"{target.label} status", result + f" (not mesh {mesh})",
-                   f"set mesh = \"{mesh}\" in its [node] table if it should join")
+        report.add(
+            "WARN",
+            f"{target.label} status",
+            result + f" (not mesh {mesh})",
+            f'set mesh = "{mesh}" in its [node] table if it should join',
+        )
     else:
         report.add("OK", f"{target.label} status", result)
     data = target.data_port or node.get("data_port")
@@ -262,14 +336,28 @@ def probe(report: Report, target: Target, mesh: str | None, timeout: float,
 
 @click.command()
 @common("interfaces", "seeds", "mdns", "server_key", "secret_key_file")
-@click.option("--mesh", envvar=ENV["mesh"], default=from_context("mesh"),
-              help=env_help("The mesh you expect to find (flags nodes of other meshes).",
-                            "mesh"))
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=3.0, show_default=True,
-              help="Seconds to browse for nodes (and to wait for each probe).")
-def doctor(interfaces: tuple[str, ...], seeds: tuple[str, ...],
-           mdns: bool | None, server_key: str | None, secret_key_file: str | None,
-           mesh: str | None, timeout: float) -> None:
+@click.option(
+    "--mesh",
+    envvar=ENV["mesh"],
+    default=from_context("mesh"),
+    help=env_help("The mesh you expect to find (flags nodes of other meshes).", "mesh"),
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=3.0,
+    show_default=True,
+    help="Seconds to browse for nodes (and to wait for each probe).",
+)
+def doctor(
+    interfaces: tuple[str, ...],
+    seeds: tuple[str, ...],
+    mdns: bool | None,
+    server_key: str | None,
+    secret_key_file: str | None,
+    mesh: str | None,
+    timeout: float,
+) -> None:
     """Explain why nodes do not find each other: interfaces, the mDNS socket, what an mDNS
     browse finds (other meshes, other versions, secured nodes), and per node a TCP
     connect and a status request. Exit 1 when a check failed.
@@ -293,12 +381,14 @@ def doctor(interfaces: tuple[str, ...], seeds: tuple[str, ...],
         probe(report, target, mesh, min(timeout, 5.0), secret, None)
     for seed in seeds:
         host, port = parse_seed(seed)
-        probe(report, Target(f"seed {seed}", host, port), mesh, min(timeout, 5.0), secret,
-              server)
-    report.add("N/A", "clock skew", "status replies carry no wall-clock time, so skew "
-               "between hosts is not measured here",
-               "compare clocks on each host (timedatectl, chronyc tracking): ttl_s, "
-               "deliver_at and the publish-id dedupe window use wall time")
+        probe(report, Target(f"seed {seed}", host, port), mesh, min(timeout, 5.0), secret, server)
+    report.add(
+        "N/A",
+        "clock skew",
+        "status replies carry no wall-clock time, so skew between hosts is not measured here",
+        "compare clocks on each host (timedatectl, chronyc tracking): ttl_s, "
+        "deliver_at and the publish-id dedupe window use wall time",
+    )
     summary = f"{report.failed} failed, {report.warned} warning(s)"
     if report.failed:
         raise CliError(f"doctor: {summary}")

@@ -28,8 +28,9 @@ def gather(address: str, topic: str | None, timeout: float) -> tuple[list[dict],
     and the nodes that did not answer."""
     status = request_status(address, timeout)
     nodes = [(status["node"]["name"], address)]
-    nodes += [(p["name"], p["control"].removeprefix("tcp://")) for p in status["peers"]
-              if p["alive"]]
+    nodes += [
+        (p["name"], p["control"].removeprefix("tcp://")) for p in status["peers"] if p["alive"]
+    ]
     lanes: list[dict] = []
     unreachable: list[str] = []
     args: dict[str, Any] = {} if topic is None else {"topic": topic}
@@ -51,10 +52,19 @@ def summarize(lanes: list[dict], now: float) -> list[dict]:
         key = (lane["topic"], lane["group"])
         row = out.get(key)
         if row is None:
-            row = out[key] = {"topic": key[0], "group": key[1], "mode": lane["mode"],
-                              "producers": 0, "pending": 0, "in_flight": 0,
-                              "dead_letters": 0, "members": set(), "last_seen": None,
-                              "oldest_age_s": None, "declared": False}
+            row = out[key] = {
+                "topic": key[0],
+                "group": key[1],
+                "mode": lane["mode"],
+                "producers": 0,
+                "pending": 0,
+                "in_flight": 0,
+                "dead_letters": 0,
+                "members": set(),
+                "last_seen": None,
+                "oldest_age_s": None,
+                "declared": False,
+            }
         row["producers"] += 1
         for field in ("pending", "in_flight", "dead_letters"):
             row[field] += lane[field]
@@ -77,16 +87,25 @@ def group() -> None:
     """Consumer groups of a mesh: list them, delete one."""
 
 
-_address = click.option("--address", "-a", metavar="HOST:PORT",
-                        help="A node's control address (default: the first seed of ZMESH_SEED "
-                             "or of the context in use).")
+_address = click.option(
+    "--address",
+    "-a",
+    metavar="HOST:PORT",
+    help="A node's control address (default: the first seed of ZMESH_SEED "
+    "or of the context in use).",
+)
 
 
 @group.command("ls")
 @click.argument("topic", required=False)
 @_address
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
-              help="Seconds to wait for each node's reply.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for each node's reply.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the groups as JSON.")
 def ls(topic: str | None, address: str | None, timeout: float, as_json: bool) -> None:
     """The groups a node and its live peers owe messages of TOPIC (or of every topic) to:
@@ -95,26 +114,45 @@ def ls(topic: str | None, address: str | None, timeout: float, as_json: bool) ->
     lanes, unreachable = gather(address, topic, timeout)
     rows = summarize(lanes, time.time())
     if as_json:
-        click.echo(json.dumps({"groups": rows, "unreachable": unreachable}, indent=2,
-                              sort_keys=True))
+        click.echo(
+            json.dumps({"groups": rows, "unreachable": unreachable}, indent=2, sort_keys=True)
+        )
     elif not rows:
-        click.echo(f"no groups{'' if topic is None else f' of {topic}'} at {address} or its "
-                   "peers")
+        click.echo(f"no groups{'' if topic is None else f' of {topic}'} at {address} or its peers")
     else:
         table = Table(title="groups", title_justify="left")
-        for name, justify in (("topic", "left"), ("group", "left"), ("mode", "left"),
-                              ("producers", "right"), ("pending", "right"),
-                              ("in flight", "right"), ("members", "right"),
-                              ("last seen", "right"), ("oldest", "right"),
-                              ("dead letters", "right")):
+        for name, justify in (
+            ("topic", "left"),
+            ("group", "left"),
+            ("mode", "left"),
+            ("producers", "right"),
+            ("pending", "right"),
+            ("in flight", "right"),
+            ("members", "right"),
+            ("last seen", "right"),
+            ("oldest", "right"),
+            ("dead letters", "right"),
+        ):
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
         for r in rows:
-            seen = "now" if r["members"] else age(r["last_seen_ago_s"]) + \
-                (" ago" if r["last_seen_ago_s"] is not None else "")
-            table.add_row(escape(r["topic"]), escape(r["group"]) + (" (declared)"
-                          if r["declared"] else ""), r["mode"], str(r["producers"]),
-                          f"{r['pending']:,}", f"{r['in_flight']:,}", str(len(r["members"])),
-                          seen, age(r["oldest_age_s"]), str(r["dead_letters"]))
+            seen = (
+                "now"
+                if r["members"]
+                else age(r["last_seen_ago_s"])
+                + (" ago" if r["last_seen_ago_s"] is not None else "")
+            )
+            table.add_row(
+                escape(r["topic"]),
+                escape(r["group"]) + (" (declared)" if r["declared"] else ""),
+                r["mode"],
+                str(r["producers"]),
+                f"{r['pending']:,}",
+                f"{r['in_flight']:,}",
+                str(len(r["members"])),
+                seen,
+                age(r["oldest_age_s"]),
+                str(r["dead_letters"]),
+            )
         console.print(table)
     if unreachable:
         note(f"no answer from {', '.join(unreachable)}: their groups are not counted")
@@ -124,8 +162,13 @@ def ls(topic: str | None, address: str | None, timeout: float, as_json: bool) ->
 @click.argument("topic")
 @click.argument("name", metavar="GROUP")
 @_address
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
-              help="Seconds to wait for the node's reply.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the node's reply.",
+)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 def rm(topic: str, name: str, address: str | None, timeout: float, yes: bool) -> None:
     """Delete GROUP of TOPIC: a node and every live peer of it drop what they still owe
@@ -134,9 +177,12 @@ def rm(topic: str, name: str, address: str | None, timeout: float, yes: bool) ->
     address = target(address)
     if not yes:
         try:
-            ok = click.confirm(f"Delete group {name} of {topic} and every message the mesh's "
-                               "producers still owe it? They cannot be recovered",
-                               default=False, err=True)
+            ok = click.confirm(
+                f"Delete group {name} of {topic} and every message the mesh's "
+                "producers still owe it? They cannot be recovered",
+                default=False,
+                err=True,
+            )
         except click.exceptions.Abort:
             click.echo("", err=True)  # the question's line was left open
             ok = False
@@ -145,10 +191,14 @@ def rm(topic: str, name: str, address: str | None, timeout: float, yes: bool) ->
     result = request_admin(address, "group_rm", {"topic": topic, "group": name}, timeout)
     if not isinstance(result, dict):
         raise CliError(f"{address} answered group_rm with {result!r}")
-    click.echo(f"deleted group {name} of {topic} at {address}: {result['dropped']:,} pending "
-               f"message(s) dropped there; {result['peers_told']} peer(s) told to do the same")
-    note(f"producers offline now keep it until their group_inactive_expiry_s passes; "
-         f"check with `zmesh group ls {escape(topic)} --address {address}`")
+    click.echo(
+        f"deleted group {name} of {topic} at {address}: {result['dropped']:,} pending "
+        f"message(s) dropped there; {result['peers_told']} peer(s) told to do the same"
+    )
+    note(
+        f"producers offline now keep it until their group_inactive_expiry_s passes; "
+        f"check with `zmesh group ls {escape(topic)} --address {address}`"
+    )
 
 
 for _cmd in (ls, rm):

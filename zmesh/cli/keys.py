@@ -47,8 +47,10 @@ def generate(directory: str, name: str | None) -> None:
     d = Path(directory)
     existing = [p for p in (d / f"{name}.key", d / f"{name}.pub") if p.exists()]
     if existing:
-        raise CliError(f"{existing[0]} exists; refusing to overwrite a key (pick another "
-                       "--name, or remove the old pair if it is really unused)")
+        raise CliError(
+            f"{existing[0]} exists; refusing to overwrite a key (pick another "
+            "--name, or remove the old pair if it is really unused)"
+        )
     key_path, pub_path = generate_keypair(d, name)
     public = pub_path.read_text().strip()
     click.echo(f"secret key: {key_path} (mode 0600: keep it on this host, never copy it)")
@@ -58,11 +60,15 @@ def generate(directory: str, name: str | None) -> None:
     click.echo("To use it on a node, set in its [node] table:")
     click.echo(f'  secret_key_file = "{key_path.resolve()}"')
     click.echo('  trusted_keys_dir = "/etc/zmesh/trusted"   # the .pub files it trusts')
-    click.echo(f"To trust it: copy {pub_path.name} into every node's trusted_keys_dir (or add "
-               "the public key above to their trusted_keys list) and restart them; nodes "
-               "without it refuse this key (counted as auth_denied).")
-    click.echo(f"Operators reach a secured node with: zmesh status HOST:PORT --server-key "
-               f"NODE.pub --secret-key-file {key_path}")
+    click.echo(
+        f"To trust it: copy {pub_path.name} into every node's trusted_keys_dir (or add "
+        "the public key above to their trusted_keys list) and restart them; nodes "
+        "without it refuse this key (counted as auth_denied)."
+    )
+    click.echo(
+        f"Operators reach a secured node with: zmesh status HOST:PORT --server-key "
+        f"NODE.pub --secret-key-file {key_path}"
+    )
 
 
 def _size(path: Path) -> int:
@@ -84,10 +90,14 @@ def _describe(store: Path) -> dict[str, object]:
     out: dict[str, object] = {}
     try:
         with env.begin() as txn:
-            for name, label in ((b"meta", None), (b"msgs", "outbox messages"),
-                                (b"pend", "pending entries"), (b"dead", "dead letters"),
-                                (b"acked", "dedupe window chunks"),
-                                (b"runs", "outbox batches (runs)")):
+            for name, label in (
+                (b"meta", None),
+                (b"msgs", "outbox messages"),
+                (b"pend", "pending entries"),
+                (b"dead", "dead letters"),
+                (b"acked", "dedupe window chunks"),
+                (b"runs", "outbox batches (runs)"),
+            ):
                 db = env.open_db(name, txn=txn, create=False)
                 if label is None:
                     node_id = txn.get(b"node_id", db=db)
@@ -115,8 +125,14 @@ def _copy_with_progress(data_dir: str, dest: str, written: Path, source: Path) -
 
     worker = threading.Thread(target=copy, name="zmesh-snapshot", daemon=True)
     total = source.stat().st_size if source.is_file() else None
-    with Progress(TextColumn("copying the store"), BarColumn(), DownloadColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+    with Progress(
+        TextColumn("copying the store"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as progress:
         task = progress.add_task("copy", total=total)
         worker.start()
         while worker.is_alive():
@@ -139,8 +155,7 @@ def snapshot(data_dir: str, dest: str) -> None:
     before = _size(src) if src.is_dir() else 0
     target = Path(dest) / "store"
     _copy_with_progress(data_dir, dest, target / "data.mdb", (src / "data.mdb"))
-    table = Table(title=f"snapshot of {escape(data_dir)}", show_header=False,
-                  title_justify="left")
+    table = Table(title=f"snapshot of {escape(data_dir)}", show_header=False, title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     table.add_row("copied to", escape(str(target)))
@@ -148,7 +163,9 @@ def snapshot(data_dir: str, dest: str) -> None:
     for label, value in _describe(target).items():
         table.add_row(label, escape(f"{value:,}" if isinstance(value, int) else str(value)))
     console.print(table)
-    click.echo(f"To restore: stop the node of {data_dir} if it still runs, then start it with "
-               f"data_dir = \"{Path(dest).resolve()}\" (or put {dest} in place of "
-               f"{data_dir}). The copy has the same node id: start it in place of the "
-               "original, never beside it; peers would take the two for one node.")
+    click.echo(
+        f"To restore: stop the node of {data_dir} if it still runs, then start it with "
+        f'data_dir = "{Path(dest).resolve()}" (or put {dest} in place of '
+        f"{data_dir}). The copy has the same node id: start it in place of the "
+        "original, never beside it; peers would take the two for one node."
+    )

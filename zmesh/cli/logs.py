@@ -41,8 +41,12 @@ class JsonLines(logging.Formatter):
     """One JSON object a record."""
 
     def format(self, record: logging.LogRecord) -> str:
-        doc = {"ts": _stamp(record), "level": record.levelname, "logger": record.name,
-               "msg": record.getMessage()}
+        doc = {
+            "ts": _stamp(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         return json.dumps(doc, ensure_ascii=False)

@@ -49,15 +49,35 @@ def nodes_table(rows: list[dict]) -> Table:
         table.add_column(col, justify="right", no_wrap=True)
     for r in sorted(rows, key=lambda r: r["name"]):
         if r["reachable"]:
-            health = "[green]ok[/]" if r["alive"] is not False else "[yellow]answers, " \
-                "but peers think it dead[/]"
-            table.add_row(escape(r["name"]), short(r["id"]), escape(r["control"]), health,
-                          f"{r['outbox']:,}", str(r["lanes"]), str(r["subscriptions"]),
-                          f"{r['peers_alive']}/{r['peers']}", f"{r['rtt_ms']:.1f}ms")
+            health = (
+                "[green]ok[/]"
+                if r["alive"] is not False
+                else "[yellow]answers, but peers think it dead[/]"
+            )
+            table.add_row(
+                escape(r["name"]),
+                short(r["id"]),
+                escape(r["control"]),
+                health,
+                f"{r['outbox']:,}",
+                str(r["lanes"]),
+                str(r["subscriptions"]),
+                f"{r['peers_alive']}/{r['peers']}",
+                f"{r['rtt_ms']:.1f}ms",
+            )
         else:
             state = "dead" if r["alive"] is False else "alive per peers"
-            table.add_row(escape(r["name"]), short(r["id"]), escape(r["control"]),
-                          f"[red]unreachable[/] ({state})", "-", "-", "-", "-", "-")
+            table.add_row(
+                escape(r["name"]),
+                short(r["id"]),
+                escape(r["control"]),
+                f"[red]unreachable[/] ({state})",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+            )
     return table
 
 
@@ -68,34 +88,60 @@ def topics_table(view: dict) -> Table:
     for col in ("pending", "in flight", "acked", "dead letters", "oldest"):
         table.add_column(col, justify="right", no_wrap=True)
     for t in view["topics"]:
-        table.add_row(escape(t["topic"]), _names(t["producers"]), _names(t["groups"]),
-                      _names(t["subscribers"]), f"{t['pending']:,}", f"{t['in_flight']:,}",
-                      f"{t['acked']:,}", f"{t['dead_letters']:,}", age(t["oldest_age_s"]))
+        table.add_row(
+            escape(t["topic"]),
+            _names(t["producers"]),
+            _names(t["groups"]),
+            _names(t["subscribers"]),
+            f"{t['pending']:,}",
+            f"{t['in_flight']:,}",
+            f"{t['acked']:,}",
+            f"{t['dead_letters']:,}",
+            age(t["oldest_age_s"]),
+        )
     return table
 
 
 def groups_table(view: dict) -> Table:
-    table = Table(title="groups (summed over the producers that owe them)",
-                  title_justify="left")
+    table = Table(title="groups (summed over the producers that owe them)", title_justify="left")
     for col in ("topic", "group", "mode"):
         table.add_column(col, overflow="fold")
     for col in ("pending", "in flight", "acked", "dead letters", "oldest"):
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("members", overflow="fold")
     for g in view["groups"]:
-        table.add_row(escape(g["topic"]), escape(g["group"]), g["mode"] or "-",
-                      f"{g['pending']:,}", f"{g['in_flight']:,}", f"{g['acked']:,}",
-                      f"{g['dead_letters']:,}", age(g["oldest_age_s"]), _names(g["members"]))
+        table.add_row(
+            escape(g["topic"]),
+            escape(g["group"]),
+            g["mode"] or "-",
+            f"{g['pending']:,}",
+            f"{g['in_flight']:,}",
+            f"{g['acked']:,}",
+            f"{g['dead_letters']:,}",
+            age(g["oldest_age_s"]),
+            _names(g["members"]),
+        )
     return table
 
 
 @click.command(name="ls", short_help="List the mesh's nodes, topics or groups.")
 @click.argument("kind", type=click.Choice(KINDS))
 @node_options
-@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=3.0,
-              show_default=True, help="Seconds at most to let discovery settle.")
-@click.option("--timeout", type=click.FloatRange(min=0.1, max=30), default=MESH_TIMEOUT_S,
-              show_default=True, help="Seconds to wait for each node's reply (all at once).")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=3.0,
+    show_default=True,
+    help="Seconds at most to let discovery settle.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1, max=30),
+    default=MESH_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for each node's reply (all at once).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 def ls(kind: str, node: NodeArgs, wait_s: float, timeout: float, as_json: bool) -> None:
     """List every node, topic or group of the mesh (like `nats stream ls`).

@@ -51,17 +51,23 @@ LOG_LEVEL_ENV = ENV["log_level"]
 class _FromEnv(click.Choice):
     """A choice; a bad one says when it came from its environment variable."""
 
-    def convert(self, value: object, param: click.Parameter | None,
-                ctx: click.Context | None) -> object:
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> object:
         try:
             return super().convert(value, param, ctx)
         except click.BadParameter as exc:
-            if ctx is None or param is None or param.name is None or \
-                    ctx.get_parameter_source(param.name) != ParameterSource.ENVIRONMENT:
+            if (
+                ctx is None
+                or param is None
+                or param.name is None
+                or ctx.get_parameter_source(param.name) != ParameterSource.ENVIRONMENT
+            ):
                 raise
             envvar = param.envvar if isinstance(param.envvar, str) else param.name
-            self.fail(f"{exc.message.rstrip('.')} (set by the environment variable "
-                      f"{envvar})", param, ctx)
+            self.fail(
+                f"{exc.message.rstrip('.')} (set by the environment variable {envvar})", param, ctx
+            )
 
 
 EXAMPLES = """\b
@@ -77,13 +83,25 @@ Examples:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXAMPLES)
-@click.option("--log-level", type=_FromEnv(logs.LEVELS, case_sensitive=False),
-              default="WARNING", show_default=True, envvar=LOG_LEVEL_ENV,
-              help=env_help("Level of zmesh's own log lines (on stderr).", "log_level"))
-@click.option("--log-format", type=_FromEnv(logs.FORMATS, case_sensitive=False),
-              default="auto", show_default=True, envvar=ENV["log_format"],
-              help=env_help("auto: rich on a terminal, else plain (one line a record); "
-                            "json: one object a line.", "log_format"))
+@click.option(
+    "--log-level",
+    type=_FromEnv(logs.LEVELS, case_sensitive=False),
+    default="WARNING",
+    show_default=True,
+    envvar=LOG_LEVEL_ENV,
+    help=env_help("Level of zmesh's own log lines (on stderr).", "log_level"),
+)
+@click.option(
+    "--log-format",
+    type=_FromEnv(logs.FORMATS, case_sensitive=False),
+    default="auto",
+    show_default=True,
+    envvar=ENV["log_format"],
+    help=env_help(
+        "auto: rich on a terminal, else plain (one line a record); json: one object a line.",
+        "log_format",
+    ),
+)
 @OPTIONS["context"]
 @click.version_option(__version__, prog_name="zmesh")
 def cli(log_level: str, log_format: str) -> None:
@@ -97,16 +115,34 @@ def cli(log_level: str, log_format: str) -> None:
     logs.setup(log_level, log_format.lower())
 
 
-for _command in (demo, pub, sub, add_curve_options(status), add_curve_options(peers), node,
-                 top, dlq, group, ls, web, context, keys, snapshot, store, doctor, bench):
+for _command in (
+    demo,
+    pub,
+    sub,
+    add_curve_options(status),
+    add_curve_options(peers),
+    node,
+    top,
+    dlq,
+    group,
+    ls,
+    web,
+    context,
+    keys,
+    snapshot,
+    store,
+    doctor,
+    bench,
+):
     cli.add_command(_command)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return its exit code (errors become one line, no traceback)."""
     try:
-        rv = cli.main(args=list(argv) if argv is not None else None, prog_name="zmesh",
-                      standalone_mode=False)
+        rv = cli.main(
+            args=list(argv) if argv is not None else None, prog_name="zmesh", standalone_mode=False
+        )
     except click.exceptions.Abort:
         print_error("interrupted")
         return 130

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from ..spark import Bridge
 
 
-def build(node_cfg: NodeConfig, bridge_table: dict[str, Any] | None, source: str = ""
-          ) -> Node | Bridge:
+def build(
+    node_cfg: NodeConfig, bridge_table: dict[str, Any] | None, source: str = ""
+) -> Node | Bridge:
     """A node, or (a ``[bridge]`` table) a Spark bridge with its own node, not yet
     started."""
     if bridge_table is None:
@@ -39,10 +40,19 @@ def node() -> None:
 
 @node.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--interface", "interfaces", multiple=True, type=ADDRESSES,
-              envvar=ENV["interfaces"], metavar="IP",
-              help=env_help("Bind and speak mDNS on this address instead of the file's "
-                            "interfaces (repeatable; 0.0.0.0 for all).", "interfaces"))
+@click.option(
+    "--interface",
+    "interfaces",
+    multiple=True,
+    type=ADDRESSES,
+    envvar=ENV["interfaces"],
+    metavar="IP",
+    help=env_help(
+        "Bind and speak mDNS on this address instead of the file's "
+        "interfaces (repeatable; 0.0.0.0 for all).",
+        "interfaces",
+    ),
+)
 def run(file: str, interfaces: tuple[str, ...]) -> None:
     """Start the node FILE defines and run it until SIGTERM or SIGINT (exit 0 then).
 
@@ -69,8 +79,10 @@ def run(file: str, interfaces: tuple[str, ...]) -> None:
             raise ConfigError(f"{file}: {exc}") from None
         try:
             with reload_on_sighup(n):
-                line = (f"node {n.name} ({n.id[:12]}) of mesh {n.config.mesh}: "
-                        f"control {n.control_address}")
+                line = (
+                    f"node {n.name} ({n.id[:12]}) of mesh {n.config.mesh}: "
+                    f"control {n.control_address}"
+                )
                 if not isinstance(runner, Node):
                     line += f" bridge {runner.endpoint}"
                 if n.http_address is not None:

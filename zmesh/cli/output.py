@@ -17,8 +17,7 @@ def _console(stderr: bool = False) -> Console:
     pipe, wide enough that every table row stays one line (for grep and awk) whatever
     COLUMNS says."""
     out = Console(stderr=stderr, highlight=False)
-    return out if out.is_terminal else Console(stderr=stderr, highlight=False,
-                                               width=PIPE_WIDTH)
+    return out if out.is_terminal else Console(stderr=stderr, highlight=False, width=PIPE_WIDTH)
 
 
 console = _console()
@@ -77,18 +76,27 @@ def node_table(status: dict) -> Table:
     return table
 
 
-LANE_FIELDS = {"topic", "lane", "group", "mode", "members", "windows", "pending", "ready",
-               "in_flight"}
+LANE_FIELDS = {
+    "topic",
+    "lane",
+    "group",
+    "mode",
+    "members",
+    "windows",
+    "pending",
+    "ready",
+    "in_flight",
+}
 
 
 def lanes_table(status: dict) -> Table:
     names = _names(status)
     lanes = sorted(status.get("lanes", []), key=lambda ln: (ln["topic"], ln["lane"]))
     # Per-lane event counts (acked, nacked, ack_timeouts, expired, ...) vary by version.
-    counts = [{k: v for k, v in ln.items() if k not in LANE_FIELDS and isinstance(v, int)}
-              for ln in lanes]
-    other = [", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k != "acked")
-             for c in counts]
+    counts = [
+        {k: v for k, v in ln.items() if k not in LANE_FIELDS and isinstance(v, int)} for ln in lanes
+    ]
+    other = [", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k != "acked") for c in counts]
     table = Table(title="lanes (messages this node owes each group)", title_justify="left")
     table.add_column("topic", overflow="fold")
     table.add_column("group", overflow="fold")
@@ -100,12 +108,19 @@ def lanes_table(status: dict) -> Table:
         table.add_column("other counts", overflow="fold")
     for lane, count, extra in zip(lanes, counts, other, strict=True):
         windows = lane.get("windows") or [None] * len(lane.get("members", []))
-        members = ", ".join(names.get(m, short(m)) + ("" if w is None else f" (window {w})")
-                            for m, w in zip(lane.get("members", []), windows, strict=True))
-        row = [escape(lane["topic"]), escape(lane.get("group") or "(none yet)"),
-               lane.get("mode", ""), str(lane.get("pending", 0)),
-               str(lane.get("in_flight", 0)), str(count.get("acked", 0)),
-               escape(members) or "-"]
+        members = ", ".join(
+            names.get(m, short(m)) + ("" if w is None else f" (window {w})")
+            for m, w in zip(lane.get("members", []), windows, strict=True)
+        )
+        row = [
+            escape(lane["topic"]),
+            escape(lane.get("group") or "(none yet)"),
+            lane.get("mode", ""),
+            str(lane.get("pending", 0)),
+            str(lane.get("in_flight", 0)),
+            str(count.get("acked", 0)),
+            escape(members) or "-",
+        ]
         if any(other):
             row.append(escape(extra) or "-")
         table.add_row(*row)
@@ -119,8 +134,13 @@ def subscriptions_table(status: dict) -> Table:
     table.add_column("delivered", justify="right")
     table.add_column("queued", justify="right")
     for s in status.get("subscriptions", []):
-        table.add_row(escape(s["topic"]), escape(s["group"]), s["mode"], str(s["delivered"]),
-                      str(s.get("queued", "-")))
+        table.add_row(
+            escape(s["topic"]),
+            escape(s["group"]),
+            s["mode"],
+            str(s["delivered"]),
+            str(s.get("queued", "-")),
+        )
     return table
 
 
@@ -134,9 +154,14 @@ def peers_table(status: dict) -> Table:
     table.add_column("subscriptions", overflow="fold")
     for p in sorted(status.get("peers", []), key=lambda p: p["name"]):
         subs = ", ".join(f"{t}/{g} ({m})" for t, g, m in p.get("subscriptions", []))
-        table.add_row(escape(p["name"]), short(p["id"]), escape(p["control"].removeprefix("tcp://")),
-                      "[green]yes[/]" if p["alive"] else "[red]no[/]",
-                      f"{p['last_seen_s']:.1f}s", escape(subs) or "-")
+        table.add_row(
+            escape(p["name"]),
+            short(p["id"]),
+            escape(p["control"].removeprefix("tcp://")),
+            "[green]yes[/]" if p["alive"] else "[red]no[/]",
+            f"{p['last_seen_s']:.1f}s",
+            escape(subs) or "-",
+        )
     return table
 
 

@@ -14,11 +14,16 @@ import itertools
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-           | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+_FAILED = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 _names = itertools.count()
-_KEYS = ("pass --server-key (its NAME.pub, or the 'pk' of its mDNS record) and "
-         "--secret-key-file (a key pair whose .pub is in its trusted_keys_dir)")
+_KEYS = (
+    "pass --server-key (its NAME.pub, or the 'pk' of its mDNS record) and "
+    "--secret-key-file (a key pair whose .pub is in its trusted_keys_dir)"
+)
 
 
 class HandshakeWatch:
@@ -39,24 +44,33 @@ class HandshakeWatch:
         self._drain()
         if not self.events:
             return None
-        if (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
-                zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) in self.events:
+        if (
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+            zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH,
+        ) in self.events:
             if keyed:
-                return ("the node runs without CurveZMQ keys: leave out --server-key and "
-                        "--secret-key-file")
+                return (
+                    "the node runs without CurveZMQ keys: leave out --server-key and "
+                    "--secret-key-file"
+                )
             return "the node is secured and requires CurveZMQ keys: " + _KEYS
-        auth = [value for event, value in self.events
-                if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH]
+        auth = [value for event, value in self.events if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH]
         if auth:
             if keyed:
-                return ("the node refused the key of --secret-key-file: its .pub is not in "
-                        "the node's trusted_keys_dir (or was taken out of it)")
+                return (
+                    "the node refused the key of --secret-key-file: its .pub is not in "
+                    "the node's trusted_keys_dir (or was taken out of it)"
+                )
             return f"the node refused this connection (ZAP status {auth[0]})"
         if keyed:
-            return ("the CurveZMQ handshake failed: --server-key is probably not this node's "
-                    "public key")
-        return ("the handshake with the node failed: it may be a secured node (then " + _KEYS
-                + "), or not a zmesh node")
+            return (
+                "the CurveZMQ handshake failed: --server-key is probably not this node's public key"
+            )
+        return (
+            "the handshake with the node failed: it may be a secured node (then "
+            + _KEYS
+            + "), or not a zmesh node"
+        )
 
     def close(self) -> None:
         self.mon.close(linger=0)

@@ -23,8 +23,11 @@ def sensor_reading() -> tuple[str, dict[str, Any]]:
     """One temperature reading of this sensor, keyed by sensor id (ZMESH_SENSOR_ID, or
     the process id)."""
     sensor = os.environ.get("ZMESH_SENSOR_ID", f"sensor-{os.getpid()}")
-    return sensor, {"sensor": sensor, "ts": time.time(),
-                    "temp_c": round(20.0 + _rng.gauss(0, 3), 2)}
+    return sensor, {
+        "sensor": sensor,
+        "ts": time.time(),
+        "temp_c": round(20.0 + _rng.gauss(0, 3), 2),
+    }
 
 
 def aggregate(msg: Any) -> None:
@@ -38,15 +41,17 @@ def aggregate(msg: Any) -> None:
         s[2] = min(s[2], value)
         s[3] = max(s[3], value)
         if s[0] % 100 == 0:
-            log.info("%s: n=%d mean=%.2f min=%.2f max=%.2f", sensor, s[0], s[1] / s[0],
-                     s[2], s[3])
+            log.info("%s: n=%d mean=%.2f min=%.2f max=%.2f", sensor, s[0], s[1] / s[0], s[2], s[3])
 
 
 def snapshot() -> dict[str, dict[str, float]]:
     """The aggregator's figures so far."""
     with _lock:
-        return {k: {"count": v[0], "mean": v[1] / v[0], "min": v[2], "max": v[3]}
-                for k, v in _stats.items() if v[0]}
+        return {
+            k: {"count": v[0], "mean": v[1] / v[0], "min": v[2], "max": v[3]}
+            for k, v in _stats.items()
+            if v[0]
+        }
 
 
 def clean(msg: Any) -> dict[str, Any] | None:

@@ -62,8 +62,11 @@ class Context:
 
     def settings(self) -> dict[str, Any]:
         """The fields it sets (its name and unset ones left out), in their order."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name != "name" and getattr(self, f.name) not in (None, (), "")}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name != "name" and getattr(self, f.name) not in (None, (), "")
+        }
 
 
 def config_dir() -> Path:
@@ -97,8 +100,9 @@ class Contexts:
         for name, table in tables.items():
             if not isinstance(table, dict) or set(table) - known:
                 raise ConfigError(f"{path}: [contexts.{name}] may set {', '.join(sorted(known))}")
-            values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
-                                      for k, v in table.items()}
+            values: dict[str, Any] = {
+                k: tuple(v) if isinstance(v, list) else v for k, v in table.items()
+            }
             try:
                 contexts[name] = checked(Context(name=name, **values))
             except (ConfigError, TypeError) as exc:
@@ -142,13 +146,20 @@ def checked(context: Context) -> Context:
     from ..config import NodeConfig
 
     check_name("context", context.name)
-    NodeConfig(name="check", data_dir="-", mesh=context.mesh or "default",
-               seeds=context.seeds, interfaces=context.interfaces)
+    NodeConfig(
+        name="check",
+        data_dir="-",
+        mesh=context.mesh or "default",
+        seeds=context.seeds,
+        interfaces=context.interfaces,
+    )
     if context.mdns is not None and not isinstance(context.mdns, bool):
         raise ConfigError(f"mdns must be true or false, got {context.mdns!r}")
-    paths: dict[str, Any] = {k: str(Path(v).expanduser().absolute())
-                             for k in ("secret_key_file", "trusted_keys_dir")
-                             if isinstance(v := getattr(context, k), str)}
+    paths: dict[str, Any] = {
+        k: str(Path(v).expanduser().absolute())
+        for k in ("secret_key_file", "trusted_keys_dir")
+        if isinstance(v := getattr(context, k), str)
+    }
     return replace(context, **paths)
 
 
@@ -164,8 +175,10 @@ def active() -> Context | None:
         name = meta.get(_NAME_META) or doc.selected
         if name is not None and name not in doc.contexts:
             known = ", ".join(sorted(doc.contexts)) or "none yet"
-            raise click.UsageError(f"no context named {name!r} in {doc.path} (defined: "
-                                   f"{known}; add one with `zmesh context add`)")
+            raise click.UsageError(
+                f"no context named {name!r} in {doc.path} (defined: "
+                f"{known}; add one with `zmesh context add`)"
+            )
         meta[_LOADED_META] = None if name is None else doc.contexts[name]
     return meta[_LOADED_META]  # type: ignore[no-any-return]
 
@@ -213,40 +226,83 @@ def env_help(text: str, field: str) -> str:
 
 
 def _option(*decls: str, field: str, fallback: object = None, help: str, **kw: Any) -> Any:
-    return click.option(*decls, envvar=ENV[field], default=from_context(field, fallback),
-                        help=env_help(help, field), **kw)
+    return click.option(
+        *decls,
+        envvar=ENV[field],
+        default=from_context(field, fallback),
+        help=env_help(help, field),
+        **kw,
+    )
 
 
 OPTIONS: dict[str, Callable[[Any], Any]] = {
     "context": click.option(
-        "--context", "context_name", envvar=ENV["context"], metavar="NAME",
-        is_eager=True, expose_value=False, callback=_use_context,
-        help=env_help("Take settings from this context instead of the selected one (flags "
-                      "and environment variables still come first).", "context")),
-    "mesh": _option("--mesh", field="mesh", fallback="default",
-                    help="Mesh to join; nodes of other meshes are ignored (default: "
-                         "'default')."),
-    "seeds": _option("--seed", "seeds", field="seeds", fallback=(), multiple=True,
-                     type=ADDRESSES, metavar="HOST:PORT",
-                     help="Control address of a peer to contact directly (repeatable)."),
-    "interfaces": _option("--interface", "interfaces", field="interfaces", fallback=(),
-                          multiple=True, type=ADDRESSES, metavar="IP",
-                          help="Address to bind and to speak mDNS on (repeatable; "
-                               "default: all interfaces)."),
-    "mdns": _option("--mdns/--no-mdns", field="mdns",
-                    help="Find peers by multicast DNS (default: on, but off for pub and "
-                         "sub when a seed is given)."),
-    "secret_key_file": _option("--secret-key-file", field="secret_key_file", metavar="FILE",
-                               type=click.Path(dir_okay=False),
-                               help="Your CurveZMQ secret key (NAME.key from `zmesh keys "
-                                    "generate`), for a secured mesh."),
-    "trusted_keys_dir": _option("--trusted-keys-dir", field="trusted_keys_dir", metavar="DIR",
-                                type=click.Path(file_okay=False),
-                                help="Directory of the .pub keys of the nodes to trust "
-                                     "(with --secret-key-file)."),
-    "server_key": _option("--server-key", field="server_key", metavar="KEY|FILE",
-                          help="The node's public key (its NAME.pub, or the 'pk' of its "
-                               "mDNS record), for a node secured with CurveZMQ."),
+        "--context",
+        "context_name",
+        envvar=ENV["context"],
+        metavar="NAME",
+        is_eager=True,
+        expose_value=False,
+        callback=_use_context,
+        help=env_help(
+            "Take settings from this context instead of the selected one (flags "
+            "and environment variables still come first).",
+            "context",
+        ),
+    ),
+    "mesh": _option(
+        "--mesh",
+        field="mesh",
+        fallback="default",
+        help="Mesh to join; nodes of other meshes are ignored (default: 'default').",
+    ),
+    "seeds": _option(
+        "--seed",
+        "seeds",
+        field="seeds",
+        fallback=(),
+        multiple=True,
+        type=ADDRESSES,
+        metavar="HOST:PORT",
+        help="Control address of a peer to contact directly (repeatable).",
+    ),
+    "interfaces": _option(
+        "--interface",
+        "interfaces",
+        field="interfaces",
+        fallback=(),
+        multiple=True,
+        type=ADDRESSES,
+        metavar="IP",
+        help="Address to bind and to speak mDNS on (repeatable; default: all interfaces).",
+    ),
+    "mdns": _option(
+        "--mdns/--no-mdns",
+        field="mdns",
+        help="Find peers by multicast DNS (default: on, but off for pub and "
+        "sub when a seed is given).",
+    ),
+    "secret_key_file": _option(
+        "--secret-key-file",
+        field="secret_key_file",
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        help="Your CurveZMQ secret key (NAME.key from `zmesh keys generate`), for a secured mesh.",
+    ),
+    "trusted_keys_dir": _option(
+        "--trusted-keys-dir",
+        field="trusted_keys_dir",
+        metavar="DIR",
+        type=click.Path(file_okay=False),
+        help="Directory of the .pub keys of the nodes to trust (with --secret-key-file).",
+    ),
+    "server_key": _option(
+        "--server-key",
+        field="server_key",
+        metavar="KEY|FILE",
+        help="The node's public key (its NAME.pub, or the 'pk' of its "
+        "mDNS record), for a node secured with CurveZMQ.",
+    ),
 }
 
 
@@ -271,8 +327,10 @@ def target(address: str | None) -> str:
     context = active()
     seeds = env or (list(context.seeds) if context is not None else [])
     if not seeds:
-        raise click.UsageError("give the node's control address HOST:PORT (or set "
-                               f"{ENV['seeds']}, or use a context with a seed)")
+        raise click.UsageError(
+            "give the node's control address HOST:PORT (or set "
+            f"{ENV['seeds']}, or use a context with a seed)"
+        )
     return seeds[0]
 
 

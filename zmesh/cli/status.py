@@ -11,8 +11,13 @@ from .output import console, peers_table, render_status
 from .settings import target
 
 _address = click.argument("address", metavar="[HOST:PORT]", required=False)
-_timeout = click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0,
-                        show_default=True, help="Seconds to wait for the reply.")
+_timeout = click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the reply.",
+)
 _json = click.option("--json", "as_json", is_flag=True, help="Print the raw reply as JSON.")
 
 

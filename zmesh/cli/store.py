@@ -20,8 +20,10 @@ SHOWN_PROBLEMS = 20  # problems printed by check (the rest counted)
 def _store_dir(data_dir: str) -> Path:
     store = Path(data_dir) / "store"
     if not (store / "data.mdb").is_file():
-        raise CliError(f"{store / 'data.mdb'} does not exist: DATA_DIR is a node's data dir "
-                       "(data_dir in its [node] table), which holds store/data.mdb")
+        raise CliError(
+            f"{store / 'data.mdb'} does not exist: DATA_DIR is a node's data dir "
+            "(data_dir in its [node] table), which holds store/data.mdb"
+        )
     return store
 
 
@@ -43,11 +45,15 @@ def check(data_dir: str) -> None:
         report = check_store(store_dir)
     size = f"{report.size_bytes / (1 << 20):,.1f} MiB"
     if report.sound:
-        click.echo(f"{report.data_file} ({size}) is sound: every page of every database "
-                   f"was read and checked in {report.seconds:.1f}s")
+        click.echo(
+            f"{report.data_file} ({size}) is sound: every page of every database "
+            f"was read and checked in {report.seconds:.1f}s"
+        )
         return
-    click.echo(f"{report.data_file} ({size}) is damaged: {len(report.problems)} problem(s) "
-               f"in {', '.join(report.damaged())}")
+    click.echo(
+        f"{report.data_file} ({size}) is damaged: {len(report.problems)} problem(s) "
+        f"in {', '.join(report.damaged())}"
+    )
     for problem in report.problems[:SHOWN_PROBLEMS]:
         click.echo(f"  {problem}")
     if len(report.problems) > SHOWN_PROBLEMS:
@@ -75,17 +81,24 @@ def salvage(data_dir: str, dest: str) -> None:
     lost = report.lost()
     for db in sorted(set(report.expected) | set(report.copied)):
         had = report.expected.get(db)
-        table.add_row(db, "?" if had is None else f"{had:,}", f"{report.copied[db]:,}",
-                      f"{lost.get(db, 0):,}")
+        table.add_row(
+            db, "?" if had is None else f"{had:,}", f"{report.copied[db]:,}", f"{lost.get(db, 0):,}"
+        )
     console.print(table)
     if report.meta:
         click.echo(f"started from {report.meta}")
     found = sum(report.orphans.values())
     if found:
-        click.echo(f"{found:,} of the records copied were found in pages nothing reached any "
-                   "more (under a damaged branch page)")
-    click.echo(f"{len(report.problems)} problem(s) met on the way"
-               + (f", the first: {report.problems[0]}" if report.problems else ""))
-    click.echo(f"copied into {report.dest}; {data_dir} is left as it was. To use the copy: "
-               f"stop the node if it runs, then start it with data_dir = "
-               f"\"{Path(dest).resolve()}\" (it keeps its node id).")
+        click.echo(
+            f"{found:,} of the records copied were found in pages nothing reached any "
+            "more (under a damaged branch page)"
+        )
+    click.echo(
+        f"{len(report.problems)} problem(s) met on the way"
+        + (f", the first: {report.problems[0]}" if report.problems else "")
+    )
+    click.echo(
+        f"copied into {report.dest}; {data_dir} is left as it was. To use the copy: "
+        f"stop the node if it runs, then start it with data_dir = "
+        f'"{Path(dest).resolve()}" (it keeps its node id).'
+    )

@@ -28,9 +28,16 @@ BATCH_SIZE: int = _FIELDS["batch_size"].default  # type: ignore[assignment]
 def message_json(msg: Message) -> dict:
     """What ``--json`` prints of a message: its payload as ``payload`` when it is UTF-8
     text, else as ``payload_b64``."""
-    doc = {"id": str(msg.id), "topic": msg.topic, "group": msg.group, "key": msg.key,
-           "headers": msg.headers, "attempt": msg.attempt, "partition": msg.partition,
-           "published_at": msg.published_at}
+    doc = {
+        "id": str(msg.id),
+        "topic": msg.topic,
+        "group": msg.group,
+        "key": msg.key,
+        "headers": msg.headers,
+        "attempt": msg.attempt,
+        "partition": msg.partition,
+        "published_at": msg.published_at,
+    }
     try:
         doc["payload"] = msg.payload.decode()
     except UnicodeDecodeError:
@@ -58,12 +65,18 @@ def _drop_stdout() -> None:
 
 
 def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
-    env = dict(os.environ, ZMESH_TOPIC=msg.topic, ZMESH_GROUP=msg.group or "",
-               ZMESH_KEY=msg.key or "", ZMESH_MESSAGE_ID=str(msg.id),
-               ZMESH_ATTEMPT=str(msg.attempt))
+    env = dict(
+        os.environ,
+        ZMESH_TOPIC=msg.topic,
+        ZMESH_GROUP=msg.group or "",
+        ZMESH_KEY=msg.key or "",
+        ZMESH_MESSAGE_ID=str(msg.id),
+        ZMESH_ATTEMPT=str(msg.attempt),
+    )
     try:
-        done = subprocess.run(cmd, shell=True, input=msg.payload, env=env, timeout=timeout,
-                              check=False)
+        done = subprocess.run(
+            cmd, shell=True, input=msg.payload, env=env, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired:
         note(f"--exec ran longer than {timeout:g}s on message {msg.id}; nacked")
         return False
@@ -75,37 +88,78 @@ def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
 
 @click.command(short_help="Consume TOPIC: print or --exec each message (in a group: ack it).")
 @click.argument("topic")
-@click.option("--group", help="Consumer group to join: its backlog is kept for it by every "
-                               "producer (until it is deleted, or expires). Without one the "
-                               "subscription is ephemeral: what is published while it runs, "
-                               "nothing kept for it.")
-@click.option("--mode", type=click.Choice(["shared", "broadcast"]), default="shared",
-              show_default=True, help="With --group: shared: members compete; broadcast: "
-                                      "own copy of all.")
-@click.option("--json", "fmt", flag_value="json",
-              help="One JSON object a line: id, topic, group, key, headers, attempt, "
-                   "partition, published_at, and payload (UTF-8 text) or payload_b64.")
-@click.option("--raw", "fmt", flag_value="raw",
-              help="Payloads exactly as sent, nothing added between them.")
-@click.option("--ack/--no-ack", default=True, show_default=True,
-              help="Ack what is printed; --no-ack leaves it to go back to its producers "
-                   "(redelivered to the group) when this command ends.")
-@click.option("--max-in-flight", type=click.IntRange(min=1),
-              default=MAX_IN_FLIGHT, show_default=True,
-              help="Most unacked messages per producer at this member (1: one at a time, "
-                   "in the producer's order).")
+@click.option(
+    "--group",
+    help="Consumer group to join: its backlog is kept for it by every "
+    "producer (until it is deleted, or expires). Without one the "
+    "subscription is ephemeral: what is published while it runs, "
+    "nothing kept for it.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["shared", "broadcast"]),
+    default="shared",
+    show_default=True,
+    help="With --group: shared: members compete; broadcast: own copy of all.",
+)
+@click.option(
+    "--json",
+    "fmt",
+    flag_value="json",
+    help="One JSON object a line: id, topic, group, key, headers, attempt, "
+    "partition, published_at, and payload (UTF-8 text) or payload_b64.",
+)
+@click.option(
+    "--raw", "fmt", flag_value="raw", help="Payloads exactly as sent, nothing added between them."
+)
+@click.option(
+    "--ack/--no-ack",
+    default=True,
+    show_default=True,
+    help="Ack what is printed; --no-ack leaves it to go back to its producers "
+    "(redelivered to the group) when this command ends.",
+)
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(min=1),
+    default=MAX_IN_FLIGHT,
+    show_default=True,
+    help="Most unacked messages per producer at this member (1: one at a time, "
+    "in the producer's order).",
+)
 @node_options
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many messages.")
-@click.option("--timeout", type=click.FloatRange(min=0),
-              help="Stop after this many seconds (with --count: fail if not all came).")
-@click.option("--exec", "exec_cmd", metavar="CMD",
-              help="Run CMD (with sh) per message, payload on stdin: exit 0 acks, else nacks.")
-@click.option("--exec-timeout", type=click.FloatRange(min=0.1), default=60.0,
-              show_default=True, help="Seconds before a --exec command counts as failed.")
-def sub(topic: str, group: str | None, mode: str, fmt: str | None, ack: bool,
-        max_in_flight: int,
-        node: NodeArgs, count: int | None, timeout: float | None, exec_cmd: str | None,
-        exec_timeout: float) -> None:
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    help="Stop after this many seconds (with --count: fail if not all came).",
+)
+@click.option(
+    "--exec",
+    "exec_cmd",
+    metavar="CMD",
+    help="Run CMD (with sh) per message, payload on stdin: exit 0 acks, else nacks.",
+)
+@click.option(
+    "--exec-timeout",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds before a --exec command counts as failed.",
+)
+def sub(
+    topic: str,
+    group: str | None,
+    mode: str,
+    fmt: str | None,
+    ack: bool,
+    max_in_flight: int,
+    node: NodeArgs,
+    count: int | None,
+    timeout: float | None,
+    exec_cmd: str | None,
+    exec_timeout: float,
+) -> None:
     """Consume TOPIC: print each payload on a line (or --json, --raw). With --group, as
     a member of that group, acking each; without one, ephemeral (like `nats sub`): every
     message published while it runs, at most once, and nothing left behind at the
@@ -122,20 +176,28 @@ def sub(topic: str, group: str | None, mode: str, fmt: str | None, ack: bool,
     elif mode == "broadcast":
         mode = "shared"  # (an ephemeral subscription gets every message: its own copy)
     if exec_cmd is not None and fmt is not None:
-        raise click.UsageError(f"--{fmt} prints messages and --exec hands them to a command: "
-                               "give one of them")
+        raise click.UsageError(
+            f"--{fmt} prints messages and --exec hands them to a command: give one of them"
+        )
     out = sys.stdout.buffer
     handled = 0
     with StopSignals() as signals, cli_node("sub", node) as n:
-        subscription = n.subscribe(topic, group=group, mode=mode,
-                                   max_in_flight=max_in_flight,
-                                   batch_size=min(max_in_flight, BATCH_SIZE))
-        note(f"node {n.name} of mesh {node.mesh}: control {n.control_address}; "
-             f"consuming {topic} " + (f"as {group}" if group else "(ephemeral)"))
+        subscription = n.subscribe(
+            topic,
+            group=group,
+            mode=mode,
+            max_in_flight=max_in_flight,
+            batch_size=min(max_in_flight, BATCH_SIZE),
+        )
+        note(
+            f"node {n.name} of mesh {node.mesh}: control {n.control_address}; "
+            f"consuming {topic} " + (f"as {group}" if group else "(ephemeral)")
+        )
         deadline = None if timeout is None else time.monotonic() + timeout
         while count is None or handled < count:
-            wait = WAIT_STEP_S if deadline is None else \
-                min(WAIT_STEP_S, deadline - time.monotonic())
+            wait = (
+                WAIT_STEP_S if deadline is None else min(WAIT_STEP_S, deadline - time.monotonic())
+            )
             if wait <= 0 or signals.stop.is_set():
                 break
             msg = subscription.get(timeout=wait)

@@ -55,8 +55,14 @@ def rates_table(now: Sample, before: Sample | None) -> Table:
     return table
 
 
-def frame(address: str, status: dict, now: Sample, before: Sample | None,
-          error: str | None, refreshes: int) -> RenderableType:
+def frame(
+    address: str,
+    status: dict,
+    now: Sample,
+    before: Sample | None,
+    error: str | None,
+    refreshes: int,
+) -> RenderableType:
     node = status.get("node", {})
     peers = status.get("peers", [])
     alive = sum(1 for p in peers if p.get("alive"))
@@ -64,7 +70,8 @@ def frame(address: str, status: dict, now: Sample, before: Sample | None,
         f"[bold]{escape(str(node.get('name', '?')))}[/] ({escape(str(node.get('id', ''))[:12])})"
         f" mesh {escape(str(node.get('mesh', '?')))} at {escape(address)}: "
         f"outbox {status.get('outbox', 0):,}, peers {alive} alive / {len(peers)}, "
-        f"refresh {refreshes} at {time.strftime('%H:%M:%S')}")
+        f"refresh {refreshes} at {time.strftime('%H:%M:%S')}"
+    )
     parts: list[RenderableType] = [head]
     if error:
         parts.append(Text(f"last refresh failed: {error}", style="bold red"))
@@ -77,12 +84,25 @@ def frame(address: str, status: dict, now: Sample, before: Sample | None,
 
 @click.command()
 @click.argument("address", metavar="[HOST:PORT]", required=False)
-@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
-              help="Seconds between refreshes.")
-@click.option("--iterations", type=click.IntRange(min=1),
-              help="Stop after this many refreshes (default: until Ctrl-C).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
-              help="Seconds to wait for each status reply.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=1.0,
+    show_default=True,
+    help="Seconds between refreshes.",
+)
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    help="Stop after this many refreshes (default: until Ctrl-C).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for each status reply.",
+)
 def top(address: str, interval: float, iterations: int | None, timeout: float) -> None:
     """Watch a node: rates (published/s, acked/s, redelivered/s, ...), lanes and peers,
     refreshed every --interval seconds until Ctrl-C or --iterations.
@@ -98,8 +118,11 @@ def top(address: str, interval: float, iterations: int | None, timeout: float) -
     error: str | None = None
     next_at = sample.at + interval
     try:
-        with Live(frame(address, status, sample, None, None, refreshes), console=console,
-                  auto_refresh=False) as live:
+        with Live(
+            frame(address, status, sample, None, None, refreshes),
+            console=console,
+            auto_refresh=False,
+        ) as live:
             while iterations is None or refreshes < iterations:
                 wait = next_at - time.monotonic()
                 if wait > 0:
@@ -107,14 +130,15 @@ def top(address: str, interval: float, iterations: int | None, timeout: float) -
                 next_at = time.monotonic() + interval
                 try:
                     status = request_status(address, timeout)
-                    before, sample = sample, Sample(time.monotonic(),
-                                                    dict(status.get("counters", {})))
+                    before, sample = (
+                        sample,
+                        Sample(time.monotonic(), dict(status.get("counters", {}))),
+                    )
                     error = None
                 except CliError as exc:
                     error = exc.format_message()
                 refreshes += 1
-                live.update(frame(address, status, sample, before, error, refreshes),
-                            refresh=True)
+                live.update(frame(address, status, sample, before, error, refreshes), refresh=True)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how top ends
     if not console.is_terminal:

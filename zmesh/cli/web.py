@@ -37,20 +37,42 @@ def _source(api: str | None, timeout: float, node_args: NodeArgs) -> Iterator[ob
 
 @click.command(short_help="Serve a live web page of the mesh.")
 @node_options
-@click.option("--api", metavar="URL",
-              help="Read a running node's HTTP API (its http_address, e.g. "
-                   "http://127.0.0.1:8222) instead of joining the mesh with a node of its "
-                   "own.")
-@click.option("--listen", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT",
-              help="Where the page is served (port 0: any free port).")
-@click.option("--admin", is_flag=True,
-              help="Offer dead-letter replay and purge on the page (off: they are refused).")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
-              help="Seconds between two looks at the mesh.")
-@click.option("--timeout", type=click.FloatRange(min=0.1, max=30), default=MESH_TIMEOUT_S,
-              show_default=True, help="Seconds to wait for each node's reply.")
-def web(node: NodeArgs, api: str | None, listen: str, admin: bool, interval: float,
-        timeout: float) -> None:
+@click.option(
+    "--api",
+    metavar="URL",
+    help="Read a running node's HTTP API (its http_address, e.g. "
+    "http://127.0.0.1:8222) instead of joining the mesh with a node of its "
+    "own.",
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:8080",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where the page is served (port 0: any free port).",
+)
+@click.option(
+    "--admin",
+    is_flag=True,
+    help="Offer dead-letter replay and purge on the page (off: they are refused).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=1.0,
+    show_default=True,
+    help="Seconds between two looks at the mesh.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1, max=30),
+    default=MESH_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for each node's reply.",
+)
+def web(
+    node: NodeArgs, api: str | None, listen: str, admin: bool, interval: float, timeout: float
+) -> None:
     """Serve a live page of the mesh: a map of its nodes and links, every topic and group
     with its backlog, rates and dead letters, charts of the last minutes, a page per node
     and per group's dead letters.
@@ -64,8 +86,9 @@ def web(node: NodeArgs, api: str | None, listen: str, admin: bool, interval: flo
     try:
         from ..web.app import serve
     except ImportError as exc:
-        raise ConfigError(f"zmesh web needs the web extra ({exc.name} is missing): "
-                          "pip install 'zmesh[web]'") from exc
+        raise ConfigError(
+            f"zmesh web needs the web extra ({exc.name} is missing): pip install 'zmesh[web]'"
+        ) from exc
     host, port = parse_seed(listen, what="--listen", allow_port_zero=True)
 
     def ready(url: str) -> None:
@@ -77,8 +100,15 @@ def web(node: NodeArgs, api: str | None, listen: str, admin: bool, interval: flo
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(source, host, port, admin=admin, interval_s=interval,  # type: ignore[arg-type]
-                    stop=stop, ready=ready)
+        await serve(
+            source,  # type: ignore[arg-type]
+            host,
+            port,
+            admin=admin,
+            interval_s=interval,
+            stop=stop,
+            ready=ready,
+        )
 
     with _source(api, timeout, node) as source:
         asyncio.run(run())

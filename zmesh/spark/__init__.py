@@ -60,8 +60,9 @@ def register(spark: Any) -> None:
     if parallelism > 0:
         # A subclass made here is pickled with its value (it is no module's attribute),
         # which is how the planner, in a Python worker of its own, learns it.
-        source = type(source.__name__, (source,), {"parallelism": parallelism,
-                                                   "__doc__": source.__doc__})
+        source = type(
+            source.__name__, (source,), {"parallelism": parallelism, "__doc__": source.__doc__}
+        )
     spark.dataSource.register(source)
 
 

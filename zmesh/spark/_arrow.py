@@ -34,8 +34,9 @@ def _strings(values: list[bytes]) -> pa.Array:
     objects, whose first one makes pyarrow import pandas (a tenth of a second and more in
     each of the Python processes Spark starts for a query)."""
     ends = array("i", accumulate(map(len, values), initial=0))
-    return pa.StringArray.from_buffers(len(values), pa.py_buffer(ends.tobytes()),
-                                       pa.py_buffer(b"".join(values)))
+    return pa.StringArray.from_buffers(
+        len(values), pa.py_buffer(ends.tobytes()), pa.py_buffer(b"".join(values))
+    )
 
 
 def _repeat(value: pa.Array, n: int) -> pa.Array:
@@ -44,9 +45,12 @@ def _repeat(value: pa.Array, n: int) -> pa.Array:
 
 
 _MICROS = pa.Array.from_buffers(pa.float64(), 1, [None, pa.py_buffer(array("d", [1e6]))])[0]
-_EMPTY, _NEWLINE = (pa.BinaryArray.from_buffers(pa.binary(), 2, [
-    None, pa.py_buffer(array("i", [0, 0, 1]).tobytes()), pa.py_buffer(b"\n")])[i]
-    for i in (0, 1))
+_EMPTY, _NEWLINE = (
+    pa.BinaryArray.from_buffers(
+        pa.binary(), 2, [None, pa.py_buffer(array("i", [0, 0, 1]).tobytes()), pa.py_buffer(b"\n")]
+    )[i]
+    for i in (0, 1)
+)
 
 
 def _header_value(v: Any) -> str:
@@ -116,10 +120,11 @@ class _Pending:
             self.segments.append((stream, offset, n))
         index = self.producers.setdefault(c.producer, len(self.producers))
         self.producer_of.append(array("i", (index,)).tobytes() * n)
-        payloads = pa.Array.from_buffers(pa.binary(), c.count, [
-            None, pa.py_buffer(c.offsets), pa.py_buffer(c.data)])
+        payloads = pa.Array.from_buffers(
+            pa.binary(), c.count, [None, pa.py_buffer(c.offsets), pa.py_buffer(c.data)]
+        )
         self.payloads.append(payloads.slice(lo, n))
-        self.stamps.append(memoryview(c.published_ats)[lo * 8:hi * 8])
+        self.stamps.append(memoryview(c.published_ats)[lo * 8 : hi * 8])
         self.keys.append(n if c.keys is None else pa.array(c.keys[lo:hi], pa.string()))
         self.headers.append(n if c.headers is None else c.headers[lo:hi])
         self.rows += n
@@ -130,8 +135,7 @@ class RecordConverter:
 
     def __init__(self, arrow_schema: pa.Schema, payload_format: str | None) -> None:
         self.schema = arrow_schema
-        self.extra = [arrow_schema.field(i) for i in range(len(BASE_COLUMNS),
-                                                            len(arrow_schema))]
+        self.extra = [arrow_schema.field(i) for i in range(len(BASE_COLUMNS), len(arrow_schema))]
         self.format = payload_format
         self.decode = _decoder(payload_format)
         self._headers_type = arrow_schema.field("headers").type
@@ -139,9 +143,12 @@ class RecordConverter:
         self._pending = _Pending()
         # Arrow's JSON reader parses timestamps from strings only: it reads those
         # columns as numbers of seconds, which are then converted.
-        self._json_schema = pa.schema([
-            pa.field(f.name, pa.float64() if pa.types.is_timestamp(f.type) else f.type)
-            for f in self.extra])
+        self._json_schema = pa.schema(
+            [
+                pa.field(f.name, pa.float64() if pa.types.is_timestamp(f.type) else f.type)
+                for f in self.extra
+            ]
+        )
 
     @property
     def rows(self) -> int:
@@ -160,20 +167,22 @@ class RecordConverter:
         for stream, first, count in p.segments:
             topic, _, part = stream.rpartition("/")
             topics.append(_repeat(_strings([topic.encode()]), count))
-            parts.append(pa.Array.from_buffers(pa.int32(), count, [
-                None, pa.py_buffer(array("i", [int(part)]) * count)]))
+            parts.append(
+                pa.Array.from_buffers(
+                    pa.int32(), count, [None, pa.py_buffer(array("i", [int(part)]) * count)]
+                )
+            )
             offsets.append(pa.py_buffer(array("q", range(first, first + count)).tobytes()))
         producers = _strings([p.hex().encode() for p in p.producers])
-        index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(
-            b"".join(p.producer_of))])
-        stamps = pa.Array.from_buffers(pa.float64(), n, [None, pa.py_buffer(
-            b"".join(p.stamps))])
+        index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(b"".join(p.producer_of))])
+        stamps = pa.Array.from_buffers(pa.float64(), n, [None, pa.py_buffer(b"".join(p.stamps))])
         payloads = _concat(p.payloads, pa.binary())
         arrays = [
             _concat(topics, pa.string()),
             _concat(parts, pa.int32()),
-            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(
-                b"".join(b.to_pybytes() for b in offsets))]),
+            pa.Array.from_buffers(
+                pa.int64(), n, [None, pa.py_buffer(b"".join(b.to_pybytes() for b in offsets))]
+            ),
             self._keys(p.keys),
             payloads,
             self._headers(p.headers),
@@ -187,8 +196,9 @@ class RecordConverter:
     def _keys(self, parts: list[pa.Array | int]) -> pa.Array:
         if all(isinstance(k, int) for k in parts):
             return pa.nulls(sum(parts), pa.string())  # type: ignore[arg-type]
-        return _concat([pa.nulls(k, pa.string()) if isinstance(k, int) else k for k in parts],
-                       pa.string())
+        return _concat(
+            [pa.nulls(k, pa.string()) if isinstance(k, int) else k for k in parts], pa.string()
+        )
 
     def _headers(self, parts: list[list | int]) -> pa.Array:
         typ = self._headers_type
@@ -199,8 +209,9 @@ class RecordConverter:
             if isinstance(h, int):
                 rows.extend([None] * h)
             else:
-                rows.extend(None if not d else [(k, _header_value(v)) for k, v in d.items()]
-                            for d in h)
+                rows.extend(
+                    None if not d else [(k, _header_value(v)) for k, v in d.items()] for d in h
+                )
         return pa.array(rows, typ)
 
     def _decoded(self, payloads: pa.Array) -> list[pa.Array]:
@@ -229,10 +240,13 @@ class RecordConverter:
         try:
             table = pa_json.read_json(
                 pa.BufferReader(data),
-                read_options=pa_json.ReadOptions(use_threads=False,
-                                                 block_size=max(1 << 20, data.size + 1)),
-                parse_options=pa_json.ParseOptions(explicit_schema=self._json_schema,
-                                                   unexpected_field_behavior="ignore"))
+                read_options=pa_json.ReadOptions(
+                    use_threads=False, block_size=max(1 << 20, data.size + 1)
+                ),
+                parse_options=pa_json.ParseOptions(
+                    explicit_schema=self._json_schema, unexpected_field_behavior="ignore"
+                ),
+            )
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             return None
         if table.num_rows != n:  # (an empty payload is no line to the reader)

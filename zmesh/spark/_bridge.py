@@ -60,8 +60,9 @@ class Bridge:
     given a NodeConfig instead, the bridge starts and closes a node of its own.
     """
 
-    def __init__(self, node: Node | NodeConfig, config: BridgeConfig | None = None,
-                 **options: Any) -> None:
+    def __init__(
+        self, node: Node | NodeConfig, config: BridgeConfig | None = None, **options: Any
+    ) -> None:
         if config is None:
             config = BridgeConfig(**options)
         elif options:
@@ -121,14 +122,19 @@ class Bridge:
         try:
             if self._owns_node:
                 self.node.start()
-            self._log = BridgeLog(self.config.log_dir, map_size_bytes=self.config.map_size_bytes,
-                                  max_log_bytes=self.config.max_log_bytes)
+            self._log = BridgeLog(
+                self.config.log_dir,
+                map_size_bytes=self.config.map_size_bytes,
+                max_log_bytes=self.config.max_log_bytes,
+            )
             self._log.register()
-            self._service = Service(self._log, self.node, self.counters,
-                                    self.config.publish_timeout_s)
+            self._service = Service(
+                self._log, self.node, self.counters, self.config.publish_timeout_s
+            )
             self._ctx = zmq.Context()
-            self._thread = threading.Thread(target=self._run, daemon=True,
-                                            name=f"zmesh-bridge-{self.node.name}")
+            self._thread = threading.Thread(
+                target=self._run, daemon=True, name=f"zmesh-bridge-{self.node.name}"
+            )
             self._thread.start()
             if not self._ready.wait(START_TIMEOUT_S):
                 raise BridgeError(f"bridge thread did not start within {START_TIMEOUT_S:g}s")
@@ -140,18 +146,27 @@ class Bridge:
             self._wake_tx = tx
             cfg = self.config
             for topic in cfg.topics:
-                sub = self.node.subscribe(topic, cfg.group, mode=cfg.mode,
-                                          max_in_flight=cfg.max_in_flight,
-                                          batch_size=cfg.batch_size)
+                sub = self.node.subscribe(
+                    topic,
+                    cfg.group,
+                    mode=cfg.mode,
+                    max_in_flight=cfg.max_in_flight,
+                    batch_size=cfg.batch_size,
+                )
                 sub._add_listener(self._wake)
                 self._subs = (*self._subs, sub)
             self._wake()
         except BaseException:
             self.close()
             raise
-        log.info("bridge on %s: %s/%s logged in %s, serving %s", self.node.name,
-                 ",".join(self.config.topics), self.config.group, self.config.log_dir,
-                 self._endpoint)
+        log.info(
+            "bridge on %s: %s/%s logged in %s, serving %s",
+            self.node.name,
+            ",".join(self.config.topics),
+            self.config.group,
+            self.config.log_dir,
+            self._endpoint,
+        )
         return self
 
     def close(self) -> None:
@@ -354,7 +369,7 @@ class Bridge:
         done = added = dups = 0
         size = len(msgs)
         while done < len(msgs):
-            chunk = msgs[done:done + size]
+            chunk = msgs[done : done + size]
             try:
                 a, d = self._log.append(runs_of(chunk), time.time())
                 if self.config.fsync:
@@ -378,9 +393,12 @@ class Bridge:
             self._log.env.reader_check()
             n = 0
             for _ in range(PRUNE_ROUNDS):
-                got = self._log.prune(now, retain_s=cfg.retain_s,
-                                      retain_records=cfg.retain_records,
-                                      reader_ttl_s=cfg.reader_ttl_s)
+                got = self._log.prune(
+                    now,
+                    retain_s=cfg.retain_s,
+                    retain_records=cfg.retain_records,
+                    reader_ttl_s=cfg.reader_ttl_s,
+                )
                 n += got
                 if not got:
                     break

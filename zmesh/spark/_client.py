@@ -34,8 +34,13 @@ def check_endpoint(endpoint: object) -> str:
 class BridgeClient:
     """Talks to the bridge at ``endpoint``; one per thread (ZeroMQ sockets are not shared)."""
 
-    def __init__(self, endpoint: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 attempts: int = DEFAULT_ATTEMPTS) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        attempts: int = DEFAULT_ATTEMPTS,
+    ) -> None:
         self.endpoint = check_endpoint(endpoint)
         self.timeout_s = timeout_s
         self.attempts = max(1, attempts)
@@ -74,8 +79,9 @@ class BridgeClient:
         """Send a request and return the bridge's reply; BridgeError when it fails."""
         return next(self.calls(kind, [(args, parts)], window=1))
 
-    def calls(self, kind: str, requests: Iterable[tuple[dict[str, Any], tuple[bytes, ...]]],
-              window: int) -> Iterator[Reply]:
+    def calls(
+        self, kind: str, requests: Iterable[tuple[dict[str, Any], tuple[bytes, ...]]], window: int
+    ) -> Iterator[Reply]:
         """Send ``requests`` keeping up to ``window`` of them unanswered, and yield their
         replies in their order. A request unanswered within the timeout is sent again,
         with those after it (on a new socket: what the old one receives is lost), up to
@@ -88,8 +94,7 @@ class BridgeClient:
             while True:
                 while len(pending) < window and (req := next(todo, None)) is not None:
                     self._token += 1
-                    pending.append((self._token, encode_request(
-                        Request(kind, self._token, *req))))
+                    pending.append((self._token, encode_request(Request(kind, self._token, *req))))
                     self._socket().send_multipart(pending[-1][1], copy=False)
                     if len(pending) == 1:
                         deadline = time.monotonic() + self.timeout_s
@@ -105,12 +110,14 @@ class BridgeClient:
                     except DecodeError:
                         continue
                     if any(rep.token == t for t, _f in pending):  # (else: of an attempt
-                        replies[rep.token] = rep                   # given up on)
+                        replies[rep.token] = rep  # given up on)
                 answer = replies.pop(token, None)
                 if answer is None:
                     if attempt >= self.attempts:
-                        raise BridgeError(f"bridge {self.endpoint} did not answer {kind!r} "
-                                          f"within {self.timeout_s:g}s, {self.attempts} times")
+                        raise BridgeError(
+                            f"bridge {self.endpoint} did not answer {kind!r} "
+                            f"within {self.timeout_s:g}s, {self.attempts} times"
+                        )
                     attempt += 1
                     self._reset()
                     for _t, frames in pending:
@@ -127,9 +134,13 @@ class BridgeClient:
 
     # -- requests -------------------------------------------------------------------------
 
-    def bounds(self, *, reader: str | None = None, topics: list[str] | None = None,
-               watermark: dict[str, int] | None = None
-               ) -> tuple[str, dict[str, tuple[int, int, int]]]:
+    def bounds(
+        self,
+        *,
+        reader: str | None = None,
+        topics: list[str] | None = None,
+        watermark: dict[str, int] | None = None,
+    ) -> tuple[str, dict[str, tuple[int, int, int]]]:
         """The bridge log's id and its streams ``topic/partition`` -> (head, end, record
         bytes ever appended); with ``reader``, also registers it and moves its watermarks
         up to ``watermark``."""
@@ -140,30 +151,35 @@ class BridgeClient:
         streams = result.get("streams", {})
         return str(result.get("log", "")), {
             name: (int(b[0]), int(b[1]), int(b[2]) if len(b) > 2 else 0)
-            for name, b in streams.items()}
+            for name, b in streams.items()
+        }
 
     def info(self, **kwargs: Any) -> dict[str, tuple[int, int]]:
         """Stream bounds ``topic/partition`` -> (head, end) (arguments as ``bounds``)."""
         return {name: (b[0], b[1]) for name, b in self.bounds(**kwargs)[1].items()}
 
-    def fetch(self, stream: str, start: int, end: int,
-              max_records: int) -> tuple[int, list[tuple[int, bytes]]]:
+    def fetch(
+        self, stream: str, start: int, end: int, max_records: int
+    ) -> tuple[int, list[tuple[int, bytes]]]:
         """(the first offset retained from ``start`` on, [(a run's first offset, its
         record)]) of ``stream`` in [start, end): see ``BridgeLog.read``."""
-        rep = self.call("fetch", {"stream": stream, "start": start, "end": end,
-                                  "max": max_records})
+        rep = self.call("fetch", {"stream": stream, "start": start, "end": end, "max": max_records})
         starts = rep.result["starts"]
         if len(starts) != len(rep.parts):
-            raise BridgeError(f"bridge {self.endpoint} sent {len(rep.parts)} records for "
-                              f"{len(starts)} runs")
+            raise BridgeError(
+                f"bridge {self.endpoint} sent {len(rep.parts)} records for {len(starts)} runs"
+            )
         return int(rep.result["first"]), list(zip(map(int, starts), rep.parts, strict=True))
 
-    def publish(self, task: str, chunks: Iterable[Chunk], topic: str | None,
-                window: int = 1) -> Iterator[dict[str, int]]:
+    def publish(
+        self, task: str, chunks: Iterable[Chunk], topic: str | None, window: int = 1
+    ) -> Iterator[dict[str, int]]:
         """Publish chunks of the sink task ``task``'s rows, up to ``window`` of them
         unanswered; yields each one's counts once its rows are stored."""
-        requests = (({"task": task, "first": c.first, "n": len(c.payloads), "topic": topic},
-                     c.frames()) for c in chunks)
+        requests = (
+            ({"task": task, "first": c.first, "n": len(c.payloads), "topic": topic}, c.frames())
+            for c in chunks
+        )
         for rep in self.calls("publish", requests, window):
             yield {k: int(v) for k, v in rep.result.items()}
 

@@ -58,15 +58,17 @@ class BridgeConfig:
             raise ConfigError("BridgeConfig.topics must name at least one topic")
         check_name("group", self.group)
         if self.mode not in ("shared", "broadcast"):
-            raise ConfigError(f"BridgeConfig.mode must be 'shared' or 'broadcast', "
-                              f"got {self.mode!r}")
+            raise ConfigError(
+                f"BridgeConfig.mode must be 'shared' or 'broadcast', got {self.mode!r}"
+            )
         log_dir = os.fspath(self.log_dir) if isinstance(self.log_dir, os.PathLike) else None
         if log_dir is None and (not isinstance(self.log_dir, str) or not self.log_dir):
             raise ConfigError(f"BridgeConfig.log_dir must be a path, got {self.log_dir!r}")
         object.__setattr__(self, "log_dir", str(log_dir or self.log_dir))
         if not isinstance(self.bind, str) or not self.bind.startswith(("tcp://", "ipc://")):
-            raise ConfigError(f"BridgeConfig.bind must be 'tcp://host:port' or 'ipc://path', "
-                              f"got {self.bind!r}")
+            raise ConfigError(
+                f"BridgeConfig.bind must be 'tcp://host:port' or 'ipc://path', got {self.bind!r}"
+            )
         for name in ("retain_s", "sink_window_s", "prune_interval_s", "publish_timeout_s"):
             _number(name, getattr(self, name), allow_zero=name == "retain_s")
         if self.reader_ttl_s is not None:
@@ -78,8 +80,10 @@ class BridgeConfig:
         if self.max_log_bytes is not None:
             _int("max_log_bytes", self.max_log_bytes, minimum=1)
             if self.max_log_bytes >= self.map_size_bytes:
-                raise ConfigError("BridgeConfig.max_log_bytes must be below map_size_bytes, "
-                                  "leaving LMDB room to prune")
+                raise ConfigError(
+                    "BridgeConfig.max_log_bytes must be below map_size_bytes, "
+                    "leaving LMDB room to prune"
+                )
         if not isinstance(self.fsync, bool):
             raise ConfigError(f"BridgeConfig.fsync must be true or false, got {self.fsync!r}")
 
@@ -89,8 +93,9 @@ class BridgeConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         bad = set(data) - names
         if bad:
-            raise ConfigError(f"{source}: [bridge] has unknown key(s) {sorted(bad)}; "
-                              f"known: {sorted(names)}")
+            raise ConfigError(
+                f"{source}: [bridge] has unknown key(s) {sorted(bad)}; known: {sorted(names)}"
+            )
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         try:
             return cls(**values)  # type: ignore[arg-type]
@@ -104,8 +109,9 @@ def _number(name: str, value: object, *, allow_zero: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"BridgeConfig.{name} must be a number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"BridgeConfig.{name} must be {'>= 0' if allow_zero else '> 0'}, "
-                          f"got {value!r}")
+        raise ConfigError(
+            f"BridgeConfig.{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}"
+        )
 
 
 def _int(name: str, value: object, *, minimum: int) -> None:

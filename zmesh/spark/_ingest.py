@@ -36,8 +36,14 @@ class _Builder:
         self.keys: list[str | None] = []
         self.headers: list[dict | None] = []
 
-    def add(self, seqs: Sequence[int], ats: Sequence[float], payloads: Sequence[bytes],
-            keys: Sequence[str | None], headers: Sequence[dict | None]) -> None:
+    def add(
+        self,
+        seqs: Sequence[int],
+        ats: Sequence[float],
+        payloads: Sequence[bytes],
+        keys: Sequence[str | None],
+        headers: Sequence[dict | None],
+    ) -> None:
         self.seqs.extend(seqs)
         self.ats.extend(ats)
         self.payloads.extend(payloads)
@@ -45,8 +51,7 @@ class _Builder:
         self.headers.extend(headers)
 
     def run(self, producer: bytes) -> Run:
-        return Run(producer, _as_range(self.seqs), self.ats, self.payloads, self.keys,
-                   self.headers)
+        return Run(producer, _as_range(self.seqs), self.ats, self.payloads, self.keys, self.headers)
 
 
 def _as_range(seqs: array[int]) -> Sequence[int]:
@@ -99,38 +104,49 @@ def runs_of(msgs: list[Message]) -> list[tuple[str, Run]]:
         lo, hi = group[0]._i, group[-1]._i + 1
         cols: list[Sequence[Any]]
         if hi - lo == len(group):  # (the usual case: places lo..hi-1, read as slices)
-            cols = [origin.seqs[lo:hi], origin.published_ats[lo:hi], origin.partitions[lo:hi],
-                    origin.headers[lo:hi]]
+            cols = [
+                origin.seqs[lo:hi],
+                origin.published_ats[lo:hi],
+                origin.partitions[lo:hi],
+                origin.headers[lo:hi],
+            ]
         else:
             taken = list(map(_place_of, group))
-            cols = [list(map(col.__getitem__, taken)) for col in (
-                origin.seqs, origin.published_ats, origin.partitions, origin.headers)]
+            cols = [
+                list(map(col.__getitem__, taken))
+                for col in (origin.seqs, origin.published_ats, origin.partitions, origin.headers)
+            ]
         seqs, ats, parts, headers = cols
         keys, payloads = list(map(_key_of, group)), list(map(_payload_of, group))
         producer, topic = origin.source[0], origin.topic
         first = parts[0]
         if parts.count(first) == len(parts):  # (one partition: the batch is one run)
-            _builder(builders, f"{topic}/{first}", producer).add(seqs, ats, payloads, keys,
-                                                                  headers)
+            _builder(builders, f"{topic}/{first}", producer).add(seqs, ats, payloads, keys, headers)
             continue
         period = _period(parts)
         if period:  # (dealt round-robin: each partition's messages are a strided slice)
             for k in range(period):
                 _builder(builders, f"{topic}/{parts[k]}", producer).add(
-                    seqs[k::period], ats[k::period], payloads[k::period], keys[k::period],
-                    headers[k::period])
+                    seqs[k::period],
+                    ats[k::period],
+                    payloads[k::period],
+                    keys[k::period],
+                    headers[k::period],
+                )
             continue
         for part, where in _by_partition(parts).items():
             pick = where.__iter__
             _builder(builders, f"{topic}/{part}", producer).add(
-                list(map(seqs.__getitem__, pick())), list(map(ats.__getitem__, pick())),
-                list(map(payloads.__getitem__, pick())), list(map(keys.__getitem__, pick())),
-                list(map(headers.__getitem__, pick())))
+                list(map(seqs.__getitem__, pick())),
+                list(map(ats.__getitem__, pick())),
+                list(map(payloads.__getitem__, pick())),
+                list(map(keys.__getitem__, pick())),
+                list(map(headers.__getitem__, pick())),
+            )
     return [(stream, b.run(producer)) for (stream, producer), b in builders.items()]
 
 
-def _builder(builders: dict[tuple[str, bytes], _Builder], stream: str,
-             producer: bytes) -> _Builder:
+def _builder(builders: dict[tuple[str, bytes], _Builder], stream: str, producer: bytes) -> _Builder:
     b = builders.get((stream, producer))
     if b is None:
         b = builders[(stream, producer)] = _Builder()

@@ -28,8 +28,7 @@ def local_env() -> None:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 
-def local_session(app: str, master: str = "local[2]",
-                  conf: dict[str, str] | None = None) -> Any:
+def local_session(app: str, master: str = "local[2]", conf: dict[str, str] | None = None) -> Any:
     """A SparkSession on loopback with the ``zmesh`` format registered (``conf`` adds
     to or overrides ``LOCAL_CONF``)."""
     local_env()

@@ -70,8 +70,14 @@ def _cost(record_bytes: int) -> int:
 class BridgeLog:
     """Per-partition offset log of runs, dedupe bitmaps, reader watermarks and sink rows."""
 
-    def __init__(self, log_dir: str | Path, *, map_size_bytes: int = 1 << 30,
-                 max_log_bytes: int | None = None, readonly: bool = False) -> None:
+    def __init__(
+        self,
+        log_dir: str | Path,
+        *,
+        map_size_bytes: int = 1 << 30,
+        max_log_bytes: int | None = None,
+        readonly: bool = False,
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.path = str(self.log_dir / "log")
         self.map_size_bytes = map_size_bytes
@@ -89,11 +95,19 @@ class BridgeLog:
                 self.log_dir.mkdir(parents=True, exist_ok=True)
                 self._lock_fd = os.open(self.log_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self.env = lmdb.open(self.path, map_size=map_size_bytes, max_dbs=len(DBS),
-                                 subdir=True, readonly=readonly, create=not readonly,
-                                 sync=False, metasync=False, readahead=False, max_readers=256)
-            self.db = {name: self.env.open_db(name.encode(), create=not readonly)
-                       for name in DBS}
+            self.env = lmdb.open(
+                self.path,
+                map_size=map_size_bytes,
+                max_dbs=len(DBS),
+                subdir=True,
+                readonly=readonly,
+                create=not readonly,
+                sync=False,
+                metasync=False,
+                readahead=False,
+                max_readers=256,
+            )
+            self.db = {name: self.env.open_db(name.encode(), create=not readonly) for name in DBS}
             self.log_id = self._identify()
         except BlockingIOError as exc:
             self._close_lock()
@@ -123,9 +137,11 @@ class BridgeLog:
                     txn.put(b"log_id", log_id, db=meta)
                     txn.put(b"format", fmt, db=meta)
         if fmt is not None and _int(fmt) != FORMAT:
-            raise BridgeError(f"bridge log {self.path} was written in format {_int(fmt)} by "
-                              f"an older zmesh; this one reads format {FORMAT}: let its readers "
-                              "finish, then give the bridge a new log_dir")
+            raise BridgeError(
+                f"bridge log {self.path} was written in format {_int(fmt)} by "
+                f"an older zmesh; this one reads format {FORMAT}: let its readers "
+                "finish, then give the bridge a new log_dir"
+            )
         if log_id is None:
             raise BridgeError(f"bridge log {self.path} has no id yet: open it for writing first")
         return bytes(log_id).decode()
@@ -198,12 +214,16 @@ class BridgeLog:
 
     def stream_sizes(self) -> dict[str, tuple[int, int, int]]:
         """Every stream -> (head, end, record bytes ever appended)."""
-        return self._read(lambda txn: {
-            bytes(k).decode(): (_int(v[4:12]), _int(v[12:20]), _int(v[20:28]))
-            for k, v in txn.cursor(db=self.db["streams"])})
+        return self._read(
+            lambda txn: {
+                bytes(k).decode(): (_int(v[4:12]), _int(v[12:20]), _int(v[20:28]))
+                for k, v in txn.cursor(db=self.db["streams"])
+            }
+        )
 
-    def read(self, stream: str, start: int, end: int, max_records: int,
-             max_bytes: int = 32 << 20) -> tuple[int, list[tuple[int, bytes]]]:
+    def read(
+        self, stream: str, start: int, end: int, max_records: int, max_bytes: int = 32 << 20
+    ) -> tuple[int, list[tuple[int, bytes]]]:
         """The runs of ``stream`` holding offsets from ``start`` (or the head, if later)
         below ``end``: (the first offset asked for that is retained, [(the run's first
         offset, its record)]). The first run may begin before that offset and the last
@@ -212,8 +232,9 @@ class BridgeLog:
         """
         return self._read(self._runs, stream, start, end, max_records, max_bytes)
 
-    def _runs(self, txn: Any, stream: str, start: int, end: int, max_records: int,
-              max_bytes: int) -> tuple[int, list[tuple[int, bytes]]]:
+    def _runs(
+        self, txn: Any, stream: str, start: int, end: int, max_records: int, max_bytes: int
+    ) -> tuple[int, list[tuple[int, bytes]]]:
         out: list[tuple[int, bytes]] = []
         meta = txn.get(stream.encode(), db=self.db["streams"])
         if meta is None:
@@ -239,12 +260,19 @@ class BridgeLog:
         return first, out
 
     def readers(self) -> dict[str, dict]:
-        return self._read(lambda txn: {bytes(k).decode(): _unpack(v)
-                                       for k, v in txn.cursor(db=self.db["readers"])})
+        return self._read(
+            lambda txn: {
+                bytes(k).decode(): _unpack(v) for k, v in txn.cursor(db=self.db["readers"])
+            }
+        )
 
     def stat(self) -> dict[str, int]:
-        return self._read(lambda txn: {name: txn.stat(self.db[name])["entries"]
-                                       for name in ("log", "seen", "sink", "readers")})
+        return self._read(
+            lambda txn: {
+                name: txn.stat(self.db[name])["entries"]
+                for name in ("log", "seen", "sink", "readers")
+            }
+        )
 
     # -- writes (bridge thread) -------------------------------------------------------------
 
@@ -274,14 +302,18 @@ class BridgeLog:
     def _reload_bounds(self) -> None:
         with self.env.begin() as txn:
             self._next_sid = _int(txn.get(b"next_sid", b"\0\0\0\1", db=self.db["meta"]))
-            self._bounds = {bytes(k).decode(): [_int(v[:4]), _int(v[4:12]), _int(v[12:20]),
-                                                _int(v[20:28])]
-                            for k, v in txn.cursor(db=self.db["streams"])}
+            self._bounds = {
+                bytes(k).decode(): [_int(v[:4]), _int(v[4:12]), _int(v[12:20]), _int(v[20:28])]
+                for k, v in txn.cursor(db=self.db["streams"])
+            }
 
     def _put_bounds(self, txn: Any, name: str) -> None:
         sid, first, end, nbytes = self._bounds[name]
-        txn.put(name.encode(), sid.to_bytes(4, "big") + _u64(first) + _u64(end) + _u64(nbytes),
-                db=self.db["streams"])
+        txn.put(
+            name.encode(),
+            sid.to_bytes(4, "big") + _u64(first) + _u64(end) + _u64(nbytes),
+            db=self.db["streams"],
+        )
 
     def room(self) -> int:
         """Bytes of the budget left, as measured after the last commit."""
@@ -329,13 +361,15 @@ class BridgeLog:
         window.write(now)
         return added, dups
 
-    def set_watermark(self, reader: str, topics: list[str] | None, wm: dict[str, int],
-                      now: float) -> None:
+    def set_watermark(
+        self, reader: str, topics: list[str] | None, wm: dict[str, int], now: float
+    ) -> None:
         """Register ``reader`` (if new) and move its watermarks forward, never back."""
         self._write(self._set_watermark, reader, topics, wm, now)
 
-    def _set_watermark(self, txn: Any, reader: str, topics: list[str] | None,
-                       wm: dict[str, int], now: float) -> None:
+    def _set_watermark(
+        self, txn: Any, reader: str, topics: list[str] | None, wm: dict[str, int], now: float
+    ) -> None:
         key = reader.encode()
         raw = txn.get(key, db=self.db["readers"])
         rec = _unpack(raw) if raw is not None else {"topics": topics, "wm": {}}
@@ -350,22 +384,41 @@ class BridgeLog:
     def drop_reader(self, reader: str) -> bool:
         return self._write(lambda txn: txn.delete(reader.encode(), db=self.db["readers"]))
 
-    def prune(self, now: float, *, retain_s: float, retain_records: int = 0,
-              reader_ttl_s: float | None = None, max_delete: int = 200_000) -> int:
+    def prune(
+        self,
+        now: float,
+        *,
+        retain_s: float,
+        retain_records: int = 0,
+        reader_ttl_s: float | None = None,
+        max_delete: int = 200_000,
+    ) -> int:
         """Delete runs every covering reader has passed, older than ``retain_s`` and
         beyond the last ``retain_records`` of their stream; returns how many records went
         (a bounded number per call: call again while it returns more than 0)."""
-        return self._write(self._prune, now, retain_s, retain_records, reader_ttl_s,
-                           max_delete, buffers=True)
+        return self._write(
+            self._prune, now, retain_s, retain_records, reader_ttl_s, max_delete, buffers=True
+        )
 
-    def _prune(self, txn: Any, now: float, retain_s: float, retain_records: int,
-               reader_ttl_s: float | None, max_delete: int) -> int:
+    def _prune(
+        self,
+        txn: Any,
+        now: float,
+        retain_s: float,
+        retain_records: int,
+        reader_ttl_s: float | None,
+        max_delete: int,
+    ) -> int:
         readers = {bytes(k).decode(): _unpack(v) for k, v in txn.cursor(db=self.db["readers"])}
         if reader_ttl_s is not None:
             for name, rec in list(readers.items()):
                 if now - rec.get("seen_at", now) > reader_ttl_s:
-                    log.warning("bridge reader %r silent for over %gs: dropped; retention "
-                                "no longer waits for it", name, reader_ttl_s)
+                    log.warning(
+                        "bridge reader %r silent for over %gs: dropped; retention "
+                        "no longer waits for it",
+                        name,
+                        reader_ttl_s,
+                    )
                     txn.delete(name.encode(), db=self.db["readers"])
                     del readers[name]
         cutoff = now - retain_s
@@ -390,8 +443,12 @@ class BridgeLog:
                     break
                 appended_at, n = head(cur.value())
                 last = _int(key[4:])
-                if last >= stop or appended_at > cutoff or deleted >= max_delete \
-                        or freed >= max_free:
+                if (
+                    last >= stop
+                    or appended_at > cutoff
+                    or deleted >= max_delete
+                    or freed >= max_free
+                ):
                     oldest = min(oldest, appended_at)
                     break
                 freed += len(cur.value())
@@ -419,8 +476,9 @@ class BridgeLog:
         """Remember published rows: (row id, producer hex, seq)."""
         self.sink_write(_sinkrows.id_entries(rows, now), now)
 
-    def sink_put_ranges(self, task: bytes, ranges: list[tuple[int, int, str, int]],
-                        now: float) -> None:
+    def sink_put_ranges(
+        self, task: bytes, ranges: list[tuple[int, int, str, int]], now: float
+    ) -> None:
         """Remember ranges of ``task``'s rows published: (first, end, producer, seq)."""
         self.sink_write(_sinkrows.range_entries(task, ranges, now), now)
 
@@ -429,5 +487,6 @@ class BridgeLog:
         self._write(_sinkrows.write, self.db["sink"], self.db["sink_t"], entries, now)
 
     def sink_prune(self, now: float, window_s: float, max_delete: int = 20_000) -> int:
-        return self._write(_sinkrows.prune, self.db["sink"], self.db["sink_t"], now,
-                           window_s, max_delete)
+        return self._write(
+            _sinkrows.prune, self.db["sink"], self.db["sink_t"], now, window_s, max_delete
+        )

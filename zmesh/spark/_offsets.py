@@ -49,8 +49,10 @@ def qualify_all(offsets: Mapping[str, int], log_ids: Iterable[str]) -> dict[str,
         return dict(offsets)
     ids = sorted(set(log_ids))
     if len(ids) != 1:
-        raise ArgumentError(f"offsets {plain} do not say which of the bridges {ids} they are "
-                            'of: name them "<log id>:topic/partition" (Bridge.log_id)')
+        raise ArgumentError(
+            f"offsets {plain} do not say which of the bridges {ids} they are "
+            'of: name them "<log id>:topic/partition" (Bridge.log_id)'
+        )
     return {s if ":" in s else qualify(ids[0], s): o for s, o in offsets.items()}
 
 
@@ -70,18 +72,23 @@ def parse_spec(value: str | None, default: str, what: str) -> str | dict[str, in
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise ArgumentError(f"{what} must be 'earliest', 'latest' or a JSON object like "
-                            f'{{"metrics/0": 42}}, got {value!r}') from exc
+        raise ArgumentError(
+            f"{what} must be 'earliest', 'latest' or a JSON object like "
+            f'{{"metrics/0": 42}}, got {value!r}'
+        ) from exc
     if not isinstance(data, dict) or not all(
-            isinstance(k, str) and "/" in k and isinstance(v, int) and v >= 0
-            for k, v in data.items()):
-        raise ArgumentError(f'{what} must map "topic/partition" (or, of several bridges, '
-                            f'"<log id>:topic/partition") to offsets >= 0, got {value!r}')
+        isinstance(k, str) and "/" in k and isinstance(v, int) and v >= 0 for k, v in data.items()
+    ):
+        raise ArgumentError(
+            f'{what} must map "topic/partition" (or, of several bridges, '
+            f'"<log id>:topic/partition") to offsets >= 0, got {value!r}'
+        )
     return data
 
 
-def resolve(spec: str | Mapping[str, int], bounds: Bounds,
-            missing: str = "earliest") -> dict[str, int]:
+def resolve(
+    spec: str | Mapping[str, int], bounds: Bounds, missing: str = "earliest"
+) -> dict[str, int]:
     """Concrete offsets for every stream: ``earliest`` is the head, ``latest`` the end;
     streams a JSON spec leaves out get ``missing`` (earliest or latest)."""
     if spec == "latest" or (spec != "earliest" and missing == "latest"):
@@ -93,8 +100,9 @@ def resolve(spec: str | Mapping[str, int], bounds: Bounds,
     return out
 
 
-def advance(start: Mapping[str, int], ends: Mapping[str, int],
-            max_rows: int | None = None) -> dict[str, int]:
+def advance(
+    start: Mapping[str, int], ends: Mapping[str, int], max_rows: int | None = None
+) -> dict[str, int]:
     """The next end offset: everything up to ``ends``, or at most ``max_rows`` records
     shared among streams in proportion to what each has waiting."""
     out = dict(start)
@@ -102,8 +110,10 @@ def advance(start: Mapping[str, int], ends: Mapping[str, int],
     for s, e in ends.items():
         b = start.get(s, 0)
         if e < b:
-            raise BridgeError(f"the bridge log ends at {s} offset {e}, behind the query's "
-                              f"offset {b}: was the bridge log deleted or replaced?")
+            raise BridgeError(
+                f"the bridge log ends at {s} offset {e}, behind the query's "
+                f"offset {b}: was the bridge log deleted or replaced?"
+            )
         out.setdefault(s, b)
         if e > b:
             avail[s] = e - b
@@ -135,13 +145,15 @@ def count(start: Mapping[str, int], end: Mapping[str, int]) -> int:
     return sum(max(0, e - start.get(s, 0)) for s, e in end.items())
 
 
-def rows_for_bytes(max_bytes: int, start: Mapping[str, int],
-                   sizes: Mapping[str, tuple[int, int, int]]) -> int:
+def rows_for_bytes(
+    max_bytes: int, start: Mapping[str, int], sizes: Mapping[str, tuple[int, int, int]]
+) -> int:
     """About how many of the records waiting after ``start`` make ``max_bytes``, by each
     stream's average record size (``sizes``: stream -> (head, end, bytes appended)); at
     least one."""
-    waiting = {s: end - start.get(s, 0) for s, (_h, end, _b) in sizes.items()
-               if end > start.get(s, 0)}
+    waiting = {
+        s: end - start.get(s, 0) for s, (_h, end, _b) in sizes.items() if end > start.get(s, 0)
+    }
     total = sum(waiting.values())
     if not total:
         return 1
@@ -149,8 +161,13 @@ def rows_for_bytes(max_bytes: int, start: Mapping[str, int],
     return max(1, int(max_bytes / max(avg, 1.0)))
 
 
-def plan(start: Mapping[str, int], end: Mapping[str, int], *, min_partitions: int = 1,
-         max_per_partition: int = 1_000_000) -> list[tuple[Range, ...]]:
+def plan(
+    start: Mapping[str, int],
+    end: Mapping[str, int],
+    *,
+    min_partitions: int = 1,
+    max_per_partition: int = 1_000_000,
+) -> list[tuple[Range, ...]]:
     """Cut [start, end) into Spark partitions of about equal size; each partition is one
     or more ranges, in stream order, so a plan is the same every time it is made. More
     than ``min_partitions`` partitions (the cores the query has) are a multiple of it, so

@@ -15,17 +15,43 @@ from ..errors import ArgumentError
 from ._client import check_endpoint
 from ._offsets import parse_spec
 
-SOURCE_OPTIONS = ("endpoint", "path", "topics", "reader", "startingOffsets", "endingOffsets",
-                  "maxRecordsPerTrigger", "maxRecordsPerBatch", "maxBytesPerTrigger",
-                  "minPartitions", "maxRecordsPerPartition", "failOnDataLoss",
-                  "payloadFormat", "payloadSchema", "requestTimeoutMs", "fetchMaxRecords")
-SINK_OPTIONS = ("endpoint", "topic", "payloadFormat", "idColumns", "writeId", "batchRows",
-                "requestTimeoutMs")
+SOURCE_OPTIONS = (
+    "endpoint",
+    "path",
+    "topics",
+    "reader",
+    "startingOffsets",
+    "endingOffsets",
+    "maxRecordsPerTrigger",
+    "maxRecordsPerBatch",
+    "maxBytesPerTrigger",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "failOnDataLoss",
+    "payloadFormat",
+    "payloadSchema",
+    "requestTimeoutMs",
+    "fetchMaxRecords",
+)
+SINK_OPTIONS = (
+    "endpoint",
+    "topic",
+    "payloadFormat",
+    "idColumns",
+    "writeId",
+    "batchRows",
+    "requestTimeoutMs",
+)
 DEFAULT_PARTITIONS = 2
 # The source's columns; payloadSchema adds decoded ones after them.
 BASE_COLUMNS = (
-    ("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("key", "string"),
-    ("payload", "binary"), ("headers", "map<string,string>"), ("producer", "string"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "bigint"),
+    ("key", "string"),
+    ("payload", "binary"),
+    ("headers", "map<string,string>"),
+    ("producer", "string"),
     ("timestamp", "timestamp"),
 )
 BASE_DDL = ", ".join(f"`{n}` {t}" for n, t in BASE_COLUMNS)
@@ -33,6 +59,8 @@ BASE_DDL = ", ".join(f"`{n}` {t}" for n, t in BASE_COLUMNS)
 
 def source_ddl(payload_schema: str | None) -> str:
     return BASE_DDL if not payload_schema else f"{BASE_DDL}, {payload_schema}"
+
+
 PAYLOAD_FORMATS = ("json", "msgpack")
 SPARK_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})  # Spark passes these on
 
@@ -83,8 +111,10 @@ def _endpoints(opts: dict[str, str], what: str) -> tuple[str, ...]:
     """Option endpoint: one bridge's ``tcp://host:port``, or several, comma-separated."""
     found = tuple(e.strip() for e in opts.get("endpoint", "").split(",") if e.strip())
     if not found:
-        raise ArgumentError(f"the zmesh {what} needs option endpoint: the bridge's "
-                            "'tcp://host:port' (Bridge.endpoint), or several, comma-separated")
+        raise ArgumentError(
+            f"the zmesh {what} needs option endpoint: the bridge's "
+            "'tcp://host:port' (Bridge.endpoint), or several, comma-separated"
+        )
     if len(set(found)) < len(found):
         raise ArgumentError(f"option endpoint names a bridge twice: {opts['endpoint']!r}")
     return tuple(check_endpoint(e) for e in found)
@@ -95,8 +125,10 @@ def _max_rows(opts: dict[str, str]) -> int | None:
     rows = _int(opts, "maxRecordsPerTrigger", None)
     older = _int(opts, "maxRecordsPerBatch", None)
     if rows is not None and older is not None and rows != older:
-        raise ArgumentError(f"options maxRecordsPerTrigger ({rows}) and maxRecordsPerBatch "
-                            f"({older}) are one limit: give one of them")
+        raise ArgumentError(
+            f"options maxRecordsPerTrigger ({rows}) and maxRecordsPerBatch "
+            f"({older}) are one limit: give one of them"
+        )
     return rows if rows is not None else older
 
 
@@ -121,8 +153,9 @@ class SourceOptions:
     fetch_max_records: int
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any],
-              default_partitions: int = DEFAULT_PARTITIONS) -> SourceOptions:
+    def parse(
+        cls, options: Mapping[str, Any], default_partitions: int = DEFAULT_PARTITIONS
+    ) -> SourceOptions:
         """``default_partitions``: minPartitions when not given (the session's parallelism,
         as ``zmesh.spark.register`` found it)."""
         opts = _lower(options, SOURCE_OPTIONS, "source")
@@ -135,8 +168,10 @@ class SourceOptions:
             check_name("reader", reader)
         fmt, schema = _format(opts), opts.get("payloadschema")
         if (fmt is None) != (schema is None):
-            raise ArgumentError("options payloadFormat and payloadSchema go together: "
-                                "payloadSchema is a DDL string like 'sensor string, value double'")
+            raise ArgumentError(
+                "options payloadFormat and payloadSchema go together: "
+                "payloadSchema is a DDL string like 'sensor string, value double'"
+            )
         return cls(
             endpoints=endpoints,
             paths=tuple(p.strip() for p in (opts.get("path") or "").split(",") if p.strip()),
@@ -147,8 +182,7 @@ class SourceOptions:
             max_records_per_batch=_max_rows(opts),
             max_bytes_per_batch=_int(opts, "maxBytesPerTrigger", None),
             min_partitions=_int(opts, "minPartitions", default_partitions) or default_partitions,
-            max_records_per_partition=_int(opts, "maxRecordsPerPartition", 1_000_000)
-            or 1_000_000,
+            max_records_per_partition=_int(opts, "maxRecordsPerPartition", 1_000_000) or 1_000_000,
             fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             payload_format=fmt,
             payload_schema=schema,
@@ -158,9 +192,11 @@ class SourceOptions:
 
     def require_reader(self) -> str:
         if self.reader is None:
-            raise ArgumentError("a streaming read needs option reader: a name unique to the "
-                                "query, under which the bridge keeps its watermark so "
-                                "retention never removes what the query may still replay")
+            raise ArgumentError(
+                "a streaming read needs option reader: a name unique to the "
+                "query, under which the bridge keeps its watermark so "
+                "retention never removes what the query may still replay"
+            )
         return self.reader
 
 

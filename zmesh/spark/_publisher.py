@@ -52,8 +52,14 @@ class _Rows:
 
     __slots__ = ("topic", "payloads", "topics", "keys", "headers")
 
-    def __init__(self, topic: str | None, payloads: list[bytes], topics: list[str] | None,
-                 keys: list[str | None] | None, headers: list[dict | None] | None) -> None:
+    def __init__(
+        self,
+        topic: str | None,
+        payloads: list[bytes],
+        topics: list[str] | None,
+        keys: list[str | None] | None,
+        headers: list[dict | None] | None,
+    ) -> None:
         self.topic = topic
         self.payloads = payloads
         self.topics = topics
@@ -76,8 +82,11 @@ class _Rows:
             return
         start = i
         for k in range(i + 1, j + 1):
-            if k == j or self.topic_of(k) != self.topic_of(start) or (
-                    self.headers_of(k) or self.headers_of(start)):
+            if (
+                k == j
+                or self.topic_of(k) != self.topic_of(start)
+                or (self.headers_of(k) or self.headers_of(start))
+            ):
                 yield start, k
                 start = k
 
@@ -104,26 +113,29 @@ def _decode(req: Request) -> tuple[bytes, int, _Rows, list[str] | None]:
     if len(req.parts) != PUBLISH_FRAMES:
         raise ArgumentError(f"a publish carries {PUBLISH_FRAMES} frames, got {len(req.parts)}")
     try:
-        payloads, topics, keys, headers, ids = (msgpack.unpackb(p, raw=False)
-                                                for p in req.parts)
+        payloads, topics, keys, headers, ids = (msgpack.unpackb(p, raw=False) for p in req.parts)
     except Exception as exc:  # msgpack raises several unrelated types
         raise ArgumentError(f"a publish's rows do not decode: {exc}") from exc
     args = req.args
     n, topic = int(args["n"]), args.get("topic")
-    if len(payloads) != n or any(col is not None and len(col) != n
-                                 for col in (topics, keys, headers, ids)):
+    if len(payloads) != n or any(
+        col is not None and len(col) != n for col in (topics, keys, headers, ids)
+    ):
         raise ArgumentError(f"publish of {n} rows carried columns of other lengths")
     if topic is None and topics is None:
         raise ArgumentError("a publish needs a topic, or one per row")
-    return (str(args["task"]).encode(), int(args["first"]),
-            _Rows(topic, payloads, topics, keys, headers), ids)
+    return (
+        str(args["task"]).encode(),
+        int(args["first"]),
+        _Rows(topic, payloads, topics, keys, headers),
+        ids,
+    )
 
 
 class SinkPublisher:
     """Publish requests in progress (bridge thread only)."""
 
-    def __init__(self, blog: BridgeLog, node: Node, counters: Counters,
-                 timeout_s: float) -> None:
+    def __init__(self, blog: BridgeLog, node: Node, counters: Counters, timeout_s: float) -> None:
         self.log = blog
         self.node = node
         self.counters = counters
@@ -143,8 +155,7 @@ class SinkPublisher:
         way, or waits for another publishing some of its rows)."""
         task, first, rows, ids = _decode(req)
         n = len(rows.payloads)
-        p = Publishing(route, req.token, task, [], [], [], time.monotonic() + self.timeout_s,
-                       n)
+        p = Publishing(route, req.token, task, [], [], [], time.monotonic() + self.timeout_s, n)
         if ids is not None:
             encoded = [str(r).encode() for r in ids]
             if self._ids.intersection(encoded):
@@ -154,9 +165,18 @@ class SinkPublisher:
             for i, rid in enumerate(encoded):
                 if rid not in seen:
                     seen.add(rid)
-                    p.ids.append((rid, self.node.publish(
-                        rows.topic_of(i), rows.payloads[i], msg_id=ids[i], key=rows.key(i),
-                        headers=rows.headers_of(i))))
+                    p.ids.append(
+                        (
+                            rid,
+                            self.node.publish(
+                                rows.topic_of(i),
+                                rows.payloads[i],
+                                msg_id=ids[i],
+                                key=rows.key(i),
+                                headers=rows.headers_of(i),
+                            ),
+                        )
+                    )
             p.receipts = [r for _rid, r in p.ids]
             self._ids.update(rid for rid, _r in p.ids)
         else:
@@ -165,8 +185,7 @@ class SinkPublisher:
                 self._defer(route, req)
                 return None
             for a, b in gaps(first, first + n, self.log.sink_covered(task, first, first + n)):
-                receipts = [self._send(rows, i, j) for i, j in rows.segments(a - first,
-                                                                            b - first)]
+                receipts = [self._send(rows, i, j) for i, j in rows.segments(a - first, b - first)]
                 p.ranges.append((a, b, receipts[0]))
                 p.receipts.extend(receipts)
             if p.ranges:
@@ -184,8 +203,9 @@ class SinkPublisher:
     def _send(self, rows: _Rows, i: int, j: int) -> Receipt:
         """Publish rows i..j-1, of one topic and none with headers but a first alone."""
         if j - i == 1 or rows.headers_of(i):
-            return self.node.publish(rows.topic_of(i), rows.payloads[i], key=rows.key(i),
-                                     headers=rows.headers_of(i))
+            return self.node.publish(
+                rows.topic_of(i), rows.payloads[i], key=rows.key(i), headers=rows.headers_of(i)
+            )
         keys = None if rows.keys is None else rows.keys[i:j]
         return self.node.publish_many(rows.topic_of(i), rows.payloads[i:j], keys=keys)
 
@@ -194,8 +214,12 @@ class SinkPublisher:
         or failed, and of those that waited for them and could now begin."""
         for p in self._publishing:
             p.done = all(map(self._settled, p.receipts)) or now > p.deadline
-            if p.done and not p.error and now > p.deadline and not all(
-                    r.stored for r in p.receipts):
+            if (
+                p.done
+                and not p.error
+                and now > p.deadline
+                and not all(r.stored for r in p.receipts)
+            ):
                 p.error = f"rows not stored within {self.timeout_s:g}s"
         ended = [p for p in self._publishing if p.done]
         if not ended:
@@ -206,9 +230,11 @@ class SinkPublisher:
         for p in ended:
             if not p.error:
                 entries += _sinkrows.range_entries(
-                    p.task, [(a, b, r.id.producer, r.id.seq) for a, b, r in p.ranges], stamp)
+                    p.task, [(a, b, r.id.producer, r.id.seq) for a, b, r in p.ranges], stamp
+                )
                 entries += _sinkrows.id_entries(
-                    [(rid, r.id.producer, r.id.seq) for rid, r in p.ids], stamp)
+                    [(rid, r.id.producer, r.id.seq) for rid, r in p.ids], stamp
+                )
         if entries:
             self.log.sink_write(entries, stamp)
         out = []

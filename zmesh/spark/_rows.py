@@ -58,8 +58,7 @@ def encode_row(row: dict[str, Any], fmt: str) -> bytes:
 def content_id(prefix: str, row: dict[str, Any], id_columns: tuple[str, ...]) -> str:
     """A row's id from the values of ``id_columns`` (for plans whose row order within a
     partition is not deterministic)."""
-    values = json.dumps([row.get(c) for c in id_columns], default=_jsonable,
-                        separators=(",", ":"))
+    values = json.dumps([row.get(c) for c in id_columns], default=_jsonable, separators=(",", ":"))
     return f"{prefix}:{hashlib.sha256(values.encode()).hexdigest()[:32]}"
 
 
@@ -76,8 +75,9 @@ class Chunk:
 
     def frames(self) -> tuple[bytes, ...]:
         pack = msgpack.Packer(use_bin_type=True).pack
-        return tuple(pack(col) for col in (self.payloads, self.topics, self.keys,
-                                           self.headers, self.ids))
+        return tuple(
+            pack(col) for col in (self.payloads, self.topics, self.keys, self.headers, self.ids)
+        )
 
 
 def _strings(col: pa.Array | None, what: str) -> list[Any] | None:
@@ -107,8 +107,7 @@ def _payloads(batch: pa.RecordBatch, opts: SinkOptions) -> list[bytes]:
     return col.to_pylist()
 
 
-def chunks(batches: Iterator[pa.RecordBatch], opts: SinkOptions,
-           prefix: str) -> Iterator[Chunk]:
+def chunks(batches: Iterator[pa.RecordBatch], opts: SinkOptions, prefix: str) -> Iterator[Chunk]:
     """The task's rows as chunks of at most ``opts.batch_rows`` rows and about
     MAX_REQUEST_BYTES of payloads each, in order."""
     first = 0
@@ -119,13 +118,13 @@ def chunks(batches: Iterator[pa.RecordBatch], opts: SinkOptions,
         payloads = _payloads(batch, opts)
         topics = None if opts.topic is not None else _strings(batch.column("topic"), "topic")
         if topics is not None and None in topics:
-            raise ArgumentError("column topic has nulls: give each row a topic, or set the "
-                                "topic option")
+            raise ArgumentError(
+                "column topic has nulls: give each row a topic, or set the topic option"
+            )
         keys = _strings(batch.column("key"), "key") if "key" in names else None
         headers = None
         if "headers" in names and batch.column("headers").null_count < batch.num_rows:
-            headers = [None if h is None else dict(h)
-                       for h in batch.column("headers").to_pylist()]
+            headers = [None if h is None else dict(h) for h in batch.column("headers").to_pylist()]
         ids = None
         if opts.id_columns:
             rows = batch.select([c for c in opts.id_columns if c in names]).to_pylist()
@@ -139,7 +138,9 @@ def chunks(batches: Iterator[pa.RecordBatch], opts: SinkOptions,
 
             def cut(col: list[Any] | None, a: int = start, b: int = stop) -> list[Any] | None:
                 return None if col is None else col[a:b]
-            yield Chunk(first + start, payloads[start:stop], cut(topics), cut(keys),
-                        cut(headers), cut(ids))
+
+            yield Chunk(
+                first + start, payloads[start:stop], cut(topics), cut(keys), cut(headers), cut(ids)
+            )
             start = stop
         first += len(payloads)

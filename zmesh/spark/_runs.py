@@ -59,9 +59,15 @@ class Run:
 
         def pick(col: Sequence[Any] | None) -> list[Any] | None:
             return None if col is None else [col[i] for i in keep]
-        return Run(self.producer, [self.seqs[i] for i in keep],
-                   [self.published_ats[i] for i in keep], [self.payloads[i] for i in keep],
-                   pick(self.keys), pick(self.headers))
+
+        return Run(
+            self.producer,
+            [self.seqs[i] for i in keep],
+            [self.published_ats[i] for i in keep],
+            [self.payloads[i] for i in keep],
+            pick(self.keys),
+            pick(self.headers),
+        )
 
 
 def encode(run: Run, appended_at: float) -> bytes:
@@ -70,16 +76,23 @@ def encode(run: Run, appended_at: float) -> bytes:
     n = len(payloads)
     keys = run.keys if run.keys is not None and run.keys.count(None) < n else None
     headers = run.headers if run.headers is not None and any(run.headers) else None
-    body = _pack([
-        VERSION, run.producer, seqs[0],
-        None if consecutive(seqs) else array("q", seqs).tobytes(),
-        (run.published_ats if isinstance(run.published_ats, array) and
-         run.published_ats.typecode == "d" else array("d", run.published_ats)).tobytes(),
-        array("i", accumulate(map(len, payloads), initial=0)).tobytes(),
-        b"".join(payloads),
-        None if keys is None else list(keys),
-        None if headers is None else list(headers),
-    ])
+    body = _pack(
+        [
+            VERSION,
+            run.producer,
+            seqs[0],
+            None if consecutive(seqs) else array("q", seqs).tobytes(),
+            (
+                run.published_ats
+                if isinstance(run.published_ats, array) and run.published_ats.typecode == "d"
+                else array("d", run.published_ats)
+            ).tobytes(),
+            array("i", accumulate(map(len, payloads), initial=0)).tobytes(),
+            b"".join(payloads),
+            None if keys is None else list(keys),
+            None if headers is None else list(headers),
+        ]
+    )
     return PREFIX.pack(appended_at, n) + body
 
 
@@ -121,10 +134,16 @@ def columns(record: bytes) -> Columns:
     """Decode a record into its columns (``BridgeError`` when it is not one)."""
     try:
         appended_at, n = PREFIX.unpack_from(record)
-        fields = msgpack.unpackb(memoryview(record)[PREFIX.size:], raw=False)
+        fields = msgpack.unpackb(memoryview(record)[PREFIX.size :], raw=False)
         version, producer, first, seqs, stamps, offsets, data, keys, headers = fields
-    except (ValueError, TypeError, struct.error, msgpack.ExtraData,
-            msgpack.FormatError, msgpack.StackError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        struct.error,
+        msgpack.ExtraData,
+        msgpack.FormatError,
+        msgpack.StackError,
+    ) as exc:
         raise BridgeError(f"not a bridge log record: {exc}") from exc
     if version != VERSION:
         raise BridgeError(f"bridge log record of version {version}, expected {VERSION}")
@@ -151,6 +170,9 @@ def messages(first_offset: int, record: bytes) -> list[Message]:
     c = columns(record)
     keys = c.keys or [None] * c.count
     headers = c.headers or [None] * c.count
-    return [Message(first_offset + i, c.producer, seq, key, hdrs, at, c.appended_at, payload)
-            for i, (seq, key, hdrs, at, payload) in enumerate(zip(
-                c.seq_list(), keys, headers, c.time_list(), c.payload_list(), strict=True))]
+    return [
+        Message(first_offset + i, c.producer, seq, key, hdrs, at, c.appended_at, payload)
+        for i, (seq, key, hdrs, at, payload) in enumerate(
+            zip(c.seq_list(), keys, headers, c.time_list(), c.payload_list(), strict=True)
+        )
+    ]

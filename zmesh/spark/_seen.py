@@ -56,7 +56,8 @@ class Window:
             old = self.txn.get(key, db=self.seen_db)
             entry = self._chunks[key] = [
                 0 if old is None else int.from_bytes(old[8:], "little"),
-                None if old is None else bytes(old[:8])]
+                None if old is None else bytes(old[:8]),
+            ]
         return entry
 
     def fresh(self, run: Run) -> Run:
@@ -66,8 +67,11 @@ class Window:
         found = masks(seqs)
         if any(self._chunk(producer + _u64(chunk))[0] & mask for chunk, mask in found.items()):
             # (a redelivery: rare, so found one message at a time)
-            logged = {i for i, seq in enumerate(seqs) if self._chunk(
-                producer + _u64(seq >> _SHIFT))[0] >> (seq & (CHUNK - 1)) & 1}
+            logged = {
+                i
+                for i, seq in enumerate(seqs)
+                if self._chunk(producer + _u64(seq >> _SHIFT))[0] >> (seq & (CHUNK - 1)) & 1
+            }
             run = run.without(logged)
             if not len(run):
                 return run
@@ -81,10 +85,10 @@ class Window:
         txn, stamp, ms = self.txn, _STAMP.pack(now), _u64(int(now * 1000))
         for key, (bits, old_stamp) in self._chunks.items():
             if old_stamp is not None:
-                txn.delete(_u64(int(_STAMP.unpack(old_stamp)[0] * 1000)) + key,
-                           db=self.seen_t_db)
-            txn.put(key, stamp + bits.to_bytes((bits.bit_length() + 7) // 8, "little"),
-                    db=self.seen_db)
+                txn.delete(_u64(int(_STAMP.unpack(old_stamp)[0] * 1000)) + key, db=self.seen_t_db)
+            txn.put(
+                key, stamp + bits.to_bytes((bits.bit_length() + 7) // 8, "little"), db=self.seen_db
+            )
             txn.put(ms + key, b"", db=self.seen_t_db)
 
 

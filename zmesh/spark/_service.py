@@ -28,8 +28,9 @@ _ERRORS = (ZMeshError, ValueError, TypeError, KeyError)
 class Service:
     """Request handlers of one bridge (bridge thread only)."""
 
-    def __init__(self, blog: BridgeLog, node: Node, counters: Counters,
-                 publish_timeout_s: float) -> None:
+    def __init__(
+        self, blog: BridgeLog, node: Node, counters: Counters, publish_timeout_s: float
+    ) -> None:
         self.log = blog
         self.counters = counters
         self.publisher = SinkPublisher(blog, node, counters, publish_timeout_s)
@@ -84,15 +85,23 @@ class Service:
             first, runs = self.log.read(stream, start, end, limit)
             self.counters.add("fetches", 1)
             self.counters.add("runs_served", len(runs))
-            return Reply(req.token, True, {"first": first, "starts": [s for s, _r in runs]},
-                         parts=tuple(r for _s, r in runs))
+            return Reply(
+                req.token,
+                True,
+                {"first": first, "starts": [s for s, _r in runs]},
+                parts=tuple(r for _s, r in runs),
+            )
         if req.kind == "info":
             reader = args.get("reader")
             if reader is not None:
                 topics = args.get("topics")
                 wm = {str(k): int(v) for k, v in dict(args.get("wm") or {}).items()}
-                self.log.set_watermark(str(reader), None if topics is None
-                                       else [str(t) for t in topics], wm, time.time())
+                self.log.set_watermark(
+                    str(reader),
+                    None if topics is None else [str(t) for t in topics],
+                    wm,
+                    time.time(),
+                )
             streams = {k: list(v) for k, v in self.log.stream_sizes().items()}
             return Reply(req.token, True, {"log": self.log.log_id, "streams": streams})
         return Reply(req.token, True, {"dropped": self.log.drop_reader(str(args["reader"]))})

@@ -49,20 +49,22 @@ class SinkCommit(WriterCommitMessage):
         self.duplicates = duplicates
 
     def __repr__(self) -> str:
-        return (f"SinkCommit(partition={self.partition}, published={self.published}, "
-                f"duplicates={self.duplicates})")
+        return (
+            f"SinkCommit(partition={self.partition}, published={self.published}, "
+            f"duplicates={self.duplicates})"
+        )
 
 
-def publish_partition(opts: SinkOptions, batches: Iterator[pa.RecordBatch], prefix: str,
-                      partition: int) -> SinkCommit:
+def publish_partition(
+    opts: SinkOptions, batches: Iterator[pa.RecordBatch], prefix: str, partition: int
+) -> SinkCommit:
     """Send one task's rows to its bridge in bounded requests (executor side). With
     several bridges, a task's partition picks one, the same every time it runs."""
     published = dups = 0
     endpoint = opts.endpoints[partition % len(opts.endpoints)]
     task = f"{prefix}:{partition}"
     with BridgeClient(endpoint, timeout_s=opts.timeout_s) as client:
-        for res in client.publish(task, chunks(batches, opts, prefix), opts.topic,
-                                  window=WINDOW):
+        for res in client.publish(task, chunks(batches, opts, prefix), opts.topic, window=WINDOW):
             published += res.get("published", 0)
             dups += res.get("duplicates", 0)
     return SinkCommit(partition, published, dups)
@@ -94,9 +96,12 @@ class ZMeshBatchWriter(DataSourceArrowWriter):
         log.debug("zmesh write %s committed: %s", self.write_id, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        log.warning("zmesh write %s aborted; rows already published stay published "
-                    "(rerun with writeId=%s to publish only the rest)", self.write_id,
-                    self.write_id)
+        log.warning(
+            "zmesh write %s aborted; rows already published stay published "
+            "(rerun with writeId=%s to publish only the rest)",
+            self.write_id,
+            self.write_id,
+        )
 
 
 class ZMeshStreamWriter(DataSourceStreamArrowWriter):
@@ -110,13 +115,17 @@ class ZMeshStreamWriter(DataSourceStreamArrowWriter):
         query = ctx.getLocalProperty("sql.streaming.queryId")
         batch = ctx.getLocalProperty("streaming.sql.batchId")
         if not query or batch is None:
-            raise BridgeError("no streaming query or batch id in this task; the zmesh "
-                              "stream sink cannot derive idempotent message ids")
+            raise BridgeError(
+                "no streaming query or batch id in this task; the zmesh "
+                "stream sink cannot derive idempotent message ids"
+            )
         return publish_partition(self.opts, iterator, f"{query}:{batch}", ctx.partitionId())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.debug("zmesh stream batch %d committed: %s", batchId, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("zmesh stream batch %d aborted; when it runs again its rows are "
-                    "dropped as duplicates", batchId)
+        log.warning(
+            "zmesh stream batch %d aborted; when it runs again its rows are dropped as duplicates",
+            batchId,
+        )

@@ -26,12 +26,13 @@ def id_entries(rows: list[tuple[bytes, str, int]], now: float) -> list[Entry]:
     return [(rid, [now, producer, seq]) for rid, producer, seq in rows]
 
 
-def range_entries(task: bytes, ranges: list[tuple[int, int, str, int]],
-                  now: float) -> list[Entry]:
+def range_entries(task: bytes, ranges: list[tuple[int, int, str, int]], now: float) -> list[Entry]:
     """Entries saying that rows [first, end) of ``task`` were published from (producer,
     seq) on, for each (first, end, producer, seq) of ``ranges``."""
-    return [(task + b"\0" + _u64(end - 1), [first, now, producer, seq])
-            for first, end, producer, seq in ranges]
+    return [
+        (task + b"\0" + _u64(end - 1), [first, now, producer, seq])
+        for first, end, producer, seq in ranges
+    ]
 
 
 def published(txn: Any, sink: Any, row_ids: list[bytes]) -> set[bytes]:
@@ -63,8 +64,7 @@ def write(txn: Any, sink: Any, sink_t: Any, entries: list[Entry], now: float) ->
         txn.put(stamp + key, b"", db=sink_t)
 
 
-def prune(txn: Any, sink: Any, sink_t: Any, now: float, window_s: float,
-          max_delete: int) -> int:
+def prune(txn: Any, sink: Any, sink_t: Any, now: float, window_s: float, max_delete: int) -> int:
     """Forget up to ``max_delete`` entries older than ``window_s``; how many went."""
     limit = _u64(int((now - window_s) * 1000))
     cur = txn.cursor(db=sink_t)

@@ -126,10 +126,11 @@ class _Fetchers:
         if client is None:
             endpoint = self.endpoints.get(log_id)
             if endpoint is None:
-                raise BridgeError(f"no bridge of log {log_id} among the source's endpoints "
-                                  f"{list(self.opts.endpoints)}")
-            client = self.clients[log_id] = BridgeClient(endpoint,
-                                                         timeout_s=self.opts.timeout_s)
+                raise BridgeError(
+                    f"no bridge of log {log_id} among the source's endpoints "
+                    f"{list(self.opts.endpoints)}"
+                )
+            client = self.clients[log_id] = BridgeClient(endpoint, timeout_s=self.opts.timeout_s)
         return client.fetch
 
     def close(self) -> None:
@@ -137,8 +138,9 @@ class _Fetchers:
             client.close()
 
 
-def read_ranges(opts: SourceOptions, schema: StructType, ranges: Sequence[Range],
-                endpoints: dict[str, str]) -> Iterator[pa.RecordBatch]:
+def read_ranges(
+    opts: SourceOptions, schema: StructType, ranges: Sequence[Range], endpoints: dict[str, str]
+) -> Iterator[pa.RecordBatch]:
     """Record batches of the given log ranges, in order (executor side)."""
     # (imported here: the planner's processes never build a record batch)
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -161,15 +163,19 @@ def read_ranges(opts: SourceOptions, schema: StructType, ranges: Sequence[Range]
                 if not runs:
                     if pos >= end:
                         break
-                    raise BridgeError(f"the bridge log of {stream} holds nothing at offsets "
-                                      f"{pos}..{end - 1} that were planned; was it replaced?")
+                    raise BridgeError(
+                        f"the bridge log of {stream} holds nothing at offsets "
+                        f"{pos}..{end - 1} that were planned; was it replaced?"
+                    )
                 for run_first, record in runs:
                     c = columns(record)
                     lo, hi = pos - run_first, min(end, run_first + c.count) - run_first
                     if lo < 0 or hi <= lo:
-                        raise BridgeError(f"the bridge log of {stream} sent a run of offsets "
-                                          f"{run_first}..{run_first + c.count - 1} for "
-                                          f"offset {pos}")
+                        raise BridgeError(
+                            f"the bridge log of {stream} sent a run of offsets "
+                            f"{run_first}..{run_first + c.count - 1} for "
+                            f"offset {pos}"
+                        )
                     conv.add(name, pos, c, lo, hi)
                     pos = run_first + hi
                     if conv.rows >= BATCH_ROWS:
@@ -186,9 +192,11 @@ class _Planner:
 
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         base = [name for name, _type in BASE_COLUMNS]
-        if [f.name for f in schema.fields[:len(base)]] != base:
-            raise ArgumentError(f"the zmesh source's schema starts with the columns {base}; "
-                                "add decoded columns with payloadSchema, not .schema()")
+        if [f.name for f in schema.fields[: len(base)]] != base:
+            raise ArgumentError(
+                f"the zmesh source's schema starts with the columns {base}; "
+                "add decoded columns with payloadSchema, not .schema()"
+            )
         self.opts = opts
         self.schema = schema
         self._clients: dict[str, BridgeClient] = {}
@@ -202,8 +210,7 @@ class _Planner:
     def _client(self, endpoint: str) -> BridgeClient:
         client = self._clients.get(endpoint)
         if client is None:
-            client = self._clients[endpoint] = BridgeClient(endpoint,
-                                                            timeout_s=self.opts.timeout_s)
+            client = self._clients[endpoint] = BridgeClient(endpoint, timeout_s=self.opts.timeout_s)
         return client
 
     def _close(self) -> None:
@@ -211,8 +218,7 @@ class _Planner:
             client.close()
         self._clients.clear()
 
-    def _sizes(self, reader: str | None = None,
-               watermark: dict[str, int] | None = None) -> Sizes:
+    def _sizes(self, reader: str | None = None, watermark: dict[str, int] | None = None) -> Sizes:
         """Every bridge's streams of the source's topics -> (head, end, bytes appended),
         named by log id; with ``reader``, registers it at each bridge and moves its
         watermarks there up to ``watermark``'s."""
@@ -224,22 +230,23 @@ class _Planner:
             if reader is not None and watermark:
                 if log_id is None:  # (learnt with a first call that moves nothing)
                     log_id = self._learn(endpoint, *self._client(endpoint).bounds())
-                marks = {split(s)[1]: o for s, o in watermark.items()
-                         if split(s)[0] == log_id}
-            found = self._client(endpoint).bounds(reader=reader, topics=topics,
-                                                  watermark=marks)
+                marks = {split(s)[1]: o for s, o in watermark.items() if split(s)[0] == log_id}
+            found = self._client(endpoint).bounds(reader=reader, topics=topics, watermark=marks)
             log_id = self._learn(endpoint, *found)
             out.update({qualify(log_id, s): b for s, b in found[1].items()})
         return select(out, self.opts.topics)
 
     def _learn(self, endpoint: str, log_id: str, _streams: Any = None) -> str:
         if not log_id:
-            raise BridgeError(f"the bridge at {endpoint} does not name its log: is it a "
-                              "bridge of an older zmesh?")
+            raise BridgeError(
+                f"the bridge at {endpoint} does not name its log: is it a bridge of an older zmesh?"
+            )
         for other, known in self._log_ids.items():
             if known == log_id and other != endpoint:
-                raise ArgumentError(f"endpoints {other} and {endpoint} are the same bridge "
-                                    f"(log {log_id}): name each bridge once")
+                raise ArgumentError(
+                    f"endpoints {other} and {endpoint} are the same bridge "
+                    f"(log {log_id}): name each bridge once"
+                )
         self._log_ids[endpoint] = log_id
         return log_id
 
@@ -254,9 +261,15 @@ class _Planner:
 
     def _plan(self, start: dict[str, int], end: dict[str, int]) -> list[RangePartition]:
         endpoints = self._endpoints()
-        return [RangePartition(r, endpoints) for r in plan(
-            start, end, min_partitions=self.opts.min_partitions,
-            max_per_partition=self.opts.max_records_per_partition)]
+        return [
+            RangePartition(r, endpoints)
+            for r in plan(
+                start,
+                end,
+                min_partitions=self.opts.min_partitions,
+                max_per_partition=self.opts.max_records_per_partition,
+            )
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # An empty plan still gets one task, with a partition that is not ours: read nothing.
@@ -278,8 +291,9 @@ class ZMeshBatchReader(_Planner, DataSourceReader):
             bounds = {s: (h, e) for s, (h, e, _b) in self._sizes().items()}
             start = resolve(self._spec(self.opts.starting), bounds)
             end = resolve(self._spec(self.opts.ending), bounds, missing="latest")
-            end = {s: min(e, bounds[s][1]) if s in bounds else start.get(s, 0)
-                   for s, e in end.items()}
+            end = {
+                s: min(e, bounds[s][1]) if s in bounds else start.get(s, 0) for s, e in end.items()
+            }
             return self._plan(start, end)
         finally:
             self._close()

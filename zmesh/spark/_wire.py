@@ -79,5 +79,6 @@ def decode_reply(frames: list[bytes]) -> Reply:
     result = head.get("r")
     if not isinstance(result, dict):
         raise DecodeError("bridge reply without a result")
-    return Reply(head["t"], bool(head.get("ok")), result, str(head.get("e") or ""),
-                 tuple(frames[1:]))
+    return Reply(
+        head["t"], bool(head.get("ok")), result, str(head.get("e") or ""), tuple(frames[1:])
+    )

@@ -40,16 +40,23 @@ def _rates(lanes: list[dict], topic: str, group: str) -> dict[str, float | None]
     return out
 
 
-def snapshot(mesh: dict, lanes: list[dict], *, source: str, admin: bool,
-             interval_s: float) -> dict:
+def snapshot(mesh: dict, lanes: list[dict], *, source: str, admin: bool, interval_s: float) -> dict:
     """What a page shows at one moment (the views of the HTTP API, with rates)."""
-    groups = [{**g, **_rates(lanes, g["topic"], g["group"])}
-              for g in groups_view(mesh)["groups"]]
-    return {"mesh": mesh["mesh"], "collected_at": mesh["collected_at"], "source": source,
-            "admin": admin, "interval_s": interval_s, "nodes": nodes_view(mesh),
-            "links": mesh["links"], "topics": topics_view(mesh)["topics"], "groups": groups,
-            "lanes": lanes, "unreachable": unreachable(mesh),
-            "statuses": {n["id"]: n["status"] for n in mesh["nodes"] if n["status"]}}
+    groups = [{**g, **_rates(lanes, g["topic"], g["group"])} for g in groups_view(mesh)["groups"]]
+    return {
+        "mesh": mesh["mesh"],
+        "collected_at": mesh["collected_at"],
+        "source": source,
+        "admin": admin,
+        "interval_s": interval_s,
+        "nodes": nodes_view(mesh),
+        "links": mesh["links"],
+        "topics": topics_view(mesh)["topics"],
+        "groups": groups,
+        "lanes": lanes,
+        "unreachable": unreachable(mesh),
+        "statuses": {n["id"]: n["status"] for n in mesh["nodes"] if n["status"]},
+    }
 
 
 def _sse(event: str, data: dict) -> bytes:
@@ -103,8 +110,13 @@ class WebApp:
             else:
                 self.error = None
                 lanes = self.history.add(mesh, time.time())
-                self.latest = snapshot(mesh, lanes, source=self.source.description,
-                                       admin=self.admin, interval_s=self.interval_s)
+                self.latest = snapshot(
+                    mesh,
+                    lanes,
+                    source=self.source.description,
+                    admin=self.admin,
+                    interval_s=self.interval_s,
+                )
                 self._first.set()
                 for queue in self._pages:
                     if queue.full():
@@ -130,12 +142,14 @@ class WebApp:
     async def get_history(self, _request: web.Request) -> web.Response:
         async def points() -> dict:
             return {"lanes": self.history.points()}
+
         return await _answer(points)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """Every new snapshot, as a server-sent event ``snapshot``."""
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-store"})
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
+        )
         await resp.prepare(request)
         queue: asyncio.Queue[dict] = asyncio.Queue(CLIENT_QUEUE)
         self._pages.add(queue)
@@ -158,6 +172,7 @@ class WebApp:
             if not topic or not group:
                 raise HttpError(HTTPStatus.BAD_REQUEST, "topic and group are required")
             return await loop.run_in_executor(None, self.source.dead_letters, topic, group)
+
         return await _answer(listed)
 
     async def post_action(self, request: web.Request) -> web.Response:
@@ -176,9 +191,12 @@ class WebApp:
 
         async def acted() -> dict:
             if not self.admin:
-                raise HttpError(HTTPStatus.FORBIDDEN, "admin actions are off: start zmesh "
-                                "web with --admin to replay or purge dead letters and "
-                                "remove groups")
+                raise HttpError(
+                    HTTPStatus.FORBIDDEN,
+                    "admin actions are off: start zmesh "
+                    "web with --admin to replay or purge dead letters and "
+                    "remove groups",
+                )
             if request.content_type != "application/json":
                 raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "actions take a JSON body")
             try:
@@ -188,12 +206,14 @@ class WebApp:
             if not isinstance(body, dict):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
             return await loop.run_in_executor(None, run, body)
+
         return await _answer(acted)
 
 
 def _missing(op: str) -> Callable[[], Any]:
     async def fail() -> dict:
         raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {op}")
+
     return fail
 
 
@@ -204,8 +224,16 @@ async def _answer(make: Callable[[], Any]) -> web.Response:
         return web.json_response({"error": str(exc)}, status=exc.status)
 
 
-async def serve(source: Source, host: str, port: int, *, admin: bool, interval_s: float,
-                stop: asyncio.Event, ready: Callable[[str], None]) -> None:
+async def serve(
+    source: Source,
+    host: str,
+    port: int,
+    *,
+    admin: bool,
+    interval_s: float,
+    stop: asyncio.Event,
+    ready: Callable[[str], None],
+) -> None:
     """Serve until ``stop`` is set; ``ready(url)`` once listening."""
     app = WebApp(source, admin=admin, interval_s=interval_s).build()
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)

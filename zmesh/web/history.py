@@ -45,14 +45,26 @@ class Series:
         self.pending.append(pending)
 
     def latest(self) -> dict:
-        return {"key": key_of(self.node, self.topic, self.lane), "node": self.node,
-                "topic": self.topic, "lane": self.lane, "group": self.group,
-                "t": self.t[-1], "rate_in": self.rate_in[-1],
-                "rate_out": self.rate_out[-1], "pending": self.pending[-1]}
+        return {
+            "key": key_of(self.node, self.topic, self.lane),
+            "node": self.node,
+            "topic": self.topic,
+            "lane": self.lane,
+            "group": self.group,
+            "t": self.t[-1],
+            "rate_in": self.rate_in[-1],
+            "rate_out": self.rate_out[-1],
+            "pending": self.pending[-1],
+        }
 
     def points(self) -> dict:
-        return {**self.latest(), "t": list(self.t), "rate_in": list(self.rate_in),
-                "rate_out": list(self.rate_out), "pending": list(self.pending)}
+        return {
+            **self.latest(),
+            "t": list(self.t),
+            "rate_in": list(self.rate_in),
+            "rate_out": list(self.rate_out),
+            "pending": list(self.pending),
+        }
 
 
 def key_of(node: str, topic: str, lane: str) -> str:
@@ -76,8 +88,9 @@ class History:
             key = key_of(lane["node_id"], lane["topic"], lane["lane"])
             series = self.series.get(key)
             if series is None:
-                series = self.series[key] = Series(lane["node_id"], lane["topic"],
-                                                   lane["lane"], lane["group"])
+                series = self.series[key] = Series(
+                    lane["node_id"], lane["topic"], lane["lane"], lane["group"]
+                )
             series.add(t, entered(lane), int(lane.get("acked", 0)), int(lane["pending"]))
             self._seen[key] = self._samples
             out.append({**series.latest(), "name": lane["node"]})

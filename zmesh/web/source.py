@@ -48,8 +48,9 @@ class NodeSource:
         return drop_observer(collect_mesh(self._node._engine, self._ctx, self._timeout_s))
 
     def dead_letters(self, topic: str, group: str) -> dict:
-        return dead_letters(self._node._engine, self._ctx, {"topic": topic, "group": group},
-                            self._timeout_s)
+        return dead_letters(
+            self._node._engine, self._ctx, {"topic": topic, "group": group}, self._timeout_s
+        )
 
     def act(self, op: str, body: dict) -> dict:
         return act(self._node._engine, self._ctx, op, body)
@@ -72,8 +73,9 @@ class ApiSource:
 
     def _call(self, path: str, body: dict | None = None) -> dict:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self._base + path, data=data,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self._base + path, data=data, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=self._timeout_s + 10) as resp:
                 return json.loads(resp.read())

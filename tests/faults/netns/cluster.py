@@ -72,9 +72,11 @@ class Figures:
     seconds: float
 
     def line(self) -> str:
-        return (f"netns {self.test}: hosts={self.hosts} messages={self.messages} "
-                f"kills={self.kills} partitions={self.partitions} "
-                f"duplicates={self.duplicates} lost={self.lost} time={self.seconds:.1f}s")
+        return (
+            f"netns {self.test}: hosts={self.hosts} messages={self.messages} "
+            f"kills={self.kills} partitions={self.partitions} "
+            f"duplicates={self.duplicates} lost={self.lost} time={self.seconds:.1f}s"
+        )
 
 
 def _each_owns_some(producer: bytes, members: list[bytes]) -> bool:
@@ -91,9 +93,17 @@ class Cluster:
     only after that point.
     """
 
-    def __init__(self, bed: HostNet, root: Path, *, producer_host: Host,
-                 consumers: dict[str, tuple[Host, str]], count: int, rate: float,
-                 hold_last: int = 0) -> None:
+    def __init__(
+        self,
+        bed: HostNet,
+        root: Path,
+        *,
+        producer_host: Host,
+        consumers: dict[str, tuple[Host, str]],
+        count: int,
+        rate: float,
+        hold_last: int = 0,
+    ) -> None:
         self.bed = bed
         self.root = root
         self.run_dir = root / "run"
@@ -122,8 +132,10 @@ class Cluster:
         names = [PRODUCER, *self.consumers]
         for _ in range(1000):
             ids = {name: secrets.token_bytes(16) for name in names}
-            if all(_each_owns_some(ids[PRODUCER], [ids[m] for m in members])
-                   for members in self.groups.values()):
+            if all(
+                _each_owns_some(ids[PRODUCER], [ids[m] for m in members])
+                for members in self.groups.values()
+            ):
                 break
         else:
             raise AssertionError("no ids found that split the partitions between members")
@@ -141,18 +153,44 @@ class Cluster:
         nth = sum(1 for h in self.history if h[0] == name)
         out = self.root / f"{name}.{nth}.out"
         with open(out, "wb") as f:
-            proc = self.bed.spawn(host, [
-                WORKER, *args, "--name", name, "--mesh", self.mesh,
-                "--data-dir", str(self.root / f"data-{name}"), "--iface", host.addr,
-                "--run-dir", str(self.run_dir)], f)
+            proc = self.bed.spawn(
+                host,
+                [
+                    WORKER,
+                    *args,
+                    "--name",
+                    name,
+                    "--mesh",
+                    self.mesh,
+                    "--data-dir",
+                    str(self.root / f"data-{name}"),
+                    "--iface",
+                    host.addr,
+                    "--run-dir",
+                    str(self.run_dir),
+                ],
+                f,
+            )
         self.procs[name] = proc
         self.history.append((name, proc, out))
         return proc
 
     def start_producer(self) -> subprocess.Popen:
-        return self._spawn(PRODUCER, self.producer_host, [
-            "producer", "--count", str(self.count), "--rate", str(self.rate),
-            "--groups", ",".join(self.groups), "--hold-last", str(self.hold_last)])
+        return self._spawn(
+            PRODUCER,
+            self.producer_host,
+            [
+                "producer",
+                "--count",
+                str(self.count),
+                "--rate",
+                str(self.rate),
+                "--groups",
+                ",".join(self.groups),
+                "--hold-last",
+                str(self.hold_last),
+            ],
+        )
 
     def start_consumer(self, name: str) -> subprocess.Popen:
         host, group = self.consumers[name]
@@ -162,6 +200,7 @@ class Cluster:
         def up() -> bool:
             self.check_running(*names)
             return all(self.info(n) is not None for n in names)
+
         wait_until(up, START_TIMEOUT_S, what=f"{', '.join(names)} to start")
 
     def start_all(self) -> None:
@@ -203,12 +242,18 @@ class Cluster:
 
     def wait_producer_done(self, timeout: float) -> None:
         """The producer published everything, drained its outbox and exited 0."""
+
         def done() -> bool:
             self.check_running(*self.consumers)
             self.poll_logs()
             return self.procs[PRODUCER].poll() is not None
-        wait_until(done, timeout, interval=0.1,
-                   what="the producer to publish everything, drain its outbox and exit")
+
+        wait_until(
+            done,
+            timeout,
+            interval=0.1,
+            what="the producer to publish everything, drain its outbox and exit",
+        )
         rc = self.procs[PRODUCER].returncode
         assert rc == 0, f"the producer exited with {rc}\n{self.outputs()}"
 
@@ -220,14 +265,14 @@ class Cluster:
         def logged() -> bool:
             self.poll_logs()
             return all(everything <= self.indexes(g) for g in self.groups)
+
         wait_until(logged, timeout, interval=0.1, what="every index in each group's logs")
 
     def outputs(self) -> str:
         parts = []
         for _name, proc, out in self.history:
             text = out.read_text(errors="replace") if out.exists() else ""
-            parts.append(f"--- {out.name} (pid {proc.pid}, rc {proc.poll()}) ---\n"
-                         f"{text[-4000:]}")
+            parts.append(f"--- {out.name} (pid {proc.pid}, rc {proc.poll()}) ---\n{text[-4000:]}")
         return "\n".join(parts)
 
     # -- what the nodes write -----------------------------------------------------------
@@ -270,6 +315,7 @@ class Cluster:
         def right() -> bool:
             self.check_running(PRODUCER)
             return self.lane_members(group) == members
+
         wait_until(right, timeout, interval=0.05, what=what)
         return time.monotonic() - t
 
@@ -313,11 +359,15 @@ class Cluster:
         self.poll_logs()
         reports = {g: self.group_report(g) for g in self.groups}
         figures = Figures(
-            test=test, hosts=self.bed.count, messages=self.count, kills=len(self.kills),
+            test=test,
+            hosts=self.bed.count,
+            messages=self.count,
+            kills=len(self.kills),
             partitions=self.bed.partitions,
             duplicates=sum(r["duplicates"] for r in reports.values()),
             lost=sum(r["lost"] + r["stored_not_delivered"] for r in reports.values()),
-            seconds=time.monotonic() - self.t0)
+            seconds=time.monotonic() - self.t0,
+        )
         print(f"\n{figures.line()}")
         for kill in self.kills:
             print(f"  killed {kill}")
@@ -342,4 +392,5 @@ class Cluster:
             assert rep["unexpected"] == 0, f"{group} got indexes outside 0..{self.count - 1}"
             assert rep["stored_not_delivered"] == 0, (
                 f"{group} never got {rep['stored_not_delivered']} of the producer's stored "
-                f"sequences 1..{rep['stored_messages']}")
+                f"sequences 1..{rep['stored_messages']}"
+            )

@@ -44,7 +44,8 @@ def make_hostnet(netns_available: None) -> Iterator[Callable[[int], HostNet]]:
         problems += bed.close()
     left = set(names) & existing_namespaces()
     assert not problems and not left, (
-        f"host network teardown: {problems}; namespaces left: {sorted(left)}")
+        f"host network teardown: {problems}; namespaces left: {sorted(left)}"
+    )
 
 
 @pytest.fixture

@@ -74,8 +74,10 @@ def check_netns_available() -> None:
     bridges; checked by building (and deleting) one namespace with one of each.
     """
     if os.geteuid() != 0:
-        raise NetnsUnavailable(f"network-namespace tests need root (running as uid "
-                               f"{os.geteuid()}): 'ip netns add' is not permitted")
+        raise NetnsUnavailable(
+            f"network-namespace tests need root (running as uid "
+            f"{os.geteuid()}): 'ip netns add' is not permitted"
+        )
     if shutil.which("ip") is None:
         raise NetnsUnavailable("network-namespace tests need the 'ip' tool (iproute2)")
     probe = f"zmt-{run_token()}-probe"
@@ -87,8 +89,9 @@ def check_netns_available() -> None:
         ip("-n", probe, "link", "add", "br0", "type", "bridge")
         ip("-n", probe, "link", "add", "pa", "type", "veth", "peer", "name", "pb")
     except IpCommandError as exc:
-        raise NetnsUnavailable(f"cannot make a bridge and a veth pair in a namespace: "
-                               f"{exc.output.strip()}") from exc
+        raise NetnsUnavailable(
+            f"cannot make a bridge and a veth pair in a namespace: {exc.output.strip()}"
+        ) from exc
     finally:
         with contextlib.suppress(IpCommandError):
             ip("netns", "del", probe)
@@ -139,8 +142,20 @@ class HostNet:
                 self._add_netns(host.netns)
                 # Both ends are created straight in their namespaces: nothing of the
                 # host network ever appears in the machine's own namespace.
-                ip("-n", self.hub, "link", "add", host.hub_veth, "type", "veth",
-                   "peer", "name", "eth0", "netns", host.netns)
+                ip(
+                    "-n",
+                    self.hub,
+                    "link",
+                    "add",
+                    host.hub_veth,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "eth0",
+                    "netns",
+                    host.netns,
+                )
                 ip("-n", self.hub, "link", "set", host.hub_veth, "master", "br0", "up")
                 ip("-n", host.netns, "addr", "add", f"{host.addr}/{PREFIX_LEN}", "dev", "eth0")
                 ip("-n", host.netns, "link", "set", "eth0", "up")
@@ -210,8 +225,12 @@ class HostNet:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("PYTHONUNBUFFERED", "1")
-        proc = subprocess.Popen(["ip", "netns", "exec", host.netns, sys.executable, *args],
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", host.netns, sys.executable, *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         self._procs.append(proc)
         return proc
 

@@ -111,13 +111,28 @@ class StatusWriter:
 
 
 def make_node(args: argparse.Namespace, **options: object) -> zmesh.Node:
-    node = zmesh.Node(args.name, mesh=args.mesh, data_dir=args.data_dir,
-                      interfaces=[args.iface], mdns=True, **TIMING, **options)
+    node = zmesh.Node(
+        args.name,
+        mesh=args.mesh,
+        data_dir=args.data_dir,
+        interfaces=[args.iface],
+        mdns=True,
+        **TIMING,
+        **options,
+    )
     node.start()
     run_dir = Path(args.run_dir)
-    write_atomic(run_dir / f"{args.name}.info.json", json.dumps({
-        "id": node.id, "control": node.control_address, "pid": os.getpid(),
-        "incarnation": node.status()["node"]["incarnation"]}))
+    write_atomic(
+        run_dir / f"{args.name}.info.json",
+        json.dumps(
+            {
+                "id": node.id,
+                "control": node.control_address,
+                "pid": os.getpid(),
+                "incarnation": node.status()["node"]["incarnation"],
+            }
+        ),
+    )
     return node
 
 
@@ -130,8 +145,11 @@ def run_producer(args: argparse.Namespace) -> int:
     try:
         node.topic(TOPIC, groups=args.groups.split(","), partitions=PARTITIONS)
         status = StatusWriter(node, run_dir / f"{args.name}.status.json").start()
-        print(f"producer {node.id[:12]} at {node.control_address} resumes at index {start} "
-              f"(outbox {node.status()['outbox']})", flush=True)
+        print(
+            f"producer {node.id[:12]} at {node.control_address} resumes at index {start} "
+            f"(outbox {node.status()['outbox']})",
+            flush=True,
+        )
         if not wait_for(run_dir / "go", GO_WAIT_S):
             return 4
         t0 = time.monotonic()
@@ -155,8 +173,7 @@ def run_producer(args: argparse.Namespace) -> int:
                         receipt = node.publish(TOPIC, str(index).encode())
                         break
                     except zmesh.OutboxFullError:
-                        print(f"outbox full at index {index} (attempt {attempt + 1})",
-                              flush=True)
+                        print(f"outbox full at index {index} (attempt {attempt + 1})", flush=True)
                 else:
                     print(f"gave up publishing index {index}", flush=True)
                     return 2
@@ -168,8 +185,11 @@ def run_producer(args: argparse.Namespace) -> int:
                     os.fsync(prog.fileno())
         print(f"producer published up to {args.count - 1}; draining", flush=True)
         if not until(lambda: node.status()["outbox"] == 0, DRAIN_TIMEOUT_S, 0.05):
-            print(f"outbox still holds {node.status()['outbox']} after {DRAIN_TIMEOUT_S:g}s: "
-                  f"{node.status()['lanes']}", flush=True)
+            print(
+                f"outbox still holds {node.status()['outbox']} after {DRAIN_TIMEOUT_S:g}s: "
+                f"{node.status()['lanes']}",
+                flush=True,
+            )
             return 3
         status.write()
         print(f"producer done: {node.stats()}", flush=True)
@@ -195,16 +215,22 @@ def run_consumer(args: argparse.Namespace) -> int:
         incarnation = node.status()["node"]["incarnation"]
         sub = node.subscribe(TOPIC, group=args.group)
         status = StatusWriter(node, run_dir / f"{args.name}.status.json").start()
-        print(f"consumer {args.name} ({args.group}) {node.id[:12]} at "
-              f"{node.control_address}", flush=True)
+        print(
+            f"consumer {args.name} ({args.group}) {node.id[:12]} at {node.control_address}",
+            flush=True,
+        )
         with open(run_dir / f"{args.name}.log", "a") as log:
             fd = log.fileno()
             while not stop:
                 msgs = sub.fetch(FETCH_MAX, timeout=0.1)
                 if not msgs:
                     continue
-                log.write("".join(f"{int(m.payload)} {m.id.seq} {m.attempt} "
-                                  f"{m.partition} {incarnation}\n" for m in msgs))
+                log.write(
+                    "".join(
+                        f"{int(m.payload)} {m.id.seq} {m.attempt} {m.partition} {incarnation}\n"
+                        for m in msgs
+                    )
+                )
                 log.flush()
                 os.fsync(fd)
                 for m in msgs:
@@ -232,8 +258,12 @@ def main(argv: list[str]) -> int:
     prod.add_argument("--rate", type=float, required=True)
     prod.add_argument("--groups", required=True)
     prod.add_argument("--max-outbox", type=int, default=20_000)
-    prod.add_argument("--hold-last", type=int, default=0,
-                      help="wait for RUN_DIR/release before the last K messages (0: never)")
+    prod.add_argument(
+        "--hold-last",
+        type=int,
+        default=0,
+        help="wait for RUN_DIR/release before the last K messages (0: never)",
+    )
     cons.add_argument("--group", required=True)
     args = parser.parse_args(argv)
     return run_producer(args) if args.role == "producer" else run_consumer(args)

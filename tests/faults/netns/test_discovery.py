@@ -25,12 +25,21 @@ FINISH_TIMEOUT_S = 40.0
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_mdns_discovery_across_hosts(tmp_path: Path, make_hostnet: Callable[[int], HostNet],
-                                     record_figures: Callable[[Figures], None]) -> None:
+def test_mdns_discovery_across_hosts(
+    tmp_path: Path,
+    make_hostnet: Callable[[int], HostNet],
+    record_figures: Callable[[Figures], None],
+) -> None:
     bed = make_hostnet(3)
     a, b, c = bed.hosts
-    cluster = Cluster(bed, tmp_path, producer_host=a,
-                      consumers={"c1": (b, "g1"), "c2": (c, "g2")}, count=N, rate=RATE)
+    cluster = Cluster(
+        bed,
+        tmp_path,
+        producer_host=a,
+        consumers={"c1": (b, "g1"), "c2": (c, "g2")},
+        count=N,
+        rate=RATE,
+    )
     names = (PRODUCER, "c1", "c2")
     addr = {PRODUCER: a.addr, "c1": b.addr, "c2": c.addr}
     try:
@@ -46,13 +55,18 @@ def test_mdns_discovery_across_hosts(tmp_path: Path, make_hostnet: Callable[[int
                 seen = {p["id"]: p for p in status["peers"] if p["alive"]}
                 for other in names:
                     peer = seen.get(cluster.node_id(other)) if other != name else None
-                    if other != name and (peer is None or
-                                          not peer["control"].startswith(
-                                              f"tcp://{addr[other]}:")):
+                    if other != name and (
+                        peer is None or not peer["control"].startswith(f"tcp://{addr[other]}:")
+                    ):
                         return False
             return True
-        wait_until(everyone_found, DISCOVERY_TIMEOUT_S, interval=0.1,
-                   what="every node to discover the two others over mDNS")
+
+        wait_until(
+            everyone_found,
+            DISCOVERY_TIMEOUT_S,
+            interval=0.1,
+            what="every node to discover the two others over mDNS",
+        )
         cluster.wait_members("g1", {"c1"}, DISCOVERY_TIMEOUT_S, "c1 in g1 at the producer")
         cluster.wait_members("g2", {"c2"}, DISCOVERY_TIMEOUT_S, "c2 in g2 at the producer")
         cluster.go()

@@ -41,19 +41,29 @@ MAX_DUPLICATE_FRACTION = 0.2
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_kills_during_stream(tmp_path: Path, make_hostnet: Callable[[int], HostNet],
-                             record_figures: Callable[[Figures], None]) -> None:
+def test_kills_during_stream(
+    tmp_path: Path,
+    make_hostnet: Callable[[int], HostNet],
+    record_figures: Callable[[Figures], None],
+) -> None:
     bed = make_hostnet(4)
     a, b, c, d = bed.hosts
-    cluster = Cluster(bed, tmp_path, producer_host=a,
-                      consumers={"c1": (b, "g1"), "c2": (c, "g1"), "c3": (d, "g2")},
-                      count=N, rate=RATE, hold_last=HOLD_LAST)
+    cluster = Cluster(
+        bed,
+        tmp_path,
+        producer_host=a,
+        consumers={"c1": (b, "g1"), "c2": (c, "g1"), "c3": (d, "g2")},
+        count=N,
+        rate=RATE,
+        hold_last=HOLD_LAST,
+    )
     logs = cluster.logs
     everyone = (PRODUCER, "c1", "c2", "c3")
     try:
         cluster.start_all()
-        cluster.wait_members("g1", {"c1", "c2"}, DISCOVERY_TIMEOUT_S,
-                             "c1 and c2 in g1 at the producer (mDNS)")
+        cluster.wait_members(
+            "g1", {"c1", "c2"}, DISCOVERY_TIMEOUT_S, "c1 and c2 in g1 at the producer (mDNS)"
+        )
         cluster.wait_members("g2", {"c3"}, DISCOVERY_TIMEOUT_S, "c3 in g2 at the producer")
         cluster.go()
 
@@ -63,9 +73,11 @@ def test_kills_during_stream(tmp_path: Path, make_hostnet: Callable[[int], HostN
             cluster.poll_logs()
             c1, c2 = len(logs["c1"].entries), len(logs["c2"].entries)
             return c1 >= 500 and c1 + c2 >= KILL_C1_AT
+
         wait_until(g1_busy, PHASE_TIMEOUT_S, what=f"g1 to handle {KILL_C1_AT} messages")
-        cluster.kill9("c1", f"after {logs['c1'].poll()} handled; producer at index "
-                            f"{cluster.progress_index()}")
+        cluster.kill9(
+            "c1", f"after {logs['c1'].poll()} handled; producer at index {cluster.progress_index()}"
+        )
         c1_lines_at_kill = len(logs["c1"].entries)
         cluster.start_consumer("c1")
         cluster.wait_started("c1")
@@ -78,18 +90,23 @@ def test_kills_during_stream(tmp_path: Path, make_hostnet: Callable[[int], HostN
             cluster.check_running(*everyone)
             cluster.poll_logs()
             return any(e[4] == c1_incarnation for e in logs["c1"].entries[c1_lines_at_kill:])
+
         wait_until(c1_back, PHASE_TIMEOUT_S, what="restarted c1 to handle messages")
-        cluster.kill9("c3", f"after {logs['c3'].poll()} handled; producer at index "
-                            f"{cluster.progress_index()}")
-        cluster.wait_members("g2", set(), PHASE_TIMEOUT_S,
-                             "the producer to declare killed c3 dead")
+        cluster.kill9(
+            "c3", f"after {logs['c3'].poll()} handled; producer at index {cluster.progress_index()}"
+        )
+        cluster.wait_members("g2", set(), PHASE_TIMEOUT_S, "the producer to declare killed c3 dead")
         backlog_from = cluster.progress_index()
 
         def backlog_grew() -> bool:
             cluster.check_running(PRODUCER, "c1", "c2")
             return cluster.progress_index() >= backlog_from + C3_DOWN_BACKLOG
-        wait_until(backlog_grew, PHASE_TIMEOUT_S,
-                   what=f"{C3_DOWN_BACKLOG} more messages published while g2 has no member")
+
+        wait_until(
+            backlog_grew,
+            PHASE_TIMEOUT_S,
+            what=f"{C3_DOWN_BACKLOG} more messages published while g2 has no member",
+        )
         c3_lines_at_kill = len(logs["c3"].entries)
         cluster.start_consumer("c3")
         cluster.wait_started("c3")
@@ -99,16 +116,23 @@ def test_kills_during_stream(tmp_path: Path, make_hostnet: Callable[[int], HostN
         def c3_back_and_half_way() -> bool:
             cluster.check_running(*everyone)
             cluster.poll_logs()
-            return (any(e[4] == c3_incarnation for e in logs["c3"].entries[c3_lines_at_kill:])
-                    and cluster.progress_index() >= KILL_PRODUCER_AT)
-        wait_until(c3_back_and_half_way, PHASE_TIMEOUT_S,
-                   what=f"restarted c3 handling and the producer past index {KILL_PRODUCER_AT}")
+            return (
+                any(e[4] == c3_incarnation for e in logs["c3"].entries[c3_lines_at_kill:])
+                and cluster.progress_index() >= KILL_PRODUCER_AT
+            )
+
+        wait_until(
+            c3_back_and_half_way,
+            PHASE_TIMEOUT_S,
+            what=f"restarted c3 handling and the producer past index {KILL_PRODUCER_AT}",
+        )
         c3_mark = len(logs["c3"].entries) + KILL_PRODUCER_LAG
 
         def stream_moved_on() -> bool:
             cluster.check_running(*everyone)
             cluster.poll_logs()
             return len(logs["c3"].entries) >= c3_mark
+
         wait_until(stream_moved_on, PHASE_TIMEOUT_S, what=f"c3 to handle {c3_mark} messages")
         progress_at_kill = cluster.progress_index()
         cluster.kill9(PRODUCER, f"with index {progress_at_kill} recorded stored")
@@ -126,7 +150,8 @@ def test_kills_during_stream(tmp_path: Path, make_hostnet: Callable[[int], HostN
         cluster.assert_complete(reports)
         for group, rep in reports.items():
             assert rep["duplicates"] < MAX_DUPLICATE_FRACTION * N, (
-                f"{group}: {rep['duplicates']} duplicate deliveries")
+                f"{group}: {rep['duplicates']} duplicate deliveries"
+            )
     except BaseException:
         cluster.dump_on_failure("test_kills_during_stream")
         raise

@@ -50,52 +50,69 @@ def owners(cluster: Cluster, members: list[str]) -> dict[int, str]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_partitioned_consumer_moves_and_returns(
-        tmp_path: Path, make_hostnet: Callable[[int], HostNet],
-        record_figures: Callable[[Figures], None]) -> None:
+    tmp_path: Path,
+    make_hostnet: Callable[[int], HostNet],
+    record_figures: Callable[[Figures], None],
+) -> None:
     bed = make_hostnet(3)
     a, b, c = bed.hosts
-    cluster = Cluster(bed, tmp_path, producer_host=a,
-                      consumers={"c1": (b, "g1"), "c2": (c, "g1")}, count=N, rate=RATE,
-                      hold_last=HOLD_LAST)
+    cluster = Cluster(
+        bed,
+        tmp_path,
+        producer_host=a,
+        consumers={"c1": (b, "g1"), "c2": (c, "g1")},
+        count=N,
+        rate=RATE,
+        hold_last=HOLD_LAST,
+    )
     c1_log, c2_log = cluster.logs["c1"], cluster.logs["c2"]
     everyone = (PRODUCER, "c1", "c2")
     try:
         cluster.start_all()
-        cluster.wait_members("g1", {"c1", "c2"}, DISCOVERY_TIMEOUT_S,
-                             "c1 and c2 in g1 at the producer (mDNS)")
+        cluster.wait_members(
+            "g1", {"c1", "c2"}, DISCOVERY_TIMEOUT_S, "c1 and c2 in g1 at the producer (mDNS)"
+        )
         owner = owners(cluster, ["c1", "c2"])
         c1_parts = {p for p, m in owner.items() if m == "c1"}
         assert c1_parts and len(c1_parts) < PARTITIONS, (
             f"rendezvous gave c1 {len(c1_parts)} of {PARTITIONS} partitions: the test needs "
-            "both members to own some")
+            "both members to own some"
+        )
         cluster.go()
 
         def both_busy() -> bool:
             cluster.check_running(*everyone)
             cluster.poll_logs()
             return len(c1_log.entries) >= BEFORE_CUT and len(c2_log.entries) >= BEFORE_CUT
+
         wait_until(both_busy, 30.0, what=f"c1 and c2 to handle {BEFORE_CUT} messages each")
         assert {e[3] for e in c1_log.entries} <= c1_parts, "c1 got partitions it does not own"
 
         # The cut: c1 is declared dead, its partitions go to c2.
         bed.partition(b)
         cut_at = time.monotonic()
-        detect_s = cluster.wait_members("g1", {"c2"}, DETECT_TIMEOUT_S,
-                                        "the producer to declare partitioned c1 dead")
+        detect_s = cluster.wait_members(
+            "g1", {"c2"}, DETECT_TIMEOUT_S, "the producer to declare partitioned c1 dead"
+        )
         cluster.poll_logs()
         c2_mark = len(c2_log.entries)
         progress_at_dead = cluster.progress_index()
 
         def taken_over() -> int:
-            return sum(1 for e in c2_log.entries[c2_mark:]
-                       if e[3] in c1_parts and e[0] > progress_at_dead)
+            return sum(
+                1 for e in c2_log.entries[c2_mark:] if e[3] in c1_parts and e[0] > progress_at_dead
+            )
 
         def c2_took_over() -> bool:
             cluster.check_running(*everyone)
             cluster.poll_logs()
             return taken_over() >= MOVED_MIN
-        wait_until(c2_took_over, MOVE_TIMEOUT_S,
-                   what=f"c2 to handle {MOVED_MIN} new messages of c1's partitions")
+
+        wait_until(
+            c2_took_over,
+            MOVE_TIMEOUT_S,
+            what=f"c2 to handle {MOVED_MIN} new messages of c1's partitions",
+        )
         moved = taken_over()
 
         # Healing: c1 is a member again and gets its partitions back.
@@ -103,8 +120,9 @@ def test_partitioned_consumer_moves_and_returns(
         assert progress_at_heal < N - HOLD_LAST, "the producer did not hold its last messages"
         bed.heal(b)
         heal_at = time.monotonic()
-        return_s = cluster.wait_members("g1", {"c1", "c2"}, RETURN_TIMEOUT_S,
-                                        "healed c1 to be a member of g1 again")
+        return_s = cluster.wait_members(
+            "g1", {"c1", "c2"}, RETURN_TIMEOUT_S, "healed c1 to be a member of g1 again"
+        )
         cluster.release()
         cluster.poll_logs()
         c1_mark = len(c1_log.entries)
@@ -113,15 +131,22 @@ def test_partitioned_consumer_moves_and_returns(
             cluster.check_running(*everyone)
             cluster.poll_logs()
             return any(e[0] > progress_at_heal for e in c1_log.entries[c1_mark:])
-        wait_until(c1_back, RETURN_TIMEOUT_S,
-                   what="healed c1 to handle messages published after the healing")
+
+        wait_until(
+            c1_back,
+            RETURN_TIMEOUT_S,
+            what="healed c1 to handle messages published after the healing",
+        )
         assert {e[3] for e in c1_log.entries[c1_mark:]} <= c1_parts, (
-            "after healing c1 got partitions it does not own")
+            "after healing c1 got partitions it does not own"
+        )
         fresh_s = time.monotonic() - heal_at
-        print(f"\npartition: c1 owns partitions {sorted(c1_parts)}; declared dead "
-              f"{detect_s:.1f}s after the cut; c2 handled {moved} new messages of them; "
-              f"healed {heal_at - cut_at:.1f}s after the cut; c1 a member again "
-              f"{return_s:.1f}s and handling new messages {fresh_s:.1f}s after healing")
+        print(
+            f"\npartition: c1 owns partitions {sorted(c1_parts)}; declared dead "
+            f"{detect_s:.1f}s after the cut; c2 handled {moved} new messages of them; "
+            f"healed {heal_at - cut_at:.1f}s after the cut; c1 a member again "
+            f"{return_s:.1f}s and handling new messages {fresh_s:.1f}s after healing"
+        )
 
         cluster.wait_producer_done(FINISH_TIMEOUT_S)
         cluster.wait_all_logged()

@@ -54,19 +54,28 @@ class DataPathStalled(AssertionError):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_healed_member_gets_data_promptly(
-        tmp_path: Path, make_hostnet: Callable[[int], HostNet],
-        record_figures: Callable[[Figures], None]) -> None:
+    tmp_path: Path,
+    make_hostnet: Callable[[int], HostNet],
+    record_figures: Callable[[Figures], None],
+) -> None:
     bed = make_hostnet(3)
     a, b, c = bed.hosts
-    cluster = Cluster(bed, tmp_path, producer_host=a,
-                      consumers={"c1": (b, "g1"), "c2": (c, "g1")}, count=N, rate=RATE,
-                      hold_last=HOLD_LAST)
+    cluster = Cluster(
+        bed,
+        tmp_path,
+        producer_host=a,
+        consumers={"c1": (b, "g1"), "c2": (c, "g1")},
+        count=N,
+        rate=RATE,
+        hold_last=HOLD_LAST,
+    )
     c1_log = cluster.logs["c1"]
     everyone = (PRODUCER, "c1", "c2")
     try:
         cluster.start_all()
-        cluster.wait_members("g1", {"c1", "c2"}, DISCOVERY_TIMEOUT_S,
-                             "c1 and c2 in g1 at the producer (mDNS)")
+        cluster.wait_members(
+            "g1", {"c1", "c2"}, DISCOVERY_TIMEOUT_S, "c1 and c2 in g1 at the producer (mDNS)"
+        )
         cluster.go()
 
         # c1's share of the stream is the share of partitions rendezvous hashing gives it
@@ -76,6 +85,7 @@ def test_healed_member_gets_data_promptly(
         def c1_busy() -> bool:
             cluster.check_running(*everyone)
             return c1_log.poll() >= C1_BUSY_MESSAGES
+
         wait_until(c1_busy, 30.0, what=f"c1 to handle {C1_BUSY_MESSAGES} messages")
 
         bed.partition(b)
@@ -87,25 +97,34 @@ def test_healed_member_gets_data_promptly(
         def long_enough() -> bool:
             cluster.check_running(*everyone)
             return time.monotonic() - cut_at >= PARTITION_S
+
         wait_until(long_enough, PARTITION_S + 10, what=f"a {PARTITION_S:g}s partition")
         progress_at_heal = cluster.progress_index()
         assert progress_at_heal < N - HOLD_LAST, "the producer did not hold its last messages"
         bed.heal(b)
         heal_at = time.monotonic()
         c1_mark = c1_log.poll()
-        live_s = cluster.wait_members("g1", {"c1", "c2"}, RETURN_TIMEOUT_S,
-                                      "healed c1 to be a member of g1 again")
+        live_s = cluster.wait_members(
+            "g1", {"c1", "c2"}, RETURN_TIMEOUT_S, "healed c1 to be a member of g1 again"
+        )
         cluster.release()
 
         def c1_fresh() -> bool:
             cluster.check_running(*everyone)
             c1_log.poll()
             return any(e[0] > progress_at_heal for e in c1_log.entries[c1_mark:])
-        wait_until(c1_fresh, FRESH_TIMEOUT_S, interval=0.05,
-                   what="healed c1 to handle messages published after the healing")
+
+        wait_until(
+            c1_fresh,
+            FRESH_TIMEOUT_S,
+            interval=0.05,
+            what="healed c1 to handle messages published after the healing",
+        )
         stalled_s = time.monotonic() - heal_at
-        print(f"\nstalled data path: healed {heal_at - cut_at:.1f}s after the cut; c1 live "
-              f"again {live_s:.1f}s and handling a new message {stalled_s:.1f}s after healing")
+        print(
+            f"\nstalled data path: healed {heal_at - cut_at:.1f}s after the cut; c1 live "
+            f"again {live_s:.1f}s and handling a new message {stalled_s:.1f}s after healing"
+        )
 
         cluster.wait_producer_done(FINISH_TIMEOUT_S)
         cluster.wait_all_logged()
@@ -117,5 +136,7 @@ def test_healed_member_gets_data_promptly(
         cluster.dump_on_failure("test_healed_member_gets_data_promptly")
         raise
     if stalled_s > FRESH_WITHIN_S:
-        raise DataPathStalled(f"c1 got its first new message {stalled_s:.1f}s after the healing "
-                              f"(limit {FRESH_WITHIN_S:g}s: TCP retransmission backoff?)")
+        raise DataPathStalled(
+            f"c1 got its first new message {stalled_s:.1f}s after the healing "
+            f"(limit {FRESH_WITHIN_S:g}s: TCP retransmission backoff?)"
+        )

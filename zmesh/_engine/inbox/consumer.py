@@ -88,8 +88,9 @@ class Consumer:
                     del holding[origin]
                 if seqs:
                     released += len(seqs)
-                    self._outgoing.append((source[0], Nack(self.node_id, source[1],
-                                                           source[2], tuple(seqs), 0.0)))
+                    self._outgoing.append(
+                        (source[0], Nack(self.node_id, source[1], source[2], tuple(seqs), 0.0))
+                    )
         if released:
             self.counters.add("released_on_close", released)
 
@@ -115,14 +116,25 @@ class Consumer:
         if not subs:
             # Our hello without this lane is on its way; give the messages back.
             self.counters.add("released_no_subscription", len(seqs))
-            self._outgoing.append((producer, Nack(self.node_id, topic, lane, seqs,
-                                                  0.0)))
+            self._outgoing.append((producer, Nack(self.node_id, topic, lane, seqs, 0.0)))
             return
         if subs[0].mode == "ephemeral":  # at most once: nothing to dedupe, hold or ack
             self.counters.add("received_ephemeral", len(seqs))
-            subs[0]._deliver(Origin(None, (producer, topic, lane), None, seqs, batch.headers,
-                                    batch.attempts, batch.partitions, batch.published_ats,
-                                    batch.indexes), batch.keys, batch.payloads)
+            subs[0]._deliver(
+                Origin(
+                    None,
+                    (producer, topic, lane),
+                    None,
+                    seqs,
+                    batch.headers,
+                    batch.attempts,
+                    batch.partitions,
+                    batch.published_ats,
+                    batch.indexes,
+                ),
+                batch.keys,
+                batch.payloads,
+            )
             return
         self._note_floor(producer, lane, batch.floor, wb, now)
         first, last = span(seqs)
@@ -147,8 +159,17 @@ class Consumer:
         duplicates = leased = 0
         # All new (the common case): no test each (``isdisjoint`` walks ``seqs`` whole).
         if not seen and (not held or held.keys().isdisjoint(seqs)):
-            origin = Origin(self.queue, source, group, seqs, batch.headers, batch.attempts,
-                            batch.partitions, batch.published_ats, batch.indexes)
+            origin = Origin(
+                self.queue,
+                source,
+                group,
+                seqs,
+                batch.headers,
+                batch.attempts,
+                batch.partitions,
+                batch.published_ats,
+                batch.indexes,
+            )
         else:
             attempts = batch.attempts
             places: list[int] = []
@@ -168,8 +189,11 @@ class Consumer:
                     # calls in_progress). Delivered again; the first copy's ack still
                     # counts. A copy still queued, or one sent again after a reconnect
                     # (the same attempt), is dropped: the application will see the first.
-                    if attempts[i] <= o.attempts[place] or o.state[place] \
-                            or not o.taken_by_application(place):
+                    if (
+                        attempts[i] <= o.attempts[place]
+                        or o.state[place]
+                        or not o.taken_by_application(place)
+                    ):
                         duplicates += 1
                         continue
                     o.settled_apart((seq,))
@@ -177,11 +201,17 @@ class Consumer:
                 places.append(i)
                 chosen.add(seq)
             if places:  # an origin of their own: its places are theirs
-                origin = Origin(self.queue, source, group, _pick(seqs, places),
-                                _pick(batch.headers, places), _pick(batch.attempts, places),
-                                _pick(batch.partitions, places),
-                                _pick(batch.published_ats, places),
-                                _pick(batch.indexes, places))
+                origin = Origin(
+                    self.queue,
+                    source,
+                    group,
+                    _pick(seqs, places),
+                    _pick(batch.headers, places),
+                    _pick(batch.attempts, places),
+                    _pick(batch.partitions, places),
+                    _pick(batch.published_ats, places),
+                    _pick(batch.indexes, places),
+                )
                 keys, payloads = _pick(keys, places), _pick(payloads, places)
         if duplicates:
             self.counters.add("duplicates_held", duplicates)
@@ -189,8 +219,7 @@ class Consumer:
             self.counters.add("redelivered_lease_expired", leased)
         if reack:
             self.counters.add("duplicates_dropped", len(reack))
-            self._outgoing.append((producer, Ack(self.node_id, topic, lane,
-                                                 tuple(reack))))
+            self._outgoing.append((producer, Ack(self.node_id, topic, lane, tuple(reack))))
         if origin is not None:
             holding[origin] = None
             self.counters.add("received", len(payloads))
@@ -202,11 +231,13 @@ class Consumer:
 
     def release(self, batch: Batch) -> None:
         """Give a batch back to its producer without delivering it."""
-        self._outgoing.append((batch.node_id, Nack(self.node_id, batch.topic,
-                                                   batch.lane, batch.seqs, 0.0)))
+        self._outgoing.append(
+            (batch.node_id, Nack(self.node_id, batch.topic, batch.lane, batch.seqs, 0.0))
+        )
 
-    def _note_floor(self, producer: bytes, lane: str, floor: int, wb: WriteBatch,
-                    now: float) -> None:
+    def _note_floor(
+        self, producer: bytes, lane: str, floor: int, wb: WriteBatch, now: float
+    ) -> None:
         key = (producer, lane)
         last = self._pruned.get(key)
         if last is None or (floor > last[0] and now - last[1] >= PRUNE_INTERVAL_S):
@@ -251,14 +282,12 @@ class Consumer:
             self._holding.get(source, {}).pop(origin, None)
         if how == "nacked":
             delay = -1.0 if arg is None else float(arg)  # type: ignore[arg-type]
-            self._outgoing.append((producer, Nack(self.node_id, msg.topic, lane,
-                                                  (seq,), delay)))
+            self._outgoing.append((producer, Nack(self.node_id, msg.topic, lane, (seq,), delay)))
         elif how == "failed":
             reason = str(arg)
             if len(reason) > MAX_REASON_CHARS:  # (what a FAIL carries: the start of it)
-                reason = reason[:MAX_REASON_CHARS - 1] + "…"
-            self._outgoing.append((producer, Fail(self.node_id, msg.topic, lane, seq,
-                                                  reason)))
+                reason = reason[: MAX_REASON_CHARS - 1] + "…"
+            self._outgoing.append((producer, Fail(self.node_id, msg.topic, lane, seq, reason)))
 
     def rollback(self) -> None:
         """The commit holding the staged acks failed: forget them. Their messages are no
@@ -281,12 +310,12 @@ class Consumer:
                 if top > tops.get((producer, lane), -1):
                     tops[(producer, lane)] = top
                 for i in range(0, len(seqs), 5000):
-                    send(producer, Ack(me, topic, lane, seqs[i:i + 5000]))
+                    send(producer, Ack(me, topic, lane, seqs[i : i + 5000]))
         self._acks.clear()
         out, self._outgoing = self._outgoing, []
         for (producer, topic, lane), seqs in self._touches.items():
             for i in range(0, len(seqs), 5000):
-                out.append((producer, Touch(me, topic, lane, tuple(seqs[i:i + 5000]))))
+                out.append((producer, Touch(me, topic, lane, tuple(seqs[i : i + 5000]))))
         self._touches.clear()
         for producer, msg in out:
             send(producer, msg)
@@ -297,8 +326,12 @@ def _joined(parts: list[Sequence[int]]) -> list[Sequence[int]]:
     out = parts[:1]
     for seqs in parts[1:]:
         last = out[-1]
-        if type(seqs) is range and type(last) is range and seqs.start == last.stop \
-                and seqs.step == last.step == 1:
+        if (
+            type(seqs) is range
+            and type(last) is range
+            and seqs.start == last.stop
+            and seqs.step == last.step == 1
+        ):
             out[-1] = range(last.start, seqs.stop)
         else:
             out.append(seqs)

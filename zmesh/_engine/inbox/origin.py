@@ -55,15 +55,43 @@ class Origin:
     with two operations on it, none per message. It holds no ``Message``: those refer to
     it, and are made one at a time as the application takes them (see ``Subscription``)."""
 
-    __slots__ = ("queue", "source", "topic", "group", "producer", "seqs", "lo", "hi",
-                 "next", "acks", "queued", "taken", "left", "apart", "state",
-                 "headers", "attempts", "partitions", "published_ats", "indexes", "sub",
-                 "places")
+    __slots__ = (
+        "queue",
+        "source",
+        "topic",
+        "group",
+        "producer",
+        "seqs",
+        "lo",
+        "hi",
+        "next",
+        "acks",
+        "queued",
+        "taken",
+        "left",
+        "apart",
+        "state",
+        "headers",
+        "attempts",
+        "partitions",
+        "published_ats",
+        "indexes",
+        "sub",
+        "places",
+    )
 
-    def __init__(self, queue: Queue | None, source: tuple[bytes, str, str],
-                 group: str | None, seqs: Sequence[int], headers: Sequence[dict | None],
-                 attempts: Sequence[int], partitions: Sequence[int],
-                 published_ats: Sequence[float], indexes: Sequence[int | None]) -> None:
+    def __init__(
+        self,
+        queue: Queue | None,
+        source: tuple[bytes, str, str],
+        group: str | None,
+        seqs: Sequence[int],
+        headers: Sequence[dict | None],
+        attempts: Sequence[int],
+        partitions: Sequence[int],
+        published_ats: Sequence[float],
+        indexes: Sequence[int | None],
+    ) -> None:
         self.queue = queue
         self.source = source
         self.topic = source[1]
@@ -94,7 +122,7 @@ class Origin:
         goes: it is counted once in ``left``.)"""
         self.queued = False
         upto = self.next
-        taken: Sequence[int] = self.seqs[self.taken:upto]
+        taken: Sequence[int] = self.seqs[self.taken : upto]
         self.taken = upto
         apart = self.apart
         seen = len(apart.intersection(taken)) if apart and taken else 0
@@ -133,5 +161,4 @@ class Origin:
         """The places of messages the application has not settled (IO thread; read from
         ``state``, which application threads write)."""
         apart, seqs, state = self.apart, self.seqs, self.state
-        return [i for i in range(self.taken, len(seqs))
-                if not state[i] and seqs[i] not in apart]
+        return [i for i in range(self.taken, len(seqs)) if not state[i] and seqs[i] not in apart]

@@ -20,11 +20,27 @@ SEQ_MASK = (1 << SEQ_BITS) - 1
 class Entry:
     """One unsettled message of a lane."""
 
-    __slots__ = ("seq", "partition", "priority", "attempt", "state", "member", "deadline",
-                 "not_before", "expires_at")
+    __slots__ = (
+        "seq",
+        "partition",
+        "priority",
+        "attempt",
+        "state",
+        "member",
+        "deadline",
+        "not_before",
+        "expires_at",
+    )
 
-    def __init__(self, seq: int, partition: int, priority: int, attempt: int,
-                 not_before: float, expires_at: float) -> None:
+    def __init__(
+        self,
+        seq: int,
+        partition: int,
+        priority: int,
+        attempt: int,
+        not_before: float,
+        expires_at: float,
+    ) -> None:
         self.seq = seq
         self.partition = partition
         self.priority = priority
@@ -53,8 +69,7 @@ class Taken:
         return len(self.seqs)
 
 
-def out_columns(out: dict[bytes, Taken], member: bytes) -> tuple[list[int], list[int],
-                                                                  list[int]]:
+def out_columns(out: dict[bytes, Taken], member: bytes) -> tuple[list[int], list[int], list[int]]:
     """The columns of ``out[member]`` (made empty if absent) as lists to append to."""
     taken = out.get(member)
     if taken is None:

@@ -75,13 +75,20 @@ class PlainRun:
         # As arrays, which each lane's arrays copy whole (no conversion per sequence).
         self.order = consecutive_array(seqs) if type(seqs) is range else array("q", seqs)
         first, n = seqs[0], len(seqs)
-        count = rounds if 0 < rounds < n and type(seqs) is range else \
-            round_robin(first, partitions) if self.ascending and seqs[-1] - first == n - 1 \
-            else 0  # (in order, no keys)
+        count = (
+            rounds
+            if 0 < rounds < n and type(seqs) is range
+            else round_robin(first, partitions)
+            if self.ascending and seqs[-1] - first == n - 1
+            else 0
+        )  # (in order, no keys)
         self.split = by_partition(self.order, partitions, count)
         # A window's slot values (partition + 1); of a round-robin, one cycle tiled.
-        self.slots = round_robin_slots(first, n, count) if count else \
-            array("H", map(add, partitions, repeat(1)))
+        self.slots = (
+            round_robin_slots(first, n, count)
+            if count
+            else array("H", map(add, partitions, repeat(1)))
+        )
 
 
 _FIRST_ATTEMPT = b"\x01"  # (an attempt column of ones, a byte each: what a batch carries)
@@ -107,8 +114,16 @@ class Lane(Retries):
     """Unsettled messages of (topic, lane) at this producer, and who gets them next."""
 
     def __init__(
-        self, topic: str, name: str, *, producer: bytes, partitions: int, timing: Timing,
-        rng: Callable[[], float] = random.random, lane_id: int = 0, group: str = "",
+        self,
+        topic: str,
+        name: str,
+        *,
+        producer: bytes,
+        partitions: int,
+        timing: Timing,
+        rng: Callable[[], float] = random.random,
+        lane_id: int = 0,
+        group: str = "",
         mode: str = "shared",
     ) -> None:
         self.topic = topic
@@ -212,8 +227,17 @@ class Lane(Retries):
             return entry
         return self.entries.get(seq)
 
-    def add(self, seq: int, partition: int, priority: int = 0, attempt: int = 0, *,
-            now: float, not_before: float = 0.0, expires_at: float = 0.0) -> None:
+    def add(
+        self,
+        seq: int,
+        partition: int,
+        priority: int = 0,
+        attempt: int = 0,
+        *,
+        now: float,
+        not_before: float = 0.0,
+        expires_at: float = 0.0,
+    ) -> None:
         """Owe ``seq`` to this lane's group."""
         if seq < self._next_floor and seq in self:  # (a new highest sequence is not owed)
             return
@@ -240,8 +264,12 @@ class Lane(Retries):
     def add_plain(self, run: PlainRun) -> None:
         """``add`` of new plain messages (no priority, schedule or expiry)."""
         seqs = run.seqs
-        if seqs[0] < self._next_floor or self._bulk or not run.ascending \
-                or len(run.split) > self._partitions:
+        if (
+            seqs[0] < self._next_floor
+            or self._bulk
+            or not run.ascending
+            or len(run.split) > self._partitions
+        ):
             for seq, partition in zip(seqs, run.partitions, strict=True):
                 self.add(seq, partition, now=0.0)
             return
@@ -327,8 +355,13 @@ class Lane(Retries):
 
     # -- membership -----------------------------------------------------------------------
 
-    def set_member(self, member: bytes, max_in_flight: int, batch_size: int,
-                   max_message_bytes: int = NO_SIZE_LIMIT) -> bool:
+    def set_member(
+        self,
+        member: bytes,
+        max_in_flight: int,
+        batch_size: int,
+        max_message_bytes: int = NO_SIZE_LIMIT,
+    ) -> bool:
         """Add or update a live member; True when it is new."""
         current = self.members.get(member)
         if current is not None:
@@ -360,8 +393,7 @@ class Lane(Retries):
         """The live member that receives this partition."""
         if self._owners is None:
             members = sorted(self.members)
-            self._owners = [rendezvous(members, self.producer, p)
-                            for p in range(self._partitions)]
+            self._owners = [rendezvous(members, self.producer, p) for p in range(self._partitions)]
         return self._owners[partition]
 
     # -- delivery -------------------------------------------------------------------------
@@ -408,8 +440,7 @@ class Lane(Retries):
         assert owners is not None
         queue_s = self.timing.ack_timeout_s * QUEUE_SHARE
         # (the bytes of a message not known until one is sent: as if a byte each)
-        cap = int(WINDOW_MAX_BYTES / self.message_bytes) if self.message_bytes else \
-            WINDOW_MAX_BYTES
+        cap = int(WINDOW_MAX_BYTES / self.message_bytes) if self.message_bytes else WINDOW_MAX_BYTES
         for its in self.members.values():
             its.resize(now, queue_s, cap)
         self._take(owners, now, limit, out, expired)
@@ -418,8 +449,14 @@ class Lane(Retries):
                 its.full = True
         return out, expired
 
-    def _take(self, owners: list[bytes | None], now: float, limit: int,
-              out: dict[bytes, Taken], expired: list[int]) -> None:
+    def _take(
+        self,
+        owners: list[bytes | None],
+        now: float,
+        limit: int,
+        out: dict[bytes, Taken],
+        expired: list[int],
+    ) -> None:
         """``take`` within the members' windows, into ``out`` and ``expired``."""
         if self._ready_count == len(self._plain) and not self._plain._old and not self._bulk:
             # Only plain messages are ready: in the order below they go lowest sequence
@@ -492,8 +529,7 @@ class Lane(Retries):
                 handed.append(seq)
                 taken += 1
             # (only plain messages in the partition: its FIFO alone says what is next)
-            head = self._head(partition) if ready[partition] else \
-                fifos[partition].first_in(plain)
+            head = self._head(partition) if ready[partition] else fifos[partition].first_in(plain)
             if head is not None:
                 heappush(heads, (head, partition))
         if sent_seqs:
@@ -505,8 +541,9 @@ class Lane(Retries):
         for owner in [m for m, t in out.items() if not t.seqs]:
             del out[owner]  # only expired messages were met for it
 
-    def _take_front(self, owners: list[bytes], now: float, limit: int,
-                    out: dict[bytes, Taken]) -> tuple[int, bool]:
+    def _take_front(
+        self, owners: list[bytes], now: float, limit: int, out: dict[bytes, Taken]
+    ) -> tuple[int, bool]:
         """``take`` when only plain messages are ready: the lowest sequences, a front of
         the window, each to the owner of its partition, with no heap (and, for one member,
         no Python step per message). Stops before the first sequence whose owner has no
@@ -525,8 +562,7 @@ class Lane(Retries):
                 return 0, False
             owner_of = [only] * len(seqs)
         else:
-            credit = {m: its.window - its.sent - len(its.in_flight)
-                      for m, its in members.items()}
+            credit = {m: its.window - its.sent - len(its.in_flight) for m, its in members.items()}
             room = min(limit, sum(c for c in credit.values() if c > 0))
             if room <= 0:
                 return 0, False
@@ -557,13 +593,18 @@ class Lane(Retries):
             sent.put_many(seqs, partitions, owner_of, deadline)
         self._ready_count -= len(seqs)
         self._serial += 1
-        heapq.heappush(self._deadlines, (deadline, self._serial,
-                                         seqs if type(seqs) is range else array("q", seqs)))
+        heapq.heappush(
+            self._deadlines,
+            (deadline, self._serial, seqs if type(seqs) is range else array("q", seqs)),
+        )
         self._timer(deadline)
         if len(members) == 1:
             taken = Taken()
-            taken.seqs, taken.partitions, taken.attempts = seqs, partitions, \
-                _FIRST_ATTEMPT * len(seqs)
+            taken.seqs, taken.partitions, taken.attempts = (
+                seqs,
+                partitions,
+                _FIRST_ATTEMPT * len(seqs),
+            )
             out[only] = taken
         else:
             grown: dict[bytes, tuple[list[int], list[int], list[int]]] = {}

@@ -80,9 +80,13 @@ class SeqQueue:
         skip = not entries and not old and not sold  # (the usual case: only windows owe)
         while head < end:
             seq = a[head]
-            if (0 <= (i := seq - sbase) < sspan and sw[i]) or \
-                    (0 <= (i := seq - base) < span and w[i]) or seq in entries or \
-                    (old and seq in old) or (sold and seq in sold):
+            if (
+                (0 <= (i := seq - sbase) < sspan and sw[i])
+                or (0 <= (i := seq - base) < span and w[i])
+                or seq in entries
+                or (old and seq in old)
+                or (sold and seq in sold)
+            ):
                 break
             head += 1
             if skip:  # the front is settled: pass what follows it at C speed, once
@@ -98,8 +102,13 @@ class SeqQueue:
         the front's ends is enough (the queue never descends)."""
         a, head = self._a, self._head
         n = len(seqs)
-        if n and head + n <= len(a) and a[head] == seqs[0] and a[head + n - 1] == seqs[-1] \
-                and (consecutive or a[head:head + n].tolist() == seqs):
+        if (
+            n
+            and head + n <= len(a)
+            and a[head] == seqs[0]
+            and a[head + n - 1] == seqs[-1]
+            and (consecutive or a[head : head + n].tolist() == seqs)
+        ):
             self._set_head(head + n)
 
     def popleft(self) -> None:
@@ -140,7 +149,7 @@ def by_partition(seqs: array[int], partitions: list[int], count: int) -> list[ar
     ``count``: ``round_robin`` of them (consecutive and ascending), or 0."""
     if count:  # each partition's sequences are every count-th: slices, no step per sequence
         first = seqs[0]
-        return [seqs[(p - first) % count::count] for p in range(count)]
+        return [seqs[(p - first) % count :: count] for p in range(count)]
     split = [array("q") for _ in range(max(partitions) + 1)]
     ends = [part.append for part in split]
     for seq, partition in zip(seqs, partitions, strict=True):
@@ -150,9 +159,14 @@ def by_partition(seqs: array[int], partitions: list[int], count: int) -> list[ar
 
 # 0, 1, 2, ... and 1, 1, 1, ... as little-endian int64s in one big int each, for a few
 # lengths (``consecutive_array``), the longest last.
-_CUTS = tuple((n, int.from_bytes(b"".join(k.to_bytes(8, "little") for k in range(n)), "little"),
-               int.from_bytes(b"\1\0\0\0\0\0\0\0" * n, "little"))
-              for n in (256, 512, 1024, 2048, 4096))
+_CUTS = tuple(
+    (
+        n,
+        int.from_bytes(b"".join(k.to_bytes(8, "little") for k in range(n)), "little"),
+        int.from_bytes(b"\1\0\0\0\0\0\0\0" * n, "little"),
+    )
+    for n in (256, 512, 1024, 2048, 4096)
+)
 
 
 def consecutive_array(seqs: range) -> array[int]:
@@ -170,7 +184,7 @@ def consecutive_array(seqs: range) -> array[int]:
         size, steps, ones = next((cut for cut in _CUTS if cut[0] >= left), _CUTS[-1])
         take = min(size, left)
         raw = (steps + first * ones).to_bytes(8 * size, "little")
-        out.frombytes(raw if take == size else raw[:8 * take])
+        out.frombytes(raw if take == size else raw[: 8 * take])
         first += take
     if not LITTLE:
         out.byteswap()
@@ -191,7 +205,7 @@ def round_robin_slots(first: int, n: int, count: int) -> array[int]:
 
 def _tiled(code: str, cycle: range, first: int, n: int) -> array[int]:
     start = first % len(cycle)
-    return (array(code, cycle) * ((start + n) // len(cycle) + 1))[start:start + n]
+    return (array(code, cycle) * ((start + n) // len(cycle) + 1))[start : start + n]
 
 
 _LOW = 0 if LITTLE else 1  # where a slot's low byte is in its bytes
@@ -201,8 +215,9 @@ _DOWN = bytes((b - 1) % 256 for b in range(256))  # a byte less one
 STRETCH = 4096  # sequences of a queue whose slots ``_past_empty`` looks at together, at most
 
 
-def _past_empty(a: array[int], head: int, end: int, w: array[int], base: int,
-                sw: array[int], sbase: int) -> int:
+def _past_empty(
+    a: array[int], head: int, end: int, w: array[int], base: int, sw: array[int], sbase: int
+) -> int:
     """The place in ``a`` from ``head`` of the first sequence with a filled slot in window
     ``w`` (its slot ``seq - base``) or ``sw``, found a stretch of consecutive sequences at a
     time with no step per sequence (what a lane settled out of order, as its members' acks
@@ -245,7 +260,7 @@ def slot_partitions(slots: array[int]) -> bytes | list[int]:
     """The partitions of filled window slots (``slot - 1``): as bytes, made at C speed,
     when every slot is below 256 (a byte each, less one), else a list made one by one."""
     raw = slots.tobytes()
-    if not raw[1 - _LOW::2].strip(b"\0"):
+    if not raw[1 - _LOW :: 2].strip(b"\0"):
         return raw[_LOW::2].translate(_DOWN)
     return [v - 1 for v in slots]
 
@@ -254,11 +269,11 @@ def _slots(window: Window, first: int, n: int) -> array[int]:
     """The slots of ``window`` for the ``n`` sequences from ``first`` (0 outside it)."""
     w, lo = window._w, first - window._base
     if lo >= 0 and lo + n <= len(w):
-        return w[lo:lo + n]
+        return w[lo : lo + n]
     out = array("H", bytes(2 * n))
     start, end = max(lo, 0), min(lo + n, len(w))
     if start < end:
-        out[start - lo:end - lo] = w[start:end]
+        out[start - lo : end - lo] = w[start:end]
     return out
 
 
@@ -344,17 +359,26 @@ class SeqWindow(Window):
         span = len(w)
         sw, sbase, sold = sent._w, sent._base, sent._old
         sspan = len(sw)
-        return [s for s in seqs if (0 <= (i := s - sbase) < sspan and sw[i])
-                or (0 <= (i := s - base) < span and w[i]) or s in entries
-                or (old and s in old) or (sold and s in sold)]
+        return [
+            s
+            for s in seqs
+            if (0 <= (i := s - sbase) < sspan and sw[i])
+            or (0 <= (i := s - base) < span and w[i])
+            or s in entries
+            or (old and s in old)
+            or (sold and s in sold)
+        ]
 
     def owed_in(self, first: int, n: int, sent: SentWindow, entries: dict) -> list[int]:
         """``owed_among`` of the ``n`` consecutive sequences from ``first`` (a run's): the
         two windows' slots over them or-ed at C speed, when no dict holds any."""
         if entries or self._old or sent._old:
             return self.owed_among(list(range(first, first + n)), sent, entries)
-        return list(compress(range(first, first + n),
-                             map(or_, _slots(self, first, n), _slots(sent, first, n))))
+        return list(
+            compress(
+                range(first, first + n), map(or_, _slots(self, first, n), _slots(sent, first, n))
+            )
+        )
 
     def put(self, seq: int, partition: int) -> None:
         """Map ``seq`` to ``partition`` (``seq`` must be absent)."""
@@ -435,10 +459,9 @@ class SeqWindow(Window):
             seqs = list(islice(compress(range(base + front, base + len(w)), view[front:]), n))
         if not seqs:
             return seqs, [], None
-        return seqs, [v - 1 for v in w[front:seqs[-1] - base + 1] if v], None
+        return seqs, [v - 1 for v in w[front : seqs[-1] - base + 1] if v], None
 
-    def take_front(self, n: int) -> tuple[list[int] | range, Sequence[int],
-                                          array[int] | None]:
+    def take_front(self, n: int) -> tuple[list[int] | range, Sequence[int], array[int] | None]:
         """Remove the ``n`` lowest sequences of the window (the dict aside must be empty):
         ``front`` of them, with no call per sequence."""
         seqs, partitions, slots = self.front(n)
@@ -454,6 +477,7 @@ class SeqWindow(Window):
             end = 0
         self._front = end
         return seqs, partitions, slots
+
 
 SentState = tuple[int, bytes, float]  # (partition, member, deadline)
 
@@ -553,13 +577,16 @@ class SentWindow(Window):
         index = self._index.get(member)
         if index is not None:
             base = self._base
-            held.update(base + i for i, (v, m) in enumerate(zip(self._w, self._m,
-                                                                strict=True))
-                        if v and m == index)
+            held.update(
+                base + i
+                for i, (v, m) in enumerate(zip(self._w, self._m, strict=True))
+                if v and m == index
+            )
         return held
 
-    def put_many(self, seqs: Sequence[int], partitions: Sequence[int], members: list[bytes],
-                 deadline: float) -> None:
+    def put_many(
+        self, seqs: Sequence[int], partitions: Sequence[int], members: list[bytes], deadline: float
+    ) -> None:
         """Map ``seqs`` (absent, in any order) to their partitions and members, with one
         deadline: the columns grown once, the slots set in one loop; one below the
         window's base goes to the dict."""
@@ -587,8 +614,7 @@ class SentWindow(Window):
         if end - 1 >= WINDOW_MIN and end - 1 >= SPARSE * self._n:
             self._shrink()
 
-    def put_run(self, first: int, slots: array[int], members: list[bytes],
-                deadline: float) -> bool:
+    def put_run(self, first: int, slots: array[int], members: list[bytes], deadline: float) -> bool:
         """Put the consecutive sequences from ``first`` (``slots``: their partitions + 1,
         as the ready window holds them) with one deadline, when they all lie above what
         the window holds; else False, and nothing done."""

@@ -11,8 +11,13 @@ from ..._numbers import fitting_array
 from ..lane.seqqueue import round_robin
 
 
-def allocate(first: int, partitions: list[int], next_index: dict[int, int],
-              firsts: dict[int, int], rounds: int = 0) -> tuple[array[int], int]:
+def allocate(
+    first: int,
+    partitions: list[int],
+    next_index: dict[int, int],
+    firsts: dict[int, int],
+    rounds: int = 0,
+) -> tuple[array[int], int]:
     """``Indexes.allocate`` of the consecutive messages from ``first``, inline (``firsts``:
     each partition's first index of the transaction), as an array (of "I", or of "q" if
     one is not below 2**32); and ``round_robin`` of them (``rounds``: the partition count
@@ -27,8 +32,9 @@ def allocate(first: int, partitions: list[int], next_index: dict[int, int],
         base = [get(partition, 0) for partition in cycle]
         indexes = _cycle_indexes(base, n)
         rows, rest = divmod(n, count)
-        next_index.update(zip(cycle, map(add, base, [rows + 1] * rest
-                                         + [rows] * (count - rest)), strict=True))
+        next_index.update(
+            zip(cycle, map(add, base, [rows + 1] * rest + [rows] * (count - rest)), strict=True)
+        )
         if len(firsts) < count or not firsts.keys() >= set(cycle):
             for partition, index in zip(cycle, base, strict=True):
                 if partition not in firsts:
@@ -61,7 +67,7 @@ def _cycle_indexes(base: list[int], n: int) -> array[int]:
     one range, a slice assignment per partition."""
     count, low = len(base), base[0]
     s = count - base.count(low)
-    if base[count - s:].count(low + 1) == s:
+    if base[count - s :].count(low + 1) == s:
         top = low + (n + s - 1) // count  # (the last message's)
         indexes = array(_index_code(top), (low,)) * (count - s)
         row = array(indexes.typecode, (0,))

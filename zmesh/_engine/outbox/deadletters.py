@@ -49,12 +49,20 @@ class DeadLetters:
         now = time.time()
         history.append([now, entry.attempt, reason])
         self.replayed.discard((lane.id, entry.seq))
-        batch.dead_put.append((pend_key(lane.id, entry.seq),
-                               pack([PARKED, reason, entry.attempt, now, history,
-                                     self.records.packed(entry.seq)])))
+        batch.dead_put.append(
+            (
+                pend_key(lane.id, entry.seq),
+                pack([PARKED, reason, entry.attempt, now, history, self.records.packed(entry.seq)]),
+            )
+        )
         self.lanes.count(lane, "dead_lettered", 1)
-        log.warning("message %d of %s parked in dead letters of %s: %s", entry.seq,
-                    lane.topic, lane.name, reason)
+        log.warning(
+            "message %d of %s parked in dead letters of %s: %s",
+            entry.seq,
+            lane.topic,
+            lane.name,
+            reason,
+        )
 
     def settled(self, lane: Lane, seqs: Collection[int], batch: WriteBatch) -> None:
         """Replayed messages were settled: their history is no longer needed."""
@@ -87,8 +95,11 @@ class DeadLetters:
         return count - sum(1 for lid, _seq in self.replayed if lid == lane.id)
 
     def _lanes(self, topic: str, group: str) -> list[Lane]:
-        return [lane for lane in self.lanes.of_topic(topic)
-                if lane.name != UNCLAIMED and lane.group == group]
+        return [
+            lane
+            for lane in self.lanes.of_topic(topic)
+            if lane.name != UNCLAIMED and lane.group == group
+        ]
 
     def list(self, topic: str, group: str, limit: int) -> list[DeadLetter]:
         out: list[DeadLetter] = []
@@ -103,31 +114,43 @@ class DeadLetters:
                 fields = decode_record(record) if record else None
                 if fields is not None:
                     key, headers, payload = fields[2], fields[3], fields[8]
-                out.append(DeadLetter(
-                    MessageId(self.producer, seq), topic, group, lane.name, key, payload,
-                    headers or {}, reason, attempts, failed_at,
-                    tuple((float(h[0]), int(h[1]), str(h[2])) for h in history)))
+                out.append(
+                    DeadLetter(
+                        MessageId(self.producer, seq),
+                        topic,
+                        group,
+                        lane.name,
+                        key,
+                        payload,
+                        headers or {},
+                        reason,
+                        attempts,
+                        failed_at,
+                        tuple((float(h[0]), int(h[1]), str(h[2])) for h in history),
+                    )
+                )
                 if len(out) >= limit:
                     return out
         return out
 
-    def _select(self, topic: str, group: str, seqs: Collection[int] | None
-                ) -> Iterator[tuple[Lane, int, Any]]:
+    def _select(
+        self, topic: str, group: str, seqs: Collection[int] | None
+    ) -> Iterator[tuple[Lane, int, Any]]:
         for lane in self._lanes(topic, group):
             for seq, value in list(self.store.iter_dead(lane.id)):
                 if value[0] == PARKED and (seqs is None or seq in seqs):
                     yield lane, seq, value
 
-    def replay(self, topic: str, group: str, seqs: Collection[int] | None,
-               batch: WriteBatch, now: float) -> int:
+    def replay(
+        self, topic: str, group: str, seqs: Collection[int] | None, batch: WriteBatch, now: float
+    ) -> int:
         """Make parked messages owed to their lane again; returns how many."""
         count = 0
         records = self.records
         for lane, seq, value in self._select(topic, group, seqs):
             _state, reason, attempts, failed_at, history, record = value
             if record is None:
-                log.error("dead letter %d of %s/%s has no record; purge it", seq, topic,
-                          lane.name)
+                log.error("dead letter %d of %s/%s has no record; purge it", seq, topic, lane.name)
                 continue
             fields = unpackb(record)
             partition, priority, expires_at = fields[1], fields[4], fields[6]
@@ -135,21 +158,25 @@ class DeadLetters:
             if not in_outbox:
                 records.depth += 1
             lane.add(seq, partition, priority, 0, now=now)
-            batch.dead_put.append((pend_key(lane.id, seq),
-                                   pack([REPLAYED, reason, attempts, failed_at, history, None])))
+            batch.dead_put.append(
+                (
+                    pend_key(lane.id, seq),
+                    pack([REPLAYED, reason, attempts, failed_at, history, None]),
+                )
+            )
             if not records.runs.owe_again(lane, lane.id, seq, in_outbox, batch):
                 if not in_outbox:  # (a run still stored holds its record)
                     batch.msgs_put.append((u64(seq), record))
                     batch.msgs_bytes += len(record)
-                batch.pend_put.append((pend_key(lane.id, seq),
-                                       pack([partition, priority, 0, expires_at, None])))
+                batch.pend_put.append(
+                    (pend_key(lane.id, seq), pack([partition, priority, 0, expires_at, None]))
+                )
             self.replayed.add((lane.id, seq))
             count += 1
         self.lanes.counters.add("dead_replayed", count)
         return count
 
-    def purge(self, topic: str, group: str, seqs: Collection[int] | None,
-              batch: WriteBatch) -> int:
+    def purge(self, topic: str, group: str, seqs: Collection[int] | None, batch: WriteBatch) -> int:
         """Delete parked messages for good; returns how many (counted as purged)."""
         count = 0
         for lane, seq, _value in self._select(topic, group, seqs):

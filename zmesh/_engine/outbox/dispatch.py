@@ -34,8 +34,9 @@ Send = Callable[[bytes, Lane, Taken, Columns], int]
 class Dispatcher:
     """Hands one producer's ready messages to live members."""
 
-    def __init__(self, lanes: Lanes, records: Records, settler: Settler,
-                 counters: Counters) -> None:
+    def __init__(
+        self, lanes: Lanes, records: Records, settler: Settler, counters: Counters
+    ) -> None:
         self.lanes = lanes
         self.records = records
         self.settler = settler
@@ -68,8 +69,11 @@ class Dispatcher:
             if records.runs:  # runs holding all of a take send their columns as they are
                 for member, out in list(taken.items()):
                     seqs, limit = out.seqs, lane.members[member].max_message_bytes
-                    columns = made.get(seqs) if type(seqs) is range and \
-                        limit >= records.payload_bound else None  # (else checked against it)
+                    columns = (
+                        made.get(seqs)
+                        if type(seqs) is range and limit >= records.payload_bound
+                        else None
+                    )  # (else checked against it)
                     if columns is None:
                         columns = records.run_columns(seqs, limit)
                         if columns is not None and type(seqs) is range:
@@ -80,11 +84,14 @@ class Dispatcher:
             # The common case, every record kept decoded (or as a memory message's),
             # found with no Python call per message.
             kept = mem if self.lanes.config(topic).durability == "memory" else known
-            looked = [(member, out, list(map(kept.get, out.seqs)))
-                      for member, out in taken.items()]
-            need = [seq for _member, out, found in looked if None in found
-                    for seq, record in zip(out.seqs, found, strict=True)
-                    if record is None and seq not in mem]
+            looked = [(member, out, list(map(kept.get, out.seqs))) for member, out in taken.items()]
+            need = [
+                seq
+                for _member, out, found in looked
+                if None in found
+                for seq, record in zip(out.seqs, found, strict=True)
+                if record is None and seq not in mem
+            ]
             in_runs = records.run_messages(need, batch) if need and records.runs else {}
             if in_runs:
                 need = [seq for seq in need if seq not in in_runs]
@@ -107,12 +114,16 @@ class Dispatcher:
                     out, found = _select(out, found, [f is not None for f in found])
                     self._drop(topic, missing, batch)
                 limit = lane.members[member].max_message_bytes
-                if limit < records.payload_bound and out.seqs and \
-                        max(map(len, map(_payload, cast("list[Record]", found)))) > limit:
+                if (
+                    limit < records.payload_bound
+                    and out.seqs
+                    and max(map(len, map(_payload, cast("list[Record]", found)))) > limit
+                ):
                     out, found = self._refuse_oversized(lane, member, limit, out, found, batch)
                 if out.seqs:
-                    sent_total += _send(send, member, lane, out,
-                                        columns_of(cast("list[Record]", found)), now)
+                    sent_total += _send(
+                        send, member, lane, out, columns_of(cast("list[Record]", found)), now
+                    )
         return sent_total
 
     def _drop(self, topic: str, seqs: list[int], batch: WriteBatch) -> None:
@@ -120,16 +131,18 @@ class Dispatcher:
         bad = {k for db, k, _v in batch.quarantine if db == "msgs"}
         lost = [s for s in seqs if u64(s) not in bad]
         if lost:
-            log.error("outbox records missing for %d messages of %s; settled as lost",
-                      len(lost), topic)
+            log.error(
+                "outbox records missing for %d messages of %s; settled as lost", len(lost), topic
+            )
             self.counters.add("lost_records", len(lost))
         for seq in seqs:
             for owing in self.lanes.owing(topic, seq):
                 owing.ack([seq])
                 self.settler.settled(owing, [seq], batch, Outcome.LOST)
 
-    def _refuse_oversized(self, lane: Lane, member: bytes, limit: int, out: Taken,
-                          found: list, batch: WriteBatch) -> tuple[Taken, list]:
+    def _refuse_oversized(
+        self, lane: Lane, member: bytes, limit: int, out: Taken, found: list, batch: WriteBatch
+    ) -> tuple[Taken, list]:
         """Park the messages whose payload is larger than ``member`` accepts (``limit``, its
         node's ``max_message_bytes``, from its hello) as dead letters of the lane: sent, they
         would be dropped as undecodable and come back after every ack timeout. Returns the
@@ -137,20 +150,30 @@ class Dispatcher:
         sizes = list(map(len, map(_payload, found)))
         for seq, size in zip(out.seqs, sizes, strict=True):
             if size > limit:
-                self.settler.on_fail(lane.topic, lane.name, seq,
-                                     f"payload of {size} bytes is larger than the "
-                                     f"max_message_bytes ({limit}) of consumer node "
-                                     f"{member.hex()[:12]}", batch)
+                self.settler.on_fail(
+                    lane.topic,
+                    lane.name,
+                    seq,
+                    f"payload of {size} bytes is larger than the "
+                    f"max_message_bytes ({limit}) of consumer node "
+                    f"{member.hex()[:12]}",
+                    batch,
+                )
         refused = sum(size > limit for size in sizes)
         self.counters.add("refused_oversized", refused)
-        log.warning("%d messages of %s parked as dead letters of lane %s: their payload is "
-                    "larger than the max_message_bytes (%d) of consumer node %s", refused,
-                    lane.topic, lane.name, limit, member.hex()[:12])
+        log.warning(
+            "%d messages of %s parked as dead letters of lane %s: their payload is "
+            "larger than the max_message_bytes (%d) of consumer node %s",
+            refused,
+            lane.topic,
+            lane.name,
+            limit,
+            member.hex()[:12],
+        )
         return _select(out, found, [size <= limit for size in sizes])
 
 
-def _send(send: Send, member: bytes, lane: Lane, out: Taken, columns: Columns,
-          now: float) -> int:
+def _send(send: Send, member: bytes, lane: Lane, out: Taken, columns: Columns, now: float) -> int:
     """``send``; what did not leave is ready again."""
     sent = send(member, lane, out, columns)
     if sent < len(out):
@@ -167,8 +190,9 @@ def _select(out: Taken, found: list, keep: list[bool]) -> tuple[Taken, list]:
     """The messages of ``out`` (and their records) where ``keep`` is true."""
     kept, kept_found = Taken(), []
     seqs, partitions, attempts = [], [], []
-    for seq, partition, attempt, f, k in zip(out.seqs, out.partitions, out.attempts, found,
-                                             keep, strict=True):
+    for seq, partition, attempt, f, k in zip(
+        out.seqs, out.partitions, out.attempts, found, keep, strict=True
+    ):
         if k:
             seqs.append(seq)
             partitions.append(partition)

@@ -63,8 +63,9 @@ class _Columns:
         self.payloads.extend(p.payloads)
 
 
-def send_ephemeral(mesh: Mesh, pubs: Iterable[AnyPublish], node_id: bytes, incarnation: int,
-                   counters: Counters) -> None:
+def send_ephemeral(
+    mesh: Mesh, pubs: Iterable[AnyPublish], node_id: bytes, incarnation: int, counters: Counters
+) -> None:
     """Send ``pubs`` (just stored) to the ephemeral subscriptions of their topics."""
     wall = time.time()
     by_topic: dict[str, _Columns] = {}
@@ -81,8 +82,9 @@ def send_ephemeral(mesh: Mesh, pubs: Iterable[AnyPublish], node_id: bytes, incar
             counters.add("ephemeral_dropped", dropped)
 
 
-def _send(peer: Peer, info: SubInfo, topic: str, c: _Columns, node_id: bytes,
-          incarnation: int) -> tuple[int, int]:
+def _send(
+    peer: Peer, info: SubInfo, topic: str, c: _Columns, node_id: bytes, incarnation: int
+) -> tuple[int, int]:
     """Send ``c`` to one subscription in batches; returns (sent, dropped)."""
     places = list(range(len(c.seqs)))
     too_large = [i for i in places if len(c.payloads[i]) > info.max_message_bytes]
@@ -95,15 +97,23 @@ def _send(peer: Peer, info: SubInfo, topic: str, c: _Columns, node_id: bytes,
         end = min(start + info.batch_size, n)
         while True:
             part = places[start:end]
-            frames = encode_lane_batch(node_id, incarnation, topic, info.group, 0,
-                                       b"\x01" * len(part), pack_columns(
-                                           [c.seqs[i] for i in part],
-                                           [c.partitions[i] for i in part],
-                                           [c.keys[i] for i in part],
-                                           [c.headers[i] for i in part],
-                                           [c.published_ats[i] for i in part],
-                                           [None] * len(part),
-                                           [c.payloads[i] for i in part]))
+            frames = encode_lane_batch(
+                node_id,
+                incarnation,
+                topic,
+                info.group,
+                0,
+                b"\x01" * len(part),
+                pack_columns(
+                    [c.seqs[i] for i in part],
+                    [c.partitions[i] for i in part],
+                    [c.keys[i] for i in part],
+                    [c.headers[i] for i in part],
+                    [c.published_ats[i] for i in part],
+                    [None] * len(part),
+                    [c.payloads[i] for i in part],
+                ),
+            )
             if len(frames[0]) <= MAX_BATCH_HEADER_BYTES or end - start == 1:
                 break
             end = start + (end - start) // 2  # (long keys and large headers)

@@ -27,8 +27,15 @@ log = logging.getLogger(__name__)
 class Groups:
     """Making, retiring and listing one producer's lanes."""
 
-    def __init__(self, lanes: Lanes, records: Records, settler: Settler, dead: DeadLetters,
-                 outcomes: Outcomes, counters: Counters) -> None:
+    def __init__(
+        self,
+        lanes: Lanes,
+        records: Records,
+        settler: Settler,
+        dead: DeadLetters,
+        outcomes: Outcomes,
+        counters: Counters,
+    ) -> None:
         self.lanes = lanes
         self.records = records
         self.settler = settler
@@ -38,8 +45,9 @@ class Groups:
 
     # -- making ---------------------------------------------------------------------------
 
-    def ensure(self, topic: str, name: str, group: str, mode: str, batch: WriteBatch,
-               now: float) -> Lane:
+    def ensure(
+        self, topic: str, name: str, group: str, mode: str, batch: WriteBatch, now: float
+    ) -> Lane:
         """The lane of (topic, name), made and remembered durably when new."""
         lane = self.lanes.get(topic, name)
         if lane is not None:
@@ -58,8 +66,12 @@ class Groups:
         lanes = self.lanes.of_topic(topic)
         seqs = sorted(unclaimed.seqs())
         names = [lane.name for lane in lanes]
-        log.info("%d messages of %s published before any group was known go to %s",
-                 len(seqs), topic, names)
+        log.info(
+            "%d messages of %s published before any group was known go to %s",
+            len(seqs),
+            topic,
+            names,
+        )
         self.outcomes.claim(topic, seqs, names)
         mem = self.records.mem
         for seq in seqs:
@@ -67,8 +79,15 @@ class Groups:
             assert entry is not None
             value = pack([entry.partition, entry.priority, 0, None, None])
             for target in lanes:
-                target.add(seq, entry.partition, entry.priority, 0, now=now,
-                           not_before=entry.not_before, expires_at=entry.expires_at)
+                target.add(
+                    seq,
+                    entry.partition,
+                    entry.priority,
+                    0,
+                    now=now,
+                    not_before=entry.not_before,
+                    expires_at=entry.expires_at,
+                )
                 if seq not in mem:
                     batch.pend_put.append((pend_key(target.id, seq), value))
             if seq not in mem:
@@ -92,8 +111,14 @@ class Groups:
         if parked:
             self.counters.add("dead_letters_dropped", parked)
         self.counters.add("lanes_retired", 1)
-        log.warning("lane %s/%s retired (%s): %d pending messages and %d dead letters "
-                    "dropped", lane.topic, lane.name, why, len(owed), parked)
+        log.warning(
+            "lane %s/%s retired (%s): %d pending messages and %d dead letters dropped",
+            lane.topic,
+            lane.name,
+            why,
+            len(owed),
+            parked,
+        )
         return len(owed)
 
     def delete(self, topic: str, group: str, batch: WriteBatch) -> int:
@@ -124,8 +149,12 @@ class Groups:
             expiry = cfg.group_inactive_expiry_s
             if not retire or not expiry or self._declared(lane) or wall - idle < expiry:
                 continue
-            self.retire(lane, batch, f"no member for {wall - idle:.0f}s, past the topic's "
-                                     f"group_inactive_expiry_s of {expiry:g}s")
+            self.retire(
+                lane,
+                batch,
+                f"no member for {wall - idle:.0f}s, past the topic's "
+                f"group_inactive_expiry_s of {expiry:g}s",
+            )
             self.counters.add("groups_expired", 1)
             retired += 1
         return retired
@@ -145,14 +174,20 @@ class Groups:
             cfg = self.lanes.config(lane.topic)
             pending = len(lane)
             oldest = self.records.published_at(lane.floor()) if pending else None
-            out.append({
-                "topic": lane.topic, "group": lane.group, "mode": lane.mode,
-                "lane": lane.name, "pending": pending, "in_flight": lane.in_flight_count(),
-                "members": [m.hex() for m in lane.members],
-                "last_seen": wall if lane.members else self.lanes.idle_since.get(key),
-                "oldest_age_s": None if oldest is None else max(0.0, wall - oldest),
-                "declared": self._declared(lane),
-                "expires_after_s": cfg.group_inactive_expiry_s or None,
-                "dead_letters": self.dead.parked(lane),
-            })
+            out.append(
+                {
+                    "topic": lane.topic,
+                    "group": lane.group,
+                    "mode": lane.mode,
+                    "lane": lane.name,
+                    "pending": pending,
+                    "in_flight": lane.in_flight_count(),
+                    "members": [m.hex() for m in lane.members],
+                    "last_seen": wall if lane.members else self.lanes.idle_since.get(key),
+                    "oldest_age_s": None if oldest is None else max(0.0, wall - oldest),
+                    "declared": self._declared(lane),
+                    "expires_after_s": cfg.group_inactive_expiry_s or None,
+                    "dead_letters": self.dead.parked(lane),
+                }
+            )
         return out

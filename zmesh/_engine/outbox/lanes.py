@@ -28,8 +28,7 @@ UNCLAIMED = ""  # lane name of a topic's messages published before any group was
 
 
 def timing_of(cfg: TopicConfig) -> Timing:
-    return Timing(cfg.ack_timeout_s, cfg.retry_backoff_s, cfg.max_retry_backoff_s,
-                  cfg.max_attempts)
+    return Timing(cfg.ack_timeout_s, cfg.retry_backoff_s, cfg.max_retry_backoff_s, cfg.max_attempts)
 
 
 def lane_id_bytes(n: int) -> bytes:
@@ -39,8 +38,9 @@ def lane_id_bytes(n: int) -> bytes:
 class Lanes:
     """The topics one producer publishes and the lanes that owe their messages."""
 
-    def __init__(self, node_id: bytes, topics: dict[str, TopicConfig], next_lane: int,
-                 counters: Counters) -> None:
+    def __init__(
+        self, node_id: bytes, topics: dict[str, TopicConfig], next_lane: int, counters: Counters
+    ) -> None:
         self.node_id = node_id
         self.topics = topics
         self.counters = counters
@@ -77,8 +77,16 @@ class Lanes:
     def get(self, topic: str, name: str) -> Lane | None:
         return self.all.get((topic, name))
 
-    def add(self, topic: str, name: str, group: str, mode: str, batch: WriteBatch | None,
-            lane_id: int | None = None, idle_since: float | None = None) -> Lane:
+    def add(
+        self,
+        topic: str,
+        name: str,
+        group: str,
+        mode: str,
+        batch: WriteBatch | None,
+        lane_id: int | None = None,
+        idle_since: float | None = None,
+    ) -> Lane:
         """A lane of ``topic``: a new one (``lane_id`` None: the next id, remembered in
         ``batch``), or one read back from the store."""
         if lane_id is None:
@@ -88,8 +96,16 @@ class Lanes:
             batch.meta_put[b"next_lane"] = lane_id_bytes(self._next_lane)
             batch.lanes_put.append((pack([topic, name]), pack([lane_id, group, mode])))
         cfg = self.config(topic)
-        lane = Lane(topic, name, producer=self.node_id, partitions=cfg.partitions,
-                    timing=timing_of(cfg), lane_id=lane_id, group=group, mode=mode)
+        lane = Lane(
+            topic,
+            name,
+            producer=self.node_id,
+            partitions=cfg.partitions,
+            timing=timing_of(cfg),
+            lane_id=lane_id,
+            group=group,
+            mode=mode,
+        )
         lane.on_timer = self._on_timer
         lane.on_ready = self._on_ready
         key = (topic, name)

@@ -34,9 +34,18 @@ from .staging import Staging
 class Outbox:
     """The parts of one producer's outbox, wired to each other."""
 
-    def __init__(self, store: Store, node_id: bytes, next_seq: int, next_lane: int,
-                 topics: dict[str, TopicConfig], memory_budget_bytes: int,
-                 max_message_bytes: int, counters: Counters, outcomes: Outcomes) -> None:
+    def __init__(
+        self,
+        store: Store,
+        node_id: bytes,
+        next_seq: int,
+        next_lane: int,
+        topics: dict[str, TopicConfig],
+        memory_budget_bytes: int,
+        max_message_bytes: int,
+        counters: Counters,
+        outcomes: Outcomes,
+    ) -> None:
         self.store = store
         self.lanes = Lanes(node_id, topics, next_lane, counters)
         self.records = Records(store, counters, max_message_bytes)
@@ -44,12 +53,20 @@ class Outbox:
         self.indexes = Indexes(store.next_indexes())
         self.dead = DeadLetters(store, self.lanes, self.records, node_id)
         self.settler = Settler(self.lanes, self.records, self.receipts, self.dead, outcomes)
-        self.groups = Groups(self.lanes, self.records, self.settler, self.dead, outcomes,
-                             counters)
+        self.groups = Groups(self.lanes, self.records, self.settler, self.dead, outcomes, counters)
         self.retained = Retained(store, self.lanes, self.records, self.indexes, counters)
-        self.staging = Staging(store, self.lanes, self.records, self.receipts, self.settler,
-                               self.indexes, self.retained, counters, next_seq,
-                               memory_budget_bytes)
+        self.staging = Staging(
+            store,
+            self.lanes,
+            self.records,
+            self.receipts,
+            self.settler,
+            self.indexes,
+            self.retained,
+            counters,
+            next_seq,
+            memory_budget_bytes,
+        )
         self.dispatcher = Dispatcher(self.lanes, self.records, self.settler, counters)
 
     def load(self, now: float, batch: WriteBatch) -> None:

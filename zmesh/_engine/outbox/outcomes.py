@@ -125,8 +125,9 @@ class Outcomes:
                 self._forget_oldest()
 
     def _forget_oldest(self) -> None:
-        key = min((k for k, r in self._ranges.items() if r),
-                  key=lambda k: self._ranges[k].starts[0])
+        key = min(
+            (k for k, r in self._ranges.items() if r), key=lambda k: self._ranges[k].starts[0]
+        )
         ranges = self._ranges[key]
         self.horizon = max(self.horizon, ranges.drop_first())
         self._count -= 1
@@ -152,8 +153,7 @@ class Outcomes:
                     return lanes
         return ()
 
-    def of(self, first: int, count: int, lanes: Sequence[str], settled: bool
-           ) -> dict[str, Outcome]:
+    def of(self, first: int, count: int, lanes: Sequence[str], settled: bool) -> dict[str, Outcome]:
         """The outcome of messages ``first .. first + count - 1`` for each of ``lanes``:
         the first recorded one that is not an ack, else ``acked`` once ``settled`` (else
         ``pending``); ``unknown`` for a settled message whose record may be forgotten."""
@@ -162,8 +162,14 @@ class Outcomes:
         out: dict[str, Outcome] = {}
         with self._lock:
             for lane in lanes:
-                found = next((outcome for (name, outcome), ranges in self._ranges.items()
-                              if name == lane and ranges.overlaps(first, hi)), None)
+                found = next(
+                    (
+                        outcome
+                        for (name, outcome), ranges in self._ranges.items()
+                        if name == lane and ranges.overlaps(first, hi)
+                    ),
+                    None,
+                )
                 if found is None:
                     found = Outcome.UNKNOWN if settled and first < self.horizon else done
                 out[lane] = found

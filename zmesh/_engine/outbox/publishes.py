@@ -94,11 +94,30 @@ class PublishMany:
         n, at = self.count, self.published_at
         times = repeat(at, n) if isinstance(at, float) else at
         topic, headers, receipt, stage = self.topic, self.headers, self.receipt, self.stage
-        return [Publish(seq, topic, partition, key, headers, payload, 0, published_at, None,
-                        None, receipt, stage)
-                for seq, partition, key, payload, published_at in zip(
-                    self.seqs, self.partitions, self.keys or repeat(None, n), self.payloads,
-                    times, strict=True)]
+        return [
+            Publish(
+                seq,
+                topic,
+                partition,
+                key,
+                headers,
+                payload,
+                0,
+                published_at,
+                None,
+                None,
+                receipt,
+                stage,
+            )
+            for seq, partition, key, payload, published_at in zip(
+                self.seqs,
+                self.partitions,
+                self.keys or repeat(None, n),
+                self.payloads,
+                times,
+                strict=True,
+            )
+        ]
 
 
 AnyPublish = Publish | PublishMany
@@ -115,8 +134,17 @@ class Stretch(Stage):
     partition is then its sequence modulo it, made by the IO thread at C speed), else 0
     and ``partitions`` and ``keys`` hold each message's."""
 
-    __slots__ = ("seq", "topic", "next", "rounds", "partitions", "keys", "payloads", "times",
-                 "nbytes")
+    __slots__ = (
+        "seq",
+        "topic",
+        "next",
+        "rounds",
+        "partitions",
+        "keys",
+        "payloads",
+        "times",
+        "nbytes",
+    )
 
     def __init__(self, seq: int, topic: str, rounds: int) -> None:
         super().__init__()
@@ -133,18 +161,40 @@ class Stretch(Stage):
         """What the IO thread stages, once the stretch is closed: a ``PublishMany``, or a
         ``Publish`` for a lone message (stored on its own, not as a run). The columns go
         with it: the receipts, which the application may keep, keep only the stage."""
-        payloads, times, keys, partitions = self.payloads, self.times, self.keys, \
-            self.partitions
+        payloads, times, keys, partitions = self.payloads, self.times, self.keys, self.partitions
         self.payloads, self.times, self.keys, self.partitions = [], array("d"), [], []
         n, first, rounds = len(payloads), self.seq, self.rounds
         if n == 1:
-            return Publish(first, self.topic, first % rounds if rounds else partitions[0],
-                           None if rounds else keys[0], None, payloads[0], 0, times[0],
-                           None, None, None, self)
+            return Publish(
+                first,
+                self.topic,
+                first % rounds if rounds else partitions[0],
+                None if rounds else keys[0],
+                None,
+                payloads[0],
+                0,
+                times[0],
+                None,
+                None,
+                None,
+                self,
+            )
         if rounds:
             partitions = round_robin_partitions(first, n, rounds)
-        return PublishMany(first, self.topic, partitions, None if rounds else keys, None,
-                           payloads, times, None, self, n, self.nbytes, rounds)
+        return PublishMany(
+            first,
+            self.topic,
+            partitions,
+            None if rounds else keys,
+            None,
+            payloads,
+            times,
+            None,
+            self,
+            n,
+            self.nbytes,
+            rounds,
+        )
 
 
 def joined(pubs: list[AnyPublish], max_count: int, max_bytes: int) -> list[AnyPublish]:
@@ -158,8 +208,12 @@ def joined(pubs: list[AnyPublish], max_count: int, max_bytes: int) -> list[AnyPu
     group: list[PublishMany] = []
     count = nbytes = 0
     for p in pubs:
-        if group and not (type(p) is PublishMany and _follows(group[-1], p)
-                          and count + p.count <= max_count and nbytes + p.nbytes <= max_bytes):
+        if group and not (
+            type(p) is PublishMany
+            and _follows(group[-1], p)
+            and count + p.count <= max_count
+            and nbytes + p.nbytes <= max_bytes
+        ):
             out.append(_join(group))
             group = []
             count = nbytes = 0
@@ -175,8 +229,13 @@ def joined(pubs: list[AnyPublish], max_count: int, max_bytes: int) -> list[AnyPu
 
 
 def _follows(a: PublishMany, b: PublishMany) -> bool:
-    return (b.seq == a.seq + a.count and b.topic == a.topic and b.rounds == a.rounds
-            and (b.keys is None) == (a.keys is None) and b.headers == a.headers)
+    return (
+        b.seq == a.seq + a.count
+        and b.topic == a.topic
+        and b.rounds == a.rounds
+        and (b.keys is None) == (a.keys is None)
+        and b.headers == a.headers
+    )
 
 
 def _join(group: list[PublishMany]) -> PublishMany:
@@ -197,8 +256,20 @@ def _join(group: list[PublishMany]) -> PublishMany:
         times += array("d", (at,)) * p.count if isinstance(at, float) else at
         count += p.count
         nbytes += p.nbytes
-    return PublishMany(first.seq, first.topic, partitions, keys, first.headers, payloads,
-                       times, None, first.stage, count, nbytes, first.rounds)
+    return PublishMany(
+        first.seq,
+        first.topic,
+        partitions,
+        keys,
+        first.headers,
+        payloads,
+        times,
+        None,
+        first.stage,
+        count,
+        nbytes,
+        first.rounds,
+    )
 
 
 def message_count(pubs: list[AnyPublish]) -> int:

@@ -46,6 +46,7 @@ class Columns(NamedTuple):
 
 def columns_of(records: Sequence[Record]) -> Columns:
     """The columns of messages given as their records."""
-    (_t, _p, keys, headers, _prio, published_ats, _e, _d, payloads,
-     indexes) = zip(*records, strict=True)
+    (_t, _p, keys, headers, _prio, published_ats, _e, _d, payloads, indexes) = zip(
+        *records, strict=True
+    )
     return Columns(keys, headers, published_ats, indexes, payloads)

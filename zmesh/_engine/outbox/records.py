@@ -34,8 +34,12 @@ MEM_RECORD_OVERHEAD = 200
 def mem_size(record: Record) -> int:
     """The bytes a ``memory`` message counts against ``memory_budget_bytes``."""
     key, headers = record.key, record.headers
-    return (len(record.payload) + MEM_RECORD_OVERHEAD + (len(key) if key else 0)
-            + (len(pack(headers)) if headers else 0))
+    return (
+        len(record.payload)
+        + MEM_RECORD_OVERHEAD
+        + (len(key) if key else 0)
+        + (len(pack(headers)) if headers else 0)
+    )
 
 
 _keys, _headers, _payloads = itemgetter(2), itemgetter(3), itemgetter(8)
@@ -43,17 +47,23 @@ _keys, _headers, _payloads = itemgetter(2), itemgetter(3), itemgetter(8)
 
 def mem_total(many: list[Record]) -> int:
     """``mem_size`` summed over ``many`` records, with no Python call per message."""
-    return (sum(map(len, map(_payloads, many))) + MEM_RECORD_OVERHEAD * len(many)
-            + sum(map(len, filter(None, map(_keys, many))))
-            + sum(len(pack(h)) for h in filter(None, map(_headers, many))))
+    return (
+        sum(map(len, map(_payloads, many)))
+        + MEM_RECORD_OVERHEAD * len(many)
+        + sum(map(len, filter(None, map(_keys, many))))
+        + sum(len(pack(h)) for h in filter(None, map(_headers, many)))
+    )
 
 
 def mem_run_size(record: list) -> int:
     """What a ``memory`` run (its decoded record) counts against ``memory_budget_bytes``."""
     _t, partitions, keys, headers, _at, payloads, _i = record
-    return (sum(map(len, payloads)) + RUN_ENTRY_BYTES * len(partitions)
-            + (sum(map(len, filter(None, keys))) if keys else 0)
-            + (len(pack(headers)) if headers else 0))
+    return (
+        sum(map(len, payloads))
+        + RUN_ENTRY_BYTES * len(partitions)
+        + (sum(map(len, filter(None, keys))) if keys else 0)
+        + (len(pack(headers)) if headers else 0)
+    )
 
 
 def run_message(run: list, i: int) -> Record:
@@ -61,8 +71,18 @@ def run_message(run: list, i: int) -> Record:
     topic, partitions, keys, headers, published_at, payloads, indexes = run
     if type(published_at) is array:
         published_at = published_at[i]
-    return Record(topic, partitions[i], keys[i] if keys else None, headers, 0, published_at,
-                  None, None, payloads[i], indexes[i])
+    return Record(
+        topic,
+        partitions[i],
+        keys[i] if keys else None,
+        headers,
+        0,
+        published_at,
+        None,
+        None,
+        payloads[i],
+        indexes[i],
+    )
 
 
 class Records:
@@ -105,8 +125,9 @@ class Records:
             fields = decode_record(raw)
             if fields is None:
                 if batch is not None:
-                    self.set_aside("msgs", u64(seq), raw,
-                                   "an outbox record: settled for every group", batch)
+                    self.set_aside(
+                        "msgs", u64(seq), raw, "an outbox record: settled for every group", batch
+                    )
                 continue
             record = out[seq] = as_record(fields)
             if len(record.payload) > self.payload_bound:
@@ -128,8 +149,7 @@ class Records:
         record = self.get(seq)
         return None if record is None else float(record.published_at)
 
-    def decoded_runs(self, firsts: list[int], batch: WriteBatch | None = None
-                     ) -> dict[int, list]:
+    def decoded_runs(self, firsts: list[int], batch: WriteBatch | None = None) -> dict[int, list]:
         """The decoded records of the runs starting at ``firsts``, kept decoded whole
         (``Decoded.runs``) once read. A record that cannot be decoded is left out, and set
         aside given ``batch`` (its messages are then settled as lost)."""
@@ -144,8 +164,13 @@ class Records:
             fields = None if record is None else decode_run(record)
             if record is None or fields is None:
                 if record is not None and batch is not None:
-                    self.set_aside("runs", u64(first), record,
-                                   "a run's record: its messages are settled as lost", batch)
+                    self.set_aside(
+                        "runs",
+                        u64(first),
+                        record,
+                        "a run's record: its messages are settled as lost",
+                        batch,
+                    )
                 continue
             self.decoded.keep_run(first, fields, len(record) + RUN_ENTRY_BYTES * len(fields[1]))
             bound = max(map(len, fields[5]))
@@ -154,8 +179,7 @@ class Records:
             out[first] = fields
         return out
 
-    def run_messages(self, seqs: list[int], batch: WriteBatch | None = None
-                     ) -> dict[int, Record]:
+    def run_messages(self, seqs: list[int], batch: WriteBatch | None = None) -> dict[int, Record]:
         """The records of those of ``seqs`` that runs hold (see ``decoded_runs``)."""
         _, hits = self.runs.split(seqs)
         if not hits:
@@ -191,25 +215,24 @@ class Records:
         by_first = self.runs.by_first
         nbytes = 0  # the payloads' bytes, or more (-1 once a run's are not known)
         for first, n in hits.items():
-            part = seqs[pos:pos + n]
+            part = seqs[pos : pos + n]
             pos += n
-            _t, _parts, run_keys, run_headers, published_at, run_payloads, run_indexes = \
-                runs[first]
+            _t, _parts, run_keys, run_headers, published_at, run_payloads, run_indexes = runs[first]
             each_at = type(published_at) is array  # (else one time for the whole run)
             if part[-1] - part[0] == n - 1:  # consecutive: slices
                 at = slice(part[0] - first, part[0] - first + n)
                 payloads += run_payloads[at]
                 part_indexes = run_indexes[at]
                 keys += run_keys[at] if run_keys else repeat(None, n)
-                published_ats += published_at[at] if each_at else \
-                    array("d", (published_at,)) * n
+                published_ats += published_at[at] if each_at else array("d", (published_at,)) * n
             else:  # (a scatter: one member's partitions) the places picked at C speed
                 pick = itemgetter(*map(sub, part, repeat(first)))  # (n > 1: tuples)
                 payloads += pick(run_payloads)
                 part_indexes = array(run_indexes.typecode, pick(run_indexes))
                 keys += pick(run_keys) if run_keys else repeat(None, n)
-                published_ats += array("d", pick(published_at)) if each_at else \
-                    array("d", (published_at,)) * n
+                published_ats += (
+                    array("d", pick(published_at)) if each_at else array("d", (published_at,)) * n
+                )
             if indexes is None:
                 indexes = part_indexes
             elif indexes.typecode == part_indexes.typecode:
@@ -221,11 +244,16 @@ class Records:
             run_bytes = by_first[first].nbytes
             if nbytes >= 0:
                 nbytes = run_bytes + nbytes if 0 <= run_bytes < LARGE_PAYLOAD_BYTES else -1
-        if max_message_bytes < self.payload_bound and \
-                max(map(len, payloads)) > max_message_bytes:
+        if max_message_bytes < self.payload_bound and max(map(len, payloads)) > max_message_bytes:
             return None
-        return Columns(keys, headers, published_ats, array("I") if indexes is None else indexes,
-                       payloads, 0 <= nbytes <= INLINE_PAYLOAD_BYTES)
+        return Columns(
+            keys,
+            headers,
+            published_ats,
+            array("I") if indexes is None else indexes,
+            payloads,
+            0 <= nbytes <= INLINE_PAYLOAD_BYTES,
+        )
 
     # -- letting go -----------------------------------------------------------------------
 
@@ -264,11 +292,15 @@ class Records:
             batch.msgs_del.extend(map(u64, gone))
         self.depth -= len(unowed)
 
-    def set_aside(self, db: str, key: bytes, value: bytes, why: str,
-                  batch: WriteBatch) -> None:
+    def set_aside(self, db: str, key: bytes, value: bytes, why: str, batch: WriteBatch) -> None:
         """A record that cannot be decoded: move it to the ``bad`` db, count it, say so."""
         batch.quarantine.append((db, key, value))
         self.counters.add("corrupt_records", 1)
-        log.error("record %s of the %r db in %s cannot be decoded (%s); it is set aside in "
-                  "the 'bad' db and the node goes on without it", key.hex(), db,
-                  self.store.path, why)
+        log.error(
+            "record %s of the %r db in %s cannot be decoded (%s); it is set aside in "
+            "the 'bad' db and the node goes on without it",
+            key.hex(),
+            db,
+            self.store.path,
+            why,
+        )

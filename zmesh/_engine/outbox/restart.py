@@ -21,8 +21,9 @@ from .staging import mono_at, mono_offset
 log = logging.getLogger(__name__)
 
 
-def load_outbox(store: Store, lanes: Lanes, records: Records, dead: DeadLetters, now: float,
-                batch: WriteBatch) -> None:
+def load_outbox(
+    store: Store, lanes: Lanes, records: Records, dead: DeadLetters, now: float, batch: WriteBatch
+) -> None:
     """Rebuild a producer's lanes and its outbox depth from LMDB after a start."""
     by_id: dict[int, Lane] = {}
     for topic, name, lane_id, group, mode, idle_since in store.iter_lanes():
@@ -30,15 +31,26 @@ def load_outbox(store: Store, lanes: Lanes, records: Records, dead: DeadLetters,
     offset = mono_offset()
     for lane in by_id.values():
         lane.begin_bulk()
-    for lane_id, seq, (partition, priority, attempt, expires_at, deliver_at) in \
-            store.iter_pending():
+    for lane_id, seq, (
+        partition,
+        priority,
+        attempt,
+        expires_at,
+        deliver_at,
+    ) in store.iter_pending():
         owing = by_id.get(lane_id)
         if owing is None:
             log.error("pending entry %d of unknown lane %d is skipped", seq, lane_id)
             continue
-        owing.add(seq, partition, priority, attempt, now=now,
-                  not_before=mono_at(deliver_at, offset),
-                  expires_at=mono_at(expires_at, offset))
+        owing.add(
+            seq,
+            partition,
+            priority,
+            attempt,
+            now=now,
+            not_before=mono_at(deliver_at, offset),
+            expires_at=mono_at(expires_at, offset),
+        )
     _load_runs(store, records, by_id, now)
     for c in store.corrupt:
         if c.db == "pend" and len(c.key) == 12:
@@ -53,27 +65,40 @@ def load_outbox(store: Store, lanes: Lanes, records: Records, dead: DeadLetters,
     # lane still owes, each message counted once (a topic's lanes owe the same ones).
     records.depth = len(records.mem) + sum(
         len(lanes[0]) if len(lanes) == 1 else len(set().union(*(ln.seqs() for ln in lanes)))
-        for lanes in of_topic.values())
+        for lanes in of_topic.values()
+    )
     dead.load()
     if records.depth:
         log.info("outbox reopened with %d unacknowledged messages", records.depth)
 
 
-def _rebuild_pending(records: Records, by_id: dict[int, Lane], key: bytes, now: float,
-                     offset: float, batch: WriteBatch) -> None:
+def _rebuild_pending(
+    records: Records,
+    by_id: dict[int, Lane],
+    key: bytes,
+    now: float,
+    offset: float,
+    batch: WriteBatch,
+) -> None:
     lane_id, seq = int.from_bytes(key[:4], "big"), int.from_bytes(key[4:], "big")
     lane = by_id.get(lane_id)
     r = records.read([seq]).get(seq)
     if lane is None or r is None:
-        log.error("pending entry %d of lane %d is damaged and cannot be rebuilt", seq,
-                  lane_id)
+        log.error("pending entry %d of lane %d is damaged and cannot be rebuilt", seq, lane_id)
         return
-    lane.add(seq, r.partition, r.priority, 0, now=now,
-             not_before=mono_at(r.deliver_at, offset), expires_at=mono_at(r.expires_at, offset))
-    batch.pend_put.append((key, pack([r.partition, r.priority, 0, r.expires_at,
-                                      r.deliver_at])))
-    log.warning("pending entry %d of lane %s/%s rebuilt from its outbox record", seq,
-                lane.topic, lane.name)
+    lane.add(
+        seq,
+        r.partition,
+        r.priority,
+        0,
+        now=now,
+        not_before=mono_at(r.deliver_at, offset),
+        expires_at=mono_at(r.expires_at, offset),
+    )
+    batch.pend_put.append((key, pack([r.partition, r.priority, 0, r.expires_at, r.deliver_at])))
+    log.warning(
+        "pending entry %d of lane %s/%s rebuilt from its outbox record", seq, lane.topic, lane.name
+    )
 
 
 def _load_runs(store: Store, records: Records, by_id: dict[int, Lane], now: float) -> None:
@@ -91,8 +116,9 @@ def _load_runs(store: Store, records: Records, by_id: dict[int, Lane], now: floa
             in_outbox[first] = set()
         owed = range(run.count) if offsets is None else offsets
         for i, offset in enumerate(owed):
-            owing.add(first + offset, partitions[offset], 0,
-                      attempts[i] if attempts else 0, now=now)
+            owing.add(
+                first + offset, partitions[offset], 0, attempts[i] if attempts else 0, now=now
+            )
         run.owed[lane_id] = len(owed)
         known = in_outbox[first]
         if offsets is None or known is None:
@@ -105,8 +131,14 @@ def _load_runs(store: Store, records: Records, by_id: dict[int, Lane], now: floa
         records.runs.add(run)
 
 
-def _rebuild_run_entry(store: Store, records: Records, by_id: dict[int, Lane], key: bytes,
-                       now: float, batch: WriteBatch) -> None:
+def _rebuild_run_entry(
+    store: Store,
+    records: Records,
+    by_id: dict[int, Lane],
+    key: bytes,
+    now: float,
+    batch: WriteBatch,
+) -> None:
     """A damaged ``pruns`` entry: the lane owes the whole run again (what it had acked
     comes again, and the consumers' dedupe window drops it), rebuilt from the record."""
     lane_id, first = int.from_bytes(key[:4], "big"), int.from_bytes(key[4:], "big")
@@ -126,5 +158,4 @@ def _rebuild_run_entry(store: Store, records: Records, by_id: dict[int, Lane], k
     for seq, partition in zip(run.seqs(), partitions, strict=True):
         lane.add(seq, partition, now=now)  # (the lanes are loading: see load_outbox)
     batch.prun_put.append((key, run_entry(partitions)))
-    log.warning("run entry %d of lane %s/%s rebuilt from its record", first, lane.topic,
-                lane.name)
+    log.warning("run entry %d of lane %s/%s rebuilt from its record", first, lane.topic, lane.name)

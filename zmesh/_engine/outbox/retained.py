@@ -7,6 +7,8 @@ What may go is decided by the pure rules of retention.py; this applies them to t
 
 from __future__ import annotations
 
+import functools
+
 from ..._store.store import Store, WriteBatch, u64
 from ..stats import Counters
 from .lanes import Lanes
@@ -25,8 +27,9 @@ from .retention import (
 class Retained:
     """The retained messages of one producer: what they weigh, reclaiming, reading them."""
 
-    def __init__(self, store: Store, lanes: Lanes, records: Records, indexes: Indexes,
-                 counters: Counters) -> None:
+    def __init__(
+        self, store: Store, lanes: Lanes, records: Records, indexes: Indexes, counters: Counters
+    ) -> None:
         self.store = store
         self.lanes = lanes
         self.records = records
@@ -34,8 +37,8 @@ class Retained:
         self.counters = counters
         # topic -> [index entries, their record bytes]: what retention_bytes is held against
         self.totals: dict[str, list[int]] = {
-            prefix[:-1].decode(): [n, size]
-            for prefix, (n, size) in store.log_totals().items()}
+            prefix[:-1].decode(): [n, size] for prefix, (n, size) in store.log_totals().items()
+        }
         # Per retaining topic the entries and record bytes the last ``stage`` added, for
         # ``unstage`` to give back.
         self.staged: dict[str, list[int]] = {}
@@ -63,18 +66,23 @@ class Retained:
             if not totals[0]:
                 continue
             prefix = topic_prefix(topic)
-            heads = [Head.decode(seq, v)
-                     for seq, v in self.store.log_heads(prefix, RECLAIM_CHUNK)]
+            heads = [Head.decode(seq, v) for seq, v in self.store.log_heads(prefix, RECLAIM_CHUNK)]
             cfg = self.lanes.config(topic)
-            n = reclaimable(heads, wall=wall, cfg=cfg, retained_bytes=totals[1],
-                            owed=lambda seq, t=topic: self.lanes.owed(t, seq))  # type: ignore[misc]
+            n = reclaimable(
+                heads,
+                wall=wall,
+                cfg=cfg,
+                retained_bytes=totals[1],
+                owed=functools.partial(self.lanes.owed, topic),
+            )
             if not n:
                 continue
             kept = retains(cfg)
             for head in heads[:n]:
                 key = head.index.to_bytes(8, "big")
-                batch.log_del.append((partition_prefix(topic, head.partition) + key,
-                                      prefix + u64(head.seq)))
+                batch.log_del.append(
+                    (partition_prefix(topic, head.partition) + key, prefix + u64(head.seq))
+                )
                 totals[0] -= 1
                 totals[1] -= head.size
             # (a record is gone already if it was settled while the topic did not retain)
@@ -84,9 +92,15 @@ class Retained:
             more = more or n == RECLAIM_CHUNK
         return more
 
-    def fetch(self, topic: str, cursors: dict[int, int], start: int | None, max_items: int,
-              max_bytes: int, max_payload_bytes: int,
-              ) -> tuple[list[tuple], list[tuple[int, int, int, int]]]:
+    def fetch(
+        self,
+        topic: str,
+        cursors: dict[int, int],
+        start: int | None,
+        max_items: int,
+        max_bytes: int,
+        max_payload_bytes: int,
+    ) -> tuple[list[tuple], list[tuple[int, int, int, int]]]:
         """Stored messages of ``topic`` by index, for a reader.
 
         ``cursors``: partition -> first index wanted; ``start``: the first index of every
@@ -107,8 +121,9 @@ class Retained:
             nxt = nexts.get(partition, 0)
             budget = max_items - len(items)
             full = budget <= 0 or size >= max_bytes
-            oldest, entries = self.store.log_range(partition_prefix(topic, partition),
-                                                   pos, 0 if full else budget)
+            oldest, entries = self.store.log_range(
+                partition_prefix(topic, partition), pos, 0 if full else budget
+            )
             scanned = pos
             if not full:
                 stored = self.records.read([s for _i, s, _p in entries if s not in mem])
@@ -124,8 +139,17 @@ class Retained:
                     if len(record.payload) > max_payload_bytes:
                         self.counters.add("refused_oversized", 1)
                         continue
-                    items.append((partition, index, seq, record.key, record.headers,
-                                  published_at, record.payload))
+                    items.append(
+                        (
+                            partition,
+                            index,
+                            seq,
+                            record.key,
+                            record.headers,
+                            published_at,
+                            record.payload,
+                        )
+                    )
                     size += len(record.payload)
                 if not stopped and len(entries) < budget:
                     scanned = max(scanned, nxt)  # the whole partition was read

@@ -38,15 +38,19 @@ def partition_prefix(topic: str, partition: int) -> bytes:
     return topic_prefix(topic) + partition.to_bytes(2, "big")
 
 
-def log_entry(topic: str, partition: int, index: int, seq: int, published_at: float,
-              size: int) -> tuple[bytes, bytes, bytes, bytes]:
+def log_entry(
+    topic: str, partition: int, index: int, seq: int, published_at: float, size: int
+) -> tuple[bytes, bytes, bytes, bytes]:
     """(rlog key, rlog value, rtime key, rtime value) of one message."""
     stamp = _PUBLISHED.pack(published_at)
     seq_b = seq.to_bytes(8, "big")
     index_b = index.to_bytes(8, "big")
-    return (partition_prefix(topic, partition) + index_b, seq_b + stamp,
-            topic_prefix(topic) + seq_b,
-            partition.to_bytes(2, "big") + index_b + size.to_bytes(4, "big") + stamp)
+    return (
+        partition_prefix(topic, partition) + index_b,
+        seq_b + stamp,
+        topic_prefix(topic) + seq_b,
+        partition.to_bytes(2, "big") + index_b + size.to_bytes(4, "big") + stamp,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +65,13 @@ class Head:
 
     @classmethod
     def decode(cls, seq: int, value: bytes) -> Head:
-        return cls(seq, int.from_bytes(value[:2], "big"), int.from_bytes(value[2:10], "big"),
-                   int.from_bytes(value[10:14], "big"), _PUBLISHED.unpack(value[14:22])[0])
+        return cls(
+            seq,
+            int.from_bytes(value[:2], "big"),
+            int.from_bytes(value[2:10], "big"),
+            int.from_bytes(value[10:14], "big"),
+            _PUBLISHED.unpack(value[14:22])[0],
+        )
 
 
 class Indexes:
@@ -97,8 +106,14 @@ class Indexes:
         return list(self._next)
 
 
-def reclaimable(heads: list[Head], *, wall: float, cfg: TopicConfig, retained_bytes: int,
-                owed: Callable[[int], bool]) -> int:
+def reclaimable(
+    heads: list[Head],
+    *,
+    wall: float,
+    cfg: TopicConfig,
+    retained_bytes: int,
+    owed: Callable[[int], bool],
+) -> int:
     """How many of ``heads`` (a topic's oldest entries, in publish order) may go now.
 
     Reclamation goes in order and stops at the first message some group still owes (it is

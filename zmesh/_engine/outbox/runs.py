@@ -65,19 +65,27 @@ def run_record(fields: list) -> bytes:
     ``partitions`` and ``indexes`` arrays too: each array stored as its bytes, packed with
     no step per message; see ``staging._allocate``)."""
     topic, partitions, keys, headers, published_at, payloads, indexes = fields
-    return pack([topic, le_bytes(partitions), keys, headers,
-                 published_at if type(published_at) is float else le_bytes(published_at),
-                 payloads, le_bytes(indexes)])
+    return pack(
+        [
+            topic,
+            le_bytes(partitions),
+            keys,
+            headers,
+            published_at if type(published_at) is float else le_bytes(published_at),
+            payloads,
+            le_bytes(indexes),
+        ]
+    )
 
 
-def run_entry(parts: array[int], offsets: list[int] | int | None = None,
-              attempts: list[int] | None = None) -> bytes:
+def run_entry(
+    parts: array[int], offsets: list[int] | int | None = None, attempts: list[int] | None = None
+) -> bytes:
     """A ``pruns`` value: the run's partitions (a bin of a byte each, or a list past 255:
     the entry does not say how many there are), the offsets a lane owes (None: all; an
     int: those from it to the run's end) and their attempts (None: none handed out
     yet)."""
-    return pack([parts.tobytes() if parts.typecode == "B" else parts.tolist(), offsets,
-                 attempts])
+    return pack([parts.tobytes() if parts.typecode == "B" else parts.tolist(), offsets, attempts])
 
 
 def lane_entry(lane: Lane, run: Run, owed_count: int | None = None) -> bytes | None:
@@ -92,8 +100,11 @@ def lane_entry(lane: Lane, run: Run, owed_count: int | None = None) -> bytes | N
     if owed_count is not None and not lane.entries:
         start = max(run.first, lane.floor())
         if owed_count == end - start:
-            return run_entry(run.parts, None if start == run.first else start - run.first) \
-                if owed_count else None
+            return (
+                run_entry(run.parts, None if start == run.first else start - run.first)
+                if owed_count
+                else None
+            )
     owed = lane.owed_among(range(run.first, end))
     if not owed:
         return None
@@ -102,8 +113,9 @@ def lane_entry(lane: Lane, run: Run, owed_count: int | None = None) -> bytes | N
     offsets: list[int] | int | None = None
     if len(owed) < run.count:
         tail = owed[-1] == end - 1 and len(owed) == end - owed[0]  # (ascending, distinct)
-        offsets = owed[0] - run.first if tail and not any(attempts) else \
-            [s - run.first for s in owed]
+        offsets = (
+            owed[0] - run.first if tail and not any(attempts) else [s - run.first for s in owed]
+        )
     return run_entry(run.parts, offsets, attempts if any(attempts) else None)
 
 
@@ -178,8 +190,9 @@ class Runs:
             pos = hi
         return singles, hits
 
-    def owed_elsewhere(self, seqs: Sequence[int], other_ids: list[int]
-                       ) -> tuple[list[int], Sequence[int]]:
+    def owed_elsewhere(
+        self, seqs: Sequence[int], other_ids: list[int]
+    ) -> tuple[list[int], Sequence[int]]:
         """What the runs' counts tell of ``seqs`` and the lanes ``other_ids``: those of
         runs none of those lanes owes any of (first list), and those to ask the lanes
         about one by one (of no run, or of a run they owe part of). Those of a run one of
@@ -196,11 +209,13 @@ class Runs:
                 continue  # (another lane owes all of it)
             lo = bisect_left(ordered, first)
             (singles if any(counts) else free).extend(
-                ordered[lo:bisect_left(ordered, first + run.count, lo)])
+                ordered[lo : bisect_left(ordered, first + run.count, lo)]
+            )
         return free, singles
 
-    def settled(self, lane: Lane, lane_id: int, seqs: Sequence[int],
-                batch: WriteBatch) -> list[int]:
+    def settled(
+        self, lane: Lane, lane_id: int, seqs: Sequence[int], batch: WriteBatch
+    ) -> list[int]:
         """``lane`` no longer owes ``seqs``: its entries of their runs are deleted or
         rewritten. Returns the sequences of no run."""
         singles, hits = self.split(seqs)
@@ -212,12 +227,12 @@ class Runs:
             else:
                 run.owed.pop(lane_id, None)
             if run.stored:
-                batch.prun_set[pend_key(lane_id, first)] = \
+                batch.prun_set[pend_key(lane_id, first)] = (
                     lane_entry(lane, run, owed) if owed > 0 else None
+                )
         return singles
 
-    def rewrite(self, lane: Lane, lane_id: int, seqs: list[int],
-                batch: WriteBatch) -> list[int]:
+    def rewrite(self, lane: Lane, lane_id: int, seqs: list[int], batch: WriteBatch) -> list[int]:
         """The attempts of ``seqs`` at ``lane`` changed: rewrite its entries of their runs.
         Returns the sequences of no run."""
         singles, hits = self.split(seqs)
@@ -227,8 +242,9 @@ class Runs:
                 batch.prun_set[pend_key(lane_id, first)] = lane_entry(lane, run)
         return singles
 
-    def owe_again(self, lane: Lane, lane_id: int, seq: int, in_outbox: bool,
-                  batch: WriteBatch) -> bool:
+    def owe_again(
+        self, lane: Lane, lane_id: int, seq: int, in_outbox: bool, batch: WriteBatch
+    ) -> bool:
         """``lane`` owes ``seq`` again (a dead letter replayed, already added to the lane;
         ``in_outbox``: another lane still owed it). False when ``seq`` is in no run."""
         run = self.find(seq)

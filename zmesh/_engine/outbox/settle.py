@@ -25,8 +25,14 @@ from .retention import retains
 class Settler:
     """What settling a producer's messages does to its outbox."""
 
-    def __init__(self, lanes: Lanes, records: Records, receipts: Receipts,
-                 dead: DeadLetters, outcomes: Outcomes) -> None:
+    def __init__(
+        self,
+        lanes: Lanes,
+        records: Records,
+        receipts: Receipts,
+        dead: DeadLetters,
+        outcomes: Outcomes,
+    ) -> None:
         self.lanes = lanes
         self.records = records
         self.receipts = receipts
@@ -34,8 +40,9 @@ class Settler:
         self.outcomes = outcomes
         self._latest: dict[tuple[str, str], dict[str, int]] = {}  # latest_wins: key -> seq
 
-    def settled(self, lane: Lane, seqs: Iterable[int], batch: WriteBatch,
-                outcome: Outcome | None = None) -> None:
+    def settled(
+        self, lane: Lane, seqs: Iterable[int], batch: WriteBatch, outcome: Outcome | None = None
+    ) -> None:
         """``lane`` no longer owes ``seqs`` (``outcome``: how, when not acked); drop each
         message that nobody owes. (A ``range``, consecutive acks mostly, is kept as one:
         each step below takes it.)"""
@@ -87,8 +94,15 @@ class Settler:
         self.lanes.count(lane, "acked", len(settled))
         return len(settled)
 
-    def on_nack(self, topic: str, name: str, seqs: Iterable[int], delay_s: float | None,
-                batch: WriteBatch, now: float) -> None:
+    def on_nack(
+        self,
+        topic: str,
+        name: str,
+        seqs: Iterable[int],
+        delay_s: float | None,
+        batch: WriteBatch,
+        now: float,
+    ) -> None:
         lane = self.lanes.get(topic, name)
         if lane is None:
             return
@@ -99,8 +113,9 @@ class Settler:
         for entry in exhausted:
             self.park(lane, entry, "max attempts reached after nack", batch)
 
-    def on_touch(self, topic: str, name: str, seqs: Iterable[int], member: bytes,
-                 now: float) -> None:
+    def on_touch(
+        self, topic: str, name: str, seqs: Iterable[int], member: bytes, now: float
+    ) -> None:
         lane = self.lanes.get(topic, name)
         if lane is not None:
             self.lanes.count(lane, "lease_extended", lane.touch(seqs, member, now))
@@ -127,8 +142,12 @@ class Settler:
         if not wanted:
             return
         for seq, r in records.read(wanted).items():  # (a damaged one: set aside when sent)
-            batch.pend_put.append((pend_key(lane.id, seq), pack(
-                [r.partition, r.priority, lane.attempt(seq), r.expires_at, r.deliver_at])))
+            batch.pend_put.append(
+                (
+                    pend_key(lane.id, seq),
+                    pack([r.partition, r.priority, lane.attempt(seq), r.expires_at, r.deliver_at]),
+                )
+            )
 
     # -- latest wins ----------------------------------------------------------------------
 

@@ -18,8 +18,9 @@ from .runs import RUN_ENTRY_BYTES, Run, lane_entry, run_entry, run_record
 class Spill:
     """Spilling one producer's ``memory`` messages to LMDB past its memory budget."""
 
-    def __init__(self, lanes: Lanes, records: Records, counters: Counters,
-                 memory_budget_bytes: int) -> None:
+    def __init__(
+        self, lanes: Lanes, records: Records, counters: Counters, memory_budget_bytes: int
+    ) -> None:
         self.lanes = lanes
         self.records = records
         self.counters = counters
@@ -66,12 +67,26 @@ class Spill:
             packed = pack(record)
             batch.msgs_put.append((u64(seq), packed))
             batch.msgs_bytes += len(packed)
-            owing = self.lanes.receiving(record.topic) if id(record) in new_records \
+            owing = (
+                self.lanes.receiving(record.topic)
+                if id(record) in new_records
                 else self.lanes.owing(record.topic, seq)
+            )
             for lane in owing:
-                batch.pend_put.append((pend_key(lane.id, seq), pack(
-                    [record.partition, record.priority, lane.attempt(seq), record.expires_at,
-                     record.deliver_at])))
+                batch.pend_put.append(
+                    (
+                        pend_key(lane.id, seq),
+                        pack(
+                            [
+                                record.partition,
+                                record.priority,
+                                lane.attempt(seq),
+                                record.expires_at,
+                                record.deliver_at,
+                            ]
+                        ),
+                    )
+                )
         new = {run.first: run for run in new_runs}
         for first in runs:
             decoded, size = mem_runs.pop(first)
@@ -88,8 +103,9 @@ class Spill:
                 entry = whole or lane_entry(by_id[lane_id], run, owed)
                 if entry is not None:
                     batch.prun_put.append((pend_key(lane_id, first), entry))
-        self.counters.add("spilled", len(singles) + sum(
-            run.count for run, _f, _s in self._spilled_runs))
+        self.counters.add(
+            "spilled", len(singles) + sum(run.count for run, _f, _s in self._spilled_runs)
+        )
 
     def unspill(self, new_runs: set[int]) -> None:
         """The commit that held the last ``spill`` failed: what it wrote is in RAM again

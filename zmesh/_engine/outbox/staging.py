@@ -64,9 +64,19 @@ def mono_at(wall_at: float | None, offset: float) -> float:
 class Staging:
     """Staging the publishes of one producer, and owing them to its lanes once stored."""
 
-    def __init__(self, store: Store, lanes: Lanes, records: Records, receipts: Receipts,
-                 settler: Settler, indexes: Indexes, retained: Retained, counters: Counters,
-                 next_seq: int, memory_budget_bytes: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        lanes: Lanes,
+        records: Records,
+        receipts: Receipts,
+        settler: Settler,
+        indexes: Indexes,
+        retained: Retained,
+        counters: Counters,
+        next_seq: int,
+        memory_budget_bytes: int,
+    ) -> None:
         self.store = store
         self.lanes = lanes
         self.records = records
@@ -108,8 +118,7 @@ class Staging:
         records.decoded.forget(seqs)
         self.spill.unspill(new)
 
-    def _suppress_duplicates(self, pubs: list[AnyPublish],
-                             batch: WriteBatch) -> list[AnyPublish]:
+    def _suppress_duplicates(self, pubs: list[AnyPublish], batch: WriteBatch) -> list[AnyPublish]:
         """Drop publishes whose msg_id this node already published within the window."""
         ids = [p.msg_id.encode() for p in pubs if p.msg_id is not None]
         if not ids:
@@ -151,8 +160,19 @@ class Staging:
         # What is the same for every publish of a topic, looked up once per topic and stage:
         # durability, retention, next indexes, first indexes staged, whether a lane has a
         # member, its lanes, and the keys and values their pending entries are made of.
-        topics: dict[str, tuple[str, bool, dict[int, int], dict[int, int], bool, list[Lane],
-                                list[bytes], list[bytes]]] = {}
+        topics: dict[
+            str,
+            tuple[
+                str,
+                bool,
+                dict[int, int],
+                dict[int, int],
+                bool,
+                list[Lane],
+                list[bytes],
+                list[bytes],
+            ],
+        ] = {}
         # The pending value of a message without expiry or schedule, per (partition, priority).
         plain: dict[tuple[int, int], bytes] = {}
         record_bytes = 0
@@ -167,27 +187,50 @@ class Staging:
                     lanes = self.lanes.receiving(topic)
                     first_index[topic] = {}
                     known = topics[topic] = (
-                        cfg.durability, retains(cfg), self.indexes.parts(topic),
-                        first_index[topic], any(ln.members for ln in lanes), lanes, [], [])
-                (durability, keep, next_index, firsts, live, lanes, pend_seqs,
-                 pend_values) = known
+                        cfg.durability,
+                        retains(cfg),
+                        self.indexes.parts(topic),
+                        first_index[topic],
+                        any(ln.members for ln in lanes),
+                        lanes,
+                        [],
+                        [],
+                    )
+                (durability, keep, next_index, firsts, live, lanes, pend_seqs, pend_values) = known
                 last_topic = topic
             if isinstance(p, PublishMany):  # (of run topics: see ``_expanded``)
                 # Runs of at most RUN_MAX_MESSAGES and RUN_MAX_BYTES of payloads each (by
                 # count alone when all of them fit in RUN_MAX_BYTES: no payload looked at).
-                ends = list(accumulate(map(len, p.payloads))) if p.nbytes > RUN_MAX_BYTES \
-                    else None
+                ends = list(accumulate(map(len, p.payloads))) if p.nbytes > RUN_MAX_BYTES else None
                 start = 0
                 while start < p.count:
-                    end = min(p.count, start + RUN_MAX_MESSAGES) if ends is None else \
-                        max(start + 1, bisect_right(
-                            ends, (ends[start - 1] if start else 0) + RUN_MAX_BYTES, start,
-                            min(p.count, start + RUN_MAX_MESSAGES)))
+                    end = (
+                        min(p.count, start + RUN_MAX_MESSAGES)
+                        if ends is None
+                        else max(
+                            start + 1,
+                            bisect_right(
+                                ends,
+                                (ends[start - 1] if start else 0) + RUN_MAX_BYTES,
+                                start,
+                                min(p.count, start + RUN_MAX_MESSAGES),
+                            ),
+                        )
+                    )
                     record_bytes += self._stage_run(
-                        p, start, end, lanes, next_index, firsts, live,
-                        durability == "memory", batch,
-                        p.nbytes if ends is None else
-                        ends[end - 1] - (ends[start - 1] if start else 0))
+                        p,
+                        start,
+                        end,
+                        lanes,
+                        next_index,
+                        firsts,
+                        live,
+                        durability == "memory",
+                        batch,
+                        p.nbytes
+                        if ends is None
+                        else ends[end - 1] - (ends[start - 1] if start else 0),
+                    )
                     start = end
                 if durability == "fsync":
                     batch.fsync = True
@@ -197,14 +240,25 @@ class Staging:
             next_index[partition] = index + 1
             if partition not in firsts:
                 firsts[partition] = index
-            fields = Record(topic, partition, p.key, p.headers, p.priority, p.published_at,
-                            p.expires_at, p.deliver_at, p.payload, index)
+            fields = Record(
+                topic,
+                partition,
+                p.key,
+                p.headers,
+                p.priority,
+                p.published_at,
+                p.expires_at,
+                p.deliver_at,
+                p.payload,
+                index,
+            )
             # A memory message stays as its fields: packed only if it spills.
             record = None if durability == "memory" else pack(fields)
             if keep:  # what replay reads and retention reclaims
                 size = len(pack(fields) if record is None else record)
-                batch.log_put.append(log_entry(topic, partition, index, p.seq,
-                                               p.published_at, size))
+                batch.log_put.append(
+                    log_entry(topic, partition, index, p.seq, p.published_at, size)
+                )
                 totals = retained.setdefault(topic, [0, 0])
                 totals[0] += 1
                 totals[1] += size
@@ -221,7 +275,8 @@ class Staging:
                 value = plain.get((partition, p.priority))
                 if value is None:
                     value = plain[(partition, p.priority)] = pack(
-                        [partition, p.priority, 0, None, None])
+                        [partition, p.priority, 0, None, None]
+                    )
             else:
                 value = pack([partition, p.priority, 0, p.expires_at, p.deliver_at])
             pend_seqs.append(seq_b)
@@ -238,8 +293,7 @@ class Staging:
         for topic, firsts in first_index.items():
             next_index = self.indexes.parts(topic)
             for partition in firsts:
-                batch.log_next.append((partition_prefix(topic, partition),
-                                       next_index[partition]))
+                batch.log_next.append((partition_prefix(topic, partition), next_index[partition]))
         self.retained.count_staged()
         if self.spill.over():
             self.spill.spill(batch, kept_in_mem, self._runs)
@@ -271,9 +325,19 @@ class Staging:
         cfg = self.lanes.config(topic)
         return not retains(cfg) and not cfg.latest_wins and topic in self.lanes.by_topic
 
-    def _stage_run(self, pm: PublishMany, start: int, end: int, lanes: list[Lane],
-                   next_index: dict[int, int], firsts: dict[int, int], live: bool,
-                   memory: bool, batch: WriteBatch, nbytes: int) -> int:
+    def _stage_run(
+        self,
+        pm: PublishMany,
+        start: int,
+        end: int,
+        lanes: list[Lane],
+        next_index: dict[int, int],
+        firsts: dict[int, int],
+        live: bool,
+        memory: bool,
+        batch: WriteBatch,
+        nbytes: int,
+    ) -> int:
         """Write messages ``start:end`` of ``pm`` as a run (see runs.py): one record, one
         pending entry per lane; ``memory``: keep it in RAM instead, written only if it
         spills. ``nbytes``: their payloads' bytes (or more). Returns the size of the
@@ -288,11 +352,18 @@ class Staging:
         if not whole and not isinstance(published_at, float):
             published_at = published_at[start:end]
         indexes, cycle = allocate(first, partitions, next_index, firsts, pm.rounds)
-        parts = round_robin_parts(first, count, cycle) if cycle else \
-            fitting_array("BH", partitions)
+        parts = round_robin_parts(first, count, cycle) if cycle else fitting_array("BH", partitions)
         fields = [topic, parts, keys, pm.headers, published_at, payloads, indexes]
-        run = Run(first, count, topic, parts, count, {lane.id: count for lane in lanes},
-                  not memory, nbytes)
+        run = Run(
+            first,
+            count,
+            topic,
+            parts,
+            count,
+            {lane.id: count for lane in lanes},
+            not memory,
+            nbytes,
+        )
         self._runs.append(run)
         if memory:  # (its record is never packed unless it spills)
             size = mem_run_size(fields)
@@ -326,8 +397,10 @@ class Staging:
             topic = p.topic
             known = topics.get(topic)
             if known is None:
-                known = topics[topic] = (self.lanes.receiving(topic),
-                                         self.lanes.config(topic).latest_wins)
+                known = topics[topic] = (
+                    self.lanes.receiving(topic),
+                    self.lanes.config(topic).latest_wins,
+                )
             lanes, latest_wins = known
             # A run of plain publishes of one topic joins each lane in one call.
             j = i
@@ -354,8 +427,7 @@ class Staging:
                             partitions.extend(q.partitions)
                         else:
                             partitions.append(q.partition)
-                    seqs = range(first, end) if end >= 0 else \
-                        [seq for q in group for seq in q.seqs]
+                    seqs = range(first, end) if end >= 0 else [seq for q in group for seq in q.seqs]
                 else:
                     seqs = [q.seq for q in pubs[i:j]]
                     partitions = [q.partition for q in pubs[i:j]]  # type: ignore[union-attr]
