@@ -24,7 +24,8 @@ bench: $(BIN)/python
 
 lint: $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[dev]"
-	$(BIN)/ruff check zmesh tests
+	$(BIN)/ruff check zmesh tests benchmarks examples
+	$(BIN)/ruff format --check zmesh tests benchmarks examples
 	$(BIN)/mypy
 
 clean:
