@@ -276,6 +276,10 @@ class Engine:
             self.data_port,
         )
 
+    def heard(self, node_id: bytes) -> None:
+        """A peer said hello: a reopened backlog no longer waits for it (IO thread)."""
+        self._awaiting.discard(node_id)
+
     def _found(self, found: Found) -> None:
         """A discovery reports a control endpoint (from any thread): contacted on the IO
         thread."""

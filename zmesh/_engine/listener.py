@@ -258,7 +258,7 @@ class Listener:
             if key and self.guard.acl is not None:
                 msg = self.guard.hello(msg, key)
             mesh.on_hello(msg, conn.address or None, key, wb, now)
-            self.engine._awaiting.discard(msg.node_id)
+            self.engine.heard(msg.node_id)
         elif isinstance(msg, Nack):
             self.settler.on_nack(
                 msg.topic, msg.lane, msg.seqs, None if msg.delay_s < 0 else msg.delay_s, wb, now
