@@ -37,7 +37,7 @@ def resolve(ref: str, what: str) -> Callable[..., Any]:
         raise ConfigError(
             f"{what}: {ref!r}: module {module_name} ({where}) has {found} named {attr!r}"
         )
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def _payload(value: Any) -> bytes:

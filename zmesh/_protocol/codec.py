@@ -492,7 +492,7 @@ def _pack_indexes(indexes: Sequence[int | None]) -> bytes:
     if type(indexes) is array and indexes.typecode in "Iq":
         return _numbers_bin(indexes)
     try:
-        return _numbers_bin(array("I", indexes))  # type: ignore[arg-type]
+        return _numbers_bin(array("I", indexes))
     except (TypeError, OverflowError):
         return _numbers_bin(array("q", [-1 if i is None else i for i in indexes]))
 

@@ -53,7 +53,7 @@ class SalvageReport:
         return {db: n - self.copied[db] for db, n in self.expected.items() if n > self.copied[db]}
 
 
-class _Reader(_verify._Verifier):  # type: ignore[misc,name-defined]
+class _Reader(_verify._Verifier):
     """The verifier's walk, handing on every record of a named database it can read."""
 
     def __init__(self, f: Any, filesize: int, sink: Any, report: SalvageReport) -> None:

@@ -58,7 +58,7 @@ import msgpack
 from .._dirs import make_dir
 from ..errors import StoreError, StoreFullError
 from .acked import AckedWindow
-from .batch import WriteBatch
+from .batch import WriteBatch as WriteBatch  # (re-exported: the engine's one import)
 from .check import check_store
 from .damage import (
     Corrupt,
@@ -70,7 +70,9 @@ from .damage import (
     run_offsets,
 )
 from .disk import NEW_STORE_MIN_BYTES, Disk
-from .keys import pend_key, u32, u64
+from .keys import pend_key as pend_key
+from .keys import u32 as u32
+from .keys import u64 as u64
 from .lock import LockedDir, collected, let_go, take_lock
 from .logindex import LogIndex
 from .pages import MappedPages

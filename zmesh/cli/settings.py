@@ -180,7 +180,7 @@ def active() -> Context | None:
                 f"{known}; add one with `zmesh context add`)"
             )
         meta[_LOADED_META] = None if name is None else doc.contexts[name]
-    return meta[_LOADED_META]  # type: ignore[no-any-return]
+    return meta[_LOADED_META]
 
 
 def _use_context(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:

@@ -195,7 +195,7 @@ class RecordConverter:
 
     def _keys(self, parts: list[pa.Array | int]) -> pa.Array:
         if all(isinstance(k, int) for k in parts):
-            return pa.nulls(sum(parts), pa.string())  # type: ignore[arg-type]
+            return pa.nulls(sum(parts), pa.string())
         return _concat(
             [pa.nulls(k, pa.string()) if isinstance(k, int) else k for k in parts], pa.string()
         )

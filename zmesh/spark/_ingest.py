@@ -73,13 +73,13 @@ def _period(parts: Sequence[int]) -> int:
     not. Checked with one count per partition, at C speed."""
     n = len(parts)
     try:
-        period = parts.index(parts[0], 1)  # type: ignore[call-arg]
+        period = parts.index(parts[0], 1)
     except ValueError:
         return 0
     if len(set(parts[:period])) != period:
         return 0
     for k in range(period):
-        if parts[k::period].count(parts[k]) != len(range(k, n, period)):  # type: ignore[index]
+        if parts[k::period].count(parts[k]) != len(range(k, n, period)):
             return 0
     return period
 
