@@ -11,6 +11,8 @@ from __future__ import annotations
 SCENARIOS = (
     "raw_pushpull_1",
     "raw_pushpull_100",
+    "raw_pushpull_16k",
+    "raw_pushpull_256k",
     "raw_dealer_router_acks",
     "raw_dealer_router_lmdb",
     "zmesh_process",
@@ -20,6 +22,8 @@ SCENARIOS = (
     "latency_raw",
     "latency_raw_contract",
     "latency_zmesh_process",
+    "zmesh_16k",
+    "zmesh_256k",
     "fanout_4_groups",
     "zmesh_many_lanes",
     "zmesh_shared_2_members",

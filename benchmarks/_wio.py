@@ -58,8 +58,8 @@ def cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def payload(fill: int = 0) -> bytes:
-    return bytes([fill % 256]) * PAYLOAD_BYTES
+def payload(fill: int = 0, size: int = PAYLOAD_BYTES) -> bytes:
+    return bytes([fill % 256]) * size
 
 
 def stamped() -> bytes:

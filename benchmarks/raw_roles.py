@@ -27,7 +27,17 @@ from typing import Any
 
 import zmq
 
-from ._wio import Commands, cpu_s, emit, latency_s, payload, percentiles, rss_mb, stamped
+from ._wio import (
+    PAYLOAD_BYTES,
+    Commands,
+    cpu_s,
+    emit,
+    latency_s,
+    payload,
+    percentiles,
+    rss_mb,
+    stamped,
+)
 
 BIND = "tcp://127.0.0.1:*"
 CHECK_EVERY = 1024
@@ -45,6 +55,7 @@ def raw_pull(p: dict[str, Any], cmds: Commands) -> None:
     sock.setsockopt(zmq.RCVTIMEO, 200)
     emit("ready", endpoint=_bound(sock))
     batch, warmup, count = p["batch"], p["warmup"], p["count"]
+    size = p.get("payload_bytes", PAYLOAD_BYTES)
     deadline = time.monotonic() + p["deadline_s"]
     total = warmup + count
     got = 0
@@ -66,7 +77,7 @@ def raw_pull(p: dict[str, Any], cmds: Commands) -> None:
                             lat.append(latency_s(frame))
                         got += 1
                     else:
-                        got += len(frame) // 100 if batch > 1 else 1
+                        got += len(frame) // size if batch > 1 else 1
                     if got >= warmup and not warm_sent:
                         warm_sent = True
                         cpu0 = cpu_s()
@@ -142,7 +153,7 @@ def raw_push(p: dict[str, Any], cmds: Commands) -> None:
     sock.setsockopt(zmq.LINGER, 5000)
     sock.connect(p["endpoint"])
     batch, warmup, count, rate = p["batch"], p["warmup"], p["count"], p.get("rate", 0)
-    frame = payload() * batch
+    frame = payload(0, p.get("payload_bytes", PAYLOAD_BYTES)) * batch
     deadline = time.monotonic() + p["deadline_s"]
     try:
         with _sender(ctx, sock, p.get("lmdb_dir")) as out:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ._child import children
+from ._wio import PAYLOAD_BYTES
 from .sizes import Sizes
 
 
@@ -23,6 +24,7 @@ def _pushpull(
     rate: float = 0.0,
     deadline_s: float,
     contract: bool = False,
+    payload_bytes: int = PAYLOAD_BYTES,
 ) -> dict[str, Any]:
     """``contract``: with the hand-offs and the commit zmesh's contract puts on the path
     (raw_roles.py)."""
@@ -38,6 +40,7 @@ def _pushpull(
             latency=latency,
             handoff=contract,
             deadline_s=deadline_s,
+            payload_bytes=payload_bytes,
         )
         endpoint = pull.expect("ready", 15)["endpoint"]
         push = kids.start(
@@ -50,6 +53,7 @@ def _pushpull(
             rate=rate,
             lmdb_dir=lmdb_dir,
             deadline_s=deadline_s,
+            payload_bytes=payload_bytes,
         )
         push.expect("warmed", deadline_s)
         pull.expect("warm", deadline_s)
@@ -69,6 +73,7 @@ def _pushpull(
         out.update({k: done[k] for k in ("p50_ms", "p99_ms", "max_ms", "samples")})
     else:
         out["rate"] = count / (done["t_end"] - sent["t0"])
+    out["mb_per_s"] = out["rate"] * payload_bytes / 1e6
     return out
 
 
@@ -83,6 +88,30 @@ def raw_pushpull_100(workdir: Path, sizes: Sizes, profile: Path | None = None) -
     n = sizes.raw_batched
     return _pushpull(
         workdir, profile, batch=100, warmup=n // 10, count=n, deadline_s=sizes.deadline(n, 500_000)
+    )
+
+
+def raw_pushpull_16k(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    """One 16 KiB message per frame: the baseline of ``zmesh_16k``."""
+    return _large(workdir, sizes, profile, 16 << 10, sizes.large_16k)
+
+
+def raw_pushpull_256k(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    """One 256 KiB message per frame: the baseline of ``zmesh_256k``."""
+    return _large(workdir, sizes, profile, 256 << 10, sizes.large_256k)
+
+
+def _large(
+    workdir: Path, sizes: Sizes, profile: Path | None, payload_bytes: int, n: int
+) -> dict[str, Any]:
+    return _pushpull(
+        workdir,
+        profile,
+        batch=1,
+        warmup=n // 10,
+        count=n,
+        deadline_s=sizes.deadline(n, 200),
+        payload_bytes=payload_bytes,
     )
 
 
@@ -160,6 +189,8 @@ def raw_dealer_router_lmdb(
 SCENARIOS = {
     "raw_pushpull_1": raw_pushpull_1,
     "raw_pushpull_100": raw_pushpull_100,
+    "raw_pushpull_16k": raw_pushpull_16k,
+    "raw_pushpull_256k": raw_pushpull_256k,
     "raw_dealer_router_acks": raw_dealer_router_acks,
     "raw_dealer_router_lmdb": raw_dealer_router_lmdb,
     "latency_raw": latency_raw,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ._child import BenchError, Child, children
+from ._wio import PAYLOAD_BYTES
 from .sizes import Sizes
 
 TOPIC = "bench"
@@ -69,6 +70,7 @@ def _live(
     warmup: int | None = None,
     idle: int = 0,
     members: int = 1,
+    payload_bytes: int = PAYLOAD_BYTES,
 ) -> dict[str, Any]:
     mesh = _mesh()
     warmup = sizes.warmup if warmup is None else warmup
@@ -89,6 +91,7 @@ def _live(
             rate=rate,
             deadline_s=deadline_s,
             members=members,
+            payload_bytes=payload_bytes,
         )
         control = prod.expect("ready", 30)["control"]
         # Members of one group share its messages: each counts its own (no expected total).
@@ -161,6 +164,7 @@ def _live(
         out["deliveries_per_s"] = count * len(groups) / (res["t1"] - t0)
     else:
         out["rate"] = count / (res["t1"] - t0)
+    out["mb_per_s"] = out["rate"] * payload_bytes / 1e6
     return out
 
 
@@ -200,6 +204,36 @@ def latency_zmesh_process(
         count=int(sizes.latency_s * sizes.latency_rate),
         rate=sizes.latency_rate,
         warmup=sizes.latency_warmup,
+    )
+
+
+def zmesh_16k(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    """``zmesh_process`` with 16 KiB payloads."""
+    n = sizes.large_16k
+    return _live(
+        workdir,
+        sizes,
+        profile,
+        durability="process",
+        api="message",
+        count=n,
+        warmup=n // 10,
+        payload_bytes=16 << 10,
+    )
+
+
+def zmesh_256k(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    """``zmesh_process`` with 256 KiB payloads."""
+    n = sizes.large_256k
+    return _live(
+        workdir,
+        sizes,
+        profile,
+        durability="process",
+        api="message",
+        count=n,
+        warmup=n // 10,
+        payload_bytes=256 << 10,
     )
 
 
@@ -376,6 +410,8 @@ SCENARIOS = {
     "zmesh_memory": zmesh_memory,
     "zmesh_batch_process": zmesh_batch_process,
     "latency_zmesh_process": latency_zmesh_process,
+    "zmesh_16k": zmesh_16k,
+    "zmesh_256k": zmesh_256k,
     "fanout_4_groups": fanout_4_groups,
     "zmesh_many_lanes": zmesh_many_lanes,
     "zmesh_shared_2_members": zmesh_shared_2_members,

@@ -15,6 +15,7 @@ from typing import Any
 import zmesh
 
 from ._wio import (
+    PAYLOAD_BYTES,
     Commands,
     cpu_s,
     emit,
@@ -102,7 +103,7 @@ def _publish(
 ) -> zmesh.Receipt:
     """Publish ``count`` messages with the scenario's API; returns the last receipt (the
     others are dropped, as a fire-and-forget publisher would)."""
-    topic, body = p["topic"], payload()
+    topic, body = p["topic"], payload(0, p.get("payload_bytes", PAYLOAD_BYTES))
     last = None
     if rate:
         publish, interval, t_next = node.publish, 1.0 / rate, time.monotonic()
