@@ -201,8 +201,8 @@ class SubscriptionConfig:
     group: str | None = None
     mode: Mode = "shared"
     # The most a member holds unacked from one producer; a producer sends a member fewer
-    # when it acks slowly, and about 64 MiB of large payloads at most (``Member`` in
-    # _engine/delivery.py). 8,000 keeps eight frames on their way to a fast member: with
+    # when it acks slowly, and about 16 MiB of large payloads at most (``Member`` in
+    # _engine/lane/delivery.py). 8,000 keeps eight frames on their way to a fast member: with
     # fewer, a fast ``fetch``/``ack_many`` consumer waited for acks' round trips through
     # the producer's loop, and a backlog built up behind them (performance.md).
     max_in_flight: int = 8000

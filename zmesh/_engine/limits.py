@@ -10,4 +10,7 @@ from __future__ import annotations
 # many publishes: with members' credit as a window (lane.py) that keeps frames on their
 # way, 2,000 cut a producer's CPU per message by a sixth against 500.
 MAX_AHEAD_MSGS = 2000
+# Payload bytes of the same (a publish larger than this waits until none is queued): large
+# payloads queue a few MiB at a time, not 2,000 of them.
+MAX_AHEAD_BYTES = 16 << 20
 MAX_PUBS_PER_LOOP = 10_000  # publishes staged in one loop iteration (one LMDB transaction)

@@ -37,7 +37,7 @@ from .commands import (
     Unsubscribe,
     Watch,
 )
-from .limits import MAX_AHEAD_MSGS
+from .limits import MAX_AHEAD_BYTES, MAX_AHEAD_MSGS
 from .outbox.outcomes import Outcomes
 from .outbox.publishes import AnyPublish, Publish, PublishMany, Stretch
 from .peers import announced_group
@@ -88,10 +88,11 @@ class Submitter:
         self._submitted = 0  # messages prepared by application threads (under _alloc)
         self._done = 0  # of those, stored or failed (IO thread)
         # Payload bytes of the same: publishes may run ahead of the IO thread by at most
-        # an eighth of the map, so a map that fills up stops them soon after.
+        # MAX_AHEAD_BYTES (the memory queued publishes hold), and an eighth of the map, so
+        # a map that fills up stops them soon after.
         self._submitted_bytes = 0
         self._done_bytes = 0
-        self._ahead_limit = config.map_size_bytes // 8
+        self._ahead_limit = min(MAX_AHEAD_BYTES, config.map_size_bytes // 8)
         # What publish_one may take without _fits's checks until the IO thread looks again
         # (``_refill``, under _alloc): the room _fits would find for as many single
         # publishes, and their payload bytes; none while the node is not running or the

@@ -69,7 +69,7 @@ def check_store_files(path: Path) -> None:
         )
 
 
-def decode_or_none(data: bytes) -> Any:
+def decode_or_none(data: bytes | memoryview) -> Any:
     """msgpack-decoded ``data``, or None when it is not valid msgpack."""
     try:
         return msgpack.unpackb(data, raw=False)
@@ -77,7 +77,7 @@ def decode_or_none(data: bytes) -> Any:
         return None
 
 
-def decode_record(data: bytes) -> list | None:
+def decode_record(data: bytes | memoryview) -> list | None:
     """An outbox record's fields, or None when the record is damaged.
 
     A record stored before messages had indexes (nine fields) gets index None.
@@ -102,7 +102,7 @@ RUN_FIELDS = 7  # runs values: [topic, partitions, keys, headers, published_at, 
 #                               written before
 
 
-def decode_run(data: bytes) -> list | None:
+def decode_run(data: bytes | memoryview) -> list | None:
     """A run record's fields (see _engine/runs.py), its partitions an array of "B" or "H",
     its indexes of "I" or "q", its publish time a float or an array of "d"; or None when
     the record is damaged: every column as long as the payloads, payloads bytes,

@@ -48,9 +48,9 @@ import secrets
 import struct
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import lmdb
 import msgpack
@@ -79,6 +79,7 @@ from .pages import MappedPages
 from .snapshot import copy_env
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")  # what a decoder makes of a record
 
 # Pages of the map new messages leave free (see Store._would_fill): at least this many,
 # and at least 1/RESERVE_FRACTION of the map.
@@ -450,18 +451,42 @@ class Store(LogIndex, AckedWindow):
         out = {}
         with self.env.begin(db=db, buffers=False) as txn:
             get = txn.get
-            size = 0
-            big = self._overflow
             for seq in seqs:
                 rec = get(u64(seq))
                 if rec is not None:
                     out[seq] = rec
-                    n = len(rec)
-                    # A large record has overflow pages of its own (and its deletion maps
-                    # the first one again): count the pages, not the bytes.
-                    size += n if n < big else n + 3 * self._psize
-        self.pages.add(size)
+        self.pages.add(self._mapped(map(len, out.values())))
         return out
+
+    def read_decoded(
+        self, name: str, seqs: list[int], decode: Callable[[memoryview], T | None]
+    ) -> tuple[dict[int, tuple[T, int]], dict[int, bytes]]:
+        """The records of ``seqs`` in the ``msgs`` or ``runs`` db (``name``), decoded in
+        the read transaction from LMDB's own pages: no copy of a record is made to decode
+        it (what ``decode`` returns owns its bytes). Returns seq -> (fields, the record's
+        size) and, as their bytes, the records ``decode`` found damaged (None)."""
+        out: dict[int, tuple[T, int]] = {}
+        bad: dict[int, bytes] = {}
+        sizes = []
+        with self.env.begin(db=getattr(self, name), buffers=True) as txn:
+            get = txn.get
+            for seq in seqs:
+                rec = get(u64(seq))
+                if rec is not None:
+                    fields = decode(rec)
+                    sizes.append(len(rec))
+                    if fields is None:
+                        bad[seq] = bytes(rec)
+                    else:
+                        out[seq] = (fields, len(rec))
+        self.pages.add(self._mapped(sizes))
+        return out, bad
+
+    def _mapped(self, sizes: Iterable[int]) -> int:
+        """The bytes of the map reading records of ``sizes`` touches: a large record has
+        overflow pages of its own (and its deletion maps the first one again)."""
+        big, extra = self._overflow, 3 * self._psize
+        return sum(n if n < big else n + extra for n in sizes)
 
     def known_peers(self) -> dict[bytes, tuple[str, bytes]]:
         """(control endpoint, CURVE key or b"") of the peers this node knew before."""

@@ -99,7 +99,7 @@ WINDOW_IDLE_S = 1.0
 QUEUE_SHARE = 0.25
 # About the most a member's window holds in bytes on the wire, by the lane's recent bytes
 # per message (``Lane.note_sent``): large payloads make for a window of fewer messages.
-WINDOW_MAX_BYTES = 64 << 20
+WINDOW_MAX_BYTES = 16 << 20
 
 
 @dataclass(slots=True)

@@ -291,6 +291,13 @@ class Lane(Retries):
         each = nbytes / count
         self.message_bytes = (3 * self.message_bytes + each) / 4 if self.message_bytes else each
 
+    def expect_bytes(self, each: float) -> None:
+        """Until a send measures them (``note_sent``), take the bytes per message to be
+        ``each`` (a staged message's payload): a first take of large payloads is bounded by
+        bytes like any other."""
+        if not self.message_bytes:
+            self.message_bytes = each
+
     def _grow(self, partition: int) -> int:
         # Messages stored under a larger partition count (topic reconfigured) keep theirs.
         while partition >= self._partitions:

@@ -120,15 +120,14 @@ class Records:
     def read(self, seqs: list[int], batch: WriteBatch | None = None) -> dict[int, Record]:
         """The records of ``seqs`` read from LMDB (those that are there) and decoded; one
         that cannot be decoded is left out, and set aside given ``batch``."""
+        found, bad = self.store.read_decoded("msgs", seqs, decode_record)
+        if bad and batch is not None:
+            for seq, raw in bad.items():
+                self.set_aside(
+                    "msgs", u64(seq), raw, "an outbox record: settled for every group", batch
+                )
         out: dict[int, Record] = {}
-        for seq, raw in self.store.get_messages(seqs).items():
-            fields = decode_record(raw)
-            if fields is None:
-                if batch is not None:
-                    self.set_aside(
-                        "msgs", u64(seq), raw, "an outbox record: settled for every group", batch
-                    )
-                continue
+        for seq, (fields, _size) in found.items():
             record = out[seq] = as_record(fields)
             if len(record.payload) > self.payload_bound:
                 self.payload_bound = len(record.payload)
@@ -158,21 +157,20 @@ class Records:
         if mem:
             out.update((first, mem[first][0]) for first in firsts if first in mem)
         absent = [first for first in firsts if first not in out]
-        records = self.store.get_runs(absent) if absent else {}
-        for first in absent:
-            record = records.get(first)
-            fields = None if record is None else decode_run(record)
-            if record is None or fields is None:
-                if record is not None and batch is not None:
-                    self.set_aside(
-                        "runs",
-                        u64(first),
-                        record,
-                        "a run's record: its messages are settled as lost",
-                        batch,
-                    )
-                continue
-            self.decoded.keep_run(first, fields, len(record) + RUN_ENTRY_BYTES * len(fields[1]))
+        if not absent:
+            return out
+        found, bad = self.store.read_decoded("runs", absent, decode_run)
+        if bad and batch is not None:
+            for first, record in bad.items():
+                self.set_aside(
+                    "runs",
+                    u64(first),
+                    record,
+                    "a run's record: its messages are settled as lost",
+                    batch,
+                )
+        for first, (fields, size) in found.items():
+            self.decoded.keep_run(first, fields, size + RUN_ENTRY_BYTES * len(fields[1]))
             bound = max(map(len, fields[5]))
             if bound > self.payload_bound:
                 self.payload_bound = bound

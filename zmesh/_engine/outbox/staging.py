@@ -401,6 +401,9 @@ class Staging:
                     self.lanes.receiving(topic),
                     self.lanes.config(topic).latest_wins,
                 )
+                each = p.nbytes / p.count if isinstance(p, PublishMany) else len(p.payload)
+                for lane in known[0]:
+                    lane.expect_bytes(each)
             lanes, latest_wins = known
             # A run of plain publishes of one topic joins each lane in one call.
             j = i
