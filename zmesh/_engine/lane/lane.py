@@ -266,7 +266,6 @@ class Lane(Retries):
         seqs = run.seqs
         if (
             seqs[0] < self._next_floor
-            or self._bulk
             or not run.ascending
             or len(run.split) > self._partitions
         ):

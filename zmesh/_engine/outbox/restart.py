@@ -11,7 +11,7 @@ import logging
 
 from ..._store.damage import decode_run
 from ..._store.store import Store, WriteBatch, pack
-from ..lane.lane import Lane
+from ..lane.lane import Lane, PlainRun
 from .deadletters import DeadLetters
 from .lanes import Lanes
 from .records import Records
@@ -102,7 +102,9 @@ def _rebuild_pending(
 
 
 def _load_runs(store: Store, records: Records, by_id: dict[int, Lane], now: float) -> None:
-    """Owe each lane what its ``pruns`` entries say, and know the runs again."""
+    """Owe each lane what its ``pruns`` entries say, and know the runs again. A run a lane
+    owes whole, at its first attempt, joins it as a ``PlainRun``: no step per message (a
+    lane's entries come in sequence order)."""
     runs: dict[int, Run] = {}
     in_outbox: dict[int, set[int] | None] = {}  # first -> offsets some lane owes (None: all)
     for lane_id, first, (partitions, offsets, attempts) in store.iter_pruns():
@@ -115,10 +117,15 @@ def _load_runs(store: Store, records: Records, by_id: dict[int, Lane], now: floa
             run = runs[first] = Run(first, len(partitions), owing.topic, partitions, 0, {})
             in_outbox[first] = set()
         owed = range(run.count) if offsets is None else offsets
-        for i, offset in enumerate(owed):
-            owing.add(
-                first + offset, partitions[offset], 0, attempts[i] if attempts else 0, now=now
+        if not attempts and type(owed) is range:  # (whole, or its tail: joins at once)
+            owing.add_plain(
+                PlainRun(range(first + owed.start, first + owed.stop), partitions[owed.start :])
             )
+        else:
+            for i, offset in enumerate(owed):
+                owing.add(
+                    first + offset, partitions[offset], 0, attempts[i] if attempts else 0, now=now
+                )
         run.owed[lane_id] = len(owed)
         known = in_outbox[first]
         if offsets is None or known is None:
