@@ -209,20 +209,15 @@ def test_closing_with_held_publishes_fails_them(node: Node) -> None:
     assert node.commits.held.count == 0 and not node.commits.held.full
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the duplicate of a publish whose commit failed is acked at once"
-)
-def test_the_duplicate_of_a_publish_held_back_is_not_acked(node: Node) -> None:
-    """Two publishes with one msg_id in one iteration: ``Staging.stage`` keeps the first
-    and records the second as its duplicate (``Staging.duplicates``). The commit fails
-    (the map is full): ``unstage`` leaves ``duplicates`` as it is, and ``store_pubs``
-    still calls ``added`` (with nothing stored), which makes the duplicate follow its
-    original. Nobody owes the original (it was never stored), so ``Receipts.follow`` acks
-    the duplicate at once: its receipt says stored and acked while the original waits
-    in ``Held``, and stays so if the original is failed at close (``fail_held``)."""
+def test_the_duplicate_of_a_publish_held_back_is_held_with_it(node: Node) -> None:
+    """Two publishes with one msg_id in one iteration, and the commit fails (the map is
+    full): the duplicate shares its original's fate. It is held with it, not acked by
+    following a message that was not stored, and failed with it at close."""
     producer = node.producer
     original = producer.publish("t", b"z" * SMALL_MAP, msg_id="order-7")
     dup = producer.publish("t", b"d", msg_id="order-7")
     assert node.loop([original, dup]) == []
-    assert node.commits.held.pubs == [original]
+    assert node.commits.held.pubs == [original, dup]
     assert dup.receipt not in producer.outbox.receipts.acked
+    assert node.commits.fail_held("n")[0] == 2
+    assert isinstance(dup.stage.error, StoreFullError)

@@ -277,19 +277,12 @@ def test_messages_acked_in_a_transaction_are_settled_on_their_origin(inbox: Inbo
     assert not any(inbox.consumer._holding.values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a redelivery that arrives in the iteration that "
-    "takes the message's ack is delivered again",
-)
 def test_a_redelivery_in_the_iteration_of_its_ack_is_not_delivered_again(inbox: Inbox) -> None:
     """The application acks 1 while its producer, its ack timeout past, sends it again:
-    the IO thread takes the ack (``acked_seqs``: into the batch's ``seen_put``) and then
-    the redelivery (``on_batch``) in one iteration. ``on_batch`` looks in the dedupe
-    window only below ``_tops``, which ``flush`` raises after the commit, and the window
-    in LMDB does not hold the ack yet; the origin no longer holds 1 either (acked in
-    order, ``take_acks`` moved past it). So the message reaches the application a second
-    time, although this node acked it: what the window is there to prevent."""
+    the IO thread takes the ack and then the redelivery in one iteration. The ack is not
+    in the store's dedupe window yet (it is committed at the end of the iteration) and
+    the origin no longer holds 1, so ``on_batch`` counts this iteration's acks as seen:
+    the message does not reach the application a second time."""
     sub = inbox.subscribe()
     inbox.loop(_batch([1, 2]))
     first, _second = sub.fetch(2, 0)

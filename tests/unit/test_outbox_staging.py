@@ -259,18 +259,11 @@ def test_a_failed_commit_takes_older_spilled_messages_back_into_ram(small: Store
     assert stored.msgs(small) == {} and stored.pend(small) == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Spill.unspill puts back into RAM the messages of "
-    "the failed stage itself: they were never stored",
-)
 def test_a_failed_commit_keeps_nothing_of_a_stage_whose_own_messages_spilled(small: Store) -> None:
-    """A stage whose own memory messages are past the budget spills them in its batch.
-    ``unstage`` first drops the stage's messages from RAM (``forget_mem``: none there,
-    they spilled), then ``unspill`` puts every spilled message back, these too: RAM then
-    holds messages that were never stored, and counts their bytes. Retried (a full map
-    holds them), they are counted again; failed (any other error), they stay for good,
-    and a later spill writes them to ``msgs`` with no lane owing them."""
+    """A stage whose own memory messages are past the budget spills them in its batch;
+    its commit fails. ``unspill`` puts back into RAM what older stages held there, never
+    the failed stage's own messages: they were never stored (RAM would hold, and count,
+    messages no lane owes, and a later spill would write them to ``msgs``)."""
     producer = Producer(
         small, memory_budget_bytes=4000, t=TopicConfig(partitions=1, durability="memory")
     )

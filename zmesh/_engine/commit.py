@@ -126,7 +126,7 @@ class Committer:
             full = False
         self.counters.add("store_full" if full else "store_errors", 1)
         if mark is not None:
-            self.staging.unstage(pubs)
+            pubs = pubs + self.staging.unstage(pubs)
         keep = [p for p in pubs if id(p) not in self.tx_pubs]
         for p in pubs:
             if not (full and id(p) not in self.tx_pubs):

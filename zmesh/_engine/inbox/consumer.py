@@ -143,6 +143,9 @@ class Consumer:
         if first <= top:
             seen = self.store.seen_filter(producer, lane.encode(), [s for s in seqs if s <= top])
         source = (producer, topic, lane)
+        acked_now = self._acks.get(source)  # (acked in this iteration: not in the store yet)
+        if acked_now:
+            seen = _with_acked(seen, acked_now, first, last)
         holding = self._holding.get(source)
         if holding is None:
             holding = self._holding[source] = {}
@@ -319,6 +322,20 @@ class Consumer:
         self._touches.clear()
         for producer, msg in out:
             send(producer, msg)
+
+
+def _with_acked(
+    seen: AbstractSet[int], acked: list[Sequence[int]], first: int, last: int
+) -> AbstractSet[int]:
+    """``seen`` and the sequences of ``acked`` (as taken, mostly ranges) from ``first`` to
+    ``last``."""
+    more: set[int] = set()
+    for part in acked:
+        if type(part) is range:
+            more.update(range(max(part.start, first), min(part.stop, last + 1)))
+        else:
+            more.update(s for s in part if first <= s <= last)
+    return more | seen if more else seen
 
 
 def _joined(parts: list[Sequence[int]]) -> list[Sequence[int]]:

@@ -107,13 +107,14 @@ class Spill:
             "spilled", len(singles) + sum(run.count for run, _f, _s in self._spilled_runs)
         )
 
-    def unspill(self, new_runs: set[int]) -> None:
+    def unspill(self, new_runs: set[int], new_seqs: set[int]) -> None:
         """The commit that held the last ``spill`` failed: what it wrote is in RAM again
-        (runs of that stage excepted: they were never stored)."""
+        (the messages and runs of that stage excepted: they were never stored)."""
         records = self.records
         for seq, record in self._spilled:
-            records.mem[seq] = record
-            records.mem_bytes += mem_size(record)
+            if seq not in new_seqs:
+                records.mem[seq] = record
+                records.mem_bytes += mem_size(record)
         self._spilled.clear()
         for run, decoded, size in self._spilled_runs:
             if run.first not in new_runs:  # (older runs: in RAM again, as before the spill)

@@ -13,7 +13,6 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from itertools import accumulate
 from operator import attrgetter
-from typing import TYPE_CHECKING
 
 from ..._numbers import fitting_array
 from ..._store.store import Store, WriteBatch, pack, pend_key, u32, u64
@@ -38,9 +37,6 @@ from .runs import (
 )
 from .settle import Settler
 from .spill import Spill
-
-if TYPE_CHECKING:
-    from ..._receipt import Receipt
 
 _stage = attrgetter("stage")
 
@@ -87,7 +83,8 @@ class Staging:
         self.counters = counters
         self.spill = Spill(lanes, records, counters, memory_budget_bytes)
         self._seq_written = next_seq  # next_seq as last staged: it never goes back
-        self.duplicates: list[tuple[str, int, Receipt]] = []  # (topic, original seq, receipt)
+        # Publishes of an msg_id published before: (topic, the original's sequence, publish)
+        self.duplicates: list[tuple[str, int, AnyPublish]] = []
         # What the last ``stage`` allocated, for ``unstage`` to give back: per topic the first
         # index of each partition (the retained entries and bytes are in ``Retained.staged``).
         self._staged_first: dict[str, dict[int, int]] = {}
@@ -101,8 +98,10 @@ class Staging:
             if not lanes.by_topic.get(p.topic) and lanes.get(p.topic, UNCLAIMED) is None:
                 lanes.add(p.topic, UNCLAIMED, "", "unclaimed", batch)
 
-    def unstage(self, pubs: list[AnyPublish]) -> None:
-        """Undo ``stage`` in memory after its commit failed: nothing of it was stored."""
+    def unstage(self, pubs: list[AnyPublish]) -> list[AnyPublish]:
+        """Undo ``stage`` in memory after its commit failed: nothing of it was stored.
+        Returns the duplicates of ``pubs`` it set aside: they share their originals' fate
+        (held with them, or failed), never following what was not stored."""
         records = self.records
         for topic, firsts in self._staged_first.items():
             for partition, first in firsts.items():
@@ -114,9 +113,14 @@ class Staging:
         records.forget_mem_runs(new)
         self._runs.clear()
         seqs = [seq for p in pubs for seq in p.seqs]
+        staged = set(seqs)
+        self.spill.unspill(new, staged)
         records.forget_mem(seqs)
         records.decoded.forget(seqs)
-        self.spill.unspill(new)
+        back = [dup for _t, original, dup in self.duplicates if original in staged]
+        if back:
+            self.duplicates = [d for d in self.duplicates if d[1] not in staged]
+        return back
 
     def _suppress_duplicates(self, pubs: list[AnyPublish], batch: WriteBatch) -> list[AnyPublish]:
         """Drop publishes whose msg_id this node already published within the window."""
@@ -139,7 +143,7 @@ class Staging:
             self.counters.add("duplicates_suppressed", 1)
             if p.receipt is not None:
                 p.receipt._seq = original
-                self.duplicates.append((p.topic, original, p.receipt))
+            self.duplicates.append((p.topic, original, p))
         return fresh
 
     def stage(self, pubs: list[AnyPublish], batch: WriteBatch) -> list[AnyPublish]:
@@ -458,7 +462,9 @@ class Staging:
         count = message_count(pubs)
         records.depth += count
         self.counters.add("published", count)
-        for topic, original, receipt in self.duplicates:
-            receipt._stage.lanes = _lane_names(self.lanes.of_topic(topic))
-            self.receipts.follow(original, receipt, self.lanes.owed(topic, original))
+        for topic, original, dup in self.duplicates:
+            receipt = dup.receipt
+            if receipt is not None:
+                receipt._stage.lanes = _lane_names(self.lanes.of_topic(topic))
+                self.receipts.follow(original, receipt, self.lanes.owed(topic, original))
         self.duplicates.clear()
