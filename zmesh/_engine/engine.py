@@ -377,7 +377,7 @@ class Engine:
         peer = self.mesh.peer(member)
         if peer is None or not peer.alive:
             return 0
-        batch_size = lane.members[member].batch_size
+        batch_size = lane.frame_size(lane.members[member].batch_size)
         floor = lane.floor()
         sent = 0
         push = peer.push

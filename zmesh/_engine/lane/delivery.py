@@ -100,6 +100,7 @@ QUEUE_SHARE = 0.25
 # About the most a member's window holds in bytes on the wire, by the lane's recent bytes
 # per message (``Lane.note_sent``): large payloads make for a window of fewer messages.
 WINDOW_MAX_BYTES = 16 << 20
+FRAME_MAX_BYTES = 1 << 20  # about the most payload bytes one data frame carries (``frame_size``)
 
 
 @dataclass(slots=True)

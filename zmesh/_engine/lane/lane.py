@@ -34,6 +34,7 @@ from ..._seqs import consecutive
 from ..routing import rendezvous
 from .delivery import (
     DELAYED,
+    FRAME_MAX_BYTES,
     IN_FLIGHT,
     NO_SIZE_LIMIT,
     QUEUE_SHARE,
@@ -264,11 +265,7 @@ class Lane(Retries):
     def add_plain(self, run: PlainRun) -> None:
         """``add`` of new plain messages (no priority, schedule or expiry)."""
         seqs = run.seqs
-        if (
-            seqs[0] < self._next_floor
-            or not run.ascending
-            or len(run.split) > self._partitions
-        ):
+        if seqs[0] < self._next_floor or not run.ascending or len(run.split) > self._partitions:
             for seq, partition in zip(seqs, run.partitions, strict=True):
                 self.add(seq, partition, now=0.0)
             return
@@ -289,6 +286,14 @@ class Lane(Retries):
         bound the members' windows follow it (a quarter of the way per batch)."""
         each = nbytes / count
         self.message_bytes = (3 * self.message_bytes + each) / 4 if self.message_bytes else each
+
+    def frame_size(self, batch_size: int) -> int:
+        """Messages per data frame: a member's ``batch_size``, fewer of large payloads (about
+        ``FRAME_MAX_BYTES`` a frame, by the lane's bytes per message), so a window holds
+        several frames on their way and a consumer acks as they come."""
+        if self.message_bytes * batch_size <= FRAME_MAX_BYTES:
+            return batch_size
+        return max(1, int(FRAME_MAX_BYTES / self.message_bytes))
 
     def expect_bytes(self, each: float) -> None:
         """Until a send measures them (``note_sent``), take the bytes per message to be
