@@ -9,13 +9,15 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .config import ProducerConfig, RelayConfig
+from .config import NodeConfig, ProducerConfig, RelayConfig
 from .errors import ConfigError, ZMeshError
 
 if TYPE_CHECKING:
-    from .node import Node
+    from ._receipt import Receipt
+    from .subscription import Subscription
+    from .transaction import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +50,25 @@ def _payload(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+class RoleNode(Protocol):
+    """What the roles use of their node."""
+
+    config: NodeConfig
+
+    @property
+    def name(self) -> str: ...
+
+    def subscribe(self, topic: str, group: str | None = None) -> Subscription: ...
+
+    def publish(self, topic: str, payload: bytes, *, key: str | None = None) -> Receipt: ...
+
+    def transaction(self, timeout: float | None = None) -> Transaction: ...
+
+
 class Roles:
     """The producer and relay threads of one node."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: RoleNode) -> None:
         self._node = node
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -453,7 +453,7 @@ class Node:
         one LMDB transaction when the block ends without an exception, and none of it
         otherwise: consume-transform-produce without loss or duplicates.
         """
-        return Transaction(self, self._timeout(timeout))
+        return Transaction(self._prepare, self._queue, self._timeout(timeout))
 
     # -- consuming ----------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from ._receipt import Receipt
@@ -9,8 +10,11 @@ from .errors import ArgumentError, MessageStateError, NodeStateError
 from .subscription import Message
 
 if TYPE_CHECKING:
-    from ._engine.outbox.publishes import Publish
-    from .node import Node
+    from ._engine.outbox.publishes import AnyPublish, Publish
+    from ._engine.submit import Submitter
+
+# How a node prepares publishes (checked, with sequences): ``Node._prepare``.
+Prepare = Callable[..., list["AnyPublish"]]
 
 __all__ = ["Transaction"]
 
@@ -23,8 +27,9 @@ class Transaction:
     messages to ack stay unsettled (nack them or let them be redelivered).
     """
 
-    def __init__(self, node: Node, timeout_s: float) -> None:
-        self._node = node
+    def __init__(self, prepare: Prepare, queue: Submitter, timeout_s: float) -> None:
+        self._prepare = prepare
+        self._queue = queue
         self._timeout_s = timeout_s
         self._pubs: list[Publish] = []
         self._acks: list[Message] = []
@@ -35,7 +40,7 @@ class Transaction:
         self._check_open()
         key = kwargs.pop("key", None)
         try:
-            [pub] = self._node._prepare(topic, [payload], [key], paced=False, **kwargs)
+            [pub] = self._prepare(topic, [payload], [key], paced=False, **kwargs)
         except TypeError as exc:
             raise ArgumentError(f"bad publish arguments: {exc}") from exc
         self._pubs.append(cast("Publish", pub))  # (one payload: never a PublishMany)
@@ -45,7 +50,7 @@ class Transaction:
     def ack(self, msg: Message) -> None:
         """Ack ``msg`` when the transaction commits."""
         self._check_open()
-        if msg._origin.queue is not self._node._queue:
+        if msg._origin.queue is not self._queue:
             raise ArgumentError(f"message {msg.id} was not received by this node")
         if msg.settled or msg in self._acks:
             raise MessageStateError(f"message {msg.id} was already {msg._settled or 'added'}")
@@ -64,7 +69,7 @@ class Transaction:
         for msg in self._acks:
             msg._settled = "acked"
         try:
-            self._node._queue.transact(self._pubs, self._acks, self._timeout_s)
+            self._queue.transact(self._pubs, self._acks, self._timeout_s)
         except BaseException:
             for msg in self._acks:
                 msg._settled = None
@@ -75,7 +80,7 @@ class Transaction:
         if self._done:
             return
         self._done = True
-        queue = self._node._queue
+        queue = self._queue
         queue.abandon(len(self._pubs), sum(len(p.payload) for p in self._pubs))
         with queue.cond:  # (their receipts' waits end with it)
             self._fail_receipts()
@@ -94,9 +99,7 @@ class Transaction:
         # inside a lock of the node's own, so it only queues that for the IO thread.
         if not self._done and self._pubs:
             self._fail_receipts()
-            self._node._queue.abandon_dropped(
-                len(self._pubs), sum(len(p.payload) for p in self._pubs)
-            )
+            self._queue.abandon_dropped(len(self._pubs), sum(len(p.payload) for p in self._pubs))
 
     def __enter__(self) -> Transaction:
         return self

@@ -30,9 +30,8 @@ ALLOWED = {
     ("zmesh/aio.py", "_done"),
     ("zmesh/aio.py", "_late"),
     # The node's engine and command queue, for the parts of zmesh that drive a node from
-    # the side: its transactions, its asyncio twin, the CLI's and the web view's nodes.
-    ("zmesh/transaction.py", "_queue"),
-    ("zmesh/transaction.py", "_prepare"),
+    # the side: its asyncio twin, the CLI's and the web view's nodes (and a message's
+    # origin, which a transaction checks is its node's).
     ("zmesh/transaction.py", "_origin"),
     ("zmesh/aio.py", "_queue"),
     ("zmesh/aio.py", "_close"),

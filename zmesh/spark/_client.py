@@ -16,6 +16,7 @@ import zmq
 
 from ..errors import DecodeError
 from ._errors import BridgeError
+from ._options import check_endpoint
 from ._wire import Reply, Request, decode_reply, encode_request
 
 if TYPE_CHECKING:
@@ -23,12 +24,6 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_ATTEMPTS = 3
-
-
-def check_endpoint(endpoint: object) -> str:
-    if not isinstance(endpoint, str) or not endpoint.startswith(("tcp://", "ipc://")):
-        raise BridgeError(f"bridge endpoint must look like 'tcp://host:port', got {endpoint!r}")
-    return endpoint
 
 
 class BridgeClient:

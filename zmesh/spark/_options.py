@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import check_name
 from ..errors import ArgumentError
-from ._client import check_endpoint
+from ._errors import BridgeError
 from ._offsets import parse_spec
 
 SOURCE_OPTIONS = (
@@ -55,6 +55,12 @@ BASE_COLUMNS = (
     ("timestamp", "timestamp"),
 )
 BASE_DDL = ", ".join(f"`{n}` {t}" for n, t in BASE_COLUMNS)
+
+
+def check_endpoint(endpoint: object) -> str:
+    if not isinstance(endpoint, str) or not endpoint.startswith(("tcp://", "ipc://")):
+        raise BridgeError(f"bridge endpoint must look like 'tcp://host:port', got {endpoint!r}")
+    return endpoint
 
 
 def source_ddl(payload_schema: str | None) -> str:
