@@ -10,14 +10,14 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import groupby, islice, repeat
 from operator import attrgetter, length_hint
 from threading import TIMEOUT_MAX
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ._engine.commands import Extend, Settle
-from ._engine.inbox.origin import STATES, Origin
+from ._engine.inbox.origin import STATES, Origin, Queue
 from ._receipt import MessageId
 from ._seqs import consecutive
 from ._waits import check_timeout
-from .config import SubscriptionConfig, check_delay, int_in
+from .config import NodeConfig, SubscriptionConfig, check_delay, int_in
 from .errors import (
     ArgumentError,
     MessageStateError,
@@ -25,9 +25,6 @@ from .errors import (
     NodeStateError,
     ZMeshError,
 )
-
-if TYPE_CHECKING:
-    from ._engine.submit import Submitter
 
 __all__ = ["Message", "Subscription"]
 
@@ -196,6 +193,17 @@ class Message:
         )
 
 
+class _Subscriber(Queue, Protocol):
+    """What a subscription uses of its node's command queue (the engine's ``Submitter``)."""
+
+    node_id: bytes
+    config: NodeConfig
+
+    def ephemeral_name(self) -> str: ...
+
+    def unsubscribe(self, sub: Subscription) -> None: ...
+
+
 class Subscription:
     """Messages of one topic for one group, in arrival order.
 
@@ -217,7 +225,7 @@ class Subscription:
 
     def __init__(
         self,
-        submitter: Submitter,
+        submitter: _Subscriber,
         topic: str,
         config: SubscriptionConfig,
         handler: Callable[[Message], Any] | None = None,

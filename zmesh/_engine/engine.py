@@ -30,8 +30,9 @@ from .._security import Keys, load_keys
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
 from ..errors import NodeStateError, StoreFullError, ZMeshError
-from .commands import Call, Commands, Contact
+from .commands import Call, Contact
 from .commit import Committer
+from .drain import Commands
 from .held import Held
 from .inbox.consumer import Consumer
 from .lane.delivery import Taken
