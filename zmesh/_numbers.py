@@ -7,13 +7,14 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Sequence
+from typing import Any
 
 LITTLE = sys.byteorder == "little"
 ITEM_BYTES = {code: array(code).itemsize for code in "BHIqd"}
 assert ITEM_BYTES == {"B": 1, "H": 2, "I": 4, "q": 8, "d": 8}
 
 
-def le_bytes(column: array) -> bytes:
+def le_bytes(column: array[int] | array[float]) -> bytes:
     """``column``'s numbers as little-endian bytes (``column`` is left as it is)."""
     if LITTLE:
         return column.tobytes()
@@ -22,16 +23,17 @@ def le_bytes(column: array) -> bytes:
     return swapped.tobytes()
 
 
-def le_array(code: str, data: bytes) -> array:
+def le_array(code: str, data: bytes) -> array[Any]:
     """The numbers of type ``code`` that ``data`` holds little-endian (its length a
-    multiple of their size)."""
+    multiple of their size): ints, or floats for "d" (the code, known only when this
+    runs, decides which)."""
     column = array(code, data)
     if not LITTLE:
         column.byteswap()
     return column
 
 
-def fitting_array(codes: str, values: Sequence[int]) -> array:
+def fitting_array(codes: str, values: Sequence[int]) -> array[int]:
     """``values`` as an array of the first type of ``codes`` that holds every one of them
     (OverflowError when none does)."""
     for code in codes[:-1]:
@@ -42,9 +44,9 @@ def fitting_array(codes: str, values: Sequence[int]) -> array:
     return array(codes[-1], values)
 
 
-def le_column(data: bytes, n: int, codes: str) -> array | None:
+def le_column(data: bytes, n: int, codes: str) -> array[Any] | None:
     """``n`` numbers from ``data``, of the first type of ``codes`` whose size its length
-    fits; None when none does."""
+    fits (ints, or floats for "d", as ``le_array``); None when none does."""
     for code in codes:
         if len(data) == n * ITEM_BYTES[code]:
             return le_array(code, data)

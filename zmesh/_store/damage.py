@@ -77,8 +77,9 @@ def decode_or_none(data: bytes | memoryview) -> Any:
         return None
 
 
-def decode_record(data: bytes | memoryview) -> list | None:
-    """An outbox record's fields, or None when the record is damaged.
+def decode_record(data: bytes | memoryview) -> list[Any] | None:
+    """An outbox record's fields (each of its own type, in the order ``RECORD_FIELDS``
+    names), or None when the record is damaged.
 
     A record stored before messages had indexes (nine fields) gets index None.
     """
@@ -102,7 +103,7 @@ RUN_FIELDS = 7  # runs values: [topic, partitions, keys, headers, published_at, 
 #                               written before
 
 
-def decode_run(data: bytes | memoryview) -> list | None:
+def decode_run(data: bytes | memoryview) -> list[Any] | None:
     """A run record's fields (see _engine/runs.py), its partitions an array of "B" or "H",
     its indexes of "I" or "q", its publish time a float or an array of "d"; or None when
     the record is damaged: every column as long as the payloads, payloads bytes,
@@ -128,7 +129,7 @@ def decode_run(data: bytes | memoryview) -> list | None:
     return fields
 
 
-def _times(value: Any, n: int) -> float | array | None:
+def _times(value: Any, n: int) -> float | array[float] | None:
     """A run's publish times: one for the whole run (a float), or ``n`` as an array of
     doubles, from their little-endian bytes or from a list of numbers (older records);
     None when ``value`` is none of these."""
@@ -161,7 +162,7 @@ def run_offsets(value: Any, n: int) -> range | list[int] | None:
     raise ValueError("bad offsets in a run entry")
 
 
-def number_column(value: Any, n: int, codes: str) -> array | None:
+def number_column(value: Any, n: int, codes: str) -> array[int] | None:
     """``n`` non-negative numbers as an array of the first type of ``codes`` they fit:
     from their little-endian bytes, or from a list of ints (older records); None when
     ``value`` is neither."""

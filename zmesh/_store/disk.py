@@ -104,7 +104,7 @@ class Disk:
         free = self.free_bytes()
         return None if free is None else free - self.kept_free()
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, bool | int | None]:
         """For status: the disk's free bytes, whether it is full for new messages, whether
         the reserve is held. Never raises."""
         free = self.free_bytes()

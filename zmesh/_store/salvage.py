@@ -106,14 +106,16 @@ class _Reader(_verify._Verifier):
         self.report.meta = f"meta page {pgno} (the other is damaged: {exc})"
         self.err(f"meta page {1 - pgno} is damaged: {exc}")
 
-    def _walk_page(self, ctx: dict, pgno: int, depth: int) -> None:
+    # ``ctx``: the verifier's state of one database's walk (its name, the db's stat, page
+    # and entry counts, a key comparer), a dict of values of every kind.
+    def _walk_page(self, ctx: dict[str, Any], pgno: int, depth: int) -> None:
         if ctx["name"].startswith("main/") and depth == 1:
             self.report.expected[ctx["name"][5:]] = ctx["db"].entries
         super()._walk_page(ctx, pgno, depth)
 
     def _leaf_value(
         self,
-        ctx: dict,
+        ctx: dict[str, Any],
         pgno: int,
         i: int,
         buf: bytes,

@@ -80,6 +80,15 @@ from .snapshot import copy_env
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")  # what a decoder makes of a record
+# A ``pend`` value: (partition, priority, attempt, expires_at, deliver_at), times None when
+# unset.
+PendingValue = tuple[int, int, int, float | None, float | None]
+# A ``pruns`` value: (partitions, offsets: None for all, a range or an ascending list,
+# attempts: None, or one per offset owed). The partitions are an array[int]; Any while the
+# lane's PlainRun, which restart hands them to, declares a list[int].
+RunEntry = tuple[Any, range | list[int] | None, list[int] | None]
+# A ``dead`` value: [state, reason, attempts, failed_at, history, record], as msgpack lists it.
+DeadValue = list[Any]
 
 # Pages of the map new messages leave free (see Store._would_fill): at least this many,
 # and at least 1/RESERVE_FRACTION of the map.
@@ -390,13 +399,13 @@ class Store(LogIndex, AckedWindow):
 
         yield from self._scan(self.lanes, "lanes", decode)
 
-    def iter_pending(self) -> Iterator[tuple[int, int, tuple]]:
+    def iter_pending(self) -> Iterator[tuple[int, int, PendingValue]]:
         """(lane_id, seq, (partition, priority, attempt, expires_at, deliver_at))."""
         # Most values repeat (a plain message's is the same for every message of its
         # partition): each distinct value is decoded once.
-        known: dict[bytes, tuple] = {}
+        known: dict[bytes, PendingValue] = {}
 
-        def decode(k: bytes, v: bytes) -> tuple[int, int, tuple]:
+        def decode(k: bytes, v: bytes) -> tuple[int, int, PendingValue]:
             value = known.get(v)
             if value is None:
                 fields = unpackb(v)
@@ -411,12 +420,12 @@ class Store(LogIndex, AckedWindow):
 
         yield from self._scan(self.pend, "pend", decode)
 
-    def iter_pruns(self) -> Iterator[tuple[int, int, tuple]]:
+    def iter_pruns(self) -> Iterator[tuple[int, int, RunEntry]]:
         """(lane_id, first seq, (partitions, offsets, attempts)) of every run entry, its
         partitions an array, its offsets None (all owed), a range or a list (see
         ``runs.run_entry``), each within the run, its attempts None or one per offset."""
 
-        def decode(k: bytes, v: bytes) -> tuple[int, int, tuple]:
+        def decode(k: bytes, v: bytes) -> tuple[int, int, RunEntry]:
             value = unpackb(v)
             if len(k) != 12 or not isinstance(value, list) or len(value) != 3:
                 raise ValueError("not a run entry")
@@ -507,13 +516,13 @@ class Store(LogIndex, AckedWindow):
                     out[mid] = int.from_bytes(v[:8], "big")
         return out
 
-    def get_dead(self, lane_id: int, seq: int) -> list | None:
+    def get_dead(self, lane_id: int, seq: int) -> DeadValue | None:
         with self.env.begin(db=self.dead) as txn:
             value = txn.get(pend_key(lane_id, seq))
         return None if value is None else unpackb(value)
 
-    def iter_all_dead(self) -> Iterator[tuple[int, int, list]]:
-        def decode(k: bytes, v: bytes) -> tuple[int, int, list]:
+    def iter_all_dead(self) -> Iterator[tuple[int, int, DeadValue]]:
+        def decode(k: bytes, v: bytes) -> tuple[int, int, DeadValue]:
             value = unpackb(v)
             if not isinstance(value, list) or len(value) != 6:
                 raise ValueError("not a dead letter")
@@ -521,7 +530,7 @@ class Store(LogIndex, AckedWindow):
 
         yield from self._scan(self.dead, "dead", decode)
 
-    def iter_dead(self, lane_id: int) -> Iterator[tuple[int, list]]:
+    def iter_dead(self, lane_id: int) -> Iterator[tuple[int, DeadValue]]:
         with self.env.begin(db=self.dead) as txn:
             cur = txn.cursor()
             prefix = u32(lane_id)
