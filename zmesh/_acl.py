@@ -127,7 +127,8 @@ class Acl:
 class _Names:
     """Resolving the names an ACL file gives keys."""
 
-    def __init__(self, path: str, trusted_keys_dir: str | None, groups: dict) -> None:
+    def __init__(self, path: str, trusted_keys_dir: str | None, groups: dict[str, Any]) -> None:
+        """``groups``: the [groups] table as TOML read it (its members checked here)."""
         self.path = path
         self.dir = Path(trusted_keys_dir) if trusted_keys_dir else None
         self.groups = {

@@ -104,7 +104,7 @@ def generate_keypair(directory: str | Path, name: str) -> tuple[Path, Path]:
     return key_path, pub_path
 
 
-def server_options(sock: zmq.Socket, keys: Keys | None, domain: bytes) -> None:
+def server_options(sock: zmq.Socket[bytes], keys: Keys | None, domain: bytes) -> None:
     """Options of a bound socket (PULL, ROUTER): CURVE server when keys are set; ZAP always
     (every connection gets an id, banned ones are refused). Set before bind."""
     sock.setsockopt(zmq.ZAP_DOMAIN, domain)
@@ -114,7 +114,7 @@ def server_options(sock: zmq.Socket, keys: Keys | None, domain: bytes) -> None:
         sock.setsockopt(zmq.CURVE_PUBLICKEY, keys.public)
 
 
-def client_options(sock: zmq.Socket, keys: Keys | None, server_key: bytes | None) -> None:
+def client_options(sock: zmq.Socket[bytes], keys: Keys | None, server_key: bytes | None) -> None:
     """Options of a connecting socket (PUSH, DEALER) to a server with ``server_key``."""
     if keys is not None and server_key:
         sock.setsockopt(zmq.CURVE_SERVERKEY, server_key)
@@ -126,7 +126,9 @@ class ZapHandler:
     """Answers ZAP requests: CURVE clients with a trusted key, NULL clients only when the
     node has no keys; banned addresses and keys as the module says."""
 
-    def __init__(self, ctx: zmq.Context, keys: Keys | None, counters: Counters, bans: Bans) -> None:
+    def __init__(
+        self, ctx: zmq.Context[zmq.Socket[bytes]], keys: Keys | None, counters: Counters, bans: Bans
+    ) -> None:
         self.keys = keys
         self.counters = counters
         self.bans = bans
@@ -185,7 +187,7 @@ class ZapHandler:
             props["X-Ban"] = ban.text()  # (its request is answered, then it is shut down)
         return True, "OK", key, props
 
-    def _deny(self, address: str, what: bytes, why: str) -> tuple[bool, str, bytes, dict]:
+    def _deny(self, address: str, what: bytes, why: str) -> tuple[bool, str, bytes, dict[str, str]]:
         self.counters.add("auth_denied", 1)
         if (address, what) not in self._logged and len(self._logged) < 1000:
             self._logged.add((address, what))

@@ -376,10 +376,10 @@ class Node:
         self._readers.add(reader)
         return reader
 
-    async def status(self) -> dict:
+    async def status(self) -> dict[str, Any]:
         return await asyncio.to_thread(self._node.status)
 
-    async def peers(self) -> list[dict]:
+    async def peers(self) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self._node.peers)
 
     def stats(self) -> dict[str, int]:
@@ -389,10 +389,10 @@ class Node:
     async def snapshot(self, dest: str | Path) -> Path:
         return await asyncio.to_thread(self._node.snapshot, dest)
 
-    async def groups(self, topic: str | None = None) -> list[dict]:
+    async def groups(self, topic: str | None = None) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self._node.groups, topic)
 
-    async def delete_group(self, topic: str, group: str) -> dict:
+    async def delete_group(self, topic: str, group: str) -> dict[str, int]:
         return await asyncio.to_thread(self._node.delete_group, topic, group)
 
     async def dead_letters(self, topic: str, group: str, *, limit: int = 1000) -> list[DeadLetter]:

@@ -4,6 +4,7 @@ producer until an operator replays or purges them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ._receipt import MessageId
 
@@ -23,7 +24,7 @@ class DeadLetter:
     lane: str
     key: str | None
     payload: bytes
-    headers: dict
+    headers: dict[str, Any]
     reason: str
     attempts: int
     failed_at: float

@@ -9,7 +9,7 @@ import time
 from collections import deque
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -38,7 +38,7 @@ class _Source:
     """One producer the reader fetches from, and its cursor per partition."""
 
     node_id: bytes
-    sock: zmq.Socket
+    sock: zmq.Socket[bytes]
     ctrl_ep: str
     cursors: dict[int, int] = field(default_factory=dict)
     token: int | None = None  # of the request awaiting its reply
@@ -152,7 +152,7 @@ class ReplayReader:
                 self._sources[node_id] = source
             self._poller.register(source.sock, zmq.POLLIN)
 
-    def _connect(self, ctrl_ep: str, key: bytes) -> zmq.Socket:
+    def _connect(self, ctrl_ep: str, key: bytes) -> zmq.Socket[bytes]:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes)
@@ -225,7 +225,7 @@ class ReplayReader:
         cursors = source.cursors
         producer = source.node_id
         # The reply's messages share the columns of what they seldom are asked for.
-        headers: list[dict | None] = []
+        headers: list[dict[str, Any] | None] = []
         partitions: list[int] = []
         published_ats: list[float] = []
         indexes: list[int | None] = []
