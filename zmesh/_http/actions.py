@@ -5,6 +5,7 @@ at all is the caller's decision; these only do it."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ class HttpError(Exception):
         self.status = status
 
 
-def arg(source: dict, name: str) -> str:
+def arg(source: Mapping[str, Any], name: str) -> str:
     """A required, non-empty string argument."""
     value = source.get(name)
     if not isinstance(value, str) or not value:
@@ -45,7 +46,7 @@ def payload_json(payload: bytes) -> dict[str, str | None]:
     return {"payload_b64": base64.b64encode(payload).decode(), "payload_text": text}
 
 
-def dead_letter_json(d: dict, node: str) -> dict:
+def dead_letter_json(d: dict[str, Any], node: str) -> dict[str, Any]:
     """A dead letter as an admin reply holds it, in JSON, the producer's name beside its
     id."""
     out = {k: v for k, v in d.items() if k != "payload"}
@@ -53,8 +54,11 @@ def dead_letter_json(d: dict, node: str) -> dict:
 
 
 def dead_letters(
-    engine: Engine, ctx: zmq.Context, query: dict[str, str], timeout_s: float = MESH_TIMEOUT_S
-) -> dict:
+    engine: Engine,
+    ctx: zmq.Context[zmq.Socket[bytes]],
+    query: dict[str, str],
+    timeout_s: float = MESH_TIMEOUT_S,
+) -> dict[str, Any]:
     """The parked messages of ``query``'s topic and group at every node this one knows (or
     at ``node``, an id or a name), with the nodes that could not say."""
     args: dict[str, Any] = {"topic": arg(query, "topic"), "group": arg(query, "group")}
@@ -66,8 +70,8 @@ def dead_letters(
     node = query.get("node")
     if node:
         targets = [t for t in targets if node in (t.node_id, t.name)]
-    letters: list[dict] = []
-    errors: list[dict] = []
+    letters: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
     for a in run_admin(engine, ctx, targets, "dead_letters", args, timeout_s):
         reply = a.reply
         if not isinstance(reply, AdminReply) or not reply.ok:
@@ -80,7 +84,9 @@ def dead_letters(
     return {**args, "letters": letters, "errors": errors}
 
 
-def remove_group(engine: Engine, ctx: zmq.Context, body: dict) -> dict:
+def remove_group(
+    engine: Engine, ctx: zmq.Context[zmq.Socket[bytes]], body: dict[str, Any]
+) -> dict[str, Any]:
     """Delete ``body``'s group of its topic at this node and every live peer (admin op
     ``group_rm``, as ``zmesh group rm`` asks it): what was dropped here, how many peers
     were told."""
@@ -95,7 +101,9 @@ def remove_group(engine: Engine, ctx: zmq.Context, body: dict) -> dict:
     return {"node": answer.target.node_id, "name": answer.target.name, **args, **result}
 
 
-def act(engine: Engine, ctx: zmq.Context, op: str, body: dict) -> dict:
+def act(
+    engine: Engine, ctx: zmq.Context[zmq.Socket[bytes]], op: str, body: dict[str, Any]
+) -> dict[str, Any]:
     """Replay or purge (``op``) dead letters of ``body``'s topic and group at its node
     (an id or a name): every one, or those whose sequences ``seqs`` lists."""
     if op not in ADMIN_OPS:

@@ -79,7 +79,7 @@ def _peers(engine: Engine) -> list[Target]:
     )
 
 
-def known(engine: Engine) -> tuple[dict, list[Target]]:
+def known(engine: Engine) -> tuple[dict[str, Any], list[Target]]:
     """This node's status and the peers it knows (one IO-thread call)."""
     return engine.queue.call(lambda _wb, _now: (engine.status(), _peers(engine)))
 
@@ -90,16 +90,16 @@ def all_targets(engine: Engine) -> list[Target]:
 
 
 def ask(
-    ctx: zmq.Context,
+    ctx: zmq.Context[zmq.Socket[bytes]],
     requests: Sequence[tuple[Target, StatusRequest | AdminRequest]],
     keys: Keys | None,
     timeout_s: float,
 ) -> list[Answer]:
     """Send each request to its target at once; the answers (in order) once every target
     has answered or ``timeout_s`` has passed."""
-    socks: list[zmq.Socket] = []
+    socks: list[zmq.Socket[bytes]] = []
     replies: list[tuple[Any, float] | None] = [None] * len(requests)
-    index: dict[zmq.Socket, int] = {}
+    index: dict[zmq.Socket[bytes], int] = {}
     poller = zmq.Poller()
     start = time.monotonic()
     try:
@@ -149,8 +149,13 @@ def _control_address(ep: str) -> str:
 
 
 def _entry(
-    target: Target, *, is_self: bool, status: dict | None, rtt_ms: float | None, error: str | None
-) -> dict:
+    target: Target,
+    *,
+    is_self: bool,
+    status: dict[str, Any] | None,
+    rtt_ms: float | None,
+    error: str | None,
+) -> dict[str, Any]:
     return {
         "id": target.node_id,
         "name": target.name,
@@ -164,7 +169,9 @@ def _entry(
     }
 
 
-def collect_mesh(engine: Engine, ctx: zmq.Context, timeout_s: float = MESH_TIMEOUT_S) -> dict:
+def collect_mesh(
+    engine: Engine, ctx: zmq.Context[zmq.Socket[bytes]], timeout_s: float = MESH_TIMEOUT_S
+) -> dict[str, Any]:
     """Every node this node knows (itself first), each with its status or marked
     unreachable, and the links between them as each reached node sees its peers."""
     own, peers = known(engine)
@@ -209,10 +216,10 @@ def collect_mesh(engine: Engine, ctx: zmq.Context, timeout_s: float = MESH_TIMEO
 
 def run_admin(
     engine: Engine,
-    ctx: zmq.Context,
+    ctx: zmq.Context[zmq.Socket[bytes]],
     targets: Sequence[Target],
     op: str,
-    args: dict,
+    args: dict[str, Any],
     timeout_s: float = MESH_TIMEOUT_S,
 ) -> list[Answer]:
     """Run the admin operation ``op`` (dead_letters, replay, purge) at each target: this

@@ -8,6 +8,7 @@ disagrees with ``zmesh status``), and the HTTP API serves it without any extra i
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LANE_EVENTS = ("acked", "nacked", "expired", "ack_timeouts", "dead_lettered", "superseded")
@@ -28,7 +29,7 @@ def _family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> 
     return lines
 
 
-def render(status: dict) -> str:
+def render(status: dict[str, Any]) -> str:
     """The exposition of one node's status."""
     node = {"node": status["node"]["name"], "mesh": status["node"]["mesh"]}
     lines = _family(

@@ -64,7 +64,7 @@ class HttpApi:
         self.engine = engine
         self.admin = admin
         self.metrics_only = metrics_only
-        self.ctx: zmq.Context | None = None if metrics_only else zmq.Context()
+        self.ctx: zmq.Context[zmq.Socket[bytes]] | None = None if metrics_only else zmq.Context()
         server_cls = (
             type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
             if ":" in host
@@ -111,7 +111,7 @@ class HttpApi:
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such resource: {path}")
         return "application/json", _json(GETS[path](self, query))
 
-    def post(self, path: str, body: dict) -> bytes:
+    def post(self, path: str, body: dict[str, Any]) -> bytes:
         op = path.removeprefix("/api/dead-letters/")
         if self.metrics_only or (path != GROUP_RM and op not in ADMIN_OPS):
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {path}")
@@ -125,17 +125,17 @@ class HttpApi:
             return _json(remove_group(self.engine, self._ctx(), body))
         return _json(act(self.engine, self._ctx(), op, body))
 
-    def _ctx(self) -> zmq.Context:
+    def _ctx(self) -> zmq.Context[zmq.Socket[bytes]]:
         assert self.ctx is not None
         return self.ctx
 
-    def mesh(self, query: dict[str, str]) -> dict:
+    def mesh(self, query: dict[str, str]) -> dict[str, Any]:
         return collect_mesh(self.engine, self._ctx(), _timeout(query))
 
-    def node(self, _query: dict[str, str]) -> dict:
+    def node(self, _query: dict[str, str]) -> dict[str, Any]:
         return self.engine.queue.call(lambda _wb, _now: self.engine.status())
 
-    def nodes(self, query: dict[str, str]) -> dict:
+    def nodes(self, query: dict[str, str]) -> dict[str, Any]:
         mesh = self.mesh(query)
         return {
             "mesh": mesh["mesh"],
@@ -144,17 +144,17 @@ class HttpApi:
             "links": mesh["links"],
         }
 
-    def topics(self, query: dict[str, str]) -> dict:
+    def topics(self, query: dict[str, str]) -> dict[str, Any]:
         return views.topics_view(self.mesh(query))
 
-    def groups(self, query: dict[str, str]) -> dict:
+    def groups(self, query: dict[str, str]) -> dict[str, Any]:
         return views.groups_view(self.mesh(query))
 
-    def dead_letters(self, query: dict[str, str]) -> dict:
+    def dead_letters(self, query: dict[str, str]) -> dict[str, Any]:
         return dead_letters(self.engine, self._ctx(), query, _timeout(query))
 
 
-GETS: dict[str, Callable[[HttpApi, dict[str, str]], dict]] = {
+GETS: dict[str, Callable[[HttpApi, dict[str, str]], dict[str, Any]]] = {
     "/api/node": HttpApi.node,
     "/api/mesh": HttpApi.mesh,
     "/api/nodes": HttpApi.nodes,

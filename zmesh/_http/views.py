@@ -27,7 +27,7 @@ SUMMED = (
 SETTLED = ("acked", "expired", "dead_lettered", "superseded")
 
 
-def drop_observer(mesh: dict) -> dict:
+def drop_observer(mesh: dict[str, Any]) -> dict[str, Any]:
     """The mesh without the node that collected it: for tools (``zmesh ls``, ``zmesh
     web``) whose own node only looks. Its lanes, links and place in peer lists go too."""
     me = mesh["observer"]
@@ -43,12 +43,12 @@ def drop_observer(mesh: dict) -> dict:
     return {**mesh, "nodes": nodes, "links": links}
 
 
-def reached(mesh: dict) -> Iterable[dict]:
+def reached(mesh: dict[str, Any]) -> Iterable[dict[str, Any]]:
     """The nodes that answered, each with a status."""
     return (n for n in mesh["nodes"] if n["status"] is not None)
 
 
-def names(mesh: dict) -> dict[str, str]:
+def names(mesh: dict[str, Any]) -> dict[str, str]:
     """Node id -> name, of every node known to the mesh's reached nodes."""
     out = {}
     for node in mesh["nodes"]:
@@ -63,7 +63,7 @@ def _oldest(ages: Iterable[float | None]) -> float | None:
     return max(known) if known else None
 
 
-def lane_rows(mesh: dict) -> list[dict]:
+def lane_rows(mesh: dict[str, Any]) -> list[dict[str, Any]]:
     """Every lane of every reached producer, with the producer's name and id."""
     rows = []
     for node in reached(mesh):
@@ -72,13 +72,13 @@ def lane_rows(mesh: dict) -> list[dict]:
     return rows
 
 
-def entered(lane: dict) -> int:
+def entered(lane: dict[str, Any]) -> int:
     """Messages that entered the lane since its producer started: those still pending and
     those settled one way or another (a sum whose rate is the lane's rate in)."""
     return int(lane.get("pending", 0)) + sum(int(lane.get(k, 0)) for k in SETTLED)
 
 
-def _subscribers(mesh: dict) -> dict[tuple[str, str], set[str]]:
+def _subscribers(mesh: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
     """(topic, group) -> names of the nodes whose application subscribes to it."""
     out: dict[tuple[str, str], set[str]] = {}
     for node in reached(mesh):
@@ -100,7 +100,7 @@ def _group(topic: str, group: str, mode: str | None) -> dict[str, Any]:
     }
 
 
-def groups_view(mesh: dict) -> dict:
+def groups_view(mesh: dict[str, Any]) -> dict[str, Any]:
     """Every (topic, group) of the mesh with its backlog summed over its producers."""
     who = names(mesh)
     groups: dict[tuple[str, str], dict[str, Any]] = {}
@@ -138,7 +138,7 @@ def groups_view(mesh: dict) -> dict:
     }
 
 
-def topics_view(mesh: dict) -> dict:
+def topics_view(mesh: dict[str, Any]) -> dict[str, Any]:
     """Every topic of the mesh: its producers, groups and consumers, and its backlog."""
     topics: dict[str, dict[str, Any]] = {}
     for g in groups_view(mesh)["groups"]:
@@ -175,12 +175,12 @@ def topics_view(mesh: dict) -> dict:
     }
 
 
-def unreachable(mesh: dict) -> list[str]:
+def unreachable(mesh: dict[str, Any]) -> list[str]:
     """Names of the nodes that did not answer."""
     return sorted(n["name"] for n in mesh["nodes"] if n["status"] is None)
 
 
-def nodes_view(mesh: dict) -> list[dict]:
+def nodes_view(mesh: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per node: identity, health, and its headline figures."""
     rows = []
     for node in mesh["nodes"]:
