@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ STATIC = Path(__file__).parent / "static"
 CLIENT_QUEUE = 4  # snapshots waiting for a slow page; past it the oldest is dropped
 
 
-def _rates(lanes: list[dict], topic: str, group: str) -> dict[str, float | None]:
+def _rates(lanes: list[dict[str, Any]], topic: str, group: str) -> dict[str, float | None]:
     mine = [ln for ln in lanes if ln["topic"] == topic and ln["group"] == group]
     out: dict[str, float | None] = {}
     for k in ("rate_in", "rate_out"):
@@ -40,7 +40,14 @@ def _rates(lanes: list[dict], topic: str, group: str) -> dict[str, float | None]
     return out
 
 
-def snapshot(mesh: dict, lanes: list[dict], *, source: str, admin: bool, interval_s: float) -> dict:
+def snapshot(
+    mesh: dict[str, Any],
+    lanes: list[dict[str, Any]],
+    *,
+    source: str,
+    admin: bool,
+    interval_s: float,
+) -> dict[str, Any]:
     """What a page shows at one moment (the views of the HTTP API, with rates)."""
     groups = [{**g, **_rates(lanes, g["topic"], g["group"])} for g in groups_view(mesh)["groups"]]
     return {
@@ -59,7 +66,7 @@ def snapshot(mesh: dict, lanes: list[dict], *, source: str, admin: bool, interva
     }
 
 
-def _sse(event: str, data: dict) -> bytes:
+def _sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
@@ -71,9 +78,9 @@ class WebApp:
         self.admin = admin
         self.interval_s = interval_s
         self.history = History()
-        self.latest: dict | None = None
+        self.latest: dict[str, Any] | None = None
         self.error: str | None = None
-        self._pages: set[asyncio.Queue[dict]] = set()
+        self._pages: set[asyncio.Queue[dict[str, Any]]] = set()
         self._first = asyncio.Event()
 
     def build(self) -> web.Application:
@@ -129,7 +136,7 @@ class WebApp:
     async def index(self, _request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
 
-    async def _current(self) -> dict:
+    async def _current(self) -> dict[str, Any]:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._first.wait(), timeout=30)
         if self.latest is None:
@@ -140,7 +147,7 @@ class WebApp:
         return await _answer(self._current)
 
     async def get_history(self, _request: web.Request) -> web.Response:
-        async def points() -> dict:
+        async def points() -> dict[str, Any]:
             return {"lanes": self.history.points()}
 
         return await _answer(points)
@@ -151,7 +158,7 @@ class WebApp:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
         )
         await resp.prepare(request)
-        queue: asyncio.Queue[dict] = asyncio.Queue(CLIENT_QUEUE)
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(CLIENT_QUEUE)
         self._pages.add(queue)
         try:
             if self.latest is not None:
@@ -168,7 +175,7 @@ class WebApp:
         topic, group = request.query.get("topic", ""), request.query.get("group", "")
         loop = asyncio.get_running_loop()
 
-        async def listed() -> dict:
+        async def listed() -> dict[str, Any]:
             if not topic or not group:
                 raise HttpError(HTTPStatus.BAD_REQUEST, "topic and group are required")
             return await loop.run_in_executor(None, self.source.dead_letters, topic, group)
@@ -184,12 +191,14 @@ class WebApp:
     async def post_group_rm(self, request: web.Request) -> web.Response:
         return await self._admin(request, self.source.remove_group)
 
-    async def _admin(self, request: web.Request, run: Callable[[dict], dict]) -> web.Response:
+    async def _admin(
+        self, request: web.Request, run: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> web.Response:
         """An admin action: refused without --admin or without a JSON body (a form posted
         from another site), else run on a worker thread."""
         loop = asyncio.get_running_loop()
 
-        async def acted() -> dict:
+        async def acted() -> dict[str, Any]:
             if not self.admin:
                 raise HttpError(
                     HTTPStatus.FORBIDDEN,
@@ -210,14 +219,14 @@ class WebApp:
         return await _answer(acted)
 
 
-def _missing(op: str) -> Callable[[], Any]:
-    async def fail() -> dict:
+def _missing(op: str) -> Callable[[], Awaitable[dict[str, Any]]]:
+    async def fail() -> dict[str, Any]:
         raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {op}")
 
     return fail
 
 
-async def _answer(make: Callable[[], Any]) -> web.Response:
+async def _answer(make: Callable[[], Awaitable[dict[str, Any]]]) -> web.Response:
     try:
         return web.json_response(await make(), headers={"Cache-Control": "no-store"})
     except HttpError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._http.views import entered, lane_rows
 
@@ -44,7 +45,7 @@ class Series:
         self.rate_out.append(rate_out)
         self.pending.append(pending)
 
-    def latest(self) -> dict:
+    def latest(self) -> dict[str, Any]:
         return {
             "key": key_of(self.node, self.topic, self.lane),
             "node": self.node,
@@ -57,7 +58,7 @@ class Series:
             "pending": self.pending[-1],
         }
 
-    def points(self) -> dict:
+    def points(self) -> dict[str, Any]:
         return {
             **self.latest(),
             "t": list(self.t),
@@ -80,7 +81,7 @@ class History:
         self._seen: dict[str, int] = {}
         self._samples = 0
 
-    def add(self, mesh: dict, t: float) -> list[dict]:
+    def add(self, mesh: dict[str, Any], t: float) -> list[dict[str, Any]]:
         """Take one collected mesh at time ``t``; the lanes' latest points."""
         self._samples += 1
         out = []
@@ -99,6 +100,6 @@ class History:
                 del self._seen[key], self.series[key]
         return out
 
-    def points(self) -> list[dict]:
+    def points(self) -> list[dict[str, Any]]:
         """Every lane's whole series."""
         return [s.points() for s in self.series.values()]

@@ -8,7 +8,7 @@ import json
 import urllib.error
 import urllib.request
 from http import HTTPStatus
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import zmq
@@ -24,13 +24,13 @@ class Source(Protocol):
 
     description: str
 
-    def mesh(self) -> dict: ...
+    def mesh(self) -> dict[str, Any]: ...
 
-    def dead_letters(self, topic: str, group: str) -> dict: ...
+    def dead_letters(self, topic: str, group: str) -> dict[str, Any]: ...
 
-    def act(self, op: str, body: dict) -> dict: ...
+    def act(self, op: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
-    def remove_group(self, body: dict) -> dict: ...
+    def remove_group(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 
@@ -44,18 +44,18 @@ class NodeSource:
         self._ctx = zmq.Context()
         self.description = f"node {node.name} of mesh {node.config.mesh}"
 
-    def mesh(self) -> dict:
+    def mesh(self) -> dict[str, Any]:
         return drop_observer(collect_mesh(self._node._engine, self._ctx, self._timeout_s))
 
-    def dead_letters(self, topic: str, group: str) -> dict:
+    def dead_letters(self, topic: str, group: str) -> dict[str, Any]:
         return dead_letters(
             self._node._engine, self._ctx, {"topic": topic, "group": group}, self._timeout_s
         )
 
-    def act(self, op: str, body: dict) -> dict:
+    def act(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
         return act(self._node._engine, self._ctx, op, body)
 
-    def remove_group(self, body: dict) -> dict:
+    def remove_group(self, body: dict[str, Any]) -> dict[str, Any]:
         return remove_group(self._node._engine, self._ctx, body)
 
     def close(self) -> None:
@@ -71,7 +71,7 @@ class ApiSource:
         self._timeout_s = timeout_s
         self.description = f"the HTTP API at {self._base}"
 
-    def _call(self, path: str, body: dict | None = None) -> dict:
+    def _call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
             self._base + path, data=data, headers={"Content-Type": "application/json"}
@@ -89,18 +89,18 @@ class ApiSource:
         except (urllib.error.URLError, OSError) as exc:
             raise HttpError(HTTPStatus.BAD_GATEWAY, f"{self._base}: {exc}") from None
 
-    def mesh(self) -> dict:
+    def mesh(self) -> dict[str, Any]:
         # (the API's node is a node of the mesh like any other: it stays in the view)
         return self._call(f"/api/mesh?timeout={self._timeout_s:g}")
 
-    def dead_letters(self, topic: str, group: str) -> dict:
+    def dead_letters(self, topic: str, group: str) -> dict[str, Any]:
         query = urlencode({"topic": topic, "group": group, "timeout": f"{self._timeout_s:g}"})
         return self._call(f"/api/dead-letters?{query}")
 
-    def act(self, op: str, body: dict) -> dict:
+    def act(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._call(f"/api/dead-letters/{op}", body)
 
-    def remove_group(self, body: dict) -> dict:
+    def remove_group(self, body: dict[str, Any]) -> dict[str, Any]:
         return self._call(GROUP_RM, body)
 
     def close(self) -> None:
