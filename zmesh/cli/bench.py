@@ -35,7 +35,12 @@ class Worker:
     """One bench process; its JSON lines become events on a shared queue."""
 
     def __init__(
-        self, role: str, args: list[str], root: Path, events: queue.Queue, env: dict[str, str]
+        self,
+        role: str,
+        args: list[str],
+        root: Path,
+        events: queue.Queue[tuple[str, dict[str, Any]]],
+        env: dict[str, str],
     ) -> None:
         self.role = role
         self.log = root / f"{role}.log"
@@ -52,7 +57,7 @@ class Worker:
             target=self._read, args=(events,), daemon=True, name=f"bench-read-{role}"
         ).start()
 
-    def _read(self, events: queue.Queue) -> None:
+    def _read(self, events: queue.Queue[tuple[str, dict[str, Any]]]) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             try:
@@ -149,7 +154,9 @@ class Run:
             worker.stop()
 
 
-def _table(messages: int, size: int, durability: str, thr: dict, res: dict, rate: float) -> Table:
+def _table(
+    messages: int, size: int, durability: str, thr: dict[str, Any], res: dict[str, Any], rate: float
+) -> Table:
     table = Table(
         title="zmesh bench: producer -> consumer, two processes on 127.0.0.1", title_justify="left"
     )

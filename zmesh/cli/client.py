@@ -190,7 +190,7 @@ def request(
         ctx.term()
 
 
-def request_status(address: str, timeout_s: float, keys: CurveKeys | None = None) -> dict:
+def request_status(address: str, timeout_s: float, keys: CurveKeys | None = None) -> dict[str, Any]:
     """Ask the node whose control socket is at ``address`` for its status."""
     reply = request(address, StatusRequest(secrets.randbits(62)), timeout_s, keys)
     assert isinstance(reply, StatusReply)
@@ -200,7 +200,7 @@ def request_status(address: str, timeout_s: float, keys: CurveKeys | None = None
 
 
 def request_admin(
-    address: str, op: str, args: dict, timeout_s: float, keys: CurveKeys | None = None
+    address: str, op: str, args: dict[str, Any], timeout_s: float, keys: CurveKeys | None = None
 ) -> Any:
     """Run an operator's request (dead_letters, replay, purge) at the node; an error the
     node reports becomes a CliError (exit 1) with its message."""

@@ -41,7 +41,7 @@ class Child:
     """One worker process and the thread that turns its stdout into events."""
 
     def __init__(
-        self, name: str, proc: subprocess.Popen, reader: threading.Thread, log: Path
+        self, name: str, proc: subprocess.Popen[bytes], reader: threading.Thread, log: Path
     ) -> None:
         self.name = name
         self.proc = proc
@@ -93,7 +93,7 @@ class Fleet:
         reader.start()
         return child
 
-    def _read(self, name: str, proc: subprocess.Popen) -> None:
+    def _read(self, name: str, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
         for raw in proc.stdout:
             try:
@@ -157,7 +157,7 @@ class Fleet:
         return "\n".join(f"  {line}" for line in lines)
 
 
-def _close_stdin(proc: subprocess.Popen, last: bytes) -> None:
+def _close_stdin(proc: subprocess.Popen[bytes], last: bytes) -> None:
     if proc.stdin is None or proc.stdin.closed:
         return
     try:
@@ -168,7 +168,7 @@ def _close_stdin(proc: subprocess.Popen, last: bytes) -> None:
         pass
 
 
-def _reap(proc: subprocess.Popen, wait_s: float) -> None:
+def _reap(proc: subprocess.Popen[bytes], wait_s: float) -> None:
     """Wait for a child; SIGTERM it, then SIGKILL it, if it does not exit."""
     for step in (None, proc.terminate, proc.kill):
         if step is not None:

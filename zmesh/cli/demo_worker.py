@@ -30,6 +30,7 @@ from typing import Any
 
 from .._receipt import Receipt
 from ..node import Node
+from ..subscription import Message
 
 TOPIC = "demo.readings"
 LOOPBACK = ["127.0.0.1"]
@@ -172,7 +173,7 @@ def run_producer(args: argparse.Namespace, cmds: Commands) -> int:
     return 0
 
 
-def _record(fd: int, msgs: list, received: float) -> None:
+def _record(fd: int, msgs: list[Message], received: float) -> None:
     lines = []
     for msg in msgs:
         index, sent = msg.payload.split(b" ", 1)

@@ -77,7 +77,7 @@ def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def _jsonable(letter: dict) -> dict:
+def _jsonable(letter: dict[str, Any]) -> dict[str, Any]:
     out = dict(letter)
     return {**out, **payload_json(out.pop("payload", b"") or b"")}
 
@@ -88,7 +88,7 @@ def _bytes_default(value: object) -> object:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
-def letters_table(letters: list[dict], topic: str, group: str) -> Table:
+def letters_table(letters: list[dict[str, Any]], topic: str, group: str) -> Table:
     table = Table(title=f"dead letters of {escape(topic)} / {escape(group)}", title_justify="left")
     table.add_column("id", justify="right", no_wrap=True)
     table.add_column("key", overflow="fold")

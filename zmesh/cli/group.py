@@ -23,7 +23,9 @@ from .output import CliError, console, note
 from .settings import target
 
 
-def gather(address: str, topic: str | None, timeout: float) -> tuple[list[dict], list[str]]:
+def gather(
+    address: str, topic: str | None, timeout: float
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Every producer's lanes (of ``topic``), each with its producer's name and address;
     and the nodes that did not answer."""
     status = request_status(address, timeout)
@@ -31,7 +33,7 @@ def gather(address: str, topic: str | None, timeout: float) -> tuple[list[dict],
     nodes += [
         (p["name"], p["control"].removeprefix("tcp://")) for p in status["peers"] if p["alive"]
     ]
-    lanes: list[dict] = []
+    lanes: list[dict[str, Any]] = []
     unreachable: list[str] = []
     args: dict[str, Any] = {} if topic is None else {"topic": topic}
     for name, at in nodes:
@@ -44,10 +46,10 @@ def gather(address: str, topic: str | None, timeout: float) -> tuple[list[dict],
     return lanes, unreachable
 
 
-def summarize(lanes: list[dict], now: float) -> list[dict]:
+def summarize(lanes: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
     """Lanes added up per (topic, group): pending and in flight summed, members joined,
     the latest last seen and the oldest message's age over the producers."""
-    out: dict[tuple[str, str], dict] = {}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
     for lane in lanes:
         key = (lane["topic"], lane["group"])
         row = out.get(key)

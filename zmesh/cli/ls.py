@@ -9,6 +9,7 @@ is left out of what is shown.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 import zmq
@@ -41,7 +42,7 @@ def _names(names: list[str]) -> str:
     return escape(", ".join(names)) or "-"
 
 
-def nodes_table(rows: list[dict]) -> Table:
+def nodes_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="nodes", title_justify="left")
     for col in ("name", "id", "control", "health"):
         table.add_column(col, overflow="fold")
@@ -81,7 +82,7 @@ def nodes_table(rows: list[dict]) -> Table:
     return table
 
 
-def topics_table(view: dict) -> Table:
+def topics_table(view: dict[str, Any]) -> Table:
     table = Table(title="topics", title_justify="left")
     for col in ("topic", "producers", "groups", "subscribers"):
         table.add_column(col, overflow="fold")
@@ -102,7 +103,7 @@ def topics_table(view: dict) -> Table:
     return table
 
 
-def groups_table(view: dict) -> Table:
+def groups_table(view: dict[str, Any]) -> Table:
     table = Table(title="groups (summed over the producers that owe them)", title_justify="left")
     for col in ("topic", "group", "mode"):
         table.add_column(col, overflow="fold")

@@ -38,7 +38,7 @@ from .ls import ls
 from .noderun import node
 from .output import print_error
 from .pub import pub
-from .settings import ENV, OPTIONS, env_help
+from .settings import ENV, OPTIONS, StrChoice, env_help
 from .status import peers, status
 from .store import store
 from .sub import sub
@@ -48,12 +48,12 @@ from .web import web
 LOG_LEVEL_ENV = ENV["log_level"]
 
 
-class _FromEnv(click.Choice):
+class _FromEnv(StrChoice):
     """A choice; a bad one says when it came from its environment variable."""
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> object:
+    ) -> str:
         try:
             return super().convert(value, param, ctx)
         except click.BadParameter as exc:

@@ -49,7 +49,7 @@ def short(node_id: str) -> str:
     return node_id[:12]
 
 
-def _names(status: dict) -> dict[str, str]:
+def _names(status: dict[str, Any]) -> dict[str, str]:
     """Node id -> name, for everyone this node knows (itself included)."""
     names = {p["id"]: p["name"] for p in status.get("peers", [])}
     node = status.get("node", {})
@@ -58,7 +58,7 @@ def _names(status: dict) -> dict[str, str]:
     return names
 
 
-def node_table(status: dict) -> Table:
+def node_table(status: dict[str, Any]) -> Table:
     node = status.get("node", {})
     table = Table(title="node", show_header=False, title_justify="left")
     table.add_column("field", style="bold")
@@ -89,7 +89,7 @@ LANE_FIELDS = {
 }
 
 
-def lanes_table(status: dict) -> Table:
+def lanes_table(status: dict[str, Any]) -> Table:
     names = _names(status)
     lanes = sorted(status.get("lanes", []), key=lambda ln: (ln["topic"], ln["lane"]))
     # Per-lane event counts (acked, nacked, ack_timeouts, expired, ...) vary by version.
@@ -127,7 +127,7 @@ def lanes_table(status: dict) -> Table:
     return table
 
 
-def subscriptions_table(status: dict) -> Table:
+def subscriptions_table(status: dict[str, Any]) -> Table:
     table = Table(title="subscriptions (what this node consumes)", title_justify="left")
     for col in ("topic", "group", "mode"):
         table.add_column(col)
@@ -144,7 +144,7 @@ def subscriptions_table(status: dict) -> Table:
     return table
 
 
-def peers_table(status: dict) -> Table:
+def peers_table(status: dict[str, Any]) -> Table:
     table = Table(title="peers", title_justify="left")
     table.add_column("name", overflow="fold")
     table.add_column("id")
@@ -165,7 +165,7 @@ def peers_table(status: dict) -> Table:
     return table
 
 
-def counters_table(status: dict) -> Table:
+def counters_table(status: dict[str, Any]) -> Table:
     table = Table(title="counters", title_justify="left")
     table.add_column("counter")
     table.add_column("value", justify="right")
@@ -176,7 +176,7 @@ def counters_table(status: dict) -> Table:
     return table
 
 
-def render_status(status: dict, out: Console = console) -> None:
+def render_status(status: dict[str, Any], out: Console = console) -> None:
     """Every table of a status reply."""
     out.print(node_table(status))
     out.print(lanes_table(status))

@@ -29,7 +29,7 @@ _KEYS = (
 class HandshakeWatch:
     """The failed handshakes of one socket, for the message when no reply comes."""
 
-    def __init__(self, sock: zmq.Socket) -> None:
+    def __init__(self, sock: zmq.Socket[bytes]) -> None:
         self.mon = sock.get_monitor_socket(_FAILED, addr=f"inproc://zmesh-cli-{next(_names)}")
         self.events: set[tuple[int, int]] = set()  # (event, value) of each failure seen
 

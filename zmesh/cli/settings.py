@@ -17,7 +17,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -206,7 +206,17 @@ def source(name: str) -> ParameterSource | None:
     return None if ctx is None else ctx.get_parameter_source(name)
 
 
-class _Addresses(click.ParamType):
+if TYPE_CHECKING:
+    # click's parameter types are generic from click 8.4 on; subscripting them fails on the
+    # 8.1 to 8.3 zmesh also runs with, so only the type checker sees their parameters.
+    StrParamType = click.ParamType[str]
+    StrChoice = click.Choice[str]
+else:
+    StrParamType = click.ParamType
+    StrChoice = click.Choice
+
+
+class _Addresses(StrParamType):
     """``host:port`` or IPv4 addresses; an environment variable lists them separated by
     commas or spaces."""
 

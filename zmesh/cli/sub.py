@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import click
 
@@ -25,7 +25,7 @@ MAX_IN_FLIGHT: int = _FIELDS["max_in_flight"].default  # type: ignore[assignment
 BATCH_SIZE: int = _FIELDS["batch_size"].default  # type: ignore[assignment]
 
 
-def message_json(msg: Message) -> dict:
+def message_json(msg: Message) -> dict[str, Any]:
     """What ``--json`` prints of a message: its payload as ``payload`` when it is UTF-8
     text, else as ``payload_b64``."""
     doc = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import click
 from rich.console import Group, RenderableType
@@ -57,7 +58,7 @@ def rates_table(now: Sample, before: Sample | None) -> Table:
 
 def frame(
     address: str,
-    status: dict,
+    status: dict[str, Any],
     now: Sample,
     before: Sample | None,
     error: str | None,
