@@ -107,7 +107,7 @@ class _Pending:
         self.payloads: list[pa.Array] = []
         self.stamps: list[memoryview] = []
         self.keys: list[pa.Array | int] = []  # an int: that many without a key
-        self.headers: list[list | int] = []  # likewise
+        self.headers: list[list[dict[str, Any] | None] | int] = []  # likewise
         self.rows = 0
 
     def add(self, stream: str, offset: int, c: Columns, lo: int, hi: int) -> None:
@@ -200,7 +200,7 @@ class RecordConverter:
             [pa.nulls(k, pa.string()) if isinstance(k, int) else k for k in parts], pa.string()
         )
 
-    def _headers(self, parts: list[list | int]) -> pa.Array:
+    def _headers(self, parts: list[list[dict[str, Any] | None] | int]) -> pa.Array:
         typ = self._headers_type
         if all(isinstance(h, int) for h in parts):
             return pa.nulls(sum(parts), typ)  # type: ignore[arg-type]
@@ -219,7 +219,7 @@ class RecordConverter:
             fast = self._json(payloads)
             if fast is not None:
                 return fast
-        rows: list[dict] = []
+        rows: list[dict[str, Any]] = []
         for p in payloads.to_pylist():
             try:
                 d = self.decode(p)

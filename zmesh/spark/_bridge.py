@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import zmq
 
@@ -52,6 +52,10 @@ class _Call:
         self.error: BaseException | None = None
 
 
+# What other threads ask of the bridge thread: stop, or run a call.
+_Command = tuple[Literal["stop"]] | tuple[Literal["call"], _Call]
+
+
 class Bridge:
     """Joins ``group`` on ``topics``, logs every message with a per-partition offset before
     acking it, and serves offset ranges and sink publishes on a ROUTER at ``endpoint``.
@@ -78,9 +82,9 @@ class Bridge:
         self._log: BridgeLog | None = None
         self._service: Service | None = None
         self._subs: tuple[Subscription, ...] = ()
-        self._cmds: deque[tuple] = deque()
-        self._ctx: zmq.Context | None = None
-        self._wake_tx: zmq.Socket | None = None
+        self._cmds: deque[_Command] = deque()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._wake_tx: zmq.Socket[bytes] | None = None
         self._wake_lock = threading.Lock()
         self._wake_pending = False
         self._ready = threading.Event()
@@ -204,7 +208,7 @@ class Bridge:
         """``topic/partition`` -> (head, end): the retained offsets are [head, end)."""
         return self._require_log().streams()
 
-    def readers(self) -> dict[str, dict]:
+    def readers(self) -> dict[str, dict[str, Any]]:
         """Registered streaming readers: their topics, watermarks and when last seen."""
         return self._require_log().readers()
 
@@ -280,7 +284,9 @@ class Bridge:
             wake.close()
             router.close()
 
-    def _loop_once(self, poller: zmq.Poller, wake: zmq.Socket, router: zmq.Socket) -> bool:
+    def _loop_once(
+        self, poller: zmq.Poller, wake: zmq.Socket[bytes], router: zmq.Socket[bytes]
+    ) -> bool:
         assert self._service is not None
         mono = time.monotonic()
         wait_s = 0.0 if self._busy else max(0.0, min(self._next_prune - mono, 1.0))
@@ -318,7 +324,7 @@ class Bridge:
             self._prune(time.time())
         return True
 
-    def _finish_publishes(self, router: zmq.Socket) -> None:
+    def _finish_publishes(self, router: zmq.Socket[bytes]) -> None:
         """On the way out: answer the publishes under way once the node stores them (it
         gives up on them after ``publish_timeout_s``, and answers with an error)."""
         assert self._service is not None

@@ -40,10 +40,10 @@ class BridgeClient:
         self.timeout_s = timeout_s
         self.attempts = max(1, attempts)
         self._token = secrets.randbelow(1 << 30)
-        self._ctx: zmq.Context | None = None
-        self._sock: zmq.Socket | None = None
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._sock: zmq.Socket[bytes] | None = None
 
-    def _socket(self) -> zmq.Socket:
+    def _socket(self) -> zmq.Socket[bytes]:
         if self._sock is None:
             if self._ctx is None:
                 self._ctx = zmq.Context()

@@ -34,7 +34,7 @@ class _Builder:
         self.ats = array("d")
         self.payloads: list[bytes] = []
         self.keys: list[str | None] = []
-        self.headers: list[dict | None] = []
+        self.headers: list[dict[str, Any] | None] = []
 
     def add(
         self,
@@ -42,7 +42,7 @@ class _Builder:
         ats: Sequence[float],
         payloads: Sequence[bytes],
         keys: Sequence[str | None],
-        headers: Sequence[dict | None],
+        headers: Sequence[dict[str, Any] | None],
     ) -> None:
         self.seqs.extend(seqs)
         self.ats.extend(ats)

@@ -259,7 +259,7 @@ class BridgeLog:
                 break
         return first, out
 
-    def readers(self) -> dict[str, dict]:
+    def readers(self) -> dict[str, dict[str, Any]]:
         return self._read(
             lambda txn: {
                 bytes(k).decode(): _unpack(v) for k, v in txn.cursor(db=self.db["readers"])

@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgpack
 
@@ -58,7 +59,7 @@ class _Rows:
         payloads: list[bytes],
         topics: list[str] | None,
         keys: list[str | None] | None,
-        headers: list[dict | None] | None,
+        headers: list[dict[str, Any] | None] | None,
     ) -> None:
         self.topic = topic
         self.payloads = payloads
@@ -72,7 +73,7 @@ class _Rows:
     def key(self, i: int) -> str | None:
         return None if self.keys is None else self.keys[i]
 
-    def headers_of(self, i: int) -> dict | None:
+    def headers_of(self, i: int) -> dict[str, Any] | None:
         return None if self.headers is None else self.headers[i] or None
 
     def segments(self, i: int, j: int) -> Iterator[tuple[int, int]]:

@@ -70,7 +70,7 @@ class Chunk:
     payloads: list[bytes]
     topics: list[str] | None  # per row, when the sink has no topic option
     keys: list[str | None] | None  # None: no row has a key
-    headers: list[dict | None] | None  # None: no row has headers
+    headers: list[dict[str, Any] | None] | None  # None: no row has headers
     ids: list[str] | None  # with idColumns: each row's id
 
     def frames(self) -> tuple[bytes, ...]:

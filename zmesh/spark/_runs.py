@@ -45,7 +45,7 @@ class Run:
     published_ats: Sequence[float]
     payloads: Sequence[bytes]
     keys: Sequence[str | None] | None = None  # None: no message has a key
-    headers: Sequence[dict | None] | None = None  # None: no message has headers
+    headers: Sequence[dict[str, Any] | None] | None = None  # None: no message has headers
 
     def __len__(self) -> int:
         return len(self.payloads)
@@ -114,7 +114,7 @@ class Columns:
     offsets: bytes
     data: bytes
     keys: list[str | None] | None
-    headers: list[dict | None] | None
+    headers: list[dict[str, Any] | None] | None
 
     def seq_list(self) -> list[int]:
         if self.seqs is None:
@@ -158,7 +158,7 @@ class Message:
     producer: bytes
     seq: int
     key: str | None
-    headers: dict | None
+    headers: dict[str, Any] | None
     published_at: float
     appended_at: float
     payload: bytes

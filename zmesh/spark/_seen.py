@@ -48,9 +48,10 @@ class Window:
         self.txn = txn
         self.seen_db = seen_db
         self.seen_t_db = seen_t_db
-        self._chunks: dict[bytes, list] = {}  # seen key -> [bits, its old stamp or None]
+        # seen key -> [bits (an int), its old stamp (bytes) or None], updated in place
+        self._chunks: dict[bytes, list[Any]] = {}
 
-    def _chunk(self, key: bytes) -> list:
+    def _chunk(self, key: bytes) -> list[Any]:
         entry = self._chunks.get(key)
         if entry is None:
             old = self.txn.get(key, db=self.seen_db)

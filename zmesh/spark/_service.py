@@ -40,7 +40,7 @@ class Service:
         """Whether publishes wait for the node to store their rows."""
         return self.publisher.busy
 
-    def serve(self, router: zmq.Socket) -> None:
+    def serve(self, router: zmq.Socket[bytes]) -> None:
         """Answer up to RECV_BURST requests waiting on the ROUTER (a publish once its rows
         are stored: see ``finish``)."""
         for _ in range(RECV_BURST):
@@ -66,12 +66,12 @@ class Service:
             if rep is not None:
                 self._send(router, frames[0], rep)
 
-    def finish(self, router: zmq.Socket) -> None:
+    def finish(self, router: zmq.Socket[bytes]) -> None:
         """Answer the publishes whose rows are now stored."""
         for route, rep in self.publisher.finished(time.monotonic()):
             self._send(router, route, rep)
 
-    def _send(self, router: zmq.Socket, route: bytes, rep: Reply) -> None:
+    def _send(self, router: zmq.Socket[bytes], route: bytes, rep: Reply) -> None:
         try:
             router.send_multipart([route, *encode_reply(rep)], zmq.NOBLOCK)
         except zmq.ZMQError:

@@ -278,7 +278,8 @@ class _Planner:
         return read_ranges(self.opts, self.schema, partition.ranges, partition.endpoints)
 
 
-def _ints(offsets: dict) -> dict[str, int]:
+def _ints(offsets: dict[str, Any]) -> dict[str, int]:
+    """Offsets as Spark hands them back (read from its offset log's JSON), as ints."""
     return {str(s): int(o) for s, o in offsets.items()}
 
 
@@ -316,7 +317,7 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         self._target: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, int]:
         sizes = self._sizes(self.reader_name)
         bounds = {s: (h, e) for s, (h, e, _b) in sizes.items()}
         spec = self.opts.starting
@@ -332,7 +333,7 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {s: end for s, (_h, end, _b) in self._sizes(self.reader_name).items()}
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
         start = self._qualified(_ints(start))
         sizes = self._sizes(self.reader_name, watermark=start)
         ends = {s: end for s, (_h, end, _b) in sizes.items()}
@@ -347,13 +348,13 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
             max_rows = by_bytes if max_rows is None else min(max_rows, by_bytes)
         return advance(start, ends, max_rows)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, int] | None:
         return self._latest
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return self._plan(self._qualified(_ints(start)), self._qualified(_ints(end)))
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: retention follows latestOffset, which always comes."""
 
     def stop(self) -> None:

@@ -41,7 +41,7 @@ class Reply:
     parts: tuple[bytes, ...] = ()
 
 
-def _header(frame: bytes) -> dict:
+def _header(frame: bytes) -> dict[str, Any]:
     try:
         head = msgpack.unpackb(frame, raw=False)
     except Exception as exc:  # msgpack raises several unrelated types
