@@ -14,6 +14,8 @@ class Sizes:
     dealer_router: int = 1_000_000  # raw DEALER/ROUTER with acks (and LMDB)
     zmesh: int = 200_000  # zmesh per-message scenarios (each durability)
     zmesh_batch: int = 1_000_000  # zmesh publish_many / fetch + ack_many
+    peer: int = 200_000  # a peer's (--peers) per-message scenario with acks
+    peer_batch: int = 400_000  # a peer's scenario with one ack per batch
     fanout: int = 100_000  # zmesh fan-out, messages (each group gets all)
     idle_lanes: int = 2_000  # idle lanes beside the busy one (zmesh_many_lanes)
     offline: int = 2_000_000  # backlog published while the group is offline
@@ -38,6 +40,8 @@ QUICK = Sizes(
     dealer_router=50_000,
     zmesh=10_000,
     zmesh_batch=50_000,
+    peer=5_000,
+    peer_batch=10_000,
     fanout=5_000,
     idle_lanes=200,
     offline=20_000,
