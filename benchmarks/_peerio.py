@@ -85,6 +85,27 @@ class Tally:
         )
 
 
+def produce(p: dict[str, Any], cmds: Commands, publish: Callable[[int], None]) -> None:
+    """A producer's run (``publish(n)`` sends n): the warm-up, then at ``go`` the timed
+    part, reported as ``sent``; then it waits to be stopped."""
+    if p["warmup"]:
+        publish(p["warmup"])
+        emit("warmed")
+        cmds.wait("go", p["deadline_s"])
+    t0, cpu0 = time.monotonic(), cpu_s()
+    publish(p["count"])
+    t_published = time.monotonic()
+    emit(
+        "sent",
+        t0=t0,
+        t_published=t_published,
+        t_confirmed=t_published,  # (each publish returned once the peer had it)
+        rss_mb=rss_mb(),
+        cpu_s=cpu_s() - cpu0,
+    )
+    cmds.wait_stop(p["deadline_s"])
+
+
 def check(cmds: Commands, deadline: float, what: str) -> None:
     """Stop when asked; fail past the deadline (every loop of a worker calls this)."""
     cmds.check()

@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._peerio import Tally, check, pace, retrying
-from ._wio import Commands, cpu_s, emit, payload, rss_mb, stamped
+from ._peerio import Tally, check, pace, produce, retrying
+from ._wio import Commands, emit, payload, stamped
 
 KEY, GROUP, FIELD = "bench", "g", b"d"
 BLOCK_MS = 500  # a read that finds nothing returns to check for a stop
@@ -69,22 +69,7 @@ def redis_producer(p: dict[str, Any], cmds: Commands) -> None:
     r = _client(p, cmds, deadline)
     try:
         emit("ready")
-        if p["warmup"]:
-            _publish(r, p, p["warmup"], deadline, cmds)
-            emit("warmed")
-            cmds.wait("go", p["deadline_s"])
-        t0, cpu0 = time.monotonic(), cpu_s()
-        _publish(r, p, p["count"], deadline, cmds)
-        t_published = time.monotonic()
-        emit(
-            "sent",
-            t0=t0,
-            t_published=t_published,
-            t_confirmed=t_published,
-            rss_mb=rss_mb(),
-            cpu_s=cpu_s() - cpu0,
-        )
-        cmds.wait_stop(p["deadline_s"])
+        produce(p, cmds, lambda n: _publish(r, p, n, deadline, cmds))
     finally:
         r.close()
 

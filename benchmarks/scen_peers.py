@@ -15,8 +15,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ._child import BenchError, Child, Children, children
+from ._child import Child, Children, children
 from .peer_servers import Server, free_port, server
+from .scen_zmesh import window_rate
 from .sizes import Sizes
 
 Runner = Callable[[Path, Sizes, Path | None], dict[str, Any]]
@@ -161,16 +162,7 @@ def _restart(peer: str, workdir: Path, sizes: Sizes, profile: Path | None) -> di
         cons.send("stop")
         got = cons.expect("result", 60)
         server_rss = srv.rss_mb()
-    window = got["window_count"]
-    if 0 < window < n:
-        rate = window / window_s
-    elif got["t_last"]:  # everything came within the window
-        rate = n / max(1e-6, got["t_last"] - got["t_first"])
-    else:
-        raise BenchError(
-            f"the restarted {peer} server delivered {got['count']} of {n} messages, "
-            f"none within {window_s:g}s of the first"
-        )
+    rate = window_rate(got, n, window_s, f"the restarted {peer} server")
     return {
         "first_message_s": first["t"] - t0,
         "server_start_s": t_ready - t0,

@@ -19,8 +19,8 @@ import threading
 import time
 from typing import Any
 
-from ._peerio import Tally, check, pace
-from ._wio import Commands, cpu_s, emit, payload, rss_mb, stamped
+from ._peerio import Tally, check, pace, produce
+from ._wio import Commands, emit, payload, stamped
 
 KEY = "bench/data"
 MATCH_TIMEOUT_S = 30.0
@@ -73,22 +73,7 @@ def zenoh_producer(p: dict[str, Any], cmds: Commands) -> None:
         _wait(lambda: pub.matching_status.matching, MATCH_TIMEOUT_S, "the subscriber", cmds)
         emit("ready")
         rate = p.get("rate", 0.0)
-        if p["warmup"]:
-            _put(pub, p["warmup"], rate, deadline, cmds)
-            emit("warmed")
-            cmds.wait("go", p["deadline_s"])
-        t0, cpu0 = time.monotonic(), cpu_s()
-        _put(pub, p["count"], rate, deadline, cmds)
-        t_published = time.monotonic()
-        emit(
-            "sent",
-            t0=t0,
-            t_published=t_published,
-            t_confirmed=t_published,
-            rss_mb=rss_mb(),
-            cpu_s=cpu_s() - cpu0,
-        )
-        cmds.wait_stop(p["deadline_s"])
+        produce(p, cmds, lambda n: _put(pub, n, rate, deadline, cmds))
     finally:
         session.close()
 
