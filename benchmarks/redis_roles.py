@@ -75,6 +75,8 @@ def redis_producer(p: dict[str, Any], cmds: Commands) -> None:
 
 
 def redis_consumer(p: dict[str, Any], cmds: Commands) -> None:
+    import redis  # noqa: F401 - imported before "started" (a restart is timed from there)
+
     t_start = time.monotonic()
     deadline = t_start + p["deadline_s"]
     emit("started", t=t_start)

@@ -152,8 +152,7 @@ def _restart(peer: str, workdir: Path, sizes: Sizes, profile: Path | None) -> di
             retry=True,
             deadline_s=deadline_s,
         )
-        cons.expect("started", 60)
-        time.sleep(0.2)  # (the consumer is past its imports and trying to connect)
+        cons.expect("started", 60)  # (its client imported; it tries to connect)
         t0 = srv.start(wait=False)
         srv.wait_ready()
         t_ready = time.monotonic()
