@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
 from ._child import BenchError
 
@@ -197,13 +196,3 @@ def server(peer: str, workdir: Path) -> Iterator[Server | None]:
         yield srv
     finally:
         srv.stop()
-
-
-def server_figures(srv: Server | None, cpu0: float, count: int) -> dict[str, Any]:
-    """The server's peak RSS and CPU per message since ``cpu0``, for a scenario's result."""
-    if srv is None:
-        return {}
-    return {
-        "server_rss_mb": srv.rss_mb(),
-        "server_cpu_us_per_msg": (srv.cpu_s() - cpu0) * 1e6 / count,
-    }
