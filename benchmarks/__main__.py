@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from . import SCENARIOS, _child, machine, peer_report, peer_servers, report, scen_raw, scen_zmesh
 from .scen_peers import PEER_SCENARIOS
@@ -133,7 +134,9 @@ def _peers(args: argparse.Namespace, names: list[str], err: Console) -> tuple[li
         reason = peer_servers.missing(peer)
         if reason:
             skipped[peer] = reason
-            err.print(f"[yellow]skipped[/] {peer_servers.PEER_NAMES[peer]}: {reason}")
+            # (one line, never wrapped; the reason's brackets are text, not markup)
+            name = peer_servers.PEER_NAMES[peer]
+            err.print(f"[yellow]skipped[/] {name}: {escape(reason)}", soft_wrap=True)
             continue
         ran.append(peer)
         names.extend(mine)
