@@ -1,13 +1,16 @@
 """The benchmark runner.
 
     python -m benchmarks [--quick] [--reps N] [--json PATH] [--results-dir DIR]
-                         [--only NAME ...] [--profile DIR]
+                         [--only NAME ...] [--profile DIR] [--peers]
 
 Runs every scenario (or those named) ``--reps`` times, repetition by repetition, prints a
 table of medians with the ratio of each to the raw baseline of the same run and the
 targets met or missed, and writes everything as JSON. ``--results-dir`` writes
 results.json, results.txt (the table) and machine.md there. ``--profile`` runs every
 child under ``py-spy record`` (collapsed stacks per process, one folder per repetition).
+``--peers`` adds NATS JetStream, Redis Streams and Zenoh (peer mode) in the same run, each
+where its server and client are installed (a line says why one is skipped), and prints
+them beside zmesh and raw pyzmq.
 """
 
 from __future__ import annotations
@@ -25,11 +28,17 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
-from . import SCENARIOS, _child, machine, report, scen_raw, scen_zmesh
+from . import SCENARIOS, _child, machine, peer_report, peer_servers, report, scen_raw, scen_zmesh
+from .scen_peers import PEER_SCENARIOS
 from .sizes import FULL, QUICK
 
-RUNNERS = {**scen_raw.SCENARIOS, **scen_zmesh.SCENARIOS}
+RUNNERS = {
+    **scen_raw.SCENARIOS,
+    **scen_zmesh.SCENARIOS,
+    **{name: fn for name, (_peer, fn) in PEER_SCENARIOS.items()},
+}
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -55,8 +64,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         nargs="+",
         metavar="NAME",
-        choices=SCENARIOS,
-        help=f"run only these scenarios: {', '.join(SCENARIOS)}",
+        choices=SCENARIOS + tuple(PEER_SCENARIOS),
+        help=f"run only these scenarios: {', '.join(SCENARIOS + tuple(PEER_SCENARIOS))}",
+    )
+    ap.add_argument(
+        "--peers",
+        action="store_true",
+        help="add NATS JetStream, Redis Streams and Zenoh (peer mode) where installed",
     )
     ap.add_argument(
         "--profile",
@@ -107,12 +121,35 @@ def _unwritable(path: Path, is_dir: bool) -> str:
     return ""
 
 
+def _peers(args: argparse.Namespace, names: list[str], err: Console) -> tuple[list[str], dict]:
+    """Append the peers' scenarios to ``names`` (``--peers``, or named in ``--only``) for
+    the peers that can run here; the peers that run, and why the others cannot."""
+    wanted = [n for n in PEER_SCENARIOS if (n in args.only if args.only else args.peers)]
+    ran: list[str] = []
+    skipped: dict[str, str] = {}
+    for peer in peer_servers.PEERS:
+        mine = [n for n in wanted if PEER_SCENARIOS[n][0] == peer]
+        if not mine:
+            continue
+        reason = peer_servers.missing(peer)
+        if reason:
+            skipped[peer] = reason
+            # (one line, never wrapped; the reason's brackets are text, not markup)
+            name = peer_servers.PEER_NAMES[peer]
+            err.print(f"[yellow]skipped[/] {name}: {escape(reason)}", soft_wrap=True)
+            continue
+        ran.append(peer)
+        names.extend(mine)
+    return ran, skipped
+
+
 def run(argv: list[str] | None = None) -> int:
     args = _args(argv)
     sizes = QUICK if args.quick else FULL
     names = [n for n in SCENARIOS if not args.only or n in args.only]
     out = Console() if sys.stdout.isatty() else Console(width=180)
     err = Console(stderr=True)
+    ran, skipped = _peers(args, names, err)
     started = _dt.datetime.now(_dt.UTC)
     t_start = time.monotonic()
     load_start = os.getloadavg()
@@ -163,6 +200,13 @@ def run(argv: list[str] | None = None) -> int:
     )
     tab = report.table(scenarios, targets, title)
     out.print(tab)
+    tables = [tab]
+    peer_rows = peer_report.rows(scenarios, ran)
+    if ran:
+        for peer in ran:
+            desc.update(peer_servers.versions(peer))
+        tables.append(peer_report.table(peer_rows, ran, "The peers beside zmesh (same run)"))
+        out.print(tables[-1])
     doc = {
         "schema": "zmesh-bench/1",
         "started_at": started.isoformat(timespec="seconds"),
@@ -173,6 +217,7 @@ def run(argv: list[str] | None = None) -> int:
         "machine": desc,
         "scenarios": scenarios,
         "targets": targets,
+        "peers": {"ran": ran, "skipped": skipped, "rows": peer_rows},
     }
     text = json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n"
     try:
@@ -183,7 +228,8 @@ def run(argv: list[str] | None = None) -> int:
             args.results_dir.mkdir(parents=True, exist_ok=True)
             (args.results_dir / "results.json").write_text(text)
             rec = Console(record=True, width=200, file=open(os.devnull, "w"))  # noqa: SIM115
-            rec.print(tab)
+            for t in tables:
+                rec.print(t)
             (args.results_dir / "results.txt").write_text(rec.export_text())
             rec.file.close()
             (args.results_dir / "machine.md").write_text(machine.markdown(desc))

@@ -113,6 +113,15 @@ RAW_BASELINE = {
 }
 
 
+def raw_baseline(name: str) -> str:
+    """The raw scenario ``name``'s "x raw" column divides by (a peer's by its kind)."""
+    if name in RAW_BASELINE:
+        return RAW_BASELINE[name]
+    if name.startswith("latency_"):
+        return "latency_raw"
+    return "raw_pushpull_100" if name.endswith("_batch") else "raw_pushpull_1"
+
+
 def median_of(reps: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-key median of numbers, recursively through dicts; other values from the last rep."""
     out: dict[str, Any] = {}
@@ -139,7 +148,7 @@ def summarize(raw: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[dict
         }
         scenarios[name]["rate"] = scenarios[name]["median"].get("rate")
     for name, entry in scenarios.items():
-        base = RAW_BASELINE.get(name, "raw_pushpull_1")
+        base = raw_baseline(name)
         metric = "p50_ms" if base == "latency_raw" else "rate"
         value = entry["median"].get(metric)
         ref = scenarios.get(base, {}).get("median", {}).get(metric)

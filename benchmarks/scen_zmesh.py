@@ -323,6 +323,19 @@ def offline_backlog(workdir: Path, sizes: Sizes, profile: Path | None = None) ->
     }
 
 
+def window_rate(got: dict[str, Any], n: int, window_s: float, who: str) -> float:
+    """The delivery rate after a restart: in the window after the first message, or the
+    backlog's own when all of it came within the window."""
+    window = got["window_count"]
+    if 0 < window < n:
+        return float(window / window_s)
+    if got["t_last"]:
+        return n / max(1e-6, got["t_last"] - got["t_first"])
+    raise BenchError(
+        f"{who} delivered {got['count']} of {n} messages, none within {window_s:g}s of the first"
+    )
+
+
 def restart_first_message(
     workdir: Path, sizes: Sizes, profile: Path | None = None
 ) -> dict[str, Any]:
@@ -378,16 +391,7 @@ def restart_first_message(
         got = cons.expect("result", 30)
         prod.send("stop")
         closed = prod.expect("result", 60)
-    window = got["window_count"]
-    if 0 < window < n:
-        rate = window / sizes.restart_window_s
-    elif got["t_last"]:  # everything came within the window
-        rate = n / max(1e-6, got["t_last"] - got["t_first"])
-    else:
-        raise BenchError(
-            f"the restarted producer delivered {got['count']} of {n} messages, "
-            f"none within {sizes.restart_window_s:g}s of the first"
-        )
+    rate = window_rate(got, n, sizes.restart_window_s, "the restarted producer")
     return {
         "first_message_s": first["t"] - started["t0"],
         "node_start_s": started["t_started"] - started["t0"],

@@ -16,6 +16,8 @@ class Sizes:
     zmesh_batch: int = 1_000_000  # zmesh publish_many / fetch + ack_many
     large_16k: int = 40_000  # 16 KiB messages (zmesh_16k and its raw baseline)
     large_256k: int = 2_500  # 256 KiB messages
+    peer: int = 200_000  # a peer's (--peers) per-message scenario with acks
+    peer_batch: int = 400_000  # a peer's scenario with one ack per batch
     fanout: int = 100_000  # zmesh fan-out, messages (each group gets all)
     idle_lanes: int = 2_000  # idle lanes beside the busy one (zmesh_many_lanes)
     offline: int = 2_000_000  # backlog published while the group is offline
@@ -42,6 +44,8 @@ QUICK = Sizes(
     zmesh_batch=50_000,
     large_16k=2_000,
     large_256k=200,
+    peer=5_000,
+    peer_batch=10_000,
     fanout=5_000,
     idle_lanes=200,
     offline=20_000,
