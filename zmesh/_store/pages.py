@@ -57,13 +57,20 @@ def mapped_region(path: str) -> tuple[int, int] | None:
 class MappedPages:
     """Counts the record bytes a store moves; past ``RELEASE_BYTES`` drops its mapping."""
 
-    __slots__ = ("path", "moved", "released", "_on")
+    __slots__ = ("path", "moved", "released", "_on", "_region")
 
     def __init__(self, data_file: str) -> None:
         self.path = os.path.realpath(data_file)
         self.moved = 0  # record bytes written or read since the last release
         self.released = 0  # releases so far
         self._on = _LIBC is not None
+        # Where the map is, found once (reading /proc/self/maps costs a millisecond): it
+        # moves only when the store resizes it, which says so (``remapped``).
+        self._region: tuple[int, int] | None = None
+
+    def remapped(self) -> None:
+        """The map was made anew (a resize): look for it again at the next release."""
+        self._region = None
 
     def add(self, nbytes: int) -> None:
         self.moved += nbytes
@@ -75,9 +82,10 @@ class MappedPages:
         self.moved = 0
         if not self._on:
             return
-        region = mapped_region(self.path)
+        region = self._region or mapped_region(self.path)
         if region is None:
             return
+        self._region = region
         addr, length = region
         assert _LIBC is not None
         if _LIBC.madvise(addr, length, MADV_DONTNEED) != 0:

@@ -293,6 +293,7 @@ class Store(LogIndex, AckedWindow):
         if new <= self.map_size_bytes or not self._resize_lock.acquire(blocking=False):
             return False  # at the limit, or a snapshot is reading: try again later
         try:
+            self.pages.remapped()  # (before: a failed resize may have unmapped it too)
             self.env.set_mapsize(new)
         except lmdb.Error as exc:
             log.error("could not grow the LMDB map of %s to %d bytes: %s", self.path, new, exc)

@@ -12,7 +12,7 @@ from typing import TypeVar
 from ..._protocol.codec import PackedColumns
 from .record import Record
 
-DECODED_KEPT_BYTES = 8 << 20  # what the records kept decoded may take
+DECODED_KEPT_BYTES = 32 << 20  # what the records kept decoded may take (two windows)
 PACKED_KEPT_BYTES = 4 << 20  # what the batch columns kept packed may take
 _ENTRY_BYTES = 440  # a record's decoded fields and its map entry, besides the payload
 
