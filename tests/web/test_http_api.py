@@ -37,6 +37,8 @@ LANE_KEYS = {
     "mode",
     "members",
     "windows",
+    "assigned",
+    "partitions_moved",
     "pending",
     "ready",
     "in_flight",
