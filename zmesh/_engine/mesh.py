@@ -1,5 +1,12 @@
-"""This node's view of the mesh: peers, contacts, hello and heartbeats, liveness, and the
-control messages it sends. Runs only on the IO thread."""
+"""This node's view of the mesh: peers, contacts, hellos, and the control messages it sends.
+Runs only on the IO thread.
+
+Who is alive is membership's (membership.py, SWIM, fed by liveness.py); this module keeps
+a ``Peer`` per member, with its sockets (opened when first needed) and what it subscribes.
+A hello carries what a node subscribes and is sent once per meeting: to a contact, to a
+member when it is first known (or known again after it was dead), and to every live
+member when this node's subscriptions change. It is not a heartbeat.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,8 @@ from .._protocol.frames import Ack, Fail, GroupDel, Hello, Nack, PeerRef, SubInf
 from .._security import Keys, client_options
 from .._store.store import WriteBatch
 from ..config import NodeConfig
+from .limits import FORGET_DEAD_AFTER_S
+from .liveness import Liveness
 from .outbox.outbox import Outbox
 from .peers import Peer, announced_group, lane_name
 from .stats import Counters
@@ -26,7 +35,6 @@ log = logging.getLogger(__name__)
 
 DEALER_LINGER_MS = 200
 CONTACT_EXPIRY_BEATS = 10
-FORGET_DEAD_AFTER_S = 600.0
 CTRL_BACKLOG_MAX = 10_000
 CTRL_BACKLOG_PEERS_MAX = 256  # distinct nodes with waiting settlements
 CTRL_BACKLOG_UNKNOWN_MAX = 1000  # frames waiting for a node not (yet) known
@@ -51,6 +59,8 @@ class Mesh:
         # A connection whose data stays unacknowledged this long is reset and redialed,
         # rather than left in TCP's exponential retransmission backoff.
         self._maxrt_ms = max(1000, int(config.dead_after_s * 1000))
+        # Redials of a peer that is gone back off to about a heartbeat apart.
+        self._redial_max_ms = max(100, int(config.heartbeat_interval_s * 1000))
         self.config = config
         self.node_id = node_id
         self.incarnation = incarnation
@@ -62,6 +72,7 @@ class Mesh:
         self.self_peer: Peer | None = None
         # (endpoint, server key) -> (socket, heartbeats without answer, is a seed)
         self._contacts: dict[tuple[str, bytes], tuple[zmq.Socket, int, bool]] = {}
+        self._at: dict[str, bytes] = {}  # control endpoint -> the peer there
         self.ctrl_backlog: dict[bytes, list[bytes]] = {}
         # Live peers' ephemeral subscriptions by topic (rebuilt when one changes).
         self.ephemeral: dict[str, list[tuple[Peer, SubInfo]]] = {}
@@ -69,6 +80,7 @@ class Mesh:
         self.ctrl_port = 0
         self.data_port = 0
         self.hosts: tuple[str, ...] = ()
+        self.liveness = Liveness(self, config, counters)
 
     def peer(self, node_id: bytes) -> Peer | None:
         """The peer (or this node itself) with that id."""
@@ -84,20 +96,52 @@ class Mesh:
         now: float,
         key: bytes = b"",
     ) -> Peer:
-        push = self.ctx.socket(zmq.PUSH)
-        push.setsockopt(zmq.LINGER, 0)
-        push.setsockopt(zmq.IMMEDIATE, 1)
-        push.setsockopt(zmq.TCP_MAXRT, self._maxrt_ms)
-        client_options(push, self.keys, key)
-        push.connect(data_ep)
+        return Peer(node_id, name, incarnation, ctrl_ep, data_ep, self._open, now, public_key=key)
+
+    def _open(self, peer: Peer, kind: int) -> zmq.Socket:
+        """Open ``peer``'s PUSH (data) or DEALER (control) socket, at its first use."""
+        sock = self.ctx.socket(kind)
+        if kind == zmq.PUSH:
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.IMMEDIATE, 1)
+        else:
+            sock.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
+        sock.setsockopt(zmq.TCP_MAXRT, self._maxrt_ms)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, self._redial_max_ms)
+        client_options(sock, self.keys, peer.public_key)
+        sock.connect(peer.data_ep if kind == zmq.PUSH else peer.ctrl_ep)
+        return sock
+
+    def join(
+        self,
+        node_id: bytes,
+        name: str,
+        incarnation: int,
+        ctrl_ep: str,
+        data_ep: str,
+        key: bytes,
+        wb: WriteBatch,
+        now: float,
+    ) -> Peer:
+        """A node met for the first time, or in a new life: its peer (replacing the old
+        one's sockets), remembered in the store, and told our hello."""
+        old = self.peers.get(node_id)
+        if old is not None:
+            log.info("peer %s restarted (incarnation %d -> %d)", name, old.incarnation, incarnation)
+            self.drop(old, now, "restarted")
         for ck in [ck for ck in self._contacts if ck[0] == ctrl_ep]:
             self._contacts.pop(ck)[0].close(linger=0)  # its tiny queue was for hellos only
-        dealer = self.ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
-        dealer.setsockopt(zmq.TCP_MAXRT, self._maxrt_ms)
-        client_options(dealer, self.keys, key)
-        dealer.connect(ctrl_ep)
-        return Peer(node_id, name, incarnation, ctrl_ep, data_ep, push, dealer, now, public_key=key)
+        peer = self.make_peer(node_id, name, incarnation, ctrl_ep, data_ep, now, key)
+        self.peers[node_id] = peer
+        self._at[ctrl_ep] = node_id
+        wb.peers_put[node_id] = f"{ctrl_ep} {key.decode()}".strip().encode()
+        log.info("peer %s (%s) joined at %s", name, node_id.hex()[:12], ctrl_ep)
+        self.send_raw(peer.dealer, encode_control(self.hello()))
+        return peer
+
+    def admissible(self, key: bytes) -> bool:
+        """Whether a node with this CURVE key may be a peer (on a secured mesh: trusted)."""
+        return self.keys is None or key in self.keys.trusted
 
     def hello(self) -> Hello:
         limit = self.config.max_message_bytes
@@ -139,7 +183,8 @@ class Mesh:
         On a secured mesh the server key must be known; when it is not (a seed), every
         trusted key is tried: only the right one completes the CURVE handshake.
         """
-        if any(p.ctrl_ep == ep and p.alive for p in self.peers.values()):
+        there = self.peers.get(self._at.get(ep, b""))
+        if there is not None and there.alive:
             return
         candidates = [key] if key or self.keys is None else sorted(self.keys.trusted)
         frame = encode_control(self.hello())
@@ -171,7 +216,7 @@ class Mesh:
     def on_hello(
         self, hello: Hello, addr: str | None, key: bytes, wb: WriteBatch, now: float
     ) -> None:
-        """A hello (or heartbeat) arrived; ``key`` is the sender's authenticated CURVE key."""
+        """A hello arrived; ``key`` is the sender's authenticated CURVE key."""
         if hello.mesh != self.config.mesh:
             self.counters.add("foreign_mesh_hellos", 1)
             if hello.node_id not in self._foreign_logged:
@@ -189,39 +234,22 @@ class Mesh:
         if host is None:
             self.counters.add("hello_without_address", 1)
             return
-        ctrl_ep, data_ep = endpoint(host, hello.ctrl_port), endpoint(host, hello.data_port)
         peer = self.peers.get(hello.node_id)
-        if peer is not None:
-            if hello.incarnation < peer.incarnation:
-                return  # a late hello of an earlier life
-            if hello.incarnation != peer.incarnation or peer.ctrl_ep != ctrl_ep:
-                log.info(
-                    "peer %s restarted (incarnation %d -> %d)",
-                    peer.name,
-                    peer.incarnation,
-                    hello.incarnation,
-                )
-                self.forget(peer, now, "restarted")
-                peer = None
-            elif not peer.alive:
-                # Back after a silence (a healed partition): its old connections may sit
-                # in TCP retransmission backoff for minutes, so start over with new ones.
-                log.info("peer %s is back after %.1fs", peer.name, now - peer.dead_since)
-                self.forget(peer, now, "back")
-                peer = None
-        if peer is None:
-            peer = self.make_peer(
-                hello.node_id, hello.name, hello.incarnation, ctrl_ep, data_ep, now, key
+        if peer is not None and hello.incarnation < peer.incarnation:
+            return  # a late hello of an earlier life
+        if peer is None or hello.incarnation > peer.incarnation:
+            ctrl_ep, data_ep = endpoint(host, hello.ctrl_port), endpoint(host, hello.data_port)
+            peer = self.join(
+                hello.node_id, hello.name, hello.incarnation, ctrl_ep, data_ep, key, wb, now
             )
-            self.peers[hello.node_id] = peer
-            wb.peers_put[hello.node_id] = f"{ctrl_ep} {key.decode()}".strip().encode()
-            log.info("peer %s (%s) joined at %s", hello.name, hello.node_id.hex()[:12], ctrl_ep)
-            self.send_raw(peer.dealer, encode_control(self.hello()))
         peer.last_seen = now
+        self.liveness.hello(peer, wb, now)
         # A peer that does not list us yet would refuse our data (it cannot ack a stranger),
         # so it becomes a member of our lanes only once its hello shows it knows us.
         subs = hello.subs if any(r.node_id == self.node_id for r in hello.peers) else ()
-        if subs != peer.subs:
+        if not peer.alive:
+            peer.subs = subs  # (applied when it is alive again)
+        elif subs != peer.subs:
             self.apply_subs(peer, subs, wb, now)
         for ref in hello.peers:
             if ref.node_id != self.node_id and ref.node_id not in self.peers:
@@ -263,7 +291,7 @@ class Mesh:
                     del peer.lanes[key]
                 self.apply_subs(peer, peer.subs, wb, now)
 
-    def send_to_peers(self, msg: GroupDel) -> int:
+    def send_to_peers(self, msg: GroupDel | Hello) -> int:
         """Send a control message to every live peer; returns how many were sent it."""
         frame = encode_control(msg)
         return sum(self.send_raw(peer.dealer, frame) for peer in self.peers.values() if peer.alive)
@@ -272,21 +300,21 @@ class Mesh:
         hello = self.hello()
         assert self.self_peer is not None
         self.apply_subs(self.self_peer, hello.subs, wb, now)
-        frame = encode_control(hello)
-        for peer in self.peers.values():
-            self.send_raw(peer.dealer, frame)
+        self.send_to_peers(hello)
 
     def mark_dead(self, peer: Peer, now: float, why: str) -> None:
+        """``peer`` is dead: it leaves every lane, what it held in flight is ready again.
+        Its sockets and its subscriptions are kept, for when it is alive again."""
         peer.alive = False
+        peer.state = "dead"
         peer.dead_since = now
-        peer.subs = ()
         peer.lanes = {}
         if peer.ephemeral:
             peer.ephemeral = {}
             self._index_ephemeral()
         moved = self.lanes.members_gone(peer.node_id, now)
         log.log(
-            logging.WARNING if why == "silent" else logging.INFO,
+            logging.WARNING if why == "unresponsive" else logging.INFO,
             "peer %s (%s) is gone (%s, last heard %.1fs ago); %d in-flight messages pending again",
             peer.name,
             peer.node_id.hex()[:12],
@@ -295,24 +323,39 @@ class Mesh:
             moved,
         )
 
-    def forget(self, peer: Peer, now: float, why: str) -> None:
+    def revive(self, peer: Peer, wb: WriteBatch, now: float) -> None:
+        """``peer`` was dead and is alive again in the same life: back in its lanes, with
+        the sockets it had, and told our hello (our subscriptions may have changed)."""
+        log.info("peer %s is back after %.1fs", peer.name, now - peer.dead_since)
+        peer.alive = True
+        self.counters.add("peers_back", 1)
+        subs, peer.subs = peer.subs, ()
+        self.apply_subs(peer, subs, wb, now)
+        self.send_raw(peer.dealer, encode_control(self.hello()))
+
+    def drop(self, peer: Peer, now: float, why: str) -> None:
+        """Forget ``peer``'s life: out of the lanes, its sockets closed."""
         if peer.alive:
             self.mark_dead(peer, now, why)
         self.peers.pop(peer.node_id, None)
+        if self._at.get(peer.ctrl_ep) == peer.node_id:
+            del self._at[peer.ctrl_ep]
         peer.close()
 
+    def forget(self, peer: Peer, now: float, why: str) -> None:
+        """Forget ``peer`` altogether (its key revoked, dead too long)."""
+        self.liveness.forget(peer.node_id)
+        self.drop(peer, now, why)
+
     def beat(self, now: float, wb: WriteBatch) -> None:
-        """Heartbeat: hello to every peer and contact, and liveness."""
-        frame = encode_control(self.hello())
-        dead_after = self.config.dead_after_s
+        """Heartbeat: hellos to contacts; peers dead too long are forgotten."""
         for peer in list(self.peers.values()):
-            if peer.alive and now - peer.last_seen > dead_after:
-                self.mark_dead(peer, now, "silent")
-            elif not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
+            if not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
                 self.forget(peer, now, "dead too long")
                 wb.peers_del.append(peer.node_id)
-                continue
-            self.send_raw(peer.dealer, frame)
+        if not self._contacts:
+            return
+        frame = encode_control(self.hello())
         for ep, (sock, beats, seed) in list(self._contacts.items()):
             if not seed and beats >= CONTACT_EXPIRY_BEATS:
                 sock.close(linger=0)

@@ -313,12 +313,10 @@ def mesh_run(
         seen = until(all_back, 30.0, 0.25)
         if seen:
             figures.restart_back_s = round(max(seen.values()) - back, 2)
+    bad = nodes.terminate(names)
     totals: Counter[str] = Counter()
     for name in names:
-        totals.update(nodes.stats(name))
-    bad = nodes.terminate(names)
-    for name in names:
-        totals.update({k: v for k, v in nodes.stats(name).items() if k not in totals})
+        totals.update(nodes.stats(name))  # (as each wrote them at its clean exit)
     figures.counters = {
         k: v
         for k, v in totals.items()

@@ -60,10 +60,7 @@ class Watcher:
         if mesh is None:
             return {}
         peers = mesh.peers.copy()  # (one C call: safe against the IO thread's changes)
-        return {
-            pid.hex(): getattr(p, "state", "alive" if p.alive else "dead")
-            for pid, p in peers.items()
-        }
+        return {pid.hex(): p.state for pid, p in peers.items()}
 
     def write_stats(self) -> None:
         write_atomic(self.stats_path, json.dumps(self.node.stats()))
