@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from zmesh._engine.limits import RUMORS_PER_FRAME
-from zmesh._engine.membership import ALIVE, DEAD, SUSPECT, Change, Fact, Membership, Timing
+from zmesh._engine.membership import Change, Membership, Timing
+from zmesh._engine.news import ALIVE, DEAD, SUSPECT, Fact
 
 TIMING = Timing(period_s=1.0, suspicion_max_s=5.0)
 

@@ -27,7 +27,8 @@ from .._protocol.frames import Gossip, Ping, PingReq, Pong, Rumor
 from .._store.store import WriteBatch
 from ..config import NodeConfig
 from .limits import RUMORS_PER_FRAME
-from .membership import ALIVE, DEAD, STATES, Change, Fact, Membership, Timing
+from .membership import Change, Membership, Timing
+from .news import ALIVE, DEAD, STATES, Fact
 from .peers import Peer
 from .stats import Counters
 

@@ -1,11 +1,10 @@
 """Who is alive in the mesh: SWIM's failure detector, with Lifeguard's suspicion.
 
 Pure state with the time and the randomness passed in: no sockets, no clock. The mesh
-(mesh.py) feeds it what arrives and sends what it asks for through a ``Wire``.
+(liveness.py) feeds it what arrives and sends what it asks for through a ``Wire``.
 
-Every node heartbeating every other one cost each node work in proportion to the mesh's
-size, and the whole mesh in proportion to its square (two cores for 64 nodes, and false
-deaths once the IO threads fell behind). Here each node's work per period is constant:
+Each node's work per period is constant, whatever the mesh's size (a heartbeat to every
+other node made it grow with the mesh, and the mesh's with its square):
 
 - **Probing.** Each period (``heartbeat_interval_s``) a node pings one member, in a
   shuffled round of all of them. Unanswered after half a period, it asks
@@ -39,24 +38,10 @@ from .limits import (
     GOSSIP_SHARE,
     INDIRECT_PROBES,
     PROBE_TIMEOUT_SHARE,
-    RETRANSMIT_MULT,
     SUSPICION_CONFIRMATIONS,
     SUSPICION_MIN_PERIODS,
 )
-
-ALIVE, SUSPECT, DEAD = 0, 1, 2
-STATES = ("alive", "suspect", "dead")
-
-
-class Fact(NamedTuple):
-    """What is believed of one node: its state in one of its lives (``by``: who suspected
-    it or declared it dead)."""
-
-    node_id: bytes
-    incarnation: int
-    refuted: int
-    state: int
-    by: bytes = b""
+from .news import ALIVE, DEAD, SUSPECT, Fact, News
 
 
 class Change(NamedTuple):
@@ -98,13 +83,13 @@ class Member:
     incarnation: int
     refuted: int
     state: int
-    since: float
     # a suspicion: when it began, who suspect it on their own, the confirmations expected
     suspected_at: float = 0.0
     suspectors: set[bytes] = field(default_factory=set)
     expected: int = 0
     deadline: float = math.inf
     told_at: float = -math.inf  # when it was last told of its suspicion or death
+    left: bool = False  # it said goodbye (not probed once dead)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -143,13 +128,13 @@ class Membership:
         self.rng = rng or random.Random()
         self.members: dict[bytes, Member] = {}
         self._count_to = count
-        self._news: dict[bytes, list] = {}  # node id -> [fact, times sent]
+        self._news = News()
         self._round: list[bytes] = []  # this round's probe order
         self._dead_turn = 0
         self._seq = 0
         self._probes: dict[int, Probe] = {}
-        self._relays: dict[int, tuple[bytes, int, float]] = {}  # our seq -> (asker, its seq, until)
-        self._periodic: int | None = None  # the seq of this period's probe
+        # the probes this node makes for others: our seq -> (asker, its seq, until)
+        self._relays: dict[int, tuple[bytes, int, float]] = {}
         self._next_period = 0.0
         self._next_gossip = math.inf
         self._periods = 0
@@ -177,27 +162,8 @@ class Membership:
         return wake
 
     def rumors(self, limit: int, about: bytes | None = None) -> list[Fact]:
-        """News to put on a frame: what is said of ``about`` (the frame's target, so it
-        can refute a suspicion) first, then the pieces sent least often; each is sent
-        ``RETRANSMIT_MULT * log10(members + 1)`` times in all."""
-        if not self._news:
-            return []
-        cap = RETRANSMIT_MULT * max(1, math.ceil(math.log10(len(self.members) + 2)))
-        picked: list[list] = []
-        first = self._news.get(about) if about is not None else None
-        if first is not None:
-            picked.append(first)
-        rest = sorted(self._news.values(), key=lambda item: item[1])
-        for item in rest:
-            if len(picked) >= limit:
-                break
-            if item is not first:
-                picked.append(item)
-        for item in picked:
-            item[1] += 1
-            if item[1] >= cap:
-                del self._news[item[0].node_id]
-        return [item[0] for item in picked]
+        """News to put on a frame (to ``about``: what is said of it first)."""
+        return self._news.take(limit, about, len(self.members))
 
     # -- what arrives ---------------------------------------------------------------------
 
@@ -214,16 +180,8 @@ class Membership:
         """A frame came from ``fact.node_id`` itself, with its own state."""
         changes = self.learn(fact, now)
         member = self.members.get(fact.node_id)
-        if (
-            member is not None
-            and member.state != ALIVE
-            and member.key
-            >= (
-                fact.incarnation,
-                fact.refuted,
-            )
-        ):
-            self._tell(member, now)
+        if member is not None and member.state != ALIVE and member.key >= fact[1:3]:
+            self._tell(member, now)  # it lives: it refutes once told
         return changes
 
     def learn(self, fact: Fact, now: float) -> list[Change]:
@@ -237,7 +195,7 @@ class Membership:
             if fact.state == DEAD:
                 return []  # (a stranger's death: nothing to forget)
             member = self.members[fact.node_id] = Member(
-                fact.node_id, fact.incarnation, fact.refuted, ALIVE, now
+                fact.node_id, fact.incarnation, fact.refuted, ALIVE
             )
             self._enter_round(fact.node_id)
             self._spread(member.fact())
@@ -253,7 +211,7 @@ class Membership:
             if key == member.key:
                 return []
             member.incarnation, member.refuted = fact.incarnation, fact.refuted
-            self._set(member, ALIVE, now)
+            self._set(member, ALIVE)
             self._spread(member.fact())
             return [Change(fact.node_id, old, ALIVE, life)]
         if fact.state == SUSPECT:
@@ -264,13 +222,13 @@ class Membership:
                 return []
             member.incarnation, member.refuted = fact.incarnation, fact.refuted
             if old == DEAD:  # a later life, suspected: alive for us until it is judged
-                self._set(member, ALIVE, now)
+                self._set(member, ALIVE)
             changes = [Change(fact.node_id, old, ALIVE, life)] if life or old == DEAD else []
             return changes + self._suspect(member, fact.by, now)
         if old == DEAD and key == member.key:
             return []
         member.incarnation, member.refuted = fact.incarnation, fact.refuted
-        return self._die(member, fact.by, now, spread_by=fact.by, life=life)
+        return self._die(member, fact.by, now, life)
 
     def disconnected(self, node_id: bytes, now: float) -> list[Change]:
         """Our connection from ``node_id`` closed: a process that ended closes them all."""
@@ -278,7 +236,7 @@ class Membership:
         if member is None or member.state != ALIVE:
             return []
         changes = self._suspect(member, self.node_id, now)
-        self._ping(node_id, now, periodic=False)  # (it refutes at once if it lives)
+        self._ping(node_id, now)  # (it refutes at once if it lives)
         return changes
 
     def left(self, node_id: bytes, incarnation: int, now: float) -> list[Change]:
@@ -286,11 +244,12 @@ class Membership:
         member = self.members.get(node_id)
         if member is None or member.incarnation != incarnation or member.state == DEAD:
             return []
-        return self._die(member, node_id, now, spread_by=node_id)
+        member.left = True
+        return self._die(member, node_id, now)
 
     def forget(self, node_id: bytes) -> None:
         self.members.pop(node_id, None)
-        self._news.pop(node_id, None)
+        self._news.drop(node_id)
 
     def on_ping(self, sender: bytes, seq: int, target: bytes) -> None:
         if target == self.node_id:
@@ -320,7 +279,7 @@ class Membership:
         changes: list[Change] = []
         for member in list(self.members.values()):
             if member.state == SUSPECT and now >= member.deadline:
-                changes += self._die(member, self.node_id, now, spread_by=self.node_id)
+                changes += self._die(member, self.node_id, now)
         for seq, probe in list(self._probes.items()):
             if not probe.answered and now >= probe.relay_at:
                 probe.relay_at = math.inf
@@ -365,9 +324,9 @@ class Membership:
         self._periods += 1
         target = self._next_target()
         if target is not None:
-            self._ping(target, now, periodic=True)
+            self._ping(target, now)
         if self._periods % DEAD_PROBE_PERIODS == 0:
-            dead = [m for m in self.members.values() if m.state == DEAD]
+            dead = [m for m in self.members.values() if m.state == DEAD and not m.left]
             if dead:
                 self._dead_turn = (self._dead_turn + 1) % len(dead)
                 # (no probe of ours: its answer tells us it lives, and we tell it of its death)
@@ -390,7 +349,7 @@ class Membership:
         """A new member joins the current round at a random place (probed this round)."""
         self._round.insert(self.rng.randrange(len(self._round) + 1), node_id)
 
-    def _ping(self, target: bytes, now: float, periodic: bool) -> None:
+    def _ping(self, target: bytes, now: float) -> None:
         seq = self._next_seq()
         t = self.timing
         self._probes[seq] = Probe(target, now + t.probe_timeout_s, now + t.period_s)
@@ -413,9 +372,8 @@ class Membership:
 
     # -- state changes ----------------------------------------------------------------------
 
-    def _set(self, member: Member, state: int, now: float) -> None:
+    def _set(self, member: Member, state: int) -> None:
         member.state = state
-        member.since = now
         if state != SUSPECT:
             member.suspectors = set()
             member.deadline = math.inf
@@ -424,7 +382,7 @@ class Membership:
         if member.state != ALIVE:
             return []
         old = member.state
-        self._set(member, SUSPECT, now)
+        self._set(member, SUSPECT)
         member.suspected_at = now
         member.suspectors = {by or self.node_id}
         alive = sum(1 for m in self.members.values() if m.state != DEAD)
@@ -444,34 +402,26 @@ class Membership:
 
     def _suspicion_s(self, member: Member) -> float:
         """Lifeguard: from ``dead_after_s`` down to the minimum as confirmations come."""
-        t = self.timing
-        k = member.expected
-        confirmations = len(member.suspectors) - 1
-        if k < 1:
-            return t.suspicion_min_s
-        share = math.log(confirmations + 1) / math.log(k + 1)
-        return max(
-            t.suspicion_min_s, t.suspicion_max_s - (t.suspicion_max_s - t.suspicion_min_s) * share
-        )
+        low, high = self.timing.suspicion_min_s, self.timing.suspicion_max_s
+        if member.expected < 1:
+            return low
+        share = math.log(len(member.suspectors)) / math.log(member.expected + 1)
+        return max(low, high - (high - low) * share)
 
-    def _die(
-        self, member: Member, by: bytes, now: float, spread_by: bytes, life: bool = False
-    ) -> list[Change]:
+    def _die(self, member: Member, by: bytes, now: float, life: bool = False) -> list[Change]:
         old = member.state
-        self._set(member, DEAD, now)
+        self._set(member, DEAD)
         self._count("peers_dead")
-        self._spread(Fact(member.node_id, member.incarnation, member.refuted, DEAD, spread_by))
+        self._spread(Fact(member.node_id, member.incarnation, member.refuted, DEAD, by))
         return [Change(member.node_id, old, DEAD, life)]
 
     def _about_me(self, fact: Fact) -> None:
-        """News of this node: a suspicion or a death of it is refuted at once."""
-        if fact.state == ALIVE or (fact.incarnation, fact.refuted) < (
-            self.incarnation,
-            self.refuted,
-        ):
+        """News of this node: a suspicion or a death of it (in this life, not an earlier
+        state of it) is refuted at once."""
+        if fact.state == ALIVE or fact.incarnation != self.incarnation:
             return
-        if fact.incarnation > self.incarnation:
-            return  # (a later life of this node id: not ours to refute)
+        if fact.refuted < self.refuted:
+            return
         self.refuted = fact.refuted + 1
         self._count("refuted")
         self._spread(self.me())
@@ -485,7 +435,7 @@ class Membership:
             self.wire.gossip(member.node_id)
 
     def _spread(self, fact: Fact) -> None:
-        self._news[fact.node_id] = [fact, 0]
+        self._news.put(fact)
         if self._next_gossip == math.inf:
             self._next_gossip = -math.inf  # (at the next tick)
 

@@ -22,6 +22,7 @@ from .._protocol.frames import Ack, Fail, GroupDel, Hello, Nack, PeerRef, SubInf
 from .._security import Keys, client_options
 from .._store.store import WriteBatch
 from ..config import NodeConfig
+from .contacts import Contacts
 from .limits import FORGET_DEAD_AFTER_S
 from .liveness import Liveness
 from .outbox.outbox import Outbox
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEALER_LINGER_MS = 200
-CONTACT_EXPIRY_BEATS = 10
 CTRL_BACKLOG_MAX = 10_000
 CTRL_BACKLOG_PEERS_MAX = 256  # distinct nodes with waiting settlements
 CTRL_BACKLOG_UNKNOWN_MAX = 1000  # frames waiting for a node not (yet) known
@@ -70,8 +70,7 @@ class Mesh:
         self._local_subs = local_subs
         self.peers: dict[bytes, Peer] = {}
         self.self_peer: Peer | None = None
-        # (endpoint, server key) -> (socket, heartbeats without answer, is a seed)
-        self._contacts: dict[tuple[str, bytes], tuple[zmq.Socket, int, bool]] = {}
+        self._contacts = Contacts(ctx, counters)
         self._at: dict[str, bytes] = {}  # control endpoint -> the peer there
         self.ctrl_backlog: dict[bytes, list[bytes]] = {}
         # Live peers' ephemeral subscriptions by topic (rebuilt when one changes).
@@ -129,8 +128,7 @@ class Mesh:
         if old is not None:
             log.info("peer %s restarted (incarnation %d -> %d)", name, old.incarnation, incarnation)
             self.drop(old, now, "restarted")
-        for ck in [ck for ck in self._contacts if ck[0] == ctrl_ep]:
-            self._contacts.pop(ck)[0].close(linger=0)  # its tiny queue was for hellos only
+        self._contacts.met(ctrl_ep)
         peer = self.make_peer(node_id, name, incarnation, ctrl_ep, data_ep, now, key)
         self.peers[node_id] = peer
         self._at[ctrl_ep] = node_id
@@ -178,32 +176,11 @@ class Mesh:
         )
 
     def contact(self, ep: str, seed: bool = False, key: bytes = b"") -> None:
-        """Say hello to a control endpoint whose node we do not know yet.
-
-        On a secured mesh the server key must be known; when it is not (a seed), every
-        trusted key is tried: only the right one completes the CURVE handshake.
-        """
+        """Say hello to a control endpoint whose node we do not know yet (contacts.py),
+        unless a live peer is there."""
         there = self.peers.get(self._at.get(ep, b""))
-        if there is not None and there.alive:
-            return
-        candidates = [key] if key or self.keys is None else sorted(self.keys.trusted)
-        frame = encode_control(self.hello())
-        for k in candidates:
-            if (ep, k) in self._contacts:
-                continue
-            dealer = self.ctx.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.setsockopt(zmq.SNDHWM, 4)
-            client_options(dealer, self.keys, k)
-            try:
-                dealer.connect(ep)
-            except zmq.ZMQError as exc:
-                dealer.close(linger=0)
-                self.counters.add("bad_endpoints", 1)
-                log.warning("cannot contact %r: %s", ep, exc)
-                return
-            self._contacts[(ep, k)] = (dealer, 0, seed)
-            self.send_raw(dealer, frame)
+        if there is None or not there.alive:
+            self._contacts.add(ep, seed, key, self.keys, encode_control(self.hello()))
 
     def send_raw(self, sock: zmq.Socket, frame: bytes) -> bool:
         try:
@@ -353,16 +330,8 @@ class Mesh:
             if not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
                 self.forget(peer, now, "dead too long")
                 wb.peers_del.append(peer.node_id)
-        if not self._contacts:
-            return
-        frame = encode_control(self.hello())
-        for ep, (sock, beats, seed) in list(self._contacts.items()):
-            if not seed and beats >= CONTACT_EXPIRY_BEATS:
-                sock.close(linger=0)
-                del self._contacts[ep]
-                continue
-            self._contacts[ep] = (sock, beats + 1, seed)
-            self.send_raw(sock, frame)
+        if self._contacts:
+            self._contacts.beat(encode_control(self.hello()))
 
     # -- sending -------------------------------------------------------------------------
 
@@ -414,6 +383,4 @@ class Mesh:
         self.peers.clear()
         if self.self_peer is not None:
             self.self_peer.close()
-        for sock, _beats, _seed in self._contacts.values():
-            sock.close(linger=0)
-        self._contacts.clear()
+        self._contacts.close()

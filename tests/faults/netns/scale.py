@@ -320,7 +320,7 @@ def mesh_run(
     figures.counters = {
         k: v
         for k, v in totals.items()
-        if k.startswith(("peers_", "suspicions", "refuted", "probes", "handshake", "gossip"))
+        if k.startswith(("peer", "refuted", "probes", "handshake", "untrusted"))
     }
     if bad:
         raise RuntimeError(f"nodes that did not close cleanly: {bad}")
