@@ -2,7 +2,7 @@
 
     python -m tests.faults.netns.scale --nodes 64 --hold 600          # mDNS, started together
     python -m tests.faults.netns.scale --nodes 96 --seeds --hold 60   # gossip from seeds only
-    python -m tests.faults.netns.scale --spread --members 16 --partitions 64
+    python -m tests.faults.netns.scale --spread --members 16 --partitions 64 --add 4 --remove 4
 
 (root only; ``--json PATH`` writes the figures.) A *mesh run* starts every node at once
 (``scale_worker.py member``: no subscriptions, default timing) and reports: discovery
@@ -14,9 +14,9 @@ node, then how long until every node sees a killed node dead, and a restarted on
 again (from its ``start()``). Each node samples its own view every 0.25 s, which bounds
 the precision of these times.
 
-A *spread run* is one producer and ``--members`` consumers of one shared group over
-``--partitions`` partitions: it reports each member's partitions at the producer and the
-messages each handled, then adds and removes members while the producer publishes keyed
+A *spread run* (spread.py) is one producer and ``--members`` consumers of one shared group
+over ``--partitions`` partitions: it reports each member's partitions at the producer and
+the messages each handled, adds and removes members while the producer publishes keyed
 messages, and checks that none is lost and that each key's messages were first handled
 in publish order across the moves (with how many partitions moved).
 
@@ -27,26 +27,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tests.waiting import until
 
-from .hosts import Host, HostNet, check_netns_available
+from .hosts import HostNet, check_netns_available
+from .scale_nodes import START_S_PER_NODE, Nodes, cpu_seconds, rss_mib
+from .spread import SpreadFigures, spread_run
 
-WORKER = str(Path(__file__).with_name("scale_worker.py"))
-START_S_PER_NODE = 1.5  # Python nodes start at about 0.5 s each on two busy cores
-EXIT_TIMEOUT_S = 20.0
 QUIET_AFTER_S = 10.0  # idle CPU is measured from this long after convergence
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -74,138 +68,6 @@ class MeshFigures:
         return [f"{k}: {v}" for k, v in asdict(self).items() if k != "counters"] + [
             f"counters: {json.dumps(self.counters, sort_keys=True)}"
         ]
-
-
-def transitions(path: Path) -> list[tuple[float, str, str]]:
-    """A node's view changes: (time, peer id, state)."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 3:
-            out.append((float(parts[0]), parts[1], parts[2]))
-    return out
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-class Nodes:
-    """Worker processes on the hosts of a ``HostNet``, and what they write."""
-
-    def __init__(self, bed: HostNet, root: Path, *, mdns: bool = True) -> None:
-        self.bed = bed
-        self.root = root
-        self.run_dir = root / "run"
-        self.run_dir.mkdir(exist_ok=True)
-        self.mesh = f"scale-{uuid.uuid4().hex[:12]}"
-        self.mdns = mdns
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.hosts: dict[str, Host] = {}
-        self.roles: dict[str, list[str]] = {}
-        self._starts: Counter[str] = Counter()
-
-    def spawn(self, name: str, host: Host, role: list[str], seeds: list[str] = ()) -> None:
-        (self.run_dir / f"{name}.info.json").unlink(missing_ok=True)
-        args = [
-            WORKER,
-            *role[:1],
-            "--name",
-            name,
-            "--mesh",
-            self.mesh,
-            "--data-dir",
-            str(self.root / f"data-{name}"),
-            "--iface",
-            host.addr,
-            "--run-dir",
-            str(self.run_dir),
-            *role[1:],
-        ]
-        for seed in seeds:
-            args += ["--seed", seed]
-        if not self.mdns:
-            args.append("--no-mdns")
-        out = self.root / f"{name}.{self._starts[name]}.out"
-        self._starts[name] += 1
-        with open(out, "wb") as f:
-            self.procs[name] = self.bed.spawn(host, args, f)
-        self.hosts[name] = host
-        self.roles[name] = role
-
-    def info(self, name: str) -> dict | None:
-        try:
-            return json.loads((self.run_dir / f"{name}.info.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-
-    def check_running(self, *names: str) -> None:
-        for name in names or list(self.procs):
-            rc = self.procs[name].poll()
-            if rc is not None:
-                raise RuntimeError(f"{name} exited with {rc}:\n{self.output(name)}")
-
-    def output(self, name: str) -> str:
-        outs = sorted(self.root.glob(f"{name}.*.out"))
-        return outs[-1].read_text(errors="replace")[-3000:] if outs else ""
-
-    def wait_started(self, names: list[str], timeout: float) -> dict[str, dict]:
-        def up() -> bool:
-            self.check_running(*names)
-            return all(self.info(n) is not None for n in names)
-
-        if not until(up, timeout, 0.2):
-            missing = [n for n in names if self.info(n) is None]
-            raise TimeoutError(f"{len(missing)} nodes did not start in {timeout:g}s: {missing}")
-        return {n: self.info(n) for n in names}  # type: ignore[misc]
-
-    def view(self, name: str) -> dict[str, str]:
-        """``name``'s latest view: peer id -> state."""
-        state: dict[str, str] = {}
-        for _t, pid, s in transitions(self.run_dir / f"{name}.peers"):
-            state[pid] = s
-        return state
-
-    def log(self, name: str) -> list[tuple[float, str, str]]:
-        return transitions(self.run_dir / f"{name}.peers")
-
-    def stats(self, name: str) -> dict[str, int]:
-        try:
-            return json.loads((self.run_dir / f"{name}.stats.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {}
-
-    def kill9(self, name: str) -> float:
-        proc = self.procs[name]
-        at = time.time()
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(EXIT_TIMEOUT_S)
-        return at
-
-    def terminate(self, names: list[str]) -> list[str]:
-        """SIGTERM ``names``; the ones that did not exit 0 in time."""
-        for name in names:
-            if self.procs[name].poll() is None:
-                os.kill(self.procs[name].pid, signal.SIGTERM)
-        bad = []
-        for name in names:
-            try:
-                rc = self.procs[name].wait(EXIT_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                rc = None
-            if rc not in (0, -signal.SIGKILL):
-                bad.append(f"{name} (rc {rc})")
-        return bad
 
 
 def first_full_view(log: list[tuple[float, str, str]], others: set[str]) -> float | None:
@@ -356,16 +218,37 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--hold", type=float, default=60.0, help="seconds held after convergence")
     ap.add_argument("--seeds", action="store_true", help="no mDNS: gossip from seeds only")
     ap.add_argument("--no-kill", dest="kill", action="store_false")
+    ap.add_argument("--spread", action="store_true", help="a spread run instead")
+    ap.add_argument("--members", type=int, default=16)
+    ap.add_argument("--partitions", type=int, default=64)
+    ap.add_argument("--add", type=int, default=4)
+    ap.add_argument("--remove", type=int, default=4)
+    ap.add_argument("--rate", type=float, default=1000.0)
+    ap.add_argument("--seconds", type=float, default=60.0, help="the spread run's stream")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     check_netns_available()
+    hosts = 1 + args.members + args.add if args.spread else args.nodes
     with tempfile.TemporaryDirectory(prefix="zmesh-scale-") as tmp:
-        bed = HostNet(args.nodes, neighbours=True)
+        bed = HostNet(hosts, neighbours=True)
         try:
             bed.create()
-            figures = mesh_run(
-                bed, Path(tmp), seeds_only=args.seeds, hold_s=args.hold, kill=args.kill
-            )
+            figures: MeshFigures | SpreadFigures
+            if args.spread:
+                figures = spread_run(
+                    bed,
+                    Path(tmp),
+                    members=args.members,
+                    partitions=args.partitions,
+                    add=args.add,
+                    remove=args.remove,
+                    rate=args.rate,
+                    seconds=args.seconds,
+                )
+            else:
+                figures = mesh_run(
+                    bed, Path(tmp), seeds_only=args.seeds, hold_s=args.hold, kill=args.kill
+                )
         finally:
             problems = bed.close()
             if problems:

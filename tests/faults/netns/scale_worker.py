@@ -14,7 +14,8 @@ the IO thread), so watching costs the node next to nothing. Its counters go to
 ``RUN_DIR/NAME.stats.json`` every ``STATS_S`` and at a clean exit (SIGTERM).
 
 A consumer appends ``time index seq attempt partition`` per message to ``RUN_DIR/NAME.log``
-and flushes each fetched batch before it acks it. A producer waits for ``RUN_DIR/go``,
+and flushes each fetched batch before it acks it. A producer writes its status to
+``RUN_DIR/NAME.status.json`` (node_worker's ``StatusWriter``), waits for ``RUN_DIR/go``,
 publishes indexes ``0..N-1`` with key ``k{index % K}`` at ``--rate`` per second, then waits
 until its outbox is empty and exits 0.
 """
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 
 import zmesh
-from tests.faults.netns.node_worker import wait_for, write_atomic
+from tests.faults.netns.node_worker import StatusWriter, wait_for, write_atomic
 from tests.waiting import pause, until
 
 SAMPLE_S = 0.25
@@ -173,8 +174,10 @@ def run_consumer(args: argparse.Namespace) -> int:
 def run_producer(args: argparse.Namespace) -> int:
     node, watcher = start_node(args)
     run_dir = Path(args.run_dir)
+    status = None
     try:
         node.topic(args.topic, groups=args.groups.split(","), partitions=args.partitions)
+        status = StatusWriter(node, run_dir / f"{args.name}.status.json").start()
         if not wait_for(run_dir / "go", GO_WAIT_S):
             return 4
         t0 = time.monotonic()
@@ -187,9 +190,12 @@ def run_producer(args: argparse.Namespace) -> int:
         if not until(lambda: node.status()["outbox"] == 0, DRAIN_TIMEOUT_S, 0.05):
             print(f"outbox still holds {node.status()['outbox']}", flush=True)
             return 3
-        write_atomic(run_dir / f"{args.name}.status.json", json.dumps(node.status(), default=str))
+        status.stop()
+        status.write()
         return 0
     finally:
+        if status is not None:
+            status.stop()
         watcher.stop()
         watcher.write_stats()
         node.close()
