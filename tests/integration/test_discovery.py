@@ -104,3 +104,34 @@ def test_silent_peer_is_declared_dead_and_returns(make_node, tmp_path, mesh_name
         )
     finally:
         reap(proc)
+
+
+def test_a_peer_too_busy_to_answer_is_back_in_the_same_life(make_node, tmp_path, mesh_name):
+    """Stopped long enough to be declared dead, then resumed: it hears it was declared
+    dead, refutes, and is a member again in the same incarnation, with the sockets it had
+    (no restart, no new peer)."""
+    prod = make_node("prod")
+
+    def cons_info() -> list[dict]:
+        return [p for p in prod.peers() if p["name"] == "cons"]
+
+    proc, _cons_id = start_consumer(mesh_name, tmp_path / "cons", prod.control_address)
+    try:
+        wait_members(prod, "t", "g", 1)
+        assert [(p["state"], p["incarnation"]) for p in cons_info()] == [("alive", 1)]
+        os.kill(proc.pid, signal.SIGSTOP)
+        wait_until(
+            lambda: [p["state"] for p in cons_info()] == ["dead"],
+            what="cons declared dead while stopped",
+        )
+        wait_members(prod, "t", "g", 0)
+        os.kill(proc.pid, signal.SIGCONT)
+        wait_members(prod, "t", "g", 1)
+        wait_until(
+            lambda: [(p["state"], p["incarnation"]) for p in cons_info()] == [("alive", 1)],
+            what="cons alive again in its first incarnation",
+        )
+        stats = prod.stats()
+        assert stats.get("peers_back") == 1 and stats.get("peers_dead") == 1
+    finally:
+        reap(proc)

@@ -279,14 +279,14 @@ def test_a_slow_node_is_not_declared_dead() -> None:
     assert net.states_of(node(4)) == Counter({ALIVE: 7})
 
 
-def test_a_lone_suspicion_waits_dead_after_s_and_confirmations_shorten_it() -> None:
+def test_a_closed_connection_s_suspicion_is_cut_short_by_confirmations() -> None:
     net = Net(8)
     net.introduce_all()
     m = net.members[node(0)]
     target = node(5)
     m.disconnected(target, 0.0)
     member = m.members[target]
-    assert member.deadline == pytest.approx(TIMING.suspicion_max_s)
+    assert member.deadline == pytest.approx(TIMING.suspicion_max_s)  # alone: dead_after_s
     m.learn(Fact(target, 1, 0, SUSPECT, node(1)), 0.0)
     one = member.deadline
     m.learn(Fact(target, 1, 0, SUSPECT, node(2)), 0.0)
@@ -296,6 +296,34 @@ def test_a_lone_suspicion_waits_dead_after_s_and_confirmations_shorten_it() -> N
     m.learn(Fact(target, 1, 0, SUSPECT, node(3)), 0.0)
     assert TIMING.suspicion_max_s > one > two > member.deadline
     assert member.deadline == pytest.approx(TIMING.suspicion_min_s)
+
+
+def test_unanswered_probes_alone_wait_dead_after_s_whatever_the_confirmations() -> None:
+    """Many members missing a slow member's answers at once (a loaded machine) are not
+    independent evidence: their suspicion waits the whole dead_after_s."""
+    net = Net(8)
+    net.introduce_all()
+    m = net.members[node(0)]
+    target = node(5)
+    m.learn(Fact(target, 1, 0, SUSPECT, node(1)), 0.0)
+    for i in (2, 3, 4, 6):
+        m.learn(Fact(target, 1, 0, SUSPECT, node(i)), 0.0)
+    assert m.members[target].deadline == pytest.approx(TIMING.suspicion_max_s)
+    m.disconnected(target, 0.5)  # our own connection from it closes: now it counts
+    assert m.members[target].deadline == pytest.approx(TIMING.suspicion_min_s)
+
+
+def test_a_starved_node_is_suspected_but_refutes_within_dead_after_s() -> None:
+    net = Net(16)
+    net.introduce_all()
+    net.run(5.0)
+    slow = node(6)
+    net.slow[slow] = 3.0  # everything it says arrives 3 s late, for 20 s
+    net.run(20.0)
+    net.slow.clear()
+    net.run(20.0)
+    assert net.went(slow, SUSPECT) and not net.went(slow, DEAD)
+    assert net.alive_everywhere()
 
 
 def test_a_node_late_for_its_period_judges_no_probe() -> None:

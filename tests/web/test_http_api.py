@@ -53,6 +53,7 @@ PEER_KEYS = {
     "control",
     "data",
     "alive",
+    "state",
     "last_seen_s",
     "subscriptions",
     "public_key",

@@ -18,10 +18,10 @@ MAX_PUBS_PER_LOOP = 10_000  # publishes staged in one loop iteration (one LMDB t
 # target is suspected.
 PROBE_TIMEOUT_SHARE = 0.5
 INDIRECT_PROBES = 3
-# A suspicion becomes a death after dead_after_s, or sooner as other members confirm it on
-# their own: down to SUSPICION_MIN_PERIODS periods with SUSPICION_CONFIRMATIONS of them
-# (Lifeguard). A live node refutes it as soon as it hears of it (the suspicion rides on
-# every probe of it).
+# A suspicion becomes a death after dead_after_s; one that began with a closed connection
+# (a process that ends closes them all) sooner as other members confirm it on their own:
+# down to SUSPICION_MIN_PERIODS periods with SUSPICION_CONFIRMATIONS of them (Lifeguard).
+# A live node refutes it as soon as it hears of it (it rides on every frame to it).
 SUSPICION_MIN_PERIODS = 1.5
 SUSPICION_CONFIRMATIONS = 3
 # News (joins, suspicions, refutations, deaths) goes to GOSSIP_FANOUT random members every

@@ -13,10 +13,11 @@ other node made it grow with the mesh, and the mesh's with its square):
 - **Suspicion** is refutable. Each suspicion is named in every frame sent to the suspect,
   which refutes it by raising its ``refuted`` count: ``(incarnation, refuted)`` orders a
   node's states (the incarnation is bumped at every start), and news of a higher one
-  wins. Unrefuted, a suspicion becomes a death after ``dead_after_s``, or sooner as other
-  members suspect the same on their own (down to ``SUSPICION_MIN_PERIODS`` periods with
-  ``SUSPICION_CONFIRMATIONS`` of them). A member whose connection to this node closed (a
-  killed process) is suspected at once.
+  wins. Unrefuted, a suspicion becomes a death after ``dead_after_s``.
+- **A closed connection.** A member whose connection to this node closed (a process that
+  ends closes them all) is suspected at once, and that suspicion ends sooner as other
+  members suspect the same on their own (Lifeguard: down to ``SUSPICION_MIN_PERIODS``
+  periods with ``SUSPICION_CONFIRMATIONS`` of them).
 - **Gossip.** Joins, suspicions, refutations and deaths ride on pings and pongs and go
   to a few random members several times a second while there is news, each piece a
   bounded number of times: they reach everyone in about log(N) rounds.
@@ -88,6 +89,7 @@ class Member:
     suspectors: set[bytes] = field(default_factory=set)
     expected: int = 0
     deadline: float = math.inf
+    closed: bool = False  # our connection from it closed during the suspicion
     told_at: float = -math.inf  # when it was last told of its suspicion or death
     left: bool = False  # it said goodbye (not probed once dead)
 
@@ -231,11 +233,18 @@ class Membership:
         return self._die(member, fact.by, now, life)
 
     def disconnected(self, node_id: bytes, now: float) -> list[Change]:
-        """Our connection from ``node_id`` closed: a process that ended closes them all."""
+        """Our connection from ``node_id`` closed: a process that ended closes them all.
+        It is suspect at once, and its suspicion may be cut short by confirmations."""
         member = self.members.get(node_id)
-        if member is None or member.state != ALIVE:
+        if member is None or member.state == DEAD:
             return []
-        changes = self._suspect(member, self.node_id, now)
+        if member.state == ALIVE:
+            changes = self._suspect(member, self.node_id, now)
+        else:
+            changes = []
+            self._confirm(member, self.node_id, now)
+        member.closed = True
+        member.deadline = member.suspected_at + self._suspicion_s(member)
         self._ping(node_id, now)  # (it refutes at once if it lives)
         return changes
 
@@ -377,6 +386,7 @@ class Membership:
         if state != SUSPECT:
             member.suspectors = set()
             member.deadline = math.inf
+            member.closed = False
 
     def _suspect(self, member: Member, by: bytes, now: float) -> list[Change]:
         if member.state != ALIVE:
@@ -401,8 +411,13 @@ class Membership:
         self._spread(Fact(member.node_id, member.incarnation, member.refuted, SUSPECT, by))
 
     def _suspicion_s(self, member: Member) -> float:
-        """Lifeguard: from ``dead_after_s`` down to the minimum as confirmations come."""
+        """``dead_after_s``; when our connection from it closed, down to the minimum as
+        others confirm the suspicion (Lifeguard). Unanswered probes alone never cut it
+        short: on a loaded machine many members miss the answers of a slow one at once,
+        and their confirmations are not independent evidence."""
         low, high = self.timing.suspicion_min_s, self.timing.suspicion_max_s
+        if not member.closed:
+            return high
         if member.expected < 1:
             return low
         share = math.log(len(member.suspectors)) / math.log(member.expected + 1)

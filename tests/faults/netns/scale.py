@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -53,9 +54,10 @@ class MeshFigures:
     discovery_s: float | None = None
     hold_s: float = 0.0
     suspicions: int = 0  # a node not killed seen suspect by someone, whole run
+    suspicions_after_convergence: int = 0  # (refuted: still a member of every lane)
     false_deaths: int = 0  # ... seen dead, whole run
     false_deaths_before_convergence: int = 0
-    flaps: int = 0  # ... seen suspect or dead after convergence
+    flaps: int = 0  # ... seen dead (and alive again) after convergence
     idle_cpu_pct: float | None = None
     rss_mib_mean: float | None = None
     rss_mib_max: float | None = None
@@ -204,12 +206,13 @@ def _count_false_states(
                 continue
             if s == "suspect":
                 figures.suspicions += 1
+                figures.suspicions_after_convergence += t >= converged_at
             elif s in ("dead", "gone"):
                 figures.false_deaths += 1
                 if t < converged_at:
                     figures.false_deaths_before_convergence += 1
-            if s != "alive" and t >= converged_at:
-                figures.flaps += 1
+                else:
+                    figures.flaps += 1
 
 
 def main(argv: list[str]) -> int:
@@ -226,33 +229,36 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rate", type=float, default=1000.0)
     ap.add_argument("--seconds", type=float, default=60.0, help="the spread run's stream")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--keep", action="store_true", help="keep the run's files (say where)")
     args = ap.parse_args(argv)
     check_netns_available()
     hosts = 1 + args.members + args.add if args.spread else args.nodes
-    with tempfile.TemporaryDirectory(prefix="zmesh-scale-") as tmp:
-        bed = HostNet(hosts, neighbours=True)
-        try:
-            bed.create()
-            figures: MeshFigures | SpreadFigures
-            if args.spread:
-                figures = spread_run(
-                    bed,
-                    Path(tmp),
-                    members=args.members,
-                    partitions=args.partitions,
-                    add=args.add,
-                    remove=args.remove,
-                    rate=args.rate,
-                    seconds=args.seconds,
-                )
-            else:
-                figures = mesh_run(
-                    bed, Path(tmp), seeds_only=args.seeds, hold_s=args.hold, kill=args.kill
-                )
-        finally:
-            problems = bed.close()
-            if problems:
-                print(f"teardown: {problems}", file=sys.stderr)
+    tmp = Path(tempfile.mkdtemp(prefix="zmesh-scale-"))
+    bed = HostNet(hosts, neighbours=True)
+    try:
+        bed.create()
+        figures: MeshFigures | SpreadFigures
+        if args.spread:
+            figures = spread_run(
+                bed,
+                tmp,
+                members=args.members,
+                partitions=args.partitions,
+                add=args.add,
+                remove=args.remove,
+                rate=args.rate,
+                seconds=args.seconds,
+            )
+        else:
+            figures = mesh_run(bed, tmp, seeds_only=args.seeds, hold_s=args.hold, kill=args.kill)
+    finally:
+        problems = bed.close()
+        if problems:
+            print(f"teardown: {problems}", file=sys.stderr)
+        if args.keep:
+            print(f"the run's files are in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     print("\n".join(figures.lines()))
     if args.json:
         args.json.write_text(json.dumps(asdict(figures), indent=2) + "\n")
