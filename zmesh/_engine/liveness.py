@@ -141,16 +141,16 @@ class Liveness:
         host = addr or host
         if host in _ANY_HOST:
             return None
-        return mesh.join(
+        new = mesh.make_peer(
             rumor.node_id,
             rumor.name,
             rumor.incarnation,
             endpoint(host, port),
             endpoint(host, rumor.data_port),
-            key,
-            wb,
             now,
+            key,
         )
+        return mesh.join(new, wb, now)
 
     def _apply(self, changes: list[Change], wb: WriteBatch, now: float, why: str) -> None:
         mesh = self.mesh

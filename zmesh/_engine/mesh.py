@@ -111,29 +111,24 @@ class Mesh:
         sock.connect(peer.data_ep if kind == zmq.PUSH else peer.ctrl_ep)
         return sock
 
-    def join(
-        self,
-        node_id: bytes,
-        name: str,
-        incarnation: int,
-        ctrl_ep: str,
-        data_ep: str,
-        key: bytes,
-        wb: WriteBatch,
-        now: float,
-    ) -> Peer:
+    def join(self, peer: Peer, wb: WriteBatch, now: float) -> Peer:
         """A node met for the first time, or in a new life: its peer (replacing the old
         one's sockets), remembered in the store, and told our hello."""
+        node_id, ctrl_ep = peer.node_id, peer.ctrl_ep
         old = self.peers.get(node_id)
         if old is not None:
-            log.info("peer %s restarted (incarnation %d -> %d)", name, old.incarnation, incarnation)
+            log.info(
+                "peer %s restarted (incarnation %d -> %d)",
+                peer.name,
+                old.incarnation,
+                peer.incarnation,
+            )
             self.drop(old, now, "restarted")
         self._contacts.met(ctrl_ep)
-        peer = self.make_peer(node_id, name, incarnation, ctrl_ep, data_ep, now, key)
         self.peers[node_id] = peer
         self._at[ctrl_ep] = node_id
-        wb.peers_put[node_id] = f"{ctrl_ep} {key.decode()}".strip().encode()
-        log.info("peer %s (%s) joined at %s", name, node_id.hex()[:12], ctrl_ep)
+        wb.peers_put[node_id] = f"{ctrl_ep} {peer.public_key.decode()}".strip().encode()
+        log.info("peer %s (%s) joined at %s", peer.name, node_id.hex()[:12], ctrl_ep)
         self.send_raw(peer.dealer, encode_control(self.hello()))
         return peer
 
@@ -216,9 +211,10 @@ class Mesh:
             return  # a late hello of an earlier life
         if peer is None or hello.incarnation > peer.incarnation:
             ctrl_ep, data_ep = endpoint(host, hello.ctrl_port), endpoint(host, hello.data_port)
-            peer = self.join(
-                hello.node_id, hello.name, hello.incarnation, ctrl_ep, data_ep, key, wb, now
+            new = self.make_peer(
+                hello.node_id, hello.name, hello.incarnation, ctrl_ep, data_ep, now, key
             )
+            peer = self.join(new, wb, now)
         peer.last_seen = now
         self.liveness.hello(peer, wb, now)
         # A peer that does not list us yet would refuse our data (it cannot ack a stranger),

@@ -24,6 +24,7 @@ import pytest
 from tests.conftest import wait_until
 
 from .hosts import Host, HostNet
+from .node_worker import node_args
 
 WORKER = str(Path(__file__).with_name("node_worker.py"))
 PRODUCER = "producer"
@@ -123,20 +124,7 @@ class Cluster:
         with open(out, "wb") as f:
             proc = self.bed.spawn(
                 host,
-                [
-                    WORKER,
-                    *args,
-                    "--name",
-                    name,
-                    "--mesh",
-                    self.mesh,
-                    "--data-dir",
-                    str(self.root / f"data-{name}"),
-                    "--iface",
-                    host.addr,
-                    "--run-dir",
-                    str(self.run_dir),
-                ],
+                [WORKER, *args, *node_args(name, self.mesh, self.root, host.addr, self.run_dir)],
                 f,
             )
         self.procs[name] = proc

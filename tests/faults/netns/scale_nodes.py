@@ -15,6 +15,7 @@ from pathlib import Path
 from tests.waiting import until
 
 from .hosts import Host, HostNet
+from .node_worker import node_args
 
 WORKER = str(Path(__file__).with_name("scale_worker.py"))
 START_S_PER_NODE = 1.5  # Python nodes start at about 0.5 s each on two busy cores
@@ -66,16 +67,7 @@ class Nodes:
         args = [
             WORKER,
             *role[:1],
-            "--name",
-            name,
-            "--mesh",
-            self.mesh,
-            "--data-dir",
-            str(self.root / f"data-{name}"),
-            "--iface",
-            host.addr,
-            "--run-dir",
-            str(self.run_dir),
+            *node_args(name, self.mesh, self.root, host.addr, self.run_dir),
             *role[1:],
         ]
         for seed in seeds:

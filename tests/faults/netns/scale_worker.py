@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import zmesh
-from tests.faults.netns.node_worker import StatusWriter, wait_for, write_atomic
+from tests.faults.netns.node_worker import StatusWriter, add_node_args, wait_for, write_atomic
 from tests.waiting import pause, until
 
 SAMPLE_S = 0.25
@@ -208,11 +208,7 @@ def main(argv: list[str]) -> int:
     cons = roles.add_parser("consumer")
     prod = roles.add_parser("producer")
     for p in (member, cons, prod):
-        p.add_argument("--name", required=True)
-        p.add_argument("--mesh", required=True)
-        p.add_argument("--data-dir", required=True)
-        p.add_argument("--iface", required=True)
-        p.add_argument("--run-dir", required=True)
+        add_node_args(p)
         p.add_argument("--seed", action="append", default=[])
         p.add_argument("--no-mdns", dest="mdns", action="store_false")
         p.add_argument("--heartbeat", type=float, default=1.0)
