@@ -401,3 +401,33 @@ def test_news_of_a_stranger_s_death_is_ignored_and_old_news_loses() -> None:
     assert m.learn(Fact(node(1), 3, 2, DEAD), 0.0) == [Change(node(1), ALIVE, DEAD)]
     assert m.learn(Fact(node(1), 3, 2, ALIVE), 0.0) == []  # dead stays dead in its state
     assert m.learn(Fact(node(1), 3, 3, ALIVE), 0.0) == [Change(node(1), DEAD, ALIVE)]
+
+
+def test_time_a_node_was_starved_does_not_count_against_its_suspects() -> None:
+    """Its loop did not run: it could not hear the refutation either."""
+    net = Net(4)
+    net.introduce_all()
+    net.run(2.0)
+    m = net.members[node(0)]
+    target = node(1)
+    m.learn(Fact(target, 1, 0, SUSPECT, node(2)), net.now)
+    deadline = m.members[target].deadline
+    changes = m.tick(deadline + 0.5)  # the first tick in more than five seconds
+    assert m.state(target) == SUSPECT and not any(c.new == DEAD for c in changes)
+    assert m.members[target].deadline > deadline + 0.5
+    assert net.counts["starved_ticks"] == 1
+
+
+def test_a_node_behind_on_its_frames_declares_nobody_dead() -> None:
+    net = Net(4)
+    net.introduce_all()
+    m = net.members[node(0)]
+    target = node(1)
+    for t in range(6):  # (its loop runs: no starvation)
+        m.tick(float(t))
+    m.learn(Fact(target, 1, 0, SUSPECT, node(2)), 5.0)
+    deadline = m.members[target].deadline
+    for t in (6.0, 7.0, 8.0, 9.0, deadline + 0.1):
+        assert [c for c in m.tick(t, behind=True) if c.new == DEAD] == []
+    assert m.state(target) == SUSPECT
+    assert [c.new for c in m.tick(deadline + 0.2) if c.node_id == target] == [DEAD]

@@ -36,3 +36,9 @@ RUMORS_PER_FRAME = 12
 # again with the sockets it had.
 DEAD_PROBE_PERIODS = 4
 FORGET_DEAD_AFTER_S = 600.0  # a dead member is forgotten (its sockets closed) after this
+# A loop that did not run for this many periods was starved: what it did not hear in the
+# meantime (refutations too) does not count against the members it suspects.
+STARVED_PERIODS = 1.5
+# Anti-entropy: every this many heartbeats a node names all its live peers in a hello to
+# one of them, which meets any it did not know (gossip may miss one, rarely).
+SYNC_BEATS = 30

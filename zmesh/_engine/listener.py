@@ -234,10 +234,12 @@ class Listener:
         router = self.router
         mesh = self.engine.mesh
         assert mesh is not None
+        mesh.liveness.behind = True  # (until the ROUTER is found empty)
         for _ in range(RECV_BURST):
             try:
                 frames = _recv_parts(router)
             except zmq.Again:
+                mesh.liveness.behind = False
                 return
             conn = self.bans.control_conn(frames[0].bytes, frames[-1])
             if self.bans.dropped(conn.conn):

@@ -55,6 +55,7 @@ class Liveness:
         self.membership = Membership(
             mesh.node_id, mesh.incarnation, timing, self, random.Random(), counters.add
         )
+        self.behind = False  # control frames wait unread (the listener's last burst was full)
 
     def start(self, now: float) -> None:
         self.membership.start(now)
@@ -63,7 +64,7 @@ class Liveness:
         return self.membership.next_wakeup()
 
     def tick(self, now: float, wb: WriteBatch) -> None:
-        self._apply(self.membership.tick(now), wb, now, "unresponsive")
+        self._apply(self.membership.tick(now, self.behind), wb, now, "unresponsive")
 
     # -- what arrives ---------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from .limits import (
     GOSSIP_SHARE,
     INDIRECT_PROBES,
     PROBE_TIMEOUT_SHARE,
+    STARVED_PERIODS,
     SUSPICION_CONFIRMATIONS,
     SUSPICION_MIN_PERIODS,
 )
@@ -140,6 +141,7 @@ class Membership:
         self._next_period = 0.0
         self._next_gossip = math.inf
         self._periods = 0
+        self._last_tick = 0.0
 
     # -- reading ------------------------------------------------------------------------
 
@@ -283,11 +285,20 @@ class Membership:
 
     # -- time -----------------------------------------------------------------------------
 
-    def tick(self, now: float) -> list[Change]:
-        """Probe, judge, gossip: whatever is due at ``now``."""
+    def tick(self, now: float, behind: bool = False) -> list[Change]:
+        """Probe, judge, gossip: whatever is due at ``now``. ``behind``: frames are
+        waiting unread (a refutation may be among them): nobody is judged now."""
         changes: list[Change] = []
+        gap, self._last_tick = now - self._last_tick, now
+        if gap > self.timing.period_s * STARVED_PERIODS:
+            # This node's loop was starved: it heard nothing meanwhile, and that time does
+            # not count against the members it suspects.
+            self._count("starved_ticks")
+            for member in self.members.values():
+                if member.state == SUSPECT:
+                    member.deadline += gap
         for member in list(self.members.values()):
-            if member.state == SUSPECT and now >= member.deadline:
+            if member.state == SUSPECT and now >= member.deadline and not behind:
                 changes += self._die(member, self.node_id, now)
         for seq, probe in list(self._probes.items()):
             if not probe.answered and now >= probe.relay_at:
@@ -295,7 +306,8 @@ class Membership:
                 self._relay(seq, probe.target)
         if now >= self._next_period:
             late = now - self._next_period
-            changes += self._end_period(now, judged=late <= self.timing.probe_timeout_s)
+            judged = late <= self.timing.probe_timeout_s and not behind
+            changes += self._end_period(now, judged)
             self._next_period = (
                 self._next_period + self.timing.period_s
                 if late < self.timing.period_s
@@ -463,4 +475,4 @@ class Membership:
             self._count_to(name, n)
 
     def start(self, now: float) -> None:
-        self._next_period = now
+        self._next_period = self._last_tick = now

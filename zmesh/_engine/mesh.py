@@ -11,7 +11,8 @@ member when this node's subscriptions change. It is not a heartbeat.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import zmq
@@ -23,7 +24,7 @@ from .._security import Keys, client_options
 from .._store.store import WriteBatch
 from ..config import NodeConfig
 from .contacts import Contacts
-from .limits import FORGET_DEAD_AFTER_S
+from .limits import FORGET_DEAD_AFTER_S, SYNC_BEATS
 from .liveness import Liveness
 from .outbox.outbox import Outbox
 from .peers import Peer, announced_group, lane_name
@@ -76,6 +77,7 @@ class Mesh:
         # Live peers' ephemeral subscriptions by topic (rebuilt when one changes).
         self.ephemeral: dict[str, list[tuple[Peer, SubInfo]]] = {}
         self._foreign_logged: set[bytes] = set()
+        self._beats = 0
         self.ctrl_port = 0
         self.data_port = 0
         self.hosts: tuple[str, ...] = ()
@@ -129,14 +131,18 @@ class Mesh:
         self._at[ctrl_ep] = node_id
         wb.peers_put[node_id] = f"{ctrl_ep} {peer.public_key.decode()}".strip().encode()
         log.info("peer %s (%s) joined at %s", peer.name, node_id.hex()[:12], ctrl_ep)
-        self.send_raw(peer.dealer, encode_control(self.hello()))
+        self.say_hello(peer)
         return peer
 
     def admissible(self, key: bytes) -> bool:
         """Whether a node with this CURVE key may be a peer (on a secured mesh: trusted)."""
         return self.keys is None or key in self.keys.trusted
 
-    def hello(self) -> Hello:
+    def hello(self, to: Iterable[Peer] = ()) -> Hello:
+        """Our hello: what we subscribe, and the peers ``to`` it lists. A peer applies our
+        subscriptions only from a hello that lists it (it shows we know it); a contact's
+        lists none; one to a random member every ``SYNC_BEATS`` heartbeats lists every live
+        peer (anti-entropy: a peer that gossip missed is met by contacting it)."""
         limit = self.config.max_message_bytes
         # Several subscriptions of one topic and group on this node are one member of its
         # lane: named once (the newest one's flow control).
@@ -153,11 +159,6 @@ class Mesh:
                 for s in self._local_subs()
             }.values()
         )
-        refs = tuple(
-            PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode())
-            for p in self.peers.values()
-            if p.alive
-        )
         return Hello(
             self.node_id,
             self.config.name,
@@ -167,8 +168,12 @@ class Mesh:
             self.data_port,
             self.hosts,
             subs,
-            refs,
+            tuple(PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode()) for p in to),
         )
+
+    def say_hello(self, peer: Peer) -> None:
+        """Our hello to ``peer``, listing it alone (it shows we know it)."""
+        self.send_raw(peer.dealer, encode_control(self.hello((peer,))))
 
     def contact(self, ep: str, seed: bool = False, key: bytes = b"") -> None:
         """Say hello to a control endpoint whose node we do not know yet (contacts.py),
@@ -264,16 +269,17 @@ class Mesh:
                     del peer.lanes[key]
                 self.apply_subs(peer, peer.subs, wb, now)
 
-    def send_to_peers(self, msg: GroupDel | Hello) -> int:
+    def send_to_peers(self, msg: GroupDel) -> int:
         """Send a control message to every live peer; returns how many were sent it."""
         frame = encode_control(msg)
         return sum(self.send_raw(peer.dealer, frame) for peer in self.peers.values() if peer.alive)
 
     def subs_changed(self, wb: WriteBatch, now: float) -> None:
-        hello = self.hello()
         assert self.self_peer is not None
-        self.apply_subs(self.self_peer, hello.subs, wb, now)
-        self.send_to_peers(hello)
+        self.apply_subs(self.self_peer, self.hello().subs, wb, now)
+        for peer in self.peers.values():
+            if peer.alive:
+                self.say_hello(peer)
 
     def mark_dead(self, peer: Peer, now: float, why: str) -> None:
         """``peer`` is dead: it leaves every lane, what it held in flight is ready again.
@@ -304,7 +310,7 @@ class Mesh:
         self.counters.add("peers_back", 1)
         subs, peer.subs = peer.subs, ()
         self.apply_subs(peer, subs, wb, now)
-        self.send_raw(peer.dealer, encode_control(self.hello()))
+        self.say_hello(peer)
 
     def drop(self, peer: Peer, now: float, why: str) -> None:
         """Forget ``peer``'s life: out of the lanes, its sockets closed."""
@@ -321,13 +327,19 @@ class Mesh:
         self.drop(peer, now, why)
 
     def beat(self, now: float, wb: WriteBatch) -> None:
-        """Heartbeat: hellos to contacts; peers dead too long are forgotten."""
+        """Heartbeat: hellos to contacts, now and then every live peer named to one of
+        them; peers dead too long are forgotten."""
         for peer in list(self.peers.values()):
             if not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
                 self.forget(peer, now, "dead too long")
                 wb.peers_del.append(peer.node_id)
         if self._contacts:
             self._contacts.beat(encode_control(self.hello()))
+        self._beats += 1
+        live = [p for p in self.peers.values() if p.alive]
+        if live and self._beats % SYNC_BEATS == 0:
+            to = random.choice(live)
+            self.send_raw(to.dealer, encode_control(self.hello(live)))
 
     # -- sending -------------------------------------------------------------------------
 
