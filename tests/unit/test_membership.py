@@ -431,3 +431,18 @@ def test_a_node_behind_on_its_frames_declares_nobody_dead() -> None:
         assert [c for c in m.tick(t, behind=True) if c.new == DEAD] == []
     assert m.state(target) == SUSPECT
     assert [c.new for c in m.tick(deadline + 0.2) if c.node_id == target] == [DEAD]
+
+
+def test_a_suspicion_of_a_later_state_starts_anew() -> None:
+    m = Net(0).add(node(0), 1, 0)
+    m.learn(Fact(node(1), 1, 0, ALIVE), 0.0)
+    assert [c.new for c in m.learn(Fact(node(1), 1, 0, SUSPECT, node(2)), 1.0)] == [SUSPECT]
+    first = m.members[node(1)].deadline
+    # it refuted (we missed that) and is suspected again: a new suspicion, a new deadline
+    changes = m.learn(Fact(node(1), 1, 1, SUSPECT, node(3)), 3.0)
+    assert [(c.old, c.new) for c in changes] == [(SUSPECT, ALIVE), (ALIVE, SUSPECT)]
+    assert m.members[node(1)].deadline == first + 2.0
+    assert m.learn(Fact(node(1), 1, 1, DEAD, node(3)), 4.0) == [Change(node(1), SUSPECT, DEAD)]
+    assert m.learn(Fact(node(1), 1, 1, SUSPECT, node(4)), 4.0) == []  # dead stays dead
+    assert m.learn(Fact(node(1), 2, 0, DEAD, node(4)), 5.0) == []  # a later life, dead too
+    assert m.members[node(1)].incarnation == 2

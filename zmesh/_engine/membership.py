@@ -219,19 +219,19 @@ class Membership:
             self._spread(member.fact())
             return [Change(fact.node_id, old, ALIVE, life)]
         if fact.state == SUSPECT:
-            if old == DEAD and key == member.key:
-                return []
-            if old == SUSPECT and key == member.key:
-                self._confirm(member, fact.by, now)
-                return []
+            if key == member.key and old != ALIVE:
+                if old == SUSPECT:
+                    self._confirm(member, fact.by, now)
+                return []  # (dead stays dead in the state it died in)
             member.incarnation, member.refuted = fact.incarnation, fact.refuted
-            if old == DEAD:  # a later life, suspected: alive for us until it is judged
+            changes = []
+            if old != ALIVE:  # a later state of it, suspected anew: alive until judged
                 self._set(member, ALIVE)
-            changes = [Change(fact.node_id, old, ALIVE, life)] if life or old == DEAD else []
+                changes.append(Change(fact.node_id, old, ALIVE, life))
             return changes + self._suspect(member, fact.by, now)
-        if old == DEAD and key == member.key:
-            return []
         member.incarnation, member.refuted = fact.incarnation, fact.refuted
+        if old == DEAD:
+            return []
         return self._die(member, fact.by, now, life)
 
     def disconnected(self, node_id: bytes, now: float) -> list[Change]:
