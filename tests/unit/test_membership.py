@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from zmesh._engine.limits import RUMORS_PER_FRAME
+from zmesh._engine.limits import FORGET_DEAD_AFTER_S, RUMORS_PER_FRAME
 from zmesh._engine.membership import Change, Membership, Timing
 from zmesh._engine.news import ALIVE, DEAD, SUSPECT, Fact
 
@@ -446,3 +446,17 @@ def test_a_suspicion_of_a_later_state_starts_anew() -> None:
     assert m.learn(Fact(node(1), 1, 1, SUSPECT, node(4)), 4.0) == []  # dead stays dead
     assert m.learn(Fact(node(1), 2, 0, DEAD, node(4)), 5.0) == []  # a later life, dead too
     assert m.members[node(1)].incarnation == 2
+
+
+def test_a_member_that_left_is_forgotten_after_a_while() -> None:
+    net = Net(3)
+    net.introduce_all()
+    net.run(2.0)
+    m = net.members[node(0)]
+    m.left(node(2), 1, net.now)
+    net.down.add(node(2))
+    net.run(FORGET_DEAD_AFTER_S - 10.0)
+    assert m.state(node(2)) == DEAD  # (a late rumor of its life brings nothing back)
+    assert m.learn(Fact(node(2), 1, 0, ALIVE), net.now) == []
+    net.run(20.0)
+    assert m.state(node(2)) is None

@@ -284,9 +284,10 @@ class Listener:
                     self._members_at[fd] = peer
         elif isinstance(msg, Hello):
             key = conn.key.encode()
+            announced = msg.subs
             if key and self.guard.acl is not None:
                 msg = self.guard.hello(msg, key)
-            mesh.on_hello(msg, conn.address or None, key, wb, now)
+            mesh.on_hello(msg, conn.address or None, key, wb, now, announced)
             self.engine._awaiting.discard(msg.node_id)
         elif isinstance(msg, Nack):
             self.settler.on_nack(

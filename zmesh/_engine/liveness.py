@@ -105,11 +105,12 @@ class Liveness:
         self._apply(self.membership.disconnected(node_id, now), wb, now, "")
 
     def left(self, node_id: bytes, incarnation: int, wb: WriteBatch, now: float) -> None:
-        """``node_id`` said goodbye: dead at once (news that others learn fast)."""
+        """``node_id`` said goodbye: dead at once (news that others learn fast), and its
+        peer forgotten (membership keeps its death, so no late rumor brings it back)."""
         peer = self.mesh.peers.get(node_id)
         self._apply(self.membership.left(node_id, incarnation, now), wb, now, "said bye")
         if peer is not None and peer.incarnation == incarnation:
-            peer.close(0)  # (it is gone: nothing more to send it)
+            self.mesh.drop(peer, now, "said bye")
 
     def forget(self, node_id: bytes) -> None:
         self.membership.forget(node_id)
@@ -135,6 +136,9 @@ class Liveness:
         peer = mesh.peers.get(rumor.node_id)
         if peer is not None and rumor.incarnation <= peer.incarnation:
             return peer if rumor.incarnation == peer.incarnation else None
+        gone = self.membership.members.get(rumor.node_id)
+        if peer is None and gone is not None and gone.incarnation >= rumor.incarnation:
+            return None  # (a life that said goodbye)
         if not mesh.admissible(key):
             self.counters.add("untrusted_rumors", 1)
             return None

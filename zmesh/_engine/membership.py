@@ -35,6 +35,7 @@ from typing import NamedTuple, Protocol
 
 from .limits import (
     DEAD_PROBE_PERIODS,
+    FORGET_DEAD_AFTER_S,
     GOSSIP_FANOUT,
     GOSSIP_SHARE,
     INDIRECT_PROBES,
@@ -93,6 +94,7 @@ class Member:
     closed: bool = False  # our connection from it closed during the suspicion
     told_at: float = -math.inf  # when it was last told of its suspicion or death
     left: bool = False  # it said goodbye (not probed once dead)
+    died_at: float = 0.0
 
     @property
     def key(self) -> tuple[int, int]:
@@ -343,6 +345,9 @@ class Membership:
 
     def _start_period(self, now: float) -> None:
         self._periods += 1
+        for member in [m for m in self.members.values() if m.left]:
+            if now - member.died_at > FORGET_DEAD_AFTER_S:
+                self.forget(member.node_id)  # (the mesh forgot its peer when it left)
         target = self._next_target()
         if target is not None:
             self._ping(target, now)
@@ -438,6 +443,7 @@ class Membership:
     def _die(self, member: Member, by: bytes, now: float, life: bool = False) -> list[Change]:
         old = member.state
         self._set(member, DEAD)
+        member.died_at = now
         self._count("peers_dead")
         self._spread(Fact(member.node_id, member.incarnation, member.refuted, DEAD, by))
         return [Change(member.node_id, old, DEAD, life)]

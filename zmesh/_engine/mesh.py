@@ -191,9 +191,16 @@ class Mesh:
             return False
 
     def on_hello(
-        self, hello: Hello, addr: str | None, key: bytes, wb: WriteBatch, now: float
+        self,
+        hello: Hello,
+        addr: str | None,
+        key: bytes,
+        wb: WriteBatch,
+        now: float,
+        announced: tuple[SubInfo, ...] | None = None,
     ) -> None:
-        """A hello arrived; ``key`` is the sender's authenticated CURVE key."""
+        """A hello arrived; ``key`` is the sender's authenticated CURVE key; ``announced``:
+        its subscriptions before the ACL kept those its key may have (``hello.subs``)."""
         if hello.mesh != self.config.mesh:
             self.counters.add("foreign_mesh_hellos", 1)
             if hello.node_id not in self._foreign_logged:
@@ -224,7 +231,13 @@ class Mesh:
         self.liveness.hello(peer, wb, now)
         # A peer that does not list us yet would refuse our data (it cannot ack a stranger),
         # so it becomes a member of our lanes only once its hello shows it knows us.
-        subs = hello.subs if any(r.node_id == self.node_id for r in hello.peers) else ()
+        if hello.subs:
+            # A subscriber is sent data: its connection opens now, to be up by the time
+            # its subscriptions apply (this hello's, or the next one's that lists us).
+            peer.open_data()
+        knows_us = any(r.node_id == self.node_id for r in hello.peers)
+        subs = hello.subs if knows_us else ()
+        peer.announced = (hello.subs if announced is None else announced) if knows_us else ()
         if not peer.alive:
             peer.subs = subs  # (applied when it is alive again)
         elif subs != peer.subs:

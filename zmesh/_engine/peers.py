@@ -45,6 +45,7 @@ class Peer:
     state: str = "alive"  # "alive", "suspect" or "dead"
     is_self: bool = False
     subs: tuple[SubInfo, ...] = ()
+    announced: tuple[SubInfo, ...] = ()  # its subscriptions before the ACL kept some
     lanes: dict[tuple[str, str], SubInfo] = field(default_factory=dict)
     # Its ephemeral subscriptions (no lane: sent what is published while it is here),
     # by (topic, the subscription's name).
@@ -65,6 +66,10 @@ class Peer:
         if self._dealer is None:
             self._dealer = self.opener(self, zmq.DEALER)
         return self._dealer
+
+    def open_data(self) -> None:
+        """Open its data socket now (it subscribes: what is published next goes to it)."""
+        _ = self.push
 
     @property
     def connected(self) -> bool:
