@@ -309,6 +309,10 @@ class NodeConfig:
     empty (or ``"0.0.0.0"`` alone) means all interfaces.
     seeds: control addresses ``"host:port"`` of peers to contact directly (a host name or
     an IPv4 address: nodes listen on IPv4 only).
+    heartbeat_interval_s: the membership period (each node probes one member per
+    interval); dead_after_s: how long a suspected member has to refute the suspicion
+    before it is declared dead (less when its connections closed and others suspect it
+    too: a process that ended).
     metrics_address: ``host:port`` for a Prometheus endpoint alone (port 0: any free port).
     http_address: ``host:port`` of the node's HTTP API (its state, the mesh's, and
     Prometheus metrics at ``/metrics``; port 0: any free port). http_admin: serve its

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from zmesh._protocol.checks import NODE_ID_BYTES
 from zmesh._protocol.codec import (
     INLINE_PAYLOAD_BYTES,
     LARGE_PAYLOAD_BYTES,
@@ -21,7 +22,6 @@ from zmesh._protocol.codec import (
     MAX_HEADER_BYTES,
     MAX_SUBSCRIPTION_BYTES,
     MAX_SUBSCRIPTIONS,
-    NODE_ID_BYTES,
     _pack_indexes,
     _pack_optional,
     _pack_uints,
@@ -43,9 +43,13 @@ from zmesh._protocol.frames import (
     FAIL,
     FETCH_REP,
     FETCH_REQ,
+    GOSSIP,
     GROUP_DEL,
     HELLO,
     NACK,
+    PING,
+    PING_REQ,
+    PONG,
     PROTOCOL_VERSION,
     STATUS_REP,
     STATUS_REQ,
@@ -58,15 +62,21 @@ from zmesh._protocol.frames import (
     FetchItem,
     FetchReply,
     FetchRequest,
+    Gossip,
     GroupDel,
     Hello,
     Nack,
     PeerRef,
+    Ping,
+    PingReq,
+    Pong,
+    Rumor,
     StatusReply,
     StatusRequest,
     SubInfo,
     Touch,
 )
+from zmesh._protocol.swim import MAX_RUMORS
 from zmesh.errors import DecodeError
 
 # No example database: nothing is written into the repository.
@@ -87,6 +97,10 @@ CONTROL_TYPES = (
     Fail,
     Touch,
     GroupDel,
+    Ping,
+    PingReq,
+    Pong,
+    Gossip,
     StatusRequest,
     StatusReply,
     FetchRequest,
@@ -192,8 +206,29 @@ fetch_replies = st.builds(
         st.builds(FetchHead, partition=partitions, oldest=u63, next=u63, scanned=u63), max_size=5
     ).map(tuple),
 )
+rumors = st.builds(
+    Rumor,
+    node_id=node_ids,
+    name=names,
+    incarnation=u63,
+    refuted=u63,
+    state=st.sampled_from([0, 1, 2]),
+    by=st.just(b"") | node_ids,
+    ctrl_endpoint=endpoints,
+    data_port=ports,
+    public_key=curve_keys,
+)
+rumor_lists = st.lists(rumors, max_size=6).map(tuple)
+pings = st.builds(Ping, sender=rumors, seq=u63, target=node_ids, rumors=rumor_lists)
+ping_reqs = st.builds(PingReq, sender=rumors, seq=u63, target=node_ids, rumors=rumor_lists)
+pongs = st.builds(Pong, sender=rumors, seq=u63, about=node_ids, rumors=rumor_lists)
+gossips = st.builds(Gossip, sender=rumors, rumors=rumor_lists)
 controls = (
     hellos
+    | pings
+    | ping_reqs
+    | pongs
+    | gossips
     | acks
     | nacks
     | fails
@@ -288,6 +323,11 @@ def test_subscriptions_a_node_may_announce_fit_in_a_hello() -> None:
     assert decode_control(encode_control(hello)) == hello
 
 
+def sample_rumor(state: int = 0, by: bytes = b"") -> Rumor:
+    return Rumor(NODE, "n1", 7, 2, state, by, "tcp://10.0.0.1:5000", 5001, "")
+
+
+SUSPECT = Rumor(b"\x03" * 16, "n3", 4, 0, 1, NODE, "tcp://[fd00::3]:7000", 7001, "k" * 40)
 SAMPLE_CONTROLS: list[Any] = [
     sample_hello(),
     Ack(NODE, "metrics", "agg", (1, 2, 3)),
@@ -296,6 +336,10 @@ SAMPLE_CONTROLS: list[Any] = [
     Bye(NODE, 7),
     Touch(NODE, "metrics", "agg", (5, 9)),
     GroupDel(NODE, "metrics", "agg"),
+    Ping(sample_rumor(), 1, b"\x02" * 16, (SUSPECT,)),
+    PingReq(sample_rumor(), 2, b"\x03" * 16, ()),
+    Pong(sample_rumor(), 1, b"\x02" * 16, (sample_rumor(2, NODE), SUSPECT)),
+    Gossip(sample_rumor(), (SUSPECT,)),
     StatusRequest(42),
     StatusReply(42, {"lanes": [], "ok": True}),
     FetchRequest(43, "metrics", ((0, 5), (3, 0)), 0, 500, 8 << 20),
@@ -394,12 +438,68 @@ def test_control_kinds_are_distinct_on_the_wire() -> None:
         BYE,
         TOUCH,
         GROUP_DEL,
+        PING,
+        PING_REQ,
+        PONG,
+        GOSSIP,
         STATUS_REQ,
         STATUS_REP,
         FETCH_REQ,
         FETCH_REP,
     ]
     assert all(msgpack.unpackb(encode_control(m))[0] == PROTOCOL_VERSION for m in SAMPLE_CONTROLS)
+
+
+def rumor_list(**change: Any) -> list:
+    """A valid rumor on the wire, with ``change`` (field index -> value) applied."""
+    wire = [NODE, "n1", 7, 2, 0, b"", "tcp://10.0.0.1:5000", 5001, ""]
+    for index, value in change.items():
+        wire[int(index[1:])] = value
+    return wire
+
+
+@pytest.mark.parametrize(
+    ("change", "what"),
+    [
+        ({"f0": b"short"}, "node id"),
+        ({"f2": -1}, "incarnation"),
+        ({"f3": "1"}, "refuted"),
+        ({"f4": 3}, "state"),
+        ({"f4": True}, "state"),
+        ({"f5": b"x" * 15}, "author"),
+        ({"f6": "udp://10.0.0.1:5000"}, "endpoint"),
+        ({"f6": "tcp://10.0.0.1:0"}, "endpoint"),
+        ({"f7": 0}, "data port"),
+        ({"f8": "k" * 41}, "public key"),
+    ],
+)
+def test_a_bad_rumor_does_not_decode(change: dict, what: str) -> None:
+    for rumor_at in (2, 5):  # as the sender, and among the rumors
+        frame = encode_control(Ping(sample_rumor(), 1, NODE, (sample_rumor(),)))
+
+        def edit(obj: list, rumor_at: int = rumor_at) -> None:
+            if rumor_at == 2:
+                obj[2] = rumor_list(**change)
+            else:
+                obj[5] = [rumor_list(**change)]
+
+        with pytest.raises(DecodeError, match=what):
+            decode_control(repack(frame, edit))
+
+
+def test_a_frame_holds_a_bounded_number_of_rumors() -> None:
+    many = tuple(sample_rumor() for _ in range(MAX_RUMORS))
+    assert decode_control(encode_control(Gossip(sample_rumor(), many))).rumors == many
+    frame = encode_control(Gossip(sample_rumor(), (*many, sample_rumor())))
+    with pytest.raises(DecodeError, match="rumors"):
+        decode_control(frame)
+
+
+@pytest.mark.parametrize("msg", SAMPLE_CONTROLS[7:11], ids=lambda m: type(m).__name__)
+def test_a_membership_frame_of_another_length_does_not_decode(msg: Any) -> None:
+    for change in (lambda obj: obj.append(1), lambda obj: obj.pop()):
+        with pytest.raises(DecodeError, match="length"):
+            decode_control(repack(encode_control(msg), change))
 
 
 @pytest.mark.parametrize("delay", [float("nan"), float("inf"), float("-inf")])

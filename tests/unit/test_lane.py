@@ -578,44 +578,6 @@ def test_remove_member_re_pends_its_in_flight_for_the_others() -> None:
     assert lane.tick(32.0).timed_out == len(moved)
 
 
-def test_owner_is_stable_for_a_fixed_member_set() -> None:
-    one = make_lane(partitions=64)
-    for m in (A, B, C, D):
-        one.set_member(m, 10, 10)
-    other = make_lane(partitions=64)
-    for m in (D, B, A, C):  # another join order
-        other.set_member(m, 10, 10)
-    owners = [one.owner(p) for p in range(64)]
-    assert owners == [other.owner(p) for p in range(64)]
-    assert owners == [one.owner(p) for p in range(64)]
-    assert set(owners) == {A, B, C, D}  # everyone owns something
-
-
-def test_owner_depends_on_the_producer() -> None:
-    one, other = make_lane(partitions=64), make_lane(partitions=64, producer=b"Q" * 16)
-    for lane in (one, other):
-        for m in (A, B, C, D):
-            lane.set_member(m, 10, 10)
-    assert [one.owner(p) for p in range(64)] != [other.owner(p) for p in range(64)]
-
-
-def test_only_a_leaving_members_partitions_move_and_they_move_back() -> None:
-    lane = make_lane(partitions=64)
-    for m in (A, B, C, D):
-        lane.set_member(m, 10, 10)
-    before = [lane.owner(p) for p in range(64)]
-    lane.remove_member(C, now=0.0)
-    during = [lane.owner(p) for p in range(64)]
-    for p in range(64):
-        if before[p] == C:
-            assert during[p] in (A, B, D)
-        else:
-            assert during[p] == before[p]
-    assert C in before and C not in during
-    lane.set_member(C, 10, 10)
-    assert [lane.owner(p) for p in range(64)] == before
-
-
 def test_a_key_stays_with_one_member_while_membership_is_stable() -> None:
     lane = make_lane(partitions=8)
     for m in (A, B):

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from zmesh._engine.routing import partition_for, rendezvous
+from zmesh._engine.routing import partition_for
 
 # zlib.crc32 of the UTF-8 key, taken once and written down: a change of hash function (or
 # a salted hash) moves keys between partitions across versions and machines.
@@ -84,22 +84,3 @@ def test_partition_for_round_robins_without_key() -> None:
     assert [partition_for(None, 4, seq) for seq in range(10)] == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
     assert [partition_for(None, 16, seq) for seq in range(100, 104)] == [4, 5, 6, 7]
     assert all(partition_for(None, 1, seq) == 0 for seq in range(10))
-
-
-def test_rendezvous_of_nobody_is_none() -> None:
-    assert rendezvous([], b"P" * 16, 0) is None
-
-
-def test_rendezvous_ignores_member_order() -> None:
-    members = [bytes([i]) * 16 for i in range(5)]
-    for partition in range(32):
-        assert rendezvous(members, b"P" * 16, partition) == rendezvous(
-            list(reversed(members)), b"P" * 16, partition
-        )
-
-
-def test_rendezvous_spreads_partitions_over_members() -> None:
-    members = [bytes([i]) * 16 for i in range(4)]
-    owners = Counter(rendezvous(members, b"P" * 16, p) for p in range(256))
-    assert set(owners) == set(members)
-    assert min(owners.values()) > 32  # 64 expected each

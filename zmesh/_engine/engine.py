@@ -234,6 +234,7 @@ class Engine:
             self.keys.public if self.keys else b"",
         )
         mesh.self_peer.is_self = True
+        mesh.liveness.start(time.monotonic())
         self.poller = zmq.Poller()
         self.poller.register(self._wake_rx, zmq.POLLIN)
         self.listener.register(self.poller)
@@ -346,6 +347,8 @@ class Engine:
         if self._awaiting:
             wake = min(wake, self._hold_until)
         wake = min(wake, self._next_reclaim)
+        assert self.mesh is not None
+        wake = min(wake, self.mesh.liveness.next_wakeup())
         retry = self.held.next_retry()
         if retry is not None:
             wake = min(wake, retry)
@@ -357,6 +360,9 @@ class Engine:
         nxt = self.outbox.lanes.next_wakeup()
         if nxt is not None and nxt <= now:
             self.outbox.settler.tick(now, wb)
+        assert self.mesh is not None
+        if now >= self.mesh.liveness.next_wakeup():
+            self.mesh.liveness.tick(now, wb)  # probes, suspicions, gossip (membership.py)
         if now >= self._next_beat:
             self._next_beat = now + self.config.heartbeat_interval_s
             wall = time.time()
@@ -491,7 +497,8 @@ class Engine:
             self.consumer.flush(mesh.send_ctrl)
             bye = encode_control(Bye(self.node_id, self.incarnation))
             for peer in mesh.peers.values():
-                mesh.send_raw(peer.dealer, bye)
+                if peer.alive and peer.connected:  # (the others learn it from them)
+                    mesh.send_raw(peer.dealer, bye)
         except Exception:
             log.exception("error while closing node %s", self.config.name)
         finally:

@@ -111,7 +111,8 @@ class Guard:
             if peer.public_key in self.revoked:
                 mesh.forget(peer, now, "its key was revoked")
             elif acl is not None and peer.alive:
-                allowed = self.subs(peer.public_key, peer.subs)
+                # (from what it announced: a permission given back restores what it took)
+                allowed = self.subs(peer.public_key, peer.announced)
                 if allowed != peer.subs:
                     mesh.apply_subs(peer, allowed, wb, now)
         log.warning(

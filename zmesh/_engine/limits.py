@@ -14,3 +14,34 @@ MAX_AHEAD_MSGS = 2000
 # payloads queue a few MiB at a time, not 2,000 of them.
 MAX_AHEAD_BYTES = 16 << 20
 MAX_PUBS_PER_LOOP = 10_000  # publishes staged in one loop iteration (one LMDB transaction)
+
+# -- membership (membership.py: SWIM with Lifeguard's suspicion) ------------------------------
+# One probe per heartbeat_interval_s (the protocol period). A probe unanswered this share of
+# the period is asked of INDIRECT_PROBES other members; unanswered at the period's end, its
+# target is suspected.
+PROBE_TIMEOUT_SHARE = 0.5
+INDIRECT_PROBES = 3
+# A suspicion becomes a death after dead_after_s; one that began with a closed connection
+# (a process that ends closes them all) sooner as other members confirm it on their own:
+# down to SUSPICION_MIN_PERIODS periods with SUSPICION_CONFIRMATIONS of them (Lifeguard).
+# A live node refutes it as soon as it hears of it (it rides on every frame to it).
+SUSPICION_MIN_PERIODS = 1.5
+SUSPICION_CONFIRMATIONS = 3
+# News (joins, suspicions, refutations, deaths) goes to GOSSIP_FANOUT random members every
+# GOSSIP_SHARE of a period while there is some, and rides on probes; each piece is sent
+# RETRANSMIT_MULT * log10(members + 1) times (rounded up).
+GOSSIP_SHARE = 0.2
+GOSSIP_FANOUT = 3
+RETRANSMIT_MULT = 4
+RUMORS_PER_FRAME = 12
+# A dead member is probed now and then (one every DEAD_PROBE_PERIODS periods, in turn), so a
+# member cut off for a while and back is told it was declared dead, refutes, and is alive
+# again with the sockets it had.
+DEAD_PROBE_PERIODS = 4
+FORGET_DEAD_AFTER_S = 600.0  # a dead member is forgotten (its sockets closed) after this
+# A loop that did not run for this many periods was starved: what it did not hear in the
+# meantime (refutations too) does not count against the members it suspects.
+STARVED_PERIODS = 1.5
+# Anti-entropy: every this many heartbeats a node names all its live peers in a hello to
+# one of them, which meets any it did not know (gossip may miss one, rarely).
+SYNC_BEATS = 30

@@ -26,9 +26,13 @@ from .._protocol.frames import (
     FetchItem,
     FetchReply,
     FetchRequest,
+    Gossip,
     GroupDel,
     Hello,
     Nack,
+    Ping,
+    PingReq,
+    Pong,
     StatusReply,
     StatusRequest,
     Touch,
@@ -72,6 +76,9 @@ class Listener:
         self.bans = Bans(self.config, self.counters)
         self.guard = Guard(engine)
         self._next_data_warning = 0.0
+        # ROUTER connections that carried a peer's membership frames: descriptor -> peer
+        # (its closing is news: membership suspects the peer at once)
+        self._members_at: dict[int, bytes] = {}
 
     def open(self, ctx: zmq.Context, inproc: str) -> tuple[int, int]:
         """Bind PULL and ROUTER on the configured interfaces and under ``inproc``; returns
@@ -112,7 +119,8 @@ class Listener:
         poller.register(self.router, zmq.POLLIN)
         poller.register(self.zap.sock, zmq.POLLIN)
         # Failed handshakes (a keyless node at a secured one, garbage instead of ZMTP) never
-        # reach ZAP; the sockets' monitors report them.
+        # reach ZAP; the sockets' monitors report them, and the ROUTER's its connections
+        # that close.
         failed = (
             zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
             | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -120,7 +128,7 @@ class Listener:
         )
         self._monitors = [
             self.pull.get_monitor_socket(failed),
-            self.router.get_monitor_socket(failed),
+            self.router.get_monitor_socket(failed | zmq.EVENT_DISCONNECTED),
         ]
         for mon in self._monitors:
             poller.register(mon, zmq.POLLIN)
@@ -132,7 +140,7 @@ class Listener:
             self.zap.handle(now)
         for mon in self._monitors:
             if mon in events:
-                self._on_monitor(mon)
+                self._on_monitor(mon, wb, now)
         if self.pull in events:
             self._recv_data(wb, now)
         if self.router in events:
@@ -192,12 +200,25 @@ class Listener:
             received += len(batch.seqs)
             self.consumer.on_batch(batch, wb, now)
 
-    def _on_monitor(self, mon: zmq.Socket) -> None:
+    def _on_monitor(self, mon: zmq.Socket, wb: WriteBatch, now: float) -> None:
         while True:
             try:
                 event = recv_monitor_message(mon, zmq.NOBLOCK)
             except zmq.Again:
                 return
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                peer = self._members_at.pop(event["value"], None)
+                mesh = self.engine.mesh
+                if peer is not None and mesh is not None:
+                    mesh.liveness.disconnected(peer, wb, now)
+                continue
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                # The connection ended during its handshake: a client that closed its
+                # socket or ended at once (a node's contact of a peer it has just met, a
+                # killed node), which says nothing of who it was.
+                self.counters.add("handshakes_cut", 1)
+                log.debug("a connection ended during its handshake on %s", event["endpoint"])
+                continue
             n = self.counters.get("handshakes_failed") + 1
             self.counters.add("handshakes_failed", 1)
             if n in (1, 10, 100, 1000) or n % 10_000 == 0:
@@ -213,10 +234,12 @@ class Listener:
         router = self.router
         mesh = self.engine.mesh
         assert mesh is not None
+        mesh.liveness.behind = True  # (until the ROUTER is found empty)
         for _ in range(RECV_BURST):
             try:
                 frames = _recv_parts(router)
             except zmq.Again:
+                mesh.liveness.behind = False
                 return
             conn = self.bans.control_conn(frames[0].bytes, frames[-1])
             if self.bans.dropped(conn.conn):
@@ -253,11 +276,18 @@ class Listener:
     ) -> None:
         if isinstance(msg, Ack):
             self.settler.on_ack(msg.topic, msg.lane, msg.seqs, wb)
+        elif isinstance(msg, Ping | PingReq | Pong | Gossip):
+            peer = mesh.liveness.on_frame(msg, conn.address or None, conn.key.encode(), wb, now)
+            if peer is not None:
+                fd = _source_fd(frames[1])
+                if fd is not None:
+                    self._members_at[fd] = peer
         elif isinstance(msg, Hello):
             key = conn.key.encode()
+            announced = msg.subs
             if key and self.guard.acl is not None:
                 msg = self.guard.hello(msg, key)
-            mesh.on_hello(msg, conn.address or None, key, wb, now)
+            mesh.on_hello(msg, conn.address or None, key, wb, now, announced)
             self.engine.heard(msg.node_id)
         elif isinstance(msg, Nack):
             self.settler.on_nack(
@@ -271,9 +301,7 @@ class Listener:
             if mesh.peers.get(msg.node_id) is not None:  # (a peer's operator, not a stranger)
                 self.engine.delete_group(msg.topic, msg.group, wb, now, announce=False)
         elif isinstance(msg, Bye):
-            peer = mesh.peers.get(msg.node_id)
-            if peer is not None and peer.incarnation == msg.incarnation:
-                mesh.forget(peer, now, "said bye")
+            mesh.liveness.left(msg.node_id, msg.incarnation, wb, now)
         elif isinstance(msg, StatusRequest):
             self._reply(frames[0], StatusReply(msg.token, self.engine.status()))
         elif isinstance(msg, AdminRequest):
@@ -372,6 +400,15 @@ def _recv_parts(sock: zmq.Socket) -> list[zmq.Frame]:
     while frames[-1].more:
         frames.append(sock.recv(_NOBLOCK, copy=False))
     return frames
+
+
+def _source_fd(frame: zmq.Frame) -> int | None:
+    """The descriptor of the TCP connection ``frame`` came on (None: inproc, or gone)."""
+    try:
+        fd = frame.get(zmq.SRCFD)
+    except zmq.ZMQError:
+        return None
+    return fd if isinstance(fd, int) and fd >= 0 else None
 
 
 def _host(iface: str) -> str:

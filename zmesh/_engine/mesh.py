@@ -1,10 +1,18 @@
-"""This node's view of the mesh: peers, contacts, hello and heartbeats, liveness, and the
-control messages it sends. Runs only on the IO thread."""
+"""This node's view of the mesh: peers, contacts, hellos, and the control messages it sends.
+Runs only on the IO thread.
+
+Who is alive is membership's (membership.py, SWIM, fed by liveness.py); this module keeps
+a ``Peer`` per member, with its sockets (opened when first needed) and what it subscribes.
+A hello carries what a node subscribes and is sent once per meeting: to a contact, to a
+member when it is first known (or known again after it was dead), and to every live
+member when this node's subscriptions change. It is not a heartbeat.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import zmq
@@ -15,6 +23,9 @@ from .._protocol.frames import Ack, Fail, GroupDel, Hello, Nack, PeerRef, SubInf
 from .._security import Keys, client_options
 from .._store.store import WriteBatch
 from ..config import NodeConfig
+from .contacts import Contacts
+from .limits import FORGET_DEAD_AFTER_S, SYNC_BEATS
+from .liveness import Liveness
 from .outbox.outbox import Outbox
 from .peers import Peer, announced_group, lane_name
 from .stats import Counters
@@ -25,8 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEALER_LINGER_MS = 200
-CONTACT_EXPIRY_BEATS = 10
-FORGET_DEAD_AFTER_S = 600.0
 CTRL_BACKLOG_MAX = 10_000
 CTRL_BACKLOG_PEERS_MAX = 256  # distinct nodes with waiting settlements
 CTRL_BACKLOG_UNKNOWN_MAX = 1000  # frames waiting for a node not (yet) known
@@ -51,6 +60,8 @@ class Mesh:
         # A connection whose data stays unacknowledged this long is reset and redialed,
         # rather than left in TCP's exponential retransmission backoff.
         self._maxrt_ms = max(1000, int(config.dead_after_s * 1000))
+        # Redials of a peer that is gone back off to about a heartbeat apart.
+        self._redial_max_ms = max(100, int(config.heartbeat_interval_s * 1000))
         self.config = config
         self.node_id = node_id
         self.incarnation = incarnation
@@ -60,15 +71,17 @@ class Mesh:
         self._local_subs = local_subs
         self.peers: dict[bytes, Peer] = {}
         self.self_peer: Peer | None = None
-        # (endpoint, server key) -> (socket, heartbeats without answer, is a seed)
-        self._contacts: dict[tuple[str, bytes], tuple[zmq.Socket, int, bool]] = {}
+        self._contacts = Contacts(ctx, counters)
+        self._at: dict[str, bytes] = {}  # control endpoint -> the peer there
         self.ctrl_backlog: dict[bytes, list[bytes]] = {}
         # Live peers' ephemeral subscriptions by topic (rebuilt when one changes).
         self.ephemeral: dict[str, list[tuple[Peer, SubInfo]]] = {}
         self._foreign_logged: set[bytes] = set()
+        self._beats = 0
         self.ctrl_port = 0
         self.data_port = 0
         self.hosts: tuple[str, ...] = ()
+        self.liveness = Liveness(self, config, counters)
 
     def peer(self, node_id: bytes) -> Peer | None:
         """The peer (or this node itself) with that id."""
@@ -84,22 +97,52 @@ class Mesh:
         now: float,
         key: bytes = b"",
     ) -> Peer:
-        push = self.ctx.socket(zmq.PUSH)
-        push.setsockopt(zmq.LINGER, 0)
-        push.setsockopt(zmq.IMMEDIATE, 1)
-        push.setsockopt(zmq.TCP_MAXRT, self._maxrt_ms)
-        client_options(push, self.keys, key)
-        push.connect(data_ep)
-        for ck in [ck for ck in self._contacts if ck[0] == ctrl_ep]:
-            self._contacts.pop(ck)[0].close(linger=0)  # its tiny queue was for hellos only
-        dealer = self.ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
-        dealer.setsockopt(zmq.TCP_MAXRT, self._maxrt_ms)
-        client_options(dealer, self.keys, key)
-        dealer.connect(ctrl_ep)
-        return Peer(node_id, name, incarnation, ctrl_ep, data_ep, push, dealer, now, public_key=key)
+        return Peer(node_id, name, incarnation, ctrl_ep, data_ep, self._open, now, public_key=key)
 
-    def hello(self) -> Hello:
+    def _open(self, peer: Peer, kind: int) -> zmq.Socket:
+        """Open ``peer``'s PUSH (data) or DEALER (control) socket, at its first use."""
+        sock = self.ctx.socket(kind)
+        if kind == zmq.PUSH:
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.IMMEDIATE, 1)
+        else:
+            sock.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
+        sock.setsockopt(zmq.TCP_MAXRT, self._maxrt_ms)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, self._redial_max_ms)
+        client_options(sock, self.keys, peer.public_key)
+        sock.connect(peer.data_ep if kind == zmq.PUSH else peer.ctrl_ep)
+        return sock
+
+    def join(self, peer: Peer, wb: WriteBatch, now: float) -> Peer:
+        """A node met for the first time, or in a new life: its peer (replacing the old
+        one's sockets), remembered in the store, and told our hello."""
+        node_id, ctrl_ep = peer.node_id, peer.ctrl_ep
+        old = self.peers.get(node_id)
+        if old is not None:
+            log.info(
+                "peer %s restarted (incarnation %d -> %d)",
+                peer.name,
+                old.incarnation,
+                peer.incarnation,
+            )
+            self.drop(old, now, "restarted")
+        self._contacts.met(ctrl_ep)
+        self.peers[node_id] = peer
+        self._at[ctrl_ep] = node_id
+        wb.peers_put[node_id] = f"{ctrl_ep} {peer.public_key.decode()}".strip().encode()
+        log.info("peer %s (%s) joined at %s", peer.name, node_id.hex()[:12], ctrl_ep)
+        self.say_hello(peer)
+        return peer
+
+    def admissible(self, key: bytes) -> bool:
+        """Whether a node with this CURVE key may be a peer (on a secured mesh: trusted)."""
+        return self.keys is None or key in self.keys.trusted
+
+    def hello(self, to: Iterable[Peer] = ()) -> Hello:
+        """Our hello: what we subscribe, and the peers ``to`` it lists. A peer applies our
+        subscriptions only from a hello that lists it (it shows we know it); a contact's
+        lists none; one to a random member every ``SYNC_BEATS`` heartbeats lists every live
+        peer (anti-entropy: a peer that gossip missed is met by contacting it)."""
         limit = self.config.max_message_bytes
         # Several subscriptions of one topic and group on this node are one member of its
         # lane: named once (the newest one's flow control).
@@ -116,11 +159,6 @@ class Mesh:
                 for s in self._local_subs()
             }.values()
         )
-        refs = tuple(
-            PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode())
-            for p in self.peers.values()
-            if p.alive
-        )
         return Hello(
             self.node_id,
             self.config.name,
@@ -130,35 +168,19 @@ class Mesh:
             self.data_port,
             self.hosts,
             subs,
-            refs,
+            tuple(PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode()) for p in to),
         )
 
-    def contact(self, ep: str, seed: bool = False, key: bytes = b"") -> None:
-        """Say hello to a control endpoint whose node we do not know yet.
+    def say_hello(self, peer: Peer) -> None:
+        """Our hello to ``peer``, listing it alone (it shows we know it)."""
+        self.send_raw(peer.dealer, encode_control(self.hello((peer,))))
 
-        On a secured mesh the server key must be known; when it is not (a seed), every
-        trusted key is tried: only the right one completes the CURVE handshake.
-        """
-        if any(p.ctrl_ep == ep and p.alive for p in self.peers.values()):
-            return
-        candidates = [key] if key or self.keys is None else sorted(self.keys.trusted)
-        frame = encode_control(self.hello())
-        for k in candidates:
-            if (ep, k) in self._contacts:
-                continue
-            dealer = self.ctx.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.setsockopt(zmq.SNDHWM, 4)
-            client_options(dealer, self.keys, k)
-            try:
-                dealer.connect(ep)
-            except zmq.ZMQError as exc:
-                dealer.close(linger=0)
-                self.counters.add("bad_endpoints", 1)
-                log.warning("cannot contact %r: %s", ep, exc)
-                return
-            self._contacts[(ep, k)] = (dealer, 0, seed)
-            self.send_raw(dealer, frame)
+    def contact(self, ep: str, seed: bool = False, key: bytes = b"") -> None:
+        """Say hello to a control endpoint whose node we do not know yet (contacts.py),
+        unless a live peer is there."""
+        there = self.peers.get(self._at.get(ep, b""))
+        if there is None or not there.alive:
+            self._contacts.add(ep, seed, key, self.keys, encode_control(self.hello()))
 
     def send_raw(self, sock: zmq.Socket, frame: bytes) -> bool:
         try:
@@ -169,9 +191,16 @@ class Mesh:
             return False
 
     def on_hello(
-        self, hello: Hello, addr: str | None, key: bytes, wb: WriteBatch, now: float
+        self,
+        hello: Hello,
+        addr: str | None,
+        key: bytes,
+        wb: WriteBatch,
+        now: float,
+        announced: tuple[SubInfo, ...] | None = None,
     ) -> None:
-        """A hello (or heartbeat) arrived; ``key`` is the sender's authenticated CURVE key."""
+        """A hello arrived; ``key`` is the sender's authenticated CURVE key; ``announced``:
+        its subscriptions before the ACL kept those its key may have (``hello.subs``)."""
         if hello.mesh != self.config.mesh:
             self.counters.add("foreign_mesh_hellos", 1)
             if hello.node_id not in self._foreign_logged:
@@ -189,39 +218,29 @@ class Mesh:
         if host is None:
             self.counters.add("hello_without_address", 1)
             return
-        ctrl_ep, data_ep = endpoint(host, hello.ctrl_port), endpoint(host, hello.data_port)
         peer = self.peers.get(hello.node_id)
-        if peer is not None:
-            if hello.incarnation < peer.incarnation:
-                return  # a late hello of an earlier life
-            if hello.incarnation != peer.incarnation or peer.ctrl_ep != ctrl_ep:
-                log.info(
-                    "peer %s restarted (incarnation %d -> %d)",
-                    peer.name,
-                    peer.incarnation,
-                    hello.incarnation,
-                )
-                self.forget(peer, now, "restarted")
-                peer = None
-            elif not peer.alive:
-                # Back after a silence (a healed partition): its old connections may sit
-                # in TCP retransmission backoff for minutes, so start over with new ones.
-                log.info("peer %s is back after %.1fs", peer.name, now - peer.dead_since)
-                self.forget(peer, now, "back")
-                peer = None
-        if peer is None:
-            peer = self.make_peer(
+        if peer is not None and hello.incarnation < peer.incarnation:
+            return  # a late hello of an earlier life
+        if peer is None or hello.incarnation > peer.incarnation:
+            ctrl_ep, data_ep = endpoint(host, hello.ctrl_port), endpoint(host, hello.data_port)
+            new = self.make_peer(
                 hello.node_id, hello.name, hello.incarnation, ctrl_ep, data_ep, now, key
             )
-            self.peers[hello.node_id] = peer
-            wb.peers_put[hello.node_id] = f"{ctrl_ep} {key.decode()}".strip().encode()
-            log.info("peer %s (%s) joined at %s", hello.name, hello.node_id.hex()[:12], ctrl_ep)
-            self.send_raw(peer.dealer, encode_control(self.hello()))
+            peer = self.join(new, wb, now)
         peer.last_seen = now
+        self.liveness.hello(peer, wb, now)
         # A peer that does not list us yet would refuse our data (it cannot ack a stranger),
         # so it becomes a member of our lanes only once its hello shows it knows us.
-        subs = hello.subs if any(r.node_id == self.node_id for r in hello.peers) else ()
-        if subs != peer.subs:
+        if hello.subs:
+            # A subscriber is sent data: its connection opens now, to be up by the time
+            # its subscriptions apply (this hello's, or the next one's that lists us).
+            peer.open_data()
+        knows_us = any(r.node_id == self.node_id for r in hello.peers)
+        subs = hello.subs if knows_us else ()
+        peer.announced = (hello.subs if announced is None else announced) if knows_us else ()
+        if not peer.alive:
+            peer.subs = subs  # (applied when it is alive again)
+        elif subs != peer.subs:
             self.apply_subs(peer, subs, wb, now)
         for ref in hello.peers:
             if ref.node_id != self.node_id and ref.node_id not in self.peers:
@@ -269,24 +288,25 @@ class Mesh:
         return sum(self.send_raw(peer.dealer, frame) for peer in self.peers.values() if peer.alive)
 
     def subs_changed(self, wb: WriteBatch, now: float) -> None:
-        hello = self.hello()
         assert self.self_peer is not None
-        self.apply_subs(self.self_peer, hello.subs, wb, now)
-        frame = encode_control(hello)
+        self.apply_subs(self.self_peer, self.hello().subs, wb, now)
         for peer in self.peers.values():
-            self.send_raw(peer.dealer, frame)
+            if peer.alive:
+                self.say_hello(peer)
 
     def mark_dead(self, peer: Peer, now: float, why: str) -> None:
+        """``peer`` is dead: it leaves every lane, what it held in flight is ready again.
+        Its sockets and its subscriptions are kept, for when it is alive again."""
         peer.alive = False
+        peer.state = "dead"
         peer.dead_since = now
-        peer.subs = ()
         peer.lanes = {}
         if peer.ephemeral:
             peer.ephemeral = {}
             self._index_ephemeral()
         moved = self.lanes.members_gone(peer.node_id, now)
         log.log(
-            logging.WARNING if why == "silent" else logging.INFO,
+            logging.WARNING if why == "unresponsive" else logging.INFO,
             "peer %s (%s) is gone (%s, last heard %.1fs ago); %d in-flight messages pending again",
             peer.name,
             peer.node_id.hex()[:12],
@@ -295,31 +315,44 @@ class Mesh:
             moved,
         )
 
-    def forget(self, peer: Peer, now: float, why: str) -> None:
+    def revive(self, peer: Peer, wb: WriteBatch, now: float) -> None:
+        """``peer`` was dead and is alive again in the same life: back in its lanes, with
+        the sockets it had, and told our hello (our subscriptions may have changed)."""
+        log.info("peer %s is back after %.1fs", peer.name, now - peer.dead_since)
+        peer.alive = True
+        self.counters.add("peers_back", 1)
+        subs, peer.subs = peer.subs, ()
+        self.apply_subs(peer, subs, wb, now)
+        self.say_hello(peer)
+
+    def drop(self, peer: Peer, now: float, why: str) -> None:
+        """Forget ``peer``'s life: out of the lanes, its sockets closed."""
         if peer.alive:
             self.mark_dead(peer, now, why)
         self.peers.pop(peer.node_id, None)
+        if self._at.get(peer.ctrl_ep) == peer.node_id:
+            del self._at[peer.ctrl_ep]
         peer.close()
 
+    def forget(self, peer: Peer, now: float, why: str) -> None:
+        """Forget ``peer`` altogether (its key revoked, dead too long)."""
+        self.liveness.forget(peer.node_id)
+        self.drop(peer, now, why)
+
     def beat(self, now: float, wb: WriteBatch) -> None:
-        """Heartbeat: hello to every peer and contact, and liveness."""
-        frame = encode_control(self.hello())
-        dead_after = self.config.dead_after_s
+        """Heartbeat: hellos to contacts, now and then every live peer named to one of
+        them; peers dead too long are forgotten."""
         for peer in list(self.peers.values()):
-            if peer.alive and now - peer.last_seen > dead_after:
-                self.mark_dead(peer, now, "silent")
-            elif not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
+            if not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
                 self.forget(peer, now, "dead too long")
                 wb.peers_del.append(peer.node_id)
-                continue
-            self.send_raw(peer.dealer, frame)
-        for ep, (sock, beats, seed) in list(self._contacts.items()):
-            if not seed and beats >= CONTACT_EXPIRY_BEATS:
-                sock.close(linger=0)
-                del self._contacts[ep]
-                continue
-            self._contacts[ep] = (sock, beats + 1, seed)
-            self.send_raw(sock, frame)
+        if self._contacts:
+            self._contacts.beat(encode_control(self.hello()))
+        self._beats += 1
+        live = [p for p in self.peers.values() if p.alive]
+        if live and self._beats % SYNC_BEATS == 0:
+            to = random.choice(live)
+            self.send_raw(to.dealer, encode_control(self.hello(live)))
 
     # -- sending -------------------------------------------------------------------------
 
@@ -371,6 +404,4 @@ class Mesh:
         self.peers.clear()
         if self.self_peer is not None:
             self.self_peer.close()
-        for sock, _beats, _seed in self._contacts.values():
-            sock.close(linger=0)
-        self._contacts.clear()
+        self._contacts.close()

@@ -1,7 +1,13 @@
-"""Per-peer state: identity, endpoints, liveness, subscriptions and outgoing sockets."""
+"""Per-peer state: identity, endpoints, liveness, subscriptions and outgoing sockets.
+
+A peer's sockets are opened when first used: its DEALER for the first control message
+sent to it (a hello, a probe, an ack), its PUSH for the first data batch. A node that
+never sends a member data has no data connection to it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -33,22 +39,50 @@ class Peer:
     incarnation: int
     ctrl_ep: str
     data_ep: str
-    push: zmq.Socket
-    dealer: zmq.Socket
+    opener: Callable[[Peer, int], zmq.Socket]  # opens its PUSH or DEALER
     last_seen: float
-    alive: bool = True
+    alive: bool = True  # (alive or suspect: a member of lanes)
+    state: str = "alive"  # "alive", "suspect" or "dead"
     is_self: bool = False
     subs: tuple[SubInfo, ...] = ()
+    announced: tuple[SubInfo, ...] = ()  # its subscriptions before the ACL kept some
     lanes: dict[tuple[str, str], SubInfo] = field(default_factory=dict)
     # Its ephemeral subscriptions (no lane: sent what is published while it is here),
     # by (topic, the subscription's name).
     ephemeral: dict[tuple[str, str], SubInfo] = field(default_factory=dict)
     dead_since: float = 0.0
     public_key: bytes = b""  # Z85 CURVE key, on a secured mesh
+    _push: zmq.Socket | None = None
+    _dealer: zmq.Socket | None = None
+
+    @property
+    def push(self) -> zmq.Socket:
+        if self._push is None:
+            self._push = self.opener(self, zmq.PUSH)
+        return self._push
+
+    @property
+    def dealer(self) -> zmq.Socket:
+        if self._dealer is None:
+            self._dealer = self.opener(self, zmq.DEALER)
+        return self._dealer
+
+    def open_data(self) -> None:
+        """Open its data socket now (it subscribes: what is published next goes to it)."""
+        _ = self.push
+
+    @property
+    def connected(self) -> bool:
+        """Whether its control socket is open (something was sent to it)."""
+        return self._dealer is not None
 
     def close(self, linger_ms: int = 0) -> None:
-        self.push.close(linger=0)
-        self.dealer.close(linger=linger_ms)
+        if self._push is not None:
+            self._push.close(linger=0)
+            self._push = None
+        if self._dealer is not None:
+            self._dealer.close(linger=linger_ms)
+            self._dealer = None
 
     def info(self, now: float) -> dict:
         return {
@@ -58,6 +92,7 @@ class Peer:
             "control": self.ctrl_ep,
             "data": self.data_ep,
             "alive": self.alive,
+            "state": self.state,
             "last_seen_s": round(now - self.last_seen, 3),
             "subscriptions": [[s.topic, s.group, s.mode] for s in self.subs],
             "public_key": self.public_key.decode() or None,  # (to reach it on a secured mesh)

@@ -24,6 +24,9 @@ def node_status(engine: Engine) -> dict:
                 "mode": lane.mode,
                 "members": [m.hex() for m in lane.members],
                 "windows": [m.window for m in lane.members.values()],  # (the members' order)
+                # each member's partitions (the members' order), and how many moved so far
+                "assigned": [lane.assignment.owned_by(m) for m in lane.members],
+                "partitions_moved": lane.assignment.moved,
                 "pending": len(lane),
                 "ready": lane.ready_count,
                 "in_flight": lane.in_flight_count(),

@@ -8,3 +8,9 @@ def endpoint(host: str, port: int) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"tcp://{host}:{port}"
+
+
+def split_endpoint(ep: str) -> tuple[str, int]:
+    """``tcp://HOST:PORT`` as (host, port), the brackets of an IPv6 host removed."""
+    host, port = ep.removeprefix("tcp://").rsplit(":", 1)
+    return host.removeprefix("[").removesuffix("]"), int(port)

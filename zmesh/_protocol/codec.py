@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import re
 from array import array
 from collections.abc import Sequence
 from itertools import chain
@@ -14,6 +12,14 @@ import msgpack
 from .._numbers import le_bytes, le_column
 from .._seqs import consecutive
 from ..errors import DecodeError
+from . import swim
+from .checks import U63
+from .checks import check as _check
+from .checks import endpoint as _endpoint
+from .checks import integer as _int
+from .checks import node_id as _node_id
+from .checks import number as _num
+from .checks import text as _str
 from .frames import (
     ACK,
     ADMIN_REP,
@@ -55,7 +61,6 @@ MAX_HEADER_BYTES = 1 << 20
 MAX_BATCH_ITEMS = 10_000
 MAX_IN_FLIGHT = 1 << 24  # a member's credit, as a hello carries it
 MAX_PARTITIONS = 4096
-NODE_ID_BYTES = 16
 MAX_KEY_CHARS = 4096
 MAX_HEADERS_BYTES = 64 << 10  # one message's headers, packed
 MAX_REASON_CHARS = 4096  # a failed message's reason, as a FAIL carries it
@@ -69,7 +74,6 @@ MAX_SUBSCRIPTION_BYTES = 512 << 10
 LARGE_PAYLOAD_BYTES = 64 << 10
 INLINE_PAYLOAD_BYTES = 512 << 10
 MAX_BATCH_HEADER_BYTES = MAX_HEADER_BYTES + INLINE_PAYLOAD_BYTES
-U63 = (1 << 63) - 1
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -129,41 +133,6 @@ def announced_bytes(topic: str, group: str) -> int:
     return len(topic) + len(group) + 32
 
 
-def _check(cond: bool, what: str) -> None:
-    if not cond:
-        raise DecodeError(what)
-
-
-def _node_id(value: Any) -> bytes:
-    _check(isinstance(value, bytes) and len(value) == NODE_ID_BYTES, "bad node id")
-    return value
-
-
-def _str(value: Any, what: str, max_len: int = 256) -> str:
-    _check(isinstance(value, str) and len(value) <= max_len, f"bad {what}")
-    return value
-
-
-def _int(value: Any, what: str, lo: int = 0, hi: int = U63) -> int:
-    _check(type(value) is int and lo <= value <= hi, f"bad {what}")
-    return value
-
-
-def _num(value: Any, what: str) -> float:
-    _check(type(value) in (int, float) and math.isfinite(value), f"bad {what}")
-    return float(value)
-
-
-_ENDPOINT = re.compile(r"^tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+):(\d{1,5})$")
-
-
-def _endpoint(value: Any) -> str:
-    ep = _str(value, "endpoint")
-    m = _ENDPOINT.match(ep)
-    _check(m is not None and 0 < int(m.group(2)) < 65536, "bad endpoint")
-    return ep
-
-
 def _seqs(value: Any) -> tuple[int, ...]:
     _check(isinstance(value, list) and len(value) <= MAX_BATCH_ITEMS, "bad seq list")
     return _ints(value, len(value), "seq")
@@ -220,6 +189,8 @@ def encode_control(msg: Control) -> bytes:
                 [[p.node_id, p.ctrl_endpoint, p.public_key] for p in msg.peers],
             ]
         )
+    if isinstance(msg, swim.Membership):
+        return _packb(swim.encode(msg, v))
     if isinstance(msg, Ack):
         return _packb(
             [v, ACK, msg.node_id, msg.topic, msg.lane, wire_seqs(msg.seqs), len(msg.seqs)]
@@ -323,6 +294,8 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
                 tuple(subs),
                 tuple(peers),
             )
+        if kind in swim.KINDS:
+            return swim.decode(obj)
         if kind == ACK:
             _check(len(obj) == 7, "bad ack length")
             return Ack(

@@ -22,12 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-PROTOCOL_VERSION = 6  # 2: data batches in columns, payloads inside the header frame;
+PROTOCOL_VERSION = 7  # 2: data batches in columns, payloads inside the header frame;
 #                       3: subscriptions and fetch requests carry max_message_bytes;
 #                       4: consecutive sequences of a batch or an ack travel as the first;
 #                       5: a batch's numbers (partitions, attempts, publish times, indexes)
 #                          travel as bins of fixed-size little-endian numbers;
-#                       6: ephemeral subscriptions, GROUP_DEL, TOUCH
+#                       6: ephemeral subscriptions, GROUP_DEL, TOUCH;
+#                       7: membership by SWIM (PING, PING_REQ, PONG, GOSSIP)
 
 # Control kinds.
 HELLO = 1
@@ -43,6 +44,11 @@ FETCH_REQ = 10
 FETCH_REP = 11
 GROUP_DEL = 12
 TOUCH = 13
+# Membership (SWIM): probes, their answers, and news.
+PING = 20
+PING_REQ = 21
+PONG = 22
+GOSSIP = 23
 # Data kinds.
 BATCH = 16
 
@@ -81,6 +87,66 @@ class Hello:
     hosts: tuple[str, ...]
     subs: tuple[SubInfo, ...]
     peers: tuple[PeerRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Rumor:
+    """What the sender believes of one node (SWIM's membership news): its state in one of
+    its lives, ordered by (incarnation, refuted), and where it listens.
+
+    ``state``: 0 alive, 1 suspect, 2 dead; ``by``: who suspected it or declared it dead
+    (empty when alive). ``ctrl_endpoint`` is where the sender reaches it (a node's own
+    rumor of itself names its bound address, and its receiver uses the connection's).
+    """
+
+    node_id: bytes
+    name: str
+    incarnation: int
+    refuted: int
+    state: int
+    by: bytes
+    ctrl_endpoint: str
+    data_port: int
+    public_key: str = ""  # Z85 CURVE key on a secured mesh
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """Are you alive? ``target`` is the node meant (answered only by it)."""
+
+    sender: Rumor  # the sender as it is now
+    seq: int
+    target: bytes
+    rumors: tuple[Rumor, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PingReq:
+    """Ping ``target`` for me (my own ping went unanswered) and tell me its answer."""
+
+    sender: Rumor
+    seq: int
+    target: bytes
+    rumors: tuple[Rumor, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    """The answer to ping ``seq``: ``about`` is alive (the sender, or the node the sender
+    pinged for the receiver)."""
+
+    sender: Rumor
+    seq: int
+    about: bytes
+    rumors: tuple[Rumor, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Gossip:
+    """News, with nothing asked."""
+
+    sender: Rumor
+    rumors: tuple[Rumor, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +336,10 @@ Control = (
     | Fail
     | Touch
     | GroupDel
+    | Ping
+    | PingReq
+    | Pong
+    | Gossip
     | StatusRequest
     | StatusReply
     | AdminRequest

@@ -83,6 +83,8 @@ LANE_FIELDS = {
     "mode",
     "members",
     "windows",
+    "assigned",
+    "partitions_moved",
     "pending",
     "ready",
     "in_flight",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -23,11 +22,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
-from zmesh._engine.routing import rendezvous
-from zmesh._store.store import Store
 
 from .hosts import Host, HostNet
-from .node_worker import PARTITIONS
+from .node_worker import node_args
 
 WORKER = str(Path(__file__).with_name("node_worker.py"))
 PRODUCER = "producer"
@@ -79,12 +76,6 @@ class Figures:
         )
 
 
-def _each_owns_some(producer: bytes, members: list[bytes]) -> bool:
-    """Every one of ``members`` owns at least one of ``producer``'s partitions."""
-    owners = {rendezvous(sorted(members), producer, p) for p in range(PARTITIONS)}
-    return len(members) < 2 or owners == set(members)
-
-
 class Cluster:
     """A producer and consumers on a host network; ``consumers`` maps name -> (host, group).
 
@@ -121,29 +112,7 @@ class Cluster:
         self.history: list[tuple[str, subprocess.Popen, Path]] = []
         self.kills: list[str] = []
         self.logs = {name: ConsumerLog(self.run_dir / f"{name}.log") for name in consumers}
-        self._choose_ids()
         self.t0 = time.monotonic()
-
-    def _choose_ids(self) -> None:
-        """Give every node an id before its first start, chosen so that each member of a
-        group of several owns some of the producer's partitions: rendezvous hashing over
-        random ids gives one of two members all 8 once in 128 pairs, and the tests follow
-        each member's share of the stream."""
-        names = [PRODUCER, *self.consumers]
-        for _ in range(1000):
-            ids = {name: secrets.token_bytes(16) for name in names}
-            if all(
-                _each_owns_some(ids[PRODUCER], [ids[m] for m in members])
-                for members in self.groups.values()
-            ):
-                break
-        else:
-            raise AssertionError("no ids found that split the partitions between members")
-        for name, node_id in ids.items():
-            store = Store(str(self.root / f"data-{name}"), 1 << 24)
-            with store.env.begin(write=True) as txn:
-                txn.put(b"node_id", node_id, db=store.meta)
-            store.close()
 
     # -- processes ------------------------------------------------------------------------
 
@@ -155,20 +124,7 @@ class Cluster:
         with open(out, "wb") as f:
             proc = self.bed.spawn(
                 host,
-                [
-                    WORKER,
-                    *args,
-                    "--name",
-                    name,
-                    "--mesh",
-                    self.mesh,
-                    "--data-dir",
-                    str(self.root / f"data-{name}"),
-                    "--iface",
-                    host.addr,
-                    "--run-dir",
-                    str(self.run_dir),
-                ],
+                [WORKER, *args, *node_args(name, self.mesh, self.root, host.addr, self.run_dir)],
                 f,
             )
         self.procs[name] = proc
@@ -307,6 +263,20 @@ class Cluster:
             if lane["lane"] == group:
                 return self.names_of(lane["members"])
         return None
+
+    def assigned(self, group: str) -> dict[int, str]:
+        """Which member each of the producer's partitions goes to in ``group``, as its
+        latest status says (empty before it lists the lane)."""
+        status = self.status(PRODUCER)
+        for lane in status["lanes"] if status is not None else ():
+            if lane["lane"] == group:
+                names = {self.node_id(n): n for n in (PRODUCER, *self.consumers)}
+                return {
+                    p: names.get(member, f"?{member[:12]}")
+                    for member, parts in zip(lane["members"], lane["assigned"], strict=True)
+                    for p in parts
+                }
+        return {}
 
     def wait_members(self, group: str, members: set[str], timeout: float, what: str) -> float:
         """Wait until the producer lists exactly ``members`` in ``group``; the time it took."""

@@ -27,12 +27,13 @@ def netns_available() -> None:
 
 
 @pytest.fixture
-def make_hostnet(netns_available: None) -> Iterator[Callable[[int], HostNet]]:
-    """``make_hostnet(n)``: n hosts on a bridge; all of it removed after the test."""
+def make_hostnet(netns_available: None) -> Iterator[Callable[..., HostNet]]:
+    """``make_hostnet(n, neighbours=False)``: n hosts on a bridge (with permanent neighbour
+    entries between them); all of it removed after the test."""
     beds: list[HostNet] = []
 
-    def make(count: int) -> HostNet:
-        bed = HostNet(count)
+    def make(count: int, neighbours: bool = False) -> HostNet:
+        bed = HostNet(count, neighbours=neighbours)
         beds.append(bed)  # before create(): a half-built host network is removed too
         return bed.create()
 

@@ -7,7 +7,12 @@ partition of the host; bringing it up heals it.
 
 Every name carries a run token (this process's pid and a counter), so concurrent runs and
 leftovers of a crashed run never collide, and the address plan can be the same in every
-run: the namespaces keep each run's 10.77.0.0/24 (and its mDNS) to itself. ``HostNet.close``
+run: the namespaces keep each run's 10.77.0.0/24 (and its mDNS) to itself. Past ~30 hosts the
+kernel's neighbour (ARP) table, shared by every namespace and capped at 1,024 entries that
+may be collected, overflows and new links stop forming; a ``HostNet`` made with
+``neighbours=True`` gives every host fixed MAC addresses and permanent neighbour entries
+for all the others (never collected, so never counted against the cap), inside its own
+namespaces: the machine's settings stay as they are. ``HostNet.close``
 kills the processes it started (by pid) before it deletes the namespaces it created (by
 name); it is safe to call after a partial setup and more than once.
 """
@@ -60,6 +65,28 @@ def ip(*args: str) -> str:
     if done.returncode != 0:
         raise IpCommandError(cmd, done.returncode, done.stderr + done.stdout)
     return done.stdout
+
+
+def ip_batch(netns: str, commands: Sequence[str]) -> None:
+    """Run many ``ip`` commands inside ``netns`` with one process (``ip -batch``)."""
+    cmd = ["ip", "-n", netns, "-batch", "-"]
+    try:
+        done = subprocess.run(
+            cmd,
+            input="\n".join(commands) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=IP_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise IpCommandError(cmd, -1, f"timed out after {IP_TIMEOUT_S:g}s") from exc
+    if done.returncode != 0:
+        raise IpCommandError(cmd, done.returncode, done.stderr + done.stdout)
+
+
+def mac(index: int) -> str:
+    """Host ``index``'s fixed MAC address (locally administered)."""
+    return f"02:77:00:00:{index >> 8:02x}:{index & 0xFF:02x}"
 
 
 def run_token() -> str:
@@ -119,6 +146,7 @@ class HostNet:
     _created: list[str] = field(default_factory=list)  # namespaces, in creation order
     _procs: list[subprocess.Popen] = field(default_factory=list)
     partitions: int = 0
+    neighbours: bool = False  # permanent neighbour entries between all hosts
 
     def __post_init__(self) -> None:
         if not 1 <= self.count <= 250:
@@ -158,8 +186,21 @@ class HostNet:
                 )
                 ip("-n", self.hub, "link", "set", host.hub_veth, "master", "br0", "up")
                 ip("-n", host.netns, "addr", "add", f"{host.addr}/{PREFIX_LEN}", "dev", "eth0")
+                if self.neighbours:
+                    ip("-n", host.netns, "link", "set", "eth0", "address", mac(host.index))
                 ip("-n", host.netns, "link", "set", "eth0", "up")
                 ip("-n", host.netns, "link", "set", "lo", "up")
+            if self.neighbours:
+                for host in self.hosts:
+                    ip_batch(
+                        host.netns,
+                        [
+                            f"neigh replace {other.addr} lladdr {mac(other.index)} "
+                            "dev eth0 nud permanent"
+                            for other in self.hosts
+                            if other is not host
+                        ],
+                    )
         except BaseException:
             self.close()
             raise

@@ -51,6 +51,29 @@ DRAIN_TIMEOUT_S = 120.0
 FETCH_MAX = 500
 
 
+def add_node_args(parser: argparse.ArgumentParser) -> None:
+    """The arguments every worker role takes: who the node is and where it runs."""
+    for arg in ("--name", "--mesh", "--data-dir", "--iface", "--run-dir"):
+        parser.add_argument(arg, required=True)
+
+
+def node_args(name: str, mesh: str, root: Path, iface: str, run_dir: Path) -> list[str]:
+    """Those arguments for node ``name`` of ``mesh`` on ``iface`` (its data dir:
+    ``root/data-NAME``)."""
+    return [
+        "--name",
+        name,
+        "--mesh",
+        mesh,
+        "--data-dir",
+        str(root / f"data-{name}"),
+        "--iface",
+        iface,
+        "--run-dir",
+        str(run_dir),
+    ]
+
+
 def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
@@ -249,11 +272,7 @@ def main(argv: list[str]) -> int:
     prod = roles.add_parser("producer")
     cons = roles.add_parser("consumer")
     for p in (prod, cons):
-        p.add_argument("--name", required=True)
-        p.add_argument("--mesh", required=True)
-        p.add_argument("--data-dir", required=True)
-        p.add_argument("--iface", required=True)
-        p.add_argument("--run-dir", required=True)
+        add_node_args(p)
     prod.add_argument("--count", type=int, required=True)
     prod.add_argument("--rate", type=float, required=True)
     prod.add_argument("--groups", required=True)

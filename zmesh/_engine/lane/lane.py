@@ -31,7 +31,7 @@ from operator import add
 from typing import cast
 
 from ..._seqs import consecutive
-from ..routing import rendezvous
+from .assignment import Assignment
 from .delivery import (
     DELAYED,
     FRAME_MAX_BYTES,
@@ -153,7 +153,7 @@ class Lane(Retries):
         self._expiring: list[tuple[float, int]] = []
         self._order = SeqQueue()  # every owed sequence (and some settled ones), ascending
         self._next_floor = 0
-        self._owners: list[bytes | None] | None = None
+        self.assignment = Assignment(producer, partitions)
         self.counts: Counter[str] = Counter()  # per-lane event counts, shown in status
         self.message_bytes = 0.0  # bytes per message on the wire, of recent sends
         # What tells the producer which lanes have work, so its loop visits those alone:
@@ -308,7 +308,8 @@ class Lane(Retries):
             self._ready.append([])
             self._fresh.append(SeqQueue())
             self._partitions += 1
-            self._owners = None
+        self.assignment.grow(self._partitions)
+        self._rebalance()
         return partition
 
     def _schedule(self, entry: Entry, not_before: float, now: float) -> None:
@@ -382,7 +383,7 @@ class Lane(Retries):
             current.max_message_bytes = max_message_bytes
             return False
         self.members[member] = Member(max_in_flight, batch_size, max_message_bytes)
-        self._owners = None
+        self._rebalance()
         if self._ready_count:
             self.on_ready(self)
         return True
@@ -393,19 +394,36 @@ class Lane(Retries):
             return 0
         held = self.in_flight_to(member)
         del self.members[member]
-        self._owners = None
         for seq in held:
             entry = self.entry(seq)
             if entry is not None and entry.state == IN_FLIGHT:
                 self._schedule(entry, 0.0, now)
+        self.assignment.leave(member)
+        self._rebalance()
         return len(held)
 
     def owner(self, partition: int) -> bytes | None:
-        """The live member that receives this partition."""
-        if self._owners is None:
-            members = sorted(self.members)
-            self._owners = [rendezvous(members, self.producer, p) for p in range(self._partitions)]
-        return self._owners[partition]
+        """The live member that receives this partition's messages now (None: nobody,
+        while the member it moved from still holds some in flight)."""
+        return self.assignment.table()[partition]
+
+    def _rebalance(self) -> None:
+        self.assignment.change(self.members, self._held)
+
+    def _held(self, member: bytes) -> list[tuple[int, int]]:
+        """(sequence, partition) of the messages in flight to ``member``."""
+        sent, entries = self._sent, self.entries
+        out = []
+        for seq in self.in_flight_to(member):
+            state = sent.get(seq)
+            out.append((seq, state[0] if state is not None else entries[seq].partition))
+        return out
+
+    def _in_flight(self, seq: int) -> bool:
+        if seq in self._sent:
+            return True
+        entry = self.entries.get(seq)
+        return entry is not None and entry.state == IN_FLIGHT
 
     # -- delivery -------------------------------------------------------------------------
 
@@ -445,10 +463,10 @@ class Lane(Retries):
         expired: list[int] = []
         if not self._ready_count or not self.members:
             return out, expired
-        if self._owners is None:
-            self.owner(0)  # builds the owner table
-        owners = self._owners
-        assert owners is not None
+        assignment = self.assignment
+        if assignment.fenced:
+            assignment.release(self._in_flight)
+        owners = assignment.table()
         queue_s = self.timing.ack_timeout_s * QUEUE_SHARE
         # (the bytes of a message not known until one is sent: as if a byte each)
         cap = int(WINDOW_MAX_BYTES / self.message_bytes) if self.message_bytes else WINDOW_MAX_BYTES
@@ -469,10 +487,15 @@ class Lane(Retries):
         expired: list[int],
     ) -> None:
         """``take`` within the members' windows, into ``out`` and ``expired``."""
-        if self._ready_count == len(self._plain) and not self._plain._old and not self._bulk:
+        if (
+            self._ready_count == len(self._plain)
+            and not self._plain._old
+            and not self._bulk
+            and not self.assignment.fenced
+        ):
             # Only plain messages are ready: in the order below they go lowest sequence
             # first, which is the window's order.
-            # (with a member, every partition has an owner)
+            # (with a member and no fence, every partition has an owner)
             front, stopped = self._take_front(cast("list[bytes]", owners), now, limit, out)
             if not stopped:
                 return

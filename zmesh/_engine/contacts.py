@@ -1,0 +1,79 @@
+"""Contacts: control endpoints whose node is not known yet (a seed, an mDNS record, an
+address a hello named). Each gets a DEALER of its own that says this node's hello every
+heartbeat until the node there answers with its own (then it is a peer, and the contact
+is closed) or, unless it is a seed, for ``CONTACT_EXPIRY_BEATS`` heartbeats."""
+
+from __future__ import annotations
+
+import logging
+
+import zmq
+
+from .._security import Keys, client_options
+from .stats import Counters
+
+log = logging.getLogger(__name__)
+
+CONTACT_EXPIRY_BEATS = 10
+
+
+class Contacts:
+    """The contacts of one node (IO thread)."""
+
+    def __init__(self, ctx: zmq.Context, counters: Counters) -> None:
+        self.ctx = ctx
+        self.counters = counters
+        # (endpoint, server key) -> (socket, heartbeats without answer, is a seed)
+        self._open: dict[tuple[str, bytes], tuple[zmq.Socket, int, bool]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._open)
+
+    def add(self, ep: str, seed: bool, key: bytes, keys: Keys | None, hello: bytes) -> None:
+        """Say ``hello`` to ``ep``. On a secured mesh the server key must be known; when it
+        is not (a seed), every trusted key is tried: only the right one completes the CURVE
+        handshake."""
+        candidates = [key] if key or keys is None else sorted(keys.trusted)
+        for k in candidates:
+            if (ep, k) in self._open:
+                continue
+            dealer = self.ctx.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.setsockopt(zmq.SNDHWM, 4)
+            client_options(dealer, keys, k)
+            try:
+                dealer.connect(ep)
+            except zmq.ZMQError as exc:
+                dealer.close(linger=0)
+                self.counters.add("bad_endpoints", 1)
+                log.warning("cannot contact %r: %s", ep, exc)
+                return
+            self._open[(ep, k)] = (dealer, 0, seed)
+            _send(dealer, hello, self.counters)
+
+    def met(self, ep: str) -> None:
+        """The node at ``ep`` is a peer now: its contacts go (their tiny queues were for
+        hellos only)."""
+        for ck in [ck for ck in self._open if ck[0] == ep]:
+            self._open.pop(ck)[0].close(linger=0)
+
+    def beat(self, hello: bytes) -> None:
+        for ck, (sock, beats, seed) in list(self._open.items()):
+            if not seed and beats >= CONTACT_EXPIRY_BEATS:
+                sock.close(linger=0)
+                del self._open[ck]
+                continue
+            self._open[ck] = (sock, beats + 1, seed)
+            _send(sock, hello, self.counters)
+
+    def close(self) -> None:
+        for sock, _beats, _seed in self._open.values():
+            sock.close(linger=0)
+        self._open.clear()
+
+
+def _send(sock: zmq.Socket, frame: bytes, counters: Counters) -> None:
+    try:
+        sock.send(frame, zmq.NOBLOCK)
+    except zmq.Again:
+        counters.add("control_send_full", 1)

@@ -1,0 +1,46 @@
+"""The checks decoders make of each field: one type and bound each, failing with
+DecodeError (shared by ``codec`` and ``swim``)."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from ..errors import DecodeError
+
+NODE_ID_BYTES = 16
+U63 = (1 << 63) - 1
+_ENDPOINT = re.compile(r"^tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+):(\d{1,5})$")
+
+
+def check(cond: bool, what: str) -> None:
+    if not cond:
+        raise DecodeError(what)
+
+
+def node_id(value: Any) -> bytes:
+    check(isinstance(value, bytes) and len(value) == NODE_ID_BYTES, "bad node id")
+    return value
+
+
+def text(value: Any, what: str, max_len: int = 256) -> str:
+    check(isinstance(value, str) and len(value) <= max_len, f"bad {what}")
+    return value
+
+
+def integer(value: Any, what: str, lo: int = 0, hi: int = U63) -> int:
+    check(type(value) is int and lo <= value <= hi, f"bad {what}")
+    return value
+
+
+def number(value: Any, what: str) -> float:
+    check(type(value) in (int, float) and math.isfinite(value), f"bad {what}")
+    return float(value)
+
+
+def endpoint(value: Any) -> str:
+    ep = text(value, "endpoint")
+    m = _ENDPOINT.match(ep)
+    check(m is not None and 0 < int(m.group(2)) < 65536, "bad endpoint")
+    return ep
