@@ -20,9 +20,11 @@ from ..config import TopicConfig
 from .inbox.origin import Origin
 from .limits import MAX_PUBS_PER_LOOP
 from .outbox.publishes import AnyPublish, Publish, Stretch, message_count
+from .requests import accept, send_reply
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
+    from .._requests import Pending
     from .._store.store import WriteBatch
     from ..subscription import Message, Subscription
     from .commit import Committer
@@ -106,6 +108,24 @@ class SetTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class Request:
+    """A request to publish if its topic has responders (requests.py)."""
+
+    pub: Publish
+    pending: Pending
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    """A reply to the request ``msg`` (``ok`` False: its handler raised)."""
+
+    msg: Message
+    payload: bytes
+    headers: dict | None
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Abandon:
     """Publishes prepared for a transaction dropped without commit or abort."""
 
@@ -133,6 +153,8 @@ Command = (
     | Subscribe
     | Unsubscribe
     | SetTopic
+    | Request
+    | Respond
     | Abandon
     | Stop
 )
@@ -190,6 +212,10 @@ class Commands:
                 count += self._tx(cmd, wb, pubs, calls)  # type: ignore[arg-type]
             elif kind is Call:
                 self._call(cmd, wb, now, calls)  # type: ignore[arg-type]
+            elif kind is Request:
+                if accept(cmd, self.outbox, self.queue, wb, now):  # type: ignore[arg-type]
+                    pubs.append(cmd.pub)  # type: ignore[union-attr]
+                    count += 1
             else:
                 self._other(cmd, wb, now)
         if subs_changed:  # one hello for any number of (un)subscribes
@@ -237,6 +263,9 @@ class Commands:
                 mesh.contact(found.endpoint, seed=found.seed, key=found.key)
         elif isinstance(cmd, SetTopic):
             self.outbox.set_topic(cmd.topic, cmd.config, wb, now)
+        elif isinstance(cmd, Respond):
+            assert self.mesh is not None
+            send_reply(self.mesh, cmd, self.queue.node_id, self.outbox.lanes.counters)
         elif isinstance(cmd, Abandon):
             log.warning(
                 "a transaction was dropped without commit or abort: its %d "

@@ -22,12 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-PROTOCOL_VERSION = 6  # 2: data batches in columns, payloads inside the header frame;
+PROTOCOL_VERSION = 7  # 2: data batches in columns, payloads inside the header frame;
 #                       3: subscriptions and fetch requests carry max_message_bytes;
 #                       4: consecutive sequences of a batch or an ack travel as the first;
 #                       5: a batch's numbers (partitions, attempts, publish times, indexes)
 #                          travel as bins of fixed-size little-endian numbers;
-#                       6: ephemeral subscriptions, GROUP_DEL, TOUCH
+#                       6: ephemeral subscriptions, GROUP_DEL, TOUCH;
+#                       7: subscriptions by pattern and with ``deliver``, REPLY,
+#                          LAST_REQ / LAST_REP
 
 # Control kinds.
 HELLO = 1
@@ -43,20 +45,26 @@ FETCH_REQ = 10
 FETCH_REP = 11
 GROUP_DEL = 12
 TOUCH = 13
+# (past the data kinds: the numbers below 16 are free for other control kinds)
+REPLY = 20
+LAST_REQ = 21
+LAST_REP = 22
 # Data kinds.
 BATCH = 16
 
 
 @dataclass(frozen=True, slots=True)
 class SubInfo:
-    """One subscription a node announces: which lane of which topic it consumes."""
+    """One subscription a node announces: which lane of which topic (or of the topics a
+    pattern matches) it consumes."""
 
-    topic: str
+    topic: str  # a topic name or a pattern
     group: str  # (an ephemeral subscription's: a name of its own, unique at its node)
     mode: str  # "shared" | "broadcast" | "ephemeral"
     max_in_flight: int
     batch_size: int
     max_message_bytes: int  # the largest payload the subscribing node accepts
+    deliver: str | None = None  # "last_per_key": kept values first (a new lane's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +150,55 @@ class GroupDel:
     node_id: bytes
     topic: str
     group: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A responder's answer to a request: the message ``seq`` of the receiver (its
+    producer) on ``topic``. ``ok`` False: the handler raised, ``payload`` says why. The
+    payload travels as a raw frame after this one."""
+
+    node_id: bytes
+    topic: str
+    seq: int
+    ok: bool
+    headers: dict | None
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LastRequest:
+    """Ask a producer for the values it keeps of the topics ``pattern`` matches, in
+    (topic, sequence) order after ``after`` (None: from the start)."""
+
+    token: int
+    pattern: str
+    after: tuple[str, int] | None
+    max_items: int
+    max_payload_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LastItem:
+    """One kept value in a LastReply."""
+
+    topic: str
+    partition: int
+    index: int | None
+    seq: int
+    key: str | None
+    headers: dict | None
+    published_at: float
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LastReply:
+    """The answer to a LastRequest: items, and whether more are left after them."""
+
+    token: int
+    items: tuple[LastItem, ...]
+    more: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,4 +333,7 @@ Control = (
     | AdminReply
     | FetchRequest
     | FetchReply
+    | Reply
+    | LastRequest
+    | LastReply
 )

@@ -14,6 +14,7 @@ from typing import BinaryIO
 import click
 
 from .. import Message
+from .._subjects import check_subject
 from ..config import SubscriptionConfig, check_name
 from .client import StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
@@ -170,7 +171,7 @@ def sub(
     --count within --timeout (or an error); 2 bad usage; 130 / 143 stopped by SIGINT /
     SIGTERM.
     """
-    check_name("topic", topic)  # (before a node starts for nothing)
+    check_subject("topic", topic, wildcards=True)  # (before a node starts for nothing)
     if group is not None:
         check_name("group", group)
     elif mode == "broadcast":

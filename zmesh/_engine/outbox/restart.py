@@ -11,9 +11,11 @@ import logging
 
 from ..._store.damage import decode_run
 from ..._store.store import Store, WriteBatch, pack
+from ..._subjects import is_pattern
 from ..lane.lane import Lane
 from .deadletters import DeadLetters
 from .lanes import Lanes
+from .patterns import PatternGroups
 from .records import Records
 from .runs import Run, run_entry
 from .staging import mono_at, mono_offset
@@ -22,11 +24,21 @@ log = logging.getLogger(__name__)
 
 
 def load_outbox(
-    store: Store, lanes: Lanes, records: Records, dead: DeadLetters, now: float, batch: WriteBatch
+    store: Store,
+    lanes: Lanes,
+    records: Records,
+    dead: DeadLetters,
+    patterns: PatternGroups,
+    now: float,
+    batch: WriteBatch,
 ) -> None:
-    """Rebuild a producer's lanes and its outbox depth from LMDB after a start."""
+    """Rebuild a producer's lanes (and the groups it knows by pattern) and its outbox
+    depth from LMDB after a start."""
     by_id: dict[int, Lane] = {}
     for topic, name, lane_id, group, mode, idle_since in store.iter_lanes():
+        if is_pattern(topic):  # (a pattern group: no message is owed under its id)
+            patterns.load(topic, name, lane_id, group, mode, idle_since)
+            continue
         by_id[lane_id] = lanes.add(topic, name, group, mode, None, lane_id, idle_since)
     offset = mono_offset()
     for lane in by_id.values():

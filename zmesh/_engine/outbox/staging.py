@@ -27,7 +27,7 @@ from .receipts import Receipts
 from .record import Record
 from .records import Records, mem_run_size, mem_total
 from .retained import Retained
-from .retention import Indexes, log_entry, partition_prefix, retains
+from .retention import Head, Indexes, log_entry, partition_prefix, retains
 from .runs import (
     RUN_ENTRY_BYTES,
     RUN_MAX_BYTES,
@@ -41,6 +41,7 @@ from .spill import Spill
 
 if TYPE_CHECKING:
     from ..._receipt import Receipt
+    from .patterns import PatternGroups
 
 _stage = attrgetter("stage")
 
@@ -76,9 +77,11 @@ class Staging:
         counters: Counters,
         next_seq: int,
         memory_budget_bytes: int,
+        patterns: PatternGroups,
     ) -> None:
         self.store = store
         self.lanes = lanes
+        self.patterns = patterns
         self.records = records
         self.receipts = receipts
         self.settler = settler
@@ -92,13 +95,22 @@ class Staging:
         # index of each partition (the retained entries and bytes are in ``Retained.staged``).
         self._staged_first: dict[str, dict[int, int]] = {}
         self._runs: list[Run] = []  # staged by the last ``stage``, known once stored
+        # Messages of topics that keep values per key, staged by the last ``stage``:
+        # (topic, key, index entry), their keys' latest once stored.
+        self._kept: list[tuple[str, str | None, Head]] = []
 
     def prepare_lanes(self, pubs: list[AnyPublish], batch: WriteBatch, now: float) -> None:
         """Create the lanes ``pubs`` need before staging them, so a publish that must be
-        staged again later (a full map) never finds a lane that was not stored."""
+        staged again later (a full map) never finds a lane that was not stored: a topic
+        published for the first time gets the lanes of the pattern groups matching it,
+        or its unclaimed lane."""
         lanes = self.lanes
         for p in pubs:
-            if not lanes.by_topic.get(p.topic) and lanes.get(p.topic, UNCLAIMED) is None:
+            if (
+                not lanes.by_topic.get(p.topic)
+                and lanes.get(p.topic, UNCLAIMED) is None
+                and not self.patterns.new_topic(p.topic, batch, now)
+            ):
                 lanes.add(p.topic, UNCLAIMED, "", "unclaimed", batch)
 
     def unstage(self, pubs: list[AnyPublish]) -> None:
@@ -109,6 +121,7 @@ class Staging:
                 self.indexes.release(topic, partition, first)
         self.retained.unstage()
         self._staged_first.clear()
+        self._kept.clear()
         new = {run.first for run in self._runs}
         records.decoded.forget_runs(new)
         records.forget_mem_runs(new)
@@ -152,6 +165,7 @@ class Staging:
         first_index.clear()
         retained = self.retained.staged
         retained.clear()
+        self._kept.clear()
         pubs = self._suppress_duplicates(self._expanded(pubs), batch)
         msgs_put, mem = batch.msgs_put, records.mem
         # Kept decoded for the dispatch that follows, when some member is there to take
@@ -254,7 +268,7 @@ class Staging:
             )
             # A memory message stays as its fields: packed only if it spills.
             record = None if durability == "memory" else pack(fields)
-            if keep:  # what replay reads and retention reclaims
+            if keep:  # what replay reads, values kept per key, and retention reclaims
                 size = len(pack(fields) if record is None else record)
                 batch.log_put.append(
                     log_entry(topic, partition, index, p.seq, p.published_at, size)
@@ -262,6 +276,9 @@ class Staging:
                 totals = retained.setdefault(topic, [0, 0])
                 totals[0] += 1
                 totals[1] += size
+                self._kept.append(
+                    (topic, p.key, Head(p.seq, partition, index, size, p.published_at))
+                )
             if record is None:
                 mem[p.seq] = fields
                 kept_in_mem.append(fields)
@@ -389,6 +406,9 @@ class Staging:
             for new in self._runs:
                 records.runs.add(new)
         self._runs.clear()
+        if self._kept:
+            self.retained.kept.added(self._kept)
+            self._kept.clear()
         offset = mono_offset()
         topics: dict[str, tuple[list[Lane], bool]] = {}  # topic -> (lanes, latest_wins)
         i, n = 0, len(pubs)

@@ -1,0 +1,232 @@
+"""Groups that subscribe by pattern, at one producer (IO thread only).
+
+A subscription to ``plant.*.temp`` in group ``agg`` makes ``agg`` one group across every
+topic the pattern matches: the producer keeps a lane ``(topic, agg)`` per concrete topic,
+as for a group subscribed to that topic by name (a group is its name: members that reach
+a topic by name or by pattern are members of the same lane). So a message goes to one
+member per the usual shared or broadcast rules, key affinity holds per (topic, key), and
+acks, retries, dead letters and receipts are those of plain lanes.
+
+What the producer remembers is the pattern group itself, under ``[pattern, lane]`` in the
+``lanes`` db (a pattern never names a published topic, so the key is its own): a topic
+first published after the group was learned gets the group's lane at once, while its
+members are offline too. The lanes of a pattern are found with a token trie of the
+patterns known (``SubjectTrie``), so a new topic costs one walk of its tokens whatever the
+number of patterns; the live members of a new topic's lanes come from a trie of the live
+peers' pattern subscriptions, rebuilt only after one of them changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..._protocol.frames import SubInfo
+from ..._store.store import WriteBatch, pack
+from ..._subjects import SubjectTrie, is_pattern, matcher
+from ..peers import lane_name
+from ..stats import Counters
+from .lanes import Lanes
+
+if TYPE_CHECKING:
+    from ..peers import Peer
+    from .groups import Groups
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class PatternGroup:
+    """A group (or a broadcast member's own copy: ``name``) subscribed by ``pattern``."""
+
+    pattern: str
+    name: str  # the lane name of each topic's lane
+    group: str
+    mode: str
+    lane_id: int  # (its ``lanes`` entry's id: no message is ever owed under it)
+    idle_since: float | None = None
+
+
+def _no_peers() -> Iterable[Peer]:
+    return ()
+
+
+class PatternGroups:
+    """The pattern groups one producer knows, and the lanes they own per topic."""
+
+    def __init__(self, lanes: Lanes, groups: Groups, counters: Counters) -> None:
+        self.lanes = lanes
+        self.groups = groups
+        self.counters = counters
+        self.known: dict[tuple[str, str], PatternGroup] = {}
+        self._trie: SubjectTrie[PatternGroup] = SubjectTrie()
+        # The live peers (this node included), set by the mesh; their pattern
+        # subscriptions, as a trie made again when one of them changed.
+        self.peers: Callable[[], Iterable[Peer]] = _no_peers
+        self._live: SubjectTrie[tuple[Peer, SubInfo]] | None = None
+
+    # -- remembering ----------------------------------------------------------------------
+
+    def load(
+        self, pattern: str, name: str, lane_id: int, group: str, mode: str, idle: float | None
+    ) -> None:
+        """A pattern group read back from the store at a start."""
+        self._add(PatternGroup(pattern, name, group, mode, lane_id, idle))
+
+    def _add(self, pg: PatternGroup) -> None:
+        self.known[(pg.pattern, pg.name)] = pg
+        self._trie.add(pg.pattern, pg)
+
+    def remember(
+        self, pattern: str, name: str, group: str, mode: str, batch: WriteBatch, now: float
+    ) -> PatternGroup:
+        """The pattern group ``(pattern, name)``, remembered durably when new, with the
+        lanes of the topics it matches made (they owe what is published from now on, and
+        a topic's messages published before any group was known)."""
+        pg = self.known.get((pattern, name))
+        if pg is not None:
+            return pg
+        pg = PatternGroup(pattern, name, group, mode, self.lanes.new_id(batch))
+        batch.lanes_put.append((pack([pattern, name]), pack([pg.lane_id, group, mode])))
+        self._add(pg)
+        log.info("group %s (%s) of pattern %s is new at this producer", group, mode, pattern)
+        for topic in self._topics_matching(pattern):
+            self.groups.ensure(topic, name, group, mode, batch, now)
+        return pg
+
+    def _topics_matching(self, pattern: str) -> list[str]:
+        return list(filter(matcher(pattern), self.lanes.topic_names()))
+
+    # -- members --------------------------------------------------------------------------
+
+    def wanted(
+        self, member: bytes, subs: Iterable[SubInfo], batch: WriteBatch, now: float
+    ) -> dict[tuple[str, str], SubInfo]:
+        """The lanes ``(topic, lane name)`` a node's subscriptions make it a member of:
+        those it names, and those of every known topic its patterns match (the pattern
+        groups remembered on the way)."""
+        out: dict[tuple[str, str], SubInfo] = {}
+        patterns: SubjectTrie[SubInfo] = SubjectTrie()
+        for s in subs:
+            if s.mode == "ephemeral":
+                continue
+            name = lane_name(s, member)
+            if is_pattern(s.topic):
+                self.remember(s.topic, name, s.group, s.mode, batch, now)
+                patterns.add(s.topic, s)
+            else:
+                out[(s.topic, name)] = s
+        if len(patterns):
+            for topic in self.lanes.topic_names():
+                for s in patterns.match(topic):
+                    out.setdefault((topic, lane_name(s, member)), s)
+        self._live = None
+        return out
+
+    def changed(self) -> None:
+        """A peer's subscriptions or liveness changed."""
+        self._live = None
+
+    def _live_subs(self) -> SubjectTrie[tuple[Peer, SubInfo]]:
+        live = self._live
+        if live is None:
+            live = self._live = SubjectTrie()
+            for peer in self.peers():
+                for s in peer.subs:
+                    if s.mode != "ephemeral" and is_pattern(s.topic):
+                        live.add(s.topic, (peer, s))
+        return live
+
+    def new_topic(self, topic: str, batch: WriteBatch, now: float) -> bool:
+        """``topic`` is published here for the first time: the lanes of the pattern
+        groups matching it, with their live members. Returns whether any was made."""
+        found = self._trie.match(topic)
+        if not found:
+            return False
+        for pg in found:
+            self.groups.ensure(topic, pg.name, pg.group, pg.mode, batch, now)
+        for peer, s in self._live_subs().match(topic):
+            if not peer.alive:
+                continue
+            name = lane_name(s, peer.node_id)
+            lane = self.groups.ensure(topic, name, s.group, s.mode, batch, now)
+            lane.set_member(peer.node_id, s.max_in_flight, s.batch_size, s.max_message_bytes)
+            peer.lanes[(topic, name)] = s
+        return True
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def forget(self, pg: PatternGroup, batch: WriteBatch, why: str) -> None:
+        """Drop a pattern group (its topics' lanes are retired on their own)."""
+        del self.known[(pg.pattern, pg.name)]
+        self._trie.remove(pg.pattern, pg)
+        batch.lanes_del.append((pack([pg.pattern, pg.name]), pg.lane_id))
+        self.counters.add("pattern_groups_retired", 1)
+        log.warning("group %s of pattern %s retired (%s)", pg.group, pg.pattern, why)
+
+    def delete(self, pattern: str, group: str, batch: WriteBatch) -> int:
+        """An operator deleted ``group`` of ``pattern``: the pattern group and its
+        topics' lanes go. Returns the pending messages dropped."""
+        for pg in [pg for pg in self.known.values() if pg.pattern == pattern and pg.group == group]:
+            self.forget(pg, batch, "group deleted")
+        covers = matcher(pattern)
+        lanes = [
+            lane for lane in self.lanes.all.values() if lane.group == group and covers(lane.topic)
+        ]
+        return sum(self.groups.retire(lane, batch, "group deleted") for lane in lanes)
+
+    def expire_idle(self, wall: float, batch: WriteBatch, retire: bool) -> int:
+        """Note which pattern groups have a live member, and (``retire``) forget those
+        without one for their pattern's ``group_inactive_expiry_s`` (declared groups
+        never expire). Returns how many were forgotten."""
+        live = {(s.topic, lane_name(s, peer.node_id)) for peer, s in self._live_entries()}
+        retired = 0
+        for key, pg in list(self.known.items()):
+            if key in live:
+                if pg.idle_since is not None:
+                    pg.idle_since = None
+                    self._note(pg, batch)
+                continue
+            if pg.idle_since is None:
+                pg.idle_since = wall
+                self._note(pg, batch)
+                continue
+            cfg = self.lanes.config(pg.pattern)
+            expiry = cfg.group_inactive_expiry_s
+            declared = pg.mode == "shared" and pg.group in cfg.groups
+            if not retire or not expiry or declared or wall - pg.idle_since < expiry:
+                continue
+            self.forget(pg, batch, f"no member for {wall - pg.idle_since:.0f}s")
+            retired += 1
+        return retired
+
+    def _live_entries(self) -> Iterable[tuple[Peer, SubInfo]]:
+        for peer in self.peers():
+            for s in peer.subs:
+                if s.mode != "ephemeral" and is_pattern(s.topic):
+                    yield peer, s
+
+    def _note(self, pg: PatternGroup, batch: WriteBatch) -> None:
+        batch.lanes_put.append(
+            (pack([pg.pattern, pg.name]), pack([pg.lane_id, pg.group, pg.mode, pg.idle_since]))
+        )
+
+    def listing(self) -> list[dict]:
+        """The pattern groups, for operators."""
+        out = []
+        for pg in self.known.values():
+            covers = matcher(pg.pattern)
+            topics = [lane.topic for lane in self.lanes.all.values() if lane.name == pg.name]
+            out.append(
+                {
+                    "pattern": pg.pattern,
+                    "group": pg.group,
+                    "mode": pg.mode,
+                    "lane": pg.name,
+                    "topics": sum(map(covers, topics)),
+                    "idle_since": pg.idle_since,
+                }
+            )
+        return out
