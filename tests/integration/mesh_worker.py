@@ -14,6 +14,11 @@ It binds 127.0.0.1 with mDNS off and prints ``addr HOST:PORT`` once started. Com
 - ``patterns``: print the JSON list of the pattern groups this producer knows;
 - ``serve TOPIC GROUP``: answer requests on TOPIC in GROUP with ``NAME:<payload>``, print
   ``serving``;
+- ``stream ROUNDS PAUSE KEYS TOPIC...``: on a thread, ROUNDS times publish to every TOPIC a
+  message of every key ``k0``.. (payload ``NAME:TOPIC:KEY:N``, N counting per topic and
+  key from 0, on from the last stream), pausing PAUSE seconds between rounds; print
+  ``streaming``;
+- ``streamed``: wait for the stream to end, print ``streamed N`` (messages in all);
 - ``quit``: close the node and exit 0.
 """
 
@@ -23,14 +28,49 @@ import argparse
 import functools
 import json
 import sys
+import threading
 
 import zmesh
-from tests.waiting import until
+from tests.waiting import pause, until
 
 
 def answer(name: str, msg: zmesh.Message) -> bytes:
     """A responder's answer: its name and the request."""
     return f"{name}:".encode() + msg.payload
+
+
+class Stream:
+    """Keyed messages published on a thread, each key's counter going on across streams."""
+
+    def __init__(self, node: zmesh.Node, name: str) -> None:
+        self.node = node
+        self.name = name
+        self.counters: dict[tuple[str, str], int] = {}
+        self.sent = 0
+        self.thread: threading.Thread | None = None
+
+    def start(self, rounds: int, pause_s: float, keys: int, topics: list[str]) -> None:
+        self.thread = threading.Thread(
+            target=self._run, args=(rounds, pause_s, keys, topics), name="zmesh-test-stream"
+        )
+        self.thread.start()
+
+    def _run(self, rounds: int, pause_s: float, keys: int, topics: list[str]) -> None:
+        for _ in range(rounds):
+            for topic in topics:
+                for k in range(keys):
+                    key = f"k{k}"
+                    n = self.counters.get((topic, key), 0)
+                    self.counters[(topic, key)] = n + 1
+                    payload = f"{self.name}:{topic}:{key}:{n}".encode()
+                    self.node.publish(topic, payload, key=key)
+                    self.sent += 1
+            pause(pause_s)
+
+    def wait(self) -> int:
+        if self.thread is not None:
+            self.thread.join()
+        return self.sent
 
 
 def main() -> int:
@@ -59,6 +99,7 @@ def main() -> int:
         )
     ).start()
     print("addr", node.control_address, flush=True)
+    stream = Stream(node, args.name)
     try:
         for line in sys.stdin:
             cmd, *rest = line.split()
@@ -89,9 +130,15 @@ def main() -> int:
             elif cmd == "serve":
                 node.serve(rest[0], rest[1], functools.partial(answer, args.name))
                 print("serving", flush=True)
+            elif cmd == "stream":
+                stream.start(int(rest[0]), float(rest[1]), int(rest[2]), rest[3:])
+                print("streaming", flush=True)
+            elif cmd == "streamed":
+                print("streamed", stream.wait(), flush=True)
             elif cmd == "quit":
                 break
     finally:
+        stream.wait()
         node.close()
     return 0
 

@@ -24,7 +24,7 @@ def accept(cmd: Request, outbox: Outbox, queue: Submitter, batch: WriteBatch, no
     the request fails with NoRespondersError and is not stored."""
     topic = cmd.pub.topic
     lanes = outbox.lanes
-    if not lanes.by_topic.get(topic):
+    if topic not in outbox.groups.patterns.checked:
         outbox.groups.patterns.new_topic(topic, batch, now)
     live = sum(1 for lane in lanes.of_topic(topic) if lane.members)
     if not live:

@@ -60,7 +60,7 @@ class Groups:
         mode: str,
         batch: WriteBatch,
         now: float,
-        seed: object = None,
+        seed: str | None = None,
     ) -> Lane:
         """The lane of (topic, name), made and remembered durably when new; a new lane of
         a ``seed="last_per_key"`` subscription first owes the values the topic keeps."""

@@ -66,6 +66,10 @@ class PatternGroups:
         # subscriptions, as a trie made again when one of them changed.
         self.peers: Callable[[], Iterable[Peer]] = _no_peers
         self._live: SubjectTrie[tuple[Peer, SubInfo]] | None = None
+        # Topics published (or asked) here since the start whose pattern groups' lanes
+        # were made: a lane a topic got otherwise (by a group subscribed to it by name)
+        # does not make those.
+        self.checked: set[str] = set()
 
     # -- remembering ----------------------------------------------------------------------
 
@@ -80,11 +84,19 @@ class PatternGroups:
         self._trie.add(pg.pattern, pg)
 
     def remember(
-        self, pattern: str, name: str, group: str, mode: str, batch: WriteBatch, now: float
+        self,
+        pattern: str,
+        name: str,
+        group: str,
+        mode: str,
+        batch: WriteBatch,
+        now: float,
+        seed: str | None = None,
     ) -> PatternGroup:
         """The pattern group ``(pattern, name)``, remembered durably when new, with the
-        lanes of the topics it matches made (they owe what is published from now on, and
-        a topic's messages published before any group was known)."""
+        lanes of the topics it matches made (they owe what is published from now on, a
+        topic's messages published before any group was known, and, ``seed``
+        ``"last_per_key"``, the values it keeps)."""
         pg = self.known.get((pattern, name))
         if pg is not None:
             return pg
@@ -93,7 +105,7 @@ class PatternGroups:
         self._add(pg)
         log.info("group %s (%s) of pattern %s is new at this producer", group, mode, pattern)
         for topic in self._topics_matching(pattern):
-            self.groups.ensure(topic, name, group, mode, batch, now)
+            self.groups.ensure(topic, name, group, mode, batch, now, seed)
         return pg
 
     def _topics_matching(self, pattern: str) -> list[str]:
@@ -114,7 +126,7 @@ class PatternGroups:
                 continue
             name = lane_name(s, member)
             if is_pattern(s.topic):
-                self.remember(s.topic, name, s.group, s.mode, batch, now)
+                self.remember(s.topic, name, s.group, s.mode, batch, now, s.deliver)
                 patterns.add(s.topic, s)
             else:
                 out[(s.topic, name)] = s
@@ -140,8 +152,10 @@ class PatternGroups:
         return live
 
     def new_topic(self, topic: str, batch: WriteBatch, now: float) -> bool:
-        """``topic`` is published here for the first time: the lanes of the pattern
-        groups matching it, with their live members. Returns whether any was made."""
+        """``topic`` is published here for the first time since the start: the lanes of
+        the pattern groups matching it, with their live members. Returns whether it has
+        any."""
+        self.checked.add(topic)
         found = self._trie.match(topic)
         if not found:
             return False

@@ -105,13 +105,13 @@ class Staging:
         published for the first time gets the lanes of the pattern groups matching it,
         or its unclaimed lane."""
         lanes = self.lanes
+        checked = self.patterns.checked
         for p in pubs:
-            if (
-                not lanes.by_topic.get(p.topic)
-                and lanes.get(p.topic, UNCLAIMED) is None
-                and not self.patterns.new_topic(p.topic, batch, now)
-            ):
-                lanes.add(p.topic, UNCLAIMED, "", "unclaimed", batch)
+            topic = p.topic
+            if topic not in checked:
+                self.patterns.new_topic(topic, batch, now)
+            if not lanes.by_topic.get(topic) and lanes.get(topic, UNCLAIMED) is None:
+                lanes.add(topic, UNCLAIMED, "", "unclaimed", batch)
 
     def unstage(self, pubs: list[AnyPublish]) -> None:
         """Undo ``stage`` in memory after its commit failed: nothing of it was stored."""
