@@ -18,9 +18,9 @@ from ._wio import Commands, emit
 
 
 def _roles() -> dict[str, Callable[[dict[str, Any], Commands], None]]:
-    from . import raw_roles, spark_roles, zmesh_roles
+    from . import raw_roles, spark_roles, subject_roles, zmesh_roles
 
-    return {**raw_roles.ROLES, **zmesh_roles.ROLES, **spark_roles.ROLES}
+    return {**raw_roles.ROLES, **zmesh_roles.ROLES, **spark_roles.ROLES, **subject_roles.ROLES}
 
 
 def main(argv: list[str]) -> int:

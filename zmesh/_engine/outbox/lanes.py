@@ -65,14 +65,19 @@ class Lanes:
         """``topic``'s settings: its own, else the most specific matching pattern's."""
         return self.topics.of(topic) or _DEFAULT
 
-    def configure(self, name: str, cfg: TopicConfig) -> None:
-        """The configuration of a topic (or of the topics a pattern matches that have
-        none of their own) from now on, their lanes' retry timing too."""
-        self.topics[name] = cfg
-        for topic in self.topic_names() if is_pattern(name) else (name,):
+    def configure(self, configs: list[tuple[str, TopicConfig]]) -> list[str]:
+        """The configurations of topics (or of the topics patterns match that have none
+        of their own) from now on, their lanes' retry timing too. Returns the topics with
+        a lane whose settings may have changed."""
+        for name, cfg in configs:
+            self.topics[name] = cfg
+        names = [name for name, _cfg in configs]
+        topics = self.topic_names() if any(map(is_pattern, names)) else names
+        for topic in topics:
             timing = timing_of(self.config(topic))
             for lane in self.of_topic(topic, unclaimed=True):
                 lane.timing = timing
+        return topics
 
     def topic_names(self) -> list[str]:
         """The topics with a lane (claimed or not)."""

@@ -81,23 +81,30 @@ class Outbox:
         load_outbox(
             self.store, self.lanes, self.records, self.dead, self.groups.patterns, now, batch
         )
-        for topic, cfg in list(self.lanes.topics.items()):
-            self.set_topic(topic, cfg, batch, now)
+        self.configure(list(self.lanes.topics.items()), batch, now)
 
     def set_topic(self, name: str, cfg: TopicConfig, batch: WriteBatch, now: float) -> None:
-        """The configuration of a topic (or of the topics a pattern matches) from now on:
-        lanes' timing, declared groups' lanes, and the key index of a latest-wins
-        topic."""
-        self.lanes.configure(name, cfg)
-        topics = self.lanes.topic_names() if is_pattern(name) else [name]
-        for topic in topics:
+        """The configuration of a topic (or of the topics a pattern matches) from now on."""
+        self.configure([(name, cfg)], batch, now)
+
+    def configure(
+        self, configs: list[tuple[str, TopicConfig]], batch: WriteBatch, now: float
+    ) -> None:
+        """Configurations of topics or patterns from now on: lanes' timing, the key index
+        of latest-wins topics, declared groups' lanes (a pattern's: remembered, with the
+        lanes of the topics it matches)."""
+        for topic in self.lanes.configure(configs):
             if self.lanes.config(topic).latest_wins:
                 self.settler.index_latest(topic)
-        for group in cfg.groups:
-            if is_pattern(name):
-                self.groups.patterns.remember(name, group, group, "shared", batch, now)
-            else:
-                self.groups.ensure(name, group, group, "shared", batch, now)
+        declared = []
+        for name, cfg in configs:
+            for group in cfg.groups:
+                if is_pattern(name):
+                    declared.append((name, group, group, "shared", None))
+                else:
+                    self.groups.ensure(name, group, group, "shared", batch, now)
+        if declared:
+            self.groups.patterns.remember(declared, batch, now)
 
     @property
     def depth(self) -> int:

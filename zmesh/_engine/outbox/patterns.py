@@ -19,7 +19,7 @@ peers' pattern subscriptions, rebuilt only after one of them changed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -85,31 +85,33 @@ class PatternGroups:
 
     def remember(
         self,
-        pattern: str,
-        name: str,
-        group: str,
-        mode: str,
+        groups: Sequence[tuple[str, str, str, str, str | None]],
         batch: WriteBatch,
         now: float,
-        seed: str | None = None,
-    ) -> PatternGroup:
-        """The pattern group ``(pattern, name)``, remembered durably when new, with the
-        lanes of the topics it matches made (they owe what is published from now on, a
-        topic's messages published before any group was known, and, ``seed``
-        ``"last_per_key"``, the values it keeps)."""
-        pg = self.known.get((pattern, name))
-        if pg is not None:
-            return pg
-        pg = PatternGroup(pattern, name, group, mode, self.lanes.new_id(batch))
-        batch.lanes_put.append((pack([pattern, name]), pack([pg.lane_id, group, mode])))
-        self._add(pg)
-        log.info("group %s (%s) of pattern %s is new at this producer", group, mode, pattern)
-        for topic in self._topics_matching(pattern):
-            self.groups.ensure(topic, name, group, mode, batch, now, seed)
-        return pg
+        expand: bool = True,
+    ) -> None:
+        """Pattern groups ``(pattern, lane name, group, mode, seed)``, each remembered
+        durably when new; ``expand``: with the lanes of the topics known here each
+        matches made (they owe what is published from now on, a topic's messages
+        published before any group was known, and, ``seed`` ``"last_per_key"``, the
+        values it keeps). One pass over the known topics for all of them."""
+        new: SubjectTrie[tuple[str, str, str, str | None]] = SubjectTrie()
+        for pattern, name, group, mode, seed in groups:
+            if (pattern, name) in self.known:
+                continue
+            pg = PatternGroup(pattern, name, group, mode, self.lanes.new_id(batch))
+            batch.lanes_put.append((pack([pattern, name]), pack([pg.lane_id, group, mode])))
+            self._add(pg)
+            new.add(pattern, (name, group, mode, seed))
+            log.info("group %s (%s) of pattern %s is new at this producer", group, mode, pattern)
+        if expand and len(new):
+            for topic in self._known_topics():
+                for name, group, mode, seed in new.match(topic):
+                    self.groups.ensure(topic, name, group, mode, batch, now, seed)
 
-    def _topics_matching(self, pattern: str) -> list[str]:
-        return list(filter(matcher(pattern), self.lanes.topic_names()))
+    def _known_topics(self) -> list[str]:
+        """The topics known here: with a lane, or published or asked for."""
+        return list(dict.fromkeys((*self.lanes.topic_names(), *self.checked)))
 
     # -- members --------------------------------------------------------------------------
 
@@ -121,17 +123,20 @@ class PatternGroups:
         groups remembered on the way)."""
         out: dict[tuple[str, str], SubInfo] = {}
         patterns: SubjectTrie[SubInfo] = SubjectTrie()
+        remembered = []
         for s in subs:
             if s.mode == "ephemeral":
                 continue
             name = lane_name(s, member)
             if is_pattern(s.topic):
-                self.remember(s.topic, name, s.group, s.mode, batch, now, s.deliver)
+                remembered.append((s.topic, name, s.group, s.mode, s.deliver))
                 patterns.add(s.topic, s)
             else:
                 out[(s.topic, name)] = s
+        # (their lanes of the known topics are made by the caller, from what this returns)
+        self.remember(remembered, batch, now, expand=False)
         if len(patterns):
-            for topic in self.lanes.topic_names():
+            for topic in self._known_topics():
                 for s in patterns.match(topic):
                     out.setdefault((topic, lane_name(s, member)), s)
         self._live = None
@@ -228,19 +233,20 @@ class PatternGroups:
         )
 
     def listing(self) -> list[dict]:
-        """The pattern groups, for operators."""
-        out = []
-        for pg in self.known.values():
-            covers = matcher(pg.pattern)
-            topics = [lane.topic for lane in self.lanes.all.values() if lane.name == pg.name]
-            out.append(
-                {
-                    "pattern": pg.pattern,
-                    "group": pg.group,
-                    "mode": pg.mode,
-                    "lane": pg.name,
-                    "topics": sum(map(covers, topics)),
-                    "idle_since": pg.idle_since,
-                }
-            )
-        return out
+        """The pattern groups, for operators, with how many topics each has a lane of."""
+        topics = dict.fromkeys(self.known, 0)
+        for lane in self.lanes.all.values():
+            for pg in self._trie.match(lane.topic):
+                if pg.name == lane.name:
+                    topics[(pg.pattern, pg.name)] += 1
+        return [
+            {
+                "pattern": pg.pattern,
+                "group": pg.group,
+                "mode": pg.mode,
+                "lane": pg.name,
+                "topics": topics[key],
+                "idle_since": pg.idle_since,
+            }
+            for key, pg in self.known.items()
+        ]
