@@ -13,7 +13,7 @@
   first message (a pattern's lane of the topic is made then), then ``count`` messages.
   The rates are publish to stored.
 
-Every node binds 127.0.0.1 only, with mDNS off.
+Every node binds 127.0.0.1 only, with mDNS off (``zmesh_roles._node``).
 """
 
 from __future__ import annotations
@@ -27,22 +27,10 @@ import zmq
 import zmesh
 
 from ._wio import Commands, cpu_s, emit, payload, percentiles
+from .zmesh_roles import _node
 
 TOPIC = "rpc.echo"
 GROUP = "svc"
-
-
-def _node(p: dict[str, Any], name: str, **extra: Any) -> zmesh.Node:
-    """A node, to start with ``with``."""
-    return zmesh.Node(
-        name,
-        mesh=p["mesh"],
-        data_dir=p["data_dir"],
-        interfaces=["127.0.0.1"],
-        mdns=False,
-        seeds=p.get("seeds", []),
-        **extra,
-    )
 
 
 # -- request/reply -------------------------------------------------------------------------
@@ -136,15 +124,19 @@ def rr_raw_client(p: dict[str, Any], cmds: Commands) -> None:
 
 def rr_zmesh_server(p: dict[str, Any], cmds: Commands) -> None:
     topics = {TOPIC: zmesh.TopicConfig(durability=p["durability"])}
-    with _node(p, "server", topics=topics) as node:
+    node = _node(p, "server", topics=topics)
+    try:
         node.serve(TOPIC, GROUP, lambda msg: msg.payload, concurrency=p.get("concurrency", 1))
         emit("ready", control=node.control_address)
         cmds.wait_stop(p["deadline_s"])
+    finally:
+        node.close()
 
 
 def rr_zmesh_client(p: dict[str, Any], cmds: Commands) -> None:
     topics = {TOPIC: zmesh.TopicConfig(durability=p["durability"])}
-    with _node(p, "client", topics=topics) as node:
+    node = _node(p, "client", topics=topics)
+    try:
         body = payload()
         deadline = time.monotonic() + 30
         while True:  # (until the server is met)
@@ -157,6 +149,8 @@ def rr_zmesh_client(p: dict[str, Any], cmds: Commands) -> None:
                 time.sleep(0.02)
         emit("ready")
         _timed(p, lambda _i: node.request(TOPIC, body, timeout=10), cmds)
+    finally:
+        node.close()
 
 
 # -- publishing to many topics ---------------------------------------------------------------
@@ -174,7 +168,8 @@ def subj_publisher(p: dict[str, Any], cmds: Commands) -> None:
     names, patterns = subject_names(p["topics"], p["patterns"])
     declared = zmesh.TopicConfig(groups=("g",))
     on = names if p["mode"] == "flat" else patterns
-    with _node(p, "publisher", topics=dict.fromkeys(on, declared)) as node:
+    node = _node(p, "publisher", topics=dict.fromkeys(on, declared))
+    try:
         body = payload()
         emit("ready")
         # Each topic's first message: a pattern's lane of it is made then.
@@ -201,6 +196,8 @@ def subj_publisher(p: dict[str, Any], cmds: Commands) -> None:
             pattern_groups=len(node.status()["pattern_groups"]),
         )
         cmds.wait_stop(30)
+    finally:
+        node.close()
 
 
 ROLES = {

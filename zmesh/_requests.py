@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -57,12 +57,51 @@ class Reply:
     ok: bool = True
 
 
-def request_headers(headers: dict | None, delivery: str, timeout_s: float) -> dict:
-    """The headers a request is published with: the caller's, and zmesh's own."""
-    if delivery not in DELIVERIES:
-        raise ArgumentError(f"delivery must be one of {DELIVERIES}, got {delivery!r}")
-    own = {DELIVERY_HEADER: delivery, REPLY_BY_HEADER: time.time() + timeout_s}
-    return own if not headers else {**headers, **own}
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A request to publish: what ``request`` and ``request_many`` were given, checked
+    (``count``: how many replies to wait for; None: ``Pending.expected``)."""
+
+    topic: str
+    payload: bytes | bytearray | memoryview | str
+    key: str | None
+    headers: dict
+    timeout_s: float
+    count: int | None
+
+    @classmethod
+    def of(
+        cls,
+        topic: str,
+        payload: bytes | bytearray | memoryview | str,
+        key: str | None,
+        headers: Mapping[str, Any] | None,
+        delivery: str,
+        timeout: object,
+        count: object = 1,
+    ) -> Ask:
+        """The request's arguments checked, its headers made: the caller's, and zmesh's
+        own."""
+        timeout_s = check_timeout_s(timeout)
+        if delivery not in DELIVERIES:
+            raise ArgumentError(f"delivery must be one of {DELIVERIES}, got {delivery!r}")
+        own = {DELIVERY_HEADER: delivery, REPLY_BY_HEADER: time.time() + timeout_s}
+        all_headers = own if not headers else {**headers, **own}
+        return cls(topic, payload, key, all_headers, timeout_s, check_count(count))
+
+    def reply(self, replies: list[Reply]) -> Reply:
+        """What ``request`` returns of the replies that came: the first one; a
+        TimeoutError when none came, a ReplyError when it says the responder's function
+        failed."""
+        if not replies:
+            raise TimeoutError(
+                f"no reply to the request on {self.topic!r} within {self.timeout_s:g}s"
+            )
+        reply = replies[0]
+        if not reply.ok:
+            reason = reply.payload.decode(errors="replace")
+            raise ReplyError(reply.topic, reply.responder, reason, reply)
+        return reply
 
 
 def check_timeout_s(timeout: object) -> float:
@@ -221,16 +260,3 @@ def serving(fn: Callable[[Message], Any], counters: Counters) -> Callable[[Messa
         msg.reply(b"" if result is None else result)
 
     return handle
-
-
-def first_reply(replies: list[Reply], topic: str, timeout_s: float) -> Reply:
-    """What ``Node.request`` returns of the replies that came: the first one; a
-    TimeoutError when none came, a ReplyError when it says the responder's function
-    failed."""
-    if not replies:
-        raise TimeoutError(f"no reply to the request on {topic!r} within {timeout_s:g}s")
-    reply = replies[0]
-    if not reply.ok:
-        reason = reply.payload.decode(errors="replace")
-        raise ReplyError(reply.topic, reply.responder, reason, reply)
-    return reply

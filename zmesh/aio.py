@@ -27,7 +27,7 @@ from ._aioreplay import ReplayReader
 from ._loopwaits import Wakes, forwarded, with_room
 from ._receipt import MessageId
 from ._receipt import Receipt as _SyncReceipt
-from ._requests import Delivery, Reply, check_count, check_timeout_s, first_reply
+from ._requests import Ask, Delivery, Reply
 from ._waits import check_timeout
 from .config import NodeConfig, TopicConfig
 from .deadletters import DeadLetter
@@ -380,9 +380,8 @@ class Node:
         delivery: Delivery = "at_most_once",
     ) -> Reply:
         """Like ``zmesh.Node.request``; the reply is awaited on the loop."""
-        timeout_s = check_timeout_s(timeout)
-        replies = await self._ask(topic, payload, key, headers, delivery, timeout_s, 1)
-        return first_reply(replies, topic, timeout_s)
+        ask = Ask.of(topic, payload, key, headers, delivery, timeout)
+        return ask.reply(await self._ask(ask))
 
     async def request_many(
         self,
@@ -396,34 +395,20 @@ class Node:
         delivery: Delivery = "at_most_once",
     ) -> list[Reply]:
         """Like ``zmesh.Node.request_many``; the replies are awaited on the loop."""
-        timeout_s = check_timeout_s(timeout)
-        return await self._ask(
-            topic, payload, key, headers, delivery, timeout_s, check_count(count)
-        )
+        return await self._ask(Ask.of(topic, payload, key, headers, delivery, timeout, count))
 
-    async def _ask(
-        self,
-        topic: str,
-        payload: bytes | bytearray | memoryview | str,
-        key: str | None,
-        headers: Mapping[str, Any] | None,
-        delivery: str,
-        timeout_s: float,
-        count: int | None,
-    ) -> list[Reply]:
+    async def _ask(self, ask: Ask) -> list[Reply]:
         node = self._node
         pending = await with_room(
             self._wakes,
-            functools.partial(
-                node._send_request, topic, payload, key, headers, delivery, timeout_s, 0
-            ),
+            functools.partial(node._send_request, ask, 0),
             None,
             self.config.publish_timeout_s,
         )
         wakes = Wakes()
         pending.listeners.append(wakes.wake)
         try:
-            await wakes.until(functools.partial(pending.done, count), timeout_s)
+            await wakes.until(functools.partial(pending.done, ask.count), ask.timeout_s)
             return pending.outcome()
         finally:
             node._engine.requests.close(pending)

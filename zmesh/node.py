@@ -19,13 +19,11 @@ from ._last import last_values
 from ._protocol.codec import MAX_KEY_CHARS, check_headers
 from ._receipt import MessageId, Receipt
 from ._requests import (
+    Ask,
     Delivery,
     Pending,
     Reply,
-    check_count,
     check_timeout_s,
-    first_reply,
-    request_headers,
     serving,
 )
 from ._roles import Roles, resolve
@@ -586,9 +584,8 @@ class Node:
         whose member died before answering is handled again by another (its function
         must be idempotent by ``msg.id``); at most once (the default) it is dropped.
         """
-        timeout_s = check_timeout_s(timeout)
-        replies = self._ask(topic, payload, key, headers, delivery, timeout_s, 1)
-        return first_reply(replies, topic, timeout_s)
+        ask = Ask.of(topic, payload, key, headers, delivery, timeout)
+        return ask.reply(self._ask(ask))
 
     def request_many(
         self,
@@ -607,40 +604,22 @@ class Node:
         each shared group) or ``timeout`` passed, perhaps fewer, in arrival order.
         NoRespondersError at once when no group has a live member; a reply whose
         responder's function raised has ``ok`` False."""
-        timeout_s = check_timeout_s(timeout)
-        return self._ask(topic, payload, key, headers, delivery, timeout_s, check_count(count))
+        return self._ask(Ask.of(topic, payload, key, headers, delivery, timeout, count))
 
-    def _ask(
-        self,
-        topic: str,
-        payload: bytes | bytearray | memoryview | str,
-        key: str | None,
-        headers: Mapping[str, Any] | None,
-        delivery: str,
-        timeout_s: float,
-        count: int | None,
-    ) -> list[Reply]:
-        pending = self._send_request(topic, payload, key, headers, delivery, timeout_s)
+    def _ask(self, ask: Ask) -> list[Reply]:
+        pending = self._send_request(ask)
         try:
-            return pending.wait(count, timeout_s)
+            return pending.wait(ask.count, ask.timeout_s)
         finally:
             self._engine.requests.close(pending)
 
-    def _send_request(
-        self,
-        topic: str,
-        payload: bytes | bytearray | memoryview | str,
-        key: str | None,
-        headers: Mapping[str, Any] | None,
-        delivery: str,
-        timeout_s: float,
-        publish_timeout: float | None = None,
-    ) -> Pending:
+    def _send_request(self, ask: Ask, publish_timeout: float | None = None) -> Pending:
         """Publish a request (if its topic has responders) and return what waits for its
         replies; the caller closes it."""
-        check_name("topic", topic)
-        own = request_headers(None if headers is None else dict(headers), delivery, timeout_s)
-        [pub] = self._prepare(topic, [payload], [key], own, ttl=timeout_s, timeout=publish_timeout)
+        topic = check_name("topic", ask.topic)
+        [pub] = self._prepare(
+            topic, [ask.payload], [ask.key], ask.headers, ttl=ask.timeout_s, timeout=publish_timeout
+        )
         pending = self._engine.requests.open(topic, pub.seq, self.name)
         try:
             self._queue.submit(Request(cast(Publish, pub), pending))

@@ -10,13 +10,7 @@ import pytest
 
 import zmesh
 import zmesh.aio
-from tests.conftest import LOOPBACK
-
-COMMON = dict(interfaces=LOOPBACK, mdns=False, heartbeat_interval_s=0.2, dead_after_s=1.5)
-
-
-def run(main, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(main, timeout))
+from tests.integration.test_aio import COMMON, run
 
 
 async def serving(node: zmesh.aio.Node, topic: str, count: int = 1) -> None:

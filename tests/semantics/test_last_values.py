@@ -8,6 +8,7 @@ from pathlib import Path
 import zmesh
 from tests.conftest import LOOPBACK, fetched, wait_until
 from tests.integration.test_delivery import drain
+from tests.semantics.test_subjects import take
 
 
 def payloads(msgs: list[zmesh.Message]) -> list[bytes]:
@@ -72,16 +73,7 @@ def test_the_first_group_learned_gets_the_unclaimed_backlog_each_once(make_node)
     c1 = make_node("c1", seeds=[prod.control_address])
     c2 = make_node("c2", seeds=[prod.control_address])
     subs = [c.subscribe("prices.*", "board", deliver="last_per_key") for c in (c1, c2)]
-    got: list[zmesh.Message] = []
-
-    def more() -> bool:
-        for sub in subs:
-            for msg in sub.fetch(100, timeout=0.02):
-                msg.ack()
-                got.append(msg)
-        return len(got) >= 80
-
-    wait_until(more, what="the backlog")
+    got = take(subs, 80)
     wait_until(lambda: prod.status()["outbox"] == 0, what="every message acked")
     assert len({m.id for m in got}) == len(got) == 80
     assert all(sub.get(timeout=0.2) is None for sub in subs)

@@ -3,7 +3,6 @@ responders and prints the reply, and one that answers requests (for testing)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import sys
@@ -21,26 +20,22 @@ from .client import StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, note
 from .pub import _headers
+from .sub import payload_json
 
 RETRY_S = 0.05  # a request with no responder known yet is tried again this often
 FAILED = 3  # the exit code of a request whose responder's function failed
 
 
 def reply_json(reply: Reply) -> dict:
-    """What ``--json`` prints of a reply: its payload as ``payload`` when it is UTF-8
-    text, else as ``payload_b64``."""
-    doc = {
+    """What ``--json`` prints of a reply."""
+    return {
         "topic": reply.topic,
         "responder": reply.responder,
         "request": str(reply.request),
         "ok": reply.ok,
         "headers": reply.headers,
+        **payload_json(reply.payload),
     }
-    try:
-        doc["payload"] = reply.payload.decode()
-    except UnicodeDecodeError:
-        doc["payload_b64"] = base64.b64encode(reply.payload).decode()
-    return doc
 
 
 def _print(reply: Reply, as_json: bool) -> None:

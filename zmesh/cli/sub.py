@@ -26,10 +26,18 @@ MAX_IN_FLIGHT: int = _FIELDS["max_in_flight"].default  # type: ignore[assignment
 BATCH_SIZE: int = _FIELDS["batch_size"].default  # type: ignore[assignment]
 
 
+def payload_json(payload: bytes) -> dict[str, str]:
+    """A payload as ``--json`` prints it: ``payload`` when it is UTF-8 text, else
+    ``payload_b64``."""
+    try:
+        return {"payload": payload.decode()}
+    except UnicodeDecodeError:
+        return {"payload_b64": base64.b64encode(payload).decode()}
+
+
 def message_json(msg: Message) -> dict:
-    """What ``--json`` prints of a message: its payload as ``payload`` when it is UTF-8
-    text, else as ``payload_b64``."""
-    doc = {
+    """What ``--json`` prints of a message."""
+    return {
         "id": str(msg.id),
         "topic": msg.topic,
         "group": msg.group,
@@ -38,12 +46,8 @@ def message_json(msg: Message) -> dict:
         "attempt": msg.attempt,
         "partition": msg.partition,
         "published_at": msg.published_at,
+        **payload_json(msg.payload),
     }
-    try:
-        doc["payload"] = msg.payload.decode()
-    except UnicodeDecodeError:
-        doc["payload_b64"] = base64.b64encode(msg.payload).decode()
-    return doc
 
 
 def _write(out: BinaryIO, msg: Message, fmt: str) -> None:

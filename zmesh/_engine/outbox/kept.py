@@ -23,11 +23,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
-from ..._store.store import Store, WriteBatch, pack, pend_key
+from ..._store.store import Store, WriteBatch
 from ..._subjects import matcher
 from ..lane.lane import Lane
 from ..stats import Counters
 from .lanes import Lanes
+from .owing import mono_offset, owe_record
 from .record import Record
 from .records import Records
 from .retention import Head, topic_prefix
@@ -162,8 +163,6 @@ class Kept:
         """A new lane of a ``last_per_key`` subscription owes its topic's kept values
         first; returns how many. (Its messages have lower sequences than any published
         from now on, so they come first in each partition.)"""
-        from .staging import mono_at, mono_offset  # (staging imports this module's users)
-
         offset = mono_offset()
         others = [o for o in self.lanes.of_topic(lane.topic, unclaimed=True) if o is not lane]
         mem = self.records.mem
@@ -171,18 +170,7 @@ class Kept:
         for seq, r in self.latest(lane.topic):
             if seq in lane:
                 continue
-            lane.add(
-                seq,
-                r.partition,
-                r.priority,
-                0,
-                now=now,
-                not_before=mono_at(r.deliver_at, offset),
-                expires_at=mono_at(r.expires_at, offset),
-            )
-            if seq not in mem:
-                value = pack([r.partition, r.priority, 0, r.expires_at, r.deliver_at])
-                batch.pend_put.append((pend_key(lane.id, seq), value))
+            owe_record(lane, seq, r, now, offset, None if seq in mem else batch)
             if not any(seq in o for o in others):
                 newly_owed += 1  # (back in the outbox: settled everywhere before)
             added += 1

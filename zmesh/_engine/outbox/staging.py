@@ -8,7 +8,6 @@ its unclaimed lane, whose messages go to the first groups learned.
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_right
 from collections.abc import Iterable
 from itertools import accumulate
@@ -22,6 +21,7 @@ from ..lane.seqqueue import round_robin_parts
 from ..stats import Counters
 from .allocate import allocate
 from .lanes import UNCLAIMED, Lanes
+from .owing import mono_at, mono_offset
 from .publishes import AnyPublish, Publish, PublishMany, joined, message_count
 from .receipts import Receipts
 from .record import Record
@@ -48,18 +48,6 @@ _stage = attrgetter("stage")
 
 def _lane_names(lanes: Iterable[Lane]) -> tuple[str, ...]:
     return tuple(lane.name for lane in lanes)
-
-
-def mono_offset() -> float:
-    """monotonic - wall clock, from two adjacent readings: what turns a UNIX time into a
-    monotonic one. (Pairing the loop's ``now`` with a later wall reading would move every
-    schedule earlier by the time in between.)"""
-    return time.monotonic() - time.time()
-
-
-def mono_at(wall_at: float | None, offset: float) -> float:
-    """A wall-clock instant on the monotonic clock (0.0 when unset)."""
-    return wall_at + offset if wall_at else 0.0
 
 
 class Staging:
