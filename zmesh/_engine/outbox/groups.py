@@ -123,6 +123,8 @@ class Groups:
             self.settler.settled(lane, settled, batch, Outcome.GROUP_DELETED)
             self.counters.add("dropped_group_deleted", len(settled))
         self.lanes.remove(lane, batch)
+        # (its next publish makes the lanes of the pattern groups still remembered again)
+        self.patterns.checked.discard(lane.topic)
         self.settler.forget_lane(lane)
         parked = self.dead.forget_lane(lane)
         if parked:
