@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import zmesh
 from tests.integration.test_cli import ADDRESS_RE, LOOP, Proc, hub_toml, run_cli
 
 
@@ -64,3 +65,18 @@ def test_a_failing_responder_and_nobody_to_answer(
     assert "no responders for 'nobody.here'" in nobody.stderr
     bad = run_cli(["request", "calib.*", "?", *node])
     assert bad.returncode == 2 and "wildcard" in bad.stderr
+
+
+def test_sub_last_per_key_gets_the_kept_values_first(
+    tmp_path: Path, mesh_name: str, make_node, procs: list[Proc]
+) -> None:
+    """`zmesh sub PATTERN --last-per-key`: what a producer keeps of each key first."""
+    prod = make_node("prod", topics={"plant.>": zmesh.TopicConfig(keep_last=1)})
+    for value in (b"20.5", b"21.0"):
+        prod.publish("plant.l4.temp", value, key="s1").wait_stored(5)
+    prod.publish("plant.l4.wind", b"3", key="s1").wait_stored(5)
+    args = ["sub", "plant.*.temp", "--last-per-key", "--count", "1", "--timeout", "20"]
+    sub = Proc(tmp_path, "sub", [*args, *LOOP, "--mesh", mesh_name, "--seed", prod.control_address])
+    procs.append(sub)
+    assert sub.finish(30) == 0, sub.stderr()
+    assert sub.stdout() == "21.0\n"

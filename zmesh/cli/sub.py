@@ -132,6 +132,13 @@ def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
     help="Most unacked messages per producer at this member (1: one at a time, "
     "in the producer's order).",
 )
+@click.option(
+    "--last-per-key",
+    "last_per_key",
+    is_flag=True,
+    help="First the values producers keep of each key of the matching topics "
+    "(TopicConfig.keep_last), then live messages.",
+)
 @node_options
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many messages.")
 @click.option(
@@ -159,6 +166,7 @@ def sub(
     fmt: str | None,
     ack: bool,
     max_in_flight: int,
+    last_per_key: bool,
     node: NodeArgs,
     count: int | None,
     timeout: float | None,
@@ -193,6 +201,7 @@ def sub(
             mode=mode,
             max_in_flight=max_in_flight,
             batch_size=min(max_in_flight, BATCH_SIZE),
+            deliver="last_per_key" if last_per_key else None,
         )
         note(
             f"node {n.name} of mesh {node.mesh}: control {n.control_address}; "
