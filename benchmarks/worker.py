@@ -18,12 +18,21 @@ from ._wio import Commands, emit
 
 
 def _roles() -> dict[str, Callable[[dict[str, Any], Commands], None]]:
-    from . import nats_roles, raw_roles, redis_roles, spark_roles, zenoh_roles, zmesh_roles
+    from . import (
+        nats_roles,
+        raw_roles,
+        redis_roles,
+        spark_roles,
+        subject_roles,
+        zenoh_roles,
+        zmesh_roles,
+    )
 
     return {
         **raw_roles.ROLES,
         **zmesh_roles.ROLES,
         **spark_roles.ROLES,
+        **subject_roles.ROLES,
         **nats_roles.ROLES,
         **redis_roles.ROLES,
         **zenoh_roles.ROLES,

@@ -4,6 +4,7 @@ outbox, delivering at least once per group with retries at the producer.
 
 from ._engine.outbox.outcomes import Outcome
 from ._receipt import MessageId, Receipt
+from ._requests import Reply
 from .config import NodeConfig, ProducerConfig, RelayConfig, SubscriptionConfig, TopicConfig
 from .deadletters import DeadLetter
 from .errors import (
@@ -14,8 +15,10 @@ from .errors import (
     MessageStateError,
     NodeClosedError,
     NodeStateError,
+    NoRespondersError,
     NotDeliveredError,
     OutboxFullError,
+    ReplyError,
     StoreError,
     StoreFullError,
     TimeoutError,
@@ -45,6 +48,7 @@ __all__ = [
     "Message",
     "MessageId",
     "MessageStateError",
+    "NoRespondersError",
     "Node",
     "NodeClosedError",
     "NodeConfig",
@@ -56,6 +60,8 @@ __all__ = [
     "Receipt",
     "RelayConfig",
     "ReplayReader",
+    "Reply",
+    "ReplyError",
     "StoreError",
     "StoreFullError",
     "Subscription",

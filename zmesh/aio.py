@@ -27,6 +27,7 @@ from ._aioreplay import ReplayReader
 from ._loopwaits import Wakes, forwarded, with_room
 from ._receipt import MessageId
 from ._receipt import Receipt as _SyncReceipt
+from ._requests import Ask, Delivery, Reply
 from ._waits import check_timeout
 from .config import NodeConfig, TopicConfig
 from .deadletters import DeadLetter
@@ -367,6 +368,67 @@ class Node:
         if handler is not None and inspect.iscoroutinefunction(handler):
             handler = _on_loop(handler, asyncio.get_running_loop())
         return Subscription(self._node.subscribe(topic, group, handler=handler, **options))
+
+    async def request(
+        self,
+        topic: str,
+        payload: bytes | bytearray | memoryview | str,
+        *,
+        timeout: float = 5.0,
+        key: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        delivery: Delivery = "at_most_once",
+    ) -> Reply:
+        """Like ``zmesh.Node.request``; the reply is awaited on the loop."""
+        ask = Ask.of(topic, payload, key, headers, delivery, timeout)
+        return ask.reply(await self._ask(ask))
+
+    async def request_many(
+        self,
+        topic: str,
+        payload: bytes | bytearray | memoryview | str,
+        *,
+        count: int | None = None,
+        timeout: float = 1.0,
+        key: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        delivery: Delivery = "at_most_once",
+    ) -> list[Reply]:
+        """Like ``zmesh.Node.request_many``; the replies are awaited on the loop."""
+        return await self._ask(Ask.of(topic, payload, key, headers, delivery, timeout, count))
+
+    async def _ask(self, ask: Ask) -> list[Reply]:
+        node = self._node
+        pending = await with_room(
+            self._wakes,
+            functools.partial(node._send_request, ask, 0),
+            None,
+            self.config.publish_timeout_s,
+        )
+        wakes = Wakes()
+        pending.listeners.append(wakes.wake)
+        try:
+            await wakes.until(functools.partial(pending.done, ask.count), ask.timeout_s)
+            return pending.outcome()
+        finally:
+            pending.close()
+
+    def serve(
+        self,
+        topic: str,
+        group: str,
+        fn: Callable[[Message], Any],
+        **options: Any,
+    ) -> Subscription:
+        """Like ``zmesh.Node.serve``; ``fn`` may be a coroutine function, run on this loop
+        (call it from the loop then)."""
+        if inspect.iscoroutinefunction(fn):
+            fn = _on_loop(fn, asyncio.get_running_loop())
+        return Subscription(self._node.serve(topic, group, fn, **options))
+
+    async def last(self, topic: str, *, timeout: float = 5.0) -> list[Message]:
+        """Like ``zmesh.Node.last``."""
+        return await asyncio.to_thread(self._node.last, topic, timeout=timeout)
 
     async def replay(self, topic: str, from_index: int = 0, **options: Any) -> ReplayReader:
         """Like ``zmesh.Node.replay``; iterate the reader with ``async for``."""

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._protocol.codec import MAX_BATCH_ITEMS, MAX_IN_FLIGHT
+from ._subjects import check_subject
 from .errors import ArgumentError, ConfigError
 
 __all__ = ["NodeConfig", "ProducerConfig", "RelayConfig", "SubscriptionConfig", "TopicConfig"]
 
 Durability = Literal["fsync", "process", "memory"]
 Mode = Literal["shared", "broadcast", "ephemeral"]
+Deliver = Literal["last_per_key"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
 _HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -41,7 +43,10 @@ _HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9._-]*)$")
 
 
 def check_name(kind: str, value: object) -> str:
-    """Validate a mesh, node, topic or group name and return it."""
+    """Validate a mesh, node, topic or group name and return it. A topic name follows the
+    subject rules (_subjects.py): dot-separated tokens, no wildcards."""
+    if kind == "topic":
+        return check_subject("topic", value)
     if not isinstance(value, str) or not _NAME_RE.match(value):
         raise ConfigError(
             f"{kind} name {value!r} is invalid: use 1-128 characters from letters, digits, "
@@ -127,6 +132,14 @@ class TopicConfig:
     topic's retained records exceed ``retention_bytes`` (the oldest go first). Both 0
     (default): an acked message leaves the store at once, and is replayable only while
     some group has not acked it yet.
+
+    keep_last: keep the latest ``keep_last`` messages of every key (messages without a
+    key count as one key) after every group acked them (0, default: none): what
+    ``Node.last`` reads and a ``deliver="last_per_key"`` subscription gets first.
+
+    A node may set these for a pattern (``plant.*.temp``): a topic without settings of
+    its own takes those of the most specific pattern matching it (token by token from the
+    left, a literal token beats ``*``, which beats ``>``).
     """
 
     durability: Durability = "process"
@@ -141,6 +154,7 @@ class TopicConfig:
     retention_s: float = 0.0
     retention_bytes: int = 0
     group_inactive_expiry_s: float = 7 * 86400.0
+    keep_last: int = 0
 
     def __post_init__(self) -> None:
         if self.durability not in ("fsync", "process", "memory"):
@@ -181,6 +195,7 @@ class TopicConfig:
         _positive(
             "TopicConfig", "group_inactive_expiry_s", self.group_inactive_expiry_s, allow_zero=True
         )
+        _integer("TopicConfig", "keep_last", self.keep_last, 0, " (0: keep none)")
         if isinstance(self.groups, str):
             raise ConfigError("TopicConfig.groups must be a list of group names, not a string")
         object.__setattr__(self, "groups", tuple(check_name("group", g) for g in self.groups))
@@ -195,7 +210,12 @@ class SubscriptionConfig:
     group the subscription is ``ephemeral``: it gets what is published while it is
     connected, at most once, and no producer remembers it (acks do nothing).
     ``topic`` and ``handler`` (``"package.module:function"``) are for subscriptions a node
-    starts by itself, from NodeConfig.subscriptions (a node definition file).
+    starts by itself, from NodeConfig.subscriptions (a node definition file); the topic
+    may be a pattern (``plant.*.temp``, ``plant.>``).
+
+    deliver ``"last_per_key"``: first the values each producer keeps of the matching
+    topics (``TopicConfig.keep_last``), then live messages. A group gets them when a
+    producer first learns of it (a group it knows already had them).
     """
 
     group: str | None = None
@@ -215,8 +235,13 @@ class SubscriptionConfig:
     concurrency: int = 1
     topic: str | None = None
     handler: str | None = None
+    deliver: Deliver | None = None
 
     def __post_init__(self) -> None:
+        if self.deliver not in (None, "last_per_key"):
+            raise ConfigError(
+                f"SubscriptionConfig.deliver must be None or 'last_per_key', got {self.deliver!r}"
+            )
         if self.group is None:
             if self.mode == "broadcast":
                 raise ConfigError(
@@ -237,7 +262,7 @@ class SubscriptionConfig:
                     )
                 )
         if self.topic is not None:
-            check_name("topic", self.topic)
+            check_subject("topic", self.topic, wildcards=True)
         if self.handler is not None and not _HANDLER_RE.match(str(self.handler)):
             raise ConfigError(f"handler {self.handler!r} must be 'package.module:function'")
         # (the bounds a producer decodes in a hello: past them it would not know the member)
@@ -461,7 +486,7 @@ class NodeConfig:
                 f"NodeConfig.topics must map topic names to TopicConfig, got {self.topics!r}"
             )
         for topic, cfg in self.topics.items():
-            check_name("topic", topic)
+            check_subject("topic", topic, wildcards=True)
             if not isinstance(cfg, TopicConfig):
                 raise ConfigError(f"NodeConfig.topics[{topic!r}] must be a TopicConfig")
         object.__setattr__(self, "topics", dict(self.topics))
@@ -527,7 +552,7 @@ class NodeConfig:
         for topic, opts in topics_raw.items():
             where = f"{source}: [topics.{topic}]"
             try:
-                check_name("topic", topic)
+                check_subject("topic", topic, wildcards=True)
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {exc}") from exc
             topics[topic] = _build(TopicConfig, _table(opts, where), where)

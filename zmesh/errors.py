@@ -13,6 +13,8 @@ The tree::
     ├── OutboxFullError             publish() waited for room in the outbox and gave up
     ├── MessageStateError           ack/nack/fail on a message already settled
     ├── NotDeliveredError           wait_delivered(): a group did not ack the message
+    ├── NoRespondersError           request(): no group of the topic has a live member
+    ├── ReplyError                  request(): the responder's function raised
     ├── TimeoutError                a wait_* call ran out of time (also builtins.TimeoutError)
     └── DecodeError                 a frame that is not valid zmesh wire data (internal)
 
@@ -32,10 +34,12 @@ __all__ = [
     "DataDirLockedError",
     "DecodeError",
     "MessageStateError",
+    "NoRespondersError",
     "NodeClosedError",
     "NodeStateError",
     "NotDeliveredError",
     "OutboxFullError",
+    "ReplyError",
     "StoreError",
     "StoreFullError",
     "TimeoutError",
@@ -170,6 +174,30 @@ class NotDeliveredError(ZMeshError):
         super().__init__(f"message {message_id} was not delivered to every group ({said})")
         self.message_id = message_id
         self.outcomes = dict(outcomes)
+
+
+class NoRespondersError(ZMeshError):
+    """``request()``: no group of ``topic`` has a live member, so nobody would answer
+    (raised at once; the request is not published)."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(
+            f"no responders for {topic!r}: no group of the topic has a live member "
+            "(is a server running, and has this node met it yet?)"
+        )
+        self.topic = topic
+
+
+class ReplyError(ZMeshError):
+    """``request()``: the responder's function raised; ``reason`` says what, ``reply``
+    is the reply itself (``zmesh.Reply``, ``ok`` False)."""
+
+    def __init__(self, topic: str, responder: str, reason: str, reply: object) -> None:
+        super().__init__(f"the request on {topic!r} failed at responder {responder[:12]}: {reason}")
+        self.topic = topic
+        self.responder = responder
+        self.reason = reason
+        self.reply = reply
 
 
 class TimeoutError(ZMeshError, builtins.TimeoutError):  # noqa: A001 - deliberate shadow

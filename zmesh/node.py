@@ -12,12 +12,22 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from ._engine.commands import SetTopic
+from ._engine.commands import Request, SetTopic
 from ._engine.engine import Engine
 from ._engine.outbox.publishes import AnyPublish, Publish
+from ._last import last_values
 from ._protocol.codec import MAX_KEY_CHARS, check_headers
 from ._receipt import MessageId, Receipt
+from ._requests import (
+    Ask,
+    Delivery,
+    Pending,
+    Reply,
+    check_timeout_s,
+    serving,
+)
 from ._roles import Roles, resolve
+from ._subjects import TopicConfigs, check_subject, is_pattern
 from ._waits import check_timeout
 from .config import (
     MAX_SCHEDULE_AHEAD_S,
@@ -98,7 +108,7 @@ class Node:
             # (a setting beside config= was ignored)
             raise ConfigError("pass either config=NodeConfig(...) or keyword settings, not both")
         self.config = config
-        self._topics: dict[str, TopicConfig] = dict(config.topics)
+        self._topics = TopicConfigs(config.topics)  # (by topic name or by pattern)
         self._known_topics: set[str] = set()  # names that passed check_name
         # Of those, the partition count of each whose publishes may be plain (0: its
         # configuration sets a ttl); forgotten when the topic is configured again.
@@ -212,8 +222,14 @@ class Node:
     # -- producing ----------------------------------------------------------------------
 
     def topic(self, name: str, config: TopicConfig | None = None, **options: Any) -> TopicConfig:
-        """Set how this node produces ``name`` (durability, partitions, ack timeout, ...)."""
-        check_name("topic", name)
+        """Set how this node produces ``name`` (durability, partitions, ack timeout, ...).
+
+        ``name`` may be a pattern (``plant.*.temp``): its settings apply to each topic it
+        matches that has none of its own; of several patterns matching a topic, the most
+        specific wins (token by token from the left, a literal token beats ``*``, which
+        beats ``>``). Set a topic's partitions before its first publish: its lanes keep
+        the count they were made with."""
+        check_subject("topic", name, wildcards=True)
         if config is None:
             check_fields(TopicConfig, options, f"topic {name!r}", "option")
             cfg = TopicConfig(**options)
@@ -229,7 +245,10 @@ class Node:
             cfg = config
         self._queue.submit(SetTopic(name, cfg))
         self._topics[name] = cfg
-        self._plain_partitions.pop(name, None)
+        if is_pattern(name):
+            self._plain_partitions.clear()
+        else:
+            self._plain_partitions.pop(name, None)
         return cfg
 
     def publish(
@@ -296,7 +315,7 @@ class Node:
         if topic not in self._known_topics:
             check_name("topic", topic)
             self._known_topics.add(topic)
-        tcfg = self._topics.get(topic)
+        tcfg = self._topics.of(topic)
         partitions = (
             0
             if tcfg is not None and tcfg.ttl_s is not None
@@ -406,7 +425,7 @@ class Node:
             or not 0 <= priority <= 255
         ):
             raise ArgumentError(f"priority must be an int 0..255 (0 most urgent), got {priority!r}")
-        tcfg = self._topics.get(topic)
+        tcfg = self._topics.of(topic)
         if ttl is None and tcfg is not None:
             ttl = tcfg.ttl_s
         now = 0.0
@@ -467,12 +486,22 @@ class Node:
         max_in_flight: int = _SUBSCRIBE_DEFAULTS["max_in_flight"],
         batch_size: int = _SUBSCRIBE_DEFAULTS["batch_size"],
         concurrency: int = _SUBSCRIBE_DEFAULTS["concurrency"],
+        deliver: str | None = None,
         config: SubscriptionConfig | None = None,
     ) -> Subscription:
         """Consume ``topic`` as a member of ``group``.
 
         Without ``handler`` returns a Subscription to iterate; with one, messages are
         handled on worker threads (acked when it returns, nacked when it raises).
+
+        ``topic`` may be a pattern: ``*`` matches one token, ``>`` (last) one or more
+        (``plant.*.temp``, ``plant.>``). The group is then one group across every topic
+        the pattern matches, topics first published later included; ``msg.topic`` is the
+        message's own topic.
+
+        ``deliver="last_per_key"``: first the values each producer keeps of the matching
+        topics (``TopicConfig.keep_last``), then live messages. A group gets them when a
+        producer learns of it for the first time.
 
         Without ``group`` the subscription is ephemeral: it gets every message published
         while it is connected, at most once (a message it misses, or that a slow
@@ -481,7 +510,7 @@ class Node:
         messages does nothing. Messages scheduled for later (``deliver_at``, ``delay``)
         go to groups only.
         """
-        check_name("topic", topic)
+        check_subject("topic", topic, wildcards=True)
         if config is not None:
             if not isinstance(config, SubscriptionConfig):
                 raise ArgumentError(
@@ -498,6 +527,7 @@ class Node:
                 "max_in_flight": max_in_flight,
                 "batch_size": batch_size,
                 "concurrency": concurrency,
+                "deliver": deliver,
             }
             clash = [
                 name
@@ -516,6 +546,7 @@ class Node:
                 max_in_flight=max_in_flight,
                 batch_size=batch_size,
                 concurrency=concurrency,
+                deliver=deliver,  # type: ignore[arg-type]
             )
         if handler is not None and not callable(handler):
             raise ArgumentError("handler must be callable")
@@ -530,6 +561,112 @@ class Node:
         self._queue.subscribe(sub)
         sub._start_handlers(self.config.name)
         return sub
+
+    # -- request/reply ------------------------------------------------------------------
+
+    def request(
+        self,
+        topic: str,
+        payload: bytes | bytearray | memoryview | str,
+        *,
+        timeout: float = 5.0,
+        key: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        delivery: Delivery = "at_most_once",
+    ) -> Reply:
+        """Ask the groups of ``topic`` and return the first reply (``zmesh.Reply``).
+
+        The request is a message of ``topic`` (routed by ``key`` like any other, with a
+        ttl of ``timeout``) that a member of each group answers (``serve``, or
+        ``msg.reply``). NoRespondersError at once when no group of the topic has a live
+        member; TimeoutError when no reply comes within ``timeout`` seconds; ReplyError
+        when the responder's function raised. ``delivery="at_least_once"``: a request
+        whose member died before answering is handled again by another (its function
+        must be idempotent by ``msg.id``); at most once (the default) it is dropped.
+        """
+        ask = Ask.of(topic, payload, key, headers, delivery, timeout)
+        return ask.reply(self._ask(ask))
+
+    def request_many(
+        self,
+        topic: str,
+        payload: bytes | bytearray | memoryview | str,
+        *,
+        count: int | None = None,
+        timeout: float = 1.0,
+        key: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        delivery: Delivery = "at_most_once",
+    ) -> list[Reply]:
+        """Scatter/gather: ask the groups of ``topic`` (in a broadcast group, every
+        member) and return the replies that came once ``count`` did (None: one per lane
+        with a live member when it was sent: each member of a broadcast group, one of
+        each shared group) or ``timeout`` passed, perhaps fewer, in arrival order.
+        NoRespondersError at once when no group has a live member; a reply whose
+        responder's function raised has ``ok`` False."""
+        return self._ask(Ask.of(topic, payload, key, headers, delivery, timeout, count))
+
+    def _ask(self, ask: Ask) -> list[Reply]:
+        pending = self._send_request(ask)
+        try:
+            return pending.wait(ask.count, ask.timeout_s)
+        finally:
+            pending.close()
+
+    def _send_request(self, ask: Ask, publish_timeout: float | None = None) -> Pending:
+        """Publish a request (if its topic has responders) and return what waits for its
+        replies; the caller closes it."""
+        topic = check_name("topic", ask.topic)
+        [pub] = self._prepare(
+            topic, [ask.payload], [ask.key], ask.headers, ttl=ask.timeout_s, timeout=publish_timeout
+        )
+        pending = self._engine.requests.open(topic, pub.seq, self.name)
+        try:
+            self._queue.submit(Request(cast(Publish, pub), pending))
+        except BaseException:
+            pending.close()
+            raise
+        return pending
+
+    def serve(
+        self,
+        topic: str,
+        group: str,
+        fn: Callable[[Message], bytes | str | None],
+        *,
+        mode: str = "shared",
+        concurrency: int = 1,
+        max_in_flight: int = _SUBSCRIBE_DEFAULTS["max_in_flight"],
+        batch_size: int = _SUBSCRIBE_DEFAULTS["batch_size"],
+    ) -> Subscription:
+        """Answer the requests of ``topic`` (a pattern too) as a member of ``group``:
+        ``fn(msg)`` returns the reply (bytes or str; None: an empty one), what it raises
+        is replied as an error (``ReplyError`` at the requester); the request is acked
+        either way. A request delivered again is dropped unless it was sent
+        ``at_least_once``; one its requester no longer waits for is dropped. ``mode``
+        ``"broadcast"``: every member answers (``request_many``). Returns the
+        subscription (close it to stop serving)."""
+        if not callable(fn):
+            raise ArgumentError("serve needs a function: fn(msg) -> bytes | str | None")
+        return self.subscribe(
+            topic,
+            group,
+            mode=mode,
+            handler=serving(fn, self._engine.counters),
+            concurrency=concurrency,
+            max_in_flight=max_in_flight,
+            batch_size=batch_size,
+        )
+
+    # -- last values --------------------------------------------------------------------
+
+    def last(self, topic: str, *, timeout: float = 5.0) -> list[Message]:
+        """The values every live producer (this node too) keeps of the topics ``topic``
+        (a pattern too) matches: per key the latest ``TopicConfig.keep_last`` messages,
+        by topic, then producer, then publish order. A producer that does not answer
+        within ``timeout`` seconds is left out. The messages settle nothing."""
+        check_subject("topic", topic, wildcards=True)
+        return last_values(self._engine, topic, check_timeout_s(timeout))
 
     # -- replay -------------------------------------------------------------------------
 
@@ -635,7 +772,7 @@ class Node:
         last had a member, wall clock), oldest_age_s, dead_letters, declared (never
         expires) and expires_after_s."""
         if topic is not None:
-            check_name("topic", topic)
+            check_subject("topic", topic, wildcards=True)
         groups = self._engine.outbox.groups
         return self._queue.call(lambda _wb, _now: groups.listing(topic, time.time()))
 
@@ -646,8 +783,10 @@ class Node:
         belong to a new, empty lane of it at once. A producer that is offline now keeps
         the group until its ``group_inactive_expiry_s`` passes (or until this is done
         again while it is up). Returns ``{"dropped": messages dropped here, "peers_told":
-        peers asked to do the same}``."""
-        _check_lane(topic, group)
+        peers asked to do the same}``. A pattern deletes the group subscribed by that
+        pattern, with its lanes of every topic the pattern matches."""
+        check_subject("topic", topic, wildcards=True)
+        check_name("group", group)
         engine = self._engine
         return self._queue.call(
             lambda wb, now: engine.delete_group(topic, group, wb, now, announce=True)

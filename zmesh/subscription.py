@@ -6,15 +6,17 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import groupby, islice, repeat
 from operator import attrgetter, length_hint
 from threading import TIMEOUT_MAX
 from typing import Any, Protocol
 
-from ._engine.commands import Extend, Settle
+from ._engine.commands import Extend, Respond, Settle
 from ._engine.inbox.origin import STATES, Origin, Queue
+from ._protocol.codec import check_headers
 from ._receipt import MessageId
+from ._requests import DELIVERY_HEADER
 from ._seqs import consecutive
 from ._waits import check_timeout
 from .config import NodeConfig, SubscriptionConfig, check_delay, int_in
@@ -185,6 +187,42 @@ class Message:
     @property
     def settled(self) -> bool:
         return self._origin.state[self._i] != 0
+
+    def reply(
+        self,
+        payload: bytes | bytearray | memoryview | str,
+        *,
+        headers: Mapping | None = None,
+        ok: bool = True,
+    ) -> None:
+        """Answer the request this message is (``Node.request``): sent at once to the
+        node that published it, at most once (a requester that gave up, or is gone,
+        misses it); ``ok`` False makes it an error reply (``Reply.ok``, as when a
+        ``serve`` function raises). Settle the message as usual too (``Node.serve``
+        does both). MessageStateError when the message is no request."""
+        sub = self._origin.sub  # (a replay reader's or Node.last's message has none)
+        submitter = sub._submitter if isinstance(sub, Subscription) else None
+        if submitter is None or DELIVERY_HEADER not in self.headers:
+            raise MessageStateError(f"message {self.id} is no request: nothing waits for a reply")
+        if isinstance(payload, str):
+            payload = payload.encode()
+        elif isinstance(payload, bytearray | memoryview):
+            payload = bytes(payload)
+        if not isinstance(payload, bytes):
+            raise ArgumentError(f"a reply is bytes or str, got {type(payload).__name__}")
+        limit = submitter.config.max_message_bytes
+        if len(payload) > limit:
+            raise ArgumentError(
+                f"a reply of {len(payload)} bytes is past max_message_bytes {limit}"
+            )
+        if headers is not None:
+            headers = dict(headers)
+            try:
+                check_headers(headers)
+            except ValueError as exc:
+                raise ArgumentError(f"reply headers: {exc}") from None
+        origin = self._origin
+        submitter.submit(Respond(origin, origin.seqs[self._i], payload, headers, ok))
 
     def __repr__(self) -> str:
         return (

@@ -391,6 +391,9 @@ WAITING = {
     "read",
     "groups",
     "delete_group",
+    "request",
+    "request_many",
+    "last",
 }
 
 

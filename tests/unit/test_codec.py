@@ -46,11 +46,14 @@ from zmesh._protocol.frames import (
     GOSSIP,
     GROUP_DEL,
     HELLO,
+    LAST_REP,
+    LAST_REQ,
     NACK,
     PING,
     PING_REQ,
     PONG,
     PROTOCOL_VERSION,
+    REPLY,
     STATUS_REP,
     STATUS_REQ,
     TOUCH,
@@ -65,11 +68,15 @@ from zmesh._protocol.frames import (
     Gossip,
     GroupDel,
     Hello,
+    LastItem,
+    LastReply,
+    LastRequest,
     Nack,
     PeerRef,
     Ping,
     PingReq,
     Pong,
+    Reply,
     Rumor,
     StatusReply,
     StatusRequest,
@@ -105,6 +112,9 @@ CONTROL_TYPES = (
     StatusReply,
     FetchRequest,
     FetchReply,
+    Reply,
+    LastRequest,
+    LastReply,
 )
 U63 = (1 << 63) - 1
 NODE = b"\x01" * NODE_ID_BYTES
@@ -126,6 +136,7 @@ sub_infos = st.builds(
     max_in_flight=st.integers(1, 1 << 24),
     batch_size=st.integers(1, MAX_BATCH_ITEMS),
     max_message_bytes=st.integers(1, U63),
+    deliver=st.sampled_from([None, "last_per_key"]),
 )
 hosts = st.one_of(
     st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9.\-]{0,30}\Z"),
@@ -223,6 +234,42 @@ pings = st.builds(Ping, sender=rumors, seq=u63, target=node_ids, rumors=rumor_li
 ping_reqs = st.builds(PingReq, sender=rumors, seq=u63, target=node_ids, rumors=rumor_lists)
 pongs = st.builds(Pong, sender=rumors, seq=u63, about=node_ids, rumors=rumor_lists)
 gossips = st.builds(Gossip, sender=rumors, rumors=rumor_lists)
+replies = st.builds(
+    Reply,
+    node_id=node_ids,
+    topic=names,
+    seq=u63,
+    ok=st.booleans(),
+    headers=st.none() | st.dictionaries(st.text(max_size=10), msgpack_values, max_size=4),
+    payload=st.binary(max_size=64),
+)
+last_requests = st.builds(
+    LastRequest,
+    token=u63,
+    pattern=names,
+    after=st.none() | st.tuples(names, u63),
+    max_items=st.integers(1, 10_000),
+    max_payload_bytes=st.integers(1, U63),
+)
+last_replies = st.builds(
+    LastReply,
+    token=u63,
+    items=st.lists(
+        st.builds(
+            LastItem,
+            topic=names,
+            partition=partitions,
+            index=st.none() | u63,
+            seq=u63,
+            key=st.none() | st.text(max_size=60),
+            headers=st.none() | st.dictionaries(st.text(max_size=10), msgpack_values, max_size=4),
+            published_at=finite,
+            payload=st.binary(max_size=64),
+        ),
+        max_size=5,
+    ).map(tuple),
+    more=st.booleans(),
+)
 controls = (
     hellos
     | pings
@@ -237,6 +284,9 @@ controls = (
     | status_replies
     | fetch_requests
     | fetch_replies
+    | replies
+    | last_requests
+    | last_replies
 )
 
 headers = st.none() | st.dictionaries(st.text(max_size=10), msgpack_values, max_size=4)
@@ -287,7 +337,10 @@ def sample_hello() -> Hello:
         5000,
         5001,
         ("127.0.0.1",),
-        (SubInfo("metrics", "agg", "shared", 100, 10, 8 << 20),),
+        (
+            SubInfo("metrics", "agg", "shared", 100, 10, 8 << 20),
+            SubInfo("plant.*.temp", "agg", "broadcast", 100, 10, 8 << 20, "last_per_key"),
+        ),
         (PeerRef(b"\x02" * NODE_ID_BYTES, "tcp://127.0.0.1:6000"),),
     )
 
@@ -342,6 +395,9 @@ SAMPLE_CONTROLS: list[Any] = [
     Gossip(sample_rumor(), (SUSPECT,)),
     StatusRequest(42),
     StatusReply(42, {"lanes": [], "ok": True}),
+    Reply(NODE, "calib.l4", 12, True, {"unit": "C"}, b"21.5"),
+    LastRequest(44, "plant.*.temp", ("plant.l4.temp", 9), 1000, 8 << 20),
+    LastReply(44, (LastItem("plant.l4.temp", 3, 7, 12, "k", None, 1.5, b"v"),), True),
     FetchRequest(43, "metrics", ((0, 5), (3, 0)), 0, 500, 8 << 20),
     FetchReply(
         43,
@@ -444,6 +500,9 @@ def test_control_kinds_are_distinct_on_the_wire() -> None:
         GOSSIP,
         STATUS_REQ,
         STATUS_REP,
+        REPLY,
+        LAST_REQ,
+        LAST_REP,
         FETCH_REQ,
         FETCH_REP,
     ]
@@ -1629,6 +1688,59 @@ def test_the_largest_batch_is_accepted() -> None:
 def test_fetch_with_bad_field(msg: Any, change: Any) -> None:
     with pytest.raises(DecodeError):
         decode_control(repack(encode_control(msg), change))
+
+
+REPLY_SAMPLE, LAST_REQ_SAMPLE, LAST_REP_SAMPLE = SAMPLE_CONTROLS[13:16]
+
+
+@pytest.mark.parametrize(
+    ("msg", "change"),
+    [
+        (REPLY_SAMPLE, lambda obj: obj.__setitem__(5, 1)),  # ok not a bool
+        (REPLY_SAMPLE, lambda obj: obj.__setitem__(7, "text")),  # payload
+        (REPLY_SAMPLE, lambda obj: obj.__setitem__(4, -1)),  # seq
+        (REPLY_SAMPLE, lambda obj: obj.__setitem__(6, [1])),  # headers
+        (LAST_REQ_SAMPLE, lambda obj: obj.__setitem__(4, ["t"])),  # after
+        (LAST_REQ_SAMPLE, lambda obj: obj.__setitem__(4, ["t", -1])),
+        (LAST_REQ_SAMPLE, lambda obj: obj.__setitem__(5, 0)),  # max items
+        (LAST_REQ_SAMPLE, lambda obj: obj.__setitem__(5, 10_001)),
+        (LAST_REP_SAMPLE, lambda obj: obj.__setitem__(4, None)),  # more
+        (LAST_REP_SAMPLE, lambda obj: obj[3][0].__setitem__(7, "text")),  # payload
+        (LAST_REP_SAMPLE, lambda obj: obj[3][0].__setitem__(2, -1)),  # index
+        (LAST_REP_SAMPLE, lambda obj: obj[3][0].__setitem__(1, 4096)),  # partition
+        (LAST_REP_SAMPLE, lambda obj: obj[3][0].__setitem__(4, 5)),  # key
+        (LAST_REP_SAMPLE, lambda obj: obj[3][0].pop()),
+    ],
+    ids=[
+        "reply-ok",
+        "reply-payload",
+        "reply-seq",
+        "reply-headers",
+        "last-after-short",
+        "last-after-seq",
+        "last-max-items-0",
+        "last-max-items-big",
+        "last-more",
+        "last-payload",
+        "last-index",
+        "last-partition",
+        "last-key",
+        "last-item-short",
+    ],
+)
+def test_reply_and_last_values_with_bad_field(msg: Any, change: Any) -> None:
+    with pytest.raises(DecodeError):
+        decode_control(repack(encode_control(msg), change))
+
+
+def test_a_subscription_says_how_it_is_delivered() -> None:
+    hello = sample_hello()
+    frame = repack(encode_control(hello), lambda obj: obj[9][1].__setitem__(6, "everything"))
+    with pytest.raises(DecodeError, match="deliver"):
+        decode_control(frame)
+    frame = repack(encode_control(hello), lambda obj: obj[9][1].pop())
+    with pytest.raises(DecodeError, match="bad sub"):
+        decode_control(frame)
 
 
 def test_fetch_reply_over_the_default_size_needs_a_larger_limit() -> None:

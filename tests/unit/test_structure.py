@@ -34,6 +34,7 @@ ALLOWED = {
     # origin, which a transaction checks is its node's).
     ("zmesh/transaction.py", "_origin"),
     ("zmesh/aio.py", "_queue"),
+    ("zmesh/aio.py", "_send_request"),
     ("zmesh/aio.py", "_close"),
     ("zmesh/cli/ls.py", "_engine"),
     ("zmesh/cli/reload.py", "_engine"),

@@ -21,6 +21,7 @@ from .outbox.publishes import AnyPublish, Publish, Stretch
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
+    from .._requests import Pending
     from .._store.store import WriteBatch
     from ..subscription import Message, Subscription
 
@@ -97,6 +98,25 @@ class SetTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class Request:
+    """A request to publish if its topic has responders (requests.py)."""
+
+    pub: Publish
+    pending: Pending
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    """A reply to the request at ``origin``'s sequence ``seq`` (``ok`` False: an error)."""
+
+    origin: Origin
+    seq: int
+    payload: bytes
+    headers: dict | None
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Abandon:
     """Publishes prepared for a transaction dropped without commit or abort."""
 
@@ -124,6 +144,8 @@ Command = (
     | Subscribe
     | Unsubscribe
     | SetTopic
+    | Request
+    | Respond
     | Abandon
     | Stop
 )

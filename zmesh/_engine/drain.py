@@ -13,6 +13,8 @@ from .commands import (
     Command,
     Contact,
     Extend,
+    Request,
+    Respond,
     Settle,
     SetTopic,
     Stop,
@@ -24,6 +26,7 @@ from .commands import (
 from .inbox.origin import Origin
 from .limits import MAX_PUBS_PER_LOOP
 from .outbox.publishes import AnyPublish, Publish, Stretch, message_count
+from .requests import accept, send_reply
 
 if TYPE_CHECKING:
     from .._receipt import Receipt
@@ -90,6 +93,10 @@ class Commands:
                 count += self._tx(cmd, wb, pubs, calls)  # type: ignore[arg-type]
             elif kind is Call:
                 self._call(cmd, wb, now, calls)  # type: ignore[arg-type]
+            elif kind is Request:
+                if accept(cmd, self.outbox, self.queue, wb, now):  # type: ignore[arg-type]
+                    pubs.append(cmd.pub)  # type: ignore[union-attr]
+                    count += 1
             else:
                 self._other(cmd, wb, now)
         if subs_changed:  # one hello for any number of (un)subscribes
@@ -137,6 +144,9 @@ class Commands:
                 mesh.contact(found.endpoint, seed=found.seed, key=found.key)
         elif isinstance(cmd, SetTopic):
             self.outbox.set_topic(cmd.topic, cmd.config, wb, now)
+        elif isinstance(cmd, Respond):
+            assert self.mesh is not None
+            send_reply(self.mesh, cmd, self.queue.node_id, self.outbox.lanes.counters)
         elif isinstance(cmd, Abandon):
             log.warning(
                 "a transaction was dropped without commit or abort: its %d "

@@ -26,6 +26,7 @@ from .._protocol.codec import (
     pack_columns,
 )
 from .._protocol.frames import Bye, GroupDel
+from .._requests import Requests
 from .._security import Keys, load_keys
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
@@ -113,6 +114,7 @@ class Engine:
             outcomes,
         )
         self.consumer = Consumer(self.node_id, self.queue, self.store, self.counters)
+        self.requests = Requests(self.counters)  # (requests waiting for replies)
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._discoveries: list[Discovery] = []
@@ -504,6 +506,7 @@ class Engine:
         finally:
             for sub in list(self.commands.local):
                 sub._drain_unsettled()
+            self.requests.end_all()
             self._teardown_sockets()
             self.store.close()
             self.queue.state = "closed"

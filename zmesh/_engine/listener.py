@@ -29,15 +29,20 @@ from .._protocol.frames import (
     Gossip,
     GroupDel,
     Hello,
+    LastItem,
+    LastReply,
+    LastRequest,
     Nack,
     Ping,
     PingReq,
     Pong,
+    Reply,
     StatusReply,
     StatusRequest,
     Touch,
 )
 from .._security import CONTROL_DOMAIN, DATA_DOMAIN, ZapHandler, server_options
+from .._subjects import subject_error
 from ..errors import DecodeError, ZMeshError
 from .admin import admin
 from .bans import Bans, Conn, meta, shut_down
@@ -58,6 +63,7 @@ RECV_DATA_MSGS = 200
 # after the ack timeout. Said at warning level at most this often.
 DATA_WARNING_INTERVAL_S = 60.0
 FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one message)
+LAST_REPLY_BYTES = 1 << 20  # payload bytes per reply of kept values (at least one)
 
 # Plain ints: pyzmq's Flag enums cost an enum operation per use on the data path.
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -79,6 +85,8 @@ class Listener:
         # ROUTER connections that carried a peer's membership frames: descriptor -> peer
         # (its closing is news: membership suspects the peer at once)
         self._members_at: dict[int, bytes] = {}
+        # What a control frame may hold: a reply carries its payload in it.
+        self._max_control = self.config.max_message_bytes + (1 << 20)
 
     def open(self, ctx: zmq.Context, inproc: str) -> tuple[int, int]:
         """Bind PULL and ROUTER on the configured interfaces and under ``inproc``; returns
@@ -86,7 +94,7 @@ class Listener:
         cfg = self.config
         keys = self.engine.keys
         self.guard.load()  # (the ACL file: a bad one fails the start, the store closed)
-        max_frame = cfg.max_message_bytes + (1 << 20)
+        max_frame = self._max_control
         # The ZAP handler must be bound before any server socket, or CURVE admits everyone.
         self.zap = ZapHandler(ctx, keys, self.counters, self.bans)
         self.pull = ctx.socket(zmq.PULL)
@@ -247,7 +255,7 @@ class Listener:
             try:
                 if len(frames) != 2:
                     raise DecodeError(f"{len(frames)} frames")
-                msg = decode_control(frames[1].bytes)
+                msg = decode_control(frames[1].bytes, self._max_control)
             except DecodeError as exc:
                 self.counters.add("decode_errors", 1)
                 log.debug("dropped a bad control frame: %s", exc)
@@ -325,6 +333,28 @@ class Listener:
                     tuple(FetchHead(*h) for h in heads),
                 ),
             )
+        elif isinstance(msg, Reply):
+            if mesh.peer(msg.node_id) is not None:  # (a peer's answer, not a stranger's)
+                self.engine.requests.deliver(msg, self.engine.node_id.hex())
+        elif isinstance(msg, LastRequest):
+            self._reply(frames[0], self._last_values(msg))
+
+    def _last_values(self, msg: LastRequest) -> LastReply:
+        """The values kept of the topics a pattern matches (``Node.last``)."""
+        if subject_error("topic", msg.pattern, wildcards=True) is not None:
+            self.counters.add("bad_requests", 1)
+            return LastReply(msg.token, (), False)
+        kept, more = self.engine.outbox.kept.read(
+            msg.pattern, msg.after, msg.max_items, LAST_REPLY_BYTES, msg.max_payload_bytes
+        )
+        return LastReply(
+            msg.token,
+            tuple(
+                LastItem(topic, partition, index, seq, r.key, r.headers, r.published_at, r.payload)
+                for topic, partition, index, seq, r in kept
+            ),
+            more,
+        )
 
     def _permitted(self, msg: object, frames: list[zmq.Frame], conn: Conn) -> bool:
         """Whether the key of ``conn`` may send ``msg`` (guard.py); a request it may not
@@ -341,6 +371,11 @@ class Listener:
         if isinstance(msg, FetchRequest) and not guard.allowed(key, "subscribe", msg.topic):
             self._reply(frames[0], FetchReply(msg.token, msg.topic, (), ()))
             return False
+        if isinstance(msg, LastRequest) and not guard.allowed(key, "subscribe", msg.pattern):
+            self._reply(frames[0], LastReply(msg.token, (), False))
+            return False
+        if isinstance(msg, Reply):  # (a responder consumes the topic of the request)
+            return guard.allowed(key, "subscribe", msg.topic)
         if isinstance(msg, StatusRequest) and not guard.allowed(key, "admin", "status"):
             self._reply(
                 frames[0], StatusReply(msg.token, {"refused": guard.refusal(key, "status")})
@@ -366,7 +401,9 @@ class Listener:
             self._reply(frames[0], AdminReply(msg.token, False, None, conn.ban))
         conn.told = True
 
-    def _reply(self, identity: zmq.Frame, msg: StatusReply | AdminReply | FetchReply) -> None:
+    def _reply(
+        self, identity: zmq.Frame, msg: StatusReply | AdminReply | FetchReply | LastReply
+    ) -> None:
         try:
             self.router.send_multipart([identity.bytes, encode_control(msg)], zmq.NOBLOCK)
         except zmq.ZMQError:

@@ -22,12 +22,14 @@ from .._protocol.codec import encode_control
 from .._protocol.frames import Ack, Fail, GroupDel, Hello, Nack, PeerRef, SubInfo, Touch
 from .._security import Keys, client_options
 from .._store.store import WriteBatch
+from .._subjects import SubjectMap
 from ..config import NodeConfig
 from .contacts import Contacts
 from .limits import FORGET_DEAD_AFTER_S, SYNC_BEATS
 from .liveness import Liveness
+from .outbox.ephemeral import send_kept
 from .outbox.outbox import Outbox
-from .peers import Peer, announced_group, lane_name
+from .peers import Peer, announced_group
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -67,6 +69,8 @@ class Mesh:
         self.incarnation = incarnation
         self.lanes = outbox.lanes
         self.groups = outbox.groups
+        self.kept = outbox.kept
+        outbox.groups.patterns.peers = self._live_peers
         self.counters = counters
         self._local_subs = local_subs
         self.peers: dict[bytes, Peer] = {}
@@ -74,8 +78,9 @@ class Mesh:
         self._contacts = Contacts(ctx, counters)
         self._at: dict[str, bytes] = {}  # control endpoint -> the peer there
         self.ctrl_backlog: dict[bytes, list[bytes]] = {}
-        # Live peers' ephemeral subscriptions by topic (rebuilt when one changes).
-        self.ephemeral: dict[str, list[tuple[Peer, SubInfo]]] = {}
+        # Live peers' ephemeral subscriptions by topic or pattern (rebuilt when one
+        # changes), found by the topics they match.
+        self.ephemeral: SubjectMap[tuple[Peer, SubInfo]] = SubjectMap()
         self._foreign_logged: set[bytes] = set()
         self._beats = 0
         self.ctrl_port = 0
@@ -155,6 +160,7 @@ class Mesh:
                     s.config.max_in_flight,
                     s.config.batch_size,
                     limit,
+                    s.config.deliver,
                 )
                 for s in self._local_subs()
             }.values()
@@ -247,28 +253,35 @@ class Mesh:
                 self.contact(ref.ctrl_endpoint, key=ref.public_key.encode())
 
     def apply_subs(self, peer: Peer, subs: tuple[SubInfo, ...], wb: WriteBatch, now: float) -> None:
-        new = {(s.topic, lane_name(s, peer.node_id)): s for s in subs if s.mode != "ephemeral"}
+        # (a pattern's lanes: one per known topic it matches; patterns.py)
+        new = self.groups.patterns.wanted(peer.node_id, subs, wb, now)
         for key in peer.lanes.keys() - new.keys():
             lane = self.lanes.get(*key)
             if lane is not None:
                 lane.remove_member(peer.node_id, now)
         for (topic, name), s in new.items():
-            lane = self.groups.ensure(topic, name, s.group, s.mode, wb, now)
+            lane = self.groups.ensure(topic, name, s.group, s.mode, wb, now, s.deliver)
             lane.set_member(peer.node_id, s.max_in_flight, s.batch_size, s.max_message_bytes)
         peer.subs = subs
         peer.lanes = new
         ephemeral = {(s.topic, s.group): s for s in subs if s.mode == "ephemeral"}
         if ephemeral != peer.ephemeral:
+            fresh = [s for key, s in ephemeral.items() if key not in peer.ephemeral]
             peer.ephemeral = ephemeral
             self._index_ephemeral()
+            for s in fresh:  # (before anything stored from now on: sent after the commit)
+                if s.deliver == "last_per_key":
+                    send_kept(peer, s, self.kept, self.node_id, self.incarnation, self.counters)
+
+    def _live_peers(self) -> list[Peer]:
+        return [p for p in (self.self_peer, *self.peers.values()) if p is not None and p.alive]
 
     def _index_ephemeral(self) -> None:
-        by_topic: dict[str, list[tuple[Peer, SubInfo]]] = {}
-        for peer in (self.self_peer, *self.peers.values()):
-            if peer is not None and peer.alive:
-                for (topic, _name), s in peer.ephemeral.items():
-                    by_topic.setdefault(topic, []).append((peer, s))
-        self.ephemeral = by_topic
+        self.ephemeral = SubjectMap(
+            (topic, (peer, s))
+            for peer in self._live_peers()
+            for (topic, _name), s in peer.ephemeral.items()
+        )
 
     def renew_lanes(self, topic: str, group: str, wb: WriteBatch, now: float) -> None:
         """``group`` of ``topic`` was deleted here: live members that still subscribe to
@@ -276,7 +289,11 @@ class Mesh:
         for peer in (self.self_peer, *self.peers.values()):
             if peer is None or not peer.alive:
                 continue
-            gone = [key for key, s in peer.lanes.items() if key[0] == topic and s.group == group]
+            gone = [
+                key
+                for key, s in peer.lanes.items()
+                if topic in (key[0], s.topic) and s.group == group
+            ]
             if gone:
                 for key in gone:
                     del peer.lanes[key]
@@ -301,6 +318,7 @@ class Mesh:
         peer.state = "dead"
         peer.dead_since = now
         peer.lanes = {}
+        self.groups.patterns.changed()
         if peer.ephemeral:
             peer.ephemeral = {}
             self._index_ephemeral()

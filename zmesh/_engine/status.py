@@ -55,6 +55,7 @@ def node_status(engine: Engine) -> dict:
             **engine.store.disk.state(),
         },
         "lanes": lanes,
+        "pattern_groups": outbox.groups.patterns.listing(),
         "subscriptions": [
             {
                 "topic": s.topic,

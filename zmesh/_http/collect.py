@@ -22,7 +22,14 @@ import zmq
 from .._engine.admin import admin
 from .._protocol.addresses import endpoint
 from .._protocol.codec import decode_control, encode_control
-from .._protocol.frames import AdminReply, AdminRequest, StatusReply, StatusRequest
+from .._protocol.frames import (
+    AdminReply,
+    AdminRequest,
+    LastReply,
+    LastRequest,
+    StatusReply,
+    StatusRequest,
+)
 from .._security import Keys, client_options
 from ..errors import DecodeError
 
@@ -49,7 +56,7 @@ class Answer:
     """What one target answered, or why not."""
 
     target: Target
-    reply: StatusReply | AdminReply | None
+    reply: StatusReply | AdminReply | LastReply | None
     rtt_ms: float | None
     error: str | None
 
@@ -91,7 +98,7 @@ def all_targets(engine: Engine) -> list[Target]:
 
 def ask(
     ctx: zmq.Context[zmq.Socket[bytes]],
-    requests: Sequence[tuple[Target, StatusRequest | AdminRequest]],
+    requests: Sequence[tuple[Target, StatusRequest | AdminRequest | LastRequest]],
     keys: Keys | None,
     timeout_s: float,
 ) -> list[Answer]:
@@ -121,11 +128,11 @@ def ask(
             for sock, _ in poller.poll(max(1, int(left * 1000))):
                 i = index[sock]
                 try:
-                    reply = decode_control(sock.recv(zmq.NOBLOCK))
+                    reply = decode_control(sock.recv(zmq.NOBLOCK), MAX_REPLY_BYTES)
                 except (DecodeError, zmq.Again):
                     continue
                 if (
-                    isinstance(reply, StatusReply | AdminReply)
+                    isinstance(reply, StatusReply | AdminReply | LastReply)
                     and reply.token == requests[i][1].token
                 ):
                     replies[i] = (reply, time.monotonic())
@@ -137,7 +144,13 @@ def ask(
     out = []
     for (target, msg), got in zip(requests, replies, strict=True):
         if got is None:
-            what = "status" if isinstance(msg, StatusRequest) else msg.op
+            what = (
+                "status"
+                if isinstance(msg, StatusRequest)
+                else msg.op
+                if isinstance(msg, AdminRequest)
+                else "last values"
+            )
             out.append(Answer(target, None, None, f"no {what} reply within {timeout_s:g}s"))
         else:
             out.append(Answer(target, got[0], round((got[1] - start) * 1000, 2), None))

@@ -31,8 +31,11 @@ from .frames import (
     FETCH_REQ,
     GROUP_DEL,
     HELLO,
+    LAST_REP,
+    LAST_REQ,
     NACK,
     PROTOCOL_VERSION,
+    REPLY,
     STATUS_REP,
     STATUS_REQ,
     TOUCH,
@@ -49,8 +52,12 @@ from .frames import (
     FetchRequest,
     GroupDel,
     Hello,
+    LastItem,
+    LastReply,
+    LastRequest,
     Nack,
     PeerRef,
+    Reply,
     StatusReply,
     StatusRequest,
     SubInfo,
@@ -155,6 +162,11 @@ def _seq_column(value: Any, n: int) -> tuple[int, ...] | range:
     return _ints(value, n, "seq")
 
 
+def _key(value: Any) -> str | None:
+    _check(value is None or (isinstance(value, str) and len(value) <= MAX_KEY_CHARS), "bad key")
+    return value
+
+
 def _header(value: Any) -> dict | None:
     if value is None:
         return None
@@ -183,7 +195,15 @@ def encode_control(msg: Control) -> bytes:
                 msg.data_port,
                 list(msg.hosts),
                 [
-                    [s.topic, s.group, s.mode, s.max_in_flight, s.batch_size, s.max_message_bytes]
+                    [
+                        s.topic,
+                        s.group,
+                        s.mode,
+                        s.max_in_flight,
+                        s.batch_size,
+                        s.max_message_bytes,
+                        s.deliver,
+                    ]
                     for s in msg.subs
                 ],
                 [[p.node_id, p.ctrl_endpoint, p.public_key] for p in msg.peers],
@@ -240,6 +260,35 @@ def encode_control(msg: Control) -> bytes:
                 [[h.partition, h.oldest, h.next, h.scanned] for h in msg.heads],
             ]
         )
+    if isinstance(msg, Reply):
+        return _packb([v, REPLY, msg.node_id, msg.topic, msg.seq, msg.ok, msg.headers, msg.payload])
+    if isinstance(msg, LastRequest):
+        after = None if msg.after is None else list(msg.after)
+        return _packb(
+            [v, LAST_REQ, msg.token, msg.pattern, after, msg.max_items, msg.max_payload_bytes]
+        )
+    if isinstance(msg, LastReply):
+        return _packb(
+            [
+                v,
+                LAST_REP,
+                msg.token,
+                [
+                    [
+                        i.topic,
+                        i.partition,
+                        i.index,
+                        i.seq,
+                        i.key,
+                        i.headers,
+                        i.published_at,
+                        i.payload,
+                    ]
+                    for i in msg.items
+                ],
+                msg.more,
+            ]
+        )
     raise TypeError(f"not a control message: {msg!r}")
 
 
@@ -267,8 +316,9 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
             _check(isinstance(hosts, list) and len(hosts) <= 64, "bad hosts")
             subs = []
             for s in subs_raw:
-                _check(isinstance(s, list) and len(s) == 6, "bad sub")
+                _check(isinstance(s, list) and len(s) == 7, "bad sub")
                 _check(s[2] in ("shared", "broadcast", "ephemeral"), "bad sub mode")
+                _check(s[6] in (None, "last_per_key"), "bad sub deliver")
                 subs.append(
                     SubInfo(
                         _str(s[0], "topic"),
@@ -277,6 +327,7 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
                         _int(s[3], "max_in_flight", 1, MAX_IN_FLIGHT),
                         _int(s[4], "batch_size", 1, MAX_BATCH_ITEMS),
                         _int(s[5], "max_message_bytes", 1),
+                        s[6],
                     )
                 )
             peers = []
@@ -371,17 +422,13 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
             items = []
             for i in raw_items:
                 _check(isinstance(i, list) and len(i) == 7, "bad fetch item")
-                key = i[3]
-                _check(
-                    key is None or (isinstance(key, str) and len(key) <= MAX_KEY_CHARS), "bad key"
-                )
                 _check(isinstance(i[6], bytes), "bad payload")
                 items.append(
                     FetchItem(
                         _int(i[0], "partition", 0, MAX_PARTITIONS - 1),
                         _int(i[1], "index"),
                         _int(i[2], "seq"),
-                        key,
+                        _key(i[3]),
                         _header(i[4]),
                         _num(i[5], "published_at"),
                         i[6],
@@ -404,6 +451,52 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
         if kind == STATUS_REP:
             _check(len(obj) == 4 and isinstance(obj[3], dict), "bad status reply")
             return StatusReply(_int(obj[2], "token"), obj[3])
+        if kind == REPLY:
+            _check(len(obj) == 8, "bad reply length")
+            _check(isinstance(obj[5], bool), "bad reply status")
+            _check(isinstance(obj[7], bytes), "bad reply payload")
+            return Reply(
+                _node_id(obj[2]),
+                _str(obj[3], "topic"),
+                _int(obj[4], "seq"),
+                obj[5],
+                _header(obj[6]),
+                obj[7],
+            )
+        if kind == LAST_REQ:
+            _check(len(obj) == 7, "bad last values request length")
+            after = obj[4]
+            _check(after is None or (isinstance(after, list) and len(after) == 2), "bad after")
+            return LastRequest(
+                _int(obj[2], "token"),
+                _str(obj[3], "pattern"),
+                None if after is None else (_str(after[0], "topic"), _int(after[1], "seq")),
+                _int(obj[5], "max items", 1, MAX_BATCH_ITEMS),
+                _int(obj[6], "max payload bytes", 1),
+            )
+        if kind == LAST_REP:
+            _check(len(obj) == 5 and isinstance(obj[4], bool), "bad last values reply")
+            raw_items = obj[3]
+            _check(
+                isinstance(raw_items, list) and len(raw_items) <= MAX_BATCH_ITEMS, "bad last items"
+            )
+            kept: list[LastItem] = []
+            for i in raw_items:
+                _check(isinstance(i, list) and len(i) == 8, "bad last item")
+                _check(isinstance(i[7], bytes), "bad payload")
+                kept.append(
+                    LastItem(
+                        _str(i[0], "topic"),
+                        _int(i[1], "partition", 0, MAX_PARTITIONS - 1),
+                        None if i[2] is None else _int(i[2], "index"),
+                        _int(i[3], "seq"),
+                        _key(i[4]),
+                        _header(i[5]),
+                        _num(i[6], "published_at"),
+                        i[7],
+                    )
+                )
+            return LastReply(_int(obj[2], "token"), tuple(kept), obj[4])
     except (TypeError, IndexError) as exc:
         raise DecodeError(f"malformed control frame: {exc}") from exc
     raise DecodeError(f"unknown control kind {kind!r}")

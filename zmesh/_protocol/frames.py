@@ -28,7 +28,8 @@ PROTOCOL_VERSION = 7  # 2: data batches in columns, payloads inside the header f
 #                       5: a batch's numbers (partitions, attempts, publish times, indexes)
 #                          travel as bins of fixed-size little-endian numbers;
 #                       6: ephemeral subscriptions, GROUP_DEL, TOUCH;
-#                       7: membership by SWIM (PING, PING_REQ, PONG, GOSSIP)
+#                       7: membership by SWIM (PING, PING_REQ, PONG, GOSSIP), subscriptions
+#                          by pattern and with ``deliver``, REPLY, LAST_REQ / LAST_REP
 
 # Control kinds.
 HELLO = 1
@@ -49,20 +50,26 @@ PING = 20
 PING_REQ = 21
 PONG = 22
 GOSSIP = 23
+# Requests' replies and last values per key.
+REPLY = 24
+LAST_REQ = 25
+LAST_REP = 26
 # Data kinds.
 BATCH = 16
 
 
 @dataclass(frozen=True, slots=True)
 class SubInfo:
-    """One subscription a node announces: which lane of which topic it consumes."""
+    """One subscription a node announces: which lane of which topic (or of the topics a
+    pattern matches) it consumes."""
 
-    topic: str
+    topic: str  # a topic name or a pattern
     group: str  # (an ephemeral subscription's: a name of its own, unique at its node)
     mode: str  # "shared" | "broadcast" | "ephemeral"
     max_in_flight: int
     batch_size: int
     max_message_bytes: int  # the largest payload the subscribing node accepts
+    deliver: str | None = None  # "last_per_key": kept values first (a new lane's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +218,55 @@ class GroupDel:
 
 
 @dataclass(frozen=True, slots=True)
+class Reply:
+    """A responder's answer to a request: the message ``seq`` of the receiver (its
+    producer) on ``topic``. ``ok`` False: the handler raised, ``payload`` says why. The
+    payload travels as a raw frame after this one."""
+
+    node_id: bytes
+    topic: str
+    seq: int
+    ok: bool
+    headers: dict | None
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LastRequest:
+    """Ask a producer for the values it keeps of the topics ``pattern`` matches, in
+    (topic, sequence) order after ``after`` (None: from the start)."""
+
+    token: int
+    pattern: str
+    after: tuple[str, int] | None
+    max_items: int
+    max_payload_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LastItem:
+    """One kept value in a LastReply."""
+
+    topic: str
+    partition: int
+    index: int | None
+    seq: int
+    key: str | None
+    headers: dict | None
+    published_at: float
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LastReply:
+    """The answer to a LastRequest: items, and whether more are left after them."""
+
+    token: int
+    items: tuple[LastItem, ...]
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
 class StatusRequest:
     """Ask a node for its status; answered on the same ROUTER connection."""
 
@@ -346,4 +402,7 @@ Control = (
     | AdminReply
     | FetchRequest
     | FetchReply
+    | Reply
+    | LastRequest
+    | LastReply
 )

@@ -10,7 +10,8 @@ Exit codes, the same for every command:
   2    bad usage or bad configuration (an option, a setting, a definition file, a
        context), which running again will not fix
   3    `pub`: every message settled, but some group did not acknowledge one (it was
-       dead-lettered, expired, superseded, or its group deleted)
+       dead-lettered, expired, superseded, or its group deleted); `request`: the
+       responder's function failed
   130  stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM (`pub`, `sub`; `node run`
        exits 0 after either: that is how a service is stopped)
 """
@@ -38,6 +39,7 @@ from .ls import ls
 from .noderun import node
 from .output import print_error
 from .pub import pub
+from .request import reply, request
 from .settings import ENV, OPTIONS, StrChoice, env_help
 from .status import peers, status
 from .store import store
@@ -119,6 +121,8 @@ for _command in (
     demo,
     pub,
     sub,
+    request,
+    reply,
     add_curve_options(status),
     add_curve_options(peers),
     node,

@@ -51,7 +51,7 @@ def _fill(text: str, n: int) -> str:
     return _TEMPLATE_RE.sub(lambda m: TEMPLATES[m.group(1)](n), text)
 
 
-def _headers(values: tuple[str, ...]) -> dict[str, str]:
+def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
     headers = {}
     for value in values:
         key, sep, text = value.partition("=")
@@ -346,7 +346,7 @@ def pub(
         *((h, "--header") for h in headers),
     ):
         _check_template(text, option)
-    header_map = _headers(headers)
+    header_map = parse_headers(headers)
     options: dict[str, Any] = {"priority": priority, "ttl": ttl, "delay": delay}
     with StopSignals() as signals, cli_node("pub", node) as n:
         if groups:

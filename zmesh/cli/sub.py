@@ -14,6 +14,7 @@ from typing import Any, BinaryIO
 import click
 
 from .. import Message
+from .._subjects import check_subject
 from ..config import SubscriptionConfig, check_name
 from .client import StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
@@ -25,10 +26,18 @@ MAX_IN_FLIGHT: int = _FIELDS["max_in_flight"].default  # type: ignore[assignment
 BATCH_SIZE: int = _FIELDS["batch_size"].default  # type: ignore[assignment]
 
 
+def payload_json(payload: bytes) -> dict[str, str]:
+    """A payload as ``--json`` prints it: ``payload`` when it is UTF-8 text, else
+    ``payload_b64``."""
+    try:
+        return {"payload": payload.decode()}
+    except UnicodeDecodeError:
+        return {"payload_b64": base64.b64encode(payload).decode()}
+
+
 def message_json(msg: Message) -> dict[str, Any]:
-    """What ``--json`` prints of a message: its payload as ``payload`` when it is UTF-8
-    text, else as ``payload_b64``."""
-    doc = {
+    """What ``--json`` prints of a message."""
+    return {
         "id": str(msg.id),
         "topic": msg.topic,
         "group": msg.group,
@@ -37,12 +46,8 @@ def message_json(msg: Message) -> dict[str, Any]:
         "attempt": msg.attempt,
         "partition": msg.partition,
         "published_at": msg.published_at,
+        **payload_json(msg.payload),
     }
-    try:
-        doc["payload"] = msg.payload.decode()
-    except UnicodeDecodeError:
-        doc["payload_b64"] = base64.b64encode(msg.payload).decode()
-    return doc
 
 
 def _write(out: BinaryIO, msg: Message, fmt: str) -> None:
@@ -127,6 +132,13 @@ def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
     help="Most unacked messages per producer at this member (1: one at a time, "
     "in the producer's order).",
 )
+@click.option(
+    "--last-per-key",
+    "last_per_key",
+    is_flag=True,
+    help="First the values producers keep of each key of the matching topics "
+    "(TopicConfig.keep_last), then live messages.",
+)
 @node_options
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many messages.")
 @click.option(
@@ -154,6 +166,7 @@ def sub(
     fmt: str | None,
     ack: bool,
     max_in_flight: int,
+    last_per_key: bool,
     node: NodeArgs,
     count: int | None,
     timeout: float | None,
@@ -170,7 +183,7 @@ def sub(
     --count within --timeout (or an error); 2 bad usage; 130 / 143 stopped by SIGINT /
     SIGTERM.
     """
-    check_name("topic", topic)  # (before a node starts for nothing)
+    check_subject("topic", topic, wildcards=True)  # (before a node starts for nothing)
     if group is not None:
         check_name("group", group)
     elif mode == "broadcast":
@@ -188,6 +201,7 @@ def sub(
             mode=mode,
             max_in_flight=max_in_flight,
             batch_size=min(max_in_flight, BATCH_SIZE),
+            deliver="last_per_key" if last_per_key else None,
         )
         note(
             f"node {n.name} of mesh {node.mesh}: control {n.control_address}; "

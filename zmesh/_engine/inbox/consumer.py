@@ -4,7 +4,8 @@ Runs only on the IO thread. A redelivered message that this node already acked i
 again without reaching a handler (the ``acked`` window in LMDB); one still held by a local
 subscription is dropped (the origins of the batches it holds say which). An ack is
 written to ``acked`` in the loop's transaction and sent to the producer only after that
-commit.
+commit. A subscription to a pattern takes the batches of every topic it matches, of its
+lane (found once per topic and lane, then cached).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..._protocol.codec import MAX_REASON_CHARS
 from ..._protocol.frames import Ack, Batch, Fail, Nack, Touch
 from ..._seqs import span
 from ..._store.store import Store, WriteBatch
+from ..._subjects import SubjectTrie, is_pattern
 from ...subscription import Message
 from ..stats import Counters
 from .origin import RELEASED, Origin, Queue
@@ -43,7 +45,11 @@ class Consumer:
         self.queue = queue  # (where the settlements of the messages it delivers go)
         self.store = store
         self.counters = counters
+        # Subscriptions by (topic or pattern, lane), and by pattern per lane; what a
+        # batch of (topic, lane) goes to, found once (until subscriptions change).
         self.subs: dict[tuple[str, str], list[Subscription]] = {}
+        self._patterns: dict[str, SubjectTrie[Subscription]] = {}
+        self._receivers: dict[tuple[str, str], list[Subscription]] = {}
         self._rr: dict[tuple[str, str], int] = defaultdict(int)
         # The origins of batches local subscriptions hold messages of, per (producer,
         # topic, lane): those with a message the IO thread has not seen settled.
@@ -66,6 +72,9 @@ class Consumer:
 
     def add(self, sub: Subscription) -> None:
         self.subs.setdefault((sub.topic, sub.lane), []).append(sub)
+        if is_pattern(sub.topic):
+            self._patterns.setdefault(sub.lane, SubjectTrie()).add(sub.topic, sub)
+        self._receivers.clear()
 
     def remove(self, sub: Subscription) -> None:
         """``sub`` closed: what it was delivered and the application did not settle
@@ -74,6 +83,10 @@ class Consumer:
         subs = self.subs.get(key, [])
         if sub in subs:
             subs.remove(sub)
+            trie = self._patterns.get(sub.lane)
+            if trie is not None and trie.remove(sub.topic, sub) and not len(trie):
+                del self._patterns[sub.lane]
+            self._receivers.clear()
         if not subs:
             self.subs.pop(key, None)
         released = 0
@@ -107,9 +120,24 @@ class Consumer:
 
     # -- incoming -------------------------------------------------------------------------
 
+    def receivers(self, topic: str, lane: str) -> list[Subscription]:
+        """The subscriptions a batch of ``topic`` in ``lane`` goes to: those of the topic
+        itself and those of the patterns that match it."""
+        subs = self._receivers.get((topic, lane))
+        if subs is None:
+            if is_pattern(topic):  # (no producer sends one: not a topic)
+                return []
+            subs = list(self.subs.get((topic, lane), ()))
+            trie = self._patterns.get(lane)
+            if trie is not None:
+                subs.extend(trie.match(topic))
+            if subs:  # (none: not kept, whatever topics strangers send)
+                self._receivers[(topic, lane)] = subs
+        return subs
+
     def on_batch(self, batch: Batch, wb: WriteBatch, now: float) -> None:
         producer, topic, lane = batch.node_id, batch.topic, batch.lane
-        subs = self.subs.get((topic, lane))
+        subs = self.receivers(topic, lane)
         seqs = batch.seqs
         if not seqs:
             return

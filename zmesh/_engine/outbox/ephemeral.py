@@ -4,7 +4,9 @@ subscriber is connected is sent to it once, right after the commit, at most once
 No lane, no pending entry, no ack, nothing remembered: a subscriber that is gone, or whose
 pipe has no room (a slow one), misses the messages, counted in ``ephemeral_dropped``.
 Messages scheduled for later (``deliver_at``) are for groups only; an expired one is not
-sent.
+sent. A subscription may name a pattern (``mesh.ephemeral`` finds them by topic); one
+with ``deliver="last_per_key"`` is first sent the values kept of the topics it matches
+(``send_kept``), when the producer learns of it.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ import zmq
 from ..._protocol.codec import MAX_BATCH_HEADER_BYTES, encode_lane_batch, pack_columns
 from ..stats import Counters
 from .publishes import AnyPublish, Publish
+from .record import Record
 
 if TYPE_CHECKING:
     from ..._protocol.frames import SubInfo
     from ..mesh import Mesh
     from ..peers import Peer
+    from .kept import Kept
 
 _NOBLOCK = int(zmq.NOBLOCK)
 
@@ -62,6 +66,14 @@ class _Columns:
         self.published_ats.extend(array("d", (at,)) * n if isinstance(at, float) else at)
         self.payloads.extend(p.payloads)
 
+    def add_record(self, seq: int, r: Record) -> None:
+        self.seqs.append(seq)
+        self.partitions.append(r.partition)
+        self.keys.append(r.key)
+        self.headers.append(r.headers)
+        self.published_ats.append(r.published_at)
+        self.payloads.append(r.payload)
+
 
 def send_ephemeral(
     mesh: Mesh, pubs: Iterable[AnyPublish], node_id: bytes, incarnation: int, counters: Counters
@@ -69,17 +81,32 @@ def send_ephemeral(
     """Send ``pubs`` (just stored) to the ephemeral subscriptions of their topics."""
     wall = time.time()
     by_topic: dict[str, _Columns] = {}
+    subscribers = mesh.ephemeral
     for p in pubs:
-        if p.topic in mesh.ephemeral:
+        if subscribers.match(p.topic):
             columns = by_topic.get(p.topic)
             if columns is None:
                 columns = by_topic[p.topic] = _Columns()
             columns.add(p, wall)
     for topic, columns in by_topic.items():
-        for peer, info in mesh.ephemeral[topic]:
+        for peer, info in subscribers.match(topic):
             sent, dropped = _send(peer, info, topic, columns, node_id, incarnation)
             counters.add("sent_ephemeral", sent)
             counters.add("ephemeral_dropped", dropped)
+
+
+def send_kept(
+    peer: Peer, info: SubInfo, kept: Kept, node_id: bytes, incarnation: int, counters: Counters
+) -> None:
+    """Send a new ``last_per_key`` subscription the values kept of the topics it
+    matches (at most once, as everything sent to it)."""
+    for topic in kept.topics(info.topic):
+        columns = _Columns()
+        for seq, record in kept.latest(topic):
+            columns.add_record(seq, record)
+        sent, dropped = _send(peer, info, topic, columns, node_id, incarnation)
+        counters.add("sent_ephemeral", sent)
+        counters.add("ephemeral_dropped", dropped)
 
 
 def _send(

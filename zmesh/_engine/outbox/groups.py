@@ -5,7 +5,8 @@ an operator deletes its group or when it had no member for its topic's
 
 Retiring settles what the lane owes as ``group_deleted`` (a message no other lane owes
 leaves the outbox) and deletes the lane's entries and dead letters with it: nothing is
-dropped without a count.
+dropped without a count. Groups subscribed by pattern are remembered by ``PatternGroups``
+(patterns.py), which makes their lanes here, one per topic.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from __future__ import annotations
 import logging
 
 from ..._store.store import WriteBatch, pack, pend_key
+from ..._subjects import is_pattern, matcher
 from ..lane.lane import Lane
 from ..stats import Counters
 from .deadletters import DeadLetters
+from .kept import Kept
 from .lanes import UNCLAIMED, Lanes
 from .outcomes import Outcome, Outcomes
+from .patterns import PatternGroups
 from .records import Records
 from .settle import Settler
 
@@ -35,6 +39,7 @@ class Groups:
         dead: DeadLetters,
         outcomes: Outcomes,
         counters: Counters,
+        kept: Kept,
     ) -> None:
         self.lanes = lanes
         self.records = records
@@ -42,19 +47,31 @@ class Groups:
         self.dead = dead
         self.outcomes = outcomes
         self.counters = counters
+        self.kept = kept
+        self.patterns = PatternGroups(lanes, self, counters)
 
     # -- making ---------------------------------------------------------------------------
 
     def ensure(
-        self, topic: str, name: str, group: str, mode: str, batch: WriteBatch, now: float
+        self,
+        topic: str,
+        name: str,
+        group: str,
+        mode: str,
+        batch: WriteBatch,
+        now: float,
+        seed: str | None = None,
     ) -> Lane:
-        """The lane of (topic, name), made and remembered durably when new."""
+        """The lane of (topic, name), made and remembered durably when new; a new lane of
+        a ``seed="last_per_key"`` subscription first owes the values the topic keeps."""
         lane = self.lanes.get(topic, name)
         if lane is not None:
             return lane
         lane = self.lanes.add(topic, name, group, mode, batch)
         if name != UNCLAIMED:
             self._claim(topic, batch, now)
+            if seed == "last_per_key":
+                self.kept.seed(lane, batch, now)
         log.info("lane %s/%s (%s %s) is new at this producer", topic, name, mode, group)
         return lane
 
@@ -106,6 +123,8 @@ class Groups:
             self.settler.settled(lane, settled, batch, Outcome.GROUP_DELETED)
             self.counters.add("dropped_group_deleted", len(settled))
         self.lanes.remove(lane, batch)
+        # (its next publish makes the lanes of the pattern groups still remembered again)
+        self.patterns.checked.discard(lane.topic)
         self.settler.forget_lane(lane)
         parked = self.dead.forget_lane(lane)
         if parked:
@@ -123,7 +142,10 @@ class Groups:
 
     def delete(self, topic: str, group: str, batch: WriteBatch) -> int:
         """Retire every lane of ``group`` on ``topic`` (the shared one and broadcast
-        members' own); returns the pending messages dropped."""
+        members' own; a pattern: the pattern group, and its lanes of every topic it
+        matches); returns the pending messages dropped."""
+        if is_pattern(topic):
+            return self.patterns.delete(topic, group, batch)
         lanes = [lane for lane in self.lanes.of_topic(topic) if lane.group == group]
         return sum(self.retire(lane, batch, "group deleted") for lane in lanes)
 
@@ -157,7 +179,7 @@ class Groups:
             )
             self.counters.add("groups_expired", 1)
             retired += 1
-        return retired
+        return retired + self.patterns.expire_idle(wall, batch, retire)
 
     def _declared(self, lane: Lane) -> bool:
         return lane.mode == "shared" and lane.group in self.lanes.config(lane.topic).groups
@@ -168,8 +190,9 @@ class Groups:
         """The lanes (of ``topic``, or all) for operators: group, mode, pending, in
         flight, members, last seen (wall clock), oldest message's age."""
         out = []
+        covers = None if topic is None else matcher(topic)
         for key, lane in self.lanes.all.items():
-            if lane.name == UNCLAIMED or (topic is not None and lane.topic != topic):
+            if lane.name == UNCLAIMED or (covers is not None and not covers(lane.topic)):
                 continue
             cfg = self.lanes.config(lane.topic)
             pending = len(lane)

@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterable
 
 from ..._store.store import WriteBatch, pack
+from ..._subjects import TopicConfigs, is_pattern
 from ...config import TopicConfig
 from ..lane.delivery import Timing
 from ..lane.lane import Lane
@@ -25,6 +26,7 @@ from ..stats import Counters
 log = logging.getLogger(__name__)
 
 UNCLAIMED = ""  # lane name of a topic's messages published before any group was known
+_DEFAULT = TopicConfig()
 
 
 def timing_of(cfg: TopicConfig) -> Timing:
@@ -42,7 +44,7 @@ class Lanes:
         self, node_id: bytes, topics: dict[str, TopicConfig], next_lane: int, counters: Counters
     ) -> None:
         self.node_id = node_id
-        self.topics = topics
+        self.topics = TopicConfigs(topics)  # (set by name or by pattern)
         self.counters = counters
         self.all: dict[tuple[str, str], Lane] = {}
         self.by_topic: dict[str, list[Lane]] = {}  # claimed lanes only
@@ -60,17 +62,26 @@ class Lanes:
     # -- topics -------------------------------------------------------------------------
 
     def config(self, topic: str) -> TopicConfig:
-        cfg = self.topics.get(topic)
-        if cfg is None:
-            cfg = self.topics[topic] = TopicConfig()
-        return cfg
+        """``topic``'s settings: its own, else the most specific matching pattern's."""
+        return self.topics.of(topic) or _DEFAULT
 
-    def configure(self, topic: str, cfg: TopicConfig) -> None:
-        """``topic``'s configuration from now on (its lanes' retry timing too)."""
-        self.topics[topic] = cfg
-        timing = timing_of(cfg)
-        for lane in self.of_topic(topic, unclaimed=True):
-            lane.timing = timing
+    def configure(self, configs: list[tuple[str, TopicConfig]]) -> list[str]:
+        """The configurations of topics (or of the topics patterns match that have none
+        of their own) from now on, their lanes' retry timing too. Returns the topics with
+        a lane whose settings may have changed."""
+        for name, cfg in configs:
+            self.topics[name] = cfg
+        names = [name for name, _cfg in configs]
+        topics = self.topic_names() if any(map(is_pattern, names)) else names
+        for topic in topics:
+            timing = timing_of(self.config(topic))
+            for lane in self.of_topic(topic, unclaimed=True):
+                lane.timing = timing
+        return topics
+
+    def topic_names(self) -> list[str]:
+        """The topics with a lane (claimed or not)."""
+        return list(dict.fromkeys(topic for topic, _name in self.all))
 
     # -- lanes --------------------------------------------------------------------------
 
@@ -91,9 +102,7 @@ class Lanes:
         ``batch``), or one read back from the store."""
         if lane_id is None:
             assert batch is not None
-            lane_id = self._next_lane
-            self._next_lane += 1
-            batch.meta_put[b"next_lane"] = lane_id_bytes(self._next_lane)
+            lane_id = self.new_id(batch)
             batch.lanes_put.append((pack([topic, name]), pack([lane_id, group, mode])))
         cfg = self.config(topic)
         lane = Lane(
@@ -114,6 +123,13 @@ class Lanes:
         if name != UNCLAIMED:
             self.by_topic.setdefault(topic, []).append(lane)
         return lane
+
+    def new_id(self, batch: WriteBatch) -> int:
+        """The next lane id, its counter remembered in ``batch``."""
+        lane_id = self._next_lane
+        self._next_lane += 1
+        batch.meta_put[b"next_lane"] = lane_id_bytes(self._next_lane)
+        return lane_id
 
     def remove(self, lane: Lane, batch: WriteBatch) -> None:
         """Forget ``lane``, and every entry of its in the store (with ``batch``)."""

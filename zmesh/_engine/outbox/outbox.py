@@ -6,8 +6,10 @@ only, but for ``Outcomes``, which receipts read).
 - ``Receipts``: which receipts wait for acks (receipts.py);
 - ``DeadLetters``: parked messages (deadletters.py);
 - ``Settler``: what settling does to the outbox (settle.py);
-- ``Groups``: lanes made, retired, listed (groups.py);
-- ``Retained``: messages kept for replay (retained.py);
+- ``Groups``: lanes made, retired, listed (groups.py), and the groups subscribed by
+  pattern (patterns.py);
+- ``Retained``: messages kept for replay (retained.py), and values kept per key
+  (kept.py);
 - ``Staging``: publishes into the store, then into their lanes (staging.py, spill.py);
 - ``Dispatcher``: ready messages to live members (dispatch.py).
 """
@@ -15,6 +17,7 @@ only, but for ``Outcomes``, which receipts read).
 from __future__ import annotations
 
 from ..._store.store import Store, WriteBatch
+from ..._subjects import is_pattern
 from ...config import TopicConfig
 from ..stats import Counters
 from .deadletters import DeadLetters
@@ -53,8 +56,11 @@ class Outbox:
         self.indexes = Indexes(store.next_indexes())
         self.dead = DeadLetters(store, self.lanes, self.records, node_id)
         self.settler = Settler(self.lanes, self.records, self.receipts, self.dead, outcomes)
-        self.groups = Groups(self.lanes, self.records, self.settler, self.dead, outcomes, counters)
         self.retained = Retained(store, self.lanes, self.records, self.indexes, counters)
+        self.kept = self.retained.kept
+        self.groups = Groups(
+            self.lanes, self.records, self.settler, self.dead, outcomes, counters, self.kept
+        )
         self.staging = Staging(
             store,
             self.lanes,
@@ -66,23 +72,39 @@ class Outbox:
             counters,
             next_seq,
             memory_budget_bytes,
+            self.groups.patterns,
         )
         self.dispatcher = Dispatcher(self.lanes, self.records, self.settler, counters)
 
     def load(self, now: float, batch: WriteBatch) -> None:
         """Reopen what the store holds (a start): lanes, runs, depth, dead letters."""
-        load_outbox(self.store, self.lanes, self.records, self.dead, now, batch)
-        for topic, cfg in list(self.lanes.topics.items()):
-            self.set_topic(topic, cfg, batch, now)
+        load_outbox(
+            self.store, self.lanes, self.records, self.dead, self.groups.patterns, now, batch
+        )
+        self.configure(list(self.lanes.topics.items()), batch, now)
 
-    def set_topic(self, topic: str, cfg: TopicConfig, batch: WriteBatch, now: float) -> None:
-        """``topic``'s configuration from now on: its lanes' timing, its declared groups'
-        lanes, and the key index of a latest-wins topic."""
-        self.lanes.configure(topic, cfg)
-        if cfg.latest_wins:
-            self.settler.index_latest(topic)
-        for group in cfg.groups:
-            self.groups.ensure(topic, group, group, "shared", batch, now)
+    def set_topic(self, name: str, cfg: TopicConfig, batch: WriteBatch, now: float) -> None:
+        """The configuration of a topic (or of the topics a pattern matches) from now on."""
+        self.configure([(name, cfg)], batch, now)
+
+    def configure(
+        self, configs: list[tuple[str, TopicConfig]], batch: WriteBatch, now: float
+    ) -> None:
+        """Configurations of topics or patterns from now on: lanes' timing, the key index
+        of latest-wins topics, declared groups' lanes (a pattern's: remembered, with the
+        lanes of the topics it matches)."""
+        for topic in self.lanes.configure(configs):
+            if self.lanes.config(topic).latest_wins:
+                self.settler.index_latest(topic)
+        declared = []
+        for name, cfg in configs:
+            for group in cfg.groups:
+                if is_pattern(name):
+                    declared.append((name, group, group, "shared", None))
+                else:
+                    self.groups.ensure(name, group, group, "shared", batch, now)
+        if declared:
+            self.groups.patterns.remember(declared, batch, now)
 
     @property
     def depth(self) -> int:

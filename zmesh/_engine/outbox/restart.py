@@ -10,23 +10,35 @@ from __future__ import annotations
 import logging
 
 from ..._store.damage import decode_run
-from ..._store.store import Store, WriteBatch, pack
+from ..._store.store import Store, WriteBatch
+from ..._subjects import is_pattern
 from ..lane.lane import Lane, PlainRun
 from .deadletters import DeadLetters
 from .lanes import Lanes
+from .owing import mono_at, mono_offset, owe_record
+from .patterns import PatternGroups
 from .records import Records
 from .runs import Run, run_entry
-from .staging import mono_at, mono_offset
 
 log = logging.getLogger(__name__)
 
 
 def load_outbox(
-    store: Store, lanes: Lanes, records: Records, dead: DeadLetters, now: float, batch: WriteBatch
+    store: Store,
+    lanes: Lanes,
+    records: Records,
+    dead: DeadLetters,
+    patterns: PatternGroups,
+    now: float,
+    batch: WriteBatch,
 ) -> None:
-    """Rebuild a producer's lanes and its outbox depth from LMDB after a start."""
+    """Rebuild a producer's lanes (and the groups it knows by pattern) and its outbox
+    depth from LMDB after a start."""
     by_id: dict[int, Lane] = {}
     for topic, name, lane_id, group, mode, idle_since in store.iter_lanes():
+        if is_pattern(topic):  # (a pattern group: no message is owed under its id)
+            patterns.load(topic, name, lane_id, group, mode, idle_since)
+            continue
         by_id[lane_id] = lanes.add(topic, name, group, mode, None, lane_id, idle_since)
     offset = mono_offset()
     for lane in by_id.values():
@@ -86,16 +98,7 @@ def _rebuild_pending(
     if lane is None or r is None:
         log.error("pending entry %d of lane %d is damaged and cannot be rebuilt", seq, lane_id)
         return
-    lane.add(
-        seq,
-        r.partition,
-        r.priority,
-        0,
-        now=now,
-        not_before=mono_at(r.deliver_at, offset),
-        expires_at=mono_at(r.expires_at, offset),
-    )
-    batch.pend_put.append((key, pack([r.partition, r.priority, 0, r.expires_at, r.deliver_at])))
+    owe_record(lane, seq, r, now, offset, batch)
     log.warning(
         "pending entry %d of lane %s/%s rebuilt from its outbox record", seq, lane.topic, lane.name
     )

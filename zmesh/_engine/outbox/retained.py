@@ -3,6 +3,8 @@ holds against ``retention_bytes``, reclaiming what retention lets go, and readin
 messages by index for readers.
 
 What may go is decided by the pure rules of retention.py; this applies them to the store.
+A topic that keeps values per key (kept.py) offers retention only the values it no longer
+keeps.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import functools
 
 from ..._store.store import Store, WriteBatch, u64
 from ..stats import Counters
+from .kept import Kept
 from .lanes import Lanes
 from .records import Records
 from .retention import (
@@ -42,6 +45,7 @@ class Retained:
         # Per retaining topic the entries and record bytes the last ``stage`` added, for
         # ``unstage`` to give back.
         self.staged: dict[str, list[int]] = {}
+        self.kept = Kept(store, lanes, records, self.totals.keys, counters)
 
     def count_staged(self) -> None:
         """Add what the last ``stage`` put in ``staged`` to the totals."""
@@ -66,8 +70,13 @@ class Retained:
             if not totals[0]:
                 continue
             prefix = topic_prefix(topic)
-            heads = [Head.decode(seq, v) for seq, v in self.store.log_heads(prefix, RECLAIM_CHUNK)]
             cfg = self.lanes.config(topic)
+            if cfg.keep_last:
+                heads = self.kept.candidates(topic, RECLAIM_CHUNK)
+            else:
+                heads = [
+                    Head.decode(seq, v) for seq, v in self.store.log_heads(prefix, RECLAIM_CHUNK)
+                ]
             n = reclaimable(
                 heads,
                 wall=wall,
@@ -77,7 +86,7 @@ class Retained:
             )
             if not n:
                 continue
-            kept = retains(cfg)
+            retaining = retains(cfg)
             for head in heads[:n]:
                 key = head.index.to_bytes(8, "big")
                 batch.log_del.append(
@@ -86,8 +95,11 @@ class Retained:
                 totals[0] -= 1
                 totals[1] -= head.size
             # (a record is gone already if it was settled while the topic did not retain)
-            batch.msgs_del.extend(map(u64, self.records.forget_mem([h.seq for h in heads[:n]])))
-            if kept:
+            gone = [h.seq for h in heads[:n]]
+            batch.msgs_del.extend(map(u64, self.records.forget_mem(gone)))
+            if cfg.keep_last:
+                self.kept.reclaimed(topic, gone)
+            if retaining:
                 self.counters.add("retention_reclaimed", n)
             more = more or n == RECLAIM_CHUNK
         return more

@@ -26,7 +26,14 @@ _PUBLISHED = struct.Struct(">d")
 
 
 def retains(cfg: TopicConfig) -> bool:
-    """Settled messages of this topic stay for replay (until retention reclaims them)."""
+    """Settled messages of this topic stay for replay, or as values kept per key (until
+    retention reclaims them)."""
+    return cfg.retention_s > 0 or cfg.retention_bytes > 0 or cfg.keep_last > 0
+
+
+def retains_by_age(cfg: TopicConfig) -> bool:
+    """Settled messages of this topic stay until ``retention_s`` or ``retention_bytes``
+    lets them go."""
     return cfg.retention_s > 0 or cfg.retention_bytes > 0
 
 
@@ -119,8 +126,9 @@ def reclaimable(
     Reclamation goes in order and stops at the first message some group still owes (it is
     still in the outbox) or that retention still keeps: younger than ``retention_s``, and
     not pushed out by ``retention_bytes``. Without retention a settled message goes at once.
+    (A topic that keeps values per key passes only the values no longer kept.)
     """
-    keep_all = retains(cfg)
+    keep_all = retains_by_age(cfg)
     n = 0
     for head in heads:
         if owed(head.seq):

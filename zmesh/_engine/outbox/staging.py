@@ -8,11 +8,11 @@ its unclaimed lane, whose messages go to the first groups learned.
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_right
 from collections.abc import Iterable
 from itertools import accumulate
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from ..._numbers import fitting_array
 from ..._store.store import Store, WriteBatch, pack, pend_key, u32, u64
@@ -21,12 +21,13 @@ from ..lane.seqqueue import round_robin_parts
 from ..stats import Counters
 from .allocate import allocate
 from .lanes import UNCLAIMED, Lanes
+from .owing import mono_at, mono_offset
 from .publishes import AnyPublish, Publish, PublishMany, joined, message_count
 from .receipts import Receipts
 from .record import Record
 from .records import Records, mem_run_size, mem_total
 from .retained import Retained
-from .retention import Indexes, log_entry, partition_prefix, retains
+from .retention import Head, Indexes, log_entry, partition_prefix, retains
 from .runs import (
     RUN_ENTRY_BYTES,
     RUN_MAX_BYTES,
@@ -38,23 +39,14 @@ from .runs import (
 from .settle import Settler
 from .spill import Spill
 
+if TYPE_CHECKING:
+    from .patterns import PatternGroups
+
 _stage = attrgetter("stage")
 
 
 def _lane_names(lanes: Iterable[Lane]) -> tuple[str, ...]:
     return tuple(lane.name for lane in lanes)
-
-
-def mono_offset() -> float:
-    """monotonic - wall clock, from two adjacent readings: what turns a UNIX time into a
-    monotonic one. (Pairing the loop's ``now`` with a later wall reading would move every
-    schedule earlier by the time in between.)"""
-    return time.monotonic() - time.time()
-
-
-def mono_at(wall_at: float | None, offset: float) -> float:
-    """A wall-clock instant on the monotonic clock (0.0 when unset)."""
-    return wall_at + offset if wall_at else 0.0
 
 
 class Staging:
@@ -72,9 +64,11 @@ class Staging:
         counters: Counters,
         next_seq: int,
         memory_budget_bytes: int,
+        patterns: PatternGroups,
     ) -> None:
         self.store = store
         self.lanes = lanes
+        self.patterns = patterns
         self.records = records
         self.receipts = receipts
         self.settler = settler
@@ -89,14 +83,23 @@ class Staging:
         # index of each partition (the retained entries and bytes are in ``Retained.staged``).
         self._staged_first: dict[str, dict[int, int]] = {}
         self._runs: list[Run] = []  # staged by the last ``stage``, known once stored
+        # Messages of topics that keep values per key, staged by the last ``stage``:
+        # (topic, key, index entry), their keys' latest once stored.
+        self._kept: list[tuple[str, str | None, Head]] = []
 
     def prepare_lanes(self, pubs: list[AnyPublish], batch: WriteBatch, now: float) -> None:
         """Create the lanes ``pubs`` need before staging them, so a publish that must be
-        staged again later (a full map) never finds a lane that was not stored."""
+        staged again later (a full map) never finds a lane that was not stored: a topic
+        published for the first time gets the lanes of the pattern groups matching it,
+        or its unclaimed lane."""
         lanes = self.lanes
+        checked = self.patterns.checked
         for p in pubs:
-            if not lanes.by_topic.get(p.topic) and lanes.get(p.topic, UNCLAIMED) is None:
-                lanes.add(p.topic, UNCLAIMED, "", "unclaimed", batch)
+            topic = p.topic
+            if topic not in checked:
+                self.patterns.new_topic(topic, batch, now)
+            if not lanes.by_topic.get(topic) and lanes.get(topic, UNCLAIMED) is None:
+                lanes.add(topic, UNCLAIMED, "", "unclaimed", batch)
 
     def unstage(self, pubs: list[AnyPublish]) -> list[AnyPublish]:
         """Undo ``stage`` in memory after its commit failed: nothing of it was stored.
@@ -108,6 +111,7 @@ class Staging:
                 self.indexes.release(topic, partition, first)
         self.retained.unstage()
         self._staged_first.clear()
+        self._kept.clear()
         new = {run.first for run in self._runs}
         records.decoded.forget_runs(new)
         records.forget_mem_runs(new)
@@ -156,6 +160,7 @@ class Staging:
         first_index.clear()
         retained = self.retained.staged
         retained.clear()
+        self._kept.clear()
         pubs = self._suppress_duplicates(self._expanded(pubs), batch)
         msgs_put, mem = batch.msgs_put, records.mem
         # Kept decoded for the dispatch that follows, when some member is there to take
@@ -258,7 +263,7 @@ class Staging:
             )
             # A memory message stays as its fields: packed only if it spills.
             record = None if durability == "memory" else pack(fields)
-            if keep:  # what replay reads and retention reclaims
+            if keep:  # what replay reads, values kept per key, and retention reclaims
                 size = len(pack(fields) if record is None else record)
                 batch.log_put.append(
                     log_entry(topic, partition, index, p.seq, p.published_at, size)
@@ -266,6 +271,9 @@ class Staging:
                 totals = retained.setdefault(topic, [0, 0])
                 totals[0] += 1
                 totals[1] += size
+                self._kept.append(
+                    (topic, p.key, Head(p.seq, partition, index, size, p.published_at))
+                )
             if record is None:
                 mem[p.seq] = fields
                 kept_in_mem.append(fields)
@@ -393,6 +401,9 @@ class Staging:
             for new in self._runs:
                 records.runs.add(new)
         self._runs.clear()
+        if self._kept:
+            self.retained.kept.added(self._kept)
+            self._kept.clear()
         offset = mono_offset()
         topics: dict[str, tuple[list[Lane], bool]] = {}  # topic -> (lanes, latest_wins)
         i, n = 0, len(pubs)

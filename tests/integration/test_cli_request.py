@@ -1,0 +1,82 @@
+"""``zmesh request`` and ``zmesh reply`` as real processes on loopback: answers, many
+answers, a failing responder, nobody to answer; and their exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import zmesh
+from tests.integration.test_cli import ADDRESS_RE, LOOP, Proc, hub_toml, run_cli
+
+
+@pytest.fixture
+def node(tmp_path: Path, mesh_name: str, procs: list[Proc]) -> list[str]:
+    """The node options of a command that seeds from a hub (`zmesh node run`)."""
+    proc = Proc(tmp_path, "hub", ["node", "run", str(hub_toml(tmp_path, mesh_name))])
+    procs.append(proc)
+    return [*LOOP, "--mesh", mesh_name, "--seed", proc.wait_for(ADDRESS_RE).group(1)]
+
+
+def replier(tmp_path: Path, procs: list[Proc], node: list[str], name: str, *args: str) -> Proc:
+    proc = Proc(tmp_path, name, ["reply", "calib.*", *node, *args])
+    procs.append(proc)
+    proc.wait_for("answering calib.*", stream="stderr")
+    return proc
+
+
+def test_request_gets_the_reply_and_reply_stops_after_count(
+    tmp_path: Path, node: list[str], procs: list[Proc]
+) -> None:
+    server = replier(tmp_path, procs, node, "echo", "--count", "2")
+    done = run_cli(["request", "calib.l4", "hello", *node])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hello\n"
+    done = run_cli(["request", "calib.l5", "again", *node, "--json", "--key", "k1"])
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["topic"], doc["payload"], doc["ok"]) == ("calib.l5", "again", True)
+    assert server.finish(30) == 0
+    assert server.stdout() == "hello\nagain\n"
+
+
+def test_request_many_gathers_every_broadcast_member(
+    tmp_path: Path, node: list[str], procs: list[Proc]
+) -> None:
+    for name in ("r1", "r2"):
+        replier(tmp_path, procs, node, name, "--mode", "broadcast", "--data", name)
+    done = run_cli(["request", "calib.x", "?", *node, "--many", "--count", "2", "--timeout", "10"])
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == ["r1", "r2"]
+    assert "2 replies" in done.stderr
+
+
+def test_a_failing_responder_and_nobody_to_answer(
+    tmp_path: Path, node: list[str], procs: list[Proc]
+) -> None:
+    replier(tmp_path, procs, node, "failing", "--exec", "echo broken >&2; exit 4")
+    done = run_cli(["request", "calib.l4", "?", *node])
+    assert done.returncode == 3, done.stderr
+    assert "--exec exited 4: broken" in done.stderr
+    nobody = run_cli(["request", "nobody.here", "?", *node, "--discovery-wait", "0.5"])
+    assert nobody.returncode == 1
+    assert "no responders for 'nobody.here'" in nobody.stderr
+    bad = run_cli(["request", "calib.*", "?", *node])
+    assert bad.returncode == 2 and "wildcard" in bad.stderr
+
+
+def test_sub_last_per_key_gets_the_kept_values_first(
+    tmp_path: Path, mesh_name: str, make_node, procs: list[Proc]
+) -> None:
+    """`zmesh sub PATTERN --last-per-key`: what a producer keeps of each key first."""
+    prod = make_node("prod", topics={"plant.>": zmesh.TopicConfig(keep_last=1)})
+    for value in (b"20.5", b"21.0"):
+        prod.publish("plant.l4.temp", value, key="s1").wait_stored(5)
+    prod.publish("plant.l4.wind", b"3", key="s1").wait_stored(5)
+    args = ["sub", "plant.*.temp", "--last-per-key", "--count", "1", "--timeout", "20"]
+    sub = Proc(tmp_path, "sub", [*args, *LOOP, "--mesh", mesh_name, "--seed", prod.control_address])
+    procs.append(sub)
+    assert sub.finish(30) == 0, sub.stderr()
+    assert sub.stdout() == "21.0\n"

@@ -1,0 +1,254 @@
+"""``zmesh request`` and ``zmesh reply``: a short-lived node that asks a topic's
+responders and prints the reply, and one that answers requests (for testing)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import click
+
+from .. import Message, Reply
+from .._requests import Delivery
+from .._subjects import check_subject
+from ..config import check_name
+from ..errors import NoRespondersError, ReplyError, ZMeshError
+from .client import StopSignals
+from .clientnode import NodeArgs, cli_node, node_options
+from .output import CliError, note
+from .pub import parse_headers
+from .sub import payload_json
+
+RETRY_S = 0.05  # a request with no responder known yet is tried again this often
+FAILED = 3  # the exit code of a request whose responder's function failed
+
+
+def reply_json(reply: Reply) -> dict:
+    """What ``--json`` prints of a reply."""
+    return {
+        "topic": reply.topic,
+        "responder": reply.responder,
+        "request": str(reply.request),
+        "ok": reply.ok,
+        "headers": reply.headers,
+        **payload_json(reply.payload),
+    }
+
+
+def _print(reply: Reply, as_json: bool) -> None:
+    out = sys.stdout.buffer
+    if as_json:
+        out.write(json.dumps(reply_json(reply), ensure_ascii=False, default=repr).encode())
+    else:
+        out.write(reply.payload)
+    out.write(b"\n")
+    out.flush()
+
+
+@click.command(short_help="Ask TOPIC's responders; print the reply (--many: every reply).")
+@click.argument("topic")
+@click.argument("data", default="")
+@click.option("--key", help="Route the request by this key (one responder per key).")
+@click.option(
+    "--header", "headers", multiple=True, metavar="KEY=VALUE", help="A header (repeatable)."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.001),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the reply (with --many: for the replies).",
+)
+@click.option(
+    "--discovery-wait",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds at most to wait for a responder to be found before giving up.",
+)
+@click.option(
+    "--many",
+    is_flag=True,
+    help="Scatter/gather: print every reply that comes within --timeout (or --count).",
+)
+@click.option(
+    "--count", type=click.IntRange(min=1), help="With --many: stop after this many replies."
+)
+@click.option(
+    "--at-least-once",
+    is_flag=True,
+    help="A request whose responder died is handled again by another (the "
+    "responder must be idempotent); by default it is dropped.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Each reply as a JSON object.")
+@node_options
+def request(
+    topic: str,
+    data: str,
+    key: str | None,
+    headers: tuple[str, ...],
+    timeout: float,
+    discovery_wait: float,
+    many: bool,
+    count: int | None,
+    at_least_once: bool,
+    as_json: bool,
+    node: NodeArgs,
+) -> None:
+    """Send DATA to TOPIC as a request and print the reply's payload (--json: the whole
+    reply).
+
+    \b
+    Exit codes: 0 replied; 1 no responder found within --discovery-wait, or no reply
+    within --timeout (or an error); 3 the responder's function failed (its reason on
+    stderr); 2 bad usage; 130 / 143 stopped by SIGINT / SIGTERM.
+    """
+    check_name("topic", topic)  # (before a node starts for nothing)
+    if count is not None and not many:
+        raise click.UsageError("--count goes with --many")
+    header_map = parse_headers(headers) or None
+    delivery: Delivery = "at_least_once" if at_least_once else "at_most_once"
+    with StopSignals() as signals, cli_node("request", node) as n:
+        deadline = time.monotonic() + discovery_wait
+        while True:
+            try:
+                if many:
+                    replies = n.request_many(
+                        topic,
+                        data,
+                        count=count,
+                        timeout=timeout,
+                        key=key,
+                        headers=header_map,
+                        delivery=delivery,
+                    )
+                else:
+                    replies = [
+                        n.request(
+                            topic,
+                            data,
+                            timeout=timeout,
+                            key=key,
+                            headers=header_map,
+                            delivery=delivery,
+                        )
+                    ]
+                break
+            except NoRespondersError as exc:
+                if time.monotonic() >= deadline or signals.stop.is_set():
+                    if signals.signum is not None:
+                        raise CliError("interrupted", exit_code=128 + signals.signum) from exc
+                    raise CliError(f"{exc} (waited {discovery_wait:g}s)") from exc
+                signals.stop.wait(RETRY_S)
+            except ReplyError as exc:
+                raise CliError(str(exc), exit_code=FAILED) from exc
+            except ZMeshError as exc:
+                raise CliError(str(exc)) from exc
+    for reply in replies:
+        _print(reply, as_json)
+    if many:
+        note(f"{len(replies)} replies")
+        if not replies:
+            raise CliError(f"no reply within {timeout:g}s")
+
+
+def _exec_reply(cmd: str, msg: Message, timeout: float) -> bytes:
+    """The standard output of CMD run with the request on stdin; what raises is
+    replied as an error."""
+    done = subprocess.run(
+        cmd, shell=True, input=msg.payload, capture_output=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"--exec exited {done.returncode}: {done.stderr.decode(errors='replace').strip()}"
+        )
+    return done.stdout
+
+
+@click.command(short_help="Answer requests on TOPIC (for testing): echo, --data or --exec.")
+@click.argument("topic")
+@click.option(
+    "--group",
+    default="responders",
+    show_default=True,
+    help="The group of responders to join (shared: one answers each request).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["shared", "broadcast"]),
+    default="shared",
+    show_default=True,
+    help="broadcast: every member answers (for `zmesh request --many`).",
+)
+@click.option("--data", help="Reply this text instead of the request's payload.")
+@click.option(
+    "--exec",
+    "exec_cmd",
+    metavar="CMD",
+    help="Reply what CMD (with sh) prints, the request on its stdin; a non-zero exit "
+    "is replied as an error.",
+)
+@click.option("--count", type=click.IntRange(min=1), help="Stop after this many requests.")
+@click.option("--timeout", type=click.FloatRange(min=0), help="Stop after this many seconds.")
+@node_options
+def reply(
+    topic: str,
+    group: str,
+    mode: str,
+    data: str | None,
+    exec_cmd: str | None,
+    count: int | None,
+    timeout: float | None,
+    node: NodeArgs,
+) -> None:
+    """Answer the requests of TOPIC (a pattern too) as a member of --group: with the
+    request's payload (an echo), --data, or what --exec prints; print each request's
+    payload on a line.
+
+    \b
+    Exit codes: 0 after --count requests, or at --timeout without --count; 1 fewer than
+    --count within --timeout (or an error); 2 bad usage; 130 / 143 stopped by SIGINT /
+    SIGTERM.
+    """
+    check_subject("topic", topic, wildcards=True)
+    check_name("group", group)
+    if data is not None and exec_cmd is not None:
+        raise click.UsageError("give --data or --exec, not both")
+    handled = 0
+    lock = threading.Lock()
+    enough = threading.Event()
+
+    def answer(msg: Message) -> bytes:
+        nonlocal handled
+        try:
+            if exec_cmd is not None:
+                return _exec_reply(exec_cmd, msg, timeout or 60.0)
+            return msg.payload if data is None else data.encode()
+        finally:
+            with lock:
+                sys.stdout.buffer.write(msg.payload + b"\n")
+                sys.stdout.buffer.flush()
+                handled += 1
+                if count is not None and handled >= count:
+                    enough.set()
+
+    with StopSignals() as signals, cli_node("reply", node) as n:
+        serving = n.serve(topic, group, answer, mode=mode)
+        note(
+            f"node {n.name} of mesh {node.mesh}: control {n.control_address}; "
+            f"answering {topic} as {group}"
+        )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not enough.is_set() and not signals.stop.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            signals.stop.wait(0.05)
+        serving.close()
+    if signals.signum is not None:
+        raise CliError(f"interrupted after {handled} requests", exit_code=128 + signals.signum)
+    if count is not None and handled < count:
+        raise CliError(f"answered {handled} of {count} requests within {timeout:g}s")
+    note(f"{handled} requests answered")
