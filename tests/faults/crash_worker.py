@@ -38,6 +38,7 @@ TIMING = {"heartbeat_interval_s": 0.2, "dead_after_s": 1.5}
 ADDR_WAIT_S = 30.0
 PUBLISH_ATTEMPTS = 12  # each waits up to publish_timeout_s for room in the outbox
 DRAIN_TIMEOUT_S = 110.0
+HOLD_TIMEOUT_S = 60.0
 FETCH_MAX = 500
 # Each consumer's window: what a crash can leave handled but unknown to the producer as
 # acked is bounded by it (the test's bound on duplicates is made from it).
@@ -68,6 +69,31 @@ def last_progress(path: Path) -> int:
     return max((int(line) for line in lines if line.isdigit()), default=-1)
 
 
+def back_again(node: zmesh.Node, name: str, incarnation: int) -> bool:
+    """Whether peer ``name`` is alive in life ``incarnation`` or a later one, a member of
+    every lane it subscribes."""
+    status = node.status()
+    peer = next((p for p in status["peers"] if p["name"] == name), None)
+    if peer is None or not peer["alive"] or peer["incarnation"] < incarnation:
+        return False
+    groups = {group for _topic, group, _mode in peer["subscriptions"]}
+    lanes = [lane for lane in status["lanes"] if lane["group"] in groups]
+    return bool(lanes) and all(peer["id"] in lane["members"] for lane in lanes)
+
+
+def hold(node: zmesh.Node, resume: Path, index: int) -> None:
+    """Wait at ``index`` until ``resume`` names a peer and its life (``c1 2``) and that
+    peer is back: a stream that goes on meanwhile could end before it is."""
+    print(f"producer holds at index {index}", flush=True)
+    text = until(lambda: resume.exists() and resume.read_text().strip(), HOLD_TIMEOUT_S)
+    if not text:
+        raise SystemExit(f"no {resume} after {HOLD_TIMEOUT_S:g}s")
+    name, incarnation = text.split()
+    if not until(lambda: back_again(node, name, int(incarnation)), HOLD_TIMEOUT_S, 0.02):
+        raise SystemExit(f"{name} not back in life {incarnation} after {HOLD_TIMEOUT_S:g}s")
+    print(f"producer resumes at index {index}: {name} is back", flush=True)
+
+
 def run_producer(args: argparse.Namespace) -> int:
     own = Path(args.addr_dir) / "producer.addr"
     progress = Path(args.progress)
@@ -96,6 +122,8 @@ def run_producer(args: argparse.Namespace) -> int:
             for first in range(start, args.count, args.batch):
                 indexes = range(first, min(first + args.batch, args.count))
                 index = indexes[-1]
+                if args.hold_at in indexes:
+                    hold(node, Path(args.resume), args.hold_at)
                 for attempt in range(PUBLISH_ATTEMPTS):
                     try:
                         if args.batch == 1:
@@ -191,6 +219,10 @@ def main(argv: list[str]) -> int:
     # A bounded outbox keeps the producer at the consumers' pace (publish blocks when it is
     # full), so the stream is still being published when the test kills the producer.
     prod.add_argument("--max-outbox", type=int, default=20_000)
+    prod.add_argument(
+        "--hold-at", type=int, default=-1, help="the index to wait at until --resume says so"
+    )
+    prod.add_argument("--resume", help="a file naming the peer to wait for and its life")
     cons.add_argument("--name", required=True)
     cons.add_argument("--group", required=True, choices=GROUPS)
     cons.add_argument("--log", required=True)

@@ -31,6 +31,9 @@ CONSUMERS = {"c1": "g1", "c2": "g1", "c3": "g2"}
 GROUP_MEMBERS = {"g1": ("c1", "c2"), "g2": ("c3",)}
 KILL_C1_AT = N // 5  # g1 has logged this many messages
 KILL_PRODUCER_AT = N // 2  # the producer has recorded this index as stored
+# The producer waits at this index until the restarted c1 is a member of g1 again: with
+# a fast failure detector the rest of the stream could otherwise go to c2 before c1 is back.
+HOLD_AT = 3 * N // 10
 KILL_PRODUCER_LAG = 2000  # ... and g2 has handled this many more messages since
 START_TIMEOUT_S = 20.0
 # The phases wait on the stream's progress, not on a clock: a wait fails once nothing new
@@ -122,6 +125,10 @@ class Cluster:
                 str(self.batch),
                 "--checkpoint",
                 str(CHECKPOINT),
+                "--hold-at",
+                str(HOLD_AT),
+                "--resume",
+                str(self.root / "resume"),
             ],
         )
 
@@ -296,6 +303,7 @@ def test_kill9_consumer_then_producer_loses_nothing(
             f"{progress_at_c1_kill})"
         )
         cluster.start_consumer("c1")
+        (cluster.root / "resume").write_text("c1 2\n")  # (its second life)
 
         # Phase 2: the restarted c1 handles messages again; kill -9 the producer mid-publish.
         def producer_half_way() -> bool:
