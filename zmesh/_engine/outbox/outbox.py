@@ -79,6 +79,7 @@ class Outbox:
         """``topic``'s configuration from now on: its lanes' timing, its declared groups'
         lanes, and the key index of a latest-wins topic."""
         self.lanes.configure(topic, cfg)
+        self.receipts.replicate(topic, cfg.replicas)
         if cfg.latest_wins:
             self.settler.index_latest(topic)
         for group in cfg.groups:

@@ -42,8 +42,6 @@ from .spill import Spill
 if TYPE_CHECKING:
     from ..._receipt import Receipt
 
-_stage = attrgetter("stage")
-
 
 def _lane_names(lanes: Iterable[Lane]) -> tuple[str, ...]:
     return tuple(lane.name for lane in lanes)
@@ -451,7 +449,7 @@ class Staging:
             if names is None:
                 names = owed_to[p.topic] = _lane_names(self.lanes.of_topic(p.topic))
             p.stage.lanes = names
-        self.receipts.stored.extend(map(_stage, pubs))  # (a batch's stage once per message)
+        self.receipts.add_stored(pubs)
         count = message_count(pubs)
         records.depth += count
         self.counters.add("published", count)
