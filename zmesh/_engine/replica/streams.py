@@ -260,7 +260,8 @@ class Replicator:
     def upkeep(self, peers: list[Peer], serving_me: set[bytes]) -> list[Peer]:
         """Keep the replica set: drop replicas gone, restarted or serving this producer;
         fill free places by rank. Returns the live peers holding a copy of this producer
-        that it does not count on (to be told to drop it)."""
+        that it does not count on, to be told to drop it (none until every replica it
+        counts on holds a whole copy: until then an older copy may be all there is)."""
         self._rescope(None)
         alive = {p.node_id: p for p in peers if p.alive}
         kept = [
@@ -301,6 +302,8 @@ class Replicator:
                 self.op += 1
                 self._queue_all(_EMPTY, False)
             self.release()
+        if len(self.streams) < wanted or not all(s.whole for s in self.streams):
+            return []  # (an older copy elsewhere may be all there is until then)
         counted = {s.node_id for s in self.streams}
         return [
             p
