@@ -321,6 +321,8 @@ class Replicator:
         budget = SYNC_BYTES_PER_LOOP
         blocked = False
         for stream in self.streams:
+            if not stream.peer.alive:  # (its sockets may be closed: the next beat drops it)
+                continue
             reader = stream.reader
             while reader is not None and budget > 0 and stream.queued < MAX_QUEUED_BYTES // 2:
                 part = reader.part()
