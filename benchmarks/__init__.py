@@ -20,6 +20,8 @@ SCENARIOS = (
     "latency_raw",
     "latency_raw_contract",
     "latency_zmesh_process",
+    "zmesh_replicas_2",
+    "latency_zmesh_replicas_2",
     "fanout_4_groups",
     "zmesh_many_lanes",
     "zmesh_shared_2_members",

@@ -69,6 +69,7 @@ def _live(
     warmup: int | None = None,
     idle: int = 0,
     members: int = 1,
+    replicas: int = 1,
 ) -> dict[str, Any]:
     mesh = _mesh()
     warmup = sizes.warmup if warmup is None else warmup
@@ -89,8 +90,23 @@ def _live(
             rate=rate,
             deadline_s=deadline_s,
             members=members,
+            replicas=replicas,
         )
         control = prod.expect("ready", 30)["control"]
+        # Replica hosts of their own (the consumers host none): replicas - 1 of them.
+        reps = [
+            kids.start(
+                "zmesh_replica",
+                name=f"replica-{i + 1}",
+                mesh=mesh,
+                data_dir=str(workdir / f"replica-{i + 1}"),
+                seeds=[control],
+                deadline_s=deadline_s,
+            )
+            for i in range(replicas - 1)
+        ]
+        for r in reps:
+            r.expect("ready", 30)
         # Members of one group share its messages: each counts its own (no expected total).
         names = [(g, f"-{i + 1}" if members > 1 else "") for g in groups for i in range(members)]
         cons = [
@@ -114,9 +130,10 @@ def _live(
         for c in cons:
             c.expect("ready", 30)
         res = prod.expect("result", deadline_s)
-        for c in cons:
+        for c in (*cons, *reps):
             c.send("stop")
         got = [c.expect("result", 30) for c in cons]
+        held = [r.expect("result", 30) for r in reps]
     t0 = res["t0"]
     out: dict[str, Any] = {
         "seconds": res["t1"] - t0,
@@ -124,6 +141,7 @@ def _live(
         "rss_mb": {
             "producer": res["rss_mb"],
             **{f"consumer_{g}{m}": r["rss_mb"] for (g, m), r in zip(names, got, strict=True)},
+            **{f"replica_{i + 1}": r["rss_mb"] for i, r in enumerate(held)},
         },
         "cpu_us_per_msg": {
             "producer": res["cpu_s"] * 1e6 / count,
@@ -132,6 +150,8 @@ def _live(
                 f"consumer_{g}{m}": r["cpu_s"] * 1e6 / max(1, r["count"] if m else count)
                 for (g, m), r in zip(names, got, strict=True)
             },
+            # (a replica's: over its whole life, warm-up and set-up included)
+            **{f"replica_{i + 1}": r["cpu_s"] * 1e6 / count for i, r in enumerate(held)},
         },
         "producer_stats": {
             k: v
@@ -200,6 +220,30 @@ def latency_zmesh_process(
         count=int(sizes.latency_s * sizes.latency_rate),
         rate=sizes.latency_rate,
         warmup=sizes.latency_warmup,
+    )
+
+
+def zmesh_replicas_2(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    """``zmesh_process`` with the topic's replicas at 2: every receipt waits for a replica
+    host (a process of its own) to hold its message."""
+    return _live(
+        workdir, sizes, profile, durability="process", api="message", count=sizes.zmesh, replicas=2
+    )
+
+
+def latency_zmesh_replicas_2(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
+    return _live(
+        workdir,
+        sizes,
+        profile,
+        durability="process",
+        api="message",
+        count=int(sizes.latency_s * sizes.latency_rate),
+        rate=sizes.latency_rate,
+        warmup=sizes.latency_warmup,
+        replicas=2,
     )
 
 
@@ -376,6 +420,8 @@ SCENARIOS = {
     "zmesh_memory": zmesh_memory,
     "zmesh_batch_process": zmesh_batch_process,
     "latency_zmesh_process": latency_zmesh_process,
+    "zmesh_replicas_2": zmesh_replicas_2,
+    "latency_zmesh_replicas_2": latency_zmesh_replicas_2,
     "fanout_4_groups": fanout_4_groups,
     "zmesh_many_lanes": zmesh_many_lanes,
     "zmesh_shared_2_members": zmesh_shared_2_members,

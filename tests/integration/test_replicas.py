@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 import zmesh
 from tests.conftest import wait_members, wait_until
+from tests.integration.test_cli import LOOP, Proc, run_cli
 
 TAKEOVER = {"takeover_after_s": 2.0}  # (dead_after_s is 1.5 in these tests)
 
@@ -127,3 +129,34 @@ def test_lanes_taken_over_then_handed_back(make_node: Callable[..., zmesh.Node],
     assert p2.status()["counters"]["handbacks_received"] == 1
     assert not sub.fetch(100, timeout=0.5)
     assert c.status()["counters"].get("received", 0) == n
+
+
+def test_status_shows_replicas_and_cli_nodes_host_none(
+    make_node: Callable[..., zmesh.Node], mesh_name: str, tmp_path: Path
+) -> None:
+    p = make_node("p", replica_host=False)
+    p.topic("t", replicas=2, groups=["g"])
+    # A command line node is a peer like any other, but hosts no replica: the producer
+    # finds no replica host while it is the only other node.
+    sub = Proc(
+        tmp_path,
+        "sub",
+        ["sub", "t", "--group", "g", *LOOP, "--mesh", mesh_name, "--seed", p.control_address],
+    )
+    try:
+        wait_members(p, "t", "g", 1, timeout=30)
+        receipt = p.publish("t", b"one")
+        wait_until(lambda: "one" in sub.stdout(), 30, what="the command line's subscriber")
+        assert not receipt.stored and _replicas(p)["set"] == []
+        text = run_cli(["status", p.control_address])
+        assert text.returncode == 0, text.stderr
+        assert "replicated topics" in text.stdout and "t (2)" in text.stdout
+        assert "no replica host" in text.stdout and "1 not on replicas yet" in text.stdout
+        r = make_node("r", seeds=[p.control_address])
+        receipt.wait_stored(timeout=15)
+        text = run_cli(["status", r.control_address])
+        assert text.returncode == 0, text.stderr
+        assert "copy held" in text.stdout and p.id[:12] in text.stdout
+    finally:
+        sub.popen.terminate()
+        sub.popen.wait(30)

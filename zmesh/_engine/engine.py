@@ -315,8 +315,6 @@ class Engine:
         self.listener.receive(events, wb, now)
         self._timers(now, wb)
         done, stored = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
-        if self.replication.after_store(now):
-            self._send_retry_at = self._send_retry_at or now + SEND_RETRY_S
         mesh = self.mesh
         assert mesh is not None
         if stored and mesh.ephemeral:
@@ -340,6 +338,9 @@ class Engine:
                 self.outbox.dispatcher.dispatch(now, self._send_data, self._wb)
             if self.replication.taken:
                 self.replication.dispatch(now, self._sender)
+        # (after the data: what replicas copy waits a little, a consumer does not)
+        if self.replication.after_store(now):
+            self._send_retry_at = self._send_retry_at or now + SEND_RETRY_S
         return not stop
 
     def _poll_timeout_ms(self, now: float) -> int:
