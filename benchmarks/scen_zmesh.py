@@ -209,7 +209,7 @@ def zmesh_batch_process(workdir: Path, sizes: Sizes, profile: Path | None = None
 
 
 def latency_zmesh_process(
-    workdir: Path, sizes: Sizes, profile: Path | None = None
+    workdir: Path, sizes: Sizes, profile: Path | None = None, replicas: int = 1
 ) -> dict[str, Any]:
     return _live(
         workdir,
@@ -220,6 +220,7 @@ def latency_zmesh_process(
         count=int(sizes.latency_s * sizes.latency_rate),
         rate=sizes.latency_rate,
         warmup=sizes.latency_warmup,
+        replicas=replicas,
     )
 
 
@@ -234,17 +235,7 @@ def zmesh_replicas_2(workdir: Path, sizes: Sizes, profile: Path | None = None) -
 def latency_zmesh_replicas_2(
     workdir: Path, sizes: Sizes, profile: Path | None = None
 ) -> dict[str, Any]:
-    return _live(
-        workdir,
-        sizes,
-        profile,
-        durability="process",
-        api="message",
-        count=int(sizes.latency_s * sizes.latency_rate),
-        rate=sizes.latency_rate,
-        warmup=sizes.latency_warmup,
-        replicas=2,
-    )
+    return latency_zmesh_process(workdir, sizes, profile, replicas=2)
 
 
 def zmesh_many_lanes(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
