@@ -348,3 +348,23 @@ def test_a_taker_waits_for_its_in_flight_messages_up_to_the_ack_timeout(rig: Rig
     taken.settle(Ack(M, TOPIC, "g2", tuple(seqs), rig.node_id), now + 3)
     assert taken.in_flight() == 0 and taken.ready_to_hand_back(now + 3)
     taken.close()
+
+
+def test_frames_refused_from_before_a_new_sync_do_not_start_another(rig: Rig) -> None:
+    rig.replicator.upkeep([rig.peer], set())
+    rig.publish(20)
+    rig.pump()
+    stream = rig.replicator.streams[0]
+    for _ in range(3):
+        rig.publish(5)
+    stream.frames.popleft()  # (lost)
+    rig.replicator.flush()  # (the others on their way, after a gap)
+    begun = rig.replicator.counters.get("replica_syncs_begun")
+    rig.replicator._begin(stream)  # (the producer starts over meanwhile: its queue overflowed)
+    rig.pump()
+    # The replica refused the frames of before that sync and asked once; the producer
+    # knew the sync under way answers it, and began no other.
+    assert rig.copies.counters.get("replica_stream_gaps") == 2
+    assert rig.replicator.counters.get("replica_syncs_begun") == begun + 1
+    assert stream.whole and rig.replicator.lag == 0
+    assert _dump(rig.copies.held[rig.node_id].store) == _dump(rig.store)

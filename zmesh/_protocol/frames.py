@@ -342,8 +342,9 @@ class ReplOps:
 
 @dataclass(frozen=True, slots=True)
 class ReplAck:
-    """A replica committed its copy up to ``op`` of ``producer``'s stream (``resync``:
-    its stream had a gap; it asks for its copy again)."""
+    """A replica committed its copy up to ``op`` of ``producer``'s stream; or
+    (``resync``) it refused frame ``op``, which did not follow the last it applied, and
+    asks for a new copy."""
 
     node_id: bytes
     producer: bytes

@@ -38,7 +38,9 @@ from .writes import deletes_only, into_batch
 log = logging.getLogger(__name__)
 
 COPIES_DIR = "replicas"  # under the data dir
-RESYNC_ASK_INTERVAL_S = 1.0  # a producer is asked for a new copy at most this often
+# A producer asked for a new copy is not asked again until its sync begins (frames sent
+# before it still arrive meanwhile), or this long after (the ask was lost).
+RESYNC_ASK_AGAIN_S = 30.0
 _COPY_META = b"copy"  # [incarnation, version, replicas, synced, topics, last op]
 
 _packb = msgpack.Packer(use_bin_type=True).pack
@@ -195,15 +197,16 @@ class Copies:
         if msg.sync == SYNC_BEGIN:
             held = self.held.get(producer)
             if held is None or held.incarnation <= msg.incarnation:  # (not an earlier life's)
+                self._asked.pop(producer, None)
                 self._begin(msg)
             return None
         copy = self.making.get(producer) or self.held.get(producer)
         if copy is None or copy.incarnation != msg.incarnation or copy.last_op != msg.prev:
             self.counters.add("replica_stream_gaps", 1)
-            if now - self._asked.get(producer, -1e9) < RESYNC_ASK_INTERVAL_S:
+            if now - self._asked.get(producer, -1e9) < RESYNC_ASK_AGAIN_S:
                 return None
             self._asked[producer] = now
-            return ReplAck(self.me, producer, msg.incarnation, 0, True)
+            return ReplAck(self.me, producer, msg.incarnation, msg.op, True)  # (the op refused)
         copy.take(msg)
         self.counters.add("replica_frames", 1)
         return None

@@ -67,6 +67,7 @@ class Stream:
     prev: int = 0  # the op of the last frame queued for it
     acked: int = 0
     sync_end: int = 0  # the op of its SYNC_END (0: its copy is not whole yet)
+    begun: int = 0  # the op of its last SYNC_BEGIN
     reader: SyncReader | None = None
     frames: deque[bytes] = field(default_factory=deque)
     queued: int = 0  # bytes in ``frames``
@@ -184,6 +185,7 @@ class Replicator:
         self._rescope(None)
         stream.reader = SyncReader(self.store, self.scope)
         self.op += 1
+        stream.begun = self.op
         self._queue(stream, SYNC_BEGIN, pack_writes(_EMPTY))
         self.counters.add("replica_syncs_begun", 1)
 
@@ -247,8 +249,11 @@ class Replicator:
         if stream is None or msg.incarnation != self.incarnation:
             return
         if msg.resync:
-            log.info("replica %s asks for a new copy", stream.peer.name)
-            self._begin(stream)
+            # (``op``: the frame it refused; one sent before the sync under way began asks
+            # for what that sync gives it already)
+            if msg.op >= stream.begun:
+                log.info("replica %s asks for a new copy", stream.peer.name)
+                self._begin(stream)
             return
         if msg.op > stream.acked:
             stream.acked = msg.op
