@@ -29,7 +29,17 @@ from tests.web.conftest import (
 from zmesh._http.views import SUMMED
 
 # The shapes docs/operations.md documents ("The HTTP API").
-STATUS_KEYS = {"node", "outbox", "store", "lanes", "subscriptions", "peers", "bans", "counters"}
+STATUS_KEYS = {
+    "node",
+    "outbox",
+    "store",
+    "lanes",
+    "subscriptions",
+    "peers",
+    "bans",
+    "replicas",
+    "counters",
+}
 LANE_KEYS = {
     "topic",
     "lane",

@@ -77,12 +77,14 @@ class Replication:
         self.taken: dict[bytes, Taken] = {}
         self._absent: dict[bytes, float] = {}  # producers with a copy here and no peer
         self._next_floors = 0.0
+        self.started = 0.0
         self.mesh: Mesh | None = None
 
     def start(self, mesh: Mesh, now: float) -> None:
         self.mesh = mesh
         mesh.replication = self
         mesh.taken = self.taken
+        self.started = now
         if self.config.replica_host:
             self.copies.load()
         for producer in self.copies.held:
@@ -143,8 +145,12 @@ class Replication:
         assert mesh is not None
         peers = list(mesh.peers.values())
         serving_me = mesh.served.get(self.node_id, set())
-        for peer in self.producer.upkeep(peers, serving_me):
-            mesh.send_ctrl(peer.node_id, ReplDrop(self.node_id, self.producer.incarnation))
+        stale = self.producer.upkeep(peers, serving_me)
+        # A node that replicates nothing (yet) tells others to drop their copies of it
+        # only after a while: a restarted producer configures its topics when it can.
+        if stale and (self.producer.wanted or now - self.started >= self.config.takeover_delay_s):
+            for peer in stale:
+                mesh.send_ctrl(peer.node_id, ReplDrop(self.node_id, self.producer.incarnation))
         if self.copies.held:
             self._take_overs(now, mesh)
 
