@@ -19,7 +19,7 @@ from zmesh._engine.outbox.publishes import AnyPublish, Publish, PublishMany
 from zmesh._engine.outbox.record import Columns
 from zmesh._engine.peers import Peer
 from zmesh._engine.replica.copies import Copies
-from zmesh._engine.replica.streams import Replicator
+from zmesh._engine.replica.streams import SEND_WINDOW_BYTES, Replicator
 from zmesh._engine.replica.takeover import Taken, apply_handback
 from zmesh._engine.replica.writes import Scope, cut, into_batch, select
 from zmesh._engine.routing import round_robin_partitions
@@ -41,7 +41,7 @@ class Rig:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.store = Store(str(root / "p"), 1 << 24)
+        self.store = Store(str(root / "p"), 1 << 27)
         self.node_id, self.incarnation, self.next_seq, next_lane = self.store.open_identity()
         cfg = TopicConfig(replicas=2, groups=("g1", "g2"), partitions=PARTITIONS, ack_timeout_s=5)
         self.outbox = Outbox(
@@ -69,7 +69,7 @@ class Rig:
         push = self.ctx.socket(zmq.PUSH)
         self.peer = Peer(R, "r", 1, "tcp://10.0.0.2:1", "tcp://10.0.0.2:2", push, dealer, 0.0)
         self.peer.replica_host = True
-        self.copies = Copies(str(root / "r"), 1 << 24, R, Counters())
+        self.copies = Copies(str(root / "r"), 1 << 27, R, Counters())
         self.frames: list[ReplOps] = []
 
     def close(self) -> None:
@@ -83,13 +83,15 @@ class Rig:
         self.store.commit(wb)
         self.replicator.committed(wb)
 
-    def publish(self, n: int, *, many: bool = False, expires_at: float | None = None) -> list[int]:
+    def publish(
+        self, n: int, *, many: bool = False, expires_at: float | None = None, size: int = 0
+    ) -> list[int]:
         """Store ``n`` messages as the engine does (a run when ``many``)."""
         first = self.next_seq
         self.next_seq += n
         pubs: list[AnyPublish]
         if many:
-            payloads = [b"m%d" % s for s in range(first, first + n)]
+            payloads = [b"m%d" % s + b"." * size for s in range(first, first + n)]
             parts = round_robin_partitions(first, n, PARTITIONS)
             pubs = [
                 PublishMany(
@@ -222,7 +224,7 @@ def test_a_frame_lost_on_the_way_gets_the_replica_a_new_copy(rig: Rig) -> None:
     syncs = rig.copies.counters.get("replica_syncs")
     rig.publish(5)
     stream = rig.replicator.streams[0]
-    lost = stream.frames.popleft()  # (a connection that broke with it in flight)
+    _op, lost = stream.frames.popleft()  # (a connection that broke with it in flight)
     assert isinstance(decode_control(lost, max_repl_bytes=1 << 22), ReplOps)
     rig.publish(5)
     rig.pump()
@@ -367,4 +369,17 @@ def test_frames_refused_from_before_a_new_sync_do_not_start_another(rig: Rig) ->
     assert rig.copies.counters.get("replica_stream_gaps") == 2
     assert rig.replicator.counters.get("replica_syncs_begun") == begun + 1
     assert stream.whole and rig.replicator.lag == 0
+    assert _dump(rig.copies.held[rig.node_id].store) == _dump(rig.store)
+
+
+def test_a_replica_is_sent_at_most_a_window_ahead_of_its_acks(rig: Rig) -> None:
+    for _ in range(12):  # 24 MiB of outbox for the new replica's sync
+        rig.publish(500, many=True, size=4096)
+    rig.replicator.upkeep([rig.peer], set())
+    stream = rig.replicator.streams[0]
+    for _ in range(40):  # (reads 2 MiB of the outbox per flush)
+        rig.replicator.flush()
+    assert stream.frames and SEND_WINDOW_BYTES <= stream.unacked < SEND_WINDOW_BYTES + (1 << 20)
+    rig.pump()
+    assert stream.whole and stream.unacked == 0 and not stream.frames
     assert _dump(rig.copies.held[rig.node_id].store) == _dump(rig.store)

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_QUEUED_BYTES = 64 << 20  # frames waiting for one replica's socket; past it, a new copy
+# Frames sent to one replica and not acked yet, at most: the rest wait in ``frames``, not
+# in the socket's queue (a sync's parts would fill it with hundreds of MiB).
+SEND_WINDOW_BYTES = 16 << 20
 SYNC_BYTES_PER_LOOP = 2 << 20  # what a loop iteration reads of the outbox for new replicas
 FLOOR_SNAPSHOTS = 64  # lane floors waiting for the replicas' acks, at most
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -69,8 +72,10 @@ class Stream:
     sync_end: int = 0  # the op of its SYNC_END (0: its copy is not whole yet)
     begun: int = 0  # the op of its last SYNC_BEGIN
     reader: SyncReader | None = None
-    frames: deque[bytes] = field(default_factory=deque)
+    frames: deque[tuple[int, bytes]] = field(default_factory=deque)  # (op, frame) to send
     queued: int = 0  # bytes in ``frames``
+    sent: deque[tuple[int, int]] = field(default_factory=deque)  # (op, bytes) not acked
+    unacked: int = 0  # bytes in ``sent``
 
     @property
     def whole(self) -> bool:
@@ -165,7 +170,7 @@ class Replicator:
             packed,
         )
         stream.prev = self.op
-        stream.frames.append(frame)
+        stream.frames.append((self.op, frame))
         stream.queued += len(frame)
         if stream.queued > MAX_QUEUED_BYTES:
             self.counters.add("replica_queue_overflows", 1)
@@ -180,6 +185,8 @@ class Replicator:
         """Start ``stream`` over: a new copy, read from the store as it stands."""
         stream.frames.clear()
         stream.queued = 0
+        stream.sent.clear()
+        stream.unacked = 0
         stream.sync_end = 0
         stream.prev = 0
         self._rescope(None)
@@ -257,6 +264,9 @@ class Replicator:
             return
         if msg.op > stream.acked:
             stream.acked = msg.op
+            sent = stream.sent
+            while sent and sent[0][0] <= msg.op:
+                stream.unacked -= sent.popleft()[1]
             self.release()
             self._confirm()
 
@@ -341,12 +351,16 @@ class Replicator:
                     self._queue(stream, SYNC_END, pack_writes(_EMPTY))
                     stream.sync_end = self.op
                     stream.reader = reader = None
-            frames = stream.frames
+            frames, sent = stream.frames, stream.sent
             dealer = stream.peer.dealer
             try:
-                while frames:
-                    dealer.send(frames[0], _NOBLOCK)
-                    stream.queued -= len(frames.popleft())
+                while frames and stream.unacked < SEND_WINDOW_BYTES:
+                    op, frame = frames[0]
+                    dealer.send(frame, _NOBLOCK)
+                    frames.popleft()
+                    stream.queued -= len(frame)
+                    sent.append((op, len(frame)))
+                    stream.unacked += len(frame)
             except zmq.Again:
                 blocked = True
         return blocked
@@ -364,6 +378,7 @@ class Replicator:
                     "state": "whole" if s.whole else "syncing",
                     "acked_op": s.acked,
                     "queued_bytes": s.queued,
+                    "unacked_bytes": s.unacked,
                 }
                 for s in self.streams
             ],
