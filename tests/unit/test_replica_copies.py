@@ -18,7 +18,7 @@ from zmesh._engine.outbox.outcomes import Outcome, Outcomes
 from zmesh._engine.outbox.publishes import AnyPublish, Publish, PublishMany
 from zmesh._engine.outbox.record import Columns
 from zmesh._engine.peers import Peer
-from zmesh._engine.replica.copies import Copies
+from zmesh._engine.replica.copies import LAZY_ACK_S, Copies
 from zmesh._engine.replica.streams import SEND_WINDOW_BYTES, Replicator
 from zmesh._engine.replica.takeover import Taken, apply_handback
 from zmesh._engine.replica.writes import Scope, cut, into_batch, select
@@ -71,6 +71,7 @@ class Rig:
         self.peer.replica_host = True
         self.copies = Copies(str(root / "r"), 1 << 27, R, Counters())
         self.frames: list[ReplOps] = []
+        self.clock = 0.0  # the replica's (acks of settlements wait for it: LAZY_ACK_S)
 
     def close(self) -> None:
         self.copies.close()
@@ -153,7 +154,8 @@ class Rig:
                 if answer is not None:
                     self.replicator.on_ack(answer)
                 moved = True
-            for ack in self.copies.commit():
+            self.clock += LAZY_ACK_S
+            for ack in self.copies.commit(self.clock):
                 self.replicator.on_ack(decode_control(encode_control(ack)))  # type: ignore[arg-type]
             if not moved and not any(s.reader for s in self.replicator.streams):
                 return
@@ -383,3 +385,36 @@ def test_a_replica_is_sent_at_most_a_window_ahead_of_its_acks(rig: Rig) -> None:
     rig.pump()
     assert stream.whole and stream.unacked == 0 and not stream.frames
     assert _dump(rig.copies.held[rig.node_id].store) == _dump(rig.store)
+
+
+def test_a_replica_acks_what_stores_at_once_and_settlements_lazily(rig: Rig) -> None:
+    rig.replicator.upkeep([rig.peer], set())
+    seqs = rig.publish(50)
+    rig.pump()
+    stream = rig.replicator.streams[0]
+    rig.clock = rig.copies.held[rig.node_id].told_at  # (just after its last ack)
+
+    def deliver() -> list:
+        rig.replicator.flush()
+        while rig.router.poll(200):
+            msg = decode_control(rig.router.recv_multipart()[1], max_repl_bytes=1 << 22)
+            assert rig.copies.on_ops(msg, 0.0) is None  # type: ignore[arg-type]
+        return rig.copies.commit(rig.clock)
+
+    wb = WriteBatch()
+    rig.outbox.settler.on_ack(TOPIC, "g1", seqs[:10], wb)
+    rig.commit(wb)
+    assert deliver() == []  # (a settlement: acked with the next ack, or soon)
+    rig.publish(1)
+    [ack] = deliver()  # (a publish: at once, the settlement's op with it)
+    assert ack.op == stream.prev  # (the last frame sent)
+    wb = WriteBatch()
+    rig.outbox.settler.on_ack(TOPIC, "g2", seqs[:10], wb)
+    rig.commit(wb)
+    assert deliver() == []
+    rig.clock += LAZY_ACK_S - 0.01
+    assert rig.copies.commit(rig.clock) == []
+    rig.clock += 0.01
+    [ack] = rig.copies.commit(rig.clock)  # (nothing new to commit: the ack it owed)
+    rig.replicator.on_ack(ack)
+    assert stream.acked == stream.prev

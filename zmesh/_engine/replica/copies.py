@@ -26,6 +26,7 @@ import msgpack
 from ..._protocol.frames import (
     SYNC_BEGIN,
     SYNC_END,
+    SYNC_NONE,
     CopyRef,
     ReplAck,
     ReplOps,
@@ -41,6 +42,10 @@ COPIES_DIR = "replicas"  # under the data dir
 # A producer asked for a new copy is not asked again until its sync begins (frames sent
 # before it still arrive meanwhile), or this long after (the ask was lost).
 RESYNC_ASK_AGAIN_S = 30.0
+# Frames that only delete (settlements) are acked at most this often: their acks tell the
+# producer's floors, told consumers once a heartbeat; what a frame stores is acked at once
+# (receipts wait for it).
+LAZY_ACK_S = 0.2
 _COPY_META = b"copy"  # [incarnation, version, replicas, synced, topics, last op]
 
 _packb = msgpack.Packer(use_bin_type=True).pack
@@ -60,7 +65,10 @@ class Copy:
     topics: dict[str, dict] = field(default_factory=dict)  # the replicated topics' configs
     last_op: int = 0  # the last frame applied (-1: a commit failed; ask for a new copy)
     batches: list[WriteBatch] = field(default_factory=list)  # applied, not committed yet
-    acked: int = 0  # the last op committed and acked
+    acked: int = 0  # the last op committed
+    told: int = 0  # the last op acked to the producer
+    told_at: float = 0.0
+    puts: bool = False  # a frame in ``batches`` stores something (its ack is awaited)
     ends_sync: bool = False  # a SYNC_END waits in ``batches``
 
     @property
@@ -87,6 +95,7 @@ class Copy:
             last = WriteBatch()
             self.batches.append(last)
         into_batch(msg.writes, last)
+        self.puts = self.puts or msg.sync != SYNC_NONE or not deletes_only(msg.writes)
         if msg.fsync:
             last.fsync = True
         self.last_op = msg.op
@@ -233,12 +242,19 @@ class Copies:
         self.counters.add("replica_syncs", 1)
         log.info("a copy of producer %s's outbox begins at %s", producer.hex()[:12], path)
 
-    def commit(self) -> list[ReplAck]:
-        """Commit what this iteration applied, copy by copy; the acks to send."""
+    def commit(self, now: float) -> list[ReplAck]:
+        """Commit what this iteration applied, copy by copy; the acks to send (see
+        LAZY_ACK_S)."""
         acks = []
         for copy in [*self.making.values(), *self.held.values()]:
-            if copy.batches and self.commit_one(copy):
-                acks.append(ReplAck(self.me, copy.producer, copy.incarnation, copy.acked, False))
+            if copy.batches:
+                puts, copy.puts = copy.puts, False
+                if not self.commit_one(copy) or not (puts or now - copy.told_at >= LAZY_ACK_S):
+                    continue
+            elif copy.told == copy.acked or now - copy.told_at < LAZY_ACK_S:
+                continue
+            copy.told, copy.told_at = copy.acked, now
+            acks.append(ReplAck(self.me, copy.producer, copy.incarnation, copy.acked, False))
         return acks
 
     def commit_one(self, copy: Copy) -> bool:

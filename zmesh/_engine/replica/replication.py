@@ -121,7 +121,7 @@ class Replication:
         blocked = producer.flush()
         mesh = self.mesh
         assert mesh is not None
-        for ack in self.copies.commit():
+        for ack in self.copies.commit(now):
             mesh.send_ctrl(ack.producer, ack)
         for taken in list(self.taken.values()):
             taken.tick(now)
