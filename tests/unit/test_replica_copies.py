@@ -83,6 +83,7 @@ class Rig:
     def commit(self, wb: WriteBatch) -> None:
         self.store.commit(wb)
         self.replicator.committed(wb)
+        self.replicator.copy()  # (the engine: after the loop's sends)
 
     def publish(
         self, n: int, *, many: bool = False, expires_at: float | None = None, size: int = 0

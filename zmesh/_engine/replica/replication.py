@@ -114,6 +114,7 @@ class Replication:
         """After the loop's commit: receipts gated, frames sent, copies committed and
         acked, served lanes' timers and commits. True when a socket was full."""
         producer = self.producer
+        producer.copy()
         producer.gate()
         if now >= self._next_floors:
             self._next_floors = now + self.config.heartbeat_interval_s

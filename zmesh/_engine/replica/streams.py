@@ -112,6 +112,7 @@ class Replicator:
         self.lag = 0  # messages in ``pending``
         self.floors: deque[tuple[int, dict[int, int]]] = deque()
         self.confirmed: dict[int, int] = {}  # lane id -> floor every replica knows
+        self._commits: list[WriteBatch] = []  # committed, copied after the loop's sends
 
     # -- what to copy ---------------------------------------------------------------------
 
@@ -128,19 +129,26 @@ class Replicator:
             self.scope.update(replicated, self.outbox.lanes.all.values())
 
     def committed(self, wb: WriteBatch) -> None:
-        """A batch was committed: its replicated part goes to every replica (frames are
-        made once and queued to each in order)."""
+        """A batch was committed: its replicated part goes to every replica, once the
+        loop has sent its data (``copy``: a consumer waits for those, not for this)."""
         if not self.streams:
             self.op += 1  # (a replica added later gets it in its sync)
             return
-        self._rescope(wb)
-        writes = select(wb, self.scope)
-        if writes is None:
-            self.op += 1
-            return
-        for part in cut(writes):
-            self.op += 1
-            self._queue_all(part, wb.fsync)
+        self._commits.append(wb)
+
+    def copy(self) -> None:
+        """The replicated part of the batches committed since the last call, to every
+        replica in order (frames made once, queued to each)."""
+        commits, self._commits = self._commits, []
+        for wb in commits:
+            self._rescope(wb)
+            writes = select(wb, self.scope)
+            if writes is None:
+                self.op += 1
+                continue
+            for part in cut(writes):
+                self.op += 1
+                self._queue_all(part, wb.fsync)
 
     def _queue_all(self, part: Writes, fsync: bool) -> None:
         packed = pack_writes(part)
@@ -199,7 +207,8 @@ class Replicator:
     # -- receipts and floors ----------------------------------------------------------------
 
     def gate(self) -> None:
-        """The stages stored by this iteration's commit wait for the replicas of its op."""
+        """The stages stored by this iteration's commit wait for the replicas of its op
+        (after ``copy``)."""
         gated = self.receipts.gated
         if gated:
             self.pending.append((self.op, [(k - 1, stage, n) for stage, k, n in gated]))
