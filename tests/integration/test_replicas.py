@@ -51,8 +51,15 @@ def test_a_receipt_is_stored_once_a_replica_holds_its_message(
         receipt.wait_stored(timeout=0.5)
     assert not receipt.stored and not receipt.acked
     assert _replicas(p)["lag"] == 1
+    once = p.publish("t", b"idempotent", msg_id="m-1")
+    again = p.publish("t", b"idempotent", msg_id="m-1")  # (a duplicate: it follows the first)
+    with pytest.raises(zmesh.TimeoutError):
+        again.wait_stored(timeout=0.5)
     r = make_node("r", seeds=[p.control_address])
     receipt.wait_stored(timeout=10)
+    once.wait_stored(timeout=10)
+    again.wait_stored(timeout=10)
+    assert again.id == once.id
     receipt.wait_acked(timeout=10)
     later = p.publish_many("t", [b"%d" % i for i in range(500)])
     later.wait_stored(timeout=10)
@@ -60,7 +67,7 @@ def test_a_receipt_is_stored_once_a_replica_holds_its_message(
     assert status["lag"] == 0
     assert [(m["name"], m["state"]) for m in status["set"]] == [("r", "whole")]
     # Settlements follow: the copy ends empty once the group acked everything.
-    _drain(sub, Counter(), 500, 10)
+    _drain(sub, Counter(), 501, 10)
     later.wait_acked(timeout=10)
 
     def copy_empty() -> bool:

@@ -83,7 +83,11 @@ class Receipts:
         it, acked when ``original`` is (now, if nobody owes it any more)."""
         if owed:
             self._followers.setdefault(original, []).append(receipt)
-            self.stored.append(receipt._stage)
+            k = self.replicated.get(receipt.topic)
+            if k is None:
+                self.stored.append(receipt._stage)
+            else:  # (stored when what is stored with it is: the replicas' next ack)
+                self.gated.append((receipt._stage, k, 1))
         else:
             self.acked.append(receipt)
 
