@@ -24,6 +24,8 @@ SCENARIOS = (
     "latency_zmesh_process",
     "zmesh_16k",
     "zmesh_256k",
+    "zmesh_replicas_2",
+    "latency_zmesh_replicas_2",
     "fanout_4_groups",
     "zmesh_many_lanes",
     "zmesh_shared_2_members",

@@ -71,6 +71,7 @@ def _live(
     idle: int = 0,
     members: int = 1,
     payload_bytes: int = PAYLOAD_BYTES,
+    replicas: int = 1,
 ) -> dict[str, Any]:
     mesh = _mesh()
     warmup = sizes.warmup if warmup is None else warmup
@@ -92,8 +93,23 @@ def _live(
             deadline_s=deadline_s,
             members=members,
             payload_bytes=payload_bytes,
+            replicas=replicas,
         )
         control = prod.expect("ready", 30)["control"]
+        # Replica hosts of their own (the consumers host none): replicas - 1 of them.
+        reps = [
+            kids.start(
+                "zmesh_replica",
+                name=f"replica-{i + 1}",
+                mesh=mesh,
+                data_dir=str(workdir / f"replica-{i + 1}"),
+                seeds=[control],
+                deadline_s=deadline_s,
+            )
+            for i in range(replicas - 1)
+        ]
+        for r in reps:
+            r.expect("ready", 30)
         # Members of one group share its messages: each counts its own (no expected total).
         names = [(g, f"-{i + 1}" if members > 1 else "") for g in groups for i in range(members)]
         cons = [
@@ -117,9 +133,10 @@ def _live(
         for c in cons:
             c.expect("ready", 30)
         res = prod.expect("result", deadline_s)
-        for c in cons:
+        for c in (*cons, *reps):
             c.send("stop")
         got = [c.expect("result", 30) for c in cons]
+        held = [r.expect("result", 30) for r in reps]
     t0 = res["t0"]
     out: dict[str, Any] = {
         "seconds": res["t1"] - t0,
@@ -127,6 +144,7 @@ def _live(
         "rss_mb": {
             "producer": res["rss_mb"],
             **{f"consumer_{g}{m}": r["rss_mb"] for (g, m), r in zip(names, got, strict=True)},
+            **{f"replica_{i + 1}": r["rss_mb"] for i, r in enumerate(held)},
         },
         "cpu_us_per_msg": {
             "producer": res["cpu_s"] * 1e6 / count,
@@ -135,6 +153,8 @@ def _live(
                 f"consumer_{g}{m}": r["cpu_s"] * 1e6 / max(1, r["count"] if m else count)
                 for (g, m), r in zip(names, got, strict=True)
             },
+            # (a replica's: over its whole life, warm-up and set-up included)
+            **{f"replica_{i + 1}": r["cpu_s"] * 1e6 / count for i, r in enumerate(held)},
         },
         "producer_stats": {
             k: v
@@ -193,7 +213,7 @@ def zmesh_batch_process(workdir: Path, sizes: Sizes, profile: Path | None = None
 
 
 def latency_zmesh_process(
-    workdir: Path, sizes: Sizes, profile: Path | None = None
+    workdir: Path, sizes: Sizes, profile: Path | None = None, replicas: int = 1
 ) -> dict[str, Any]:
     return _live(
         workdir,
@@ -204,6 +224,7 @@ def latency_zmesh_process(
         count=int(sizes.latency_s * sizes.latency_rate),
         rate=sizes.latency_rate,
         warmup=sizes.latency_warmup,
+        replicas=replicas,
     )
 
 
@@ -235,6 +256,20 @@ def zmesh_256k(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict
         warmup=n // 10,
         payload_bytes=256 << 10,
     )
+
+
+def zmesh_replicas_2(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    """``zmesh_process`` with the topic's replicas at 2: every receipt waits for a replica
+    host (a process of its own) to hold its message."""
+    return _live(
+        workdir, sizes, profile, durability="process", api="message", count=sizes.zmesh, replicas=2
+    )
+
+
+def latency_zmesh_replicas_2(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
+    return latency_zmesh_process(workdir, sizes, profile, replicas=2)
 
 
 def zmesh_many_lanes(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
@@ -416,6 +451,8 @@ SCENARIOS = {
     "latency_zmesh_process": latency_zmesh_process,
     "zmesh_16k": zmesh_16k,
     "zmesh_256k": zmesh_256k,
+    "zmesh_replicas_2": zmesh_replicas_2,
+    "latency_zmesh_replicas_2": latency_zmesh_replicas_2,
     "fanout_4_groups": fanout_4_groups,
     "zmesh_many_lanes": zmesh_many_lanes,
     "zmesh_shared_2_members": zmesh_shared_2_members,

@@ -39,6 +39,7 @@ def _node(p: dict[str, Any], name: str, **extra: Any) -> zmesh.Node:
         interfaces=["127.0.0.1"],
         mdns=False,
         seeds=p.get("seeds", []),
+        replica_host=p.get("replica_host", False),  # (the replica scenarios' replica alone)
         **extra,
     ).start()
 
@@ -142,11 +143,19 @@ def zmesh_producer(p: dict[str, Any], cmds: Commands) -> None:
     node = _node(p, "producer")
     try:
         topic, groups = p["topic"], p["groups"]
-        node.topic(topic, durability=p["durability"], groups=groups)
+        replicas = p.get("replicas", 1)
+        node.topic(topic, durability=p["durability"], groups=groups, replicas=replicas)
         emit("ready", control=node.control_address)
         _wait_members(
             node, topic, groups, p.get("members_timeout_s", 30.0), cmds, p.get("members", 1)
         )
+        if replicas > 1:  # (the warm-up's receipts wait for them anyway)
+
+            def whole() -> bool:
+                chosen = node.status()["replicas"]["set"]
+                return len(chosen) == replicas - 1 and all(r["state"] == "whole" for r in chosen)
+
+            _wait(whole, 30.0, f"{replicas - 1} replica(s) holding a whole copy", cmds)
         _wait_acked(
             node, _publish(node, p, p["warmup"], deadline, cmds, p.get("rate", 0.0)), deadline, cmds
         )
@@ -178,6 +187,19 @@ def zmesh_producer(p: dict[str, Any], cmds: Commands) -> None:
             stats=node.stats(),
         )
         cmds.wait_stop(p["deadline_s"])
+    finally:
+        node.close()
+
+
+def zmesh_replica(p: dict[str, Any], cmds: Commands) -> None:
+    """A replica host (the replica scenarios'): holds copies until told to stop; reports
+    its RSS and CPU."""
+    cpu0 = cpu_s()
+    node = _node({**p, "replica_host": True}, p.get("name", "replica"))
+    try:
+        emit("ready", control=node.control_address)
+        cmds.wait_stop(p["deadline_s"])
+        emit("result", rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0, stats=node.stats())
     finally:
         node.close()
 
@@ -370,6 +392,7 @@ def zmesh_restart_producer(p: dict[str, Any], cmds: Commands) -> None:
 ROLES = {
     "zmesh_producer": zmesh_producer,
     "zmesh_consumer": zmesh_consumer,
+    "zmesh_replica": zmesh_replica,
     "zmesh_offline_producer": zmesh_offline_producer,
     "zmesh_build_producer": zmesh_build_producer,
     "zmesh_restart_producer": zmesh_restart_producer,

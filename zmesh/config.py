@@ -36,6 +36,12 @@ MAX_CONCURRENCY = 1024
 # (``nack(delay)``): ten years. Further is a mistake (milliseconds taken for seconds, a
 # sentinel date), and the message would sit in the outbox for good.
 MAX_SCHEDULE_AHEAD_S = 10 * 365.25 * 86_400
+# Nodes that hold a message of a replicated topic (TopicConfig.replicas), the producer
+# included: each replica costs the producer a copy of every write, sent and acked.
+MAX_REPLICAS = 8
+# A producer silent this many times its dead_after_s is taken over by one of its replicas
+# (NodeConfig.takeover_after_s, when not set).
+TAKEOVER_AFTER_DEAD = 3
 # An interface that binds every address: the only one a node then has.
 _WILDCARDS = ("*", "0.0.0.0")
 # What a host name or an IPv4 address is made of.
@@ -136,6 +142,11 @@ class TopicConfig:
     keep_last: keep the latest ``keep_last`` messages of every key (messages without a
     key count as one key) after every group acked them (0, default: none): what
     ``Node.last`` reads and a ``deliver="last_per_key"`` subscription gets first.
+    replicas: how many nodes hold each message before its receipt says stored: this
+    producer's outbox and ``replicas - 1`` replica hosts of the mesh (1, the default: the
+    outbox alone). A replica takes over the lanes of a producer dead for good and
+    delivers what it still owed, with the same message ids (docs/architecture.md,
+    "Replicas"). A ``memory`` topic keeps no outbox to copy: it takes 1 only.
 
     A node may set these for a pattern (``plant.*.temp``): a topic without settings of
     its own takes those of the most specific pattern matching it (token by token from the
@@ -155,6 +166,7 @@ class TopicConfig:
     retention_bytes: int = 0
     group_inactive_expiry_s: float = 7 * 86400.0
     keep_last: int = 0
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         if self.durability not in ("fsync", "process", "memory"):
@@ -196,6 +208,15 @@ class TopicConfig:
             "TopicConfig", "group_inactive_expiry_s", self.group_inactive_expiry_s, allow_zero=True
         )
         _integer("TopicConfig", "keep_last", self.keep_last, 0, " (0: keep none)")
+        if not int_in(self.replicas, 1, MAX_REPLICAS):
+            raise ConfigError(
+                f"TopicConfig.replicas must be an int 1..{MAX_REPLICAS}, got {self.replicas!r}"
+            )
+        if self.replicas > 1 and self.durability == "memory":
+            raise ConfigError(
+                "TopicConfig.replicas > 1 needs a stored outbox to copy: use durability "
+                "'process' or 'fsync' (a 'memory' topic keeps its messages in RAM only)"
+            )
         if isinstance(self.groups, str):
             raise ConfigError("TopicConfig.groups must be a list of group names, not a string")
         object.__setattr__(self, "groups", tuple(check_name("group", g) for g in self.groups))
@@ -355,6 +376,10 @@ class NodeConfig:
     room (acks that delete messages), and with max_map_size_bytes above map_size_bytes the
     map first doubles, step by step, up to that size (0: never grow). At least 1 MiB, and
     at least eight times max_message_bytes.
+    replica_host: whether this node offers to hold copies of other producers' replicated
+    topics (TopicConfig.replicas), each in a store of its own under the data dir, and to
+    take over the lanes of one that is dead for takeover_after_s (None: three times
+    dead_after_s). The command line's temporary nodes never are.
     """
 
     name: str
@@ -387,6 +412,15 @@ class NodeConfig:
     metrics_address: str | None = None
     http_address: str | None = None
     http_admin: bool = False
+    replica_host: bool = True
+    takeover_after_s: float | None = None
+
+    @property
+    def takeover_delay_s(self) -> float:
+        """How long a producer is silent before a replica takes over its lanes."""
+        if self.takeover_after_s is None:
+            return TAKEOVER_AFTER_DEAD * self.dead_after_s
+        return self.takeover_after_s
 
     def __post_init__(self) -> None:
         check_name("node", self.name)
@@ -510,6 +544,18 @@ class NodeConfig:
             raise ConfigError(
                 f"NodeConfig.http_admin must be true or false, got {self.http_admin!r}"
             )
+        if not isinstance(self.replica_host, bool):
+            raise ConfigError(
+                f"NodeConfig.replica_host must be true or false, got {self.replica_host!r}"
+            )
+        if self.takeover_after_s is not None:
+            _positive("NodeConfig", "takeover_after_s", self.takeover_after_s, finite=True)
+            if self.takeover_after_s <= self.dead_after_s:
+                raise ConfigError(
+                    "NodeConfig.takeover_after_s must be longer than dead_after_s "
+                    f"({self.takeover_after_s} <= {self.dead_after_s}): a replica would "
+                    "take over from a producer that is only slow"
+                )
         if self.http_admin and self.secret_key_file is not None:
             # (HTTP carries no CurveZMQ key: anyone who reaches the port would be admin)
             raise ConfigError(

@@ -243,6 +243,11 @@ class Node:
             raise ConfigError("pass either a TopicConfig or keyword options, not both")
         else:
             cfg = config
+        if cfg.replicas > 1 and is_pattern(name):
+            raise ConfigError(
+                f"replicas is set per topic, not for the pattern {name!r}: set it with "
+                "node.topic() of each replicated topic"
+            )
         self._queue.submit(SetTopic(name, cfg))
         self._topics[name] = cfg
         if is_pattern(name):

@@ -45,6 +45,8 @@ from zmesh._protocol.frames import (
     FETCH_REQ,
     GOSSIP,
     GROUP_DEL,
+    HANDBACK,
+    HANDBACK_ACK,
     HELLO,
     LAST_REP,
     LAST_REQ,
@@ -53,13 +55,19 @@ from zmesh._protocol.frames import (
     PING_REQ,
     PONG,
     PROTOCOL_VERSION,
+    REPL_ACK,
+    REPL_DROP,
+    REPL_OPS,
     REPLY,
     STATUS_REP,
     STATUS_REQ,
+    SYNC_BEGIN,
+    SYNC_END,
     TOUCH,
     Ack,
     Batch,
     Bye,
+    CopyRef,
     Fail,
     FetchHead,
     FetchItem,
@@ -67,6 +75,9 @@ from zmesh._protocol.frames import (
     FetchRequest,
     Gossip,
     GroupDel,
+    Handback,
+    HandbackAck,
+    HandbackLane,
     Hello,
     LastItem,
     LastReply,
@@ -76,12 +87,16 @@ from zmesh._protocol.frames import (
     Ping,
     PingReq,
     Pong,
+    ReplAck,
+    ReplDrop,
+    ReplOps,
     Reply,
     Rumor,
     StatusReply,
     StatusRequest,
     SubInfo,
     Touch,
+    Writes,
 )
 from zmesh._protocol.swim import MAX_RUMORS
 from zmesh.errors import DecodeError
@@ -115,6 +130,11 @@ CONTROL_TYPES = (
     Reply,
     LastRequest,
     LastReply,
+    ReplOps,
+    ReplAck,
+    ReplDrop,
+    Handback,
+    HandbackAck,
 )
 U63 = (1 << 63) - 1
 NODE = b"\x01" * NODE_ID_BYTES
@@ -175,11 +195,29 @@ hellos = st.builds(
     hosts=st.lists(names, max_size=5).map(tuple),
     subs=st.lists(sub_infos, max_size=5).map(tuple),
     peers=st.lists(peer_refs, max_size=5).map(tuple),
+    replica_host=st.booleans(),
+    copies=st.lists(st.builds(CopyRef, producer=node_ids, incarnation=u63, version=u63)).map(tuple),
+    serving=st.lists(node_ids, max_size=3).map(tuple),
 )
-acks = st.builds(Ack, node_id=node_ids, topic=names, lane=names, seqs=seq_lists)
-nacks = st.builds(Nack, node_id=node_ids, topic=names, lane=names, seqs=seq_lists, delay_s=finite)
+producers = st.just(b"") | node_ids  # (b"": a settlement of the receiver's own lane)
+acks = st.builds(Ack, node_id=node_ids, topic=names, lane=names, seqs=seq_lists, producer=producers)
+nacks = st.builds(
+    Nack,
+    node_id=node_ids,
+    topic=names,
+    lane=names,
+    seqs=seq_lists,
+    delay_s=finite,
+    producer=producers,
+)
 fails = st.builds(
-    Fail, node_id=node_ids, topic=names, lane=names, seq=u63, reason=st.text(max_size=300)
+    Fail,
+    node_id=node_ids,
+    topic=names,
+    lane=names,
+    seq=u63,
+    reason=st.text(max_size=300),
+    producer=producers,
 )
 byes = st.builds(Bye, node_id=node_ids, incarnation=u63)
 status_requests = st.builds(StatusRequest, token=u63)
@@ -270,6 +308,75 @@ last_replies = st.builds(
     ).map(tuple),
     more=st.booleans(),
 )
+seq_keys = st.binary(min_size=8, max_size=8)
+lane_keys = st.binary(min_size=12, max_size=12)
+values = st.binary(max_size=40)
+writes = st.builds(
+    Writes,
+    msgs_put=st.lists(st.tuples(seq_keys, values), max_size=3).map(tuple),
+    pend_put=st.lists(st.tuples(lane_keys, values), max_size=3).map(tuple),
+    pend_runs=st.lists(
+        st.integers(0, 4).flatmap(
+            lambda n: st.tuples(
+                st.binary(min_size=4, max_size=4),
+                st.lists(seq_keys, min_size=n, max_size=n).map(tuple),
+                st.lists(values, min_size=n, max_size=n).map(tuple),
+            )
+        ),
+        max_size=2,
+    ).map(tuple),
+    runs_put=st.lists(st.tuples(seq_keys, values), max_size=2).map(tuple),
+    prun_put=st.lists(st.tuples(lane_keys, values), max_size=2).map(tuple),
+    prun_set=st.lists(st.tuples(lane_keys, st.none() | values), max_size=2).map(tuple),
+    lanes_put=st.lists(st.tuples(st.binary(max_size=30), values), max_size=2).map(tuple),
+    lanes_del=st.lists(
+        st.tuples(st.binary(max_size=30), st.integers(0, (1 << 32) - 1)), max_size=2
+    ).map(tuple),
+    dead_put=st.lists(st.tuples(lane_keys, values), max_size=2).map(tuple),
+    pend_del=st.lists(lane_keys, max_size=3).map(tuple),
+    msgs_del=st.lists(seq_keys, max_size=3).map(tuple),
+    runs_del=st.lists(seq_keys, max_size=3).map(tuple),
+    dead_del=st.lists(lane_keys, max_size=3).map(tuple),
+)
+repl_ops = st.builds(
+    ReplOps,
+    producer=node_ids,
+    incarnation=u63,
+    op=u63,
+    prev=u63,
+    version=u63,
+    replicas=st.lists(node_ids, max_size=4).map(tuple),
+    sync=st.integers(0, SYNC_END),
+    fsync=st.booleans(),
+    topics=st.lists(
+        st.tuples(names, st.dictionaries(st.text(max_size=8), msgpack_values, max_size=3)),
+        max_size=2,
+    ).map(tuple),
+    writes=writes,
+)
+repl_acks = st.builds(
+    ReplAck, node_id=node_ids, producer=node_ids, incarnation=u63, op=u63, resync=st.booleans()
+)
+repl_drops = st.builds(ReplDrop, producer=node_ids, incarnation=u63)
+handbacks = st.builds(
+    Handback,
+    node_id=node_ids,
+    producer=node_ids,
+    token=u63,
+    lanes=st.lists(
+        st.builds(
+            HandbackLane,
+            topic=names,
+            lane=names,
+            outcome=st.sampled_from(["acked", "dead_lettered", "expired"]),
+            ranges=st.lists(u63, max_size=3).map(lambda r: tuple(r[: len(r) // 2 * 2])),
+            dead=st.lists(st.tuples(u63, values), max_size=2).map(tuple),
+        ),
+        max_size=3,
+    ).map(tuple),
+    last=st.booleans(),
+)
+handback_acks = st.builds(HandbackAck, node_id=node_ids, token=u63)
 controls = (
     hellos
     | pings
@@ -287,6 +394,11 @@ controls = (
     | replies
     | last_requests
     | last_replies
+    | repl_ops
+    | repl_acks
+    | repl_drops
+    | handbacks
+    | handback_acks
 )
 
 headers = st.none() | st.dictionaries(st.text(max_size=10), msgpack_values, max_size=4)
@@ -381,6 +493,7 @@ def sample_rumor(state: int = 0, by: bytes = b"") -> Rumor:
 
 
 SUSPECT = Rumor(b"\x03" * 16, "n3", 4, 0, 1, NODE, "tcp://[fd00::3]:7000", 7001, "k" * 40)
+OTHER = b"\x02" * NODE_ID_BYTES
 SAMPLE_CONTROLS: list[Any] = [
     sample_hello(),
     Ack(NODE, "metrics", "agg", (1, 2, 3)),
@@ -393,6 +506,35 @@ SAMPLE_CONTROLS: list[Any] = [
     PingReq(sample_rumor(), 2, b"\x03" * 16, ()),
     Pong(sample_rumor(), 1, b"\x02" * 16, (sample_rumor(2, NODE), SUSPECT)),
     Gossip(sample_rumor(), (SUSPECT,)),
+    Ack(NODE, "metrics", "agg", (7, 8), OTHER),  # relayed to the node serving OTHER's lanes
+    ReplOps(
+        NODE,
+        3,
+        12,
+        11,
+        2,
+        (OTHER,),
+        SYNC_BEGIN,
+        True,
+        (("metrics", {"replicas": 2, "groups": ["agg"]}),),
+        Writes(
+            msgs_put=((b"\x00" * 7 + b"\x05", b"record"),),
+            pend_runs=((b"\x00\x00\x00\x01", (b"\x00" * 7 + b"\x05",), (b"pending",)),),
+            prun_set=((b"\x00" * 12, None), (b"\x01" * 12, b"entry")),
+            lanes_del=((b"lane key", 4),),
+            msgs_del=(b"\x00" * 8,),
+        ),
+    ),
+    ReplAck(OTHER, NODE, 3, 12, False),
+    ReplDrop(NODE, 3),
+    Handback(
+        OTHER,
+        NODE,
+        99,
+        (HandbackLane("metrics", "agg", "dead_lettered", (5, 9), ((5, b"dead letter"),)),),
+        True,
+    ),
+    HandbackAck(NODE, 99),
     StatusRequest(42),
     StatusReply(42, {"lanes": [], "ok": True}),
     Reply(NODE, "calib.l4", 12, True, {"unit": "C"}, b"21.5"),
@@ -498,6 +640,12 @@ def test_control_kinds_are_distinct_on_the_wire() -> None:
         PING_REQ,
         PONG,
         GOSSIP,
+        ACK,
+        REPL_OPS,
+        REPL_ACK,
+        REPL_DROP,
+        HANDBACK,
+        HANDBACK_ACK,
         STATUS_REQ,
         STATUS_REP,
         REPLY,
@@ -554,7 +702,11 @@ def test_a_frame_holds_a_bounded_number_of_rumors() -> None:
         decode_control(frame)
 
 
-@pytest.mark.parametrize("msg", SAMPLE_CONTROLS[7:11], ids=lambda m: type(m).__name__)
+@pytest.mark.parametrize(
+    "msg",
+    [m for m in SAMPLE_CONTROLS if isinstance(m, Ping | PingReq | Pong | Gossip)],
+    ids=lambda m: type(m).__name__,
+)
 def test_a_membership_frame_of_another_length_does_not_decode(msg: Any) -> None:
     for change in (lambda obj: obj.append(1), lambda obj: obj.pop()):
         with pytest.raises(DecodeError, match="length"):
@@ -1135,7 +1287,23 @@ def test_frame_shaped_garbage_raises_only_decode_error(
     fields: list,
     payloads: list[bytes],
 ) -> None:
-    for kind in (HELLO, BYE, ACK, NACK, FAIL, STATUS_REQ, STATUS_REP, FETCH_REQ, FETCH_REP, BATCH):
+    for kind in (
+        HELLO,
+        BYE,
+        ACK,
+        NACK,
+        FAIL,
+        STATUS_REQ,
+        STATUS_REP,
+        FETCH_REQ,
+        FETCH_REP,
+        BATCH,
+        REPL_OPS,
+        REPL_ACK,
+        REPL_DROP,
+        HANDBACK,
+        HANDBACK_ACK,
+    ):
         frame = msgpack.packb([PROTOCOL_VERSION, kind, *fields], use_bin_type=True)
         decode_control_or_decode_error(frame)
         decode_batch_or_decode_error([frame, *payloads])
@@ -1388,7 +1556,7 @@ def test_consecutive_sequences_travel_as_their_first(seqs: tuple, wire: object) 
     assert plain(decode_batch(frames, MAX_MESSAGE_BYTES)) == plain(batch)
     ack = Ack(NODE, "t", "g", seqs)
     frame = encode_control(ack)
-    assert msgpack.unpackb(frame)[5:] == [wire, len(seqs)]
+    assert msgpack.unpackb(frame)[5:] == [wire, len(seqs), b""]
     decoded = decode_control(frame)
     assert with_tuple_seqs(decoded) == ack
     assert isinstance(decoded, Ack)
@@ -1690,7 +1858,10 @@ def test_fetch_with_bad_field(msg: Any, change: Any) -> None:
         decode_control(repack(encode_control(msg), change))
 
 
-REPLY_SAMPLE, LAST_REQ_SAMPLE, LAST_REP_SAMPLE = SAMPLE_CONTROLS[13:16]
+REPLY_SAMPLE, LAST_REQ_SAMPLE, LAST_REP_SAMPLE = (
+    next(m for m in SAMPLE_CONTROLS if isinstance(m, kind))
+    for kind in (Reply, LastRequest, LastReply)
+)
 
 
 @pytest.mark.parametrize(

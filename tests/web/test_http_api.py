@@ -38,6 +38,7 @@ STATUS_KEYS = {
     "subscriptions",
     "peers",
     "bans",
+    "replicas",
     "counters",
 }
 LANE_KEYS = {

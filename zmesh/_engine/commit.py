@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from .._store.store import Store, WriteBatch, u64
@@ -59,6 +59,8 @@ class Committer:
         self.max_map_size_bytes = max_map_size_bytes
         self.held = held
         self.tx_pubs: set[int] = set()  # ids of this iteration's transaction publishes
+        # Told every batch committed (what of it the replicas copy: replica/streams.py).
+        self.committed: Callable[[WriteBatch], None] = _nothing
 
     def store_pubs(
         self,
@@ -109,6 +111,7 @@ class Committer:
             return pubs
         try:
             self._commit_growing(wb)
+            self.committed(wb)
             if not self.store.disk.reserve_held:
                 self.store.disk.make_reserve()
             if wb.frees_space():
@@ -156,6 +159,7 @@ class Committer:
             except StoreError as exc:
                 last = exc
                 continue
+            self.committed(attempt)
             if attempt.frees_space():
                 self.held.freed()
             if attempt is not wb:
@@ -184,6 +188,7 @@ class Committer:
             except StoreError as exc:
                 log.error("could not commit settlements, even in pieces: %s", exc)
                 return False
+            self.committed(piece)
         self.held.freed()
         log.warning(
             "settlements committed in pieces of %d deletions: the store's disk is full",
@@ -218,3 +223,7 @@ class Committer:
         self.counters.add("publishes_failed_store_full", count)
         log.error("node %s closed with %d publishes never stored: %s", node, count, error)
         return count, payload_bytes(held)
+
+
+def _nothing(_wb: WriteBatch) -> None:
+    pass

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from operator import itemgetter
 
 import zmq
@@ -41,12 +42,14 @@ from .lane.lane import Lane
 from .listener import Listener
 from .mesh import Mesh
 from .outbox.cache import Packed
+from .outbox.dispatch import Send
 from .outbox.ephemeral import send_ephemeral
 from .outbox.outbox import Outbox
 from .outbox.outcomes import Outcomes
 from .outbox.publishes import AnyPublish
 from .outbox.record import Columns
 from .outbox.retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
+from .replica.replication import Replication
 from .stats import Counters
 from .status import node_status
 from .submit import Submitter
@@ -128,6 +131,10 @@ class Engine:
             self.held,
         )
         self.commands = Commands(self.queue, self.consumer, self.outbox, self.commits)
+        self.replication = Replication(
+            config, self.node_id, self.incarnation, self.store, self.outbox, self.counters
+        )
+        self.commits.committed = self.replication.committed
         self.listener = Listener(self)
         self._next_beat = 0.0
         self._awaiting: set[bytes] = set()
@@ -237,6 +244,7 @@ class Engine:
         )
         mesh.self_peer.is_self = True
         mesh.liveness.start(time.monotonic())
+        self.replication.start(mesh, time.monotonic())
         self.poller = zmq.Poller()
         self.poller.register(self._wake_rx, zmq.POLLIN)
         self.listener.register(self.poller)
@@ -334,7 +342,13 @@ class Engine:
             self._awaiting.clear()
         if now >= self._send_retry_at and not self._awaiting:
             self._send_retry_at = 0.0
-            self.outbox.dispatcher.dispatch(now, self._send_data, self._wb)
+            if not self.replication.holding:  # (a node serves our lanes: it hands back first)
+                self.outbox.dispatcher.dispatch(now, self._send_data, self._wb)
+            if self.replication.taken:
+                self.replication.dispatch(now, self._sender)
+        # (after the data: what replicas copy waits a little, a consumer does not)
+        if self.replication.after_store(now):
+            self._send_retry_at = self._send_retry_at or now + SEND_RETRY_S
         return not stop
 
     def _poll_timeout_ms(self, now: float) -> int:
@@ -344,6 +358,10 @@ class Engine:
         nxt = self.outbox.lanes.next_wakeup()
         if nxt is not None:
             wake = min(wake, nxt)
+        if self.replication.taken:
+            nxt = self.replication.next_wakeup()
+            if nxt is not None:
+                wake = min(wake, nxt)
         if self._send_retry_at:
             wake = min(wake, self._send_retry_at)
         if self._awaiting:
@@ -371,6 +389,7 @@ class Engine:
             wb.ids_prune_before = wall - self.config.dedupe_window_s
             assert self.mesh is not None
             self.mesh.beat(now, wb)
+            self.replication.beat(now)
             for discovery in self._discoveries:
                 discovery.beat()
             # (none retired before the members had time to say hello again)
@@ -382,25 +401,43 @@ class Engine:
     # -- sending -------------------------------------------------------------------------
 
     def _send_data(self, member: bytes, lane: Lane, out: Taken, columns: Columns) -> int:
+        # The other lanes of the topic send the same messages, mostly in the same batches.
+        packed = self._packed if len(self.outbox.lanes.of_topic(lane.topic)) > 1 else None
+        floor = self.replication.floor(lane)
+        producer = (self.node_id, self.incarnation, floor)
+        return self._send_lane(producer, packed, member, lane, out, columns)
+
+    def _sender(self, producer: bytes, incarnation: int, floor: int, _outbox: Outbox) -> Send:
+        """Sending the lanes of a producer this node serves (replica/takeover.py)."""
+        return partial(self._send_lane, (producer, incarnation, floor), None)
+
+    def _send_lane(
+        self,
+        producer: tuple[bytes, int, int],
+        packed: Packed | None,
+        member: bytes,
+        lane: Lane,
+        out: Taken,
+        columns: Columns,
+    ) -> int:
+        """Send ``out`` to ``member`` in batches of ``lane`` from ``producer`` (its id,
+        incarnation and the lane's floor to tell)."""
         assert self.mesh is not None
         peer = self.mesh.peer(member)
         if peer is None or not peer.alive:
             return 0
         batch_size = lane.frame_size(lane.members[member].batch_size)
-        floor = lane.floor()
         sent = 0
         push = peer.push
-        # The other lanes of the topic send the same messages, mostly in the same batches.
-        packed = self._packed if len(self.outbox.lanes.of_topic(lane.topic)) > 1 else None
         start, n = 0, len(out.seqs)
         while start < n:
             end = min(start + batch_size, n)
-            frames = self._encode(lane, out, columns, start, end, floor, packed)
+            frames = self._encode(producer, lane, out, columns, start, end, packed)
             while len(frames[0]) > MAX_BATCH_HEADER_BYTES and end - start > 1:
                 # Long keys and large headers: a consumer decodes a header this large at
                 # most (a message's own are bounded at publish, far below it).
                 end = start + (end - start) // 2
-                frames = self._encode(lane, out, columns, start, end, floor, packed)
+                frames = self._encode(producer, lane, out, columns, start, end, packed)
             try:
                 if len(frames) == 1:
                     push.send(frames[0], _NOBLOCK)
@@ -418,12 +455,12 @@ class Engine:
 
     def _encode(
         self,
+        producer: tuple[bytes, int, int],
         lane: Lane,
         out: Taken,
         columns: Columns,
         start: int,
         end: int,
-        floor: int,
         packed: Packed | None,
     ) -> list[bytes]:
         """The frames of one batch: ``out``'s messages ``start:end``, from their columns
@@ -446,9 +483,10 @@ class Engine:
             )
             if packed is not None:
                 packed.keep(key, done)
+        node_id, incarnation, floor = producer
         return encode_lane_batch(
-            self.node_id,
-            self.incarnation,
+            node_id,
+            incarnation,
             lane.topic,
             lane.name,
             floor,
@@ -492,6 +530,7 @@ class Engine:
             receipts = self.outbox.receipts
             self.queue.notify(receipts, *done)
             self.commits.commit(self._wb, [])
+            self.replication.after_store(now)
             self.queue.notify(receipts, *self.commits.fail_held(self.config.name))
             mesh = self.mesh
             assert mesh is not None
@@ -508,6 +547,7 @@ class Engine:
                 sub._drain_unsettled()
             self.requests.end_all()
             self._teardown_sockets()
+            self.replication.close()
             self.store.close()
             self.queue.state = "closed"
             self.queue.end()

@@ -47,6 +47,7 @@ from ..errors import DecodeError, ZMeshError
 from .admin import admin
 from .bans import Bans, Conn, meta, shut_down
 from .guard import Guard
+from .replica.replication import REPLICATION_FRAMES, is_settlement
 
 if TYPE_CHECKING:
     from .._store.store import WriteBatch
@@ -87,6 +88,7 @@ class Listener:
         self._members_at: dict[int, bytes] = {}
         # What a control frame may hold: a reply carries its payload in it.
         self._max_control = self.config.max_message_bytes + (1 << 20)
+        self._max_repl_bytes = self.config.max_message_bytes + (1 << 20)  # (copies' records)
 
     def open(self, ctx: zmq.Context, inproc: str) -> tuple[int, int]:
         """Bind PULL and ROUTER on the configured interfaces and under ``inproc``; returns
@@ -190,11 +192,20 @@ class Listener:
                 else:
                     log.debug("dropped a bad data frame: %s", exc)
                 continue
-            if mesh is not None and mesh.peer(batch.node_id) is None:
+            admitted = True if mesh is None else mesh.admits(batch.node_id, batch.incarnation)
+            if admitted is None:
                 # Data can overtake its producer's hello; hand it back until we know the
                 # producer (the nack waits for it), and never deliver a stranger's batch.
                 self.counters.add("batches_from_unknown_peers", 1)
                 self.consumer.release(batch)
+                continue
+            if not admitted:
+                # The producer's own, while a node serves its lanes (it was cut off from
+                # them): back to it alone, with its backoff (replica/takeover.py).
+                assert mesh is not None
+                self.counters.add("batches_fenced", 1)
+                nack = Nack(self.engine.node_id, batch.topic, batch.lane, batch.seqs, -1.0)
+                mesh.send_ctrl(batch.node_id, nack, relay=False)
                 continue
             if key and not guard.allowed(key, "publish", batch.topic):
                 # Handed back with the topic's backoff (a negative delay), not at once: it
@@ -255,7 +266,9 @@ class Listener:
             try:
                 if len(frames) != 2:
                     raise DecodeError(f"{len(frames)} frames")
-                msg = decode_control(frames[1].bytes, self._max_control)
+                msg = decode_control(
+                    frames[1].bytes, self._max_control, max_repl_bytes=self._max_repl_bytes
+                )
             except DecodeError as exc:
                 self.counters.add("decode_errors", 1)
                 log.debug("dropped a bad control frame: %s", exc)
@@ -282,7 +295,9 @@ class Listener:
         wb: WriteBatch,
         now: float,
     ) -> None:
-        if isinstance(msg, Ack):
+        if is_settlement(msg, self.engine.node_id):  # (relayed: a producer taken over)
+            self.engine.replication.settle(msg, now)  # type: ignore[arg-type]
+        elif isinstance(msg, Ack):
             self.settler.on_ack(msg.topic, msg.lane, msg.seqs, wb)
         elif isinstance(msg, Ping | PingReq | Pong | Gossip):
             peer = mesh.liveness.on_frame(msg, conn.address or None, conn.key.encode(), wb, now)
@@ -290,6 +305,8 @@ class Listener:
                 fd = _source_fd(frames[1])
                 if fd is not None:
                     self._members_at[fd] = peer
+        elif isinstance(msg, REPLICATION_FRAMES):
+            self.engine.replication.on_control(msg, wb, now)
         elif isinstance(msg, Hello):
             key = conn.key.encode()
             announced = msg.subs

@@ -10,6 +10,7 @@ member when this node's subscriptions change. It is not a heartbeat.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections.abc import Callable, Iterable
@@ -19,7 +20,7 @@ import zmq
 
 from .._protocol.addresses import endpoint
 from .._protocol.codec import encode_control
-from .._protocol.frames import Ack, Fail, GroupDel, Hello, Nack, PeerRef, SubInfo, Touch
+from .._protocol.frames import Ack, Control, Fail, GroupDel, Hello, Nack, PeerRef, SubInfo, Touch
 from .._security import Keys, client_options
 from .._store.store import WriteBatch
 from .._subjects import SubjectMap
@@ -30,10 +31,15 @@ from .liveness import Liveness
 from .outbox.ephemeral import send_kept
 from .outbox.outbox import Outbox
 from .peers import Peer, announced_group
+from .replica.takeover import TAKEN_INCARNATION
 from .stats import Counters
 
 if TYPE_CHECKING:
     from ..subscription import Subscription
+    from .outbox.groups import Groups
+    from .outbox.lanes import Lanes
+    from .replica.replication import Replication
+    from .replica.takeover import Taken
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +47,7 @@ DEALER_LINGER_MS = 200
 CTRL_BACKLOG_MAX = 10_000
 CTRL_BACKLOG_PEERS_MAX = 256  # distinct nodes with waiting settlements
 CTRL_BACKLOG_UNKNOWN_MAX = 1000  # frames waiting for a node not (yet) known
+_SETTLEMENTS = (Ack, Nack, Fail, Touch)
 
 
 class Mesh:
@@ -87,6 +94,12 @@ class Mesh:
         self.data_port = 0
         self.hosts: tuple[str, ...] = ()
         self.liveness = Liveness(self, config, counters)
+        # Replicas: what this node's hello says of them, the lanes of other producers it
+        # serves (both the replication's, set at start), and who serves whose lanes (from
+        # hellos: live peers, and this node).
+        self.replication: Replication | None = None
+        self.taken: dict[bytes, Taken] = {}
+        self.served: dict[bytes, set[bytes]] = {}
 
     def peer(self, node_id: bytes) -> Peer | None:
         """The peer (or this node itself) with that id."""
@@ -165,6 +178,9 @@ class Mesh:
                 for s in self._local_subs()
             }.values()
         )
+        host, copies, serving = (
+            self.replication.announce() if self.replication is not None else (False, (), ())
+        )
         return Hello(
             self.node_id,
             self.config.name,
@@ -175,6 +191,9 @@ class Mesh:
             self.hosts,
             subs,
             tuple(PeerRef(p.node_id, p.ctrl_ep, p.public_key.decode()) for p in to),
+            host,
+            copies,
+            serving,
         )
 
     def say_hello(self, peer: Peer) -> None:
@@ -235,6 +254,10 @@ class Mesh:
             peer = self.join(new, wb, now)
         peer.last_seen = now
         self.liveness.hello(peer, wb, now)
+        peer.replica_host, peer.copies = hello.replica_host, hello.copies
+        if hello.serving != peer.serving:
+            peer.serving = hello.serving
+            self._index_served()
         # A peer that does not list us yet would refuse our data (it cannot ack a stranger),
         # so it becomes a member of our lanes only once its hello shows it knows us.
         if hello.subs:
@@ -255,13 +278,10 @@ class Mesh:
     def apply_subs(self, peer: Peer, subs: tuple[SubInfo, ...], wb: WriteBatch, now: float) -> None:
         # (a pattern's lanes: one per known topic it matches; patterns.py)
         new = self.groups.patterns.wanted(peer.node_id, subs, wb, now)
-        for key in peer.lanes.keys() - new.keys():
-            lane = self.lanes.get(*key)
-            if lane is not None:
-                lane.remove_member(peer.node_id, now)
-        for (topic, name), s in new.items():
-            lane = self.groups.ensure(topic, name, s.group, s.mode, wb, now, s.deliver)
-            lane.set_member(peer.node_id, s.max_in_flight, s.batch_size, s.max_message_bytes)
+        _members(self.lanes, self.groups, peer.node_id, peer.lanes, new, wb, now, False)
+        for taken in self.taken.values():
+            lanes, groups = taken.outbox.lanes, taken.outbox.groups
+            _members(lanes, groups, peer.node_id, peer.lanes, new, taken.wb, now, True)
         peer.subs = subs
         peer.lanes = new
         ephemeral = {(s.topic, s.group): s for s in subs if s.mode == "ephemeral"}
@@ -282,6 +302,51 @@ class Mesh:
             for peer in self._live_peers()
             for (topic, _name), s in peer.ephemeral.items()
         )
+
+    def take_members(self, taken: Taken, now: float) -> None:
+        """``taken``'s lanes get the live members they have (this node's too)."""
+        lanes, groups = taken.outbox.lanes, taken.outbox.groups
+        for peer in (self.self_peer, *self.peers.values()):
+            if peer is not None and peer.alive:
+                _members(lanes, groups, peer.node_id, {}, peer.lanes, taken.wb, now, True)
+
+    def serving_changed(self) -> None:
+        """This node took a producer's lanes over or let them go: every peer hears it."""
+        self._index_served()
+        frame = encode_control(self.hello())
+        for peer in self.peers.values():
+            self.send_raw(peer.dealer, frame)
+
+    def unserve(self, producer: bytes, server: bytes) -> None:
+        """``server`` handed ``producer``'s lanes back (its next hello will say so)."""
+        servers = self.served.get(producer)
+        if servers is not None:
+            servers.discard(server)
+            if not servers:
+                del self.served[producer]
+        peer = self.peers.get(server)
+        if peer is not None:
+            peer.serving = tuple(p for p in peer.serving if p != producer)
+
+    def _index_served(self) -> None:
+        served: dict[bytes, set[bytes]] = {}
+        for peer in self.peers.values():
+            if peer.alive:
+                for producer in peer.serving:
+                    served.setdefault(producer, set()).add(peer.node_id)
+        for producer in self.taken:
+            served.setdefault(producer, set()).add(self.node_id)
+        self.served = served
+
+    def admits(self, producer: bytes, incarnation: int) -> bool | None:
+        """Whether a data batch of ``producer`` is delivered: while a node serves the
+        producer's lanes, only that node's (the producer's own, sent from the other side
+        of a partition, go back); None when the producer is not known at all."""
+        if producer in self.served:
+            return incarnation >= TAKEN_INCARNATION
+        if self.peer(producer) is None:
+            return None
+        return True
 
     def renew_lanes(self, topic: str, group: str, wb: WriteBatch, now: float) -> None:
         """``group`` of ``topic`` was deleted here: live members that still subscribe to
@@ -323,6 +388,10 @@ class Mesh:
             peer.ephemeral = {}
             self._index_ephemeral()
         moved = self.lanes.members_gone(peer.node_id, now)
+        for taken in self.taken.values():
+            taken.outbox.lanes.members_gone(peer.node_id, now)
+        if peer.serving:
+            self._index_served()
         log.log(
             logging.WARNING if why == "unresponsive" else logging.INFO,
             "peer %s (%s) is gone (%s, last heard %.1fs ago); %d in-flight messages pending again",
@@ -341,6 +410,8 @@ class Mesh:
         self.counters.add("peers_back", 1)
         subs, peer.subs = peer.subs, ()
         self.apply_subs(peer, subs, wb, now)
+        if peer.serving:
+            self._index_served()
         self.say_hello(peer)
 
     def drop(self, peer: Peer, now: float, why: str) -> None:
@@ -374,10 +445,23 @@ class Mesh:
 
     # -- sending -------------------------------------------------------------------------
 
-    def send_ctrl(self, node_id: bytes, msg: Ack | Nack | Fail | Touch) -> None:
-        """Send a settlement to a producer; hold it while the producer is unknown or its
-        socket is full, so acks are delayed rather than lost."""
-        frame = encode_control(msg)
+    def send_ctrl(self, node_id: bytes, msg: Control, relay: bool = True) -> None:
+        """Send a settlement to a producer (or another control message to a node); hold
+        it while the node is unknown or its socket is full, so acks are delayed rather
+        than lost. A settlement for a producer whose lanes a node serves goes to that
+        node, naming the producer (``relay``), and to the producer too if it is alive."""
+        if relay and self.served and isinstance(msg, _SETTLEMENTS):
+            servers = self.served.get(node_id)
+            if servers:
+                relayed = encode_control(dataclasses.replace(msg, producer=node_id))
+                for server in servers:
+                    self._send_frame(server, relayed)
+                producer = self.peers.get(node_id)
+                if node_id != self.node_id and (producer is None or not producer.alive):
+                    return
+        self._send_frame(node_id, encode_control(msg))
+
+    def _send_frame(self, node_id: bytes, frame: bytes) -> None:
         peer = self.self_peer if node_id == self.node_id else self.peers.get(node_id)
         backlog = self.ctrl_backlog.get(node_id)
         if peer is not None and not backlog:
@@ -423,3 +507,27 @@ class Mesh:
         if self.self_peer is not None:
             self.self_peer.close()
         self._contacts.close()
+
+
+def _members(
+    lanes: Lanes,
+    groups: Groups,
+    member: bytes,
+    old: dict[tuple[str, str], SubInfo],
+    new: dict[tuple[str, str], SubInfo],
+    wb: WriteBatch,
+    now: float,
+    known_only: bool,
+) -> None:
+    """A node's subscriptions changed from ``old`` to ``new``: it leaves the lanes it no
+    longer consumes and joins (or makes) those it does; ``known_only``: only lanes of the
+    topics that have some here (the lanes of a producer taken over)."""
+    for key in old.keys() - new.keys():
+        lane = lanes.get(*key)
+        if lane is not None:
+            lane.remove_member(member, now)
+    for (topic, name), s in new.items():
+        if known_only and not lanes.of_topic(topic, unclaimed=True):
+            continue
+        lane = groups.ensure(topic, name, s.group, s.mode, wb, now, s.deliver)
+        lane.set_member(member, s.max_in_flight, s.batch_size, s.max_message_bytes)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from .._protocol.frames import SubInfo
+from .._protocol.frames import CopyRef, SubInfo
 
 if TYPE_CHECKING:
     from ..subscription import Subscription
@@ -52,6 +52,11 @@ class Peer:
     ephemeral: dict[tuple[str, str], SubInfo] = field(default_factory=dict)
     dead_since: float = 0.0
     public_key: bytes = b""  # Z85 CURVE key, on a secured mesh
+    # Replicas (its hello's): whether it hosts them, whose copies it holds, whose lanes
+    # it took over.
+    replica_host: bool = False
+    copies: tuple[CopyRef, ...] = ()
+    serving: tuple[bytes, ...] = ()
     _push: zmq.Socket | None = None
     _dealer: zmq.Socket | None = None
 

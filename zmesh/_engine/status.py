@@ -68,6 +68,7 @@ def node_status(engine: Engine) -> dict:
         ],
         "peers": [p.info(now) for p in engine.mesh.peers.values()] if engine.mesh else [],
         "bans": engine.listener.bans.state(now),
+        "replicas": engine.replication.status(),
         "counters": engine.counters.snapshot(),
     }
 

@@ -11,6 +11,7 @@ from ..errors import DecodeError
 
 NODE_ID_BYTES = 16
 U63 = (1 << 63) - 1
+_INT: frozenset[type] = frozenset({int})
 _ENDPOINT = re.compile(r"^tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+):(\d{1,5})$")
 
 
@@ -44,3 +45,24 @@ def endpoint(value: Any) -> str:
     m = _ENDPOINT.match(ep)
     check(m is not None and 0 < int(m.group(2)) < 65536, "bad endpoint")
     return ep
+
+
+def producer(value: Any) -> bytes:
+    """A producer's node id, or b"" (a settlement for the receiver's own lane)."""
+    check(value == b"" or (type(value) is bytes and len(value) == NODE_ID_BYTES), "bad producer")
+    return value
+
+
+def column(value: Any, n: int, what: str, types: frozenset[type]) -> set[type]:
+    """Check that ``value`` is an array of ``n`` elements of ``types``; its element types."""
+    check(type(value) is list and len(value) == n, f"bad {what} column")
+    present = set(map(type, value))
+    check(present <= types, f"bad {what}")
+    return present
+
+
+def ints(value: Any, n: int, what: str, hi: int = U63) -> tuple[int, ...]:
+    """An array of ``n`` ints in 0..``hi`` (not bools), as a tuple."""
+    present = column(value, n, what, _INT)
+    check(not present or (min(value) >= 0 and max(value) <= hi), f"bad {what}")
+    return tuple(value)

@@ -13,12 +13,16 @@ from .._numbers import le_bytes, le_column
 from .._seqs import consecutive
 from ..errors import DecodeError
 from . import swim
+from .checks import NODE_ID_BYTES as NODE_ID_BYTES
 from .checks import U63
 from .checks import check as _check
+from .checks import column as _column
 from .checks import endpoint as _endpoint
 from .checks import integer as _int
+from .checks import ints as _ints
 from .checks import node_id as _node_id
 from .checks import number as _num
+from .checks import producer as _producer
 from .checks import text as _str
 from .frames import (
     ACK,
@@ -35,6 +39,7 @@ from .frames import (
     LAST_REQ,
     NACK,
     PROTOCOL_VERSION,
+    REPL_OPS,
     REPLY,
     STATUS_REP,
     STATUS_REQ,
@@ -45,24 +50,31 @@ from .frames import (
     Batch,
     Bye,
     Control,
+    CopyRef,
     Fail,
     FetchHead,
     FetchItem,
     FetchReply,
     FetchRequest,
     GroupDel,
+    Handback,
+    HandbackAck,
     Hello,
     LastItem,
     LastReply,
     LastRequest,
     Nack,
     PeerRef,
+    ReplAck,
+    ReplDrop,
+    ReplOps,
     Reply,
     StatusReply,
     StatusRequest,
     SubInfo,
     Touch,
 )
+from .replication import DECODERS, encode_repl_ops, encode_replication, pack_writes
 
 MAX_HEADER_BYTES = 1 << 20
 MAX_BATCH_ITEMS = 10_000
@@ -81,12 +93,12 @@ MAX_SUBSCRIPTION_BYTES = 512 << 10
 LARGE_PAYLOAD_BYTES = 64 << 10
 INLINE_PAYLOAD_BYTES = 512 << 10
 MAX_BATCH_HEADER_BYTES = MAX_HEADER_BYTES + INLINE_PAYLOAD_BYTES
+MAX_COPIES = 4096  # copies (and producers served) a hello names
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
 # Column checks compare the set of an array's element types with these (bool is not int).
 _NONE = type(None)
-_INT: frozenset[type] = frozenset({int})
 _STR_OR_NONE: frozenset[type] = frozenset({str, _NONE})
 _DICT_OR_NONE: frozenset[type] = frozenset({dict, _NONE})
 _BYTES_OR_NONE: frozenset[type] = frozenset({bytes, _NONE})
@@ -207,24 +219,44 @@ def encode_control(msg: Control) -> bytes:
                     for s in msg.subs
                 ],
                 [[p.node_id, p.ctrl_endpoint, p.public_key] for p in msg.peers],
+                msg.replica_host,
+                [[c.producer, c.incarnation, c.version] for c in msg.copies],
+                list(msg.serving),
             ]
         )
     if isinstance(msg, swim.Membership):
         return _packb(swim.encode(msg, v))
     if isinstance(msg, Ack):
         return _packb(
-            [v, ACK, msg.node_id, msg.topic, msg.lane, wire_seqs(msg.seqs), len(msg.seqs)]
+            [
+                v,
+                ACK,
+                msg.node_id,
+                msg.topic,
+                msg.lane,
+                wire_seqs(msg.seqs),
+                len(msg.seqs),
+                msg.producer,
+            ]
         )
     if isinstance(msg, Nack):
-        return _packb([v, NACK, msg.node_id, msg.topic, msg.lane, list(msg.seqs), msg.delay_s])
+        return _packb(
+            [v, NACK, msg.node_id, msg.topic, msg.lane, list(msg.seqs), msg.delay_s, msg.producer]
+        )
     if isinstance(msg, Fail):
-        return _packb([v, FAIL, msg.node_id, msg.topic, msg.lane, msg.seq, msg.reason])
+        return _packb(
+            [v, FAIL, msg.node_id, msg.topic, msg.lane, msg.seq, msg.reason, msg.producer]
+        )
     if isinstance(msg, Bye):
         return _packb([v, BYE, msg.node_id, msg.incarnation])
     if isinstance(msg, Touch):
-        return _packb([v, TOUCH, msg.node_id, msg.topic, msg.lane, list(msg.seqs)])
+        return _packb([v, TOUCH, msg.node_id, msg.topic, msg.lane, list(msg.seqs), msg.producer])
     if isinstance(msg, GroupDel):
         return _packb([v, GROUP_DEL, msg.node_id, msg.topic, msg.group])
+    if isinstance(msg, ReplOps):
+        return encode_repl_ops(msg, pack_writes(msg.writes))
+    if isinstance(msg, ReplAck | ReplDrop | Handback | HandbackAck):
+        return encode_replication(msg)
     if isinstance(msg, StatusRequest):
         return _packb([v, STATUS_REQ, msg.token])
     if isinstance(msg, StatusReply):
@@ -292,13 +324,16 @@ def encode_control(msg: Control) -> bytes:
     raise TypeError(f"not a control message: {msg!r}")
 
 
-def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
+def decode_control(
+    frame: bytes, max_bytes: int = MAX_HEADER_BYTES, max_repl_bytes: int = 0
+) -> Control:
     """Parse one control frame; DecodeError for anything that is not a valid one.
 
     ``max_bytes``: the largest frame accepted (a reader raises it for fetch replies, which
-    carry payloads).
+    carry payloads); ``max_repl_bytes``: the largest replication frame (``ReplOps``, which
+    carries records: a replica host's ``max_message_bytes`` and a MiB).
     """
-    obj = _unpack(frame, max_bytes)
+    obj = _unpack(frame, max(max_bytes, max_repl_bytes))
     _check(isinstance(obj, list) and len(obj) >= 2, "control frame is not a list")
     _check(
         type(obj[0]) is int and obj[0] == PROTOCOL_VERSION,
@@ -306,9 +341,10 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
     )
     kind = obj[1]
     _check(type(kind) is int, "bad kind")
+    _check(kind == REPL_OPS or len(frame) <= max_bytes, f"frame of {len(frame)} bytes")
     try:
         if kind == HELLO:
-            _check(len(obj) == 11, "bad hello length")
+            _check(len(obj) == 14, "bad hello length")
             subs_raw, peers_raw = obj[9], obj[10]
             _check(isinstance(subs_raw, list) and len(subs_raw) <= MAX_SUBSCRIPTIONS, "bad subs")
             _check(isinstance(peers_raw, list) and len(peers_raw) <= 4096, "bad peers")
@@ -334,6 +370,16 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
             for p in peers_raw:
                 _check(isinstance(p, list) and len(p) == 3, "bad peer ref")
                 peers.append(PeerRef(_node_id(p[0]), _endpoint(p[1]), _str(p[2], "public key", 40)))
+            _check(type(obj[11]) is bool, "bad replica host flag")
+            copies, serving = obj[12], obj[13]
+            _check(isinstance(copies, list) and len(copies) <= MAX_COPIES, "bad copies")
+            _check(isinstance(serving, list) and len(serving) <= MAX_COPIES, "bad serving")
+            refs = []
+            for c in copies:
+                _check(isinstance(c, list) and len(c) == 3, "bad copy")
+                refs.append(
+                    CopyRef(_node_id(c[0]), _int(c[1], "copy incarnation"), _int(c[2], "version"))
+                )
             return Hello(
                 _node_id(obj[2]),
                 _str(obj[3], "name"),
@@ -344,43 +390,55 @@ def decode_control(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Control:
                 tuple(_str(h, "host") for h in hosts),
                 tuple(subs),
                 tuple(peers),
+                obj[11],
+                tuple(refs),
+                tuple(_node_id(p) for p in serving),
             )
         if kind in swim.KINDS:
             return swim.decode(obj)
         if kind == ACK:
-            _check(len(obj) == 7, "bad ack length")
+            _check(len(obj) == 8, "bad ack length")
             return Ack(
                 _node_id(obj[2]),
                 _str(obj[3], "topic"),
                 _str(obj[4], "lane"),
                 _seq_column(obj[5], _int(obj[6], "ack count", 0, MAX_BATCH_ITEMS)),
+                _producer(obj[7]),
             )
         if kind == NACK:
-            _check(len(obj) == 7, "bad nack length")
+            _check(len(obj) == 8, "bad nack length")
             return Nack(
                 _node_id(obj[2]),
                 _str(obj[3], "topic"),
                 _str(obj[4], "lane"),
                 _seqs(obj[5]),
                 _num(obj[6], "delay"),
+                _producer(obj[7]),
             )
         if kind == FAIL:
-            _check(len(obj) == 7, "bad fail length")
+            _check(len(obj) == 8, "bad fail length")
             return Fail(
                 _node_id(obj[2]),
                 _str(obj[3], "topic"),
                 _str(obj[4], "lane"),
                 _int(obj[5], "seq"),
                 _str(obj[6], "reason", MAX_REASON_CHARS),
+                _producer(obj[7]),
             )
         if kind == BYE:
             _check(len(obj) == 4, "bad bye length")
             return Bye(_node_id(obj[2]), _int(obj[3], "incarnation"))
         if kind == TOUCH:
-            _check(len(obj) == 6, "bad touch length")
+            _check(len(obj) == 7, "bad touch length")
             return Touch(
-                _node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "lane"), _seqs(obj[5])
+                _node_id(obj[2]),
+                _str(obj[3], "topic"),
+                _str(obj[4], "lane"),
+                _seqs(obj[5]),
+                _producer(obj[6]),
             )
+        if kind in DECODERS:
+            return DECODERS[kind](obj)
         if kind == GROUP_DEL:
             _check(len(obj) == 5, "bad group deletion length")
             return GroupDel(_node_id(obj[2]), _str(obj[3], "topic"), _str(obj[4], "group"))
@@ -645,25 +703,10 @@ def _split(payloads: Sequence[bytes]) -> tuple[list[bytes | None], list[bytes]]:
     return inline, extra
 
 
-def _column(value: Any, n: int, what: str, types: frozenset[type]) -> set[type]:
-    """Check that ``value`` is an array of ``n`` elements of ``types``; its element types."""
-    _check(type(value) is list and len(value) == n, f"bad {what} column")
-    present = set(map(type, value))
-    _check(present <= types, f"bad {what}")
-    return present
-
-
 def _all_none(value: Any, n: int) -> bool:
     """Whether ``value`` is an array of ``n`` nils (most batches' keys and headers): a
     count instead of a pass that makes a type object per element."""
     return type(value) is list and len(value) == n and value.count(None) == n
-
-
-def _ints(value: Any, n: int, what: str, hi: int = U63) -> tuple[int, ...]:
-    """An array of ``n`` ints in 0..``hi`` (not bools), as a tuple."""
-    present = _column(value, n, what, _INT)
-    _check(not present or (min(value) >= 0 and max(value) <= hi), f"bad {what}")
-    return tuple(value)
 
 
 def _numbers(value: Any, n: int, codes: str, what: str) -> Sequence:

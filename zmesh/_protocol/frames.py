@@ -29,7 +29,9 @@ PROTOCOL_VERSION = 7  # 2: data batches in columns, payloads inside the header f
 #                          travel as bins of fixed-size little-endian numbers;
 #                       6: ephemeral subscriptions, GROUP_DEL, TOUCH;
 #                       7: membership by SWIM (PING, PING_REQ, PONG, GOSSIP), subscriptions
-#                          by pattern and with ``deliver``, REPLY, LAST_REQ / LAST_REP
+#                          by pattern and with ``deliver``, REPLY, LAST_REQ / LAST_REP,
+#                          replicas (hello's replica fields, REPL_*, HANDBACK*, settlements
+#                          relayed to a taker with their producer)
 
 # Control kinds.
 HELLO = 1
@@ -45,6 +47,11 @@ FETCH_REQ = 10
 FETCH_REP = 11
 GROUP_DEL = 12
 TOUCH = 13
+REPL_OPS = 14
+REPL_ACK = 15
+REPL_DROP = 17
+HANDBACK = 18
+HANDBACK_ACK = 19
 # Membership (SWIM): probes, their answers, and news.
 PING = 20
 PING_REQ = 21
@@ -82,8 +89,19 @@ class PeerRef:
 
 
 @dataclass(frozen=True, slots=True)
+class CopyRef:
+    """A whole copy of a producer's replicated outbox that the sender holds: whose, and
+    how fresh (the producer's incarnation and replica-set version it last heard of)."""
+
+    producer: bytes
+    incarnation: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class Hello:
-    """Announcement and heartbeat: who I am, where I listen, what I consume."""
+    """Announcement and heartbeat: who I am, where I listen, what I consume; whether I
+    host replicas, whose copies I hold, whose lanes I took over."""
 
     node_id: bytes
     name: str
@@ -94,6 +112,9 @@ class Hello:
     hosts: tuple[str, ...]
     subs: tuple[SubInfo, ...]
     peers: tuple[PeerRef, ...]
+    replica_host: bool = False
+    copies: tuple[CopyRef, ...] = ()
+    serving: tuple[bytes, ...] = ()  # producers whose lanes the sender took over
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +193,7 @@ class Ack:
     topic: str
     lane: str
     seqs: Sequence[int]  # (decoded: a range when consecutive and ascending, else a tuple)
+    producer: bytes = b""  # whose lane (relayed to a node that took it over; b"": the receiver)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +205,7 @@ class Nack:
     lane: str
     seqs: Sequence[int]  # (a tuple when decoded)
     delay_s: float
+    producer: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +217,7 @@ class Fail:
     lane: str
     seq: int
     reason: str
+    producer: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +229,7 @@ class Touch:
     topic: str
     lane: str
     seqs: Sequence[int]  # (a tuple when decoded)
+    producer: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +409,113 @@ class Batch:
     payloads: Sequence[bytes]
 
 
+@dataclass(frozen=True, slots=True)
+class Writes:
+    """What a producer committed to its outbox for its replicated topics: the store's
+    keys and values as they are (see _store/store.py), for a replica to commit as they
+    are. Sequences and lane ids are the producer's own. The fields are in the order a
+    store applies them (puts, then deletions): parts of one commit, cut in that order,
+    applied one after the other, end as the whole would."""
+
+    msgs_put: tuple[tuple[bytes, bytes], ...] = ()
+    pend_put: tuple[tuple[bytes, bytes], ...] = ()
+    # (lane key prefix, sequence keys, values): a stage's pending entries of one lane
+    pend_runs: tuple[tuple[bytes, tuple[bytes, ...], tuple[bytes, ...]], ...] = ()
+    runs_put: tuple[tuple[bytes, bytes], ...] = ()
+    prun_put: tuple[tuple[bytes, bytes], ...] = ()
+    prun_set: tuple[tuple[bytes, bytes | None], ...] = ()  # None: deleted
+    lanes_put: tuple[tuple[bytes, bytes], ...] = ()
+    lanes_del: tuple[tuple[bytes, int], ...] = ()
+    dead_put: tuple[tuple[bytes, bytes], ...] = ()
+    pend_del: tuple[bytes, ...] = ()
+    msgs_del: tuple[bytes, ...] = ()
+    runs_del: tuple[bytes, ...] = ()
+    dead_del: tuple[bytes, ...] = ()
+
+
+# ReplOps.sync
+SYNC_NONE = 0  # a delta: writes the producer committed
+SYNC_BEGIN = 1  # a new copy starts (the replica keeps its old one until the end)
+SYNC_PART = 2  # part of the outbox as it stands (read from the producer's store)
+SYNC_END = 3  # the new copy is whole
+
+
+@dataclass(frozen=True, slots=True)
+class ReplOps:
+    """One frame of a producer's stream to one of its replicas.
+
+    ``op``: the producer's number of it (growing over its incarnation; acks name it);
+    ``prev``: the op of the frame sent to this replica before it (a replica that did not
+    get that one asks for its copy again). ``replicas``: the producer's replica set, best
+    first, at ``version``. ``topics``: the replicated topics' configurations (with
+    SYNC_BEGIN)."""
+
+    producer: bytes
+    incarnation: int
+    op: int
+    prev: int
+    version: int
+    replicas: tuple[bytes, ...]
+    sync: int
+    fsync: bool
+    topics: tuple[tuple[str, dict], ...]
+    writes: Writes
+
+
+@dataclass(frozen=True, slots=True)
+class ReplAck:
+    """A replica committed its copy up to ``op`` of ``producer``'s stream; or
+    (``resync``) it refused frame ``op``, which did not follow the last it applied, and
+    asks for a new copy."""
+
+    node_id: bytes
+    producer: bytes
+    incarnation: int
+    op: int
+    resync: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReplDrop:
+    """The producer no longer counts on the receiver's copy of its outbox: drop it."""
+
+    producer: bytes
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class HandbackLane:
+    """What a lane of a taken-over producer became at the taker: ``outcome`` (an
+    ``Outcome`` value) for the sequences in ``ranges`` (``[lo, hi)`` pairs, flat);
+    ``dead``: the dead-letter entries (sequence, stored value) of those parked there."""
+
+    topic: str
+    lane: str
+    outcome: str
+    ranges: tuple[int, ...]
+    dead: tuple[tuple[int, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Handback:
+    """A taker gives a returned producer its lanes back: what it settled of them (in
+    parts: ``last`` marks the final one of ``token``'s)."""
+
+    node_id: bytes
+    producer: bytes
+    token: int
+    lanes: tuple[HandbackLane, ...]
+    last: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HandbackAck:
+    """The producer applied the hand-back ``token``: the taker lets go of its lanes."""
+
+    node_id: bytes
+    token: int
+
+
 Control = (
     Hello
     | Bye
@@ -405,4 +537,9 @@ Control = (
     | Reply
     | LastRequest
     | LastReply
+    | ReplOps
+    | ReplAck
+    | ReplDrop
+    | Handback
+    | HandbackAck
 )

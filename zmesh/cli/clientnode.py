@@ -124,6 +124,7 @@ def cli_node(role: str, args: NodeArgs) -> Iterator[Node]:
                 max_message_bytes=args.max_message_bytes,
                 secret_key_file=args.secret_key_file,
                 trusted_keys_dir=args.trusted_keys_dir,
+                replica_host=False,  # (it goes away with its data dir: no copies here)
             )
             with node:
                 yield node

@@ -167,6 +167,42 @@ def peers_table(status: dict[str, Any]) -> Table:
     return table
 
 
+def replicas_table(status: dict[str, Any]) -> Table | None:
+    """Replicas (docs/architecture.md, "Replicas"): the node's replicated topics, its
+    replica set and its lag; the copies it holds of other producers and the lanes it took
+    over. None when there is none of it."""
+    rep = status.get("replicas") or {}
+    if not (rep.get("topics") or rep.get("copies") or rep.get("serving")):
+        return None
+    table = Table(title="replicas", title_justify="left")
+    table.add_column("what")
+    table.add_column("of", overflow="fold")
+    table.add_column("state", overflow="fold")
+    table.add_column("messages", justify="right")
+    topics = ", ".join(f"{t} ({k})" for t, k in sorted(rep.get("topics", {}).items()))
+    if topics:
+        chosen = ", ".join(f"{m['name']} ({m['state']})" for m in rep.get("set", []))
+        table.add_row(
+            "replicated topics",
+            escape(topics),
+            escape(chosen) or "[red]no replica host[/]",
+            f"{rep.get('lag', 0)} not on replicas yet",
+        )
+    for copy in rep.get("copies", []):
+        table.add_row(
+            "copy held",
+            short(copy["producer"]),
+            copy["state"],
+            f"{copy['records']} records",
+        )
+    for served in rep.get("serving", []):
+        state = "handing back" if served["handing_back"] else f"for {served['since_s']:.0f}s"
+        table.add_row(
+            "lanes taken over", short(served["producer"]), state, f"{served['owed']} owed"
+        )
+    return table
+
+
 def counters_table(status: dict[str, Any]) -> Table:
     table = Table(title="counters", title_justify="left")
     table.add_column("counter")
@@ -185,4 +221,7 @@ def render_status(status: dict[str, Any], out: Console = console) -> None:
     if status.get("subscriptions"):
         out.print(subscriptions_table(status))
     out.print(peers_table(status))
+    replicas = replicas_table(status)
+    if replicas is not None:
+        out.print(replicas)
     out.print(counters_table(status))

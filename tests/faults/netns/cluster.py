@@ -81,7 +81,9 @@ class Cluster:
 
     With ``hold_last`` the producer stops before its last ``hold_last`` messages until
     ``release()``: a test that needs the stream still running at some point releases it
-    only after that point.
+    only after that point. ``replicas`` maps name -> host of replica nodes (each only
+    hosts copies); ``producer_args``, ``consumer_args`` and ``replica_args`` are more
+    arguments of each role's worker.
     """
 
     def __init__(
@@ -94,6 +96,10 @@ class Cluster:
         count: int,
         rate: float,
         hold_last: int = 0,
+        replicas: dict[str, Host] | None = None,
+        producer_args: tuple[str, ...] = (),
+        consumer_args: tuple[str, ...] = (),
+        replica_args: tuple[str, ...] = (),
     ) -> None:
         self.bed = bed
         self.root = root
@@ -108,6 +114,9 @@ class Cluster:
         self.count = count
         self.rate = rate
         self.hold_last = hold_last
+        self.replicas = dict(replicas or {})
+        self.producer_args, self.consumer_args = list(producer_args), list(consumer_args)
+        self.replica_args = list(replica_args)
         self.procs: dict[str, subprocess.Popen] = {}
         self.history: list[tuple[str, subprocess.Popen, Path]] = []
         self.kills: list[str] = []
@@ -145,12 +154,16 @@ class Cluster:
                 ",".join(self.groups),
                 "--hold-last",
                 str(self.hold_last),
+                *self.producer_args,
             ],
         )
 
     def start_consumer(self, name: str) -> subprocess.Popen:
         host, group = self.consumers[name]
-        return self._spawn(name, host, ["consumer", "--group", group])
+        return self._spawn(name, host, ["consumer", "--group", group, *self.consumer_args])
+
+    def start_replica(self, name: str) -> subprocess.Popen:
+        return self._spawn(name, self.replicas[name], ["replica", *self.replica_args])
 
     def wait_started(self, *names: str) -> None:
         def up() -> bool:
@@ -160,11 +173,14 @@ class Cluster:
         wait_until(up, START_TIMEOUT_S, what=f"{', '.join(names)} to start")
 
     def start_all(self) -> None:
-        """Start the producer and every consumer; wait until each has written its info."""
+        """Start the producer, every consumer and replica node; wait until each has
+        written its info."""
         self.start_producer()
         for name in self.consumers:
             self.start_consumer(name)
-        self.wait_started(PRODUCER, *self.consumers)
+        for name in self.replicas:
+            self.start_replica(name)
+        self.wait_started(PRODUCER, *self.consumers, *self.replicas)
 
     def go(self) -> None:
         """Let the producer's stream begin."""
@@ -183,10 +199,12 @@ class Cluster:
         self.kills.append(f"{name} (SIGKILL{'; ' + detail if detail else ''})")
 
     def terminate_consumers(self) -> None:
-        """SIGTERM every consumer; each must close cleanly and exit 0."""
-        for name in self.consumers:
+        """SIGTERM every consumer (and replica node still running); each must close
+        cleanly and exit 0."""
+        names = [*self.consumers, *(r for r in self.replicas if self.procs[r].poll() is None)]
+        for name in names:
             os.kill(self.procs[name].pid, signal.SIGTERM)
-        for name in self.consumers:
+        for name in names:
             rc = self.procs[name].wait(EXIT_TIMEOUT_S)
             assert rc == 0, f"{name} did not exit cleanly on SIGTERM (rc {rc})"
 
@@ -251,7 +269,7 @@ class Cluster:
         return info["id"]
 
     def names_of(self, ids: list[str]) -> set[str]:
-        names = {self.node_id(n): n for n in (PRODUCER, *self.consumers)}
+        names = {self.node_id(n): n for n in (PRODUCER, *self.consumers, *self.replicas)}
         return {names.get(i, f"?{i[:12]}") for i in ids}
 
     def lane_members(self, group: str) -> set[str] | None:

@@ -4,6 +4,8 @@
         --iface 10.77.0.1 --run-dir R --count N --rate R --groups g1,g2 [--hold-last K]
     ip netns exec NS python node_worker.py consumer --name c1 --mesh M --data-dir D \
         --iface 10.77.0.2 --run-dir R --group g1
+    ip netns exec NS python node_worker.py replica --name r1 --mesh M --data-dir D \
+        --iface 10.77.0.5 --run-dir R
 
 Every node binds its host's ``eth0`` address only and finds the others over mDNS on it (no
 seeds), with short heartbeats. It writes ``RUN_DIR/NAME.info.json`` (id, control address,
@@ -22,6 +24,11 @@ its rate: the stream cannot end before the test has done what it needs the strea
 A consumer appends ``index seq attempt partition incarnation`` per message to
 ``RUN_DIR/NAME.log``, flushes and fsyncs the batch, then acks it. SIGTERM closes it
 cleanly (exit 0).
+
+Replicas (``--replicas K``: the producer's topic has K replicas): a ``replica`` node only
+hosts copies (and takes over the lanes of a producer gone for ``--takeover-after`` s);
+``--no-replica-host`` keeps a node from hosting any. The producer then waits up to
+``STORED_WAIT_S`` for a checkpoint's receipt to be stored (its replicas may be away).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ RELEASE_WAIT_S = 300.0  # the tests' own timeout: a test that never releases has
 PUBLISH_ATTEMPTS = 6  # each waits up to publish_timeout_s for room in the outbox
 DRAIN_TIMEOUT_S = 120.0
 FETCH_MAX = 500
+STORED_WAIT_S = 240.0  # a checkpoint's receipt stored (replicas away: until they are back)
 
 
 def add_node_args(parser: argparse.ArgumentParser) -> None:
@@ -140,6 +148,8 @@ def make_node(args: argparse.Namespace, **options: object) -> zmesh.Node:
         data_dir=args.data_dir,
         interfaces=[args.iface],
         mdns=True,
+        replica_host=args.replica_host,
+        takeover_after_s=args.takeover_after,
         **TIMING,
         **options,
     )
@@ -166,7 +176,9 @@ def run_producer(args: argparse.Namespace) -> int:
     node = make_node(args, max_outbox_messages=args.max_outbox, publish_timeout_s=10.0)
     status = None
     try:
-        node.topic(TOPIC, groups=args.groups.split(","), partitions=PARTITIONS)
+        node.topic(
+            TOPIC, groups=args.groups.split(","), partitions=PARTITIONS, replicas=args.replicas
+        )
         status = StatusWriter(node, run_dir / f"{args.name}.status.json").start()
         print(
             f"producer {node.id[:12]} at {node.control_address} resumes at index {start} "
@@ -202,7 +214,11 @@ def run_producer(args: argparse.Namespace) -> int:
                     return 2
                 if (index + 1) % CHECKPOINT == 0 or index == args.count - 1:
                     # Receipts resolve in publish order: every index up to this one is stored.
-                    receipt.wait_stored(timeout=30)
+                    try:
+                        receipt.wait_stored(timeout=STORED_WAIT_S)
+                    except zmesh.TimeoutError:
+                        print(f"index {index} not stored after {STORED_WAIT_S:g}s", flush=True)
+                        return 6
                     prog.write(f"{index}\n")
                     prog.flush()
                     os.fsync(prog.fileno())
@@ -266,17 +282,38 @@ def run_consumer(args: argparse.Namespace) -> int:
         node.close()
 
 
+def run_replica(args: argparse.Namespace) -> int:
+    """Host copies of the producer's outbox until SIGTERM (and serve its lanes if it is
+    gone for good)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: stop.set())
+    node = make_node(args)
+    status = StatusWriter(node, Path(args.run_dir) / f"{args.name}.status.json").start()
+    try:
+        print(f"replica {args.name} {node.id[:12]} at {node.control_address}", flush=True)
+        stop.wait()
+        print(f"replica {args.name} stopping: {node.stats()}", flush=True)
+        return 0
+    finally:
+        status.stop()
+        node.close()
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="node_worker")
     roles = parser.add_subparsers(dest="role", required=True)
     prod = roles.add_parser("producer")
     cons = roles.add_parser("consumer")
-    for p in (prod, cons):
+    repl = roles.add_parser("replica")
+    for p in (prod, cons, repl):
         add_node_args(p)
+        p.add_argument("--no-replica-host", dest="replica_host", action="store_false")
+        p.add_argument("--takeover-after", type=float, default=None)
     prod.add_argument("--count", type=int, required=True)
     prod.add_argument("--rate", type=float, required=True)
     prod.add_argument("--groups", required=True)
     prod.add_argument("--max-outbox", type=int, default=20_000)
+    prod.add_argument("--replicas", type=int, default=1)
     prod.add_argument(
         "--hold-last",
         type=int,
@@ -285,7 +322,8 @@ def main(argv: list[str]) -> int:
     )
     cons.add_argument("--group", required=True)
     args = parser.parse_args(argv)
-    return run_producer(args) if args.role == "producer" else run_consumer(args)
+    run = {"producer": run_producer, "consumer": run_consumer, "replica": run_replica}
+    return run[args.role](args)
 
 
 if __name__ == "__main__":

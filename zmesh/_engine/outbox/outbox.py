@@ -92,12 +92,15 @@ class Outbox:
     ) -> None:
         """Configurations of topics or patterns from now on: lanes' timing, the key index
         of latest-wins topics, declared groups' lanes (a pattern's: remembered, with the
-        lanes of the topics it matches)."""
+        lanes of the topics it matches), and how many replicas hold a topic's messages
+        (set per topic: ``Node.topic`` refuses replicas for a pattern)."""
         for topic in self.lanes.configure(configs):
             if self.lanes.config(topic).latest_wins:
                 self.settler.index_latest(topic)
         declared = []
         for name, cfg in configs:
+            if not is_pattern(name):
+                self.receipts.replicate(name, cfg.replicas)
             for group in cfg.groups:
                 if is_pattern(name):
                     declared.append((name, group, group, "shared", None))

@@ -76,7 +76,7 @@ class _Ranges:
         return self.ends.pop(0)
 
 
-def _runs(seqs: Iterable[int]) -> list[tuple[int, int]]:
+def seq_runs(seqs: Iterable[int]) -> list[tuple[int, int]]:
     """``seqs`` as ``[lo, hi)`` runs of consecutive sequences (a ``range`` is one)."""
     if type(seqs) is range and seqs.step == 1:
         return [(seqs.start, seqs.stop)] if len(seqs) else []
@@ -112,7 +112,7 @@ class Outcomes:
 
     def record(self, lane: str, outcome: Outcome, seqs: Iterable[int]) -> None:
         """``lane`` settled ``seqs`` with ``outcome`` (IO thread)."""
-        runs = _runs(seqs)
+        runs = seq_runs(seqs)
         if not runs:
             return
         with self._lock:
@@ -133,6 +133,16 @@ class Outcomes:
         self._count -= 1
         if not ranges:
             del self._ranges[key]
+
+    def of_lane(self, lane: str) -> dict[Outcome, list[tuple[int, int]]]:
+        """The ranges ``[lo, hi)`` of ``lane``'s sequences settled otherwise than acked,
+        per outcome (a taker's hand-back)."""
+        with self._lock:
+            return {
+                outcome: list(zip(r.starts, r.ends, strict=True))
+                for (name, outcome), r in self._ranges.items()
+                if name == lane
+            }
 
     def claim(self, topic: str, seqs: Sequence[int], lanes: Sequence[str]) -> None:
         """Messages stored before any group of ``topic`` was known went to ``lanes``."""

@@ -42,8 +42,6 @@ from .spill import Spill
 if TYPE_CHECKING:
     from .patterns import PatternGroups
 
-_stage = attrgetter("stage")
-
 
 def _lane_names(lanes: Iterable[Lane]) -> tuple[str, ...]:
     return tuple(lane.name for lane in lanes)
@@ -469,13 +467,13 @@ class Staging:
             if names is None:
                 names = owed_to[p.topic] = _lane_names(self.lanes.of_topic(p.topic))
             p.stage.lanes = names
-        self.receipts.stored.extend(map(_stage, pubs))  # (a batch's stage once per message)
+        self.receipts.add_stored(pubs)
         count = message_count(pubs)
         records.depth += count
         self.counters.add("published", count)
         for topic, original, dup in self.duplicates:
             receipt = dup.receipt
             if receipt is not None:
-                receipt._stage.lanes = _lane_names(self.lanes.of_topic(topic))
-                self.receipts.follow(original, receipt, self.lanes.owed(topic, original))
+                lanes = _lane_names(self.lanes.of_topic(topic))
+                self.receipts.follow(original, receipt, self.lanes.owed(topic, original), lanes)
         self.duplicates.clear()
