@@ -78,9 +78,7 @@ class Receipts:
                     self.acked.append(receipt)
         self.settled_floor = lanes.floor()
 
-    def follow(
-        self, original: int, receipt: Receipt, owed: bool, lanes: tuple[str, ...]
-    ) -> None:
+    def follow(self, original: int, receipt: Receipt, owed: bool, lanes: tuple[str, ...]) -> None:
         """``receipt``'s publish was a duplicate of ``original`` (by msg_id): it follows
         it, acked when ``original`` is (now, if nobody owes it any more), with the
         outcomes of ``lanes``."""

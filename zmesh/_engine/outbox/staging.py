@@ -474,6 +474,6 @@ class Staging:
         for topic, original, dup in self.duplicates:
             receipt = dup.receipt
             if receipt is not None:
-                lanes = _lane_names(self.lanes.of_topic(topic))
-                self.receipts.follow(original, receipt, self.lanes.owed(topic, original), lanes)
+                names = _lane_names(self.lanes.of_topic(topic))
+                self.receipts.follow(original, receipt, self.lanes.owed(topic, original), names)
         self.duplicates.clear()
