@@ -145,8 +145,8 @@ class TopicConfig:
     replicas: how many nodes hold each message before its receipt says stored: this
     producer's outbox and ``replicas - 1`` replica hosts of the mesh (1, the default: the
     outbox alone). A replica takes over the lanes of a producer dead for good and
-    delivers what it still owed, with the same message ids (docs/architecture.md,
-    "Replicas"). A ``memory`` topic keeps no outbox to copy: it takes 1 only.
+    delivers what it still owed, with the same message ids (docs/replicas.md). A
+    ``memory`` topic keeps no outbox to copy: it takes 1 only.
 
     A node may set these for a pattern (``plant.*.temp``): a topic without settings of
     its own takes those of the most specific pattern matching it (token by token from the

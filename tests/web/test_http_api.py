@@ -1,5 +1,5 @@
 """A node's HTTP API against real nodes on loopback: every field as documented in
-docs/operations.md, a node killed with SIGKILL reported as unreachable, and admin actions
+docs/monitoring.md, a node killed with SIGKILL reported as unreachable, and admin actions
 refused unless the node enables them."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tests.web.conftest import (
 )
 from zmesh._http.views import SUMMED
 
-# The shapes docs/operations.md documents ("The HTTP API").
+# The shapes docs/monitoring.md documents ("The HTTP API").
 STATUS_KEYS = {
     "node",
     "outbox",

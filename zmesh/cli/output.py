@@ -168,7 +168,7 @@ def peers_table(status: dict[str, Any]) -> Table:
 
 
 def replicas_table(status: dict[str, Any]) -> Table | None:
-    """Replicas (docs/architecture.md, "Replicas"): the node's replicated topics, its
+    """Replicas (docs/replicas.md): the node's replicated topics, its
     replica set and its lag; the copies it holds of other producers and the lanes it took
     over. None when there is none of it."""
     rep = status.get("replicas") or {}
