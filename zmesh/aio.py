@@ -11,6 +11,9 @@ letters, a transaction's commit, a snapshot) run on the loop's default executor.
 replay reader fetches on a thread of its own, from its first ``async for`` step until it
 (or its node) closes. As in the sync API, every wait ends with NodeClosedError once the
 node closes (a subscription closed on its own ends with None instead).
+
+This module is long because it mirrors the whole public API, one awaitable per method,
+each documented by the method it mirrors.
 """
 
 from __future__ import annotations

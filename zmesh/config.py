@@ -1,4 +1,8 @@
-"""Frozen, keyword-only configuration objects; units are in the field names."""
+"""Frozen, keyword-only configuration objects; units are in the field names.
+
+This module is long because every option's meaning, unit and default is documented where
+it is declared (the reference of the configuration classes), and each is checked in a
+line or two."""
 
 from __future__ import annotations
 

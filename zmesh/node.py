@@ -1,4 +1,8 @@
-"""The node: the one object an application holds."""
+"""The node: the one object an application holds.
+
+This module is long because it is the public facade: every public method of Node lives
+here with the docstring users read; each hands its work to a part (submit.py, the
+engine, _requests.py, _last.py, replay.py)."""
 
 from __future__ import annotations
 

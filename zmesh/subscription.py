@@ -1,4 +1,8 @@
-"""Subscriptions and the messages they deliver."""
+"""Subscriptions and the messages they deliver.
+
+This module is long because Message and Subscription are the public surface of
+consuming, documented where they are defined; the delivery bookkeeping is in
+_engine/inbox."""
 
 from __future__ import annotations
 

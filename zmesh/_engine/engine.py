@@ -4,6 +4,9 @@ Other threads talk to it only through its command queue (``Submitter``, submit.p
 deque plus a wake-up byte on an inproc PAIR socket). One loop iteration: poll, apply
 commands (commands.py), receive data and control (listener.py), run timers, commit one
 LMDB transaction, then send what that commit allows (receipts, acks, data batches).
+
+This module is long because the loop and its timers are one sequence that reads from top
+to bottom; every part it composes lives in a module of its own.
 """
 
 from __future__ import annotations

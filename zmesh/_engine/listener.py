@@ -4,6 +4,9 @@ PULL takes data batches; ROUTER takes control frames, and answers status, admin 
 requests on the same socket. The ZAP handler vets whoever connects to either; a
 connection that keeps sending frames that are not zmesh wire data is dropped, and an
 address whose connections keep being dropped is banned (bans.py).
+
+This module is long because every kind of frame that arrives is routed here, in one
+place, to the part that handles it.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ other node made it grow with the mesh, and the mesh's with its square):
   bounded number of times: they reach everyone in about log(N) rounds.
 - A member declared dead that speaks again is told so, refutes, and is alive again in
   the same incarnation (its sockets kept); a new incarnation is a new life.
+
+This module is long because SWIM's and Lifeguard's rules are one state machine over the
+members; the retelling of news is in news.py and the wire in liveness.py.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ a ``Peer`` per member, with its sockets (opened when first needed) and what it s
 A hello carries what a node subscribes and is sent once per meeting: to a contact, to a
 member when it is first known (or known again after it was dead), and to every live
 member when this node's subscriptions change. It is not a heartbeat.
+
+This module is long because it is the one owner of the peers: their hellos, their
+subscriptions applied to lanes (by pattern too, and to lanes taken over) and the control
+messages sent to them; membership, contacts and sockets are modules of their own.
 """
 
 from __future__ import annotations

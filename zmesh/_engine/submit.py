@@ -8,6 +8,9 @@ the caller's thread, and waits while the outbox, the LMDB map or the IO thread's
 has no room for it. The IO thread (engine.py) takes the commands at the start of a loop
 iteration (``take``; commands.py applies them) and, after that iteration's commit,
 ``notify`` resolves receipts and wakes the waiters.
+
+This module is long because every wait of an application thread (room in the outbox,
+receipts, the node's state) shares its one lock and its one wake-up.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Pure encode/decode of zmesh frames. Decoding raises only DecodeError."""
+"""Pure encode/decode of zmesh frames. Decoding raises only DecodeError.
+
+This module is long because every control kind's encoder and decoder sit side by side,
+so a field is changed in one place; the field checks are in checks.py, membership's
+frames in swim.py and the replicas' in replication.py."""
 
 from __future__ import annotations
 

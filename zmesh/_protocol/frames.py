@@ -15,6 +15,9 @@ ZeroMQ frame. A payload of ``LARGE_PAYLOAD_BYTES`` (64 KiB) or more, and any pay
 instead as a raw frame of its own after the header, sent without a copy; its place in
 ``payloads`` holds nil, and the nils take the extra frames in order. A batch with as many
 nils as extra frames is the only valid one.
+
+This module is long because each frame is a dataclass documented with its fields, and
+the kinds are numbered in one place, where no two can collide.
 """
 
 from __future__ import annotations

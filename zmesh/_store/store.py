@@ -37,6 +37,10 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   when retention reclaimed every entry of a partition.
 - ``bad``:   db name + b"\\0" + key -> the raw value of a record that could not be decoded,
   set aside so the node starts and an operator can inspect it (see damage.py).
+
+This module is long because the Store is the one owner of the LMDB environment (opening
+it, growing its map, its reads, the commit of a loop's write batch); keys, batches,
+pages, damage, disk room and snapshots are modules of their own.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ iteration takes what the subscriptions delivered, appends it in one transaction 
 message ids already logged), and acks upstream only after that commit; then it answers
 readers (stream bounds, offset ranges) and sink writers (``_service.py``), and prunes on a
 timer.
+
+This module is long because the bridge thread's loop, its readers' requests and its acks
+upstream share the thread's state; the log is in _log.py.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ Databases (keys are big-endian so LMDB's order is numeric order):
 
 Other processes on the host open the environment read-only (``open_reader``); a process
 that holds the writer reuses its handle, since LMDB forbids one file open twice per process.
+
+This module is long because the log's databases and every read and write of them have
+one owner, documented together with the record format.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ it (a timeout, a nack, its member leaving, a failed send, a failure to park): th
 the common path, and the memory of a large backlog, small (the FIFOs and ``_plain`` are
 arrays: about 18 bytes per ready message, none of them objects; ``_sent`` is a window of
 arrays too, so a take and an ack of consecutive sequences cost no step per message).
+
+This module is long because a lane's states and the moves between them keep one
+invariant (every sequence in exactly one state) that reads best in one place; retries,
+delivery records and the queues are modules of their own.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ costs 2 bytes per sequence of the span it covers, so a backlog of 2,000,000 mess
 4 MB instead of 150 MB. ``SentWindow`` does the same for the messages a lane has sent and
 waits to hear about, with their members and deadlines: a take and an ack of consecutive
 sequences are a few slice operations, with no dict entry made or removed per message.
+
+This module is long because its containers share one representation (arrays of
+sequences, holes skipped lazily) and the helpers over it; apart, they would reach into
+each other's arrays.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Publishes arrive as staged commands, are written to LMDB in the loop's one trans
 and only then join their lanes, so nothing is sent before it is stored. A commit that
 fails gives back what its staging allocated. A topic with no group known yet stages to
 its unclaimed lane, whose messages go to the first groups learned.
+
+This module is long because one transaction's staging and its undoing, when the commit
+fails, must be read together.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ What the acks allow:
 - a lane's floor, which consumers forget their dedupe window below, is told only once
   every replica knows it (``floor``): the floor a taker would start from is never above
   what consumers still remember.
+
+This module is long because a producer's replica set and its streams are one state (the
+set's version names every stream's ops).
 """
 
 from __future__ import annotations
