@@ -375,7 +375,7 @@ class NodeConfig:
     (on a secured mesh, the CURVE key) whose connections were dropped this many times
     within ten minutes (0: never), for ban_duration_s (0: until restart); loopback
     addresses only with ban_loopback. acl_file: per-topic permissions of CURVE keys (TOML,
-    see docs/operations.md), read again on SIGHUP and when it changes.
+    see docs/security.md), read again on SIGHUP and when it changes.
     map_size_bytes / max_map_size_bytes: the LMDB map; when it is full, publishes wait for
     room (acks that delete messages), and with max_map_size_bytes above map_size_bytes the
     map first doubles, step by step, up to that size (0: never grow). At least 1 MiB, and
