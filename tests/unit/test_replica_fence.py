@@ -129,3 +129,18 @@ def test_while_a_node_serves_a_producer_only_its_batches_are_taken(
     assert mesh.admits(X, 7) is False
     mesh.unserve(X, T)
     assert mesh.admits(X, 7) is True
+
+
+def test_a_node_that_takes_lanes_over_tells_each_peer_in_a_hello_that_lists_it(
+    mesh: Mesh, listening: tuple[Listening, Listening]
+) -> None:
+    # (a hello that does not list its receiver applies none of the sender's subscriptions
+    # there: one sent to all alike would take this node out of every lane it consumes)
+    x, t = listening
+    mesh.on_hello(_hello(X, x.port), "127.0.0.1", b"", WriteBatch(), 0.0)
+    mesh.on_hello(_hello(T, t.port), "127.0.0.1", b"", WriteBatch(), 0.0)
+    x.received(300), t.received(300)
+    mesh.serving_changed()
+    for node_id, peer in ((X, x), (T, t)):
+        [hello] = [m for m in peer.received() if isinstance(m, Hello)]
+        assert [r.node_id for r in hello.peers] == [node_id]

@@ -317,9 +317,9 @@ class Mesh:
     def serving_changed(self) -> None:
         """This node took a producer's lanes over or let them go: every peer hears it."""
         self._index_served()
-        frame = encode_control(self.hello())
         for peer in self.peers.values():
-            self.send_raw(peer.dealer, frame)
+            if peer.alive:
+                self.say_hello(peer)  # (listing it: a hello that lists none applies no subs)
 
     def unserve(self, producer: bytes, server: bytes) -> None:
         """``server`` handed ``producer``'s lanes back (its next hello will say so)."""
