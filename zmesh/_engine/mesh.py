@@ -317,9 +317,14 @@ class Mesh:
     def serving_changed(self) -> None:
         """This node took a producer's lanes over or let them go: every peer hears it."""
         self._index_served()
+        self.hello_all()
+
+    def hello_all(self) -> None:
+        """What our hello says changed: each live peer is told, in a hello listing it (a
+        hello that lists nobody applies none of our subscriptions there)."""
         for peer in self.peers.values():
             if peer.alive:
-                self.say_hello(peer)  # (listing it: a hello that lists none applies no subs)
+                self.say_hello(peer)
 
     def unserve(self, producer: bytes, server: bytes) -> None:
         """``server`` handed ``producer``'s lanes back (its next hello will say so)."""
@@ -376,9 +381,7 @@ class Mesh:
     def subs_changed(self, wb: WriteBatch, now: float) -> None:
         assert self.self_peer is not None
         self.apply_subs(self.self_peer, self.hello().subs, wb, now)
-        for peer in self.peers.values():
-            if peer.alive:
-                self.say_hello(peer)
+        self.hello_all()
 
     def mark_dead(self, peer: Peer, now: float, why: str) -> None:
         """``peer`` is dead: it leaves every lane, what it held in flight is ready again.

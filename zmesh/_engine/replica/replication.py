@@ -79,6 +79,7 @@ class Replication:
         self._next_floors = 0.0
         self.started = 0.0
         self.mesh: Mesh | None = None
+        self._announced: tuple[CopyRef, ...] = ()  # the copies our peers were last told of
 
     def start(self, mesh: Mesh, now: float) -> None:
         self.mesh = mesh
@@ -87,6 +88,7 @@ class Replication:
         self.started = now
         if self.config.replica_host:
             self.copies.load()
+        self._announced = self.copies.refs()  # (the first hellos name them)
         for producer in self.copies.held:
             self._absent[producer] = now
 
@@ -144,6 +146,10 @@ class Replication:
         take-overs decided."""
         mesh = self.mesh
         assert mesh is not None
+        refs = self.copies.refs()
+        if refs != self._announced:  # peers rank holders by them to agree on a taker
+            self._announced = refs
+            mesh.hello_all()
         peers = list(mesh.peers.values())
         serving_me = mesh.served.get(self.node_id, set())
         stale = self.producer.upkeep(peers, serving_me)
