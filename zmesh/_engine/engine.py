@@ -325,9 +325,11 @@ class Engine:
             stop = self.commands.drain(wb, pubs, calls, now)
         self.listener.receive(events, wb, now)
         self._timers(now, wb)
-        done, stored = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
         mesh = self.mesh
         assert mesh is not None
+        if mesh.unready and mesh.ready_data():  # (a data connection still on its way)
+            self._send_retry_at = self._send_retry_at or now + SEND_RETRY_S
+        done, stored = self.commits.store_pubs(wb, pubs, calls, now, self._wb)
         if stored and mesh.ephemeral:
             send_ephemeral(mesh, stored, self.node_id, self.incarnation, self.counters)
         watches = self.commands.watches

@@ -92,6 +92,9 @@ class Mesh:
         # Live peers' ephemeral subscriptions by topic or pattern (rebuilt when one
         # changes), found by the topics they match.
         self.ephemeral: SubjectMap[tuple[Peer, SubInfo]] = SubjectMap()
+        # Peers whose ephemeral subscriptions wait for our data connection to them: what
+        # is sent at most once is sent only on a connection that is up (ready_data).
+        self.unready: set[bytes] = set()
         self._foreign_logged: set[bytes] = set()
         self._beats = 0
         self.ctrl_port = 0
@@ -288,14 +291,37 @@ class Mesh:
             _members(lanes, groups, peer.node_id, peer.lanes, new, taken.wb, now, True)
         peer.subs = subs
         peer.lanes = new
-        ephemeral = {(s.topic, s.group): s for s in subs if s.mode == "ephemeral"}
-        if ephemeral != peer.ephemeral:
-            fresh = [s for key, s in ephemeral.items() if key not in peer.ephemeral]
-            peer.ephemeral = ephemeral
-            self._index_ephemeral()
-            for s in fresh:  # (before anything stored from now on: sent after the commit)
-                if s.deliver == "last_per_key":
-                    send_kept(peer, s, self.kept, self.node_id, self.incarnation, self.counters)
+        self._apply_ephemeral(peer)
+
+    def _apply_ephemeral(self, peer: Peer) -> None:
+        """``peer``'s ephemeral subscriptions (``peer.subs``) join the index once our data
+        connection to it is up (with IMMEDIATE, a send before then fails: what is sent at
+        most once would be lost); till then it waits in ``unready``."""
+        ephemeral = {(s.topic, s.group): s for s in peer.subs if s.mode == "ephemeral"}
+        if ephemeral == peer.ephemeral:
+            self.unready.discard(peer.node_id)
+            return
+        if ephemeral and not peer.push.poll(0, zmq.POLLOUT):
+            self.unready.add(peer.node_id)
+            return
+        self.unready.discard(peer.node_id)
+        fresh = [s for key, s in ephemeral.items() if key not in peer.ephemeral]
+        peer.ephemeral = ephemeral
+        self._index_ephemeral()
+        for s in fresh:  # (before anything stored from now on: sent after the commit)
+            if s.deliver == "last_per_key":
+                send_kept(peer, s, self.kept, self.node_id, self.incarnation, self.counters)
+
+    def ready_data(self) -> bool:
+        """Apply the ephemeral subscriptions of peers whose data connection is up now;
+        whether some still wait."""
+        for node_id in list(self.unready):
+            peer = self.peers.get(node_id)
+            if peer is None or not peer.alive:
+                self.unready.discard(node_id)
+            else:
+                self._apply_ephemeral(peer)
+        return bool(self.unready)
 
     def _live_peers(self) -> list[Peer]:
         return [p for p in (self.self_peer, *self.peers.values()) if p is not None and p.alive]

@@ -99,6 +99,11 @@ class Peer:
             "alive": self.alive,
             "state": self.state,
             "last_seen_s": round(now - self.last_seen, 3),
-            "subscriptions": [[s.topic, s.group, s.mode] for s in self.subs],
+            # (an ephemeral one once it applies: sent to from then on)
+            "subscriptions": [
+                [s.topic, s.group, s.mode]
+                for s in self.subs
+                if s.mode != "ephemeral" or (s.topic, s.group) in self.ephemeral
+            ],
             "public_key": self.public_key.decode() or None,  # (to reach it on a secured mesh)
         }
