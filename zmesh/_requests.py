@@ -185,13 +185,14 @@ class Pending:
                 if left <= 0:
                     break
                 self.cond.wait(left)
-            return self.outcome()
+            return self.outcome(count)
 
-    def outcome(self) -> list[Reply]:
-        """The replies so far, or the error that ended the wait."""
+    def outcome(self, count: int | None = None) -> list[Reply]:
+        """The replies so far (the first ``count`` of them), or the error that ended the
+        wait."""
         if self.error is not None:
             raise self.error
-        return list(self.replies)
+        return self.replies[:count]
 
 
 class Requests:

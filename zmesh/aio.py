@@ -412,7 +412,7 @@ class Node:
         pending.listeners.append(wakes.wake)
         try:
             await wakes.until(functools.partial(pending.done, ask.count), ask.timeout_s)
-            return pending.outcome()
+            return pending.outcome(ask.count)
         finally:
             pending.close()
 

@@ -610,7 +610,8 @@ class Node:
         """Scatter/gather: ask the groups of ``topic`` (in a broadcast group, every
         member) and return the replies that came once ``count`` did (None: one per lane
         with a live member when it was sent: each member of a broadcast group, one of
-        each shared group) or ``timeout`` passed, perhaps fewer, in arrival order.
+        each shared group) or ``timeout`` passed, perhaps fewer and never more than
+        ``count``, in arrival order.
         NoRespondersError at once when no group has a live member; a reply whose
         responder's function raised has ``ok`` False."""
         return self._ask(Ask.of(topic, payload, key, headers, delivery, timeout, count))
