@@ -51,7 +51,7 @@ class Reply:
 
     topic: str
     payload: bytes
-    headers: dict
+    headers: dict[str, Any]
     responder: str
     request: MessageId
     ok: bool = True
@@ -65,7 +65,7 @@ class Ask:
     topic: str
     payload: bytes | bytearray | memoryview | str
     key: str | None
-    headers: dict
+    headers: dict[str, Any]
     timeout_s: float
     count: int | None
 

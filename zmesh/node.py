@@ -732,7 +732,7 @@ class Node:
 
     # -- inspection ---------------------------------------------------------------------
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         """Topics, lanes, outbox depth, peers and counters, as a plain dict."""
         return self._queue.call(lambda _wb, _now: self._engine.status(), writes=False)
 
@@ -776,7 +776,7 @@ class Node:
 
     # -- groups -------------------------------------------------------------------------
 
-    def groups(self, topic: str | None = None) -> list[dict]:
+    def groups(self, topic: str | None = None) -> list[dict[str, Any]]:
         """The groups (lanes) this node, as a producer, owes messages of ``topic`` (or of
         every topic): group, mode, lane, pending, in_flight, members, last_seen (when it
         last had a member, wall clock), oldest_age_s, dead_letters, declared (never
@@ -786,7 +786,7 @@ class Node:
         groups = self._engine.outbox.groups
         return self._queue.call(lambda _wb, _now: groups.listing(topic, time.time()))
 
-    def delete_group(self, topic: str, group: str) -> dict:
+    def delete_group(self, topic: str, group: str) -> dict[str, int]:
         """Retire ``group`` of ``topic`` here and at every live peer: each producer drops
         the group's lanes and what they still owe, counted in ``dropped_group_deleted``
         (receipts say ``group_deleted``), and its dead letters. Members still subscribed
@@ -802,7 +802,7 @@ class Node:
             lambda wb, now: engine.delete_group(topic, group, wb, now, announce=True)
         )
 
-    def peers(self) -> list[dict]:
+    def peers(self) -> list[dict[str, Any]]:
         """Peers as discovered: id, name, addresses, liveness, subscriptions."""
         return self.status()["peers"]
 

@@ -94,7 +94,7 @@ class Message:
     def _settled(self, how: str | None) -> None:
         self._origin.state[self._i] = _CODES[how]
 
-    _headers: dict  # (a slot, set when first asked for)
+    _headers: dict[str, Any]  # (a slot, set when first asked for)
 
     @property
     def attempt(self) -> int:
@@ -130,7 +130,7 @@ class Message:
         return _message_id(MessageId, (origin.producer, origin.seqs[self._i]))
 
     @property
-    def headers(self) -> dict:
+    def headers(self) -> dict[str, Any]:
         try:
             return self._headers
         except AttributeError:  # (first asked: the batch's, or a dict of its own)
@@ -196,7 +196,7 @@ class Message:
         self,
         payload: bytes | bytearray | memoryview | str,
         *,
-        headers: Mapping | None = None,
+        headers: Mapping[str, Any] | None = None,
         ok: bool = True,
     ) -> None:
         """Answer the request this message is (``Node.request``): sent at once to the

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 
-def _seqs(args: dict) -> set[int] | None:
+def _seqs(args: dict[str, Any]) -> set[int] | None:
     seqs = args.get("seqs")
     if seqs is None:
         return None
@@ -23,7 +23,7 @@ def _seqs(args: dict) -> set[int] | None:
     return set(seqs)
 
 
-def _str_arg(args: dict, name: str) -> str:
+def _str_arg(args: dict[str, Any], name: str) -> str:
     value = args.get(name)
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} is required")

@@ -27,6 +27,7 @@ import socket
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
 
@@ -255,7 +256,7 @@ class Bans:
         shut_down(frame)
         self.conns.pop(conn.rid, None)
 
-    def state(self, now: float) -> list[dict]:
+    def state(self, now: float) -> list[dict[str, Any]]:
         """The bans in force, for status."""
         return [
             {

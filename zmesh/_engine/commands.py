@@ -112,7 +112,7 @@ class Respond:
     origin: Origin
     seq: int
     payload: bytes
-    headers: dict | None
+    headers: dict[str, Any] | None
     ok: bool
 
 

@@ -20,11 +20,11 @@ CONTACT_EXPIRY_BEATS = 10
 class Contacts:
     """The contacts of one node (IO thread)."""
 
-    def __init__(self, ctx: zmq.Context, counters: Counters) -> None:
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], counters: Counters) -> None:
         self.ctx = ctx
         self.counters = counters
         # (endpoint, server key) -> (socket, heartbeats without answer, is a seed)
-        self._open: dict[tuple[str, bytes], tuple[zmq.Socket, int, bool]] = {}
+        self._open: dict[tuple[str, bytes], tuple[zmq.Socket[bytes], int, bool]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._open)
@@ -72,7 +72,7 @@ class Contacts:
         self._open.clear()
 
 
-def _send(sock: zmq.Socket, frame: bytes, counters: Counters) -> None:
+def _send(sock: zmq.Socket[bytes], frame: bytes, counters: Counters) -> None:
     try:
         sock.send(frame, zmq.NOBLOCK)
     except zmq.Again:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from operator import itemgetter
+from typing import Any
 
 import zmq
 
@@ -475,7 +476,9 @@ class Engine:
         key = seqs if type(seqs) is range else tuple(seqs)  # (a range's slice is a range)
         done = packed.columns.get(key) if packed is not None else None
         if done is None:
-            cut: Callable[[Sequence], Sequence] = _as_is if whole else itemgetter(slice(start, end))
+            cut: Callable[[Sequence[Any]], Sequence[Any]] = (
+                _as_is if whole else itemgetter(slice(start, end))
+            )
             done = pack_columns(
                 key,
                 cut(out.partitions),
@@ -503,7 +506,7 @@ class Engine:
 
     def delete_group(
         self, topic: str, group: str, wb: WriteBatch, now: float, announce: bool
-    ) -> dict:
+    ) -> dict[str, int]:
         """Retire ``group`` of ``topic`` here (and, ``announce``, at every live peer): its
         lanes and what they owe. Members still subscribed are members of a new lane of it
         at once. Returns what was dropped here and how many peers were told."""
@@ -516,7 +519,7 @@ class Engine:
 
     # -- status and teardown -------------------------------------------------------------
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         """A snapshot for status displays (IO thread)."""
         return node_status(self)
 
@@ -590,5 +593,5 @@ def _warn_if_open(keys: Keys | None, mesh: str) -> None:
         )
 
 
-def _as_is(column: Sequence) -> Sequence:
+def _as_is(column: Sequence[Any]) -> Sequence[Any]:
     return column

@@ -61,7 +61,7 @@ class Guard:
         """Whether anything is checked (an ACL, or keys revoked since the start)."""
         return self.acl is not None or bool(self.revoked)
 
-    def _files(self) -> tuple:
+    def _files(self) -> tuple[tuple[str, int | None, int | None], ...]:
         """The modification times of the files the keys and the ACL come from."""
         cfg = self.config
         paths = [Path(p) for p in (cfg.secret_key_file, cfg.acl_file) if p]

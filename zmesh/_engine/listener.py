@@ -93,7 +93,7 @@ class Listener:
         self._max_control = self.config.max_message_bytes + (1 << 20)
         self._max_repl_bytes = self.config.max_message_bytes + (1 << 20)  # (copies' records)
 
-    def open(self, ctx: zmq.Context, inproc: str) -> tuple[int, int]:
+    def open(self, ctx: zmq.Context[zmq.Socket[bytes]], inproc: str) -> tuple[int, int]:
         """Bind PULL and ROUTER on the configured interfaces and under ``inproc``; returns
         their TCP ports (data, control)."""
         cfg = self.config
@@ -118,7 +118,7 @@ class Listener:
         self.router.bind(inproc + "-ctrl")
         return ports
 
-    def _bind(self, sock: zmq.Socket) -> int:
+    def _bind(self, sock: zmq.Socket[bytes]) -> int:
         ifaces = list(self.config.interfaces) or ["*"]
         sock.bind(f"tcp://{_host(ifaces[0])}:*")
         port = int(sock.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
@@ -146,7 +146,7 @@ class Listener:
         for mon in self._monitors:
             poller.register(mon, zmq.POLLIN)
 
-    def receive(self, events: dict, wb: WriteBatch, now: float) -> None:
+    def receive(self, events: dict[zmq.Socket[bytes], int], wb: WriteBatch, now: float) -> None:
         """Handle what the poller's ``events`` say is waiting on these sockets."""
         self.guard.tick(wb, now)
         if self.zap.sock in events:
@@ -222,7 +222,7 @@ class Listener:
             received += len(batch.seqs)
             self.consumer.on_batch(batch, wb, now)
 
-    def _on_monitor(self, mon: zmq.Socket, wb: WriteBatch, now: float) -> None:
+    def _on_monitor(self, mon: zmq.Socket[bytes], wb: WriteBatch, now: float) -> None:
         while True:
             try:
                 event = recv_monitor_message(mon, zmq.NOBLOCK)
@@ -447,7 +447,7 @@ class Listener:
                 sock.close(linger=0)
 
 
-def _recv_parts(sock: zmq.Socket) -> list[zmq.Frame]:
+def _recv_parts(sock: zmq.Socket[bytes]) -> list[zmq.Frame]:
     """The parts of the next message, uncopied; zmq.Again when none waits.
 
     ZeroMQ delivers a message's parts whole, and a Frame knows whether more follow, where

@@ -59,7 +59,7 @@ class Mesh:
 
     def __init__(
         self,
-        ctx: zmq.Context,
+        ctx: zmq.Context[zmq.Socket[bytes]],
         config: NodeConfig,
         node_id: bytes,
         incarnation: int,
@@ -124,7 +124,7 @@ class Mesh:
     ) -> Peer:
         return Peer(node_id, name, incarnation, ctrl_ep, data_ep, self._open, now, public_key=key)
 
-    def _open(self, peer: Peer, kind: int) -> zmq.Socket:
+    def _open(self, peer: Peer, kind: int) -> zmq.Socket[bytes]:
         """Open ``peer``'s PUSH (data) or DEALER (control) socket, at its first use."""
         sock = self.ctx.socket(kind)
         if kind == zmq.PUSH:
@@ -214,7 +214,7 @@ class Mesh:
         if there is None or not there.alive:
             self._contacts.add(ep, seed, key, self.keys, encode_control(self.hello()))
 
-    def send_raw(self, sock: zmq.Socket, frame: bytes) -> bool:
+    def send_raw(self, sock: zmq.Socket[bytes], frame: bytes) -> bool:
         try:
             sock.send(frame, zmq.NOBLOCK)
             return True

@@ -9,7 +9,7 @@ the older one.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .limits import RETRANSMIT_MULT
 
@@ -34,7 +34,7 @@ class News:
     __slots__ = ("_items",)
 
     def __init__(self) -> None:
-        self._items: dict[bytes, list] = {}  # node id -> [fact, times told]
+        self._items: dict[bytes, list[Any]] = {}  # node id -> [fact, times told]
 
     def __bool__(self) -> bool:
         return bool(self._items)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -39,7 +39,7 @@ class Peer:
     incarnation: int
     ctrl_ep: str
     data_ep: str
-    opener: Callable[[Peer, int], zmq.Socket]  # opens its PUSH or DEALER
+    opener: Callable[[Peer, int], zmq.Socket[bytes]]  # opens its PUSH or DEALER
     last_seen: float
     alive: bool = True  # (alive or suspect: a member of lanes)
     state: str = "alive"  # "alive", "suspect" or "dead"
@@ -57,17 +57,17 @@ class Peer:
     replica_host: bool = False
     copies: tuple[CopyRef, ...] = ()
     serving: tuple[bytes, ...] = ()
-    _push: zmq.Socket | None = None
-    _dealer: zmq.Socket | None = None
+    _push: zmq.Socket[bytes] | None = None
+    _dealer: zmq.Socket[bytes] | None = None
 
     @property
-    def push(self) -> zmq.Socket:
+    def push(self) -> zmq.Socket[bytes]:
         if self._push is None:
             self._push = self.opener(self, zmq.PUSH)
         return self._push
 
     @property
-    def dealer(self) -> zmq.Socket:
+    def dealer(self) -> zmq.Socket[bytes]:
         if self._dealer is None:
             self._dealer = self.opener(self, zmq.DEALER)
         return self._dealer
@@ -89,7 +89,7 @@ class Peer:
             self._dealer.close(linger=linger_ms)
             self._dealer = None
 
-    def info(self, now: float) -> dict:
+    def info(self, now: float) -> dict[str, Any]:
         return {
             "id": self.node_id.hex(),
             "name": self.name,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .engine import Engine
 
 
-def node_status(engine: Engine) -> dict:
+def node_status(engine: Engine) -> dict[str, Any]:
     """A snapshot for status displays (IO thread)."""
     now = time.monotonic()
     wall_now = time.time()

@@ -107,7 +107,7 @@ class Submitter:
         self._cmds: deque[Command] = deque()
         self._wake_pending = False
         self._wake_lock = threading.Lock()
-        self._wake_tx: zmq.Socket | None = None  # application threads' end of the wake pipe
+        self._wake_tx: zmq.Socket[bytes] | None = None  # application threads' end of the wake pipe
         # What this node's hello announces: (topic, group, mode) -> its Subscription
         # objects (the hello names each once), and the bytes of them.
         self._subs_lock = threading.Lock()
@@ -177,7 +177,7 @@ class Submitter:
         topic: str,
         payloads: list[bytes],
         keys: list[str | None],
-        headers: dict | None,
+        headers: dict[str, Any] | None,
         priority: int,
         expires_at: float | None,
         deliver_at: float | None,
@@ -522,7 +522,7 @@ class Submitter:
         """Whether commands wait for the IO thread."""
         return bool(self._cmds)
 
-    def attach(self, wake_tx: zmq.Socket | None) -> None:
+    def attach(self, wake_tx: zmq.Socket[bytes] | None) -> None:
         """The application threads' end of the wake pipe (None: closed, at teardown)."""
         with self._wake_lock:
             old, self._wake_tx = self._wake_tx, wake_tx

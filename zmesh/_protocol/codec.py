@@ -135,7 +135,7 @@ def _unpack(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Any:
         raise DecodeError(f"not msgpack: {type(exc).__name__}: {exc}") from exc
 
 
-def check_headers(headers: dict) -> None:
+def check_headers(headers: dict[str, Any]) -> None:
     """ValueError unless every consumer can decode ``headers`` in a batch: values msgpack
     packs, string keys in nested maps too, and at most ``MAX_HEADERS_BYTES`` packed."""
     try:
@@ -183,7 +183,7 @@ def _key(value: Any) -> str | None:
     return value
 
 
-def _header(value: Any) -> dict | None:
+def _header(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
     _check(isinstance(value, dict), "bad headers")
@@ -600,7 +600,8 @@ _BATCH_HEADER = b"\x9f"  # a msgpack array of the header's 15 fields
 _array_header = msgpack.Packer(use_bin_type=True).pack_array_header
 
 
-def _numbers_bin(column: array) -> bytes:
+# (Any: ``_pack_indexes`` tries an array of indexes that may hold None, for array to refuse)
+def _numbers_bin(column: array[Any]) -> bytes:
     """A column of numbers as the bin a batch carries: little-endian, fixed size each."""
     return _packb(le_bytes(column))
 
@@ -638,7 +639,7 @@ def pack_columns(
     seqs: Sequence[int],
     partitions: Sequence[int],
     keys: Sequence[str | None],
-    headers: Sequence[dict | None],
+    headers: Sequence[dict[str, Any] | None],
     published_ats: Sequence[float],
     indexes: Sequence[int | None],
     payloads: Sequence[bytes],
@@ -713,7 +714,7 @@ def _all_none(value: Any, n: int) -> bool:
     return type(value) is list and len(value) == n and value.count(None) == n
 
 
-def _numbers(value: Any, n: int, codes: str, what: str) -> Sequence:
+def _numbers(value: Any, n: int, codes: str, what: str) -> Sequence[Any]:
     """A bin of ``n`` little-endian numbers of the first type of ``codes`` (array type
     codes) that its length fits; a byte each comes as the bytes themselves (their
     elements are ints). Every value of those types is valid: no step per element."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 PROTOCOL_VERSION = 7  # 2: data batches in columns, payloads inside the header frame;
 #                       3: subscriptions and fetch requests carry max_message_bytes;
@@ -255,7 +256,7 @@ class Reply:
     topic: str
     seq: int
     ok: bool
-    headers: dict | None
+    headers: dict[str, Any] | None
     payload: bytes
 
 
@@ -280,7 +281,7 @@ class LastItem:
     index: int | None
     seq: int
     key: str | None
-    headers: dict | None
+    headers: dict[str, Any] | None
     published_at: float
     payload: bytes
 
@@ -306,7 +307,7 @@ class StatusReply:
     """A node's status as a plain msgpack-able mapping."""
 
     token: int
-    status: dict
+    status: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +316,7 @@ class AdminRequest:
 
     token: int
     op: str
-    args: dict
+    args: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,7 +355,7 @@ class FetchItem:
     index: int
     seq: int
     key: str | None
-    headers: dict | None
+    headers: dict[str, Any] | None
     published_at: float
     payload: bytes
 
@@ -405,7 +406,7 @@ class Batch:
     # producer hands the columns of its outbox, lists or tuples)
     partitions: Sequence[int]
     keys: Sequence[str | None]
-    headers: Sequence[dict | None]
+    headers: Sequence[dict[str, Any] | None]
     attempts: Sequence[int]
     published_ats: Sequence[float]
     indexes: Sequence[int | None]
@@ -461,7 +462,7 @@ class ReplOps:
     replicas: tuple[bytes, ...]
     sync: int
     fsync: bool
-    topics: tuple[tuple[str, dict], ...]
+    topics: tuple[tuple[str, dict[str, Any]], ...]
     writes: Writes
 
 

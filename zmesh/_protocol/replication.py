@@ -108,7 +108,7 @@ def _bin(value: Any, what: str, size: int = 0) -> bytes:
     return value
 
 
-def _list(value: Any, what: str) -> list:
+def _list(value: Any, what: str) -> list[Any]:
     _check(type(value) is list, f"bad {what}")
     return value
 
@@ -179,7 +179,7 @@ def _writes(value: Any) -> Writes:
     )
 
 
-def _topics(value: Any) -> tuple[tuple[str, dict], ...]:
+def _topics(value: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
     out = []
     for item in _list(value, "topics"):
         _check(type(item) is list and len(item) == 2 and type(item[1]) is dict, "bad topic")
@@ -187,7 +187,7 @@ def _topics(value: Any) -> tuple[tuple[str, dict], ...]:
     return tuple(out)
 
 
-def _repl_ops(obj: list) -> ReplOps:
+def _repl_ops(obj: list[Any]) -> ReplOps:
     _check(len(obj) == 12, "bad replication frame length")
     replicas = _list(obj[7], "replica set")
     _check(len(replicas) <= MAX_REPLICA_SET, "bad replica set")
@@ -210,7 +210,7 @@ def _flag(value: Any, what: str) -> bool:
     return value
 
 
-def _repl_ack(obj: list) -> ReplAck:
+def _repl_ack(obj: list[Any]) -> ReplAck:
     _check(len(obj) == 7, "bad replica ack length")
     return ReplAck(
         _node_id(obj[2]),
@@ -221,7 +221,7 @@ def _repl_ack(obj: list) -> ReplAck:
     )
 
 
-def _repl_drop(obj: list) -> ReplDrop:
+def _repl_drop(obj: list[Any]) -> ReplDrop:
     _check(len(obj) == 4, "bad replica drop length")
     return ReplDrop(_node_id(obj[2]), _int(obj[3], "incarnation"))
 
@@ -244,7 +244,7 @@ def _handback_lane(value: Any) -> HandbackLane:
     )
 
 
-def _handback(obj: list) -> Handback:
+def _handback(obj: list[Any]) -> Handback:
     _check(len(obj) == 7, "bad hand-back length")
     return Handback(
         _node_id(obj[2]),
@@ -255,12 +255,12 @@ def _handback(obj: list) -> Handback:
     )
 
 
-def _handback_ack(obj: list) -> HandbackAck:
+def _handback_ack(obj: list[Any]) -> HandbackAck:
     _check(len(obj) == 4, "bad hand-back ack length")
     return HandbackAck(_node_id(obj[2]), _int(obj[3], "token"))
 
 
-DECODERS: dict[int, Callable[[list], Any]] = {
+DECODERS: dict[int, Callable[[list[Any]], Any]] = {
     REPL_OPS: _repl_ops,
     REPL_ACK: _repl_ack,
     REPL_DROP: _repl_drop,

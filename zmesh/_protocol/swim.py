@@ -19,7 +19,7 @@ STATES = (0, 1, 2)
 Membership = Ping | PingReq | Pong | Gossip
 
 
-def _rumor(r: Rumor) -> list:
+def _rumor(r: Rumor) -> list[object]:
     return [
         r.node_id,
         r.name,
@@ -33,7 +33,7 @@ def _rumor(r: Rumor) -> list:
     ]
 
 
-def encode(msg: Membership, version: int) -> list:
+def encode(msg: Membership, version: int) -> list[object]:
     """The frame's list (packed by the codec)."""
     rumors = [_rumor(r) for r in msg.rumors]
     if isinstance(msg, Ping):
@@ -68,7 +68,7 @@ def _decode_rumors(value: Any) -> tuple[Rumor, ...]:
     return tuple(_decode_rumor(r) for r in value)
 
 
-def decode(obj: list) -> Membership:
+def decode(obj: list[Any]) -> Membership:
     """The frame a codec-checked list holds (``obj[1]`` is one of this module's kinds)."""
     kind = obj[1]
     if kind == GOSSIP:

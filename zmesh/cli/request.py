@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import click
 
@@ -26,7 +27,7 @@ RETRY_S = 0.05  # a request with no responder known yet is tried again this ofte
 FAILED = 3  # the exit code of a request whose responder's function failed
 
 
-def reply_json(reply: Reply) -> dict:
+def reply_json(reply: Reply) -> dict[str, Any]:
     """What ``--json`` prints of a reply."""
     return {
         "topic": reply.topic,

@@ -86,7 +86,7 @@ class Origin:
         source: tuple[bytes, str, str],
         group: str | None,
         seqs: Sequence[int],
-        headers: Sequence[dict | None],
+        headers: Sequence[dict[str, Any] | None],
         attempts: Sequence[int],
         partitions: Sequence[int],
         published_ats: Sequence[float],

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right, insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import compress, islice
 from operator import or_
+from typing import Any
 
 from ..._numbers import LITTLE
 from ..routing import round_robin_partitions
@@ -73,7 +74,9 @@ class SeqQueue:
                 return a[head]
         return self.first_owed(owned, _NOT_SENT, _NONE)
 
-    def first_owed(self, plain: SeqWindow, sent: SentWindow, entries: dict) -> int | None:
+    def first_owed(
+        self, plain: SeqWindow, sent: SentWindow, entries: Mapping[int, object]
+    ) -> int | None:
         """The first sequence in ``plain``, ``sent`` or ``entries`` (what a lane owes),
         dropping those before it; None if none."""
         a, head = self._a, self._head
@@ -296,7 +299,7 @@ class Window:
         self._w = array("H")
         self._base = 0
         self._n = 0  # entries in the window (not in ``_old``)
-        self._old: dict = {}  # entries below the window's base
+        self._old: dict[int, Any] = {}  # entries below the window's base (values: subclass's)
         self._front = 0  # every slot below this one is empty
 
     def __len__(self) -> int:
@@ -356,7 +359,9 @@ class SeqWindow(Window):
     def _aside(self, i: int) -> int:
         return self._w[i] - 1
 
-    def owed_among(self, seqs: Sequence[int], sent: SentWindow, entries: dict) -> list[int]:
+    def owed_among(
+        self, seqs: Sequence[int], sent: SentWindow, entries: Mapping[int, object]
+    ) -> list[int]:
         """Those of ``seqs`` in this window, ``sent`` or ``entries`` (what a lane owes), in
         one pass with no call per sequence (a settlement asks this of every other lane)."""
         w, base, old = self._w, self._base, self._old
@@ -373,7 +378,9 @@ class SeqWindow(Window):
             or (sold and s in sold)
         ]
 
-    def owed_in(self, first: int, n: int, sent: SentWindow, entries: dict) -> list[int]:
+    def owed_in(
+        self, first: int, n: int, sent: SentWindow, entries: Mapping[int, object]
+    ) -> list[int]:
         """``owed_among`` of the ``n`` consecutive sequences from ``first`` (a run's): the
         two windows' slots over them or-ed at C speed, when no dict holds any."""
         if entries or self._old or sent._old:
@@ -545,7 +552,9 @@ class SentWindow(Window):
                 del self._old[seq]
         return state
 
-    def pop_many(self, seqs: list[int]) -> tuple[list, dict[bytes, int]]:
+    def pop_many(
+        self, seqs: list[int]
+    ) -> tuple[list[SentState | None] | list[int], dict[bytes, int]]:
         """Remove those of ``seqs`` that are here: for each, whether it was, and how many
         were sent to each member (acks of sequences that are not consecutive: one
         member's of the partitions it owns, mostly)."""

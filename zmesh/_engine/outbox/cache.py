@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from itertools import repeat
 from operator import attrgetter, itemgetter
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..._protocol.codec import PackedColumns
 from .record import Record
@@ -17,7 +17,7 @@ PACKED_KEPT_BYTES = 4 << 20  # what the batch columns kept packed may take
 _ENTRY_BYTES = 440  # a record's decoded fields and its map entry, besides the payload
 
 _payload: Callable[[Record], bytes] = attrgetter("payload")
-_run_size: Callable[[tuple[list, int]], int] = itemgetter(1)  # a kept run's bytes as counted
+_run_size: Callable[[tuple[list[Any], int]], int] = itemgetter(1)  # a kept run's bytes as counted
 
 K = TypeVar("K")  # a map's keys (sequences, mostly)
 F = TypeVar("F")  # what it keeps per key
@@ -50,7 +50,7 @@ class Decoded:
     def __init__(self, limit: int = DECODED_KEPT_BYTES) -> None:
         self.fields: dict[int, Record] = {}  # in the order kept: the oldest first
         # Runs (runs.py) kept whole: first sequence -> (decoded record, bytes as counted)
-        self.runs: dict[int, tuple[list, int]] = {}
+        self.runs: dict[int, tuple[list[Any], int]] = {}
         self.bytes = 0
         self.limit = limit
 
@@ -64,7 +64,7 @@ class Decoded:
         if gone:
             self.bytes -= sum(map(len, map(_payload, gone))) + _ENTRY_BYTES * len(gone)
 
-    def keep_run(self, first: int, record: list, size: int) -> None:
+    def keep_run(self, first: int, record: list[Any], size: int) -> None:
         """Keep a run's decoded record (``size``: the bytes it counts for)."""
         self.runs[first] = (record, size)
         self.bytes += size

@@ -109,7 +109,7 @@ class DeadLetters:
                 if state != PARKED:
                     continue
                 key: str | None = None
-                headers: dict | None = None
+                headers: dict[str, Any] | None = None
                 payload = b""
                 fields = decode_record(record) if record else None
                 if fields is not None:

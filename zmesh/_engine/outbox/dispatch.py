@@ -141,13 +141,19 @@ class Dispatcher:
                 self.settler.settled(owing, [seq], batch, Outcome.LOST)
 
     def _refuse_oversized(
-        self, lane: Lane, member: bytes, limit: int, out: Taken, found: list, batch: WriteBatch
-    ) -> tuple[Taken, list]:
+        self,
+        lane: Lane,
+        member: bytes,
+        limit: int,
+        out: Taken,
+        found: list[Record | None],
+        batch: WriteBatch,
+    ) -> tuple[Taken, list[Record | None]]:
         """Park the messages whose payload is larger than ``member`` accepts (``limit``, its
         node's ``max_message_bytes``, from its hello) as dead letters of the lane: sent, they
         would be dropped as undecodable and come back after every ack timeout. Returns the
         rest."""
-        sizes = list(map(len, map(_payload, found)))
+        sizes = list(map(len, map(_payload, cast("list[Record]", found))))  # (none missing)
         for seq, size in zip(out.seqs, sizes, strict=True):
             if size > limit:
                 self.settler.on_fail(
@@ -181,12 +187,14 @@ def _send(send: Send, member: bytes, lane: Lane, out: Taken, columns: Columns, n
     return sent
 
 
-def _gaps(found: list) -> list[int]:
+def _gaps(found: list[Record | None]) -> list[int]:
     """The places of None in ``found`` (none, mostly: found at C speed)."""
     return [i for i, f in enumerate(found) if f is None] if None in found else []
 
 
-def _select(out: Taken, found: list, keep: list[bool]) -> tuple[Taken, list]:
+def _select(
+    out: Taken, found: list[Record | None], keep: list[bool]
+) -> tuple[Taken, list[Record | None]]:
     """The messages of ``out`` (and their records) where ``keep`` is true."""
     kept, kept_found = Taken(), []
     seqs, partitions, attempts = [], [], []

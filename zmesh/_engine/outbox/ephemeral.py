@@ -15,7 +15,7 @@ import time
 from array import array
 from collections.abc import Iterable
 from itertools import repeat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -42,7 +42,7 @@ class _Columns:
         self.seqs: list[int] = []
         self.partitions: list[int] = []
         self.keys: list[str | None] = []
-        self.headers: list[dict | None] = []
+        self.headers: list[dict[str, Any] | None] = []
         self.published_ats = array("d")
         self.payloads: list[bytes] = []
 

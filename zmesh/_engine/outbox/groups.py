@@ -12,6 +12,7 @@ dropped without a count. Groups subscribed by pattern are remembered by ``Patter
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ..._store.store import WriteBatch, pack, pend_key
 from ..._subjects import is_pattern, matcher
@@ -186,7 +187,7 @@ class Groups:
 
     # -- listing --------------------------------------------------------------------------
 
-    def listing(self, topic: str | None, wall: float) -> list[dict]:
+    def listing(self, topic: str | None, wall: float) -> list[dict[str, Any]]:
         """The lanes (of ``topic``, or all) for operators: group, mode, pending, in
         flight, members, last seen (wall clock), oldest message's age."""
         out = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..._protocol.frames import SubInfo
 from ..._store.store import WriteBatch, pack
@@ -232,7 +232,7 @@ class PatternGroups:
             (pack([pg.pattern, pg.name]), pack([pg.lane_id, pg.group, pg.mode, pg.idle_since]))
         )
 
-    def listing(self) -> list[dict]:
+    def listing(self) -> list[dict[str, Any]]:
         """The pattern groups, for operators, with how many topics each has a lane of."""
         topics = dict.fromkeys(self.known, 0)
         for lane in self.lanes.all.values():

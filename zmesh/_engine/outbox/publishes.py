@@ -15,7 +15,7 @@ from array import array
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..._receipt import Stage
 from ..routing import round_robin_partitions
@@ -32,7 +32,7 @@ class Publish:
     topic: str
     partition: int
     key: str | None
-    headers: dict | None
+    headers: dict[str, Any] | None
     payload: bytes
     priority: int
     published_at: float
@@ -69,7 +69,7 @@ class PublishMany:
     topic: str
     partitions: list[int]
     keys: list[str | None] | None  # None: no message has a key
-    headers: dict | None
+    headers: dict[str, Any] | None
     payloads: list[bytes]
     published_at: float | array[float]
     receipt: Receipt | None

@@ -8,7 +8,7 @@ the fields a batch carries of a take's messages, a column each.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Record(NamedTuple):
@@ -17,7 +17,7 @@ class Record(NamedTuple):
     topic: str
     partition: int
     key: str | None
-    headers: dict | None
+    headers: dict[str, Any] | None
     priority: int
     published_at: float
     expires_at: float | None
@@ -26,7 +26,7 @@ class Record(NamedTuple):
     part_index: int | None  # its index in its partition (``msg.index``)
 
 
-def as_record(fields: Sequence) -> Record:
+def as_record(fields: Sequence[Any]) -> Record:
     """A decoded record's fields (a list, as msgpack gives them) as a ``Record``."""
     return Record._make(fields)
 
@@ -37,7 +37,7 @@ class Columns(NamedTuple):
     (together within ``INLINE_PAYLOAD_BYTES``, none large), with no look at each."""
 
     keys: Sequence[str | None]
-    headers: Sequence[dict | None]
+    headers: Sequence[dict[str, Any] | None]
     published_ats: Sequence[float]
     indexes: Sequence[int | None]
     payloads: Sequence[bytes]

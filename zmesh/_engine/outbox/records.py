@@ -15,6 +15,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from itertools import islice, repeat
 from operator import itemgetter, lt, sub
+from typing import Any
 
 from ..._protocol.codec import INLINE_PAYLOAD_BYTES, LARGE_PAYLOAD_BYTES
 from ..._store.damage import decode_record, decode_run
@@ -55,7 +56,7 @@ def mem_total(many: list[Record]) -> int:
     )
 
 
-def mem_run_size(record: list) -> int:
+def mem_run_size(record: list[Any]) -> int:
     """What a ``memory`` run (its decoded record) counts against ``memory_budget_bytes``."""
     _t, partitions, keys, headers, _at, payloads, _i = record
     return (
@@ -66,7 +67,7 @@ def mem_run_size(record: list) -> int:
     )
 
 
-def run_message(run: list, i: int) -> Record:
+def run_message(run: list[Any], i: int) -> Record:
     """Message ``i`` of a decoded run record, as its own record would hold it."""
     topic, partitions, keys, headers, published_at, payloads, indexes = run
     if type(published_at) is array:
@@ -94,7 +95,7 @@ class Records:
         # ``memory`` messages not spilled, and their runs (first sequence -> (decoded run
         # record, bytes counted against the budget)); ``mem_bytes`` counts both.
         self.mem: dict[int, Record] = {}
-        self.mem_runs: dict[int, tuple[list, int]] = {}
+        self.mem_runs: dict[int, tuple[list[Any], int]] = {}
         self.mem_bytes = 0
         self.decoded = Decoded()  # records kept decoded to be sent (cache.py)
         self.runs = Runs()  # batches stored as one record each (runs.py)
@@ -148,7 +149,9 @@ class Records:
         record = self.get(seq)
         return None if record is None else float(record.published_at)
 
-    def decoded_runs(self, firsts: list[int], batch: WriteBatch | None = None) -> dict[int, list]:
+    def decoded_runs(
+        self, firsts: list[int], batch: WriteBatch | None = None
+    ) -> dict[int, list[Any]]:
         """The decoded records of the runs starting at ``firsts``, kept decoded whole
         (``Decoded.runs``) once read. A record that cannot be decoded is left out, and set
         aside given ``batch`` (its messages are then settled as lost)."""
@@ -205,7 +208,7 @@ class Records:
         if len(runs) < len(hits):
             return None
         keys: list[str | None] = []
-        headers: list[dict | None] = []
+        headers: list[dict[str, Any] | None] = []
         published_ats = array("d")  # (packed as it is: no conversion per message)
         indexes: array[int] | None = None  # (the runs' arrays, joined: likewise)
         payloads: list[bytes] = []

@@ -10,6 +10,7 @@ keeps.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from ..._store.store import Store, WriteBatch, u64
 from ..stats import Counters
@@ -25,6 +26,10 @@ from .retention import (
     retains,
     topic_prefix,
 )
+
+# A stored message as a reader gets it, a FetchItem's fields: (partition, index, seq, key,
+# headers, published_at, payload).
+FetchedItem = tuple[int, int, int, str | None, dict[str, Any] | None, float, bytes]
 
 
 class Retained:
@@ -112,7 +117,7 @@ class Retained:
         max_items: int,
         max_bytes: int,
         max_payload_bytes: int,
-    ) -> tuple[list[tuple], list[tuple[int, int, int, int]]]:
+    ) -> tuple[list[FetchedItem], list[tuple[int, int, int, int]]]:
         """Stored messages of ``topic`` by index, for a reader.
 
         ``cursors``: partition -> first index wanted; ``start``: the first index of every
@@ -125,7 +130,7 @@ class Retained:
         nexts = self.indexes.partitions(topic)
         mem = self.records.mem
         wanted = set(cursors) | (set(nexts) if start is not None else set())
-        items: list[tuple] = []
+        items: list[FetchedItem] = []
         heads: list[tuple[int, int, int, int]] = []
         size = 0
         for partition in sorted(wanted):

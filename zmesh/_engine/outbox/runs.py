@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..._numbers import le_bytes
 from ..._store.store import WriteBatch, pack, pend_key, u64
@@ -58,7 +58,7 @@ class Run:
         return list(range(self.first, self.first + self.count))
 
 
-def run_record(fields: list) -> bytes:
+def run_record(fields: list[Any]) -> bytes:
     """The ``runs`` value of a batch, from its decoded form ``[topic, partitions, keys,
     headers, published_at, payloads, indexes]`` (``keys`` None when no message has one;
     ``published_at`` one time for the whole run, or an array of doubles, one per message;

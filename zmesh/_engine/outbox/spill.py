@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import repeat
+from typing import Any
 
 from ..._store.store import WriteBatch, pack, pend_key, u64
 from ..stats import Counters
@@ -28,7 +29,7 @@ class Spill:
         # Spilled by the last ``spill``, for ``unspill``: messages, and runs with their
         # record and size.
         self._spilled: list[tuple[int, Record]] = []
-        self._spilled_runs: list[tuple[Run, list, int]] = []
+        self._spilled_runs: list[tuple[Run, list[Any], int]] = []
 
     def begin(self) -> None:
         """A new stage: nothing of it spilled yet."""

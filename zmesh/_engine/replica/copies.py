@@ -62,7 +62,8 @@ class Copy:
     version: int = 0  # the producer's replica-set version last heard of
     replicas: tuple[bytes, ...] = ()
     synced: bool = False  # whole (its stream's SYNC_END was committed)
-    topics: dict[str, dict] = field(default_factory=dict)  # the replicated topics' configs
+    # The replicated topics' configurations (TopicConfig's fields by name).
+    topics: dict[str, dict[str, Any]] = field(default_factory=dict)
     last_op: int = 0  # the last frame applied (-1: a commit failed; ask for a new copy)
     batches: list[WriteBatch] = field(default_factory=list)  # applied, not committed yet
     acked: int = 0  # the last op committed

@@ -26,7 +26,7 @@ import dataclasses
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -160,7 +160,7 @@ class Replicator:
                 self._queue(stream, SYNC_NONE, packed, fsync)
 
     def _queue(self, stream: Stream, sync: int, packed: bytes, fsync: bool = False) -> None:
-        topics: tuple[tuple[str, dict], ...] = ()
+        topics: tuple[tuple[str, dict[str, Any]], ...] = ()
         if sync == SYNC_BEGIN:
             topics = tuple(
                 (t, _config_fields(self.outbox.lanes.config(t))) for t in self.scope.topics
@@ -377,7 +377,7 @@ class Replicator:
                 blocked = True
         return blocked
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         return {
             "wanted": self.wanted,
             "version": self.version,
@@ -401,6 +401,6 @@ def _host(endpoint: str) -> str:
     return endpoint.removeprefix("tcp://").rpartition(":")[0]
 
 
-def _config_fields(cfg: TopicConfig) -> dict:
+def _config_fields(cfg: TopicConfig) -> dict[str, Any]:
     """A topic's configuration as its fields (for a taker to deliver alike)."""
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}

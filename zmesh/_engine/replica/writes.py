@@ -123,7 +123,7 @@ def _size(name: str, item: Any) -> tuple[int, int]:
 def cut(w: Writes) -> Iterator[Writes]:
     """``w`` in parts of at most MAX_WRITES_ITEMS elements and MAX_WRITES_BYTES bytes (a
     larger record alone), in the order a store applies them."""
-    part: dict[str, list] = {}
+    part: dict[str, list[Any]] = {}
     items = nbytes = 0
     for name in FIELDS:
         for item in getattr(w, name):
@@ -148,7 +148,7 @@ def cut(w: Writes) -> Iterator[Writes]:
         yield _writes(part)
 
 
-def _writes(part: dict[str, list]) -> Writes:
+def _writes(part: dict[str, list[Any]]) -> Writes:
     return Writes(**{name: tuple(items) for name, items in part.items()})
 
 
@@ -204,7 +204,7 @@ class SyncReader:
     def part(self) -> Writes | None:
         """The next part (None once everything was read: ``done``)."""
         scope = self.scope
-        found: dict[str, list] = {}
+        found: dict[str, list[Any]] = {}
         items = nbytes = 0
         while self._db < len(_SYNCED):
             name, field = _SYNCED[self._db]
