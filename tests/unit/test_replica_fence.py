@@ -7,22 +7,17 @@ too while it is alive)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import zmq
 
+from tests.unit.conftest import ME
 from zmesh._engine.mesh import Mesh
-from zmesh._engine.outbox.outbox import Outbox
-from zmesh._engine.outbox.outcomes import Outcomes
 from zmesh._engine.replica.takeover import TAKEN_INCARNATION
-from zmesh._engine.stats import Counters
 from zmesh._protocol.codec import decode_control
 from zmesh._protocol.frames import Ack, Hello, Nack, PeerRef
-from zmesh._store.store import Store, WriteBatch
-from zmesh.config import NodeConfig
+from zmesh._store.store import WriteBatch
 
-ME = b"\x0c" * 16
 X = b"\x01" * 16  # the producer
 T = b"\x02" * 16  # the node that took its lanes over
 
@@ -43,31 +38,12 @@ class Listening:
 
 
 @pytest.fixture
-def ctx() -> Iterator[zmq.Context]:
-    ctx = zmq.Context()
-    yield ctx
-    ctx.term()
-
-
-@pytest.fixture
 def listening(ctx: zmq.Context) -> Iterator[tuple[Listening, Listening]]:
     """Where the producer and the taker listen."""
     x, t = Listening(ctx), Listening(ctx)
     yield x, t
     x.sock.close(linger=0)
     t.sock.close(linger=0)
-
-
-@pytest.fixture
-def mesh(tmp_path: Path, ctx: zmq.Context) -> Iterator[Mesh]:
-    store = Store(str(tmp_path / "me"), 1 << 24)
-    config = NodeConfig(name="me", data_dir=str(tmp_path / "me"))
-    outbox = Outbox(store, ME, 1, 1, {}, 1 << 20, 1 << 20, Counters(), Outcomes())
-    mesh = Mesh(ctx, config, ME, 1, outbox, Counters(), list, None)
-    mesh.ctrl_port = mesh.data_port = 1  # (what its hellos say: nobody dials it here)
-    yield mesh
-    mesh.close()
-    store.close()
 
 
 def _hello(
