@@ -271,13 +271,15 @@ class Mesh:
             # A subscriber is sent data: its connection opens now, to be up by the time
             # its subscriptions apply (this hello's, or the next one's that lists us).
             peer.open_data()
-        knows_us = any(r.node_id == self.node_id for r in hello.peers)
-        subs = hello.subs if knows_us else ()
-        peer.announced = (hello.subs if announced is None else announced) if knows_us else ()
-        if not peer.alive:
-            peer.subs = subs  # (applied when it is alive again)
-        elif subs != peer.subs:
-            self.apply_subs(peer, subs, wb, now)
+        # Only a hello that lists us says what the node consumes here: one that does not
+        # (a contact's, or one from a node that holds us dead) leaves its lanes as they are.
+        if any(r.node_id == self.node_id for r in hello.peers):
+            subs = hello.subs
+            peer.announced = hello.subs if announced is None else announced
+            if not peer.alive:
+                peer.subs = subs  # (applied when it is alive again)
+            elif subs != peer.subs:
+                self.apply_subs(peer, subs, wb, now)
         for ref in hello.peers:
             if ref.node_id != self.node_id and ref.node_id not in self.peers:
                 self.contact(ref.ctrl_endpoint, key=ref.public_key.encode())
