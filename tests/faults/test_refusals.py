@@ -8,7 +8,9 @@ import pytest
 import zmq
 
 from tests.conftest import run_module, wait_until
+from zmesh._protocol.addresses import endpoint
 from zmesh._security import generate_keypair
+from zmesh.cli.client import answers_without_keys
 
 CLI = ["-m", "zmesh.cli"]
 
@@ -32,6 +34,20 @@ def secured(keys: Path, **kw: object) -> dict:
 
 def status(address: str, cwd: Path, *args: str) -> tuple[int, str]:
     return run_module([*CLI, "status", address, "--timeout", "2", *args], 30, str(cwd))
+
+
+def test_a_node_without_keys_is_told_apart_when_a_keyed_handshake_fails_vaguely(make_node, keys):
+    # (a keyed handshake with a node that has no keys may fail with no detail, when the
+    # node closes the connection first: a request without keys tells which it is)
+    open_node = make_node("open")
+    secured_node = make_node("secured", **secured(keys))
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        for node, answers in ((open_node, True), (secured_node, False)):
+            host, port = node.control_address.rsplit(":", 1)
+            assert answers_without_keys(ctx, endpoint(host, int(port))) is answers
+    finally:
+        ctx.term()
 
 
 def test_the_cli_says_why_a_node_does_not_answer(make_node, keys, tmp_path):

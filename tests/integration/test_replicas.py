@@ -131,7 +131,8 @@ def test_lanes_taken_over_then_handed_back(make_node: Callable[..., zmesh.Node],
     p2 = make_node("p", replica_host=False, data_dir=str(tmp_path / "p"), **TAKEOVER)
     assert p2.id == p_id and p2.status()["outbox"] > 0
     wait_until(lambda: p2.status()["outbox"] == 0, 15, what="the hand-back to settle the outbox")
-    assert not _replicas(r)["serving"]
+    # (the taker lets go once the producer's HANDBACK_ACK reaches it)
+    wait_until(lambda: not _replicas(r)["serving"], 10, what="the taker to let go")
     assert r.status()["counters"]["handbacks"] == 1
     assert p2.status()["counters"]["handbacks_received"] == 1
     assert not sub.fetch(100, timeout=0.5)

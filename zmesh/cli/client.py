@@ -24,7 +24,7 @@ from .._security import _check_key
 from ..config import parse_seed
 from ..errors import ConfigError, DecodeError
 from .output import CliError
-from .refusal import HandshakeWatch
+from .refusal import NO_KEYS_NEEDED, HandshakeWatch
 from .settings import common, source
 
 
@@ -143,6 +143,32 @@ def _no_reply(
     )
 
 
+OPEN_PROBE_S = 1.0  # how long a request without keys waits when a keyed one failed vaguely
+
+
+def answers_without_keys(ctx: zmq.Context[zmq.Socket[bytes]], ep: str) -> bool:
+    """Whether the node at ``ep`` answers a status request without keys: a keyed
+    handshake with a node that has none may fail with no detail (the node closes the
+    connection before the client sees the mismatch)."""
+    probe = ctx.socket(zmq.DEALER)
+    try:
+        probe.setsockopt(zmq.LINGER, 0)
+        probe.connect(ep)
+        token = secrets.randbits(62)
+        probe.send(encode_control(StatusRequest(token)))
+        deadline = time.monotonic() + OPEN_PROBE_S
+        while (left := deadline - time.monotonic()) > 0 and probe.poll(max(1, int(left * 1000))):
+            try:
+                reply = decode_control(probe.recv(zmq.NOBLOCK))
+            except (DecodeError, zmq.Again):
+                continue
+            if isinstance(reply, StatusReply) and reply.token == token:
+                return True
+        return False
+    finally:
+        probe.close(linger=0)
+
+
 def request(
     address: str,
     msg: StatusRequest | AdminRequest,
@@ -176,7 +202,10 @@ def request(
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not sock.poll(max(1, int(remaining * 1000))):
-                raise _no_reply(address, what, timeout_s, keys, watch.why(keys is not None))
+                why = watch.why(keys is not None)
+                if keys is not None and not watch.conclusive and answers_without_keys(ctx, ep):
+                    why = NO_KEYS_NEEDED
+                raise _no_reply(address, what, timeout_s, keys, why)
             try:
                 reply = decode_control(sock.recv(zmq.NOBLOCK))
             except (DecodeError, zmq.Again):

@@ -20,6 +20,7 @@ _FAILED = (
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
 _names = itertools.count()
+NO_KEYS_NEEDED = "the node runs without CurveZMQ keys: leave out --server-key and --secret-key-file"
 _KEYS = (
     "pass --server-key (its NAME.pub, or the 'pk' of its mDNS record) and "
     "--secret-key-file (a key pair whose .pub is in its trusted_keys_dir)"
@@ -38,6 +39,18 @@ class HandshakeWatch:
             event = recv_monitor_message(self.mon, zmq.NOBLOCK)
             self.events.add((int(event["event"]), int(event["value"])))
 
+    @property
+    def conclusive(self) -> bool:
+        """Whether a failure names its cause: a mechanism mismatch or a refused key (a
+        node without keys that closes the connection first leaves only a vague one)."""
+        self._drain()
+        return any(
+            event == zmq.EVENT_HANDSHAKE_FAILED_AUTH
+            or (event, value)
+            == (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+            for event, value in self.events
+        )
+
     def why(self, keyed: bool) -> str | None:
         """What the failed handshakes say (``keyed``: the command had CURVE keys); the
         most telling one, since a connection retried may fail more vaguely."""
@@ -49,10 +62,7 @@ class HandshakeWatch:
             zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH,
         ) in self.events:
             if keyed:
-                return (
-                    "the node runs without CurveZMQ keys: leave out --server-key and "
-                    "--secret-key-file"
-                )
+                return NO_KEYS_NEEDED
             return "the node is secured and requires CurveZMQ keys: " + _KEYS
         auth = [value for event, value in self.events if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH]
         if auth:
