@@ -81,6 +81,22 @@ def back_again(node: zmesh.Node, name: str, incarnation: int) -> bool:
     return bool(lanes) and all(peer["id"] in lane["members"] for lane in lanes)
 
 
+def members_of(node: zmesh.Node) -> dict[str, int]:
+    """How many members each group's lane of the topic has at this producer."""
+    return {lane["group"]: len(lane["members"]) for lane in node.status()["lanes"]}
+
+
+def wait_for_members(node: zmesh.Node, wanted: dict[str, int]) -> None:
+    """Wait until every group has ``wanted`` members here: a stream that began before a
+    member joined could be handled by the others before it is a member at all."""
+    if not until(
+        lambda: all(members_of(node).get(g, 0) >= n for g, n in wanted.items()),
+        HOLD_TIMEOUT_S,
+        0.02,
+    ):
+        raise SystemExit(f"members {members_of(node)} not {wanted} after {HOLD_TIMEOUT_S:g}s")
+
+
 def hold(node: zmesh.Node, resume: Path, index: int) -> None:
     """Wait at ``index`` until ``resume`` names a peer and its life (``c1 2``) and that
     peer is back: a stream that goes on meanwhile could end before it is."""
@@ -117,6 +133,9 @@ def run_producer(args: argparse.Namespace) -> int:
             f"(outbox {node.status()['outbox']})",
             flush=True,
         )
+        if start == 0 and args.members:  # (a first start: each member there from the first)
+            wanted = dict(item.split("=") for item in args.members.split(","))
+            wait_for_members(node, {g: int(n) for g, n in wanted.items()})
         with open(progress, "a") as prog:
             receipt = None
             for first in range(start, args.count, args.batch):
@@ -223,6 +242,9 @@ def main(argv: list[str]) -> int:
         "--hold-at", type=int, default=-1, help="the index to wait at until --resume says so"
     )
     prod.add_argument("--resume", help="a file naming the peer to wait for and its life")
+    prod.add_argument(
+        "--members", default="", help="GROUP=N,...: the members to wait for before a first start"
+    )
     cons.add_argument("--name", required=True)
     cons.add_argument("--group", required=True, choices=GROUPS)
     cons.add_argument("--log", required=True)

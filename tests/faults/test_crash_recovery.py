@@ -129,6 +129,8 @@ class Cluster:
                 str(HOLD_AT),
                 "--resume",
                 str(self.root / "resume"),
+                "--members",
+                ",".join(f"{g}={n}" for g, n in Counter(CONSUMERS.values()).items()),
             ],
         )
 
