@@ -198,9 +198,9 @@ def test_stop_signals_give_their_exit_codes(
     pub = Proc(tmp_path, "pub", ["pub", "t", "x", *node, "--timeout", "120"])
     procs.append(pub)
     wait_until(
-        lambda: "found within" in pub.stderr() or pub.popen.poll() is not None,
+        lambda: "waiting up to" in pub.stderr() or pub.popen.poll() is not None,
         30,
-        what="pub waiting",
+        what="pub waiting for acks",
     )
     pub.popen.send_signal(sig)
     assert pub.finish(timeout=30) == code, pub.stderr()

@@ -130,6 +130,9 @@ class Outcome:
         return 0 if self.delivered == self.published else NOT_DELIVERED
 
 
+SAY_WAITING_S = 1.0  # a wait for acks this long is said on stderr
+
+
 def _acked_by(receipt: Receipt, deadline: float, signals: StopSignals) -> bool:
     """Wait for ``receipt``'s acks until ``deadline`` or a stop signal (seen within
     SIGNAL_CHECK_S: a signal does not end a wait on a lock)."""
@@ -147,6 +150,14 @@ def settle(topic: str, receipts: list[Receipt], timeout_s: float, signals: StopS
     """Wait for every receipt's acks (a progress bar when there are many), up to
     ``timeout_s`` or a stop signal: the one place a run's outcome is decided."""
     deadline = time.monotonic() + timeout_s
+    # A wait longer than a moment says so, once: the messages are published by then.
+    said_by = min(deadline, time.monotonic() + SAY_WAITING_S)
+    if (
+        not _acked_by(receipts[-1], said_by, signals)
+        and not signals.stop.is_set()
+        and time.monotonic() < deadline
+    ):
+        note(f"published {len(receipts)}; waiting up to {timeout_s:g}s for the groups' acks")
     with Progress(
         TextColumn("waiting for acks"),
         BarColumn(),
