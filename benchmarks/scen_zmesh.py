@@ -228,9 +228,10 @@ def latency_zmesh_process(
     )
 
 
-def zmesh_16k(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
-    """``zmesh_process`` with 16 KiB payloads."""
-    n = sizes.large_16k
+def _large(
+    workdir: Path, sizes: Sizes, profile: Path | None, n: int, payload_bytes: int
+) -> dict[str, Any]:
+    """``zmesh_process`` with ``n`` payloads of ``payload_bytes`` (a tenth more to warm up)."""
     return _live(
         workdir,
         sizes,
@@ -239,23 +240,18 @@ def zmesh_16k(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[
         api="message",
         count=n,
         warmup=n // 10,
-        payload_bytes=16 << 10,
+        payload_bytes=payload_bytes,
     )
+
+
+def zmesh_16k(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
+    """``zmesh_process`` with 16 KiB payloads."""
+    return _large(workdir, sizes, profile, sizes.large_16k, 16 << 10)
 
 
 def zmesh_256k(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
     """``zmesh_process`` with 256 KiB payloads."""
-    n = sizes.large_256k
-    return _live(
-        workdir,
-        sizes,
-        profile,
-        durability="process",
-        api="message",
-        count=n,
-        warmup=n // 10,
-        payload_bytes=256 << 10,
-    )
+    return _large(workdir, sizes, profile, sizes.large_256k, 256 << 10)
 
 
 def zmesh_replicas_2(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
