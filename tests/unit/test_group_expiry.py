@@ -40,7 +40,7 @@ def _expire(producer: Outbox, wall: float) -> int:
 
 
 def _stored_lanes(store: Store) -> dict[str, float | None]:
-    return {name: idle for _t, name, _id, _g, _m, idle in store.iter_lanes()}
+    return {name: idle for _t, name, _id, _g, _m, idle, _a in store.iter_lanes()}
 
 
 def test_a_group_expires_after_its_topic_s_expiry_without_members(store: Store) -> None:

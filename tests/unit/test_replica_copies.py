@@ -22,7 +22,7 @@ from zmesh._engine.replica.copies import LAZY_ACK_S, Copies
 from zmesh._engine.replica.streams import SEND_WINDOW_BYTES, Replicator
 from zmesh._engine.replica.takeover import Taken, apply_handback
 from zmesh._engine.replica.writes import Scope, cut, into_batch, select
-from zmesh._engine.routing import round_robin_partitions
+from zmesh._engine.routing import assign, round_robin_partitions
 from zmesh._engine.stats import Counters
 from zmesh._protocol.codec import decode_control, encode_control
 from zmesh._protocol.frames import Ack, Fail, ReplOps
@@ -358,6 +358,72 @@ def test_a_taker_waits_for_its_in_flight_messages_up_to_the_ack_timeout(rig: Rig
     taken.settle(Ack(M, TOPIC, "g2", tuple(seqs), rig.node_id), now + 3)
     assert taken.in_flight() == 0 and taken.ready_to_hand_back(now + 3)
     taken.close()
+
+
+def _joined_apart(producer: bytes) -> tuple[bytes, bytes]:
+    """Two members whose table, when the first joins before the second, differs from the
+    one both joining at once get: a taker that balanced afresh would move partitions."""
+    for i in range(4, 200):
+        a, b = bytes([i]) * 16, bytes([i + 1]) * 16
+        apart = assign(assign([None] * PARTITIONS, [a], producer), [a, b], producer)
+        if apart != assign([None] * PARTITIONS, [a, b], producer):
+            return a, b
+    raise AssertionError("no two such members")
+
+
+def test_a_taker_sends_each_partition_to_the_member_the_producer_did(rig: Rig) -> None:
+    now = time.monotonic()
+    rig.replicator.upkeep([rig.peer], set())
+    first, second = _joined_apart(rig.node_id)
+    lane = rig.outbox.lanes.get(TOPIC, "g1")
+    assert lane is not None
+    sent: list[tuple[bytes, str, list[int]]] = []
+    for member in (first, second):  # (one after the other, a dispatch between)
+        lane.set_member(member, 10_000, 1000)
+        sent.clear()
+        wb = WriteBatch()
+        rig.outbox.settler.on_ack(TOPIC, "g1", list(lane.seqs()), wb)  # (no fence)
+        rig.commit(wb)
+        rig.publish(PARTITIONS)
+        wb = WriteBatch()
+        rig.outbox.dispatcher.dispatch(now, _send_all(sent), wb)
+        rig.commit(wb)
+    rig.pump()
+    owners = {s % PARTITIONS: m for m, name, seqs in sent for s in seqs if name == "g1"}
+    assert set(owners.values()) == {first, second}
+
+    config = NodeConfig(name="r", data_dir=str(rig.root / "r"), heartbeat_interval_s=0.5)
+    taken = Taken(rig.copies.held[rig.node_id], config, now)
+    taken_lane = taken.outbox.lanes.get(TOPIC, "g1")
+    assert taken_lane is not None
+    for member in (second, first):  # (both known at once, in any order)
+        taken_lane.set_member(member, 10_000, 1000)
+    resent: list[tuple[bytes, str, list[int]]] = []
+    taken.dispatch(now + 1, _send_all(resent))
+    got = {s % PARTITIONS: m for m, name, seqs in resent for s in seqs if name == "g1"}
+    assert len(got) == PARTITIONS and got == owners
+    taken.close()
+
+    # So does the producer restarted on its store, its members back one after the other.
+    again = Outbox(
+        rig.store,
+        rig.node_id,
+        rig.next_seq,
+        100,
+        {TOPIC: TopicConfig(partitions=PARTITIONS)},
+        1 << 20,
+        1 << 20,
+        Counters(),
+        Outcomes(),
+    )
+    wb = WriteBatch()
+    again.load(now, wb)
+    back = again.lanes.get(TOPIC, "g1")
+    assert back is not None
+    for member in (second, first):
+        back.set_member(member, 10_000, 1000)
+        back.assignment.table()  # (balanced with each)
+    assert back.assignment.table() == [owners[p] for p in range(PARTITIONS)]
 
 
 def test_frames_refused_from_before_a_new_sync_do_not_start_another(rig: Rig) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from hashlib import blake2b
 
@@ -35,7 +36,10 @@ def _rank(member: bytes, producer: bytes) -> bytes:
 
 
 def assign(
-    current: Sequence[bytes | None], members: Collection[bytes], producer: bytes
+    current: Sequence[bytes | None],
+    members: Collection[bytes],
+    producer: bytes,
+    home: Sequence[bytes | None] | None = None,
 ) -> list[bytes | None]:
     """The member of each of ``producer``'s partitions: balanced, and sticky from ``current``.
 
@@ -47,37 +51,74 @@ def assign(
     scores it highest (``blake2b(member ‖ producer ‖ partition)``, as rendezvous hashing).
     The members that get one more than others are those holding more already, then an
     order of the producer's own, so over many producers the extra ones are spread.
+
+    ``home`` (a member per partition, or None) is where each partition belongs when its
+    member is here: the extra ones go to the members more belongs to, a partition goes
+    back to its home member when that one has room, a member over its share gives up
+    first what belongs to another member here, then what it holds for a member away,
+    and a free partition goes first to the member it belongs to. So members back after
+    an absence get back what they had.
     """
     total = len(current)
     if not members:
         return [None] * total
     ordered = sorted(members)
     base, extra = divmod(total, len(ordered))
-    owned: dict[bytes, list[int]] = {m: [] for m in ordered}
-    for partition, owner in enumerate(current):
-        if owner is not None and owner in owned:
-            owned[owner].append(partition)
-    by_claim = sorted(ordered, key=lambda m: (-min(len(owned[m]), base + 1), _rank(m, producer)))
+    here = set(ordered)
+    out: list[bytes | None] = [o if o in here else None for o in current]
+    # Where each partition belongs now: its home if that member is here, else where it is.
+    rightful = out
+    if home is not None:
+        rightful = [h if h in here else o for h, o in zip(home, out, strict=True)]
+    claim = Counter(m for m in rightful if m is not None)
+    by_claim = sorted(ordered, key=lambda m: (-min(claim[m], base + 1), _rank(m, producer)))
     quota = {m: base + (i < extra) for i, m in enumerate(by_claim)}
-    out: list[bytes | None] = [o if o in owned else None for o in current]
+    held = Counter(out)
+    for partition, (owner, belongs) in enumerate(zip(out, rightful, strict=True)):
+        if belongs != owner and belongs is not None and held[belongs] < quota[belongs]:
+            held[owner] -= 1  # (back home)
+            held[belongs] += 1
+            out[partition] = belongs
+    owned: dict[bytes, list[int]] = {m: [] for m in ordered}
+    for partition, owner in enumerate(out):
+        if owner is not None:
+            owned[owner].append(partition)
     room: dict[bytes, int] = {}
     for m, mine in owned.items():
         surplus = len(mine) - quota[m]
         if surplus > 0:
-            for partition in sorted(mine, key=_scores(m, producer))[:surplus]:
+            for partition in sorted(mine, key=_giving_up(m, producer, home, here))[:surplus]:
                 out[partition] = None
         room[m] = max(0, -surplus)
     for partition, owner in enumerate(out):
         if owner is None:
-            best = max((m for m in ordered if room[m]), key=_by_score(producer, partition))
+            belongs = rightful[partition]
+            if belongs is not None and room[belongs]:
+                best = belongs
+            else:
+                best = max((m for m in ordered if room[m]), key=_by_score(producer, partition))
             out[partition] = best
             room[best] -= 1
     return out
 
 
-def _scores(member: bytes, producer: bytes) -> Callable[[int], bytes]:
-    """A partition's score for ``member`` (a sort key over partitions)."""
-    return lambda partition: _score(member, producer, partition)
+def _giving_up(
+    member: bytes,
+    producer: bytes,
+    home: Sequence[bytes | None] | None,
+    here: Collection[bytes],
+) -> Callable[[int], tuple[int, bytes]]:
+    """The order in which ``member`` gives up partitions (a sort key over partitions):
+    first those that belong to another member here, then those it holds for a member
+    away, then its own, lowest scores first."""
+
+    def key(partition: int) -> tuple[int, bytes]:
+        belongs = None if home is None else home[partition]
+        mine = belongs is None or belongs == member
+        rank = 2 if mine else 0 if belongs in here else 1
+        return (rank, _score(member, producer, partition))
+
+    return key
 
 
 def _by_score(producer: bytes, partition: int) -> Callable[[bytes], bytes]:

@@ -17,10 +17,13 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   lane still owes of a run (partitions a bin of a byte each, or a list past 255; offsets
   nil: all of it, an int: from that one to the end, else a list; attempts nil: none
   handed out yet, else one per offset owed).
-- ``lanes``: msgpack [topic, lane] -> msgpack [lane_id, group, mode, idle_since]: every
-  group this producer has learned of, remembered so an offline group accumulates its
-  backlog; ``idle_since`` (wall clock; nil while it has members, or absent) is when it
-  last had no member, for ``TopicConfig.group_inactive_expiry_s``.
+- ``lanes``: msgpack [topic, lane] -> msgpack [lane_id, group, mode, idle_since,
+  assigned]: every group this producer has learned of, remembered so an offline group
+  accumulates its backlog; ``idle_since`` (wall clock; nil while it has members, or
+  absent) is when it last had no member, for ``TopicConfig.group_inactive_expiry_s``;
+  ``assigned`` (absent until each partition had a member) the partitions' homes (the
+  member each belongs to, lane/assignment.py), [the distinct members, each partition's
+  index among them]: a restart, or a taker of the lanes, starts from them.
 - ``acked``: producer(16) + chunk(8) + lane -> bitmap: the consumer's dedupe window of
   acked messages, pruned below each producer's announced floor (see acked.py).
 - ``dead``:  lane_id(4) + seq(8) -> msgpack [state, reason, attempts, failed_at, history,
@@ -87,6 +90,8 @@ T = TypeVar("T")  # what a decoder makes of a record
 # A ``pend`` value: (partition, priority, attempt, expires_at, deliver_at), times None when
 # unset.
 PendingValue = tuple[int, int, int, float | None, float | None]
+# (topic, lane, lane_id, group, mode, idle_since, assigned)
+LaneEntry = tuple[str, str, int, str, str, float | None, list[bytes] | None]
 # A ``pruns`` value: (partitions, offsets: None for all, a range or an ascending list,
 # attempts: None, or one per offset owed). The partitions are an array[int]; Any while the
 # lane's PlainRun, which restart hands them to, declares a list[int].
@@ -384,15 +389,22 @@ class Store(LogIndex, AckedWindow):
 
     # -- reads ----------------------------------------------------------------------------
 
-    def iter_lanes(self) -> Iterator[tuple[str, str, int, str, str, float | None]]:
-        """(topic, lane, lane_id, group, mode, idle_since) of every remembered lane."""
+    def iter_lanes(self) -> Iterator[LaneEntry]:
+        """(topic, lane, lane_id, group, mode, idle_since, assigned) of every remembered
+        lane; ``assigned``: its partitions' homes (a member each), or None."""
 
-        def decode(k: bytes, v: bytes) -> tuple[str, str, int, str, str, float | None]:
+        def decode(k: bytes, v: bytes) -> LaneEntry:
             topic, lane = unpackb(k)
             lane_id, group, mode, *rest = unpackb(v)
             idle = rest[0] if rest else None
-            if len(rest) > 1 or not (idle is None or type(idle) in (int, float)):
+            if len(rest) > 2 or not (idle is None or type(idle) in (int, float)):
                 raise ValueError("not a lane")
+            assigned = None
+            if len(rest) == 2:
+                members, index = rest[1]
+                if not all(type(m) is bytes for m in members):
+                    raise ValueError("not a lane's homes")
+                assigned = [members[i] for i in index]
             return (
                 str(topic),
                 str(lane),
@@ -400,6 +412,7 @@ class Store(LogIndex, AckedWindow):
                 str(group),
                 str(mode),
                 None if idle is None else float(idle),
+                assigned,
             )
 
         yield from self._scan(self.lanes, "lanes", decode)

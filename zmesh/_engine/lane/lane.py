@@ -157,7 +157,7 @@ class Lane(Retries):
         self._expiring: list[tuple[float, int]] = []
         self._order = SeqQueue()  # every owed sequence (and some settled ones), ascending
         self._next_floor = 0
-        self.assignment = Assignment(producer, partitions)
+        self.assignment = Assignment(producer, partitions, self.members, self._held)
         self.counts: Counter[str] = Counter()  # per-lane event counts, shown in status
         self.message_bytes = 0.0  # bytes per message on the wire, of recent sends
         # What tells the producer which lanes have work, so its loop visits those alone:
@@ -313,7 +313,6 @@ class Lane(Retries):
             self._fresh.append(SeqQueue())
             self._partitions += 1
         self.assignment.grow(self._partitions)
-        self._rebalance()
         return partition
 
     def _schedule(self, entry: Entry, not_before: float, now: float) -> None:
@@ -387,7 +386,7 @@ class Lane(Retries):
             current.max_message_bytes = max_message_bytes
             return False
         self.members[member] = Member(max_in_flight, batch_size, max_message_bytes)
-        self._rebalance()
+        self.assignment.change()
         if self._ready_count:
             self.on_ready(self)
         return True
@@ -403,16 +402,12 @@ class Lane(Retries):
             if entry is not None and entry.state == IN_FLIGHT:
                 self._schedule(entry, 0.0, now)
         self.assignment.leave(member)
-        self._rebalance()
         return len(held)
 
     def owner(self, partition: int) -> bytes | None:
         """The live member that receives this partition's messages now (None: nobody,
         while the member it moved from still holds some in flight)."""
         return self.assignment.table()[partition]
-
-    def _rebalance(self) -> None:
-        self.assignment.change(self.members, self._held)
 
     def _held(self, member: bytes) -> list[tuple[int, int]]:
         """(sequence, partition) of the messages in flight to ``member``."""

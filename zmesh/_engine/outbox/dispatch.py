@@ -61,6 +61,7 @@ class Dispatcher:
                 continue
             topic = lane.topic
             taken, expired = lane.take(now)
+            self.lanes.note_assigned(lane, batch)
             if expired:
                 self.lanes.count(lane, "expired", len(expired))
                 self.settler.settled(lane, expired, batch, Outcome.EXPIRED)

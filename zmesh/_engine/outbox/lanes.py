@@ -52,6 +52,7 @@ class Lanes:
         # seen yet), as its ``lanes`` entry keeps it.
         self.idle_since: dict[tuple[str, str], float | None] = {}
         self._next_lane = next_lane
+        self._recorded: dict[Lane, int] = {}  # the assignment version each lane's entry has
         # The lanes with work: those that got ready messages (dispatch drops those with
         # none left, or no member; an ordered set), and each lane's timers as (at, serial,
         # lane), the earliest first.
@@ -97,13 +98,14 @@ class Lanes:
         batch: WriteBatch | None,
         lane_id: int | None = None,
         idle_since: float | None = None,
+        assigned: list[bytes] | None = None,
     ) -> Lane:
         """A lane of ``topic``: a new one (``lane_id`` None: the next id, remembered in
-        ``batch``), or one read back from the store."""
+        ``batch``), or one read back from the store (with its partitions' homes)."""
+        new = lane_id is None
         if lane_id is None:
             assert batch is not None
             lane_id = self.new_id(batch)
-            batch.lanes_put.append((pack([topic, name]), pack([lane_id, group, mode])))
         cfg = self.config(topic)
         lane = Lane(
             topic,
@@ -120,9 +122,34 @@ class Lanes:
         key = (topic, name)
         self.all[key] = lane
         self.idle_since[key] = idle_since
+        if assigned is not None:
+            lane.assignment.seed(assigned)
+        self._recorded[lane] = lane.assignment.version
         if name != UNCLAIMED:
             self.by_topic.setdefault(topic, []).append(lane)
+        if new:
+            assert batch is not None
+            self.remember(lane, batch)
         return lane
+
+    def remember(self, lane: Lane, batch: WriteBatch) -> None:
+        """``lane``'s entry in the ``lanes`` db, as it stands: its id, group and mode,
+        when it last had no member, and its partitions' homes once each has one (kept as
+        the distinct members and each partition's index among them)."""
+        key = (lane.topic, lane.name)
+        home = lane.assignment.home
+        fields: list[object] = [lane.id, lane.group, lane.mode, self.idle_since.get(key)]
+        if None not in home:
+            members = list(dict.fromkeys(home))
+            index = {m: i for i, m in enumerate(members)}
+            fields.append([members, [index[m] for m in home]])
+        self._recorded[lane] = lane.assignment.version
+        batch.lanes_put.append((pack(list(key)), pack(fields)))
+
+    def note_assigned(self, lane: Lane, batch: WriteBatch) -> None:
+        """Remember ``lane``'s homes if they changed since its entry was written."""
+        if self._recorded.get(lane) != lane.assignment.version:
+            self.remember(lane, batch)
 
     def new_id(self, batch: WriteBatch) -> int:
         """The next lane id, its counter remembered in ``batch``."""
@@ -137,6 +164,7 @@ class Lanes:
         del self.all[key]
         self.idle_since.pop(key, None)
         self.ready.pop(lane, None)
+        self._recorded.pop(lane, None)
         lanes = self.by_topic.get(lane.topic, [])
         if lane in lanes:
             lanes.remove(lane)
@@ -181,9 +209,8 @@ class Lanes:
 
     def note_idle(self, lane: Lane, since: float | None, batch: WriteBatch) -> None:
         """``lane`` had no member from ``since`` (None: it has one), remembered."""
-        key = (lane.topic, lane.name)
-        self.idle_since[key] = since
-        batch.lanes_put.append((pack(list(key)), pack([lane.id, lane.group, lane.mode, since])))
+        self.idle_since[(lane.topic, lane.name)] = since
+        self.remember(lane, batch)
 
     def count(self, lane: Lane, name: str, n: int) -> None:
         """Count ``n`` events ``name`` of ``lane`` (per lane and for the node)."""

@@ -35,11 +35,11 @@ def load_outbox(
     """Rebuild a producer's lanes (and the groups it knows by pattern) and its outbox
     depth from LMDB after a start."""
     by_id: dict[int, Lane] = {}
-    for topic, name, lane_id, group, mode, idle_since in store.iter_lanes():
+    for topic, name, lane_id, group, mode, idle_since, assigned in store.iter_lanes():
         if is_pattern(topic):  # (a pattern group: no message is owed under its id)
             patterns.load(topic, name, lane_id, group, mode, idle_since)
             continue
-        by_id[lane_id] = lanes.add(topic, name, group, mode, None, lane_id, idle_since)
+        by_id[lane_id] = lanes.add(topic, name, group, mode, None, lane_id, idle_since, assigned)
     offset = mono_offset()
     for lane in by_id.values():
         lane.begin_bulk()

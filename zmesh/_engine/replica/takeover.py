@@ -3,7 +3,8 @@ thread only).
 
 A copy is the producer's outbox in the producer's own format (writes.py), so the taker
 opens it as an ``Outbox`` under the producer's id: its lanes, each message READY again,
-dispatched to the live members by the same rendezvous as the producer's, in data batches
+dispatched to the live members, each partition to its home as the producer's lane
+records keep it (lane/assignment.py), so to the member it went to before, in data batches
 that carry the producer's id and the message's own sequence: consumers drop by their
 dedupe window what they handled already. The batches carry ``TAKEN_INCARNATION`` (a
 consumer tells a taker's batches from the producer's by it) and a floor of 0: consumers
