@@ -30,6 +30,7 @@ SCENARIOS = (
     "zmesh_many_lanes",
     "zmesh_shared_2_members",
     "offline_backlog",
+    "memory_offline_budget",
     "restart_first_message",
 )
 

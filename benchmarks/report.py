@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from .scen_zmesh import DRAIN_REFERENCE
+from .scen_zmesh import DRAIN_REFERENCE, MEMORY_BUDGET_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +107,14 @@ TARGETS = (
     ),
     Target(
         "offline_backlog", "rate", ">=", 0.5, DRAIN_REFERENCE, f"drain >= 0.5 x {DRAIN_REFERENCE}"
+    ),
+    Target(
+        "memory_offline_budget",
+        "rss_over_base_mb",
+        "<=",
+        4 * MEMORY_BUDGET_BYTES / (1 << 20),
+        None,
+        "RSS <= base + 4 x the 2 MiB budget",
     ),
     Target("restart_first_message", "first_message_s", "<=", 0.3, None, "first message <= 0.3 s"),
 )

@@ -305,7 +305,32 @@ def fanout_4_groups(workdir: Path, sizes: Sizes, profile: Path | None = None) ->
 
 def offline_backlog(workdir: Path, sizes: Sizes, profile: Path | None = None) -> dict[str, Any]:
     """Publish a backlog while the group is offline; then its consumer comes and drains it."""
-    mesh, n = _mesh(), sizes.offline
+    return _offline(workdir, sizes, profile, sizes.offline)
+
+
+# The memory budget of ``memory_offline_budget``: its producer's RSS may grow by 4 times it.
+MEMORY_BUDGET_BYTES = 2 << 20
+
+
+def memory_offline_budget(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
+    """``offline_backlog`` of a ``memory`` topic under a 2 MiB memory budget: what is over
+    the budget spills to LMDB, and the producer's RSS over its RSS before publishing."""
+    return _offline(
+        workdir,
+        sizes,
+        profile,
+        sizes.memory_offline,
+        durability="memory",
+        budget=MEMORY_BUDGET_BYTES,
+    )
+
+
+def _offline(
+    workdir: Path, sizes: Sizes, profile: Path | None, n: int, **topic: Any
+) -> dict[str, Any]:
+    mesh = _mesh()
     deadline_s = sizes.deadline(n, 1_000) + 120
     with children(workdir, profile) as kids:
         prod = kids.start(
@@ -318,8 +343,9 @@ def offline_backlog(workdir: Path, sizes: Sizes, profile: Path | None = None) ->
             count=n,
             batch=1000,
             deadline_s=deadline_s,
+            **topic,
         )
-        control = prod.expect("ready", 30)["control"]
+        ready_p = prod.expect("ready", 30)
         pub = prod.expect("published", deadline_s)
         prod.send("drain")
         cons = _consumer(
@@ -327,7 +353,7 @@ def offline_backlog(workdir: Path, sizes: Sizes, profile: Path | None = None) ->
             workdir,
             mesh,
             "g",
-            seeds=[control],
+            seeds=[ready_p["control"]],
             api=DRAIN_API,
             sizes=sizes,
             deadline_s=deadline_s,
@@ -338,13 +364,16 @@ def offline_backlog(workdir: Path, sizes: Sizes, profile: Path | None = None) ->
         cons.send("stop")
         got = cons.expect("result", 30)
     seconds = drained["t_empty"] - ready["t_subscribed"]
+    base, after = ready_p["rss_base"], pub["rss_now"]
     return {
         "rate": n / seconds,
         "seconds": seconds,
         "backlog": pub["outbox"],
         "publish_rate": pub["publish_rate"],
         "producer_rss_after_publish_mb": pub["rss_mb"],
-        "producer_rss_after_publish": pub["rss_now"],
+        "producer_rss_after_publish": after,
+        "producer_rss_base": base,
+        "rss_over_base_mb": round(after["VmRSS"] - base["VmRSS"], 1),
         "first_message_after_reconnect_s": got["t_first"] - ready["t_subscribed"],
         "rss_mb": {"producer": drained["rss_mb"], "consumer": got["rss_mb"]},
         "cpu_us_per_msg": {
@@ -453,5 +482,6 @@ SCENARIOS = {
     "zmesh_many_lanes": zmesh_many_lanes,
     "zmesh_shared_2_members": zmesh_shared_2_members,
     "offline_backlog": offline_backlog,
+    "memory_offline_budget": memory_offline_budget,
     "restart_first_message": restart_first_message,
 }

@@ -21,6 +21,7 @@ class Sizes:
     fanout: int = 100_000  # zmesh fan-out, messages (each group gets all)
     idle_lanes: int = 2_000  # idle lanes beside the busy one (zmesh_many_lanes)
     offline: int = 2_000_000  # backlog published while the group is offline
+    memory_offline: int = 1_200_000  # the same of a memory topic (120 MB of payloads)
     restart: int = 1_000_000  # pending messages when the producer restarts
     latency_s: float = 5.0  # paced latency run, seconds
     latency_rate: float = 1000.0  # msgs/s of the paced latency runs
@@ -49,6 +50,7 @@ QUICK = Sizes(
     fanout=5_000,
     idle_lanes=200,
     offline=20_000,
+    memory_offline=20_000,
     restart=20_000,
     latency_s=1.0,
     latency_warmup=100,

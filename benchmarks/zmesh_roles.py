@@ -306,13 +306,17 @@ def _consume_batches(
 
 
 def zmesh_offline_producer(p: dict[str, Any], cmds: Commands) -> None:
-    """Publish ``count`` with the group declared and offline, then wait for the drain."""
+    """Publish ``count`` with the group declared and offline, then wait for the drain
+    (``durability``, ``memory_budget_bytes``: the topic's and the node's, if given)."""
     deadline = time.monotonic() + p["deadline_s"]
     count, batch = p["count"], p["batch"]
-    node = _node(p, "producer", max_outbox_messages=count + 10_000, map_size_bytes=8 << 30)
+    budget = {"memory_budget_bytes": p["budget"]} if p.get("budget") else {}
+    node = _node(
+        p, "producer", max_outbox_messages=count + 10_000, map_size_bytes=8 << 30, **budget
+    )
     try:
-        node.topic(p["topic"], durability="process", groups=[p["group"]])
-        emit("ready", control=node.control_address)
+        node.topic(p["topic"], durability=p.get("durability", "process"), groups=[p["group"]])
+        emit("ready", control=node.control_address, rss_base=rss_now())
         bodies = [payload()] * batch
         t0 = time.monotonic()
         last = None
