@@ -41,7 +41,7 @@ class Assignment:
         "_stale",
         "_fences",
         "_table",
-        "moved",
+        "_moved",
         "home",
         "version",
     )
@@ -57,7 +57,7 @@ class Assignment:
         # partition -> (the member that still holds some of it, their sequences, ascending)
         self._fences: dict[int, tuple[bytes, list[int]]] = {}
         self._table: list[bytes | None] | None = None
-        self.moved = 0  # partitions that changed member since the lane was made
+        self._moved = 0  # partitions that changed member since the lane was made
         self.home: list[bytes | None] = [None] * partitions  # (see the module)
         self.version = 0  # bumped when ``home`` changes
 
@@ -84,6 +84,12 @@ class Assignment:
                 table[partition] = None
             self._table = table
         return table
+
+    @property
+    def moved(self) -> int:
+        """Partitions that changed member since the lane was made."""
+        self._balance()
+        return self._moved
 
     def owned_by(self, member: bytes) -> list[int]:
         self._balance()
@@ -116,7 +122,7 @@ class Assignment:
             if old == new:
                 continue
             if old is not None:
-                self.moved += 1
+                self._moved += 1
             fence = self._fences.get(partition)
             if fence is not None and fence[0] == new:
                 del self._fences[partition]  # back to the member that holds it: in order
