@@ -156,17 +156,28 @@ def answers_without_keys(ctx: zmq.Context[zmq.Socket[bytes]], ep: str) -> bool:
         probe.connect(ep)
         token = secrets.randbits(62)
         probe.send(encode_control(StatusRequest(token)))
-        deadline = time.monotonic() + OPEN_PROBE_S
-        while (left := deadline - time.monotonic()) > 0 and probe.poll(max(1, int(left * 1000))):
-            try:
-                reply = decode_control(probe.recv(zmq.NOBLOCK))
-            except (DecodeError, zmq.Again):
-                continue
-            if isinstance(reply, StatusReply) and reply.token == token:
-                return True
-        return False
+        return _reply(probe, StatusReply, token, OPEN_PROBE_S) is not None
     finally:
         probe.close(linger=0)
+
+
+def _reply(
+    sock: zmq.Socket[bytes],
+    want: type[StatusReply] | type[AdminReply],
+    token: int,
+    timeout_s: float,
+) -> Control | None:
+    """The reply of kind ``want`` to the request ``token`` on ``sock`` within
+    ``timeout_s`` (others are passed over); None when none came."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0 and sock.poll(max(1, int(left * 1000))):
+        try:
+            reply = decode_control(sock.recv(zmq.NOBLOCK))
+        except (DecodeError, zmq.Again):
+            continue
+        if isinstance(reply, want) and reply.token == token:
+            return reply
+    return None
 
 
 def request(
@@ -198,20 +209,13 @@ def request(
             ) from exc
         sock.send(encode_control(msg))
         want = StatusReply if isinstance(msg, StatusRequest) else AdminReply
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not sock.poll(max(1, int(remaining * 1000))):
-                why = watch.why(keys is not None)
-                if keys is not None and not watch.conclusive and answers_without_keys(ctx, ep):
-                    why = NO_KEYS_NEEDED
-                raise _no_reply(address, what, timeout_s, keys, why)
-            try:
-                reply = decode_control(sock.recv(zmq.NOBLOCK))
-            except (DecodeError, zmq.Again):
-                continue
-            if isinstance(reply, want) and reply.token == msg.token:
-                return reply
+        reply = _reply(sock, want, msg.token, timeout_s)
+        if reply is None:
+            why = watch.why(keys is not None)
+            if keys is not None and not watch.conclusive and answers_without_keys(ctx, ep):
+                why = NO_KEYS_NEEDED
+            raise _no_reply(address, what, timeout_s, keys, why)
+        return reply
     finally:
         sock.disable_monitor()
         watch.close()

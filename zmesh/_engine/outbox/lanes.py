@@ -124,12 +124,13 @@ class Lanes:
         self.idle_since[key] = idle_since
         if assigned is not None:
             lane.assignment.seed(assigned)
-        self._recorded[lane] = lane.assignment.version
         if name != UNCLAIMED:
             self.by_topic.setdefault(topic, []).append(lane)
         if new:
             assert batch is not None
             self.remember(lane, batch)
+        else:
+            self._recorded[lane] = lane.assignment.version  # (as its entry has it)
         return lane
 
     def remember(self, lane: Lane, batch: WriteBatch) -> None:
