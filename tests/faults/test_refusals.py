@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import zmq
 from tests.conftest import run_module, wait_until
 from zmesh._protocol.addresses import endpoint
 from zmesh._security import generate_keypair
-from zmesh.cli.client import answers_without_keys
+from zmesh.cli.refusal import greeting_mechanism
 
 CLI = ["-m", "zmesh.cli"]
 
@@ -36,18 +37,18 @@ def status(address: str, cwd: Path, *args: str) -> tuple[int, str]:
     return run_module([*CLI, "status", address, "--timeout", "2", *args], 30, str(cwd))
 
 
-def test_a_node_without_keys_is_told_apart_when_a_keyed_handshake_fails_vaguely(make_node, keys):
-    # (a keyed handshake with a node that has no keys may fail with no detail, when the
-    # node closes the connection first: a request without keys tells which it is)
+def test_a_node_says_its_mechanism_in_its_greeting_whatever_keys_the_asker_has(make_node, keys):
+    # (a handshake that fails with no detail, the node closing the connection first, is
+    # told apart by the greeting: a node with keys or without, and no node at all)
     open_node = make_node("open")
     secured_node = make_node("secured", **secured(keys))
-    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    try:
-        for node, answers in ((open_node, True), (secured_node, False)):
-            host, port = node.control_address.rsplit(":", 1)
-            assert answers_without_keys(ctx, endpoint(host, int(port))) is answers
-    finally:
-        ctx.term()
+    for node, mechanism in ((open_node, "NULL"), (secured_node, "CURVE")):
+        host, port = node.control_address.rsplit(":", 1)
+        assert greeting_mechanism(endpoint(host, int(port))) == mechanism
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # (a port nobody listens on)
+        port = closed.getsockname()[1]
+        assert greeting_mechanism(endpoint("127.0.0.1", port)) is None
 
 
 def test_the_cli_says_why_a_node_does_not_answer(make_node, keys, tmp_path):

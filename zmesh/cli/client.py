@@ -24,7 +24,7 @@ from .._security import _check_key
 from ..config import parse_seed
 from ..errors import ConfigError, DecodeError
 from .output import CliError
-from .refusal import NO_KEYS_NEEDED, HandshakeWatch
+from .refusal import HandshakeWatch
 from .settings import common, source
 
 
@@ -143,24 +143,6 @@ def _no_reply(
     )
 
 
-OPEN_PROBE_S = 1.0  # how long a request without keys waits when a keyed one failed vaguely
-
-
-def answers_without_keys(ctx: zmq.Context[zmq.Socket[bytes]], ep: str) -> bool:
-    """Whether the node at ``ep`` answers a status request without keys: a keyed
-    handshake with a node that has none may fail with no detail (the node closes the
-    connection before the client sees the mismatch)."""
-    probe = ctx.socket(zmq.DEALER)
-    try:
-        probe.setsockopt(zmq.LINGER, 0)
-        probe.connect(ep)
-        token = secrets.randbits(62)
-        probe.send(encode_control(StatusRequest(token)))
-        return _reply(probe, StatusReply, token, OPEN_PROBE_S) is not None
-    finally:
-        probe.close(linger=0)
-
-
 def _reply(
     sock: zmq.Socket[bytes],
     want: type[StatusReply] | type[AdminReply],
@@ -211,10 +193,7 @@ def request(
         want = StatusReply if isinstance(msg, StatusRequest) else AdminReply
         reply = _reply(sock, want, msg.token, timeout_s)
         if reply is None:
-            why = watch.why(keys is not None)
-            if keys is not None and not watch.conclusive and answers_without_keys(ctx, ep):
-                why = NO_KEYS_NEEDED
-            raise _no_reply(address, what, timeout_s, keys, why)
+            raise _no_reply(address, what, timeout_s, keys, watch.why(keys is not None, ep))
         return reply
     finally:
         sock.disable_monitor()
