@@ -279,7 +279,14 @@ def raw_dealer(p: dict[str, Any], cmds: Commands) -> None:
         env = lmdb.open(
             p["lmdb_dir"], map_size=1 << 30, sync=False, metasync=False, readahead=False
         )
-    ex = _Exchange(sock, env, p["window"], p["chunk"], time.monotonic() + p["deadline_s"])
+    ex = _Exchange(
+        sock,
+        env,
+        p["window"],
+        p["chunk"],
+        time.monotonic() + p["deadline_s"],
+        payload(0, p.get("payload_bytes", PAYLOAD_BYTES)),
+    )
     try:
         ex.run(p["warmup"])
         t0, cpu0 = time.monotonic(), cpu_s()
@@ -298,13 +305,13 @@ class _Exchange:
     """The DEALER's side: a send window, cumulative acks, and an optional LMDB outbox."""
 
     def __init__(
-        self, sock: zmq.Socket, env: Any, window: int, chunk: int, deadline: float
+        self, sock: zmq.Socket, env: Any, window: int, chunk: int, deadline: float, body: bytes
     ) -> None:
         self.sock, self.env = sock, env
         self.window, self.chunk, self.deadline = window, chunk, deadline
         self.seq = 0
         self.acked = 0
-        self.body = payload()
+        self.body = body
 
     def run(self, n: int) -> None:
         sock, env, body = self.sock, self.env, self.body

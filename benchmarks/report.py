@@ -124,6 +124,8 @@ RAW_BASELINE = {
     "zmesh_batch_process": "raw_pushpull_100",
     "zmesh_16k": "raw_pushpull_16k",
     "zmesh_256k": "raw_pushpull_256k",
+    "raw_dealer_router_lmdb_16k": "raw_pushpull_16k",
+    "raw_dealer_router_lmdb_256k": "raw_pushpull_256k",
     "latency_raw": "latency_raw",
     "latency_raw_contract": "latency_raw",
     "latency_zmesh_process": "latency_raw",

@@ -139,10 +139,18 @@ def latency_raw_contract(
 
 
 def _dealer_router(
-    workdir: Path, profile: Path | None, *, lmdb: bool, sizes: Sizes
+    workdir: Path,
+    profile: Path | None,
+    *,
+    lmdb: bool,
+    sizes: Sizes,
+    payload_bytes: int = PAYLOAD_BYTES,
+    n: int = 0,
 ) -> dict[str, Any]:
-    n = sizes.dealer_router
-    deadline_s = sizes.deadline(n, 30_000)
+    n = n or sizes.dealer_router
+    deadline_s = sizes.deadline(n, 30_000 if payload_bytes == PAYLOAD_BYTES else 200)
+    # A window of 1,000 messages, or of 16 MiB for large payloads (zmesh's byte window).
+    window = max(1, min(1000, (16 << 20) // payload_bytes))
     with children(workdir, profile) as kids:
         router = kids.start(
             "raw_router", name="raw-router", ack_every=100, warmup=n // 10, deadline_s=deadline_s
@@ -153,8 +161,9 @@ def _dealer_router(
             "raw_dealer",
             name="raw-dealer",
             endpoint=endpoint,
-            window=1000,
-            chunk=100,
+            window=window,
+            chunk=min(100, window),
+            payload_bytes=payload_bytes,
             warmup=n // 10,
             count=n,
             lmdb_dir=str(lmdb_dir) if lmdb else None,
@@ -163,8 +172,10 @@ def _dealer_router(
         res = dealer.expect("result", deadline_s)
         router.send("stop")
         got = router.expect("result", 30)
+    rate = n / (res["t1"] - res["t0"])
     return {
-        "rate": n / (res["t1"] - res["t0"]),
+        "rate": rate,
+        "mb_per_s": rate * payload_bytes / 1e6,
         "seconds": res["t1"] - res["t0"],
         "rss_mb": {"producer": res["rss_mb"], "consumer": got["rss_mb"]},
         "cpu_us_per_msg": {
@@ -186,6 +197,24 @@ def raw_dealer_router_lmdb(
     return _dealer_router(workdir, profile, lmdb=True, sizes=sizes)
 
 
+def raw_dealer_router_lmdb_16k(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
+    """The LMDB outbox sender with 16 KiB payloads: the floor of ``zmesh_16k``."""
+    return _dealer_router(
+        workdir, profile, lmdb=True, sizes=sizes, payload_bytes=16 << 10, n=sizes.large_16k
+    )
+
+
+def raw_dealer_router_lmdb_256k(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
+    """The LMDB outbox sender with 256 KiB payloads: the floor of ``zmesh_256k``."""
+    return _dealer_router(
+        workdir, profile, lmdb=True, sizes=sizes, payload_bytes=256 << 10, n=sizes.large_256k
+    )
+
+
 SCENARIOS = {
     "raw_pushpull_1": raw_pushpull_1,
     "raw_pushpull_100": raw_pushpull_100,
@@ -193,6 +222,8 @@ SCENARIOS = {
     "raw_pushpull_256k": raw_pushpull_256k,
     "raw_dealer_router_acks": raw_dealer_router_acks,
     "raw_dealer_router_lmdb": raw_dealer_router_lmdb,
+    "raw_dealer_router_lmdb_16k": raw_dealer_router_lmdb_16k,
+    "raw_dealer_router_lmdb_256k": raw_dealer_router_lmdb_256k,
     "latency_raw": latency_raw,
     "latency_raw_contract": latency_raw_contract,
 }
