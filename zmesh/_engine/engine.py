@@ -434,7 +434,6 @@ class Engine:
             return 0
         batch_size = lane.frame_size(lane.members[member].batch_size)
         sent = 0
-        push = peer.push
         start, n = 0, len(out.seqs)
         while start < n:
             end = min(start + batch_size, n)
@@ -445,10 +444,7 @@ class Engine:
                 end = start + (end - start) // 2
                 frames = self._encode(producer, lane, out, columns, start, end, packed)
             try:
-                if len(frames) == 1:
-                    push.send(frames[0], _NOBLOCK)
-                else:  # large payloads: pyzmq sends parts past its copy threshold uncopied
-                    push.send_multipart(frames, _NOBLOCK, copy=False)
+                peer.send_batch(frames)
             except zmq.Again:
                 self._send_retry_at = time.monotonic() + SEND_RETRY_S
                 self.counters.add("data_send_blocked", 1)

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from ..subscription import Subscription
 
 
+_NOBLOCK = int(zmq.NOBLOCK)
+_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)  # (ints: pyzmq's flag enums cost a call per "|")
+
+
 def announced_group(sub: Subscription) -> str:
     """The group a node's hello names for a subscription: its group, or, ephemeral, its
     own name (its lane)."""
@@ -71,6 +75,20 @@ class Peer:
         if self._dealer is None:
             self._dealer = self.opener(self, zmq.DEALER)
         return self._dealer
+
+    def send_batch(self, frames: list[bytes]) -> None:
+        """Send a data batch's frames on its PUSH without blocking (zmq.Again when its
+        queue is full: a multipart message is queued whole or not at all). Parts of a
+        multipart batch are large payloads, sent without a copy past pyzmq's copy
+        threshold, like ``send_multipart(copy=False)`` without its per-part checks."""
+        push = self.push
+        if len(frames) == 1:
+            push.send(frames[0], _NOBLOCK)
+            return
+        send = push.send
+        for frame in frames[:-1]:
+            send(frame, _MORE, copy=False)
+        send(frames[-1], _NOBLOCK, copy=False)
 
     def open_data(self) -> None:
         """Open its data socket now (it subscribes: what is published next goes to it)."""

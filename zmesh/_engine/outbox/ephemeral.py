@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from ..peers import Peer
     from .kept import Kept
 
-_NOBLOCK = int(zmq.NOBLOCK)
 
 
 class _Columns:
@@ -145,10 +144,7 @@ def _send(
                 break
             end = start + (end - start) // 2  # (long keys and large headers)
         try:
-            if len(frames) == 1:
-                peer.push.send(frames[0], _NOBLOCK)
-            else:
-                peer.push.send_multipart(frames, _NOBLOCK, copy=False)
+            peer.send_batch(frames)
         except zmq.Again:  # a slow subscriber (or one that is gone): at most once
             break
         sent += end - start
