@@ -907,3 +907,58 @@ def test_a_lane_tells_when_it_gets_ready_messages_or_a_member_and_each_earlier_t
 def test_the_partitions_a_take_touched_as_bytes_or_as_a_list(values, as_bytes):
     # (a front taken for one member carries its partitions as bytes: searched, not walked)
     assert sorted(_distinct(bytes(values) if as_bytes else values, 20)) == sorted(set(values))
+
+
+# -- runs held while the lane has no member -----------------------------------------------
+
+
+def test_an_offline_lane_holds_its_runs_without_bytes_per_message() -> None:
+    # A group that is away owes its whole backlog: as runs, not as slots per message.
+    lane = make_lane(partitions=16)
+    n = 1_000_000
+    for first in range(1, n + 1, 1000):
+        lane.add_plain(
+            PlainRun(range(first, first + 1000), [s % 16 for s in range(first, first + 1000)])
+        )
+    assert len(lane) == lane.ready_count == n and lane.floor() == 1
+    assert len(lane._plain._w) == 0 and sum(map(len, lane._fresh)) == 0 and len(lane._order) == 0
+    assert 500_000 in lane and lane.state(500_000) is not None  # (a look joins them)
+    assert sum(map(len, lane._fresh)) == n and len(lane) == n and lane.floor() == 1
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 40), st.booleans(), st.sampled_from(["run", "add", "ack"])),
+        min_size=1,
+        max_size=12,
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_runs_held_offline_are_owed_and_handed_out_like_runs_joined_at_once(steps) -> None:
+    # Reference: the same runs as lists of sequences, which always join the arrays at once.
+    held, joined = make_lane(partitions=4), make_lane(partitions=4)
+    seq, acked = 1, []
+    for length, keyed, kind in steps:
+        seqs = range(seq, seq + length)
+        parts = [(s * 7 + 3) % 4 if keyed else s % 4 for s in seqs]
+        if kind == "run":
+            held.add_plain(PlainRun(seqs, parts, 0 if keyed else 4))
+            joined.add_plain(PlainRun(list(seqs), parts))
+        elif kind == "add":  # a message with a priority: an entry
+            held.add(seq, parts[0], 1, now=0.0)
+            joined.add(seq, parts[0], 1, now=0.0)
+            seqs = range(seq, seq + 1)
+        else:  # an ack of a ready message settles it (a group deleted, a purge)
+            held.add_plain(PlainRun(seqs, parts, 0 if keyed else 4))
+            joined.add_plain(PlainRun(list(seqs), parts))
+            assert list(held.ack([seq])) == list(joined.ack([seq])) == [seq]
+            acked.append(seq)
+        seq = seqs.stop
+        assert len(held) == len(joined) and held.ready_count == joined.ready_count
+        assert held.floor() == joined.floor()
+    for lane in (held, joined):
+        lane.set_member(A, max_in_flight=1000, batch_size=1000)
+    out_held, out_joined = held.take(1.0), joined.take(1.0)
+    assert sent(out_held[0][A]) == sent(out_joined[0][A])
+    assert sorted(out_held[0][A].seqs) == sorted(set(range(1, seq)) - set(acked))
+    assert held.ack(out_held[0][A].seqs) and len(held) == 0 and held.floor() == seq

@@ -35,6 +35,7 @@ from operator import add
 from typing import cast
 
 from ..._seqs import consecutive
+from ..routing import round_robin_partitions
 from .assignment import Assignment
 from .delivery import (
     DELAYED,
@@ -67,7 +68,7 @@ from .seqqueue import (
 class PlainRun:
     """New plain messages of one topic in publish order, prepared once for all its lanes."""
 
-    __slots__ = ("seqs", "partitions", "ascending", "order", "split", "slots")
+    __slots__ = ("seqs", "partitions", "ascending", "order", "split", "slots", "rounds")
 
     def __init__(self, seqs: list[int] | range, partitions: list[int], rounds: int = 0) -> None:
         """``rounds``: the partition count ``seqs`` are known to be spread over round-robin
@@ -87,6 +88,7 @@ class PlainRun:
             if self.ascending and seqs[-1] - first == n - 1
             else 0
         )  # (in order, no keys)
+        self.rounds = count
         self.split = by_partition(self.order, partitions, count)
         # A window's slot values (partition + 1); of a round-robin, one cycle tiled.
         self.slots = (
@@ -157,6 +159,13 @@ class Lane(Retries):
         self._expiring: list[tuple[float, int]] = []
         self._order = SeqQueue()  # every owed sequence (and some settled ones), ascending
         self._next_floor = 0
+        # New plain runs owed while the lane has no member, not yet in the arrays above:
+        # (sequences, partitions or None when spread round-robin, the partition count they
+        # are spread over). They are above every sequence in the arrays, and join them
+        # (``_load``) before anything looks at a sequence or a member is added, so an
+        # offline group's backlog costs a tuple per run, not bytes per message.
+        self._unloaded: list[tuple[range, array[int] | None, int]] = []
+        self._unloaded_count = 0
         self.assignment = Assignment(producer, partitions, self.members, self._held)
         self.counts: Counter[str] = Counter()  # per-lane event counts, shown in status
         self.message_bytes = 0.0  # bytes per message on the wire, of recent sends
@@ -171,14 +180,18 @@ class Lane(Retries):
     # -- content --------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self.entries) + len(self._plain) + len(self._sent)
+        return len(self.entries) + len(self._plain) + len(self._sent) + self._unloaded_count
 
     def __contains__(self, seq: int) -> bool:
+        if self._unloaded:
+            self._load()
         return seq in self._sent or seq in self._plain or seq in self.entries
 
     def owed_among(self, seqs: Sequence[int]) -> list[int]:
         """Those of ``seqs`` this lane owes (one pass, no call per sequence; a ``range``
         of consecutive ones read from the windows' slots at C speed)."""
+        if self._unloaded:
+            self._load()
         if type(seqs) is range and seqs.step == 1:
             if seqs.stop <= self.floor():  # (a lane ahead: it settled all of them)
                 return []
@@ -189,10 +202,14 @@ class Lane(Retries):
 
     def seqs(self) -> list[int]:
         """Every sequence this lane owes, in no particular order."""
+        if self._unloaded:
+            self._load()
         return [*self.entries, *self._plain, *self._sent]
 
     def attempt(self, seq: int) -> int:
         """How many times ``seq`` was handed out (0 when it is not owed)."""
+        if self._unloaded:
+            self._load()
         if seq in self._sent:
             return 1
         entry = self.entries.get(seq)
@@ -200,6 +217,8 @@ class Lane(Retries):
 
     def state(self, seq: int) -> int | None:
         """READY, DELAYED or IN_FLIGHT; None when ``seq`` is not owed."""
+        if self._unloaded:
+            self._load()
         if seq in self._plain:
             return READY
         if seq in self._sent:
@@ -209,6 +228,8 @@ class Lane(Retries):
 
     def entry(self, seq: int) -> Entry | None:
         """The ``Entry`` of ``seq`` (made now for a plain message); None when not owed."""
+        if self._unloaded:
+            self._load()
         partition = self._plain.pop(seq)
         if partition is not None:  # its FIFO slot goes stale and is skipped later
             entry = Entry(seq, partition, 0, 0, 0.0, 0.0)
@@ -244,6 +265,8 @@ class Lane(Retries):
         expires_at: float = 0.0,
     ) -> None:
         """Owe ``seq`` to this lane's group."""
+        if self._unloaded:
+            self._load()
         if seq < self._next_floor and seq in self:  # (a new highest sequence is not owed)
             return
         if partition >= self._partitions:
@@ -268,6 +291,36 @@ class Lane(Retries):
 
     def add_plain(self, run: PlainRun) -> None:
         """``add`` of new plain messages (no priority, schedule or expiry)."""
+        seqs = run.seqs
+        if not self.members and type(seqs) is range and seqs.start >= self._next_floor:
+            # No member to send them to: held as a run until one comes (``_load``).
+            rounds = run.rounds
+            self._unloaded.append((seqs, None if rounds else array("H", run.partitions), rounds))
+            self._unloaded_count += len(seqs)
+            self._next_floor = seqs.stop
+            if not self._ready_count:
+                self.on_ready(self)
+            self._ready_count += len(seqs)
+            return
+        if self._unloaded:
+            self._load()
+        self._add_plain(run)
+
+    def _load(self) -> None:
+        """The runs held while the lane had no member join its arrays, in order."""
+        runs, self._unloaded = self._unloaded, []
+        self._unloaded_count = 0
+        self._ready_count -= sum(len(seqs) for seqs, _parts, _rounds in runs)
+        self._next_floor = runs[0][0].start  # (each run then joins above the last)
+        for seqs, parts, rounds in runs:
+            partitions = (
+                round_robin_partitions(seqs.start, len(seqs), rounds)
+                if parts is None
+                else parts.tolist()
+            )
+            self._add_plain(PlainRun(seqs, partitions, rounds))
+
+    def _add_plain(self, run: PlainRun) -> None:
         seqs = run.seqs
         if seqs[0] < self._next_floor or not run.ascending or len(run.split) > self._partitions:
             for seq, partition in zip(seqs, run.partitions, strict=True):
@@ -353,7 +406,9 @@ class Lane(Retries):
     def floor(self) -> int:
         """Every sequence of this lane below the floor is settled."""
         first = self._order.first_owed(self._plain, self._sent, self.entries)
-        return self._next_floor if first is None else first
+        if first is None:
+            return self._unloaded[0][0].start if self._unloaded else self._next_floor
+        return first
 
     @property
     def ready_count(self) -> int:
@@ -378,6 +433,8 @@ class Lane(Retries):
         max_message_bytes: int = NO_SIZE_LIMIT,
     ) -> bool:
         """Add or update a live member; True when it is new."""
+        if self._unloaded:
+            self._load()
         current = self.members.get(member)
         if current is not None:
             if (current.max_in_flight, current.batch_size) != (max_in_flight, batch_size):
@@ -462,6 +519,8 @@ class Lane(Retries):
         expired: list[int] = []
         if not self._ready_count or not self.members:
             return out, expired
+        if self._unloaded:  # (a member was added: none are held)
+            self._load()
         assignment = self.assignment
         if assignment.fenced:
             assignment.release(self._in_flight)
@@ -657,6 +716,8 @@ class Lane(Retries):
         """Settle acked sequences; returns those that were still owed (``seqs`` itself
         when a member acked consecutive ones it was sent: a ``range``, as an ACK of
         consecutive sequences decodes, stays one)."""
+        if self._unloaded:
+            self._load()
         members = self.members
         self.floor()  # (the front of ``_order`` is owed: a front acked can go at once below)
         acked: list[int] | range = seqs if type(seqs) is range else list(seqs)
