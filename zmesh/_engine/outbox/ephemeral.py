@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from .kept import Kept
 
 
-
 class _Columns:
     """The messages of one topic to send, a column per field."""
 
