@@ -962,3 +962,16 @@ def test_runs_held_offline_are_owed_and_handed_out_like_runs_joined_at_once(step
     assert sent(out_held[0][A]) == sent(out_joined[0][A])
     assert sorted(out_held[0][A].seqs) == sorted(set(range(1, seq)) - set(acked))
     assert held.ack(out_held[0][A].seqs) and len(held) == 0 and held.floor() == seq
+
+
+def test_a_stored_run_read_back_offline_is_held_and_handed_out_as_stored() -> None:
+    # A restart reads each run's partitions back as bytes (or a list past 255 partitions).
+    held, joined = make_lane(partitions=3), make_lane(partitions=3)
+    parts = bytes([2, 0, 1, 1, 0])
+    held.add_stored(range(10, 15), parts)
+    held.add_stored(range(15, 17), [2, 2])
+    assert len(held) == 7 and held.floor() == 10 and sum(map(len, held._fresh)) == 0
+    joined.add_plain(PlainRun(list(range(10, 17)), [*parts, 2, 2]))
+    for lane in (held, joined):
+        lane.set_member(A, max_in_flight=100, batch_size=100)
+    assert sent(held.take(1.0)[0][A]) == sent(joined.take(1.0)[0][A])

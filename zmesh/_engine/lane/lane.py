@@ -164,7 +164,7 @@ class Lane(Retries):
         # are spread over). They are above every sequence in the arrays, and join them
         # (``_load``) before anything looks at a sequence or a member is added, so an
         # offline group's backlog costs a tuple per run, not bytes per message.
-        self._unloaded: list[tuple[range, array[int] | None, int]] = []
+        self._unloaded: list[tuple[range, Sequence[int] | None, int]] = []
         self._unloaded_count = 0
         self.assignment = Assignment(producer, partitions, self.members, self._held)
         self.counts: Counter[str] = Counter()  # per-lane event counts, shown in status
@@ -293,18 +293,31 @@ class Lane(Retries):
         """``add`` of new plain messages (no priority, schedule or expiry)."""
         seqs = run.seqs
         if not self.members and type(seqs) is range and seqs.start >= self._next_floor:
-            # No member to send them to: held as a run until one comes (``_load``).
             rounds = run.rounds
-            self._unloaded.append((seqs, None if rounds else array("H", run.partitions), rounds))
-            self._unloaded_count += len(seqs)
-            self._next_floor = seqs.stop
-            if not self._ready_count:
-                self.on_ready(self)
-            self._ready_count += len(seqs)
+            self._hold(seqs, None if rounds else array("H", run.partitions), rounds)
             return
         if self._unloaded:
             self._load()
         self._add_plain(run)
+
+    def add_stored(self, seqs: range, partitions: bytes | list[int]) -> None:
+        """``add_plain`` of consecutive plain messages read back from a stored run (a
+        restart): held as they are while the lane has no member, so none of their
+        arrays is made twice."""
+        if not self.members and seqs.start >= self._next_floor:
+            self._hold(seqs, partitions if type(partitions) is bytes else array("H", partitions), 0)
+            return
+        self.add_plain(PlainRun(seqs, list(partitions)))
+
+    def _hold(self, seqs: range, partitions: Sequence[int] | None, rounds: int) -> None:
+        """Owe ``seqs`` as a run until a member comes (``_load``): their partitions, or
+        None when they are spread over ``rounds`` partitions round-robin."""
+        self._unloaded.append((seqs, partitions, rounds))
+        self._unloaded_count += len(seqs)
+        self._next_floor = seqs.stop
+        if not self._ready_count:
+            self.on_ready(self)
+        self._ready_count += len(seqs)
 
     def _load(self) -> None:
         """The runs held while the lane had no member join its arrays, in order."""
@@ -316,7 +329,7 @@ class Lane(Retries):
             partitions = (
                 round_robin_partitions(seqs.start, len(seqs), rounds)
                 if parts is None
-                else parts.tolist()
+                else list(parts)
             )
             self._add_plain(PlainRun(seqs, partitions, rounds))
 

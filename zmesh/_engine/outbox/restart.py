@@ -12,7 +12,7 @@ import logging
 from ..._store.damage import decode_run
 from ..._store.store import Store, WriteBatch
 from ..._subjects import is_pattern
-from ..lane.lane import Lane, PlainRun
+from ..lane.lane import Lane
 from .deadletters import DeadLetters
 from .lanes import Lanes
 from .owing import mono_at, mono_offset, owe_record
@@ -121,9 +121,7 @@ def _load_runs(store: Store, records: Records, by_id: dict[int, Lane], now: floa
             in_outbox[first] = set()
         owed = range(run.count) if offsets is None else offsets
         if not attempts and type(owed) is range:  # (whole, or its tail: joins at once)
-            owing.add_plain(
-                PlainRun(range(first + owed.start, first + owed.stop), partitions[owed.start :])
-            )
+            owing.add_stored(range(first + owed.start, first + owed.stop), partitions[owed.start :])
         else:
             for i, offset in enumerate(owed):
                 owing.add(
