@@ -33,6 +33,11 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+def sensor_key(i: int) -> str:
+    """Message ``i``'s key: the sensor of ``reading(i)``."""
+    return f"sensor-{i % 5}"
+
+
 @dataclass
 class Bridged:
     """A bridge node with its Bridge, and a producer node seeded to it."""
@@ -41,6 +46,7 @@ class Bridged:
     bridge: zmesh.spark.Bridge
     producer: zmesh.Node
     log_dir: str
+    key: Callable[[int], str] = sensor_key  # (``publish``'s key of message i)
 
     @property
     def endpoint(self) -> str:
@@ -50,7 +56,7 @@ class Bridged:
         """Publish messages {"i": i, ...} for i in [start, start + n) and wait for acks."""
         receipts = [
             self.producer.publish(
-                topic, json.dumps(reading(i)).encode(), key=f"sensor-{i % 5}", headers={"i": str(i)}
+                topic, json.dumps(reading(i)).encode(), key=self.key(i), headers={"i": str(i)}
             )
             for i in range(start, start + n)
         ]
@@ -156,7 +162,10 @@ def bridged_pair(
     start_bridge: Callable[..., tuple[zmesh.Node, Any, str]], make_node: Callable[..., zmesh.Node]
 ) -> Callable[..., Pair]:
     """Make two bridges in group ``spark`` on ``topics``, sharing their partitions, and
-    a producer seeded to both (each Bridged of the pair has it)."""
+    a producer seeded to both (each Bridged of the pair has it). The pair's messages are
+    keyed each by its number: the five sensors' keys fall in 5 of the 16 partitions,
+    which one bridge owns alone in about 1 assignment of 40; the first 50 numbers fall
+    in all 16, so both bridges take a share whichever partitions each owns."""
 
     def make(topics: tuple[str, ...] = ("readings",), **options: Any) -> Pair:
         a = start_bridge("bridge-a", topics, **options)
@@ -164,6 +173,9 @@ def bridged_pair(
         producer = make_node("producer", seeds=[a[0].control_address, b[0].control_address])
         for topic in topics:
             wait_members(producer, topic, "spark", 2)
-        return Pair(Bridged(a[0], a[1], producer, a[2]), Bridged(b[0], b[1], producer, b[2]))
+        return Pair(
+            Bridged(a[0], a[1], producer, a[2], key=str),
+            Bridged(b[0], b[1], producer, b[2], key=str),
+        )
 
     return make
