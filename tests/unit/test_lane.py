@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zmesh._engine.lane.delivery import IN_FLIGHT, WINDOW_MAX_BYTES, Entry, Taken, Timing
-from zmesh._engine.lane.lane import Lane, PlainRun, _distinct
+from zmesh._engine.lane.lane import Lane, _distinct
+from zmesh._engine.lane.plain import PlainRun
 from zmesh._engine.lane.seqqueue import COMPACT_AFTER
 
 PRODUCER = b"P" * 16

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from zmesh._engine.engine import Engine
 from zmesh._engine.lane.delivery import NO_SIZE_LIMIT, Timing
-from zmesh._engine.lane.lane import Lane, PlainRun
+from zmesh._engine.lane.lane import Lane
+from zmesh._engine.lane.plain import PlainRun
 from zmesh._engine.outbox.records import run_message
 from zmesh._engine.outbox.runs import (
     RUN_MAX_BYTES,

@@ -19,7 +19,7 @@ arrays too, so a take and an ack of consecutive sequences cost no step per messa
 
 This module is long because a lane's states and the moves between them keep one
 invariant (every sequence in exactly one state) that reads best in one place; retries,
-delivery records and the queues are modules of their own.
+delivery records, the queues and plain runs are modules of their own.
 """
 
 from __future__ import annotations
@@ -30,12 +30,10 @@ import random
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from itertools import compress, repeat
-from operator import add
+from itertools import compress
 from typing import cast
 
 from ..._seqs import consecutive
-from ..routing import round_robin_partitions
 from .assignment import Assignment
 from .delivery import (
     DELAYED,
@@ -53,50 +51,9 @@ from .delivery import (
     Timing,
     out_columns,
 )
+from .plain import HeldRuns, PlainRun
 from .retries import Retries
-from .seqqueue import (
-    SentWindow,
-    SeqQueue,
-    SeqWindow,
-    by_partition,
-    consecutive_array,
-    round_robin,
-    round_robin_slots,
-)
-
-
-class PlainRun:
-    """New plain messages of one topic in publish order, prepared once for all its lanes."""
-
-    __slots__ = ("seqs", "partitions", "ascending", "order", "split", "slots", "rounds")
-
-    def __init__(self, seqs: list[int] | range, partitions: list[int], rounds: int = 0) -> None:
-        """``rounds``: the partition count ``seqs`` are known to be spread over round-robin
-        (publishes without keys: ``PublishMany.rounds``), else 0; taken when ``seqs`` is a
-        range that wraps around it."""
-        self.seqs = seqs
-        self.partitions = partitions
-        # (not so from publishers on several threads; a range is)
-        self.ascending = type(seqs) is range or seqs == sorted(seqs)
-        # As arrays, which each lane's arrays copy whole (no conversion per sequence).
-        self.order = consecutive_array(seqs) if type(seqs) is range else array("q", seqs)
-        first, n = seqs[0], len(seqs)
-        count = (
-            rounds
-            if 0 < rounds < n and type(seqs) is range
-            else round_robin(first, partitions)
-            if self.ascending and seqs[-1] - first == n - 1
-            else 0
-        )  # (in order, no keys)
-        self.rounds = count
-        self.split = by_partition(self.order, partitions, count)
-        # A window's slot values (partition + 1); of a round-robin, one cycle tiled.
-        self.slots = (
-            round_robin_slots(first, n, count)
-            if count
-            else array("H", map(add, partitions, repeat(1)))
-        )
-
+from .seqqueue import SentWindow, SeqQueue, SeqWindow
 
 _FIRST_ATTEMPT = b"\x01"  # (an attempt column of ones, a byte each: what a batch carries)
 
@@ -160,12 +117,9 @@ class Lane(Retries):
         self._order = SeqQueue()  # every owed sequence (and some settled ones), ascending
         self._next_floor = 0
         # New plain runs owed while the lane has no member, not yet in the arrays above:
-        # (sequences, partitions or None when spread round-robin, the partition count they
-        # are spread over). They are above every sequence in the arrays, and join them
-        # (``_load``) before anything looks at a sequence or a member is added, so an
-        # offline group's backlog costs a tuple per run, not bytes per message.
-        self._unloaded: list[tuple[range, Sequence[int] | None, int]] = []
-        self._unloaded_count = 0
+        # above every sequence in them, they join them (``_load``) before anything looks
+        # at a sequence or a member is added.
+        self._unloaded = HeldRuns()
         self.assignment = Assignment(producer, partitions, self.members, self._held)
         self.counts: Counter[str] = Counter()  # per-lane event counts, shown in status
         self.message_bytes = 0.0  # bytes per message on the wire, of recent sends
@@ -180,7 +134,7 @@ class Lane(Retries):
     # -- content --------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self.entries) + len(self._plain) + len(self._sent) + self._unloaded_count
+        return len(self.entries) + len(self._plain) + len(self._sent) + len(self._unloaded)
 
     def __contains__(self, seq: int) -> bool:
         if self._unloaded:
@@ -310,10 +264,8 @@ class Lane(Retries):
         self.add_plain(PlainRun(seqs, list(partitions)))
 
     def _hold(self, seqs: range, partitions: Sequence[int] | None, rounds: int) -> None:
-        """Owe ``seqs`` as a run until a member comes (``_load``): their partitions, or
-        None when they are spread over ``rounds`` partitions round-robin."""
-        self._unloaded.append((seqs, partitions, rounds))
-        self._unloaded_count += len(seqs)
+        """Owe ``seqs`` as a run until a member comes (``_load``)."""
+        self._unloaded.hold(seqs, partitions, rounds)
         self._next_floor = seqs.stop
         if not self._ready_count:
             self.on_ready(self)
@@ -321,17 +273,11 @@ class Lane(Retries):
 
     def _load(self) -> None:
         """The runs held while the lane had no member join its arrays, in order."""
-        runs, self._unloaded = self._unloaded, []
-        self._unloaded_count = 0
-        self._ready_count -= sum(len(seqs) for seqs, _parts, _rounds in runs)
-        self._next_floor = runs[0][0].start  # (each run then joins above the last)
-        for seqs, parts, rounds in runs:
-            partitions = (
-                round_robin_partitions(seqs.start, len(seqs), rounds)
-                if parts is None
-                else list(parts)
-            )
-            self._add_plain(PlainRun(seqs, partitions, rounds))
+        held = self._unloaded
+        self._ready_count -= len(held)  # (counted again as they join)
+        self._next_floor = held.first  # (each run then joins above the last)
+        for run in held.release():
+            self._add_plain(run)
 
     def _add_plain(self, run: PlainRun) -> None:
         seqs = run.seqs
@@ -420,7 +366,7 @@ class Lane(Retries):
         """Every sequence of this lane below the floor is settled."""
         first = self._order.first_owed(self._plain, self._sent, self.entries)
         if first is None:
-            return self._unloaded[0][0].start if self._unloaded else self._next_floor
+            return self._unloaded.first if self._unloaded else self._next_floor
         return first
 
     @property
@@ -532,8 +478,6 @@ class Lane(Retries):
         expired: list[int] = []
         if not self._ready_count or not self.members:
             return out, expired
-        if self._unloaded:  # (a member was added: none are held)
-            self._load()
         assignment = self.assignment
         if assignment.fenced:
             assignment.release(self._in_flight)

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from ..._numbers import fitting_array
 from ..._store.store import Store, WriteBatch, pack, pend_key, u32, u64
-from ..lane.lane import Lane, PlainRun
+from ..lane.lane import Lane
+from ..lane.plain import PlainRun
 from ..lane.seqqueue import round_robin_parts
 from ..stats import Counters
 from .allocate import allocate
