@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._numbers import le_bytes
 from ..._store.store import WriteBatch, pack, pend_key, u64
+from ..lane.seqqueue import round_robin_parts
 
 if TYPE_CHECKING:
     from ..lane.lane import Lane
@@ -48,11 +49,18 @@ class Run:
     first: int  # its first sequence; the others follow it
     count: int
     topic: str
-    parts: array[int]  # each message's partition ("B", or "H" when one is past 255)
+    # Each message's partition ("B", or "H" when one is past 255), as stored; None when
+    # they are spread round-robin over ``cycle`` partitions (made again when written).
+    parts: array[int] | None
     left: int  # its messages still in the outbox
     owed: dict[int, int]  # lane id -> its messages that lane still owes
     stored: bool = True  # in LMDB (a ``memory`` topic's run is not, until it spills)
     nbytes: int = -1  # its payloads' bytes, or more; -1: not known (a run loaded at restart)
+    cycle: int = 0
+
+    def partitions(self) -> array[int]:
+        parts = self.parts
+        return round_robin_parts(self.first, self.count, self.cycle) if parts is None else parts
 
     def seqs(self) -> list[int]:
         return list(range(self.first, self.first + self.count))
@@ -101,7 +109,7 @@ def lane_entry(lane: Lane, run: Run, owed_count: int | None = None) -> bytes | N
         start = max(run.first, lane.floor())
         if owed_count == end - start:
             return (
-                run_entry(run.parts, None if start == run.first else start - run.first)
+                run_entry(run.partitions(), None if start == run.first else start - run.first)
                 if owed_count
                 else None
             )
@@ -116,7 +124,7 @@ def lane_entry(lane: Lane, run: Run, owed_count: int | None = None) -> bytes | N
         offsets = (
             owed[0] - run.first if tail and not any(attempts) else [s - run.first for s in owed]
         )
-    return run_entry(run.parts, offsets, attempts if any(attempts) else None)
+    return run_entry(run.partitions(), offsets, attempts if any(attempts) else None)
 
 
 class Runs:

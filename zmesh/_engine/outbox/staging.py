@@ -372,11 +372,12 @@ class Staging:
             first,
             count,
             topic,
-            parts,
+            None if cycle else parts,  # (1 byte a message kept only when not round-robin)
             count,
             {lane.id: count for lane in lanes},
             not memory,
             nbytes,
+            cycle,
         )
         self._runs.append(run)
         if memory:  # (its record is never packed unless it spills)
