@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -925,6 +926,23 @@ def test_an_offline_lane_holds_its_runs_without_bytes_per_message() -> None:
     assert len(lane._plain._w) == 0 and sum(map(len, lane._fresh)) == 0 and len(lane._order) == 0
     assert 500_000 in lane and lane.state(500_000) is not None  # (a look joins them)
     assert sum(map(len, lane._fresh)) == n and len(lane) == n and lane.floor() == 1
+
+
+def test_a_held_backlog_joins_the_arrays_one_run_at_a_time() -> None:
+    # Each held run's columns are made as it joins: a member's arrival costs the lane's
+    # arrays and one run's columns at a time, not every run's columns first.
+    lane = make_lane(partitions=16)
+    n, size = 200_000, 500
+    for first in range(1, n + 1, size):
+        lane.add_plain(PlainRun(range(first, first + size), [], 16))  # (keyless: no list)
+    tracemalloc.start()
+    try:
+        lane.set_member(A, max_in_flight=1000, batch_size=1000)
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert sum(map(len, lane._fresh)) == n and len(lane) == n
+    assert peak - kept < 50 * size * 8  # (one run's columns, with room; all of them: 40 x)
 
 
 @given(
