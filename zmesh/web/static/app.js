@@ -7,7 +7,6 @@ const state = {
   snap: null,
   hist: new Map(),               // lane key -> {meta, t, rate_in, rate_out, pending}
   sort: { col: "pending", dir: -1 },
-  filter: "",
   charts: new Map(),             // lane key -> uPlot
   view: null,
   notice: null,                  // the outcome of the last group removal, shown above the table
@@ -28,6 +27,12 @@ function el(tag, attrs, ...children) {
   }
   return node;
 }
+
+// The groups filter is one element kept across renders: its value is the filter, and a
+// snapshot that redraws the table around it keeps its focus and caret (render), so no
+// keystroke is lost to a redraw.
+const groupFilter = el("input", { class: "filter", placeholder: "filter topics and groups", "data-testid": "filter" });
+groupFilter.oninput = () => render();
 
 function svg(tag, attrs, ...children) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
@@ -150,7 +155,7 @@ function groupCell(g, col) {
 
 function drawGroups(snap) {
   const { col, dir } = state.sort;
-  const needle = state.filter.toLowerCase();
+  const needle = groupFilter.value.toLowerCase();
   const rows = snap.groups
     .filter((g) => !needle || `${g.topic} ${g.group}`.toLowerCase().includes(needle))
     .sort((a, b) => {
@@ -172,13 +177,10 @@ function drawGroups(snap) {
     }, groupCell(g, key))),
     admin ? el("td", {}, el("button", { class: "danger", "data-action": "group-rm",
                                         onclick: () => removeGroup(g) }, "Remove")) : null));
-  const filter = el("input", { class: "filter", placeholder: "filter topics and groups", value: state.filter,
-                               "data-testid": "filter" });
-  filter.oninput = () => { state.filter = filter.value; renderKeepingFocus(); };
   return el("div", { class: "card" },
     el("h2", {}, "Topics \u00d7 groups ", el("span", { class: "note" }, "(summed over every producer's lanes)")),
     state.notice ? el("p", { id: "group-result", class: state.notice.ok ? "ok" : "down" }, state.notice.text) : null,
-    filter,
+    groupFilter,
     el("table", { class: "sortable groups", "data-testid": "groups" }, el("thead", {}, head), el("tbody", {}, body)),
     rows.length ? null : el("p", { class: "note" }, "no group matches"));
 }
@@ -193,16 +195,6 @@ async function removeGroup(g) {
     state.notice = { ok: false, text: `removing ${g.group} of ${g.topic} failed: ${err.message}` };
   }
   render();
-}
-
-function renderKeepingFocus() {
-  const at = document.activeElement && document.activeElement.dataset.testid;
-  const caret = document.activeElement && document.activeElement.selectionStart;
-  render();
-  if (at) {
-    const again = document.querySelector(`[data-testid="${at}"]`);
-    if (again) { again.focus(); if (caret !== undefined && again.setSelectionRange) again.setSelectionRange(caret, caret); }
-  }
 }
 
 function chartData(h) {
@@ -388,6 +380,7 @@ function route() {
 function render() {
   const snap = state.snap;
   if (!snap) return;
+  const typing = document.activeElement === groupFilter ? [groupFilter.selectionStart, groupFilter.selectionEnd] : null;
   document.getElementById("mesh-name").textContent = `mesh ${snap.mesh}`;
   document.getElementById("updated").textContent = "updated " + new Date(snap.collected_at * 1000).toLocaleTimeString();
   document.getElementById("source").textContent = "from " + snap.source;
@@ -407,6 +400,7 @@ function render() {
     else overview(snap, root);
   }
   state.view = view;
+  if (typing && groupFilter.isConnected) { groupFilter.focus(); groupFilter.setSelectionRange(...typing); }
 }
 
 function connect() {
