@@ -10,7 +10,6 @@ each says none is left or the timeout passes.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from typing import TYPE_CHECKING
 
@@ -18,7 +17,7 @@ import zmq
 
 from ._engine.inbox.origin import Origin
 from ._http.collect import all_targets, ask
-from ._protocol.frames import LastItem, LastReply, LastRequest
+from ._protocol.frames import LastItem, LastReply, LastRequest, random_token
 from .subscription import Message
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ def last_values(engine: Engine, pattern: str, timeout_s: float) -> list[Message]
                 (
                     t,
                     LastRequest(
-                        secrets.randbits(62),
+                        random_token(),
                         pattern,
                         after[t.node_id],
                         PAGE_ITEMS,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 from collections import deque
@@ -16,7 +15,7 @@ import zmq
 from ._engine.inbox.origin import Origin
 from ._protocol.addresses import endpoint
 from ._protocol.codec import decode_control, encode_control
-from ._protocol.frames import FetchReply, FetchRequest
+from ._protocol.frames import FetchReply, FetchRequest, random_token
 from ._security import client_options
 from .errors import DecodeError, NodeStateError
 from .subscription import Message
@@ -178,7 +177,7 @@ class ReplayReader:
                     continue
             if source.caught_up and not self.follow:
                 continue
-            source.token = secrets.randbits(62)
+            source.token = random_token()
             source.sent_at = now
             req = FetchRequest(
                 source.token,

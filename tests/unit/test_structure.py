@@ -1,11 +1,14 @@
 """The package's structure as the house rules want it: no import circle between zmesh's
 modules (imports under ``if TYPE_CHECKING:`` aside: they never run), and no module that
 reads another module's underscored names, but for the few cases listed below, each with
-its reason; and no module longer than the aim that does not say why."""
+its reason; no module longer than the aim that does not say why; and a node without mDNS loads
+neither asyncio nor OpenSSL."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -204,3 +207,21 @@ def test_a_module_over_the_aim_says_why_it_is_long() -> None:
             if "This module is long because" not in " ".join(doc.split()):
                 unexplained.append(str(path.relative_to(ROOT)))
     assert unexplained == []
+
+
+def test_a_node_without_mdns_loads_neither_asyncio_nor_openssl(tmp_path: Path) -> None:
+    """They are about 17 MB of every process that embeds a node: zeroconf, with asyncio
+    and ssl (which pyzmq's monitor helper imports too), and OpenSSL's hashes (hashlib, and
+    secrets through hmac). Only mDNS and zmesh.aio load the first."""
+    code = (
+        "import sys, zmesh\n"
+        f"n = zmesh.Node('n', mesh='m', data_dir={str(tmp_path)!r}, interfaces=['127.0.0.1'],"
+        " mdns=False).start()\n"
+        "n.publish('t', b'x')\n"
+        "n.close()\n"
+        "print(sorted({'asyncio', 'ssl', 'zeroconf', '_hashlib'} & set(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]"

@@ -22,7 +22,6 @@ from typing import Any
 import zmq
 
 from .._discovery.base import Discovery, Found
-from .._discovery.mdns import MdnsDiscovery
 from .._discovery.static import StaticSeeds
 from .._protocol.codec import (
     MAX_BATCH_HEADER_BYTES,
@@ -270,6 +269,10 @@ class Engine:
             self._hold_until = now + cfg.dead_after_s
         self._discoveries.append(StaticSeeds(cfg.seeds))
         if cfg.mdns:
+            # (imported here: zeroconf brings asyncio and ssl, 14 MB a node without mDNS
+            # never needs)
+            from .._discovery.mdns import MdnsDiscovery
+
             self._discoveries.append(
                 MdnsDiscovery(
                     name=cfg.name,

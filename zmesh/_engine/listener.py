@@ -15,7 +15,6 @@ import logging
 from typing import TYPE_CHECKING
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from .._acl import ADMIN_OPS
 from .._protocol.codec import decode_batch, decode_control, encode_control
@@ -44,6 +43,7 @@ from .._protocol.frames import (
     StatusRequest,
     Touch,
 )
+from .._protocol.monitor import monitor_event
 from .._security import CONTROL_DOMAIN, DATA_DOMAIN, ZapHandler, server_options
 from .._subjects import subject_error
 from ..errors import DecodeError, ZMeshError
@@ -225,21 +225,21 @@ class Listener:
     def _on_monitor(self, mon: zmq.Socket[bytes], wb: WriteBatch, now: float) -> None:
         while True:
             try:
-                event = recv_monitor_message(mon, zmq.NOBLOCK)
+                event = monitor_event(mon.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 return
-            if event["event"] == zmq.EVENT_DISCONNECTED:
-                peer = self._members_at.pop(event["value"], None)
+            if event.event == zmq.EVENT_DISCONNECTED:
+                peer = self._members_at.pop(event.value, None)
                 mesh = self.engine.mesh
                 if peer is not None and mesh is not None:
                     mesh.liveness.disconnected(peer, wb, now)
                 continue
-            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            if event.event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                 # The connection ended during its handshake: a client that closed its
                 # socket or ended at once (a node's contact of a peer it has just met, a
                 # killed node), which says nothing of who it was.
                 self.counters.add("handshakes_cut", 1)
-                log.debug("a connection ended during its handshake on %s", event["endpoint"])
+                log.debug("a connection ended during its handshake on %s", event.endpoint)
                 continue
             n = self.counters.get("handshakes_failed") + 1
             self.counters.add("handshakes_failed", 1)
@@ -248,8 +248,8 @@ class Listener:
                     "%d failed handshakes so far (last: %s on %s); a node without "
                     "the mesh's keys, or not speaking zmesh, tries to connect",
                     n,
-                    zmq.Event(event["event"]).name,
-                    event["endpoint"],
+                    zmq.Event(event.event).name,
+                    event.endpoint,
                 )
 
     def _recv_control(self, wb: WriteBatch, now: float) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import zlib
+from _blake2 import blake2b  # (hashlib is the same, and loads OpenSSL: 3.4 MB)
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from hashlib import blake2b
 
 
 def partition_for(key: str | None, partitions: int, seq: int) -> int:

@@ -11,7 +11,6 @@ in a second round.
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from .._protocol.frames import (
     LastRequest,
     StatusReply,
     StatusRequest,
+    random_token,
 )
 from .._security import Keys, client_options
 from ..errors import DecodeError
@@ -196,7 +196,7 @@ def collect_mesh(
         if not targets:
             break
         answers = ask(
-            ctx, [(t, StatusRequest(secrets.randbits(62))) for t in targets], engine.keys, timeout_s
+            ctx, [(t, StatusRequest(random_token())) for t in targets], engine.keys, timeout_s
         )
         seen.update(t.node_id for t in targets)
         found: dict[str, Target] = {}
@@ -243,7 +243,7 @@ def run_admin(
     answers = (
         ask(
             ctx,
-            [(t, AdminRequest(secrets.randbits(62), op, args)) for t in remote],
+            [(t, AdminRequest(random_token(), op, args)) for t in remote],
             engine.keys,
             timeout_s,
         )

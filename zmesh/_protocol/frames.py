@@ -22,9 +22,19 @@ the kinds are numbered in one place, where no two can collide.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+_os_random = random.SystemRandom()
+
+
+def random_token() -> int:
+    """A random 62-bit number from the OS, for a request's id or a session's token (not
+    ``secrets``: through hmac it loads OpenSSL, 3.4 MB a node has no other use for)."""
+    return _os_random.getrandbits(62)
+
 
 PROTOCOL_VERSION = 7  # 2: data batches in columns, payloads inside the header frame;
 #                       3: subscriptions and fetch requests carry max_message_bytes;

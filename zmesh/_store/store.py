@@ -51,7 +51,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import struct
 import threading
 import weakref
@@ -366,7 +365,7 @@ class Store(LogIndex, AckedWindow):
         with self._write() as txn:
             node_id = txn.get(b"node_id", db=self.meta)
             if node_id is None:
-                node_id = secrets.token_bytes(16)
+                node_id = os.urandom(16)
                 txn.put(b"node_id", node_id, db=self.meta)
             incarnation = (
                 int.from_bytes(txn.get(b"incarnation", b"\0" * 8, db=self.meta), "big") + 1

@@ -5,7 +5,6 @@ operators' requests, CurveZMQ client keys), and stop signals.
 from __future__ import annotations
 
 import functools
-import secrets
 import signal
 import threading
 import time
@@ -19,7 +18,14 @@ from click.core import ParameterSource
 
 from .._protocol.addresses import endpoint
 from .._protocol.codec import decode_control, encode_control
-from .._protocol.frames import AdminReply, AdminRequest, Control, StatusReply, StatusRequest
+from .._protocol.frames import (
+    AdminReply,
+    AdminRequest,
+    Control,
+    StatusReply,
+    StatusRequest,
+    random_token,
+)
 from .._security import _check_key
 from ..config import parse_seed
 from ..errors import ConfigError, DecodeError
@@ -204,7 +210,7 @@ def request(
 
 def request_status(address: str, timeout_s: float, keys: CurveKeys | None = None) -> dict[str, Any]:
     """Ask the node whose control socket is at ``address`` for its status."""
-    reply = request(address, StatusRequest(secrets.randbits(62)), timeout_s, keys)
+    reply = request(address, StatusRequest(random_token()), timeout_s, keys)
     assert isinstance(reply, StatusReply)
     if "refused" in reply.status:  # (a banned address, a key not permitted)
         raise CliError(f"{address} refused the status request: {reply.status['refused']}")
@@ -216,7 +222,7 @@ def request_admin(
 ) -> Any:
     """Run an operator's request (dead_letters, replay, purge) at the node; an error the
     node reports becomes a CliError (exit 1) with its message."""
-    reply = request(address, AdminRequest(secrets.randbits(62), op, args), timeout_s, keys, what=op)
+    reply = request(address, AdminRequest(random_token(), op, args), timeout_s, keys, what=op)
     assert isinstance(reply, AdminReply)
     if not reply.ok:
         raise CliError(f"{address} refused {op}: {reply.error}")

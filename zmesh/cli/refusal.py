@@ -15,7 +15,8 @@ import itertools
 import socket
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
+
+from .._protocol.monitor import monitor_event
 
 _FAILED = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -43,8 +44,8 @@ class HandshakeWatch:
 
     def _drain(self) -> None:
         while self.mon.poll(0):
-            event = recv_monitor_message(self.mon, zmq.NOBLOCK)
-            self.events.add((int(event["event"]), int(event["value"])))
+            event = monitor_event(self.mon.recv_multipart(zmq.NOBLOCK))
+            self.events.add((event.event, event.value))
 
     def why(self, keyed: bool, ep: str) -> str | None:
         """What the failed handshakes with ``ep`` say (``keyed``: the command had CURVE

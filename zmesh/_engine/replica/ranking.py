@@ -13,8 +13,8 @@ when no current one is alive.
 
 from __future__ import annotations
 
+from _blake2 import blake2b  # (hashlib is the same, and loads OpenSSL: 3.4 MB)
 from collections.abc import Iterable, Sequence
-from hashlib import blake2b
 from typing import NamedTuple
 
 

@@ -22,13 +22,12 @@ it, and the taker lets go.
 from __future__ import annotations
 
 import logging
-import secrets
 from bisect import bisect_left
 from typing import Any
 
 import msgpack
 
-from ..._protocol.frames import Ack, Fail, Handback, HandbackLane, Nack, Touch
+from ..._protocol.frames import Ack, Fail, Handback, HandbackLane, Nack, Touch, random_token
 from ..._protocol.replication import MAX_HANDBACK_INTS
 from ..._store.store import WriteBatch, pack, pend_key
 from ...config import NodeConfig, TopicConfig
@@ -154,7 +153,7 @@ class Taken:
         """What this node settled of the producer's lanes since it took them over, in
         parts (a new ``token`` the first time)."""
         if not self.token:
-            self.token = secrets.randbits(62) + 1
+            self.token = random_token() + 1
         parts: list[HandbackLane] = []
         for lane in self.outbox.lanes.all.values():
             owed_then = self.start.get(lane.id)
