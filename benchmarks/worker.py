@@ -6,6 +6,7 @@ that outlives its ``deadline_s`` (the parent also terminates it by pid).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -16,27 +17,30 @@ from typing import Any
 
 from ._wio import Commands, emit
 
+# Each role's module, by the role's first word. A worker imports only the module of the
+# role it runs, so a peer's client (asyncio for NATS) is not in a zmesh worker's RSS.
+MODULES = {
+    "raw": "raw_roles",
+    "zmesh": "zmesh_roles",
+    "spark": "spark_roles",
+    "rr": "subject_roles",
+    "subj": "subject_roles",
+    "nats": "nats_roles",
+    "redis": "redis_roles",
+    "zenoh": "zenoh_roles",
+}
 
-def _roles() -> dict[str, Callable[[dict[str, Any], Commands], None]]:
-    from . import (
-        nats_roles,
-        raw_roles,
-        redis_roles,
-        spark_roles,
-        subject_roles,
-        zenoh_roles,
-        zmesh_roles,
-    )
 
-    return {
-        **raw_roles.ROLES,
-        **zmesh_roles.ROLES,
-        **spark_roles.ROLES,
-        **subject_roles.ROLES,
-        **nats_roles.ROLES,
-        **redis_roles.ROLES,
-        **zenoh_roles.ROLES,
-    }
+def _role(name: str) -> Callable[[dict[str, Any], Commands], None]:
+    module = MODULES.get(name.split("_")[0])
+    if module is None:
+        raise LookupError(f"unknown role {name!r}: roles begin with one of {sorted(MODULES)}")
+    roles: dict[str, Callable[[dict[str, Any], Commands], None]] = importlib.import_module(
+        f"{__package__}.{module}"
+    ).ROLES
+    if name not in roles:
+        raise LookupError(f"unknown role {name!r}; {module} has {sorted(roles)}")
+    return roles[name]
 
 
 def main(argv: list[str]) -> int:
@@ -44,9 +48,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m benchmarks.worker ROLE PARAMS_JSON", file=sys.stderr)
         return 2
     role, params = argv[0], json.loads(argv[1])
-    roles = _roles()
-    if role not in roles:
-        emit("error", error=f"unknown role {role!r}; known: {sorted(roles)}")
+    try:
+        run = _role(role)
+    except LookupError as exc:
+        emit("error", error=str(exc))
         return 2
     cmds = Commands()
     deadline = params.get("deadline_s", 600.0)
@@ -55,7 +60,7 @@ def main(argv: list[str]) -> int:
     watchdog.daemon = True
     watchdog.start()
     try:
-        roles[role](params, cmds)
+        run(params, cmds)
     except SystemExit:
         pass
     except BaseException as exc:

@@ -5,6 +5,7 @@ Speed is not asserted: only that every scenario produced positive figures.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -137,6 +138,14 @@ def test_benchmark_worker_rejects_unknown_roles() -> None:
     )
     assert proc.returncode == 2
     assert b"unknown role" in proc.stdout
+
+
+def test_every_role_is_found_by_its_first_word() -> None:
+    from benchmarks.worker import MODULES, _role
+
+    for module in set(MODULES.values()):
+        for name, run in importlib.import_module(f"benchmarks.{module}").ROLES.items():
+            assert _role(name) is run
 
 
 @pytest.mark.timeout(120)
