@@ -740,6 +740,11 @@ def test_batch_round_trip(batch: Batch) -> None:
     # Large payloads travel as raw frames: the very objects, for a zero-copy send.
     assert all(f is p for f, p in zip(frames[1:], large, strict=True))
     assert plain(decode_batch(frames, MAX_MESSAGE_BYTES)) == plain(batch)
+    # The header as a node reads it, a view of the received frame: the same batch, its
+    # payloads bytes of their own.
+    viewed = decode_batch([memoryview(frames[0]), *frames[1:]], MAX_MESSAGE_BYTES)
+    assert plain(viewed) == plain(batch)
+    assert all(type(p) is bytes for p in viewed.payloads)
 
 
 @pytest.mark.parametrize("n", [70, INLINE_PAYLOAD_BYTES // 1000, INLINE_PAYLOAD_BYTES // 1000 + 3])

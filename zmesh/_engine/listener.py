@@ -180,7 +180,9 @@ class Listener:
                 shut_down(parts[0])
                 continue
             try:
-                batch = decode_batch([f.bytes for f in parts], limit)
+                # (the header read where it was received: its inline payloads are copied
+                # out as they are unpacked, once)
+                batch = decode_batch([parts[0].buffer, *[f.bytes for f in parts[1:]]], limit)
             except DecodeError as exc:
                 self.bans.bad_frame(parts[0], exc, now)
                 self.counters.add("decode_errors", 1)

@@ -109,7 +109,7 @@ _BYTES_OR_NONE: frozenset[type] = frozenset({bytes, _NONE})
 _STR: frozenset[type] = frozenset({str})
 
 
-def _unpack(frame: bytes, max_bytes: int = MAX_HEADER_BYTES) -> Any:
+def _unpack(frame: bytes | memoryview, max_bytes: int = MAX_HEADER_BYTES) -> Any:
     if len(frame) > max_bytes:
         raise DecodeError(f"header of {len(frame)} bytes exceeds {max_bytes}")
     try:
@@ -736,8 +736,10 @@ def _indexes(value: Any, n: int) -> Sequence[int | None]:
     return column
 
 
-def decode_batch(frames: Sequence[bytes], max_message_bytes: int) -> Batch:
-    """Parse a data batch; DecodeError for anything that is not a valid one."""
+def decode_batch(frames: Sequence[bytes | memoryview], max_message_bytes: int) -> Batch:
+    """Parse a data batch; DecodeError for anything that is not a valid one. The header
+    (the first frame) may be a view of the received frame; the payloads that follow it as
+    frames of their own must be bytes, since they become the messages' payloads."""
     _check(len(frames) >= 1, "empty data message")
     obj = _unpack(frames[0], MAX_BATCH_HEADER_BYTES)
     _check(isinstance(obj, list) and len(obj) == 15, "bad batch header")
