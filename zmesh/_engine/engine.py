@@ -269,8 +269,8 @@ class Engine:
             self._hold_until = now + cfg.dead_after_s
         self._discoveries.append(StaticSeeds(cfg.seeds))
         if cfg.mdns:
-            # (imported here: zeroconf brings asyncio and ssl, 14 MB a node without mDNS
-            # never needs)
+            # (imported here: zeroconf, with the asyncio and ssl it brings, is about 6 MB
+            # of RSS a node without mDNS has no use for)
             from .._discovery.mdns import MdnsDiscovery
 
             self._discoveries.append(

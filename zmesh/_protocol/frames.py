@@ -32,7 +32,7 @@ _os_random = random.SystemRandom()
 
 def random_token() -> int:
     """A random 62-bit number from the OS, for a request's id or a session's token (not
-    ``secrets``: through hmac it loads OpenSSL, 3.4 MB a node has no other use for)."""
+    ``secrets``: through hmac it loads OpenSSL, 3.5 MB a node has no other use for)."""
     return _os_random.getrandbits(62)
 
 

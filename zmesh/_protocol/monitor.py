@@ -1,7 +1,7 @@
 """A ZeroMQ socket monitor's event, decoded (pure, no I/O).
 
 pyzmq's ``zmq.utils.monitor`` does the same, but it imports ``zmq.asyncio``, and with it
-asyncio and ssl: about 10 MB in every node, which needs neither."""
+asyncio and ssl: about 3 MB of RSS in every node, which needs neither."""
 
 from __future__ import annotations
 
