@@ -15,6 +15,7 @@ SCENARIOS = (
     "raw_pushpull_256k",
     "raw_dealer_router_acks",
     "raw_dealer_router_lmdb",
+    "raw_dealer_router_lmdb_2",
     "raw_dealer_router_lmdb_16k",
     "raw_dealer_router_lmdb_256k",
     "zmesh_process",

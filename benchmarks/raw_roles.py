@@ -13,7 +13,11 @@
   cumulatively every ``ack_every`` messages or when its queue is empty. With ``lmdb_dir`` the
   DEALER first writes each chunk of up to ``chunk`` messages to an LMDB outbox in one
   transaction (sync=False, metasync=False, like zmesh's ``process`` durability) and deletes
-  acknowledged ones in one transaction per batch of acks.
+  acknowledged ones in one transaction per batch of acks. Given several ``endpoints`` (a
+  ROUTER each), it deals each message to the one that owns its partition (``seq % 16``,
+  the partitions dealt in turn: a shared group's members and keyless messages), with a
+  window for each, and settles each one's cumulative acks against the sequences it was
+  sent, in order.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -269,9 +273,12 @@ def raw_router(p: dict[str, Any], cmds: Commands) -> None:
 
 def raw_dealer(p: dict[str, Any], cmds: Commands) -> None:
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(p["endpoint"])
+    socks = []
+    for endpoint in p["endpoints"]:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        socks.append(sock)
     env = None
     if p.get("lmdb_dir"):
         import lmdb
@@ -279,8 +286,8 @@ def raw_dealer(p: dict[str, Any], cmds: Commands) -> None:
         env = lmdb.open(
             p["lmdb_dir"], map_size=1 << 30, sync=False, metasync=False, readahead=False
         )
-    ex = _Exchange(
-        sock,
+    ex = (_Exchange if len(socks) == 1 else _Dealt)(
+        socks,
         env,
         p["window"],
         p["chunk"],
@@ -295,19 +302,52 @@ def raw_dealer(p: dict[str, Any], cmds: Commands) -> None:
         emit("result", t0=t0, t1=t1, rss_mb=rss_mb(), cpu_s=cpu_s() - cpu0)
         cmds.wait_stop(p["deadline_s"])
     finally:
-        sock.close(linger=0)
+        for sock in socks:
+            sock.close(linger=0)
         ctx.term()
         if env is not None:
             env.close()
+
+
+def _store(env: Any, seqs: range, body: bytes) -> None:
+    """Write ``seqs`` to the LMDB outbox in one transaction (None: no outbox)."""
+    if env is not None:
+        with env.begin(write=True) as txn:
+            txn.cursor().putmulti([(s.to_bytes(8, "big"), body) for s in seqs], append=True)
+
+
+def _settle(env: Any, seqs: Iterable[int]) -> None:
+    """Delete acknowledged ``seqs`` from the LMDB outbox in one transaction."""
+    if env is not None:
+        with env.begin(write=True) as txn:
+            delete = txn.delete
+            for s in seqs:
+                delete(s.to_bytes(8, "big"))
+
+
+def _acked(sock: zmq.Socket, acked: int) -> int:
+    """The highest cumulative ack waiting on ``sock`` (``acked`` when none is)."""
+    while True:
+        try:
+            acked = max(acked, int.from_bytes(sock.recv(zmq.NOBLOCK), "big"))
+        except zmq.Again:
+            return acked
 
 
 class _Exchange:
     """The DEALER's side: a send window, cumulative acks, and an optional LMDB outbox."""
 
     def __init__(
-        self, sock: zmq.Socket, env: Any, window: int, chunk: int, deadline: float, body: bytes
+        self,
+        socks: list[zmq.Socket],
+        env: Any,
+        window: int,
+        chunk: int,
+        deadline: float,
+        body: bytes,
     ) -> None:
-        self.sock, self.env = sock, env
+        [self.sock] = socks
+        self.env = env
         self.window, self.chunk, self.deadline = window, chunk, deadline
         self.seq = 0
         self.acked = 0
@@ -324,29 +364,79 @@ class _Exchange:
             while room > 0:
                 k = min(room, self.chunk)
                 seqs = range(self.seq, self.seq + k)
-                if env is not None:
-                    with env.begin(write=True) as txn:
-                        txn.cursor().putmulti(
-                            [(s.to_bytes(8, "big"), body) for s in seqs], append=True
-                        )
+                _store(env, seqs, body)
                 for s in seqs:
                     send(s.to_bytes(8, "big") + body)
                 self.seq += k
                 room -= k
             if not sock.poll(100):
                 continue
-            new = self.acked
-            while True:
-                try:
-                    new = max(new, int.from_bytes(sock.recv(zmq.NOBLOCK), "big"))
-                except zmq.Again:
-                    break
-            if env is not None and new > self.acked:
-                with env.begin(write=True) as txn:
-                    delete = txn.delete
-                    for s in range(self.acked, new):
-                        delete(s.to_bytes(8, "big"))
+            new = _acked(sock, self.acked)
+            if new > self.acked:
+                _settle(env, range(self.acked, new))
             self.acked = new
+
+
+PARTITIONS = 16  # (a topic's default)
+
+
+class _Dealt:
+    """``_Exchange`` over several ROUTERs: each message to the one owning its partition,
+    a window each, and each one's cumulative acks (the count it received) settling the
+    sequences it was sent, in the order sent."""
+
+    def __init__(
+        self,
+        socks: list[zmq.Socket],
+        env: Any,
+        window: int,
+        chunk: int,
+        deadline: float,
+        body: bytes,
+    ) -> None:
+        self.socks, self.env = socks, env
+        self.window, self.chunk, self.deadline = window, chunk, deadline
+        self.body = body
+        self.seq = 0
+        self.settled = 0
+        self.owner = [p % len(socks) for p in range(PARTITIONS)]
+        self.sent: list[list[int]] = [[] for _ in socks]  # each one's, unacked, in order
+        self.acked = [0] * len(socks)  # each one's cumulative ack
+        self.poller = zmq.Poller()
+        for sock in socks:
+            self.poller.register(sock, zmq.POLLIN)
+
+    def run(self, n: int) -> None:
+        env, body, owner, sent = self.env, self.body, self.owner, self.sent
+        sends = [sock.send for sock in self.socks]
+        appends = [each.append for each in sent]
+        target = self.seq + n
+        while self.settled < target:
+            if time.monotonic() > self.deadline:
+                raise TimeoutError(f"{self.settled} of {target} acked before the deadline")
+            # (the next messages go to each in turn: room for as many as the fullest has)
+            room = min(len(sent) * (self.window - max(map(len, sent))), target - self.seq)
+            while room > 0:
+                k = min(room, self.chunk)
+                seqs = range(self.seq, self.seq + k)
+                _store(env, seqs, body)
+                for s in seqs:
+                    to = owner[s % PARTITIONS]
+                    sends[to](s.to_bytes(8, "big") + body)
+                    appends[to](s)
+                self.seq += k
+                room -= k
+            ready = dict(self.poller.poll(100))
+            for i, sock in enumerate(self.socks):
+                if sock not in ready:
+                    continue
+                new = _acked(sock, self.acked[i])
+                done = new - self.acked[i]
+                if done > 0:
+                    _settle(env, sent[i][:done])
+                    del sent[i][:done]
+                    self.acked[i] = new
+                    self.settled += done
 
 
 ROLES = {

@@ -146,21 +146,29 @@ def _dealer_router(
     sizes: Sizes,
     payload_bytes: int = PAYLOAD_BYTES,
     n: int = 0,
+    consumers: int = 1,
 ) -> dict[str, Any]:
     n = n or sizes.dealer_router
     deadline_s = sizes.deadline(n, 30_000 if payload_bytes == PAYLOAD_BYTES else 200)
     # A window of 1,000 messages, or of 16 MiB for large payloads (zmesh's byte window).
     window = max(1, min(1000, (16 << 20) // payload_bytes))
     with children(workdir, profile) as kids:
-        router = kids.start(
-            "raw_router", name="raw-router", ack_every=100, warmup=n // 10, deadline_s=deadline_s
-        )
-        endpoint = router.expect("ready", 15)["endpoint"]
+        routers = [
+            kids.start(
+                "raw_router",
+                name="raw-router" if consumers == 1 else f"raw-router-{i + 1}",
+                ack_every=100,
+                warmup=n // 10 // consumers,
+                deadline_s=deadline_s,
+            )
+            for i in range(consumers)
+        ]
+        endpoints = [router.expect("ready", 15)["endpoint"] for router in routers]
         lmdb_dir = workdir / "raw-outbox"
         dealer = kids.start(
             "raw_dealer",
             name="raw-dealer",
-            endpoint=endpoint,
+            endpoints=endpoints,
             window=window,
             chunk=min(100, window),
             payload_bytes=payload_bytes,
@@ -170,17 +178,25 @@ def _dealer_router(
             deadline_s=deadline_s,
         )
         res = dealer.expect("result", deadline_s)
-        router.send("stop")
-        got = router.expect("result", 30)
+        for router in routers:
+            router.send("stop")
+        got = [router.expect("result", 30) for router in routers]
     rate = n / (res["t1"] - res["t0"])
+    names = ["consumer"] if consumers == 1 else [f"consumer-{i + 1}" for i in range(consumers)]
     return {
         "rate": rate,
         "mb_per_s": rate * payload_bytes / 1e6,
         "seconds": res["t1"] - res["t0"],
-        "rss_mb": {"producer": res["rss_mb"], "consumer": got["rss_mb"]},
+        "rss_mb": {
+            "producer": res["rss_mb"],
+            **{k: g["rss_mb"] for k, g in zip(names, got, strict=True)},
+        },
         "cpu_us_per_msg": {
             "producer": res["cpu_s"] * 1e6 / n,
-            "consumer": got["cpu_s"] * 1e6 / max(1, got["received"]),
+            # (each consumer's per message it received)
+            **{
+                k: g["cpu_s"] * 1e6 / max(1, g["received"]) for k, g in zip(names, got, strict=True)
+            },
         },
     }
 
@@ -195,6 +211,15 @@ def raw_dealer_router_lmdb(
     workdir: Path, sizes: Sizes, profile: Path | None = None
 ) -> dict[str, Any]:
     return _dealer_router(workdir, profile, lmdb=True, sizes=sizes)
+
+
+def raw_dealer_router_lmdb_2(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
+    """The LMDB outbox sender dealing its messages' partitions to two consumers, as a
+    shared group's two members get a producer's keyless messages: the floor of
+    ``zmesh_shared_2_members``."""
+    return _dealer_router(workdir, profile, lmdb=True, sizes=sizes, consumers=2)
 
 
 def raw_dealer_router_lmdb_16k(
@@ -222,6 +247,7 @@ SCENARIOS = {
     "raw_pushpull_256k": raw_pushpull_256k,
     "raw_dealer_router_acks": raw_dealer_router_acks,
     "raw_dealer_router_lmdb": raw_dealer_router_lmdb,
+    "raw_dealer_router_lmdb_2": raw_dealer_router_lmdb_2,
     "raw_dealer_router_lmdb_16k": raw_dealer_router_lmdb_16k,
     "raw_dealer_router_lmdb_256k": raw_dealer_router_lmdb_256k,
     "latency_raw": latency_raw,
