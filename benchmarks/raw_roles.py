@@ -346,21 +346,21 @@ class _Exchange:
         deadline: float,
         body: bytes,
     ) -> None:
-        [self.sock] = socks
-        self.env = env
+        self.socks, self.env = socks, env
         self.window, self.chunk, self.deadline = window, chunk, deadline
-        self.seq = 0
-        self.acked = 0
         self.body = body
+        self.seq = 0
+        self.settled = 0  # (one ROUTER: its cumulative ack)
 
     def run(self, n: int) -> None:
-        sock, env, body = self.sock, self.env, self.body
+        [sock] = self.socks
+        env, body = self.env, self.body
         send = sock.send
         target = self.seq + n
-        while self.acked < target:
+        while self.settled < target:
             if time.monotonic() > self.deadline:
-                raise TimeoutError(f"{self.acked} of {target} acked before the deadline")
-            room = min(self.window - (self.seq - self.acked), target - self.seq)
+                raise TimeoutError(f"{self.settled} of {target} acked before the deadline")
+            room = min(self.window - (self.seq - self.settled), target - self.seq)
             while room > 0:
                 k = min(room, self.chunk)
                 seqs = range(self.seq, self.seq + k)
@@ -371,34 +371,22 @@ class _Exchange:
                 room -= k
             if not sock.poll(100):
                 continue
-            new = _acked(sock, self.acked)
-            if new > self.acked:
-                _settle(env, range(self.acked, new))
-            self.acked = new
+            new = _acked(sock, self.settled)
+            if new > self.settled:
+                _settle(env, range(self.settled, new))
+            self.settled = new
 
 
 PARTITIONS = 16  # (a topic's default)
 
 
-class _Dealt:
+class _Dealt(_Exchange):
     """``_Exchange`` over several ROUTERs: each message to the one owning its partition,
     a window each, and each one's cumulative acks (the count it received) settling the
     sequences it was sent, in the order sent."""
 
-    def __init__(
-        self,
-        socks: list[zmq.Socket],
-        env: Any,
-        window: int,
-        chunk: int,
-        deadline: float,
-        body: bytes,
-    ) -> None:
-        self.socks, self.env = socks, env
-        self.window, self.chunk, self.deadline = window, chunk, deadline
-        self.body = body
-        self.seq = 0
-        self.settled = 0
+    def __init__(self, socks: list[zmq.Socket], *args: Any) -> None:
+        super().__init__(socks, *args)
         self.owner = [p % len(socks) for p in range(PARTITIONS)]
         self.sent: list[list[int]] = [[] for _ in socks]  # each one's, unacked, in order
         self.acked = [0] * len(socks)  # each one's cumulative ack
