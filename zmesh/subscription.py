@@ -107,7 +107,9 @@ class Message:
 
     @property
     def published_at(self) -> float:
-        """When it was published, in seconds since the epoch (the producer's clock)."""
+        """When it was published, in seconds since the epoch (the producer's clock): the
+        time of its ``publish()`` call, or of the first of the plain calls staged with it
+        (one loop of the producer's IO thread), or of its ``publish_many``."""
         return self._origin.published_ats[self._i]
 
     @property

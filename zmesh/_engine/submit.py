@@ -318,7 +318,6 @@ class Submitter:
         stretch.next = first + 1
         stretch.nbytes += nbytes
         stretch.payloads.append(payload)
-        stretch.times.append(time.time())
         alloc.release()
         if new:
             self._wake_once()

@@ -11,6 +11,7 @@ allocation lock, and the IO thread takes the lists whole, as a ``PublishMany``.
 
 from __future__ import annotations
 
+import time
 from array import array
 from dataclasses import dataclass
 from itertools import repeat
@@ -61,9 +62,9 @@ class PublishMany:
     topic that stores them as runs (runs.py) takes the columns as they are; any other
     ``expand``s them into a ``Publish`` each.
 
-    A ``Stretch`` of ``publish()`` calls becomes one too: ``published_at`` is then an
-    array of doubles, each message's own time, ``receipt`` None and ``stage`` the
-    stretch."""
+    A ``Stretch`` of ``publish()`` calls becomes one too: ``receipt`` None and
+    ``stage`` the stretch. Publishes joined into one run (``joined``) have an array of
+    doubles as ``published_at``, each message's time."""
 
     seq: int
     topic: str
@@ -130,6 +131,10 @@ class Stretch(Stage):
     thread takes it whole (``staged``). It is also the ``Stage`` of their receipts,
     which its one ``stored`` resolves together.
 
+    ``at``: the time of its first call, the ``published_at`` of all its messages (the
+    calls of one loop of the IO thread: a clock read per stretch, not per call, and one
+    time in its run's record).
+
     ``rounds``: the topic's partition count when no message has a key (each message's
     partition is then its sequence modulo it, made by the IO thread at C speed), else 0
     and ``partitions`` and ``keys`` hold each message's."""
@@ -142,7 +147,7 @@ class Stretch(Stage):
         "partitions",
         "keys",
         "payloads",
-        "times",
+        "at",
         "nbytes",
     )
 
@@ -155,14 +160,14 @@ class Stretch(Stage):
         self.partitions: list[int] = []
         self.keys: list[str | None] = []
         self.payloads: list[bytes] = []
-        self.times = array("d")  # (packed as it is into a run's record and a batch)
+        self.at = time.time()
 
     def staged(self) -> AnyPublish:
         """What the IO thread stages, once the stretch is closed: a ``PublishMany``, or a
         ``Publish`` for a lone message (stored on its own, not as a run). The columns go
         with it: the receipts, which the application may keep, keep only the stage."""
-        payloads, times, keys, partitions = self.payloads, self.times, self.keys, self.partitions
-        self.payloads, self.times, self.keys, self.partitions = [], array("d"), [], []
+        payloads, keys, partitions = self.payloads, self.keys, self.partitions
+        self.payloads, self.keys, self.partitions = [], [], []
         n, first, rounds = len(payloads), self.seq, self.rounds
         if n == 1:
             return Publish(
@@ -173,7 +178,7 @@ class Stretch(Stage):
                 None,
                 payloads[0],
                 0,
-                times[0],
+                self.at,
                 None,
                 None,
                 None,
@@ -188,7 +193,7 @@ class Stretch(Stage):
             None if rounds else keys,
             None,
             payloads,
-            times,
+            self.at,
             None,
             self,
             n,
