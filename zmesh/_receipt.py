@@ -85,54 +85,21 @@ class Publisher:
         self.outcomes = Outcomes() if outcomes is None else outcomes
 
 
-class Receipt(tuple[Publisher, int, Stage, int, str]):
-    """Tracks one published message: stored in the outbox, then acked by every group.
+class Receipt:
+    """Tracks one published message: stored in the outbox, then acked by every group."""
 
-    (Made from the tuple of its fixed parts -- publisher, first sequence, stage, message
-    count, topic -- at C speed, with no ``__init__`` call: ``publish()`` makes one per
-    call, and a slotted class's ``__init__`` took a tenth of the producer's CPU. What
-    changes is set on it when it first does: ``_acks``, the settled messages counted
-    once acks are tracked, ``_watched``, and ``_original`` for a duplicate publish.)"""
+    __slots__ = ("_publisher", "_seq", "count", "topic", "_stage", "_unacked", "_watched")
 
-    _acks = 0
-    _watched = False
-    _original: int | None = None  # (the sequence of the message a duplicate follows)
-
-    # Receipts are equal only to themselves, like other handles.
-    __eq__ = object.__eq__
-    __ne__ = object.__ne__
-    __hash__ = object.__hash__
-
-    @property
-    def _publisher(self) -> Publisher:
-        return self[0]
-
-    @property
-    def _seq(self) -> int:
-        original = self._original
-        return self[1] if original is None else original
-
-    @_seq.setter
-    def _seq(self, seq: int) -> None:
-        self._original = seq
-
-    @property
-    def _stage(self) -> Stage:
-        return self[2]
-
-    @property
-    def count(self) -> int:  # type: ignore[override]
-        """How many messages it covers (1, or a ``publish_many`` batch's)."""
-        return self[3]
-
-    @property
-    def topic(self) -> str:
-        return self[4]
-
-    @property
-    def _settled(self) -> bool:
-        """Whether every message it covers is settled (as far as it knows)."""
-        return self._acks >= self[3]
+    def __init__(
+        self, publisher: Publisher, seq: int, stage: Stage, count: int = 1, topic: str = ""
+    ) -> None:
+        self._publisher = publisher
+        self._seq = seq
+        self._stage = stage
+        self.count = count
+        self.topic = topic
+        self._unacked = count  # messages not settled yet, counted once acks are tracked
+        self._watched = False
 
     @property
     def id(self) -> MessageId:
@@ -148,7 +115,7 @@ class Receipt(tuple[Publisher, int, Stage, int, str]):
     @property
     def stored(self) -> bool:
         """True once the message is in the outbox (per the topic's durability)."""
-        return bool(self._stage.stored) or self._settled
+        return bool(self._stage.stored) or self._unacked <= 0
 
     @property
     def acked(self) -> bool:
@@ -159,26 +126,26 @@ class Receipt(tuple[Publisher, int, Stage, int, str]):
         (or ``wait_acked`` is called), so the first answer may lag by one loop of the
         node; the answer to one tells the receipts of older messages without a question.
         """
-        if self._settled:
+        if self._unacked <= 0:
             return True
         stored = self._stage.stored
         if not stored:
             return False
         floor, told = self._publisher.settled
         if stored <= told and self._seq + self.count <= floor:
-            self._acks = self.count  # (the IO thread's count for it, if it tracks it, ends >=)
+            self._unacked = 0  # (the IO thread's count for it, if it tracks it, ends <= 0)
             return True
         watch = self._publisher.watch
         if not self._watched and watch is not None:
             self._watched = True
             watch(self)
-        return self._settled
+        return self._unacked <= 0
 
     def _done(self, acked: bool) -> bool:
         """Whether a wait for the message stored (``acked``: settled) is over; raises the
         store's error, or NodeClosedError once the node closed without it."""
         stage = self._stage
-        if self._settled or (not acked and stage.stored):
+        if self._unacked <= 0 or (not acked and stage.stored):
             if stage.error is not None and not acked:
                 raise stage.error
             return True
@@ -248,6 +215,6 @@ class Receipt(tuple[Publisher, int, Stage, int, str]):
         return table.of(self._seq, self.count, lanes, self.acked)
 
     def __repr__(self) -> str:
-        state = "acked" if self._settled else "stored" if self._stage.stored else "staged"
+        state = "acked" if self._unacked <= 0 else "stored" if self._stage.stored else "staged"
         more = f" (+{self.count - 1})" if self.count > 1 else ""
         return f"<Receipt {self.id}{more} {state}>"

@@ -98,7 +98,7 @@ class Producer:
     def _receipt(self, topic: str, n: int) -> tuple[int, Stage, Receipt]:
         first, stage = self.next_seq, Stage()
         self.next_seq += n
-        return first, stage, Receipt((self.publisher, first, stage, n, topic))
+        return first, stage, Receipt(self.publisher, first, stage, n, topic)
 
     def publish(
         self,

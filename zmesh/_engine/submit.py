@@ -200,7 +200,7 @@ class Submitter:
             nbytes = sum(map(len, payloads)) if n > 1 else len(payloads[0])
         first = self._reserve(n, nbytes, timeout_s, paced)
         stage = Stage()
-        receipt = Receipt((self.publisher, first, stage, n, topic))
+        receipt = Receipt(self.publisher, first, stage, n, topic)
         now = time.time()
         if n == 1:  # publish(): no comprehension to set up for one message
             key = keys[0]
@@ -321,7 +321,7 @@ class Submitter:
         alloc.release()
         if new:
             self._wake_once()
-        return Receipt((self.publisher, first, stretch, 1, topic))
+        return Receipt(self.publisher, first, stretch, 1, topic)
 
     def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
         """The first of ``n`` sequences, once the outbox has room for them."""
@@ -484,7 +484,7 @@ class Submitter:
                     for stage in receipts.stored:
                         stage.stored = told
                 for r in receipts.acked:
-                    r._acks += 1
+                    r._unacked -= 1
                 if floor is not None:  # (after this notification's stores: it counts them)
                     self.publisher.settled = (floor, self._told)
                 receipts.told()
