@@ -14,10 +14,10 @@
   DEALER first writes each chunk of up to ``chunk`` messages to an LMDB outbox in one
   transaction (sync=False, metasync=False, like zmesh's ``process`` durability) and deletes
   acknowledged ones in one transaction per batch of acks. Given several ``endpoints`` (a
-  ROUTER each), it deals each message to the one that owns its partition (``seq % 16``,
-  the partitions dealt in turn: a shared group's members and keyless messages), with a
-  window for each, and settles each one's cumulative acks against the sequences it was
-  sent, in order.
+  ROUTER each), it deals each message to the one that owns its partition (``seq %
+  partitions``, a topic's default count; the partitions dealt in turn: a shared group's
+  members and keyless messages), with a window for each, and settles each one's
+  cumulative acks against the sequences it was sent, in order.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def raw_dealer(p: dict[str, Any], cmds: Commands) -> None:
         env = lmdb.open(
             p["lmdb_dir"], map_size=1 << 30, sync=False, metasync=False, readahead=False
         )
-    ex = (_Exchange if len(socks) == 1 else _Dealt)(
+    args = (
         socks,
         env,
         p["window"],
@@ -294,6 +294,7 @@ def raw_dealer(p: dict[str, Any], cmds: Commands) -> None:
         time.monotonic() + p["deadline_s"],
         payload(0, p.get("payload_bytes", PAYLOAD_BYTES)),
     )
+    ex = _Exchange(*args) if len(socks) == 1 else _Dealt(p["partitions"], *args)
     try:
         ex.run(p["warmup"])
         t0, cpu0 = time.monotonic(), cpu_s()
@@ -377,17 +378,14 @@ class _Exchange:
             self.settled = new
 
 
-PARTITIONS = 16  # (a topic's default)
-
-
 class _Dealt(_Exchange):
     """``_Exchange`` over several ROUTERs: each message to the one owning its partition,
     a window each, and each one's cumulative acks (the count it received) settling the
     sequences it was sent, in the order sent."""
 
-    def __init__(self, socks: list[zmq.Socket], *args: Any) -> None:
+    def __init__(self, partitions: int, socks: list[zmq.Socket], *args: Any) -> None:
         super().__init__(socks, *args)
-        self.owner = [p % len(socks) for p in range(PARTITIONS)]
+        self.owner = [p % len(socks) for p in range(partitions)]
         self.sent: list[list[int]] = [[] for _ in socks]  # each one's, unacked, in order
         self.acked = [0] * len(socks)  # each one's cumulative ack
         self.poller = zmq.Poller()
@@ -409,7 +407,7 @@ class _Dealt(_Exchange):
                 seqs = range(self.seq, self.seq + k)
                 _store(env, seqs, body)
                 for s in seqs:
-                    to = owner[s % PARTITIONS]
+                    to = owner[s % len(owner)]
                     sends[to](s.to_bytes(8, "big") + body)
                     appends[to](s)
                 self.seq += k

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from zmesh.config import TopicConfig
+
 from ._child import children
 from ._wio import PAYLOAD_BYTES
 from .sizes import Sizes
@@ -169,6 +171,7 @@ def _dealer_router(
             "raw_dealer",
             name="raw-dealer",
             endpoints=endpoints,
+            partitions=TopicConfig().partitions,  # (a topic's default: zmesh's side of it)
             window=window,
             chunk=min(100, window),
             payload_bytes=payload_bytes,

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, groupby, islice, repeat
 from operator import attrgetter, length_hint
 from threading import TIMEOUT_MAX
@@ -483,7 +483,7 @@ class Subscription:
         # (chained at C speed: no step of a Python generator per message)
         return chain.from_iterable(self._batches())
 
-    def _batches(self) -> Iterator[Iterator[Message]]:
+    def _batches(self) -> Iterator[Iterable[Message]]:
         """The queued batches' messages, batch by batch (the head batch's iterator, taken
         from until it is exhausted, also by other threads), waiting when none is queued."""
         queue = self._queue
@@ -499,7 +499,7 @@ class Subscription:
                 msg = self.get()
                 if msg is None:
                     return
-                yield iter((msg,))
+                yield (msg,)
 
     def _add_listener(self, fn: Callable[[], None]) -> None:
         self._listeners.append(fn)
