@@ -18,7 +18,8 @@ import pytest
 import zmesh
 from tests.conftest import read_line, reap, spawn, wait_until
 from tests.faults.disk_worker import payload
-from zmesh._store.disk import RESERVE_BYTES, RESERVE_FILE, Disk
+from zmesh._store import disk as disk_module
+from zmesh._store.disk import RESERVE_BYTES, RESERVE_FILE, ROOM_PLENTY_BYTES, Disk
 
 DISK_BYTES = 24 << 20
 WORKER = str(Path(__file__).with_name("disk_worker.py"))
@@ -181,6 +182,50 @@ def test_a_disk_filled_by_another_gives_its_reserve_to_settlements(small_disk, m
         lambda: prod.status()["store"]["disk_reserve_held"], 15, what="the reserve made again"
     )
     assert (data_dir / RESERVE_FILE).stat().st_blocks * 512 >= RESERVE_BYTES
+
+
+class LookCounting(Disk):
+    """A Disk that counts how often it looks at the file system (statvfs)."""
+
+    looks = 0
+
+    def free_bytes(self) -> int | None:
+        self.looks += 1
+        return super().free_bytes()
+
+
+def test_a_roomy_disk_is_looked_at_again_once_commits_may_have_spent_its_room(tmp_path):
+    disk = LookCounting(tmp_path)
+    room = disk.room_bytes()
+    assert room is not None and disk.looks == 1
+    if room - 2 * (1 << 20) < ROOM_PLENTY_BYTES:  # (this disk is not roomy: looked at each time)
+        disk.room_bytes(1 << 20)
+        assert disk.looks == 2
+        return
+    # Within the second: the room last seen, less what the commits said they would take.
+    assert disk.room_bytes(1 << 20) == room
+    assert disk.room_bytes(1 << 20) == room - (1 << 20)
+    assert disk.looks == 1
+    # A commit that could take the room down to ROOM_PLENTY_BYTES: looked at again.
+    disk.room_bytes(room - ROOM_PLENTY_BYTES)
+    assert disk.looks == 2
+
+
+def test_a_roomy_disk_is_looked_at_again_after_room_look_s(tmp_path, monkeypatch):
+    monkeypatch.setattr(disk_module, "ROOM_LOOK_S", 0.0)
+    disk = LookCounting(tmp_path)
+    for _ in range(3):
+        disk.room_bytes(4096)
+    assert disk.looks == 3
+
+
+def test_a_small_disk_is_looked_at_before_every_commit(small_disk):
+    disk = LookCounting(small_disk)
+    room = disk.room_bytes(4096)
+    assert room is not None and 0 < room < ROOM_PLENTY_BYTES
+    fill_up(small_disk / "filler")  # (another process's file: seen at the next commit)
+    after = disk.room_bytes(4096)
+    assert disk.looks == 2 and after is not None and after < 64 << 10
 
 
 def test_eio_means_a_full_disk_only_on_a_nearly_full_disk(small_disk, tmp_path):

@@ -34,6 +34,11 @@ MARGIN_BYTES = 1 << 20  # new messages leave at least this much of the disk free
 # lock file is written through a memory map, where a full disk is a SIGBUS, not an error.
 NEW_STORE_MIN_BYTES = 2 * MARGIN_BYTES
 RESERVE_RETRY_S = 5.0  # how often a missing reserve is tried again
+# A disk with more room than this for new messages is looked at (a system call) at most
+# every ROOM_LOOK_S, not at every commit: what the store writes meanwhile is taken off the
+# room last seen. Another process that fills more than this in less is met by the reserve.
+ROOM_PLENTY_BYTES = 256 << 20
+ROOM_LOOK_S = 1.0
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
@@ -80,6 +85,8 @@ class Disk:
         self.data_dir = data_dir
         self.reserve_path = data_dir / RESERVE_FILE
         self._next_reserve_try = 0.0
+        self._free_seen: int | None = None  # free bytes last looked at, less what was spent
+        self._look_after = 0.0  # when the disk is looked at again, however much room
         self._warned = False
         self.full = False  # the last look found no room for new messages
         # Whether the reserve file is there (this node makes and deletes it; a look at the
@@ -99,10 +106,26 @@ class Disk:
         the reserve file is gone (so that it can be made again)."""
         return MARGIN_BYTES + (0 if self.reserve_held else RESERVE_BYTES)
 
-    def room_bytes(self) -> int | None:
-        """Bytes new messages may still take on the disk (None: unknown, no limit)."""
-        free = self.free_bytes()
-        return None if free is None else free - self.kept_free()
+    def room_bytes(self, spend: int = 0) -> int | None:
+        """Bytes new messages may still take on the disk (None: unknown, no limit), before
+        a commit that takes at most ``spend`` of them.
+
+        Looked at anew every ROOM_LOOK_S, or when the room last seen, less what commits
+        spent since, comes within ROOM_PLENTY_BYTES of none."""
+        now = time.monotonic()
+        free = self._free_seen
+        if (
+            now >= self._look_after
+            or free is None
+            or free - spend - self.kept_free() < (ROOM_PLENTY_BYTES)
+        ):
+            free = self.free_bytes()
+            self._look_after = now + ROOM_LOOK_S
+            if free is None:
+                self._free_seen = None
+                return None
+        self._free_seen = free - spend
+        return free - self.kept_free()
 
     def state(self) -> dict[str, bool | int | None]:
         """For status: the disk's free bytes, whether it is full for new messages, whether

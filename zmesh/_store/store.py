@@ -626,7 +626,7 @@ class Store(LogIndex, AckedWindow):
             + (runs_bytes + 2 * psize * len(batch.runs_put)) // psize
         )
         end = self.env.info()["last_pgno"] + 1  # pages of the file in use, free ones too
-        room = self.disk.room_bytes()  # (None: unknown, no limit)
+        room = self.disk.room_bytes(need * psize)  # (None: unknown, no limit)
         disk_pages = None if room is None else end + room // psize  # the file may grow to
         if capacity - end >= need + reserve and (disk_pages is None or disk_pages - end >= need):
             return False  # the untouched end of the map is room enough: no need to count
