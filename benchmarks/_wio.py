@@ -33,19 +33,29 @@ def emit(event: str, **data: Any) -> None:
 
 
 def rss_mb() -> float:
-    """Peak resident set size of this process so far, in MiB (ru_maxrss is KiB on Linux)."""
+    """Peak resident set size of this process so far, in MiB: VmHWM, the peak of its own
+    memory since it started. (Not ``ru_maxrss``: Linux keeps that across exec, so a child
+    would report at least the RSS of the process that forked it.)"""
+    peak = _status(("VmHWM",)).get("VmHWM")
+    if peak is not None:
+        return peak
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
 
 
 def rss_now() -> dict[str, float]:
     """Current resident memory in MiB: anonymous (Python objects, heap) and file-backed
     (mapped files such as LMDB's data.mdb, which the kernel may reclaim)."""
+    return _status(("VmRSS", "RssAnon", "RssFile"))
+
+
+def _status(keys: tuple[str, ...]) -> dict[str, float]:
+    """Those of ``keys`` that /proc/self/status gives (kB there), in MiB."""
     out = {}
     try:
         with open("/proc/self/status") as f:
             for line in f:
                 key, _, rest = line.partition(":")
-                if key in ("VmRSS", "RssAnon", "RssFile"):
+                if key in keys:
                     out[key] = round(int(rest.split()[0]) / 1024.0, 1)
     except OSError:
         pass

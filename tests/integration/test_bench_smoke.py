@@ -25,6 +25,19 @@ from tests.conftest import run_module
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def test_a_child_reports_its_own_peak_rss_not_its_parents() -> None:
+    # A parent of at least 96 MiB spawns a bare child: the child's peak is its own.
+    held = bytearray(96 << 20)
+    for i in range(0, len(held), 4096):
+        held[i] = 1
+    code = "from benchmarks._wio import rss_mb; print(rss_mb())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=str(ROOT), capture_output=True, text=True, check=True
+    )
+    assert 0 < float(out.stdout) < 64, out.stdout
+    del held
+
+
 @pytest.mark.timeout(240)
 def test_quick_benchmark_run_reports_every_scenario(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
