@@ -115,9 +115,9 @@ class Disk:
         now = time.monotonic()
         free = self._free_seen
         if (
-            now >= self._look_after
-            or free is None
-            or free - spend - self.kept_free() < (ROOM_PLENTY_BYTES)
+            free is None
+            or now >= self._look_after
+            or free - spend < self.kept_free() + ROOM_PLENTY_BYTES
         ):
             free = self.free_bytes()
             self._look_after = now + ROOM_LOOK_S
