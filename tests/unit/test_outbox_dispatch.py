@@ -52,6 +52,44 @@ def test_a_take_of_runs_is_sent_as_their_columns(store: Store) -> None:
     assert [lane.state(s) for s in pm.seqs] == [IN_FLIGHT] * 6
 
 
+@pytest.mark.parametrize("durability", ["process", "memory"])
+def test_a_lone_message_between_runs_goes_in_their_columns(store: Store, durability: str) -> None:
+    """A publish the IO thread found alone is stored on its own, between runs: a take
+    across them is still one batch of columns, the lone message's its own fields (key,
+    headers, publish time, index) in its place."""
+    producer, lane = one_group(store, partitions=1, durability=durability)
+    before = producer.publish_many("t", [b"a0", b"a1", b"a2"], headers={"h": "run"})
+    alone = producer.publish("t", b"lone", "k", headers={"h": "own"}, published_at=7.0)
+    after = producer.publish_many("t", [b"b0", b"b1"])
+    for p in (before, alone, after):  # (each its own iteration: three stages)
+        producer.commit(p)
+    if durability == "process":  # (a run read back from LMDB joins them just the same)
+        producer.outbox.records.decoded.forget_runs([after.seq])
+    [(_m, _n, taken, columns)] = producer.dispatch(0.0)
+    assert list(taken.seqs) == [*before.seqs, alone.seq, *after.seqs]
+    assert list(columns.payloads) == [b"a0", b"a1", b"a2", b"lone", b"b0", b"b1"]
+    assert list(columns.keys) == [None, None, None, "k", None, None]
+    assert list(columns.headers) == [{"h": "run"}] * 3 + [{"h": "own"}, None, None]
+    assert columns.published_ats == array("d", [1000.0] * 3 + [7.0] + [1000.0] * 2)
+    assert list(columns.indexes) == list(range(6)) and columns.inline
+    assert producer.outbox.records.run_columns(taken.seqs, 1 << 20) is not None
+
+
+def test_a_lone_message_not_kept_sends_the_take_message_by_message(store: Store) -> None:
+    """The lone message's record is not in RAM (staged while no member was there): the
+    take is sent from each message's record, read from LMDB, in the same order."""
+    producer, lane = one_group(store, False, partitions=1)
+    alone = producer.publish("t", b"lone")
+    producer.commit(alone)
+    lane.set_member(A, 100, 100)
+    run = producer.publish_many("t", [b"r0", b"r1"])
+    producer.commit(run)
+    assert producer.outbox.records.run_columns(range(alone.seq, run.seq + 2), 1 << 20) is None
+    [(_m, _n, taken, columns)] = producer.dispatch(0.0)
+    assert list(taken.seqs) == [alone.seq, *run.seqs]
+    assert list(columns.payloads) == [b"lone", b"r0", b"r1"]
+
+
 def test_two_members_each_get_the_columns_of_their_partitions(store: Store) -> None:
     # 64 partitions: each member owns some, whatever the producer's (random) id
     producer, lane = one_group(store, partitions=64)

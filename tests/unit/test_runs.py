@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections import Counter
+from itertools import pairwise
 
 import pytest
 from hypothesis import given
@@ -68,6 +69,18 @@ def test_split_and_find_agree_with_a_scan_of_every_run(layout):
     # as its list is.
     span = range(min(seqs), max(seqs) + 1)
     assert runs.split(span) == runs.split(list(span))
+    # Pieces cut ascending sequences where they enter or leave a run, in order.
+    ordered = sorted(seqs)
+    pieces = runs.pieces(ordered)
+    assert sum(n for _first, n in pieces) == len(ordered)
+    pos = 0
+    for first, n in pieces:
+        assert n > 0 and {holder(s) for s in ordered[pos : pos + n]} == {
+            None if first < 0 else first
+        }
+        pos += n
+    assert all(a != b or a < 0 for (a, _), (b, _) in pairwise(pieces))
+    assert runs.pieces(span) == runs.pieces(list(span))
 
 
 def test_gone_deletes_a_run_with_its_last_message_and_forgets_it():

@@ -15,7 +15,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from itertools import islice, repeat
 from operator import itemgetter, lt, sub
-from typing import Any
+from typing import Any, cast
 
 from ..._protocol.codec import INLINE_PAYLOAD_BYTES, LARGE_PAYLOAD_BYTES
 from ..._store.damage import decode_record, decode_run
@@ -44,6 +44,16 @@ def mem_size(record: Record) -> int:
 
 
 _keys, _headers, _payloads = itemgetter(2), itemgetter(3), itemgetter(8)
+_published_ats, _indexes = itemgetter(5), itemgetter(9)
+
+
+def _index_array(indexes: list[int | None]) -> array[int] | None:
+    """Messages' indexes as an array (of "I", or "q" past 2**32); None when one has
+    none (a record stored before messages had indexes)."""
+    if None in indexes:
+        return None
+    known = cast("list[int]", indexes)
+    return array("I" if max(known) < 1 << 32 else "q", known)
 
 
 def mem_total(many: list[Record]) -> int:
@@ -194,18 +204,21 @@ class Records:
         return out
 
     def run_columns(self, seqs: list[int] | range, max_message_bytes: int) -> Columns | None:
-        """The columns of ``seqs`` (a take, in ascending order) when runs hold them all,
-        taken from the runs' records with no Python step per message (read from LMDB
-        and kept decoded if they are not); None when they are not all in runs, or a run
-        cannot be read, or a payload is larger than ``max_message_bytes``: the
-        per-message way then sends, sets aside or parks them."""
+        """The columns of ``seqs`` (a take, in ascending order) when runs hold some of them
+        and the rest are kept (decoded from staging, or a ``memory`` message's record):
+        taken from the runs' records with no Python step per message (read from LMDB and
+        kept decoded if they are not), a lone message between runs (a publish the IO
+        thread found alone) from its record. None when no run holds any, or a message of
+        none is not kept, or a run cannot be read, or a payload is larger than
+        ``max_message_bytes``: the per-message way then sends, sets aside or parks them."""
         if type(seqs) is not range and not all(map(lt, seqs, islice(seqs, 1, None))):
             return None
-        singles, hits = self.runs.split(seqs)
-        if singles:
+        pieces = self.runs.pieces(seqs)
+        firsts = [first for first, _n in pieces if first >= 0]
+        if not firsts:
             return None
-        runs = self.decoded_runs(list(hits))
-        if len(runs) < len(hits):
+        runs = self.decoded_runs(firsts)
+        if len(runs) < len(firsts):
             return None
         keys: list[str | None] = []
         headers: list[dict[str, Any] | None] = []
@@ -215,25 +228,31 @@ class Records:
         pos = 0
         by_first = self.runs.by_first
         nbytes = 0  # the payloads' bytes, or more (-1 once a run's are not known)
-        for first, n in hits.items():
+        for first, n in pieces:
             part = seqs[pos : pos + n]
             pos += n
-            _t, _parts, run_keys, run_headers, published_at, run_payloads, run_indexes = runs[first]
-            each_at = type(published_at) is array  # (else one time for the whole run)
-            if part[-1] - part[0] == n - 1:  # consecutive: slices
-                at = slice(part[0] - first, part[0] - first + n)
-                payloads += run_payloads[at]
-                part_indexes = run_indexes[at]
-                keys += run_keys[at] if run_keys else repeat(None, n)
-                published_ats += published_at[at] if each_at else array("d", (published_at,)) * n
-            else:  # (a scatter: one member's partitions) the places picked at C speed
-                pick = itemgetter(*map(sub, part, repeat(first)))  # (n > 1: tuples)
-                payloads += pick(run_payloads)
-                part_indexes = array(run_indexes.typecode, pick(run_indexes))
-                keys += pick(run_keys) if run_keys else repeat(None, n)
-                published_ats += (
-                    array("d", pick(published_at)) if each_at else array("d", (published_at,)) * n
+            if first < 0:  # (messages stored on their own, between runs)
+                found = self._kept_records(part)
+                if found is None:
+                    return None
+                alone = list(map(_payloads, found))
+                payloads += alone
+                keys += map(_keys, found)
+                headers += map(_headers, found)
+                published_ats += array("d", map(_published_ats, found))
+                part_indexes = _index_array(list(map(_indexes, found)))
+                if part_indexes is None:
+                    return None
+                if nbytes >= 0:
+                    big = max(map(len, alone)) >= LARGE_PAYLOAD_BYTES
+                    nbytes = -1 if big else nbytes + sum(map(len, alone))
+            else:
+                part_indexes = self._run_piece(
+                    runs[first], first, part, n, keys, headers, published_ats, payloads
                 )
+                run_bytes = by_first[first].nbytes
+                if nbytes >= 0:
+                    nbytes = run_bytes + nbytes if 0 <= run_bytes < LARGE_PAYLOAD_BYTES else -1
             if indexes is None:
                 indexes = part_indexes
             elif indexes.typecode == part_indexes.typecode:
@@ -241,10 +260,6 @@ class Records:
             else:  # (an index past 2**32 in one of them: all as int64)
                 indexes = array("q", indexes)
                 indexes += array("q", part_indexes)
-            headers += repeat(run_headers, n)
-            run_bytes = by_first[first].nbytes
-            if nbytes >= 0:
-                nbytes = run_bytes + nbytes if 0 <= run_bytes < LARGE_PAYLOAD_BYTES else -1
         if max_message_bytes < self.payload_bound and max(map(len, payloads)) > max_message_bytes:
             return None
         return Columns(
@@ -255,6 +270,45 @@ class Records:
             payloads,
             0 <= nbytes <= INLINE_PAYLOAD_BYTES,
         )
+
+    @staticmethod
+    def _run_piece(
+        run: list[Any],
+        first: int,
+        part: Sequence[int],
+        n: int,
+        keys: list[str | None],
+        headers: list[dict[str, Any] | None],
+        published_ats: array[float],
+        payloads: list[bytes],
+    ) -> array[int]:
+        """Add the columns of ``part`` (``n`` ascending sequences of the run starting at
+        ``first``, decoded as ``run``) to the others; returns their indexes."""
+        _t, _parts, run_keys, run_headers, published_at, run_payloads, run_indexes = run
+        each_at = type(published_at) is array  # (else one time for the whole run)
+        if part[-1] - part[0] == n - 1:  # consecutive: slices
+            at = slice(part[0] - first, part[0] - first + n)
+            payloads += run_payloads[at]
+            keys += run_keys[at] if run_keys else repeat(None, n)
+            published_ats += published_at[at] if each_at else array("d", (published_at,)) * n
+            part_indexes = run_indexes[at]
+        else:  # (a scatter: one member's partitions) the places picked at C speed
+            pick = itemgetter(*map(sub, part, repeat(first)))  # (n > 1: tuples)
+            payloads += pick(run_payloads)
+            keys += pick(run_keys) if run_keys else repeat(None, n)
+            published_ats += (
+                array("d", pick(published_at)) if each_at else array("d", (published_at,)) * n
+            )
+            part_indexes = array(run_indexes.typecode, pick(run_indexes))
+        headers += repeat(run_headers, n)
+        return part_indexes
+
+    def _kept_records(self, seqs: Sequence[int]) -> list[Record] | None:
+        """The records of ``seqs`` kept in RAM (``memory`` messages, or decoded from
+        staging); None when one of them is not."""
+        mem, kept = self.mem, self.decoded.fields
+        found = [mem.get(seq) or kept.get(seq) for seq in seqs]
+        return None if None in found else found  # type: ignore[return-value]
 
     # -- letting go -----------------------------------------------------------------------
 

@@ -168,12 +168,26 @@ class Runs:
         return self._split(seqs if type(seqs) is range else sorted(seqs))
 
     def _split(self, s: Sequence[int]) -> tuple[list[int], dict[int, int]]:
-        """``split`` of ascending ``s``. (In a ``range`` of step 1 a sequence's place
+        """``split`` of ascending ``s``."""
+        singles: list[int] = []
+        hits: dict[int, int] = {}
+        pos = 0
+        for first, n in self.pieces(s):
+            if first < 0:
+                singles += s[pos : pos + n]
+            else:
+                hits[first] = n
+            pos += n
+        return singles, hits
+
+    def pieces(self, s: Sequence[int]) -> list[tuple[int, int]]:
+        """Ascending ``s`` cut where it enters or leaves a run, in order: (the run's first
+        sequence, or -1 for sequences in no run; how many of ``s`` in a row). One step
+        per run and per gap between runs. (In a ``range`` of step 1 a sequence's place
         follows from its value: a bisect in a range makes an int per probe.)"""
         starts, ends = self._starts, self._ends
         n, pos = len(s), 0
-        singles: list[int] = []
-        hits: dict[int, int] = {}
+        out: list[tuple[int, int]] = []
         if type(s) is range and s.step == 1:
             base = s.start
             while pos < n:
@@ -181,22 +195,22 @@ class Runs:
                 j = bisect_right(starts, seq) - 1  # the last run starting at or below it
                 if j and seq < ends[j]:
                     hi = min(n, ends[j] - base)
-                    hits[starts[j]] = hi - pos
+                    out.append((starts[j], hi - pos))
                 else:  # in no run, with the rest below the next run's start
                     hi = min(n, starts[j + 1] - base) if j + 1 < len(starts) else n
-                    singles.extend(s[pos:hi])
+                    out.append((-1, hi - pos))
                 pos = hi
-            return singles, hits
+            return out
         while pos < n:
             j = bisect_right(starts, s[pos]) - 1  # the last run starting at or below it
             if j and s[pos] < ends[j]:
                 hi = bisect_left(s, ends[j], pos)
-                hits[starts[j]] = hi - pos
+                out.append((starts[j], hi - pos))
             else:  # in no run, with the rest below the next run's start
                 hi = bisect_left(s, starts[j + 1], pos) if j + 1 < len(starts) else n
-                singles.extend(s[pos:hi])
+                out.append((-1, hi - pos))
             pos = hi
-        return singles, hits
+        return out
 
     def owed_elsewhere(
         self, seqs: Sequence[int], other_ids: list[int]
