@@ -24,7 +24,7 @@ from .errors import (
     TimeoutError,
     ZMeshError,
 )
-from .node import Node
+from .node import Node, PublishOptions
 from .replay import ReplayReader
 from .subscription import Message, Subscription
 from .transaction import Transaction
@@ -57,6 +57,7 @@ __all__ = [
     "OutboxFullError",
     "Outcome",
     "ProducerConfig",
+    "PublishOptions",
     "Receipt",
     "RelayConfig",
     "ReplayReader",

@@ -24,7 +24,7 @@ import inspect
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from ._aioreplay import ReplayReader
 from ._loopwaits import Wakes, forwarded, with_room
@@ -35,6 +35,7 @@ from ._waits import check_timeout
 from .config import NodeConfig, TopicConfig
 from .deadletters import DeadLetter
 from .node import Node as _SyncNode
+from .node import PublishOptions
 from .subscription import Message
 from .subscription import Subscription as _SyncSubscription
 from .transaction import Transaction as _SyncTransaction
@@ -296,30 +297,13 @@ class Node:
         payload: bytes | bytearray | memoryview | str,
         *,
         key: str | None = None,
-        headers: Mapping[str, Any] | None = None,
-        priority: int = 0,
-        ttl: float | None = None,
-        deliver_at: Any = None,
-        delay: float | None = None,
-        msg_id: str | None = None,
         timeout: float | None = None,
+        **options: Unpack[PublishOptions],
     ) -> Receipt:
         """Like ``zmesh.Node.publish``; a full outbox is waited for on the loop."""
         receipt = await with_room(
             self._wakes,
-            functools.partial(
-                self._node.publish,
-                topic,
-                payload,
-                key=key,
-                headers=headers,
-                priority=priority,
-                ttl=ttl,
-                deliver_at=deliver_at,
-                delay=delay,
-                msg_id=msg_id,
-                timeout=0,
-            ),
+            functools.partial(self._node.publish, topic, payload, key=key, timeout=0, **options),
             timeout,
             self.config.publish_timeout_s,
         )

@@ -14,7 +14,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 from ._engine.commands import Request, SetTopic
 from ._engine.engine import Engine
@@ -60,6 +60,21 @@ _SUBSCRIBE_DEFAULTS = {
 }
 # What publish_many must not take apart as a sequence of payloads or keys.
 _ONE_VALUE = (str, bytes, bytearray, memoryview)
+
+
+class PublishOptions(TypedDict, total=False):
+    """The options of ``Node.publish`` beside ``key`` and ``timeout``, each keyword-only
+    (a call that gives none takes the cheapest path)."""
+
+    headers: Mapping[str, Any] | None
+    priority: int
+    ttl: float | None
+    deliver_at: float | _dt.datetime | None
+    delay: float | None
+    msg_id: str | None
+
+
+_PUBLISH_OPTIONS = frozenset(PublishOptions.__annotations__)
 
 
 class Node:
@@ -266,13 +281,8 @@ class Node:
         payload: bytes | bytearray | memoryview | str,
         *,
         key: str | None = None,
-        headers: Mapping[str, Any] | None = None,
-        priority: int = 0,
-        ttl: float | None = None,
-        deliver_at: float | _dt.datetime | None = None,
-        delay: float | None = None,
-        msg_id: str | None = None,
         timeout: float | None = None,
+        **options: Unpack[PublishOptions],
     ) -> Receipt:
         """Store a message in the outbox for every known group of ``topic``.
 
@@ -280,9 +290,11 @@ class Node:
         the outbox is full, up to ``timeout`` (default ``NodeConfig.publish_timeout_s``),
         then raises OutboxFullError.
 
-        ``msg_id`` makes the publish idempotent: a second publish of the same id on this node
-        within ``NodeConfig.dedupe_window_s`` stores nothing new, and its receipt follows the
-        first message.
+        ``options`` (``PublishOptions``): ``headers``, ``priority`` (0 most urgent, to
+        255), ``ttl`` (seconds), ``deliver_at`` (a time) or ``delay`` (seconds), and
+        ``msg_id``, which makes the publish idempotent: a second publish of the same id on
+        this node within ``NodeConfig.dedupe_window_s`` stores nothing new, and its receipt
+        follows the first message.
 
         ``key`` has at most 4,096 characters; ``headers`` has str keys and values msgpack
         packs (str keys in nested maps too), at most 64 KiB packed. ArgumentError otherwise.
@@ -291,14 +303,8 @@ class Node:
         if partitions is None:
             partitions = self._learn_topic(topic)
         if (
-            partitions
-            and headers is None
-            and ttl is None
-            and deliver_at is None
-            and delay is None
-            and msg_id is None
-            and priority == 0
-            and type(priority) is int
+            not options
+            and partitions
             and (key is None or (type(key) is str and len(key) <= MAX_KEY_CHARS and key.isascii()))
         ):
             # Every option at its default (the usual call): a place in a stretch.
@@ -312,8 +318,20 @@ class Node:
                     partitions,
                     None if timeout is None else self._timeout(timeout),
                 )
+        unknown = options.keys() - _PUBLISH_OPTIONS
+        if unknown:
+            raise TypeError(f"publish() got an unexpected keyword argument {min(unknown)!r}")
         [pub] = self._prepare(
-            topic, [payload], [key], headers, priority, ttl, deliver_at, delay, msg_id, timeout
+            topic,
+            [payload],
+            [key],
+            options.get("headers"),
+            options.get("priority", 0),
+            options.get("ttl"),
+            options.get("deliver_at"),
+            options.get("delay"),
+            options.get("msg_id"),
+            timeout,
         )  # (positional: the cheaper call)
         self._queue.submit(cast(Publish, pub))  # (queued alone: the list is not kept)
         return pub.receipt  # type: ignore[return-value]

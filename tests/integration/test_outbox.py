@@ -214,6 +214,29 @@ def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first
     assert prod._engine.queue._submitted == prod._engine.queue._done
 
 
+def test_publish_options_are_keywords_it_knows(make_node):
+    """An option publish() does not know is a TypeError naming it, as for any function;
+    options given at their defaults store the message as a call without them does."""
+    prod = make_node("prod")
+    with pytest.raises(TypeError, match=r"publish\(\) got an unexpected keyword argument 'prio'"):
+        prod.publish("t", b"x", prio=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="positional"):
+        prod.publish("t", b"x", "k")  # type: ignore[misc]
+    given = prod.publish("t", b"a", key="k", headers=None, priority=0, ttl=None, msg_id=None)
+    plain = prod.publish("t", b"b", key="k")
+    given.wait_stored(5)
+    plain.wait_stored(5)
+    assert plain.id.seq == given.id.seq + 1 and prod.status()["outbox"] == 2
+    assert sorted(zmesh.PublishOptions.__annotations__) == [
+        "delay",
+        "deliver_at",
+        "headers",
+        "msg_id",
+        "priority",
+        "ttl",
+    ]
+
+
 def test_a_publish_is_scheduled_up_to_ten_years_ahead(make_node):
     prod = make_node("prod")
     nine_years = 9 * 365 * 86_400
