@@ -307,7 +307,7 @@ class Node:
             and partitions
             and (key is None or (type(key) is str and len(key) <= MAX_KEY_CHARS and key.isascii()))
         ):
-            # Every option at its default (the usual call): a place in a stretch.
+            # No option but key and timeout (the usual call): a place in a stretch.
             if type(payload) is not bytes:
                 payload = _payload_bytes(payload)
             if len(payload) <= self._max_bytes:  # (else _prepare says why)
