@@ -22,7 +22,7 @@ from ..._store.damage import decode_record, decode_run
 from ..._store.store import Store, WriteBatch, pack, u64
 from ..stats import Counters
 from .cache import Decoded
-from .record import Columns, Record, as_record
+from .record import Columns, Record, as_record, columns_of
 from .runs import RUN_ENTRY_BYTES, Runs
 
 log = logging.getLogger(__name__)
@@ -44,15 +44,14 @@ def mem_size(record: Record) -> int:
 
 
 _keys, _headers, _payloads = itemgetter(2), itemgetter(3), itemgetter(8)
-_published_ats, _indexes = itemgetter(5), itemgetter(9)
 
 
-def _index_array(indexes: list[int | None]) -> array[int] | None:
+def _index_array(indexes: Sequence[int | None]) -> array[int] | None:
     """Messages' indexes as an array (of "I", or "q" past 2**32); None when one has
     none (a record stored before messages had indexes)."""
     if None in indexes:
         return None
-    known = cast("list[int]", indexes)
+    known = cast("Sequence[int]", indexes)
     return array("I" if max(known) < 1 << 32 else "q", known)
 
 
@@ -235,17 +234,17 @@ class Records:
                 found = self._kept_records(part)
                 if found is None:
                     return None
-                alone = list(map(_payloads, found))
-                payloads += alone
-                keys += map(_keys, found)
-                headers += map(_headers, found)
-                published_ats += array("d", map(_published_ats, found))
-                part_indexes = _index_array(list(map(_indexes, found)))
+                alone = columns_of(found)
+                part_indexes = _index_array(alone.indexes)
                 if part_indexes is None:
                     return None
+                payloads += alone.payloads
+                keys += alone.keys
+                headers += alone.headers
+                published_ats += array("d", alone.published_ats)
                 if nbytes >= 0:
-                    big = max(map(len, alone)) >= LARGE_PAYLOAD_BYTES
-                    nbytes = -1 if big else nbytes + sum(map(len, alone))
+                    big = max(map(len, alone.payloads)) >= LARGE_PAYLOAD_BYTES
+                    nbytes = -1 if big else nbytes + sum(map(len, alone.payloads))
             else:
                 part_indexes = self._run_piece(
                     runs[first], first, part, n, keys, headers, published_ats, payloads
