@@ -21,8 +21,17 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from zmesh._malloc import MMAP_THRESHOLD, TRIM_THRESHOLD, environment_chooses
+
 ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE_S = 10.0
+# Every child runs with the allocator thresholds a zmesh node sets for its own process
+# (zmesh/_malloc.py), given to glibc through its environment: the raw baselines and the
+# peers' clients meet the same allocator as zmesh (unless this environment sets its own).
+ALLOCATOR = {
+    "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
+    "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD),
+}
 
 
 def py_spy() -> str | None:
@@ -46,6 +55,8 @@ class Child:
         workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / f"{self.name}-{os.getpid()}-{time.monotonic_ns()}.log"
         env = dict(os.environ)
+        if not environment_chooses(env):
+            env.update(ALLOCATOR)
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         env["PYTHONUNBUFFERED"] = "1"
         cmd = [sys.executable, "-m", "benchmarks.worker", role, json.dumps(params)]

@@ -23,6 +23,7 @@ import zmq
 
 from .._discovery.base import Discovery, Found
 from .._discovery.static import StaticSeeds
+from .._malloc import tune as tune_malloc
 from .._protocol.codec import (
     MAX_BATCH_HEADER_BYTES,
     encode_control,
@@ -92,6 +93,7 @@ class Engine:
         self.config = config
         self.keys = load_keys(config.secret_key_file, config.trusted_keys_dir, config.trusted_keys)
         _warn_if_open(self.keys, config.mesh)
+        tune_malloc()  # (before the store's first transaction)
         self.store = Store(config.data_dir, config.map_size_bytes)
         try:
             self.node_id, self.incarnation, next_seq, next_lane = self.store.open_identity()
