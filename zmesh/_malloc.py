@@ -9,10 +9,10 @@ free there. Both start at 128 KiB and rise only to the largest mapped block free
 (trim: twice that), so a node that commits a few MiB at a time maps, faults in and gives
 back the same memory over and over (docs/performance.md, "Large payloads").
 
-``tune`` fixes them when a node starts: blocks below ``MMAP_THRESHOLD`` come from the
-heap, and up to ``TRIM_THRESHOLD`` of free memory stays at its top for the next commit.
-Both lie within what glibc's own adjustment may reach (32 MiB, and twice that); what it
-costs is at most ``TRIM_THRESHOLD`` of resident memory per arena kept for reuse.
+``tune`` fixes them as a node opens its store: blocks below ``MMAP_THRESHOLD`` come from
+the heap, and up to ``TRIM_THRESHOLD`` of free memory stays at its top for the next
+commit. Both lie within what glibc's own adjustment may reach (32 MiB, and twice that);
+what it costs is at most ``TRIM_THRESHOLD`` of resident memory per arena kept for reuse.
 
 Left alone: another C library, or an environment that chooses for itself
 (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_TOP_PAD_``,
