@@ -46,13 +46,13 @@ _lock = threading.Lock()
 _tuned: bool | None = None  # (None: not tried yet in this process)
 
 
-def tune(environ: Mapping[str, str] = os.environ) -> bool:
+def tune() -> bool:
     """Set glibc's thresholds, once per process; whether zmesh's are in force (False:
-    the C library's own, or those ``environ`` chose)."""
+    the C library's own, or those the environment chose)."""
     global _tuned
     with _lock:
         if _tuned is None:
-            _tuned = _set(environ)
+            _tuned = _set(os.environ)
         return _tuned
 
 

@@ -17,6 +17,7 @@ from itertools import islice, repeat
 from operator import itemgetter, lt, sub
 from typing import Any, cast
 
+from ..._numbers import fitting_array
 from ..._protocol.codec import INLINE_PAYLOAD_BYTES, LARGE_PAYLOAD_BYTES
 from ..._store.damage import decode_record, decode_run
 from ..._store.store import Store, WriteBatch, pack, u64
@@ -44,15 +45,6 @@ def mem_size(record: Record) -> int:
 
 
 _keys, _headers, _payloads = itemgetter(2), itemgetter(3), itemgetter(8)
-
-
-def _index_array(indexes: Sequence[int | None]) -> array[int] | None:
-    """Messages' indexes as an array (of "I", or "q" past 2**32); None when one has
-    none (a record stored before messages had indexes)."""
-    if None in indexes:
-        return None
-    known = cast("Sequence[int]", indexes)
-    return array("I" if max(known) < 1 << 32 else "q", known)
 
 
 def mem_total(many: list[Record]) -> int:
@@ -235,9 +227,9 @@ class Records:
                 if found is None:
                     return None
                 alone = columns_of(found)
-                part_indexes = _index_array(alone.indexes)
-                if part_indexes is None:
+                if None in alone.indexes:  # (a record stored before messages had indexes)
                     return None
+                part_indexes = fitting_array("Iq", cast("Sequence[int]", alone.indexes))
                 payloads += alone.payloads
                 keys += alone.keys
                 headers += alone.headers
