@@ -16,6 +16,8 @@ SCENARIOS = (
     "raw_dealer_router_acks",
     "raw_dealer_router_lmdb",
     "raw_dealer_router_lmdb_2",
+    "raw_dealer_router_lmdb_fanout_4",
+    "raw_dealer_router_lmdb_100",
     "raw_dealer_router_lmdb_16k",
     "raw_dealer_router_lmdb_256k",
     "zmesh_process",

@@ -17,7 +17,11 @@
   ROUTER each), it deals each message to the one that owns its partition (``seq %
   partitions``, a topic's default count; the partitions dealt in turn: a shared group's
   members and keyless messages), with a window for each, and settles each one's
-  cumulative acks against the sequences it was sent, in order.
+  cumulative acks against the sequences it was sent, in order. With ``fanout`` it sends
+  every message to every ROUTER instead (a group each), with a window for each, and
+  deletes a message once all of them acked it. With ``batch`` above 1 a frame carries
+  that many messages (the first one's seq, then their payloads: consecutive, as zmesh's
+  batches say), stored as one record a frame and deleted by frame.
 """
 
 from __future__ import annotations
@@ -240,6 +244,7 @@ def raw_router(p: dict[str, Any], cmds: Commands) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     emit("ready", endpoint=_bound(sock))
     ack_every, warmup = p["ack_every"], p.get("warmup", 0)
+    batch = p.get("batch", 1)  # (messages a frame carries)
     deadline = time.monotonic() + p["deadline_s"]
     received = 0
     cpu0, counted_from = cpu_s(), 0  # (CPU of the timed part: from the warm-up's end)
@@ -256,8 +261,8 @@ def raw_router(p: dict[str, Any], cmds: Commands) -> None:
                     ident, _frame = recv(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                received += 1
-                pending += 1
+                received += batch
+                pending += batch
                 if pending >= ack_every:
                     send([ident, received.to_bytes(8, "big")])
                     pending = 0
@@ -293,8 +298,14 @@ def raw_dealer(p: dict[str, Any], cmds: Commands) -> None:
         p["chunk"],
         time.monotonic() + p["deadline_s"],
         payload(0, p.get("payload_bytes", PAYLOAD_BYTES)),
+        p.get("batch", 1),
     )
-    ex = _Exchange(*args) if len(socks) == 1 else _Dealt(p["partitions"], *args)
+    if len(socks) == 1:
+        ex = _Exchange(*args)
+    elif p.get("fanout"):
+        ex = _Fanned(*args)
+    else:
+        ex = _Dealt(p["partitions"], *args)
     try:
         ex.run(p["warmup"])
         t0, cpu0 = time.monotonic(), cpu_s()
@@ -317,8 +328,16 @@ def _store(env: Any, seqs: range, body: bytes) -> None:
             txn.cursor().putmulti([(s.to_bytes(8, "big"), body) for s in seqs], append=True)
 
 
+def _store_frame(env: Any, first: int, frame: bytes) -> None:
+    """Write a frame of messages to the LMDB outbox as one record (None: no outbox)."""
+    if env is not None:
+        with env.begin(write=True) as txn:
+            txn.put(first.to_bytes(8, "big"), frame, append=True)
+
+
 def _settle(env: Any, seqs: Iterable[int]) -> None:
-    """Delete acknowledged ``seqs`` from the LMDB outbox in one transaction."""
+    """Delete acknowledged ``seqs`` (or frames, by their first) from the LMDB outbox in
+    one transaction."""
     if env is not None:
         with env.begin(write=True) as txn:
             delete = txn.delete
@@ -346,17 +365,20 @@ class _Exchange:
         chunk: int,
         deadline: float,
         body: bytes,
+        batch: int = 1,
     ) -> None:
         self.socks, self.env = socks, env
         self.window, self.chunk, self.deadline = window, chunk, deadline
         self.body = body
+        self.batch = batch
         self.seq = 0
         self.settled = 0  # (one ROUTER: its cumulative ack)
 
     def run(self, n: int) -> None:
         [sock] = self.socks
-        env, body = self.env, self.body
+        env, body, batch = self.env, self.body, self.batch
         send = sock.send
+        bodies = body * batch  # (a frame's payloads)
         target = self.seq + n
         while self.settled < target:
             if time.monotonic() > self.deadline:
@@ -365,17 +387,63 @@ class _Exchange:
             while room > 0:
                 k = min(room, self.chunk)
                 seqs = range(self.seq, self.seq + k)
-                _store(env, seqs, body)
-                for s in seqs:
-                    send(s.to_bytes(8, "big") + body)
+                if batch == 1:
+                    _store(env, seqs, body)
+                    for s in seqs:
+                        send(s.to_bytes(8, "big") + body)
+                else:
+                    for first in range(seqs.start, seqs.stop, batch):
+                        frame = first.to_bytes(8, "big") + bodies
+                        _store_frame(env, first, frame)
+                        send(frame)
                 self.seq += k
                 room -= k
             if not sock.poll(100):
                 continue
             new = _acked(sock, self.settled)
             if new > self.settled:
-                _settle(env, range(self.settled, new))
+                _settle(env, range(self.settled, new, batch))
             self.settled = new
+
+
+class _Fanned(_Exchange):
+    """``_Exchange`` over several ROUTERs, each a group of its own: every message to each,
+    a window each (their cumulative acks), and a message deleted once all acked it."""
+
+    def __init__(self, socks: list[zmq.Socket], *args: Any) -> None:
+        super().__init__(socks, *args)
+        self.acked = [0] * len(socks)
+        self.poller = zmq.Poller()
+        for sock in socks:
+            self.poller.register(sock, zmq.POLLIN)
+
+    def run(self, n: int) -> None:
+        env, body, acked = self.env, self.body, self.acked
+        sends = [sock.send for sock in self.socks]
+        target = self.seq + n
+        while self.settled < target:
+            if time.monotonic() > self.deadline:
+                raise TimeoutError(f"{self.settled} of {target} acked before the deadline")
+            # (the fullest window: the ROUTER furthest behind)
+            room = min(self.window - (self.seq - self.settled), target - self.seq)
+            while room > 0:
+                k = min(room, self.chunk)
+                seqs = range(self.seq, self.seq + k)
+                _store(env, seqs, body)
+                for s in seqs:
+                    frame = s.to_bytes(8, "big") + body
+                    for send in sends:
+                        send(frame)
+                self.seq += k
+                room -= k
+            ready = dict(self.poller.poll(100))
+            for i, sock in enumerate(self.socks):
+                if sock in ready:
+                    acked[i] = _acked(sock, acked[i])
+            new = min(acked)
+            if new > self.settled:
+                _settle(env, range(self.settled, new))
+                self.settled = new
 
 
 class _Dealt(_Exchange):

@@ -124,6 +124,7 @@ RAW_BASELINE = {
     "zmesh_batch_process": "raw_pushpull_100",
     "zmesh_16k": "raw_pushpull_16k",
     "zmesh_256k": "raw_pushpull_256k",
+    "raw_dealer_router_lmdb_100": "raw_pushpull_100",
     "raw_dealer_router_lmdb_16k": "raw_pushpull_16k",
     "raw_dealer_router_lmdb_256k": "raw_pushpull_256k",
     "latency_raw": "latency_raw",

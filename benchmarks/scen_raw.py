@@ -149,18 +149,24 @@ def _dealer_router(
     payload_bytes: int = PAYLOAD_BYTES,
     n: int = 0,
     consumers: int = 1,
+    fanout: bool = False,
+    batch: int = 1,
 ) -> dict[str, Any]:
+    """``consumers`` ROUTERs: each message dealt to one by its partition, or with
+    ``fanout`` sent to each; ``batch`` messages a frame (one LMDB record each)."""
     n = n or sizes.dealer_router
     deadline_s = sizes.deadline(n, 30_000 if payload_bytes == PAYLOAD_BYTES else 200)
-    # A window of 1,000 messages, or of 16 MiB for large payloads (zmesh's byte window).
-    window = max(1, min(1000, (16 << 20) // payload_bytes))
+    # A window of 1,000 messages, or of 16 MiB for large payloads (zmesh's byte window);
+    # of 80 frames in batches (zmesh's max_in_flight, 8,000 messages).
+    window = 80 * batch if batch > 1 else max(1, min(1000, (16 << 20) // payload_bytes))
     with children(workdir, profile) as kids:
         routers = [
             kids.start(
                 "raw_router",
                 name="raw-router" if consumers == 1 else f"raw-router-{i + 1}",
                 ack_every=100,
-                warmup=n // 10 // consumers,
+                warmup=n // 10 // (1 if fanout else consumers),
+                batch=batch,
                 deadline_s=deadline_s,
             )
             for i in range(consumers)
@@ -175,6 +181,8 @@ def _dealer_router(
             window=window,
             chunk=min(100, window),
             payload_bytes=payload_bytes,
+            fanout=fanout,
+            batch=batch,
             warmup=n // 10,
             count=n,
             lmdb_dir=str(lmdb_dir) if lmdb else None,
@@ -225,6 +233,25 @@ def raw_dealer_router_lmdb_2(
     return _dealer_router(workdir, profile, lmdb=True, sizes=sizes, consumers=2)
 
 
+def raw_dealer_router_lmdb_fanout_4(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
+    """The LMDB outbox sender sending every message to four consumers, a window each, a
+    message deleted once all four acked it (four groups of one member each): the floor
+    of ``fanout_4_groups``."""
+    return _dealer_router(
+        workdir, profile, lmdb=True, sizes=sizes, consumers=4, fanout=True, n=sizes.fanout * 4
+    )
+
+
+def raw_dealer_router_lmdb_100(
+    workdir: Path, sizes: Sizes, profile: Path | None = None
+) -> dict[str, Any]:
+    """The LMDB outbox sender with 100 messages a frame, each frame one record, acked a
+    frame at a time: the floor of ``zmesh_batch_process``."""
+    return _dealer_router(workdir, profile, lmdb=True, sizes=sizes, n=sizes.raw_batched, batch=100)
+
+
 def raw_dealer_router_lmdb_16k(
     workdir: Path, sizes: Sizes, profile: Path | None = None
 ) -> dict[str, Any]:
@@ -251,6 +278,8 @@ SCENARIOS = {
     "raw_dealer_router_acks": raw_dealer_router_acks,
     "raw_dealer_router_lmdb": raw_dealer_router_lmdb,
     "raw_dealer_router_lmdb_2": raw_dealer_router_lmdb_2,
+    "raw_dealer_router_lmdb_fanout_4": raw_dealer_router_lmdb_fanout_4,
+    "raw_dealer_router_lmdb_100": raw_dealer_router_lmdb_100,
     "raw_dealer_router_lmdb_16k": raw_dealer_router_lmdb_16k,
     "raw_dealer_router_lmdb_256k": raw_dealer_router_lmdb_256k,
     "latency_raw": latency_raw,
