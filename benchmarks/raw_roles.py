@@ -300,12 +300,8 @@ def raw_dealer(p: dict[str, Any], cmds: Commands) -> None:
         payload(0, p.get("payload_bytes", PAYLOAD_BYTES)),
         p.get("batch", 1),
     )
-    if len(socks) == 1:
-        ex = _Exchange(*args)
-    elif p.get("fanout"):
-        ex = _Fanned(*args)
-    else:
-        ex = _Dealt(p["partitions"], *args)
+    dealt = len(socks) > 1 and not p.get("fanout")
+    ex = _Dealt(p["partitions"], *args) if dealt else _Exchange(*args)
     try:
         ex.run(p["warmup"])
         t0, cpu0 = time.monotonic(), cpu_s()
@@ -355,7 +351,9 @@ def _acked(sock: zmq.Socket, acked: int) -> int:
 
 
 class _Exchange:
-    """The DEALER's side: a send window, cumulative acks, and an optional LMDB outbox."""
+    """The DEALER's side: a send window, cumulative acks, and an optional LMDB outbox.
+    Over several ROUTERs (fanned out, a group each) every message goes to each, with a
+    window each, and is deleted once all of them acked it."""
 
     def __init__(
         self,
@@ -372,54 +370,16 @@ class _Exchange:
         self.body = body
         self.batch = batch
         self.seq = 0
-        self.settled = 0  # (one ROUTER: its cumulative ack)
-
-    def run(self, n: int) -> None:
-        [sock] = self.socks
-        env, body, batch = self.env, self.body, self.batch
-        send = sock.send
-        bodies = body * batch  # (a frame's payloads)
-        target = self.seq + n
-        while self.settled < target:
-            if time.monotonic() > self.deadline:
-                raise TimeoutError(f"{self.settled} of {target} acked before the deadline")
-            room = min(self.window - (self.seq - self.settled), target - self.seq)
-            while room > 0:
-                k = min(room, self.chunk)
-                seqs = range(self.seq, self.seq + k)
-                if batch == 1:
-                    _store(env, seqs, body)
-                    for s in seqs:
-                        send(s.to_bytes(8, "big") + body)
-                else:
-                    for first in range(seqs.start, seqs.stop, batch):
-                        frame = first.to_bytes(8, "big") + bodies
-                        _store_frame(env, first, frame)
-                        send(frame)
-                self.seq += k
-                room -= k
-            if not sock.poll(100):
-                continue
-            new = _acked(sock, self.settled)
-            if new > self.settled:
-                _settle(env, range(self.settled, new, batch))
-            self.settled = new
-
-
-class _Fanned(_Exchange):
-    """``_Exchange`` over several ROUTERs, each a group of its own: every message to each,
-    a window each (their cumulative acks), and a message deleted once all acked it."""
-
-    def __init__(self, socks: list[zmq.Socket], *args: Any) -> None:
-        super().__init__(socks, *args)
-        self.acked = [0] * len(socks)
+        self.settled = 0  # (what every ROUTER acked)
+        self.acked = [0] * len(socks)  # each ROUTER's cumulative ack
         self.poller = zmq.Poller()
         for sock in socks:
             self.poller.register(sock, zmq.POLLIN)
 
     def run(self, n: int) -> None:
-        env, body, acked = self.env, self.body, self.acked
+        env, body, batch, acked = self.env, self.body, self.batch, self.acked
         sends = [sock.send for sock in self.socks]
+        bodies = body * batch  # (a frame's payloads)
         target = self.seq + n
         while self.settled < target:
             if time.monotonic() > self.deadline:
@@ -429,11 +389,23 @@ class _Fanned(_Exchange):
             while room > 0:
                 k = min(room, self.chunk)
                 seqs = range(self.seq, self.seq + k)
-                _store(env, seqs, body)
-                for s in seqs:
-                    frame = s.to_bytes(8, "big") + body
-                    for send in sends:
-                        send(frame)
+                if batch > 1:
+                    for first in range(seqs.start, seqs.stop, batch):
+                        frame = first.to_bytes(8, "big") + bodies
+                        _store_frame(env, first, frame)
+                        for send in sends:
+                            send(frame)
+                elif len(sends) == 1:  # (one ROUTER: no loop over them per message)
+                    _store(env, seqs, body)
+                    send = sends[0]
+                    for s in seqs:
+                        send(s.to_bytes(8, "big") + body)
+                else:
+                    _store(env, seqs, body)
+                    for s in seqs:
+                        frame = s.to_bytes(8, "big") + body
+                        for send in sends:
+                            send(frame)
                 self.seq += k
                 room -= k
             ready = dict(self.poller.poll(100))
@@ -442,7 +414,7 @@ class _Fanned(_Exchange):
                     acked[i] = _acked(sock, acked[i])
             new = min(acked)
             if new > self.settled:
-                _settle(env, range(self.settled, new))
+                _settle(env, range(self.settled, new, batch))
                 self.settled = new
 
 
@@ -455,10 +427,6 @@ class _Dealt(_Exchange):
         super().__init__(socks, *args)
         self.owner = [p % len(socks) for p in range(partitions)]
         self.sent: list[list[int]] = [[] for _ in socks]  # each one's, unacked, in order
-        self.acked = [0] * len(socks)  # each one's cumulative ack
-        self.poller = zmq.Poller()
-        for sock in socks:
-            self.poller.register(sock, zmq.POLLIN)
 
     def run(self, n: int) -> None:
         env, body, owner, sent = self.env, self.body, self.owner, self.sent

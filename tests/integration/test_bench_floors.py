@@ -14,7 +14,7 @@ import lmdb
 import pytest
 import zmq
 
-from benchmarks.raw_roles import _Exchange, _Fanned
+from benchmarks.raw_roles import _Exchange
 
 BODY = b"x" * 10
 
@@ -83,7 +83,7 @@ def test_fanned_out_a_message_leaves_the_outbox_once_every_consumer_acked_it(
         # The second consumer acks its first 20 messages only: the sender stops at a
         # window (50) past them, and times out.
         with _consumers([1_000, 20]) as dealers:
-            ex = _Fanned(dealers, env, 50, 10, time.monotonic() + 3.0, BODY)
+            ex = _Exchange(dealers, env, 50, 10, time.monotonic() + 3.0, BODY)
             with pytest.raises(TimeoutError, match="20 of 100 acked"):
                 ex.run(100)
         kept = _records(env)
