@@ -365,6 +365,8 @@ class _Exchange:
         body: bytes,
         batch: int = 1,
     ) -> None:
+        if chunk % batch or window % batch:
+            raise ValueError(f"chunk {chunk} and window {window} must be frames of {batch}")
         self.socks, self.env = socks, env
         self.window, self.chunk, self.deadline = window, chunk, deadline
         self.body = body
@@ -378,6 +380,8 @@ class _Exchange:
 
     def run(self, n: int) -> None:
         env, body, batch, acked = self.env, self.body, self.batch, self.acked
+        if n % batch:
+            raise ValueError(f"{n} messages are not frames of {batch}")
         sends = [sock.send for sock in self.socks]
         bodies = body * batch  # (a frame's payloads)
         target = self.seq + n

@@ -109,3 +109,11 @@ def test_a_frame_of_a_batch_is_one_record_deleted_once_acked(tmp_path: Path) -> 
         env.close()
     assert ex.seq == 50
     assert kept == {first: first.to_bytes(8, "big") + BODY * 10 for first in (20, 30, 40)}
+
+
+def test_a_batch_that_is_not_whole_frames_is_refused() -> None:
+    with pytest.raises(ValueError, match="must be frames of 10"):
+        _Exchange([], None, 35, 10, time.monotonic() + 3.0, BODY, 10)
+    ex = _Exchange([], None, 30, 10, time.monotonic() + 3.0, BODY, 10)
+    with pytest.raises(ValueError, match="25 messages are not frames of 10"):
+        ex.run(25)
