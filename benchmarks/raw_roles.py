@@ -14,10 +14,10 @@
   DEALER first writes each chunk of up to ``chunk`` messages to an LMDB outbox in one
   transaction (sync=False, metasync=False, like zmesh's ``process`` durability) and deletes
   acknowledged ones in one transaction per batch of acks. Given several ``endpoints`` (a
-  ROUTER each), it deals each message to the one that owns its partition (``seq %
-  partitions``, a topic's default count; the partitions dealt in turn: a shared group's
-  members and keyless messages), with a window for each, and settles each one's
-  cumulative acks against the sequences it was sent, in order. With ``fanout`` it sends
+  ROUTER each), it deals each chunk to the one that owns its partition, as a shared
+  group's members get keyless batches (a batch's messages share a partition, the
+  ``partitions`` of a topic taken in turn), with a window for each, and settles each
+  one's cumulative acks against the sequences it was sent, in order. With ``fanout`` it sends
   every message to every ROUTER instead (a group each), with a window for each, and
   deletes a message once all of them acked it. With ``batch`` above 1 a frame carries
   that many messages (the first one's seq, then their payloads: consecutive, as zmesh's
@@ -423,13 +423,15 @@ class _Exchange:
 
 
 class _Dealt(_Exchange):
-    """``_Exchange`` over several ROUTERs: each message to the one owning its partition,
-    a window each, and each one's cumulative acks (the count it received) settling the
-    sequences it was sent, in the order sent."""
+    """``_Exchange`` over several ROUTERs: each chunk (a keyless batch, its messages in one
+    partition, the partitions in turn) to the one owning its partition, a window each, and
+    each one's cumulative acks (the count it received) settling the sequences it was sent,
+    in the order sent."""
 
     def __init__(self, partitions: int, socks: list[zmq.Socket], *args: Any) -> None:
         super().__init__(socks, *args)
         self.owner = [p % len(socks) for p in range(partitions)]
+        self.turn = 0  # the next chunk's partition
         self.sent: list[list[int]] = [[] for _ in socks]  # each one's, unacked, in order
 
     def run(self, n: int) -> None:
@@ -440,16 +442,18 @@ class _Dealt(_Exchange):
         while self.settled < target:
             if time.monotonic() > self.deadline:
                 raise TimeoutError(f"{self.settled} of {target} acked before the deadline")
-            # (the next messages go to each in turn: room for as many as the fullest has)
-            room = min(len(sent) * (self.window - max(map(len, sent))), target - self.seq)
+            # (each chunk to the next partition's owner: room for a chunk to the fullest)
+            room = min(self.window - max(map(len, sent)), target - self.seq)
             while room > 0:
                 k = min(room, self.chunk)
                 seqs = range(self.seq, self.seq + k)
                 _store(env, seqs, body)
+                to = owner[self.turn]
+                self.turn = (self.turn + 1) % len(owner)
+                send, append = sends[to], appends[to]
                 for s in seqs:
-                    to = owner[s % len(owner)]
-                    sends[to](s.to_bytes(8, "big") + body)
-                    appends[to](s)
+                    send(s.to_bytes(8, "big") + body)
+                    append(s)
                 self.seq += k
                 room -= k
             ready = dict(self.poller.poll(100))

@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import time
+import zlib
 
 import pytest
 
@@ -274,13 +275,13 @@ def test_topic_config_set_after_publishing_applies_to_the_next_publish(make_node
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="g")
     wait_members(prod, "t", "g", 1)
-    before = [prod.publish("t", b"%d" % i) for i in range(4)]
+    keys = [f"k{i}" for i in range(4)]
+    before = [prod.publish("t", b"%d" % i, key=key) for i, key in enumerate(keys)]
     prod.topic("t", partitions=1)
-    after = [prod.publish("t", b"%d" % i, key=None) for i in range(4, 8)]
+    after = [prod.publish("t", b"%d" % i, key=key) for i, key in enumerate(keys)]
     got = {m.id.seq: m for m in drain(sub, 8)}
-    assert [got[r.id.seq].partition for r in before] == [
-        r.id.seq % zmesh.TopicConfig().partitions for r in before
-    ]
+    want = [zlib.crc32(key.encode()) % zmesh.TopicConfig().partitions for key in keys]
+    assert [got[r.id.seq].partition for r in before] == want and any(want)
     assert [got[r.id.seq].partition for r in after] == [0] * 4
     prod.topic("t", ttl_s=0.2, groups=("g2",))
     prod.publish("t", b"expires").wait_stored(5)

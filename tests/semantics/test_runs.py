@@ -58,8 +58,8 @@ def test_a_batch_is_one_record_and_leaves_with_the_last_group_to_ack(make_node):
     s1, s2 = c1.subscribe("t", group="g1"), c2.subscribe("t", group="g2")
     got1 = drain(s1, 1000)
     assert sorted(map(_index, got1)) == list(range(1000))
-    # Without keys, round-robin by sequence, as publish() does.
-    assert all(m.partition == m.id.seq % 16 for m in got1)
+    # Without keys, one partition for the batch: the topic's first, in turn.
+    assert {m.partition for m in got1} == {0}
     wait_until(lambda: _entries(prod)["pruns"] == 2, what="g1's entries of the runs deleted")
     assert _entries(prod)["runs"] == 2 and prod.status()["outbox"] == 1000
     got2 = drain(s2, 1000)
@@ -211,7 +211,7 @@ def test_batches_staged_together_are_joined_into_runs_and_keep_their_times(make_
                 before, after = spans[i // 100]
                 assert before <= msg.published_at <= after
                 assert msg.id == receipts[i // 100].ids[i % 100]
-                assert msg.partition == msg.id.seq % 16
+                assert msg.partition == i // 100  # (a batch's one, in turn)
         assert {m.headers.get("h") for m in got if _index(m) >= 602} == {"x"}
         assert all(not m.headers for m in got if _index(m) < 602)
         # One index per message of each partition, in publish order.
@@ -293,29 +293,30 @@ def test_a_restart_owes_what_was_not_acked_and_keeps_what_was_parked(make_node, 
 def test_runs_of_a_topic_past_256_partitions_come_back_whole_after_a_restart(make_node, tmp_path):
     """Partitions past 255 (two bytes each in a run's record, a list in its entries) and
     each message's index read back after a restart as they were written: keyless
-    batches round-robin, keyed ones by their keys' hash, a partition's indexes 0, 1, ..."""
+    batches a partition each in turn (joined, 260 of them, into runs of 256 blocks of one
+    partition, then 4), keyed ones by their keys' hash, a partition's indexes 0, 1, ..."""
     topics = {"t": zmesh.TopicConfig(groups=("g",), partitions=300)}
     prod = make_node("prod", topics=topics)
-    keyless = prod.publish_many("t", [str(i).encode() for i in range(700)])
+    with _io_held(prod):  # (staged together: joined)
+        keyless = [prod.publish_many("t", [b"%d" % i, b"%d" % (i + 1)]) for i in range(0, 520, 2)]
     keys = [f"key-{i}" for i in range(100)]
-    keyed = prod.publish_many("t", [str(i).encode() for i in range(700, 800)], keys=keys)
+    keyed = prod.publish_many("t", [str(i).encode() for i in range(520, 620)], keys=keys)
     keyed.wait_stored(5)
-    assert _entries(prod)["runs"] == 3  # (700 as 512 + 188, then the keyed 100)
+    assert _entries(prod)["runs"] == 3  # (520 as 512 + 8, then the keyed 100)
     prod.close()
 
     prod = make_node("prod", data_dir=str(tmp_path / "prod"), topics=topics)
-    assert prod.status()["outbox"] == 800
+    assert prod.status()["outbox"] == 620
     cons = make_node("cons", seeds=[prod.control_address])
-    by_index = {_index(m): m for m in drain(cons.subscribe("t", group="g"), 800)}
-    assert sorted(by_index) == list(range(800))
-    assert [by_index[i].partition for i in range(700)] == [
-        msg_id.seq % 300 for msg_id in keyless.ids
-    ]
-    assert [by_index[i].partition for i in range(700, 800)] == [
+    by_index = {_index(m): m for m in drain(cons.subscribe("t", group="g"), 620)}
+    assert sorted(by_index) == list(range(620))
+    assert [by_index[i].id for i in range(520)] == [m for r in keyless for m in r.ids]
+    assert [by_index[i].partition for i in range(520)] == [i // 2 for i in range(520)]
+    assert [by_index[i].partition for i in range(520, 620)] == [
         zlib.crc32(key.encode()) % 300 for key in keys
     ]
     indexes: dict[int, list[int]] = {}
-    for i in range(800):
+    for i in range(620):
         indexes.setdefault(by_index[i].partition, []).append(by_index[i].index)
     assert all(found == list(range(len(found))) for found in indexes.values())
     wait_until(lambda: prod.status()["outbox"] == 0, what="an empty outbox")
@@ -367,7 +368,8 @@ def test_runs_an_earlier_release_wrote_with_lists_are_delivered_after_an_upgrade
         assert sorted(map(_index, got)) == list(range(600))
         ids = [msg_id for r in receipts for msg_id in r.ids]
         assert {(_index(m), m.id, m.partition) for m in got} == {
-            (i, msg_id, msg_id.seq % 16) for i, msg_id in enumerate(ids)
+            (i, msg_id, i // 100)
+            for i, msg_id in enumerate(ids)  # (a batch's one, in turn)
         }
         times = [{m.published_at for m in got if _index(m) // 100 == b} for b in range(6)]
         assert all(len(each) == 1 for each in times)  # (each batch's own time)

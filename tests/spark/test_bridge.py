@@ -110,10 +110,18 @@ def publish(client: BridgeClient, task: str, chunk: Chunk, topic: str | None) ->
 
 def test_a_loop_logs_a_run_per_partition_in_order(bridged: Callable[..., Bridged]) -> None:
     b = bridged()
+    batches = [  # without keys: each batch in one partition, the partitions in turn
+        b.producer.publish_many("readings", [f"b{j}-{i}".encode() for i in range(50)])
+        for j in range(10)
+    ]
+    # Published alone (a header makes each its own publish): round-robin by sequence.
+    alone = [
+        b.producer.publish("readings", f"rr{i}".encode(), headers={"i": str(i)}) for i in range(100)
+    ]
     receipts = [
-        # dealt round-robin (no keys), by key, and all to one partition
-        b.producer.publish_many("readings", [f"rr{i}".encode() for i in range(500)]),
-        b.producer.publish_many(
+        *batches,
+        *alone,
+        b.producer.publish_many(  # by key
             "readings",
             [f"k{i}".encode() for i in range(300)],
             keys=[f"key-{i % 7}" for i in range(300)],
@@ -129,9 +137,10 @@ def test_a_loop_logs_a_run_per_partition_in_order(bridged: Callable[..., Bridged
             assert [m.offset for m in recs] == list(range(end))
             assert [m.seq for m in recs] == sorted(m.seq for m in recs), stream
             where.update((m.payload, stream) for m in recs)
-    assert len(where) == 850
-    first = receipts[0].id.seq
-    assert all(where[f"rr{i}".encode()] == f"readings/{(first + i) % 16}" for i in range(500))
+    assert len(where) == 950
+    assert [where[f"b{j}-0".encode()] for j in range(10)] == [f"readings/{j}" for j in range(10)]
+    assert all(len({where[f"b{j}-{i}".encode()] for i in range(50)}) == 1 for j in range(10))
+    assert all(where[f"rr{i}".encode()] == f"readings/{r.id.seq % 16}" for i, r in enumerate(alone))
     for key in range(7):
         assert len({where[f"k{i}".encode()] for i in range(key, 300, 7)}) == 1
     assert len({where[f"one{i}".encode()] for i in range(50)}) == 1

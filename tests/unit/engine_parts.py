@@ -16,7 +16,7 @@ from zmesh._engine.outbox.outbox import Outbox
 from zmesh._engine.outbox.outcomes import Outcome, Outcomes
 from zmesh._engine.outbox.publishes import AnyPublish, Publish, PublishMany
 from zmesh._engine.outbox.record import Columns
-from zmesh._engine.routing import partition_for, round_robin_partitions
+from zmesh._engine.routing import partition_for
 from zmesh._engine.stats import Counters
 from zmesh._receipt import Publisher, Receipt, Signal, Stage
 from zmesh._store.store import Store, WriteBatch
@@ -163,7 +163,7 @@ class Producer:
         return PublishMany(
             first,
             topic,
-            round_robin_partitions(first, n, partitions),
+            [],  # (one partition for all, picked when staged)
             None,
             headers,
             payloads,

@@ -911,6 +911,12 @@ def test_the_partitions_a_take_touched_as_bytes_or_as_a_list(values, as_bytes):
     assert sorted(_distinct(bytes(values) if as_bytes else values, 20)) == sorted(set(values))
 
 
+def test_the_partitions_a_take_touched_of_a_lane_past_256_partitions() -> None:
+    # (keyless batches in the lane's first 256 partitions come as bytes; the lane has 300)
+    values = bytes(range(0, 256, 5)) * 8
+    assert sorted(_distinct(values, 300)) == list(range(0, 256, 5))
+
+
 # -- runs held while the lane has no member -----------------------------------------------
 
 
@@ -934,7 +940,7 @@ def test_a_held_backlog_joins_the_arrays_one_run_at_a_time() -> None:
     lane = make_lane(partitions=16)
     n, size = 200_000, 500
     for first in range(1, n + 1, size):
-        lane.add_plain(PlainRun(range(first, first + size), [], 16))  # (keyless: no list)
+        lane.add_plain(PlainRun(range(first, first + size), [first % 16] * size))  # (a batch)
     tracemalloc.start()
     try:
         lane.set_member(A, max_in_flight=1000, batch_size=1000)
@@ -959,16 +965,17 @@ def test_runs_held_offline_are_owed_and_handed_out_like_runs_joined_at_once(step
     seq, acked = 1, []
     for length, keyed, kind in steps:
         seqs = range(seq, seq + length)
-        parts = [(s * 7 + 3) % 4 if keyed else s % 4 for s in seqs]
+        # (keyed: each its own; else a keyless batch's one partition)
+        parts = [(s * 7 + 3) % 4 if keyed else seq % 4 for s in seqs]
         if kind == "run":
-            held.add_plain(PlainRun(seqs, parts, 0 if keyed else 4))
+            held.add_plain(PlainRun(seqs, parts))
             joined.add_plain(PlainRun(list(seqs), parts))
         elif kind == "add":  # a message with a priority: an entry
             held.add(seq, parts[0], 1, now=0.0)
             joined.add(seq, parts[0], 1, now=0.0)
             seqs = range(seq, seq + 1)
         else:  # an ack of a ready message settles it (a group deleted, a purge)
-            held.add_plain(PlainRun(seqs, parts, 0 if keyed else 4))
+            held.add_plain(PlainRun(seqs, parts))
             joined.add_plain(PlainRun(list(seqs), parts))
             assert list(held.ack([seq])) == list(joined.ack([seq])) == [seq]
             acked.append(seq)

@@ -90,18 +90,30 @@ def test_a_lone_message_not_kept_sends_the_take_message_by_message(store: Store)
     assert list(columns.payloads) == [b"lone", b"r0", b"r1"]
 
 
-def test_two_members_each_get_the_columns_of_their_partitions(store: Store) -> None:
-    # 64 partitions: each member owns some, whatever the producer's (random) id
+@pytest.mark.parametrize("keyed", [True, False])
+def test_two_members_each_get_the_columns_of_their_partitions(store: Store, keyed: bool) -> None:
+    # 64 partitions: each member owns some, whatever the producer's (random) id. Keyed,
+    # each message goes by its key; keyless, each batch whole to its partition's owner.
     producer, lane = one_group(store, partitions=64)
     lane.set_member(B, 100, 100)
-    pm = producer.publish_many("t", [b"%d" % i for i in range(64)])
-    producer.commit(pm)
+    if keyed:
+        pms = [
+            producer.publish_many("t", [b"%d" % i for i in range(64)], [f"k{i}" for i in range(64)])
+        ]
+    else:
+        pms = [producer.publish_many("t", [b"%d" % i] * 2) for i in range(32)]
+    for pm in pms:
+        producer.commit(pm)
     sent = producer.dispatch(0.0)
     assert sorted(member for member, *_ in sent) == [A, B]
+    payload = {s: p for pm in pms for s, p in zip(pm.seqs, pm.payloads, strict=True)}
     for member, _name, taken, columns in sent:
         assert {lane.owner(p) for p in taken.partitions} == {member}
-        assert list(columns.payloads) == [b"%d" % (s - pm.seq) for s in taken.seqs]
-    assert sorted(s for *_, taken, _c in sent for s in taken.seqs) == list(pm.seqs)
+        assert list(columns.payloads) == [payload[s] for s in taken.seqs]
+    assert sorted(s for *_, taken, _c in sent for s in taken.seqs) == sorted(payload)
+    if not keyed:  # each batch whole to one member
+        to = {s: member for member, _n, taken, _c in sent for s in taken.seqs}
+        assert all(len({to[s] for s in pm.seqs}) == 1 for pm in pms)
 
 
 def test_a_memory_message_is_sent_from_ram(store: Store) -> None:

@@ -65,16 +65,18 @@ def test_acks_scattered_over_a_run_rewrite_its_entry_and_a_restart_owes_the_rest
     assert stored.runs(store) == {} and stored.pruns(store) == {} and producer.depth == 0
 
 
-def test_a_keyless_run_keeps_its_cycle_and_writes_its_partitions_again(store: Store) -> None:
+def test_a_keyless_run_keeps_its_one_partition_and_writes_it_again(store: Store) -> None:
     producer, lane = one_group(store, partitions=3)
+    before = producer.publish_many("t", [b"first"] * 4)  # (partition 0)
+    producer.commit(before)
     pm = producer.publish_many("t", [b"%d" % i for i in range(10)])
     producer.commit(pm)
     run = producer.outbox.records.runs.by_first[pm.seq]
-    assert run.parts is None and run.cycle == 3  # (no byte per message kept)
-    parts = [(pm.seq + i) % 3 for i in range(10)]
+    assert run.parts is None and run.one == 1  # (the next in turn; no byte per message kept)
+    parts = [1] * 10
     assert list(stored.runs(store)[pm.seq][1]) == parts == list(run.partitions())
     _sent(producer)
-    producer.ack("t", "g", [pm.seq + 1, pm.seq + 4])
+    producer.ack("t", "g", [*before.seqs, pm.seq + 1, pm.seq + 4])
     owed = [0, 2, 3, 5, 6, 7, 8, 9]
     assert stored.pruns(store) == {(lane.id, pm.seq): (parts, owed, None)}
     assert owes(reopened(store, t=TopicConfig(partitions=3)).outbox.lanes.all[("t", "g")]) == [

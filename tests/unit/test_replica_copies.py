@@ -22,7 +22,7 @@ from zmesh._engine.replica.copies import LAZY_ACK_S, Copies
 from zmesh._engine.replica.streams import SEND_WINDOW_BYTES, Replicator
 from zmesh._engine.replica.takeover import Taken, apply_handback
 from zmesh._engine.replica.writes import Scope, cut, into_batch, select
-from zmesh._engine.routing import assign, round_robin_partitions
+from zmesh._engine.routing import assign
 from zmesh._engine.stats import Counters
 from zmesh._protocol.codec import decode_control, encode_control
 from zmesh._protocol.frames import Ack, Fail, ReplOps
@@ -99,12 +99,11 @@ class Rig:
         pubs: list[AnyPublish]
         if many:
             payloads = [b"m%d" % s + b"." * size for s in range(first, first + n)]
-            parts = round_robin_partitions(first, n, PARTITIONS)
             pubs = [
                 PublishMany(
                     first,
                     TOPIC,
-                    parts,
+                    [],  # (one partition for all, picked when staged)
                     None,
                     None,
                     payloads,

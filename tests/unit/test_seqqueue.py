@@ -7,20 +7,25 @@ from array import array
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from zmesh._engine.lane.plain import compact
 from zmesh._engine.lane.seqqueue import (
     COMPACT_AFTER,
+    MOST_BLOCKS,
     SPARSE,
     STRETCH,
     WINDOW_MIN,
     SentWindow,
     SeqQueue,
     SeqWindow,
+    block_parts,
+    blocks,
     by_partition,
     consecutive_array,
-    round_robin,
-    round_robin_parts,
-    round_robin_slots,
+    cut,
+    joined_blocks,
+    one_block,
     slot_partitions,
+    slots_of,
 )
 from zmesh._engine.outbox.allocate import allocate as _allocate
 
@@ -300,14 +305,68 @@ def test_slot_partitions(slots: list[int]) -> None:
     assert list(slot_partitions(array("H", slots))) == [v - 1 for v in slots]
 
 
-@given(st.integers(0, 10_000), st.integers(1, 40), st.integers(1, 20), st.booleans())
-def test_by_partition_splits_in_order_round_robin_or_not(first, n, count, keyed):
-    seqs = list(range(first, first + n))
-    partitions = [(s * 7 + 3) % count if keyed else s % count for s in seqs]
-    split = by_partition(array("q", seqs), partitions, round_robin(first, partitions))
+# Partitions of a run: batches of one partition each (keyless), or each message's own
+# (keys), sometimes past 255.
+_batches = st.lists(st.tuples(st.integers(0, 19), st.integers(1, 30)), min_size=1, max_size=8)
+_partitions = _batches.map(lambda bs: [p for p, n in bs for _ in range(n)]) | st.lists(
+    st.integers(0, 19) | st.integers(0, 400), min_size=1, max_size=120
+)
+
+
+def _blocks_model(partitions: list[int]) -> list[tuple[int, int, int]]:
+    out: list[tuple[int, int, int]] = []
+    for i, p in enumerate(partitions):
+        if out and out[-1][0] == p:
+            out[-1] = (p, out[-1][1], i + 1)
+        else:
+            out.append((p, i, i + 1))
+    return out
+
+
+@given(_partitions)
+def test_blocks_of_one_partition(partitions: list[int]) -> None:
+    """A run's stretches of one partition, from a list, bytes or an array of "B"; None
+    past MOST_BLOCKS of them or with a partition past 255."""
+    want = _blocks_model(partitions)
+    found = blocks(partitions)
+    if len(want) > MOST_BLOCKS or max(partitions) > 255:
+        assert found is None
+        return
+    assert found == want
+    assert blocks(bytes(partitions)) == want and blocks(array("B", partitions)) == want
+    assert blocks(array("H", partitions)) is None  # (two bytes each: not looked at)
+
+
+@given(st.lists(_batches.map(lambda bs: [p for p, n in bs for _ in range(n)]), max_size=5))
+def test_blocks_known_from_batches_are_those_found(runs: list[list[int]]) -> None:
+    """Blocks passed on, not looked for: those of batches joined into one run, and of a
+    run cut into pieces, are what ``blocks`` finds in their partitions; a run's stored
+    partitions are made from them."""
+    whole = [p for run in runs for p in run]
+    joined = joined_blocks([(blocks(run), len(run)) for run in runs])
+    assert joined == blocks(whole) == _blocks_model(whole)
+    assert joined_blocks([(None, 3), (one_block(1, 2), 2)]) is None  # (keys: not known)
+    if whole:
+        assert list(block_parts(joined)) == whole
+        for start in range(0, len(whole), 7):
+            end = min(len(whole), start + 11)
+            assert cut(joined, start, end) == _blocks_model(whole[start:end])
+
+
+def test_partitions_held_in_little_memory() -> None:
+    assert compact([5] * 4) == 5 and compact(bytes([5, 5])) == 5  # (a batch's one)
+    assert compact([1, 2, 1]) == bytes([1, 2, 1]) == compact(array("B", [1, 2, 1]))
+    assert compact(array("H", [300, 1])) == array("H", [300, 1]) == compact([300, 1])
+
+
+@given(st.integers(0, 10_000), _partitions)
+def test_by_partition_and_slots_a_block_at_a_time_or_not(first, partitions):
+    seqs = list(range(first, first + len(partitions)))
+    split = by_partition(array("q", seqs), partitions)
     assert len(split) >= max(partitions) + 1 and not any(split[max(partitions) + 1 :])
     for p, part in enumerate(split):
         assert list(part) == [s for s, q in zip(seqs, partitions, strict=True) if q == p]
+    assert list(slots_of(partitions)) == [p + 1 for p in partitions]
 
 
 def _allocate_each(
@@ -324,64 +383,21 @@ def _allocate_each(
 
 
 @given(
-    st.integers(0, 10_000),
-    st.integers(1, 40),
-    st.integers(1, 20),
-    st.booleans(),
+    _partitions,
     st.dictionaries(
-        st.integers(0, 19), st.integers(0, 1000) | st.integers((1 << 32) - 30, (1 << 32) + 30)
+        st.integers(0, 400), st.integers(0, 1000) | st.integers((1 << 32) - 30, (1 << 32) + 30)
     ),
-    st.dictionaries(st.integers(0, 19), st.integers(0, 1000), max_size=3),
+    st.dictionaries(st.integers(0, 400), st.integers(0, 1000), max_size=3),
 )
-def test_round_robin_indexes_and_slots_by_arithmetic(first, n, count, keyed, next_index, firsts):
-    """A round-robin's indexes, partitions, slots and split match those made one message
-    at a time; indexes past 2**32 come as int64."""
-    partitions = [(s * 7 + 3) % count if keyed else s % count for s in range(first, first + n)]
-    found = round_robin(first, partitions)
-    if not keyed and first % count + n > count:  # (wraps around)
-        assert found == count
-    if found:
-        assert partitions == [s % found for s in range(first, first + n)]
+def test_indexes_a_block_at_a_time_match_one_at_a_time(partitions, next_index, firsts):
+    """Indexes of batches (a range per block of one partition) or of keyed messages match
+    those made one message at a time; indexes past 2**32 come as int64."""
     want_next, want_firsts = dict(next_index), dict(firsts)
     want = _allocate_each(partitions, want_next, want_firsts)
-    if not keyed and n > count:  # (a keyless batch says it is round-robin: no check)
-        told_next, told_firsts = dict(next_index), dict(firsts)
-        told, _ = _allocate(first, partitions, told_next, told_firsts, count)
-        assert list(told) == want and (told_next, told_firsts) == (want_next, want_firsts)
-    indexes, cycle = _allocate(first, partitions, next_index, firsts)
-    assert list(indexes) == want and cycle == found
+    indexes, found = _allocate(partitions, next_index, firsts)
+    assert list(indexes) == want and found == blocks(partitions)
     assert indexes.typecode == ("I" if max(want) < 1 << 32 else "q")
     assert (next_index, firsts) == (want_next, want_firsts)
-    if found:
-        assert list(round_robin_slots(first, n, found)) == [p + 1 for p in partitions]
-        parts = round_robin_parts(first, n, found)
-        assert list(parts) == partitions and parts.typecode == "B"
-
-
-@given(
-    st.integers(0, 10_000),
-    st.integers(1, 20),
-    st.lists(st.integers(1, 300), min_size=1, max_size=8),
-    st.booleans(),
-    st.sampled_from([0, (1 << 32) - 40]),
-)
-def test_round_robin_indexes_of_runs_in_a_row(first, count, sizes, gap, start):
-    """Runs published round-robin one after another (a topic's usual indexes: each
-    partition's next index one above or equal to the next's in the cycle) get the indexes
-    of one message at a time, with a gap in the sequences (another topic's) too; as
-    uint32, then int64 once they pass 2**32; runs longer than RUN_MAX_MESSAGES too."""
-    next_index = dict.fromkeys(range(count), start)
-    want_next = dict(next_index)
-    for n in sizes:
-        partitions = [s % count for s in range(first, first + n)]
-        firsts: dict[int, int] = {}
-        want_firsts: dict[int, int] = {}
-        want = _allocate_each(partitions, want_next, want_firsts)
-        indexes, _ = _allocate(first, partitions, next_index, firsts)
-        assert list(indexes) == want
-        assert indexes.typecode == ("I" if max(want) < 1 << 32 else "q")
-        assert (next_index, firsts) == (want_next, want_firsts)
-        first += n + (first % 3 if gap else 0)
 
 
 @given(st.integers(0, (1 << 63) - 1), st.integers(0, 10_000))
@@ -402,7 +418,7 @@ def _sent_check(w: SentWindow, model: dict[int, tuple[int, bytes, float]]) -> No
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["put", "run", "many", "pop", "pop_run", "pops"]),
+            st.sampled_from(["put", "run", "many", "pop", "pop_run", "pop_run_of", "pops"]),
             st.integers(0, 200),
             st.integers(1, 12),
             st.integers(0, 2),
@@ -425,9 +441,10 @@ def test_sent_window_matches_a_dict(ops: list[tuple[str, int, int, int]]) -> Non
             run = range(seq, seq + n)
             if any(s in model for s in run):
                 continue  # (a take puts sequences not in flight)
-            whose = [members[(m + s) % 3] for s in run]
+            # (m 0: all to one member, a shared group's keyless batch; else mixed)
+            whose = [members[(m + s) % 3] if m else members[0] for s in run]
             if w.put_run(seq, array("H", [s % 7 + 1 for s in run]), whose, deadline):
-                model.update((s, (s % 7, members[(m + s) % 3], deadline)) for s in run)
+                model.update((s, (s % 7, who, deadline)) for s, who in zip(run, whose, strict=True))
             else:  # (not above the window: the lane puts them one by one)
                 assert seq - w._base < len(w._w)
         elif op == "many":  # (the heap's way: ascending or not, gaps, below the window)
@@ -454,6 +471,16 @@ def test_sent_window_matches_a_dict(ops: list[tuple[str, int, int, int]]) -> Non
                     del model[s]
             else:  # (some not in the window: the lane pops them one by one)
                 assert not all(s in model and s not in w._old for s in run)
+        elif op == "pop_run_of":  # (one member of several acking a batch it was sent)
+            run = range(seq, seq + n)
+            to = w.pop_run_of(seq, n)
+            whose = {model[s][1] if s in model else None for s in run}
+            if to is not None:
+                assert whose == {to}
+                for s in run:
+                    del model[s]
+            else:
+                assert len(whose) > 1 or None in whose or any(s in w._old for s in run)
         _sent_check(w, model)
 
 

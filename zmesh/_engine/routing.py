@@ -9,20 +9,15 @@ from collections.abc import Callable, Collection, Sequence
 
 
 def partition_for(key: str | None, partitions: int, seq: int) -> int:
-    """The partition of a message: a stable hash of its key, or round-robin without one.
+    """The partition of a message published alone: a stable hash of its key, or
+    round-robin by sequence without one (a keyless batch takes one partition for all its
+    messages: ``Staging``'s ``_spread``).
 
     crc32 is stable across processes and machines, unlike Python's salted ``hash()``.
     """
     if key is None:
         return seq % partitions
     return zlib.crc32(key.encode()) % partitions
-
-
-def round_robin_partitions(first: int, n: int, partitions: int) -> list[int]:
-    """``partition_for`` without a key of the ``n`` consecutive sequences from ``first``:
-    one cycle of partitions, tiled (no step per message)."""
-    start = first % partitions
-    return (list(range(partitions)) * ((start + n) // partitions + 1))[start : start + n]
 
 
 def _score(member: bytes, producer: bytes, partition: int) -> bytes:

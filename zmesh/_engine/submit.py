@@ -44,7 +44,7 @@ from .limits import MAX_AHEAD_BYTES, MAX_AHEAD_MSGS
 from .outbox.outcomes import Outcomes
 from .outbox.publishes import AnyPublish, Publish, PublishMany, Stretch
 from .peers import announced_group
-from .routing import partition_for, round_robin_partitions
+from .routing import partition_for
 
 if TYPE_CHECKING:
     from .._store.store import WriteBatch
@@ -250,12 +250,11 @@ class Submitter:
                     first, topic, parts, keys, headers, payloads, now, receipt, stage, n, nbytes
                 )
             ]
-        parts = round_robin_partitions(first, n, partitions)
         return [
             PublishMany(
                 first,
                 topic,
-                parts,
+                [],  # (one partition for all, picked when staged)
                 None,
                 headers,
                 payloads,
@@ -300,14 +299,14 @@ class Submitter:
                 alloc.release()
                 self.check_running()
         stretch = self._open
-        rounds = 0 if key is not None else partitions
+        keyless = 0 if key is not None else partitions
         if (
             stretch is None
             or stretch.next != first
             or stretch.topic != topic
-            or stretch.rounds != rounds
+            or stretch.keyless != keyless
         ):
-            stretch = self._open = Stretch(first, topic, rounds)
+            stretch = self._open = Stretch(first, topic, keyless)
             self._cmds.append(stretch)  # (in the queue before any later publish)
             new = True
         else:

@@ -15,6 +15,7 @@ from itertools import groupby
 from operator import attrgetter
 from typing import Any
 
+from .._engine.lane.seqqueue import blocks
 from .._seqs import consecutive
 from ..subscription import Message
 from ._runs import Run
@@ -119,9 +120,12 @@ def runs_of(msgs: list[Message]) -> list[tuple[str, Run]]:
         seqs, ats, parts, headers = cols
         keys, payloads = list(map(_key_of, group)), list(map(_payload_of, group))
         producer, topic = origin.source[0], origin.topic
-        first = parts[0]
-        if parts.count(first) == len(parts):  # (one partition: the batch is one run)
-            _builder(builders, f"{topic}/{first}", producer).add(seqs, ats, payloads, keys, headers)
+        found = blocks(parts)
+        if found is not None:  # (keyless batches, a partition each: a slice per block)
+            for part, lo, hi in found:
+                _builder(builders, f"{topic}/{part}", producer).add(
+                    seqs[lo:hi], ats[lo:hi], payloads[lo:hi], keys[lo:hi], headers[lo:hi]
+                )
             continue
         period = _period(parts)
         if period:  # (dealt round-robin: each partition's messages are a strided slice)

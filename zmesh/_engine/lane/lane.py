@@ -51,9 +51,9 @@ from .delivery import (
     Timing,
     out_columns,
 )
-from .plain import HeldRuns, PlainRun
+from .plain import HeldRuns, PlainRun, compact
 from .retries import Retries
-from .seqqueue import SentWindow, SeqQueue, SeqWindow
+from .seqqueue import Blocks, SentWindow, SeqQueue, SeqWindow, blocks, cut
 
 _FIRST_ATTEMPT = b"\x01"  # (an attempt column of ones, a byte each: what a batch carries)
 
@@ -62,7 +62,7 @@ def _distinct(values: Sequence[int], below: int) -> Iterable[int]:
     """The distinct ``values`` (each below ``below``): of ``bytes`` longer than ``below``,
     found by a search for each value they may hold, at C speed, not a step per value."""
     if type(values) is bytes and len(values) > below:
-        return [v for v in range(below) if v in values]
+        return [v for v in range(min(below, 256)) if v in values]
     return set(values)
 
 
@@ -247,8 +247,7 @@ class Lane(Retries):
         """``add`` of new plain messages (no priority, schedule or expiry)."""
         seqs = run.seqs
         if not self.members and type(seqs) is range and seqs.start >= self._next_floor:
-            rounds = run.rounds
-            self._hold(seqs, None if rounds else array("H", run.partitions), rounds)
+            self._hold(seqs, run.held())
             return
         if self._unloaded:
             self._load()
@@ -259,13 +258,13 @@ class Lane(Retries):
         restart): held as they are while the lane has no member, so none of their
         arrays is made twice."""
         if not self.members and seqs.start >= self._next_floor:
-            self._hold(seqs, partitions if type(partitions) is bytes else array("H", partitions), 0)
+            self._hold(seqs, compact(partitions))
             return
-        self.add_plain(PlainRun(seqs, list(partitions)))
+        self.add_plain(PlainRun(seqs, partitions))
 
-    def _hold(self, seqs: range, partitions: Sequence[int] | None, rounds: int) -> None:
+    def _hold(self, seqs: range, partitions: int | bytes | array[int]) -> None:
         """Owe ``seqs`` as a run until a member comes (``_load``)."""
-        self._unloaded.hold(seqs, partitions, rounds)
+        self._unloaded.hold(seqs, partitions)
         self._next_floor = seqs.stop
         if not self._ready_count:
             self.on_ready(self)
@@ -619,15 +618,12 @@ class Lane(Retries):
             if not seqs:
                 return 0, False
             owner_of = list(map(owners.__getitem__, partitions))
+            found = blocks(partitions)  # (keyless batches: a few blocks of one partition)
             if any(n > credit[m] for m, n in Counter(owner_of).items()):
-                left, cut = dict(credit), 0
-                for m in owner_of:
-                    if left[m] <= 0:
-                        break
-                    left[m] -= 1
-                    cut += 1
-                seqs, partitions, owner_of = seqs[:cut], partitions[:cut], owner_of[:cut]
-                slots = slots[:cut] if slots is not None else None
+                upto = _credit_cut(owner_of, dict(credit), found, owners)
+                seqs, partitions, owner_of = seqs[:upto], partitions[:upto], owner_of[:upto]
+                slots = slots[:upto] if slots is not None else None
+                found = None if found is None else cut(found, 0, upto)
                 stopped = True
                 if not seqs:
                     return 0, True
@@ -656,15 +652,22 @@ class Lane(Retries):
             )
             out[only] = taken
         else:
-            grown: dict[bytes, tuple[list[int], list[int], list[int]]] = {}
-            for seq, partition, m in zip(seqs, partitions, owner_of, strict=True):
-                cols = grown.get(m)
-                if cols is None:
-                    cols = grown[m] = out_columns(out, m)
-                cols[0].append(seq)
-                cols[1].append(partition)
-            for batch in out.values():
-                batch.attempts = [1] * len(batch.seqs)
+            if found is not None:  # a block at a time (keyless batches, whole to a member)
+                spans: dict[bytes, list[tuple[int, int]]] = {}
+                for p, start, end in found:
+                    spans.setdefault(owners[p], []).append((start, end))
+                for m, places in spans.items():
+                    out[m] = _taken(seqs, partitions, places)
+            else:
+                grown: dict[bytes, tuple[list[int], list[int], list[int]]] = {}
+                for seq, partition, m in zip(seqs, partitions, owner_of, strict=True):
+                    cols = grown.get(m)
+                    if cols is None:
+                        cols = grown[m] = out_columns(out, m)
+                    cols[0].append(seq)
+                    cols[1].append(partition)
+                for batch in out.values():
+                    batch.attempts = [1] * len(batch.seqs)
         for m, batch in out.items():
             members[m].sent += len(batch.seqs)
         return len(seqs), stopped
@@ -679,13 +682,20 @@ class Lane(Retries):
         self.floor()  # (the front of ``_order`` is owed: a front acked can go at once below)
         acked: list[int] | range = seqs if type(seqs) is range else list(seqs)
         n = len(acked)
-        if len(members) == 1 and consecutive(acked) and self._sent.pop_run(acked[0], n):
-            # The common case: one member acked consecutive sequences it was sent.
-            for only in members.values():
-                only.sent -= n
-                only.acked += n
-            self._order.drop_front(acked, consecutive=True)
-            return acked
+        if consecutive(acked):
+            # The common case: a member acked consecutive sequences it was sent (one
+            # member's, or a member's of a shared group's keyless batches).
+            if len(members) == 1:
+                to = next(iter(members)) if self._sent.pop_run(acked[0], n) else None
+            else:
+                to = self._sent.pop_run_of(acked[0], n)
+            if to is not None:
+                member = members.get(to)
+                if member is not None:
+                    member.sent -= n
+                    member.acked += n
+                self._order.drop_front(acked, consecutive=True)
+                return acked
         seqs = acked if isinstance(acked, list) else list(acked)
         sent, by_member = self._sent.pop_many(seqs)
         settled = list(compress(seqs, sent))
@@ -708,3 +718,48 @@ class Lane(Retries):
                         member.acked += 1
         self._order.drop_front(settled)
         return settled
+
+
+def _credit_cut(
+    owner_of: list[bytes],
+    left: dict[bytes, int],
+    found: Blocks | None,
+    owners: list[bytes],
+) -> int:
+    """How many of a front ``_take_front`` may take: up to the first sequence whose owner
+    has no credit ``left``; a block of one partition at a time when ``found``."""
+    if found is not None:
+        for p, start, end in found:
+            m = owners[p]
+            room = left[m]
+            if room < end - start:
+                return start + max(room, 0)
+            left[m] = room - (end - start)
+        return found[-1][2] if found else 0
+    n = 0
+    for m in owner_of:
+        if left[m] <= 0:
+            break
+        left[m] -= 1
+        n += 1
+    return n
+
+
+def _taken(
+    seqs: list[int] | range, partitions: Sequence[int], spans: list[tuple[int, int]]
+) -> Taken:
+    """What a member is handed of a front: its ``spans`` (places of blocks) of ``seqs``
+    and ``partitions``, as they are (a range and bytes) when it is one block."""
+    taken = Taken()
+    if len(spans) == 1:
+        start, end = spans[0]
+        taken.seqs, taken.partitions = seqs[start:end], partitions[start:end]
+    else:
+        taken_seqs: list[int] = []
+        taken_partitions: list[int] = []
+        for start, end in spans:
+            taken_seqs.extend(seqs[start:end])
+            taken_partitions.extend(partitions[start:end])
+        taken.seqs, taken.partitions = taken_seqs, taken_partitions
+    taken.attempts = _FIRST_ATTEMPT * len(taken.seqs)
+    return taken

@@ -5,56 +5,65 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Sequence
-from itertools import repeat
-from operator import add
 
-from ..routing import round_robin_partitions
-from .seqqueue import by_partition, consecutive_array, round_robin, round_robin_slots
+from .seqqueue import Blocks, blocks, by_partition, consecutive_array, one_block, slots_of
 
 
 class PlainRun:
     """New plain messages of one topic in publish order, prepared once for all its lanes."""
 
-    __slots__ = ("seqs", "partitions", "ascending", "order", "split", "slots", "rounds")
+    __slots__ = ("seqs", "partitions", "ascending", "order", "found", "split", "slots")
 
-    def __init__(self, seqs: list[int] | range, partitions: list[int], rounds: int = 0) -> None:
-        """``rounds``: the partition count ``seqs`` are known to be spread over round-robin
-        (publishes without keys: ``PublishMany.rounds``), else 0; taken when ``seqs`` is a
-        range that wraps around it."""
+    def __init__(
+        self, seqs: list[int] | range, partitions: Sequence[int], found: Blocks | None = None
+    ) -> None:
+        """``found``: the ``Blocks`` of ``partitions`` when known (else looked for)."""
         self.seqs = seqs
         self.partitions = partitions
         # (not so from publishers on several threads; a range is)
         self.ascending = type(seqs) is range or seqs == sorted(seqs)
-        # As arrays, which each lane's arrays copy whole (no conversion per sequence).
+        # As arrays, which each lane's arrays copy whole (no conversion per sequence):
+        # a keyless batch's messages share a partition, so these are made a block of one
+        # partition at a time (see ``blocks``).
         self.order = consecutive_array(seqs) if type(seqs) is range else array("q", seqs)
-        first, n = seqs[0], len(seqs)
-        count = (
-            rounds
-            if 0 < rounds < n and type(seqs) is range
-            else round_robin(first, partitions)
-            if self.ascending and seqs[-1] - first == n - 1
-            else 0
-        )  # (in order, no keys)
-        self.rounds = count
-        self.split = by_partition(self.order, partitions, count)
-        # A window's slot values (partition + 1); of a round-robin, one cycle tiled.
-        self.slots = (
-            round_robin_slots(first, n, count)
-            if count
-            else array("H", map(add, partitions, repeat(1)))
-        )
+        if found is None:
+            found = blocks(partitions)
+        self.found = found
+        self.split = by_partition(self.order, partitions, found)
+        self.slots = slots_of(partitions, found)  # (a window's slot values: partition + 1)
+
+    def held(self) -> int | bytes | array[int]:
+        """Its partitions as a lane holds them while it has no member (``compact``)."""
+        return compact(self.partitions, self.found)
+
+
+def compact(partitions: Sequence[int], found: Blocks | None = None) -> int | bytes | array[int]:
+    """``partitions`` in little memory: the one partition of them all (a keyless batch's,
+    mostly), else a byte each, else two. ``found``: their ``Blocks``, when known."""
+    if found is None:
+        found = blocks(partitions)
+    if found is not None and len(found) == 1:
+        return found[0][0]
+    if type(partitions) is bytes:
+        return partitions
+    if type(partitions) is array:  # (as a run entry is read back: "B", or "H" past 255)
+        return partitions.tobytes() if partitions.typecode == "B" else array("H", partitions)
+    try:
+        return bytes(partitions)
+    except ValueError:
+        return array("H", partitions)
 
 
 class HeldRuns:
-    """Consecutive plain messages a lane owes while it has no member, a tuple per run:
-    (sequences, partitions or None when spread round-robin, the partition count they are
-    spread over). An offline group's backlog costs no bytes per message until a member
-    comes and the lane makes its arrays of them (``release``)."""
+    """Consecutive plain messages a lane owes while it has no member, a pair per run:
+    (sequences, their partitions as ``compact`` keeps them). An offline group's backlog
+    of keyless batches costs no bytes per message until a member comes and the lane makes
+    its arrays of them (``release``)."""
 
     __slots__ = ("_runs", "_count")
 
     def __init__(self) -> None:
-        self._runs: list[tuple[range, Sequence[int] | None, int]] = []
+        self._runs: list[tuple[range, int | bytes | array[int]]] = []
         self._count = 0  # messages held
 
     def __bool__(self) -> bool:
@@ -68,10 +77,9 @@ class HeldRuns:
         """The first sequence held (some are)."""
         return self._runs[0][0].start
 
-    def hold(self, seqs: range, partitions: Sequence[int] | None, rounds: int) -> None:
-        """Hold ``seqs`` (above every one held) with their partitions, or None when they
-        are spread over ``rounds`` partitions round-robin."""
-        self._runs.append((seqs, partitions, rounds))
+    def hold(self, seqs: range, partitions: int | bytes | array[int]) -> None:
+        """Hold ``seqs`` (above every one held) with their partitions (``compact``)."""
+        self._runs.append((seqs, partitions))
         self._count += len(seqs)
 
     def release(self) -> Iterator[PlainRun]:
@@ -80,12 +88,8 @@ class HeldRuns:
         more for 1M held); none is held after."""
         runs, self._runs, self._count = self._runs, [], 0
         return (
-            PlainRun(
-                seqs,
-                round_robin_partitions(seqs.start, len(seqs), rounds)
-                if parts is None
-                else list(parts),
-                rounds,
-            )
-            for seqs, parts, rounds in runs
+            PlainRun(seqs, [parts] * len(seqs), one_block(parts, len(seqs)))
+            if isinstance(parts, int)
+            else PlainRun(seqs, parts)
+            for seqs, parts in runs
         )

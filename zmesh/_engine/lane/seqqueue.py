@@ -22,12 +22,11 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right, insort
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import compress, islice
-from operator import or_
+from itertools import compress, islice, repeat
+from operator import add, or_
 from typing import Any
 
 from ..._numbers import LITTLE
-from ..routing import round_robin_partitions
 
 COMPACT_AFTER = 4096  # popped slots kept before they are dropped (at most half the array)
 _NONE: dict[int, object] = {}  # (first_in: owned by the window alone)
@@ -136,32 +135,110 @@ class SeqQueue:
         return head
 
 
-def round_robin(first: int, partitions: list[int]) -> int:
-    """The partition count, when ``partitions`` are those of the consecutive sequences from
-    ``first`` spread round-robin (``seq % count``: publishes without a key) and wrap around
-    at least once; else 0. Their indexes, FIFOs and window slots then follow by arithmetic.
-    (The count is read at the first wrap; comparing with the cycle proves it.)"""
-    try:
-        wrap = partitions.index(0, 1)
-    except ValueError:
-        return 0
-    count = partitions[wrap - 1] + 1
-    if partitions == round_robin_partitions(first, len(partitions), count):
-        return count
-    return 0
+MOST_BLOCKS = 64  # blocks of one partition ``blocks`` finds before it gives up
+
+# Stretches of one partition in a run, in order: (partition, start, end). The messages of
+# a keyless batch share one partition, so a run of batches is a few such blocks.
+Blocks = list[tuple[int, int, int]]
 
 
-def by_partition(seqs: array[int], partitions: list[int], count: int) -> list[array[int]]:
-    """``seqs`` split by partition (array ``p`` holds those of partition ``p``), in order.
-    ``count``: ``round_robin`` of them (consecutive and ascending), or 0."""
-    if count:  # each partition's sequences are every count-th: slices, no step per sequence
-        first = seqs[0]
-        return [seqs[(p - first) % count :: count] for p in range(count)]
+def blocks(partitions: Sequence[int]) -> Blocks | None:
+    """The ``Blocks`` of ``partitions`` (a list, bytes or an array of "B"), found a block at
+    a time with no step per message; None when there are more than MOST_BLOCKS (keys
+    spread the run's messages) or a partition is past 255: the caller then takes each
+    message on its own. (Those who know a run's blocks pass them on instead.)"""
+    if type(partitions) is bytes:
+        raw = partitions
+    elif type(partitions) is array:
+        if partitions.typecode != "B":
+            return None
+        raw = partitions.tobytes()
+    else:
+        try:
+            raw = bytes(partitions)
+        except ValueError:
+            return None
+    n, i = len(raw), 0
+    found: Blocks = []
+    while i < n:
+        if len(found) == MOST_BLOCKS:
+            return None
+        end = n - len(raw[i:].lstrip(raw[i : i + 1]))  # (past this partition's stretch)
+        found.append((raw[i], i, end))
+        i = end
+    return found
+
+
+def one_block(partition: int, n: int) -> Blocks:
+    return [(partition, 0, n)]
+
+
+def cut(found: Blocks, start: int, end: int) -> Blocks:
+    """The blocks of places ``start`` to ``end`` of ``found``, from 0."""
+    return [
+        (p, max(lo, start) - start, min(hi, end) - start)
+        for p, lo, hi in found
+        if lo < end and hi > start
+    ]
+
+
+def joined_blocks(parts: list[tuple[Blocks | None, int]]) -> Blocks | None:
+    """The blocks of runs one after another (each its blocks and its length); None when one
+    of them does not know its blocks. A block that goes on in the next run's partition is
+    joined to it."""
+    out: Blocks = []
+    at = 0
+    for found, n in parts:
+        if found is None:
+            return None
+        for p, lo, hi in found:
+            if out and out[-1][0] == p and out[-1][2] == at + lo:
+                out[-1] = (p, out[-1][1], at + hi)
+            else:
+                out.append((p, at + lo, at + hi))
+        at += n
+    return out
+
+
+def block_parts(found: Blocks) -> array[int]:
+    """The partitions of ``found`` as a run keeps them: "B", or "H" when one is past 255."""
+    code = "B" if all(p < 256 for p, _lo, _hi in found) else "H"
+    out = array(code)
+    for p, lo, hi in found:
+        out.extend(array(code, (p,)) * (hi - lo))
+    return out
+
+
+def by_partition(
+    seqs: array[int], partitions: Sequence[int], found: Blocks | None = None
+) -> list[array[int]]:
+    """``seqs`` split by partition (array ``p`` holds those of partition ``p``), in order:
+    a slice of ``seqs`` per block (``found``, else ``blocks``), else a step each."""
+    if found is None:
+        found = blocks(partitions)
+    if found is not None:
+        split = [array("q") for _ in range(max((p for p, _s, _e in found), default=-1) + 1)]
+        for p, start, end in found:
+            split[p].extend(seqs[start:end])
+        return split
     split = [array("q") for _ in range(max(partitions) + 1)]
     ends = [part.append for part in split]
     for seq, partition in zip(seqs, partitions, strict=True):
         ends[partition](seq)
     return split
+
+
+def slots_of(partitions: Sequence[int], found: Blocks | None = None) -> array[int]:
+    """The window slots (partition + 1, an array of "H") of ``partitions``: a block at a
+    time (``found``, else ``blocks``), else a step each."""
+    if found is None:
+        found = blocks(partitions)
+    if found is None:
+        return array("H", map(add, partitions, repeat(1)))
+    slots = array("H")
+    for p, start, end in found:
+        slots.extend(array("H", (p + 1,)) * (end - start))
+    return slots
 
 
 # 0, 1, 2, ... and 1, 1, 1, ... as little-endian int64s in one big int each, for a few
@@ -196,23 +273,6 @@ def consecutive_array(seqs: range) -> array[int]:
     if not LITTLE:
         out.byteswap()
     return out
-
-
-def round_robin_parts(first: int, n: int, count: int) -> array[int]:
-    """The partitions of ``n`` consecutive sequences from ``first`` spread round-robin over
-    ``count`` partitions, tiled from one cycle: an array of "B" (of "H" past 256
-    partitions), as a run keeps them."""
-    return _tiled("B" if count <= 256 else "H", range(count), first, n)
-
-
-def round_robin_slots(first: int, n: int, count: int) -> array[int]:
-    """The window slots (partition + 1, an array of "H") of the same."""
-    return _tiled("H", range(1, count + 1), first, n)
-
-
-def _tiled(code: str, cycle: range, first: int, n: int) -> array[int]:
-    start = first % len(cycle)
-    return (array(code, cycle) * ((start + n) // len(cycle) + 1))[start : start + n]
 
 
 _LOW = 0 if LITTLE else 1  # where a slot's low byte is in its bytes
@@ -420,7 +480,7 @@ class SeqWindow(Window):
         if i >= WINDOW_MIN and i >= SPARSE * self._n:
             self._shrink()
 
-    def put_run(self, seqs: Sequence[int], partitions: list[int], slots: array[int]) -> None:
+    def put_run(self, seqs: Sequence[int], partitions: Sequence[int], slots: array[int]) -> None:
         """``put`` of ascending sequences (``slots``: their partitions + 1, as the window
         holds them); consecutive ones that continue the window (or start it again, when it
         is empty) are appended in one call."""
@@ -665,6 +725,18 @@ class SentWindow(Window):
             if hi >= COMPACT_AFTER and hi * 2 >= len(w):
                 self._drop(hi)
         return True
+
+    def pop_run_of(self, first: int, n: int) -> bytes | None:
+        """``pop_run`` of consecutive sequences all sent to one member (a member of a shared
+        group acking a keyless batch): that member; else None, and nothing done."""
+        lo = first - self._base
+        m = self._m
+        if lo < 0 or lo + n > len(m):
+            return None
+        k = m[lo]
+        if m[lo : lo + n].tobytes() != (array("I", (k,)) * n).tobytes():
+            return None
+        return self._who[k] if self.pop_run(first, n) else None
 
     def _pad(self, gap: int) -> None:
         if gap:

@@ -19,7 +19,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from ..._receipt import Stage
-from ..routing import round_robin_partitions
+from ..lane.seqqueue import Blocks, joined_blocks
 
 if TYPE_CHECKING:
     from ..._receipt import Receipt
@@ -44,7 +44,6 @@ class Publish:
     msg_id: str | None = None
 
     count = 1  # (messages: a PublishMany holds several)
-    rounds = 0  # (see PublishMany: one message is never known to be spread round-robin)
 
     @property
     def seqs(self) -> range:
@@ -62,6 +61,11 @@ class PublishMany:
     topic that stores them as runs (runs.py) takes the columns as they are; any other
     ``expand``s them into a ``Publish`` each.
 
+    Without keys (``keyless``: the topic's partition count) all its messages take one
+    partition, which the IO thread picks when it stages them (``Staging``'s ``_spread``:
+    the partitions in turn, batch by batch), so a member of a shared group gets whole
+    batches; ``partitions`` is empty until then.
+
     A ``Stretch`` of ``publish()`` calls becomes one too: ``receipt`` None and
     ``stage`` the stretch. Publishes joined into one run (``joined``) have an array of
     doubles as ``published_at``, each message's time."""
@@ -77,8 +81,8 @@ class PublishMany:
     stage: Stage
     count: int
     nbytes: int
-    rounds: int = 0  # the topic's partition count when no message has a key (each one's
-    #                  partition is then its sequence modulo it), else 0
+    keyless: int = 0  # the topic's partition count while no partition is picked yet, else 0
+    found: Blocks | None = None  # the ``Blocks`` of ``partitions``, when known
 
     # What staging asks of every publish, the same for all of these.
     priority = 0
@@ -135,15 +139,15 @@ class Stretch(Stage):
     calls of one loop of the IO thread: a clock read per stretch, not per call, and one
     time in its run's record).
 
-    ``rounds``: the topic's partition count when no message has a key (each message's
-    partition is then its sequence modulo it, made by the IO thread at C speed), else 0
-    and ``partitions`` and ``keys`` hold each message's."""
+    ``keyless``: the topic's partition count when no message has a key (the IO thread
+    picks their one partition when it stages them: see ``PublishMany``), else 0 and
+    ``partitions`` and ``keys`` hold each message's."""
 
     __slots__ = (
         "seq",
         "topic",
         "next",
-        "rounds",
+        "keyless",
         "partitions",
         "keys",
         "payloads",
@@ -151,11 +155,11 @@ class Stretch(Stage):
         "nbytes",
     )
 
-    def __init__(self, seq: int, topic: str, rounds: int) -> None:
+    def __init__(self, seq: int, topic: str, keyless: int) -> None:
         super().__init__()
         self.seq = self.next = seq
         self.topic = topic
-        self.rounds = rounds
+        self.keyless = keyless
         self.nbytes = 0  # of its payloads, counted as they join (the IO thread reads none)
         self.partitions: list[int] = []
         self.keys: list[str | None] = []
@@ -168,13 +172,13 @@ class Stretch(Stage):
         with it: the receipts, which the application may keep, keep only the stage."""
         payloads, keys, partitions = self.payloads, self.keys, self.partitions
         self.payloads, self.keys, self.partitions = [], [], []
-        n, first, rounds = len(payloads), self.seq, self.rounds
+        n, first, keyless = len(payloads), self.seq, self.keyless
         if n == 1:
             return Publish(
                 first,
                 self.topic,
-                first % rounds if rounds else partitions[0],
-                None if rounds else keys[0],
+                first % keyless if keyless else partitions[0],
+                None if keyless else keys[0],
                 None,
                 payloads[0],
                 0,
@@ -184,13 +188,11 @@ class Stretch(Stage):
                 None,
                 self,
             )
-        if rounds:
-            partitions = round_robin_partitions(first, n, rounds)
         return PublishMany(
             first,
             self.topic,
             partitions,
-            None if rounds else keys,
+            None if keyless else keys,
             None,
             payloads,
             self.at,
@@ -198,14 +200,14 @@ class Stretch(Stage):
             self,
             n,
             self.nbytes,
-            rounds,
+            keyless,
         )
 
 
 def joined(pubs: list[AnyPublish], max_count: int, max_bytes: int) -> list[AnyPublish]:
     """``pubs`` with ``PublishMany`` objects that follow one another (one topic,
-    consecutive sequences, the same headers, keys in every one or in none, the same
-    ``rounds``) joined into one, up to ``max_count`` messages and ``max_bytes`` of
+    consecutive sequences, the same headers, keys in every one or in none, their
+    partitions picked) joined into one, up to ``max_count`` messages and ``max_bytes`` of
     payloads together (what one run holds): a publisher of small batches gets longer
     runs, each run's work shared by more messages. Only their columns are joined: the
     receipts and stages stay with the publishes themselves."""
@@ -237,7 +239,7 @@ def _follows(a: PublishMany, b: PublishMany) -> bool:
     return (
         b.seq == a.seq + a.count
         and b.topic == a.topic
-        and b.rounds == a.rounds
+        and not (a.keyless or b.keyless)
         and (b.keys is None) == (a.keys is None)
         and b.headers == a.headers
     )
@@ -248,6 +250,7 @@ def _join(group: list[PublishMany]) -> PublishMany:
         return group[0]
     first = group[0]
     partitions: list[int] = []
+    found = joined_blocks([(p.found, p.count) for p in group])
     keys: list[str | None] | None = None if first.keys is None else []
     payloads: list[bytes] = []
     times = array("d")
@@ -273,7 +276,8 @@ def _join(group: list[PublishMany]) -> PublishMany:
         first.stage,
         count,
         nbytes,
-        first.rounds,
+        0,
+        found,
     )
 
 

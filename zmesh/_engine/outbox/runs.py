@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..._numbers import le_bytes
 from ..._store.store import WriteBatch, pack, pend_key, u64
-from ..lane.seqqueue import round_robin_parts
 
 if TYPE_CHECKING:
     from ..lane.lane import Lane
@@ -50,17 +49,19 @@ class Run:
     count: int
     topic: str
     # Each message's partition ("B", or "H" when one is past 255), as stored; None when
-    # they are spread round-robin over ``cycle`` partitions (made again when written).
+    # all are in partition ``one`` (a keyless batch's: made again when written).
     parts: array[int] | None
     left: int  # its messages still in the outbox
     owed: dict[int, int]  # lane id -> its messages that lane still owes
     stored: bool = True  # in LMDB (a ``memory`` topic's run is not, until it spills)
     nbytes: int = -1  # its payloads' bytes, or more; -1: not known (a run loaded at restart)
-    cycle: int = 0
+    one: int = -1
 
     def partitions(self) -> array[int]:
         parts = self.parts
-        return round_robin_parts(self.first, self.count, self.cycle) if parts is None else parts
+        if parts is None:
+            return array("B" if self.one < 256 else "H", (self.one,)) * self.count
+        return parts
 
     def seqs(self) -> list[int]:
         return list(range(self.first, self.first + self.count))

@@ -21,7 +21,7 @@ from ..._numbers import fitting_array
 from ..._store.store import Store, WriteBatch, pack, pend_key, u32, u64
 from ..lane.lane import Lane
 from ..lane.plain import PlainRun
-from ..lane.seqqueue import round_robin_parts
+from ..lane.seqqueue import block_parts, cut, joined_blocks, one_block
 from ..stats import Counters
 from .allocate import allocate
 from .lanes import UNCLAIMED, Lanes
@@ -85,6 +85,7 @@ class Staging:
         # index of each partition (the retained entries and bytes are in ``Retained.staged``).
         self._staged_first: dict[str, dict[int, int]] = {}
         self._runs: list[Run] = []  # staged by the last ``stage``, known once stored
+        self._turns: dict[str, int] = {}  # topic -> the last keyless batch's partition
         # Messages of topics that keep values per key, staged by the last ``stage``:
         # (topic, key, index entry), their keys' latest once stored.
         self._kept: list[tuple[str, str | None, Head]] = []
@@ -163,6 +164,9 @@ class Staging:
         retained = self.retained.staged
         retained.clear()
         self._kept.clear()
+        for p in pubs:
+            if type(p) is PublishMany and p.keyless:
+                self._spread(p)
         pubs = self._suppress_duplicates(self._expanded(pubs), batch)
         msgs_put, mem = batch.msgs_put, records.mem
         # Kept decoded for the dispatch that follows, when some member is there to take
@@ -319,6 +323,16 @@ class Staging:
             batch.meta_put[b"next_seq"] = u64(top)
         return pubs
 
+    def _spread(self, p: PublishMany) -> None:
+        """The one partition of a keyless batch: its topic's partitions in turn, batch by
+        batch, so the members of a shared group get whole batches (a message alone goes
+        by its sequence: ``partition_for``)."""
+        turn = (self._turns.get(p.topic, -1) + 1) % p.keyless
+        self._turns[p.topic] = turn
+        p.partitions = [turn] * p.count
+        p.found = one_block(turn, p.count)
+        p.keyless = 0
+
     def _expanded(self, pubs: list[AnyPublish]) -> list[AnyPublish]:
         """``pubs`` with each ``PublishMany`` of a topic that does not store runs expanded
         into its publishes: those topics store each message on its own."""
@@ -365,19 +379,21 @@ class Staging:
         published_at = pm.published_at  # (an array, one per message, from a stretch)
         if not whole and not isinstance(published_at, float):
             published_at = published_at[start:end]
-        indexes, cycle = allocate(first, partitions, next_index, firsts, pm.rounds)
-        parts = round_robin_parts(first, count, cycle) if cycle else fitting_array("BH", partitions)
+        found = pm.found if pm.found is None or whole else cut(pm.found, start, end)
+        indexes, found = allocate(partitions, next_index, firsts, found)
+        parts = fitting_array("BH", partitions) if found is None else block_parts(found)
+        one = found[0][0] if found is not None and len(found) == 1 else -1
         fields = [topic, parts, keys, pm.headers, published_at, payloads, indexes]
         run = Run(
             first,
             count,
             topic,
-            None if cycle else parts,  # (1 byte a message kept only when not round-robin)
+            None if one >= 0 else parts,  # (a byte a message kept only when they differ)
             count,
             {lane.id: count for lane in lanes},
             not memory,
             nbytes,
-            cycle,
+            one,
         )
         self._runs.append(run)
         if memory:  # (its record is never packed unless it spills)
@@ -434,16 +450,20 @@ class Staging:
                 j += 1
             if j > i + 1 or many:
                 seqs: list[int] | range
-                rounds = 0  # (while every one is a batch spread round-robin over as many)
                 if many:
                     group = pubs[i:j]
                     partitions: list[int] = []
+                    found = joined_blocks(
+                        [
+                            (q.found, q.count)
+                            if isinstance(q, PublishMany)
+                            else (one_block(q.partition, 1), 1)
+                            for q in group
+                        ]
+                    )
                     end = first = group[0].seq  # (one range while each follows the last)
-                    rounds = group[0].rounds
                     for q in group:
                         end = end + q.count if end == q.seq else -1
-                        if q.rounds != rounds:
-                            rounds = 0
                         if isinstance(q, PublishMany):
                             partitions.extend(q.partitions)
                         else:
@@ -452,7 +472,8 @@ class Staging:
                 else:
                     seqs = [q.seq for q in pubs[i:j]]
                     partitions = [q.partition for q in pubs[i:j]]  # type: ignore[union-attr]
-                run = PlainRun(seqs, partitions, rounds)
+                    found = None
+                run = PlainRun(seqs, partitions, found)
                 for lane in lanes:
                     lane.add_plain(run)
                 i = j
