@@ -354,8 +354,12 @@ def test_blocks_known_from_batches_are_those_found(runs: list[list[int]]) -> Non
 
 
 def test_partitions_held_in_little_memory() -> None:
-    assert compact([5] * 4) == 5 and compact(bytes([5, 5])) == 5  # (a batch's one)
-    assert compact([1, 2, 1]) == bytes([1, 2, 1]) == compact(array("B", [1, 2, 1]))
+    # Blocks (keyless batches: a tuple each, whatever their length), else a byte each, else
+    # two (keys: past MOST_BLOCKS, or past partition 255).
+    assert compact([5] * 4) == [(5, 0, 4)] == compact(bytes([5, 5, 5, 5]))
+    assert compact([1, 1, 2]) == [(1, 0, 2), (2, 2, 3)] == compact(array("B", [1, 1, 2]))
+    keyed = [k % 7 for k in range(MOST_BLOCKS + 1)]
+    assert compact(keyed) == bytes(keyed) == compact(array("B", keyed))
     assert compact(array("H", [300, 1])) == array("H", [300, 1]) == compact([300, 1])
 
 

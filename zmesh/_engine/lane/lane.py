@@ -262,7 +262,7 @@ class Lane(Retries):
             return
         self.add_plain(PlainRun(seqs, partitions))
 
-    def _hold(self, seqs: range, partitions: int | bytes | array[int]) -> None:
+    def _hold(self, seqs: range, partitions: Blocks | bytes | array[int]) -> None:
         """Owe ``seqs`` as a run until a member comes (``_load``)."""
         self._unloaded.hold(seqs, partitions)
         self._next_floor = seqs.stop

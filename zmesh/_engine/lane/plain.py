@@ -6,7 +6,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator, Sequence
 
-from .seqqueue import Blocks, blocks, by_partition, consecutive_array, one_block, slots_of
+from .seqqueue import Blocks, blocks, by_partition, consecutive_array, slots_of
 
 
 class PlainRun:
@@ -32,18 +32,18 @@ class PlainRun:
         self.split = by_partition(self.order, partitions, found)
         self.slots = slots_of(partitions, found)  # (a window's slot values: partition + 1)
 
-    def held(self) -> int | bytes | array[int]:
+    def held(self) -> Blocks | bytes | array[int]:
         """Its partitions as a lane holds them while it has no member (``compact``)."""
         return compact(self.partitions, self.found)
 
 
-def compact(partitions: Sequence[int], found: Blocks | None = None) -> int | bytes | array[int]:
-    """``partitions`` in little memory: the one partition of them all (a keyless batch's,
-    mostly), else a byte each, else two. ``found``: their ``Blocks``, when known."""
+def compact(partitions: Sequence[int], found: Blocks | None = None) -> Blocks | bytes | array[int]:
+    """``partitions`` in little memory: their ``Blocks`` (keyless batches: a few tuples,
+    whatever their length; ``found`` when known), else a byte each, else two."""
     if found is None:
         found = blocks(partitions)
-    if found is not None and len(found) == 1:
-        return found[0][0]
+    if found is not None:
+        return found
     if type(partitions) is bytes:
         return partitions
     if type(partitions) is array:  # (as a run entry is read back: "B", or "H" past 255)
@@ -63,7 +63,7 @@ class HeldRuns:
     __slots__ = ("_runs", "_count")
 
     def __init__(self) -> None:
-        self._runs: list[tuple[range, int | bytes | array[int]]] = []
+        self._runs: list[tuple[range, Blocks | bytes | array[int]]] = []
         self._count = 0  # messages held
 
     def __bool__(self) -> bool:
@@ -77,7 +77,7 @@ class HeldRuns:
         """The first sequence held (some are)."""
         return self._runs[0][0].start
 
-    def hold(self, seqs: range, partitions: int | bytes | array[int]) -> None:
+    def hold(self, seqs: range, partitions: Blocks | bytes | array[int]) -> None:
         """Hold ``seqs`` (above every one held) with their partitions (``compact``)."""
         self._runs.append((seqs, partitions))
         self._count += len(seqs)
@@ -88,8 +88,16 @@ class HeldRuns:
         more for 1M held); none is held after."""
         runs, self._runs, self._count = self._runs, [], 0
         return (
-            PlainRun(seqs, [parts] * len(seqs), one_block(parts, len(seqs)))
-            if isinstance(parts, int)
+            PlainRun(seqs, _of_blocks(parts), parts)
+            if isinstance(parts, list)
             else PlainRun(seqs, parts)
             for seqs, parts in runs
         )
+
+
+def _of_blocks(found: Blocks) -> list[int]:
+    """The partitions ``found`` says, a repeat per block."""
+    out: list[int] = []
+    for p, lo, hi in found:
+        out += [p] * (hi - lo)
+    return out
