@@ -366,11 +366,14 @@ def test_partitions_held_in_little_memory() -> None:
 @given(st.integers(0, 10_000), _partitions)
 def test_by_partition_and_slots_a_block_at_a_time_or_not(first, partitions):
     seqs = list(range(first, first + len(partitions)))
-    split = by_partition(array("q", seqs), partitions)
+    found = blocks(partitions)
+    split = by_partition(array("q", seqs), partitions, found)
+    assert split == by_partition(array("q", seqs), partitions, None)  # (a step each)
     assert len(split) >= max(partitions) + 1 and not any(split[max(partitions) + 1 :])
     for p, part in enumerate(split):
         assert list(part) == [s for s, q in zip(seqs, partitions, strict=True) if q == p]
-    assert list(slots_of(partitions)) == [p + 1 for p in partitions]
+    assert list(slots_of(partitions, found)) == [p + 1 for p in partitions]
+    assert list(slots_of(partitions, None)) == [p + 1 for p in partitions]
 
 
 def _allocate_each(

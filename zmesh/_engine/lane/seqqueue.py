@@ -159,6 +159,13 @@ def blocks(partitions: Sequence[int]) -> Blocks | None:
         except ValueError:
             return None
     n, i = len(raw), 0
+    # (where one partition gives way to another: the non-zero bytes of the partitions
+    # xor-ed with themselves one place on, counted at C speed; keys spread a run's
+    # messages past MOST_BLOCKS mostly, known so without a step per block)
+    if n > MOST_BLOCKS:
+        shifted = int.from_bytes(raw[1:], "little") ^ int.from_bytes(raw[:-1], "little")
+        if n - 1 - shifted.to_bytes(n - 1, "little").count(0) >= MOST_BLOCKS:
+            return None
     found: Blocks = []
     while i < n:
         if len(found) == MOST_BLOCKS:
@@ -170,6 +177,7 @@ def blocks(partitions: Sequence[int]) -> Blocks | None:
 
 
 def one_block(partition: int, n: int) -> Blocks:
+    """The blocks of ``n`` messages of ``partition`` (a keyless batch's)."""
     return [(partition, 0, n)]
 
 
@@ -210,12 +218,11 @@ def block_parts(found: Blocks) -> array[int]:
 
 
 def by_partition(
-    seqs: array[int], partitions: Sequence[int], found: Blocks | None = None
+    seqs: array[int], partitions: Sequence[int], found: Blocks | None
 ) -> list[array[int]]:
     """``seqs`` split by partition (array ``p`` holds those of partition ``p``), in order:
-    a slice of ``seqs`` per block (``found``, else ``blocks``), else a step each."""
-    if found is None:
-        found = blocks(partitions)
+    a slice of ``seqs`` per block of ``found`` (their ``blocks``), else (None) a step
+    each."""
     if found is not None:
         split = [array("q") for _ in range(max((p for p, _s, _e in found), default=-1) + 1)]
         for p, start, end in found:
@@ -228,11 +235,9 @@ def by_partition(
     return split
 
 
-def slots_of(partitions: Sequence[int], found: Blocks | None = None) -> array[int]:
-    """The window slots (partition + 1, an array of "H") of ``partitions``: a block at a
-    time (``found``, else ``blocks``), else a step each."""
-    if found is None:
-        found = blocks(partitions)
+def slots_of(partitions: Sequence[int], found: Blocks | None) -> array[int]:
+    """The window slots (partition + 1, an array of "H") of ``partitions``: a block of
+    ``found`` (their ``blocks``) at a time, else (None) a step each."""
     if found is None:
         return array("H", map(add, partitions, repeat(1)))
     slots = array("H")
