@@ -69,9 +69,9 @@ def _as_range(seqs: array[int]) -> Sequence[int]:
 
 
 def _period(parts: Sequence[int]) -> int:
-    """How many partitions a batch deals its messages round-robin to (keyless
-    publishes: the message at place i goes to ``parts[i % period]``), or 0 when it does
-    not. Checked with one count per partition, at C speed."""
+    """How many partitions a batch deals its messages round-robin to (keyless messages
+    published alone: the message at place i goes to ``parts[i % period]``), or 0 when it
+    does not. Checked with one count per partition, at C speed."""
     n = len(parts)
     try:
         period = parts.index(parts[0], 1)
