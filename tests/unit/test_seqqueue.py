@@ -7,25 +7,27 @@ from array import array
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from zmesh._engine.lane.blocks import (
+    MOST_BLOCKS,
+    block_parts,
+    blocks,
+    by_partition,
+    cut,
+    joined_blocks,
+    one_block,
+    slots_of,
+)
 from zmesh._engine.lane.plain import compact
 from zmesh._engine.lane.seqqueue import (
     COMPACT_AFTER,
-    MOST_BLOCKS,
     SPARSE,
     STRETCH,
     WINDOW_MIN,
     SentWindow,
     SeqQueue,
     SeqWindow,
-    block_parts,
-    blocks,
-    by_partition,
     consecutive_array,
-    cut,
-    joined_blocks,
-    one_block,
     slot_partitions,
-    slots_of,
 )
 from zmesh._engine.outbox.allocate import allocate as _allocate
 

@@ -15,7 +15,7 @@ from itertools import groupby
 from operator import attrgetter
 from typing import Any
 
-from .._engine.lane.seqqueue import blocks
+from .._engine.lane.blocks import blocks
 from .._seqs import consecutive
 from ..subscription import Message
 from ._runs import Run

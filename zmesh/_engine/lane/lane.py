@@ -35,6 +35,7 @@ from typing import cast
 
 from ..._seqs import consecutive
 from .assignment import Assignment
+from .blocks import Blocks, blocks, cut
 from .delivery import (
     DELAYED,
     FRAME_MAX_BYTES,
@@ -53,7 +54,7 @@ from .delivery import (
 )
 from .plain import HeldRuns, PlainRun, compact
 from .retries import Retries
-from .seqqueue import Blocks, SentWindow, SeqQueue, SeqWindow, blocks, cut
+from .seqqueue import SentWindow, SeqQueue, SeqWindow
 
 _FIRST_ATTEMPT = b"\x01"  # (an attempt column of ones, a byte each: what a batch carries)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator, Sequence
 
-from .seqqueue import Blocks, blocks, by_partition, consecutive_array, slots_of
+from .blocks import Blocks, block_parts, blocks, by_partition, slots_of
+from .seqqueue import consecutive_array
 
 
 class PlainRun:
@@ -88,16 +89,8 @@ class HeldRuns:
         more for 1M held); none is held after."""
         runs, self._runs, self._count = self._runs, [], 0
         return (
-            PlainRun(seqs, _of_blocks(parts), parts)
+            PlainRun(seqs, block_parts(parts), parts)
             if isinstance(parts, list)
             else PlainRun(seqs, parts)
             for seqs, parts in runs
         )
-
-
-def _of_blocks(found: Blocks) -> list[int]:
-    """The partitions ``found`` says, a repeat per block."""
-    out: list[int] = []
-    for p, lo, hi in found:
-        out += [p] * (hi - lo)
-    return out

@@ -8,7 +8,7 @@ from array import array
 from collections.abc import Sequence
 
 from ..._numbers import fitting_array
-from ..lane.seqqueue import Blocks, blocks
+from ..lane.blocks import Blocks, blocks
 
 
 def allocate(

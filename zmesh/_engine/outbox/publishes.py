@@ -19,7 +19,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from ..._receipt import Stage
-from ..lane.seqqueue import Blocks, joined_blocks
+from ..lane.blocks import Blocks, joined_blocks
 
 if TYPE_CHECKING:
     from ..._receipt import Receipt

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._numbers import le_bytes
 from ..._store.store import WriteBatch, pack, pend_key, u64
+from ..lane.blocks import block_parts, one_block
 
 if TYPE_CHECKING:
     from ..lane.lane import Lane
@@ -59,9 +60,7 @@ class Run:
 
     def partitions(self) -> array[int]:
         parts = self.parts
-        if parts is None:
-            return array("B" if self.one < 256 else "H", (self.one,)) * self.count
-        return parts
+        return block_parts(one_block(self.one, self.count)) if parts is None else parts
 
     def seqs(self) -> list[int]:
         return list(range(self.first, self.first + self.count))

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 from ..._numbers import fitting_array
 from ..._store.store import Store, WriteBatch, pack, pend_key, u32, u64
+from ..lane.blocks import block_parts, cut, joined_blocks, one_block
 from ..lane.lane import Lane
 from ..lane.plain import PlainRun
-from ..lane.seqqueue import block_parts, cut, joined_blocks, one_block
 from ..stats import Counters
 from .allocate import allocate
 from .lanes import UNCLAIMED, Lanes
