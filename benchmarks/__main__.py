@@ -179,6 +179,7 @@ def run(argv: list[str] | None = None) -> int:
                 finally:
                     shutil.rmtree(workdir, ignore_errors=True)
                 metrics["python_speed_s"] = speed
+                metrics["rep"] = rep + 1  # (its round: ratios pair a round's figures)
                 raw[name]["reps"].append(metrics)
                 err.print(f"{metrics['rate']:,.0f} msgs/s ({time.monotonic() - t0:.1f}s)")
     except KeyboardInterrupt:  # (the children are stopped by then: report what was measured)

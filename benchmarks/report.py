@@ -34,18 +34,36 @@ class Target:
             "ratio": None,
             "met": None,
         }
-        value = _metric(scenarios.get(self.scenario, {}).get("median", {}), self.metric)
+        entry = scenarios.get(self.scenario, {})
+        value = _metric(entry.get("median", {}), self.metric)
         if value is None:
             return out
         out["value"] = value
         measured = value
         if self.baseline is not None:
-            base = _metric(scenarios.get(self.baseline, {}).get("median", {}), self.metric)
-            if not base:
+            base = scenarios.get(self.baseline, {}).get("reps", [])
+            ratio = paired_ratio(entry.get("reps", []), base, self.metric)
+            if ratio is None:
                 return out
-            measured = out["ratio"] = value / base
+            measured = out["ratio"] = ratio
         out["met"] = measured >= self.bound if self.op == ">=" else measured <= self.bound
         return out
+
+
+def paired_ratio(reps: list[dict[str, Any]], base: list[dict[str, Any]], path: str) -> Any:
+    """The median of the repetitions' ratios of ``path`` to ``base``'s, each repetition
+    paired with the baseline's of the same round (``rep``); None when no round has both.
+
+    The two of a round ran minutes apart, where a run's rounds are up to half an hour
+    apart and the host's speed drifts over that: a ratio of medians could divide a fast
+    round's figure by a slow one's."""
+    base_of = {r.get("rep", i): _metric(r, path) for i, r in enumerate(base)}
+    ratios = [
+        value / ref
+        for i, r in enumerate(reps)
+        if (value := _metric(r, path)) is not None and (ref := base_of.get(r.get("rep", i)))
+    ]
+    return statistics.median(ratios) if ratios else None
 
 
 def _metric(median: dict[str, Any], path: str) -> Any:
@@ -158,7 +176,7 @@ def median_of(reps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarize(raw: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Scenario entries (median, rate, ratio to raw) and the evaluated targets."""
+    """Scenario entries (median, rate, paired ratio to raw) and the evaluated targets."""
     scenarios: dict[str, Any] = {}
     for name, entry in raw.items():
         reps = entry["reps"]
@@ -171,11 +189,11 @@ def summarize(raw: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[dict
     for name, entry in scenarios.items():
         base = raw_baseline(name)
         metric = "p50_ms" if base == "latency_raw" else "rate"
-        value = entry["median"].get(metric)
-        ref = scenarios.get(base, {}).get("median", {}).get(metric)
         entry["baseline"] = base
         entry["ratio_metric"] = metric
-        entry["ratio"] = value / ref if value is not None and ref else None
+        entry["ratio"] = paired_ratio(
+            entry["reps"], scenarios.get(base, {}).get("reps", []), metric
+        )
     targets = [t.evaluate(scenarios) for t in TARGETS if t.scenario in scenarios]
     return scenarios, targets
 

@@ -10,15 +10,15 @@ class Sizes:
     """How much each scenario sends (messages unless named otherwise)."""
 
     raw: int = 2_000_000  # raw PUSH/PULL, one message per frame
-    raw_batched: int = 10_000_000  # raw PUSH/PULL, 100 messages per frame
+    raw_batched: int = 20_000_000  # raw PUSH/PULL, 100 messages per frame
     dealer_router: int = 1_000_000  # raw DEALER/ROUTER with acks (and LMDB)
-    zmesh: int = 200_000  # zmesh per-message scenarios (each durability)
-    zmesh_batch: int = 1_000_000  # zmesh publish_many / fetch + ack_many
-    large_16k: int = 40_000  # 16 KiB messages (zmesh_16k and its raw baseline)
-    large_256k: int = 2_500  # 256 KiB messages
+    zmesh: int = 1_000_000  # zmesh per-message scenarios (each durability)
+    zmesh_batch: int = 3_000_000  # zmesh publish_many / fetch + ack_many
+    large_16k: int = 100_000  # 16 KiB messages (zmesh_16k and its raw baseline)
+    large_256k: int = 10_000  # 256 KiB messages
     peer: int = 200_000  # a peer's (--peers) per-message scenario with acks
     peer_batch: int = 400_000  # a peer's scenario with one ack per batch
-    fanout: int = 100_000  # zmesh fan-out, messages (each group gets all)
+    fanout: int = 400_000  # zmesh fan-out, messages (each group gets all)
     idle_lanes: int = 2_000  # idle lanes beside the busy one (zmesh_many_lanes)
     offline: int = 2_000_000  # backlog published while the group is offline
     memory_offline: int = 1_200_000  # the same of a memory topic (120 MB of payloads)
