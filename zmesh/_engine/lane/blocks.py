@@ -89,10 +89,14 @@ def joined_blocks(parts: list[tuple[Blocks | None, int]]) -> Blocks | None:
 
 def block_parts(found: Blocks) -> array[int]:
     """The partitions of ``found`` as a run keeps them: "B", or "H" when one is past 255."""
-    code = "B" if all(p < 256 for p, _lo, _hi in found) else "H"
+    return _tiled("B" if all(p < 256 for p, _lo, _hi in found) else "H", found, 0)
+
+
+def _tiled(code: str, found: Blocks, plus: int) -> array[int]:
+    """An array of ``code`` holding each block's partition + ``plus`` once per message."""
     out = array(code)
     for p, lo, hi in found:
-        out.extend(array(code, (p,)) * (hi - lo))
+        out.extend(array(code, (p + plus,)) * (hi - lo))
     return out
 
 
@@ -119,7 +123,4 @@ def slots_of(partitions: Sequence[int], found: Blocks | None) -> array[int]:
     ``found`` (their ``blocks``) at a time, else (None) a step each."""
     if found is None:
         return array("H", map(add, partitions, repeat(1)))
-    slots = array("H")
-    for p, start, end in found:
-        slots.extend(array("H", (p + 1,)) * (end - start))
-    return slots
+    return _tiled("H", found, 1)
