@@ -22,7 +22,7 @@ import asyncio
 import functools
 import inspect
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -34,9 +34,10 @@ from ._requests import Ask, Delivery, Reply
 from ._waits import check_timeout
 from .config import NodeConfig, TopicConfig
 from .deadletters import DeadLetter
+from .errors import ArgumentError
 from .node import Node as _SyncNode
 from .node import PublishOptions
-from .subscription import Message
+from .subscription import Message, awaits
 from .subscription import Subscription as _SyncSubscription
 from .transaction import Transaction as _SyncTransaction
 
@@ -229,13 +230,34 @@ class Transaction:
 def _on_loop(
     handler: Callable[[Message], Any], loop: asyncio.AbstractEventLoop
 ) -> Callable[[Message], Any]:
-    """A coroutine handler as the sync handler threads call it: run on ``loop``, each
-    thread waiting for its call (acked when it returns, nacked when it raises)."""
+    """A handler as the sync handler threads call it: an awaitable it returns (a
+    coroutine function's call, say) runs on ``loop``, the thread waiting for it (acked
+    when it returns, nacked when it raises)."""
 
     def call(msg: Message) -> Any:
-        return asyncio.run_coroutine_threadsafe(handler(msg), loop).result()
+        result = handler(msg)
+        if result is not None and inspect.isawaitable(result):
+            return asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+        return result
 
     return call
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _handler_on_loop(handler: Callable[[Message], Any]) -> Callable[[Message], Any]:
+    """``handler`` for a subscription of this module's node, made where its loop runs."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # (called outside a coroutine: no loop to run an awaitable on)
+        if awaits(handler):
+            raise ArgumentError(
+                "a coroutine handler runs on the event loop: subscribe from a coroutine"
+            ) from None
+        return handler
+    return _on_loop(handler, loop)
 
 
 class Node:
@@ -267,6 +289,8 @@ class Node:
     http_address = forwarded("http_address")
 
     async def start(self) -> Node:
+        # (handlers named in the config: what they return, if awaitable, runs on this loop)
+        self._node._wrap_handler = functools.partial(_on_loop, loop=asyncio.get_running_loop())
         await asyncio.to_thread(self._node.start)
         return self
 
@@ -352,8 +376,8 @@ class Node:
     ) -> Subscription:
         """Like ``zmesh.Node.subscribe``; ``handler`` may be a coroutine function, run on
         this loop (call it from the loop then)."""
-        if handler is not None and inspect.iscoroutinefunction(handler):
-            handler = _on_loop(handler, asyncio.get_running_loop())
+        if handler is not None and callable(handler):
+            handler = _handler_on_loop(handler)
         return Subscription(self._node.subscribe(topic, group, handler=handler, **options))
 
     async def request(
@@ -409,8 +433,8 @@ class Node:
     ) -> Subscription:
         """Like ``zmesh.Node.serve``; ``fn`` may be a coroutine function, run on this loop
         (call it from the loop then)."""
-        if inspect.iscoroutinefunction(fn):
-            fn = _on_loop(fn, asyncio.get_running_loop())
+        if callable(fn):
+            fn = _handler_on_loop(fn)
         return Subscription(self._node.serve(topic, group, fn, **options))
 
     async def last(self, topic: str, *, timeout: float = 5.0) -> list[Message]:

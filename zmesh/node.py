@@ -46,7 +46,7 @@ from .config import (
 from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError
 from .replay import ReplayReader
-from .subscription import Message, Subscription
+from .subscription import Message, Subscription, awaits
 from .transaction import Transaction
 
 __all__ = ["Node"]
@@ -75,6 +75,14 @@ class PublishOptions(TypedDict, total=False):
 
 
 _PUBLISH_OPTIONS = frozenset(PublishOptions.__annotations__)
+_NOT_AWAITED = (
+    "{what} is a coroutine function, which zmesh.Node does not await: use zmesh.aio.Node "
+    "(its handlers may be coroutine functions), or a plain function"
+)
+
+
+def _as_is(handler: Callable[[Message], Any]) -> Callable[[Message], Any]:
+    return handler
 
 
 class Node:
@@ -139,6 +147,9 @@ class Node:
         self._readers: weakref.WeakSet[ReplayReader] = weakref.WeakSet()
         self._engine = Engine(config)
         self._queue = self._engine.queue  # (what application threads talk to)
+        # What start() makes of a handler named in the config (zmesh.aio: one whose
+        # awaitables it runs on its loop).
+        self._wrap_handler: Callable[[Callable[[Message], Any]], Callable[[Message], Any]] = _as_is
 
     @classmethod
     def from_toml(cls, path: str | Path) -> Node:
@@ -151,10 +162,17 @@ class Node:
         """Bind sockets, reopen the outbox, start discovery, start the configured
         subscriptions, HTTP API and metrics endpoint; returns self."""
         try:
+            wrap = self._wrap_handler
             handlers = [
-                (sub, resolve(str(sub.handler), f"subscription {sub.topic}/{sub.group}"))
+                (sub, wrap(resolve(str(sub.handler), f"subscription {sub.topic}/{sub.group}")))
                 for sub in self.config.subscriptions
             ]
+            for sub, handler in handlers:
+                if awaits(handler):
+                    raise ConfigError(
+                        f"subscription {sub.topic}/{sub.group}: "
+                        + _NOT_AWAITED.format(what=f"handler {sub.handler!r}")
+                    )
             roles = Roles(self)
         except BaseException:
             self._engine.close()
@@ -577,6 +595,8 @@ class Node:
             )
         if handler is not None and not callable(handler):
             raise ArgumentError("handler must be callable")
+        if handler is not None and awaits(handler):
+            raise ArgumentError(_NOT_AWAITED.format(what="handler"))
         if handler is None and config.concurrency != 1:
             # (concurrency is the number of handler threads: it does nothing without one)
             raise ArgumentError(
@@ -676,6 +696,8 @@ class Node:
         subscription (close it to stop serving)."""
         if not callable(fn):
             raise ArgumentError("serve needs a function: fn(msg) -> bytes | str | None")
+        if awaits(fn):
+            raise ArgumentError(_NOT_AWAITED.format(what="serve's function"))
         return self.subscribe(
             topic,
             group,

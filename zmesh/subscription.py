@@ -6,6 +6,7 @@ _engine/inbox."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -335,7 +336,13 @@ class Subscription:
             if msg is None:
                 return
             try:
-                handler(msg)
+                result = handler(msg)
+                if result is not None and inspect.isawaitable(result):
+                    _discard(result)
+                    raise ArgumentError(
+                        "the handler returned an awaitable, which zmesh.Node does not "
+                        "await: give coroutine handlers to zmesh.aio.Node"
+                    )
             except BaseException:  # (SystemExit too: it would end this worker for good)
                 self.handler_errors += 1
                 log.exception(
@@ -550,6 +557,21 @@ class Subscription:
             f"<Subscription {self.topic}/{self.group} {self.mode} "
             f"queued={self._queued()}{' closed' if self._closed else ''}>"
         )
+
+
+def awaits(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` returns an awaitable by its definition: a coroutine function, or an
+    object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 (the method's kind, not callability)
+    )
+
+
+def _discard(awaitable: Any) -> None:
+    """Close a coroutine that will never run (no "never awaited" warning for it)."""
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()
 
 
 def _fetched_runs(

@@ -434,3 +434,38 @@ def test_async_replay_follows_new_messages_and_close_ends_its_thread(tmp_path, m
 
     assert run(main()) == [b"old", b"new"]
     assert not [t for t in threading.enumerate() if t.name.startswith("zmesh-aio-replay")]
+
+
+def test_handlers_that_return_awaitables_are_awaited_on_the_loop(tmp_path, mesh_name):
+    # An object with an async __call__, and a plain function that returns a coroutine,
+    # are not coroutine functions: what they return is what tells.
+    seen: list[bytes] = []
+
+    async def record(m: zmesh.Message) -> None:
+        assert threading.current_thread() is threading.main_thread()
+        seen.append(m.payload)
+
+    class Record:
+        async def __call__(self, m: zmesh.Message) -> None:
+            await record(m)
+
+    async def main() -> None:
+        async with (
+            zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"), **COMMON) as prod,
+            zmesh.aio.Node(
+                "c",
+                mesh=mesh_name,
+                data_dir=str(tmp_path / "c"),
+                seeds=[prod.control_address],
+                **COMMON,
+            ) as cons,
+        ):
+            cons.subscribe("a", group="g", handler=Record())
+            cons.subscribe("b", group="g", handler=lambda m: record(m))
+            await members(prod, "a", "g")
+            await members(prod, "b", "g")
+            for topic in ("a", "b"):
+                await (await prod.publish(topic, topic.encode())).wait_delivered(10)
+
+    run(main())
+    assert sorted(seen) == [b"a", b"b"]

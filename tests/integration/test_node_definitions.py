@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import pathlib
 import textwrap
 import urllib.request
 
@@ -85,3 +87,79 @@ def test_bad_subscription_definitions(tmp_path, table, match):
         assert str(path) in str(err.value) and "subscriptions.x" in str(err.value)
     # A failed start leaves the data dir free for the next try.
     zmesh.Node("n2", data_dir=str(tmp_path / "n"), mdns=False).close()
+
+
+async def record_later(msg: zmesh.Message) -> None:
+    """A coroutine handler named in a node definition."""
+    await asyncio.sleep(0)
+    RECEIVED.append(msg.payload)
+
+
+def _handled_by(tmp_path, mesh_name, handler: str) -> pathlib.Path:
+    path = tmp_path / "worker.toml"
+    path.write_text(
+        textwrap.dedent(f"""
+        [node]
+        name = "worker"
+        mesh = "{mesh_name}"
+        data_dir = "{tmp_path / "worker"}"
+        interfaces = ["127.0.0.1"]
+        mdns = false
+
+        [subscriptions.orders]
+        topic = "orders"
+        group = "billing"
+        handler = "{handler}"
+    """)
+    )
+    return path
+
+
+def test_a_coroutine_handler_in_a_definition_runs_on_the_aio_nodes_loop(
+    tmp_path, mesh_name, make_node
+):
+    # Called in a handler thread, its coroutine was dropped and the message acked unseen.
+    RECEIVED.clear()
+    path = _handled_by(tmp_path, mesh_name, "tests.integration.test_node_definitions:record_later")
+
+    async def main() -> None:
+        async with zmesh.aio.Node.from_toml(path) as worker:
+            prod = make_node("prod", seeds=[worker.control_address])
+            wait_members(prod, "orders", "billing", 1)
+            receipts = [prod.publish("orders", f"o{i}".encode()) for i in range(5)]
+            for r in receipts:
+                await asyncio.to_thread(r.wait_acked, 10)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    assert sorted(RECEIVED) == [f"o{i}".encode() for i in range(5)]
+
+
+def test_a_sync_node_refuses_a_coroutine_handler(tmp_path, mesh_name):
+    path = _handled_by(tmp_path, mesh_name, "tests.integration.test_node_definitions:record_later")
+    with pytest.raises(zmesh.ConfigError, match="does not await: use zmesh.aio.Node"):
+        zmesh.Node.from_toml(path).start()
+    node = zmesh.Node("n", data_dir=str(tmp_path / "worker"), mdns=False)  # (left free)
+    try:
+
+        class Later:
+            async def __call__(self, msg: zmesh.Message) -> None: ...
+
+        for handler in (record_later, Later()):
+            with pytest.raises(zmesh.ArgumentError, match="does not await"):
+                node.subscribe("t", group="g", handler=handler)
+            with pytest.raises(zmesh.ArgumentError, match="does not await"):
+                node.serve("q", "g", handler)
+    finally:
+        node.close()
+
+
+def test_a_handler_that_returns_a_coroutine_is_nacked_not_acked(make_node):
+    # Not a coroutine function by its definition, so only what it returns tells.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",), max_attempts=1)})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g", handler=lambda m: record_later(m))
+    wait_members(prod, "t", "g", 1)
+    r = prod.publish("t", b"x")
+    r.wait_acked(10)
+    assert r.outcomes == {"g": zmesh.Outcome.DEAD_LETTERED}
+    assert sub.handler_errors == 1 and sub.handled == 0

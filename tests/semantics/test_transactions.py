@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import zmesh
@@ -50,6 +52,52 @@ def test_an_aborted_transaction_leaves_nothing(make_node):
     assert xf.status()["outbox"] == 0
     msg.ack()  # still the application's to settle
     wait_until(lambda: src.status()["outbox"] == 0, what="ack to reach the source")
+
+
+def test_a_transaction_whose_wait_runs_out_leaves_nothing(make_node):
+    # The IO thread held up (by a call of the node's own that waits on an event), the
+    # commit's wait runs out before the thread takes the transaction: it raises, and
+    # nothing of it may happen later, or a retry stores its publishes twice.
+    src = make_node("src")
+    xf = make_node(
+        "xf", seeds=[src.control_address], topics={"b": zmesh.TopicConfig(groups=("sink",))}
+    )
+    sink = make_node("sink", seeds=[xf.control_address])
+    sub_a = xf.subscribe("a", group="xf")
+    sub_b = sink.subscribe("b", group="sink")
+    wait_members(src, "a", "xf", 1)
+    wait_members(xf, "b", "sink", 1)
+    src.publish("a", b"in")
+    msg = sub_a.get(timeout=10)
+    assert msg is not None
+    started, release = threading.Event(), threading.Event()
+    held = threading.Thread(
+        target=xf._queue.call,
+        args=(lambda _wb, _now: started.set() or release.wait(10),),
+        daemon=True,
+    )
+    held.start()
+    try:
+        assert started.wait(10), "the IO thread did not take the holding call"
+        with (
+            pytest.raises(zmesh.NodeStateError, match="nothing of it"),
+            xf.transaction(timeout=0.2) as tx,
+        ):
+            receipt = tx.publish("b", b"once")
+            tx.ack(msg)
+    finally:
+        release.set()
+        held.join(10)
+    assert not msg.settled
+    with pytest.raises(zmesh.NodeStateError, match="nothing of it"):
+        receipt.wait_stored(5)
+    with xf.transaction() as tx:  # the retry
+        tx.publish("b", b"once")
+        tx.ack(msg)
+    assert drain(sub_b, 1)[0].payload == b"once"
+    assert sub_b.get(timeout=1) is None  # stored once, not twice
+    wait_until(lambda: src.status()["outbox"] == 0, what="the ack to reach the source")
+    assert xf.status()["outbox"] == 0
 
 
 def test_a_transaction_dropped_without_commit_or_abort_gives_its_room_back(make_node, caplog):

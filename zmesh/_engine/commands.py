@@ -65,13 +65,35 @@ class Watch:
     receipt: Receipt
 
 
-@dataclass(frozen=True, slots=True)
 class Tx:
-    """A transaction: its publishes and acks in one commit; ``done`` says how it went."""
+    """A transaction: its publishes and acks in one commit; ``done`` says how it went.
 
-    pubs: list[Publish]
-    acks: list[Message]
-    done: Call
+    Taken by the IO thread or withdrawn by the thread that submitted it, whichever comes
+    first (``take`` and ``withdraw``): a transaction whose wait ran out is withdrawn, and
+    nothing of it happens, unless its commit is already under way."""
+
+    __slots__ = ("pubs", "acks", "done", "_lock", "_taken")
+
+    def __init__(self, pubs: list[Publish], acks: list[Message], done: Call) -> None:
+        self.pubs = pubs
+        self.acks = acks
+        self.done = done
+        self._lock = threading.Lock()
+        self._taken: bool | None = None  # (None: neither taken nor withdrawn yet)
+
+    def take(self) -> bool:
+        """The IO thread's claim: False when it was withdrawn (it does nothing then)."""
+        with self._lock:
+            if self._taken is None:
+                self._taken = True
+            return self._taken
+
+    def withdraw(self) -> bool:
+        """The submitter's claim: False when the IO thread took it already."""
+        with self._lock:
+            if self._taken is None:
+                self._taken = False
+            return not self._taken
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,7 +90,8 @@ class Commands:
                 self._subscription(cmd)  # type: ignore[arg-type]
                 subs_changed = True
             elif kind is Tx:
-                count += self._tx(cmd, wb, pubs, calls)  # type: ignore[arg-type]
+                if cmd.take():  # type: ignore[union-attr]
+                    count += self._tx(cmd, wb, pubs, calls)  # type: ignore[arg-type]
             elif kind is Call:
                 self._call(cmd, wb, now, calls)  # type: ignore[arg-type]
             elif kind is Request:

@@ -393,9 +393,23 @@ class Submitter:
     def transact(self, pubs: list[Publish], acks: list[Message], timeout_s: float) -> None:
         """Store ``pubs`` and settle ``acks`` in one LMDB transaction, or none of it."""
         done = Call(lambda _wb, _now: None, tx=True)
-        self.submit(Tx(pubs, acks, done))
+        tx = Tx(pubs, acks, done)
+        self.submit(tx)
         if not done.done.wait(min(timeout_s, TIMEOUT_MAX)):
-            raise NodeStateError(f"transaction not committed within {timeout_s:g}s")
+            if tx.withdraw():  # (the IO thread never takes it now: nothing of it happens)
+                error = NodeStateError(
+                    f"transaction not committed within {timeout_s:g}s: nothing of it was "
+                    f"stored or settled"
+                )
+                for pub in pubs:
+                    pub.stage.error = error
+                self.abandon(len(pubs), sum(len(p.payload) for p in pubs))
+                raise error
+            while not done.done.wait(1.0):  # its commit is under way: its outcome answers
+                if self.state == "closed":  # (the IO thread ended before it told)
+                    raise NodeClosedError(
+                        self.config.name, "it closed while a transaction was committing"
+                    )
         if done.error is not None:
             raise done.error
 
