@@ -313,3 +313,66 @@ def test_a_node_of_another_protocol_version_is_told_once_and_never_dropped(make_
     told = [r for r in caplog.records if "speaks another zmesh protocol" in r.getMessage()]
     assert len(told) == 1 and "127.0.0.1" in told[0].getMessage()
     assert f"unsupported protocol version {PROTOCOL_VERSION - 1}" in told[0].getMessage()
+
+
+def test_strangers_by_the_thousand_open_no_unbounded_sockets_and_are_not_remembered(
+    make_node, mesh_name, tmp_path
+):
+    # Membership frames need no hello, and each rumor in one named a new node: 20 frames
+    # of rumors once made a node open a socket for each (out of sockets: errors, then the
+    # IO thread stopped) and save each in its store (every start failed after that).
+    from zmesh._engine.limits import MAX_CONTACTS, MAX_PEERS, MAX_UNMET_PEERS
+    from zmesh._protocol.frames import Gossip, Rumor
+
+    node = make_node("p", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    ctx = zmq.Context()
+    try:
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect("tcp://" + node.control_address)
+
+        def rumor(k: int) -> Rumor:
+            ep = f"tcp://127.1.{k // 250}.{k % 250 + 1}:9"
+            return Rumor(random.randbytes(16), f"s{k}", 1, 0, 0, b"", ep, 9)
+
+        stranger = rumor(0)
+        for f in range(20):
+            rumors = tuple(rumor(1 + f * 64 + i) for i in range(64))
+            dealer.send(encode_control(Gossip(stranger, rumors)))
+        # A hello of this mesh naming 1,100 peers to meet.
+        refs = tuple(
+            PeerRef(random.randbytes(16), f"tcp://127.2.{k // 250}.{k % 250 + 1}:9", "")
+            for k in range(1100)
+        )
+        hello = Hello(random.randbytes(16), "h", mesh_name, 1, 9, 9, ("127.0.0.1",), (), refs)
+        dealer.send(encode_control(hello))
+        wait_until(
+            lambda: (
+                node.stats().get("peers_refused", 0) > 0
+                and node.stats().get("contacts_refused", 0) > 0
+            ),
+            what="the strangers to be refused",
+        )
+        dealer.close()
+    finally:
+        ctx.term()
+    status = node.status()
+    assert len(status["peers"]) <= MAX_UNMET_PEERS + 1  # (the hello's sender met)
+    assert len(status["peers"]) <= MAX_PEERS
+    assert MAX_CONTACTS < 1100
+    # The node still serves: a consumer joins, a message is delivered.
+    cons = make_node("c", seeds=[node.control_address])
+    sub = cons.subscribe("t", group="g")
+    wait_members(node, "t", "g", 1)
+    receipt = node.publish("t", b"still here")
+    assert drain(sub, 1)[0].payload == b"still here"
+    receipt.wait_acked(10)
+    # Only the peers that said hello are remembered: the next start is not refused.
+    data_dir = node.config.data_dir
+    node.close()
+    again = zmesh.Node("p", mesh=mesh_name, data_dir=data_dir, interfaces=["127.0.0.1"], mdns=False)
+    try:
+        again.start()
+        assert again.status()["node"]["name"] == "p"
+    finally:
+        again.close()

@@ -10,6 +10,7 @@ import logging
 import zmq
 
 from .._security import Keys, client_options
+from .limits import MAX_CONTACTS
 from .stats import Counters
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,15 @@ class Contacts:
         for k in candidates:
             if (ep, k) in self._open:
                 continue
-            dealer = self.ctx.socket(zmq.DEALER)
+            if not seed and len(self._open) >= MAX_CONTACTS:
+                self.counters.add("contacts_refused", 1)  # (named again later, or never)
+                return
+            try:
+                dealer = self.ctx.socket(zmq.DEALER)
+            except zmq.ZMQError as exc:  # (out of sockets or descriptors: not this one)
+                self.counters.add("contacts_refused", 1)
+                log.warning("cannot contact %r: %s", ep, exc)
+                return
             dealer.setsockopt(zmq.LINGER, 0)
             dealer.setsockopt(zmq.SNDHWM, 4)
             client_options(dealer, keys, k)

@@ -50,3 +50,11 @@ STARVED_PERIODS = 1.5
 # Anti-entropy: every this many heartbeats a node names all its live peers in a hello to
 # one of them, which meets any it did not know (gossip may miss one, rarely).
 SYNC_BEATS = 30
+# What one node keeps of the mesh, so that no sender can make it open sockets (and file
+# descriptors) without bound: peers in all (a node refuses more), peers that have not
+# said hello yet (known from membership frames and rumors only: not remembered in the
+# store, forgotten once dead), and contacts that are not seeds (endpoints still to meet).
+MAX_PEERS = 256
+MAX_UNMET_PEERS = 32
+MAX_CONTACTS = 64
+REFUSAL_LOG_INTERVAL_S = 60.0

@@ -144,7 +144,7 @@ class Liveness:
             return None
         host, port = split_endpoint(rumor.ctrl_endpoint)
         host = addr or host
-        if host in _ANY_HOST:
+        if host in _ANY_HOST or not mesh.room_for(rumor.node_id, False, now):
             return None
         new = mesh.make_peer(
             rumor.node_id,
@@ -167,6 +167,8 @@ class Liveness:
             if change.new == DEAD:
                 if peer.alive:
                     mesh.mark_dead(peer, now, why or "dead")
+                if not peer.met:  # (never a member of this mesh here: nothing to keep)
+                    mesh.forget(peer, now, "dead before it said hello")
             elif not peer.alive:
                 mesh.revive(peer, wb, now)
 
@@ -197,7 +199,7 @@ class Liveness:
                 out.append(self.me())
                 continue
             peer = peers.get(f.node_id)
-            if peer is not None and peer.incarnation == f.incarnation:
+            if peer is not None and peer.met and peer.incarnation == f.incarnation:
                 out.append(
                     Rumor(
                         f.node_id,

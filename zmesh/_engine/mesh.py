@@ -30,7 +30,13 @@ from .._store.store import WriteBatch
 from .._subjects import SubjectMap
 from ..config import NodeConfig
 from .contacts import Contacts
-from .limits import FORGET_DEAD_AFTER_S, SYNC_BEATS
+from .limits import (
+    FORGET_DEAD_AFTER_S,
+    MAX_PEERS,
+    MAX_UNMET_PEERS,
+    REFUSAL_LOG_INTERVAL_S,
+    SYNC_BEATS,
+)
 from .liveness import Liveness
 from .outbox.ephemeral import send_kept
 from .outbox.outbox import Outbox
@@ -96,6 +102,7 @@ class Mesh:
         # is sent at most once is sent only on a connection that is up (ready_data).
         self.unready: set[bytes] = set()
         self._foreign_logged: set[bytes] = set()
+        self._refusal_logged_at = -REFUSAL_LOG_INTERVAL_S
         self._beats = 0
         self.ctrl_port = 0
         self.data_port = 0
@@ -154,10 +161,33 @@ class Mesh:
         self._contacts.met(ctrl_ep)
         self.peers[node_id] = peer
         self._at[ctrl_ep] = node_id
-        wb.peers_put[node_id] = f"{ctrl_ep} {peer.public_key.decode()}".strip().encode()
+        if peer.met:
+            _remember(peer, wb)
         log.info("peer %s (%s) joined at %s", peer.name, node_id.hex()[:12], ctrl_ep)
         self.say_hello(peer)
         return peer
+
+    def room_for(self, node_id: bytes, met: bool, now: float) -> bool:
+        """Whether a new peer (``met``: it said hello) fits within ``MAX_PEERS`` and,
+        unmet, ``MAX_UNMET_PEERS``; a refusal is counted and logged now and then."""
+        peers = self.peers
+        if node_id in peers:  # (a new life of a known node takes its place)
+            return True
+        if len(peers) < MAX_PEERS and (
+            met or sum(not p.met for p in peers.values()) < MAX_UNMET_PEERS
+        ):
+            return True
+        self.counters.add("peers_refused", 1)
+        if now - self._refusal_logged_at >= REFUSAL_LOG_INTERVAL_S:
+            self._refusal_logged_at = now
+            log.warning(
+                "refusing a new peer: this node knows %d (at most %d, of them %d that have "
+                "not said hello); see the peers_refused counter",
+                len(peers),
+                MAX_PEERS,
+                MAX_UNMET_PEERS,
+            )
+        return False
 
     def admissible(self, key: bytes) -> bool:
         """Whether a node with this CURVE key may be a peer (on a secured mesh: trusted)."""
@@ -254,11 +284,17 @@ class Mesh:
         if peer is not None and hello.incarnation < peer.incarnation:
             return  # a late hello of an earlier life
         if peer is None or hello.incarnation > peer.incarnation:
+            if not self.room_for(hello.node_id, True, now):
+                return
             ctrl_ep, data_ep = endpoint(host, hello.ctrl_port), endpoint(host, hello.data_port)
             new = self.make_peer(
                 hello.node_id, hello.name, hello.incarnation, ctrl_ep, data_ep, now, key
             )
+            new.met = True
             peer = self.join(new, wb, now)
+        elif not peer.met:  # (known from membership frames until now)
+            peer.met = True
+            _remember(peer, wb)
         peer.last_seen = now
         self.liveness.hello(peer, wb, now)
         peer.replica_host, peer.copies = hello.replica_host, hello.copies
@@ -428,7 +464,12 @@ class Mesh:
         if peer.serving:
             self._index_served()
         log.log(
-            logging.WARNING if why == "unresponsive" else logging.INFO,
+            # (one that never said hello was never a member here: news for debugging)
+            logging.DEBUG
+            if not peer.met
+            else logging.WARNING
+            if why == "unresponsive"
+            else logging.INFO,
             "peer %s (%s) is gone (%s, last heard %.1fs ago); %d in-flight messages pending again",
             peer.name,
             peer.node_id.hex()[:12],
@@ -566,3 +607,8 @@ def _members(
             continue
         lane = groups.ensure(topic, name, s.group, s.mode, wb, now, s.deliver)
         lane.set_member(member, s.max_in_flight, s.batch_size, s.max_message_bytes)
+
+
+def _remember(peer: Peer, wb: WriteBatch) -> None:
+    """Keep ``peer``'s address in the store: contacted again at the next start."""
+    wb.peers_put[peer.node_id] = f"{peer.ctrl_ep} {peer.public_key.decode()}".strip().encode()

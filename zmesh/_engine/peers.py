@@ -56,6 +56,8 @@ class Peer:
     ephemeral: dict[tuple[str, str], SubInfo] = field(default_factory=dict)
     dead_since: float = 0.0
     public_key: bytes = b""  # Z85 CURVE key, on a secured mesh
+    # It said hello (a node of this mesh): remembered in the store, and named in gossip.
+    met: bool = False
     # Replicas (its hello's): whether it hosts them, whose copies it holds, whose lanes
     # it took over.
     replica_host: bool = False
