@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from ._aioreplay import ReplayReader
+from ._handlers import awaits
 from ._loopwaits import Wakes, forwarded, with_room
 from ._receipt import MessageId
 from ._receipt import Receipt as _SyncReceipt
@@ -37,7 +38,7 @@ from .deadletters import DeadLetter
 from .errors import ArgumentError
 from .node import Node as _SyncNode
 from .node import PublishOptions
-from .subscription import Message, awaits
+from .subscription import Message
 from .subscription import Subscription as _SyncSubscription
 from .transaction import Transaction as _SyncTransaction
 

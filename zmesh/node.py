@@ -19,6 +19,7 @@ from typing import Any, TypedDict, Unpack, cast
 from ._engine.commands import Request, SetTopic
 from ._engine.engine import Engine
 from ._engine.outbox.publishes import AnyPublish, Publish
+from ._handlers import awaits
 from ._last import last_values
 from ._protocol.codec import MAX_KEY_CHARS, check_headers
 from ._receipt import MessageId, Receipt
@@ -46,7 +47,7 @@ from .config import (
 from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError
 from .replay import ReplayReader
-from .subscription import Message, Subscription, awaits
+from .subscription import Message, Subscription
 from .transaction import Transaction
 
 __all__ = ["Node"]
@@ -550,8 +551,9 @@ class Node:
 
         Without ``group`` the subscription is ephemeral: it gets every message published
         while it is connected, at most once (a message it misses, or that a slow
-        subscriber's pipe has no room for, is not sent again; counted at the producer in
-        ``ephemeral_dropped``), and no producer keeps anything for it; settling its
+        subscriber has no room for, is not sent again; counted in ``ephemeral_dropped``
+        at the producer, or here when its queue holds ``max_in_flight`` messages or
+        16 MiB), and no producer keeps anything for it; settling its
         messages does nothing. Messages scheduled for later (``deliver_at``, ``delay``)
         go to groups only.
         """

@@ -6,6 +6,7 @@ _engine/inbox."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import threading
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 
 from ._engine.commands import Extend, Respond, Settle
 from ._engine.inbox.origin import STATES, Origin, Queue
+from ._engine.limits import EPHEMERAL_QUEUE_BYTES
 from ._protocol.codec import check_headers
 from ._receipt import MessageId
 from ._requests import DELIVERY_HEADER
@@ -281,7 +283,9 @@ class Subscription:
         self.mode = config.mode
         self._submitter = submitter  # (this node's command queue)
         self._name = submitter.ephemeral_name() if config.group is None else config.group
-        self._queue: deque[tuple[Iterator[Message], Iterator[int]]] = deque()
+        # Queued batches: their messages as made when taken, the places not taken yet
+        # (the iterator the messages are made from), and their origin.
+        self._queue: deque[tuple[Iterator[Message], Iterator[int], Origin]] = deque()
         # The list ``fetch`` returned last (a copy, as it was) and the runs of batches it
         # is, for ``ack_many`` to know it by when it is given back whole.
         self._fetched: tuple[list[Message], list[tuple[Origin, Sequence[int], bool]]] | None = None
@@ -362,7 +366,9 @@ class Subscription:
         places = iter(range(len(payloads)))
         origin.sub, origin.places = self, places
         with self._cond:
-            self._queue.append((map(Message, repeat(origin), places, keys, payloads), places))
+            self._queue.append(
+                (map(Message, repeat(origin), places, keys, payloads), places, origin)
+            )
             self.delivered += len(payloads)
             self._cond.notify_all()
         for listener in self._listeners:
@@ -382,7 +388,7 @@ class Subscription:
             self._exhausted(head)
         return None
 
-    def _exhausted(self, head: tuple[Iterator[Message], Iterator[int]]) -> None:
+    def _exhausted(self, head: tuple[Iterator[Message], Iterator[int], Origin]) -> None:
         """``head``, found with no message left, leaves the queue (unless another thread
         removed it already)."""
         with self._cond:
@@ -390,10 +396,20 @@ class Subscription:
             if queue and queue[0] is head:
                 queue.popleft()
 
+    def _admits(self, count: int, nbytes: int) -> bool:
+        """Whether a batch of ``count`` messages (``nbytes`` of payloads) for this
+        ephemeral subscription fits in its queue: at most ``max_in_flight`` messages and
+        ``EPHEMERAL_QUEUE_BYTES`` (at the batch's mean size) queued, or none (IO thread)."""
+        queued = self._queued()
+        total = queued + count
+        return not queued or (
+            total <= self.config.max_in_flight and total * nbytes <= EPHEMERAL_QUEUE_BYTES * count
+        )
+
     def _queued(self) -> int:
         """How many messages wait in the queue."""
         with self._cond:
-            return sum(length_hint(places) for _msgs, places in self._queue)
+            return sum(length_hint(places) for _msgs, places, _origin in self._queue)
 
     def get(self, timeout: float | None = None) -> Message | None:
         """The next message; None on timeout or once the subscription is closed;
@@ -515,6 +531,12 @@ class Subscription:
         """Closed: nothing more is taken (the IO thread releases what was not settled)."""
         with self._cond:
             self._closed = True
+            for _msgs, places, origin in self._queue:
+                # An iterator already handed out (``for msg in sub``) makes no more of the
+                # batch: its places run out here. The origin keeps which were not taken.
+                untaken = length_hint(places)
+                origin.places = iter(range(len(origin.seqs) - untaken, len(origin.seqs)))
+                deque(places, maxlen=0)
             self._queue.clear()
             self._fetched = None  # (what the application holds is its own)
             self._cond.notify_all()
@@ -538,13 +560,15 @@ class Subscription:
         """``close()``, as its node's close does it (waiters get NodeClosedError)."""
         if self._closed:
             return
-        try:
-            self._submitter.unsubscribe(self)
-        except NodeStateError:
-            self._drain_unsettled()
+        # Nothing more is taken; the handler calls running end and settle theirs; then
+        # the IO thread releases what is left unsettled (by the time this returns).
+        self._drain_unsettled()
         for t in self._workers:
             if t is not threading.current_thread():
                 t.join()
+        # (NodeStateError: the node closed, its IO thread released what it held as it ended)
+        with contextlib.suppress(NodeStateError):
+            self._submitter.unsubscribe(self)
 
     def __enter__(self) -> Subscription:
         return self
@@ -557,14 +581,6 @@ class Subscription:
             f"<Subscription {self.topic}/{self.group} {self.mode} "
             f"queued={self._queued()}{' closed' if self._closed else ''}>"
         )
-
-
-def awaits(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` returns an awaitable by its definition: a coroutine function, or an
-    object whose ``__call__`` is one."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 (the method's kind, not callability)
-    )
 
 
 def _discard(awaitable: Any) -> None:

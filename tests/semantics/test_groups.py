@@ -114,6 +114,41 @@ def test_a_group_without_members_expires(make_node):
     assert not kept.acked
 
 
+def test_an_ephemeral_subscriber_that_does_not_read_holds_a_bounded_queue(make_node):
+    # It once queued all it was sent: 3,000 messages of 256 KiB took 760 MB.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    cons = make_node("tail", seeds=[prod.control_address])
+    sub = cons.subscribe("t", max_in_flight=50)
+    wait_until(
+        lambda: any(
+            s[2] == "ephemeral"
+            for p in prod.peers()
+            if p["id"] == cons.id
+            for s in p["subscriptions"]
+        ),
+        what="the producer knows the subscriber",
+    )
+    payload = b"x" * (256 << 10)
+    for _ in range(10):  # 1,000 messages, 250 MB, never read
+        prod.publish_many("t", [payload] * 100).wait_stored(timeout=30)
+    wait_until(
+        lambda: (
+            cons.stats().get("received_ephemeral", 0) + prod.stats().get("ephemeral_dropped", 0)
+            >= 1000
+        ),
+        timeout=30,
+        what="every message received or dropped",
+    )
+    queued = sub._queued()
+    # (a batch, whatever its size, when none is queued; then 16 MiB of 256 KiB at most)
+    assert 0 < queued <= 100 + 64
+    assert cons.stats()["ephemeral_dropped"] >= 1000 - queued - prod.stats().get(
+        "ephemeral_dropped", 0
+    )
+    got = [sub.get(timeout=5) for _ in range(queued)]  # what it holds is delivered
+    assert all(m is not None and m.payload == payload for m in got)
+
+
 def test_ephemeral_subscriptions_leave_nothing_at_the_producer(make_node):
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
     prod.publish("t", b"before").wait_stored(timeout=5)

@@ -58,3 +58,7 @@ MAX_PEERS = 256
 MAX_UNMET_PEERS = 32
 MAX_CONTACTS = 64
 REFUSAL_LOG_INTERVAL_S = 60.0
+# What an ephemeral subscription holds queued at most, besides its max_in_flight messages
+# (at the mean size of the batch that arrives): a subscriber that does not keep up
+# misses the rest (at most once), where its queue would grow without bound.
+EPHEMERAL_QUEUE_BYTES = 16 << 20

@@ -440,9 +440,12 @@ class Submitter:
             raise
 
     def unsubscribe(self, sub: Subscription) -> None:
+        """Close ``sub``: once this returns, the IO thread has released what it held
+        unsettled (settling one of those raises MessageStateError from then on)."""
         self._forget_announced(sub)
         sub._drain_unsettled()
         self.submit(Unsubscribe(sub))
+        self.call(lambda _wb, _now: None, writes=False)  # (commands run in order)
 
     def _forget_announced(self, sub: Subscription) -> None:
         key = (sub.topic, announced_group(sub), sub.mode)

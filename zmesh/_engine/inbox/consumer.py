@@ -148,6 +148,9 @@ class Consumer:
             return
         if subs[0].mode == "ephemeral":  # at most once: nothing to dedupe, hold or ack
             self.counters.add("received_ephemeral", len(seqs))
+            if not subs[0]._admits(len(seqs), sum(map(len, batch.payloads))):
+                self.counters.add("ephemeral_dropped", len(seqs))  # (it does not keep up)
+                return
             subs[0]._deliver(
                 Origin(
                     None,
