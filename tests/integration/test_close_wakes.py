@@ -126,3 +126,23 @@ def test_calls_and_transactions_after_close_say_the_node_is_closed(make_node):
         cons.status()
     with pytest.raises(zmesh.NodeClosedError):
         cons.publish("t", b"z")
+
+
+def test_close_ends_iteration_at_once_and_what_it_held_is_released(make_node):
+    # Iteration went on through the rest of a batch already handed out, and an ack just
+    # after close() was taken, though close() had said what it held went back at once.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    prod.publish_many("t", [b"%d" % i for i in range(100)]).wait_stored(5)
+    wait_until(lambda: sub._queued() == 100, what="the batch to be queued")
+    it = iter(sub)
+    first, second = next(it), next(it)
+    first.ack()
+    sub.close()
+    with pytest.raises(zmesh.MessageStateError, match="released when its subscription closed"):
+        second.ack()
+    assert list(it) == []
+    wait_until(lambda: prod.stats().get("acked", 0) >= 1, what="the ack at the producer")
+    assert cons.stats()["released_on_close"] == 99
