@@ -184,7 +184,7 @@ class Pending:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self.cond.wait(left)
+                self.cond.wait(min(left, threading.TIMEOUT_MAX))
             return self.outcome(count)
 
     def outcome(self, count: int | None = None) -> list[Reply]:

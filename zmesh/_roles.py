@@ -110,7 +110,7 @@ class Roles:
                 log.error("producer %s: %s", p.topic, exc)
             except Exception:
                 log.exception("producer %s: source %s raised", p.topic, p.source)
-            self._stop.wait(p.interval_s)
+            self._stop.wait(min(p.interval_s, threading.TIMEOUT_MAX))
 
     def _relay(self, r: RelayConfig, sub: Any, transform: Callable[[Any], Any] | None) -> None:
         """Consume ``from_topic`` and publish to ``to_topic``, each message in one

@@ -115,3 +115,14 @@ def test_a_late_joiner_gets_the_last_values_then_every_live_message(
         # The value kept when the producer learned of it, then every later one.
         assert values_of_key == list(range(values_of_key[0], end + 1))
         assert values_of_key[0] >= kept
+
+
+def test_a_timeout_longer_than_one_poll_is_waited_for(make_node) -> None:
+    """A finite timeout past what one ZeroMQ poll takes (2**31 - 1 ms) is a long wait,
+    not an OverflowError."""
+    prod = make_node("prod", topics={"plant.>": zmesh.TopicConfig(keep_last=1)})
+    cons = make_node("cons", seeds=[prod.control_address])
+    wait_until(lambda: any(p["alive"] for p in cons.peers()), what="the producer")
+    prod.publish("plant.l1.temp", b"21", key="k0").wait_stored(5)
+    assert [m.payload for m in cons.last("plant.>", timeout=2.2e6)] == [b"21"]
+    assert [m.payload for m in prod.last("plant.>", timeout=1e300)] == [b"21"]

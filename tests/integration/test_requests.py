@@ -192,3 +192,15 @@ def test_a_failing_handler_is_a_reply_error(make_node) -> None:
     assert info.value.reply.ok is False and info.value.responder == server.id
     replies = client.request_many("calib.l4", b"?", timeout=5)
     assert [r.ok for r in replies] == [False]
+
+
+def test_a_timeout_longer_than_one_wait_is_waited_for(make_node) -> None:
+    """A finite timeout past what one wait takes (threading.TIMEOUT_MAX) is a long wait,
+    not an OverflowError."""
+    server = make_node("server")
+    client = make_node("client", seeds=[server.control_address])
+    server.serve("calib.*", "svc", lambda msg: b"ok")
+    wait_until(lambda: alive(client, "calib.*"), what="the server")
+    assert client.request("calib.l4", b"?", timeout=1e10).payload == b"ok"
+    replies = client.request_many("calib.l4", b"?", timeout=1e300)
+    assert [r.payload for r in replies] == [b"ok"]

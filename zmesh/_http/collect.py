@@ -31,6 +31,7 @@ from .._protocol.frames import (
     random_token,
 )
 from .._security import Keys, client_options
+from .._waits import poll_ms
 from ..errors import DecodeError
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def ask(
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            for sock, _ in poller.poll(max(1, int(left * 1000))):
+            for sock, _ in poller.poll(poll_ms(left)):
                 i = index[sock]
                 try:
                     reply = decode_control(sock.recv(zmq.NOBLOCK), MAX_REPLY_BYTES)

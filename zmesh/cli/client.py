@@ -27,6 +27,7 @@ from .._protocol.frames import (
     random_token,
 )
 from .._security import _check_key
+from .._waits import poll_ms
 from ..config import parse_seed
 from ..errors import ConfigError, DecodeError
 from .output import CliError
@@ -158,7 +159,7 @@ def _reply(
     """The reply of kind ``want`` to the request ``token`` on ``sock`` within
     ``timeout_s`` (others are passed over); None when none came."""
     deadline = time.monotonic() + timeout_s
-    while (left := deadline - time.monotonic()) > 0 and sock.poll(max(1, int(left * 1000))):
+    while (left := deadline - time.monotonic()) > 0 and sock.poll(poll_ms(left)):
         try:
             reply = decode_control(sock.recv(zmq.NOBLOCK))
         except (DecodeError, zmq.Again):
