@@ -241,9 +241,10 @@ class Requests:
 
 def serving(fn: Callable[[Message], Any], counters: Counters) -> Callable[[Message], None]:
     """``Node.serve``'s handler: ``fn(msg)``'s return value (bytes, str or None) is the
-    reply; what it raises is replied as an error. A message that is not a request is
-    handed to ``fn`` and answered by nobody; an at-most-once request delivered again,
-    or one its requester no longer waits for, is acked without calling ``fn``."""
+    reply; what it raises, or returns that no reply can be, is replied as an error. A
+    message that is not a request is handed to ``fn`` and answered by nobody; an
+    at-most-once request delivered again, or one its requester no longer waits for, is
+    acked without calling ``fn``."""
 
     def handle(msg: Message) -> None:
         headers = msg.headers
@@ -261,9 +262,18 @@ def serving(fn: Callable[[Message], Any], counters: Counters) -> Callable[[Messa
         try:
             result = fn(msg)
         except Exception as exc:
-            log.warning("request %s on %s failed: %r; replied as an error", msg.id, msg.topic, exc)
-            msg.reply(f"{type(exc).__name__}: {exc}", ok=False)
+            _failed(msg, exc)
             return
-        msg.reply(b"" if result is None else result)
+        try:
+            msg.reply(b"" if result is None else result)
+        except ArgumentError as exc:  # (no reply can carry it: its requester hears why)
+            _failed(msg, exc)
 
     return handle
+
+
+def _failed(msg: Message, exc: Exception) -> None:
+    """A request ``serve``'s function failed on (it raised, or returned what no reply can
+    be): replied as an error."""
+    log.warning("request %s on %s failed: %r; replied as an error", msg.id, msg.topic, exc)
+    msg.reply(f"{type(exc).__name__}: {exc}", ok=False)

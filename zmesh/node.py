@@ -690,12 +690,12 @@ class Node:
         batch_size: int = _SUBSCRIBE_DEFAULTS["batch_size"],
     ) -> Subscription:
         """Answer the requests of ``topic`` (a pattern too) as a member of ``group``:
-        ``fn(msg)`` returns the reply (bytes or str; None: an empty one), what it raises
-        is replied as an error (``ReplyError`` at the requester); the request is acked
-        either way. A request delivered again is dropped unless it was sent
-        ``at_least_once``; one its requester no longer waits for is dropped. ``mode``
-        ``"broadcast"``: every member answers (``request_many``). Returns the
-        subscription (close it to stop serving)."""
+        ``fn(msg)`` returns the reply (bytes or str; None: an empty one); what it raises,
+        or returns that no reply can be (an int, more than max_message_bytes), is replied
+        as an error (``ReplyError`` at the requester); the request is acked either way.
+        A request delivered again is dropped unless it was sent ``at_least_once``; one its
+        requester no longer waits for is dropped. ``mode`` ``"broadcast"``: every member
+        answers (``request_many``). Returns the subscription (close it to stop serving)."""
         if not callable(fn):
             raise ArgumentError("serve needs a function: fn(msg) -> bytes | str | None")
         if awaits(fn):

@@ -204,3 +204,21 @@ def test_a_timeout_longer_than_one_wait_is_waited_for(make_node) -> None:
     assert client.request("calib.l4", b"?", timeout=1e10).payload == b"ok"
     replies = client.request_many("calib.l4", b"?", timeout=1e300)
     assert [r.payload for r in replies] == [b"ok"]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [5, 2.5, [b"x"], {"a": 1}, b"x" * ((1 << 20) + 1)],
+    ids=["int", "float", "list", "dict", "too_large"],
+)
+def test_a_return_value_no_reply_can_be_is_a_reply_error(make_node, result) -> None:
+    server = make_node("server", max_message_bytes=1 << 20)
+    client = make_node("client", seeds=[server.control_address])
+    server.serve("calib.*", "svc", lambda msg: result)
+    wait_until(lambda: alive(client, "calib.*"), what="the server")
+    start = time.monotonic()
+    with pytest.raises(zmesh.ReplyError, match="ArgumentError: a reply") as info:
+        client.request("calib.l4", b"?", timeout=10)
+    assert time.monotonic() - start < 5.0  # (answered, not waited out)
+    assert info.value.responder == server.id
+    wait_until(lambda: client.status()["outbox"] == 0, what="the request acked")
