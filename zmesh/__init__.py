@@ -34,9 +34,9 @@ __version__ = "0.1.0"
 
 def snapshot(data_dir: str, dest: str) -> None:
     """Copy a node's data dir consistently (its node may be running, in any process)."""
-    from ._store.snapshot import snapshot_data_dir
+    from ._store.snapshot import check_path, snapshot_data_dir
 
-    snapshot_data_dir(str(data_dir), str(dest))
+    snapshot_data_dir(check_path(data_dir, "data_dir"), check_path(dest, "dest"))
 
 
 __all__ = [

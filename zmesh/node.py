@@ -32,6 +32,7 @@ from ._requests import (
     serving,
 )
 from ._roles import Roles, resolve
+from ._store.snapshot import check_path
 from ._subjects import TopicConfigs, check_subject, is_pattern
 from ._waits import check_timeout
 from .config import (
@@ -784,8 +785,11 @@ class Node:
         A node started on ``dest`` resumes from the copy with the same node id: start it
         only in place of this one (after a loss), never beside it.
         """
-        self._engine.store.snapshot(str(dest))
-        return Path(dest)
+        path = check_path(dest, "dest")
+        if self._queue.state != "new":  # (before start() its store is open already)
+            self._queue.check_running()
+        self._engine.store.snapshot(path)
+        return Path(path)
 
     # -- dead letters -------------------------------------------------------------------
 

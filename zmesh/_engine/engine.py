@@ -33,6 +33,7 @@ from .._protocol.codec import (
 from .._protocol.frames import Bye, GroupDel
 from .._requests import Requests
 from .._security import Keys, load_keys
+from .._store.lock import own
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
 from ..errors import NodeStateError, StoreFullError, ZMeshError
@@ -95,6 +96,7 @@ class Engine:
         _warn_if_open(self.keys, config.mesh)
         tune_malloc()  # (before the store's first transaction)
         self.store = Store(config.data_dir, config.map_size_bytes)
+        own(config.data_dir, self.store.snapshot)  # (zmesh.snapshot of it, in this process)
         try:
             self.node_id, self.incarnation, next_seq, next_lane = self.store.open_identity()
         except Exception:

@@ -6,6 +6,10 @@ replaces the pid with ``clean SIZE MTIME_NS INODE`` of ``data.mdb`` as it was le
 node that opens the store and finds anything else there (a pid: its holder died without
 closing it; or a data file that is not the one a clean close left: restored, copied,
 changed while stopped) has its store checked before LMDB reads it (see check.py).
+
+The data dirs this process holds are listed (``held_here``): LMDB opens an environment
+once per process, so a snapshot of one of them copies through its owner (``own``), whose
+open environment it reads.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import fcntl
 import gc
 import logging
 import os
+import threading
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +32,25 @@ log = logging.getLogger(__name__)
 LOCK_FILE = "LOCK"  # in the data dir
 _CLEAN = "clean"
 
+# The data dirs this process holds, by real path (take_lock adds one, let_go removes it).
+_held: dict[str, LockedDir] = {}
+_held_lock = threading.Lock()
+
 
 class LockedDir:
     """What a store keeps open: the data dir's lock file and, once opened, the LMDB
-    environment. Released once: by ``Store.close()``, or when the store is collected."""
+    environment. Released once: by ``Store.close()``, or when the store is collected.
+    ``copy``: how its owner snapshots the open store into a new data dir (``own``)."""
 
-    __slots__ = ("env", "lock_fd", "data_file", "previous")
+    __slots__ = ("env", "lock_fd", "data_file", "previous", "key", "copy")
 
-    def __init__(self, lock_fd: int, data_file: Path, previous: str) -> None:
+    def __init__(self, lock_fd: int, data_file: Path, previous: str, key: str) -> None:
         self.lock_fd = lock_fd
         self.data_file = data_file
         self.previous = previous  # what the lock file said before this process took it
+        self.key = key  # (the data dir's real path)
         self.env: Any = None
+        self.copy: weakref.WeakMethod[Callable[[str], None]] | None = None
 
     def unclean(self) -> str | None:
         """Why the store must be checked before it is used; None when its data file is
@@ -60,6 +74,9 @@ class LockedDir:
 def let_go(held: LockedDir, *, sync: bool) -> None:
     """Close the environment, then the lock file (which frees the data dir); ``sync``: a
     clean close, recorded in the lock file."""
+    with _held_lock:
+        if _held.get(held.key) is held:
+            del _held[held.key]
     try:
         if held.env is not None:
             if sync:
@@ -137,4 +154,21 @@ def take_lock(data_dir: Path, data_file: Path) -> LockedDir:
     with contextlib.suppress(OSError):
         os.ftruncate(lock_fd, 0)
         os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
-    return LockedDir(lock_fd, data_file, previous)
+    held = LockedDir(lock_fd, data_file, previous, os.path.realpath(data_dir))
+    with _held_lock:
+        _held[held.key] = held
+    return held
+
+
+def held_here(data_dir: str | Path) -> LockedDir | None:
+    """The lock this process holds on ``data_dir``, if it holds one."""
+    with _held_lock:
+        return _held.get(os.path.realpath(data_dir))
+
+
+def own(data_dir: str | Path, copy: Callable[[str], None]) -> None:
+    """Say how the holder of ``data_dir`` (a node's store) snapshots it: ``copy(dest)``,
+    a bound method, kept weakly (the registry keeps no store alive)."""
+    held = held_here(data_dir)
+    if held is not None:
+        held.copy = weakref.WeakMethod(copy)

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import lmdb
 
 from .._dirs import make_dir
-from ..errors import StoreError
+from ..errors import ArgumentError, StoreError
+from .lock import held_here
+
+
+def check_path(value: object, what: str) -> str:
+    """A snapshot's data dir or destination: a non-empty str or os.PathLike, as a str
+    (bytes or a number would become a directory named "b'x'" or "5");
+    ArgumentError naming ``what`` otherwise."""
+    path = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(path, str) or not path:
+        raise ArgumentError(f"{what} must be a path (a str or os.PathLike), got {value!r}")
+    return path
 
 
 def copy_env(env: Any, dest: str) -> None:
@@ -31,6 +43,14 @@ def copy_env(env: Any, dest: str) -> None:
 def snapshot_data_dir(data_dir: str, dest: str) -> None:
     """Snapshot a data dir whether or not a node (in any process) is running on it."""
     path = Path(data_dir) / "store"
+    held = held_here(data_dir)
+    if held is not None:
+        # Open in this process, where LMDB cannot open it again: its node copies it.
+        copy = held.copy() if held.copy is not None else None
+        if copy is None:
+            raise StoreError("the store is open in this process, but not by a node", str(path))
+        copy(dest)
+        return
     if not (path / "data.mdb").exists():
         raise StoreError("no zmesh store here", str(path))
     try:
