@@ -115,6 +115,25 @@ def _positive(
         raise ConfigError(f"{owner}.{name} must be a finite number of seconds, got {value!r}")
 
 
+def _listed(owner: str, name: str, value: object, what: str) -> tuple[Any, ...]:
+    """A list (or tuple) field as a tuple: a string would be taken apart into its
+    characters, and a table (TOML's or a dict) into its keys."""
+    if isinstance(value, str | bytes):
+        raise ConfigError(f"{owner}.{name} must be a list of {what}, not a string: [{value!r}]")
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"{owner}.{name} must be a list of {what}, got {value!r}")
+    return tuple(value)
+
+
+def _path(owner: str, name: str, value: object, *, empty: bool = True) -> str:
+    """A path field (a str, or one of pathlib's) as a str: bytes or a number would become
+    a file named "b'/x'" or "5"; ``empty``: whether "" may pass."""
+    path = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(path, str) or not (path or empty):
+        raise ConfigError(f"{owner}.{name} must be a path (a str or os.PathLike), got {value!r}")
+    return path
+
+
 def _integer(owner: str, name: str, value: object, least: int, note: str = "") -> None:
     """An int (not a bool) of at least ``least``; ``note`` says what an edge value means."""
     if not int_in(value, least):
@@ -221,9 +240,8 @@ class TopicConfig:
                 "TopicConfig.replicas > 1 needs a stored outbox to copy: use durability "
                 "'process' or 'fsync' (a 'memory' topic keeps its messages in RAM only)"
             )
-        if isinstance(self.groups, str):
-            raise ConfigError("TopicConfig.groups must be a list of group names, not a string")
-        object.__setattr__(self, "groups", tuple(check_name("group", g) for g in self.groups))
+        groups = _listed("TopicConfig", "groups", self.groups, "group names")
+        object.__setattr__(self, "groups", tuple(check_name("group", g) for g in groups))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -429,16 +447,12 @@ class NodeConfig:
     def __post_init__(self) -> None:
         check_name("node", self.name)
         check_name("mesh", self.mesh)
-        # (a str path or one of pathlib's; bytes or a number would become a directory
-        # named "b'/x'" or "5")
-        data_dir = (
-            os.fspath(self.data_dir) if isinstance(self.data_dir, os.PathLike) else self.data_dir
+        object.__setattr__(
+            self, "data_dir", _path("NodeConfig", "data_dir", self.data_dir, empty=False)
         )
-        if not isinstance(data_dir, str) or not data_dir:
-            raise ConfigError(
-                f"NodeConfig.data_dir must be a path (a str or os.PathLike), got {self.data_dir!r}"
-            )
-        object.__setattr__(self, "data_dir", data_dir)
+        for name in ("secret_key_file", "trusted_keys_dir"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _path("NodeConfig", name, getattr(self, name)))
         if not isinstance(self.mdns, bool):
             raise ConfigError(f"NodeConfig.mdns must be true or false, got {self.mdns!r}")
         for name in ("interfaces", "seeds"):
@@ -467,9 +481,13 @@ class NodeConfig:
                 "NodeConfig.dead_after_s must be longer than heartbeat_interval_s "
                 f"({self.dead_after_s} <= {self.heartbeat_interval_s})"
             )
-        if isinstance(self.trusted_keys, str):
-            raise ConfigError("NodeConfig.trusted_keys must be a list of keys, not a string")
-        object.__setattr__(self, "trusted_keys", tuple(self.trusted_keys))
+        keys = _listed("NodeConfig", "trusted_keys", self.trusted_keys, "keys")
+        for key in keys:
+            if not isinstance(key, str):
+                raise ConfigError(
+                    f"NodeConfig.trusted_keys holds public keys as Z85 strings, got {key!r}"
+                )
+        object.__setattr__(self, "trusted_keys", keys)
         _integer(
             "NodeConfig", "drop_after_bad_frames", self.drop_after_bad_frames, 0, " (0: never)"
         )
@@ -486,14 +504,13 @@ class NodeConfig:
                 f"NodeConfig.ban_loopback must be true or false, got {self.ban_loopback!r}"
             )
         if self.acl_file is not None:
-            if not isinstance(self.acl_file, str | os.PathLike) or not str(self.acl_file):
-                raise ConfigError(f"NodeConfig.acl_file must be a path, got {self.acl_file!r}")
+            acl_file = _path("NodeConfig", "acl_file", self.acl_file, empty=False)
             if self.secret_key_file is None:
                 raise ConfigError(
                     "NodeConfig.acl_file needs secret_key_file: permissions "
                     "are granted to CURVE keys, which an open mesh has none of"
                 )
-            object.__setattr__(self, "acl_file", os.fspath(self.acl_file))
+            object.__setattr__(self, "acl_file", acl_file)
         for name in ("max_outbox_messages", "map_size_bytes", "max_message_bytes"):
             _integer("NodeConfig", name, getattr(self, name), 1)
         grow = self.max_map_size_bytes
@@ -528,7 +545,7 @@ class NodeConfig:
             if not isinstance(cfg, TopicConfig):
                 raise ConfigError(f"NodeConfig.topics[{topic!r}] must be a TopicConfig")
         object.__setattr__(self, "topics", dict(self.topics))
-        subs = tuple(self.subscriptions)
+        subs = _listed("NodeConfig", "subscriptions", self.subscriptions, "SubscriptionConfig")
         for sub in subs:
             if not isinstance(sub, SubscriptionConfig) or sub.topic is None or sub.handler is None:
                 raise ConfigError(
@@ -537,7 +554,7 @@ class NodeConfig:
                 )
         object.__setattr__(self, "subscriptions", subs)
         for name, kind in (("producers", ProducerConfig), ("relays", RelayConfig)):
-            items = tuple(getattr(self, name))
+            items = _listed("NodeConfig", name, getattr(self, name), f"{kind.__name__} objects")
             if not all(isinstance(i, kind) for i in items):
                 raise ConfigError(f"NodeConfig.{name} holds {kind.__name__} objects")
             object.__setattr__(self, name, items)

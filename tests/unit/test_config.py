@@ -193,9 +193,18 @@ def test_config_error_is_a_value_error() -> None:
         ("retention_bytes", 1.5, "TopicConfig.retention_bytes"),
         ("retention_bytes", "1GB", "TopicConfig.retention_bytes"),
         ("retention_bytes", True, "TopicConfig.retention_bytes"),
-        ("groups", "agg", "TopicConfig.groups"),
+        (
+            "groups",
+            "agg",
+            "TopicConfig.groups must be a list of group names, not a string: ['agg']",
+        ),
+        ("groups", None, "TopicConfig.groups must be a list of group names, got None"),
+        ("groups", 5, "TopicConfig.groups must be a list of group names, got 5"),
+        ("groups", {"a": 1}, "TopicConfig.groups must be a list of group names, got {'a': 1}"),
+        ("groups", {"a"}, "TopicConfig.groups must be a list of group names"),  # (no order)
         ("groups", ["ok", "not ok"], "group name"),
         ("groups", [""], "group name"),
+        ("groups", [5], "group name 5 is invalid"),
     ],
 )
 def test_topic_config_rejects(field: str, value: object, named: str) -> None:
@@ -326,6 +335,19 @@ def test_subscription_config_rejects(field: str, value: object, named: str) -> N
         ("ban_duration_s", float("inf"), "NodeConfig.ban_duration_s must be a finite number"),
         ("ban_loopback", 1, "NodeConfig.ban_loopback must be true or false"),
         ("acl_file", "/etc/zmesh/acl.toml", "NodeConfig.acl_file needs secret_key_file"),
+        ("acl_file", 5, "NodeConfig.acl_file must be a path (a str or os.PathLike), got 5"),
+        ("secret_key_file", 5, "NodeConfig.secret_key_file must be a path (a str or os.Path"),
+        ("secret_key_file", b"/k", "NodeConfig.secret_key_file must be a path"),
+        ("trusted_keys_dir", 5, "NodeConfig.trusted_keys_dir must be a path"),
+        ("trusted_keys", 5, "NodeConfig.trusted_keys must be a list of keys, got 5"),
+        ("trusted_keys", None, "NodeConfig.trusted_keys must be a list of keys, got None"),
+        ("trusted_keys", "k" * 40, "NodeConfig.trusted_keys must be a list of keys, not a str"),
+        ("trusted_keys", {"k": 1}, "NodeConfig.trusted_keys must be a list of keys, got {"),
+        ("trusted_keys", [5], "NodeConfig.trusted_keys holds public keys as Z85 strings, got 5"),
+        ("trusted_keys", [b"k" * 40], "NodeConfig.trusted_keys holds public keys as Z85 str"),
+        ("subscriptions", 5, "NodeConfig.subscriptions must be a list of SubscriptionConfig"),
+        ("producers", 5, "NodeConfig.producers must be a list of ProducerConfig objects"),
+        ("relays", None, "NodeConfig.relays must be a list of RelayConfig objects, got None"),
         ("dedupe_window_s", 0, "NodeConfig.dedupe_window_s"),
         ("topics", {"bad name": TopicConfig()}, "topic name"),
         ("topics", {"metrics": {"partitions": 4}}, "NodeConfig.topics['metrics']"),
@@ -532,6 +554,18 @@ def test_from_toml_unknown_key_in_topic(tmp_path: Path) -> None:
             "[topics.metrics]",
             "group name",
         ),
+        (
+            'groups = ["aggregators", "archive"]',
+            "groups = 5",
+            "[topics.metrics]",
+            "TopicConfig.groups must be a list of group names, got 5",
+        ),
+        (  # (a table gave its keys: groups ("a",))
+            'groups = ["aggregators", "archive"]',
+            "groups = {a = 1}",
+            "[topics.metrics]",
+            "TopicConfig.groups must be a list of group names, got {'a': 1}",
+        ),
     ],
 )
 def test_from_toml_bad_value(tmp_path: Path, old: str, new: str, table: str, key: str) -> None:
@@ -667,6 +701,8 @@ def test_a_node_refuses_settings_it_cannot_use(
         ({"seeds": "127.0.0.1:4000"}, "seeds must be a list of addresses"),
         ({"data_dir": b"/x"}, "data_dir must be a path"),
         ({"data_dir": 5}, "data_dir must be a path"),
+        ({"trusted_keys": 5}, "trusted_keys must be a list of keys, got 5"),
+        ({"secret_key_file": 5}, "secret_key_file must be a path"),
     ]:
         with pytest.raises(ConfigError, match=named):
             zmesh.Node("n", **{"data_dir": "d", **kw})  # type: ignore[arg-type]
@@ -692,6 +728,9 @@ def test_topic_refuses_a_config_of_another_type_and_unknown_options(make_node: A
         node.topic("a", partitons=4)
     assert "topic 'a' has unknown option(s) ['partitons']; known: [" in str(info.value)
     assert "'partitions'" in str(info.value)
+    for groups in (None, 5, "agg"):
+        with pytest.raises(ConfigError, match="TopicConfig.groups must be a list of group names"):
+            node.topic("a", groups=groups)
     # The IO thread lives on.
     assert node.topic("a", partitions=4).partitions == 4
     node.publish("a", b"x").wait_stored(5)
