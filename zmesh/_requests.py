@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._receipt import MessageId
+from .config import checked_headers
 from .errors import ArgumentError, NodeClosedError, ReplyError, TimeoutError
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class Ask:
         if delivery not in DELIVERIES:
             raise ArgumentError(f"delivery must be one of {DELIVERIES}, got {delivery!r}")
         own = {DELIVERY_HEADER: delivery, REPLY_BY_HEADER: time.time() + timeout_s}
-        all_headers = own if not headers else {**headers, **own}
+        all_headers = own if headers is None else {**checked_headers(headers), **own}
         return cls(topic, payload, key, all_headers, timeout_s, check_count(count))
 
     def reply(self, replies: list[Reply]) -> Reply:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ._protocol.codec import MAX_BATCH_ITEMS, MAX_IN_FLIGHT
+from ._protocol.codec import MAX_BATCH_ITEMS, MAX_IN_FLIGHT, check_headers
 from ._subjects import check_subject
 from .errors import ArgumentError, ConfigError
 
@@ -83,6 +83,24 @@ def check_delay(what: str, delay: object) -> float:
             f"number >= 0 of seconds, at most {MAX_SCHEDULE_AHEAD_S:,.0f}"
         )
     return delay
+
+
+def checked_headers(headers: object) -> dict[str, Any]:
+    """A publish's or a request's ``headers`` as a dict: a mapping with str keys whose
+    values every consumer can decode (``codec.check_headers``); ArgumentError otherwise."""
+    if not isinstance(headers, Mapping):
+        raise ArgumentError(
+            f"headers must be a mapping with str keys, got {type(headers).__name__}"
+        )
+    for name in headers:
+        if not isinstance(name, str):
+            raise ArgumentError(f"headers must be a mapping with str keys, got key {name!r}")
+    headers = dict(headers)
+    try:
+        check_headers(headers)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+    return headers
 
 
 def check_fields(

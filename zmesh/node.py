@@ -21,7 +21,7 @@ from ._engine.engine import Engine
 from ._engine.outbox.publishes import AnyPublish, Publish
 from ._handlers import awaits
 from ._last import last_values
-from ._protocol.codec import MAX_KEY_CHARS, check_headers
+from ._protocol.codec import MAX_KEY_CHARS
 from ._receipt import MessageId, Receipt
 from ._requests import (
     Ask,
@@ -43,6 +43,7 @@ from .config import (
     check_delay,
     check_fields,
     check_name,
+    checked_headers,
     int_in,
 )
 from .deadletters import DeadLetter
@@ -62,6 +63,8 @@ _SUBSCRIBE_DEFAULTS = {
 }
 # What publish_many must not take apart as a sequence of payloads or keys.
 _ONE_VALUE = (str, bytes, bytearray, memoryview)
+# Nor these: a mapping would give its keys, a set no order.
+_UNORDERED = (Mapping, set, frozenset)
 
 
 class PublishOptions(TypedDict, total=False):
@@ -394,7 +397,7 @@ class Node:
                 f"publish_many takes a list of payloads, got one "
                 f"{type(payloads).__name__} (use publish for one message)"
             )
-        if not isinstance(payloads, Iterable):
+        if not isinstance(payloads, Iterable) or isinstance(payloads, _UNORDERED):
             raise ArgumentError(
                 f"publish_many takes a list of payloads (bytes or str), got "
                 f"{type(payloads).__name__}"
@@ -405,7 +408,11 @@ class Node:
         if keys is None:
             key_list: list[str | None] = [None] * len(payloads)
         else:
-            if isinstance(keys, _ONE_VALUE) or not isinstance(keys, Iterable):
+            if (
+                isinstance(keys, _ONE_VALUE)
+                or not isinstance(keys, Iterable)
+                or isinstance(keys, _UNORDERED)
+            ):
                 one = "one " if isinstance(keys, _ONE_VALUE) else ""
                 raise ArgumentError(
                     f"publish_many takes a list of keys (one per payload), "
@@ -459,13 +466,7 @@ class Node:
             if not key.isascii():
                 _utf8(key, "key")
         if headers is not None:
-            if not isinstance(headers, Mapping) or not all(isinstance(k, str) for k in headers):
-                raise ArgumentError("headers must be a mapping with str keys")
-            headers = dict(headers)
-            try:
-                check_headers(headers)
-            except ValueError as exc:
-                raise ArgumentError(str(exc)) from None
+            headers = checked_headers(headers)
         if (
             type(priority) is not int
             and (isinstance(priority, bool) or not isinstance(priority, int))

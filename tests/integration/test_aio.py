@@ -436,6 +436,23 @@ def test_async_replay_follows_new_messages_and_close_ends_its_thread(tmp_path, m
     assert not [t for t in threading.enumerate() if t.name.startswith("zmesh-aio-replay")]
 
 
+def test_async_replay_read_refuses_a_count_before_taking_a_message(tmp_path, mesh_name):
+    async def main() -> list[bytes]:
+        topics = {"t": zmesh.TopicConfig(partitions=1, retention_s=600)}
+        async with zmesh.aio.Node(
+            "p", mesh=mesh_name, data_dir=str(tmp_path / "p"), topics=topics, **COMMON
+        ) as prod:
+            await (await prod.publish_many("t", [b"a", b"b"])).wait_stored(5)
+            async with await prod.replay("t", 0, follow=False) as reader:
+                for bad in (0, -1, "2", None):
+                    with pytest.raises(zmesh.ArgumentError, match="max_messages must be an int"):
+                        await reader.read(bad)  # type: ignore[arg-type]
+                got = [m.payload for m in await reader.read(10)]
+                return got + [m.payload async for m in reader]
+
+    assert run(main()) == [b"a", b"b"]
+
+
 def test_handlers_that_return_awaitables_are_awaited_on_the_loop(tmp_path, mesh_name):
     # An object with an async __call__, and a plain function that returns a coroutine,
     # are not coroutine functions: what they return is what tells.

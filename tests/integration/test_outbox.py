@@ -259,6 +259,12 @@ def test_a_publish_is_scheduled_up_to_ten_years_ahead(make_node):
         ([b"a", b"b"], ["k"], "1 keys for 2 payloads"),
         (5, None, "list of payloads .bytes or str., got int"),  # was a raw TypeError
         ([b"a"], 5, "list of keys .one per payload., got int"),
+        # A mapping was taken for its keys (published as payloads), a set in no order.
+        ({b"a": 1, b"b": 2}, None, "list of payloads .bytes or str., got dict"),
+        ({b"a", b"b"}, None, "list of payloads .bytes or str., got set"),
+        (frozenset([b"a"]), None, "list of payloads .bytes or str., got frozenset"),
+        ([b"a", b"b"], {"k0": 1, "k1": 2}, "list of keys .one per payload., got dict"),
+        ([b"a", b"b"], {"k0", "k1"}, "list of keys .one per payload., got set"),
     ],
 )
 def test_bad_publish_many_arguments_raise_at_the_call(make_node, payloads, keys, match):

@@ -222,3 +222,14 @@ def test_a_return_value_no_reply_can_be_is_a_reply_error(make_node, result) -> N
     assert time.monotonic() - start < 5.0  # (answered, not waited out)
     assert info.value.responder == server.id
     wait_until(lambda: client.status()["outbox"] == 0, what="the request acked")
+
+
+@pytest.mark.parametrize("headers", ["x", 5, [("h", 1)], {1: 2}, {"h": {1: 2}}])
+def test_bad_request_headers_are_refused_as_a_publish_refuses_them(make_node, headers) -> None:
+    node = make_node("lonely")  # (checked at the call, before responders are looked for)
+    with pytest.raises(zmesh.ArgumentError, match="headers") as refused:
+        node.publish("calib.l4", b"?", headers=headers)
+    for ask in (node.request, node.request_many):
+        with pytest.raises(zmesh.ArgumentError) as info:
+            ask("calib.l4", b"?", headers=headers, timeout=10)
+        assert str(info.value) == str(refused.value)

@@ -260,6 +260,18 @@ def test_replay_arguments_and_a_topic_nobody_produces(make_node):
     assert follower.closed and list(follower) == []
 
 
+def test_a_read_count_that_is_no_int_of_one_or_more_is_refused_taking_nothing(make_node):
+    """read(0) and read(-1) took a message; read("2") and read(None) took one and then
+    raised TypeError, the message lost to the reader."""
+    node = make_node("solo", topics={"t": zmesh.TopicConfig(partitions=1, retention_s=600)})
+    node.publish_many("t", [b"a", b"b", b"c"]).wait_stored(5)
+    with node.replay("t", follow=False) as reader:
+        for bad in (0, -1, "2", None, 1.5, True):
+            with pytest.raises(zmesh.ArgumentError, match="max_messages must be an int >= 1"):
+                reader.read(bad)  # type: ignore[arg-type]
+        assert [m.payload for m in reader.read(10)] == [b"a", b"b", b"c"]
+
+
 CHILD = textwrap.dedent("""
     import sys, zmesh
     mesh, data_dir, count = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -30,6 +30,7 @@ INTERNAL_HELPERS = {
     "zmesh.config.check_name",
     "zmesh.config.parse_seed",
     "zmesh.config.check_delay",
+    "zmesh.config.checked_headers",
     "zmesh.config.check_fields",
     "zmesh.config.int_in",
     "zmesh._receipt.Stage",
