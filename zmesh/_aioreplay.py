@@ -8,8 +8,8 @@ import threading
 from collections import deque
 
 from ._loopwaits import Wakes, forwarded
+from .config import check_max_messages
 from .replay import ReplayReader as _SyncReplayReader
-from .replay import _check_max_messages
 from .subscription import Message
 
 __all__ = ["ReplayReader"]
@@ -101,7 +101,7 @@ class ReplayReader:
     async def read(self, max_messages: int = 1000) -> list[Message]:
         """Up to ``max_messages`` (an int >= 1) messages (fewer at the end of a reader
         that does not follow; a following reader waits for at least one)."""
-        _check_max_messages(max_messages)
+        check_max_messages(max_messages)
         try:
             out = [await self.__anext__()]
         except StopAsyncIteration:

@@ -85,6 +85,13 @@ def check_delay(what: str, delay: object) -> float:
     return delay
 
 
+def check_max_messages(max_messages: object) -> None:
+    """How many messages a call takes at most (``fetch``, a replay reader's ``read``): an
+    int >= 1, checked before any is taken; ArgumentError otherwise."""
+    if not int_in(max_messages, 1):
+        raise ArgumentError(f"max_messages must be an int >= 1, got {max_messages!r}")
+
+
 def checked_headers(headers: object) -> dict[str, Any]:
     """A publish's or a request's ``headers`` as a dict: a mapping with str keys whose
     values every consumer can decode (``codec.check_headers``); ArgumentError otherwise."""

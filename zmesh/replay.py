@@ -17,8 +17,8 @@ from ._protocol.addresses import endpoint
 from ._protocol.codec import decode_control, encode_control
 from ._protocol.frames import FetchReply, FetchRequest, random_token
 from ._security import client_options
-from .config import int_in
-from .errors import ArgumentError, DecodeError, NodeStateError
+from .config import check_max_messages
+from .errors import DecodeError, NodeStateError
 from .subscription import Message
 
 if TYPE_CHECKING:
@@ -45,12 +45,6 @@ class _Source:
     sent_at: float = 0.0
     caught_up: bool = False
     failures: int = 0
-
-
-def _check_max_messages(max_messages: object) -> None:
-    """A reader's ``read`` count: an int >= 1, checked before any message is taken."""
-    if not int_in(max_messages, 1):
-        raise ArgumentError(f"max_messages must be an int >= 1, got {max_messages!r}")
 
 
 class ReplayReader:
@@ -313,7 +307,7 @@ class ReplayReader:
     def read(self, max_messages: int = 1000) -> list[Message]:
         """Up to ``max_messages`` (an int >= 1) messages (fewer at the end of a reader
         that does not follow; a following reader waits for at least one)."""
-        _check_max_messages(max_messages)
+        check_max_messages(max_messages)
         out = []
         for msg in self:
             out.append(msg)

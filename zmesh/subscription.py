@@ -26,7 +26,7 @@ from ._receipt import MessageId
 from ._requests import DELIVERY_HEADER
 from ._seqs import consecutive
 from ._waits import check_timeout
-from .config import NodeConfig, SubscriptionConfig, check_delay, int_in
+from .config import NodeConfig, SubscriptionConfig, check_delay, check_max_messages
 from .errors import (
     ArgumentError,
     MessageStateError,
@@ -361,8 +361,11 @@ class Subscription:
 
     def _deliver(
         self, origin: Origin, keys: Sequence[str | None], payloads: Sequence[bytes]
-    ) -> None:
-        """Queue a batch's messages, all of ``origin``'s places (IO thread)."""
+    ) -> bool:
+        """Queue a batch's messages, all of ``origin``'s places (IO thread); False, and
+        nothing queued, when an ephemeral subscription has no room for them."""
+        if self.mode == "ephemeral" and not self._admits(len(payloads), sum(map(len, payloads))):
+            return False
         places = iter(range(len(payloads)))
         origin.sub, origin.places = self, places
         with self._cond:
@@ -373,6 +376,7 @@ class Subscription:
             self._cond.notify_all()
         for listener in self._listeners:
             listener()
+        return True
 
     def _take(self) -> Message | None:
         """The next queued message; None when none is queued."""
@@ -436,7 +440,7 @@ class Subscription:
 
     def fetch(self, max_messages: int = 100, timeout: float | None = None) -> list[Message]:
         """Up to ``max_messages`` messages; waits up to ``timeout`` for the first one."""
-        _check_max_messages(max_messages)
+        check_max_messages(max_messages)
         first = self.get(timeout)
         if first is None:
             return []
@@ -607,9 +611,3 @@ def _fetched_runs(
         else:
             runs.append((origin, range(lo, hi + 1), True))
     return runs if len({id(run[0]) for run in runs}) == len(runs) else None
-
-
-def _check_max_messages(max_messages: int) -> None:
-    """``fetch``'s count: an int of at least 1."""
-    if not int_in(max_messages, 1):
-        raise ArgumentError(f"fetch needs max_messages >= 1, got {max_messages!r}")

@@ -31,6 +31,7 @@ INTERNAL_HELPERS = {
     "zmesh.config.parse_seed",
     "zmesh.config.check_delay",
     "zmesh.config.checked_headers",
+    "zmesh.config.check_max_messages",
     "zmesh.config.check_fields",
     "zmesh.config.int_in",
     "zmesh._receipt.Stage",

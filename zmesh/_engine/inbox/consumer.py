@@ -148,10 +148,7 @@ class Consumer:
             return
         if subs[0].mode == "ephemeral":  # at most once: nothing to dedupe, hold or ack
             self.counters.add("received_ephemeral", len(seqs))
-            if not subs[0]._admits(len(seqs), sum(map(len, batch.payloads))):
-                self.counters.add("ephemeral_dropped", len(seqs))  # (it does not keep up)
-                return
-            subs[0]._deliver(
+            delivered = subs[0]._deliver(
                 Origin(
                     None,
                     (producer, topic, lane),
@@ -166,6 +163,8 @@ class Consumer:
                 batch.keys,
                 batch.payloads,
             )
+            if not delivered:  # (its queue is full: the application does not keep up)
+                self.counters.add("ephemeral_dropped", len(seqs))
             return
         self._note_floor(producer, lane, batch.floor, wb, now)
         first, last = span(seqs)
