@@ -1,9 +1,12 @@
 """Damaged stores never abort the process: a store whose last node did not close it (or
-whose file changed since) is walked in a child process before LMDB reads it; a start on a
-damaged store fails with one line naming the file and the remedies; ``zmesh store
-check`` reports the damage and ``zmesh store salvage`` copies what can be read. The
-damage is real: pages of real store files overwritten at their meta page, a branch page,
-a leaf page and an overflow page."""
+whose file changed since, also in place with its times put back) is walked in a child
+process before LMDB reads it; a start on a damaged store fails with one line naming the
+file and the remedies; ``zmesh store check`` reports the damage and ``zmesh store
+salvage`` copies what can be read. Damage that changes nothing a clean close records (bit
+rot) is met by the running node: reads LMDB refuses settle their messages as lost, and
+its status says the store is damaged and what to do. The damage is real: pages of real
+store files overwritten at their meta page, a branch page, a leaf page and an overflow
+page."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from lmdb import verify
 
 import zmesh
 from tests.conftest import LOOPBACK, read_line, reap, run_module, spawn, wait_until
+from zmesh._store.lock import stamp
 
 CLI = ["-m", "zmesh.cli"]
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -83,15 +87,18 @@ def payload(i: int) -> bytes:
     return str(i).encode().ljust(300 if i < SMALL else 5000, b".")
 
 
-def build(data_dir: Path, mesh: str, *, kill: bool) -> None:
-    """A store holding SMALL + LARGE messages each stored alone (a priority), owed to g.
-    ``kill``: its node is killed with SIGKILL instead of closed."""
+def build(data_dir: Path, mesh: str, *, kill: bool, batch: int = 0) -> None:
+    """A store holding SMALL + LARGE messages each stored alone (a priority), and a
+    ``publish_many`` of ``batch`` more (b"b0", b"b1", ...: a run), owed to g. ``kill``:
+    its node is killed with SIGKILL instead of closed."""
+    many = f"rs.append(n.publish_many('t', [b'b%d' % i for i in range({batch})]))\n"
     code = (
         "import sys, zmesh\n"
         "from tests.faults.test_damaged_stores import GROUPS, SMALL, LARGE, payload\n"
         f"n = zmesh.Node('p', mesh={mesh!r}, data_dir={str(data_dir)!r}, "
         "interfaces=['127.0.0.1'], mdns=False, topics=GROUPS).start()\n"
         "rs = [n.publish('t', payload(i), priority=1) for i in range(SMALL + LARGE)]\n"
+        f"{many if batch else ''}"
         "for r in rs:\n    r.wait_stored(30)\n"
         "print('stored', flush=True)\n"
         "sys.stdin.read()\n"
@@ -219,3 +226,103 @@ def test_store_check_reports_a_sound_store(tmp_path, mesh_name):
     assert code == 0 and "is sound" in out, out
     code, out = run_module([*CLI, "store", "check", str(tmp_path)], 60, ROOT)
     assert code == 1 and "does not exist" in out, out
+
+
+def overwrite_in_place(data_dir: Path, pages: list[int]) -> os.stat_result:
+    """Random bytes over ``pages`` of the data file, written in place with its times put
+    back (``dd conv=notrunc`` then ``touch -r``, or ``rsync --inplace -t``): the file
+    keeps its size, modification time and inode. Returns its stat from before."""
+    data = data_dir / "store" / "data.mdb"
+    ref = data.stat()
+    for pgno in pages:
+        overwrite(data_dir, pgno)
+    os.utime(data, ns=(ref.st_atime_ns, ref.st_mtime_ns))
+    now = data.stat()
+    assert (now.st_size, now.st_mtime_ns, now.st_ino) == (ref.st_size, ref.st_mtime_ns, ref.st_ino)
+    return ref
+
+
+def test_a_store_damaged_in_place_with_its_times_put_back_is_refused_at_start(tmp_path, mesh_name):
+    data_dir = tmp_path / "p"
+    build(data_dir, mesh_name, kill=False, batch=100)  # (closed cleanly: no check due)
+    overwrite_in_place(data_dir, list(range(5, 35)))
+    data = data_dir / "store" / "data.mdb"
+    before = data.read_bytes()
+    with pytest.raises(zmesh.StoreError) as err:
+        zmesh.Node(
+            "p", mesh=mesh_name, data_dir=str(data_dir), interfaces=LOOPBACK, mdns=False
+        ).start()
+    message = str(err.value)
+    assert f"{data} is damaged: " in message, message
+    assert f"zmesh store check {data_dir} lists what is damaged" in message
+    assert f"zmesh store salvage {data_dir} NEW_DIR" in message and "snapshot" in message
+    assert data.read_bytes() == before  # (checked, never opened by LMDB nor written)
+
+
+def test_bit_rot_past_the_start_check_is_met_by_the_running_node(
+    tmp_path, mesh_name, make_node, caplog
+):
+    caplog.set_level(logging.WARNING)
+    # Damage that changes nothing a clean close records: the node starts without a check
+    # and meets it in LMDB's reads of the oldest message's record (status) and of what
+    # it sends. It goes on, and says what is damaged and what to do.
+    data_dir, batch = tmp_path / "p", 100
+    build(data_dir, mesh_name, kill=False, batch=batch)
+    msgs = pages_of(data_dir)["main/msgs"]
+    leaves = [msgs["leaf"][0], msgs["leaf"][len(msgs["leaf"]) // 2]]  # (the oldest first)
+    lost = sum(msgs[f"keys@{pgno}"][0] for pgno in leaves)
+    overwrite_in_place(data_dir, leaves)
+    data = data_dir / "store" / "data.mdb"
+    (data_dir / "LOCK").write_text(f"clean {' '.join(stamp(data.stat()))}\n")  # (bit rot)
+
+    topics = {**GROUPS, "u": zmesh.TopicConfig(groups=("g",))}
+    prod = make_node("p", topics=topics)
+    assert "checking the store" not in caplog.text
+    status = prod.status()  # (reads the oldest record of lane g: in a damaged page)
+    damaged = status["store"]["damaged"]
+    assert damaged is not None, status["store"]
+    assert "reading the msgs database failed" in damaged["error"], damaged
+    assert damaged["databases"] == ["msgs"] and damaged["reads_failed"] >= 1
+    assert damaged["remedy"].startswith(f"zmesh store check {data_dir} lists what is damaged")
+    assert f"zmesh store salvage {data_dir} NEW_DIR" in damaged["remedy"]
+    assert status["outbox"] == SMALL + LARGE + batch
+
+    # Every message whose record can be read is delivered; the others are settled as
+    # lost, counted, never sent.
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got: list[zmesh.Message] = []
+
+    def take() -> bool:
+        msgs = sub.fetch(1000, timeout=0.05)
+        sub.ack_many(msgs)
+        got.extend(msgs)
+        return len(got) >= SMALL + LARGE + batch - lost
+
+    wait_until(take, 30, what="the messages whose record can be read")
+    payloads = [bytes(m.payload) for m in got]
+    assert len(set(payloads)) == len(payloads) == SMALL + LARGE + batch - lost
+    assert {p for p in payloads if p.startswith(b"b")} == {b"b%d" % i for i in range(batch)}
+    wait_until(lambda: prod.status()["outbox"] == 0, what="the outbox settled")
+    counters = prod.status()["counters"]
+    assert counters["unreadable_records"] == counters["lost_records"] == lost
+    assert sub.fetch(10, timeout=0.3) == []
+
+    # The IO thread goes on: another topic is published and consumed.
+    other = cons.subscribe("u", group="g")
+    prod.publish("u", b"after the damage").wait_stored(5)
+    (msg,) = wait_until(lambda: other.fetch(1, timeout=0.05), 10, what="the message of u")
+    assert msg.payload == b"after the damage"
+    msg.ack()
+
+    # The page walk the first failure started says what is damaged, in status and log.
+    check = wait_until(lambda: prod.status()["store"]["damaged"]["check"], 30, what="the check")
+    assert f"{data} is damaged: main/msgs DB" in str(check), check
+    assert f"zmesh store salvage {data_dir} NEW_DIR" in caplog.text
+
+    # Closed as damaged: the next start walks the store and refuses it with the remedies.
+    prod.close()
+    with pytest.raises(zmesh.StoreError) as err:
+        zmesh.Node("p", mesh=mesh_name, data_dir=str(data_dir), interfaces=LOOPBACK, mdns=False)
+    assert f"{data} is damaged: main/msgs DB" in str(err.value)
+    assert "its last node found it damaged" in caplog.text

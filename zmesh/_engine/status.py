@@ -1,12 +1,24 @@
-"""A node's status: the snapshot that ``Node.status`` and status requests return."""
+"""A node's status: the snapshot that ``Node.status`` and status requests return.
+
+Never an error: a damaged store is shown (``store.damaged``, with what to do), what it
+cannot read is None, and a section that cannot be had (a replica's copy whose store
+fails) is shown as its error.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import lmdb
+
+from ..errors import StoreError, ZMeshError
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .lane.lane import Lane
+    from .outbox.outbox import Outbox
 
 
 def node_status(engine: Engine) -> dict[str, Any]:
@@ -31,9 +43,7 @@ def node_status(engine: Engine) -> dict[str, Any]:
                 "ready": lane.ready_count,
                 "in_flight": lane.in_flight_count(),
                 **lane.counts,
-                "oldest_age_s": _age(
-                    outbox.records.published_at(lane.floor()) if len(lane) else None, wall_now
-                ),
+                "oldest_age_s": _oldest_age(outbox, lane, wall_now),
                 "dead_letters": outbox.dead.parked(lane),
             }
         )
@@ -53,6 +63,7 @@ def node_status(engine: Engine) -> dict[str, Any]:
             "full": engine.held.full,
             "held_publishes": engine.held.count,
             **engine.store.disk.state(),
+            "damaged": engine.store.health.state(),
         },
         "lanes": lanes,
         "pattern_groups": outbox.groups.patterns.listing(),
@@ -68,12 +79,27 @@ def node_status(engine: Engine) -> dict[str, Any]:
         ],
         "peers": [p.info(now) for p in engine.mesh.peers.values()] if engine.mesh else [],
         "bans": engine.listener.bans.state(now),
-        "replicas": engine.replication.status(),
+        "replicas": _section("replicas", engine.replication.status),
         "counters": engine.counters.snapshot(),
     }
 
 
-def _age(published_at: float | None, wall_now: float) -> float | None:
-    """Seconds since ``published_at`` (the lane's oldest unsettled message: sequences
-    grow with publish time, so it is the lane's floor); None when there is none."""
+def _oldest_age(outbox: Outbox, lane: Lane, wall_now: float) -> float | None:
+    """Seconds since the lane's oldest unsettled message was published (sequences grow
+    with publish time, so it is the lane's floor); None when there is none, or its record
+    cannot be read."""
+    if not len(lane):
+        return None
+    try:
+        published_at = outbox.records.published_at(lane.floor())
+    except StoreError:
+        return None
     return None if published_at is None else max(0.0, round(wall_now - published_at, 3))
+
+
+def _section(name: str, part: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``part()``, or its error when a store under it fails."""
+    try:
+        return part()
+    except (ZMeshError, lmdb.Error) as exc:  # (shown, not logged: status is polled)
+        return {"error": f"the {name} section failed: {type(exc).__name__}: {exc}"}

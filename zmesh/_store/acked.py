@@ -21,8 +21,10 @@ from typing import Any
 import lmdb
 
 from .._seqs import consecutive
+from ..errors import StoreError
 from .batch import WriteBatch
 from .damage import read_failed
+from .health import Health
 from .keys import u64
 
 CHUNK = 1024  # sequences per bitmap
@@ -72,21 +74,31 @@ class AckedWindow:
     env: Any
     acked: Any
     path: str
+    health: Health
 
     def seen_filter(self, producer: bytes, lane: bytes, seqs: list[int]) -> set[int]:
-        """Those of ``seqs`` this node acked from (producer, lane) and still remembers."""
+        """Those of ``seqs`` this node acked from (producer, lane) and still remembers.
+
+        A window LMDB cannot read (a damaged store, health.py) remembers none of the
+        rest: they are handled again, as after the window was pruned."""
         out: set[int] = set()
-        with self.env.begin(db=self.acked) as txn:
-            get = txn.get
-            bitmaps: dict[int, bytes] = {}
-            for seq in seqs:
-                chunk = seq >> _SHIFT
-                bits = bitmaps.get(chunk)
-                if bits is None:
-                    bits = bitmaps[chunk] = get(_key(producer, chunk, lane)) or b""
-                i = (seq & (CHUNK - 1)) >> 3
-                if i < len(bits) and bits[i] >> (seq & 7) & 1:
-                    out.add(seq)
+        try:
+            with (
+                self.health.reading("the acked database", "acked"),
+                self.env.begin(db=self.acked) as txn,
+            ):
+                get = txn.get
+                bitmaps: dict[int, bytes] = {}
+                for seq in seqs:
+                    chunk = seq >> _SHIFT
+                    bits = bitmaps.get(chunk)
+                    if bits is None:
+                        bits = bitmaps[chunk] = get(_key(producer, chunk, lane)) or b""
+                    i = (seq & (CHUNK - 1)) >> 3
+                    if i < len(bits) and bits[i] >> (seq & 7) & 1:
+                        out.add(seq)
+        except StoreError:
+            pass  # (said by health.py)
         return out
 
     def seen_tops(self) -> dict[tuple[bytes, str], int]:
@@ -114,7 +126,7 @@ class AckedWindow:
         db = self.acked
         for producer, lane, seqs in b.seen_put:
             _add(txn, db, producer, lane, seqs)
-        if b.seen_prune:
+        if b.seen_prune and self.health.deletes("acked"):
             cur = txn.cursor(db=db)
             for producer, floor, lane in b.seen_prune:
                 below = floor >> _SHIFT  # chunks below this one hold only settled seqs

@@ -20,6 +20,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,22 +83,31 @@ class CheckReport:
         return f"{self.data_file} is damaged: {self.problems[0]}{more}"
 
 
-def check_store(store_dir: str | Path) -> CheckReport:
+def check_store(
+    store_dir: str | Path, started: Callable[[subprocess.Popen[str]], None] | None = None
+) -> CheckReport:
     """Walk every page of the store in ``store_dir`` (``DATA_DIR/store``) in a child
-    process, and report what is damaged. A check that dies is reported as damage."""
+    process, and report what is damaged. A check that dies is reported as damage.
+    ``started`` is given the child (a node closing kills the check it started)."""
     data_file = Path(store_dir) / "data.mdb"
     try:
         size = data_file.stat().st_size
     except OSError as exc:
         return CheckReport(str(data_file), 0, (f"cannot read it: {exc.strerror}",), 0.0)
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(store_dir)], capture_output=True, text=True, check=False
-    )
+    with subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(store_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as child:
+        if started is not None:
+            started(child)
+        stdout, stderr = child.communicate()
     try:
-        found = json.loads(done.stdout)
+        found = json.loads(stdout)
         problems = tuple(found["problems"]) or ((found["fatal"],) if found["fatal"] else ())
         seconds = float(found["seconds"])
     except (ValueError, KeyError, TypeError):
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        problems, seconds = (f"the check stopped (exit {done.returncode}): {last}",), 0.0
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        problems, seconds = (f"the check stopped (exit {child.returncode}): {last}",), 0.0
     return CheckReport(str(data_file), size, problems, seconds)

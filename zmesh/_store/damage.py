@@ -37,6 +37,13 @@ def remedy(store_path: str | Path) -> str:
     return FIX.replace("DATA_DIR", str(Path(store_path).parent))
 
 
+def advice(store_path: str | Path) -> str:
+    """How to find out what is damaged in the store at ``store_path``, and the remedies."""
+    return (
+        f"zmesh store check {Path(store_path).parent} lists what is damaged; {remedy(store_path)}"
+    )
+
+
 def read_failed(exc: Exception, path: str, what: str) -> StoreError:
     """The StoreError of a read LMDB refused (MDB_CORRUPTED, MDB_PAGE_NOTFOUND, and the
     MDB_BAD_TXN that follows them): the store is damaged."""

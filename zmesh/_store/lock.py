@@ -2,10 +2,16 @@
 
 ``LOCK`` is flock'ed by the process whose node has the store open, and holds that
 process's pid while it does (what DataDirLockedError tells another node). A clean close
-replaces the pid with ``clean SIZE MTIME_NS INODE`` of ``data.mdb`` as it was left. A
-node that opens the store and finds anything else there (a pid: its holder died without
-closing it; or a data file that is not the one a clean close left: restored, copied,
+replaces the pid with ``clean SIZE MTIME_NS INODE CTIME_NS`` of ``data.mdb`` as it was
+left; a close after the node met damage (health.py) with ``damaged``. A node that opens
+the store and finds anything else there (a pid: its holder died without closing it;
+``damaged``; or a data file that is not the one a clean close left: restored, copied,
 changed while stopped) has its store checked before LMDB reads it (see check.py).
+
+The change time is what gives away a file written in place with its modification time
+put back (``rsync --inplace -t``, ``touch -r``): no one but the kernel sets it. Damage
+that changes no metadata (bit rot) gets past this; the node meets it as reads LMDB
+refuses (health.py).
 
 The data dirs this process holds are listed (``held_here``): LMDB opens an environment
 once per process, so a snapshot of one of them copies through its owner (``own``), whose
@@ -31,6 +37,7 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = "LOCK"  # in the data dir
 _CLEAN = "clean"
+_DAMAGED = "damaged"
 
 # The data dirs this process holds, by real path (take_lock adds one, let_go removes it).
 _held: dict[str, LockedDir] = {}
@@ -64,16 +71,25 @@ class LockedDir:
         word, *fields = self.previous.split() or [""]
         if word.isdigit():
             return f"the node that had it open (pid {word}) did not close it"
+        if word == _DAMAGED:
+            return "its last node found it damaged"
         if word != _CLEAN:
             return "nothing says how its last node left it"
-        if fields != [str(st.st_size), str(st.st_mtime_ns), str(st.st_ino)]:
+        # (a lock file of a release that did not record the change time: the rest)
+        if fields != stamp(st)[: max(len(fields), 3)]:
             return "its data file changed after its node closed it"
         return None
 
 
-def let_go(held: LockedDir, *, sync: bool) -> None:
+def stamp(st: os.stat_result) -> list[str]:
+    """What a clean close records of the data file: size, mtime, inode, ctime."""
+    return [str(st.st_size), str(st.st_mtime_ns), str(st.st_ino), str(st.st_ctime_ns)]
+
+
+def let_go(held: LockedDir, *, sync: bool, damaged: bool = False) -> None:
     """Close the environment, then the lock file (which frees the data dir); ``sync``: a
-    clean close, recorded in the lock file."""
+    clean close, recorded in the lock file (``damaged``: as the close of a store found
+    damaged, which the next start checks)."""
     with _held_lock:
         if _held.get(held.key) is held:
             del _held[held.key]
@@ -83,15 +99,17 @@ def let_go(held: LockedDir, *, sync: bool) -> None:
                 held.env.sync(True)
             held.env.close()
             if sync:
-                _mark_clean(held)
+                _mark_closed(held, damaged)
     finally:
         os.close(held.lock_fd)
 
 
-def _mark_clean(held: LockedDir) -> None:
+def _mark_closed(held: LockedDir, damaged: bool) -> None:
     try:
-        st = held.data_file.stat()
-        text = f"{_CLEAN} {st.st_size} {st.st_mtime_ns} {st.st_ino}\n".encode()
+        if damaged:
+            text = f"{_DAMAGED}\n".encode()
+        else:
+            text = f"{_CLEAN} {' '.join(stamp(held.data_file.stat()))}\n".encode()
         os.ftruncate(held.lock_fd, 0)
         os.pwrite(held.lock_fd, text, 0)
     except OSError as exc:  # (a full disk: the next start checks the store, no harm)

@@ -11,6 +11,7 @@ import struct
 from typing import Any
 
 from .batch import WriteBatch
+from .health import Health, at_start
 from .keys import u64
 
 
@@ -18,6 +19,8 @@ class LogIndex:
     """The index's reads and writes; ``Store`` provides the environment and databases."""
 
     env: Any
+    path: str
+    health: Health
     rlog: Any
     rtime: Any
     rnext: Any
@@ -28,9 +31,13 @@ class LogIndex:
             txn.put(time_key, time_value, db=self.rtime)
         for k, n in dict(b.log_next).items():  # the last of each partition
             txn.put(k, u64(n), db=self.rnext)
-        for log_key, time_key in b.log_del:
-            txn.delete(log_key, db=self.rlog)
-            txn.delete(time_key, db=self.rtime)
+        if b.log_del:  # (not from a damaged database: health.py)
+            rlog, rtime = self.health.deletes("rlog"), self.health.deletes("rtime")
+            for log_key, time_key in b.log_del:
+                if rlog:
+                    txn.delete(log_key, db=self.rlog)
+                if rtime:
+                    txn.delete(time_key, db=self.rtime)
 
     def next_indexes(self) -> dict[bytes, int]:
         """topic + NUL + partition(2) -> the next index to allocate there.
@@ -39,7 +46,7 @@ class LogIndex:
         index is never handed out twice, also after a crash.
         """
         out: dict[bytes, int] = {}
-        with self.env.begin() as txn:
+        with at_start("the rlog database", self.path), self.env.begin() as txn:
             for k, v in txn.cursor(db=self.rnext):
                 out[bytes(k)] = int.from_bytes(v, "big")
             cur = txn.cursor(db=self.rlog)
@@ -61,7 +68,10 @@ class LogIndex:
     def log_heads(self, topic_prefix: bytes, limit: int) -> list[tuple[int, bytes]]:
         """Up to ``limit`` oldest entries of a topic in publish order: (seq, rtime value)."""
         out: list[tuple[int, bytes]] = []
-        with self.env.begin(db=self.rtime) as txn:
+        with (
+            self.health.reading("the rtime database", "rtime"),
+            self.env.begin(db=self.rtime) as txn,
+        ):
             cur = txn.cursor()
             if cur.set_range(topic_prefix):
                 for k, v in cur:
@@ -73,7 +83,7 @@ class LogIndex:
     def log_totals(self) -> dict[bytes, tuple[int, int]]:
         """topic + NUL -> (entries, record bytes) of the index, read once at start."""
         out: dict[bytes, tuple[int, int]] = {}
-        with self.env.begin(db=self.rtime) as txn:
+        with at_start("the rtime database", self.path), self.env.begin(db=self.rtime) as txn:
             for k, v in txn.cursor():
                 prefix = bytes(k[:-8])
                 n, size = out.get(prefix, (0, 0))
@@ -87,7 +97,7 @@ class LogIndex:
         ``start``) of one partition of a topic."""
         out: list[tuple[int, int, float]] = []
         oldest = None
-        with self.env.begin(db=self.rlog) as txn:
+        with self.health.reading("the rlog database", "rlog"), self.env.begin(db=self.rlog) as txn:
             cur = txn.cursor()
             if cur.set_range(partition_prefix) and cur.key()[:-8] == partition_prefix:
                 oldest = int.from_bytes(cur.key()[-8:], "big")

@@ -43,7 +43,9 @@ Databases (keys are big-endian so LMDB's order is numeric order):
 
 This module is long because the Store is the one owner of the LMDB environment (opening
 it, growing its map, its reads, the commit of a loop's write batch); keys, batches,
-pages, damage, disk room and snapshots are modules of their own.
+pages, damage (and the damage a running node's reads meet, health.py), disk room and
+snapshots are modules of their own. No read or commit lets an ``lmdb`` error out: a read
+LMDB refuses is a StoreError, or, for an outbox record, a record left out.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from .batch import WriteBatch as WriteBatch  # (re-exported: the engine's one im
 from .check import check_store
 from .damage import (
     Corrupt,
+    advice,
     check_store_files,
     decode_run,
     number_column,
@@ -76,6 +79,7 @@ from .damage import (
     run_offsets,
 )
 from .disk import NEW_STORE_MIN_BYTES, Disk
+from .health import DAMAGE_ERRORS, Health, lmdb_error
 from .keys import pend_key as pend_key
 from .keys import u32 as u32
 from .keys import u64 as u64
@@ -123,6 +127,7 @@ class Store(LogIndex, AckedWindow):
         self.path = str(self.data_dir / "store")
         self.map_size_bytes = map_size_bytes
         self.corrupt: list[Corrupt] = []  # records reads skipped, for the engine to set aside
+        self.health = Health(self.path, self._frozen)  # damage met by reads (health.py)
         # set_mapsize needs every transaction of this process closed; the only reads off
         # the IO thread (snapshots) hold this lock, and growing the map takes it.
         self._resize_lock = threading.Lock()
@@ -170,11 +175,7 @@ class Store(LogIndex, AckedWindow):
         )
         report = check_store(self.path)
         if not report.sound:
-            raise StoreError(
-                f"{report.summary()}; zmesh store check {self.data_dir} "
-                f"lists what is damaged; {remedy(self.path)}",
-                self.path,
-            )
+            raise StoreError(f"{report.summary()}; {advice(self.path)}", self.path)
         log.warning("store %s checked in %.1fs: sound", self.path, report.seconds)
 
     def _open_env(self, held: LockedDir) -> int:
@@ -288,12 +289,20 @@ class Store(LogIndex, AckedWindow):
 
     def close(self) -> None:
         if self._release.detach() is not None:  # (not twice; not again when collected)
-            let_go(self._held, sync=True)
+            self.health.close()  # (its check holds a read transaction)
+            let_go(self._held, sync=True, damaged=self.health.damaged)
 
     def snapshot(self, dest: str) -> None:
         """A consistent, compacted copy of this store into the data dir ``dest``."""
         with self._resize_lock:
             copy_env(self.env, dest)
+
+    @contextlib.contextmanager
+    def _frozen(self) -> Iterator[None]:
+        """While a check walks the file (health.py): a read transaction, so that no commit
+        reuses a page of the last committed tree, and the map is not grown."""
+        with self._resize_lock, self.env.begin():
+            yield
 
     def grow(self, limit: int) -> bool:
         """Double the map, up to ``limit`` bytes (IO thread only); False when it cannot."""
@@ -336,8 +345,11 @@ class Store(LogIndex, AckedWindow):
                         self.corrupt.append(
                             Corrupt(name, bytes(k), bytes(v), f"{type(exc).__name__}: {exc}")
                         )
-        except lmdb.Error as exc:
-            raise read_failed(exc, self.path, f"the {name} database") from exc
+        except (lmdb.Error, SystemError) as exc:
+            error = lmdb_error(exc)
+            if error is None:
+                raise
+            raise read_failed(error, self.path, f"the {name} database") from exc
         self.pages.release()  # (the whole db was read: a restart's pending entries)
 
     def take_corrupt(self) -> list[Corrupt]:
@@ -467,46 +479,57 @@ class Store(LogIndex, AckedWindow):
         yield from self._scan(self.pruns, "pruns", decode)
 
     def get_messages(self, seqs: list[int]) -> dict[int, bytes]:
-        return self._get(self.msgs, seqs)
+        """The records of ``seqs`` (those that exist and can be read), as their bytes."""
+        return self._get("msgs", seqs)
 
     def get_runs(self, firsts: list[int]) -> dict[int, bytes]:
-        """The records of the runs starting at ``firsts`` (those that exist)."""
-        return self._get(self.runs, firsts)
+        """The records of the runs starting at ``firsts`` (those that exist and can be
+        read)."""
+        return self._get("runs", firsts)
 
-    def _get(self, db: Any, seqs: list[int]) -> dict[int, bytes]:
-        out = {}
-        with self.env.begin(db=db, buffers=False) as txn:
-            get = txn.get
-            for seq in seqs:
-                rec = get(u64(seq))
-                if rec is not None:
-                    out[seq] = rec
-        self.pages.add(self._mapped(map(len, out.values())))
-        return out
+    def _get(self, name: str, seqs: list[int]) -> dict[int, bytes]:
+        found = self.read_decoded(name, seqs, bytes)[0]
+        return {seq: rec for seq, (rec, _size) in found.items()}
 
     def read_decoded(
         self, name: str, seqs: list[int], decode: Callable[[memoryview], T | None]
-    ) -> tuple[dict[int, tuple[T, int]], dict[int, bytes]]:
+    ) -> tuple[dict[int, tuple[T, int]], dict[int, bytes], list[int]]:
         """The records of ``seqs`` in the ``msgs`` or ``runs`` db (``name``), decoded in
         the read transaction from LMDB's own pages: no copy of a record is made to decode
         it (what ``decode`` returns owns its bytes). Returns seq -> (fields, the record's
-        size) and, as their bytes, the records ``decode`` found damaged (None)."""
+        size); as their bytes, the records ``decode`` found damaged (None); and the
+        sequences whose record LMDB refused to read (a damaged page: health.py)."""
         out: dict[int, tuple[T, int]] = {}
         bad: dict[int, bytes] = {}
+        unreadable: list[int] = []
         sizes = []
-        with self.env.begin(db=getattr(self, name), buffers=True) as txn:
-            get = txn.get
-            for seq in seqs:
-                rec = get(u64(seq))
-                if rec is not None:
-                    fields = decode(rec)
-                    sizes.append(len(rec))
-                    if fields is None:
-                        bad[seq] = bytes(rec)
-                    else:
-                        out[seq] = (fields, len(rec))
+        db = getattr(self, name)
+        rest = seqs
+        while rest:
+            seq = -1  # (the one whose read failed; -1: the transaction did not begin)
+            try:
+                with self.env.begin(db=db, buffers=True) as txn:
+                    get = txn.get
+                    for seq in rest:
+                        rec = get(u64(seq))
+                        if rec is not None:
+                            fields = decode(rec)
+                            sizes.append(len(rec))
+                            if fields is None:
+                                bad[seq] = bytes(rec)
+                            else:
+                                out[seq] = (fields, len(rec))
+                rest = []
+            except lmdb.Error as exc:
+                # A failed read leaves its transaction unusable: the rest are read in
+                # another one.
+                error = self.health.failed(exc, f"reading the {name} database", name)
+                if seq < 0 or not isinstance(exc, DAMAGE_ERRORS):
+                    raise error from exc
+                unreadable.append(seq)
+                rest = rest[rest.index(seq) + 1 :]
         self.pages.add(self._mapped(sizes))
-        return out, bad
+        return out, bad, unreadable
 
     def _mapped(self, sizes: Iterable[int]) -> int:
         """The bytes of the map reading records of ``sizes`` touches: a large record has
@@ -526,7 +549,7 @@ class Store(LogIndex, AckedWindow):
     def lookup_ids(self, msg_ids: list[bytes]) -> dict[bytes, int]:
         """Sequences of msg_ids already published within the idempotency window."""
         out = {}
-        with self.env.begin(db=self.ids) as txn:
+        with self.health.reading("the ids database", "ids"), self.env.begin(db=self.ids) as txn:
             for mid in msg_ids:
                 v = txn.get(mid)
                 if v is not None:
@@ -534,9 +557,22 @@ class Store(LogIndex, AckedWindow):
         return out
 
     def get_dead(self, lane_id: int, seq: int) -> DeadValue | None:
-        with self.env.begin(db=self.dead) as txn:
+        with self.health.reading("the dead database", "dead"), self.env.begin(db=self.dead) as txn:
             value = txn.get(pend_key(lane_id, seq))
         return None if value is None else unpackb(value)
+
+    def count_dead(self, lane_id: int) -> int:
+        """How many ``dead`` entries ``lane_id`` has, counted by their keys alone."""
+        prefix = u32(lane_id)
+        count = 0
+        with self.health.reading("the dead database", "dead"), self.env.begin(db=self.dead) as txn:
+            cur = txn.cursor()
+            if cur.set_range(prefix):
+                for key in cur.iternext(keys=True, values=False):
+                    if not key.startswith(prefix):
+                        break
+                    count += 1
+        return count
 
     def iter_all_dead(self) -> Iterator[tuple[int, int, DeadValue]]:
         def decode(k: bytes, v: bytes) -> tuple[int, int, DeadValue]:
@@ -548,7 +584,7 @@ class Store(LogIndex, AckedWindow):
         yield from self._scan(self.dead, "dead", decode)
 
     def iter_dead(self, lane_id: int) -> Iterator[tuple[int, DeadValue]]:
-        with self.env.begin(db=self.dead) as txn:
+        with self.health.reading("the dead database", "dead"), self.env.begin(db=self.dead) as txn:
             cur = txn.cursor()
             prefix = u32(lane_id)
             if cur.set_range(prefix):
@@ -566,19 +602,24 @@ class Store(LogIndex, AckedWindow):
         """Apply a batch in one transaction; StoreFullError when the map or the disk has
         no room for it."""
         grows = bool(batch.msgs_put or batch.runs_put)
-        if grows and self._would_fill(batch):
-            raise self.full_error()
         try:
+            if grows and self._would_fill(batch):
+                raise self.full_error()
             with self._write() as txn:
                 self._apply(txn, batch)
         except lmdb.MapFullError as exc:
             self.disk.full = False
             raise StoreFullError(self.path, self.map_size_bytes) from exc
-        except lmdb.Error as exc:
-            full = self._disk_full(exc)
+        except (lmdb.Error, SystemError) as exc:
+            error = lmdb_error(exc)
+            if error is None:
+                raise
+            full = self._disk_full(error)
             if full is not None:
                 raise full from exc
-            raise StoreError(f"LMDB write failed: {exc}", self.path) from exc
+            if isinstance(error, DAMAGE_ERRORS):
+                raise self.health.failed(error, "a commit") from exc
+            raise StoreError(f"LMDB write failed: {error}", self.path) from exc
         if grows:
             self.disk.full = False
         if batch.fsync:
@@ -652,10 +693,14 @@ class Store(LogIndex, AckedWindow):
                 return
 
     def _apply(self, txn: Any, b: WriteBatch) -> None:
+        # Nothing is deleted from a database known to be damaged (health.py): LMDB would
+        # move records from or into its damaged pages.
+        deletes = self.health.deletes
         # First: a rebuilt record may be put back under the key set aside here.
         for name, key, value in b.quarantine:
             txn.put(name.encode() + b"\0" + key, value, db=self.bad)
-            txn.delete(key, db=getattr(self, name))
+            if deletes(name):
+                txn.delete(key, db=getattr(self, name))
         if b.msgs_put:
             txn.cursor(db=self.msgs).putmulti(b.msgs_put, append=False)
         if b.pend_put or b.pend_runs:
@@ -669,38 +714,41 @@ class Store(LogIndex, AckedWindow):
             txn.cursor(db=self.pruns).putmulti(b.prun_put)
         if b.prun_set:  # (rewritten or deleted as settling left them; after the puts)
             cursor = txn.cursor(db=self.pruns)
+            gone = deletes("pruns")
             for k, v in b.prun_set.items():
                 if v is not None:
                     cursor.put(k, v)
-                elif cursor.set_key(k):
+                elif gone and cursor.set_key(k):
                     cursor.delete()
         if b.lanes_put:
             txn.cursor(db=self.lanes).putmulti(b.lanes_put)
         for key, lane_id in b.lanes_del:
-            txn.delete(key, db=self.lanes)
-            for db in (self.pend, self.pruns, self.dead):
-                _delete_prefix(txn, db, u32(lane_id))
+            if deletes("lanes"):
+                txn.delete(key, db=self.lanes)
+            for name in ("pend", "pruns", "dead"):
+                if deletes(name):
+                    _delete_prefix(txn, getattr(self, name), u32(lane_id))
         if b.dead_put:
             txn.cursor(db=self.dead).putmulti(b.dead_put)
         for mid, seq, at in b.ids_put:
             stamp = struct.pack(">d", at)
             txn.put(mid, u64(seq) + stamp, db=self.ids)
             txn.put(stamp + mid, b"", db=self.ids_t)
-        if b.ids_prune_before:
+        if b.ids_prune_before and deletes("ids") and deletes("ids_t"):
             self._prune_ids(txn, b.ids_prune_before)
         for k, v in b.meta_put.items():
             txn.put(k, v, db=self.meta)
         for k, v in b.peers_put.items():
             txn.put(k, v, db=self.peers)
-        for db, keys in (
-            (self.peers, b.peers_del),
-            (self.pend, b.pend_del),
-            (self.msgs, b.msgs_del),
-            (self.runs, b.runs_del),
-            (self.dead, b.dead_del),
+        for name, keys in (
+            ("peers", b.peers_del),
+            ("pend", b.pend_del),
+            ("msgs", b.msgs_del),
+            ("runs", b.runs_del),
+            ("dead", b.dead_del),
         ):
-            if keys:
-                _delete_each(txn, db, keys)
+            if keys and deletes(name):
+                _delete_each(txn, getattr(self, name), keys)
         if b.log_put or b.log_next or b.log_del:
             self._apply_log(txn, b)
         if b.seen_put or b.seen_prune:

@@ -14,9 +14,9 @@ from typing import Any
 
 from ..._receipt import MessageId
 from ..._store.damage import decode_record
-from ..._store.keys import u32
 from ..._store.store import Store, WriteBatch, pack, pend_key, u64, unpackb
 from ...deadletters import DeadLetter
+from ...errors import StoreError
 from ..lane.delivery import Entry
 from ..lane.lane import Lane
 from .lanes import UNCLAIMED, Lanes
@@ -44,7 +44,10 @@ class DeadLetters:
                 self.replayed.add((lane_id, seq))
 
     def park(self, lane: Lane, entry: Entry, reason: str, batch: WriteBatch) -> None:
-        old = self.store.get_dead(lane.id, entry.seq)
+        try:
+            old = self.store.get_dead(lane.id, entry.seq)
+        except StoreError:  # (a damaged store, said by its health: parked without history)
+            old = None
         history = list(old[4]) if old else []
         now = time.time()
         history.append([now, entry.attempt, reason])
@@ -74,24 +77,19 @@ class DeadLetters:
     def forget_lane(self, lane: Lane) -> int:
         """A retired lane's dead letters go with it (deleted with its entries): returns
         how many were parked."""
-        parked = self.parked(lane)  # (before its replayed ones are forgotten)
+        parked = self.parked(lane) or 0  # (before its replayed ones are forgotten)
         self.replayed = {(lid, seq) for lid, seq in self.replayed if lid != lane.id}
         return parked
 
-    def parked(self, lane: Lane) -> int:
+    def parked(self, lane: Lane) -> int | None:
         """How many dead letters of ``lane`` are parked: its ``dead`` entries, counted by
         their keys alone (no value decoded: every status reply asks), less those replayed
-        and not yet settled again, which ``replayed`` holds."""
-        store = self.store
-        prefix = u32(lane.id)
-        count = 0
-        with store.env.begin(db=store.dead) as txn:
-            cur = txn.cursor()
-            if cur.set_range(prefix):
-                for key in cur.iternext(keys=True, values=False):
-                    if not key.startswith(prefix):
-                        break
-                    count += 1
+        and not yet settled again, which ``replayed`` holds. None when the store cannot
+        count them (it is damaged: its status says so)."""
+        try:
+            count = self.store.count_dead(lane.id)
+        except StoreError:
+            return None
         return count - sum(1 for lid, _seq in self.replayed if lid == lane.id)
 
     def _lanes(self, topic: str, group: str) -> list[Lane]:

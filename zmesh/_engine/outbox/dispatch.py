@@ -3,8 +3,8 @@
 A message is sent from the record it was staged with while ``Decoded`` keeps it, else
 its record is read from LMDB and decoded (and kept, for a topic with several lanes); a
 ``memory`` message not spilled is kept as its record and never packed. A record that
-cannot be decoded is set aside and settled, never sent; one that is missing is settled as
-lost.
+cannot be decoded is set aside and settled, never sent; one that is missing, or that LMDB
+cannot read (a damaged store), is settled as lost.
 """
 
 from __future__ import annotations
@@ -128,12 +128,16 @@ class Dispatcher:
         return sent_total
 
     def _drop(self, topic: str, seqs: list[int], batch: WriteBatch) -> None:
-        """Messages whose record is gone or damaged: settle them for every lane owing them."""
+        """Messages whose record is gone, damaged or unreadable: settle them for every lane
+        owing them."""
         bad = {k for db, k, _v in batch.quarantine if db == "msgs"}
         lost = [s for s in seqs if u64(s) not in bad]
         if lost:
             log.error(
-                "outbox records missing for %d messages of %s; settled as lost", len(lost), topic
+                "outbox records of %d messages of %s are missing or cannot be read; settled "
+                "as lost",
+                len(lost),
+                topic,
             )
             self.counters.add("lost_records", len(lost))
         for seq in seqs:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from ..._store.store import Store, WriteBatch
 from ..._subjects import matcher
+from ...errors import StoreError
 from ..lane.lane import Lane
 from ..stats import Counters
 from .lanes import Lanes
@@ -91,9 +92,11 @@ class Kept:
 
     def _load(self, topic: str, n: int) -> Values:
         values = Values(n)
-        heads = [
-            Head.decode(seq, v) for seq, v in self.store.log_heads(topic_prefix(topic), 1 << 62)
-        ]
+        try:
+            entries = self.store.log_heads(topic_prefix(topic), 1 << 62)
+        except StoreError:  # (a damaged store, said by its health): none can be read
+            entries = []
+        heads = [Head.decode(seq, v) for seq, v in entries]
         for start in range(0, len(heads), READ_CHUNK):
             chunk = heads[start : start + READ_CHUNK]
             found = self.records_of([h.seq for h in chunk])

@@ -5,7 +5,9 @@ A message is stored as its own ``msgs`` record or as one of a run's (runs.py); a
 them by sequence: memory ones as they are, stored ones from the records kept decoded
 (``Decoded``) or read from LMDB. It also counts the outbox's messages (``depth``: what
 some lane owes) and lets a message go once no lane owes it. A record that cannot be
-decoded is set aside (the ``bad`` db), never crash-looped on.
+decoded is set aside (the ``bad`` db), never crash-looped on; one that LMDB refuses to
+read (a damaged page: _store/health.py) is left out the same way, and its messages are
+settled as lost when they are to be sent.
 """
 
 from __future__ import annotations
@@ -121,13 +123,16 @@ class Records:
 
     def read(self, seqs: list[int], batch: WriteBatch | None = None) -> dict[int, Record]:
         """The records of ``seqs`` read from LMDB (those that are there) and decoded; one
-        that cannot be decoded is left out, and set aside given ``batch``."""
-        found, bad = self.store.read_decoded("msgs", seqs, decode_record)
-        if bad and batch is not None:
+        that cannot be decoded is left out, and set aside given ``batch``; one that LMDB
+        cannot read is left out, and counted given ``batch``."""
+        found, bad, unreadable = self.store.read_decoded("msgs", seqs, decode_record)
+        if batch is not None:
             for seq, raw in bad.items():
                 self.set_aside(
                     "msgs", u64(seq), raw, "an outbox record: settled for every group", batch
                 )
+            if unreadable:
+                self.unreadable("msgs", unreadable, "their messages are settled as lost")
         out: dict[int, Record] = {}
         for seq, (fields, _size) in found.items():
             record = out[seq] = as_record(fields)
@@ -163,8 +168,8 @@ class Records:
         absent = [first for first in firsts if first not in out]
         if not absent:
             return out
-        found, bad = self.store.read_decoded("runs", absent, decode_run)
-        if bad and batch is not None:
+        found, bad, unreadable = self.store.read_decoded("runs", absent, decode_run)
+        if batch is not None:
             for first, record in bad.items():
                 self.set_aside(
                     "runs",
@@ -172,6 +177,10 @@ class Records:
                     record,
                     "a run's record: its messages are settled as lost",
                     batch,
+                )
+            if unreadable:
+                self.unreadable(
+                    "runs", unreadable, "the messages of these runs are settled as lost"
                 )
         for first, (fields, size) in found.items():
             self.decoded.keep_run(first, fields, size + RUN_ENTRY_BYTES * len(fields[1]))
@@ -337,6 +346,20 @@ class Records:
             gone = self.forget_mem(singles) if self.mem else singles
             batch.msgs_del.extend(map(u64, gone))
         self.depth -= len(unowed)
+
+    def unreadable(self, db: str, seqs: list[int], what_then: str) -> None:
+        """Records LMDB refused to read (the store is damaged: its status says so, and
+        what to do): count them, say so. Nothing can be set aside, and nothing is deleted
+        from the damaged db (_store/health.py)."""
+        self.counters.add("unreadable_records", len(seqs))
+        log.error(
+            "%d records of the %r db in %s cannot be read (first key %s), the store is damaged; %s",
+            len(seqs),
+            db,
+            self.store.path,
+            u64(seqs[0]).hex(),
+            what_then,
+        )
 
     def set_aside(self, db: str, key: bytes, value: bytes, why: str, batch: WriteBatch) -> None:
         """A record that cannot be decoded: move it to the ``bad`` db, count it, say so."""

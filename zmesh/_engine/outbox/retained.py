@@ -13,6 +13,7 @@ import functools
 from typing import Any
 
 from ..._store.store import Store, WriteBatch, u64
+from ...errors import StoreError
 from ..stats import Counters
 from .kept import Kept
 from .lanes import Lanes
@@ -79,9 +80,11 @@ class Retained:
             if cfg.keep_last:
                 heads = self.kept.candidates(topic, RECLAIM_CHUNK)
             else:
-                heads = [
-                    Head.decode(seq, v) for seq, v in self.store.log_heads(prefix, RECLAIM_CHUNK)
-                ]
+                try:
+                    entries = self.store.log_heads(prefix, RECLAIM_CHUNK)
+                except StoreError:  # (a damaged store, said by its health: kept as it is)
+                    continue
+                heads = [Head.decode(seq, v) for seq, v in entries]
             n = reclaimable(
                 heads,
                 wall=wall,
@@ -138,9 +141,13 @@ class Retained:
             nxt = nexts.get(partition, 0)
             budget = max_items - len(items)
             full = budget <= 0 or size >= max_bytes
-            oldest, entries = self.store.log_range(
-                partition_prefix(topic, partition), pos, 0 if full else budget
-            )
+            try:
+                oldest, entries = self.store.log_range(
+                    partition_prefix(topic, partition), pos, 0 if full else budget
+                )
+            except StoreError:  # (a damaged store, said by its health): the reader's gap
+                heads.append((partition, nxt, nxt, nxt))
+                continue
             scanned = pos
             if not full:
                 stored = self.records.read([s for _i, s, _p in entries if s not in mem])

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..._numbers import fitting_array
 from ..._store.store import Store, WriteBatch, pack, pend_key, u32, u64
+from ...errors import StoreError
 from ..lane.blocks import block_parts, cut, joined_blocks, one_block
 from ..lane.lane import Lane
 from ..lane.plain import PlainRun
@@ -134,7 +135,12 @@ class Staging:
         ids = [p.msg_id.encode() for p in pubs if p.msg_id is not None]
         if not ids:
             return pubs
-        known = self.store.lookup_ids(ids)
+        try:
+            known = self.store.lookup_ids(ids)
+        except StoreError:
+            # A damaged store (said by its health, in status): the window cannot be read,
+            # and a publish is stored rather than refused for it.
+            known = {}
         fresh = []
         for p in pubs:
             if p.msg_id is None:
