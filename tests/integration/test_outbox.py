@@ -87,6 +87,17 @@ def test_memory_mode_spills_to_lmdb_past_its_budget(make_node, tmp_path):
         r.wait_acked(10)
 
 
+def test_a_memory_topics_messages_lost_at_close_are_said_and_counted(make_node, caplog):
+    # They were dropped without a word: the contract drops nothing silently.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(durability="memory", groups=("g",))})
+    for i in range(10):
+        prod.publish("t", b"single %d" % i).wait_stored(5)
+    prod.publish_many("t", [b"run"] * 20).wait_stored(5)
+    prod.close()
+    assert prod.stats()["memory_lost_on_close"] == 30
+    assert "closes with 30 messages of memory topics" in caplog.text
+
+
 def test_full_outbox_blocks_then_raises_a_clear_error(make_node):
     prod = make_node("prod", max_outbox_messages=10, topics={"t": zmesh.TopicConfig(groups=("g",))})
     for _ in range(10):

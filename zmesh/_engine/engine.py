@@ -547,6 +547,16 @@ class Engine:
             assert mesh is not None
             mesh.flush_ctrl_backlog()
             self.consumer.flush(mesh.send_ctrl)
+            lost = self.outbox.records.in_ram_only()
+            if lost:  # (nothing is dropped without a word: docs/operations.md)
+                self.counters.add("memory_lost_on_close", lost)
+                log.warning(
+                    "node %s closes with %d messages of memory topics not settled by "
+                    "every group: they were kept in RAM only and are dropped now "
+                    "(durability='process' would keep them)",
+                    self.config.name,
+                    lost,
+                )
             bye = encode_control(Bye(self.node_id, self.incarnation))
             for peer in mesh.peers.values():
                 if peer.alive and peer.connected:  # (the others learn it from them)

@@ -321,6 +321,14 @@ class Records:
             return []
         return [seq for seq, r in zip(seqs, records, strict=True) if r is None]
 
+    def in_ram_only(self) -> int:
+        """How many messages of ``memory`` topics the outbox holds in RAM alone (not
+        spilled): what a close loses."""
+        by_first = self.runs.by_first
+        return len(self.mem) + sum(
+            run.left for first in self.mem_runs if (run := by_first.get(first)) is not None
+        )
+
     def forget_mem_runs(self, firsts: Iterable[int]) -> None:
         """Drop memory runs (settled, spilled or never stored) from RAM."""
         pop = self.mem_runs.pop
