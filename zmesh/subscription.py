@@ -21,12 +21,17 @@ from typing import Any, Protocol
 from ._engine.commands import Extend, Respond, Settle
 from ._engine.inbox.origin import STATES, Origin, Queue
 from ._engine.limits import EPHEMERAL_QUEUE_BYTES
-from ._protocol.codec import check_headers
 from ._receipt import MessageId
 from ._requests import DELIVERY_HEADER
 from ._seqs import consecutive
 from ._waits import check_timeout
-from .config import NodeConfig, SubscriptionConfig, check_delay, check_max_messages
+from .config import (
+    NodeConfig,
+    SubscriptionConfig,
+    check_delay,
+    check_max_messages,
+    checked_headers,
+)
 from .errors import (
     ArgumentError,
     MessageStateError,
@@ -225,11 +230,7 @@ class Message:
                 f"a reply of {len(payload)} bytes is past max_message_bytes {limit}"
             )
         if headers is not None:
-            headers = dict(headers)
-            try:
-                check_headers(headers)
-            except ValueError as exc:
-                raise ArgumentError(f"reply headers: {exc}") from None
+            headers = checked_headers(headers)
         origin = self._origin
         submitter.submit(Respond(origin, origin.seqs[self._i], payload, headers, ok))
 
