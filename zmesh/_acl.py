@@ -39,7 +39,13 @@ from .errors import ConfigError
 
 ADMIN_RIGHTS = frozenset({"status", "dlq", "group"})
 # The operations of the control socket's admin requests, by the right they need.
-ADMIN_OPS = {"dead_letters": "dlq", "replay": "dlq", "purge": "dlq", "delete_group": "group"}
+ADMIN_OPS = {
+    "dead_letters": "dlq",
+    "replay": "dlq",
+    "purge": "dlq",
+    "groups": "group",
+    "group_rm": "group",
+}
 
 
 def covers(pattern: str, topic: str) -> bool:

@@ -161,6 +161,18 @@ def test_admin_rights_gate_status_and_dead_letters(make_node, keys, tmp_path):
         str(tmp_path),
     )
     assert code == 0, out
+    # The group right: what `zmesh group ls` and `group rm` ask for (refused to every key
+    # while its operations went by other names than the right's).
+    node.topic("t", groups=["g"])
+    group_ls = ["-m", "zmesh.cli", "group", "ls", "--address", node.control_address, *server]
+    code, out = run_module(
+        [*group_ls, "--secret-key-file", str(keys / "ops.key")], 30, str(tmp_path)
+    )
+    assert code == 0, out
+    code, out = run_module(
+        [*group_ls, "--secret-key-file", str(keys / "viewer.key")], 30, str(tmp_path)
+    )
+    assert code == 1 and "may not use the admin right 'group'" in out, out
 
 
 def test_a_key_revoked_at_run_time_can_no_longer_publish_or_subscribe(

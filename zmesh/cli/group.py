@@ -40,6 +40,8 @@ def gather(
         try:
             got = request_admin(at, "groups", args, timeout)
         except CliError:
+            if at == address:
+                raise  # (the node asked refused, or did not answer: it says why)
             unreachable.append(f"{name} ({at})")
             continue
         lanes.extend({**lane, "producer": name, "address": at} for lane in got)
