@@ -364,12 +364,15 @@ class Subscription:
         self, origin: Origin, keys: Sequence[str | None], payloads: Sequence[bytes]
     ) -> bool:
         """Queue a batch's messages, all of ``origin``'s places (IO thread); False, and
-        nothing queued, when an ephemeral subscription has no room for them."""
+        nothing queued, when an ephemeral subscription has no room for them, or when it
+        is closed (its unsubscribe, on its way, releases them with the rest)."""
         if self.mode == "ephemeral" and not self._admits(len(payloads), sum(map(len, payloads))):
             return False
         places = iter(range(len(payloads)))
         origin.sub, origin.places = self, places
         with self._cond:
+            if self._closed:
+                return False
             self._queue.append(
                 (map(Message, repeat(origin), places, keys, payloads), places, origin)
             )
