@@ -22,6 +22,7 @@ from lmdb import verify
 
 import zmesh
 from tests.conftest import LOOPBACK, read_line, reap, run_module, spawn, wait_until
+from tests.integration.test_delivery import drain
 from zmesh._store.lock import stamp
 
 CLI = ["-m", "zmesh.cli"]
@@ -176,15 +177,7 @@ def test_a_damaged_store_is_refused_in_one_line_checked_and_salvaged(
     prod = make_node("p", data_dir=str(dest))
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="g")
-    got: list[zmesh.Message] = []
-
-    def take() -> bool:
-        msgs = sub.fetch(1000, timeout=0.05)
-        sub.ack_many(msgs)
-        got.extend(msgs)
-        return len(got) >= SMALL + LARGE - lost
-
-    wait_until(take, 30, what="the salvaged messages")
+    got = drain(sub, SMALL + LARGE - lost, 30)
     indexes = sorted(int(bytes(m.payload).rstrip(b".")) for m in got)
     assert len(set(indexes)) == len(indexes) == SMALL + LARGE - lost
     assert set(indexes) <= set(range(SMALL + LARGE))
@@ -291,15 +284,7 @@ def test_bit_rot_past_the_start_check_is_met_by_the_running_node(
     # lost, counted, never sent.
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="g")
-    got: list[zmesh.Message] = []
-
-    def take() -> bool:
-        msgs = sub.fetch(1000, timeout=0.05)
-        sub.ack_many(msgs)
-        got.extend(msgs)
-        return len(got) >= SMALL + LARGE + batch - lost
-
-    wait_until(take, 30, what="the messages whose record can be read")
+    got = drain(sub, SMALL + LARGE + batch - lost, 30)  # (those whose record can be read)
     payloads = [bytes(m.payload) for m in got]
     assert len(set(payloads)) == len(payloads) == SMALL + LARGE + batch - lost
     assert {p for p in payloads if p.startswith(b"b")} == {b"b%d" % i for i in range(batch)}

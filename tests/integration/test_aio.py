@@ -4,10 +4,12 @@ thread per await), cancelled waits leave nothing behind, and close() ends every 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +37,27 @@ async def members(prod: zmesh.aio.Node, topic: str, lane: str, count: int = 1) -
     pytest.fail(f"{count} members of {topic}/{lane} never joined")
 
 
+@contextlib.asynccontextmanager
+async def pair(
+    tmp_path: Path, mesh_name: str
+) -> AsyncIterator[tuple[zmesh.aio.Node, zmesh.aio.Node]]:
+    """A producer node "p" and a consumer node "c" seeded with it."""
+    async with (
+        zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"), **COMMON) as prod,
+        zmesh.aio.Node(
+            "c",
+            mesh=mesh_name,
+            data_dir=str(tmp_path / "c"),
+            seeds=[prod.control_address],
+            **COMMON,
+        ) as cons,
+    ):
+        yield prod, cons
+
+
 def test_async_publish_subscribe_and_ack(tmp_path, mesh_name):
     async def main() -> list[bytes]:
-        async with (
-            zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"), **COMMON) as prod,
-            zmesh.aio.Node(
-                "c",
-                mesh=mesh_name,
-                data_dir=str(tmp_path / "c"),
-                seeds=[prod.control_address],
-                **COMMON,
-            ) as cons,
-        ):
+        async with pair(tmp_path, mesh_name) as (prod, cons):
             sub = cons.subscribe("t", group="g")
             receipts = [await prod.publish("t", str(i).encode()) for i in range(50)]
             got = []
@@ -467,16 +478,7 @@ def test_handlers_that_return_awaitables_are_awaited_on_the_loop(tmp_path, mesh_
             await record(m)
 
     async def main() -> None:
-        async with (
-            zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"), **COMMON) as prod,
-            zmesh.aio.Node(
-                "c",
-                mesh=mesh_name,
-                data_dir=str(tmp_path / "c"),
-                seeds=[prod.control_address],
-                **COMMON,
-            ) as cons,
-        ):
+        async with pair(tmp_path, mesh_name) as (prod, cons):
             cons.subscribe("a", group="g", handler=Record())
             cons.subscribe("b", group="g", handler=lambda m: record(m))
             await members(prod, "a", "g")

@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 
 import zmesh
+import zmesh.aio
 from tests.conftest import wait_members
 
 RECEIVED: list[bytes] = []
@@ -20,8 +21,9 @@ def record(msg: zmesh.Message) -> None:
     RECEIVED.append(msg.payload)
 
 
-def test_toml_subscription_with_handler_and_metrics(tmp_path, mesh_name, make_node):
-    RECEIVED.clear()
+def _handled_by(tmp_path, mesh_name, handler: str, node: str = "", sub: str = "") -> pathlib.Path:
+    """A worker's definition: a subscription to orders in group billing, by ``handler``
+    (``node``, ``sub``: more lines of its [node] table and of the subscription's)."""
     path = tmp_path / "worker.toml"
     path.write_text(
         textwrap.dedent(f"""
@@ -31,14 +33,26 @@ def test_toml_subscription_with_handler_and_metrics(tmp_path, mesh_name, make_no
         data_dir = "{tmp_path / "worker"}"
         interfaces = ["127.0.0.1"]
         mdns = false
-        metrics_address = "127.0.0.1:0"
+        {node}
 
         [subscriptions.orders]
         topic = "orders"
         group = "billing"
-        handler = "tests.integration.test_node_definitions:record"
-        concurrency = 2
+        handler = "{handler}"
+        {sub}
     """)
+    )
+    return path
+
+
+def test_toml_subscription_with_handler_and_metrics(tmp_path, mesh_name, make_node):
+    RECEIVED.clear()
+    path = _handled_by(
+        tmp_path,
+        mesh_name,
+        "tests.integration.test_node_definitions:record",
+        node='metrics_address = "127.0.0.1:0"',
+        sub="concurrency = 2",
     )
     prod = make_node("prod")
     worker = zmesh.Node.from_toml(path)
@@ -93,26 +107,6 @@ async def record_later(msg: zmesh.Message) -> None:
     """A coroutine handler named in a node definition."""
     await asyncio.sleep(0)
     RECEIVED.append(msg.payload)
-
-
-def _handled_by(tmp_path, mesh_name, handler: str) -> pathlib.Path:
-    path = tmp_path / "worker.toml"
-    path.write_text(
-        textwrap.dedent(f"""
-        [node]
-        name = "worker"
-        mesh = "{mesh_name}"
-        data_dir = "{tmp_path / "worker"}"
-        interfaces = ["127.0.0.1"]
-        mdns = false
-
-        [subscriptions.orders]
-        topic = "orders"
-        group = "billing"
-        handler = "{handler}"
-    """)
-    )
-    return path
 
 
 def test_a_coroutine_handler_in_a_definition_runs_on_the_aio_nodes_loop(

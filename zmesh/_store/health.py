@@ -63,16 +63,22 @@ def lmdb_error(exc: BaseException) -> lmdb.Error | None:
 
 
 @contextlib.contextmanager
-def at_start(what: str, path: str) -> Iterator[None]:
-    """A read of the start that LMDB refuses is the StoreError of a damaged store: the
-    node does not start (it is not a node's damage to go on with)."""
+def raising(as_store_error: Callable[[lmdb.Error], StoreError]) -> Iterator[None]:
+    """What LMDB raises inside (itself, or behind py-lmdb's SystemError) raised as the
+    StoreError ``as_store_error`` makes of it; any other error as it is."""
     try:
         yield
     except (lmdb.Error, SystemError) as exc:
         error = lmdb_error(exc)
         if error is None:
             raise
-        raise read_failed(error, path, what) from exc
+        raise as_store_error(error) from exc
+
+
+def at_start(what: str, path: str) -> AbstractContextManager[None]:
+    """A read of the start that LMDB refuses is the StoreError of a damaged store: the
+    node does not start (it is not a node's damage to go on with)."""
+    return raising(lambda error: read_failed(error, path, what))
 
 
 class Health:
@@ -119,17 +125,10 @@ class Health:
             log.error("%s of the damaged store %s failed too (%s)", what, self.path, exc)
         return error
 
-    @contextlib.contextmanager
-    def reading(self, what: str, db: str | None = None) -> Iterator[None]:
+    def reading(self, what: str, db: str | None = None) -> AbstractContextManager[None]:
         """Raise a read of ``what`` ("the msgs database") that LMDB refuses as StoreError
         (see ``failed``), never as an ``lmdb`` error."""
-        try:
-            yield
-        except (lmdb.Error, SystemError) as exc:
-            error = lmdb_error(exc)
-            if error is None:
-                raise
-            raise self.failed(error, f"reading {what}", db) from exc
+        return raising(lambda error: self.failed(error, f"reading {what}", db))
 
     def deletes(self, db: str) -> bool:
         """Whether records may be deleted from ``db`` (not known to be damaged)."""
