@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -249,3 +251,80 @@ def test_a_new_store_is_not_made_on_a_full_disk(small_disk, mesh_name):
         )
     assert err.value.disk is not None and "bytes free" in str(err.value)
     assert not (small_disk / "n" / "store" / "data.mdb").exists()
+
+
+# A reader of a store, in a process of its own, that holds one read transaction open
+# until its stdin closes (as a snapshot being copied does): LMDB reuses no page freed
+# after it began, so every commit of the store needs pages its full disk cannot give.
+HOLD_READER = """\
+import sys, lmdb
+env = lmdb.open(sys.argv[1], readonly=True, max_dbs=16, subdir=True)
+txn = env.begin()
+print("reading", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_consumer_on_a_full_disk_gets_its_acks_to_the_producer(small_disk, make_node, caplog):
+    """The consumer's data dir is on the full disk, the producer's is not. Its acks reach
+    the producer and its handler sees each message once: with the disk's reserve
+    (released for the acks' commit, which carries them), and when the store cannot take
+    their dedupe entries at all (sent all the same, written once there is room)."""
+    caplog.set_level(logging.WARNING, logger="zmesh")
+    prod = make_node("p", topics={"t": zmesh.TopicConfig(groups=("g",), ack_timeout_s=3)})
+    cons = make_node("c", data_dir=str(small_disk / "c"), seeds=[prod.control_address])
+    handled: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def handle(msg: zmesh.Message) -> None:
+        with lock:
+            handled[msg.id.seq] = handled.get(msg.id.seq, 0) + 1
+
+    cons.subscribe("t", group="g", handler=handle)
+    prod.publish("t", b"first").wait_acked(10)
+    fill_up(small_disk / "filler")
+    # 1. The reserve is there: released for the first commit that finds the disk full,
+    # which commits the acks with it.
+    for i in range(500):
+        last = prod.publish("t", payload(i, 100))
+    last.wait_stored(10)
+    wait_until(lambda: prod.status()["outbox"] == 0, 30, what="the first 500 acked")
+    assert len(handled) == 501 and max(handled.values()) == 1, "handled twice"
+    status = cons.status()
+    assert status["store"]["disk_reserve_held"] is False
+    assert "acks_rolled_back" not in status["counters"]
+    # 2. The reserve is gone and the disk full again; a reader holds the store's pages
+    # (a snapshot being copied): no commit of the consumer finds room.
+    reader = spawn(
+        ["-c", HOLD_READER, str(small_disk / "c" / "store")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert read_line(reader, 30).strip() == b"reading"
+        fill_up(small_disk / "filler-2")
+        for i in range(500, 3500):
+            last = prod.publish("t", payload(i, 100))
+        last.wait_stored(10)
+        wait_until(lambda: prod.status()["outbox"] == 0, 40, what="the next 3,000 acked")
+        assert len(handled) == 3501 and max(handled.values()) == 1, "handled twice"
+        status = cons.status()
+        store, counters = status["store"], status["counters"]
+        assert store["full"] and store["disk_full"] and store["acks_unwritten"] > 0
+        assert counters["acks_unwritten"] > 0 and counters["store_full"] > 0
+        assert "acks_rolled_back" not in counters
+        said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert any("sent without their dedupe entries" in line for line in said)
+        assert len(said) < 20  # (said at most once a minute each, however many commits)
+    finally:
+        assert reader.stdin is not None
+        reader.stdin.close()
+        reap(reader)
+    # Room again: the dedupe entries are written; the window has them.
+    (small_disk / "filler").unlink()
+    wait_until(
+        lambda: cons.status()["store"]["acks_unwritten"] == 0, 15, what="the entries written"
+    )
+    assert not cons.status()["store"]["full"]
+    assert any("are written" in r.getMessage() for r in caplog.records)

@@ -21,7 +21,8 @@ from zmesh._engine.outbox.publishes import AnyPublish
 from zmesh._protocol.frames import Ack
 from zmesh._store.store import Store, WriteBatch
 from zmesh.config import TopicConfig
-from zmesh.errors import StoreFullError
+from zmesh.errors import StoreError, StoreFullError
+from zmesh.subscription import Message
 
 SMALL_MAP = 256 << 10
 PAYLOAD = b"y" * 5000
@@ -145,14 +146,14 @@ def test_a_transaction_fails_at_once_on_a_full_map(node: Node) -> None:
     assert tx_pub.seq not in stored.msgs(producer.store)
 
 
-def _acked_origin(node: Node, n: int) -> Origin:
+def _acked_origin(node: Node, n: int, first: int = 1) -> Origin:
     """A delivered batch of ``n`` messages, all acked in order by the application, as
     the IO thread takes it from the command queue."""
     origin = Origin(
         node.consumer.queue,
         (PRODUCER, "t", "g"),
         "g",
-        range(1, n + 1),
+        range(first, first + n),
         [None] * n,
         [1] * n,
         [0] * n,
@@ -163,17 +164,63 @@ def _acked_origin(node: Node, n: int) -> Origin:
     return origin
 
 
-def test_the_consumer_s_acks_of_a_failed_commit_are_rolled_back(node: Node) -> None:
+def test_the_acks_of_a_commit_whose_publishes_do_not_fit_are_committed_and_sent(
+    node: Node,
+) -> None:
+    """The map has no room for a transaction's publish: the transaction fails, and the
+    acks of the iteration (not the transaction's) are committed without it and sent."""
     origin = _acked_origin(node, 3)
     wb = WriteBatch()
     node.consumer.acked_seqs(origin, origin.take_acks(), wb)
     big = node.producer.publish("t", b"z" * SMALL_MAP)
     node.commits.tx_pubs.add(id(big))  # (a transaction's: it fails, and is not held)
-    assert node.loop([big], 0.0, wb=wb) == []
+    tx = Call(tx=True, writes=True)
+    assert node.loop([big], 0.0, [tx], wb=wb) == []
+    assert isinstance(tx.error, StoreFullError)
+    sent: list[object] = []
+    node.consumer.flush(lambda _to, frame: sent.append(frame))
+    assert sent == [Ack(node.consumer.node_id, "t", "g", range(1, 4))]
+    assert node.producer.counters.get("acks_rolled_back") == 0
+    assert node.producer.store.seen_filter(PRODUCER, b"g", [1, 2, 3]) == {1, 2, 3}
+
+
+def test_a_failed_transaction_s_acks_are_rolled_back_with_it(node: Node) -> None:
+    """Publishes and acks of a transaction commit together or not at all: its acks are
+    neither written nor sent (their messages come again); the others' are."""
+    other = _acked_origin(node, 3)
+    mine = _acked_origin(node, 2, first=10)
+    wb = WriteBatch()
+    node.consumer.acked_seqs(other, other.take_acks(), wb)
+    node.consumer.acked([Message(mine, 0, None, b""), Message(mine, 1, None, b"")], wb)
+    big = node.producer.publish("t", b"z" * SMALL_MAP)
+    node.commits.tx_pubs.add(id(big))
+    tx = Call(tx=True, writes=True)
+    assert node.loop([big], 0.0, [tx], wb=wb) == []
+    assert isinstance(tx.error, StoreFullError)
+    sent: list[object] = []
+    node.consumer.flush(lambda _to, frame: sent.append(frame))
+    assert sent == [Ack(node.consumer.node_id, "t", "g", range(1, 4))]
+    assert node.producer.counters.get("acks_rolled_back") == 2
+    assert node.producer.store.seen_filter(PRODUCER, b"g", [1, 2, 3, 10, 11]) == {1, 2, 3}
+
+
+def test_the_consumer_s_acks_of_a_commit_that_fails_otherwise_are_rolled_back(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a full store (an I/O error, damage): nothing says a smaller commit would do
+    better, and the acks are rolled back, not sent; their messages come again."""
+    origin = _acked_origin(node, 3)
+    wb = WriteBatch()
+    node.consumer.acked_seqs(origin, origin.take_acks(), wb)
+
+    def failing(_batch: WriteBatch) -> None:
+        raise StoreError("LMDB write failed: Input/output error", node.producer.store.path)
+
+    monkeypatch.setattr(node.producer.store, "commit", failing)
+    node.loop([], 0.0, wb=wb)
     sent: list[object] = []
     node.consumer.flush(lambda _to, frame: sent.append(frame))
     assert sent == [] and node.producer.counters.get("acks_rolled_back") == 3
-    assert node.producer.store.seen_filter(PRODUCER, b"g", [1, 2, 3]) == set()
 
 
 def test_the_consumer_s_acks_of_a_commit_are_sent_after_it(node: Node) -> None:

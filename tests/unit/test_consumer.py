@@ -18,7 +18,7 @@ from zmesh._engine.inbox.origin import Origin
 from zmesh._protocol.frames import Ack, Batch, Nack
 from zmesh._store.store import WriteBatch
 from zmesh.config import NodeConfig, SubscriptionConfig
-from zmesh.errors import MessageStateError
+from zmesh.errors import MessageStateError, StoreFullError
 from zmesh.subscription import Message, Subscription, _fetched_runs
 
 PRODUCER = os.urandom(16)
@@ -237,3 +237,86 @@ def test_the_runs_of_a_fetched_list() -> None:
     assert _fetched_runs([(a, 0, 9, 8)]) is None  # two places taken by another thread
     assert _fetched_runs([(a, 0, 0, 1), (a, 3, 9, 7)]) is None  # the batch in two runs
     assert _fetched_runs([(a, 0, 4, 5), (b, 0, 4, 5), (a, 5, 9, 5)]) is None
+
+
+def test_acks_a_full_store_cannot_record_are_sent_and_remembered_until_it_can(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store too full to take the acks' dedupe bits even in pieces (a commit with any
+    of them fails, as on a full disk with no free page in its file): the acks go to the
+    producer all the same, which deletes the messages; a redelivery that was already on
+    its way is dropped by the bits kept in memory; once the store has room the bits are
+    written, a second after the last try."""
+    sub = Subscription(engine.queue, "t", SubscriptionConfig(group="g"))
+    engine.consumer.add(sub)
+    commit = engine.store.commit
+
+    def full(batch: WriteBatch) -> None:
+        if batch.seen_put or batch.seen_masks:
+            raise StoreFullError(engine.store.path, engine.store.map_size_bytes)
+        commit(batch)
+
+    def loop(now: float, *batches: Batch) -> list:
+        wb = WriteBatch()
+        engine.commands.drain(wb, [], [], now)
+        for batch in batches:
+            engine.consumer.on_batch(batch, wb, now)
+        engine.commits.commit(wb, [], [], None, now)
+        sent: list = []
+        engine.consumer.flush(lambda _producer, msg: sent.append(msg))
+        return sent
+
+    loop(0.0, _batch(range(10, 15)))
+    monkeypatch.setattr(engine.store, "commit", full)
+    sub.ack_many(sub.fetch(5, 0))
+    sent = loop(0.1)
+    assert [list(a.seqs) for a in sent if isinstance(a, Ack)] == [[10, 11, 12, 13, 14]]
+    stats = engine.counters.snapshot()
+    assert stats["acks_unwritten"] == 5 and "acks_rolled_back" not in stats
+    assert engine.consumer.unwritten.count == 5 and engine.commits.full
+    assert engine.store.seen_filter(PRODUCER, b"g", list(range(10, 15))) == set()
+    # Sent again before the acks arrived: acked again, not delivered again.
+    sent = loop(0.5, _batch(range(10, 16), attempt=2))
+    assert [list(a.seqs) for a in sent if isinstance(a, Ack)] == [[10, 11, 12, 13, 14]]
+    assert [m.id.seq for m in sub.fetch(10, 0)] == [15]
+    # (that loop's commit tried them again, in vain: the next try is due at 1.5)
+    monkeypatch.setattr(engine.store, "commit", commit)
+    loop(1.4)
+    assert engine.consumer.unwritten.count == 5
+    loop(1.5)
+    assert engine.consumer.unwritten.count == 0 and not engine.commits.full
+    assert engine.store.seen_filter(PRODUCER, b"g", list(range(9, 16))) == set(range(10, 15))
+    assert engine.counters.snapshot()["acks_unwritten"] == 5
+
+
+def test_the_bits_kept_for_a_full_store_go_once_the_producer_s_floor_passes_them(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The producer settled everything below its floor and sends none of it again: bits
+    kept below it are let go, as the store's window is pruned there."""
+    sub = Subscription(engine.queue, "t", SubscriptionConfig(group="g"))
+    engine.consumer.add(sub)
+    commit = engine.store.commit
+    wb = WriteBatch()
+    engine.consumer.on_batch(_batch(range(10, 15)), wb, 0.0)
+    commit(wb)
+
+    def full(batch: WriteBatch) -> None:
+        if batch.seen_put or batch.seen_masks:
+            raise StoreFullError(engine.store.path, engine.store.map_size_bytes)
+        commit(batch)
+
+    monkeypatch.setattr(engine.store, "commit", full)
+    sub.ack_many(sub.fetch(5, 0))
+    wb = WriteBatch()
+    engine.commands.drain(wb, [], [], 0.0)
+    engine.commits.commit(wb, [], [], None, 0.0)
+    engine.consumer.flush(lambda _producer, _msg: None)
+    assert engine.consumer.unwritten.count == 5
+    floor = 2048  # (two chunks of 1,024 past them)
+    later = Batch(
+        PRODUCER, 1, "t", "g", floor, (floor,), [0], [None], [None], [1], [0.0], [0], [b"x"]
+    )
+    wb = WriteBatch()
+    engine.consumer.on_batch(later, wb, 5.0)
+    assert engine.consumer.unwritten.count == 0

@@ -39,3 +39,28 @@ def test_settlement_pieces_hold_every_settlement_once_and_no_growth():
 def test_a_batch_without_deletions_is_one_piece():
     wb = WriteBatch(meta_put={b"store_full_at": b"1"})
     assert [p.meta_put for p in wb.settlement_pieces(200)] == [{b"store_full_at": b"1"}]
+
+
+def test_the_acks_dedupe_bits_go_last_in_pieces_of_chunks() -> None:
+    wb = _batch()
+    wb.seen_put.append((b"P" * 16, b"g", range(0, 3 * 1024)))  # three chunks
+    wb.seen_put.append((b"Q" * 16, b"g", [5, 2000]))  # two
+    wb.seen_masks.append((b"P" * 16, b"g", {7: 1}))  # one more
+    pieces = list(wb.settlement_pieces(2))
+    bits = [p for p in pieces if p.seen_masks or p.seen_put]
+    assert pieces[-len(bits) :] == bits  # after every deletion and run entry
+    assert all(not p.seen_put and not p.msgs_del and not p.prun_set for p in bits)
+    assert [sum(len(m) for *_pl, m in p.seen_masks) for p in bits] == [2, 2, 2]
+    chunks = [
+        (prod, chunk, b) for p in bits for prod, _l, m in p.seen_masks for chunk, b in m.items()
+    ]
+    full = (1 << 1024) - 1
+    assert sorted(chunks) == [
+        (b"P" * 16, 0, full),
+        (b"P" * 16, 1, full),
+        (b"P" * 16, 2, full),
+        (b"P" * 16, 7, 1),
+        (b"Q" * 16, 0, 1 << 5),
+        (b"Q" * 16, 1, 1 << (2000 - 1024)),
+    ]
+    assert [len(p.seen_put) for p in [wb.without_growth()]] == [2]  # (kept with the deletes)

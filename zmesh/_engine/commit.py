@@ -1,10 +1,16 @@
 """Committing the IO thread's write batch, and what a failed commit means.
 
 A full map is the failure that matters: it is grown when ``max_map_size_bytes`` allows;
-otherwise the batch is committed again without its publishes (held, see held.py) and
-without the consumer's acks (rolled back, not sent, so their messages come again), and
-transactions fail. Any other store error fails the publishes and transactions and keeps
-only what frees space. Runs on the IO thread only.
+otherwise the batch is committed again without its publishes (held, see held.py), and
+transactions fail (their acks with them). A full disk released its reserve for that
+commit (_store/disk.py); when even so the rest does not fit, only what settles messages
+is committed, whole, then in pieces: the deletions first, the consumer's acks' dedupe
+bits last. Acks whose bits still do not fit are sent all the same, their bits kept in
+memory and written once there is room (inbox/consumer.py says why: the alternative,
+rolling them back, redelivers every one of them to the handlers for as long as the disk
+is full). A full store is logged at most every LOG_EVERY_S per kind of line and shown
+in status (``full``). Any other store error fails the publishes and transactions, rolls
+the acks back and keeps only what frees space. Runs on the IO thread only.
 """
 
 from __future__ import annotations
@@ -28,8 +34,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Deletions per commit when a full disk refuses the whole of them: a page each at most,
-# a fraction of the disk's reserve (disk.py).
+# a fraction of the disk's reserve (disk.py). Also the dedupe window's chunks per piece.
 SETTLEMENT_PIECE = 200
+LOG_EVERY_S = 60.0  # a full store's failures are logged at most this often, each kind
+
+
+class Said:
+    """When a kind of log line may be said again: at most every ``every_s`` (the
+    counters tell how often it happened). Logging is not logic: the clock is its own."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self._next: dict[str, float] = {}
+
+    def due(self, kind: str) -> bool:
+        now = time.monotonic()
+        if now < self._next.get(kind, 0.0):
+            return False
+        self._next[kind] = now + self.every_s
+        return True
 
 
 class Waiter(Protocol):
@@ -61,6 +84,9 @@ class Committer:
         self.tx_pubs: set[int] = set()  # ids of this iteration's transaction publishes
         # Told every batch committed (what of it the replicas copy: replica/streams.py).
         self.committed: Callable[[WriteBatch], None] = _nothing
+        self.full = False  # the last commit found the store full (status shows it)
+        self._full_commits = 0
+        self._said = Said(LOG_EVERY_S)
 
     def store_pubs(
         self,
@@ -108,6 +134,7 @@ class Committer:
         None when nothing was staged for this commit (nothing to give back if it fails).
         """
         if not wb:
+            self._rewrite_acks(now)
             return pubs
         try:
             self._commit_growing(wb)
@@ -120,6 +147,8 @@ class Committer:
                 log.warning(
                     "the store %s has room again; held publishes are stored", self.store.path
                 )
+            self._room_again()
+            self._rewrite_acks(now)
             return pubs
         except StoreFullError as exc:
             error: StoreError = exc
@@ -141,8 +170,16 @@ class Committer:
         for call in calls or ():
             if call.tx or (call.writes and not full):
                 call.error = error
-        self.consumer.rollback()
-        wb.seen_put.clear()
+        if full:
+            # Transactions fail (above): their acks go with them. The other acks are
+            # committed with the rest of the batch below, in pieces if need be, or sent
+            # without their dedupe bits (inbox/consumer.py says why).
+            self.consumer.rollback_transactions(wb)
+        else:
+            # Not a full store: nothing says a smaller commit of the acks would do better.
+            self.consumer.rollback()
+            wb.seen_put.clear()
+            wb.seen_masks.clear()
         if mark is not None:
             wb.truncate(mark)
         if full:
@@ -158,6 +195,8 @@ class Committer:
                 self.store.commit(attempt)
             except StoreError as exc:
                 last = exc
+                if full and attempt is wb:
+                    self._full(exc)  # (not only publishes: the settlements do not fit)
                 continue
             self.committed(attempt)
             if attempt.frees_space():
@@ -167,34 +206,112 @@ class Committer:
                     if call.writes:
                         call.error = error  # what the call staged was not committed
             return []
-        if full and self._commit_in_pieces(wb):
-            for call in calls or ():
-                if call.writes:
-                    call.error = error
-            return []
+        if full:
+            committed, unwritten = self._commit_in_pieces(wb)
+            self._acks_unwritten(unwritten, error)
+            if committed:
+                for call in calls or ():
+                    if call.writes:
+                        call.error = error
+                return []
         # Nothing could be written: settlements are not on disk and come back at restart.
-        log.error("could not commit settlements either: %s", last)
+        if not full or self._said.due("nothing"):
+            log.error("could not commit settlements either: %s", last)
         for call in calls or ():
             if call.writes:
                 call.error = error
         return []
 
-    def _commit_in_pieces(self, wb: WriteBatch) -> bool:
-        """Commit the settlements of ``wb`` in pieces (see ``WriteBatch.settlement_pieces``);
-        True when every piece was committed."""
-        for piece in wb.settlement_pieces(SETTLEMENT_PIECE):
+    def _commit_in_pieces(self, wb: WriteBatch) -> tuple[bool, list[WriteBatch]]:
+        """Commit the settlements of ``wb`` in pieces (see ``WriteBatch.settlement_pieces``).
+
+        Returns whether every settlement but the acks' dedupe bits was committed, and the
+        pieces of those bits that were not."""
+        pieces = wb.settlement_pieces(SETTLEMENT_PIECE)
+        settled = False
+        for piece in pieces:
+            if piece.seen_masks and not settled:  # (the deletions are in: the bits last)
+                settled = True
+                self._settled_in_pieces()
             try:
                 self.store.commit(piece)
             except StoreError as exc:
-                log.error("could not commit settlements, even in pieces: %s", exc)
-                return False
+                if not settled and self._said.due("unsettled"):
+                    log.error("could not commit settlements, even in pieces: %s", exc)
+                return settled, [p for p in (piece, *pieces) if p.seen_masks]
             self.committed(piece)
+        if not settled:
+            self._settled_in_pieces()
+        return True, []
+
+    def _settled_in_pieces(self) -> None:
         self.held.freed()
-        log.warning(
-            "settlements committed in pieces of %d deletions: the store's disk is full",
-            SETTLEMENT_PIECE,
-        )
-        return True
+        if self._said.due("pieces"):
+            log.warning(
+                "settlements committed in pieces of %d deletions: the store's disk is full",
+                SETTLEMENT_PIECE,
+            )
+
+    def _full(self, error: StoreError) -> None:
+        """A commit found the store full: said (at most every LOG_EVERY_S), and shown in
+        status until a whole commit goes through again."""
+        if not self.full:
+            self.full = True
+            self._full_commits = 0
+        self._full_commits += 1
+        if self._said.due("full"):
+            log.error(
+                "%s; acks and other settlements are committed with the room left "
+                "(the disk's reserve, pieces)",
+                error,
+            )
+
+    def _room_again(self) -> None:
+        if self.full:
+            self.full = False
+            if self._said.due("room"):
+                log.warning(
+                    "the store %s commits whole batches again, after %d that found it full",
+                    self.store.path,
+                    self._full_commits,
+                )
+
+    def _acks_unwritten(self, pieces: list[WriteBatch], error: StoreError) -> None:
+        """Dedupe bits of acks that even pieces could not commit: the acks are sent
+        anyway, their bits kept until there is room (_store/unwritten.py says why)."""
+        unwritten = self.consumer.unwritten
+        new = unwritten.add(pieces)
+        if not new:
+            return
+        self.counters.add("acks_unwritten", new)
+        if self._said.due("unwritten"):
+            log.error(
+                "%s; %d acks are sent without their dedupe entries (kept in memory until "
+                "the store has room): their producers delete the messages and send none "
+                "of them again, but a restart of this node before they are written "
+                "forgets them",
+                error,
+                unwritten.count,
+            )
+
+    def _rewrite_acks(self, now: float) -> None:
+        """Write the dedupe bits of acks sent while the store was full, when a try is
+        due (_store/unwritten.py)."""
+        if not self.consumer.unwritten.count:
+            return
+        try:
+            written = self.consumer.unwritten.write(self.store.commit, now)
+        except StoreError as exc:
+            log.debug("dedupe entries still not written: %s", exc)
+            return
+        if written is not None:
+            self._room_again()
+            log.warning(
+                "the store %s has room again: the dedupe entries of the %d acks sent "
+                "while it was full are written",
+                self.store.path,
+                written,
+            )
 
     def _commit_growing(self, wb: WriteBatch) -> None:
         limit = self.max_map_size_bytes
@@ -213,6 +330,13 @@ class Committer:
 
         Returns (publishes, payload bytes) failed.
         """
+        if self.consumer.unwritten.count:  # (a restart no longer drops their copies)
+            log.warning(
+                "node %s closed with the dedupe entries of %d acks unwritten (its store is "
+                "full): a message of theirs that comes again is handled again",
+                node,
+                self.consumer.unwritten.count,
+            )
         held = self.held.take_all()
         if not held:
             return 0, 0

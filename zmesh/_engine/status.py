@@ -60,8 +60,11 @@ def node_status(engine: Engine) -> dict[str, Any]:
         "store": {
             "path": engine.store.path,
             "map_size_bytes": engine.store.map_size_bytes,
-            "full": engine.held.full,
+            # (publishes held, settlements that did not fit in one commit, or acks
+            # whose dedupe entries wait for room)
+            "full": engine.held.full or engine.commits.full or engine.consumer.unwritten.count > 0,
             "held_publishes": engine.held.count,
+            "acks_unwritten": engine.consumer.unwritten.count,
             **engine.store.disk.state(),
             "damaged": engine.store.health.state(),
         },

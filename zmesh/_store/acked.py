@@ -20,47 +20,33 @@ from typing import Any
 
 import lmdb
 
-from .._seqs import consecutive
 from ..errors import StoreError
 from .batch import WriteBatch
+from .chunks import CHUNK as CHUNK  # (re-exported: the Spark bridge's window uses it)
+from .chunks import SHIFT, chunk_masks
 from .damage import read_failed
 from .health import Health
 from .keys import u64
 
-CHUNK = 1024  # sequences per bitmap
-_SHIFT = CHUNK.bit_length() - 1
+_SHIFT = SHIFT
 _BYTES = CHUNK // 8
+_masks = chunk_masks  # (the name the Spark bridge's window imports)
 
 
 def _key(producer: bytes, chunk: int, lane: bytes) -> bytes:
     return producer + u64(chunk) + lane
 
 
-def _masks(seqs: Sequence[int]) -> dict[int, int]:
-    """chunk -> the bits of ``seqs`` in it, as an int (bit ``seq % CHUNK``)."""
-    first, last = seqs[0], seqs[-1]
-    if consecutive(seqs):
-        # A run of consecutive sequences (what one member acked, mostly): a range of bits
-        # per chunk, with no Python call per sequence.
-        masks = {}
-        for chunk in range(first >> _SHIFT, (last >> _SHIFT) + 1):
-            lo = max(first, chunk << _SHIFT) & (CHUNK - 1)
-            hi = min(last, ((chunk + 1) << _SHIFT) - 1) & (CHUNK - 1)
-            masks[chunk] = ((1 << (hi - lo + 1)) - 1) << lo
-        return masks
-    masks = {}
-    for seq in seqs:
-        chunk = seq >> _SHIFT
-        masks[chunk] = masks.get(chunk, 0) | 1 << (seq & (CHUNK - 1))
-    return masks
-
-
 def _add(txn: Any, db: Any, producer: bytes, lane: bytes, seqs: Sequence[int]) -> None:
-    """Set the bits of ``seqs``: one read and one write per chunk they fall in. A bitmap
-    is a little-endian int of ``CHUNK`` bits."""
-    if not seqs:
-        return
-    for chunk, mask in _masks(seqs).items():
+    """Set the bits of ``seqs``: one read and one write per chunk they fall in."""
+    if seqs:
+        _add_masks(txn, db, producer, lane, chunk_masks(seqs))
+
+
+def _add_masks(txn: Any, db: Any, producer: bytes, lane: bytes, masks: dict[int, int]) -> None:
+    """Set the bits of ``masks`` (chunk -> bits). A bitmap is a little-endian int of
+    ``CHUNK`` bits."""
+    for chunk, mask in masks.items():
         key = _key(producer, chunk, lane)
         old = txn.get(key, db=db)
         if old:
@@ -126,6 +112,8 @@ class AckedWindow:
         db = self.acked
         for producer, lane, seqs in b.seen_put:
             _add(txn, db, producer, lane, seqs)
+        for producer, lane, masks in b.seen_masks:
+            _add_masks(txn, db, producer, lane, masks)
         if b.seen_prune and self.health.deletes("acked"):
             cur = txn.cursor(db=db)
             for producer, floor, lane in b.seen_prune:

@@ -7,6 +7,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .chunks import chunk_masks
+
 
 @dataclass(slots=True)
 class WriteBatch:
@@ -28,6 +30,9 @@ class WriteBatch:
     prun_set: dict[bytes, bytes | None] = field(default_factory=dict)
     # the consumer's acks: (producer, lane, seqs) and prunes: (producer, floor, lane)
     seen_put: list[tuple[bytes, bytes, Sequence[int]]] = field(default_factory=list)
+    # acks' bits given per chunk: (producer, lane, {chunk: bits}) (acked.py), those of
+    # acks sent while a full disk kept them out of the window (written when it has room)
+    seen_masks: list[tuple[bytes, bytes, dict[int, int]]] = field(default_factory=list)
     seen_prune: list[tuple[bytes, int, bytes]] = field(default_factory=list)
     lanes_put: list[tuple[bytes, bytes]] = field(default_factory=list)
     # Lanes retired (a group deleted or expired): (lanes key, lane id), with every
@@ -65,6 +70,7 @@ class WriteBatch:
             or self.runs_del
             or self.prun_set
             or self.seen_put
+            or self.seen_masks
             or self.seen_prune
             or self.lanes_put
             or self.lanes_del
@@ -117,7 +123,11 @@ class WriteBatch:
         """The part of the batch that frees space (the last resort when the map is full).
 
         Parked messages (``dead_put``) and new lanes stay with the deletes: dropping them
-        while deleting the outbox records they came from would lose messages.
+        while deleting the outbox records they came from would lose messages. So do the
+        acks' dedupe bits (``seen_put``, ``seen_masks``; a commit that must do without
+        them, after a failure other than a full store, clears them first): without them
+        an ack is either sent unrecorded or rolled back and handled again
+        (_engine/commit.py).
         """
         return WriteBatch(
             msgs_del=self.msgs_del,
@@ -129,6 +139,8 @@ class WriteBatch:
             dead_put=self.dead_put,
             lanes_put=self.lanes_put,
             lanes_del=self.lanes_del,
+            seen_put=self.seen_put,
+            seen_masks=self.seen_masks,
             seen_prune=self.seen_prune,
             meta_put=self.meta_put,
             ids_prune_before=self.ids_prune_before,
@@ -138,15 +150,16 @@ class WriteBatch:
 
     def settlement_pieces(self, size: int) -> Iterator[WriteBatch]:
         """What ``without_growth`` keeps, as batches of at most ``size`` deletions each,
-        the first with everything else. On a full disk a commit copies every page it
-        changes to a free one, and the pages it frees are reused two commits later: a
-        small piece fits where the whole would not, and the pieces after it reuse what
-        the ones before freed."""
+        the first with everything else; then the run entries, and last the acks' dedupe
+        bits, ``size`` chunks a piece (as ``seen_masks``). On a full disk a commit copies
+        every page it changes to a free one, and the pages it frees are reused two
+        commits later: a small piece fits where the whole would not, and the pieces after
+        it reuse what the ones before freed."""
         whole = self.without_growth()
         keys = [(name, key) for name in _DELETIONS for key in getattr(whole, name)]
         runs = list(whole.prun_set.items())
         empty: dict[str, Any] = {name: [] for name in _DELETIONS}
-        piece = dataclasses.replace(whole, prun_set={}, **empty)
+        piece = dataclasses.replace(whole, prun_set={}, seen_put=[], seen_masks=[], **empty)
         for start in range(0, max(len(keys), 1), size):
             for name, key in keys[start : start + size]:
                 getattr(piece, name).append(key)
@@ -154,6 +167,27 @@ class WriteBatch:
             piece = WriteBatch()
         for start in range(0, len(runs), size):
             yield WriteBatch(prun_set=dict(runs[start : start + size]))
+        yield from self.seen_pieces(size)
+
+    def seen_pieces(self, size: int) -> Iterator[WriteBatch]:
+        """The acks' dedupe bits of this batch (``seen_put`` and ``seen_masks``) as
+        batches of at most ``size`` chunks each."""
+        chunks = [
+            (producer, lane, chunk, bits)
+            for producer, lane, masks in self.seen_masks
+            + [(p, lane, chunk_masks(seqs)) for p, lane, seqs in self.seen_put if seqs]
+            for chunk, bits in masks.items()
+        ]
+        for start in range(0, len(chunks), size):
+            piece = WriteBatch()
+            for producer, lane, chunk, bits in chunks[start : start + size]:
+                last = piece.seen_masks[-1] if piece.seen_masks else None
+                if last is None or last[:2] != (producer, lane):
+                    last = (producer, lane, {})
+                    piece.seen_masks.append(last)
+                masks = last[2]
+                masks[chunk] = masks.get(chunk, 0) | bits
+            yield piece
 
 
 _LISTS = tuple(f.name for f in fields(WriteBatch) if f.default_factory is list)

@@ -751,7 +751,7 @@ class Store(LogIndex, AckedWindow):
                 _delete_each(txn, getattr(self, name), keys)
         if b.log_put or b.log_next or b.log_del:
             self._apply_log(txn, b)
-        if b.seen_put or b.seen_prune:
+        if b.seen_put or b.seen_masks or b.seen_prune:
             self._apply_acked(txn, b)
 
 

@@ -6,6 +6,12 @@ subscription is dropped (the origins of the batches it holds say which). An ack 
 written to ``acked`` in the loop's transaction and sent to the producer only after that
 commit. A subscription to a pattern takes the batches of every topic it matches, of its
 lane (found once per topic and lane, then cached).
+
+Acks a full store cannot take the dedupe bits of, even in pieces, are sent all the same,
+their bits kept in memory until it can (``unwritten``; _store/unwritten.py says why); a
+failed transaction's acks are rolled back with it. This module is long because what
+dedupes a batch (the window, the copies held, the acks not committed yet) is one state
+that every batch and every settlement reads or changes.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from ..._protocol.codec import MAX_REASON_CHARS
 from ..._protocol.frames import Ack, Batch, Fail, Nack, Touch
 from ..._seqs import span
 from ..._store.store import Store, WriteBatch
+from ..._store.unwritten import UnwrittenAcks
 from ..._subjects import SubjectTrie, is_pattern
 from ...subscription import Message
 from ..stats import Counters
@@ -60,6 +67,8 @@ class Consumer:
         # range per batch); each is in the write batch too (its ``seen_put``), and goes to
         # the producer after its commit.
         self._acks: dict[tuple[bytes, str, str], list[Sequence[int]]] = {}
+        self._tx_acks: list[Sequence[int]] = []  # (those of a transaction, in both)
+        self.unwritten = UnwrittenAcks()  # acks sent that a full store has no bits of
         # The highest sequence this node acked per (producer, lane): every dedupe key in
         # the store is at or below it, so a message above it needs no lookup.
         self._tops = store.seen_tops()
@@ -176,6 +185,8 @@ class Consumer:
         acked_now = self._acks.get(source)  # (acked in this iteration: not in the store yet)
         if acked_now:
             seen = _with_acked(seen, acked_now, first, last)
+        if self.unwritten.count and first <= top:
+            seen = self.unwritten.seen(producer, lane, seqs, top) | seen
         holding = self._holding.get(source)
         if holding is None:
             holding = self._holding[source] = {}
@@ -276,6 +287,8 @@ class Consumer:
         if last is None or (floor > last[0] and now - last[1] >= PRUNE_INTERVAL_S):
             if floor > 0:
                 wb.seen_prune.append((producer, floor, lane.encode()))
+                if self.unwritten.count:
+                    self.unwritten.forget_below(producer, lane.encode(), floor)
             self._pruned[key] = (floor, now)
 
     # -- settling -------------------------------------------------------------------------
@@ -289,6 +302,7 @@ class Consumer:
         for origin, seqs in by_origin.items():
             origin.settled_apart(seqs)
             self.acked_seqs(origin, seqs, wb)
+            self._tx_acks.append(seqs)
 
     def acked_seqs(self, origin: Origin, seqs: Sequence[int], wb: WriteBatch) -> None:
         """``acked`` for sequences of one origin, settled on it already (what its
@@ -327,6 +341,18 @@ class Consumer:
         longer held either, so a redelivery reaches the application again."""
         self.counters.add("acks_rolled_back", sum(map(len, chain(*self._acks.values()))))
         self._acks.clear()
+        self._tx_acks.clear()
+
+    def rollback_transactions(self, wb: WriteBatch) -> None:
+        """The commit of this iteration's transactions failed: their acks are taken out
+        of ``wb`` and not sent (their messages come again, as if they never happened)."""
+        gone = {id(seqs) for seqs in self._tx_acks if seqs}
+        if gone:
+            wb.seen_put[:] = [e for e in wb.seen_put if id(e[2]) not in gone]
+            for key, parts in list(self._acks.items()):
+                self._acks[key] = [p for p in parts if id(p) not in gone]
+            self.counters.add("acks_rolled_back", sum(map(len, self._tx_acks)))
+        self._tx_acks.clear()
 
     def flush(self, send: Callable[[bytes, Ack | Nack | Fail | Touch], None]) -> None:
         """After commit: send acks (grouped per producer and lane), nacks, fails and
@@ -345,6 +371,7 @@ class Consumer:
                 for i in range(0, len(seqs), 5000):
                     send(producer, Ack(me, topic, lane, seqs[i : i + 5000]))
         self._acks.clear()
+        self._tx_acks.clear()
         out, self._outgoing = self._outgoing, []
         for (producer, topic, lane), seqs in self._touches.items():
             for i in range(0, len(seqs), 5000):
