@@ -328,3 +328,83 @@ def test_a_consumer_on_a_full_disk_gets_its_acks_to_the_producer(small_disk, mak
     )
     assert not cons.status()["store"]["full"]
     assert any("are written" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.timeout(120)
+def test_publishes_held_on_a_full_disk_never_take_the_reserve(small_disk, make_node, caplog):
+    """Publishes of 512 KiB wait for room while a consumer drains the outbox: the pages
+    each ack frees are reused only two commits later, and a commit of the held
+    publishes counted on them would fill the disk; the reserve stays for settlements."""
+    caplog.set_level(logging.WARNING, logger="zmesh")
+    data_dir = small_disk / "p"
+    prod = make_node(
+        "p",
+        data_dir=str(data_dir),
+        publish_timeout_s=2,
+        topics={"t": zmesh.TopicConfig(groups=("g",))},
+    )
+    published = 0
+    with pytest.raises(zmesh.StoreFullError):
+        for _ in range(100):
+            prod.publish_many("t", [b"." * (512 << 10)] * 4)
+            published += 4
+    store = prod.status()["store"]
+    assert store["full"] and store["disk_reserve_held"]
+    cons = make_node("c", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = 0
+    taken: list[zmesh.Message] = []
+
+    def take() -> bool:
+        # Acked 8 at a time (4 MiB freed by one commit: the held publishes fit in it).
+        nonlocal got
+        taken.extend(sub.fetch(8 - len(taken), timeout=0.05))
+        if len(taken) == 8 or (taken and got + len(taken) >= published):
+            sub.ack_many(taken)
+            got += len(taken)
+            taken.clear()
+        return got >= published and prod.status()["outbox"] == 0
+
+    wait_until(take, 60, what="the backlog and the held publishes delivered")
+    assert got == published
+    store = prod.status()["store"]
+    assert store["disk_reserve_held"] and not store["full"]
+    assert (data_dir / RESERVE_FILE).stat().st_blocks * 512 >= RESERVE_BYTES
+    assert not [r for r in caplog.records if "reserve of" in r.getMessage()]
+
+
+@pytest.mark.timeout(120)
+def test_the_reserve_is_made_again_with_the_room_inside_the_store(small_disk, make_node):
+    """The store's file never shrinks: once the reserve went to settlements, the disk may
+    never again have the reserve and the margin free. The pages the drained outbox left
+    free inside the file count for the margin; the reserve itself is on the disk."""
+    data_dir = small_disk / "p"
+    prod = make_node("p", data_dir=str(data_dir), topics={"t": zmesh.TopicConfig(groups=("g",))})
+    count = 4000
+    for i in range(count):
+        prod.publish("t", payload(i, 1000), priority=1)  # (stored alone)
+    prod.publish("t", payload(count, 1000), priority=1).wait_stored(10)
+    fill_up(small_disk / "filler")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    got = 0
+
+    def take() -> bool:
+        nonlocal got
+        for msg in sub.fetch(1000, timeout=0.05):
+            msg.ack()
+            got += 1
+        return got > count and prod.status()["outbox"] == 0
+
+    wait_until(take, 30, what="the outbox drained")
+    assert prod.status()["store"]["disk_reserve_held"] is False  # (the acks took it)
+    # Room on the disk for the reserve, not for the margin besides: that is in the file.
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    filler = small_disk / "filler"
+    os.truncate(filler, filler.stat().st_size - (RESERVE_BYTES + (256 << 10) - free))
+    wait_until(
+        lambda: prod.status()["store"]["disk_reserve_held"], 15, what="the reserve made again"
+    )
+    assert (data_dir / RESERVE_FILE).stat().st_blocks * 512 >= RESERVE_BYTES
+    # New messages go on in the room inside the file.
+    prod.publish("t", payload(count + 1, 1000), timeout=5).wait_stored(10)

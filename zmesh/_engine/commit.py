@@ -140,7 +140,7 @@ class Committer:
             self._commit_growing(wb)
             self.committed(wb)
             if not self.store.disk.reserve_held:
-                self.store.disk.make_reserve()
+                self.store.make_reserve()
             if wb.frees_space():
                 self.held.freed()
             if self.held.stored():
@@ -190,12 +190,17 @@ class Committer:
         # A full map: the rest of the batch (settlements, lanes, dead letters, calls) may
         # still fit. Any other error: keep only what frees space, as a last resort.
         last: StoreError = error
-        for attempt in (wb, wb.without_growth()) if full else (wb.without_growth(),):
+        attempts = [wb, wb.without_growth()] if full else [wb.without_growth()]
+        while attempts:
+            attempt = attempts.pop(0)
+            reserve = self.store.disk.reserve_held
             try:
                 self.store.commit(attempt)
             except StoreError as exc:
                 last = exc
-                if full and attempt is wb:
+                if reserve and not self.store.disk.reserve_held:
+                    attempts.insert(0, attempt)  # (the reserve's room is there now)
+                elif full and attempt is wb:
                     self._full(exc)  # (not only publishes: the settlements do not fit)
                 continue
             self.committed(attempt)

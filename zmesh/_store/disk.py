@@ -23,6 +23,7 @@ import errno
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -142,9 +143,22 @@ class Disk:
         point, fstype, source = mount_of(self.data_dir)
         return f"{point} ({fstype} {source})"
 
-    def make_reserve(self) -> bool:
+    def tight(self) -> bool:
+        """Whether the room last seen for new messages is within ROOM_PLENTY_BYTES of
+        none (no look at the disk)."""
+        free = self._free_seen
+        return free is not None and free < self.kept_free() + ROOM_PLENTY_BYTES
+
+    def make_reserve(self, inside: Callable[[], int] | None = None) -> bool:
         """Make the reserve file when it is missing and the disk has room for it (then
-        at most every RESERVE_RETRY_S); True when it is held afterwards."""
+        at most every RESERVE_RETRY_S); True when it is held afterwards.
+
+        Room for it means its size and the margin besides. The store's file never
+        shrinks, so a disk it filled once may never again have that much free; but the
+        pages its settlements freed are room for the store as good as the disk's (and
+        new messages leave the margin free of them too, store.py): ``inside()``, the
+        bytes the store may take inside its file, counts towards the margin. The reserve
+        itself must be on the disk."""
         if self.reserve_held:
             return True
         now = time.monotonic()
@@ -153,7 +167,12 @@ class Disk:
         self._next_reserve_try = now + RESERVE_RETRY_S
         free = self.free_bytes()
         if free is not None and free < RESERVE_BYTES + MARGIN_BYTES:
-            return False  # taking it now would leave the store itself without room
+            # taking it now would leave the store itself without room, unless its file
+            # holds that room
+            if free < RESERVE_BYTES or inside is None:
+                return False
+            if free + inside() < RESERVE_BYTES + MARGIN_BYTES:
+                return False
         tmp = self.reserve_path.with_name(RESERVE_FILE + ".tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -163,6 +182,7 @@ class Disk:
                 os.close(fd)
             os.replace(tmp, self.reserve_path)
             self.reserve_held = True
+            self.full = False  # (it had room for the reserve and the margin besides)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()

@@ -86,6 +86,7 @@ from .keys import u64 as u64
 from .lock import LockedDir, collected, let_go, take_lock
 from .logindex import LogIndex
 from .pages import MappedPages
+from .room import FileRoom
 from .snapshot import copy_env
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ class Store(LogIndex, AckedWindow):
                 migrated = self._open_env(held)
             except lmdb.Error as exc:
                 raise self._open_error(exc) from exc
-            self.disk.make_reserve()
+            self.make_reserve()
         except BaseException:
             self._release.detach()
             with contextlib.suppress(Exception):  # (the environment may be half open)
@@ -225,6 +226,7 @@ class Store(LogIndex, AckedWindow):
         self._psize = self.env.stat()["psize"]
         self._overflow = self._psize // 2 - 32  # larger values go to overflow pages
         self.pages = MappedPages(os.path.join(self.path, "data.mdb"))
+        self.room = FileRoom(self.env, self._dbs, os.path.join(self.path, "data.mdb"), self._psize)
         # A map grown before (or used past map_size_bytes) reopens at its real size.
         self.map_size_bytes = self.env.info()["map_size"]
         return self.migrate_seen()
@@ -252,14 +254,23 @@ class Store(LogIndex, AckedWindow):
             )
         return StoreFullError(self.path, self.map_size_bytes, waited_s)
 
-    def _disk_full(self, exc: BaseException) -> StoreFullError | None:
+    def _disk_full(self, exc: BaseException, release: bool = True) -> StoreFullError | None:
         """What a failed write means when the disk is full: the reserve is released (its
-        room lets the next commit through) and the error to raise; None otherwise."""
+        room lets the next commit through; not for a commit of new messages, ``release``
+        False: the reserve is for settlements) and the error to raise; None otherwise."""
         if not self.disk.is_full_error(exc):
             return None
         self.disk.full = True
-        self.disk.release_reserve()
+        if release:
+            self.disk.release_reserve()
         return self.full_error()
+
+    def make_reserve(self) -> bool:
+        """Make the disk's reserve again when there is room for it (disk.py): on the disk,
+        or, for the margin beside it, inside the store's file (room.py)."""
+        if self.disk.reserve_held:
+            return True
+        return self.disk.make_reserve(self.room.inside_bytes)
 
     def _open_error(self, exc: lmdb.Error) -> StoreError:
         """What failing to open the environment means: a map this host cannot map (a
@@ -614,7 +625,8 @@ class Store(LogIndex, AckedWindow):
             error = lmdb_error(exc)
             if error is None:
                 raise
-            full = self._disk_full(error)
+            # (new messages never take the reserve: their commit fails, the rest may not)
+            full = self._disk_full(error, release=not grows)
             if full is not None:
                 raise full from exc
             if isinstance(error, DAMAGE_ERRORS):
@@ -622,6 +634,8 @@ class Store(LogIndex, AckedWindow):
             raise StoreError(f"LMDB write failed: {error}", self.path) from exc
         if grows:
             self.disk.full = False
+        self.room.tight = not self.disk.reserve_held or self.disk.tight()
+        self.room.committed()
         if batch.fsync:
             self.env.sync(True)
         # Records written or deleted and, per pending entry, deletion or outbox entry, about
@@ -668,16 +682,19 @@ class Store(LogIndex, AckedWindow):
         )
         end = self.env.info()["last_pgno"] + 1  # pages of the file in use, free ones too
         room = self.disk.room_bytes(need * psize)  # (None: unknown, no limit)
-        disk_pages = None if room is None else end + room // psize  # the file may grow to
-        if capacity - end >= need + reserve and (disk_pages is None or disk_pages - end >= need):
+        if capacity - end >= need + reserve and (room is None or room // psize >= need):
             return False  # the untouched end of the map is room enough: no need to count
-        with self.env.begin() as txn:
-            used = sum(_pages(txn.stat(db)) for db in self._dbs) + _pages(self.env.stat())
+        used = self.room.used_pages()
         if used + need + reserve > capacity:
             self.disk.full = False
             return True
-        # Free pages inside the file are reused before it grows (from two commits on).
-        self.disk.full = disk_pages is not None and used + need > disk_pages
+        if room is None:
+            self.disk.full = False
+            return False
+        # Free pages inside the file are reused before it grows, but only from the second
+        # commit after the one that freed them (room.py).
+        inside = self.room.reusable_pages(end, used) + self.room.tail_pages(end)
+        self.disk.full = need > room // psize + inside
         return self.disk.full
 
     def _prune_ids(self, txn: Any, before: float, limit: int = 10_000) -> None:
@@ -774,7 +791,3 @@ def _delete_prefix(txn: Any, db: Any, prefix: bytes) -> None:
     while cursor.key().startswith(prefix):
         if not cursor.delete():  # (False at the end of the database)
             return
-
-
-def _pages(stat: Any) -> int:
-    return int(stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"])
