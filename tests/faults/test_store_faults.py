@@ -5,7 +5,9 @@ aside without stopping the node."""
 from __future__ import annotations
 
 import gc
+import logging
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -368,3 +370,44 @@ def test_a_snapshot_to_a_path_that_cannot_be_a_directory_is_a_store_error(
         node.snapshot(tmp_path / dest)
     assert isinstance(err.value.__cause__, OSError)
     assert node.status()["outbox"] == 0  # the node runs on
+
+
+@pytest.mark.timeout(60)
+def test_a_data_dir_deleted_under_a_running_node_is_found_and_publishes_refused(
+    make_node, tmp_path, caplog
+):
+    """``rm -rf`` of a running node's data dir: LMDB goes on in files no name reaches,
+    which go when the node stops. The node finds it at its next heartbeat, says so,
+    shows and counts it, and refuses new publishes; what it holds still reaches its
+    consumers, and Node.snapshot still copies it, node id and all, to start over from."""
+    caplog.set_level(logging.ERROR, logger="zmesh")
+    data_dir = tmp_path / "prod"
+    prod = make_node("prod", topics=GROUPS)
+    for i in range(100):
+        prod.publish("t", payload(i))
+    prod.publish("t", payload(100)).wait_stored(5)
+    shutil.rmtree(data_dir)
+    wait_until(lambda: prod.status()["store"]["lost"], 5, what="the deletion found")
+    status = prod.status()
+    assert str(data_dir) in status["store"]["lost"] and "deleted" in status["store"]["lost"]
+    assert status["counters"]["store_lost"] == 1
+    assert status["store"]["disk_reserve_held"] is False  # (gone with the data dir)
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any(str(data_dir) in line and "101 unacknowledged" in line for line in said)
+    with pytest.raises(zmesh.StoreError, match="publishes are refused") as err:
+        prod.publish("t", payload(101)).wait_stored(5)
+    assert str(data_dir) in str(err.value) and "Node.snapshot" in str(err.value)
+    with pytest.raises(zmesh.StoreError), prod.transaction(timeout=5) as tx:
+        tx.publish("t", payload(102))
+    assert prod.status()["counters"]["publishes_refused_store_lost"] == 2
+    assert not data_dir.exists()  # (no reserve, nothing made again in its place)
+    # What the node held: copied out of the files it still has open, id and all.
+    rescued = prod.snapshot(tmp_path / "rescued")
+    node_id = prod.id
+    prod.close()
+    assert any("closing the store" in r.getMessage() for r in caplog.records)
+    again = make_node("prod-again", data_dir=str(rescued), topics=GROUPS)
+    assert again.id == node_id and again.status()["outbox"] == 101
+    cons = make_node("cons", seeds=[again.control_address])
+    got = drain(cons.subscribe("t", group="g"), 101, timeout=30)
+    assert sorted(index(m) for m in got) == list(range(101))

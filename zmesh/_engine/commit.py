@@ -85,6 +85,7 @@ class Committer:
         # Told every batch committed (what of it the replicas copy: replica/streams.py).
         self.committed: Callable[[WriteBatch], None] = _nothing
         self.full = False  # the last commit found the store full (status shows it)
+        self.lost: StoreError | None = None  # the store's files are gone (check_store)
         self._full_commits = 0
         self._said = Said(LOG_EVERY_S)
 
@@ -106,6 +107,8 @@ class Committer:
         if not pubs and not held_before:  # (most iterations of a consumer): nothing staged
             self.commit(wb, [], calls, None, now)
             return (0, 0), []
+        if self.lost is not None:
+            return self._refuse(self.lost, wb, pubs + self.held.take_all(), calls, now), []
         held_bytes = self.held.bytes if held_before else 0
         pubs_in, bytes_in = message_count(pubs), payload_bytes(pubs)
         pubs = self.held.admit(pubs, self.tx_pubs, now)
@@ -329,6 +332,43 @@ class Committer:
                 if not limit or self.store.disk.full or not self.store.grow(limit):
                     raise
                 self.counters.add("map_grown", 1)
+
+    def check_store(self, depth: int) -> None:
+        """(Each heartbeat.) Whether the store's files are still those the node opened
+        (_store/place.py); once they are not, said at ERROR, counted (``store_lost``) and
+        shown in status, and publishes are refused from then on (``_refuse``)."""
+        if self.lost is not None:
+            return
+        lost = self.store.lost()
+        if lost is None:
+            return
+        self.lost = lost
+        self.counters.add("store_lost", 1)
+        log.error("%s (%d unacknowledged messages in it now)", lost, depth)
+
+    def _refuse(
+        self,
+        error: StoreError,
+        wb: WriteBatch,
+        pubs: list[AnyPublish],
+        calls: Sequence[Waiter],
+        now: float,
+    ) -> tuple[int, int]:
+        """Fail ``pubs`` with ``error`` (the store is lost: check_store), with every
+        transaction among ``calls`` (their acks rolled back), and commit the rest.
+        Returns (publishes, payload bytes) failed."""
+        for p in pubs:
+            p.stage.error = error
+        if self.tx_pubs:
+            self.tx_pubs.clear()
+            for call in calls:
+                if call.tx:
+                    call.error = error
+            self.consumer.rollback_transactions(wb)
+        count = message_count(pubs)
+        self.counters.add("publishes_refused_store_lost", count)
+        self.commit(wb, [], calls, None, now)
+        return count, payload_bytes(pubs)
 
     def fail_held(self, node: str) -> tuple[int, int]:
         """Closing with publishes the full map never took: their receipts say so.

@@ -405,6 +405,7 @@ class Engine:
             self.replication.beat(now)
             for discovery in self._discoveries:
                 discovery.beat()
+            self.commits.check_store(self.outbox.depth)  # (its data dir still there?)
             # (none retired before the members had time to say hello again)
             self.outbox.groups.expire_idle(wall, wb, retire=now >= self._expire_from)
         if now >= self._next_reclaim:

@@ -67,6 +67,7 @@ def node_status(engine: Engine) -> dict[str, Any]:
             "acks_unwritten": engine.consumer.unwritten.count,
             **engine.store.disk.state(),
             "damaged": engine.store.health.state(),
+            "lost": engine.store.place.lost,  # (what happened to its files: place.py)
         },
         "lanes": lanes,
         "pattern_groups": outbox.groups.patterns.listing(),

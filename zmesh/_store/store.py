@@ -86,6 +86,7 @@ from .keys import u64 as u64
 from .lock import LockedDir, collected, let_go, take_lock
 from .logindex import LogIndex
 from .pages import MappedPages
+from .place import Place
 from .room import FileRoom
 from .snapshot import copy_env
 
@@ -148,6 +149,7 @@ class Store(LogIndex, AckedWindow):
                 migrated = self._open_env(held)
             except lmdb.Error as exc:
                 raise self._open_error(exc) from exc
+            self.place = Place(self.data_dir, Path(self.path) / "data.mdb")
             self.make_reserve()
         except BaseException:
             self._release.detach()
@@ -267,10 +269,31 @@ class Store(LogIndex, AckedWindow):
 
     def make_reserve(self) -> bool:
         """Make the disk's reserve again when there is room for it (disk.py): on the disk,
-        or, for the margin beside it, inside the store's file (room.py)."""
+        or, for the margin beside it, inside the store's file (room.py). Never in a data
+        dir that is no longer the store's (place.py)."""
         if self.disk.reserve_held:
             return True
+        if self.place.lost is not None:
+            return False
         return self.disk.make_reserve(self.room.inside_bytes)
+
+    def lost(self) -> StoreError | None:
+        """None while the store's files are those the node opened (place.py); else the
+        StoreError that refuses new publishes, saying what happened and what to do."""
+        first = self.place.lost is None
+        what = self.place.check()
+        if what is None:
+            return None
+        if first:
+            self.disk.reserve_held = False  # (gone with the data dir, or not this store's)
+        return StoreError(
+            f"{what}: the node's store lives on only in files no name reaches, and is lost "
+            "when the node stops (its id and its unacknowledged messages with it), so new "
+            "publishes are refused; Node.snapshot(NEW_DIR) copies it as it is into a new "
+            "data dir, to start this node from there (in place of this one); otherwise "
+            "close the node once its consumers drained what it holds",
+            self.path,
+        )
 
     def _open_error(self, exc: lmdb.Error) -> StoreError:
         """What failing to open the environment means: a map this host cannot map (a
@@ -300,6 +323,12 @@ class Store(LogIndex, AckedWindow):
 
     def close(self) -> None:
         if self._release.detach() is not None:  # (not twice; not again when collected)
+            if self.place.check() is not None:
+                log.error(
+                    "closing the store %s: %s; what it held is gone with its files",
+                    self.path,
+                    self.place.lost,
+                )
             self.health.close()  # (its check holds a read transaction)
             let_go(self._held, sync=True, damaged=self.health.damaged)
 
