@@ -25,12 +25,17 @@ class Proc:
     """A CLI child whose stdout and stderr go to files (no pipes to drain)."""
 
     def __init__(
-        self, tmp_path: Path, name: str, args: list[str], stdin: int | None = subprocess.DEVNULL
+        self,
+        tmp_path: Path,
+        name: str,
+        args: list[str],
+        stdin: int | None = subprocess.DEVNULL,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.out = tmp_path / f"{name}.out"
         self.err = tmp_path / f"{name}.err"
         with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.popen = spawn([*CLI, *args], stdout=out, stderr=err, stdin=stdin)
+            self.popen = spawn([*CLI, *args], stdout=out, stderr=err, stdin=stdin, env=env)
 
     def stdout(self) -> str:
         return self.out.read_text(errors="replace")

@@ -207,6 +207,30 @@ def test_stop_signals_give_their_exit_codes(
     assert "interrupted with 1 of 1 messages not acknowledged" in pub.stderr()
 
 
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_signal_ends_pub_reading_stdin(
+    tmp_path: Path, mesh_name: str, procs: list[Proc], sig: int, code: int
+) -> None:
+    """A pub waiting for a line of stdin that does not come (`sleep 60 | zmesh pub`)
+    stops at once, and removes its temporary data dir."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    pub = Proc(
+        tmp_path,
+        "pub",
+        ["pub", "t", *LOOP, "--mesh", mesh_name, "--group", "g"],
+        stdin=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    procs.append(pub)
+    # Its node started (signals are handled from before its data dir is made): reading.
+    wait_until(lambda: list(scratch.glob("zmesh-pub-*/store")), 30, what="pub's node")
+    pub.popen.send_signal(sig)
+    assert pub.finish(timeout=10) == code, pub.stderr()
+    assert "interrupted before anything was published" in pub.stderr()
+    assert list(scratch.iterdir()) == []
+
+
 def test_pub_fails_clearly_when_not_acknowledged(tmp_path: Path, mesh_name: str) -> None:
     done = run_cli(
         ["pub", "t", "x", *LOOP, "--mesh", mesh_name, "--group", "g", "--timeout", "0.3"]

@@ -4,10 +4,12 @@ operators' requests, CurveZMQ client keys), and stop signals.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,20 +232,43 @@ def request_admin(
     return reply.result
 
 
+class Interrupted(Exception):
+    """A stop signal came while a ``StopSignals.interruptible()`` block was blocked."""
+
+
 class StopSignals:
     """SIGINT and SIGTERM set an event instead of raising, while installed.
 
     A command that runs until stopped waits on ``stop`` and then closes its node cleanly.
+    A read that would not return until data comes (stdin) runs in ``interruptible()``:
+    there a stop signal raises ``Interrupted``, as Python retries a read a signal
+    interrupts when its handler returns (PEP 475).
     """
 
     def __init__(self) -> None:
         self.stop = threading.Event()
         self.signum: int | None = None
         self._old: dict[int, Any] = {}
+        self._raising = False
 
     def _handle(self, signum: int, _frame: object) -> None:
         self.signum = signum
         self.stop.set()
+        if self._raising:
+            self._raising = False  # (once: the code that handles it is not interrupted)
+            raise Interrupted
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """A block a stop signal ends with ``Interrupted`` (also when one came before):
+        only for a blocking read, whose interrupted state nothing needs afterwards."""
+        self._raising = True
+        try:
+            if self.stop.is_set():  # (a signal just before: its handler did not raise)
+                raise Interrupted
+            yield
+        finally:
+            self._raising = False
 
     def __enter__(self) -> StopSignals:
         for sig in (signal.SIGINT, signal.SIGTERM):

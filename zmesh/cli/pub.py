@@ -3,6 +3,7 @@ went in its exit code."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 import time
@@ -18,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from .. import Node, Receipt
 from ..config import check_name
 from ..errors import TimeoutError
-from .client import StopSignals
+from .client import Interrupted, StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, err_console, note
 
@@ -61,12 +62,18 @@ def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
     return headers
 
 
-def _payloads(data: str | None, file: str | None, count: int | None) -> Iterator[bytes]:
+def _payloads(
+    data: str | None, file: str | None, count: int | None, signals: StopSignals
+) -> Iterator[bytes]:
     """Each payload: DATA (templates filled) ``count`` times, the whole of --file that
-    many times, or each line of stdin (at most ``count``)."""
+    many times, or each line of stdin (at most ``count``). A stop signal ends a read of
+    stdin at once (nothing more is published)."""
     if file is not None:
-        with click.open_file(file, "rb") as f:
-            body = f.read()
+        try:
+            with click.open_file(file, "rb") as f, signals.interruptible():
+                body = f.read()
+        except Interrupted:
+            return
         for _ in range(count or 1):
             yield body
         return
@@ -76,8 +83,15 @@ def _payloads(data: str | None, file: str | None, count: int | None) -> Iterator
         return
     if sys.stdin.isatty():  # (else the command seems to hang, waiting for a terminal)
         note("reading lines from stdin; Ctrl-D to end")
-    for n, line in enumerate(sys.stdin.buffer):
-        if count is not None and n >= count:
+    stdin = sys.stdin.buffer
+    lines = itertools.count() if count is None else range(count)
+    for _ in lines:
+        try:
+            with signals.interruptible():
+                line = stdin.readline()
+        except Interrupted:
+            return
+        if not line:
             return
         yield line.rstrip(b"\r\n")
 
@@ -371,7 +385,7 @@ def pub(
                 f"{discovery_wait:g}s; publishing for the groups found"
             )
         receipts = []
-        for i, payload in enumerate(_payloads(data, file, count), start=1):
+        for i, payload in enumerate(_payloads(data, file, count, signals), start=1):
             if signals.stop.is_set():
                 break
             receipts.append(
