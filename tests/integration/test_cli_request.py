@@ -4,6 +4,8 @@ answers, a failing responder, nobody to answer; and their exit codes."""
 from __future__ import annotations
 
 import json
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,42 @@ def test_sub_last_per_key_gets_the_kept_values_first(
     procs.append(sub)
     assert sub.finish(30) == 0, sub.stderr()
     assert sub.stdout() == "21.0\n"
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_signal_ends_a_request_waiting_for_its_reply(
+    tmp_path: Path, mesh_name: str, make_node, procs: list[Proc], sig: int, code: int
+) -> None:
+    asked, release = threading.Event(), threading.Event()
+
+    def slow(msg: zmesh.Message) -> bytes:
+        asked.set()
+        release.wait(60)
+        return b"late"
+
+    server = make_node("server")
+    server.serve("calib.x", "responders", slow)
+    try:
+        request = Proc(
+            tmp_path,
+            "request",
+            [
+                "request",
+                "calib.x",
+                "?",
+                *LOOP,
+                "--mesh",
+                mesh_name,
+                "--seed",
+                server.control_address,
+                "--timeout",
+                "60",
+            ],
+        )
+        procs.append(request)
+        assert asked.wait(30), request.stderr()
+        request.popen.send_signal(sig)
+        assert request.finish(timeout=10) == code, request.stderr()
+        assert "interrupted" in request.stderr() and request.stdout() == ""
+    finally:
+        release.set()

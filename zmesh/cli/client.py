@@ -258,6 +258,11 @@ class StopSignals:
             self._raising = False  # (once: the code that handles it is not interrupted)
             raise Interrupted
 
+    @property
+    def exit_code(self) -> int:
+        """A run a signal stopped exits 128 + its number: 130 (SIGINT), 143 (SIGTERM)."""
+        return 128 + (self.signum or signal.SIGINT)
+
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
         """A block a stop signal ends with ``Interrupted`` (also when one came before):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -24,6 +25,7 @@ from .pub import parse_headers
 from .sub import payload_json
 
 RETRY_S = 0.05  # a request with no responder known yet is tried again this often
+SIGNAL_CHECK_S = 0.1  # a wait for replies looks for a stop signal this often
 FAILED = 3  # the exit code of a request whose responder's function failed
 
 
@@ -37,6 +39,30 @@ def reply_json(reply: Reply) -> dict[str, Any]:
         "headers": reply.headers,
         **payload_json(reply.payload),
     }
+
+
+def _until_stopped(call: Callable[[], list[Reply]], signals: StopSignals) -> list[Reply] | None:
+    """``call()`` (a request) on a thread of its own, waited for until it returns or a
+    stop signal comes (None then: the node's close ends the call). A wait on a lock, as
+    the call's, does not end for a signal."""
+    result: list[list[Reply]] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:
+            failure.append(exc)
+
+    worker = threading.Thread(target=run, name="zmesh-cli-request", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        if signals.stop.is_set():
+            return None
+        worker.join(SIGNAL_CHECK_S)
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 def _print(reply: Reply, as_json: bool) -> None:
@@ -113,41 +139,39 @@ def request(
     header_map = parse_headers(headers) or None
     delivery: Delivery = "at_least_once" if at_least_once else "at_most_once"
     with StopSignals() as signals, cli_node("request", node) as n:
+
+        def ask() -> list[Reply]:
+            if many:
+                return n.request_many(
+                    topic,
+                    data,
+                    count=count,
+                    timeout=timeout,
+                    key=key,
+                    headers=header_map,
+                    delivery=delivery,
+                )
+            return [
+                n.request(
+                    topic, data, timeout=timeout, key=key, headers=header_map, delivery=delivery
+                )
+            ]
+
         deadline = time.monotonic() + discovery_wait
-        while True:
+        replies: list[Reply] | None = None
+        while replies is None and not signals.stop.is_set():
             try:
-                if many:
-                    replies = n.request_many(
-                        topic,
-                        data,
-                        count=count,
-                        timeout=timeout,
-                        key=key,
-                        headers=header_map,
-                        delivery=delivery,
-                    )
-                else:
-                    replies = [
-                        n.request(
-                            topic,
-                            data,
-                            timeout=timeout,
-                            key=key,
-                            headers=header_map,
-                            delivery=delivery,
-                        )
-                    ]
-                break
+                replies = _until_stopped(ask, signals)
             except NoRespondersError as exc:
-                if time.monotonic() >= deadline or signals.stop.is_set():
-                    if signals.signum is not None:
-                        raise CliError("interrupted", exit_code=128 + signals.signum) from exc
+                if time.monotonic() >= deadline:
                     raise CliError(f"{exc} (waited {discovery_wait:g}s)") from exc
                 signals.stop.wait(RETRY_S)
             except ReplyError as exc:
                 raise CliError(str(exc), exit_code=FAILED) from exc
             except ZMeshError as exc:
                 raise CliError(str(exc)) from exc
+        if replies is None:
+            raise CliError("interrupted", exit_code=signals.exit_code)
     for reply in replies:
         _print(reply, as_json)
     if many:
