@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
-from tests.integration.test_cli import ADDRESS_RE, LOOP, Proc, hub_toml, run_cli
+from tests.conftest import read_line, reap, spawn, wait_until
+from tests.integration.test_cli import ADDRESS_RE, CLI, LOOP, Proc, hub_toml, run_cli
 from tests.waiting import pause
 
 
@@ -205,6 +205,31 @@ def test_stop_signals_give_their_exit_codes(
     pub.popen.send_signal(sig)
     assert pub.finish(timeout=30) == code, pub.stderr()
     assert "interrupted with 1 of 1 messages not acknowledged" in pub.stderr()
+
+
+def test_sub_whose_reader_went_away_ends_quietly(tmp_path: Path, mesh_name: str, seed: str) -> None:
+    """`zmesh sub t --count 3 | head -1`: the next write finds no reader; sub ends at
+    once, quietly, with 141 (as a command SIGPIPE killed), the message not printed given
+    back."""
+    node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
+    err = tmp_path / "sub.err"
+    with err.open("wb") as stderr:
+        sub = spawn(
+            [*CLI, "sub", "t", "--group", "g", *node, "--count", "3"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+    try:
+        wait_until(lambda: "consuming t as g" in err.read_text(), 30, what="sub consuming")
+        assert run_cli(["pub", "t", "one", *node]).returncode == 0
+        assert read_line(sub) == b"one\n"
+        assert sub.stdout is not None
+        sub.stdout.close()  # (`head -1` is done)
+        run_cli(["pub", "t", "two", *node, "--timeout", "0.5"])
+        assert sub.wait(timeout=30) == 141, err.read_text()
+    finally:
+        reap(sub)
+    assert "Traceback" not in err.read_text() and "error" not in err.read_text()
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -14,12 +14,15 @@ Exit codes, the same for every command:
        responder's function failed
   130  stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM (`pub`, `sub`; `node run`
        exits 0 after either: that is how a service is stopped)
+  141  the reader of its output went away (`zmesh sub t | head -1`): it ends quietly,
+       as a command SIGPIPE killed
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -37,7 +40,7 @@ from .group import group
 from .keys import keys, snapshot
 from .ls import ls
 from .noderun import node
-from .output import print_error
+from .output import READER_GONE, drop_stdout, print_error
 from .pub import pub
 from .request import reply, request
 from .settings import ENV, OPTIONS, StrChoice, env_help
@@ -72,6 +75,19 @@ class _FromEnv(StrChoice):
             )
 
 
+class _Zmesh(click.Group):
+    """The command group: a command whose stdout's reader went away (`zmesh sub t |
+    head -1`) ends quietly with 141, as one a SIGPIPE killed (click would say nothing
+    and exit 1: a failed run)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            drop_stdout()
+            raise click.exceptions.Exit(READER_GONE) from None
+
+
 EXAMPLES = """\b
 Examples:
   zmesh demo                                 # a producer, two groups, a crash, no loss
@@ -84,7 +100,7 @@ Examples:
 """
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXAMPLES)
+@click.group(cls=_Zmesh, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXAMPLES)
 @click.option(
     "--log-level",
     type=_FromEnv(logs.LEVELS, case_sensitive=False),

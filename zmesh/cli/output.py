@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import click
@@ -10,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 PIPE_WIDTH = 10_000  # columns of a console that is not a terminal: no row is ever folded
+READER_GONE = 141  # the exit code of a command whose stdout's reader went away (as SIGPIPE's)
 
 
 def _console(stderr: bool = False) -> Console:
@@ -33,6 +36,14 @@ class CliError(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         print_error(self.format_message())
+
+
+def drop_stdout() -> None:
+    """Point stdout at /dev/null: its reader is gone (`| head -1`), and Python's last
+    flush at exit would otherwise report the broken pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def print_error(message: str) -> None:

@@ -61,14 +61,6 @@ def _write(out: BinaryIO, msg: Message, fmt: str) -> None:
     out.flush()
 
 
-def _drop_stdout() -> None:
-    """Point stdout at /dev/null: its reader is gone, and Python's last flush at exit
-    would otherwise report the broken pipe again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
 def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
     env = dict(
         os.environ,
@@ -224,10 +216,9 @@ def sub(
             else:
                 try:
                     _write(out, msg, fmt or "lines")
-                except BrokenPipeError:  # (the reader is gone: `| head -1`)
-                    msg.nack()
-                    _drop_stdout()
-                    break
+                except BrokenPipeError:  # (the reader is gone, `| head -1`: exit 141)
+                    msg.nack()  # (not printed: for another member, or this one again)
+                    raise
             if ack:
                 msg.ack()
             handled += 1
