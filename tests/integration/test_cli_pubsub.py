@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -101,6 +102,30 @@ def test_each_pub_option_is_received_as_sent(
     [late] = lines(sub, 8)[7:]
     assert late["payload"] == "later" and time.time() >= late["published_at"] + 1.5
     assert len(sub.stdout().splitlines()) == 8  # (the duplicates never came)
+
+
+def test_pub_to_ephemeral_subscribers_waits_for_no_ack(
+    tmp_path: Path, mesh_name: str, seed: str, procs: list[Proc]
+) -> None:
+    """`zmesh pub` with only ephemeral subscribers of its topic (`zmesh sub` without
+    --group, here by a pattern): it publishes once it knows them, and exits 0 at once,
+    as no ack can come (at most once)."""
+    node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
+    sub = Proc(tmp_path, "sub", ["sub", "plant.*", *node, "--count", "2", "--timeout", "60"])
+    procs.append(sub)
+    sub.wait_for(re.escape("consuming plant.* (ephemeral)"), stream="stderr")
+    for payload in ("one", "two"):
+        # (the old way waited 3 s for a group, then 30 s for acks, and failed)
+        done = run_cli(["pub", "plant.l4", payload, *node, "--timeout", "60"], timeout=20)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [
+            "published 1, acknowledged 0 (topic plant.l4)",
+            "  ephemeral subscribers: 1, sent at most once (they do not ack)",
+        ]
+        assert "no consumer group of plant.l4 was found: no acks to wait for" in done.stderr
+        assert "not found within" not in done.stderr  # (no discovery wait to its end)
+    assert sub.finish(timeout=30) == 0, sub.stderr()
+    assert sub.stdout() == "one\ntwo\n"
 
 
 def test_priority_and_ttl_act_on_a_kept_outbox(

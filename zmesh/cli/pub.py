@@ -8,24 +8,17 @@ import re
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from .. import Node, Receipt
 from ..config import check_name
-from ..errors import TimeoutError
+from .audience import ephemeral_subscribers, owed_to_no_group, wait_serving
 from .client import Interrupted, StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
-from .output import CliError, err_console, note
-
-PROGRESS_ABOVE = 100  # show a progress bar while waiting for more acks than this
-SERVING_POLL_S = 0.005  # how often the node is asked whether a peer serves the topic
-SIGNAL_CHECK_S = 0.1  # a wait for acks looks for a stop signal this often
+from .output import CliError, note
+from .pub_report import report, report_ephemeral, settle
 
 # {{Count}} and friends in DATA, --key, --header values and --msg-id (as `nats pub`).
 _TEMPLATE_RE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
@@ -96,166 +89,6 @@ def _payloads(
         yield line.rstrip(b"\r\n")
 
 
-def wait_serving(
-    node: Node, topic: str, wait_s: float, signals: StopSignals, groups: int = 1
-) -> bool:
-    """Wait (up to ``wait_s``) until peers of ``groups`` groups that consume ``topic`` have
-    said hello: lanes of the topic with a member. A message is owed to the groups its
-    producer knows when it is stored (see Node.publish): one of a group found later is
-    not owed to it."""
-    deadline = time.monotonic() + wait_s
-    while not signals.stop.is_set():
-        serving = {
-            ln["group"] for ln in node.status()["lanes"] if ln["topic"] == topic and ln["members"]
-        }
-        if len(serving) >= groups:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        signals.stop.wait(SERVING_POLL_S)
-    return False
-
-
-NOT_DELIVERED = 3  # the exit code of a run whose messages some group did not ack
-
-
-@dataclass
-class Outcome:
-    """How a run of ``zmesh pub`` ended: what was published, what is settled, and per
-    group how many of the settled messages ended in each outcome."""
-
-    topic: str
-    published: int
-    settled: int  # every group is done with it (acked or not)
-    timeout_s: float
-    interrupted: int | None = None  # the signal that stopped the wait
-    by_group: dict[str, Counter[str]] = field(default_factory=dict)
-
-    delivered: int = 0  # acked by every group it was owed to
-
-    def exit_code(self) -> int:
-        """0: every message acked by every group; 130/143: stopped by SIGINT/SIGTERM;
-        1: some not settled within --timeout; 3: settled, but some group did not ack
-        (dead-lettered, expired, superseded, group deleted)."""
-        if self.interrupted is not None:
-            return 128 + self.interrupted
-        if self.settled < self.published:
-            return 1
-        return 0 if self.delivered == self.published else NOT_DELIVERED
-
-
-SAY_WAITING_S = 1.0  # a wait for acks this long is said on stderr
-
-
-def _acked_by(receipt: Receipt, deadline: float, signals: StopSignals) -> bool:
-    """Wait for ``receipt``'s acks until ``deadline`` or a stop signal (seen within
-    SIGNAL_CHECK_S: a signal does not end a wait on a lock)."""
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            receipt.wait_acked(max(0.0, min(left, SIGNAL_CHECK_S)))
-            return True
-        except TimeoutError:
-            if left <= SIGNAL_CHECK_S or signals.stop.is_set():
-                return False
-
-
-def settle(topic: str, receipts: list[Receipt], timeout_s: float, signals: StopSignals) -> Outcome:
-    """Wait for every receipt's acks (a progress bar when there are many), up to
-    ``timeout_s`` or a stop signal: the one place a run's outcome is decided."""
-    deadline = time.monotonic() + timeout_s
-    # A wait longer than a moment says so, once: the messages are published by then.
-    said_by = min(deadline, time.monotonic() + SAY_WAITING_S)
-    if (
-        not _acked_by(receipts[-1], said_by, signals)
-        and not signals.stop.is_set()
-        and time.monotonic() < deadline
-    ):
-        note(f"published {len(receipts)}; waiting up to {timeout_s:g}s for the groups' acks")
-    with Progress(
-        TextColumn("waiting for acks"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=err_console,
-        transient=True,
-        disable=len(receipts) <= PROGRESS_ABOVE,
-    ) as progress:
-        task = progress.add_task("acks", total=len(receipts))
-        for n, receipt in enumerate(receipts):
-            if not _acked_by(receipt, deadline, signals):
-                break
-            progress.update(task, completed=n + 1)
-    by_group: dict[str, Counter[str]] = {}
-    settled = delivered = 0
-    for r in receipts:
-        if r.acked:
-            settled += 1
-            outcomes = r.outcomes
-            delivered += all(o == "acked" for o in outcomes.values())
-            for group, outcome in outcomes.items():
-                by_group.setdefault(group, Counter())[str(outcome)] += r.count
-    return Outcome(topic, len(receipts), settled, timeout_s, signals.signum, by_group, delivered)
-
-
-def _unclaimed_hint(node: Node, topic: str) -> str:
-    groups = [ln["group"] for ln in node.status()["lanes"] if ln["topic"] == topic and ln["lane"]]
-    if groups:
-        return f"groups owed: {', '.join(sorted(set(groups)))}"
-    return (
-        "no consumer group of this topic was found: check --mesh, --seed and "
-        "--interface, or name the groups with --group"
-    )
-
-
-def _report(outcome: Outcome, node: Node, data_dir: str | None) -> None:
-    click.echo(
-        f"published {outcome.published}, acknowledged {outcome.delivered} (topic {outcome.topic})"
-    )
-    for group, counts in sorted(outcome.by_group.items()):
-        click.echo(
-            f"  {group}: "
-            + ", ".join(
-                f"{n} {how}"
-                for how, n in sorted(counts.items(), key=lambda item: (item[0] != "acked", item[0]))
-            )
-        )
-    code = outcome.exit_code()
-    if code == 0:
-        return
-    if code == NOT_DELIVERED:
-        kept = (
-            f"`zmesh dlq list --topic {outcome.topic} --group G` at this node's address "
-            "lists them while it runs"
-            if data_dir
-            else "dead letters are kept by the "
-            "producer, this command's node: they are dropped with its temporary data "
-            "dir; pass --data-dir to keep them"
-        )
-        raise CliError(
-            f"{outcome.published - outcome.delivered} of {outcome.published} "
-            f"messages were not acknowledged by every group (above, per group); "
-            f"{kept}",
-            exit_code=code,
-        )
-    left = outcome.published - outcome.settled
-    where = (
-        f"they stay in the outbox at {data_dir}"
-        if data_dir
-        else "they are dropped with the temporary data dir; pass --data-dir to keep them"
-    )
-    if outcome.interrupted is not None:
-        raise CliError(
-            f"interrupted with {left} of {outcome.published} messages not acknowledged; {where}",
-            exit_code=code,
-        )
-    raise CliError(
-        f"{left} of {outcome.published} messages not acknowledged within "
-        f"{outcome.timeout_s:g}s ({_unclaimed_hint(node, outcome.topic)}); "
-        f"{where}",
-        exit_code=code,
-    )
-
-
 @click.command(short_help="Publish DATA (a file, or stdin lines) to TOPIC; wait for acks.")
 @click.argument("topic")
 @click.argument("data", required=False)
@@ -322,7 +155,8 @@ def _report(outcome: Outcome, node: Node, data_dir: str | None) -> None:
     type=click.FloatRange(min=0),
     default=3.0,
     show_default=True,
-    help="Seconds at most to wait for peers that consume TOPIC, without --group.",
+    help="Seconds at most to wait for peers that consume TOPIC (a group's member, or an "
+    "ephemeral subscriber), without --group.",
 )
 @click.option(
     "--wait-groups",
@@ -331,7 +165,8 @@ def _report(outcome: Outcome, node: Node, data_dir: str | None) -> None:
     show_default=True,
     metavar="N",
     help="Without --group: publish once members of N groups of TOPIC "
-    "are found (or --discovery-wait has passed).",
+    "are found, or with 1, no group's member but an ephemeral subscriber (or "
+    "--discovery-wait has passed).",
 )
 def pub(
     topic: str,
@@ -353,8 +188,13 @@ def pub(
     """Publish DATA to TOPIC (DATA `-` or absent, no --file: each line of stdin) and wait
     until every group acknowledged every message.
 
+    With no group of TOPIC found but ephemeral subscribers (`zmesh sub` without --group),
+    they are sent the messages, at most once, and nothing waits for acks (they do not
+    ack).
+
     \b
-    Exit codes: 0 every group acknowledged every message; 1 some not acknowledged within
+    Exit codes: 0 every group acknowledged every message (or no group was owed them,
+    and ephemeral subscribers were sent them); 1 some not acknowledged within
     --timeout (or an error); 3 settled, but some group did not acknowledge one
     (dead-lettered, expired, superseded or its group deleted: the per-group lines say
     which); 2 bad usage; 130 / 143 stopped by SIGINT / SIGTERM.
@@ -405,4 +245,9 @@ def pub(
                 )
             note("nothing to publish")
             return
-        _report(settle(topic, receipts, timeout, signals), n, node.data_dir)
+        if not groups and not delay and owed_to_no_group(receipts, signals):
+            subscribers = ephemeral_subscribers(n.peers(), topic)
+            if subscribers:  # (a delayed message is for groups only)
+                report_ephemeral(len(receipts), topic, subscribers, node.data_dir)
+                return
+        report(settle(topic, receipts, timeout, signals), n, node.data_dir)
