@@ -55,6 +55,31 @@ def test_request_many_gathers_every_broadcast_member(
     assert "2 replies" in done.stderr
 
 
+def test_request_many_says_which_responder_failed(
+    tmp_path: Path, node: list[str], procs: list[Proc]
+) -> None:
+    """A failure among the replies of --many is a line on stderr, not a reply on stdout,
+    and exit 3, as for a single request."""
+    replier(tmp_path, procs, node, "fine", "--mode", "broadcast", "--data", "fine")
+    replier(
+        tmp_path, procs, node, "failing", "--mode", "broadcast", "--exec", "echo broken >&2; exit 4"
+    )
+    for extra, shown in (([], "fine\n"), (["--json"], None)):
+        done = run_cli(
+            ["request", "calib.x", "?", *node, "--many", "--count", "2", "--timeout", "10", *extra]
+        )
+        assert done.returncode == 3, done.stderr
+        if shown is not None:
+            assert done.stdout == shown
+        else:
+            [doc] = [json.loads(line) for line in done.stdout.splitlines()]
+            assert (doc["payload"], doc["ok"]) == ("fine", True)
+        said = " ".join(done.stderr.split())
+        assert "failed: RuntimeError: --exec exited 4: broken" in said
+        assert "2 replies, 1 of them failures" in said
+        assert "1 of 2 responders' functions failed" in said
+
+
 def test_a_failing_responder_and_nobody_to_answer(
     tmp_path: Path, node: list[str], procs: list[Proc]
 ) -> None:

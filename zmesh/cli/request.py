@@ -130,8 +130,9 @@ def request(
 
     \b
     Exit codes: 0 replied; 1 no responder found within --discovery-wait, or no reply
-    within --timeout (or an error); 3 the responder's function failed (its reason on
-    stderr); 2 bad usage; 130 / 143 stopped by SIGINT / SIGTERM.
+    within --timeout (or an error); 3 the responder's function failed (with --many: a
+    responder's; its reason on stderr, the other replies printed); 2 bad usage; 130 /
+    143 stopped by SIGINT / SIGTERM.
     """
     check_name("topic", topic)  # (before a node starts for nothing)
     if count is not None and not many:
@@ -172,12 +173,22 @@ def request(
                 raise CliError(str(exc)) from exc
         if replies is None:
             raise CliError("interrupted", exit_code=signals.exit_code)
+    failed = [r for r in replies if not r.ok]
     for reply in replies:
-        _print(reply, as_json)
+        if reply.ok:
+            _print(reply, as_json)
+        else:  # (only --many gets these: a single request raised ReplyError)
+            reason = reply.payload.decode(errors="replace")
+            note(f"responder {reply.responder[:12]} failed: {reason}")
     if many:
-        note(f"{len(replies)} replies")
+        note(f"{len(replies)} replies" + (f", {len(failed)} of them failures" if failed else ""))
         if not replies:
             raise CliError(f"no reply within {timeout:g}s")
+        if failed:
+            raise CliError(
+                f"{len(failed)} of {len(replies)} responders' functions failed (above)",
+                exit_code=FAILED,
+            )
 
 
 def _exec_reply(cmd: str, msg: Message, timeout: float) -> bytes:
