@@ -152,12 +152,45 @@ def test_each_setting_comes_from_flag_then_env_then_context_then_default() -> No
 
 def test_a_broken_contexts_file_is_named() -> None:
     contexts_file().parent.mkdir(parents=True)
-    contexts_file().write_text('[contexts.x]\ncolour = "blue"\n')
+    contexts_file().write_text('[contexts.x\nmesh = "m"\n')
     done = run_cli(["pub", "t", "x", "--interface", "127.0.0.1"])
     assert done.returncode == 2 and str(contexts_file()) in done.stderr
-    assert "colour" not in done.stderr or "may set" in done.stderr
+    assert "cannot read the contexts file" in done.stderr
     keys = run_cli(["keys", "generate", "/nonexistent-dir/x"])  # (a command without them)
     assert str(contexts_file()) not in keys.stderr
+
+
+def test_an_invalid_context_fails_only_the_commands_that_use_it() -> None:
+    ok(["context", "add", "good", "--mesh", "plant", "--seed", "127.0.0.1:1", "--select"])
+    with contexts_file().open("a") as f:
+        f.write('\n[contexts.broken]\nseeds = ["no-port"]\n\n[contexts.odd]\ncolour = "blue"\n')
+    # Commands that use another context (or none) work.
+    assert shown()["context"] == "good"
+    status = run_cli(["status", "--timeout", "0.2"])  # (the good context's seed: nobody)
+    assert status.returncode == 1 and "no status reply from 127.0.0.1:1" in status.stderr
+    listed = json.loads(ok(["context", "ls", "--json"]))
+    assert set(listed["contexts"]) == {"good"} and set(listed["invalid"]) == {"broken", "odd"}
+    assert "'no-port' must be 'host:port'" in listed["invalid"]["broken"]
+    assert "unknown setting colour" in listed["invalid"]["odd"]
+    table = ok(["context", "ls"], env={**os.environ, "COLUMNS": "300"})
+    [row] = [line for line in table.splitlines() if " broken " in line]
+    assert "invalid: seed 'no-port'" in row
+    # The one in use fails, saying why and what to do.
+    used = run_cli(["--context", "broken", "context", "show"])
+    assert used.returncode == 2 and "the context 'broken' in use is invalid" in used.stderr
+    assert "'no-port'" in used.stderr and "zmesh context rm broken" in used.stderr
+    chosen = run_cli(["context", "select", "odd"])
+    assert chosen.returncode == 2 and "is invalid: unknown setting colour" in chosen.stderr
+    # It is removed, or replaced, and the others are kept as they were.
+    ok(["context", "rm", "broken"])
+    ok(["context", "add", "other", "--mesh", "other"])
+    listed = json.loads(ok(["context", "ls", "--json"]))
+    assert set(listed["contexts"]) == {"good", "other"} and set(listed["invalid"]) == {"odd"}
+    assert tomllib.loads(contexts_file().read_text())["contexts"]["odd"] == {"colour": "blue"}
+    ok(["context", "add", "odd", "--mesh", "m", "--force"])
+    listed = json.loads(ok(["context", "ls", "--json"]))
+    assert listed["contexts"]["odd"] == {"mesh": "m"} and listed["invalid"] == {}
+    assert listed["selected"] == "good"
 
 
 def test_a_context_takes_pub_sub_and_status_to_the_mesh(

@@ -102,10 +102,13 @@ def add(
 ) -> None:
     """Save a context NAME (relative key paths are stored absolute)."""
     doc = Contexts.read()
-    if name in doc.contexts and not force:
+    if name in doc.names() and not force:
         raise CliError(f"context {name!r} exists in {doc.path}; pass --force to replace it")
     new = checked(Context(name=name, seeds=seeds, interfaces=interfaces, **values))
-    doc = Contexts(doc.path, {**doc.contexts, name: new}, name if select_it else doc.selected)
+    doc = doc.without(name)
+    doc = Contexts(
+        doc.path, {**doc.contexts, name: new}, name if select_it else doc.selected, doc.invalid
+    )
     doc.write()
     click.echo(f"context {name} saved in {doc.path}" + (" and selected" if select_it else ""))
 
@@ -113,7 +116,8 @@ def add(
 @context.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="Print them as JSON.")
 def ls(as_json: bool) -> None:
-    """List the contexts; * marks the selected one."""
+    """List the contexts; * marks the selected one. An invalid one is listed as such,
+    with why (a command that uses it fails; fix it with `add --force`, or `rm` it)."""
     doc = Contexts.read()
     if as_json:
         click.echo(
@@ -122,20 +126,25 @@ def ls(as_json: bool) -> None:
                     "selected": doc.selected,
                     "path": str(doc.path),
                     "contexts": {n: c.settings() for n, c in doc.contexts.items()},
+                    "invalid": {n: bad.why for n, bad in doc.invalid.items()},
                 },
                 indent=2,
                 sort_keys=True,
             )
         )
         return
-    if not doc.contexts:
+    if not doc.names():
         click.echo(f"no contexts yet ({doc.path}); add one with `zmesh context add`")
         return
     table = Table(title=f"contexts ({escape(str(doc.path))})", title_justify="left")
     for col in ("name", "mesh", "seeds", "interfaces", "mdns", "secret key", "description"):
         table.add_column(col)
-    for name, c in sorted(doc.contexts.items()):
-        table.add_row(*map(escape, _row(name, c, doc.selected)))
+    rows = {n: list(map(escape, _row(n, c, doc.selected))) for n, c in doc.contexts.items()}
+    for name, bad in doc.invalid.items():
+        mark = "* " if name == doc.selected else "  "
+        rows[name] = [escape(mark + name), *["-"] * 5, f"[red]invalid:[/] {escape(bad.why)}"]
+    for _name, row in sorted(rows.items()):
+        table.add_row(*row)
     console.print(table)
 
 
@@ -152,6 +161,10 @@ def select(name: str | None, clear: bool) -> None:
     if name is None:
         click.echo(doc.selected or "no context selected")
         return
+    if name in doc.invalid:
+        raise CliError(
+            f"context {name!r} in {doc.path} is invalid: {doc.invalid[name].why}", exit_code=2
+        )
     if name not in doc.contexts:
         raise CliError(f"no context named {name!r} in {doc.path}", exit_code=2)
     doc.with_selected(name).write()
@@ -163,10 +176,9 @@ def select(name: str | None, clear: bool) -> None:
 def rm(name: str) -> None:
     """Remove context NAME (if it was selected, none is any more)."""
     doc = Contexts.read()
-    if name not in doc.contexts:
+    if name not in doc.names():
         raise CliError(f"no context named {name!r} in {doc.path}", exit_code=2)
-    left = {n: c for n, c in doc.contexts.items() if n != name}
-    Contexts(doc.path, left, None if doc.selected == name else doc.selected).write()
+    doc.without(name).write()
     click.echo(f"context {name} removed")
 
 

@@ -10,12 +10,14 @@ environment variable, the same for every subcommand (``ENV``).
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,16 +77,30 @@ def config_dir() -> Path:
     return Path(base) / "zmesh"
 
 
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """A context of the file that is not valid: kept as the file has it (``table``), listed
+    as invalid (``why``), removable; a command that uses it fails, saying why."""
+
+    name: str
+    table: object
+    why: str
+
+
 @dataclass(frozen=True)
 class Contexts:
-    """The contexts file: every context, and the selected one's name."""
+    """The contexts file: every valid context, the invalid ones, and the selected one's
+    name (which may name neither: ``active()`` says so when a command uses it)."""
 
     path: Path
     contexts: dict[str, Context]
     selected: str | None = None
+    invalid: dict[str, Invalid] = dataclass_field(default_factory=dict)
 
     @classmethod
     def read(cls) -> Contexts:
+        """The file's contexts; a file that cannot be read, or whose layout is wrong, is
+        a ConfigError, but a context that is not valid is one only when it is used."""
         path = config_dir() / FILE_NAME
         try:
             data = tomllib.loads(path.read_text())
@@ -92,50 +108,104 @@ class Contexts:
             return cls(path, {})
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: cannot read the contexts file: {exc}") from exc
-        known = {f.name for f in fields(Context)} - {"name"}
-        contexts = {}
         tables = data.get("contexts", {})
-        if not isinstance(tables, dict) or set(data) - {"contexts", "selected"}:
-            raise ConfigError(f"{path}: holds 'selected' and [contexts.NAME] tables only")
-        for name, table in tables.items():
-            if not isinstance(table, dict) or set(table) - known:
-                raise ConfigError(f"{path}: [contexts.{name}] may set {', '.join(sorted(known))}")
-            values: dict[str, Any] = {
-                k: tuple(v) if isinstance(v, list) else v for k, v in table.items()
-            }
-            try:
-                contexts[name] = checked(Context(name=name, **values))
-            except (ConfigError, TypeError) as exc:
-                raise ConfigError(f"{path}: [contexts.{name}]: {exc}") from exc
         selected = data.get("selected")
-        if selected is not None and selected not in contexts:
-            raise ConfigError(f"{path}: the selected context {selected!r} is not defined")
-        return cls(path, contexts, selected)
+        if (
+            not isinstance(tables, dict)
+            or set(data) - {"contexts", "selected"}
+            or not isinstance(selected, str | None)
+        ):
+            raise ConfigError(
+                f"{path}: holds 'selected' (a context's name) and [contexts.NAME] tables only"
+            )
+        contexts: dict[str, Context] = {}
+        invalid: dict[str, Invalid] = {}
+        for name, table in tables.items():
+            try:
+                contexts[name] = _parse(name, table)
+            except ConfigError as exc:
+                invalid[name] = Invalid(name, table, str(exc))
+        return cls(path, contexts, selected, invalid)
+
+    def names(self) -> set[str]:
+        """Every context's name, valid or not."""
+        return set(self.contexts) | set(self.invalid)
+
+    def without(self, name: str) -> Contexts:
+        """The file without context ``name`` (if it was selected, none is any more)."""
+        return Contexts(
+            self.path,
+            {n: c for n, c in self.contexts.items() if n != name},
+            None if self.selected == name else self.selected,
+            {n: c for n, c in self.invalid.items() if n != name},
+        )
 
     def write(self) -> None:
-        """Replace the file at once (a reader never sees half of it)."""
+        """Replace the file at once (a reader never sees half of it); an invalid context
+        is written back as the file had it."""
         make_dir(self.path.parent, "config directory", ConfigError)
         lines = ["# zmesh contexts: written by `zmesh context add/select/rm`."]
         if self.selected is not None:
             lines.append(f"selected = {_toml(self.selected)}")
-        for name, context in sorted(self.contexts.items()):
+        tables: dict[str, dict[str, Any]] = {n: c.settings() for n, c in self.contexts.items()}
+        loose = {}  # (invalid ones that are not even a table: `[contexts]` x = 5)
+        for name, bad in self.invalid.items():
+            if isinstance(bad.table, dict):
+                tables[name] = bad.table
+            else:
+                loose[name] = bad.table
+        if loose:
+            lines += ["", "[contexts]"]
+            lines += [f"{_key(name)} = {_toml(value)}" for name, value in sorted(loose.items())]
+        for name, table in sorted(tables.items()):
             lines += ["", f"[contexts.{_toml(name)}]"]
-            lines += [f"{key} = {_toml(value)}" for key, value in context.settings().items()]
+            lines += [f"{_key(key)} = {_toml(value)}" for key, value in table.items()]
         tmp = self.path.with_name(f".{FILE_NAME}.{os.getpid()}")
         tmp.write_text("\n".join(lines) + "\n")
         tmp.chmod(0o600)
         os.replace(tmp, self.path)
 
     def with_selected(self, name: str | None) -> Contexts:
-        return Contexts(self.path, self.contexts, name)
+        return Contexts(self.path, self.contexts, name, self.invalid)
+
+
+def _parse(name: str, table: object) -> Context:
+    """The context a [contexts.NAME] table sets, checked; ConfigError saying what is wrong."""
+    known = {f.name for f in fields(Context)} - {"name"}
+    if not isinstance(table, dict):
+        raise ConfigError(f"a context is a table of settings, got {table!r}")
+    if unknown := set(table) - known:
+        raise ConfigError(
+            f"unknown setting {', '.join(sorted(unknown))}; a context may set "
+            f"{', '.join(sorted(known))}"
+        )
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}
+    try:
+        return checked(Context(name=name, **values))
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else _toml(key)
 
 
 def _toml(value: object) -> str:
-    """A str, bool or tuple of str as a TOML value."""
+    """A value as TOML has it: a str, bool, number, date or time, list (or tuple) or
+    table (what a contexts file may hold, valid or not)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, tuple):
+    if isinstance(value, int | float):
+        return repr(value)  # (inf and nan as TOML spells them)
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, tuple | list):
         return "[" + ", ".join(map(_toml, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_toml(v)}" for k, v in value.items()) + "}"
     # JSON's escapes are TOML's, but for DEL, which TOML wants escaped too.
     return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
 
@@ -173,6 +243,12 @@ def active() -> Context | None:
     if _LOADED_META not in meta:
         doc = Contexts.read()
         name = meta.get(_NAME_META) or doc.selected
+        if name is not None and name in doc.invalid:
+            raise ConfigError(
+                f"{doc.path}: the context {name!r} in use is invalid: "
+                f"{doc.invalid[name].why} (fix it with `zmesh context add {name} ... "
+                f"--force`, or remove it with `zmesh context rm {name}`)"
+            )
         if name is not None and name not in doc.contexts:
             known = ", ".join(sorted(doc.contexts)) or "none yet"
             raise click.UsageError(
