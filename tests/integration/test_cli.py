@@ -211,6 +211,48 @@ def test_sub_exec_nacks_on_failure_then_acks(
     assert "exited 3" in sub.stderr() and "nacked" in sub.stderr()
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not: nobody may reap it here)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_sub_exec_kills_what_its_command_started(
+    tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]
+) -> None:
+    """A --exec command past --exec-timeout is killed with its children (not sh alone),
+    and so is one running when sub is stopped."""
+    _, seed = hub
+    node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
+    started = tmp_path / "pids"
+    cmd = f"sleep 60 & echo $! >> {started}; wait"
+    args = ["sub", "t", "--group", "g", *node, "--exec", cmd, "--exec-timeout", "1"]
+    sub = Proc(tmp_path, "sub", [*args, "--timeout", "60"])
+    procs.append(sub)
+    sub.wait_for("consuming t as g", stream="stderr")
+
+    def pids() -> list[int]:
+        return [int(p) for p in started.read_text().split()] if started.exists() else []
+
+    try:
+        pub = Proc(tmp_path, "pub", ["pub", "t", "x", "--count", "2", *node, "--group", "g"])
+        procs.append(pub)  # (it stays, waiting for acks: what it owes is delivered again)
+        sub.wait_for("ran longer than 1s", stream="stderr")
+        wait_until(lambda: len(pids()) >= 2, 30, what="a second command")
+        first, second = pids()[:2]
+        assert not running(first)  # (killed before the next one started)
+        sub.popen.send_signal(signal.SIGTERM)  # (with the second one running, or killed)
+        assert sub.finish(timeout=10) == 143, sub.stderr()
+        wait_until(lambda: not running(second), 10, what="the second command's sleep killed")
+    finally:
+        for pid in pids():  # (without the fix they run on: not left behind)
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_status_and_peers_of_a_running_node(
     tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]
 ) -> None:

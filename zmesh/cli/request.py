@@ -4,7 +4,6 @@ responders and prints the reply, and one that answers requests (for testing)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ from .client import StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, note
 from .pub import parse_headers
+from .shell import run_shell
 from .sub import payload_json
 
 RETRY_S = 0.05  # a request with no responder known yet is tried again this often
@@ -191,17 +191,19 @@ def request(
             )
 
 
-def _exec_reply(cmd: str, msg: Message, timeout: float) -> bytes:
+def _exec_reply(cmd: str, msg: Message, timeout: float, stop: threading.Event) -> bytes:
     """The standard output of CMD run with the request on stdin; what raises is
     replied as an error."""
-    done = subprocess.run(
-        cmd, shell=True, input=msg.payload, capture_output=True, timeout=timeout, check=False
-    )
-    if done.returncode != 0:
+    ran = run_shell(cmd, msg.payload, timeout, stop, capture=True)
+    if ran.timed_out:
+        raise RuntimeError(f"--exec ran longer than {timeout:g}s; killed")
+    if ran.returncode is None:
+        raise RuntimeError("--exec stopped: the responder is stopping")
+    if ran.returncode != 0:
         raise RuntimeError(
-            f"--exec exited {done.returncode}: {done.stderr.decode(errors='replace').strip()}"
+            f"--exec exited {ran.returncode}: {ran.stderr.decode(errors='replace').strip()}"
         )
-    return done.stdout
+    return ran.stdout
 
 
 @click.command(short_help="Answer requests on TOPIC (for testing): echo, --data or --exec.")
@@ -256,12 +258,13 @@ def reply(
     handled = 0
     lock = threading.Lock()
     enough = threading.Event()
+    signals = StopSignals()
 
     def answer(msg: Message) -> bytes:
         nonlocal handled
         try:
             if exec_cmd is not None:
-                return _exec_reply(exec_cmd, msg, timeout or 60.0)
+                return _exec_reply(exec_cmd, msg, timeout or 60.0, signals.stop)
             return msg.payload if data is None else data.encode()
         finally:
             with lock:
@@ -271,7 +274,7 @@ def reply(
                 if count is not None and handled >= count:
                     enough.set()
 
-    with StopSignals() as signals, cli_node("reply", node) as n:
+    with signals, cli_node("reply", node) as n:
         serving = n.serve(topic, group, answer, mode=mode)
         note(
             f"node {n.name} of mesh {node.mesh}: control {n.control_address}; "

@@ -6,8 +6,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
 import sys
+import threading
 import time
 from typing import Any, BinaryIO
 
@@ -19,6 +19,7 @@ from ..config import SubscriptionConfig, check_name
 from .client import StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, note
+from .shell import run_shell
 
 WAIT_STEP_S = 0.5  # a wait for messages looks for a stop signal this often
 _FIELDS = SubscriptionConfig.__dataclass_fields__
@@ -61,7 +62,7 @@ def _write(out: BinaryIO, msg: Message, fmt: str) -> None:
     out.flush()
 
 
-def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
+def _run_exec(cmd: str, msg: Message, timeout: float, stop: threading.Event) -> bool:
     env = dict(
         os.environ,
         ZMESH_TOPIC=msg.topic,
@@ -70,15 +71,15 @@ def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
         ZMESH_MESSAGE_ID=str(msg.id),
         ZMESH_ATTEMPT=str(msg.attempt),
     )
-    try:
-        done = subprocess.run(
-            cmd, shell=True, input=msg.payload, env=env, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        note(f"--exec ran longer than {timeout:g}s on message {msg.id}; nacked")
+    ran = run_shell(cmd, msg.payload, timeout, stop, env=env)
+    if ran.timed_out:
+        note(f"--exec ran longer than {timeout:g}s on message {msg.id}; killed, nacked")
         return False
-    if done.returncode != 0:
-        note(f"--exec exited {done.returncode} on message {msg.id}; nacked")
+    if ran.returncode is None:
+        note(f"--exec stopped on message {msg.id}; nacked")
+        return False
+    if ran.returncode != 0:
+        note(f"--exec exited {ran.returncode} on message {msg.id}; nacked")
         return False
     return True
 
@@ -149,7 +150,8 @@ def _run_exec(cmd: str, msg: Message, timeout: float) -> bool:
     type=click.FloatRange(min=0.1),
     default=60.0,
     show_default=True,
-    help="Seconds before a --exec command counts as failed.",
+    help="Seconds before a --exec command counts as failed: it is killed, with "
+    "every process it started.",
 )
 def sub(
     topic: str,
@@ -210,7 +212,7 @@ def sub(
             if msg is None:
                 continue
             if exec_cmd is not None:
-                if not _run_exec(exec_cmd, msg, exec_timeout):
+                if not _run_exec(exec_cmd, msg, exec_timeout, signals.stop):
                     msg.nack()
                     continue
             else:
