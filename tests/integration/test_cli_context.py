@@ -93,6 +93,14 @@ def test_add_ls_select_rm(tmp_path: Path) -> None:
     assert "x" not in json.loads(ok(["context", "ls", "--json"]))["contexts"]
 
 
+def test_a_server_key_file_is_stored_absolute_and_a_key_as_it_is(tmp_path: Path) -> None:
+    ok(["context", "add", "file", "--server-key", "keys/node.pub"], cwd=str(tmp_path))
+    ok(["context", "add", "inline", "--server-key", "K" * 40], cwd=str(tmp_path))
+    stored = tomllib.loads(contexts_file().read_text())["contexts"]
+    assert stored["file"]["server_key"] == str(tmp_path / "keys" / "node.pub")
+    assert stored["inline"]["server_key"] == "K" * 40
+
+
 def test_each_setting_comes_from_flag_then_env_then_context_then_default() -> None:
     assert shown()["mesh"] == ("default", "default") and shown()["context"] is None
     ok(

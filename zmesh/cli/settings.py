@@ -227,10 +227,16 @@ def checked(context: Context) -> Context:
         raise ConfigError(f"mdns must be true or false, got {context.mdns!r}")
     paths: dict[str, Any] = {
         k: str(Path(v).expanduser().absolute())
-        for k in ("secret_key_file", "trusted_keys_dir")
-        if isinstance(v := getattr(context, k), str)
+        for k in ("secret_key_file", "trusted_keys_dir", "server_key")
+        if isinstance(v := getattr(context, k), str) and (k != "server_key" or _key_file(v))
     }
     return replace(context, **paths)
+
+
+def _key_file(server_key: str) -> bool:
+    """Whether a --server-key names a file, not a Z85 key itself (as client.read_key
+    reads it: a key is 40 characters, unless a file of that name exists)."""
+    return len(server_key.strip()) != 40 or Path(server_key).is_file()
 
 
 def active() -> Context | None:
