@@ -13,6 +13,7 @@ import stat
 import subprocess
 from pathlib import Path
 
+import zmesh
 from tests.conftest import spawn, wait_until
 from tests.integration.test_cli import ADDRESS_RE, CLI, Proc, run_cli
 
@@ -248,6 +249,27 @@ def test_snapshot_of_a_running_node_restores_with_its_id(
     assert hub.finish(timeout=30) == 0, hub.stderr()
     _, restored = start_node(tmp_path, procs, "hub", mesh_name, data_dir=copy)
     assert json.loads(ok(["status", restored, "--json"]).stdout)["node"]["id"] == node_id
+
+
+def test_a_failed_snapshot_leaves_nothing_behind(tmp_path: Path, mesh_name: str) -> None:
+    """A copy LMDB gives up on (a damaged source) removes what it wrote and the
+    directories it made, so that it can be tried again at the same destination."""
+    source = tmp_path / "source"
+    loop = {"mesh": mesh_name, "interfaces": ["127.0.0.1"], "mdns": False}
+    with zmesh.Node("n", data_dir=str(source), **loop) as node:  # type: ignore[arg-type]
+        node.publish_many("t", [b"x" * 500] * 2000).wait_stored(30)
+    with (source / "store" / "data.mdb").open("r+b") as f:  # (pages 8 to 27 garbled)
+        f.seek(8 * 4096)
+        f.write(b"\xff" * 20 * 4096)
+    kept = tmp_path / "kept"  # (a destination that was there stays; what it made does not)
+    kept.mkdir()
+    for dest in (tmp_path / "new" / "copy", kept):
+        for _attempt in range(2):
+            done = run_cli(["snapshot", str(source), str(dest)])
+            assert done.returncode == 1, done.stderr
+            assert "snapshot failed" in done.stderr and "MDB_CORRUPTED" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "source"]
+    assert list(kept.iterdir()) == []
 
 
 def test_doctor_finds_the_mesh_and_flags_another(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,10 @@ def check_path(value: object, what: str) -> str:
 
 
 def copy_env(env: Any, dest: str) -> None:
-    """Copy an open LMDB environment into ``dest/store`` (one read transaction)."""
+    """Copy an open LMDB environment into ``dest/store`` (one read transaction). A copy
+    that fails leaves nothing behind: what it wrote, and the directories it made."""
     target = Path(dest) / "store"
+    made = _missing(target)
     make_dir(target, "the snapshot destination", lambda message: StoreError(message, str(target)))
     try:
         if any(target.iterdir()):
@@ -36,8 +39,31 @@ def copy_env(env: Any, dest: str) -> None:
         ) from exc
     try:
         env.copy(str(target), compact=True)
-    except lmdb.Error as exc:
-        raise StoreError(f"snapshot failed: {exc}", str(target)) from exc
+    except BaseException as exc:
+        _undo(target, made)  # (it was empty: all it holds now is this copy's)
+        if isinstance(exc, lmdb.Error):
+            raise StoreError(f"snapshot failed: {exc}", str(target)) from exc
+        raise
+
+
+def _missing(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist yet, the deepest first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _undo(target: Path, made: list[Path]) -> None:
+    """Remove what a failed copy wrote into ``target`` and the directories in ``made``
+    (what is left of them, in the way, stays)."""
+    with contextlib.suppress(OSError):
+        for entry in target.iterdir():
+            entry.unlink()
+    for path in made:
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
 
 def snapshot_data_dir(data_dir: str, dest: str) -> None:

@@ -149,7 +149,8 @@ def _copy_with_progress(data_dir: str, dest: str, written: Path, source: Path) -
 def snapshot(data_dir: str, dest: str) -> None:
     """Copy the store of DATA_DIR into DEST consistently, even while its node runs.
 
-    DEST must not hold a store yet. The copy is compacted (free pages are left out).
+    DEST must not hold a store yet. The copy is compacted (free pages are left out). A
+    copy that fails leaves nothing behind (what it wrote, the directories it made).
     """
     src = Path(data_dir) / "store"
     before = _size(src) if src.is_dir() else 0
