@@ -292,6 +292,10 @@ def test_pub_fails_clearly_when_not_acknowledged(tmp_path: Path, mesh_name: str)
     assert bad.returncode == 2 and "unknown template {{Nope}}" in bad.stderr
     header = run_cli(["pub", "t", "x", "--header", "novalue", *LOOP])
     assert header.returncode == 2 and "'novalue' is not KEY=VALUE" in header.stderr
+    # A --file that is not there: bad usage, before a node starts (and waits 3 s).
+    missing = run_cli(["pub", "t", "--file", str(tmp_path / "nope"), *LOOP])
+    assert missing.returncode == 2 and "'--file'" in missing.stderr
+    assert "No such file" in missing.stderr and "is open" not in missing.stderr
 
 
 def test_an_unresolvable_seed_is_reported_at_start(tmp_path: Path, mesh_name: str) -> None:

@@ -9,7 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 
@@ -56,15 +56,15 @@ def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
 
 
 def _payloads(
-    data: str | None, file: str | None, count: int | None, signals: StopSignals
+    data: str | None, file: BinaryIO | None, count: int | None, signals: StopSignals
 ) -> Iterator[bytes]:
     """Each payload: DATA (templates filled) ``count`` times, the whole of --file that
     many times, or each line of stdin (at most ``count``). A stop signal ends a read of
     stdin at once (nothing more is published)."""
     if file is not None:
         try:
-            with click.open_file(file, "rb") as f, signals.interruptible():
-                body = f.read()
+            with signals.interruptible():
+                body = file.read()
         except Interrupted:
             return
         for _ in range(count or 1):
@@ -95,6 +95,7 @@ def _payloads(
 @click.option(
     "--file",
     "file",
+    type=click.File("rb", lazy=False),  # (opened first: a path that is not there is bad usage)
     metavar="PATH",
     help="Publish the whole of PATH as one message (- for all of stdin).",
 )
@@ -171,7 +172,7 @@ def _payloads(
 def pub(
     topic: str,
     data: str | None,
-    file: str | None,
+    file: BinaryIO | None,
     count: int | None,
     key: str | None,
     headers: tuple[str, ...],
