@@ -351,6 +351,27 @@ def test_a_bad_log_level_names_where_it_came_from() -> None:
 
 
 @pytest.mark.parametrize(
+    ("variable", "value", "args"),
+    [
+        ("ZMESH_SEED", "bad", ["pub", "t", "x", "--no-mdns"]),
+        ("ZMESH_SEED", "[::1]:5", ["status"]),
+        ("ZMESH_MDNS", "maybe", ["pub", "t", "x"]),
+        ("ZMESH_INTERFACE", "bad", ["sub", "t", "--no-mdns"]),
+        ("ZMESH_INTERFACE", "bad", ["node", "run", "node.toml"]),
+        ("ZMESH_MESH", "bad mesh", ["request", "t", "x", "--no-mdns"]),
+    ],
+)
+def test_a_bad_variable_is_named(variable: str, value: str, args: list[str]) -> None:
+    """A bad value from the environment is bad usage (2) naming the variable, found
+    when the command line is read (before a node starts, or a definition is read)."""
+    done = run_cli(args, timeout=30, env={**os.environ, variable: value})
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"{value!r}" in said and f"(set by the environment variable {variable})" in said
+    assert "Traceback" not in said and "is open" not in said
+
+
+@pytest.mark.parametrize(
     "args",
     [
         ["pub", "no spaces", "x"],

@@ -34,7 +34,7 @@ from ..config import parse_seed
 from ..errors import ConfigError, DecodeError
 from .output import CliError
 from .refusal import HandshakeWatch
-from .settings import common, source
+from .settings import ENV, common, source
 
 
 def control_endpoint(address: str) -> str:
@@ -99,8 +99,14 @@ def load_curve(
             f"--secret-key-file {secret_key_file} looks like a public key; "
             "pass the NAME.key beside it"
         )
-    secret = read_key(secret_key_file, "--secret-key-file")
-    return CurveKeys(read_key(server_key, "--server-key"), zmq.curve_public(secret), secret)
+    secret = read_key(secret_key_file, _named("secret_key_file", "--secret-key-file"))
+    server = read_key(server_key, _named("server_key", "--server-key"))
+    return CurveKeys(server, zmq.curve_public(secret), secret)
+
+
+def _named(name: str, option: str) -> str:
+    """How an error names a setting: its option, or its variable when it came from it."""
+    return ENV[name] if source(name) == ParameterSource.ENVIRONMENT else option
 
 
 def current_curve() -> CurveKeys | None:

@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
-from click.core import ParameterSource
 
 from .. import __version__
 from ..errors import ArgumentError, ConfigError, ZMeshError
@@ -43,7 +42,7 @@ from .noderun import node
 from .output import READER_GONE, drop_stdout, print_error
 from .pub import pub
 from .request import reply, request
-from .settings import ENV, OPTIONS, StrChoice, env_help
+from .settings import ENV, OPTIONS, EnvOption, StrChoice, env_help
 from .status import peers, status
 from .store import store
 from .sub import sub
@@ -51,28 +50,6 @@ from .top import top
 from .web import web
 
 LOG_LEVEL_ENV = ENV["log_level"]
-
-
-class _FromEnv(StrChoice):
-    """A choice; a bad one says when it came from its environment variable."""
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> str:
-        try:
-            return super().convert(value, param, ctx)
-        except click.BadParameter as exc:
-            if (
-                ctx is None
-                or param is None
-                or param.name is None
-                or ctx.get_parameter_source(param.name) != ParameterSource.ENVIRONMENT
-            ):
-                raise
-            envvar = param.envvar if isinstance(param.envvar, str) else param.name
-            self.fail(
-                f"{exc.message.rstrip('.')} (set by the environment variable {envvar})", param, ctx
-            )
 
 
 class _Zmesh(click.Group):
@@ -103,7 +80,8 @@ Examples:
 @click.group(cls=_Zmesh, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXAMPLES)
 @click.option(
     "--log-level",
-    type=_FromEnv(logs.LEVELS, case_sensitive=False),
+    type=StrChoice(logs.LEVELS, case_sensitive=False),
+    cls=EnvOption,
     default="WARNING",
     show_default=True,
     envvar=LOG_LEVEL_ENV,
@@ -111,7 +89,8 @@ Examples:
 )
 @click.option(
     "--log-format",
-    type=_FromEnv(logs.FORMATS, case_sensitive=False),
+    type=StrChoice(logs.FORMATS, case_sensitive=False),
+    cls=EnvOption,
     default="auto",
     show_default=True,
     envvar=ENV["log_format"],

@@ -15,7 +15,7 @@ from .client import StopSignals
 from .clientnode import warn_unresolvable
 from .output import note
 from .reload import reload_on_sighup
-from .settings import ADDRESSES, ENV, env_help
+from .settings import ADDRESSES, ENV, EnvOption, check_node_setting, env_help
 
 if TYPE_CHECKING:
     from ..spark import Bridge
@@ -43,6 +43,8 @@ def node() -> None:
 @click.option(
     "--interface",
     "interfaces",
+    cls=EnvOption,
+    callback=check_node_setting("interfaces"),
     multiple=True,
     type=ADDRESSES,
     envvar=ENV["interfaces"],

@@ -25,7 +25,7 @@ import click
 from click.core import ParameterSource
 
 from .._dirs import make_dir
-from ..config import check_name
+from ..config import NodeConfig, check_name, parse_seed
 from ..errors import ConfigError
 
 # The environment variable of each common setting.
@@ -213,8 +213,6 @@ def _toml(value: object) -> str:
 def checked(context: Context) -> Context:
     """``context`` with its values checked (ConfigError saying which is wrong); key files
     and directories made absolute, so the context works from any directory."""
-    from ..config import NodeConfig
-
     check_name("context", context.name)
     NodeConfig(
         name="check",
@@ -317,9 +315,46 @@ def env_help(text: str, field: str) -> str:
     return f"{text} [env: {ENV[field]}]"
 
 
+class EnvOption(click.Option):
+    """An option whose bad value, when it came from its environment variable, is said to
+    have come from there (click names the option alone: '--mesh', when the user set
+    ZMESH_MESH)."""
+
+    def process_value(self, ctx: click.Context, value: Any) -> Any:
+        try:
+            return super().process_value(ctx, value)
+        except click.BadParameter as exc:
+            envvar = self.envvar if isinstance(self.envvar, str) else None
+            if (
+                envvar is None
+                or self.name is None
+                or ctx.get_parameter_source(self.name) != ParameterSource.ENVIRONMENT
+            ):
+                raise
+            said = f"{exc.message.rstrip('.')} (set by the environment variable {envvar})"
+            raise click.BadParameter(said, ctx, self) from None
+
+
+def check_node_setting(field: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """An option's callback: its value checked as NodeConfig checks ``field`` (mesh,
+    seeds, interfaces), a bad one a usage error when the command line is read (not when
+    a node starts)."""
+
+    def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if value not in (None, ()):
+            try:
+                NodeConfig(name="check", data_dir="-", **{field: value})
+            except ConfigError as exc:
+                raise click.BadParameter(str(exc)) from None
+        return value
+
+    return check
+
+
 def _option(*decls: str, field: str, fallback: object = None, help: str, **kw: Any) -> Any:
     return click.option(
         *decls,
+        cls=EnvOption,
         envvar=ENV[field],
         default=from_context(field, fallback),
         help=env_help(help, field),
@@ -346,6 +381,7 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
         "--mesh",
         field="mesh",
         fallback="default",
+        callback=check_node_setting("mesh"),
         help="Mesh to join; nodes of other meshes are ignored (default: 'default').",
     ),
     "seeds": _option(
@@ -353,6 +389,7 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
         "seeds",
         field="seeds",
         fallback=(),
+        callback=check_node_setting("seeds"),
         multiple=True,
         type=ADDRESSES,
         metavar="HOST:PORT",
@@ -363,6 +400,7 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
         "interfaces",
         field="interfaces",
         fallback=(),
+        callback=check_node_setting("interfaces"),
         multiple=True,
         type=ADDRESSES,
         metavar="IP",
@@ -416,6 +454,13 @@ def target(address: str | None) -> str:
     if address:
         return address
     env = ADDRESSES.split_envvar_value(os.environ.get(ENV["seeds"], ""))
+    if env:
+        try:
+            parse_seed(env[0])
+        except ConfigError as exc:
+            raise click.UsageError(
+                f"{exc} (set by the environment variable {ENV['seeds']})"
+            ) from None
     context = active()
     seeds = env or (list(context.seeds) if context is not None else [])
     if not seeds:
