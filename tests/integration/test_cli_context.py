@@ -251,3 +251,6 @@ def test_help_shows_examples_settings_and_exit_codes() -> None:
     ):
         assert expected in pub, expected
     assert "Exit codes: 0 after --count messages" in ok(["sub", "--help"])
+    for command in ("pub", "sub", "request", "reply", "ls", "web"):  # (cli_node's rule)
+        said = " ".join(ok([command, "--help"]).split())
+        assert "off when a seed is given for pub, sub, request, reply, ls and web" in said

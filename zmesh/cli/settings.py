@@ -409,8 +409,9 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
     "mdns": _option(
         "--mdns/--no-mdns",
         field="mdns",
-        help="Find peers by multicast DNS (default: on, but off for pub and "
-        "sub when a seed is given).",
+        help="Find peers by multicast DNS (default: on, but off when a seed is given "
+        "for pub, sub, request, reply, ls and web, which run a short-lived node of "
+        "their own).",
     ),
     "secret_key_file": _option(
         "--secret-key-file",
