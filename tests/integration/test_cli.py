@@ -331,6 +331,16 @@ def test_status_without_a_node_fails_clearly() -> None:
     assert "host:port" in bad.stderr
 
 
+def test_ls_that_finds_no_node_fails(mesh_name: str) -> None:
+    """As status, dlq and group ls do when there is nothing to ask: exit 1, no table."""
+    alone = ["--mesh", mesh_name, *LOOP, "--wait", "0.5"]
+    done = run_cli(["ls", "nodes", *alone])
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == "" and f"no node of mesh '{mesh_name}' found" in done.stderr
+    rows = run_cli(["ls", "topics", *alone, "--json"])  # (the empty rows, for what reads them)
+    assert rows.returncode == 1 and json.loads(rows.stdout)["topics"] == [], rows.stderr
+
+
 @pytest.mark.parametrize("command", ["status", "peers", "top", "dlq list --topic t --group g"])
 @pytest.mark.parametrize("address", ["not-an-address", "a b:1", "[::1]:5"])
 def test_a_bad_address_is_a_usage_error(command: str, address: str) -> None:

@@ -9,6 +9,7 @@ is left out of what is shown.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -19,7 +20,7 @@ from rich.table import Table
 from .._http.collect import MESH_TIMEOUT_S, collect_mesh
 from .._http.views import drop_observer, groups_view, nodes_view, topics_view
 from .clientnode import NodeArgs, cli_node, node_options, settle_peers
-from .output import console, note, short
+from .output import CliError, console, note, short
 
 KINDS = ("nodes", "topics", "groups")
 
@@ -125,6 +126,14 @@ def groups_table(view: dict[str, Any]) -> Table:
     return table
 
 
+# What each kind prints: its rows (as `--json` and the HTTP API give them), their table.
+VIEWS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Table]]] = {
+    "nodes": (nodes_view, nodes_table),
+    "topics": (topics_view, topics_table),
+    "groups": (groups_view, groups_table),
+}
+
+
 @click.command(name="ls", short_help="List the mesh's nodes, topics or groups.")
 @click.argument("kind", type=click.Choice(KINDS))
 @node_options
@@ -150,6 +159,10 @@ def ls(kind: str, node: NodeArgs, wait_s: float, timeout: float, as_json: bool) 
     Finds the mesh by mDNS, or from --seed HOST:PORT (any node's control address). Nodes
     that do not answer within --timeout are listed as unreachable (and their backlog is
     missing from the topic and group sums).
+
+    \b
+    Exit codes: 0 listed; 1 no node of the mesh found within --wait (with --json, the
+    empty rows are printed first), or an error; 2 bad usage.
     """
     with cli_node("ls", node) as n:
         settle_peers(n, wait_s)
@@ -158,17 +171,16 @@ def ls(kind: str, node: NodeArgs, wait_s: float, timeout: float, as_json: bool) 
             found = drop_observer(collect_mesh(n._engine, ctx, timeout))
         finally:
             ctx.term()
-    if as_json:
-        rows = {"nodes": nodes_view, "topics": topics_view, "groups": groups_view}[kind]
-        click.echo(json.dumps(rows(found), indent=2, sort_keys=True))
-    elif kind == "nodes":
-        console.print(nodes_table(nodes_view(found)))
-    elif kind == "topics":
-        console.print(topics_table(topics_view(found)))
-    else:
-        console.print(groups_table(groups_view(found)))
+    view, table = VIEWS[kind]
+    if as_json:  # (empty rows too: what reads them gets JSON, and the exit code)
+        click.echo(json.dumps(view(found), indent=2, sort_keys=True))
     if not found["nodes"]:
-        note(f"no node of mesh {node.mesh!r} found: check --mesh, --seed and --interface")
+        raise CliError(
+            f"no node of mesh {node.mesh!r} found within {wait_s:g}s: check --mesh, --seed "
+            "and --interface"
+        )
+    if not as_json:
+        console.print(table(view(found)))
     gone = [n["name"] for n in found["nodes"] if not n["reachable"]]
     if gone:
         note(f"unreachable: {', '.join(sorted(gone))} (no reply within {timeout:g}s)")

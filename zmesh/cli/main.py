@@ -4,16 +4,16 @@ Exit codes, the same for every command:
 
 \b
   0    success
-  1    a zmesh error or a failed run: no reply from a node, messages not acknowledged
-       within `pub --timeout`, fewer than `sub --count` within `sub --timeout`, a doctor
-       check failed, lost messages in `demo`
+  1    a zmesh error or a failed run: no reply from a node, no node found by `ls`,
+       messages not acknowledged within `pub --timeout`, fewer than `sub --count`
+       within `sub --timeout`, a doctor check failed, lost messages in `demo`
   2    bad usage or bad configuration (an option, a setting, a definition file, a
        context), which running again will not fix
   3    `pub`: every message settled, but some group did not acknowledge one (it was
        dead-lettered, expired, superseded, or its group deleted); `request`: the
-       responder's function failed
-  130  stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM (`pub`, `sub`; `node run`
-       exits 0 after either: that is how a service is stopped)
+       responder's function failed (with --many: some responder's)
+  130  stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM (`pub`, `sub`, `request`,
+       `reply`; `node run` exits 0 after either: that is how a service is stopped)
   141  the reader of its output went away (`zmesh sub t | head -1`): it ends quietly,
        as a command SIGPIPE killed
 """
