@@ -452,6 +452,42 @@ def test_node_run_rejects_bad_toml(tmp_path: Path, case: str) -> None:
     assert not (tmp_path / "d").exists()
 
 
+def not_here(address: str) -> str:
+    """``address``, which this host must not have (the test is skipped if it has)."""
+    with socket.socket() as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return address
+    pytest.skip(f"this host has {address}")
+
+
+def test_node_run_refuses_what_this_host_cannot_give_as_a_definition_error(
+    tmp_path: Path,
+) -> None:
+    """A data_dir that is a file or cannot be made, an interface this host does not have
+    (documentation addresses): exit 2, as a definition error (no restart loop under
+    systemd), naming the file and key (or the option), before a node starts."""
+    (tmp_path / "afile").write_text("")
+    one, other = not_here("198.51.100.7"), not_here("203.0.113.7")
+    cases = [
+        (tmp_path / "afile", "127.0.0.1", [], "[node] data_dir", "exists and is not a directory"),
+        (tmp_path / "afile" / "d", "127.0.0.1", [], "[node] cannot create data_dir", "Not a"),
+        (tmp_path / "d", one, [], f"[node] interfaces: {one}", "not an address of this host"),
+        (tmp_path / "d", "127.0.0.1", ["--interface", other], f"--interface: {other}", ""),
+    ]
+    for data_dir, iface, extra, where, why in cases:
+        path = tmp_path / "node.toml"
+        path.write_text(
+            f"[node]\nname = 'x'\ndata_dir = '{data_dir}'\ninterfaces = ['{iface}']\nmdns = false\n"
+        )
+        done = run_cli(["node", "run", str(path), *extra], timeout=30)
+        assert done.returncode == 2, done.stderr
+        said = " ".join(done.stderr.split())
+        assert where in said and why in said and "Traceback" not in said
+        assert not (tmp_path / "d").exists()  # (refused before anything is made)
+
+
 def test_node_run_starts_a_spark_bridge_and_publishes_into_it(
     tmp_path: Path, mesh_name: str, hub: tuple[Proc, str], procs: list[Proc]
 ) -> None:

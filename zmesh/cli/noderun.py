@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import socket
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from .._definition import read_definition
+from .._dirs import make_dir
 from ..config import NodeConfig
 from ..errors import ConfigError
 from ..node import Node
@@ -15,7 +19,7 @@ from .client import StopSignals
 from .clientnode import warn_unresolvable
 from .output import note
 from .reload import reload_on_sighup
-from .settings import ADDRESSES, ENV, EnvOption, check_node_setting, env_help
+from .settings import ADDRESSES, ENV, EnvOption, check_node_setting, env_help, source
 
 if TYPE_CHECKING:
     from ..spark import Bridge
@@ -31,6 +35,32 @@ def build(
     from ..spark import Bridge, BridgeConfig
 
     return Bridge(node_cfg, BridgeConfig.from_mapping(bridge_table, source=source))
+
+
+def check_on_host(node_cfg: NodeConfig, file: str) -> None:
+    """What of a definition only this host can judge, checked before the node starts, so
+    that it is a definition error (exit 2: a restart will not fix it, and systemd's
+    RestartPreventExitStatus=2 stops the loop), not a failed start: the data dir can be
+    a directory here, and each interface is an address of this host."""
+    for iface in node_cfg.interfaces:
+        if iface in ("*", "0.0.0.0"):
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((iface, 0))  # (a port of its own, let go at once)
+            except OSError as exc:
+                where = {
+                    ParameterSource.COMMANDLINE: "--interface",
+                    ParameterSource.ENVIRONMENT: ENV["interfaces"],
+                }.get(source("interfaces"), f"{file}: [node] interfaces")  # type: ignore[arg-type]
+                raise ConfigError(
+                    f"{where}: {iface} is not an address of this host ({exc.strerror})"
+                ) from None
+    make_dir(  # (last: a definition refused leaves no directory behind)
+        Path(node_cfg.data_dir),
+        "data_dir",
+        lambda message: ConfigError(f"{file}: [node] {message}"),
+    )
 
 
 @click.group()
@@ -71,6 +101,7 @@ def run(file: str, interfaces: tuple[str, ...]) -> None:
             node_cfg = node_cfg.replace(interfaces=tuple(interfaces))
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--interface") from None
+    check_on_host(node_cfg, file)
     warn_unresolvable(node_cfg.seeds)
     runner = build(node_cfg, bridge_table, file)
     n = runner if isinstance(runner, Node) else runner.node
