@@ -1,5 +1,6 @@
 """``zmesh context add|ls|select|rm|show``: named settings, so that --mesh, --seed,
---interface and keys need not be repeated on every call (see settings.py)."""
+--interface and keys need not be repeated on every call (contexts.py holds the file,
+settings.py the rules)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,9 @@ from click.core import ParameterSource
 from rich.markup import escape
 from rich.table import Table
 
+from .contexts import Context, Contexts, checked
 from .output import CliError, console, note
-from .settings import (
-    ADDRESSES,
-    ENV,
-    Context,
-    Contexts,
-    active,
-    checked,
-    common,
-    http_address,
-    source,
-)
+from .settings import ADDRESSES, ENV, active, common, http_address, source
 
 # What `show` reports, and the option each comes from (the parameter name it has).
 SHOWN = ("mesh", "seeds", "interfaces", "mdns", "secret_key_file", "trusted_keys_dir", "server_key")
