@@ -452,14 +452,17 @@ def test_node_run_rejects_bad_toml(tmp_path: Path, case: str) -> None:
     assert not (tmp_path / "d").exists()
 
 
-def not_here(address: str) -> str:
-    """``address``, which this host must not have (the test is skipped if it has)."""
-    with socket.socket() as probe:
-        try:
-            probe.bind((address, 0))
-        except OSError:
-            return address
-    pytest.skip(f"this host has {address}")
+def not_here(network: str) -> str:
+    """An address of ``network`` (a documentation /24, "198.51.100") this host does not
+    have: one it cannot bind."""
+    for last in range(1, 255):
+        address = f"{network}.{last}"
+        with socket.socket() as probe:
+            try:
+                probe.bind((address, 0))
+            except OSError:
+                return address
+    raise AssertionError(f"this host has every address of {network}.0/24")
 
 
 def test_node_run_refuses_what_this_host_cannot_give_as_a_definition_error(
@@ -469,7 +472,7 @@ def test_node_run_refuses_what_this_host_cannot_give_as_a_definition_error(
     (documentation addresses): exit 2, as a definition error (no restart loop under
     systemd), naming the file and key (or the option), before a node starts."""
     (tmp_path / "afile").write_text("")
-    one, other = not_here("198.51.100.7"), not_here("203.0.113.7")
+    one, other = not_here("198.51.100"), not_here("203.0.113")
     cases = [
         (tmp_path / "afile", "127.0.0.1", [], "[node] data_dir", "exists and is not a directory"),
         (tmp_path / "afile" / "d", "127.0.0.1", [], "[node] cannot create data_dir", "Not a"),

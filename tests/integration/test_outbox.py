@@ -340,6 +340,20 @@ def test_msg_id_makes_publish_idempotent_across_restarts(make_node, tmp_path):
     assert prod.stats()["duplicates_suppressed"] == 1
 
 
+def test_every_receipt_of_one_msg_id_is_acked_whichever_is_asked_first(make_node):
+    # Asking a duplicate's receipt after the original's took the original's place among
+    # the receipts waiting: the original was never told it was acked.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    receipts = [prod.publish("t", b"v", msg_id="same") for _ in range(3)]
+    for r in receipts:
+        r.wait_stored(5)
+        assert not r.acked  # (each asked in turn: each is watched)
+    cons = make_node("cons", seeds=[prod.control_address])
+    drain(cons.subscribe("t", group="g"), 1)
+    for r in receipts:
+        r.wait_acked(10)
+
+
 def test_publish_many_and_ack_many(make_node):
     prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
     receipt = prod.publish_many(

@@ -73,7 +73,9 @@ class Receipts:
             first = receipt._seq
             for seq in range(first, first + receipt.count):
                 if lanes.owed(receipt.topic, seq):
-                    self._waiting[seq] = receipt
+                    # (receipts of one message, by msg_id: another is acked with the first)
+                    if self._waiting.setdefault(seq, receipt) is not receipt:
+                        self._followers.setdefault(seq, []).append(receipt)
                 elif seq not in self._waiting:
                     self.acked.append(receipt)
         self.settled_floor = lanes.floor()
