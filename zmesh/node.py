@@ -231,7 +231,7 @@ class Node:
             reader.close()
         for sub in self._queue.subscriptions():
             if not sub.closed:
-                sub._end()  # gives what it still holds back to the producers
+                sub._end(wait=False)  # gives what it still holds back to the producers
         for server in (self._http, self._metrics):
             if server is not None:
                 server.close()

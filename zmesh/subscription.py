@@ -249,7 +249,7 @@ class _Subscriber(Queue, Protocol):
 
     def ephemeral_name(self) -> str: ...
 
-    def unsubscribe(self, sub: Subscription) -> None: ...
+    def unsubscribe(self, sub: Subscription, wait: bool = True) -> None: ...
 
 
 class Subscription:
@@ -564,8 +564,9 @@ class Subscription:
         self._own_close = True
         self._end()
 
-    def _end(self) -> None:
-        """``close()``, as its node's close does it (waiters get NodeClosedError)."""
+    def _end(self, wait: bool = True) -> None:
+        """``close()``, as its node's close does it (waiters get NodeClosedError; no
+        ``wait`` for the IO thread's release: the node's close releases all at once)."""
         if self._closed:
             return
         # Nothing more is taken; the handler calls running end and settle theirs; then
@@ -576,7 +577,7 @@ class Subscription:
                 t.join()
         # (NodeStateError: the node closed, its IO thread released what it held as it ended)
         with contextlib.suppress(NodeStateError):
-            self._submitter.unsubscribe(self)
+            self._submitter.unsubscribe(self, wait)
 
     def __enter__(self) -> Subscription:
         return self

@@ -439,13 +439,14 @@ class Submitter:
             self._forget_announced(sub)
             raise
 
-    def unsubscribe(self, sub: Subscription) -> None:
-        """Close ``sub``: once this returns, the IO thread has released what it held
-        unsettled (settling one of those raises MessageStateError from then on)."""
+    def unsubscribe(self, sub: Subscription, wait: bool = True) -> None:
+        """Close ``sub``: once this returns (``wait``), the IO thread has released what it
+        held unsettled (settling one of those raises MessageStateError from then on)."""
         self._forget_announced(sub)
         sub._drain_unsettled()
         self.submit(Unsubscribe(sub))
-        self.call(lambda _wb, _now: None, writes=False)  # (commands run in order)
+        if wait:
+            self.call(lambda _wb, _now: None, writes=False)  # (commands run in order)
 
     def _forget_announced(self, sub: Subscription) -> None:
         key = (sub.topic, announced_group(sub), sub.mode)
