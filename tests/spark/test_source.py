@@ -165,10 +165,13 @@ def test_two_bridges_of_one_group_read_as_one_stream(
     spark: Any, bridged_pair: Callable[..., Pair], tmp_path: Path
 ) -> None:
     pair = bridged_pair()
-    # dealt round-robin over 16 partitions, which the two bridges share
+    # Keyed by number, over all 16 partitions, which the two bridges share (a keyless
+    # batch goes to one partition: six of them could all land on one bridge's).
     for r in [
         pair.first.producer.publish_many(
-            "readings", [json.dumps({"i": i}).encode() for i in range(k, k + 100)]
+            "readings",
+            [json.dumps({"i": i}).encode() for i in range(k, k + 100)],
+            keys=[str(i) for i in range(k, k + 100)],
         )
         for k in range(0, 600, 100)
     ]:

@@ -56,9 +56,9 @@ class CommandQueue:
         self._ephemeral += 1
         return f"~{self._ephemeral}"
 
-    def unsubscribe(self, sub: Subscription) -> None:
+    def unsubscribe(self, sub: Subscription, wait: bool = True) -> None:
         sub._drain_unsettled()  # (as the node's does: nothing more is taken from it)
-        self.submit(Unsubscribe(sub))
+        self.submit(Unsubscribe(sub))  # (``wait``: the test runs the IO side itself)
 
     def take_all(self) -> list[Any]:
         out, self.submitted = self.submitted, []
