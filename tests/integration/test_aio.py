@@ -39,15 +39,18 @@ async def members(prod: zmesh.aio.Node, topic: str, lane: str, count: int = 1) -
 
 @contextlib.asynccontextmanager
 async def pair(
-    tmp_path: Path, mesh_name: str
+    tmp_path: Path, mesh_name: str, names: tuple[str, str] = ("p", "c"), **producer: Any
 ) -> AsyncIterator[tuple[zmesh.aio.Node, zmesh.aio.Node]]:
-    """A producer node "p" and a consumer node "c" seeded with it."""
+    """A producer node (``producer``: its settings) and a consumer node seeded with it."""
+    first, second = names
     async with (
-        zmesh.aio.Node("p", mesh=mesh_name, data_dir=str(tmp_path / "p"), **COMMON) as prod,
         zmesh.aio.Node(
-            "c",
+            first, mesh=mesh_name, data_dir=str(tmp_path / first), **COMMON, **producer
+        ) as prod,
+        zmesh.aio.Node(
+            second,
             mesh=mesh_name,
-            data_dir=str(tmp_path / "c"),
+            data_dir=str(tmp_path / second),
             seeds=[prod.control_address],
             **COMMON,
         ) as cons,
@@ -100,23 +103,12 @@ def test_the_issue_35_hang_returns_at_once(tmp_path, mesh_name):
 
 def test_cancelled_waits_hold_no_thread_and_take_nothing(tmp_path, mesh_name):
     async def main() -> tuple[int, int, zmesh.Message | None]:
-        async with (
-            zmesh.aio.Node(
-                "p",
-                mesh=mesh_name,
-                data_dir=str(tmp_path / "p"),
-                topics={"t": zmesh.TopicConfig(groups=("g",))},
-                max_outbox_messages=1,
-                **COMMON,
-            ) as prod,
-            zmesh.aio.Node(
-                "c",
-                mesh=mesh_name,
-                data_dir=str(tmp_path / "c"),
-                seeds=[prod.control_address],
-                **COMMON,
-            ) as cons,
-        ):
+        async with pair(
+            tmp_path,
+            mesh_name,
+            topics={"t": zmesh.TopicConfig(groups=("g",))},
+            max_outbox_messages=1,
+        ) as (prod, cons):
             r = await prod.publish("t", b"unacked")  # fills the outbox: nobody consumes t
             await r.wait_stored(5)
             sub = cons.subscribe("u", group="g")
@@ -154,23 +146,12 @@ def test_cancelled_waits_hold_no_thread_and_take_nothing(tmp_path, mesh_name):
 
 def test_a_full_outbox_is_waited_for_on_the_loop(tmp_path, mesh_name):
     async def main() -> None:
-        async with (
-            zmesh.aio.Node(
-                "p",
-                mesh=mesh_name,
-                data_dir=str(tmp_path / "p"),
-                topics={"t": zmesh.TopicConfig(groups=("g",))},
-                max_outbox_messages=1,
-                **COMMON,
-            ) as prod,
-            zmesh.aio.Node(
-                "c",
-                mesh=mesh_name,
-                data_dir=str(tmp_path / "c"),
-                seeds=[prod.control_address],
-                **COMMON,
-            ) as cons,
-        ):
+        async with pair(
+            tmp_path,
+            mesh_name,
+            topics={"t": zmesh.TopicConfig(groups=("g",))},
+            max_outbox_messages=1,
+        ) as (prod, cons):
             await (await prod.publish("t", b"one")).wait_stored(5)
             with pytest.raises(zmesh.OutboxFullError, match="within 0.1s"):
                 await prod.publish("t", b"two", timeout=0.1)

@@ -10,7 +10,7 @@ import pytest
 
 import zmesh
 import zmesh.aio
-from tests.integration.test_aio import COMMON, run
+from tests.integration.test_aio import COMMON, pair, run
 
 
 async def serving(node: zmesh.aio.Node, topic: str, count: int = 1) -> None:
@@ -29,16 +29,7 @@ async def serving(node: zmesh.aio.Node, topic: str, count: int = 1) -> None:
 
 def test_async_request_reply_with_a_coroutine_server(tmp_path, mesh_name):
     async def main() -> None:
-        async with (
-            zmesh.aio.Node("s", mesh=mesh_name, data_dir=str(tmp_path / "s"), **COMMON) as server,
-            zmesh.aio.Node(
-                "c",
-                mesh=mesh_name,
-                data_dir=str(tmp_path / "c"),
-                seeds=[server.control_address],
-                **COMMON,
-            ) as client,
-        ):
+        async with pair(tmp_path, mesh_name, ("s", "c")) as (server, client):
             with pytest.raises(zmesh.NoRespondersError):
                 await client.request("calib.l4", b"?")
 

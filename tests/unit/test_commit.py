@@ -164,6 +164,19 @@ def _acked_origin(node: Node, n: int, first: int = 1) -> Origin:
     return origin
 
 
+def _fail_a_transaction(node: Node, wb: WriteBatch) -> list[object]:
+    """Run a loop with ``wb`` and a transaction whose publish the map has no room for (it
+    fails, and is not held); what the consumer sent after it."""
+    big = node.producer.publish("t", b"z" * SMALL_MAP)
+    node.commits.tx_pubs.add(id(big))
+    tx = Call(tx=True, writes=True)
+    assert node.loop([big], 0.0, [tx], wb=wb) == []
+    assert isinstance(tx.error, StoreFullError)
+    sent: list[object] = []
+    node.consumer.flush(lambda _to, frame: sent.append(frame))
+    return sent
+
+
 def test_the_acks_of_a_commit_whose_publishes_do_not_fit_are_committed_and_sent(
     node: Node,
 ) -> None:
@@ -172,13 +185,7 @@ def test_the_acks_of_a_commit_whose_publishes_do_not_fit_are_committed_and_sent(
     origin = _acked_origin(node, 3)
     wb = WriteBatch()
     node.consumer.acked_seqs(origin, origin.take_acks(), wb)
-    big = node.producer.publish("t", b"z" * SMALL_MAP)
-    node.commits.tx_pubs.add(id(big))  # (a transaction's: it fails, and is not held)
-    tx = Call(tx=True, writes=True)
-    assert node.loop([big], 0.0, [tx], wb=wb) == []
-    assert isinstance(tx.error, StoreFullError)
-    sent: list[object] = []
-    node.consumer.flush(lambda _to, frame: sent.append(frame))
+    sent = _fail_a_transaction(node, wb)
     assert sent == [Ack(node.consumer.node_id, "t", "g", range(1, 4))]
     assert node.producer.counters.get("acks_rolled_back") == 0
     assert node.producer.store.seen_filter(PRODUCER, b"g", [1, 2, 3]) == {1, 2, 3}
@@ -192,13 +199,7 @@ def test_a_failed_transaction_s_acks_are_rolled_back_with_it(node: Node) -> None
     wb = WriteBatch()
     node.consumer.acked_seqs(other, other.take_acks(), wb)
     node.consumer.acked([Message(mine, 0, None, b""), Message(mine, 1, None, b"")], wb)
-    big = node.producer.publish("t", b"z" * SMALL_MAP)
-    node.commits.tx_pubs.add(id(big))
-    tx = Call(tx=True, writes=True)
-    assert node.loop([big], 0.0, [tx], wb=wb) == []
-    assert isinstance(tx.error, StoreFullError)
-    sent: list[object] = []
-    node.consumer.flush(lambda _to, frame: sent.append(frame))
+    sent = _fail_a_transaction(node, wb)
     assert sent == [Ack(node.consumer.node_id, "t", "g", range(1, 4))]
     assert node.producer.counters.get("acks_rolled_back") == 2
     assert node.producer.store.seen_filter(PRODUCER, b"g", [1, 2, 3, 10, 11]) == {1, 2, 3}
