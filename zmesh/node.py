@@ -392,23 +392,24 @@ class Node:
         ``keys`` (one per payload) route each message like ``publish(key=...)``;
         ``receipt.ids`` lists the message ids; ``wait_acked`` waits for every message.
         """
-        if isinstance(payloads, _ONE_VALUE):
-            raise ArgumentError(
-                f"publish_many takes a list of payloads, got one "
-                f"{type(payloads).__name__} (use publish for one message)"
-            )
-        if not isinstance(payloads, Iterable) or isinstance(payloads, _UNORDERED):
-            raise ArgumentError(
-                f"publish_many takes a list of payloads (bytes or str), got "
-                f"{type(payloads).__name__}"
-            )
+        if type(payloads) is not list:  # (a list, the usual call: none of these is)
+            if isinstance(payloads, _ONE_VALUE):
+                raise ArgumentError(
+                    f"publish_many takes a list of payloads, got one "
+                    f"{type(payloads).__name__} (use publish for one message)"
+                )
+            if not isinstance(payloads, Iterable) or isinstance(payloads, _UNORDERED):
+                raise ArgumentError(
+                    f"publish_many takes a list of payloads (bytes or str), got "
+                    f"{type(payloads).__name__}"
+                )
         payloads = list(payloads)
         if not payloads:
             raise ArgumentError("publish_many needs at least one payload")
         if keys is None:
             key_list: list[str | None] = [None] * len(payloads)
         else:
-            if (
+            if type(keys) is not list and (
                 isinstance(keys, _ONE_VALUE)
                 or not isinstance(keys, Iterable)
                 or isinstance(keys, _UNORDERED)
