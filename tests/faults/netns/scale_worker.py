@@ -182,9 +182,9 @@ def run_producer(args: argparse.Namespace) -> int:
             return 4
         t0 = time.monotonic()
         for index in range(args.count):
-            due = t0 + index / args.rate
-            if due > time.monotonic():
-                pause(due - time.monotonic())  # (the stream's pace)
+            delay = t0 + index / args.rate - time.monotonic()
+            if delay > 0:  # (one reading of the clock: a second could be past due)
+                pause(delay)  # (the stream's pace)
             node.publish(args.topic, str(index).encode(), key=f"k{index % args.keys}")
         (run_dir / "published").write_text(f"{args.count}\n")
         if not until(lambda: node.status()["outbox"] == 0, DRAIN_TIMEOUT_S, 0.05):
