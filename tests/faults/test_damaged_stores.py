@@ -311,3 +311,82 @@ def test_bit_rot_past_the_start_check_is_met_by_the_running_node(
         zmesh.Node("p", mesh=mesh_name, data_dir=str(data_dir), interfaces=LOOPBACK, mdns=False)
     assert f"{data} is damaged: main/msgs DB" in str(err.value)
     assert "its last node found it damaged" in caplog.text
+
+
+def test_a_producer_whose_store_is_damaged_leaves_its_replicas_copy_unfinished_and_goes_on(
+    tmp_path, mesh_name, make_node, caplog
+):
+    # A new replica's copy is read from the producer's store: a page LMDB refuses there
+    # leaves that copy unfinished (never whole: its replica never takes over from it),
+    # and the producer's IO thread goes on.
+    caplog.set_level(logging.WARNING)
+    data_dir = tmp_path / "p"
+    build(data_dir, mesh_name, kill=False)
+    leaves = pages_of(data_dir)["main/msgs"]["leaf"]
+    overwrite_in_place(data_dir, [leaves[len(leaves) // 2]])
+    data = data_dir / "store" / "data.mdb"
+    (data_dir / "LOCK").write_text(f"clean {' '.join(stamp(data.stat()))}\n")  # (bit rot)
+
+    topics = {
+        "t": zmesh.TopicConfig(groups=("g",), replicas=2),
+        "u": zmesh.TopicConfig(groups=("g",)),
+    }
+    prod = make_node("p", topics=topics, replica_host=False)
+    make_node("r", seeds=[prod.control_address])
+
+    def states() -> list[str]:
+        return [m["state"] for m in prod.status()["replicas"]["set"]]
+
+    wait_until(lambda: states() == ["failed"], 15, what="the replica's copy to fail")
+    status = prod.status()
+    assert status["counters"]["replica_syncs_failed"] >= 1
+    assert "reading the msgs database failed" in status["store"]["damaged"]["error"]
+    assert "replica r cannot get a whole copy of this outbox" in caplog.text
+
+    # The receipts of the replicated topic wait; the rest of the node goes on.
+    held = prod.publish("t", b"replicated")
+    cons = make_node("cons", seeds=[prod.control_address], replica_host=False)
+    other = cons.subscribe("u", group="g")
+    prod.publish("u", b"after the damage").wait_stored(5)
+    (msg,) = wait_until(lambda: other.fetch(1, timeout=0.05), 10, what="the message of u")
+    assert msg.payload == b"after the damage"
+    msg.ack()
+    with pytest.raises(zmesh.TimeoutError):
+        held.wait_stored(0.5)
+    assert states() == ["failed"]
+
+
+def test_a_replica_whose_copy_is_damaged_drops_it_instead_of_taking_over(
+    tmp_path, mesh_name, make_node, caplog
+):
+    caplog.set_level(logging.WARNING)
+    timing = {"takeover_after_s": 2.0, "replica_host": True}
+    prod = make_node("p", replica_host=False, takeover_after_s=2.0)
+    rep = make_node("r", seeds=[prod.control_address], **timing)
+    prod.topic("t", replicas=2, groups=["g"])
+    receipts = [prod.publish("t", payload(i), priority=1) for i in range(SMALL)]
+    receipts[-1].wait_stored(15)
+    (copy,) = rep.status()["replicas"]["copies"]
+    assert copy["state"] == "whole" and copy["owed_entries"] == SMALL
+    rep.close()
+    prod.close()
+
+    # Bit rot in the copy's record of what is owed, met when the replica would take over.
+    (copy_dir,) = (tmp_path / "r" / "replicas").iterdir()
+    overwrite_in_place(copy_dir, pages_of(copy_dir)["main/pend"]["leaf"][:1])
+    data = copy_dir / "store" / "data.mdb"
+    (copy_dir / "LOCK").write_text(f"clean {' '.join(stamp(data.stat()))}\n")
+
+    rep = make_node("r", **timing)
+    assert [c["producer"] for c in rep.status()["replicas"]["copies"]] == [prod.id]
+    wait_until(
+        lambda: rep.status()["counters"].get("takeovers_failed"), 15, what="the takeover to fail"
+    )
+    status = rep.status()
+    assert status["replicas"]["copies"] == [] and status["replicas"]["serving"] == []
+    assert not copy_dir.exists()
+    assert "this node's copy of it cannot be read" in caplog.text
+    # The IO thread goes on: the replica's own publishes are delivered.
+    sub = rep.subscribe("own", group="g")
+    rep.publish("own", b"after the damage").wait_stored(5)
+    assert sub.get(timeout=10).payload == b"after the damage"

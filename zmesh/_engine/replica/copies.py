@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import msgpack
 
 from ..._protocol.frames import (
@@ -31,6 +32,7 @@ from ..._protocol.frames import (
     ReplAck,
     ReplOps,
 )
+from ..._store.health import at_start
 from ..._store.store import Store, WriteBatch
 from ...errors import StoreError
 from ..stats import Counters
@@ -164,8 +166,16 @@ class Copies:
         except StoreError as exc:
             log.error("the copy %s cannot be opened (%s); it is deleted", path, exc)
             return None
-        with store.env.begin(db=store.meta) as txn:
-            raw = txn.get(_COPY_META)
+        try:
+            with (
+                at_start("reading the copy's meta", str(path)),
+                store.env.begin(db=store.meta) as txn,
+            ):
+                raw = txn.get(_COPY_META)
+        except StoreError as exc:
+            log.error("the copy %s cannot be read (%s); it is deleted", path, exc)
+            store.close()
+            return None
         try:
             inc, version, replicas, synced, topics, last_op = msgpack.unpackb(raw, raw=False)
             copy = Copy(
@@ -304,7 +314,9 @@ class Copies:
         for table, state in ((self.held, "whole"), (self.making, "syncing")):
             for producer, copy in table.items():
                 store = copy.store
-                with store.env.begin() as txn:
+                records: int | None = None  # (None: its store cannot be read)
+                owed: int | None = None
+                with contextlib.suppress(lmdb.Error), store.env.begin() as txn:
                     records = sum(txn.stat(db)["entries"] for db in (store.msgs, store.runs))
                     owed = sum(txn.stat(db)["entries"] for db in (store.pend, store.pruns))
                 out.append(

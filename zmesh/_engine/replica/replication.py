@@ -32,6 +32,7 @@ from ..._protocol.frames import (
 )
 from ..._store.store import Store, WriteBatch
 from ...config import NodeConfig
+from ...errors import StoreError
 from ..lane.lane import Lane
 from ..outbox.dispatch import Send
 from ..outbox.outbox import Outbox
@@ -202,7 +203,19 @@ class Replication:
 
     def _take_over(self, producer: bytes, now: float, mesh: Mesh) -> None:
         copy = self.copies.held[producer]
-        taken = Taken(copy, self.config, now)
+        try:
+            taken = Taken(copy, self.config, now)
+        except StoreError as exc:  # (another holder of a copy takes over instead)
+            self.counters.add("takeovers_failed", 1)
+            log.error(
+                "producer %s has been silent for %.1fs, but this node's copy of it cannot "
+                "be read (%s): the copy is dropped",
+                producer.hex()[:12],
+                self.config.takeover_delay_s,
+                exc,
+            )
+            self.copies.drop(producer)
+            return
         self.taken[producer] = taken
         self.copies.serving.add(producer)
         mesh.take_members(taken, now)

@@ -42,6 +42,7 @@ from ..._protocol.frames import (
 from ..._protocol.replication import encode_repl_ops, pack_writes
 from ..._store.store import Store, WriteBatch
 from ...config import TopicConfig
+from ...errors import StoreError
 from ..lane.lane import Lane
 from ..outbox.outbox import Outbox
 from ..stats import Counters
@@ -79,6 +80,7 @@ class Stream:
     queued: int = 0  # bytes in ``frames``
     sent: deque[tuple[int, int]] = field(default_factory=deque)  # (op, bytes) not acked
     unacked: int = 0  # bytes in ``sent``
+    sync_failed: bool = False  # its copy could not be read from the store (damaged)
 
     @property
     def whole(self) -> bool:
@@ -199,6 +201,7 @@ class Replicator:
         stream.sent.clear()
         stream.unacked = 0
         stream.sync_end = 0
+        stream.sync_failed = False
         stream.prev = 0
         self._rescope(None)
         stream.reader = SyncReader(self.store, self.scope)
@@ -352,7 +355,11 @@ class Replicator:
                 continue
             reader = stream.reader
             while reader is not None and budget > 0 and stream.queued < MAX_QUEUED_BYTES // 2:
-                part = reader.part()
+                try:
+                    part = reader.part()
+                except StoreError as exc:
+                    self._sync_failed(stream, exc)
+                    break
                 if part is not None:
                     self.op += 1
                     packed = pack_writes(part)
@@ -377,6 +384,20 @@ class Replicator:
                 blocked = True
         return blocked
 
+    def _sync_failed(self, stream: Stream, exc: StoreError) -> None:
+        """The outbox could not be read for ``stream``'s new copy (a damaged store): the
+        copy is left unfinished, never whole, so its replica never takes over from it;
+        the commits go on to it, and it is read again if the replica asks anew."""
+        stream.reader = None
+        stream.sync_failed = True
+        self.counters.add("replica_syncs_failed", 1)
+        log.error(
+            "replica %s cannot get a whole copy of this outbox, and receipts of replicated "
+            "topics wait for it: %s",
+            stream.peer.name,
+            exc,
+        )
+
     def status(self) -> dict[str, Any]:
         return {
             "wanted": self.wanted,
@@ -387,7 +408,7 @@ class Replicator:
                 {
                     "id": s.node_id.hex(),
                     "name": s.peer.name,
-                    "state": "whole" if s.whole else "syncing",
+                    "state": "whole" if s.whole else "failed" if s.sync_failed else "syncing",
                     "acked_op": s.acked,
                     "queued_bytes": s.queued,
                     "unacked_bytes": s.unacked,

@@ -25,6 +25,7 @@ import logging
 from bisect import bisect_left
 from typing import Any
 
+import lmdb
 import msgpack
 
 from ..._protocol.frames import Ack, Fail, Handback, HandbackLane, Nack, Touch, random_token
@@ -78,7 +79,10 @@ class Taken:
             self.outbox.records.set_aside(c.db, c.key, c.value, c.reason, self.wb)
         # What each lane owed when it was taken over (kept in the copy: a taker restarted
         # hands back what it settled before too): lane id -> [lo, hi) ranges.
-        with self.store.env.begin(db=self.store.meta) as txn:
+        with (
+            self.store.health.reading("the meta database", "meta"),
+            self.store.env.begin(db=self.store.meta) as txn,
+        ):
             raw = txn.get(_TAKEN_META)
         if raw is not None:
             self.start: dict[int, list[tuple[int, int]]] = {
@@ -184,19 +188,37 @@ class Taken:
         ]
 
     def _dead(self, lane_id: int, seqs: list[int]) -> list[tuple[int, bytes]]:
+        """The dead letters of ``seqs`` this copy holds (those it cannot read, in a
+        damaged store, are handed back as dead-lettered without their record)."""
         out = []
-        with self.store.env.begin(db=self.store.dead) as txn:
-            for seq in seqs:
-                value = txn.get(pend_key(lane_id, seq))
-                if value is not None:
-                    out.append((seq, bytes(value)))
+        try:
+            with (
+                self.store.health.reading("the dead database", "dead"),
+                self.store.env.begin(db=self.store.dead) as txn,
+            ):
+                for seq in seqs:
+                    value = txn.get(pend_key(lane_id, seq))
+                    if value is not None:
+                        out.append((seq, bytes(value)))
+        except StoreError as exc:
+            log.error(
+                "dead letters of %s's lane %d are handed back without their records: %s",
+                self.producer.hex()[:12],
+                lane_id,
+                exc,
+            )
         return out
 
     def close(self) -> None:
         """Let go of the lanes (the copy stays, as it is, until the producer replaces it)."""
         self.commit()
-        with self.store.env.begin(write=True, db=self.store.meta) as txn:
-            txn.delete(_TAKEN_META)
+        try:
+            with self.store.env.begin(write=True, db=self.store.meta) as txn:
+                txn.delete(_TAKEN_META)
+        except lmdb.Error as exc:  # (a taker of this copy again resumes where this one was)
+            log.error(
+                "the copy of %s cannot forget its takeover: %s", self.producer.hex()[:12], exc
+            )
 
 
 def _parts(

@@ -202,14 +202,18 @@ class SyncReader:
         self.done = False
 
     def part(self) -> Writes | None:
-        """The next part (None once everything was read: ``done``)."""
+        """The next part (None once everything was read: ``done``). A read LMDB refuses
+        (a damaged store) raises StoreError: no part of this copy can be trusted whole."""
         scope = self.scope
         found: dict[str, list[Any]] = {}
         items = nbytes = 0
         while self._db < len(_SYNCED):
             name, field = _SYNCED[self._db]
             keep = scope.record if name in ("lanes", "msgs", "runs") else None
-            with self.store.env.begin(db=getattr(self.store, name)) as txn:
+            with (
+                self.store.health.reading(f"the {name} database", name),
+                self.store.env.begin(db=getattr(self.store, name)) as txn,
+            ):
                 cur = txn.cursor()
                 more = cur.set_range(self._after) if self._after is not None else cur.first()
                 if more and self._after is not None and cur.key() == self._after:
