@@ -394,12 +394,15 @@ def test_a_data_dir_deleted_under_a_running_node_is_found_and_publishes_refused(
     assert status["store"]["disk_reserve_held"] is False  # (gone with the data dir)
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any(str(data_dir) in line and "101 unacknowledged" in line for line in said)
+    # publish() itself raises (it is not given a receipt that fails later).
     with pytest.raises(zmesh.StoreError, match="publishes are refused") as err:
-        prod.publish("t", payload(101)).wait_stored(5)
+        prod.publish("t", payload(101))
     assert str(data_dir) in str(err.value) and "Node.snapshot" in str(err.value)
+    with pytest.raises(zmesh.StoreError, match="publishes are refused"):
+        prod.publish_many("t", [payload(102), payload(103)])
     with pytest.raises(zmesh.StoreError), prod.transaction(timeout=5) as tx:
-        tx.publish("t", payload(102))
-    assert prod.status()["counters"]["publishes_refused_store_lost"] == 2
+        tx.publish("t", payload(104))
+    assert prod.status()["counters"]["publishes_refused_store_lost"] == 4
     assert not data_dir.exists()  # (no reserve, nothing made again in its place)
     # What the node held: copied out of the files it still has open, id and all.
     rescued = prod.snapshot(tmp_path / "rescued")

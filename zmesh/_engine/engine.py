@@ -36,7 +36,7 @@ from .._security import Keys, load_keys
 from .._store.lock import own
 from .._store.store import Store, WriteBatch
 from ..config import NodeConfig
-from ..errors import NodeStateError, StoreFullError, ZMeshError
+from ..errors import NodeStateError, StoreError, StoreFullError, ZMeshError
 from .commands import Call, Contact
 from .commit import Committer
 from .drain import Commands
@@ -69,7 +69,8 @@ _NOBLOCK = int(zmq.NOBLOCK)
 
 
 class _Room:
-    """What publishes wait for room in: this node's outbox, its LMDB map and its disk."""
+    """What publishes wait for room in: this node's outbox, its LMDB map and its disk;
+    and whether its store is still there to take them."""
 
     def __init__(self, outbox: Outbox, held: Held, store: Store, counters: Counters) -> None:
         self._outbox, self._held, self._store, self._counters = outbox, held, store, counters
@@ -85,6 +86,12 @@ class _Room:
     def full_error(self, waited_s: float) -> StoreFullError:
         self._counters.add("publish_store_full", 1)
         return self._store.full_error(waited_s)
+
+    def refusal(self, n: int) -> StoreError | None:
+        error = self._store.lost_error()
+        if error is not None:
+            self._counters.add("publishes_refused_store_lost", n)
+        return error
 
 
 class Engine:

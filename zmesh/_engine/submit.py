@@ -29,7 +29,14 @@ import zmq
 
 from .._protocol.codec import MAX_SUBSCRIPTION_BYTES, MAX_SUBSCRIPTIONS, announced_bytes
 from .._receipt import Publisher, Receipt, Signal, Stage
-from ..errors import ArgumentError, NodeClosedError, NodeStateError, OutboxFullError, StoreFullError
+from ..errors import (
+    ArgumentError,
+    NodeClosedError,
+    NodeStateError,
+    OutboxFullError,
+    StoreError,
+    StoreFullError,
+)
 from .commands import (
     STOP,
     Abandon,
@@ -66,6 +73,11 @@ class Room(Protocol):
     def full(self) -> bool: ...
 
     def full_error(self, waited_s: float) -> StoreFullError: ...
+
+    def refusal(self, n: int) -> StoreError | None:
+        """The error refusing ``n`` publishes (counted) once the store's files are found
+        gone (_store/place.py); None while they are there."""
+        ...
 
 
 class Submitter:
@@ -326,6 +338,9 @@ class Submitter:
         """The first of ``n`` sequences, once the outbox has room for them."""
         if self.state != "running":
             self.check_running()
+        refused = self._room.refusal(n)
+        if refused is not None:
+            raise refused
         deadline = 0.0
         alloc = self._alloc
         while True:
@@ -512,8 +527,8 @@ class Submitter:
     def _refill(self) -> None:
         """Set what publish_one may take without checks (under _alloc): as many single
         publishes as ``_fits`` would let in now, one by one."""
-        if self.state != "running" or self._room.full:
-            self._credit = self._credit_bytes = 0
+        if self.state != "running" or self._room.full or self._room.refusal(0) is not None:
+            self._credit = self._credit_bytes = 0  # (each publish goes through _reserve)
             return
         waiting = self._submitted - self._done
         self._credit = min(

@@ -278,14 +278,21 @@ class Store(LogIndex, AckedWindow):
         return self.disk.make_reserve(self.room.inside_bytes)
 
     def lost(self) -> StoreError | None:
-        """None while the store's files are those the node opened (place.py); else the
-        StoreError that refuses new publishes, saying what happened and what to do."""
+        """(IO thread.) None while the store's files are those the node opened
+        (place.py); else the StoreError that refuses new publishes (``lost_error``)."""
         first = self.place.lost is None
-        what = self.place.check()
-        if what is None:
+        if self.place.check() is None:
             return None
         if first:
             self.disk.reserve_held = False  # (gone with the data dir, or not this store's)
+        return self.lost_error()
+
+    def lost_error(self) -> StoreError | None:
+        """(Any thread.) The StoreError that refuses new publishes once ``lost`` found
+        the store's files gone, saying what happened and what to do; None until then."""
+        what = self.place.lost
+        if what is None:
+            return None
         return StoreError(
             f"{what}: the node's store lives on only in files no name reaches, and is lost "
             "when the node stops (its id and its unacknowledged messages with it), so new "
