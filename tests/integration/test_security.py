@@ -4,6 +4,7 @@ a secured mesh's traffic is not readable on the wire."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import threading
 import time
@@ -65,6 +66,25 @@ def test_trusted_nodes_work_over_curve(make_node, keys):
     assert len(drain(sub, 100)) == 100
     for r in rs:
         r.wait_acked(10)
+
+
+def test_a_key_trusted_at_run_time_lets_in_the_node_it_refused(make_node, keys, tmp_path):
+    # b starts before a trusts its key: refused. Its .pub copied into a's trusted_keys_dir
+    # then lets it in, neither node restarted (a reads the directory at run time, b's
+    # contact of its seed tries again).
+    only_a = tmp_path / "only-a"
+    only_a.mkdir()
+    shutil.copy(keys / "trusted" / "a.pub", only_a)
+    a = make_node(
+        "a", secret_key_file=str(keys / "trusted" / "a.key"), trusted_keys_dir=str(only_a)
+    )
+    b = make_node("b", seeds=[a.control_address], **secured(keys, "b"))
+    wait_until(lambda: a.stats().get("auth_denied", 0) >= 1, what="b refused")
+    sub = b.subscribe("t", group="g")
+    shutil.copy(keys / "trusted" / "b.pub", only_a)
+    wait_members(a, "t", "g", 1)
+    a.publish("t", b"trusted now")
+    assert [m.payload for m in drain(sub, 1)] == [b"trusted now"]
 
 
 def test_untrusted_keyless_and_foreign_nodes_are_refused(make_node, keys, mesh_name):

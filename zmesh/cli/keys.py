@@ -61,9 +61,10 @@ def generate(directory: str, name: str | None) -> None:
     click.echo(f'  secret_key_file = "{key_path.resolve()}"')
     click.echo('  trusted_keys_dir = "/etc/zmesh/trusted"   # the .pub files it trusts')
     click.echo(
-        f"To trust it: copy {pub_path.name} into every node's trusted_keys_dir (or add "
-        "the public key above to their trusted_keys list) and restart them; nodes "
-        "without it refuse this key (counted as auth_denied)."
+        f"To trust it: copy {pub_path.name} into every node's trusted_keys_dir (a "
+        "running node reads it within a second, no restart), or add the public key above "
+        "to their trusted_keys list and restart them; nodes without it refuse this key "
+        "(counted as auth_denied)."
     )
     click.echo(
         f"Operators reach a secured node with: zmesh status HOST:PORT --server-key "
