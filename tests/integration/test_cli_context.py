@@ -22,8 +22,7 @@ def shown(*args: str, env: dict[str, str] | None = None) -> dict:
     """What `zmesh context show --json` says, as {setting: (value, from)}."""
     out = json.loads(ok([*args, "context", "show", "--json"], env={**os.environ, **(env or {})}))
     return {k: (v["value"], v["from"]) for k, v in out["settings"].items()} | {
-        "context": out["context"],
-        "http": out["http_address"],
+        "context": out["context"]
     }
 
 
@@ -126,7 +125,7 @@ def test_each_setting_comes_from_flag_then_env_then_context_then_default() -> No
     assert got["seeds"] == (["10.0.0.5:41000"], "context plant")
     assert got["interfaces"] == ([], "default") and got["mdns"] == (None, "default")
     assert got["server_key"] == ("K" * 40, "context plant")
-    assert got["http"] == "127.0.0.1:8080"
+    assert got["http_address"] == ("127.0.0.1:8080", "context plant")
 
     env = {
         "ZMESH_MESH": "env-mesh",
@@ -136,7 +135,7 @@ def test_each_setting_comes_from_flag_then_env_then_context_then_default() -> No
     }
     got = shown(env=env)
     assert got["mesh"] == ("env-mesh", "env") and got["seeds"] == (["a:1", "b:2"], "env")
-    assert got["mdns"] == (False, "env") and got["http"] == "127.0.0.1:9090"
+    assert got["mdns"] == (False, "env") and got["http_address"] == ("127.0.0.1:9090", "env")
     assert got["server_key"] == ("K" * 40, "context plant")  # (the rest still from it)
 
     got = shown("--context", "lab", env=env)  # a flag of the group...

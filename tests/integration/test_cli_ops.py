@@ -187,6 +187,7 @@ def test_dlq_list_replay_purge(tmp_path: Path, mesh_name: str, procs: list[Proc]
         ("k1", "bad record", "bad-one"),
         ("k2", "bad record", "bad-two"),
     ]
+    assert all("payload" not in d for d in letters)  # (as payload_b64 and payload_text only)
     first, second = (d["seq"] for d in letters)
 
     replayed = ok(["dlq", "replay", address, *where, "--id", str(first)])

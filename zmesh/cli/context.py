@@ -5,6 +5,7 @@ settings.py the rules)."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
@@ -193,15 +194,14 @@ def show(as_json: bool, **values: Any) -> None:
         value = values[name]
         out[name] = {"value": list(value) if isinstance(value, tuple) else value, "from": where}
     http = http_address()
+    where = "env" if os.environ.get(ENV["http_address"]) else "default"
+    if where == "default" and http is not None and in_use is not None:
+        where = f"context {in_use.name}"
+    out["http_address"] = {"value": http, "from": where}
     if as_json:
         click.echo(
             json.dumps(
-                {
-                    "context": None if in_use is None else in_use.name,
-                    "settings": out,
-                    "http_address": http,
-                },
-                indent=2,
+                {"context": None if in_use is None else in_use.name, "settings": out}, indent=2
             )
         )
         return
@@ -210,4 +210,3 @@ def show(as_json: bool, **values: Any) -> None:
         value = entry["value"]
         text = " ".join(value) if isinstance(value, list) else "-" if value is None else str(value)
         click.echo(f"{name:<17} {text}  ({entry['from']}; {ENV[name]})")
-    click.echo(f"{'http_address':<17} {http or '-'}  ({ENV['http_address']})")

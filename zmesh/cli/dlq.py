@@ -78,8 +78,10 @@ def _stamp(t: float) -> str:
 
 
 def _jsonable(letter: dict[str, Any]) -> dict[str, Any]:
+    """A dead letter in JSON: its payload as ``payload_json`` gives it (not as well)."""
     out = dict(letter)
-    return {**out, **payload_json(out.pop("payload", b"") or b"")}
+    payload = out.pop("payload", b"") or b""
+    return {**out, **payload_json(payload)}
 
 
 def _bytes_default(value: object) -> object:
