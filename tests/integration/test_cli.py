@@ -329,6 +329,10 @@ def test_status_without_a_node_fails_clearly() -> None:
     bad = run_cli(["status", "not-an-address"])
     assert bad.returncode == 2
     assert "host:port" in bad.stderr
+    # A host name that does not resolve is named as the reason (.invalid never does).
+    unknown = run_cli(["status", "no-such-host.invalid:4000", "--timeout", "0.5"])
+    assert unknown.returncode == 1
+    assert "host 'no-such-host.invalid' does not resolve" in unknown.stderr, unknown.stderr
 
 
 def test_ls_that_finds_no_node_fails(mesh_name: str) -> None:

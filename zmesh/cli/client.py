@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import ipaddress
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -135,6 +137,25 @@ def add_curve_options(cmd: click.Command) -> click.Command:
     return cmd
 
 
+def unresolved(address: str) -> str | None:
+    """Why the host of ``address`` ([tcp://]HOST:PORT) does not resolve now; None when it
+    does, or is an IP address (or ``address`` is none: its parser says so)."""
+    try:
+        host, port = parse_seed(address.removeprefix("tcp://"), what="address")
+    except ValueError:
+        return None
+    try:
+        ipaddress.ip_address(host)
+        return None  # (an address: nothing to resolve)
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+    except OSError as exc:
+        return f"host {host!r} does not resolve ({exc.strerror or exc})"
+    return None
+
+
 def _no_reply(
     address: str, what: str, timeout_s: float, keys: CurveKeys | None, why: str | None = None
 ) -> CliError:
@@ -208,7 +229,8 @@ def request(
         want = StatusReply if isinstance(msg, StatusRequest) else AdminReply
         reply = _reply(sock, want, msg.token, timeout_s)
         if reply is None:
-            raise _no_reply(address, what, timeout_s, keys, watch.why(keys is not None, ep))
+            why = watch.why(keys is not None, ep) or unresolved(address)
+            raise _no_reply(address, what, timeout_s, keys, why)
         return reply
     finally:
         sock.disable_monitor()

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import ipaddress
 import logging
 import os
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,8 +16,9 @@ from typing import Any
 
 import click
 
-from ..config import NodeConfig, parse_seed
+from ..config import NodeConfig
 from ..node import Node
+from .client import unresolved
 from .logs import quiet_open_mesh
 from .settings import common
 
@@ -81,21 +80,10 @@ def warn_unresolvable(seeds: Sequence[str]) -> None:
     """Say at start which seeds' host names do not resolve now (ZeroMQ keeps trying them,
     resolving again on each attempt, so one that resolves later is still reached)."""
     for seed in seeds:
-        host, port = parse_seed(seed)
-        try:
-            ipaddress.IPv4Address(host)
-            continue  # (an address: nothing to resolve)
-        except ValueError:
-            pass
-        try:
-            socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
-        except OSError as exc:
+        why = unresolved(seed)
+        if why is not None:
             log.warning(
-                "seed %s: host %r does not resolve (%s); zmesh keeps trying it, "
-                "so it is reached once it resolves",
-                seed,
-                host,
-                exc.strerror or exc,
+                "seed %s: %s; zmesh keeps trying it, so it is reached once it resolves", seed, why
             )
 
 
