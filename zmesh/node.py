@@ -475,6 +475,7 @@ class Node:
         ):
             raise ArgumentError(f"priority must be an int 0..255 (0 most urgent), got {priority!r}")
         tcfg = self._topics.of(topic)
+        options_ttl = ttl
         if ttl is None and tcfg is not None:
             ttl = tcfg.ttl_s
         now = 0.0
@@ -488,6 +489,13 @@ class Node:
                 now = time.time()
         if deliver_at is not None or delay is not None:
             deliver_at = _deliver_at(deliver_at, delay)
+            if ttl is not None and now + ttl <= deliver_at:
+                whose = "the topic's ttl_s" if options_ttl is None else "ttl"
+                raise ArgumentError(
+                    f"{whose}={ttl:g} ends before the message is due ({deliver_at - now:g} s "
+                    "from now): it would expire undelivered; give a longer ttl or an "
+                    "earlier time"
+                )
         if msg_id is not None:
             if not isinstance(msg_id, str) or not 0 < len(msg_id) <= 256:
                 raise ArgumentError("msg_id must be a non-empty str of at most 256 characters")

@@ -298,6 +298,21 @@ def test_pub_fails_clearly_when_not_acknowledged(tmp_path: Path, mesh_name: str)
     assert "No such file" in missing.stderr and "is open" not in missing.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["pub", "t", "x", "--group", "g", "--wait-groups", "2"], "with --group the groups"),
+        (["pub", "t", "x", "--ttl", "1", "--delay", "5"], "ttl=1 ends before the message is due"),
+        (["sub", "t", "--json", "--raw"], "--json and --raw print messages two ways"),
+        (["sub", "t", "--no-ack"], "--no-ack goes with --group"),
+    ],
+)
+def test_contradictory_options_are_bad_usage(args: list[str], said: str) -> None:
+    done = run_cli([*args, *LOOP])
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_an_unresolvable_seed_is_reported_at_start(tmp_path: Path, mesh_name: str) -> None:
     done = run_cli(
         [

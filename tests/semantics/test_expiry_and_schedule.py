@@ -91,6 +91,16 @@ def test_delay_argument(make_node):
     assert time.time() - t0 >= 0.5
 
 
+def test_a_message_that_would_expire_before_it_is_due_is_refused(make_node):
+    prod = make_node("prod", topics={"short": zmesh.TopicConfig(ttl_s=1.0)})
+    with pytest.raises(zmesh.ArgumentError, match="ttl=1 ends before the message is due"):
+        prod.publish("t", b"x", ttl=1.0, delay=5.0)
+    with pytest.raises(zmesh.ArgumentError, match="the topic's ttl_s=1 ends before"):
+        prod.publish("short", b"x", deliver_at=time.time() + 5.0)
+    assert prod.status()["outbox"] == 0
+    prod.publish("short", b"x", delay=0.5).wait_stored(5)  # (due before it expires)
+
+
 def test_nack_with_delay_and_backoff_survive_producer_restart(make_node, tmp_path):
     prod = make_node(
         "prod", topics={"t": zmesh.TopicConfig(groups=("g",), max_attempts=3, retry_backoff_s=0.05)}

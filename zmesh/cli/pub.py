@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 import click
+from click.core import ParameterSource
 
 from ..config import check_name
 from .audience import ephemeral_subscribers, owed_to_no_group, wait_serving
@@ -19,6 +20,7 @@ from .client import Interrupted, StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, note
 from .pub_report import report, report_ephemeral, settle
+from .settings import source
 
 # {{Count}} and friends in DATA, --key, --header values and --msg-id (as `nats pub`).
 _TEMPLATE_RE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
@@ -205,6 +207,10 @@ def pub(
         check_name("group", group)
     if file is not None and data is not None:
         raise click.UsageError("give DATA or --file, not both")
+    if groups and source("wait_groups") == ParameterSource.COMMANDLINE:
+        raise click.UsageError(
+            "--wait-groups waits for groups to be found; with --group the groups are named"
+        )
     for text, option in (
         (data, "DATA"),
         (key, "--key"),

@@ -102,14 +102,12 @@ def _run_exec(cmd: str, msg: Message, timeout: float, stop: threading.Event) -> 
 )
 @click.option(
     "--json",
-    "fmt",
-    flag_value="json",
+    "as_json",
+    is_flag=True,
     help="One JSON object a line: id, topic, group, key, headers, attempt, "
     "partition, published_at, and payload (UTF-8 text) or payload_b64.",
 )
-@click.option(
-    "--raw", "fmt", flag_value="raw", help="Payloads exactly as sent, nothing added between them."
-)
+@click.option("--raw", is_flag=True, help="Payloads exactly as sent, nothing added between them.")
 @click.option(
     "--ack/--no-ack",
     default=True,
@@ -157,7 +155,8 @@ def sub(
     topic: str,
     group: str | None,
     mode: str,
-    fmt: str | None,
+    as_json: bool,
+    raw: bool,
     ack: bool,
     max_in_flight: int,
     last_per_key: bool,
@@ -182,6 +181,14 @@ def sub(
         check_name("group", group)
     elif mode == "broadcast":
         mode = "shared"  # (an ephemeral subscription gets every message: its own copy)
+    elif not ack:
+        raise click.UsageError(
+            "--no-ack goes with --group: an ephemeral subscription's messages go to no "
+            "one else, acked or not"
+        )
+    if as_json and raw:
+        raise click.UsageError("--json and --raw print messages two ways: give one of them")
+    fmt = "json" if as_json else "raw" if raw else None
     if exec_cmd is not None and fmt is not None:
         raise click.UsageError(
             f"--{fmt} prints messages and --exec hands them to a command: give one of them"
