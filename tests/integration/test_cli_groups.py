@@ -65,6 +65,12 @@ def test_group_ls_adds_up_producers_and_rm_deletes_at_each(make_node):
     assert p1.stats()["dropped_group_deleted"] == 30
     table = run_cli(["group", "ls"], env={**os.environ, "ZMESH_SEED": p1.control_address})
     assert table.returncode == 0 and "keep" in table.stdout and "ops" not in table.stdout
+    # An address where TOPIC goes (as status and dlq take it) is named as such.
+    misplaced = run_cli(["group", "ls", p1.control_address])
+    assert misplaced.returncode == 2
+    assert "looks like a node's address: give it with --address (-a)" in misplaced.stderr
+    bad = run_cli(["group", "rm", "t", "bad group", "-a", p1.control_address, "--yes"])
+    assert bad.returncode == 2 and "group name 'bad group' is invalid" in bad.stderr
 
 
 def test_fifty_runs_of_sub_without_a_group_leave_nothing_at_the_producer(make_node, mesh_name):
