@@ -28,6 +28,7 @@ from typing import Any
 
 from .._receipt import Receipt
 from ..node import Node
+from .stopflag import StopFlag
 
 TOPIC = "bench"
 GROUP = "bench"
@@ -45,8 +46,8 @@ def emit(event: str, **fields: Any) -> None:
         sys.stdout.flush()
 
 
-def _watch_stop() -> threading.Event:
-    stop = threading.Event()
+def _watch_stop() -> StopFlag:
+    stop = StopFlag()  # (set by signal handlers: stopflag.py)
 
     def read() -> None:
         for line in sys.stdin:
@@ -77,9 +78,7 @@ def _payload(phase: int, size: int) -> bytes:
     return HEADER.pack(time.time(), phase) + b"x" * max(0, size - HEADER.size)
 
 
-def _wait_acked(
-    receipts: list[Receipt], deadline: float, stop: threading.Event, phase: str
-) -> bool:
+def _wait_acked(receipts: list[Receipt], deadline: float, stop: StopFlag, phase: str) -> bool:
     next_report = 0.0
     for n, receipt in enumerate(receipts):
         while not receipt.acked:
@@ -95,7 +94,7 @@ def _wait_acked(
     return True
 
 
-def run_producer(args: argparse.Namespace, stop: threading.Event) -> int:
+def run_producer(args: argparse.Namespace, stop: StopFlag) -> int:
     deadline = time.monotonic() + args.max_seconds
     with _node(args, "bench-producer", [args.seed]) as node:
         node.topic(TOPIC, groups=[GROUP], durability=args.durability, ack_timeout_s=30.0)
@@ -148,7 +147,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run_consumer(args: argparse.Namespace, stop: threading.Event) -> int:
+def run_consumer(args: argparse.Namespace, stop: StopFlag) -> int:
     deadline = time.monotonic() + args.max_seconds
     seen: set[int] = set()
     counts = [0, 0, 0]

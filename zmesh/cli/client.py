@@ -9,7 +9,6 @@ import functools
 import ipaddress
 import signal
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from ..errors import ConfigError, DecodeError
 from .output import CliError
 from .refusal import HandshakeWatch
 from .settings import ENV, common, source
+from .stopflag import StopFlag
 
 
 def control_endpoint(address: str) -> str:
@@ -265,7 +265,7 @@ class Interrupted(Exception):
 
 
 class StopSignals:
-    """SIGINT and SIGTERM set an event instead of raising, while installed.
+    """SIGINT and SIGTERM set a flag (``StopFlag``) instead of raising, while installed.
 
     A command that runs until stopped waits on ``stop`` and then closes its node cleanly.
     A read that would not return until data comes (stdin) runs in ``interruptible()``:
@@ -274,7 +274,7 @@ class StopSignals:
     """
 
     def __init__(self) -> None:
-        self.stop = threading.Event()
+        self.stop = StopFlag()
         self.signum: int | None = None
         self._old: dict[int, Any] = {}
         self._raising = False

@@ -31,6 +31,7 @@ from typing import Any
 from .._receipt import Receipt
 from ..node import Node
 from ..subscription import Message
+from .stopflag import StopFlag
 
 TOPIC = "demo.readings"
 LOOPBACK = ["127.0.0.1"]
@@ -60,7 +61,7 @@ class Commands:
     """
 
     def __init__(self) -> None:
-        self.stop = threading.Event()
+        self.stop = StopFlag()  # (set by signal handlers: stopflag.py)
         self.go = threading.Event()
         threading.Thread(target=self._read, daemon=True, name="demo-stdin").start()
         signal.signal(signal.SIGTERM, lambda *_: self.stop.set())

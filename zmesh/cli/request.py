@@ -22,6 +22,7 @@ from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, note
 from .pub import parse_headers
 from .shell import run_shell
+from .stopflag import StopFlag
 from .sub import payload_json
 
 RETRY_S = 0.05  # a request with no responder known yet is tried again this often
@@ -191,7 +192,7 @@ def request(
             )
 
 
-def _exec_reply(cmd: str, msg: Message, timeout: float, stop: threading.Event) -> bytes:
+def _exec_reply(cmd: str, msg: Message, timeout: float, stop: StopFlag) -> bytes:
     """The standard output of CMD run with the request on stdin; what raises is
     replied as an error."""
     ran = run_shell(cmd, msg.payload, timeout, stop, capture=True)

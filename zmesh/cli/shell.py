@@ -9,9 +9,10 @@ import contextlib
 import os
 import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
+
+from .stopflag import StopFlag
 
 POLL_S = 0.1  # a wait for a command looks for a stop signal this often
 REAP_S = 1.0  # how long a killed command's pipes are drained for, at most
@@ -32,7 +33,7 @@ def run_shell(
     cmd: str,
     stdin: bytes,
     timeout_s: float,
-    stop: threading.Event,
+    stop: StopFlag,
     env: dict[str, str] | None = None,
     capture: bool = False,
 ) -> Ran:

@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import sys
-import threading
 import time
 from typing import Any, BinaryIO
 
@@ -20,6 +19,7 @@ from .client import StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, note
 from .shell import run_shell
+from .stopflag import StopFlag
 
 WAIT_STEP_S = 0.5  # a wait for messages looks for a stop signal this often
 _FIELDS = SubscriptionConfig.__dataclass_fields__
@@ -62,7 +62,7 @@ def _write(out: BinaryIO, msg: Message, fmt: str) -> None:
     out.flush()
 
 
-def _run_exec(cmd: str, msg: Message, timeout: float, stop: threading.Event) -> bool:
+def _run_exec(cmd: str, msg: Message, timeout: float, stop: StopFlag) -> bool:
     env = dict(
         os.environ,
         ZMESH_TOPIC=msg.topic,
