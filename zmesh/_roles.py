@@ -80,11 +80,13 @@ class Roles:
         ]
 
     def start(self) -> None:
-        for p, source in self._producers:
-            self._spawn(f"producer-{p.topic}", self._produce, p, source)
+        # Relays subscribe first: a producer of their from_topic on this node then owes
+        # its first message to their group too.
         for r, transform in self._relays:
             sub = self._node.subscribe(r.from_topic, group=r.group)
             self._spawn(f"relay-{r.from_topic}", self._relay, r, sub, transform)
+        for p, source in self._producers:
+            self._spawn(f"producer-{p.topic}", self._produce, p, source)
 
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
         t = threading.Thread(

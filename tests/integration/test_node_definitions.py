@@ -11,7 +11,7 @@ import pytest
 
 import zmesh
 import zmesh.aio
-from tests.conftest import wait_members
+from tests.conftest import wait_members, wait_until
 
 RECEIVED: list[bytes] = []
 
@@ -94,7 +94,7 @@ def test_bad_subscription_definitions(tmp_path, table, match):
         'interfaces = ["127.0.0.1"]\nmdns = false\n' + table
     )
     with pytest.raises(zmesh.ConfigError, match=match) as err:
-        node = zmesh.Node.from_toml(path)
+        node = zmesh.Node.from_toml(path).start()
         node.start()
         node.close()  # (only if it started after all: it is not left running)
     if match != "cannot import":
@@ -157,3 +157,62 @@ def test_a_handler_that_returns_a_coroutine_is_nacked_not_acked(make_node):
     r.wait_acked(10)
     assert r.outcomes == {"g": zmesh.Outcome.DEAD_LETTERED}
     assert sub.handler_errors == 1 and sub.handled == 0
+
+
+COUNTER = iter(range(1_000_000))
+
+
+def reading() -> bytes:
+    """A producer's source named in a node definition."""
+    return b"%d" % next(COUNTER)
+
+
+def ignore(msg: zmesh.Message) -> None:
+    """A handler named in a node definition: acks."""
+
+
+def test_a_relay_gets_every_message_a_producer_of_its_node_publishes(tmp_path, mesh_name):
+    # The producer's first message comes at once, with another group of its topic known
+    # (so it is not held for the first group to come): the relay's group is owed it too.
+    RECEIVED.clear()
+    me = "tests.integration.test_node_definitions"
+    for run in range(5):  # (fresh data dirs: each first message is a first)
+        path = tmp_path / f"sensor-{run}.toml"
+        path.write_text(
+            textwrap.dedent(f"""
+            [node]
+            name = "sensor-{run}"
+            mesh = "{mesh_name}-{run}"
+            data_dir = "{tmp_path / f"sensor-{run}"}"
+            interfaces = ["127.0.0.1"]
+            mdns = false
+
+            [producers.sensor]
+            topic = "readings"
+            source = "{me}:reading"
+            interval_s = 0.01
+            count = 3
+
+            [relays.clean]
+            from_topic = "readings"
+            to_topic = "readings.clean"
+            group = "relay"
+
+            [subscriptions.raw]
+            topic = "readings"
+            group = "raw"
+            handler = "{me}:ignore"
+
+            [subscriptions.clean]
+            topic = "readings.clean"
+            group = "cleaned"
+            handler = "{me}:record"
+        """)
+        )
+        node = zmesh.Node.from_toml(path).start()
+        try:
+            want = 3 * (run + 1)
+            wait_until(lambda want=want: len(RECEIVED) == want, what=f"run {run}'s messages")
+        finally:
+            node.close()
+    assert len(set(RECEIVED)) == 15
