@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 # The headers of a request (the ``zmesh-`` prefix is zmesh's own).
 DELIVERY_HEADER = "zmesh-request"  # "at_most_once" | "at_least_once"
 REPLY_BY_HEADER = "zmesh-reply-by"  # wall-clock time its requester stops waiting
+REPLY_MAX_HEADER = "zmesh-reply-max"  # the largest reply its requester takes (bytes)
 Delivery = Literal["at_most_once", "at_least_once"]
 DELIVERIES = ("at_most_once", "at_least_once")
 
@@ -79,14 +80,19 @@ class Ask:
         headers: Mapping[str, Any] | None,
         delivery: str,
         timeout: object,
+        max_reply: int,
         count: object = 1,
     ) -> Ask:
         """The request's arguments checked, its headers made: the caller's, and zmesh's
-        own."""
+        own (``max_reply``: the requester's max_message_bytes)."""
         timeout_s = check_timeout_s(timeout)
         if delivery not in DELIVERIES:
             raise ArgumentError(f"delivery must be one of {DELIVERIES}, got {delivery!r}")
-        own = {DELIVERY_HEADER: delivery, REPLY_BY_HEADER: time.time() + timeout_s}
+        own = {
+            DELIVERY_HEADER: delivery,
+            REPLY_BY_HEADER: time.time() + timeout_s,
+            REPLY_MAX_HEADER: max_reply,
+        }
         all_headers = own if headers is None else {**checked_headers(headers), **own}
         return cls(topic, payload, key, all_headers, timeout_s, check_count(count))
 

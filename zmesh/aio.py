@@ -392,7 +392,8 @@ class Node:
         delivery: Delivery = "at_most_once",
     ) -> Reply:
         """Like ``zmesh.Node.request``; the reply is awaited on the loop."""
-        ask = Ask.of(topic, payload, key, headers, delivery, timeout)
+        limit = self._node.config.max_message_bytes
+        ask = Ask.of(topic, payload, key, headers, delivery, timeout, limit)
         return ask.reply(await self._ask(ask))
 
     async def request_many(
@@ -407,7 +408,10 @@ class Node:
         delivery: Delivery = "at_most_once",
     ) -> list[Reply]:
         """Like ``zmesh.Node.request_many``; the replies are awaited on the loop."""
-        return await self._ask(Ask.of(topic, payload, key, headers, delivery, timeout, count))
+        limit = self._node.config.max_message_bytes
+        return await self._ask(
+            Ask.of(topic, payload, key, headers, delivery, timeout, limit, count)
+        )
 
     async def _ask(self, ask: Ask) -> list[Reply]:
         node = self._node

@@ -644,7 +644,7 @@ class Node:
         whose member died before answering is handled again by another (its function
         must be idempotent by ``msg.id``); at most once (the default) it is dropped.
         """
-        ask = Ask.of(topic, payload, key, headers, delivery, timeout)
+        ask = Ask.of(topic, payload, key, headers, delivery, timeout, self.config.max_message_bytes)
         return ask.reply(self._ask(ask))
 
     def request_many(
@@ -665,7 +665,8 @@ class Node:
         ``count``, in arrival order.
         NoRespondersError at once when no group has a live member; a reply whose
         responder's function raised has ``ok`` False."""
-        return self._ask(Ask.of(topic, payload, key, headers, delivery, timeout, count))
+        limit = self.config.max_message_bytes
+        return self._ask(Ask.of(topic, payload, key, headers, delivery, timeout, limit, count))
 
     def _ask(self, ask: Ask) -> list[Reply]:
         pending = self._send_request(ask)

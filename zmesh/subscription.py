@@ -22,7 +22,7 @@ from ._engine.commands import Extend, Respond, Settle
 from ._engine.inbox.origin import STATES, Origin, Queue
 from ._engine.limits import EPHEMERAL_QUEUE_BYTES
 from ._receipt import MessageId
-from ._requests import DELIVERY_HEADER
+from ._requests import DELIVERY_HEADER, REPLY_MAX_HEADER
 from ._seqs import consecutive
 from ._waits import check_timeout
 from .config import (
@@ -224,10 +224,13 @@ class Message:
             payload = bytes(payload)
         if not isinstance(payload, bytes):
             raise ArgumentError(f"a reply is bytes or str, got {type(payload).__name__}")
-        limit = submitter.config.max_message_bytes
+        limit, whose = submitter.config.max_message_bytes, ""
+        theirs = self.headers.get(REPLY_MAX_HEADER)
+        if type(theirs) is int and 0 < theirs < limit:
+            limit, whose = theirs, "the requester's "
         if len(payload) > limit:
             raise ArgumentError(
-                f"a reply of {len(payload)} bytes is past max_message_bytes {limit}"
+                f"a reply of {len(payload)} bytes is past {whose}max_message_bytes {limit}"
             )
         if headers is not None:
             headers = checked_headers(headers)

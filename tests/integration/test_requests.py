@@ -223,6 +223,18 @@ def test_a_return_value_no_reply_can_be_is_a_reply_error(make_node, result) -> N
     wait_until(lambda: client.status()["outbox"] == 0, what="the request acked")
 
 
+def test_a_reply_past_the_requesters_limit_is_a_reply_error(make_node) -> None:
+    # The responder takes larger messages than the requester: a reply past the
+    # requester's max_message_bytes is refused where it is made, not lost on the way.
+    server = make_node("server", max_message_bytes=4 << 20)
+    client = make_node("client", seeds=[server.control_address], max_message_bytes=1 << 20)
+    server.serve("calib.*", "svc", lambda msg: b"y" * int(msg.payload))
+    wait_until(lambda: alive(client, "calib.*"), what="the server")
+    assert len(client.request("calib.l4", b"1000", timeout=10).payload) == 1000
+    with pytest.raises(zmesh.ReplyError, match="past the requester's max_message_bytes 1048576"):
+        client.request("calib.l4", str(3 << 20).encode(), timeout=10)
+
+
 @pytest.mark.parametrize("headers", ["x", 5, [("h", 1)], {1: 2}, {"h": {1: 2}}])
 def test_bad_request_headers_are_refused_as_a_publish_refuses_them(make_node, headers) -> None:
     node = make_node("lonely")  # (checked at the call, before responders are looked for)
