@@ -128,6 +128,22 @@ def test_pub_to_ephemeral_subscribers_waits_for_no_ack(
     assert sub.stdout() == "one\ntwo\n"
 
 
+def test_pub_finds_a_group_subscribed_by_a_pattern(
+    tmp_path: Path, mesh_name: str, seed: str, procs: list[Proc]
+) -> None:
+    # The group's lane of the topic is made at its first message: pub finds the group by
+    # the member's pattern subscription, not by a lane, and waits for its acks.
+    node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
+    sub = Proc(tmp_path, "sub", ["sub", "plant.*", "--group", "g", *node, "--count", "2"])
+    procs.append(sub)
+    sub.wait_for(re.escape("consuming plant.* as g"), stream="stderr")
+    done = run_cli(["pub", "plant.l4", "one", *node, "--count", "2", "--timeout", "60"])
+    assert done.returncode == 0, done.stderr
+    assert "published 2, acknowledged 2 (topic plant.l4)" in done.stdout
+    assert "not found within" not in done.stderr  # (no discovery wait to its end)
+    assert sub.finish(timeout=30) == 0, sub.stderr()
+
+
 def test_priority_and_ttl_act_on_a_kept_outbox(
     tmp_path: Path, mesh_name: str, procs: list[Proc]
 ) -> None:

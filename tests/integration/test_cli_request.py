@@ -55,6 +55,19 @@ def test_request_many_gathers_every_broadcast_member(
     assert "2 replies" in done.stderr
 
 
+def test_request_many_without_count_asks_every_member_it_finds(
+    tmp_path: Path, node: list[str], procs: list[Proc]
+) -> None:
+    # The responders are found through the hub, one after the other: every one is asked.
+    names = ("r1", "r2", "r3")
+    for name in names:
+        replier(tmp_path, procs, node, name, "--mode", "broadcast", "--data", name)
+    for _ in range(3):
+        done = run_cli(["request", "calib.x", "?", *node, "--many", "--timeout", "10"])
+        assert done.returncode == 0, done.stderr
+        assert sorted(done.stdout.split()) == list(names), done.stderr
+
+
 def test_request_many_says_which_responder_failed(
     tmp_path: Path, node: list[str], procs: list[Proc]
 ) -> None:

@@ -16,8 +16,8 @@ from .client import StopSignals
 
 SERVING_POLL_S = 0.005  # how often the node is asked whether a peer serves the topic
 # Only ephemeral subscribers found: the peers known stay the same this long before
-# publishing (a group's member said hello in the same moment is found first).
-EPHEMERAL_SETTLE_S = 0.2
+# publishing (a group's member that said hello in the same moment is found first).
+SETTLE_S = 0.2
 STORED_CHECK_S = 0.1  # a wait for the messages to be stored looks for a stop signal this often
 
 
@@ -37,13 +37,45 @@ def _view(peers: list[dict[str, Any]]) -> frozenset[tuple[str, str]]:
     return frozenset((p["id"], repr(p["subscriptions"])) for p in peers if p["alive"])
 
 
+def serving_groups(status: dict[str, Any], topic: str) -> set[str]:
+    """The groups of ``topic`` with a member the node knows: its lanes of the topic with
+    one, and the groups live peers subscribe by a pattern matching it (whose lanes are
+    made at the topic's first message)."""
+    groups = {ln["group"] for ln in status["lanes"] if ln["topic"] == topic and ln["members"]}
+    for peer in status["peers"]:
+        if peer["alive"]:
+            groups.update(
+                name
+                for pattern, name, mode in peer["subscriptions"]
+                if mode != "ephemeral" and matcher(pattern)(topic)
+            )
+    return groups
+
+
+def wait_settled(node: Node, wait_s: float, signals: StopSignals) -> None:
+    """Wait until the live peers the node knows, and their subscriptions, stayed the same
+    for two heartbeats (up to ``wait_s``): peers tell each other of the peers they know
+    once a heartbeat, so the members found by then are all there is to ask."""
+    quiet_s = 2 * node.config.heartbeat_interval_s
+    deadline = time.monotonic() + wait_s
+    view, since = None, time.monotonic()
+    while not signals.stop.is_set():
+        seen = _view(node.status()["peers"])
+        now = time.monotonic()
+        if seen != view:
+            view, since = seen, now
+        elif now - since >= quiet_s or now >= deadline:
+            return
+        signals.stop.wait(SERVING_POLL_S)
+
+
 def wait_serving(
     node: Node, topic: str, wait_s: float, signals: StopSignals, groups: int = 1
 ) -> bool:
     """Wait (up to ``wait_s``) until peers of ``groups`` groups that consume ``topic`` have
     said hello: lanes of the topic with a member. With ``groups`` 1, also until an
     ephemeral subscriber of the topic is known, no group's member being (once the peers
-    known stopped changing for EPHEMERAL_SETTLE_S, or at ``wait_s``).
+    known stopped changing for SETTLE_S, or at ``wait_s``).
 
     A message is owed to the groups its producer knows when it is stored (see
     Node.publish); one stored for none is owed to the first group learned. So a message
@@ -54,7 +86,7 @@ def wait_serving(
     since = time.monotonic()
     while not signals.stop.is_set():
         status = node.status()
-        serving = {ln["group"] for ln in status["lanes"] if ln["topic"] == topic and ln["members"]}
+        serving = serving_groups(status, topic)
         if len(serving) >= groups:
             return True
         now = time.monotonic()
@@ -65,7 +97,7 @@ def wait_serving(
             seen = _view(status["peers"])
             if seen != view:
                 view, since = seen, now
-            elif now - since >= EPHEMERAL_SETTLE_S:
+            elif now - since >= SETTLE_S:
                 return True
         if now >= deadline:
             return ephemeral

@@ -17,6 +17,7 @@ from .._requests import Delivery
 from .._subjects import check_subject
 from ..config import check_name
 from ..errors import NoRespondersError, ReplyError, ZMeshError
+from .audience import wait_serving, wait_settled
 from .client import StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, note
@@ -100,7 +101,8 @@ def _print(reply: Reply, as_json: bool) -> None:
 @click.option(
     "--many",
     is_flag=True,
-    help="Scatter/gather: print every reply that comes within --timeout (or --count).",
+    help="Scatter/gather: ask every responder found (once they stop changing) and print "
+    "each reply that comes within --timeout (or the first --count).",
 )
 @click.option(
     "--count", type=click.IntRange(min=1), help="With --many: stop after this many replies."
@@ -160,6 +162,10 @@ def request(
             ]
 
         deadline = time.monotonic() + discovery_wait
+        if many and count is None:
+            # (asked once the members found stop changing: each one known is asked)
+            wait_serving(n, topic, discovery_wait, signals)
+            wait_settled(n, max(0.0, deadline - time.monotonic()), signals)
         replies: list[Reply] | None = None
         while replies is None and not signals.stop.is_set():
             try:
