@@ -32,6 +32,11 @@ def resolve(ref: str, what: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"{what}: {ref!r}: cannot import module {module_name!r}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # (its code failed as it was imported)
+        raise ConfigError(
+            f"{what}: {ref!r}: importing module {module_name!r} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
         where = getattr(module, "__file__", None) or "no file"

@@ -456,6 +456,33 @@ def test_node_run_rejects_bad_toml(tmp_path: Path, case: str) -> None:
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.parametrize(
+    "body, said",
+    [
+        ("raise RuntimeError('boom at import')", "RuntimeError: boom at import"),
+        ("def handle(msg:\n", "SyntaxError"),
+        ("import sys\nsys.exit(3)", "SystemExit: 3"),
+    ],
+    ids=["raises", "syntax", "exits"],
+)
+def test_node_run_names_a_handler_module_that_fails_as_it_is_imported(
+    tmp_path: Path, body: str, said: str
+) -> None:
+    (tmp_path / "broken_handlers.py").write_text(body + "\n")
+    path = tmp_path / "node.toml"
+    path.write_text(
+        f"[node]\nname = 'x'\ndata_dir = '{tmp_path / 'd'}'\ninterfaces = ['127.0.0.1']\n"
+        "mdns = false\n\n[subscriptions.orders]\ntopic = 't'\ngroup = 'g'\n"
+        "handler = 'broken_handlers:handle'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}  # (run_cli puts the repository first)
+    done = run_cli(["node", "run", str(path)], timeout=30, env=env)
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert "importing module 'broken_handlers' failed" in line and said in line, done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def not_here(network: str) -> str:
     """An address of ``network`` (a documentation /24, "198.51.100") this host does not
     have: one it cannot bind."""
