@@ -31,7 +31,7 @@ T = TypeVar("T")
 MAX_SUBJECT_CHARS = 128
 ONE = "*"  # matches exactly one token
 REST = ">"  # matches one or more tokens, as a pattern's last token
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]+\Z")
 _FIRST_RE = re.compile(r"^[A-Za-z0-9*>]")
 
 

@@ -27,8 +27,8 @@ Durability = Literal["fsync", "process", "memory"]
 Mode = Literal["shared", "broadcast", "ephemeral"]
 Deliver = Literal["last_per_key"]
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
-_HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}\Z")
+_HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 MIN_MAP_SIZE_BYTES = 1 << 20
 # A message may take at most this share of the LMDB map: one larger could be held for good
 # (and every publish after it) waiting for room the map never has.
@@ -49,7 +49,7 @@ TAKEOVER_AFTER_DEAD = 3
 # An interface that binds every address: the only one a node then has.
 _WILDCARDS = ("*", "0.0.0.0")
 # What a host name or an IPv4 address is made of.
-_HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9._-]*)$")
+_HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9._-]*)\Z")
 
 
 def check_name(kind: str, value: object) -> str:

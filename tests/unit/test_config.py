@@ -230,6 +230,7 @@ def test_topic_config_rejects_nan(field: str) -> None:
         ("group", "", "group name"),
         ("group", "a b", "group name"),
         ("group", "a/b", "group"),
+        ("group", "g\n", "group name"),  # (a trailing newline: not the same name)
         ("group", "-lead", "group name"),
         ("group", "g" * 129, "group name"),
         ("group", 5, "group name"),

@@ -90,6 +90,7 @@ def test_valid_topic_names(name: str) -> None:
         ("a/b", "character other than"),
         ("a.b*", "character other than"),
         ("a.>b", "character other than"),
+        ("a.b\n", "character other than"),  # (a trailing newline: not the same name)
         ("t" * (MAX_SUBJECT_CHARS + 1), "more than 128"),
         (5, "non-empty string"),
     ],

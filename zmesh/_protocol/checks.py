@@ -12,7 +12,7 @@ from ..errors import DecodeError
 NODE_ID_BYTES = 16
 U63 = (1 << 63) - 1
 _INT: frozenset[type] = frozenset({int})
-_ENDPOINT = re.compile(r"^tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+):(\d{1,5})$")
+_ENDPOINT = re.compile(r"^tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+):(\d{1,5})\Z")
 
 
 def check(cond: bool, what: str) -> None:
