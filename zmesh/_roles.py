@@ -34,8 +34,7 @@ def resolve(ref: str, what: str) -> Callable[..., Any]:
         raise ConfigError(f"{what}: {ref!r}: cannot import module {module_name!r}: {exc}") from exc
     except (Exception, SystemExit) as exc:  # (its code failed as it was imported)
         raise ConfigError(
-            f"{what}: {ref!r}: importing module {module_name!r} failed: "
-            f"{type(exc).__name__}: {exc}"
+            f"{what}: {ref!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from exc
     fn = getattr(module, attr, None)
     if not callable(fn):

@@ -68,9 +68,12 @@ def test_group_ls_adds_up_producers_and_rm_deletes_at_each(make_node):
     # An address where TOPIC goes (as status and dlq take it) is named as such.
     misplaced = run_cli(["group", "ls", p1.control_address])
     assert misplaced.returncode == 2
-    assert "looks like a node's address: give it with --address (-a)" in misplaced.stderr
+    assert "looks like a node's address, not a topic" in misplaced.stderr
     bad = run_cli(["group", "rm", "t", "bad group", "-a", p1.control_address, "--yes"])
     assert bad.returncode == 2 and "group name 'bad group' is invalid" in bad.stderr
+    where = ["--topic", "a..b", "--group", "g"]
+    dlq = run_cli(["dlq", "list", p1.control_address, *where])
+    assert dlq.returncode == 2 and "topic name 'a..b' is invalid" in dlq.stderr
 
 
 def test_fifty_runs_of_sub_without_a_group_leave_nothing_at_the_producer(make_node, mesh_name):

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from .._http.actions import payload_json
 from .client import add_curve_options, request_admin
+from .names import group_name, topic_name
 from .output import CliError, console, note
 from .settings import target
 
@@ -28,8 +29,12 @@ PREVIEW_BYTES = 40
 def _where(fn: Any) -> Any:
     options = [
         click.argument("address", metavar="[HOST:PORT]", required=False),
-        click.option("--topic", required=True, help="Topic of the parked messages."),
-        click.option("--group", required=True, help="Consumer group that failed them."),
+        click.option(
+            "--topic", required=True, callback=topic_name, help="Topic of the parked messages."
+        ),
+        click.option(
+            "--group", required=True, callback=group_name, help="Consumer group that failed them."
+        ),
         click.option(
             "--timeout",
             type=click.FloatRange(min=0.1),

@@ -17,11 +17,9 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .._subjects import check_subject
-from ..config import check_name
-from ..errors import ConfigError
 from .client import add_curve_options, request_admin, request_status
 from .ls import age
+from .names import group_name, topic_name
 from .output import CliError, console, note
 from .settings import target
 
@@ -103,21 +101,8 @@ _address = click.option(
 )
 
 
-def _check_topic(topic: str) -> None:
-    """Bad usage unless ``topic`` is a topic's name; one that looks like HOST:PORT is
-    named as the address it was likely meant to be (status and dlq take it first)."""
-    try:
-        check_subject("topic", topic)
-    except ConfigError as exc:
-        if ":" in topic:
-            raise click.UsageError(
-                f"TOPIC {topic!r} looks like a node's address: give it with --address (-a)"
-            ) from None
-        raise click.BadParameter(str(exc), param_hint="TOPIC") from None
-
-
 @group.command("ls")
-@click.argument("topic", required=False)
+@click.argument("topic", required=False, callback=topic_name)
 @_address
 @click.option(
     "--timeout",
@@ -130,8 +115,6 @@ def _check_topic(topic: str) -> None:
 def ls(topic: str | None, address: str | None, timeout: float, as_json: bool) -> None:
     """The groups a node and its live peers owe messages of TOPIC (or of every topic) to:
     pending, in flight, members, last seen, oldest message's age."""
-    if topic is not None:
-        _check_topic(topic)
     address = target(address)
     lanes, unreachable = gather(address, topic, timeout)
     rows = summarize(lanes, time.time())
@@ -181,8 +164,8 @@ def ls(topic: str | None, address: str | None, timeout: float, as_json: bool) ->
 
 
 @group.command("rm")
-@click.argument("topic")
-@click.argument("name", metavar="GROUP")
+@click.argument("topic", callback=topic_name)
+@click.argument("name", metavar="GROUP", callback=group_name)
 @_address
 @click.option(
     "--timeout",
@@ -196,8 +179,6 @@ def rm(topic: str, name: str, address: str | None, timeout: float, yes: bool) ->
     """Delete GROUP of TOPIC: a node and every live peer of it drop what they still owe
     it (counted as dropped_group_deleted) and its dead letters. Members still subscribed
     start again with an empty group."""
-    _check_topic(topic)
-    check_name("group", name)
     address = target(address)
     if not yes:
         try:
