@@ -13,9 +13,13 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import zmesh
 from tests.conftest import spawn, wait_until
 from tests.integration.test_cli import ADDRESS_RE, CLI, Proc, run_cli
+from zmesh.cli.client import request_admin
+from zmesh.cli.output import CliError
 
 DLQ_APP = '''
 """A producer and a consumer in one process: the consumer fails two messages, then acks
@@ -202,10 +206,12 @@ def test_dlq_list_replay_purge(tmp_path: Path, mesh_name: str, procs: list[Proc]
     assert "no dead letters" in ok(["dlq", "list", address, *where]).stdout
     assert "replayed ok bad-two" not in app.stdout()
 
-    # An error the node reports is printed as it is, and exits 1.
+    # A name no topic can have is bad usage, before the node is asked; an error the node
+    # reports (to a request the command would not make) is a CliError (exit 1) saying it.
     refused = run_cli(["dlq", "list", address, "--topic", "", "--group", "workers"])
-    assert refused.returncode == 1, refused.stderr
-    assert "topic is required" in refused.stderr and "Traceback" not in refused.stderr
+    assert refused.returncode == 2 and "topic name '' is invalid" in refused.stderr
+    with pytest.raises(CliError, match=f"{address} refused dead_letters: topic name 'a b'"):
+        request_admin(address, "dead_letters", {"topic": "a b", "group": "workers"}, 10)
 
 
 def test_top_refreshes_with_rates(tmp_path: Path, mesh_name: str, procs: list[Proc]) -> None:

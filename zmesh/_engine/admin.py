@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._protocol.frames import AdminReply, AdminRequest
 from .._store.store import WriteBatch
+from .._subjects import check_subject
+from ..config import check_name
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -23,11 +25,15 @@ def _seqs(args: dict[str, Any]) -> set[int] | None:
     return set(seqs)
 
 
-def _str_arg(args: dict[str, Any], name: str) -> str:
+def _str_arg(args: dict[str, Any], name: str, patterns: bool = False) -> str:
+    """The topic (``patterns``: or pattern) or group ``name`` of a request, checked as a
+    publish or subscribe checks it (ValueError: said in the reply)."""
     value = args.get(name)
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} is required")
-    return value
+    if name == "topic":
+        return check_subject(name, value, wildcards=patterns)
+    return check_name(name, value)
 
 
 def admin(engine: Engine, req: AdminRequest, wb: WriteBatch, now: float) -> AdminReply:
@@ -52,12 +58,16 @@ def admin(engine: Engine, req: AdminRequest, wb: WriteBatch, now: float) -> Admi
             result = dead.purge(_str_arg(args, "topic"), _str_arg(args, "group"), _seqs(args), wb)
         elif req.op == "groups":
             topic = args.get("topic")
-            if topic is not None and not isinstance(topic, str):
-                raise ValueError("topic must be a string")
+            if topic is not None:
+                topic = _str_arg(args, "topic", patterns=True)
             result = engine.outbox.groups.listing(topic, time.time())
         elif req.op == "group_rm":
             result = engine.delete_group(
-                _str_arg(args, "topic"), _str_arg(args, "group"), wb, now, announce=True
+                _str_arg(args, "topic", patterns=True),
+                _str_arg(args, "group"),
+                wb,
+                now,
+                announce=True,
             )
         else:
             return AdminReply(req.token, False, None, f"unknown operation {req.op!r}")

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from .client import add_curve_options, request_admin, request_status
 from .ls import age
-from .names import group_name, topic_name
+from .names import group_name, topic_or_pattern
 from .output import CliError, console, note
 from .settings import target
 
@@ -102,7 +102,7 @@ _address = click.option(
 
 
 @group.command("ls")
-@click.argument("topic", required=False, callback=topic_name)
+@click.argument("topic", required=False, callback=topic_or_pattern)
 @_address
 @click.option(
     "--timeout",
@@ -164,7 +164,7 @@ def ls(topic: str | None, address: str | None, timeout: float, as_json: bool) ->
 
 
 @group.command("rm")
-@click.argument("topic", callback=topic_name)
+@click.argument("topic", callback=topic_or_pattern)
 @click.argument("name", metavar="GROUP", callback=group_name)
 @_address
 @click.option(

@@ -14,10 +14,19 @@ from ..errors import ConfigError
 
 def topic_name(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
     """A topic's name, as given (None: none given); bad usage otherwise."""
+    return _topic(value, False)
+
+
+def topic_or_pattern(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+    """A topic's name or a pattern, as given (None: none given); bad usage otherwise."""
+    return _topic(value, True)
+
+
+def _topic(value: Any, patterns: bool) -> Any:
     if value is None:
         return None
     try:
-        return check_subject("topic", value)
+        return check_subject("topic", value, wildcards=patterns)
     except ConfigError as exc:
         if ":" in value:  # (an address where the topic goes)
             raise click.BadParameter(
