@@ -69,10 +69,16 @@ def load_keys(
             )
         return None
     path = Path(secret_key_file)
+    if path.suffix == ".pub":
+        raise ConfigError(
+            f"secret_key_file {path} is a public key (NAME.pub): give the secret one, NAME.key"
+        )
     try:
         secret = _check_key(path.read_text(), str(path))
     except OSError as exc:
-        raise ConfigError(f"cannot read secret key file {path}: {exc}") from exc
+        raise ConfigError(
+            f"secret_key_file {_shown(path)}: cannot read it ({exc.strerror or exc})"
+        ) from exc
     public = zmq.curve_public(secret)
     trusted = {public}
     for i, text in enumerate(trusted_keys):
@@ -80,10 +86,15 @@ def load_keys(
     if trusted_keys_dir:
         tdir = Path(trusted_keys_dir)
         if not tdir.is_dir():
-            raise ConfigError(f"trusted_keys_dir {tdir} is not a directory")
+            raise ConfigError(f"trusted_keys_dir {_shown(tdir)} is not a directory")
         for pub in sorted(tdir.glob("*.pub")):
             trusted.add(_check_key(pub.read_text(), str(pub)))
     return Keys(public, secret, frozenset(trusted))
+
+
+def _shown(path: Path) -> str:
+    """``path`` as given, and where a relative one leads (from the working directory)."""
+    return str(path) if path.is_absolute() else f"{path} (that is {path.absolute()})"
 
 
 def generate_keypair(directory: str | Path, name: str) -> tuple[Path, Path]:

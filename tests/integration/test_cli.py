@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import spawn, wait_until
+from zmesh._security import generate_keypair
 from zmesh.spark._client import BridgeClient
 
 CLI = ["-m", "zmesh.cli"]
@@ -519,6 +520,29 @@ def test_node_run_refuses_what_this_host_cannot_give_as_a_definition_error(
         assert done.returncode == 2, done.stderr
         said = " ".join(done.stderr.split())
         assert where in said and why in said and "Traceback" not in said
+        assert not (tmp_path / "d").exists()  # (refused before anything is made)
+
+
+def test_node_run_names_key_files_it_cannot_use(tmp_path: Path) -> None:
+    generate_keypair(tmp_path / "keys", "a")
+    cases = [
+        ("secret_key_file = 'keys/nope.key'", "[node] secret_key_file keys/nope.key (that is"),
+        ("secret_key_file = 'keys/a.pub'", "is a public key (NAME.pub): give the secret one"),
+        (
+            "secret_key_file = 'keys/a.key'\ntrusted_keys_dir = 'keys/a.key'",
+            "[node] trusted_keys_dir keys/a.key (that is",
+        ),
+    ]
+    for lines, said in cases:
+        path = tmp_path / "node.toml"
+        path.write_text(
+            f"[node]\nname = 'x'\ndata_dir = 'd'\ninterfaces = ['127.0.0.1']\nmdns = false\n"
+            f"{lines}\n"
+        )
+        done = run_cli(["node", "run", str(path)], timeout=30, cwd=str(tmp_path))
+        assert done.returncode == 2, done.stderr
+        line = " ".join(done.stderr.split())
+        assert f"{path}: " in line and said in line and "Traceback" not in line, line
         assert not (tmp_path / "d").exists()  # (refused before anything is made)
 
 

@@ -12,6 +12,7 @@ from click.core import ParameterSource
 
 from .._definition import read_definition
 from .._dirs import make_dir
+from .._security import load_keys
 from ..config import NodeConfig
 from ..errors import ConfigError
 from ..node import Node
@@ -41,7 +42,8 @@ def check_on_host(node_cfg: NodeConfig, file: str) -> None:
     """What of a definition only this host can judge, checked before the node starts, so
     that it is a definition error (exit 2: a restart will not fix it, and systemd's
     RestartPreventExitStatus=2 stops the loop), not a failed start: the data dir can be
-    a directory here, and each interface is an address of this host."""
+    a directory here, each interface is an address of this host, and the key files
+    can be read."""
     for iface in node_cfg.interfaces:
         if iface in ("*", "0.0.0.0"):
             continue
@@ -56,6 +58,10 @@ def check_on_host(node_cfg: NodeConfig, file: str) -> None:
                 raise ConfigError(
                     f"{where}: {iface} is not an address of this host ({exc.strerror})"
                 ) from None
+    try:
+        load_keys(node_cfg.secret_key_file, node_cfg.trusted_keys_dir, node_cfg.trusted_keys)
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: [node] {exc}") from None
     make_dir(  # (last: a definition refused leaves no directory behind)
         Path(node_cfg.data_dir),
         "data_dir",
