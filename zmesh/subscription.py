@@ -213,7 +213,8 @@ class Message:
         node that published it, at most once (a requester that gave up, or is gone,
         misses it); ``ok`` False makes it an error reply (``Reply.ok``, as when a
         ``serve`` function raises). Settle the message as usual too (``Node.serve``
-        does both). MessageStateError when the message is no request."""
+        does both). MessageStateError when the message is no request, or was replied
+        to already."""
         sub = self._origin.sub  # (a replay reader's or Node.last's message has none)
         submitter = sub._submitter if isinstance(sub, Subscription) else None
         if submitter is None or DELIVERY_HEADER not in self.headers:
@@ -235,6 +236,12 @@ class Message:
         if headers is not None:
             headers = checked_headers(headers)
         origin = self._origin
+        replied = origin.replied
+        if replied is None:
+            replied = origin.replied = set()
+        if self._i in replied:
+            raise MessageStateError(f"message {self.id} was replied to already: one reply each")
+        replied.add(self._i)
         submitter.submit(Respond(origin, origin.seqs[self._i], payload, headers, ok))
 
     def __repr__(self) -> str:

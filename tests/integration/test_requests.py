@@ -194,6 +194,33 @@ def test_a_failing_handler_is_a_reply_error(make_node) -> None:
     assert [r.ok for r in replies] == [False]
 
 
+def test_a_request_is_replied_to_once(make_node) -> None:
+    server = make_node("server")
+    client = make_node("client", seeds=[server.control_address])
+    sub = server.subscribe("calib.*", group="svc")
+    wait_until(lambda: alive(client, "calib.*"), what="the server")
+    errors: list[Exception] = []
+
+    def answer_twice() -> None:
+        msg = sub.get(timeout=10)
+        assert msg is not None
+        msg.reply(b"one")
+        try:
+            msg.reply(b"two")
+        except zmesh.MessageStateError as exc:
+            errors.append(exc)
+        msg.ack()
+
+    responder = threading.Thread(target=answer_twice)
+    responder.start()
+    try:
+        replies = client.request_many("calib.l4", b"?", count=2, timeout=1.0)
+    finally:
+        responder.join()
+    assert [r.payload for r in replies] == [b"one"]
+    assert len(errors) == 1 and "was replied to already" in str(errors[0])
+
+
 def test_a_timeout_longer_than_one_wait_is_waited_for(make_node) -> None:
     """A finite timeout past what one wait takes (threading.TIMEOUT_MAX) is a long wait,
     not an OverflowError."""

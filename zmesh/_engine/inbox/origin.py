@@ -78,6 +78,7 @@ class Origin:
         "indexes",
         "sub",
         "places",
+        "replied",
     )
 
     def __init__(
@@ -113,6 +114,7 @@ class Origin:
         self.indexes = indexes
         self.sub: object = None  # (set by the subscription it is queued in)
         self.places: Iterator[int] | None = None  # (its places not taken yet, ditto)
+        self.replied: set[int] | None = None  # (application threads) places replied to
 
     def take_acks(self) -> Sequence[int]:
         """The sequences acked since the last take (IO thread): those acked in order as
