@@ -39,7 +39,9 @@ def resolve(ref: str, what: str) -> Callable[..., Any]:
     fn = getattr(module, attr, None)
     if not callable(fn):
         where = getattr(module, "__file__", None) or "no file"
-        found = "no function" if fn is None else f"a {type(fn).__name__}, not a function,"
+        kind = type(fn).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        found = "no function" if fn is None else f"{article} {kind}, not a function,"
         raise ConfigError(
             f"{what}: {ref!r}: module {module_name} ({where}) has {found} named {attr!r}"
         )
