@@ -103,7 +103,8 @@ class Receipt:
 
     @property
     def id(self) -> MessageId:
-        """The id of the (first) message."""
+        """The id of the (first) message. A publish with a msg_id published before is
+        that message: its id once the receipt is stored (before, the id it was given)."""
         return MessageId(self._publisher.producer, self._seq)
 
     @property
