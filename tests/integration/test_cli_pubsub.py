@@ -123,7 +123,7 @@ def test_pub_to_ephemeral_subscribers_waits_for_no_ack(
             "  ephemeral subscribers: 1, sent at most once (they do not ack)",
         ]
         assert "no consumer group of plant.l4 was found: no acks to wait for" in done.stderr
-        assert "not found within" not in done.stderr  # (no discovery wait to its end)
+        assert "found within" not in done.stderr  # (no discovery wait to its end)
     assert sub.finish(timeout=30) == 0, sub.stderr()
     assert sub.stdout() == "one\ntwo\n"
 
@@ -140,8 +140,22 @@ def test_pub_finds_a_group_subscribed_by_a_pattern(
     done = run_cli(["pub", "plant.l4", "one", *node, "--count", "2", "--timeout", "60"])
     assert done.returncode == 0, done.stderr
     assert "published 2, acknowledged 2 (topic plant.l4)" in done.stdout
-    assert "not found within" not in done.stderr  # (no discovery wait to its end)
+    assert "found within" not in done.stderr  # (no discovery wait to its end)
     assert sub.finish(timeout=30) == 0, sub.stderr()
+
+
+def test_pub_to_a_topic_no_group_consumes_says_what_the_peers_consume(
+    tmp_path: Path, mesh_name: str, seed: str, procs: list[Proc]
+) -> None:
+    node = [*LOOP, "--mesh", mesh_name, "--seed", seed]
+    sub = Proc(tmp_path, "sub", ["sub", "readings", "--group", "ops", *node])
+    procs.append(sub)
+    sub.wait_for(re.escape("consuming readings as ops"), stream="stderr")
+    done = run_cli(["pub", "readngs", "x", *node, "--discovery-wait", "0.5", "--timeout", "0.5"])
+    assert done.returncode == 1
+    said = " ".join(done.stderr.split())
+    assert "no group consuming readngs found within 0.5s" in said, said
+    assert "(the peers found consume: readings)" in said
 
 
 def test_priority_and_ttl_act_on_a_kept_outbox(
@@ -403,4 +417,6 @@ def test_pub_and_sub_join_a_secured_mesh(tmp_path: Path, mesh_name: str, procs: 
             "0.5",
         ]
     )
-    assert bare.returncode == 1 and "members of 1 group(s) consuming t not found" in bare.stderr
+    said = " ".join(bare.stderr.split())
+    assert bare.returncode == 1 and "no group consuming t found within 0.5s" in said
+    assert "no peer found: check --mesh, --seed, --interface and, for a secured mesh" in said

@@ -52,6 +52,39 @@ def serving_groups(status: dict[str, Any], topic: str) -> set[str]:
     return groups
 
 
+def not_served(status: dict[str, Any], topic: str, wanted: int, waited_s: float) -> str:
+    """What a pub that did not find members of ``wanted`` groups of ``topic`` says: the
+    groups it found, or that it found none (its messages are kept for the first group
+    to come) and what the peers it met consume (a misspelled topic shows there)."""
+    found = sorted(serving_groups(status, topic))
+    if found:
+        return (
+            f"members of {wanted} groups consuming {topic} not found within {waited_s:g}s; "
+            f"publishing for those found: {', '.join(found)}"
+        )
+    consumed = sorted(
+        {
+            pattern
+            for peer in status["peers"]
+            if peer["alive"]
+            for pattern, _name, _mode in peer["subscriptions"]
+        }
+    )
+    said = (
+        f"no group consuming {topic} found within {waited_s:g}s: its messages are kept "
+        "for the first group that subscribes"
+    )
+    if consumed:
+        shown = ", ".join(consumed[:10]) + (", ..." if len(consumed) > 10 else "")
+        said += f" (the peers found consume: {shown})"
+    elif not status["peers"]:
+        said += (
+            " (no peer found: check --mesh, --seed, --interface and, for a secured mesh, "
+            "--secret-key-file)"
+        )
+    return said
+
+
 def wait_settled(node: Node, wait_s: float, signals: StopSignals) -> None:
     """Wait until the live peers the node knows, and their subscriptions, stayed the same
     for two heartbeats (up to ``wait_s``): peers tell each other of the peers they know

@@ -15,7 +15,7 @@ import click
 from click.core import ParameterSource
 
 from ..config import check_name
-from .audience import ephemeral_subscribers, owed_to_no_group, wait_serving
+from .audience import ephemeral_subscribers, not_served, owed_to_no_group, wait_serving
 from .client import Interrupted, StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, note
@@ -227,10 +227,7 @@ def pub(
             not wait_serving(n, topic, discovery_wait, signals, wait_groups)
             and not signals.stop.is_set()
         ):
-            note(
-                f"members of {wait_groups} group(s) consuming {topic} not found within "
-                f"{discovery_wait:g}s; publishing for the groups found"
-            )
+            note(not_served(n.status(), topic, wait_groups, discovery_wait))
         receipts = []
         for i, payload in enumerate(_payloads(data, file, count, signals), start=1):
             if signals.stop.is_set():
