@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import logging
 import math
 import os
 import time
@@ -45,6 +46,7 @@ from .config import (
     check_name,
     checked_headers,
     int_in,
+    unresolved,
 )
 from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError
@@ -53,6 +55,8 @@ from .subscription import Message, Subscription
 from .transaction import Transaction
 
 __all__ = ["Node"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PARTITIONS = TopicConfig().partitions
 # What Node.subscribe's arguments default to (group: None, none in the config).
@@ -182,6 +186,10 @@ class Node:
         except BaseException:
             self._engine.close()
             raise
+        for seed in self.config.seeds:
+            why = unresolved(seed)
+            if why is not None:  # (ZeroMQ resolves it again at each attempt)
+                log.warning("seed %s: %s; it is tried until it resolves", seed, why)
         self._engine.start()
         try:
             for sub, handler in handlers:

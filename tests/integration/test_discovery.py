@@ -163,3 +163,24 @@ def test_an_open_mesh_of_zmesh_nodes_warns_of_no_failed_handshake(make_node, cap
     wait_until(lambda: hub.stats().get("handshakes_cut", 0) >= 1, what="the cut counted")
     assert not [r for r in caplog.records if "failed handshakes" in r.getMessage()]
     assert all("handshakes_failed" not in n.stats() for n in (hub, *nodes))
+
+
+def test_a_seed_that_cannot_work_is_said_at_warning(make_node, mesh_name, caplog):
+    # A seed whose host does not resolve (.invalid never does), and a seed that is a node
+    # of another mesh (said by that node, where its hello comes).
+    caplog.set_level(logging.WARNING, logger="zmesh")
+    other = make_node("other", mesh=f"{mesh_name}-other")
+    make_node("n", seeds=["no-such-host.invalid:4000", other.control_address])
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(
+        "seed no-such-host.invalid:4000: host 'no-such-host.invalid' does not resolve" in m
+        for m in said
+    ), said
+    wait_until(
+        lambda: any(
+            f"ignoring node n of mesh '{mesh_name}'" in r.getMessage()
+            and r.levelno == logging.WARNING
+            for r in caplog.records
+        ),
+        what="the other mesh's node saying it",
+    )

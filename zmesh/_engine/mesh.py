@@ -267,10 +267,12 @@ class Mesh:
             self.counters.add("foreign_mesh_hellos", 1)
             if hello.node_id not in self._foreign_logged:
                 self._foreign_logged.add(hello.node_id)
-                log.info(
-                    "ignoring node %s of mesh %r (this is mesh %r)",
+                log.warning(  # (once a node: a seed, or a stale address, names this one)
+                    "ignoring node %s of mesh %r (from %s, control port %d): this is mesh %r",
                     hello.name,
                     hello.mesh,
+                    addr or ", ".join(hello.hosts),
+                    hello.ctrl_port,
                     self.config.mesh,
                 )
             return

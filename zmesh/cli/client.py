@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import ipaddress
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +29,7 @@ from .._protocol.frames import (
 )
 from .._security import _check_key
 from .._waits import poll_ms
-from ..config import parse_seed
+from ..config import parse_seed, unresolved
 from ..errors import ConfigError, DecodeError
 from .output import CliError
 from .refusal import HandshakeWatch
@@ -135,25 +133,6 @@ def add_curve_options(cmd: click.Command) -> click.Command:
     cmd.params.extend(reversed(with_keys.__click_params__))  # type: ignore[attr-defined]
     cmd.callback = with_keys
     return cmd
-
-
-def unresolved(address: str) -> str | None:
-    """Why the host of ``address`` ([tcp://]HOST:PORT) does not resolve now; None when it
-    does, or is an IP address (or ``address`` is none: its parser says so)."""
-    try:
-        host, port = parse_seed(address.removeprefix("tcp://"), what="address")
-    except ValueError:
-        return None
-    try:
-        ipaddress.ip_address(host)
-        return None  # (an address: nothing to resolve)
-    except ValueError:
-        pass
-    try:
-        socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
-    except OSError as exc:
-        return f"host {host!r} does not resolve ({exc.strerror or exc})"
-    return None
 
 
 def _no_reply(

@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,6 @@ import click
 
 from ..config import NodeConfig
 from ..node import Node
-from .client import unresolved
 from .logs import quiet_open_mesh
 from .settings import common
 
@@ -76,17 +75,6 @@ def node_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return with_node
 
 
-def warn_unresolvable(seeds: Sequence[str]) -> None:
-    """Say at start which seeds' host names do not resolve now (ZeroMQ keeps trying them,
-    resolving again on each attempt, so one that resolves later is still reached)."""
-    for seed in seeds:
-        why = unresolved(seed)
-        if why is not None:
-            log.warning(
-                "seed %s: %s; zmesh keeps trying it, so it is reached once it resolves", seed, why
-            )
-
-
 @contextlib.contextmanager
 def cli_node(role: str, args: NodeArgs) -> Iterator[Node]:
     """A started node for one command; a temporary data dir is removed after close.
@@ -95,7 +83,6 @@ def cli_node(role: str, args: NodeArgs) -> Iterator[Node]:
     node that announced itself takes about two seconds to withdraw when it closes, and
     the seeds' hellos name the mesh's other nodes."""
     mdns = args.mdns if args.mdns is not None else not args.seeds
-    warn_unresolvable(args.seeds)
     tmp = None
     data_dir = args.data_dir
     if data_dir is None:

@@ -17,7 +17,6 @@ from ..config import NodeConfig
 from ..errors import ConfigError
 from ..node import Node
 from .client import StopSignals
-from .clientnode import warn_unresolvable
 from .output import note
 from .reload import reload_on_sighup
 from .settings import ADDRESSES, ENV, EnvOption, check_node_setting, env_help, source
@@ -108,7 +107,6 @@ def run(file: str, interfaces: tuple[str, ...]) -> None:
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--interface") from None
     check_on_host(node_cfg, file)
-    warn_unresolvable(node_cfg.seeds)
     runner = build(node_cfg, bridge_table, file)
     n = runner if isinstance(runner, Node) else runner.node
     with StopSignals() as signals:
