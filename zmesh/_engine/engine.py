@@ -100,7 +100,6 @@ class Engine:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.keys = load_keys(config.secret_key_file, config.trusted_keys_dir, config.trusted_keys)
-        _warn_if_open(self.keys, config.mesh)
         tune_malloc()  # (before the store's first transaction)
         self.store = Store(config.data_dir, config.map_size_bytes)
         own(config.data_dir, self.store.snapshot)  # (zmesh.snapshot of it, in this process)
@@ -109,6 +108,7 @@ class Engine:
         except Exception:
             self.store.close()
             raise
+        _warn_if_open(self.keys, config.mesh)  # (once the store opened: not before its error)
         self.counters = Counters()
         outcomes = Outcomes()
         self.outbox = Outbox(
