@@ -4,6 +4,7 @@ groups, a backlog for a group with no member, and a dead letter."""
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -104,3 +105,33 @@ def call_json(req: urllib.request.Request) -> tuple[int, dict]:
     except urllib.error.HTTPError as exc:
         with exc:
             return exc.code, json.loads(exc.read())
+
+
+def connect(address: str) -> socket.socket:
+    """A TCP connection to ``address`` (``host:port``), reads and writes failing after
+    30 s."""
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything ``sock`` receives until the other side closes."""
+    out = b""
+    while chunk := sock.recv(65536):
+        out += chunk
+    return out
+
+
+def raw_request(address: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as it is to ``address``: the answer's status, headers (names in
+    lower case) and body."""
+    with connect(address) as sock:
+        sock.sendall(request)
+        answer = read_all(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(status.split()[1]), headers, body

@@ -29,6 +29,12 @@ class HttpError(Exception):
         self.status = status
 
 
+def count(raw: str) -> int | None:
+    """``raw`` as an int when it is decimal digits alone (ASCII: ``"²"`` is a digit to
+    ``str.isdigit``, not to ``int``); None otherwise."""
+    return int(raw) if raw.isascii() and raw.isdigit() else None
+
+
 def arg(source: Mapping[str, Any], name: str) -> str:
     """A required, non-empty string argument."""
     value = source.get(name)

@@ -11,10 +11,12 @@ only after a CORS preflight this server never grants, so a page elsewhere cannot
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,9 +26,9 @@ from urllib.parse import parse_qs, urlsplit
 import zmq
 
 from ..config import parse_seed
-from ..errors import NodeStateError
+from ..errors import NodeClosedError, NodeStateError
 from . import views
-from .actions import ADMIN_OPS, GROUP_RM, HttpError, act, dead_letters, remove_group
+from .actions import ADMIN_OPS, GROUP_RM, HttpError, act, count, dead_letters, remove_group
 from .collect import MESH_TIMEOUT_S, collect_mesh
 from .prometheus import CONTENT_TYPE, render
 
@@ -37,13 +39,47 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 MAX_MESH_TIMEOUT_S = 30.0
+REQUEST_TIMEOUT_S = 5.0  # a client this slow to send its request (or take the answer) is cut off
+CLOSE_GRACE_S = 1.0  # what close() gives the requests being answered
 
 
 class _Server(ThreadingHTTPServer):
-    # Each request has a thread, joined when the server closes (HTTP/1.0: one request per
-    # connection, so no thread waits on an idle keep-alive client).
-    daemon_threads = False
+    """A thread per connection (HTTP/1.0: one request each), each connection kept with
+    its thread so that closing can cut them and join the threads (``HttpApi.close``)."""
+
+    daemon_threads = True
+    block_on_close = False  # (close joins the threads itself, once it cut their connections)
     api: HttpApi
+
+    def __init__(self, address: tuple[str, int], name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._open: dict[socket.socket, threading.Thread] = {}
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self.process_request_thread,
+            args=(request, client_address),
+            name=f"zmesh-http-{self._name}-request",
+            daemon=True,
+        )
+        with self._lock:
+            self._open[request] = thread
+        thread.start()
+
+    def close_request(self, request: Any) -> None:
+        with self._lock:  # (not while cut goes through them)
+            self._open.pop(request, None)
+            super().close_request(request)
+
+    def cut(self, how: int) -> list[threading.Thread]:
+        """Shut ``how`` of every open connection down; the threads serving them."""
+        with self._lock:
+            for request in self._open:
+                with contextlib.suppress(OSError):  # (the client hung up first)
+                    request.shutdown(how)
+            return list(self._open.values())
 
 
 class HttpApi:
@@ -71,7 +107,7 @@ class HttpApi:
             else _Server
         )
         try:
-            self._server = server_cls((host, port), _Handler)
+            self._server = server_cls((host, port), engine.config.name)
         except BaseException:
             self._term()
             raise
@@ -90,15 +126,24 @@ class HttpApi:
         )
 
     def close(self) -> None:
+        """Stop serving, whatever the clients do: idle connections and requests still
+        arriving end at once, requests waiting on other nodes stop waiting (their context
+        is terminated), and those being answered get ``CLOSE_GRACE_S`` to finish."""
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+        threads = self._server.cut(socket.SHUT_RD)
         self._term()
+        deadline = time.monotonic() + CLOSE_GRACE_S
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for thread in self._server.cut(socket.SHUT_RDWR):
+            thread.join()
 
     def _term(self) -> None:
-        if self.ctx is not None:
-            self.ctx.term()
-            self.ctx = None
+        ctx, self.ctx = self.ctx, None
+        if ctx is not None:
+            ctx.term()
 
     # -- the routes ---------------------------------------------------------------------
 
@@ -126,8 +171,10 @@ class HttpApi:
         return _json(act(self.engine, self._ctx(), op, body))
 
     def _ctx(self) -> zmq.Context[zmq.Socket[bytes]]:
-        assert self.ctx is not None
-        return self.ctx
+        ctx = self.ctx
+        if ctx is None:
+            raise NodeClosedError(self.engine.config.name, "its HTTP API is closing")
+        return ctx
 
     def mesh(self, query: dict[str, str]) -> dict[str, Any]:
         return collect_mesh(self.engine, self._ctx(), _timeout(query))
@@ -194,6 +241,7 @@ def _jsonable(value: object) -> object:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = REQUEST_TIMEOUT_S  # (each read and write of the connection)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         log.debug("%s %s", self.address_string(), format % args)
@@ -206,10 +254,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         def act() -> tuple[str, bytes]:
             kind = self.headers.get("Content-Type", "").split(";")[0].strip()
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY_BYTES:
-                raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
-            raw = self.rfile.read(length)
+            raw = self._body()
             if kind != "application/json":
                 raise HttpError(
                     HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
@@ -225,13 +270,32 @@ class _Handler(BaseHTTPRequestHandler):
 
         self._answer(act)
 
+    def _body(self) -> bytes:
+        given = self.headers.get("Content-Length", "0")
+        length = count(given)
+        if length is None:
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST, f"Content-Length must be a number of bytes, got {given!r}"
+            )
+        if length > MAX_BODY_BYTES:
+            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
+        try:
+            raw = self.rfile.read(length)
+        except TimeoutError:
+            raise HttpError(
+                HTTPStatus.REQUEST_TIMEOUT, f"the body did not come within {self.timeout:g}s"
+            ) from None
+        if len(raw) < length:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "the body ended before its Content-Length")
+        return raw
+
     def _answer(self, make: Callable[[], tuple[str, bytes]]) -> None:
         try:
             kind, body = make()
             status = HTTPStatus.OK
         except HttpError as exc:
             status, kind, body = exc.status, "application/json", _json({"error": str(exc)})
-        except NodeStateError as exc:  # closing, or too busy to answer
+        except (NodeStateError, zmq.ContextTerminated) as exc:  # closing, or too busy
             status, kind = HTTPStatus.SERVICE_UNAVAILABLE, "application/json"
             body = _json({"error": str(exc)})
         except Exception as exc:

@@ -1,0 +1,82 @@
+"""A node's HTTP endpoints (its API and its metrics port) against clients that misbehave:
+connections left idle or requests sent by halves neither keep the node from closing nor
+hold a thread for ever, and a bad Content-Length is refused."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+
+import pytest
+
+import zmesh
+from tests.conftest import wait_until
+from tests.web.conftest import connect, raw_request, read_all
+from zmesh._http import server
+
+HALF_SENT = (
+    b"POST /api/groups/rm HTTP/1.0\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 100\r\n\r\n{"
+)
+
+
+def both_ports(make_node: Callable[..., zmesh.Node]) -> tuple[zmesh.Node, list[str]]:
+    node = make_node("n", http_address="127.0.0.1:0", metrics_address="127.0.0.1:0")
+    assert node.http_address is not None and node.metrics_address is not None
+    return node, [node.http_address, node.metrics_address]
+
+
+def test_close_ends_idle_and_half_sent_requests(
+    make_node: Callable[..., zmesh.Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server._Handler, "timeout", 3600.0)  # (only close can end them)
+    node, addresses = both_ports(make_node)
+    clients = []
+    closed = threading.Event()
+    closer = threading.Thread(target=lambda: (node.close(), closed.set()))
+    try:
+        for address in addresses:
+            idle, half = connect(address), connect(address)
+            half.sendall(HALF_SENT)
+            clients += [idle, half]
+            # (connections are taken in order: once a later one is answered, these two
+            # are being served, each by a thread of its own)
+            assert raw_request(address, b"GET /metrics HTTP/1.0\r\n\r\n")[0] == 200
+        closer.start()
+        wait_until(closed.is_set, what="the node closing while its clients wait")
+        for client in clients:
+            read_all(client)  # (the node hung up)
+    finally:
+        for client in clients:
+            client.close()
+        if closer.is_alive():
+            closer.join()
+
+
+def test_a_request_too_slow_is_cut_off(
+    make_node: Callable[..., zmesh.Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server._Handler, "timeout", 0.2)
+    _node, addresses = both_ports(make_node)
+    for address in addresses:
+        with connect(address) as idle, connect(address) as half:
+            half.sendall(HALF_SENT)
+            assert read_all(idle) == b""
+            assert read_all(half).startswith(b"HTTP/1.0 408 ")
+        assert raw_request(address, b"GET /metrics HTTP/1.0\r\n\r\n")[0] == 200
+
+
+@pytest.mark.parametrize("length", ["abc", "-1", "1e3", "+2"])
+def test_a_bad_content_length_is_refused(make_node: Callable[..., zmesh.Node], length: str) -> None:
+    node = make_node("n", http_address="127.0.0.1:0", http_admin=True)
+    assert node.http_address is not None
+    code, headers, body = raw_request(
+        node.http_address,
+        b"POST /api/groups/rm HTTP/1.0\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {length}\r\n\r\n{{}}".encode(),
+    )
+    assert (code, headers["content-type"]) == (400, "application/json")
+    assert json.loads(body) == {
+        "error": f"Content-Length must be a number of bytes, got {length!r}"
+    }
