@@ -86,14 +86,20 @@ def get_json(url: str) -> tuple[int, dict]:
     return call_json(urllib.request.Request(url))
 
 
-def post_json(url: str, body: object, content_type: str = "application/json") -> tuple[int, dict]:
-    """POST ``body`` as JSON to ``url``: status code and JSON answer."""
+def post_json(
+    url: str,
+    body: object,
+    content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict]:
+    """POST ``body`` as JSON to ``url`` (with ``headers`` besides): status code and JSON
+    answer."""
     return call_json(
         urllib.request.Request(
             url,
             data=json.dumps(body).encode(),
             method="POST",
-            headers={"Content-Type": content_type},
+            headers={"Content-Type": content_type, **(headers or {})},
         )
     )
 

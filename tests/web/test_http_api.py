@@ -339,6 +339,29 @@ def test_admin_actions_when_enabled(make_node: Callable[..., zmesh.Node]) -> Non
     )
 
 
+def test_admin_actions_only_from_the_servers_own_origin(
+    make_node: Callable[..., zmesh.Node],
+) -> None:
+    # (a page of another site whose name was made to point at the node: DNS rebinding)
+    scene = build_scene(make_node, http_admin=True)
+    url = scene.url("/api/dead-letters/purge")
+    port = url.split(":")[2].split("/")[0]
+    body = {"node": "prod", "topic": "orders", "group": "billing"}
+    for headers in (
+        {"Host": f"rebound.example:{port}"},
+        {"Host": f"rebound.example:{port}", "Origin": f"http://rebound.example:{port}"},
+        {"Origin": f"http://rebound.example:{port}"},
+        {"Origin": "null"},
+    ):
+        code, answer = post_json(url, body, headers=headers)
+        assert code == 403, headers
+        assert "this server" in answer["error"]
+    assert lane_of(scene.prod, "orders", "billing")["dead_letters"] == 1  # untouched
+    own = {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"}
+    code, answer = post_json(url, body, headers=own)
+    assert (code, answer["purged"]) == (200, 1)
+
+
 def test_http_admin_is_refused_on_a_secured_node(tmp_path: Path) -> None:
     with pytest.raises(zmesh.ConfigError, match="http_admin cannot be set on a secured node"):
         zmesh.NodeConfig(

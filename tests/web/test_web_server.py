@@ -172,9 +172,13 @@ def test_a_secured_mesh_seen_and_acted_on_with_an_operators_key(
     )
     code, dead = get_json(url + "api/dead-letters?topic=t&group=g")
     assert [d["reason"] for d in dead["letters"]] == ["bad record"]
-    code, answer = post_json(
-        url + "api/dead-letters/replay", {"node": "a", "topic": "t", "group": "g"}
-    )
+    body = {"node": "a", "topic": "t", "group": "g"}
+    # (a page of another site whose name was made to point at the web's address)
+    rebound = url.replace("127.0.0.1", "rebound.example").rstrip("/")
+    for headers in ({"Host": rebound.removeprefix("http://")}, {"Origin": rebound}):
+        code, answer = post_json(url + "api/dead-letters/replay", body, headers=headers)
+        assert code == 403 and "this server" in answer["error"]
+    code, answer = post_json(url + "api/dead-letters/replay", body)
     assert (code, answer["replayed"]) == (200, 1)
     [again] = fetched(sub, 1)
     assert again.payload == b"bad"

@@ -4,8 +4,9 @@ The standard library's ThreadingHTTPServer on a thread of its own, so the API ne
 extra installed. Handlers read the node through its IO thread (``engine.call``) and ask
 other nodes over their control sockets with sockets of their own (collect.py); they never
 touch the IO thread's sockets. Admin actions (POST) are served only when the node's
-``http_admin`` is set, and only with a JSON body: a browser sends a cross-origin JSON POST
-only after a CORS preflight this server never grants, so a page elsewhere cannot act.
+``http_admin`` is set, only with a JSON body (a browser sends a cross-origin JSON POST
+only after a CORS preflight this server never grants) and only from this server's own
+origin (origin.py: a page of another site cannot act, even through DNS rebinding).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..errors import NodeClosedError, NodeStateError
 from . import views
 from .actions import ADMIN_OPS, GROUP_RM, HttpError, act, count, dead_letters, remove_group
 from .collect import MESH_TIMEOUT_S, collect_mesh
+from .origin import check_origin
 from .prometheus import CONTENT_TYPE, render
 
 if TYPE_CHECKING:
@@ -98,6 +100,7 @@ class HttpApi:
     ) -> None:
         host, port = parse_seed(address, what=what, allow_port_zero=True)
         self.engine = engine
+        self.host = host
         self.admin = admin
         self.metrics_only = metrics_only
         self.ctx: zmq.Context[zmq.Socket[bytes]] | None = None if metrics_only else zmq.Context()
@@ -156,7 +159,7 @@ class HttpApi:
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such resource: {path}")
         return "application/json", _json(GETS[path](self, query))
 
-    def post(self, path: str, body: dict[str, Any]) -> bytes:
+    def post(self, path: str, body: dict[str, Any], host: str | None, origin: str | None) -> bytes:
         op = path.removeprefix("/api/dead-letters/")
         if self.metrics_only or (path != GROUP_RM and op not in ADMIN_OPS):
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {path}")
@@ -166,6 +169,7 @@ class HttpApi:
                 "admin actions are off on this node: set "
                 "http_admin = true in its [node] table to allow them",
             )
+        check_origin(host, origin, self.host)
         if path == GROUP_RM:
             return _json(remove_group(self.engine, self._ctx(), body))
         return _json(act(self.engine, self._ctx(), op, body))
@@ -266,7 +270,9 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {exc}") from None
             if not isinstance(body, dict):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
-            return "application/json", self.server.api.post(urlsplit(self.path).path, body)
+            path = urlsplit(self.path).path
+            host, origin = self.headers.get("Host"), self.headers.get("Origin")
+            return "application/json", self.server.api.post(path, body, host, origin)
 
         self._answer(act)
 

@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from .._http.actions import ADMIN_OPS, GROUP_RM, HttpError
+from .._http.origin import check_origin
 from .._http.views import groups_view, nodes_view, topics_view, unreachable
 from .history import History
 from .source import Source
@@ -73,8 +74,9 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
 class WebApp:
     """One ``zmesh web`` server's state: the source, the history, the open pages."""
 
-    def __init__(self, source: Source, *, admin: bool, interval_s: float) -> None:
+    def __init__(self, source: Source, *, host: str, admin: bool, interval_s: float) -> None:
         self.source = source
+        self.host = host  # (as --listen gives it)
         self.admin = admin
         self.interval_s = interval_s
         self.history = History()
@@ -194,8 +196,9 @@ class WebApp:
     async def _admin(
         self, request: web.Request, run: Callable[[dict[str, Any]], dict[str, Any]]
     ) -> web.Response:
-        """An admin action: refused without --admin or without a JSON body (a form posted
-        from another site), else run on a worker thread."""
+        """An admin action: refused without --admin, without a JSON body (a form posted
+        from another site) or from another origin (origin.py), else run on a worker
+        thread."""
         loop = asyncio.get_running_loop()
 
         async def acted() -> dict[str, Any]:
@@ -206,6 +209,7 @@ class WebApp:
                     "web with --admin to replay or purge dead letters and "
                     "remove groups",
                 )
+            check_origin(request.headers.get("Host"), request.headers.get("Origin"), self.host)
             if request.content_type != "application/json":
                 raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "actions take a JSON body")
             try:
@@ -244,7 +248,7 @@ async def serve(
     ready: Callable[[str], None],
 ) -> None:
     """Serve until ``stop`` is set; ``ready(url)`` once listening."""
-    app = WebApp(source, admin=admin, interval_s=interval_s).build()
+    app = WebApp(source, host=host, admin=admin, interval_s=interval_s).build()
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     try:
