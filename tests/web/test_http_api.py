@@ -294,7 +294,7 @@ def test_admin_actions_when_enabled(make_node: Callable[..., zmesh.Node]) -> Non
     assert post_json(url, {**body, "node": "nobody"})[0] == 404
     assert post_json(url, {**body, "seqs": "all"}) == (
         400,
-        {"error": "seqs must be a list of ints"},
+        {"error": "seqs must be a list of ints in 0..2**64-1"},
     )
     code, answer = post_json(url, {**body, "node": scene.prod.id})
     assert code == 200

@@ -1,6 +1,7 @@
 """A node's HTTP endpoints (its API and its metrics port) against clients that misbehave:
 connections left idle or requests sent by halves neither keep the node from closing nor
-hold a thread for ever, and a bad Content-Length is refused."""
+hold a thread for ever, and bad input (a Content-Length, a query, a body) is a 400 that
+says what is wrong."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 import zmesh
 from tests.conftest import wait_until
-from tests.web.conftest import connect, raw_request, read_all
+from tests.web.conftest import connect, get_json, post_json, raw_request, read_all
 from zmesh._http import server
 
 HALF_SENT = (
@@ -80,3 +81,63 @@ def test_a_bad_content_length_is_refused(make_node: Callable[..., zmesh.Node], l
     assert json.loads(body) == {
         "error": f"Content-Length must be a number of bytes, got {length!r}"
     }
+
+
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        ("limit=%C2%B2", "limit must be an int in 1..100000, got '\u00b2'"),
+        (f"limit={2**64}", f"limit must be an int in 1..100000, got '{2**64}'"),
+        ("limit=0", "limit must be an int in 1..100000, got '0'"),
+        ("topic=a*b", "topic name 'a*b' is invalid"),
+        ("group=a%20b", "group name 'a b' is invalid"),
+    ],
+)
+def test_bad_dead_letter_queries_are_400(
+    make_node: Callable[..., zmesh.Node], query: str, error: str
+) -> None:
+    hub = make_node("hub", http_address="127.0.0.1:0")
+    make_node("peer", seeds=[hub.control_address])  # (asked over its control socket)
+    wait_until(lambda: hub.peers(), what="the hub meeting its peer")
+    base = {"topic": "t", "group": "g"}
+    name, _, value = query.partition("=")
+    query = "&".join(f"{k}={v}" for k, v in {**base, name: value}.items())
+    code, answer = get_json(f"http://{hub.http_address}/api/dead-letters?{query}")
+    assert code == 400 and answer["error"].startswith(error)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "error"),
+    [
+        ("replay", {"seqs": [10**23]}, "seqs must be a list of ints in 0..2**64-1"),
+        ("purge", {"seqs": [-1]}, "seqs must be a list of ints in 0..2**64-1"),
+        ("replay", {"topic": "a*b"}, "topic name 'a*b' is invalid"),
+        ("purge", {"group": ""}, "group is required"),
+        ("rm", {"topic": "a*b"}, "topic name 'a*b' is invalid"),
+        ("rm", {"group": "a/b"}, "group name 'a/b' is invalid"),
+    ],
+)
+def test_bad_actions_are_400(
+    make_node: Callable[..., zmesh.Node], path: str, body: dict, error: str
+) -> None:
+    hub = make_node("hub", http_address="127.0.0.1:0", http_admin=True)
+    make_node("peer", seeds=[hub.control_address])
+    wait_until(lambda: hub.peers(), what="the hub meeting its peer")
+    url = f"http://{hub.http_address}/api/" + (
+        "groups/rm" if path == "rm" else f"dead-letters/{path}"
+    )
+    code, answer = post_json(url, {"node": "peer", "topic": "t", "group": "g", **body})
+    assert code == 400 and answer["error"].startswith(error)
+
+
+def test_a_body_nested_too_deep_is_400(make_node: Callable[..., zmesh.Node]) -> None:
+    node = make_node("n", http_address="127.0.0.1:0", http_admin=True)
+    assert node.http_address is not None
+    deep = b"[" * 100_000
+    code, _headers, body = raw_request(
+        node.http_address,
+        b"POST /api/groups/rm HTTP/1.0\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(deep)}\r\n\r\n".encode()
+        + deep,
+    )
+    assert code == 400 and json.loads(body)["error"].startswith("body is not JSON")

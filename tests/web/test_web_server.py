@@ -12,7 +12,15 @@ from pathlib import Path
 import zmesh
 from tests.conftest import fetched, wait_members, wait_until
 from tests.integration.test_cli import Proc, run_cli
-from tests.web.conftest import ORDERS, Scene, build_scene, get_json, lane_of, post_json
+from tests.web.conftest import (
+    ORDERS,
+    Scene,
+    build_scene,
+    call_json,
+    get_json,
+    lane_of,
+    post_json,
+)
 from tests.web.test_browser import URL_RE
 from zmesh._security import generate_keypair
 
@@ -129,6 +137,30 @@ def test_web_from_a_nodes_http_api(
     body = {"node": "prod", "topic": "orders", "group": "billing"}
     code, answer = post_json(url + "api/dead-letters/replay", body)
     assert code == 403 and "http_admin" in answer["error"]
+
+
+def test_bad_input_is_a_400_that_says_why(
+    tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc]
+) -> None:
+    hub = make_node("hub")
+    where = ["--mesh", hub.config.mesh, "--seed", hub.control_address, "--no-mdns"]
+    url = start(tmp_path, procs, [*where, "--interface", "127.0.0.1", "--admin"])
+    body = {"node": "hub", "topic": "t", "group": "g"}
+    for bad, error in (
+        ({"seqs": [10**23]}, "seqs must be a list of ints in 0..2**64-1"),
+        ({"seqs": [-1]}, "seqs must be a list of ints in 0..2**64-1"),
+        ({"topic": "a*b"}, "topic name 'a*b' is invalid"),
+    ):
+        code, answer = post_json(url + "api/dead-letters/replay", {**body, **bad})
+        assert code == 400 and answer["error"].startswith(error)
+    deep = urllib.request.Request(
+        url + "api/groups/rm",
+        data=b"[" * 100_000,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    code, answer = call_json(deep)
+    assert code == 400 and answer["error"].startswith("body is not JSON")
 
 
 def test_a_secured_mesh_seen_and_acted_on_with_an_operators_key(

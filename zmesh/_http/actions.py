@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from .._protocol.frames import AdminReply
+from ..config import check_name, int_in
+from ..errors import ConfigError
 from .collect import MESH_TIMEOUT_S, all_targets, run_admin
 
 if TYPE_CHECKING:
@@ -19,6 +21,8 @@ if TYPE_CHECKING:
 
 ADMIN_OPS = {"replay": "replayed", "purge": "purged"}  # op -> the count's name in answers
 GROUP_RM = "/api/groups/rm"
+MAX_LIMIT = 100_000  # dead letters listed in one answer, at most
+MAX_SEQ = 2**64 - 1
 
 
 class HttpError(Exception):
@@ -41,6 +45,14 @@ def arg(source: Mapping[str, Any], name: str) -> str:
     if not isinstance(value, str) or not value:
         raise HttpError(HTTPStatus.BAD_REQUEST, f"{name} is required")
     return value
+
+
+def name_arg(source: Mapping[str, Any], kind: str) -> str:
+    """A required topic or group name (``kind``), valid as a node takes it."""
+    try:
+        return check_name(kind, arg(source, kind))
+    except ConfigError as exc:
+        raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
 
 
 def payload_json(payload: bytes) -> dict[str, str | None]:
@@ -67,11 +79,14 @@ def dead_letters(
 ) -> dict[str, Any]:
     """The parked messages of ``query``'s topic and group at every node this one knows (or
     at ``node``, an id or a name), with the nodes that could not say."""
-    args: dict[str, Any] = {"topic": arg(query, "topic"), "group": arg(query, "group")}
-    limit = str(query.get("limit", "1000"))
-    if not limit.isdigit() or int(limit) < 1:
-        raise HttpError(HTTPStatus.BAD_REQUEST, f"limit must be an int >= 1, got {limit!r}")
-    args["limit"] = int(limit)
+    args: dict[str, Any] = {"topic": name_arg(query, "topic"), "group": name_arg(query, "group")}
+    given = str(query.get("limit", "1000"))
+    limit = count(given)
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, f"limit must be an int in 1..{MAX_LIMIT}, got {given!r}"
+        )
+    args["limit"] = limit
     targets = all_targets(engine)
     node = query.get("node")
     if node:
@@ -96,7 +111,7 @@ def remove_group(
     """Delete ``body``'s group of its topic at this node and every live peer (admin op
     ``group_rm``, as ``zmesh group rm`` asks it): what was dropped here, how many peers
     were told."""
-    args = {"topic": arg(body, "topic"), "group": arg(body, "group")}
+    args = {"topic": name_arg(body, "topic"), "group": name_arg(body, "group")}
     [answer] = run_admin(engine, ctx, all_targets(engine)[:1], "group_rm", args)
     reply = answer.reply
     assert isinstance(reply, AdminReply)  # (this node's own: always answered)
@@ -115,11 +130,11 @@ def act(
     if op not in ADMIN_OPS:
         raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {op}")
     node = arg(body, "node")
-    args: dict[str, Any] = {"topic": arg(body, "topic"), "group": arg(body, "group")}
+    args: dict[str, Any] = {"topic": name_arg(body, "topic"), "group": name_arg(body, "group")}
     seqs = body.get("seqs")
     if seqs is not None:
-        if not isinstance(seqs, list) or not all(type(s) is int for s in seqs):
-            raise HttpError(HTTPStatus.BAD_REQUEST, "seqs must be a list of ints")
+        if not isinstance(seqs, list) or not all(int_in(s, 0, MAX_SEQ) for s in seqs):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "seqs must be a list of ints in 0..2**64-1")
         args["seqs"] = seqs
     target = [t for t in all_targets(engine) if node in (t.node_id, t.name)]
     if not target:

@@ -266,7 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             try:
                 body = json.loads(raw or b"{}")
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep)
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {exc}") from None
             if not isinstance(body, dict):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")

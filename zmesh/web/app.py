@@ -214,7 +214,7 @@ class WebApp:
                 raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "actions take a JSON body")
             try:
                 body = await request.json()
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep)
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {exc}") from None
             if not isinstance(body, dict):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
@@ -235,6 +235,11 @@ async def _answer(make: Callable[[], Awaitable[dict[str, Any]]]) -> web.Response
         return web.json_response(await make(), headers={"Cache-Control": "no-store"})
     except HttpError as exc:
         return web.json_response({"error": str(exc)}, status=exc.status)
+    except Exception as exc:
+        log.exception("zmesh web: a request failed")
+        return web.json_response(
+            {"error": f"{type(exc).__name__}: {exc}"}, status=HTTPStatus.INTERNAL_SERVER_ERROR
+        )
 
 
 async def serve(
