@@ -6,6 +6,9 @@ says what is wrong."""
 from __future__ import annotations
 
 import json
+import logging
+import socket
+import struct
 import threading
 from collections.abc import Callable
 
@@ -141,3 +144,27 @@ def test_a_body_nested_too_deep_is_400(make_node: Callable[..., zmesh.Node]) -> 
         + deep,
     )
     assert code == 400 and json.loads(body)["error"].startswith("body is not JSON")
+
+
+def test_a_client_gone_early_is_a_debug_line(
+    make_node: Callable[..., zmesh.Node],
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="zmesh._http.server")
+    node = make_node("n", http_address="127.0.0.1:0", http_admin=True)
+    assert node.http_address is not None
+    for request in (HALF_SENT, b"GET /api/node HTTP/1.0\r\n\r\n"):
+        with connect(node.http_address) as client:
+            client.sendall(request)
+            # (the connection reset, not closed: the node's next read or write fails)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    # (connections are taken in order: once a later one is answered, both were taken)
+    assert raw_request(node.http_address, b"GET /metrics HTTP/1.0\r\n\r\n")[0] == 200
+    wait_until(
+        lambda: not [t for t in threading.enumerate() if t.name == "zmesh-http-n-request"],
+        what="the node done with both requests",
+    )
+    assert "Traceback" not in capfd.readouterr().err
+    gone = [r for r in caplog.records if r.name == "zmesh._http.server" and "reset" in r.message]
+    assert gone and all(r.levelno == logging.DEBUG and not r.exc_info for r in gone)

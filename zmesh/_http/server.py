@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -74,6 +75,15 @@ class _Server(ThreadingHTTPServer):
         with self._lock:  # (not while cut goes through them)
             self._open.pop(request, None)
             super().close_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # (socketserver prints a traceback on stderr: a client that went away is no error
+        # of the node's, and what else fails goes to the log as one record)
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            log.debug("HTTP client %s went away: %s", client_address[0], exc)
+        else:
+            log.exception("HTTP request from %s failed", client_address[0])
 
     def cut(self, how: int) -> list[threading.Thread]:
         """Shut ``how`` of every open connection down; the threads serving them."""
@@ -301,6 +311,8 @@ class _Handler(BaseHTTPRequestHandler):
             status = HTTPStatus.OK
         except HttpError as exc:
             status, kind, body = exc.status, "application/json", _json({"error": str(exc)})
+        except ConnectionError:
+            raise  # (the client went away while it sent its request: handle_error)
         except (NodeStateError, zmq.ContextTerminated) as exc:  # closing, or too busy
             status, kind = HTTPStatus.SERVICE_UNAVAILABLE, "application/json"
             body = _json({"error": str(exc)})
