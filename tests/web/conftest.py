@@ -9,12 +9,15 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 import zmesh
 from tests.conftest import fetched, wait_members, wait_until
 from tests.integration.conftest import procs  # noqa: F401  (the fixture, for these tests too)
+from tests.integration.test_cli import Proc
+from tests.integration.test_cli_ops import node_toml
 
 ORDERS = 10
 METRICS = 4
@@ -141,3 +144,12 @@ def raw_request(address: str, request: bytes) -> tuple[int, dict[str, str], byte
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     return int(status.split()[1]), headers, body
+
+
+def run_node(tmp_path: Path, mesh: str, started: list[Proc]) -> tuple[Proc, str]:
+    """A ``zmesh node run`` process with an HTTP API (added to ``started``): it and the
+    API's URL."""
+    toml = node_toml(tmp_path, "solo", mesh, extra='http_address = "127.0.0.1:0"')
+    node = Proc(tmp_path, "solo", ["node", "run", str(toml)])
+    started.append(node)
+    return node, node.wait_for(r"http (http://127\.0\.0\.1:\d+)/").group(1)

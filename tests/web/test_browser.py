@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import pytest
 import zmesh
 from tests.conftest import fetched, wait_members, wait_until
 from tests.integration.test_cli import Proc
-from tests.web.conftest import build_scene, lane_of
+from tests.web.conftest import build_scene, lane_of, run_node
 
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = [
@@ -232,3 +234,38 @@ def test_without_admin_the_page_offers_no_actions(
     expect(row.locator("td[data-col=reason]")).to_have_text("bad record")
     expect(page.locator("button[data-action]")).to_have_count(0)
     expect(page.get_by_text("Admin actions are off")).to_be_visible()
+
+
+def test_a_failing_source_is_shown(
+    tmp_path: Path, mesh_name: str, procs: list[Proc], browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    node, api = run_node(tmp_path, mesh_name, procs)
+    web = Proc(
+        tmp_path, "web", ["web", "--api", api, "--listen", "127.0.0.1:0", "--interval", "0.3"]
+    )
+    procs.append(web)
+    page = browser.new_page()
+    page.goto(web.wait_for(URL_RE).group(1))
+    live = page.locator("#live")
+    expect(live).to_have_text("live", timeout=SEEN_S)
+    expect(page.locator("svg.map g.node[data-name=solo]")).to_have_count(1)
+    os.kill(node.popen.pid, signal.SIGKILL)
+    node.popen.wait(10)
+    expect(live).to_have_text("stale", timeout=SEEN_S)
+    expect(page.get_by_test_id("stale")).to_contain_text(
+        f"cannot read the mesh from the HTTP API at {api}"
+    )
+    shot(page, tmp_path, "web-stale")
+
+    with socket.socket() as closed:  # (bound, never listening: connections are refused)
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        web = Proc(tmp_path, "web-nowhere", ["web", "--api", nowhere, "--listen", "127.0.0.1:0"])
+        procs.append(web)
+        page.goto(web.wait_for(URL_RE).group(1))
+        expect(live).to_have_text("no data", timeout=SEEN_S)
+        expect(page.get_by_test_id("failure")).to_contain_text(
+            f"cannot read the mesh from the HTTP API at {nowhere}"
+        )

@@ -5,6 +5,9 @@ follow the scene's mesh, it refuses admin actions unless started with --admin, a
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +23,7 @@ from tests.web.conftest import (
     get_json,
     lane_of,
     post_json,
+    run_node,
 )
 from tests.web.test_browser import URL_RE
 from zmesh._security import generate_keypair
@@ -37,6 +41,7 @@ SNAPSHOT_KEYS = {
     "lanes",
     "unreachable",
     "statuses",
+    "stale",
 }
 LANE_POINT_KEYS = {
     "key",
@@ -52,8 +57,8 @@ LANE_POINT_KEYS = {
 }
 
 
-def start(tmp_path: Path, procs: list[Proc], args: list[str]) -> str:
-    web = Proc(tmp_path, "web", ["web", "--listen", "127.0.0.1:0", "--interval", "0.2", *args])
+def start(tmp_path: Path, procs: list[Proc], args: list[str], name: str = "web") -> str:
+    web = Proc(tmp_path, name, ["web", "--listen", "127.0.0.1:0", "--interval", "0.2", *args])
     procs.append(web)
     return web.wait_for(URL_RE).group(1)
 
@@ -137,6 +142,35 @@ def test_web_from_a_nodes_http_api(
     body = {"node": "prod", "topic": "orders", "group": "billing"}
     code, answer = post_json(url + "api/dead-letters/replay", body)
     assert code == 403 and "http_admin" in answer["error"]
+
+
+def test_a_failing_source_is_told_to_the_pages(
+    tmp_path: Path, mesh_name: str, procs: list[Proc]
+) -> None:
+    with socket.socket() as closed:  # (bound, never listening: connections are refused)
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        url = start(tmp_path, procs, ["--api", nowhere], name="web-nowhere")
+        event, data = first_event(url)
+        error = f"cannot read the mesh from the HTTP API at {nowhere}: {nowhere}: "
+        assert event == "failure" and data["error"].startswith(error)
+        assert data["source"] == f"the HTTP API at {nowhere}"
+        code, answer = get_json(url + "api/snapshot")
+        assert code == 503 and answer["error"].startswith(error)
+
+    node, api = run_node(tmp_path, mesh_name, procs)
+    url = start(tmp_path, procs, ["--api", api])
+    code, snap = get_json(url + "api/snapshot")
+    assert code == 200 and snap["stale"] is None
+    os.kill(node.popen.pid, signal.SIGKILL)
+    node.popen.wait(10)
+    stale = wait_until(
+        lambda: get_json(url + "api/snapshot")[1]["stale"], what="the snapshot marked stale"
+    )
+    assert stale["error"].startswith(f"cannot read the mesh from the HTTP API at {api}: ")
+    assert stale["age_s"] >= 0
+    event, data = first_event(url)
+    assert event == "snapshot" and data["stale"]["error"] == stale["error"]
 
 
 def test_bad_input_is_a_400_that_says_why(

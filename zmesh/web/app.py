@@ -1,6 +1,8 @@
 """The server of ``zmesh web`` (aiohttp): the page and its assets, a snapshot of the mesh
 taken every interval and pushed to every open page as a server-sent event, the history
-the page's charts start from, and the dead-letter actions.
+the page's charts start from, and the dead-letter actions. While the source fails, the
+last snapshot is pushed again marked ``stale`` (with the error and its age), or the
+failure alone (event ``failure``) if there is none yet.
 
 Collecting the mesh blocks (ZeroMQ requests, or HTTP to a node's API), so it runs on a
 worker thread while the event loop goes on serving; one collection at a time.
@@ -64,6 +66,7 @@ def snapshot(
         "lanes": lanes,
         "unreachable": unreachable(mesh),
         "statuses": {n["id"]: n["status"] for n in mesh["nodes"] if n["status"]},
+        "stale": None,  # (while the source fails: the error, and the seconds since taken)
     }
 
 
@@ -81,9 +84,10 @@ class WebApp:
         self.interval_s = interval_s
         self.history = History()
         self.latest: dict[str, Any] | None = None
-        self.error: str | None = None
-        self._pages: set[asyncio.Queue[dict[str, Any]]] = set()
-        self._first = asyncio.Event()
+        self.latest_at = 0.0  # (time.time() when it was taken)
+        self.error: str | None = None  # (why the last look at the mesh failed)
+        self._pages: set[asyncio.Queue[bytes]] = set()
+        self._looked = asyncio.Event()
 
     def build(self) -> web.Application:
         app = web.Application()
@@ -114,11 +118,16 @@ class WebApp:
             try:
                 mesh = await loop.run_in_executor(None, self.source.mesh)
             except Exception as exc:  # (a source's failure is shown, and tried again)
-                self.error = f"cannot read the mesh from {self.source.description}: {exc}"
-                log.warning("%s", self.error)
+                error = f"cannot read the mesh from {self.source.description}: {exc}"
+                if error != self.error:
+                    log.warning("%s", error)
+                self.error = error
             else:
+                if self.error is not None:
+                    log.info("reading the mesh from %s again", self.source.description)
                 self.error = None
-                lanes = self.history.add(mesh, time.time())
+                self.latest_at = time.time()
+                lanes = self.history.add(mesh, self.latest_at)
                 self.latest = snapshot(
                     mesh,
                     lanes,
@@ -126,11 +135,12 @@ class WebApp:
                     admin=self.admin,
                     interval_s=self.interval_s,
                 )
-                self._first.set()
-                for queue in self._pages:
-                    if queue.full():
-                        queue.get_nowait()
-                    queue.put_nowait(self.latest)
+            self._looked.set()
+            told = self._told()
+            for queue in self._pages:
+                if queue.full():
+                    queue.get_nowait()
+                queue.put_nowait(told)
             await asyncio.sleep(max(0.0, self.interval_s - (loop.time() - started)))
 
     # -- routes -------------------------------------------------------------------------
@@ -138,12 +148,28 @@ class WebApp:
     async def index(self, _request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
 
+    def shown(self) -> dict[str, Any] | None:
+        """The latest snapshot, marked stale while the source fails; None before one."""
+        if self.latest is None or self.error is None:
+            return self.latest
+        age_s = round(time.time() - self.latest_at, 1)
+        return {**self.latest, "stale": {"error": self.error, "age_s": age_s}}
+
+    def _told(self) -> bytes:
+        """What the pages are told after a look: the snapshot shown, or why there is
+        none."""
+        shown = self.shown()
+        if shown is not None:
+            return _sse("snapshot", shown)
+        return _sse("failure", {"source": self.source.description, "error": self.error})
+
     async def _current(self) -> dict[str, Any]:
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._first.wait(), timeout=30)
-        if self.latest is None:
+            await asyncio.wait_for(self._looked.wait(), timeout=30)
+        shown = self.shown()
+        if shown is None:
             raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, self.error or "no sample yet")
-        return self.latest
+        return shown
 
     async def get_snapshot(self, _request: web.Request) -> web.Response:
         return await _answer(self._current)
@@ -155,18 +181,19 @@ class WebApp:
         return await _answer(points)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        """Every new snapshot, as a server-sent event ``snapshot``."""
+        """After every look at the mesh, the snapshot shown as a server-sent event
+        ``snapshot``, or ``failure`` while there is none."""
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
         )
         await resp.prepare(request)
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(CLIENT_QUEUE)
+        queue: asyncio.Queue[bytes] = asyncio.Queue(CLIENT_QUEUE)
         self._pages.add(queue)
         try:
-            if self.latest is not None:
-                await resp.write(_sse("snapshot", self.latest))
+            if self._looked.is_set():
+                await resp.write(self._told())
             while True:
-                await resp.write(_sse("snapshot", await queue.get()))
+                await resp.write(await queue.get())
         except (ConnectionResetError, asyncio.CancelledError):
             pass  # the page went away, or the server stops
         finally:

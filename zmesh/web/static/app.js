@@ -5,6 +5,7 @@
 const MAX_POINTS = 300;
 const state = {
   snap: null,
+  failure: null,                 // {source, error} while the server has no snapshot to show
   hist: new Map(),               // lane key -> {meta, t, rate_in, rate_out, pending}
   sort: { col: "pending", dir: -1 },
   charts: new Map(),             // lane key -> uPlot
@@ -379,16 +380,26 @@ function route() {
 
 function render() {
   const snap = state.snap;
-  if (!snap) return;
+  const root = document.getElementById("view");
+  if (!snap) {
+    if (state.failure) {
+      document.getElementById("source").textContent = "from " + state.failure.source;
+      root.replaceChildren(el("p", { class: "down", "data-testid": "failure" }, state.failure.error));
+    }
+    return;
+  }
   const typing = document.activeElement === groupFilter ? [groupFilter.selectionStart, groupFilter.selectionEnd] : null;
   document.getElementById("mesh-name").textContent = `mesh ${snap.mesh}`;
   document.getElementById("updated").textContent = "updated " + new Date(snap.collected_at * 1000).toLocaleTimeString();
   document.getElementById("source").textContent = "from " + snap.source;
+  const problems = [];
+  if (snap.stale) problems.push(el("div", { "data-testid": "stale" }, `Not updated for ${age(snap.stale.age_s)}, the figures below are old: ${snap.stale.error}`));
+  if (snap.unreachable.length) problems.push(el("div", {}, `Unreachable: ${snap.unreachable.join(", ")} (no reply; their figures are missing from the sums)`));
   const banner = document.getElementById("banner");
-  banner.hidden = !snap.unreachable.length;
-  banner.textContent = snap.unreachable.length ? `Unreachable: ${snap.unreachable.join(", ")} (no reply; their figures are missing from the sums)` : "";
+  banner.hidden = !problems.length;
+  banner.replaceChildren(...problems);
+  root.classList.toggle("stale", Boolean(snap.stale));
   const [page, ...args] = route();
-  const root = document.getElementById("view");
   const view = [page || "mesh", ...args].join("/");
   if (page === "dead") {
     if (state.view === view) return;   // (the list is loaded on entering and after each action)
@@ -410,8 +421,14 @@ function connect() {
     const snap = JSON.parse(e.data);
     for (const lane of snap.lanes) addPoint(lane);
     state.snap = snap;
-    live.className = "pill on";
-    live.textContent = "live";
+    live.className = snap.stale ? "pill off" : "pill on";
+    live.textContent = snap.stale ? "stale" : "live";
+    render();
+  });
+  events.addEventListener("failure", (e) => {
+    state.failure = JSON.parse(e.data);
+    live.className = "pill off";
+    live.textContent = "no data";
     render();
   });
   events.onerror = () => { live.className = "pill off"; live.textContent = "reconnecting"; };
