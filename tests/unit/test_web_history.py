@@ -8,7 +8,7 @@ from zmesh.web import history
 from zmesh.web.history import History
 
 
-def mesh(**lanes: dict) -> dict:
+def mesh(read_at: float | None = None, **lanes: dict) -> dict:
     rows = [
         {
             "topic": "t",
@@ -21,7 +21,9 @@ def mesh(**lanes: dict) -> dict:
         }
         for name, figures in lanes.items()
     ]
-    return {"nodes": [{"id": "p" * 32, "name": "prod", "status": {"lanes": rows}}]}
+    return {
+        "nodes": [{"id": "p" * 32, "name": "prod", "read_at": read_at, "status": {"lanes": rows}}]
+    }
 
 
 def test_rates_are_differences_over_time() -> None:
@@ -52,3 +54,13 @@ def test_points_are_bounded_and_gone_lanes_dropped(monkeypatch) -> None:
     assert sorted(h.series) == [f"{'p' * 32}/t/a"]
     [a] = h.points()
     assert (a["t"], a["pending"]) == ([2.0, 3.0, 4.0], [2, 3, 4])
+
+
+def test_points_are_stamped_when_their_status_was_read() -> None:
+    # A collection that waited 2 s on an unreachable node, then one that did not: the
+    # counters moved over the second between the reads, not over the 0.1 s between the
+    # collections' ends.
+    h = History()
+    h.add(mesh(read_at=100.0, g={"pending": 0}), t=102.0)
+    [point] = h.add(mesh(read_at=101.0, g={"pending": 10}), t=102.1)
+    assert (point["t"], point["rate_in"]) == (101.0, 10.0)

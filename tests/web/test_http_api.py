@@ -77,6 +77,7 @@ MESH_NODE_KEYS = {
     "self",
     "alive",
     "reachable",
+    "read_at",
     "rtt_ms",
     "error",
     "status",
@@ -163,6 +164,7 @@ def test_mesh_lists_every_node_with_its_status_and_links(scene: Scene) -> None:
     for name, node in by_name.items():
         assert set(node) == MESH_NODE_KEYS
         assert node["reachable"] and node["error"] is None and node["alive"]
+        assert node["read_at"] <= mesh["collected_at"]
         assert node["self"] == (name == "hub")
         assert node["status"]["node"]["name"] == name
         assert node["control"] == getattr(scene, name).control_address
@@ -398,7 +400,12 @@ def test_a_killed_node_is_reported_unreachable(
     code, mesh = get_json(url)
     assert code == 200
     [gone] = [n for n in mesh["nodes"] if n["name"] == "ghost"]
-    assert (gone["reachable"], gone["status"], gone["rtt_ms"]) == (False, None, None)
+    assert (gone["reachable"], gone["status"], gone["rtt_ms"], gone["read_at"]) == (
+        False,
+        None,
+        None,
+        None,
+    )
     assert gone["error"] == "no status reply within 0.5s"
     wait_until(
         lambda: [n["alive"] for n in get_json(url)[1]["nodes"]] == [True, False],

@@ -4,7 +4,9 @@ A status holds counters since its node started, not rates: a rate is the differe
 samples over the time between them. What entered a lane is what it still owes plus what
 it settled (``views.entered``); what left it is what its groups acked. A producer that
 restarted starts its counters again, so a counter that went down starts the lane afresh
-rather than giving a negative rate. Pure: the caller gives each sample's time.
+rather than giving a negative rate. A point is stamped with the time its producer's status
+was read (``read_at``; a collection that waits on an unreachable node ends seconds after
+it read the others), else the time the caller gives. Pure: no clock is read here.
 """
 
 from __future__ import annotations
@@ -82,8 +84,10 @@ class History:
         self._samples = 0
 
     def add(self, mesh: dict[str, Any], t: float) -> list[dict[str, Any]]:
-        """Take one collected mesh at time ``t``; the lanes' latest points."""
+        """Take one collected mesh, its statuses read at ``t`` unless it says when; the
+        lanes' latest points."""
         self._samples += 1
+        read_at = {node["id"]: node.get("read_at") for node in mesh["nodes"]}
         out = []
         for lane in lane_rows(mesh):
             key = key_of(lane["node_id"], lane["topic"], lane["lane"])
@@ -92,7 +96,8 @@ class History:
                 series = self.series[key] = Series(
                     lane["node_id"], lane["topic"], lane["lane"], lane["group"]
                 )
-            series.add(t, entered(lane), int(lane.get("acked", 0)), int(lane["pending"]))
+            at = read_at.get(lane["node_id"]) or t
+            series.add(at, entered(lane), int(lane.get("acked", 0)), int(lane["pending"]))
             self._seen[key] = self._samples
             out.append({**series.latest(), "name": lane["node"]})
         for key, at in list(self._seen.items()):
