@@ -168,3 +168,35 @@ def test_a_client_gone_early_is_a_debug_line(
     assert "Traceback" not in capfd.readouterr().err
     gone = [r for r in caplog.records if r.name == "zmesh._http.server" and "reset" in r.message]
     assert gone and all(r.levelno == logging.DEBUG and not r.exc_info for r in gone)
+
+
+def test_methods_other_than_get_head_and_post_are_405(
+    make_node: Callable[..., zmesh.Node],
+) -> None:
+    node, addresses = both_ports(make_node)
+    for address, allow in zip(addresses, ("GET, HEAD, POST", "GET, HEAD"), strict=True):
+        for method in ("PUT", "DELETE", "PATCH", "OPTIONS"):
+            code, headers, body = raw_request(
+                address, f"{method} /metrics HTTP/1.0\r\nContent-Length: 2\r\n\r\n{{}}".encode()
+            )
+            assert (code, headers["allow"], headers["content-type"]) == (
+                405,
+                allow,
+                "application/json",
+            )
+            assert json.loads(body) == {"error": f"{method} is not served here (only {allow})"}
+        code, headers, body = raw_request(address, b"HEAD /metrics HTTP/1.0\r\n\r\n")
+        assert (code, body) == (200, b"") and int(headers["content-length"]) > 0
+        assert headers["content-type"].startswith("text/plain; version=0.0.4")
+        code, headers, body = raw_request(address, b"BREW /metrics HTTP/1.0\r\n\r\n")
+        assert (code, headers["content-type"]) == (501, "application/json")
+        assert json.loads(body) == {"error": "Unsupported method ('BREW')"}
+    code, _headers, body = raw_request(addresses[0], b"HEAD /api/node HTTP/1.0\r\n\r\n")
+    assert (code, body) == (200, b"")
+
+
+def test_media_types_are_case_insensitive(make_node: Callable[..., zmesh.Node]) -> None:
+    node = make_node("n", http_address="127.0.0.1:0", http_admin=True)
+    url = f"http://{node.http_address}/api/groups/rm"
+    code, answer = post_json(url, {"group": "g"}, content_type="Application/JSON; charset=UTF-8")
+    assert (code, answer) == (400, {"error": "topic is required"})

@@ -265,9 +265,16 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         self._answer(lambda: self.server.api.get(url.path, query))
 
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.do_GET()  # (_send leaves the body out)
+
     def do_POST(self) -> None:  # noqa: N802
+        if self.server.api.metrics_only:
+            self._not_allowed()
+            return
+
         def act() -> tuple[str, bytes]:
-            kind = self.headers.get("Content-Type", "").split(";")[0].strip()
+            kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
             raw = self._body()
             if kind != "application/json":
                 raise HttpError(
@@ -285,6 +292,27 @@ class _Handler(BaseHTTPRequestHandler):
             return "application/json", self.server.api.post(path, body, host, origin)
 
         self._answer(act)
+
+    def _not_allowed(self) -> None:
+        def refuse() -> tuple[str, bytes]:
+            self._body()  # (read: a connection closed on a body unread may be reset first)
+            raise HttpError(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                f"{self.command} is not served here (only {self._allowed()})",
+            )
+
+        self._answer(refuse)
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+    def _allowed(self) -> str:
+        return "GET, HEAD" if self.server.api.metrics_only else "GET, HEAD, POST"
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # (the standard library's answer, to a bad request line or an unknown method, is
+        # an HTML page)
+        self.log_error("code %d, message %s", code, message)
+        self._send(code, "application/json", _json({"error": message or HTTPStatus(code).phrase}))
 
     def _body(self) -> bytes:
         given = self.headers.get("Content-Length", "0")
@@ -320,12 +348,18 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("HTTP %s %s failed", self.command, self.path)
             status, kind = HTTPStatus.INTERNAL_SERVER_ERROR, "application/json"
             body = _json({"error": f"{type(exc).__name__}: {exc}"})
+        self._send(status, kind, body)
+
+    def _send(self, status: int, kind: str, body: bytes) -> None:
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        if status == HTTPStatus.METHOD_NOT_ALLOWED:
+            self.send_header("Allow", self._allowed())
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
 
 def serve(
