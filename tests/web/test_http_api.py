@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tests.web.conftest import (
     ORDERS,
     Scene,
     build_scene,
+    connect,
     get_json,
     lane_of,
     post_json,
@@ -266,8 +268,6 @@ def test_dead_letters_of_a_group_across_the_mesh(scene: Scene) -> None:
 
 
 def test_metrics_on_the_same_port(scene: Scene) -> None:
-    import urllib.request
-
     with urllib.request.urlopen(scene.url("/metrics"), timeout=10) as resp:
         kind, body = resp.headers["Content-Type"], resp.read().decode()
     assert kind.startswith("text/plain; version=0.0.4")
@@ -414,3 +414,23 @@ def test_a_killed_node_is_reported_unreachable(
     code, topics = get_json(f"http://{hub.http_address}/api/topics?timeout=0.5")
     assert topics["unreachable"] == ["ghost"]
     assert get_json(f"http://{hub.http_address}/api/mesh?timeout=0")[0] == 400
+
+
+def test_node_run_shows_both_addresses_and_stops_with_a_client_idle(
+    tmp_path: Path, mesh_name: str, procs: list[Proc]
+) -> None:
+    extra = 'http_address = "127.0.0.1:0"\nmetrics_address = "127.0.0.1:0"'
+    toml = node_toml(tmp_path, "solo", mesh_name, extra=extra)
+    node = Proc(tmp_path, "solo", ["node", "run", str(toml)])
+    procs.append(node)
+    # (port 0: zmesh node run shows the ports chosen)
+    shown = node.wait_for(r"http http://(\S+)/ metrics http://(\S+)/metrics")
+    api, metrics = shown.group(1), shown.group(2)
+    code, status = get_json(f"http://{api}/api/node")
+    assert code == 200
+    assert (status["node"]["http_address"], status["node"]["metrics_address"]) == (api, metrics)
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as resp:
+        assert b'zmesh_outbox_messages{mesh="' in resp.read()
+    with connect(api), connect(metrics):  # (clients that never send a request)
+        node.popen.terminate()
+        assert node.finish(30) == 0

@@ -127,6 +127,7 @@ class HttpApi:
         self._server.api = self
         bound = self._server.server_address[1]
         self.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+        engine.http_endpoints[what] = self.address
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=f"zmesh-http-{engine.config.name}", daemon=True
         )
