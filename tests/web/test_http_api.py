@@ -265,6 +265,11 @@ def test_dead_letters_of_a_group_across_the_mesh(scene: Scene) -> None:
         400,
         {"error": "topic is required"},
     )
+    # (as the actions answer for a node this one does not know)
+    assert get_json(scene.url("/api/dead-letters?topic=orders&group=billing&node=ghost")) == (
+        404,
+        {"error": "node 'ghost' is not known to this node"},
+    )
 
 
 def test_metrics_on_the_same_port(scene: Scene) -> None:

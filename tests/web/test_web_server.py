@@ -114,6 +114,14 @@ def test_web_from_its_own_node_without_admin(
     assert len(points["t"]) == len(points["pending"]) >= 1 and points["pending"][-1] == ORDERS
     code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing")
     assert code == 200 and [d["reason"] for d in dead["letters"]] == ["bad record"]
+    code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing&node=cons")
+    assert code == 200 and dead["letters"] == []  # (the one dead letter is at prod)
+    code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing&node=ghost")
+    assert code == 404
+    code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing&limit=1")
+    assert code == 200 and dead["limit"] == 1 and len(dead["letters"]) == 1
+    code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing&limit=0")
+    assert code == 400 and dead["error"].startswith("limit must be an int in 1..")
     body = {"node": "prod", "topic": "orders", "group": "billing"}
     code, answer = post_json(url + "api/dead-letters/replay", body)
     assert code == 403 and "--admin" in answer["error"]

@@ -91,6 +91,8 @@ def dead_letters(
     node = query.get("node")
     if node:
         targets = [t for t in targets if node in (t.node_id, t.name)]
+        if not targets:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"node {node!r} is not known to this node")
     letters: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     for a in run_admin(engine, ctx, targets, "dead_letters", args, timeout_s):

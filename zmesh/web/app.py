@@ -201,13 +201,17 @@ class WebApp:
         return resp
 
     async def get_dead_letters(self, request: web.Request) -> web.Response:
-        topic, group = request.query.get("topic", ""), request.query.get("group", "")
+        """A group's dead letters: ``topic``, ``group``, and ``limit`` and ``node`` as the
+        HTTP API takes them."""
+        query = {
+            k: request.query[k] for k in ("topic", "group", "limit", "node") if k in request.query
+        }
         loop = asyncio.get_running_loop()
 
         async def listed() -> dict[str, Any]:
-            if not topic or not group:
+            if not query.get("topic") or not query.get("group"):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "topic and group are required")
-            return await loop.run_in_executor(None, self.source.dead_letters, topic, group)
+            return await loop.run_in_executor(None, self.source.dead_letters, query)
 
         return await _answer(listed)
 
