@@ -322,19 +322,25 @@ def test_admin_actions_when_enabled(make_node: Callable[..., zmesh.Node]) -> Non
     code, answer = post_json(scene.url("/api/dead-letters/purge"), body)
     assert (code, answer["purged"]) == (200, 1)
     assert lane_of(scene.prod, "orders", "billing")["dead_letters"] == 0
-    # Group removal: asked at the API's node, which tells every live peer.
+    # Group removal: asked at every node the API's node knows, then at it, which tells
+    # every live peer; what each dropped is summed.
     code, answer = post_json(scene.url("/api/groups/rm"), {"topic": "orders", "group": "audit"})
-    assert (code, answer) == (
-        200,
-        {
-            "node": scene.hub.id,
-            "name": "hub",
-            "topic": "orders",
-            "group": "audit",
-            "dropped": 0,
-            "peers_told": 2,
-        },
-    )
+    assert code == 200
+    dropped_at = sorted(answer.pop("dropped_at"), key=lambda d: d["name"])
+    assert answer == {
+        "node": scene.hub.id,
+        "name": "hub",
+        "topic": "orders",
+        "group": "audit",
+        "dropped": ORDERS,
+        "peers_told": 2,
+        "errors": [],
+    }
+    assert dropped_at == [
+        {"node": scene.cons.id, "name": "cons", "dropped": 0},
+        {"node": scene.hub.id, "name": "hub", "dropped": 0},
+        {"node": scene.prod.id, "name": "prod", "dropped": ORDERS},
+    ]
     wait_until(
         lambda: not [ln for ln in scene.prod.status()["lanes"] if ln["group"] == "audit"],
         what="prod dropping the audit lane",

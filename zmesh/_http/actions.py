@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from .._protocol.frames import AdminReply
+from .._subjects import check_subject
 from ..config import check_name, int_in
 from ..errors import ConfigError
 from .collect import MESH_TIMEOUT_S, all_targets, run_admin
@@ -47,10 +48,14 @@ def arg(source: Mapping[str, Any], name: str) -> str:
     return value
 
 
-def name_arg(source: Mapping[str, Any], kind: str) -> str:
-    """A required topic or group name (``kind``), valid as a node takes it."""
+def name_arg(source: Mapping[str, Any], kind: str, *, wildcards: bool = False) -> str:
+    """A required topic or group name (``kind``), valid as a node takes it (a topic,
+    ``wildcards``: or a pattern)."""
+    value = arg(source, kind)
     try:
-        return check_name(kind, arg(source, kind))
+        if kind == "topic":
+            return check_subject("topic", value, wildcards=wildcards)
+        return check_name(kind, value)
     except ConfigError as exc:
         raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
 
@@ -110,18 +115,43 @@ def dead_letters(
 def remove_group(
     engine: Engine, ctx: zmq.Context[zmq.Socket[bytes]], body: dict[str, Any]
 ) -> dict[str, Any]:
-    """Delete ``body``'s group of its topic at this node and every live peer (admin op
-    ``group_rm``, as ``zmesh group rm`` asks it): what was dropped here, how many peers
-    were told."""
-    args = {"topic": name_arg(body, "topic"), "group": name_arg(body, "group")}
-    [answer] = run_admin(engine, ctx, all_targets(engine)[:1], "group_rm", args)
-    reply = answer.reply
+    """Delete ``body``'s group of its topic (or pattern) at every node this one knows,
+    then here (admin op ``group_rm``), whence every live peer is told as ``zmesh group
+    rm`` does (a live peer that did not answer drops it so): what each node dropped of
+    what it owed the group (``dropped_at``) and their sum, how many peers were told, and
+    the nodes that did not answer (``errors``)."""
+    args = {"topic": name_arg(body, "topic", wildcards=True), "group": name_arg(body, "group")}
+    me, *peers = all_targets(engine)
+    # (each peer drops its own lanes and counts them; told first, it has nothing left to
+    # drop when this node's word comes)
+    answers = run_admin(engine, ctx, peers, "group_rm", {**args, "announce": False})
+    [here] = run_admin(engine, ctx, [me], "group_rm", args)
+    reply = here.reply
     assert isinstance(reply, AdminReply)  # (this node's own: always answered)
     if not reply.ok:
         raise HttpError(HTTPStatus.BAD_REQUEST, reply.error)
-    result = reply.result
-    assert isinstance(result, dict)
-    return {"node": answer.target.node_id, "name": answer.target.name, **args, **result}
+    told = reply.result
+    assert isinstance(told, dict)
+    dropped_at: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    for a in [here, *answers]:
+        result = a.reply.result if isinstance(a.reply, AdminReply) and a.reply.ok else None
+        if isinstance(result, dict):
+            dropped_at.append(
+                {"node": a.target.node_id, "name": a.target.name, "dropped": result["dropped"]}
+            )
+        else:
+            error = a.reply.error if isinstance(a.reply, AdminReply) else a.error
+            errors.append({"node": a.target.name, "node_id": a.target.node_id, "error": error})
+    return {
+        "node": me.node_id,
+        "name": me.name,
+        **args,
+        "dropped": sum(d["dropped"] for d in dropped_at),
+        "peers_told": told["peers_told"],
+        "dropped_at": dropped_at,
+        "errors": errors,
+    }
 
 
 def act(

@@ -190,8 +190,9 @@ async function removeGroup(g) {
   if (!window.confirm(`Delete group ${g.group} of ${g.topic}, and every message the mesh's producers still owe it? They cannot be recovered.`)) return;
   try {
     const done = await api("/api/groups/rm", { topic: g.topic, group: g.group });
-    const here = done.dropped ? `, ${num(done.dropped)} pending dropped at ${done.name}` : "";
-    state.notice = { ok: true, text: `removed group ${done.group} of ${done.topic}: ${done.peers_told} nodes told to drop it${here}` };
+    const at = done.dropped_at.filter((d) => d.dropped).map((d) => `${d.name} ${num(d.dropped)}`).join(", ");
+    const silent = done.errors.length ? `; no answer from ${done.errors.map((e) => e.node).join(", ")}` : "";
+    state.notice = { ok: true, text: `removed group ${done.group} of ${done.topic}: ${num(done.dropped)} messages owed dropped${at ? ` (${at})` : ""}; ${done.peers_told} nodes told${silent}` };
   } catch (err) {
     state.notice = { ok: false, text: `removing ${g.group} of ${g.topic} failed: ${err.message}` };
   }
