@@ -64,3 +64,12 @@ def test_points_are_stamped_when_their_status_was_read() -> None:
     h.add(mesh(read_at=100.0, g={"pending": 0}), t=102.0)
     [point] = h.add(mesh(read_at=101.0, g={"pending": 10}), t=102.1)
     assert (point["t"], point["rate_in"]) == (101.0, 10.0)
+
+
+def test_a_replayed_dead_letter_is_not_published_again() -> None:
+    h = History()
+    h.add(mesh(g={"pending": 0, "acked": 9, "dead_lettered": 1}), t=1.0)
+    [point] = h.add(
+        mesh(g={"pending": 1, "acked": 9, "dead_lettered": 1, "dead_replayed": 1}), t=2.0
+    )
+    assert (point["rate_in"], point["pending"]) == (0.0, 1)

@@ -319,6 +319,16 @@ def test_admin_actions_when_enabled(make_node: Callable[..., zmesh.Node]) -> Non
         lambda: lane_of(scene.prod, "orders", "billing")["dead_letters"] == 1,
         what="the replayed message parked again",
     )
+    # (a replayed message entered the lane once: it was published once)
+    assert lane_of(scene.prod, "orders", "billing")["dead_replayed"] == 1
+    [billing] = [
+        g for g in get_json(scene.url("/api/groups"))[1]["groups"] if g["group"] == "billing"
+    ]
+    assert (billing["entered"], billing["dead_lettered"], billing["dead_replayed"]) == (
+        ORDERS,
+        2,
+        1,
+    )
     code, answer = post_json(scene.url("/api/dead-letters/purge"), body)
     assert (code, answer["purged"]) == (200, 1)
     assert lane_of(scene.prod, "orders", "billing")["dead_letters"] == 0
