@@ -220,6 +220,17 @@ def test_the_mesh_live_in_a_browser(
     assert asked[-1].startswith("Delete group audit of orders")
     expect(page.locator("tr[data-topic=orders][data-group=audit]")).to_have_count(0, timeout=SEEN_S)
     assert prod.stats()["dropped_group_deleted"] == 5
+
+    # A topic no group is known of: its messages wait in its unclaimed lane, labelled so,
+    # with nothing to remove.
+    prod.publish("drafts", b"draft").wait_stored(5)
+    drafts = page.locator("tr[data-topic=drafts]")
+    expect(drafts.locator("td[data-col=group]")).to_have_text("(no group yet)", timeout=SEEN_S)
+    expect(drafts.locator("td[data-col=mode]")).to_have_text("unclaimed")
+    expect(drafts.locator("button")).to_have_count(0)
+    expect(page.locator('.lane-card[data-lane$="/drafts/"] h3')).to_contain_text(
+        "drafts / (no group yet)", timeout=SEEN_S
+    )
     assert errors == []
 
 

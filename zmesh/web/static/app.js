@@ -52,6 +52,9 @@ function age(s) {
 }
 const num = (n) => (n === null || n === undefined) ? "-" : Number(n).toLocaleString("en");
 const rate = (r) => (r === null || r === undefined) ? "-" : (r >= 100 ? Math.round(r).toLocaleString("en") : r.toFixed(1));
+// A topic's messages published before any of its groups was known wait in its unclaimed
+// lane (group "", mode "unclaimed") until the first groups learned take them.
+const NO_GROUP = "(no group yet)";
 const health = (n) => !n.reachable ? "down" : (n.alive === false ? "warn" : "ok");
 const healthText = { ok: "ok", warn: "answers; peers think it dead", down: "unreachable" };
 
@@ -148,6 +151,7 @@ function groupCell(g, col) {
     case "members": return v.join(", ") || "none";
     case "producers": return g.producers.filter((p) => p.entered || p.pending).map((p) => p.node).join(", ") || "-";
     case "mode": return v || "-";
+    case "group": return g.mode === "unclaimed" ? el("span", { class: "note", title: "published before any group of the topic was known: the first groups learned take them" }, NO_GROUP) : v;
     case "dead_letters":
       return v ? el("a", { href: `#/dead/${encodeURIComponent(g.topic)}/${encodeURIComponent(g.group)}` }, num(v)) : "0";
     default: return typeof v === "number" ? num(v) : v;
@@ -176,8 +180,8 @@ function drawGroups(snap) {
       "data-col": key,
       class: [numeric ? "num" : "", (key === "dead_letters" && g[key]) || (key === "members" && !g.members.length && g.pending) ? "hot" : ""].join(" ").trim(),
     }, groupCell(g, key))),
-    admin ? el("td", {}, el("button", { class: "danger", "data-action": "group-rm",
-                                        onclick: () => removeGroup(g) }, "Remove")) : null));
+    admin ? el("td", {}, g.mode === "unclaimed" ? null : el("button", { class: "danger", "data-action": "group-rm",
+                                                                      onclick: () => removeGroup(g) }, "Remove")) : null));
   return el("div", { class: "card" },
     el("h2", {}, "Topics \u00d7 groups ", el("span", { class: "note" }, "(summed over every producer's lanes)")),
     state.notice ? el("p", { id: "group-result", class: state.notice.ok ? "ok" : "down" }, state.notice.text) : null,
@@ -217,7 +221,7 @@ function drawLanes(container) {
     const h = state.hist.get(key);
     const last = h.t.length - 1;
     const card = el("div", { class: "card lane-card", "data-lane": key },
-      el("h3", {}, `${h.topic} / ${h.lane}`, el("span", { class: "note" }, ` at ${h.name || h.node.slice(0, 12)}`)),
+      el("h3", {}, `${h.topic} / ${h.lane || NO_GROUP}`, el("span", { class: "note" }, ` at ${h.name || h.node.slice(0, 12)}`)),
       el("div", { class: "figs" }, `in ${rate(h.rate_in[last])}/s \u00b7 out ${rate(h.rate_out[last])}/s \u00b7 backlog ${num(h.pending[last])}`));
     let chart = state.charts.get(key);
     const data = chartData(h);
@@ -304,7 +308,7 @@ function nodePage(snap, root, id) {
   root.append(el("div", { class: "card" }, el("h2", {}, "Lanes (what this node owes each group)"),
     el("table", {}, el("thead", {}, el("tr", {}, ["Topic", "Lane", "Pending", "In flight", "Acked", "Dead letters", "Oldest", "Members"].map((h) => el("th", {}, h)))),
       el("tbody", {}, st.lanes.map((l) => el("tr", {},
-        el("td", {}, l.topic), el("td", {}, l.lane), el("td", { class: "num" }, num(l.pending)),
+        el("td", {}, l.topic), el("td", {}, l.lane || NO_GROUP), el("td", { class: "num" }, num(l.pending)),
         el("td", { class: "num" }, num(l.in_flight)), el("td", { class: "num" }, num(l.acked || 0)),
         el("td", { class: "num" }, num(l.dead_letters)), el("td", { class: "num" }, age(l.oldest_age_s)),
         el("td", {}, l.members.map((m) => (snap.nodes.find((x) => x.id === m) || { name: m.slice(0, 12) }).name).join(", ") || "none")))))));
