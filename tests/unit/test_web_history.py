@@ -1,6 +1,7 @@
 """The lanes' history of ``zmesh web``: rates from counter differences, a producer's
-restart (counters going down) starting afresh, lanes gone dropped, at most the last
-points kept. Times are given: no clock."""
+restart (counters going down) starting afresh, lanes retired dropped at once and those of
+a producer that does not answer kept for a while, at most the last points kept. Times are
+given: no clock."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from zmesh.web import history
 from zmesh.web.history import History
 
 
-def mesh(read_at: float | None = None, **lanes: dict) -> dict:
+def mesh(read_at: float | None = None, reached: bool = True, **lanes: dict) -> dict:
     rows = [
         {
             "topic": "t",
@@ -21,9 +22,8 @@ def mesh(read_at: float | None = None, **lanes: dict) -> dict:
         }
         for name, figures in lanes.items()
     ]
-    return {
-        "nodes": [{"id": "p" * 32, "name": "prod", "read_at": read_at, "status": {"lanes": rows}}]
-    }
+    status = {"lanes": rows} if reached else None
+    return {"nodes": [{"id": "p" * 32, "name": "prod", "read_at": read_at, "status": status}]}
 
 
 def test_rates_are_differences_over_time() -> None:
@@ -73,3 +73,15 @@ def test_a_replayed_dead_letter_is_not_published_again() -> None:
         mesh(g={"pending": 1, "acked": 9, "dead_lettered": 1, "dead_replayed": 1}), t=2.0
     )
     assert (point["rate_in"], point["pending"]) == (0.0, 1)
+
+
+def test_a_lane_retired_goes_at_once_one_unheard_of_stays_named() -> None:
+    h = History()
+    h.add(mesh(a={"pending": 1}, b={"pending": 2}), t=1.0)
+    h.add(mesh(reached=False), t=2.0)  # (its producer did not answer: both kept)
+    assert [(p["name"], p["lane"], p["pending"]) for p in h.points()] == [
+        ("prod", "a", [1]),
+        ("prod", "b", [2]),
+    ]
+    h.add(mesh(a={"pending": 1}), t=3.0)  # (it answered without b: b's group was removed)
+    assert [p["lane"] for p in h.points()] == ["a"]

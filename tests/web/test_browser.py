@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 import zmesh
-from tests.conftest import fetched, wait_members, wait_until
+from tests.conftest import fetched, read_line, reap, spawn, wait_members, wait_until
 from tests.integration.test_cli import Proc
 from tests.web.conftest import build_scene, lane_of, run_node
 
@@ -219,6 +220,7 @@ def test_the_mesh_live_in_a_browser(
     )
     assert asked[-1].startswith("Delete group audit of orders")
     expect(page.locator("tr[data-topic=orders][data-group=audit]")).to_have_count(0, timeout=SEEN_S)
+    expect(page.locator('.lane-card[data-lane$="/orders/audit"]')).to_have_count(0)
     assert prod.stats()["dropped_group_deleted"] == 5
 
     # A topic no group is known of: its messages wait in its unclaimed lane, labelled so,
@@ -283,3 +285,54 @@ def test_a_failing_source_is_shown(
         expect(page.get_by_test_id("failure")).to_contain_text(
             f"cannot read the mesh from the HTTP API at {nowhere}"
         )
+
+
+FAR = """
+import sys
+
+import zmesh
+
+node = zmesh.Node(
+    "far", mesh=sys.argv[1], data_dir=sys.argv[2], seeds=[sys.argv[3]],
+    interfaces=["127.0.0.1"], mdns=False, heartbeat_interval_s=0.2, dead_after_s=1.5,
+).start()
+node.topic("jobs", groups=["workers"])
+node.publish("jobs", b"job").wait_stored(10)
+print("published", flush=True)
+sys.stdin.read()  # (until killed)
+"""
+
+
+def test_lanes_of_a_silent_producer_are_marked_and_keep_their_names(
+    tmp_path: Path,
+    mesh_name: str,
+    make_node: Callable[..., zmesh.Node],
+    procs: list[Proc],
+    browser: Any,
+) -> None:
+    from playwright.sync_api import expect
+
+    hub = make_node("hub")
+    far = spawn(
+        ["-c", FAR, mesh_name, str(tmp_path / "far"), hub.control_address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert read_line(far) == b"published\n"
+        url = start_web(tmp_path, hub, procs, "--timeout", "0.5")
+        page = browser.new_page()
+        page.goto(url)
+        card = page.locator('.lane-card[data-lane$="/jobs/workers"]')
+        expect(card.locator("h3")).to_have_text("jobs / workers at far", timeout=SEEN_S)
+        expect(card).not_to_have_attribute("data-stale", "")
+        far.kill()  # (no word to its peers: it stays listed, unreachable)
+        far.wait(10)
+        expect(card).to_have_attribute("data-stale", "", timeout=SEEN_S)
+        expect(card.locator(".figs")).to_contain_text("its producer does not answer")
+        # A page opened now starts from the server's history: named as before.
+        page.reload()
+        expect(card).to_have_attribute("data-stale", "", timeout=SEEN_S)
+        expect(card.locator("h3")).to_have_text("jobs / workers at far")
+    finally:
+        reap(far)

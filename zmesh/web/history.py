@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._http.views import entered, lane_rows
+from .._http.views import entered, lane_rows, reached
 
 HISTORY_POINTS = 300  # five minutes at one sample a second
 
@@ -25,6 +25,7 @@ class Series:
     """One lane's points, oldest first, at most ``HISTORY_POINTS`` of them."""
 
     node: str
+    name: str  # (the producer's, as last seen)
     topic: str
     lane: str
     group: str
@@ -51,6 +52,7 @@ class Series:
         return {
             "key": key_of(self.node, self.topic, self.lane),
             "node": self.node,
+            "name": self.name,
             "topic": self.topic,
             "lane": self.lane,
             "group": self.group,
@@ -75,8 +77,10 @@ def key_of(node: str, topic: str, lane: str) -> str:
 
 
 class History:
-    """Every lane's series; a lane no sample has shown for ``HISTORY_POINTS`` samples is
-    dropped (its producer left, or its group was removed)."""
+    """Every lane's series. A lane its producer no longer has (its group removed or
+    expired) is dropped at once; one of a producer that did not answer is kept, and
+    dropped once no sample has shown it for ``HISTORY_POINTS`` samples (its producer
+    left)."""
 
     def __init__(self) -> None:
         self.series: dict[str, Series] = {}
@@ -88,20 +92,25 @@ class History:
         lanes' latest points."""
         self._samples += 1
         read_at = {node["id"]: node.get("read_at") for node in mesh["nodes"]}
+        reached_ids = {node["id"] for node in reached(mesh)}
         out = []
         for lane in lane_rows(mesh):
             key = key_of(lane["node_id"], lane["topic"], lane["lane"])
             series = self.series.get(key)
             if series is None:
                 series = self.series[key] = Series(
-                    lane["node_id"], lane["topic"], lane["lane"], lane["group"]
+                    lane["node_id"], lane["node"], lane["topic"], lane["lane"], lane["group"]
                 )
+            series.name = lane["node"]
             at = read_at.get(lane["node_id"]) or t
             series.add(at, entered(lane), int(lane.get("acked", 0)), int(lane["pending"]))
             self._seen[key] = self._samples
-            out.append({**series.latest(), "name": lane["node"]})
+            out.append(series.latest())
         for key, at in list(self._seen.items()):
-            if self._samples - at >= HISTORY_POINTS:
+            if at == self._samples:
+                continue
+            retired = self.series[key].node in reached_ids  # (it answered without the lane)
+            if retired or self._samples - at >= HISTORY_POINTS:
                 del self._seen[key], self.series[key]
         return out
 

@@ -84,6 +84,18 @@ function addPoint(lane) {
   }
 }
 
+// Lanes a snapshot did not report: a lane its producer answered without was retired (its
+// group removed or expired) and goes at once; one of a producer that did not answer is
+// marked stale, and goes after MAX_POINTS snapshots without it (as the server's history).
+function forget(snap) {
+  const reported = new Set(snap.lanes.map((l) => l.key));
+  const reached = new Set(snap.nodes.filter((n) => n.reachable).map((n) => n.id));
+  for (const [key, h] of state.hist) {
+    h.missed = reported.has(key) ? 0 : (h.missed || 0) + 1;
+    if (h.missed && (reached.has(h.node) || h.missed >= MAX_POINTS)) state.hist.delete(key);
+  }
+}
+
 function loadHistory(lanes) {
   for (const lane of lanes) {
     for (let i = 0; i < lane.t.length; i++) {
@@ -220,9 +232,12 @@ function drawLanes(container) {
   for (const key of keys) {
     const h = state.hist.get(key);
     const last = h.t.length - 1;
-    const card = el("div", { class: "card lane-card", "data-lane": key },
+    const figs = `in ${rate(h.rate_in[last])}/s \u00b7 out ${rate(h.rate_out[last])}/s \u00b7 backlog ${num(h.pending[last])}`;
+    const card = el("div", { class: h.missed ? "card lane-card stale" : "card lane-card", "data-lane": key, "data-stale": Boolean(h.missed) },
       el("h3", {}, `${h.topic} / ${h.lane || NO_GROUP}`, el("span", { class: "note" }, ` at ${h.name || h.node.slice(0, 12)}`)),
-      el("div", { class: "figs" }, `in ${rate(h.rate_in[last])}/s \u00b7 out ${rate(h.rate_out[last])}/s \u00b7 backlog ${num(h.pending[last])}`));
+      el("div", { class: "figs" }, h.missed
+        ? `no report since ${new Date(h.t[last] * 1000).toLocaleTimeString()}, its producer does not answer; then: ${figs}`
+        : figs));
     let chart = state.charts.get(key);
     const data = chartData(h);
     if (!chart) {
@@ -425,6 +440,7 @@ function connect() {
   events.addEventListener("snapshot", (e) => {
     const snap = JSON.parse(e.data);
     for (const lane of snap.lanes) addPoint(lane);
+    forget(snap);
     state.snap = snap;
     live.className = snap.stale ? "pill off" : "pill on";
     live.textContent = snap.stale ? "stale" : "live";
