@@ -273,7 +273,6 @@ def test_a_failing_source_is_shown(
     expect(page.get_by_test_id("stale")).to_contain_text(
         f"cannot read the mesh from the HTTP API at {api}"
     )
-    shot(page, tmp_path, "web-stale")
 
     with socket.socket() as closed:  # (bound, never listening: connections are refused)
         closed.bind(("127.0.0.1", 0))
@@ -336,3 +335,26 @@ def test_lanes_of_a_silent_producer_are_marked_and_keep_their_names(
         expect(card.locator("h3")).to_have_text("jobs / workers at far")
     finally:
         reap(far)
+
+
+def test_a_mesh_with_no_node_found_says_so(
+    tmp_path: Path, mesh_name: str, procs: list[Proc], browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    with socket.socket() as closed:  # (bound, never listening: connections are refused)
+        closed.bind(("127.0.0.1", 0))
+        seed = f"127.0.0.1:{closed.getsockname()[1]}"
+        web = Proc(
+            tmp_path,
+            "web",
+            ["web", "--mesh", mesh_name, "--seed", seed, "--interface", "127.0.0.1"]
+            + ["--no-mdns", "--listen", "127.0.0.1:0", "--interval", "0.3"],
+        )
+        procs.append(web)
+        page = browser.new_page()
+        page.goto(web.wait_for(URL_RE).group(1))
+        expect(page.get_by_test_id("no-nodes")).to_contain_text(
+            f"No node of mesh {mesh_name} found", timeout=SEEN_S
+        )
+        expect(page.locator("#live")).to_have_text("live")

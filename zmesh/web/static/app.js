@@ -270,6 +270,14 @@ function drawLanes(container) {
 }
 
 function overview(snap, root) {
+  if (!snap.nodes.length) {  // (the page's own node met no other: it is left out of the view)
+    root.append(el("div", { class: "card", "data-testid": "no-nodes" },
+      el("h2", {}, `No node of mesh ${snap.mesh} found`),
+      el("p", {}, `Seen from ${snap.source}, which met no other node: check that its seed (--seed) is reachable or `,
+        "that mDNS reaches the nodes, and that they are of this mesh (with keys they trust, on a secured mesh). ",
+        "The page follows as soon as one answers.")));
+    return;
+  }
   const nodes = el("table", { "data-testid": "nodes" },
     el("thead", {}, el("tr", {}, ["Node", "Health", "Control", "Outbox", "Lanes", "Peers", "RTT"].map((h) => el("th", {}, h)))),
     el("tbody", {}, [...snap.nodes].sort((a, b) => a.name.localeCompare(b.name)).map((n) =>
