@@ -20,9 +20,11 @@ from tests.web.conftest import (
     Scene,
     build_scene,
     call_json,
+    connect,
     get_json,
     lane_of,
     post_json,
+    read_all,
     run_node,
 )
 from tests.web.test_browser import URL_RE
@@ -179,6 +181,29 @@ def test_a_failing_source_is_told_to_the_pages(
     assert stale["age_s"] >= 0
     event, data = first_event(url)
     assert event == "snapshot" and data["stale"]["error"] == stale["error"]
+
+
+def test_stopping_ends_the_open_pages_streams(
+    tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc]
+) -> None:
+    hub = make_node("hub")
+    where = ["--mesh", hub.config.mesh, "--seed", hub.control_address, "--no-mdns"]
+    web = Proc(
+        tmp_path,
+        "web",
+        ["web", *where, "--interface", "127.0.0.1", "--listen", "127.0.0.1:0", "--interval", "0.2"],
+    )
+    procs.append(web)
+    address = web.wait_for(URL_RE).group(1).removeprefix("http://").rstrip("/")
+    with connect(address) as stream:
+        stream.sendall(b"GET /events HTTP/1.1\r\nHost: " + address.encode() + b"\r\n\r\n")
+        assert stream.recv(65536).startswith(b"HTTP/1.1 200 ")
+        web.popen.terminate()
+        answer = read_all(stream)
+    # (the stream ends as a response does, its last chunk sent, not cut off after a
+    # grace period: the server tells each page at once that it stops)
+    assert answer.endswith(b"\r\n0\r\n\r\n")
+    assert web.finish(30) == 0
 
 
 def test_bad_input_is_a_400_that_says_why(

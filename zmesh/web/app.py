@@ -100,6 +100,7 @@ class WebApp:
         app.router.add_post("/api/dead-letters/{op}", self.post_action)
         app.router.add_post(GROUP_RM, self.post_group_rm)
         app.cleanup_ctx.append(self._sampling)
+        app.on_shutdown.append(self._end_pages)
         return app
 
     # -- sampling -----------------------------------------------------------------------
@@ -136,12 +137,19 @@ class WebApp:
                     interval_s=self.interval_s,
                 )
             self._looked.set()
-            told = self._told()
-            for queue in self._pages:
-                if queue.full():
-                    queue.get_nowait()
-                queue.put_nowait(told)
+            self._tell(self._told())
             await asyncio.sleep(max(0.0, self.interval_s - (loop.time() - started)))
+
+    def _tell(self, told: bytes) -> None:
+        """Queue ``told`` for every open page (b"": its stream ends)."""
+        for queue in self._pages:
+            if queue.full():
+                queue.get_nowait()
+            queue.put_nowait(told)
+
+    async def _end_pages(self, _app: web.Application) -> None:
+        # (the server stops: the streams end now rather than be cut off after its grace)
+        self._tell(b"")
 
     # -- routes -------------------------------------------------------------------------
 
@@ -192,8 +200,8 @@ class WebApp:
         try:
             if self._looked.is_set():
                 await resp.write(self._told())
-            while True:
-                await resp.write(await queue.get())
+            while told := await queue.get():
+                await resp.write(told)
         except (ConnectionResetError, asyncio.CancelledError):
             pass  # the page went away, or the server stops
         finally:
