@@ -358,3 +358,31 @@ def test_a_mesh_with_no_node_found_says_so(
             f"No node of mesh {mesh_name} found", timeout=SEEN_S
         )
         expect(page.locator("#live")).to_have_text("live")
+
+
+# (for every chart's two value axes: the room its widest tick label needs, and the room
+# the axis has)
+AXES_ROOM = """() => [...state.charts.values()].flatMap((u) => [1, 2].map((i) => {
+  const axis = u.axes[i], labels = axis._values || [];
+  u.ctx.font = axis.font[0];
+  const widest = Math.max(0, ...labels.map((v) => u.ctx.measureText(v).width));
+  return [labels.join(" "), axis.ticks.size + axis.gap + widest / devicePixelRatio, axis._size];
+}))"""
+
+
+def test_chart_axes_have_room_for_their_labels(
+    tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc], browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    hub = make_node("hub")
+    prod = make_node("prod", seeds=[hub.control_address])
+    prod.topic("orders", groups=["audit"])  # (no member: a backlog of thousands)
+    prod.publish_many("orders", [b"o"] * 2500).wait_stored(10)
+    page = browser.new_page()
+    page.goto(start_web(tmp_path, hub, procs))
+    card = page.locator('.lane-card[data-lane$="/orders/audit"]')
+    expect(card.locator(".figs")).to_contain_text("backlog 2,500", timeout=SEEN_S)
+    room = page.evaluate(AXES_ROOM)
+    assert any("2,000" in labels for labels, _needed, _had in room), room
+    assert all(needed <= had for _labels, needed, had in room), room

@@ -215,6 +215,18 @@ async function removeGroup(g) {
   render();
 }
 
+// A value axis as wide as its widest tick label needs ("1,000" does not fit a fixed width).
+function axisSize(u, values, i, cycle) {
+  const axis = u.axes[i];
+  if (cycle > 1) return axis._size;  // (uPlot asks again as the labels change: settle)
+  let size = axis.ticks.size + axis.gap;
+  if (values && values.length) {
+    u.ctx.font = axis.font[0];
+    size += Math.max(...values.map((v) => u.ctx.measureText(v).width)) / devicePixelRatio;
+  }
+  return Math.ceil(size);
+}
+
 function chartData(h) {
   return [h.t, h.rate_in, h.rate_out, h.pending];
 }
@@ -245,8 +257,8 @@ function drawLanes(container) {
         width: 320, height: 120, legend: { show: false }, cursor: { show: false },
         scales: { x: { time: true }, rate: { auto: true }, n: { auto: true } },
         axes: [{ size: 22, font: "10px system-ui" },
-               { scale: "rate", size: 36, font: "10px system-ui" },
-               { scale: "n", side: 1, size: 36, font: "10px system-ui", grid: { show: false } }],
+               { scale: "rate", size: axisSize, font: "10px system-ui" },
+               { scale: "n", side: 1, size: axisSize, font: "10px system-ui", grid: { show: false } }],
         series: [{}, { label: "in/s", scale: "rate", stroke: "#3558c9", width: 1.5, points: { show: false } },
                  { label: "out/s", scale: "rate", stroke: "#2e9d57", width: 1.5, points: { show: false } },
                  { label: "backlog", scale: "n", stroke: "#d2433b", width: 1.5, fill: "rgba(210,67,59,0.08)",
