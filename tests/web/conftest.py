@@ -4,16 +4,20 @@ groups, a backlog for a group with no member, and a dead letter."""
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 import zmesh
 from tests.conftest import fetched, wait_members, wait_until
 from tests.integration.conftest import procs  # noqa: F401  (the fixture, for these tests too)
+from tests.integration.test_cli import Proc
+from tests.integration.test_cli_ops import node_toml
 
 ORDERS = 10
 METRICS = 4
@@ -85,14 +89,20 @@ def get_json(url: str) -> tuple[int, dict]:
     return call_json(urllib.request.Request(url))
 
 
-def post_json(url: str, body: object, content_type: str = "application/json") -> tuple[int, dict]:
-    """POST ``body`` as JSON to ``url``: status code and JSON answer."""
+def post_json(
+    url: str,
+    body: object,
+    content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict]:
+    """POST ``body`` as JSON to ``url`` (with ``headers`` besides): status code and JSON
+    answer."""
     return call_json(
         urllib.request.Request(
             url,
             data=json.dumps(body).encode(),
             method="POST",
-            headers={"Content-Type": content_type},
+            headers={"Content-Type": content_type, **(headers or {})},
         )
     )
 
@@ -104,3 +114,42 @@ def call_json(req: urllib.request.Request) -> tuple[int, dict]:
     except urllib.error.HTTPError as exc:
         with exc:
             return exc.code, json.loads(exc.read())
+
+
+def connect(address: str) -> socket.socket:
+    """A TCP connection to ``address`` (``host:port``), reads and writes failing after
+    30 s."""
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything ``sock`` receives until the other side closes."""
+    out = b""
+    while chunk := sock.recv(65536):
+        out += chunk
+    return out
+
+
+def raw_request(address: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as it is to ``address``: the answer's status, headers (names in
+    lower case) and body."""
+    with connect(address) as sock:
+        sock.sendall(request)
+        answer = read_all(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(status.split()[1]), headers, body
+
+
+def run_node(tmp_path: Path, mesh: str, started: list[Proc]) -> tuple[Proc, str]:
+    """A ``zmesh node run`` process with an HTTP API (added to ``started``): it and the
+    API's URL."""
+    toml = node_toml(tmp_path, "solo", mesh, extra='http_address = "127.0.0.1:0"')
+    node = Proc(tmp_path, "solo", ["node", "run", str(toml)])
+    started.append(node)
+    return node, node.wait_for(r"http (http://127\.0\.0\.1:\d+)/").group(1)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
+import socket
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +19,9 @@ from typing import Any
 import pytest
 
 import zmesh
-from tests.conftest import fetched, wait_members, wait_until
+from tests.conftest import fetched, read_line, reap, spawn, wait_members, wait_until
 from tests.integration.test_cli import Proc
-from tests.web.conftest import build_scene, lane_of
+from tests.web.conftest import build_scene, lane_of, run_node
 
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = [
@@ -210,11 +213,26 @@ def test_the_mesh_live_in_a_browser(
     expect(pending).to_have_text("5", timeout=SEEN_S)
     page.locator("tr[data-topic=orders][data-group=audit] button[data-action=group-rm]").click()
     expect(page.locator("#group-result")).to_have_text(
-        re.compile(r"^removed group audit of orders: 3 nodes told to drop it$"), timeout=SEEN_S
+        re.compile(
+            r"^removed group audit of orders: 5 messages owed dropped \(prod 5\); 3 nodes told$"
+        ),
+        timeout=SEEN_S,
     )
     assert asked[-1].startswith("Delete group audit of orders")
     expect(page.locator("tr[data-topic=orders][data-group=audit]")).to_have_count(0, timeout=SEEN_S)
+    expect(page.locator('.lane-card[data-lane$="/orders/audit"]')).to_have_count(0)
     assert prod.stats()["dropped_group_deleted"] == 5
+
+    # A topic no group is known of: its messages wait in its unclaimed lane, labelled so,
+    # with nothing to remove.
+    prod.publish("drafts", b"draft").wait_stored(5)
+    drafts = page.locator("tr[data-topic=drafts]")
+    expect(drafts.locator("td[data-col=group]")).to_have_text("(no group yet)", timeout=SEEN_S)
+    expect(drafts.locator("td[data-col=mode]")).to_have_text("unclaimed")
+    expect(drafts.locator("button")).to_have_count(0)
+    expect(page.locator('.lane-card[data-lane$="/drafts/"] h3')).to_contain_text(
+        "drafts / (no group yet)", timeout=SEEN_S
+    )
     assert errors == []
 
 
@@ -232,3 +250,139 @@ def test_without_admin_the_page_offers_no_actions(
     expect(row.locator("td[data-col=reason]")).to_have_text("bad record")
     expect(page.locator("button[data-action]")).to_have_count(0)
     expect(page.get_by_text("Admin actions are off")).to_be_visible()
+
+
+def test_a_failing_source_is_shown(
+    tmp_path: Path, mesh_name: str, procs: list[Proc], browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    node, api = run_node(tmp_path, mesh_name, procs)
+    web = Proc(
+        tmp_path, "web", ["web", "--api", api, "--listen", "127.0.0.1:0", "--interval", "0.3"]
+    )
+    procs.append(web)
+    page = browser.new_page()
+    page.goto(web.wait_for(URL_RE).group(1))
+    live = page.locator("#live")
+    expect(live).to_have_text("live", timeout=SEEN_S)
+    expect(page.locator("svg.map g.node[data-name=solo]")).to_have_count(1)
+    os.kill(node.popen.pid, signal.SIGKILL)
+    node.popen.wait(10)
+    expect(live).to_have_text("stale", timeout=SEEN_S)
+    expect(page.get_by_test_id("stale")).to_contain_text(
+        f"cannot read the mesh from the HTTP API at {api}"
+    )
+
+    with socket.socket() as closed:  # (bound, never listening: connections are refused)
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        web = Proc(tmp_path, "web-nowhere", ["web", "--api", nowhere, "--listen", "127.0.0.1:0"])
+        procs.append(web)
+        page.goto(web.wait_for(URL_RE).group(1))
+        expect(live).to_have_text("no data", timeout=SEEN_S)
+        expect(page.get_by_test_id("failure")).to_contain_text(
+            f"cannot read the mesh from the HTTP API at {nowhere}"
+        )
+
+
+FAR = """
+import sys
+
+import zmesh
+
+node = zmesh.Node(
+    "far", mesh=sys.argv[1], data_dir=sys.argv[2], seeds=[sys.argv[3]],
+    interfaces=["127.0.0.1"], mdns=False, heartbeat_interval_s=0.2, dead_after_s=1.5,
+).start()
+node.topic("jobs", groups=["workers"])
+node.publish("jobs", b"job").wait_stored(10)
+print("published", flush=True)
+sys.stdin.read()  # (until killed)
+"""
+
+
+def test_lanes_of_a_silent_producer_are_marked_and_keep_their_names(
+    tmp_path: Path,
+    mesh_name: str,
+    make_node: Callable[..., zmesh.Node],
+    procs: list[Proc],
+    browser: Any,
+) -> None:
+    from playwright.sync_api import expect
+
+    hub = make_node("hub")
+    far = spawn(
+        ["-c", FAR, mesh_name, str(tmp_path / "far"), hub.control_address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert read_line(far) == b"published\n"
+        url = start_web(tmp_path, hub, procs, "--timeout", "0.5")
+        page = browser.new_page()
+        page.goto(url)
+        card = page.locator('.lane-card[data-lane$="/jobs/workers"]')
+        expect(card.locator("h3")).to_have_text("jobs / workers at far", timeout=SEEN_S)
+        expect(card).not_to_have_attribute("data-stale", "")
+        far.kill()  # (no word to its peers: it stays listed, unreachable)
+        far.wait(10)
+        expect(card).to_have_attribute("data-stale", "", timeout=SEEN_S)
+        expect(card.locator(".figs")).to_contain_text("its producer does not answer")
+        # A page opened now starts from the server's history: named as before.
+        page.reload()
+        expect(card).to_have_attribute("data-stale", "", timeout=SEEN_S)
+        expect(card.locator("h3")).to_have_text("jobs / workers at far")
+    finally:
+        reap(far)
+
+
+def test_a_mesh_with_no_node_found_says_so(
+    tmp_path: Path, mesh_name: str, procs: list[Proc], browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    with socket.socket() as closed:  # (bound, never listening: connections are refused)
+        closed.bind(("127.0.0.1", 0))
+        seed = f"127.0.0.1:{closed.getsockname()[1]}"
+        web = Proc(
+            tmp_path,
+            "web",
+            ["web", "--mesh", mesh_name, "--seed", seed, "--interface", "127.0.0.1"]
+            + ["--no-mdns", "--listen", "127.0.0.1:0", "--interval", "0.3"],
+        )
+        procs.append(web)
+        page = browser.new_page()
+        page.goto(web.wait_for(URL_RE).group(1))
+        expect(page.get_by_test_id("no-nodes")).to_contain_text(
+            f"No node of mesh {mesh_name} found", timeout=SEEN_S
+        )
+        expect(page.locator("#live")).to_have_text("live")
+
+
+# (for every chart's two value axes: the room its widest tick label needs, and the room
+# the axis has)
+AXES_ROOM = """() => [...state.charts.values()].flatMap((u) => [1, 2].map((i) => {
+  const axis = u.axes[i], labels = axis._values || [];
+  u.ctx.font = axis.font[0];
+  const widest = Math.max(0, ...labels.map((v) => u.ctx.measureText(v).width));
+  return [labels.join(" "), axis.ticks.size + axis.gap + widest / devicePixelRatio, axis._size];
+}))"""
+
+
+def test_chart_axes_have_room_for_their_labels(
+    tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc], browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    hub = make_node("hub")
+    prod = make_node("prod", seeds=[hub.control_address])
+    prod.topic("orders", groups=["audit"])  # (no member: a backlog of thousands)
+    prod.publish_many("orders", [b"o"] * 2500).wait_stored(10)
+    page = browser.new_page()
+    page.goto(start_web(tmp_path, hub, procs))
+    card = page.locator('.lane-card[data-lane$="/orders/audit"]')
+    expect(card.locator(".figs")).to_contain_text("backlog 2,500", timeout=SEEN_S)
+    room = page.evaluate(AXES_ROOM)
+    assert any("2,000" in labels for labels, _needed, _had in room), room
+    assert all(needed <= had for _labels, needed, had in room), room

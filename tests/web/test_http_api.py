@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tests.web.conftest import (
     ORDERS,
     Scene,
     build_scene,
+    connect,
     get_json,
     lane_of,
     post_json,
@@ -77,6 +79,7 @@ MESH_NODE_KEYS = {
     "self",
     "alive",
     "reachable",
+    "read_at",
     "rtt_ms",
     "error",
     "status",
@@ -163,6 +166,7 @@ def test_mesh_lists_every_node_with_its_status_and_links(scene: Scene) -> None:
     for name, node in by_name.items():
         assert set(node) == MESH_NODE_KEYS
         assert node["reachable"] and node["error"] is None and node["alive"]
+        assert node["read_at"] <= mesh["collected_at"]
         assert node["self"] == (name == "hub")
         assert node["status"]["node"]["name"] == name
         assert node["control"] == getattr(scene, name).control_address
@@ -261,11 +265,14 @@ def test_dead_letters_of_a_group_across_the_mesh(scene: Scene) -> None:
         400,
         {"error": "topic is required"},
     )
+    # (as the actions answer for a node this one does not know)
+    assert get_json(scene.url("/api/dead-letters?topic=orders&group=billing&node=ghost")) == (
+        404,
+        {"error": "node 'ghost' is not known to this node"},
+    )
 
 
 def test_metrics_on_the_same_port(scene: Scene) -> None:
-    import urllib.request
-
     with urllib.request.urlopen(scene.url("/metrics"), timeout=10) as resp:
         kind, body = resp.headers["Content-Type"], resp.read().decode()
     assert kind.startswith("text/plain; version=0.0.4")
@@ -294,7 +301,7 @@ def test_admin_actions_when_enabled(make_node: Callable[..., zmesh.Node]) -> Non
     assert post_json(url, {**body, "node": "nobody"})[0] == 404
     assert post_json(url, {**body, "seqs": "all"}) == (
         400,
-        {"error": "seqs must be a list of ints"},
+        {"error": "seqs must be a list of ints in 0..2**64-1"},
     )
     code, answer = post_json(url, {**body, "node": scene.prod.id})
     assert code == 200
@@ -312,22 +319,38 @@ def test_admin_actions_when_enabled(make_node: Callable[..., zmesh.Node]) -> Non
         lambda: lane_of(scene.prod, "orders", "billing")["dead_letters"] == 1,
         what="the replayed message parked again",
     )
+    # (a replayed message entered the lane once: it was published once)
+    assert lane_of(scene.prod, "orders", "billing")["dead_replayed"] == 1
+    [billing] = [
+        g for g in get_json(scene.url("/api/groups"))[1]["groups"] if g["group"] == "billing"
+    ]
+    assert (billing["entered"], billing["dead_lettered"], billing["dead_replayed"]) == (
+        ORDERS,
+        2,
+        1,
+    )
     code, answer = post_json(scene.url("/api/dead-letters/purge"), body)
     assert (code, answer["purged"]) == (200, 1)
     assert lane_of(scene.prod, "orders", "billing")["dead_letters"] == 0
-    # Group removal: asked at the API's node, which tells every live peer.
+    # Group removal: asked at every node the API's node knows, then at it, which tells
+    # every live peer; what each dropped is summed.
     code, answer = post_json(scene.url("/api/groups/rm"), {"topic": "orders", "group": "audit"})
-    assert (code, answer) == (
-        200,
-        {
-            "node": scene.hub.id,
-            "name": "hub",
-            "topic": "orders",
-            "group": "audit",
-            "dropped": 0,
-            "peers_told": 2,
-        },
-    )
+    assert code == 200
+    dropped_at = sorted(answer.pop("dropped_at"), key=lambda d: d["name"])
+    assert answer == {
+        "node": scene.hub.id,
+        "name": "hub",
+        "topic": "orders",
+        "group": "audit",
+        "dropped": ORDERS,
+        "peers_told": 2,
+        "errors": [],
+    }
+    assert dropped_at == [
+        {"node": scene.cons.id, "name": "cons", "dropped": 0},
+        {"node": scene.hub.id, "name": "hub", "dropped": 0},
+        {"node": scene.prod.id, "name": "prod", "dropped": ORDERS},
+    ]
     wait_until(
         lambda: not [ln for ln in scene.prod.status()["lanes"] if ln["group"] == "audit"],
         what="prod dropping the audit lane",
@@ -337,6 +360,29 @@ def test_admin_actions_when_enabled(make_node: Callable[..., zmesh.Node]) -> Non
         400,
         {"error": "group is required"},
     )
+
+
+def test_admin_actions_only_from_the_servers_own_origin(
+    make_node: Callable[..., zmesh.Node],
+) -> None:
+    # (a page of another site whose name was made to point at the node: DNS rebinding)
+    scene = build_scene(make_node, http_admin=True)
+    url = scene.url("/api/dead-letters/purge")
+    port = url.split(":")[2].split("/")[0]
+    body = {"node": "prod", "topic": "orders", "group": "billing"}
+    for headers in (
+        {"Host": f"rebound.example:{port}"},
+        {"Host": f"rebound.example:{port}", "Origin": f"http://rebound.example:{port}"},
+        {"Origin": f"http://rebound.example:{port}"},
+        {"Origin": "null"},
+    ):
+        code, answer = post_json(url, body, headers=headers)
+        assert code == 403, headers
+        assert "this server" in answer["error"]
+    assert lane_of(scene.prod, "orders", "billing")["dead_letters"] == 1  # untouched
+    own = {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"}
+    code, answer = post_json(url, body, headers=own)
+    assert (code, answer["purged"]) == (200, 1)
 
 
 def test_http_admin_is_refused_on_a_secured_node(tmp_path: Path) -> None:
@@ -375,7 +421,12 @@ def test_a_killed_node_is_reported_unreachable(
     code, mesh = get_json(url)
     assert code == 200
     [gone] = [n for n in mesh["nodes"] if n["name"] == "ghost"]
-    assert (gone["reachable"], gone["status"], gone["rtt_ms"]) == (False, None, None)
+    assert (gone["reachable"], gone["status"], gone["rtt_ms"], gone["read_at"]) == (
+        False,
+        None,
+        None,
+        None,
+    )
     assert gone["error"] == "no status reply within 0.5s"
     wait_until(
         lambda: [n["alive"] for n in get_json(url)[1]["nodes"]] == [True, False],
@@ -384,3 +435,23 @@ def test_a_killed_node_is_reported_unreachable(
     code, topics = get_json(f"http://{hub.http_address}/api/topics?timeout=0.5")
     assert topics["unreachable"] == ["ghost"]
     assert get_json(f"http://{hub.http_address}/api/mesh?timeout=0")[0] == 400
+
+
+def test_node_run_shows_both_addresses_and_stops_with_a_client_idle(
+    tmp_path: Path, mesh_name: str, procs: list[Proc]
+) -> None:
+    extra = 'http_address = "127.0.0.1:0"\nmetrics_address = "127.0.0.1:0"'
+    toml = node_toml(tmp_path, "solo", mesh_name, extra=extra)
+    node = Proc(tmp_path, "solo", ["node", "run", str(toml)])
+    procs.append(node)
+    # (port 0: zmesh node run shows the ports chosen)
+    shown = node.wait_for(r"http http://(\S+)/ metrics http://(\S+)/metrics")
+    api, metrics = shown.group(1), shown.group(2)
+    code, status = get_json(f"http://{api}/api/node")
+    assert code == 200
+    assert (status["node"]["http_address"], status["node"]["metrics_address"]) == (api, metrics)
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as resp:
+        assert b'zmesh_outbox_messages{mesh="' in resp.read()
+    with connect(api), connect(metrics):  # (clients that never send a request)
+        node.popen.terminate()
+        assert node.finish(30) == 0

@@ -56,6 +56,7 @@ def test_ls_json_from_a_seed(scene: Scene) -> None:
 
 
 def test_ls_tables(scene: Scene) -> None:
+    scene.prod.publish("drafts", b"x").wait_stored(5)  # (no group of it known: unclaimed)
     out = ls(scene, "groups")
     rows = {
         tuple(cell.strip() for cell in line.split("│")[1:4]): line
@@ -63,6 +64,7 @@ def test_ls_tables(scene: Scene) -> None:
         if line.startswith("│")
     }
     assert set(rows) == {
+        ("drafts", "(no group yet)", "unclaimed"),
         ("metrics", "ops", "shared"),
         ("orders", "audit", "shared"),
         ("orders", "billing", "shared"),

@@ -5,6 +5,9 @@ follow the scene's mesh, it refuses admin actions unless started with --admin, a
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +15,18 @@ from pathlib import Path
 import zmesh
 from tests.conftest import fetched, wait_members, wait_until
 from tests.integration.test_cli import Proc, run_cli
-from tests.web.conftest import ORDERS, Scene, build_scene, get_json, lane_of, post_json
+from tests.web.conftest import (
+    ORDERS,
+    Scene,
+    build_scene,
+    call_json,
+    connect,
+    get_json,
+    lane_of,
+    post_json,
+    read_all,
+    run_node,
+)
 from tests.web.test_browser import URL_RE
 from zmesh._security import generate_keypair
 
@@ -29,6 +43,7 @@ SNAPSHOT_KEYS = {
     "lanes",
     "unreachable",
     "statuses",
+    "stale",
 }
 LANE_POINT_KEYS = {
     "key",
@@ -44,8 +59,8 @@ LANE_POINT_KEYS = {
 }
 
 
-def start(tmp_path: Path, procs: list[Proc], args: list[str]) -> str:
-    web = Proc(tmp_path, "web", ["web", "--listen", "127.0.0.1:0", "--interval", "0.2", *args])
+def start(tmp_path: Path, procs: list[Proc], args: list[str], name: str = "web") -> str:
+    web = Proc(tmp_path, name, ["web", "--listen", "127.0.0.1:0", "--interval", "0.2", *args])
     procs.append(web)
     return web.wait_for(URL_RE).group(1)
 
@@ -101,6 +116,14 @@ def test_web_from_its_own_node_without_admin(
     assert len(points["t"]) == len(points["pending"]) >= 1 and points["pending"][-1] == ORDERS
     code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing")
     assert code == 200 and [d["reason"] for d in dead["letters"]] == ["bad record"]
+    code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing&node=cons")
+    assert code == 200 and dead["letters"] == []  # (the one dead letter is at prod)
+    code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing&node=ghost")
+    assert code == 404
+    code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing&limit=1")
+    assert code == 200 and dead["limit"] == 1 and len(dead["letters"]) == 1
+    code, dead = get_json(url + "api/dead-letters?topic=orders&group=billing&limit=0")
+    assert code == 400 and dead["error"].startswith("limit must be an int in 1..")
     body = {"node": "prod", "topic": "orders", "group": "billing"}
     code, answer = post_json(url + "api/dead-letters/replay", body)
     assert code == 403 and "--admin" in answer["error"]
@@ -129,6 +152,83 @@ def test_web_from_a_nodes_http_api(
     body = {"node": "prod", "topic": "orders", "group": "billing"}
     code, answer = post_json(url + "api/dead-letters/replay", body)
     assert code == 403 and "http_admin" in answer["error"]
+
+
+def test_a_failing_source_is_told_to_the_pages(
+    tmp_path: Path, mesh_name: str, procs: list[Proc]
+) -> None:
+    with socket.socket() as closed:  # (bound, never listening: connections are refused)
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        url = start(tmp_path, procs, ["--api", nowhere], name="web-nowhere")
+        event, data = first_event(url)
+        error = f"cannot read the mesh from the HTTP API at {nowhere}: {nowhere}: "
+        assert event == "failure" and data["error"].startswith(error)
+        assert data["source"] == f"the HTTP API at {nowhere}"
+        code, answer = get_json(url + "api/snapshot")
+        assert code == 503 and answer["error"].startswith(error)
+
+    node, api = run_node(tmp_path, mesh_name, procs)
+    url = start(tmp_path, procs, ["--api", api])
+    code, snap = get_json(url + "api/snapshot")
+    assert code == 200 and snap["stale"] is None
+    os.kill(node.popen.pid, signal.SIGKILL)
+    node.popen.wait(10)
+    stale = wait_until(
+        lambda: get_json(url + "api/snapshot")[1]["stale"], what="the snapshot marked stale"
+    )
+    assert stale["error"].startswith(f"cannot read the mesh from the HTTP API at {api}: ")
+    assert stale["age_s"] >= 0
+    event, data = first_event(url)
+    assert event == "snapshot" and data["stale"]["error"] == stale["error"]
+
+
+def test_stopping_ends_the_open_pages_streams(
+    tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc]
+) -> None:
+    hub = make_node("hub")
+    where = ["--mesh", hub.config.mesh, "--seed", hub.control_address, "--no-mdns"]
+    web = Proc(
+        tmp_path,
+        "web",
+        ["web", *where, "--interface", "127.0.0.1", "--listen", "127.0.0.1:0", "--interval", "0.2"],
+    )
+    procs.append(web)
+    address = web.wait_for(URL_RE).group(1).removeprefix("http://").rstrip("/")
+    with connect(address) as stream:
+        stream.sendall(b"GET /events HTTP/1.1\r\nHost: " + address.encode() + b"\r\n\r\n")
+        answer = stream.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200 ")
+        web.popen.terminate()
+        answer += read_all(stream)
+    # (the stream ends as a response does, its last chunk sent, not cut off after a
+    # grace period: the server tells each page at once that it stops)
+    assert answer.endswith(b"\r\n0\r\n\r\n")
+    assert web.finish(30) == 0
+
+
+def test_bad_input_is_a_400_that_says_why(
+    tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc]
+) -> None:
+    hub = make_node("hub")
+    where = ["--mesh", hub.config.mesh, "--seed", hub.control_address, "--no-mdns"]
+    url = start(tmp_path, procs, [*where, "--interface", "127.0.0.1", "--admin"])
+    body = {"node": "hub", "topic": "t", "group": "g"}
+    for bad, error in (
+        ({"seqs": [10**23]}, "seqs must be a list of ints in 0..2**64-1"),
+        ({"seqs": [-1]}, "seqs must be a list of ints in 0..2**64-1"),
+        ({"topic": "a*b"}, "topic name 'a*b' is invalid"),
+    ):
+        code, answer = post_json(url + "api/dead-letters/replay", {**body, **bad})
+        assert code == 400 and answer["error"].startswith(error)
+    deep = urllib.request.Request(
+        url + "api/groups/rm",
+        data=b"[" * 100_000,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    code, answer = call_json(deep)
+    assert code == 400 and answer["error"].startswith("body is not JSON")
 
 
 def test_a_secured_mesh_seen_and_acted_on_with_an_operators_key(
@@ -172,9 +272,13 @@ def test_a_secured_mesh_seen_and_acted_on_with_an_operators_key(
     )
     code, dead = get_json(url + "api/dead-letters?topic=t&group=g")
     assert [d["reason"] for d in dead["letters"]] == ["bad record"]
-    code, answer = post_json(
-        url + "api/dead-letters/replay", {"node": "a", "topic": "t", "group": "g"}
-    )
+    body = {"node": "a", "topic": "t", "group": "g"}
+    # (a page of another site whose name was made to point at the web's address)
+    rebound = url.replace("127.0.0.1", "rebound.example").rstrip("/")
+    for headers in ({"Host": rebound.removeprefix("http://")}, {"Origin": rebound}):
+        code, answer = post_json(url + "api/dead-letters/replay", body, headers=headers)
+        assert code == 403 and "this server" in answer["error"]
+    code, answer = post_json(url + "api/dead-letters/replay", body)
     assert (code, answer["replayed"]) == (200, 1)
     [again] = fetched(sub, 1)
     assert again.payload == b"bad"

@@ -62,12 +62,15 @@ def admin(engine: Engine, req: AdminRequest, wb: WriteBatch, now: float) -> Admi
                 topic = _str_arg(args, "topic", patterns=True)
             result = engine.outbox.groups.listing(topic, time.time())
         elif req.op == "group_rm":
+            announce = args.get("announce", True)  # (False: the asker tells the peers)
+            if type(announce) is not bool:
+                raise ValueError("announce must be true or false")
             result = engine.delete_group(
                 _str_arg(args, "topic", patterns=True),
                 _str_arg(args, "group"),
                 wb,
                 now,
-                announce=True,
+                announce=announce,
             )
         else:
             return AdminReply(req.token, False, None, f"unknown operation {req.op!r}")

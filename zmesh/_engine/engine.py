@@ -160,6 +160,9 @@ class Engine:
         self.mesh: Mesh | None = None
         self.ctrl_port = 0
         self.data_port = 0
+        # The node's HTTP endpoints, as they start: http_address and metrics_address ->
+        # host:port (the ports chosen for port 0), for its status.
+        self.http_endpoints: dict[str, str] = {}
 
     # == application threads: start and close (what else they call is the queue's) ======
 

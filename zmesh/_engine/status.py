@@ -55,6 +55,8 @@ def node_status(engine: Engine) -> dict[str, Any]:
             "incarnation": engine.incarnation,
             "control_port": engine.ctrl_port,
             "data_port": engine.data_port,
+            "http_address": engine.http_endpoints.get("http_address"),
+            "metrics_address": engine.http_endpoints.get("metrics_address"),
         },
         "outbox": engine.outbox.depth,
         "store": {

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from .._protocol.frames import AdminReply
+from .._subjects import check_subject
+from ..config import check_name, int_in
+from ..errors import ConfigError
 from .collect import MESH_TIMEOUT_S, all_targets, run_admin
 
 if TYPE_CHECKING:
@@ -19,6 +22,8 @@ if TYPE_CHECKING:
 
 ADMIN_OPS = {"replay": "replayed", "purge": "purged"}  # op -> the count's name in answers
 GROUP_RM = "/api/groups/rm"
+MAX_LIMIT = 100_000  # dead letters listed in one answer, at most
+MAX_SEQ = 2**64 - 1
 
 
 class HttpError(Exception):
@@ -29,12 +34,30 @@ class HttpError(Exception):
         self.status = status
 
 
+def count(raw: str) -> int | None:
+    """``raw`` as an int when it is decimal digits alone (ASCII: ``"²"`` is a digit to
+    ``str.isdigit``, not to ``int``); None otherwise."""
+    return int(raw) if raw.isascii() and raw.isdigit() else None
+
+
 def arg(source: Mapping[str, Any], name: str) -> str:
     """A required, non-empty string argument."""
     value = source.get(name)
     if not isinstance(value, str) or not value:
         raise HttpError(HTTPStatus.BAD_REQUEST, f"{name} is required")
     return value
+
+
+def name_arg(source: Mapping[str, Any], kind: str, *, wildcards: bool = False) -> str:
+    """A required topic or group name (``kind``), valid as a node takes it (a topic,
+    ``wildcards``: or a pattern)."""
+    value = arg(source, kind)
+    try:
+        if kind == "topic":
+            return check_subject("topic", value, wildcards=wildcards)
+        return check_name(kind, value)
+    except ConfigError as exc:
+        raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
 
 
 def payload_json(payload: bytes) -> dict[str, str | None]:
@@ -61,15 +84,20 @@ def dead_letters(
 ) -> dict[str, Any]:
     """The parked messages of ``query``'s topic and group at every node this one knows (or
     at ``node``, an id or a name), with the nodes that could not say."""
-    args: dict[str, Any] = {"topic": arg(query, "topic"), "group": arg(query, "group")}
-    limit = str(query.get("limit", "1000"))
-    if not limit.isdigit() or int(limit) < 1:
-        raise HttpError(HTTPStatus.BAD_REQUEST, f"limit must be an int >= 1, got {limit!r}")
-    args["limit"] = int(limit)
+    args: dict[str, Any] = {"topic": name_arg(query, "topic"), "group": name_arg(query, "group")}
+    given = str(query.get("limit", "1000"))
+    limit = count(given)
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, f"limit must be an int in 1..{MAX_LIMIT}, got {given!r}"
+        )
+    args["limit"] = limit
     targets = all_targets(engine)
     node = query.get("node")
     if node:
         targets = [t for t in targets if node in (t.node_id, t.name)]
+        if not targets:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"node {node!r} is not known to this node")
     letters: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     for a in run_admin(engine, ctx, targets, "dead_letters", args, timeout_s):
@@ -87,18 +115,43 @@ def dead_letters(
 def remove_group(
     engine: Engine, ctx: zmq.Context[zmq.Socket[bytes]], body: dict[str, Any]
 ) -> dict[str, Any]:
-    """Delete ``body``'s group of its topic at this node and every live peer (admin op
-    ``group_rm``, as ``zmesh group rm`` asks it): what was dropped here, how many peers
-    were told."""
-    args = {"topic": arg(body, "topic"), "group": arg(body, "group")}
-    [answer] = run_admin(engine, ctx, all_targets(engine)[:1], "group_rm", args)
-    reply = answer.reply
+    """Delete ``body``'s group of its topic (or pattern) at every node this one knows,
+    then here (admin op ``group_rm``), whence every live peer is told as ``zmesh group
+    rm`` does (a live peer that did not answer drops it so): what each node dropped of
+    what it owed the group (``dropped_at``) and their sum, how many peers were told, and
+    the nodes that did not answer (``errors``)."""
+    args = {"topic": name_arg(body, "topic", wildcards=True), "group": name_arg(body, "group")}
+    me, *peers = all_targets(engine)
+    # (each peer drops its own lanes and counts them; told first, it has nothing left to
+    # drop when this node's word comes)
+    answers = run_admin(engine, ctx, peers, "group_rm", {**args, "announce": False})
+    [here] = run_admin(engine, ctx, [me], "group_rm", args)
+    reply = here.reply
     assert isinstance(reply, AdminReply)  # (this node's own: always answered)
     if not reply.ok:
         raise HttpError(HTTPStatus.BAD_REQUEST, reply.error)
-    result = reply.result
-    assert isinstance(result, dict)
-    return {"node": answer.target.node_id, "name": answer.target.name, **args, **result}
+    told = reply.result
+    assert isinstance(told, dict)
+    dropped_at: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    for a in [here, *answers]:
+        result = a.reply.result if isinstance(a.reply, AdminReply) and a.reply.ok else None
+        if isinstance(result, dict):
+            dropped_at.append(
+                {"node": a.target.node_id, "name": a.target.name, "dropped": result["dropped"]}
+            )
+        else:
+            error = a.reply.error if isinstance(a.reply, AdminReply) else a.error
+            errors.append({"node": a.target.name, "node_id": a.target.node_id, "error": error})
+    return {
+        "node": me.node_id,
+        "name": me.name,
+        **args,
+        "dropped": sum(d["dropped"] for d in dropped_at),
+        "peers_told": told["peers_told"],
+        "dropped_at": dropped_at,
+        "errors": errors,
+    }
 
 
 def act(
@@ -109,11 +162,11 @@ def act(
     if op not in ADMIN_OPS:
         raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {op}")
     node = arg(body, "node")
-    args: dict[str, Any] = {"topic": arg(body, "topic"), "group": arg(body, "group")}
+    args: dict[str, Any] = {"topic": name_arg(body, "topic"), "group": name_arg(body, "group")}
     seqs = body.get("seqs")
     if seqs is not None:
-        if not isinstance(seqs, list) or not all(type(s) is int for s in seqs):
-            raise HttpError(HTTPStatus.BAD_REQUEST, "seqs must be a list of ints")
+        if not isinstance(seqs, list) or not all(int_in(s, 0, MAX_SEQ) for s in seqs):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "seqs must be a list of ints in 0..2**64-1")
         args["seqs"] = seqs
     target = [t for t in all_targets(engine) if node in (t.node_id, t.name)]
     if not target:

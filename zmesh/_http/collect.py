@@ -167,6 +167,7 @@ def _entry(
     *,
     is_self: bool,
     status: dict[str, Any] | None,
+    read_at: float | None,
     rtt_ms: float | None,
     error: str | None,
 ) -> dict[str, Any]:
@@ -177,6 +178,7 @@ def _entry(
         "self": is_self,
         "alive": target.alive,
         "reachable": status is not None,
+        "read_at": read_at,
         "rtt_ms": rtt_ms,
         "error": error,
         "status": status,
@@ -190,12 +192,13 @@ def collect_mesh(
     unreachable, and the links between them as each reached node sees its peers."""
     own, peers = known(engine)
     me = _self_target(engine)
-    nodes = [_entry(me, is_self=True, status=own, rtt_ms=0.0, error=None)]
+    nodes = [_entry(me, is_self=True, status=own, read_at=time.time(), rtt_ms=0.0, error=None)]
     seen = {me.node_id}
     targets = [t for t in peers if t.node_id not in seen]
     for _round in range(2):
         if not targets:
             break
+        asked_at = time.time()
         answers = ask(
             ctx, [(t, StatusRequest(random_token())) for t in targets], engine.keys, timeout_s
         )
@@ -203,8 +206,16 @@ def collect_mesh(
         found: dict[str, Target] = {}
         for a in answers:
             status = a.reply.status if isinstance(a.reply, StatusReply) else None
+            read_at = None if status is None or a.rtt_ms is None else asked_at + a.rtt_ms / 1000
             nodes.append(
-                _entry(a.target, is_self=False, status=status, rtt_ms=a.rtt_ms, error=a.error)
+                _entry(
+                    a.target,
+                    is_self=False,
+                    status=status,
+                    read_at=read_at,
+                    rtt_ms=a.rtt_ms,
+                    error=a.error,
+                )
             )
             for p in (status or {}).get("peers", []):
                 if p["id"] not in seen and p["id"] not in found and p.get("control"):

@@ -11,7 +11,15 @@ from collections.abc import Iterable
 from typing import Any
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-LANE_EVENTS = ("acked", "nacked", "expired", "ack_timeouts", "dead_lettered", "superseded")
+LANE_EVENTS = (
+    "acked",
+    "nacked",
+    "expired",
+    "ack_timeouts",
+    "dead_lettered",
+    "superseded",
+    "dead_replayed",
+)
 LANE_GAUGES = ("pending", "ready", "in_flight", "members", "dead_letters")
 
 Sample = tuple[dict[str, str], float]

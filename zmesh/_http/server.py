@@ -4,17 +4,21 @@ The standard library's ThreadingHTTPServer on a thread of its own, so the API ne
 extra installed. Handlers read the node through its IO thread (``engine.call``) and ask
 other nodes over their control sockets with sockets of their own (collect.py); they never
 touch the IO thread's sockets. Admin actions (POST) are served only when the node's
-``http_admin`` is set, and only with a JSON body: a browser sends a cross-origin JSON POST
-only after a CORS preflight this server never grants, so a page elsewhere cannot act.
+``http_admin`` is set, only with a JSON body (a browser sends a cross-origin JSON POST
+only after a CORS preflight this server never grants) and only from this server's own
+origin (origin.py: a page of another site cannot act, even through DNS rebinding).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import socket
+import sys
 import threading
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,10 +28,11 @@ from urllib.parse import parse_qs, urlsplit
 import zmq
 
 from ..config import parse_seed
-from ..errors import NodeStateError
+from ..errors import NodeClosedError, NodeStateError
 from . import views
-from .actions import ADMIN_OPS, GROUP_RM, HttpError, act, dead_letters, remove_group
+from .actions import ADMIN_OPS, GROUP_RM, HttpError, act, count, dead_letters, remove_group
 from .collect import MESH_TIMEOUT_S, collect_mesh
+from .origin import check_origin
 from .prometheus import CONTENT_TYPE, render
 
 if TYPE_CHECKING:
@@ -37,13 +42,56 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 MAX_MESH_TIMEOUT_S = 30.0
+REQUEST_TIMEOUT_S = 5.0  # a client this slow to send its request (or take the answer) is cut off
+CLOSE_GRACE_S = 1.0  # what close() gives the requests being answered
 
 
 class _Server(ThreadingHTTPServer):
-    # Each request has a thread, joined when the server closes (HTTP/1.0: one request per
-    # connection, so no thread waits on an idle keep-alive client).
-    daemon_threads = False
+    """A thread per connection (HTTP/1.0: one request each), each connection kept with
+    its thread so that closing can cut them and join the threads (``HttpApi.close``)."""
+
+    daemon_threads = True
+    block_on_close = False  # (close joins the threads itself, once it cut their connections)
     api: HttpApi
+
+    def __init__(self, address: tuple[str, int], name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._open: dict[socket.socket, threading.Thread] = {}
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self.process_request_thread,
+            args=(request, client_address),
+            name=f"zmesh-http-{self._name}-request",
+            daemon=True,
+        )
+        with self._lock:
+            self._open[request] = thread
+        thread.start()
+
+    def close_request(self, request: Any) -> None:
+        with self._lock:  # (not while cut goes through them)
+            self._open.pop(request, None)
+            super().close_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # (socketserver prints a traceback on stderr: a client that went away is no error
+        # of the node's, and what else fails goes to the log as one record)
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            log.debug("HTTP client %s went away: %s", client_address[0], exc)
+        else:
+            log.exception("HTTP request from %s failed", client_address[0])
+
+    def cut(self, how: int) -> list[threading.Thread]:
+        """Shut ``how`` of every open connection down; the threads serving them."""
+        with self._lock:
+            for request in self._open:
+                with contextlib.suppress(OSError):  # (the client hung up first)
+                    request.shutdown(how)
+            return list(self._open.values())
 
 
 class HttpApi:
@@ -62,6 +110,7 @@ class HttpApi:
     ) -> None:
         host, port = parse_seed(address, what=what, allow_port_zero=True)
         self.engine = engine
+        self.host = host
         self.admin = admin
         self.metrics_only = metrics_only
         self.ctx: zmq.Context[zmq.Socket[bytes]] | None = None if metrics_only else zmq.Context()
@@ -71,13 +120,14 @@ class HttpApi:
             else _Server
         )
         try:
-            self._server = server_cls((host, port), _Handler)
+            self._server = server_cls((host, port), engine.config.name)
         except BaseException:
             self._term()
             raise
         self._server.api = self
         bound = self._server.server_address[1]
         self.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+        engine.http_endpoints[what] = self.address
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=f"zmesh-http-{engine.config.name}", daemon=True
         )
@@ -90,15 +140,24 @@ class HttpApi:
         )
 
     def close(self) -> None:
+        """Stop serving, whatever the clients do: idle connections and requests still
+        arriving end at once, requests waiting on other nodes stop waiting (their context
+        is terminated), and those being answered get ``CLOSE_GRACE_S`` to finish."""
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+        threads = self._server.cut(socket.SHUT_RD)
         self._term()
+        deadline = time.monotonic() + CLOSE_GRACE_S
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for thread in self._server.cut(socket.SHUT_RDWR):
+            thread.join()
 
     def _term(self) -> None:
-        if self.ctx is not None:
-            self.ctx.term()
-            self.ctx = None
+        ctx, self.ctx = self.ctx, None
+        if ctx is not None:
+            ctx.term()
 
     # -- the routes ---------------------------------------------------------------------
 
@@ -111,7 +170,7 @@ class HttpApi:
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such resource: {path}")
         return "application/json", _json(GETS[path](self, query))
 
-    def post(self, path: str, body: dict[str, Any]) -> bytes:
+    def post(self, path: str, body: dict[str, Any], host: str | None, origin: str | None) -> bytes:
         op = path.removeprefix("/api/dead-letters/")
         if self.metrics_only or (path != GROUP_RM and op not in ADMIN_OPS):
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {path}")
@@ -121,13 +180,16 @@ class HttpApi:
                 "admin actions are off on this node: set "
                 "http_admin = true in its [node] table to allow them",
             )
+        check_origin(host, origin, self.host)
         if path == GROUP_RM:
             return _json(remove_group(self.engine, self._ctx(), body))
         return _json(act(self.engine, self._ctx(), op, body))
 
     def _ctx(self) -> zmq.Context[zmq.Socket[bytes]]:
-        assert self.ctx is not None
-        return self.ctx
+        ctx = self.ctx
+        if ctx is None:
+            raise NodeClosedError(self.engine.config.name, "its HTTP API is closing")
+        return ctx
 
     def mesh(self, query: dict[str, str]) -> dict[str, Any]:
         return collect_mesh(self.engine, self._ctx(), _timeout(query))
@@ -194,6 +256,7 @@ def _jsonable(value: object) -> object:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = REQUEST_TIMEOUT_S  # (each read and write of the connection)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         log.debug("%s %s", self.address_string(), format % args)
@@ -203,13 +266,17 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         self._answer(lambda: self.server.api.get(url.path, query))
 
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.do_GET()  # (_send leaves the body out)
+
     def do_POST(self) -> None:  # noqa: N802
+        if self.server.api.metrics_only:
+            self._not_allowed()
+            return
+
         def act() -> tuple[str, bytes]:
-            kind = self.headers.get("Content-Type", "").split(";")[0].strip()
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY_BYTES:
-                raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
-            raw = self.rfile.read(length)
+            kind = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+            raw = self._body()
             if kind != "application/json":
                 raise HttpError(
                     HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
@@ -217,13 +284,55 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             try:
                 body = json.loads(raw or b"{}")
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep)
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {exc}") from None
             if not isinstance(body, dict):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
-            return "application/json", self.server.api.post(urlsplit(self.path).path, body)
+            path = urlsplit(self.path).path
+            host, origin = self.headers.get("Host"), self.headers.get("Origin")
+            return "application/json", self.server.api.post(path, body, host, origin)
 
         self._answer(act)
+
+    def _not_allowed(self) -> None:
+        def refuse() -> tuple[str, bytes]:
+            self._body()  # (read: a connection closed on a body unread may be reset first)
+            raise HttpError(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                f"{self.command} is not served here (only {self._allowed()})",
+            )
+
+        self._answer(refuse)
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+    def _allowed(self) -> str:
+        return "GET, HEAD" if self.server.api.metrics_only else "GET, HEAD, POST"
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # (the standard library's answer, to a bad request line or an unknown method, is
+        # an HTML page)
+        self.log_error("code %d, message %s", code, message)
+        self._send(code, "application/json", _json({"error": message or HTTPStatus(code).phrase}))
+
+    def _body(self) -> bytes:
+        given = self.headers.get("Content-Length", "0")
+        length = count(given)
+        if length is None:
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST, f"Content-Length must be a number of bytes, got {given!r}"
+            )
+        if length > MAX_BODY_BYTES:
+            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
+        try:
+            raw = self.rfile.read(length)
+        except TimeoutError:
+            raise HttpError(
+                HTTPStatus.REQUEST_TIMEOUT, f"the body did not come within {self.timeout:g}s"
+            ) from None
+        if len(raw) < length:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "the body ended before its Content-Length")
+        return raw
 
     def _answer(self, make: Callable[[], tuple[str, bytes]]) -> None:
         try:
@@ -231,19 +340,27 @@ class _Handler(BaseHTTPRequestHandler):
             status = HTTPStatus.OK
         except HttpError as exc:
             status, kind, body = exc.status, "application/json", _json({"error": str(exc)})
-        except NodeStateError as exc:  # closing, or too busy to answer
+        except ConnectionError:
+            raise  # (the client went away while it sent its request: handle_error)
+        except (NodeStateError, zmq.ContextTerminated) as exc:  # closing, or too busy
             status, kind = HTTPStatus.SERVICE_UNAVAILABLE, "application/json"
             body = _json({"error": str(exc)})
         except Exception as exc:
             log.exception("HTTP %s %s failed", self.command, self.path)
             status, kind = HTTPStatus.INTERNAL_SERVER_ERROR, "application/json"
             body = _json({"error": f"{type(exc).__name__}: {exc}"})
+        self._send(status, kind, body)
+
+    def _send(self, status: int, kind: str, body: bytes) -> None:
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        if status == HTTPStatus.METHOD_NOT_ALLOWED:
+            self.send_header("Allow", self._allowed())
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
 
 def serve(

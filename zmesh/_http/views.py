@@ -22,8 +22,10 @@ SUMMED = (
     "expired",
     "dead_lettered",
     "superseded",
+    "dead_replayed",
 )
-# Outcomes of a lane's messages; with ``pending`` they make what entered the lane.
+# Outcomes of a lane's messages; with ``pending`` they make what entered the lane (less
+# the dead letters replayed: pending again, and counted as dead_lettered already).
 SETTLED = ("acked", "expired", "dead_lettered", "superseded")
 
 
@@ -74,8 +76,10 @@ def lane_rows(mesh: dict[str, Any]) -> list[dict[str, Any]]:
 
 def entered(lane: dict[str, Any]) -> int:
     """Messages that entered the lane since its producer started: those still pending and
-    those settled one way or another (a sum whose rate is the lane's rate in)."""
-    return int(lane.get("pending", 0)) + sum(int(lane.get(k, 0)) for k in SETTLED)
+    those settled one way or another, a replayed dead letter once (a sum whose rate is
+    the lane's rate in)."""
+    settled = sum(int(lane.get(k, 0)) for k in SETTLED)
+    return int(lane.get("pending", 0)) + settled - int(lane.get("dead_replayed", 0))
 
 
 def _subscribers(mesh: dict[str, Any]) -> dict[tuple[str, str], set[str]]:

@@ -114,7 +114,7 @@ def groups_table(view: dict[str, Any]) -> Table:
     for g in view["groups"]:
         table.add_row(
             escape(g["topic"]),
-            escape(g["group"]),
+            escape(g["group"]) if g["mode"] != "unclaimed" else "(no group yet)",
             g["mode"] or "-",
             f"{g['pending']:,}",
             f"{g['in_flight']:,}",

@@ -124,6 +124,8 @@ def run(file: str, interfaces: tuple[str, ...]) -> None:
                     line += f" bridge {runner.endpoint}"
                 if n.http_address is not None:
                     line += f" http http://{n.http_address}/"
+                if n.metrics_address is not None:
+                    line += f" metrics http://{n.metrics_address}/metrics"
                 click.echo(line)
                 # Flushed at once so a supervisor reading stdout can seed other nodes from
                 # it (SIGHUP is handled already: it may send one as soon as it reads it).

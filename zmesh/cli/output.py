@@ -74,6 +74,14 @@ def node_table(status: dict[str, Any]) -> Table:
     table = Table(title="node", show_header=False, title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value")
+    served = [
+        (label, f"http://{node[key]}{path}")
+        for label, key, path in (
+            ("http", "http_address", "/"),
+            ("metrics", "metrics_address", "/metrics"),
+        )
+        if node.get(key) is not None
+    ]
     for label, value in (
         ("name", node.get("name")),
         ("id", node.get("id")),
@@ -81,6 +89,7 @@ def node_table(status: dict[str, Any]) -> Table:
         ("incarnation", node.get("incarnation")),
         ("control port", node.get("control_port")),
         ("data port", node.get("data_port")),
+        *served,
         ("outbox", status.get("outbox")),
     ):
         table.add_row(label, escape(str(value)))

@@ -1,6 +1,8 @@
 """The server of ``zmesh web`` (aiohttp): the page and its assets, a snapshot of the mesh
 taken every interval and pushed to every open page as a server-sent event, the history
-the page's charts start from, and the dead-letter actions.
+the page's charts start from, and the dead-letter actions. While the source fails, the
+last snapshot is pushed again marked ``stale`` (with the error and its age), or the
+failure alone (event ``failure``) if there is none yet.
 
 Collecting the mesh blocks (ZeroMQ requests, or HTTP to a node's API), so it runs on a
 worker thread while the event loop goes on serving; one collection at a time.
@@ -21,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from .._http.actions import ADMIN_OPS, GROUP_RM, HttpError
+from .._http.origin import check_origin
 from .._http.views import groups_view, nodes_view, topics_view, unreachable
 from .history import History
 from .source import Source
@@ -63,6 +66,7 @@ def snapshot(
         "lanes": lanes,
         "unreachable": unreachable(mesh),
         "statuses": {n["id"]: n["status"] for n in mesh["nodes"] if n["status"]},
+        "stale": None,  # (while the source fails: the error, and the seconds since taken)
     }
 
 
@@ -73,15 +77,17 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
 class WebApp:
     """One ``zmesh web`` server's state: the source, the history, the open pages."""
 
-    def __init__(self, source: Source, *, admin: bool, interval_s: float) -> None:
+    def __init__(self, source: Source, *, host: str, admin: bool, interval_s: float) -> None:
         self.source = source
+        self.host = host  # (as --listen gives it)
         self.admin = admin
         self.interval_s = interval_s
         self.history = History()
         self.latest: dict[str, Any] | None = None
-        self.error: str | None = None
-        self._pages: set[asyncio.Queue[dict[str, Any]]] = set()
-        self._first = asyncio.Event()
+        self.latest_at = 0.0  # (time.time() when it was taken)
+        self.error: str | None = None  # (why the last look at the mesh failed)
+        self._pages: set[asyncio.Queue[bytes]] = set()
+        self._looked = asyncio.Event()
 
     def build(self) -> web.Application:
         app = web.Application()
@@ -94,6 +100,7 @@ class WebApp:
         app.router.add_post("/api/dead-letters/{op}", self.post_action)
         app.router.add_post(GROUP_RM, self.post_group_rm)
         app.cleanup_ctx.append(self._sampling)
+        app.on_shutdown.append(self._end_pages)
         return app
 
     # -- sampling -----------------------------------------------------------------------
@@ -112,11 +119,16 @@ class WebApp:
             try:
                 mesh = await loop.run_in_executor(None, self.source.mesh)
             except Exception as exc:  # (a source's failure is shown, and tried again)
-                self.error = f"cannot read the mesh from {self.source.description}: {exc}"
-                log.warning("%s", self.error)
+                error = f"cannot read the mesh from {self.source.description}: {exc}"
+                if error != self.error:
+                    log.warning("%s", error)
+                self.error = error
             else:
+                if self.error is not None:
+                    log.info("reading the mesh from %s again", self.source.description)
                 self.error = None
-                lanes = self.history.add(mesh, time.time())
+                self.latest_at = time.time()
+                lanes = self.history.add(mesh, self.latest_at)
                 self.latest = snapshot(
                     mesh,
                     lanes,
@@ -124,24 +136,48 @@ class WebApp:
                     admin=self.admin,
                     interval_s=self.interval_s,
                 )
-                self._first.set()
-                for queue in self._pages:
-                    if queue.full():
-                        queue.get_nowait()
-                    queue.put_nowait(self.latest)
+            self._looked.set()
+            self._tell(self._told())
             await asyncio.sleep(max(0.0, self.interval_s - (loop.time() - started)))
+
+    def _tell(self, told: bytes) -> None:
+        """Queue ``told`` for every open page (b"": its stream ends)."""
+        for queue in self._pages:
+            if queue.full():
+                queue.get_nowait()
+            queue.put_nowait(told)
+
+    async def _end_pages(self, _app: web.Application) -> None:
+        # (the server stops: the streams end now rather than be cut off after its grace)
+        self._tell(b"")
 
     # -- routes -------------------------------------------------------------------------
 
     async def index(self, _request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
 
+    def shown(self) -> dict[str, Any] | None:
+        """The latest snapshot, marked stale while the source fails; None before one."""
+        if self.latest is None or self.error is None:
+            return self.latest
+        age_s = round(time.time() - self.latest_at, 1)
+        return {**self.latest, "stale": {"error": self.error, "age_s": age_s}}
+
+    def _told(self) -> bytes:
+        """What the pages are told after a look: the snapshot shown, or why there is
+        none."""
+        shown = self.shown()
+        if shown is not None:
+            return _sse("snapshot", shown)
+        return _sse("failure", {"source": self.source.description, "error": self.error})
+
     async def _current(self) -> dict[str, Any]:
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._first.wait(), timeout=30)
-        if self.latest is None:
+            await asyncio.wait_for(self._looked.wait(), timeout=30)
+        shown = self.shown()
+        if shown is None:
             raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, self.error or "no sample yet")
-        return self.latest
+        return shown
 
     async def get_snapshot(self, _request: web.Request) -> web.Response:
         return await _answer(self._current)
@@ -153,18 +189,19 @@ class WebApp:
         return await _answer(points)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        """Every new snapshot, as a server-sent event ``snapshot``."""
+        """After every look at the mesh, the snapshot shown as a server-sent event
+        ``snapshot``, or ``failure`` while there is none."""
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
         )
         await resp.prepare(request)
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(CLIENT_QUEUE)
+        queue: asyncio.Queue[bytes] = asyncio.Queue(CLIENT_QUEUE)
         self._pages.add(queue)
         try:
-            if self.latest is not None:
-                await resp.write(_sse("snapshot", self.latest))
-            while True:
-                await resp.write(_sse("snapshot", await queue.get()))
+            if self._looked.is_set():
+                await resp.write(self._told())
+            while told := await queue.get():
+                await resp.write(told)
         except (ConnectionResetError, asyncio.CancelledError):
             pass  # the page went away, or the server stops
         finally:
@@ -172,13 +209,17 @@ class WebApp:
         return resp
 
     async def get_dead_letters(self, request: web.Request) -> web.Response:
-        topic, group = request.query.get("topic", ""), request.query.get("group", "")
+        """A group's dead letters: ``topic``, ``group``, and ``limit`` and ``node`` as the
+        HTTP API takes them."""
+        query = {
+            k: request.query[k] for k in ("topic", "group", "limit", "node") if k in request.query
+        }
         loop = asyncio.get_running_loop()
 
         async def listed() -> dict[str, Any]:
-            if not topic or not group:
+            if not query.get("topic") or not query.get("group"):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "topic and group are required")
-            return await loop.run_in_executor(None, self.source.dead_letters, topic, group)
+            return await loop.run_in_executor(None, self.source.dead_letters, query)
 
         return await _answer(listed)
 
@@ -194,8 +235,9 @@ class WebApp:
     async def _admin(
         self, request: web.Request, run: Callable[[dict[str, Any]], dict[str, Any]]
     ) -> web.Response:
-        """An admin action: refused without --admin or without a JSON body (a form posted
-        from another site), else run on a worker thread."""
+        """An admin action: refused without --admin, without a JSON body (a form posted
+        from another site) or from another origin (origin.py), else run on a worker
+        thread."""
         loop = asyncio.get_running_loop()
 
         async def acted() -> dict[str, Any]:
@@ -206,11 +248,12 @@ class WebApp:
                     "web with --admin to replay or purge dead letters and "
                     "remove groups",
                 )
+            check_origin(request.headers.get("Host"), request.headers.get("Origin"), self.host)
             if request.content_type != "application/json":
                 raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "actions take a JSON body")
             try:
                 body = await request.json()
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep)
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {exc}") from None
             if not isinstance(body, dict):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
@@ -231,6 +274,11 @@ async def _answer(make: Callable[[], Awaitable[dict[str, Any]]]) -> web.Response
         return web.json_response(await make(), headers={"Cache-Control": "no-store"})
     except HttpError as exc:
         return web.json_response({"error": str(exc)}, status=exc.status)
+    except Exception as exc:
+        log.exception("zmesh web: a request failed")
+        return web.json_response(
+            {"error": f"{type(exc).__name__}: {exc}"}, status=HTTPStatus.INTERNAL_SERVER_ERROR
+        )
 
 
 async def serve(
@@ -244,7 +292,7 @@ async def serve(
     ready: Callable[[str], None],
 ) -> None:
     """Serve until ``stop`` is set; ``ready(url)`` once listening."""
-    app = WebApp(source, admin=admin, interval_s=interval_s).build()
+    app = WebApp(source, host=host, admin=admin, interval_s=interval_s).build()
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     try:

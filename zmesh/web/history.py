@@ -4,7 +4,9 @@ A status holds counters since its node started, not rates: a rate is the differe
 samples over the time between them. What entered a lane is what it still owes plus what
 it settled (``views.entered``); what left it is what its groups acked. A producer that
 restarted starts its counters again, so a counter that went down starts the lane afresh
-rather than giving a negative rate. Pure: the caller gives each sample's time.
+rather than giving a negative rate. A point is stamped with the time its producer's status
+was read (``read_at``; a collection that waits on an unreachable node ends seconds after
+it read the others), else the time the caller gives. Pure: no clock is read here.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._http.views import entered, lane_rows
+from .._http.views import entered, lane_rows, reached
 
 HISTORY_POINTS = 300  # five minutes at one sample a second
 
@@ -23,6 +25,7 @@ class Series:
     """One lane's points, oldest first, at most ``HISTORY_POINTS`` of them."""
 
     node: str
+    name: str  # (the producer's, as last seen)
     topic: str
     lane: str
     group: str
@@ -49,6 +52,7 @@ class Series:
         return {
             "key": key_of(self.node, self.topic, self.lane),
             "node": self.node,
+            "name": self.name,
             "topic": self.topic,
             "lane": self.lane,
             "group": self.group,
@@ -73,8 +77,10 @@ def key_of(node: str, topic: str, lane: str) -> str:
 
 
 class History:
-    """Every lane's series; a lane no sample has shown for ``HISTORY_POINTS`` samples is
-    dropped (its producer left, or its group was removed)."""
+    """Every lane's series. A lane its producer no longer has (its group removed or
+    expired) is dropped at once; one of a producer that did not answer is kept, and
+    dropped once no sample has shown it for ``HISTORY_POINTS`` samples (its producer
+    left)."""
 
     def __init__(self) -> None:
         self.series: dict[str, Series] = {}
@@ -82,21 +88,29 @@ class History:
         self._samples = 0
 
     def add(self, mesh: dict[str, Any], t: float) -> list[dict[str, Any]]:
-        """Take one collected mesh at time ``t``; the lanes' latest points."""
+        """Take one collected mesh, its statuses read at ``t`` unless it says when; the
+        lanes' latest points."""
         self._samples += 1
+        read_at = {node["id"]: node.get("read_at") for node in mesh["nodes"]}
+        reached_ids = {node["id"] for node in reached(mesh)}
         out = []
         for lane in lane_rows(mesh):
             key = key_of(lane["node_id"], lane["topic"], lane["lane"])
             series = self.series.get(key)
             if series is None:
                 series = self.series[key] = Series(
-                    lane["node_id"], lane["topic"], lane["lane"], lane["group"]
+                    lane["node_id"], lane["node"], lane["topic"], lane["lane"], lane["group"]
                 )
-            series.add(t, entered(lane), int(lane.get("acked", 0)), int(lane["pending"]))
+            series.name = lane["node"]
+            at = read_at.get(lane["node_id"]) or t
+            series.add(at, entered(lane), int(lane.get("acked", 0)), int(lane["pending"]))
             self._seen[key] = self._samples
-            out.append({**series.latest(), "name": lane["node"]})
+            out.append(series.latest())
         for key, at in list(self._seen.items()):
-            if self._samples - at >= HISTORY_POINTS:
+            if at == self._samples:
+                continue
+            retired = self.series[key].node in reached_ids  # (it answered without the lane)
+            if retired or self._samples - at >= HISTORY_POINTS:
                 del self._seen[key], self.series[key]
         return out
 

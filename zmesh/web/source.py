@@ -26,7 +26,7 @@ class Source(Protocol):
 
     def mesh(self) -> dict[str, Any]: ...
 
-    def dead_letters(self, topic: str, group: str) -> dict[str, Any]: ...
+    def dead_letters(self, query: dict[str, str]) -> dict[str, Any]: ...
 
     def act(self, op: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -47,10 +47,8 @@ class NodeSource:
     def mesh(self) -> dict[str, Any]:
         return drop_observer(collect_mesh(self._node._engine, self._ctx, self._timeout_s))
 
-    def dead_letters(self, topic: str, group: str) -> dict[str, Any]:
-        return dead_letters(
-            self._node._engine, self._ctx, {"topic": topic, "group": group}, self._timeout_s
-        )
+    def dead_letters(self, query: dict[str, str]) -> dict[str, Any]:
+        return dead_letters(self._node._engine, self._ctx, query, self._timeout_s)
 
     def act(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
         return act(self._node._engine, self._ctx, op, body)
@@ -93,9 +91,9 @@ class ApiSource:
         # (the API's node is a node of the mesh like any other: it stays in the view)
         return self._call(f"/api/mesh?timeout={self._timeout_s:g}")
 
-    def dead_letters(self, topic: str, group: str) -> dict[str, Any]:
-        query = urlencode({"topic": topic, "group": group, "timeout": f"{self._timeout_s:g}"})
-        return self._call(f"/api/dead-letters?{query}")
+    def dead_letters(self, query: dict[str, str]) -> dict[str, Any]:
+        asked = urlencode({**query, "timeout": f"{self._timeout_s:g}"})
+        return self._call(f"/api/dead-letters?{asked}")
 
     def act(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._call(f"/api/dead-letters/{op}", body)

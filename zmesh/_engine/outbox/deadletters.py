@@ -170,8 +170,8 @@ class DeadLetters:
                     (pend_key(lane.id, seq), pack([partition, priority, 0, expires_at, None]))
                 )
             self.replayed.add((lane.id, seq))
+            self.lanes.count(lane, "dead_replayed", 1)
             count += 1
-        self.lanes.counters.add("dead_replayed", count)
         return count
 
     def purge(self, topic: str, group: str, seqs: Collection[int] | None, batch: WriteBatch) -> int:

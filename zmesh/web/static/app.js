@@ -5,6 +5,7 @@
 const MAX_POINTS = 300;
 const state = {
   snap: null,
+  failure: null,                 // {source, error} while the server has no snapshot to show
   hist: new Map(),               // lane key -> {meta, t, rate_in, rate_out, pending}
   sort: { col: "pending", dir: -1 },
   charts: new Map(),             // lane key -> uPlot
@@ -51,6 +52,9 @@ function age(s) {
 }
 const num = (n) => (n === null || n === undefined) ? "-" : Number(n).toLocaleString("en");
 const rate = (r) => (r === null || r === undefined) ? "-" : (r >= 100 ? Math.round(r).toLocaleString("en") : r.toFixed(1));
+// A topic's messages published before any of its groups was known wait in its unclaimed
+// lane (group "", mode "unclaimed") until the first groups learned take them.
+const NO_GROUP = "(no group yet)";
 const health = (n) => !n.reachable ? "down" : (n.alive === false ? "warn" : "ok");
 const healthText = { ok: "ok", warn: "answers; peers think it dead", down: "unreachable" };
 
@@ -77,6 +81,18 @@ function addPoint(lane) {
   for (const k of ["t", "rate_in", "rate_out", "pending"]) {
     h[k].push(lane[k]);
     if (h[k].length > MAX_POINTS) h[k].shift();
+  }
+}
+
+// Lanes a snapshot did not report: a lane its producer answered without was retired (its
+// group removed or expired) and goes at once; one of a producer that did not answer is
+// marked stale, and goes after MAX_POINTS snapshots without it (as the server's history).
+function forget(snap) {
+  const reported = new Set(snap.lanes.map((l) => l.key));
+  const reached = new Set(snap.nodes.filter((n) => n.reachable).map((n) => n.id));
+  for (const [key, h] of state.hist) {
+    h.missed = reported.has(key) ? 0 : (h.missed || 0) + 1;
+    if (h.missed && (reached.has(h.node) || h.missed >= MAX_POINTS)) state.hist.delete(key);
   }
 }
 
@@ -147,6 +163,7 @@ function groupCell(g, col) {
     case "members": return v.join(", ") || "none";
     case "producers": return g.producers.filter((p) => p.entered || p.pending).map((p) => p.node).join(", ") || "-";
     case "mode": return v || "-";
+    case "group": return g.mode === "unclaimed" ? el("span", { class: "note", title: "published before any group of the topic was known: the first groups learned take them" }, NO_GROUP) : v;
     case "dead_letters":
       return v ? el("a", { href: `#/dead/${encodeURIComponent(g.topic)}/${encodeURIComponent(g.group)}` }, num(v)) : "0";
     default: return typeof v === "number" ? num(v) : v;
@@ -175,8 +192,8 @@ function drawGroups(snap) {
       "data-col": key,
       class: [numeric ? "num" : "", (key === "dead_letters" && g[key]) || (key === "members" && !g.members.length && g.pending) ? "hot" : ""].join(" ").trim(),
     }, groupCell(g, key))),
-    admin ? el("td", {}, el("button", { class: "danger", "data-action": "group-rm",
-                                        onclick: () => removeGroup(g) }, "Remove")) : null));
+    admin ? el("td", {}, g.mode === "unclaimed" ? null : el("button", { class: "danger", "data-action": "group-rm",
+                                                                      onclick: () => removeGroup(g) }, "Remove")) : null));
   return el("div", { class: "card" },
     el("h2", {}, "Topics \u00d7 groups ", el("span", { class: "note" }, "(summed over every producer's lanes)")),
     state.notice ? el("p", { id: "group-result", class: state.notice.ok ? "ok" : "down" }, state.notice.text) : null,
@@ -189,12 +206,25 @@ async function removeGroup(g) {
   if (!window.confirm(`Delete group ${g.group} of ${g.topic}, and every message the mesh's producers still owe it? They cannot be recovered.`)) return;
   try {
     const done = await api("/api/groups/rm", { topic: g.topic, group: g.group });
-    const here = done.dropped ? `, ${num(done.dropped)} pending dropped at ${done.name}` : "";
-    state.notice = { ok: true, text: `removed group ${done.group} of ${done.topic}: ${done.peers_told} nodes told to drop it${here}` };
+    const at = done.dropped_at.filter((d) => d.dropped).map((d) => `${d.name} ${num(d.dropped)}`).join(", ");
+    const silent = done.errors.length ? `; no answer from ${done.errors.map((e) => e.node).join(", ")}` : "";
+    state.notice = { ok: true, text: `removed group ${done.group} of ${done.topic}: ${num(done.dropped)} messages owed dropped${at ? ` (${at})` : ""}; ${done.peers_told} nodes told${silent}` };
   } catch (err) {
     state.notice = { ok: false, text: `removing ${g.group} of ${g.topic} failed: ${err.message}` };
   }
   render();
+}
+
+// A value axis as wide as its widest tick label needs ("1,000" does not fit a fixed width).
+function axisSize(u, values, i, cycle) {
+  const axis = u.axes[i];
+  if (cycle > 1) return axis._size;  // (uPlot asks again as the labels change: settle)
+  let size = axis.ticks.size + axis.gap;
+  if (values && values.length) {
+    u.ctx.font = axis.font[0];
+    size += Math.max(...values.map((v) => u.ctx.measureText(v).width)) / devicePixelRatio;
+  }
+  return Math.ceil(size);
 }
 
 function chartData(h) {
@@ -214,9 +244,12 @@ function drawLanes(container) {
   for (const key of keys) {
     const h = state.hist.get(key);
     const last = h.t.length - 1;
-    const card = el("div", { class: "card lane-card", "data-lane": key },
-      el("h3", {}, `${h.topic} / ${h.lane}`, el("span", { class: "note" }, ` at ${h.name || h.node.slice(0, 12)}`)),
-      el("div", { class: "figs" }, `in ${rate(h.rate_in[last])}/s \u00b7 out ${rate(h.rate_out[last])}/s \u00b7 backlog ${num(h.pending[last])}`));
+    const figs = `in ${rate(h.rate_in[last])}/s \u00b7 out ${rate(h.rate_out[last])}/s \u00b7 backlog ${num(h.pending[last])}`;
+    const card = el("div", { class: h.missed ? "card lane-card stale" : "card lane-card", "data-lane": key, "data-stale": Boolean(h.missed) },
+      el("h3", {}, `${h.topic} / ${h.lane || NO_GROUP}`, el("span", { class: "note" }, ` at ${h.name || h.node.slice(0, 12)}`)),
+      el("div", { class: "figs" }, h.missed
+        ? `no report since ${new Date(h.t[last] * 1000).toLocaleTimeString()}, its producer does not answer; then: ${figs}`
+        : figs));
     let chart = state.charts.get(key);
     const data = chartData(h);
     if (!chart) {
@@ -224,8 +257,8 @@ function drawLanes(container) {
         width: 320, height: 120, legend: { show: false }, cursor: { show: false },
         scales: { x: { time: true }, rate: { auto: true }, n: { auto: true } },
         axes: [{ size: 22, font: "10px system-ui" },
-               { scale: "rate", size: 36, font: "10px system-ui" },
-               { scale: "n", side: 1, size: 36, font: "10px system-ui", grid: { show: false } }],
+               { scale: "rate", size: axisSize, font: "10px system-ui" },
+               { scale: "n", side: 1, size: axisSize, font: "10px system-ui", grid: { show: false } }],
         series: [{}, { label: "in/s", scale: "rate", stroke: "#3558c9", width: 1.5, points: { show: false } },
                  { label: "out/s", scale: "rate", stroke: "#2e9d57", width: 1.5, points: { show: false } },
                  { label: "backlog", scale: "n", stroke: "#d2433b", width: 1.5, fill: "rgba(210,67,59,0.08)",
@@ -249,6 +282,14 @@ function drawLanes(container) {
 }
 
 function overview(snap, root) {
+  if (!snap.nodes.length) {  // (the page's own node met no other: it is left out of the view)
+    root.append(el("div", { class: "card", "data-testid": "no-nodes" },
+      el("h2", {}, `No node of mesh ${snap.mesh} found`),
+      el("p", {}, `Seen from ${snap.source}, which met no other node: check that its seed (--seed) is reachable or `,
+        "that mDNS reaches the nodes, and that they are of this mesh (with keys they trust, on a secured mesh). ",
+        "The page follows as soon as one answers.")));
+    return;
+  }
   const nodes = el("table", { "data-testid": "nodes" },
     el("thead", {}, el("tr", {}, ["Node", "Health", "Control", "Outbox", "Lanes", "Peers", "RTT"].map((h) => el("th", {}, h)))),
     el("tbody", {}, [...snap.nodes].sort((a, b) => a.name.localeCompare(b.name)).map((n) =>
@@ -302,7 +343,7 @@ function nodePage(snap, root, id) {
   root.append(el("div", { class: "card" }, el("h2", {}, "Lanes (what this node owes each group)"),
     el("table", {}, el("thead", {}, el("tr", {}, ["Topic", "Lane", "Pending", "In flight", "Acked", "Dead letters", "Oldest", "Members"].map((h) => el("th", {}, h)))),
       el("tbody", {}, st.lanes.map((l) => el("tr", {},
-        el("td", {}, l.topic), el("td", {}, l.lane), el("td", { class: "num" }, num(l.pending)),
+        el("td", {}, l.topic), el("td", {}, l.lane || NO_GROUP), el("td", { class: "num" }, num(l.pending)),
         el("td", { class: "num" }, num(l.in_flight)), el("td", { class: "num" }, num(l.acked || 0)),
         el("td", { class: "num" }, num(l.dead_letters)), el("td", { class: "num" }, age(l.oldest_age_s)),
         el("td", {}, l.members.map((m) => (snap.nodes.find((x) => x.id === m) || { name: m.slice(0, 12) }).name).join(", ") || "none")))))));
@@ -379,16 +420,26 @@ function route() {
 
 function render() {
   const snap = state.snap;
-  if (!snap) return;
+  const root = document.getElementById("view");
+  if (!snap) {
+    if (state.failure) {
+      document.getElementById("source").textContent = "from " + state.failure.source;
+      root.replaceChildren(el("p", { class: "down", "data-testid": "failure" }, state.failure.error));
+    }
+    return;
+  }
   const typing = document.activeElement === groupFilter ? [groupFilter.selectionStart, groupFilter.selectionEnd] : null;
   document.getElementById("mesh-name").textContent = `mesh ${snap.mesh}`;
   document.getElementById("updated").textContent = "updated " + new Date(snap.collected_at * 1000).toLocaleTimeString();
   document.getElementById("source").textContent = "from " + snap.source;
+  const problems = [];
+  if (snap.stale) problems.push(el("div", { "data-testid": "stale" }, `Not updated for ${age(snap.stale.age_s)}, the figures below are old: ${snap.stale.error}`));
+  if (snap.unreachable.length) problems.push(el("div", {}, `Unreachable: ${snap.unreachable.join(", ")} (no reply; their figures are missing from the sums)`));
   const banner = document.getElementById("banner");
-  banner.hidden = !snap.unreachable.length;
-  banner.textContent = snap.unreachable.length ? `Unreachable: ${snap.unreachable.join(", ")} (no reply; their figures are missing from the sums)` : "";
+  banner.hidden = !problems.length;
+  banner.replaceChildren(...problems);
+  root.classList.toggle("stale", Boolean(snap.stale));
   const [page, ...args] = route();
-  const root = document.getElementById("view");
   const view = [page || "mesh", ...args].join("/");
   if (page === "dead") {
     if (state.view === view) return;   // (the list is loaded on entering and after each action)
@@ -409,9 +460,16 @@ function connect() {
   events.addEventListener("snapshot", (e) => {
     const snap = JSON.parse(e.data);
     for (const lane of snap.lanes) addPoint(lane);
+    forget(snap);
     state.snap = snap;
-    live.className = "pill on";
-    live.textContent = "live";
+    live.className = snap.stale ? "pill off" : "pill on";
+    live.textContent = snap.stale ? "stale" : "live";
+    render();
+  });
+  events.addEventListener("failure", (e) => {
+    state.failure = JSON.parse(e.data);
+    live.className = "pill off";
+    live.textContent = "no data";
     render();
   });
   events.onerror = () => { live.className = "pill off"; live.textContent = "reconnecting"; };
