@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import socket
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -455,3 +456,14 @@ def test_node_run_shows_both_addresses_and_stops_with_a_client_idle(
     with connect(api), connect(metrics):  # (clients that never send a request)
         node.popen.terminate()
         assert node.finish(30) == 0
+
+
+@pytest.mark.parametrize("key", ["http_address", "metrics_address"])
+def test_an_address_in_use_is_said_with_its_setting(make_node, key: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        with pytest.raises(zmesh.ZMeshError, match=f"{key} {address}: cannot listen there"):
+            make_node("n", **{key: address})
+    make_node("n").close()  # (the failed start left its data dir free)

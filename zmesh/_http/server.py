@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import zmq
 
 from ..config import parse_seed
-from ..errors import NodeClosedError, NodeStateError
+from ..errors import NodeClosedError, NodeStateError, ZMeshError
 from . import views
 from .actions import ADMIN_OPS, GROUP_RM, HttpError, act, count, dead_letters, remove_group
 from .collect import MESH_TIMEOUT_S, collect_mesh
@@ -121,6 +121,9 @@ class HttpApi:
         )
         try:
             self._server = server_cls((host, port), engine.config.name)
+        except OSError as exc:
+            self._term()
+            raise ZMeshError(f"{what} {address}: cannot listen there ({exc.strerror})") from exc
         except BaseException:
             self._term()
             raise
