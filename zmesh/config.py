@@ -11,7 +11,6 @@ import ipaddress
 import math
 import os
 import re
-import socket
 import tomllib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -747,25 +746,6 @@ def _ipv6(host: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def unresolved(address: str) -> str | None:
-    """Why the host of ``address`` ([tcp://]HOST:PORT) does not resolve now; None when it
-    does, or is an IP address (or ``address`` is none: ``parse_seed`` says so)."""
-    try:
-        host, port = parse_seed(address.removeprefix("tcp://"), what="address")
-    except ConfigError:
-        return None
-    try:
-        ipaddress.ip_address(host)
-        return None  # (an address: nothing to resolve)
-    except ValueError:
-        pass
-    try:
-        socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
-    except OSError as exc:
-        return f"host {host!r} does not resolve ({exc.strerror or exc})"
-    return None
 
 
 def parse_seed(seed: str, *, what: str = "seed", allow_port_zero: bool = False) -> tuple[str, int]:

@@ -33,6 +33,7 @@ from ._requests import (
     serving,
 )
 from ._roles import Roles, resolve
+from ._seeds import unresolved
 from ._store.snapshot import check_path
 from ._subjects import TopicConfigs, check_subject, is_pattern
 from ._waits import check_timeout
@@ -46,7 +47,6 @@ from .config import (
     check_name,
     checked_headers,
     int_in,
-    unresolved,
 )
 from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError

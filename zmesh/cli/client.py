@@ -28,8 +28,9 @@ from .._protocol.frames import (
     random_token,
 )
 from .._security import _check_key
+from .._seeds import unresolved
 from .._waits import poll_ms
-from ..config import parse_seed, unresolved
+from ..config import parse_seed
 from ..errors import ConfigError, DecodeError
 from .output import CliError
 from .refusal import HandshakeWatch

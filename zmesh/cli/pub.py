@@ -228,6 +228,8 @@ def pub(
             and not signals.stop.is_set()
         ):
             note(not_served(n.status(), topic, wait_groups, discovery_wait))
+        # (the ephemeral subscribers it publishes for: a later look may miss one a moment)
+        audience = 0 if groups else ephemeral_subscribers(n.peers(), topic)
         receipts = []
         for i, payload in enumerate(_payloads(data, file, count, signals), start=1):
             if signals.stop.is_set():
@@ -249,9 +251,8 @@ def pub(
                 )
             note("nothing to publish")
             return
-        if not groups and not delay and owed_to_no_group(receipts, signals):
-            subscribers = ephemeral_subscribers(n.peers(), topic)
-            if subscribers:  # (a delayed message is for groups only)
-                report_ephemeral(len(receipts), topic, subscribers, node.data_dir)
-                return
+        if audience and not delay and owed_to_no_group(receipts, signals):
+            # (a delayed message is for groups only)
+            report_ephemeral(len(receipts), topic, audience, node.data_dir)
+            return
         report(settle(topic, receipts, timeout, signals), n, node.data_dir)
