@@ -107,3 +107,25 @@ def test_stream_write_from_the_zmesh_source(
     settled(b)
     assert len(out) == 500
     assert {json.loads(m.payload)["i"] for m in out.messages} == set(range(500))
+
+
+def test_columns_every_task_would_fail_on_are_refused_when_the_writer_is_made(
+    spark: Any, bridged: Callable[..., Bridged]
+) -> None:
+    b = bridged()
+    df = spark.range(0, 100).selectExpr("cast(id as int) as sensor", "id % 10 as window")
+    cases = [
+        (
+            df.write.option("topic", "out").option("idColumns", "sensor,windw"),
+            r"option idColumns names no column \['windw'\]; the columns are \['sensor', 'window'\]",
+        ),
+        (df.write, "needs option topic, or a 'topic' column"),
+        (
+            df.selectExpr("sensor as payload").write.option("topic", "out"),
+            "column payload must be binary or string, got int",
+        ),
+    ]
+    for writer, refusal in cases:
+        with pytest.raises(Exception, match=f"(?s)data source writer.*{refusal}"):
+            writer.format("zmesh").mode("append").option("endpoint", b.endpoint).save()
+    assert b.bridge.stats().get("published", 0) == 0

@@ -113,8 +113,6 @@ def chunks(batches: Iterator[pa.RecordBatch], opts: SinkOptions, prefix: str) ->
     first = 0
     for batch in batches:
         names = batch.schema.names
-        if opts.topic is None and "topic" not in names:
-            raise ArgumentError("the zmesh sink needs option topic, or a 'topic' column")
         payloads = _payloads(batch, opts)
         topics = None if opts.topic is not None else _strings(batch.column("topic"), "topic")
         if topics is not None and None in topics:
@@ -127,7 +125,7 @@ def chunks(batches: Iterator[pa.RecordBatch], opts: SinkOptions, prefix: str) ->
             headers = [None if h is None else dict(h) for h in batch.column("headers").to_pylist()]
         ids = None
         if opts.id_columns:
-            rows = batch.select([c for c in opts.id_columns if c in names]).to_pylist()
+            rows = batch.select(list(opts.id_columns)).to_pylist()
             ids = [content_id(prefix, row, opts.id_columns) for row in rows]
         ends = list(accumulate(map(len, payloads)))
         start = 0

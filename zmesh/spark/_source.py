@@ -87,12 +87,12 @@ class ZMeshDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from ._sink import ZMeshBatchWriter
 
-        return ZMeshBatchWriter(SinkOptions.parse(dict(self.options)), overwrite)
+        return ZMeshBatchWriter(SinkOptions.parse(dict(self.options)), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from ._sink import ZMeshStreamWriter
 
-        return ZMeshStreamWriter(SinkOptions.parse(dict(self.options)))
+        return ZMeshStreamWriter(SinkOptions.parse(dict(self.options)), schema)
 
 
 class RangePartition(InputPartition):
