@@ -270,3 +270,39 @@ def test_what_the_source_cannot_read_is_refused_before_its_reader_is_registered(
             )
             run_to_end(query)
     assert b.bridge.readers() == {}
+
+
+def test_a_topic_added_to_a_query_is_read_from_its_first_retained_offset(
+    spark: Any, bridged: Callable[..., Bridged], tmp_path: Path
+) -> None:
+    # Retention runs when the test says (once at start, then not for an hour).
+    b = bridged(topics=("a", "b"), retain_s=0.0, prune_interval_s=3600.0)
+    b.publish("a", 30)
+    b.publish("b", 30)
+
+    def run(topics: str) -> None:
+        query = (
+            spark.readStream.format("zmesh")
+            .option("endpoint", b.endpoint)
+            .option("reader", "growing")
+            .option("topics", topics)
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        run_to_end(query)
+
+    run("a")
+    b.bridge.prune()  # b, which no query reads, goes
+    assert all(h == e for s, (h, e) in b.bridge.streams().items() if s.startswith("b/"))
+    run("a,b")  # b is new to the query: none of it was the query's to lose
+    b.publish("b", 20, start=30)
+    run("a,b")
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted((r.topic, json.loads(r.payload)["i"]) for r in rows) == [
+        *(("a", i) for i in range(30)),
+        *(("b", i) for i in range(30, 50)),
+    ]

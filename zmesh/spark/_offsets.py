@@ -3,8 +3,7 @@
 A source reads one bridge or several, so its streams are named by the bridge log's id and
 the stream's name there: ``"<log id>:topic/partition"``. An offset is a dict
 ``{stream: next offset to read}``; a range is ``(stream, start, end)`` with ``end``
-exclusive. A stream missing from a start offset (one that appeared after the query began,
-or a bridge added to the source) is read from offset 0.
+exclusive.
 """
 
 from __future__ import annotations

@@ -145,8 +145,10 @@ def read_ranges(
     schema: StructType,
     ranges: Sequence[Range],
     endpoints: dict[str, str],
+    reader: str | None,
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of the given log ranges, in order (executor side)."""
+    """Record batches of the given log ranges, in order (executor side); ``reader``: the
+    streaming query's name at the bridges (None: a batch read)."""
     # (imported here: the planner's processes never build a record batch)
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -163,7 +165,7 @@ def read_ranges(
                 first, runs = fetch(name, pos, end, opts.fetch_max_records)
                 if first > pos:
                     if opts.fail_on_data_loss:
-                        raise DataLossError(stream, pos, first)
+                        raise DataLossError(stream, pos, first, reader)
                     pos = first
                 if not runs:
                     if pos >= end:
@@ -212,6 +214,7 @@ class _Planner:
             )
         self.opts = opts
         self.schema = schema
+        self.reader_name: str | None = None  # a streaming query's, at the bridges
         self._clients: dict[str, BridgeClient] = {}
         self._log_ids: dict[str, str] = {}  # endpoint -> its bridge log's id
 
@@ -325,7 +328,9 @@ class _Planner:
         # An empty plan still gets one task, with a partition that is not ours: read nothing.
         if not isinstance(partition, RangePartition):
             return iter(())
-        return read_ranges(self.opts, self.schema, partition.ranges, partition.endpoints)
+        return read_ranges(
+            self.opts, self.schema, partition.ranges, partition.endpoints, self.reader_name
+        )
 
 
 def _ints(offsets: dict[str, Any]) -> dict[str, int]:
@@ -387,8 +392,13 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
         start = self._qualified(_ints(start))
         sizes = self._sizes(self.reader_name, watermark=start)
+        self._latest = {s: end for s, (_h, end, _b) in sizes.items()}
+        # A stream new to the query (a partition that appeared, a topic or a bridge added
+        # to it) enters at its first retained offset, in this end offset: where it starts
+        # is then in Spark's offset log, and it is read from the next batch on.
+        fresh = {s: head for s, (head, _e, _b) in sizes.items() if s not in start}
+        sizes = {s: b for s, b in sizes.items() if s in start}
         ends = {s: end for s, (_h, end, _b) in sizes.items()}
-        self._latest = dict(ends)
         if self._target is not None:
             ends = {s: min(e, self._target.get(s, start.get(s, 0))) for s, e in ends.items()}
         if isinstance(limit, ReadMinRows) and count(start, ends) < limit.min_rows:
@@ -397,13 +407,15 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         if self.opts.max_bytes_per_batch is not None:
             by_bytes = rows_for_bytes(self.opts.max_bytes_per_batch, start, sizes)
             max_rows = by_bytes if max_rows is None else min(max_rows, by_bytes)
-        return advance(start, ends, max_rows)
+        return {**advance(start, ends, max_rows), **fresh}
 
     def reportLatestOffset(self) -> dict[str, int] | None:
         return self._latest
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return self._plan(self._qualified(_ints(start)), self._qualified(_ints(end)))
+        end = self._qualified(_ints(end))
+        # (a stream new in this batch's end offset is read from the next batch on)
+        return self._plan({**end, **self._qualified(_ints(start))}, end)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: retention follows latestOffset, which always comes."""
