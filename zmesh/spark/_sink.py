@@ -8,9 +8,9 @@ Arrow (``_rows.py``), and the bridge publishes a chunk with ``publish_many``. A 
 returns only after the bridge has stored its rows.
 
 Columns: ``payload`` (binary or string) is the message body; without one, the row's other
-columns become a JSON (or msgpack) object. ``key`` (string) and ``headers``
-(map<string,string>) are used when present; ``topic`` picks the topic per row when the
-``topic`` option is not set.
+columns become a JSON object as Spark's ``to_json`` writes it (or a msgpack one). ``key``
+(string) and ``headers`` (map<string,string>) are used when present; ``topic`` picks the
+topic per row when the ``topic`` option is not set.
 """
 
 from __future__ import annotations
