@@ -29,6 +29,8 @@ class BridgeConfig:
     max_log_bytes: the log's budget (default: half of ``map_size_bytes``, leaving LMDB room
     to prune); when it is reached the bridge stops acking and producers hold the rest.
     sink_window_s: how long published sink row ids are remembered for dedupe.
+    publish_timeout_s: how long a sink publish waits for room in the node's outbox (the
+    bridge thread waits, serving nothing else), then for its rows to be stored.
     """
 
     topics: tuple[str, ...]

@@ -219,7 +219,7 @@ class SinkPublisher:
         if refused is not None:
             raise ArgumentError(f"row {first + refused[0]} of {task.decode()}: {refused[1]}")
         n = len(rows.payloads)
-        p = Publishing(route, req.token, task, [], [], [], time.monotonic() + self.timeout_s, n)
+        p = Publishing(route, req.token, task, [], [], [], 0.0, n)
         try:
             if ids is not None:
                 encoded = [str(r).encode() for r in ids]
@@ -236,6 +236,7 @@ class SinkPublisher:
                             msg_id=ids[i],
                             key=rows.key(i),
                             headers=rows.headers_of(i),
+                            timeout=self.timeout_s,
                         )
                         p.ids.append((rid, receipt))
             else:
@@ -249,6 +250,7 @@ class SinkPublisher:
                         p.ranges.append((first + i, first + j, self._send(rows, i, j)))
         except ZMeshError as exc:  # (the rows sent before it are remembered once stored)
             p.error = str(exc)
+        p.deadline = time.monotonic() + self.timeout_s
         p.receipts = [r for _a, _b, r in p.ranges] + [r for _rid, r in p.ids]
         self._ids.update(rid for rid, _r in p.ids)
         if p.ranges:
@@ -267,10 +269,16 @@ class SinkPublisher:
         """Publish rows i..j-1, of one topic and none with headers but a first alone."""
         if j - i == 1 or rows.headers_of(i):
             return self.node.publish(
-                rows.topic_of(i), rows.payloads[i], key=rows.key(i), headers=rows.headers_of(i)
+                rows.topic_of(i),
+                rows.payloads[i],
+                key=rows.key(i),
+                headers=rows.headers_of(i),
+                timeout=self.timeout_s,
             )
         keys = None if rows.keys is None else rows.keys[i:j]
-        return self.node.publish_many(rows.topic_of(i), rows.payloads[i:j], keys=keys)
+        return self.node.publish_many(
+            rows.topic_of(i), rows.payloads[i:j], keys=keys, timeout=self.timeout_s
+        )
 
     def finished(self, now: float) -> list[tuple[bytes, Reply]]:
         """The replies of publishes whose rows are stored (remembered first, in one write)
