@@ -272,3 +272,14 @@ def test_bridge_config() -> None:
         BridgeConfig.from_mapping({"topics": ["a"], "log_dir": "x", "retain": 1})
     with pytest.raises(ConfigError, match="retain_s"):
         BridgeConfig.from_mapping({"topics": ["a"], "log_dir": "x", "retain_s": -1})
+    for table, refusal in [
+        ({"topics": ["a"]}, "b.toml: [bridge] needs log_dir"),
+        (
+            {"topics": ["readings.*"], "log_dir": "x"},
+            "b.toml: [bridge]: BridgeConfig.topics holds the pattern 'readings.*': a bridge "
+            "consumes topics by name",
+        ),
+        ({"topics": ["a b"], "log_dir": "x"}, "b.toml: [bridge]: BridgeConfig.topics: topic name"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(refusal)):
+            BridgeConfig.from_mapping(table, source="b.toml")
