@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
 
 import msgpack
 import pyarrow as pa
 import pytest
 
+from tests.conftest import reap, spawn
 from zmesh.spark._arrow import RecordConverter
 from zmesh.spark._options import BASE_COLUMNS
 from zmesh.spark._runs import Run, columns, encode
@@ -115,6 +117,44 @@ def test_a_payload_that_does_not_fit_gives_nulls_not_a_failure(bad: bytes) -> No
     assert [r["sensor"] for r in rows] == ["s", None, "s", "s"]
     assert rows[0]["ts"] == dt.datetime(2024, 5, 1, 10, tzinfo=dt.UTC)
     assert rows[1]["payload"] == bad
+
+
+# Payloads, and the "i" each gives: a payload that is not one JSON value gives null, and
+# never shifts another's values.
+ONE_VALUE_CASES = [
+    ([b"null", b'{"i": 2}'], [None, 2]),
+    ([b'{"i": 10}\n{"i": 11}', b"", b'{"i": 12}'], [None, None, 12]),
+    ([b'{"i": 10} {"i": 11}', b"  ", b'{"i": 12}'], [None, None, 12]),
+    ([b'{"i": 10}{"i": 11}', b'{"i": 12}'], [None, 12]),
+    ([b'{"i": 10}\r{"i": 11}', b"\n", b'{"i": 12}'], [None, None, 12]),
+    ([b'{"i":', b'10}{"i": 11}'], [None, None]),
+    ([b'{\n  "i": 13\n}', b'{"i": 14}'], [13, 14]),
+]
+
+
+def decoded_i(payloads: list[bytes]) -> list[int | None]:
+    conv = RecordConverter(schema(("i", pa.int64())), "json")
+    conv.add("t/0", 0, columns(record(payloads)), 0, len(payloads))
+    return [r["i"] for r in conv.batch().to_pylist()]
+
+
+def test_a_payload_is_one_json_value_or_gives_nulls() -> None:
+    # Decoded in a child process: Arrow's JSON reader has crashed its process on some
+    # input (a batch whose first payload is null), which fails this test, not the run.
+    child = spawn(
+        [
+            "-c",
+            "import json; from tests.spark.test_arrow import ONE_VALUE_CASES, decoded_i; "
+            "print(json.dumps([decoded_i(payloads) for payloads, _i in ONE_VALUE_CASES]))",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        out, _ = child.communicate(timeout=60)
+    finally:
+        reap(child)
+    assert child.returncode == 0
+    assert json.loads(out) == [i for _payloads, i in ONE_VALUE_CASES]
 
 
 def test_msgpack_payloads_are_decoded_one_at_a_time() -> None:

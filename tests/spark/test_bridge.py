@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -177,6 +178,75 @@ def test_sink_rows_are_published_once_per_row_id(
     assert first.key == "k0" and first.headers == {"h": "v"}
     assert next(m for m in got if m.payload == b"alert 1").headers == {}
     assert b.bridge.stats()["publish_duplicates"] == 25 + 1
+
+
+@pytest.mark.parametrize(
+    ("bad", "refusal"),
+    [
+        ({"keys": ["k" * 5000]}, "key of 5000 characters exceeds 4096"),
+        ({"topics": ["bad topic"]}, "topic name 'bad topic' is invalid"),
+        ({"headers": [{"h": "x" * 70_000}]}, "headers pack to"),
+        ({"ids": ["q:" + "x" * 300]}, "msg_id must be a non-empty str of at most 256"),
+    ],
+)
+def test_a_chunk_with_a_row_the_node_refuses_publishes_none_of_its_rows(
+    bridged: Callable[..., Bridged],
+    make_node: Callable[..., zmesh.Node],
+    bad: dict[str, list],
+    refusal: str,
+) -> None:
+    b = bridged()
+    got = Collector(make_node("consumer", seeds=[b.node.control_address]), "out", "g").messages
+    wait_members(b.node, "out", "g", 1)
+    payloads = [f"row {i}".encode() for i in range(5)]
+    columns = {
+        "topics": ["out"] * 5,
+        "keys": [f"k{i}" for i in range(5)],
+        "headers": [{"h": str(i)} for i in range(5)],
+        "ids": [f"q:{i}" for i in range(5)] if "ids" in bad else None,
+    }
+    refused = {n: c and [*c[:3], *bad.get(n, c[3:4]), *c[4:]] for n, c in columns.items()}
+    with BridgeClient(b.endpoint) as client:
+        with pytest.raises(BridgeError, match=re.escape(f"row 3 of q:0:0: {refusal}")):
+            publish(client, "q:0:0", Chunk(0, payloads, **refused), None)
+        assert b.node.status()["counters"].get("published", 0) == 0
+        counts = publish(client, "q:0:0", Chunk(0, payloads, **columns), None)
+        assert counts == {"published": 5, "duplicates": 0}
+    wait_until(lambda: len(got) >= 5, what="5 rows handled")
+    wait_until(lambda: b.node.status()["outbox"] == 0, what="rows acked")
+    assert sorted(m.payload for m in got) == payloads
+
+
+def test_a_chunk_the_outbox_takes_part_of_keeps_the_stored_rows_once(
+    make_node: Callable[..., zmesh.Node], tmp_path: Path
+) -> None:
+    # The outbox holds two messages (group g, declared, has no member yet): of a chunk
+    # of four rows, published a row at a time (each has headers), two are stored, then
+    # the third finds no room within the bridge's publish_timeout_s (the node's own is
+    # longer). A rerun of the chunk publishes only the other two.
+    node = make_node(
+        "bridge",
+        max_outbox_messages=2,
+        publish_timeout_s=5.0,
+        topics={"held": zmesh.TopicConfig(groups=("g",))},
+    )
+    payloads = [f"row {i}".encode() for i in range(4)]
+    chunk = Chunk(0, payloads, None, None, [{"h": str(i)} for i in range(4)], None)
+    with (
+        zmesh.spark.Bridge(
+            node, topics=["readings"], log_dir=tmp_path / "log", publish_timeout_s=0.2
+        ) as bridge,
+        BridgeClient(bridge.endpoint) as client,
+    ):
+        with pytest.raises(BridgeError, match=r"outbox holds 2 .* no room came within 0\.2s"):
+            publish(client, "q:0:0", chunk, "held")
+        assert node.status()["outbox"] == 2
+        consumer = make_node("consumer", seeds=[node.control_address])
+        got = Collector(consumer, "held", "g").messages
+        wait_until(lambda: node.status()["outbox"] == 0, what="the two stored rows acked")
+        assert publish(client, "q:0:0", chunk, "held") == {"published": 2, "duplicates": 2}
+        wait_until(lambda: len(got) >= 4 and node.status()["outbox"] == 0, what="rows acked")
+    assert sorted(m.payload for m in got) == payloads
 
 
 def test_overlapping_chunks_under_way_at_once_publish_each_row_once(

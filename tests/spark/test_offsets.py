@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ from zmesh.spark import BridgeConfig, BridgeError
 from zmesh.spark._offsets import (
     advance,
     cap,
+    check_spec,
     count,
     parse_spec,
     plan,
@@ -92,12 +94,24 @@ def test_select_and_resolve() -> None:
 
 
 def test_parse_spec() -> None:
-    assert parse_spec(None, "earliest", "x") == "earliest"
-    assert parse_spec(" LATEST ", "earliest", "x") == "latest"
-    assert parse_spec('{"a/0": 4}', "earliest", "x") == {"a/0": 4}
+    assert parse_spec(" LATEST ", "x") == "latest"
+    assert parse_spec('{"a/0": 4}', "x") == {"a/0": 4}
     for bad in ("soon", '{"a": 1}', '{"a/0": -1}', "[1]"):
         with pytest.raises(ArgumentError):
-            parse_spec(bad, "earliest", "startingOffsets")
+            parse_spec(bad, "startingOffsets")
+
+
+def test_check_spec_names_only_the_sources_streams_within_their_logs() -> None:
+    bounds = {"L1:a/0": (2, 10), "L2:a/0": (0, 4)}
+    check_spec({"L1:a/0": 10, "L2:a/0": 0}, bounds, ["L1", "L2"], "startingOffsets")
+    check_spec({"L1:a/0": 11}, bounds, ["L1", "L2"], "endingOffsets", past_end=True)
+    for offsets, refusal in [
+        ({"L1:a/0": 11}, "puts L1:a/0 at 11, beyond the end of its log (10)"),
+        ({"L1:b/0": 1}, "names L1:b/0, a stream the source does not read; it reads"),
+        ({"L9:a/0": 1}, "names L9:a/0, of log L9: the source's bridges' logs are ['L1', 'L2']"),
+    ]:
+        with pytest.raises(ArgumentError, match=re.escape(f"startingOffsets {refusal}")):
+            check_spec(offsets, bounds, ["L1", "L2"], "startingOffsets")
 
 
 def test_advance_takes_everything_without_a_limit() -> None:
@@ -189,7 +203,7 @@ def test_source_options() -> None:
         }
     )
     assert opts.topics == ("a", "b") and opts.max_records_per_batch == 10
-    assert opts.starting == "latest" and opts.ending == "latest"
+    assert opts.starting == "latest" and opts.ending is None
     with pytest.raises(ArgumentError, match="reader"):
         opts.require_reader()
     with pytest.raises(ArgumentError, match="endpoint"):
@@ -258,3 +272,14 @@ def test_bridge_config() -> None:
         BridgeConfig.from_mapping({"topics": ["a"], "log_dir": "x", "retain": 1})
     with pytest.raises(ConfigError, match="retain_s"):
         BridgeConfig.from_mapping({"topics": ["a"], "log_dir": "x", "retain_s": -1})
+    for table, refusal in [
+        ({"topics": ["a"]}, "b.toml: [bridge] needs log_dir"),
+        (
+            {"topics": ["readings.*"], "log_dir": "x"},
+            "b.toml: [bridge]: BridgeConfig.topics holds the pattern 'readings.*': a bridge "
+            "consumes topics by name",
+        ),
+        ({"topics": ["a b"], "log_dir": "x"}, "b.toml: [bridge]: BridgeConfig.topics: topic name"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(refusal)):
+            BridgeConfig.from_mapping(table, source="b.toml")

@@ -85,5 +85,5 @@ def test_metrics_pipeline_runs_end_to_end(spark: Any, tmp_path: Path) -> None:
     hot = sorted((s, ts) for (s, ts), (_n, avg, _m) in expected.items() if avg > THRESHOLD)
     assert hot == [("sensor-2", load_sensors().BASE_TS + 20)]
     assert len(alerts) == len(hot)
-    assert alerts[0].startswith("ALERT sensor-2 window 2023-11-14T22:13:40+00:00 avg=91.1")
+    assert alerts[0].startswith("ALERT sensor-2 window 2023-11-14T22:13:40.000Z avg=91.1")
     assert "pipeline done: 1 alerts published" in out

@@ -107,3 +107,50 @@ def test_stream_write_from_the_zmesh_source(
     settled(b)
     assert len(out) == 500
     assert {json.loads(m.payload)["i"] for m in out.messages} == set(range(500))
+
+
+def test_columns_every_task_would_fail_on_are_refused_when_the_writer_is_made(
+    spark: Any, bridged: Callable[..., Bridged]
+) -> None:
+    b = bridged()
+    df = spark.range(0, 100).selectExpr("cast(id as int) as sensor", "id % 10 as window")
+    cases = [
+        (
+            df.write.option("topic", "out").option("idColumns", "sensor,windw"),
+            r"option idColumns names no column \['windw'\]; the columns are \['sensor', 'window'\]",
+        ),
+        (df.write, "needs option topic, or a 'topic' column"),
+        (
+            df.selectExpr("sensor as payload").write.option("topic", "out"),
+            "column payload must be binary or string, got int",
+        ),
+    ]
+    for writer, refusal in cases:
+        with pytest.raises(Exception, match=f"(?s)data source writer.*{refusal}"):
+            writer.format("zmesh").mode("append").option("endpoint", b.endpoint).save()
+    assert b.bridge.stats().get("published", 0) == 0
+
+
+def test_rows_without_a_payload_become_json_as_spark_to_json_writes_it(
+    spark: Any, bridged: Callable[..., Bridged], collect: Callable[..., Collector]
+) -> None:
+    b = bridged()
+    out = collect(b, "out")
+    df = spark.sql(
+        "select map('k', 1) as m, map(2, 'x') as by_int, cast('NaN' as double) as nan, "
+        "array(1.5D, cast('Infinity' as double), cast('-Infinity' as double)) as inf, "
+        "timestamp'2024-05-01 10:00:00.123456' as ts, date'2024-05-01' as d, "
+        "cast(1.50 as decimal(10, 2)) as dec, X'00ff' as bin, cast(null as string) as none, "
+        "named_struct('x', 1, 'y', cast(null as int), 'z', map('a', cast('NaN' as double))) "
+        "as st"
+    )
+    df.write.format("zmesh").mode("append").option("endpoint", b.endpoint).option(
+        "topic", "out"
+    ).save()
+    wait_until(lambda: len(out) == 1, 30, what="the row handled")
+    spark_json = df.selectExpr("to_json(struct(*))").first()[0]
+
+    def strict(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    assert json.loads(out.messages[0].payload, parse_constant=strict) == json.loads(spark_json)

@@ -4,6 +4,7 @@ offsets, streaming reads with read limits and Trigger.AvailableNow, decoded payl
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,95 @@ def test_two_bridges_of_one_group_read_as_one_stream(
             .load()
             .collect()
         )
+
+
+def test_what_the_source_cannot_read_is_refused_before_its_reader_is_registered(
+    spark: Any, bridged: Callable[..., Bridged], tmp_path: Path
+) -> None:
+    b = bridged()
+    b.publish("readings", 20)
+    stream, (_head, end) = next(iter(b.bridge.streams().items()))
+    beyond = (
+        json.dumps({stream: end + 100}),
+        f"startingOffsets puts {b.bridge.log_id}:{stream} at {end + 100}, beyond the end of "
+        f"its log ({end})",
+    )
+    typo = (
+        "readngs",
+        "option topics names ['readngs'], which no bridge of the source "
+        "consumes or has logged; they consume ['readings']",
+    )
+    cases = [
+        ("startingOffsets", *beyond),
+        ("startingOffsets", '{"readngs/0": 1}', "readngs/0, a stream the source does not read"),
+        ("endingOffsets", '{"readngs/0": 1}', "a stream the source does not read"),
+        ("startingOffsets", json.dumps({f"0badc0de:{stream}": 1}), "of log 0badc0de"),
+        ("topics", *typo),
+        ("payloadSchema", "i int, `Offset` int", "payloadSchema repeats the column(s) ['offset']"),
+    ]
+    for option, value, refusal in cases:
+        with pytest.raises(Exception, match=re.escape(refusal)):
+            (
+                spark.read.format("zmesh")
+                .option("endpoint", b.endpoint)
+                .option("payloadFormat", "json")
+                .option("payloadSchema", "i int")
+                .option(option, value)
+                .load()
+                .collect()
+            )
+    for option, value, refusal in [
+        ("startingOffsets", *beyond),
+        ("topics", *typo),
+        ("endingOffsets", "latest", "option endingOffsets is for batch reads"),
+    ]:
+        with pytest.raises(Exception, match=re.escape(refusal)):
+            query = (
+                spark.readStream.format("zmesh")
+                .option("endpoint", b.endpoint)
+                .option("reader", "mistaken")
+                .option(option, value)
+                .load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", str(tmp_path / option))
+                .trigger(availableNow=True)
+                .start()
+            )
+            run_to_end(query)
+    assert b.bridge.readers() == {}
+
+
+def test_a_topic_added_to_a_query_is_read_from_its_first_retained_offset(
+    spark: Any, bridged: Callable[..., Bridged], tmp_path: Path
+) -> None:
+    # Retention runs when the test says (once at start, then not for an hour).
+    b = bridged(topics=("a", "b"), retain_s=0.0, prune_interval_s=3600.0)
+    b.publish("a", 30)
+    b.publish("b", 30)
+
+    def run(topics: str) -> None:
+        query = (
+            spark.readStream.format("zmesh")
+            .option("endpoint", b.endpoint)
+            .option("reader", "growing")
+            .option("topics", topics)
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        run_to_end(query)
+
+    run("a")
+    b.bridge.prune()  # b, which no query reads, goes
+    assert all(h == e for s, (h, e) in b.bridge.streams().items() if s.startswith("b/"))
+    run("a,b")  # b is new to the query: none of it was the query's to lose
+    b.publish("b", 20, start=30)
+    run("a,b")
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted((r.topic, json.loads(r.payload)["i"]) for r in rows) == [
+        *(("a", i) for i in range(30)),
+        *(("b", i) for i in range(30, 50)),
+    ]

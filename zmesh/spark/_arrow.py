@@ -4,9 +4,10 @@ The source schema is fixed (``_options.BASE_DDL``); ``payloadFormat``/``payloadS
 columns decoded from each JSON or msgpack payload. A run's payloads and publish times are
 wrapped as Arrow buffers as they are stored (``_runs.py``); the runs of a batch are joined
 by Arrow. JSON payloads are parsed by Arrow's JSON reader into the typed columns; when
-that fails for a batch (a payload that is not an object, a value of the wrong type), the
-batch is decoded a payload at a time, and a payload that does not decode, or a value that
-does not fit its column, becomes null rather than failing the query.
+that fails for a batch (a payload that is not one JSON object, a value of the wrong type),
+the batch is decoded a payload at a time, and a payload that does not decode (or is not
+exactly one JSON value), or a value that does not fit its column, becomes null rather than
+failing the query.
 """
 
 from __future__ import annotations
@@ -45,11 +46,14 @@ def _repeat(value: pa.Array, n: int) -> pa.Array:
 
 
 _MICROS = pa.Array.from_buffers(pa.float64(), 1, [None, pa.py_buffer(array("d", [1e6]))])[0]
-_EMPTY, _NEWLINE = (
+# Each payload p becomes the line {"v":p}, so that a line is one object, whatever p holds.
+_OPEN, _CLOSE, _EMPTY = (
     pa.BinaryArray.from_buffers(
-        pa.binary(), 2, [None, pa.py_buffer(array("i", [0, 0, 1]).tobytes()), pa.py_buffer(b"\n")]
+        pa.binary(),
+        3,
+        [None, pa.py_buffer(array("i", [0, 5, 7, 7]).tobytes()), pa.py_buffer(b'{"v":}\n')],
     )[i]
-    for i in (0, 1)
+    for i in range(3)
 )
 
 
@@ -143,12 +147,11 @@ class RecordConverter:
         self._pending = _Pending()
         # Arrow's JSON reader parses timestamps from strings only: it reads those
         # columns as numbers of seconds, which are then converted.
-        self._json_schema = pa.schema(
-            [
-                pa.field(f.name, pa.float64() if pa.types.is_timestamp(f.type) else f.type)
-                for f in self.extra
-            ]
-        )
+        fields = [
+            pa.field(f.name, pa.float64() if pa.types.is_timestamp(f.type) else f.type)
+            for f in self.extra
+        ]
+        self._json_schema = pa.schema([pa.field("v", pa.struct(fields))])
 
     @property
     def rows(self) -> int:
@@ -230,11 +233,16 @@ class RecordConverter:
 
     def _json(self, payloads: pa.Array) -> list[pa.Array] | None:
         """The decoded columns by Arrow's JSON reader; None when it cannot read them all
-        (then each payload is decoded on its own, and what does not fit is null)."""
+        (then each payload is decoded on its own, and what does not fit is null).
+
+        The reader reads each payload p as the line ``{"v":p}``: a line is one object,
+        never null (a first null crashes the reader), and holds one payload whatever it
+        is: one that is not one JSON value (none, or two) fails the read or gives a line
+        two rows, and the counts differ."""
         n = len(payloads)
         if n == 0:
             return None
-        lines = pc.binary_join_element_wise(payloads, _EMPTY, _NEWLINE)  # each + "\n"
+        lines = pc.binary_join_element_wise(_OPEN, payloads, _CLOSE, _EMPTY)
         _validity, ends, data = lines.buffers()
         data = data.slice(0, memoryview(ends).cast("i")[lines.offset + n])
         try:
@@ -249,13 +257,13 @@ class RecordConverter:
             )
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             return None
-        if table.num_rows != n:  # (an empty payload is no line to the reader)
+        if table.num_rows != n:
             return None
-        out = []
-        for f in self.extra:
-            col = table.column(f.name).combine_chunks()
-            out.append(_seconds_to(f.type, col) if pa.types.is_timestamp(f.type) else col)
-        return out
+        columns = table.column("v").combine_chunks().flatten()  # (a null v: nulls)
+        return [
+            _seconds_to(f.type, col) if pa.types.is_timestamp(f.type) else col
+            for f, col in zip(self.extra, columns, strict=True)
+        ]
 
 
 def _concat(arrays: list[pa.Array], typ: pa.DataType) -> pa.Array:

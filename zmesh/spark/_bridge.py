@@ -136,7 +136,11 @@ class Bridge:
             )
             self._log.register()
             self._service = Service(
-                self._log, self.node, self.counters, self.config.publish_timeout_s
+                self._log,
+                self.node,
+                self.counters,
+                self.config.topics,
+                self.config.publish_timeout_s,
             )
             self._ctx = zmq.Context()
             self._thread = threading.Thread(

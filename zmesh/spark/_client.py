@@ -10,7 +10,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import zmq
 
@@ -24,6 +24,16 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_ATTEMPTS = 3
+
+
+class LogInfo(NamedTuple):
+    """What a bridge says of its log: its id, its streams ``topic/partition`` -> (head,
+    end, record bytes ever appended), and the topics it consumes (None: a bridge of an
+    older zmesh does not say)."""
+
+    log_id: str
+    streams: dict[str, tuple[int, int, int]]
+    topics: tuple[str, ...] | None
 
 
 class BridgeClient:
@@ -135,23 +145,27 @@ class BridgeClient:
         reader: str | None = None,
         topics: list[str] | None = None,
         watermark: dict[str, int] | None = None,
-    ) -> tuple[str, dict[str, tuple[int, int, int]]]:
-        """The bridge log's id and its streams ``topic/partition`` -> (head, end, record
-        bytes ever appended); with ``reader``, also registers it and moves its watermarks
-        up to ``watermark``."""
+    ) -> LogInfo:
+        """The bridge log's id, streams and topics; with ``reader``, also registers it and
+        moves its watermarks up to ``watermark``."""
         args: dict[str, Any] = {}
         if reader is not None:
             args = {"reader": reader, "topics": topics, "wm": dict(watermark or {})}
         result = self.call("info", args).result
         streams = result.get("streams", {})
-        return str(result.get("log", "")), {
-            name: (int(b[0]), int(b[1]), int(b[2]) if len(b) > 2 else 0)
-            for name, b in streams.items()
-        }
+        consumed = result.get("topics")
+        return LogInfo(
+            str(result.get("log", "")),
+            {
+                name: (int(b[0]), int(b[1]), int(b[2]) if len(b) > 2 else 0)
+                for name, b in streams.items()
+            },
+            None if consumed is None else tuple(map(str, consumed)),
+        )
 
     def info(self, **kwargs: Any) -> dict[str, tuple[int, int]]:
         """Stream bounds ``topic/partition`` -> (head, end) (arguments as ``bounds``)."""
-        return {name: (b[0], b[1]) for name, b in self.bounds(**kwargs)[1].items()}
+        return {name: (b[0], b[1]) for name, b in self.bounds(**kwargs).streams.items()}
 
     def fetch(
         self, stream: str, start: int, end: int, max_records: int

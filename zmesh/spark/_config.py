@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..config import check_name, int_in
+from .._subjects import subject_error
+from ..config import _build, check_name, int_in
 from ..errors import ConfigError
 
 __all__ = ["BridgeConfig"]
@@ -29,6 +29,8 @@ class BridgeConfig:
     max_log_bytes: the log's budget (default: half of ``map_size_bytes``, leaving LMDB room
     to prune); when it is reached the bridge stops acking and producers hold the rest.
     sink_window_s: how long published sink row ids are remembered for dedupe.
+    publish_timeout_s: how long a sink publish waits for room in the node's outbox (the
+    bridge thread waits, serving nothing else), then for its rows to be stored.
     """
 
     topics: tuple[str, ...]
@@ -53,7 +55,19 @@ class BridgeConfig:
     def __post_init__(self) -> None:
         if isinstance(self.topics, str):
             raise ConfigError("BridgeConfig.topics must be a list of topic names, not a string")
-        object.__setattr__(self, "topics", tuple(check_name("topic", t) for t in self.topics))
+        for topic in self.topics:
+            if subject_error("topic", topic, wildcards=False) is None:
+                continue
+            if subject_error("topic", topic, wildcards=True) is None:
+                raise ConfigError(
+                    f"BridgeConfig.topics holds the pattern {topic!r}: a bridge consumes "
+                    "topics by name (each one's partitions are streams of its log); list them"
+                )
+            try:
+                check_name("topic", topic)
+            except ConfigError as exc:
+                raise ConfigError(f"BridgeConfig.topics: {exc}") from None
+        object.__setattr__(self, "topics", tuple(self.topics))
         if not self.topics:
             raise ConfigError("BridgeConfig.topics must name at least one topic")
         check_name("group", self.group)
@@ -89,20 +103,9 @@ class BridgeConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<config>") -> BridgeConfig:
-        """Build from a parsed ``[bridge]`` table; errors name the source and the key."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        bad = set(data) - names
-        if bad:
-            raise ConfigError(
-                f"{source}: [bridge] has unknown key(s) {sorted(bad)}; known: {sorted(names)}"
-            )
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        try:
-            return cls(**values)  # type: ignore[arg-type]
-        except ConfigError as exc:
-            raise ConfigError(f"{source}: [bridge]: {exc}") from exc
-        except TypeError as exc:
-            raise ConfigError(f"{source}: [bridge]: {exc}") from exc
+        """Build from a parsed ``[bridge]`` table; errors name the source and the key, as a
+        node definition's do."""
+        return _build(cls, data, f"{source}: [bridge]")
 
 
 def _number(name: str, value: object, *, allow_zero: bool = False) -> None:

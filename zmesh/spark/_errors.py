@@ -20,17 +20,26 @@ class BridgeError(ZMeshError):
 
 
 class DataLossError(BridgeError):
-    """A reader asked for log offsets that retention has already removed."""
+    """A reader asked for log offsets that retention has already removed (``reader``: the
+    streaming query's name at the bridge; None for a batch read)."""
 
-    def __init__(self, stream: str, start: int, head: int) -> None:
+    def __init__(self, stream: str, start: int, head: int, reader: str | None = None) -> None:
+        why = (
+            "startingOffsets is below the log's start, or retention removed them after "
+            "the read was planned"
+            if reader is None
+            else f"retention waits for the query's reader {reader!r} only while the bridge "
+            "keeps it (was it dropped, by drop_reader or reader_ttl_s, or is its name "
+            "another query's too?)"
+        )
         super().__init__(
             f"offsets {start}..{head - 1} of {stream} are no longer in the bridge log "
-            f"(it now starts at {head}); give each streaming query its own 'reader' name so "
-            "retention waits for it, or set failOnDataLoss=false to skip the gap"
+            f"(it now starts at {head}): {why}; set failOnDataLoss=false to skip the gap"
         )
         self.stream = stream
         self.start = start
         self.head = head
+        self.reader = reader
 
 
 class LogFullError(BridgeError):

@@ -3,8 +3,7 @@
 A source reads one bridge or several, so its streams are named by the bridge log's id and
 the stream's name there: ``"<log id>:topic/partition"``. An offset is a dict
 ``{stream: next offset to read}``; a range is ``(stream, start, end)`` with ``end``
-exclusive. A stream missing from a start offset (one that appeared after the query began,
-or a bridge added to the source) is read from offset 0.
+exclusive.
 """
 
 from __future__ import annotations
@@ -62,10 +61,8 @@ def select(bounds: Mapping[str, B], topics: Iterable[str] | None) -> dict[str, B
     return {s: b for s, b in bounds.items() if wanted is None or topic_of(s) in wanted}
 
 
-def parse_spec(value: str | None, default: str, what: str) -> str | dict[str, int]:
+def parse_spec(value: str, what: str) -> str | dict[str, int]:
     """``earliest``, ``latest`` or a JSON object of offsets."""
-    if value is None:
-        return default
     text = value.strip()
     if text.lower() in ("earliest", "latest"):
         return text.lower()
@@ -84,6 +81,36 @@ def parse_spec(value: str | None, default: str, what: str) -> str | dict[str, in
             f'"<log id>:topic/partition") to offsets >= 0, got {value!r}'
         )
     return data
+
+
+def check_spec(
+    offsets: Mapping[str, int],
+    bounds: Bounds,
+    log_ids: Iterable[str],
+    what: str,
+    *,
+    past_end: bool = False,
+) -> None:
+    """ArgumentError unless every stream ``offsets`` names is one of ``bounds`` (the
+    streams the source reads, of the bridge logs ``log_ids``) and, unless ``past_end``,
+    no offset is beyond its stream's end."""
+    ids = sorted(set(log_ids))
+    for stream, offset in sorted(offsets.items()):
+        log_id = split(stream)[0]
+        if log_id not in ids:
+            raise ArgumentError(
+                f"{what} names {stream}, of log {log_id}: the source's bridges' logs are {ids}"
+            )
+        if stream not in bounds:
+            raise ArgumentError(
+                f"{what} names {stream}, a stream the source does not read; "
+                f"it reads {sorted(bounds)}"
+            )
+        end = bounds[stream][1]
+        if offset > end and not past_end:
+            raise ArgumentError(
+                f"{what} puts {stream} at {offset}, beyond the end of its log ({end})"
+            )
 
 
 def resolve(

@@ -147,7 +147,7 @@ class SourceOptions:
     topics: tuple[str, ...] | None
     reader: str | None
     starting: str | dict[str, int]
-    ending: str | dict[str, int]
+    ending: str | dict[str, int] | None  # None: not given (a batch read reads to the latest)
     max_records_per_batch: int | None
     max_bytes_per_batch: int | None
     min_partitions: int
@@ -173,6 +173,7 @@ class SourceOptions:
         if reader is not None:
             check_name("reader", reader)
         fmt, schema = _format(opts), opts.get("payloadschema")
+        ending = opts.get("endingoffsets")
         if (fmt is None) != (schema is None):
             raise ArgumentError(
                 "options payloadFormat and payloadSchema go together: "
@@ -183,8 +184,8 @@ class SourceOptions:
             paths=tuple(p.strip() for p in (opts.get("path") or "").split(",") if p.strip()),
             topics=topics,
             reader=reader,
-            starting=parse_spec(opts.get("startingoffsets"), "earliest", "startingOffsets"),
-            ending=parse_spec(opts.get("endingoffsets"), "latest", "endingOffsets"),
+            starting=parse_spec(opts.get("startingoffsets", "earliest"), "startingOffsets"),
+            ending=None if ending is None else parse_spec(ending, "endingOffsets"),
             max_records_per_batch=_max_rows(opts),
             max_bytes_per_batch=_int(opts, "maxBytesPerTrigger", None),
             min_partitions=_int(opts, "minPartitions", default_partitions) or default_partitions,

@@ -6,7 +6,10 @@ with headers of its own alone), and the request waits, as a ``Publishing``, whil
 bridge goes on serving others; once its rows are stored, the bridge remembers them in its
 log (as ranges of the task's rows, or by their ids with ``idColumns``) and only then
 answers. A request for rows that another one is publishing waits for that one to end,
-so no row is published twice.
+so no row is published twice. A chunk is checked whole first, as the node checks a
+publish, so a row the node would refuse fails the request with none of its rows published;
+rows stored before a later failure (no room in the outbox) are remembered all the same, so
+a retry publishes only the rest.
 
 Rows with ids of their own also give the id to ``Node.publish`` as ``msg_id``, so the
 node itself drops a row stored before a crash kept the bridge from remembering it;
@@ -18,14 +21,16 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
 from .._engine.stats import Counters
+from .._protocol.codec import MAX_KEY_CHARS
 from .._receipt import Receipt
+from ..config import check_name, checked_headers
 from ..errors import ArgumentError, ZMeshError
 from ..errors import TimeoutError as ZTimeoutError
 from ..node import Node
@@ -34,6 +39,7 @@ from ._log import BridgeLog
 from ._wire import Reply, Request
 
 PUBLISH_FRAMES = 5  # payloads, topics, keys, headers, ids (see _rows.Chunk)
+MAX_ID_CHARS = 256  # (Node.publish's limit of a msg_id)
 
 
 def gaps(first: int, end: int, covered: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -92,6 +98,46 @@ class _Rows:
                 start = k
 
 
+def _first(values: list[Any], bad: Callable[[Any], bool]) -> int:
+    return next(i for i, v in enumerate(values) if bad(v))
+
+
+def refusal(rows: _Rows, ids: list[Any] | None, max_bytes: int) -> tuple[int, str] | None:
+    """The first row of a chunk the node would refuse, by its checks and limits, and why;
+    None when it takes them all. (Each column is checked whole, a row at a time only to
+    find the row.)"""
+    topics: list[Any] = [rows.topic] if rows.topics is None else rows.topics
+    for topic in set(topics):
+        try:
+            check_name("topic", topic)
+        except ZMeshError as exc:
+            return topics.index(topic), str(exc)
+    payloads = rows.payloads
+    if not all(type(p) is bytes or type(p) is str for p in payloads):
+        i = _first(payloads, lambda p: not isinstance(p, bytes | str))
+        return i, f"payload must be bytes or str, got {type(payloads[i]).__name__}"
+    if payloads and max(map(len, payloads)) > max_bytes:
+        i = _first(payloads, lambda p: len(p) > max_bytes)
+        return i, f"payload of {len(payloads[i])} bytes exceeds max_message_bytes {max_bytes}"
+    keys: list[Any] = rows.keys or []
+    if not all(k is None or type(k) is str for k in keys):
+        i = _first(keys, lambda k: not (k is None or isinstance(k, str)))
+        return i, f"key must be a str or None, got {type(keys[i]).__name__}"
+    if max((len(k) for k in keys if k is not None), default=0) > MAX_KEY_CHARS:
+        i = _first(keys, lambda k: k is not None and len(k) > MAX_KEY_CHARS)
+        return i, f"key of {len(keys[i])} characters exceeds {MAX_KEY_CHARS}"
+    if ids is not None and not all(type(r) is str and 0 < len(r) <= MAX_ID_CHARS for r in ids):
+        i = _first(ids, lambda r: not (isinstance(r, str) and 0 < len(r) <= MAX_ID_CHARS))
+        return i, f"msg_id must be a non-empty str of at most {MAX_ID_CHARS} characters"
+    for i, headers in enumerate(rows.headers or ()):
+        if headers:
+            try:
+                checked_headers(headers)
+            except ZMeshError as exc:
+                return i, str(exc)
+    return None
+
+
 @dataclass(slots=True)
 class Publishing:
     """A publish request whose rows are on their way into the node's outbox."""
@@ -99,7 +145,7 @@ class Publishing:
     route: bytes
     token: int
     task: bytes
-    ranges: list[tuple[int, int, Receipt]]  # positional rows: [a, b) and its first receipt
+    ranges: list[tuple[int, int, Receipt]]  # positional rows: [a, b) and its receipt
     ids: list[tuple[bytes, Receipt]]  # rows with ids of their own
     receipts: list[Receipt]
     deadline: float
@@ -133,6 +179,19 @@ def _decode(req: Request) -> tuple[bytes, int, _Rows, list[str] | None]:
     )
 
 
+def _stored_ranges(ranges: list[tuple[int, int, Receipt]]) -> list[tuple[int, int, str, int]]:
+    """The ranges of rows stored, those that meet joined: (first, end, producer, seq)."""
+    out: list[tuple[int, int, str, int]] = []
+    for a, b, r in ranges:
+        if not r.stored:
+            continue
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], b, *out[-1][2:])
+        else:
+            out.append((a, b, r.id.producer, r.id.seq))
+    return out
+
+
 class SinkPublisher:
     """Publish requests in progress (bridge thread only)."""
 
@@ -152,45 +211,50 @@ class SinkPublisher:
         return bool(self._publishing)
 
     def start(self, route: bytes, req: Request) -> Reply | None:
-        """Begin a publish: its reply now (nothing new to publish), or None (it is under
-        way, or waits for another publishing some of its rows)."""
+        """Begin a publish: its reply now (nothing new to publish, or a row the node would
+        refuse: then none is published), or None (it is under way, or waits for another
+        publishing some of its rows)."""
         task, first, rows, ids = _decode(req)
+        refused = refusal(rows, ids, self.node.config.max_message_bytes)
+        if refused is not None:
+            raise ArgumentError(f"row {first + refused[0]} of {task.decode()}: {refused[1]}")
         n = len(rows.payloads)
-        p = Publishing(route, req.token, task, [], [], [], time.monotonic() + self.timeout_s, n)
-        if ids is not None:
-            encoded = [str(r).encode() for r in ids]
-            if self._ids.intersection(encoded):
-                self._defer(route, req)
-                return None
-            seen = self.log.sink_filter(encoded)
-            for i, rid in enumerate(encoded):
-                if rid not in seen:
-                    seen.add(rid)
-                    p.ids.append(
-                        (
-                            rid,
-                            self.node.publish(
-                                rows.topic_of(i),
-                                rows.payloads[i],
-                                msg_id=ids[i],
-                                key=rows.key(i),
-                                headers=rows.headers_of(i),
-                            ),
+        p = Publishing(route, req.token, task, [], [], [], 0.0, n)
+        try:
+            if ids is not None:
+                encoded = [str(r).encode() for r in ids]
+                if self._ids.intersection(encoded):
+                    self._defer(route, req)
+                    return None
+                seen = self.log.sink_filter(encoded)
+                for i, rid in enumerate(encoded):
+                    if rid not in seen:
+                        seen.add(rid)
+                        receipt = self.node.publish(
+                            rows.topic_of(i),
+                            rows.payloads[i],
+                            msg_id=ids[i],
+                            key=rows.key(i),
+                            headers=rows.headers_of(i),
+                            timeout=self.timeout_s,
                         )
-                    )
-            p.receipts = [r for _rid, r in p.ids]
-            self._ids.update(rid for rid, _r in p.ids)
-        else:
-            flying = self._ranges.get(task, [])
-            if any(a < first + n and first < b for a, b in flying):
-                self._defer(route, req)
-                return None
-            for a, b in gaps(first, first + n, self.log.sink_covered(task, first, first + n)):
-                receipts = [self._send(rows, i, j) for i, j in rows.segments(a - first, b - first)]
-                p.ranges.append((a, b, receipts[0]))
-                p.receipts.extend(receipts)
-            if p.ranges:
-                self._ranges.setdefault(task, []).extend((a, b) for a, b, _r in p.ranges)
+                        p.ids.append((rid, receipt))
+            else:
+                flying = self._ranges.get(task, [])
+                if any(a < first + n and first < b for a, b in flying):
+                    self._defer(route, req)
+                    return None
+                covered = self.log.sink_covered(task, first, first + n)
+                for a, b in gaps(first, first + n, covered):
+                    for i, j in rows.segments(a - first, b - first):
+                        p.ranges.append((first + i, first + j, self._send(rows, i, j)))
+        except ZMeshError as exc:  # (the rows sent before it are remembered once stored)
+            p.error = str(exc)
+        p.deadline = time.monotonic() + self.timeout_s
+        p.receipts = [r for _a, _b, r in p.ranges] + [r for _rid, r in p.ids]
+        self._ids.update(rid for rid, _r in p.ids)
+        if p.ranges:
+            self._ranges.setdefault(task, []).extend((a, b) for a, b, _r in p.ranges)
         p.published = sum(b - a for a, b, _r in p.ranges) + len(p.ids)
         if not p.receipts:
             return self._reply(p)
@@ -205,10 +269,16 @@ class SinkPublisher:
         """Publish rows i..j-1, of one topic and none with headers but a first alone."""
         if j - i == 1 or rows.headers_of(i):
             return self.node.publish(
-                rows.topic_of(i), rows.payloads[i], key=rows.key(i), headers=rows.headers_of(i)
+                rows.topic_of(i),
+                rows.payloads[i],
+                key=rows.key(i),
+                headers=rows.headers_of(i),
+                timeout=self.timeout_s,
             )
         keys = None if rows.keys is None else rows.keys[i:j]
-        return self.node.publish_many(rows.topic_of(i), rows.payloads[i:j], keys=keys)
+        return self.node.publish_many(
+            rows.topic_of(i), rows.payloads[i:j], keys=keys, timeout=self.timeout_s
+        )
 
     def finished(self, now: float) -> list[tuple[bytes, Reply]]:
         """The replies of publishes whose rows are stored (remembered first, in one write)
@@ -228,14 +298,11 @@ class SinkPublisher:
         self._publishing = [p for p in self._publishing if not p.done]
         entries: list[_sinkrows.Entry] = []
         stamp = time.time()
-        for p in ended:
-            if not p.error:
-                entries += _sinkrows.range_entries(
-                    p.task, [(a, b, r.id.producer, r.id.seq) for a, b, r in p.ranges], stamp
-                )
-                entries += _sinkrows.id_entries(
-                    [(rid, r.id.producer, r.id.seq) for rid, r in p.ids], stamp
-                )
+        for p in ended:  # (what was stored, also of a publish that failed after it)
+            entries += _sinkrows.range_entries(p.task, _stored_ranges(p.ranges), stamp)
+            entries += _sinkrows.id_entries(
+                [(rid, r.id.producer, r.id.seq) for rid, r in p.ids if r.stored], stamp
+            )
         if entries:
             self.log.sink_write(entries, stamp)
         out = []

@@ -14,8 +14,9 @@ import datetime as dt
 import decimal
 import hashlib
 import json
+import math
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -48,11 +49,64 @@ def _msgpackable(v: Any) -> Any:
     return v
 
 
-def encode_row(row: dict[str, Any], fmt: str) -> bytes:
-    """A row without a ``payload`` column becomes a JSON or msgpack object of its columns."""
+def _float(v: float) -> float | str:
+    if math.isfinite(v):
+        return v
+    return "NaN" if v != v else "Infinity" if v > 0 else "-Infinity"
+
+
+def _timestamp(v: dt.datetime) -> str:
+    text = v.isoformat(timespec="milliseconds")
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _spark_json(typ: pa.DataType) -> Callable[[Any], Any] | None:
+    """How Spark's to_json writes a value of ``typ``, as a function of its Python value
+    (not None), or None when json.dumps writes that value so already: a struct without
+    its null fields, a map as an object, a float that is not finite as "NaN", "Infinity"
+    or "-Infinity", a timestamp to the millisecond with its offset, binary as base64."""
+    if pa.types.is_struct(typ):
+        return _object(typ)
+    if pa.types.is_map(typ):
+        key, item = _spark_json(typ.key_type), _spark_json(typ.item_type)
+        return lambda v: {
+            k if key is None else key(k): x if x is None or item is None else item(x)
+            for k, x in v.items()
+        }
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        item = _spark_json(typ.value_type)
+        return None if item is None else lambda v: [x if x is None else item(x) for x in v]
+    if pa.types.is_floating(typ):
+        return _float
+    if pa.types.is_timestamp(typ):
+        return _timestamp
+    if pa.types.is_date(typ):
+        return dt.date.isoformat
+    if pa.types.is_decimal(typ):
+        return float  # a JSON number, as Spark's to_json writes it
+    if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
+        return lambda v: base64.b64encode(v).decode()
+    return None
+
+
+def _object(typ: pa.StructType) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A struct of ``typ`` as Spark's to_json writes it (its null fields left out)."""
+    fields = [(f.name, _spark_json(f.type)) for f in typ]
+    return lambda v: {
+        name: x if to is None else to(x) for name, to in fields if (x := v[name]) is not None
+    }
+
+
+def encode_rows(batch: pa.RecordBatch, fmt: str) -> list[bytes]:
+    """Rows without a ``payload`` column as objects of their columns: in JSON as Spark's
+    to_json writes them, or in msgpack."""
+    rows = batch.to_pylist(maps_as_pydicts="strict")
     if fmt == "msgpack":
-        return msgpack.packb(row, default=_msgpackable, use_bin_type=True)
-    return json.dumps(row, default=_jsonable, separators=(",", ":")).encode()
+        pack = msgpack.Packer(default=_msgpackable, use_bin_type=True).pack
+        return [pack(row) for row in rows]
+    to = _object(pa.struct(list(batch.schema)))
+    dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+    return [dumps(to(row)).encode() for row in rows]
 
 
 def content_id(prefix: str, row: dict[str, Any], id_columns: tuple[str, ...]) -> str:
@@ -96,7 +150,7 @@ def _payloads(batch: pa.RecordBatch, opts: SinkOptions) -> list[bytes]:
     names = batch.schema.names
     if "payload" not in names:
         rest = batch.select([n for n in names if n not in SPECIAL])
-        return [encode_row(row, opts.payload_format) for row in rest.to_pylist()]
+        return encode_rows(rest, opts.payload_format)
     col = batch.column("payload")
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
         col = col.cast(pa.binary() if pa.types.is_string(col.type) else pa.large_binary())
@@ -113,8 +167,6 @@ def chunks(batches: Iterator[pa.RecordBatch], opts: SinkOptions, prefix: str) ->
     first = 0
     for batch in batches:
         names = batch.schema.names
-        if opts.topic is None and "topic" not in names:
-            raise ArgumentError("the zmesh sink needs option topic, or a 'topic' column")
         payloads = _payloads(batch, opts)
         topics = None if opts.topic is not None else _strings(batch.column("topic"), "topic")
         if topics is not None and None in topics:
@@ -127,7 +179,7 @@ def chunks(batches: Iterator[pa.RecordBatch], opts: SinkOptions, prefix: str) ->
             headers = [None if h is None else dict(h) for h in batch.column("headers").to_pylist()]
         ids = None
         if opts.id_columns:
-            rows = batch.select([c for c in opts.id_columns if c in names]).to_pylist()
+            rows = batch.select(list(opts.id_columns)).to_pylist()
             ids = [content_id(prefix, row, opts.id_columns) for row in rows]
         ends = list(accumulate(map(len, payloads)))
         start = 0

@@ -29,10 +29,16 @@ class Service:
     """Request handlers of one bridge (bridge thread only)."""
 
     def __init__(
-        self, blog: BridgeLog, node: Node, counters: Counters, publish_timeout_s: float
+        self,
+        blog: BridgeLog,
+        node: Node,
+        counters: Counters,
+        topics: tuple[str, ...],
+        publish_timeout_s: float,
     ) -> None:
         self.log = blog
         self.counters = counters
+        self.topics = topics  # (the bridge consumes them: readers check theirs against them)
         self.publisher = SinkPublisher(blog, node, counters, publish_timeout_s)
 
     @property
@@ -103,5 +109,9 @@ class Service:
                     time.time(),
                 )
             streams = {k: list(v) for k, v in self.log.stream_sizes().items()}
-            return Reply(req.token, True, {"log": self.log.log_id, "streams": streams})
+            return Reply(
+                req.token,
+                True,
+                {"log": self.log.log_id, "streams": streams, "topics": list(self.topics)},
+            )
         return Reply(req.token, True, {"dropped": self.log.drop_reader(str(args["reader"]))})

@@ -8,9 +8,9 @@ Arrow (``_rows.py``), and the bridge publishes a chunk with ``publish_many``. A 
 returns only after the bridge has stored its rows.
 
 Columns: ``payload`` (binary or string) is the message body; without one, the row's other
-columns become a JSON (or msgpack) object. ``key`` (string) and ``headers``
-(map<string,string>) are used when present; ``topic`` picks the topic per row when the
-``topic`` option is not set.
+columns become a JSON object as Spark's ``to_json`` writes it (or a msgpack one). ``key``
+(string) and ``headers`` (map<string,string>) are used when present; ``topic`` picks the
+topic per row when the ``topic`` option is not set.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
+from pyspark.sql.types import BinaryType, StringType, StructType
 
 from ..errors import ArgumentError
 from ._client import BridgeClient
@@ -52,6 +53,24 @@ class SinkCommit(WriterCommitMessage):
         return (
             f"SinkCommit(partition={self.partition}, published={self.published}, "
             f"duplicates={self.duplicates})"
+        )
+
+
+def check_columns(opts: SinkOptions, schema: StructType) -> None:
+    """Refuse, when the writer is made, the columns every task would fail on (what
+    depends on the rows, such as nulls, is checked as the tasks meet them)."""
+    types = {f.name: f.dataType for f in schema.fields}
+    if opts.topic is None and "topic" not in types:
+        raise ArgumentError("the zmesh sink needs option topic, or a 'topic' column")
+    payload = types.get("payload")
+    if payload is not None and not isinstance(payload, BinaryType | StringType):
+        raise ArgumentError(
+            f"column payload must be binary or string, got {payload.simpleString()}"
+        )
+    unknown = [c for c in opts.id_columns if c not in types]
+    if unknown:
+        raise ArgumentError(
+            f"option idColumns names no column {unknown}; the columns are {list(types)}"
         )
 
 
@@ -82,9 +101,10 @@ class ZMeshBatchWriter(DataSourceArrowWriter):
     per write job), so a retried task does not publish twice; pass the same ``writeId``
     to make a whole rerun of the job idempotent."""
 
-    def __init__(self, opts: SinkOptions, overwrite: bool) -> None:
+    def __init__(self, opts: SinkOptions, schema: StructType, overwrite: bool) -> None:
         if overwrite:
             raise ArgumentError("the zmesh sink only appends: use mode('append')")
+        check_columns(opts, schema)
         self.opts = opts
         self.write_id = opts.write_id or uuid.uuid4().hex
 
@@ -107,7 +127,8 @@ class ZMeshBatchWriter(DataSourceArrowWriter):
 class ZMeshStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("zmesh")``: ids from (query id, batch id, partition, row)."""
 
-    def __init__(self, opts: SinkOptions) -> None:
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        check_columns(opts, schema)
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:

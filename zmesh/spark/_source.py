@@ -31,12 +31,13 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..errors import ArgumentError
-from ._client import BridgeClient
+from ._client import BridgeClient, LogInfo
 from ._errors import BridgeError, DataLossError
 from ._log import BridgeLog
 from ._offsets import (
     Range,
     advance,
+    check_spec,
     count,
     plan,
     qualify,
@@ -45,6 +46,7 @@ from ._offsets import (
     rows_for_bytes,
     select,
     split,
+    topic_of,
 )
 from ._options import BASE_COLUMNS, DEFAULT_PARTITIONS, SinkOptions, SourceOptions, source_ddl
 from ._runs import columns
@@ -87,12 +89,12 @@ class ZMeshDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from ._sink import ZMeshBatchWriter
 
-        return ZMeshBatchWriter(SinkOptions.parse(dict(self.options)), overwrite)
+        return ZMeshBatchWriter(SinkOptions.parse(dict(self.options)), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from ._sink import ZMeshStreamWriter
 
-        return ZMeshStreamWriter(SinkOptions.parse(dict(self.options)))
+        return ZMeshStreamWriter(SinkOptions.parse(dict(self.options)), schema)
 
 
 class RangePartition(InputPartition):
@@ -139,9 +141,14 @@ class _Fetchers:
 
 
 def read_ranges(
-    opts: SourceOptions, schema: StructType, ranges: Sequence[Range], endpoints: dict[str, str]
+    opts: SourceOptions,
+    schema: StructType,
+    ranges: Sequence[Range],
+    endpoints: dict[str, str],
+    reader: str | None,
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of the given log ranges, in order (executor side)."""
+    """Record batches of the given log ranges, in order (executor side); ``reader``: the
+    streaming query's name at the bridges (None: a batch read)."""
     # (imported here: the planner's processes never build a record batch)
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -158,7 +165,7 @@ def read_ranges(
                 first, runs = fetch(name, pos, end, opts.fetch_max_records)
                 if first > pos:
                     if opts.fail_on_data_loss:
-                        raise DataLossError(stream, pos, first)
+                        raise DataLossError(stream, pos, first, reader)
                     pos = first
                 if not runs:
                     if pos >= end:
@@ -197,8 +204,17 @@ class _Planner:
                 f"the zmesh source's schema starts with the columns {base}; "
                 "add decoded columns with payloadSchema, not .schema()"
             )
+        names = [f.name.lower() for f in schema.fields]
+        clash = sorted({n for n in names[len(base) :] if names.count(n) > 1})
+        if clash:
+            raise ArgumentError(
+                f"payloadSchema repeats the column(s) {clash}: the source has the columns "
+                f"{base}, and each decoded field needs a name of its own (decode such a "
+                "field from the payload column with from_json instead)"
+            )
         self.opts = opts
         self.schema = schema
+        self.reader_name: str | None = None  # a streaming query's, at the bridges
         self._clients: dict[str, BridgeClient] = {}
         self._log_ids: dict[str, str] = {}  # endpoint -> its bridge log's id
 
@@ -222,21 +238,42 @@ class _Planner:
         """Every bridge's streams of the source's topics -> (head, end, bytes appended),
         named by log id; with ``reader``, registers it at each bridge and moves its
         watermarks there up to ``watermark``'s."""
+        if len(self._log_ids) < len(self.opts.endpoints):
+            self._learn_all()
         topics = None if self.opts.topics is None else list(self.opts.topics)
         out: Sizes = {}
         for endpoint in self.opts.endpoints:
-            log_id = self._log_ids.get(endpoint)
+            log_id = self._log_ids[endpoint]
             marks = None
             if reader is not None and watermark:
-                if log_id is None:  # (learnt with a first call that moves nothing)
-                    log_id = self._learn(endpoint, *self._client(endpoint).bounds())
                 marks = {split(s)[1]: o for s, o in watermark.items() if split(s)[0] == log_id}
             found = self._client(endpoint).bounds(reader=reader, topics=topics, watermark=marks)
-            log_id = self._learn(endpoint, *found)
-            out.update({qualify(log_id, s): b for s, b in found[1].items()})
+            log_id = self._learn(endpoint, found.log_id)
+            out.update({qualify(log_id, s): b for s, b in found.streams.items()})
         return select(out, self.opts.topics)
 
-    def _learn(self, endpoint: str, log_id: str, _streams: Any = None) -> str:
+    def _learn_all(self) -> None:
+        """Each bridge's log id, with calls that register nothing, and the source's topics
+        checked against what the bridges consume or have logged: a source refused leaves
+        no reader at the bridges."""
+        found = [self._client(endpoint).bounds() for endpoint in self.opts.endpoints]
+        for endpoint, info in zip(self.opts.endpoints, found, strict=True):
+            self._learn(endpoint, info.log_id)
+        self._check_topics(found)
+
+    def _check_topics(self, found: list[LogInfo]) -> None:
+        if self.opts.topics is None or any(info.topics is None for info in found):
+            return  # (all of them, or a bridge of an older zmesh does not say its topics)
+        consumed = {t for info in found for t in info.topics or ()}
+        known = consumed | {topic_of(s) for info in found for s in info.streams}
+        unknown = [t for t in self.opts.topics if t not in known]
+        if unknown:
+            raise ArgumentError(
+                f"option topics names {unknown}, which no bridge of the source consumes "
+                f"or has logged; they consume {sorted(consumed)}"
+            )
+
+    def _learn(self, endpoint: str, log_id: str) -> str:
         if not log_id:
             raise BridgeError(
                 f"the bridge at {endpoint} does not name its log: is it a bridge of an older zmesh?"
@@ -253,11 +290,27 @@ class _Planner:
     def _endpoints(self) -> dict[str, str]:
         """Each bridge log's id -> its endpoint."""
         if len(self._log_ids) < len(self.opts.endpoints):
-            self._sizes()
+            self._learn_all()
         return {log_id: endpoint for endpoint, log_id in self._log_ids.items()}
 
     def _qualified(self, offsets: dict[str, int]) -> dict[str, int]:
         return qualify_all(offsets, self._endpoints())
+
+    def _resolve(
+        self,
+        spec: str | dict[str, int],
+        sizes: Sizes,
+        what: str,
+        missing: str = "earliest",
+        past_end: bool = False,
+    ) -> dict[str, int]:
+        """Offsets of every stream by ``spec`` (startingOffsets or endingOffsets); a JSON
+        one may name only the source's streams, at most at their ends unless ``past_end``."""
+        bounds = {s: (h, e) for s, (h, e, _b) in sizes.items()}
+        if not isinstance(spec, str):
+            spec = self._qualified(spec)
+            check_spec(spec, bounds, self._log_ids.values(), what, past_end=past_end)
+        return resolve(spec, bounds, missing)
 
     def _plan(self, start: dict[str, int], end: dict[str, int]) -> list[RangePartition]:
         endpoints = self._endpoints()
@@ -275,7 +328,9 @@ class _Planner:
         # An empty plan still gets one task, with a partition that is not ours: read nothing.
         if not isinstance(partition, RangePartition):
             return iter(())
-        return read_ranges(self.opts, self.schema, partition.ranges, partition.endpoints)
+        return read_ranges(
+            self.opts, self.schema, partition.ranges, partition.endpoints, self.reader_name
+        )
 
 
 def _ints(offsets: dict[str, Any]) -> dict[str, int]:
@@ -289,18 +344,14 @@ class ZMeshBatchReader(_Planner, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         try:
-            bounds = {s: (h, e) for s, (h, e, _b) in self._sizes().items()}
-            start = resolve(self._spec(self.opts.starting), bounds)
-            end = resolve(self._spec(self.opts.ending), bounds, missing="latest")
-            end = {
-                s: min(e, bounds[s][1]) if s in bounds else start.get(s, 0) for s, e in end.items()
-            }
-            return self._plan(start, end)
+            sizes = self._sizes()
+            start = self._resolve(self.opts.starting, sizes, "startingOffsets")
+            end = self._resolve(
+                self.opts.ending or "latest", sizes, "endingOffsets", "latest", past_end=True
+            )
+            return self._plan(start, {s: min(e, sizes[s][1]) for s, e in end.items()})
         finally:
             self._close()
-
-    def _spec(self, spec: str | dict[str, int]) -> str | dict[str, int]:
-        return spec if isinstance(spec, str) else self._qualified(spec)
 
 
 class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -314,14 +365,19 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         super().__init__(opts, schema)
         self.reader_name = opts.require_reader()
+        if opts.ending is not None:
+            raise ArgumentError(
+                "option endingOffsets is for batch reads (spark.read): a stream reads on "
+                "as the logs grow (Trigger.AvailableNow stops at their ends as of its start)"
+            )
         self._target: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
 
     def initialOffset(self) -> dict[str, int]:
-        sizes = self._sizes(self.reader_name)
-        bounds = {s: (h, e) for s, (h, e, _b) in sizes.items()}
-        spec = self.opts.starting
-        start = resolve(spec if isinstance(spec, str) else self._qualified(spec), bounds)
+        # startingOffsets checked before the reader is registered (a refused query leaves
+        # nothing at the bridges), then resolved once it is (it holds every record since).
+        self._resolve(self.opts.starting, self._sizes(), "startingOffsets")
+        start = self._resolve(self.opts.starting, self._sizes(self.reader_name), "startingOffsets")
         self._sizes(self.reader_name, watermark=start)
         return start
 
@@ -331,13 +387,18 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {s: end for s, (_h, end, _b) in self._sizes(self.reader_name).items()}
+        self._target = {s: end for s, (_h, end, _b) in self._sizes().items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
         start = self._qualified(_ints(start))
         sizes = self._sizes(self.reader_name, watermark=start)
+        self._latest = {s: end for s, (_h, end, _b) in sizes.items()}
+        # A stream new to the query (a partition that appeared, a topic or a bridge added
+        # to it) enters at its first retained offset, in this end offset: where it starts
+        # is then in Spark's offset log, and it is read from the next batch on.
+        fresh = {s: head for s, (head, _e, _b) in sizes.items() if s not in start}
+        sizes = {s: b for s, b in sizes.items() if s in start}
         ends = {s: end for s, (_h, end, _b) in sizes.items()}
-        self._latest = dict(ends)
         if self._target is not None:
             ends = {s: min(e, self._target.get(s, start.get(s, 0))) for s, e in ends.items()}
         if isinstance(limit, ReadMinRows) and count(start, ends) < limit.min_rows:
@@ -346,13 +407,15 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         if self.opts.max_bytes_per_batch is not None:
             by_bytes = rows_for_bytes(self.opts.max_bytes_per_batch, start, sizes)
             max_rows = by_bytes if max_rows is None else min(max_rows, by_bytes)
-        return advance(start, ends, max_rows)
+        return {**advance(start, ends, max_rows), **fresh}
 
     def reportLatestOffset(self) -> dict[str, int] | None:
         return self._latest
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return self._plan(self._qualified(_ints(start)), self._qualified(_ints(end)))
+        end = self._qualified(_ints(end))
+        # (a stream new in this batch's end offset is read from the next batch on)
+        return self._plan({**end, **self._qualified(_ints(start))}, end)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: retention follows latestOffset, which always comes."""
