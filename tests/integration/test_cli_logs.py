@@ -36,13 +36,13 @@ def test_plain_lines_off_a_terminal_and_json_lines(tmp_path: Path, mesh_name: st
     plain = run_cli(["pub", "t", "x", *LOOP, "--mesh", mesh_name, *BAD_SEED])
     [warning] = [ln for ln in plain.stderr.splitlines() if "no-such-host" in ln]
     assert PLAIN_RE.match(warning), warning
-    assert "WARNING zmesh.cli.clientnode: seed no-such-host.invalid:4000" in warning
+    assert "WARNING zmesh.node: seed no-such-host.invalid:4000" in warning
     as_json = run_cli(
         ["--log-format", "json", "pub", "t", "x", *LOOP, "--mesh", mesh_name, *BAD_SEED]
     )
     records = [json.loads(ln) for ln in as_json.stderr.splitlines() if ln.startswith("{")]
     [record] = [r for r in records if "no-such-host" in r["msg"]]
-    assert record["level"] == "WARNING" and record["logger"] == "zmesh.cli.clientnode"
+    assert record["level"] == "WARNING" and record["logger"] == "zmesh.node"
     assert set(record) == {"ts", "level", "logger", "msg"}
     by_env = run_cli(
         ["pub", "t", "x", *LOOP, "--mesh", mesh_name, *BAD_SEED],
