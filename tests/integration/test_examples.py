@@ -1,4 +1,5 @@
-"""examples/producer.py and examples/consumer.py, run against each other as processes."""
+"""The example scripts as processes: examples/producer.py and examples/consumer.py run
+against each other, and examples/metrics_pipeline/run.py up to where Spark would start."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,117 @@ def test_a_payload_that_is_not_utf8_is_printed(
     producer.publish("readings", b"\xff\xfe 21.5", key="raw").wait_acked(timeout=60)
     assert consumer.popen.wait(timeout=30) == 0, consumer.report()
     assert "received \ufffd\ufffd 21.5 (key raw)" in consumer.stdout()
+
+
+# -- examples/metrics_pipeline/run.py, up to where Spark would start ------------------
+
+PIPELINE = "metrics_pipeline/run"
+MARKER = ".metrics_pipeline"  # (run.py's, in a workdir it made)
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids of the processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # (it ended meanwhile)
+        if ppid == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def grandchildren() -> Iterator[list[int]]:
+    """Pids of processes a test's children started: any still running at the end is
+    killed by its pid."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_pipeline_refuses_a_workdir_not_its_own(tmp_path: Path, procs: list[Script]) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("mine\n")
+    run = Script(tmp_path, PIPELINE, ["--workdir", str(work)])
+    procs.append(run)
+    assert run.popen.wait(timeout=60) == 2, run.report()
+    assert run.stderr().splitlines() == [
+        f"run.py: --workdir {work} is not empty and not run.py's; give a new or empty directory"
+    ]
+    assert [p.name for p in work.iterdir()] == ["notes.txt"]
+
+
+def test_pipeline_refuses_a_workdir_in_use(
+    tmp_path: Path, procs: list[Script], make_node: Callable[..., zmesh.Node]
+) -> None:
+    work = tmp_path / "work"
+    (work / "windows").mkdir(parents=True)
+    (work / MARKER).touch()
+    (work / "windows" / "batch=0").write_text("a running pipeline's\n")
+    make_node("bridge", data_dir=str(work / "bridge"))  # (its data dir, locked)
+    run = Script(tmp_path, PIPELINE, ["--workdir", str(work)])
+    procs.append(run)
+    assert run.popen.wait(timeout=60) == 1, run.report()
+    assert run.stderr().splitlines()[-1] == f"run.py: another run (pid {os.getpid()}) uses {work}"
+    assert (work / "windows" / "batch=0").exists()
+
+
+def test_pipeline_reports_a_pager_that_fails_to_start(
+    tmp_path: Path, procs: list[Script], make_node: Callable[..., zmesh.Node]
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / MARKER).touch()
+    make_node("pager", data_dir=str(work / "pager"))  # (so the pager's data dir is in use)
+    run = Script(tmp_path, PIPELINE, ["--workdir", str(work)])
+    procs.append(run)
+    assert run.popen.wait(timeout=60) == 1, run.report()
+    err = run.stderr()
+    assert "run.py: alerts_consumer.py exited with code 1\n" in err, err
+    assert f"alerts_consumer: data dir '{work / 'pager'}' is in use" in err, err
+    assert "Traceback" not in err
+    assert not (work / "logs" / "sensors.err").exists()  # (nothing was started after it)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_pipeline_stops_its_children_on_a_signal(
+    tmp_path: Path, procs: list[Script], grandchildren: list[int], signum: signal.Signals
+) -> None:
+    run = Script(tmp_path, PIPELINE, ["--workdir", str(tmp_path / "work")])
+    procs.append(run)
+    run.wait_for(re.compile(r"^pager up: control", re.M), timeout=60)
+    grandchildren.extend(children_of(run.popen.pid))
+    assert grandchildren, run.report()
+    run.popen.send_signal(signum)
+    assert run.popen.wait(timeout=60) == 128 + signum, run.report()
+    assert run.stderr().splitlines()[-1] == f"run.py: stopped by {signum.name}"
+    assert [pid for pid in grandchildren if running(pid)] == []
+
+
+def test_sensors_stop_on_ctrl_c(tmp_path: Path, mesh_name: str, procs: list[Script]) -> None:
+    data = tmp_path / "sensors"
+    sensors = Script(
+        tmp_path,
+        "metrics_pipeline/sensors",
+        ["--mesh", mesh_name, "--interface", "127.0.0.1", "--no-mdns", "--sensors", "1"]
+        + ["--data-dir", str(data)],
+    )
+    procs.append(sensors)
+    # (its readings wait for a bridge that never comes)
+    wait_until(lambda: (data / "sensor-1").exists(), 30, what="sensor-1's data dir")
+    sensors.popen.send_signal(signal.SIGINT)
+    assert sensors.popen.wait(timeout=30) == 130, sensors.report()
+    assert sensors.stderr().splitlines()[-1] == "sensors: stopped by SIGINT"
+    assert "Traceback" not in sensors.stderr()
