@@ -9,10 +9,21 @@ every group of the topic acked it: start examples/consumer.py before or after th
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 import tempfile
 import time
 
 import zmesh
+
+
+class Stopped(Exception):
+    """SIGINT (Ctrl-C) or SIGTERM: raised in the main thread, it unwinds main(), which
+    closes the node and removes the temporary data dir."""
+
+
+def stop(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
 
 
 def main() -> None:
@@ -38,8 +49,9 @@ def main() -> None:
     parser.add_argument("--topic", default="readings")
     parser.add_argument(
         "--group",
-        default="printers",
-        help="group that must get every message, even if it starts later",
+        action="append",
+        help="a group that gets every message, even if it starts later; repeat for more "
+        "(default: printers)",
     )
     args = parser.parse_args()
 
@@ -56,8 +68,9 @@ def main() -> None:
         ) as node,
     ):
         print(f"producer up: control {node.control_address}", flush=True)
-        # Declaring the group makes the outbox keep messages for it from the start.
-        node.topic(args.topic, groups=[args.group])
+        # A message is owed to the groups this node knows when it stores it: the declared
+        # ones from the start, a group it learns of from a consumer only from then on.
+        node.topic(args.topic, groups=args.group or ["printers"])
         receipts = [
             node.publish(args.topic, f"reading {i}", key=f"sensor-{i % 4}", headers={"unit": "C"})
             for i in range(args.count)
@@ -69,7 +82,16 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
     try:
         main()
-    except zmesh.TimeoutError as exc:
+    except Stopped as exc:
+        signum = exc.args[0]
+        print(f"producer: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        raise SystemExit(128 + signum) from None
+    except (zmesh.ConfigError, zmesh.ArgumentError) as exc:  # a bad option
+        print(f"producer: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except zmesh.ZMeshError as exc:
         raise SystemExit(f"producer: {exc}") from None

@@ -8,12 +8,20 @@ Runs until SIGTERM or Ctrl-C; each alert is printed once and acked.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import signal
-import threading
+import sys
 
 import zmesh
+
+
+class Stopped(Exception):
+    """SIGINT (Ctrl-C) or SIGTERM: raised in the main thread, it unwinds main(), which
+    closes the node."""
+
+
+def stop(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
 
 
 def show(msg: zmesh.Message) -> None:
@@ -33,8 +41,6 @@ def main() -> None:
     parser.add_argument("--no-mdns", action="store_true")
     parser.add_argument("--data-dir", default="var/pager")
     args = parser.parse_args()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with zmesh.Node(
         "pager",
         mesh=args.mesh,
@@ -45,9 +51,20 @@ def main() -> None:
     ) as node:
         node.subscribe("alerts", group="pager", handler=show)
         print(f"pager up: control {node.control_address}", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            stop.wait()
+        signal.pause()  # until SIGTERM or Ctrl-C
 
 
 if __name__ == "__main__":
-    main()
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        main()
+    except Stopped as exc:
+        signum = exc.args[0]
+        print(f"alerts_consumer: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        raise SystemExit(128 + signum) from None
+    except (zmesh.ConfigError, zmesh.ArgumentError) as exc:  # a bad option
+        print(f"alerts_consumer: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except zmesh.ZMeshError as exc:  # e.g. its data dir in use by another pager
+        raise SystemExit(f"alerts_consumer: {exc}") from None

@@ -11,9 +11,12 @@ Spark's watermark past every real window so they are all written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
-import threading
+import signal
+import sys
+import time
 from pathlib import Path
 
 import zmesh
@@ -44,29 +47,13 @@ def heartbeat(sensor: int, readings: int) -> dict:
     }
 
 
-def run_sensor(sensor: int, args: argparse.Namespace, errors: list[BaseException]) -> None:
-    name = f"sensor-{sensor}"
-    try:
-        with zmesh.Node(
-            name,
-            mesh=args.mesh,
-            data_dir=Path(args.data_dir) / name,
-            interfaces=args.interface,
-            mdns=not args.no_mdns,
-            seeds=args.seed,
-        ) as node:
-            node.topic("metrics", groups=["spark"])  # the bridge's group gets every reading
-            receipts = [
-                node.publish("metrics", json.dumps(reading(sensor, i)), key=name)
-                for i in range(args.readings)
-            ]
-            receipts.append(
-                node.publish("metrics", json.dumps(heartbeat(sensor, args.readings)), key=name)
-            )
-            for r in receipts:
-                r.wait_acked(args.timeout)
-    except BaseException as exc:
-        errors.append(exc)
+class Stopped(Exception):
+    """SIGINT (Ctrl-C) or SIGTERM: raised in the main thread, it unwinds main(), which
+    closes the nodes (what they did not send yet stays in their outboxes)."""
+
+
+def stop(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
 
 
 def main() -> None:
@@ -80,21 +67,43 @@ def main() -> None:
     parser.add_argument("--data-dir", default="var/sensors")
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args()
-    errors: list[BaseException] = []
-    threads = [
-        threading.Thread(target=run_sensor, args=(s, args, errors))
-        for s in range(1, args.sensors + 1)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise SystemExit(f"sensors failed: {errors[0]!r}")
+    with contextlib.ExitStack() as nodes:
+        receipts = []
+        for sensor in range(1, args.sensors + 1):
+            name = f"sensor-{sensor}"
+            node = nodes.enter_context(
+                zmesh.Node(
+                    name,
+                    mesh=args.mesh,
+                    data_dir=Path(args.data_dir) / name,
+                    interfaces=args.interface,
+                    mdns=not args.no_mdns,
+                    seeds=args.seed,
+                )
+            )
+            node.topic("metrics", groups=["spark"])  # the bridge's group gets every reading
+            payloads = [reading(sensor, i) for i in range(args.readings)]
+            payloads.append(heartbeat(sensor, args.readings))
+            receipts += [node.publish("metrics", json.dumps(p), key=name) for p in payloads]
+        deadline = time.monotonic() + args.timeout
+        for receipt in receipts:
+            receipt.wait_acked(timeout=max(0.0, deadline - time.monotonic()))
     print(
         f"sensors: {args.sensors} x {args.readings} readings acknowledged by the mesh", flush=True
     )
 
 
 if __name__ == "__main__":
-    main()
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        main()
+    except Stopped as exc:
+        signum = exc.args[0]
+        print(f"sensors: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        raise SystemExit(128 + signum) from None
+    except (zmesh.ConfigError, zmesh.ArgumentError) as exc:  # a bad option
+        print(f"sensors: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except zmesh.ZMeshError as exc:
+        raise SystemExit(f"sensors: {exc}") from None

@@ -1,13 +1,18 @@
-"""examples/producer.py and examples/consumer.py, run against each other as processes."""
+"""The example scripts as processes: examples/producer.py and examples/consumer.py run
+against each other, and examples/metrics_pipeline/run.py up to where Spark would start."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+import zmesh
 from tests.conftest import spawn, wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -17,22 +22,34 @@ ADDRESS_RE = re.compile(r"consumer up: control (127\.0\.0\.1:\d+)")
 class Script:
     """An example script as a child process; stdout and stderr go to files."""
 
-    def __init__(self, tmp_path: Path, name: str, args: list[str]) -> None:
-        self.out = tmp_path / f"{name}.out"
-        self.err = tmp_path / f"{name}.err"
+    def __init__(
+        self,
+        tmp_path: Path,
+        name: str,
+        args: list[str],
+        env: dict[str, str] | None = None,
+        label: str | None = None,
+    ) -> None:
+        label = label or Path(name).name  # (names its output files)
+        self.out = tmp_path / f"{label}.out"
+        self.err = tmp_path / f"{label}.err"
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.popen = spawn(
                 [str(EXAMPLES / f"{name}.py"), *args],
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
+                env=env,
             )
 
     def stdout(self) -> str:
         return self.out.read_text(errors="replace")
 
+    def stderr(self) -> str:
+        return self.err.read_text(errors="replace")
+
     def report(self) -> str:
-        return f"stdout:\n{self.stdout()}\nstderr:\n{self.err.read_text(errors='replace')}"
+        return f"stdout:\n{self.stdout()}\nstderr:\n{self.stderr()}"
 
     def wait_for(self, regex: re.Pattern[str], timeout: float = 30.0) -> re.Match[str]:
         def seen() -> re.Match[str] | None:
@@ -94,3 +111,236 @@ def test_examples_find_each_other_over_mdns_on_loopback(
     common = ["--mesh", mesh_name, "--interface", "127.0.0.1"]
     consumer = run_pair(tmp_path, procs, common, [], seed=False, count=5)
     assert sorted(received(consumer)) == sorted(f"reading {i}" for i in range(5))
+
+
+def test_consumers_of_two_groups_each_get_every_message(
+    tmp_path: Path, mesh_name: str, procs: list[Script]
+) -> None:
+    # As examples/README.md gives it: both consumers first, then a producer told of both
+    # groups; mDNS on loopback.
+    common = ["--mesh", mesh_name, "--interface", "127.0.0.1"]
+    consumers = [
+        Script(tmp_path, "consumer", [*common, "--group", group, "--timeout", "90"], label=group)
+        for group in ("printers", "other")
+    ]
+    procs.extend(consumers)
+    for consumer in consumers:
+        consumer.wait_for(ADDRESS_RE)
+    groups = ["--group", "printers", "--group", "other"]
+    producer = Script(tmp_path, "producer", [*common, *groups, "--timeout", "90"])
+    procs.append(producer)
+    assert producer.popen.wait(timeout=120) == 0, producer.report()
+    for consumer in consumers:
+        assert consumer.popen.wait(timeout=60) == 0, consumer.report()
+        assert sorted(received(consumer)) == sorted(f"reading {i}" for i in range(10))
+
+
+def test_members_of_one_group_share_the_messages(
+    tmp_path: Path, mesh_name: str, procs: list[Script]
+) -> None:
+    # --count 0: each prints what comes until --timeout (or, here, until stopped), as it
+    # cannot know how many make its share.
+    common = ["--mesh", mesh_name, "--interface", "127.0.0.1", "--no-mdns"]
+    consumers = [
+        Script(tmp_path, "consumer", [*common, "--count", "0", "--timeout", "90"], label=label)
+        for label in ("one", "two")
+    ]
+    procs.extend(consumers)
+    seeds = [arg for c in consumers for arg in ("--seed", c.wait_for(ADDRESS_RE).group(1))]
+    producer = Script(tmp_path, "producer", [*common, *seeds, "--count", "12"])
+    procs.append(producer)
+    assert producer.popen.wait(timeout=120) == 0, producer.report()
+    shares = []
+    for consumer in consumers:
+        assert consumer.popen.poll() is None, consumer.report()  # (still taking its share)
+        consumer.popen.send_signal(signal.SIGINT)
+        assert consumer.popen.wait(timeout=30) == 130, consumer.report()
+        shares.append(received(consumer))
+    assert sorted(set(shares[0] + shares[1])) == sorted(f"reading {i}" for i in range(12))
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "signum"),
+    [
+        ("producer", [], signal.SIGTERM),
+        ("consumer", [], signal.SIGINT),
+        ("consumer", ["--handler"], signal.SIGTERM),
+    ],
+)
+def test_a_signal_closes_the_node_and_removes_the_temp_dir(
+    tmp_path: Path,
+    mesh_name: str,
+    procs: list[Script],
+    name: str,
+    args: list[str],
+    signum: signal.Signals,
+) -> None:
+    temp = tmp_path / "temp"  # (the script's TemporaryDirectory is made in here)
+    temp.mkdir()
+    script = Script(
+        tmp_path,
+        name,
+        ["--mesh", mesh_name, "--interface", "127.0.0.1", "--no-mdns", *args],
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
+    procs.append(script)
+    script.wait_for(re.compile(rf"{name} up: control"))
+    assert list(temp.iterdir())
+    script.popen.send_signal(signum)
+    assert script.popen.wait(timeout=30) == 128 + signum, script.report()
+    assert script.stderr().splitlines()[-1] == f"{name}: stopped by {signum.name}"
+    assert "Traceback" not in script.stderr()
+    assert list(temp.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("consumer", ["--interface", "localhost"]),
+        ("producer", ["--interface", "127.0.0.1", "--seed", "127.0.0.1"]),
+        ("producer", ["--interface", "127.0.0.1", "--no-mdns", "--topic", "bad topic"]),
+    ],
+)
+def test_a_bad_option_is_one_line(
+    tmp_path: Path, mesh_name: str, procs: list[Script], name: str, args: list[str]
+) -> None:
+    script = Script(tmp_path, name, ["--mesh", mesh_name, *args])
+    procs.append(script)
+    assert script.popen.wait(timeout=60) == 2, script.report()
+    assert "Traceback" not in script.stderr()
+    assert script.stderr().splitlines()[-1].startswith(f"{name}: error: "), script.report()
+
+
+@pytest.mark.parametrize("args", [[], ["--handler"]])
+def test_a_payload_that_is_not_utf8_is_printed(
+    tmp_path: Path,
+    mesh_name: str,
+    procs: list[Script],
+    make_node: Callable[..., zmesh.Node],
+    args: list[str],
+) -> None:
+    consumer = Script(
+        tmp_path,
+        "consumer",
+        ["--mesh", mesh_name, "--interface", "127.0.0.1", "--no-mdns", "--count", "1", *args],
+    )
+    procs.append(consumer)
+    producer = make_node("producer", seeds=[consumer.wait_for(ADDRESS_RE).group(1)])
+    producer.topic("readings", groups=["printers"])
+    producer.publish("readings", b"\xff\xfe 21.5", key="raw").wait_acked(timeout=60)
+    assert consumer.popen.wait(timeout=30) == 0, consumer.report()
+    assert "received \ufffd\ufffd 21.5 (key raw)" in consumer.stdout()
+
+
+# -- examples/metrics_pipeline/run.py, up to where Spark would start ------------------
+
+PIPELINE = "metrics_pipeline/run"
+MARKER = ".metrics_pipeline"  # (run.py's, in a workdir it made)
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids of the processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # (it ended meanwhile)
+        if ppid == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def grandchildren() -> Iterator[list[int]]:
+    """Pids of processes a test's children started: any still running at the end is
+    killed by its pid."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_pipeline_refuses_a_workdir_not_its_own(tmp_path: Path, procs: list[Script]) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("mine\n")
+    run = Script(tmp_path, PIPELINE, ["--workdir", str(work)])
+    procs.append(run)
+    assert run.popen.wait(timeout=60) == 2, run.report()
+    assert run.stderr().splitlines() == [
+        f"run.py: --workdir {work} is not empty and not run.py's; give a new or empty directory"
+    ]
+    assert [p.name for p in work.iterdir()] == ["notes.txt"]
+
+
+def test_pipeline_refuses_a_workdir_in_use(
+    tmp_path: Path, procs: list[Script], make_node: Callable[..., zmesh.Node]
+) -> None:
+    work = tmp_path / "work"
+    (work / "windows").mkdir(parents=True)
+    (work / MARKER).touch()
+    (work / "windows" / "batch=0").write_text("a running pipeline's\n")
+    make_node("bridge", data_dir=str(work / "bridge"))  # (its data dir, locked)
+    run = Script(tmp_path, PIPELINE, ["--workdir", str(work)])
+    procs.append(run)
+    assert run.popen.wait(timeout=60) == 1, run.report()
+    assert run.stderr().splitlines()[-1] == f"run.py: another run (pid {os.getpid()}) uses {work}"
+    assert (work / "windows" / "batch=0").exists()
+
+
+def test_pipeline_reports_a_pager_that_fails_to_start(
+    tmp_path: Path, procs: list[Script], make_node: Callable[..., zmesh.Node]
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / MARKER).touch()
+    make_node("pager", data_dir=str(work / "pager"))  # (so the pager's data dir is in use)
+    run = Script(tmp_path, PIPELINE, ["--workdir", str(work)])
+    procs.append(run)
+    assert run.popen.wait(timeout=60) == 1, run.report()
+    err = run.stderr()
+    assert "run.py: alerts_consumer.py exited with code 1\n" in err, err
+    assert f"alerts_consumer: data dir '{work / 'pager'}' is in use" in err, err
+    assert "Traceback" not in err
+    assert not (work / "logs" / "sensors.err").exists()  # (nothing was started after it)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_pipeline_stops_its_children_on_a_signal(
+    tmp_path: Path, procs: list[Script], grandchildren: list[int], signum: signal.Signals
+) -> None:
+    run = Script(tmp_path, PIPELINE, ["--workdir", str(tmp_path / "work")])
+    procs.append(run)
+    run.wait_for(re.compile(r"^pager up: control", re.M), timeout=60)
+    grandchildren.extend(children_of(run.popen.pid))
+    assert grandchildren, run.report()
+    run.popen.send_signal(signum)
+    assert run.popen.wait(timeout=60) == 128 + signum, run.report()
+    assert run.stderr().splitlines()[-1] == f"run.py: stopped by {signum.name}"
+    assert [pid for pid in grandchildren if running(pid)] == []
+
+
+def test_sensors_stop_on_ctrl_c(tmp_path: Path, mesh_name: str, procs: list[Script]) -> None:
+    data = tmp_path / "sensors"
+    sensors = Script(
+        tmp_path,
+        "metrics_pipeline/sensors",
+        ["--mesh", mesh_name, "--interface", "127.0.0.1", "--no-mdns", "--sensors", "1"]
+        + ["--data-dir", str(data)],
+    )
+    procs.append(sensors)
+    # (its readings wait for a bridge that never comes)
+    wait_until(lambda: (data / "sensor-1").exists(), 30, what="sensor-1's data dir")
+    sensors.popen.send_signal(signal.SIGINT)
+    assert sensors.popen.wait(timeout=30) == 130, sensors.report()
+    assert sensors.stderr().splitlines()[-1] == "sensors: stopped by SIGINT"
+    assert "Traceback" not in sensors.stderr()
