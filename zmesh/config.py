@@ -633,10 +633,16 @@ class NodeConfig:
         """Build from parsed TOML; errors name the source and the offending key."""
         unknown = set(data) - {"node", "topics", "subscriptions", "producers", "relays"}
         if unknown:
+            bridge = (
+                "; a [bridge] table makes a Spark bridge: start it with "
+                "zmesh.spark.Bridge.from_toml(path) or zmesh node run"
+                if "bridge" in unknown
+                else ""
+            )
             raise ConfigError(
                 f"{source}: unknown table(s) {sorted(unknown)}; a node "
                 "definition has [node], [topics.NAME], [subscriptions.NAME], "
-                "[producers.NAME] and [relays.NAME] tables"
+                f"[producers.NAME] and [relays.NAME] tables{bridge}"
             )
         node = _table(data.get("node", {}), f"{source}: [node]")
         topics_raw = _table(data.get("topics", {}), f"{source}: [topics]")

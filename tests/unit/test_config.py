@@ -627,6 +627,12 @@ def test_from_mapping_names_its_source() -> None:
         )
 
 
+def test_a_bridge_table_given_to_a_node_says_how_to_start_a_bridge() -> None:
+    data = {"node": {"name": "n", "data_dir": "d"}, "bridge": {"log_dir": "l"}}
+    with pytest.raises(ConfigError, match=r"unknown table\(s\) \['bridge'\].*Bridge.from_toml"):
+        NodeConfig.from_mapping(data, source="b.toml")
+
+
 @pytest.mark.parametrize("port", [1, 65535])  # (parsed only: the range's edges)
 def test_a_seed_may_be_written_as_a_zeromq_endpoint(port: int) -> None:
     # (it was taken as the host "tcp://10.0.0.2", which no connect could reach)
