@@ -298,9 +298,8 @@ def spark_driver(p: dict[str, Any], cmds: Commands) -> None:
                 for r in part
             ]
             opts = SourceOptions.parse({"endpoint": ep, "path": log_dir})
-            rows += sum(
-                b.num_rows for b in read_ranges(opts, StructType.fromDDL(BASE_DDL), ranges, {})
-            )
+            schema = StructType.fromDDL(BASE_DDL)
+            rows += sum(b.num_rows for b in read_ranges(opts, schema, ranges, {}, None))
         arrow_s = time.monotonic() - t0
         emit("arrow", rows=rows, seconds=arrow_s)
 

@@ -653,7 +653,7 @@ class NodeConfig:
                 check_subject("topic", topic, wildcards=True)
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {exc}") from exc
-            topics[topic] = _build(TopicConfig, _table(opts, where), where)
+            topics[topic] = build_config(TopicConfig, _table(opts, where), where)
         subs = []
         for name, opts in _table(
             data.get("subscriptions", {}), f"{source}: [subscriptions]"
@@ -666,19 +666,19 @@ class NodeConfig:
                         f"{where} needs {required} = ... (handler is "
                         "'package.module:function', called per message)"
                     )
-            subs.append(_build(SubscriptionConfig, opts, where))
+            subs.append(build_config(SubscriptionConfig, opts, where))
         roles: dict[str, list[Any]] = {"producers": [], "relays": []}
         for table, kind in (("producers", ProducerConfig), ("relays", RelayConfig)):
             for name, opts in _table(data.get(table, {}), f"{source}: [{table}]").items():
                 where = f"{source}: [{table}.{name}]"
-                roles[table].append(_build(kind, _table(opts, where), where))
+                roles[table].append(build_config(kind, _table(opts, where), where))
         check_fields(
             cls,
             node,
             f"{source}: [node]",
             leave_out=("topics", "subscriptions", "producers", "relays"),
         )
-        return _build(
+        return build_config(
             cls,
             {
                 **node,
@@ -697,7 +697,9 @@ def _table(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _build(cls: Any, opts: Mapping[str, Any], where: str) -> Any:
+def build_config(cls: Any, opts: Mapping[str, Any], where: str) -> Any:
+    """``cls`` (a config dataclass) from the table ``opts`` of a definition; ConfigError
+    naming ``where`` (file and table) for an unknown or missing key or a bad value."""
     check_fields(cls, opts, where)
     missing = [
         f.name

@@ -33,6 +33,7 @@ INTERNAL_HELPERS = {
     "zmesh.config.checked_headers",
     "zmesh.config.check_max_messages",
     "zmesh.config.check_fields",
+    "zmesh.config.build_config",
     "zmesh.config.int_in",
     "zmesh._receipt.Stage",
     "zmesh._receipt.Publisher",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._subjects import subject_error
-from ..config import _build, check_name, int_in
+from ..config import build_config, check_name, int_in
 from ..errors import ConfigError
 
 __all__ = ["BridgeConfig"]
@@ -105,7 +105,7 @@ class BridgeConfig:
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<config>") -> BridgeConfig:
         """Build from a parsed ``[bridge]`` table; errors name the source and the key, as a
         node definition's do."""
-        return _build(cls, data, f"{source}: [bridge]")
+        return build_config(cls, data, f"{source}: [bridge]")
 
 
 def _number(name: str, value: object, *, allow_zero: bool = False) -> None:

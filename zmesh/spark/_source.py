@@ -5,6 +5,10 @@ the partitions) as one stream: its streams are named by their bridge log's id. P
 (offsets, partitions) runs on the driver and talks to the bridges over their ROUTERs;
 ``read()`` runs on executors from a pickled reader, opening its own connections (or,
 when a bridge's log directory is on the same host, reading LMDB directly).
+
+This module is long because the batch and the stream readers are one planner (offsets
+resolved, checked and cut into partitions) under PySpark's two reader interfaces, and
+what they hand to executors (``read_ranges``) reads what that planner cut.
 """
 
 from __future__ import annotations
