@@ -15,17 +15,23 @@ import signal
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 
 import zmesh
 
 
 class Stopped(Exception):
-    """SIGINT (Ctrl-C) or SIGTERM: raised in the main thread, it unwinds main(), which
-    closes the node and removes the temporary data dir."""
+    """SIGINT (Ctrl-C) or SIGTERM came: main() closed the node and removed the temporary
+    data dir."""
 
 
-def stop(signum: int, _frame: object) -> None:
-    raise Stopped(signum)
+def on_stop_signal(then: Callable[[int], None]) -> None:
+    """Call ``then(signum)`` on a thread of its own when SIGINT or SIGTERM comes. The
+    signals are blocked in every thread (zmesh's too, started after this) and waited for
+    there: no call is interrupted halfway, as an exception raised by a handler would."""
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    threading.Thread(target=lambda: then(signal.sigwait(signals)), daemon=True).start()
 
 
 def show(msg: zmesh.Message) -> None:
@@ -61,6 +67,9 @@ def main() -> None:
         "--handler", action="store_true", help="use subscribe(handler=...) instead of iterating"
     )
     args = parser.parse_args()
+    stopped: list[int] = []  # the signal that stopped it
+    done = threading.Event()  # --count messages came, --timeout passed, or a signal
+    on_stop_signal(lambda signum: (stopped.append(signum), done.set()))
 
     # The data dir holds the node's id and its dedupe window; a real consumer keeps it.
     with (
@@ -76,7 +85,6 @@ def main() -> None:
     ):
         print(f"consumer up: control {node.control_address}", flush=True)
         received = 0
-        enough = threading.Event()
 
         if args.handler:
             # Handlers run on worker threads: the message is acked when handle() returns
@@ -86,15 +94,15 @@ def main() -> None:
                 show(msg)
                 received += 1
                 if received == args.count:
-                    enough.set()
+                    done.set()
 
             node.subscribe(args.topic, group=args.group, handler=handle)
-            enough.wait(args.timeout)
+            done.wait(args.timeout)
         else:
             sub = node.subscribe(args.topic, group=args.group)
-            # Iteration ends when the subscription closes: close it after --timeout.
-            timer = threading.Timer(args.timeout, sub.close)
-            timer.start()
+            # Iteration ends when the subscription closes: at --timeout, or at a signal.
+            closer = threading.Thread(target=lambda: (done.wait(args.timeout), sub.close()))
+            closer.start()
             try:
                 for msg in sub:
                     show(msg)
@@ -103,8 +111,10 @@ def main() -> None:
                     if received == args.count:
                         break
             finally:
-                timer.cancel()
-                sub.close()
+                done.set()
+                closer.join()
+    if stopped:
+        raise Stopped(stopped[0])
     print(f"consumer done: {received} messages", flush=True)
     if received < args.count:
         # (members of one group share its messages: there, --count 0 waits for --timeout)
@@ -112,8 +122,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
     try:
         main()
     except Stopped as exc:
