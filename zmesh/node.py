@@ -22,7 +22,7 @@ from ._engine.engine import Engine
 from ._engine.outbox.publishes import AnyPublish, Publish
 from ._handlers import awaits
 from ._last import last_values
-from ._protocol.codec import MAX_KEY_CHARS
+from ._protocol.codec import MAX_KEY_CHARS, MAX_MSG_ID_CHARS
 from ._receipt import MessageId, Receipt
 from ._requests import (
     Ask,
@@ -505,8 +505,10 @@ class Node:
                     "earlier time"
                 )
         if msg_id is not None:
-            if not isinstance(msg_id, str) or not 0 < len(msg_id) <= 256:
-                raise ArgumentError("msg_id must be a non-empty str of at most 256 characters")
+            if not isinstance(msg_id, str) or not 0 < len(msg_id) <= MAX_MSG_ID_CHARS:
+                raise ArgumentError(
+                    f"msg_id must be a non-empty str of at most {MAX_MSG_ID_CHARS} characters"
+                )
             _utf8(msg_id, "msg_id")
         return self._queue.prepare(
             topic,

@@ -28,7 +28,7 @@ from typing import Any
 import msgpack
 
 from .._engine.stats import Counters
-from .._protocol.codec import MAX_KEY_CHARS
+from .._protocol.codec import MAX_KEY_CHARS, MAX_MSG_ID_CHARS
 from .._receipt import Receipt
 from ..config import check_name, checked_headers
 from ..errors import ArgumentError, ZMeshError
@@ -39,7 +39,6 @@ from ._log import BridgeLog
 from ._wire import Reply, Request
 
 PUBLISH_FRAMES = 5  # payloads, topics, keys, headers, ids (see _rows.Chunk)
-MAX_ID_CHARS = 256  # (Node.publish's limit of a msg_id)
 
 
 def gaps(first: int, end: int, covered: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -126,9 +125,9 @@ def refusal(rows: _Rows, ids: list[Any] | None, max_bytes: int) -> tuple[int, st
     if max((len(k) for k in keys if k is not None), default=0) > MAX_KEY_CHARS:
         i = _first(keys, lambda k: k is not None and len(k) > MAX_KEY_CHARS)
         return i, f"key of {len(keys[i])} characters exceeds {MAX_KEY_CHARS}"
-    if ids is not None and not all(type(r) is str and 0 < len(r) <= MAX_ID_CHARS for r in ids):
-        i = _first(ids, lambda r: not (isinstance(r, str) and 0 < len(r) <= MAX_ID_CHARS))
-        return i, f"msg_id must be a non-empty str of at most {MAX_ID_CHARS} characters"
+    if ids is not None and not all(type(r) is str and 0 < len(r) <= MAX_MSG_ID_CHARS for r in ids):
+        i = _first(ids, lambda r: not (isinstance(r, str) and 0 < len(r) <= MAX_MSG_ID_CHARS))
+        return i, f"msg_id must be a non-empty str of at most {MAX_MSG_ID_CHARS} characters"
     for i, headers in enumerate(rows.headers or ()):
         if headers:
             try:
