@@ -12,18 +12,25 @@ import argparse
 import signal
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 
 import zmesh
 
 
 class Stopped(Exception):
-    """SIGINT (Ctrl-C) or SIGTERM: raised in the main thread, it unwinds main(), which
-    closes the node and removes the temporary data dir."""
+    """SIGINT (Ctrl-C) or SIGTERM came: main() closed the node and removed the temporary
+    data dir."""
 
 
-def stop(signum: int, _frame: object) -> None:
-    raise Stopped(signum)
+def on_stop_signal(then: Callable[[int], None]) -> None:
+    """Call ``then(signum)`` on a thread of its own when SIGINT or SIGTERM comes. The
+    signals are blocked in every thread (zmesh's too, started after this) and waited for
+    there: no call is interrupted halfway, as an exception raised by a handler would."""
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    threading.Thread(target=lambda: then(signal.sigwait(signals)), daemon=True).start()
 
 
 def main() -> None:
@@ -54,6 +61,10 @@ def main() -> None:
         "(default: printers)",
     )
     args = parser.parse_args()
+    stopped: list[int] = []  # the signal that stopped it
+    done = threading.Event()  # every message acked (or the wait failed), or a signal
+    on_stop_signal(lambda signum: (stopped.append(signum), done.set()))
+    failed: list[Exception] = []  # what publishing or waiting raised, for main() to raise
 
     # The outbox lives in the data dir: keep it (not a temp dir) to survive restarts.
     with (
@@ -71,19 +82,38 @@ def main() -> None:
         # A message is owed to the groups this node knows when it stores it: the declared
         # ones from the start, a group it learns of from a consumer only from then on.
         node.topic(args.topic, groups=args.group or ["printers"])
-        receipts = [
-            node.publish(args.topic, f"reading {i}", key=f"sensor-{i % 4}", headers={"unit": "C"})
-            for i in range(args.count)
-        ]
-        deadline = time.monotonic() + args.timeout
-        for receipt in receipts:
-            receipt.wait_acked(timeout=max(0.0, deadline - time.monotonic()))
-        print(f"producer done: {len(receipts)} messages acknowledged", flush=True)
+
+        # On a thread of its own: at a signal, main() leaves the `with` without waiting for
+        # it, and the node's close wakes its waits (a publish() waiting for room,
+        # wait_acked) with NodeClosedError.
+        def publish() -> None:
+            try:
+                receipts = [
+                    node.publish(
+                        args.topic, f"reading {i}", key=f"sensor-{i % 4}", headers={"unit": "C"}
+                    )
+                    for i in range(args.count)
+                ]
+                deadline = time.monotonic() + args.timeout
+                for receipt in receipts:
+                    receipt.wait_acked(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                failed.append(exc)
+            finally:
+                done.set()
+
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        done.wait()
+    publisher.join()
+    if stopped:
+        raise Stopped(stopped[0])
+    if failed:
+        raise failed[0]
+    print(f"producer done: {args.count} messages acknowledged", flush=True)
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
     try:
         main()
     except Stopped as exc:

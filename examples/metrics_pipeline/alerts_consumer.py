@@ -11,17 +11,23 @@ import argparse
 import json
 import signal
 import sys
+import threading
+from collections.abc import Callable
 
 import zmesh
 
 
 class Stopped(Exception):
-    """SIGINT (Ctrl-C) or SIGTERM: raised in the main thread, it unwinds main(), which
-    closes the node."""
+    """SIGINT (Ctrl-C) or SIGTERM came: main() closed the node."""
 
 
-def stop(signum: int, _frame: object) -> None:
-    raise Stopped(signum)
+def on_stop_signal(then: Callable[[int], None]) -> None:
+    """Call ``then(signum)`` on a thread of its own when SIGINT or SIGTERM comes. The
+    signals are blocked in every thread (zmesh's too, started after this) and waited for
+    there: no call is interrupted halfway, as an exception raised by a handler would."""
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    threading.Thread(target=lambda: then(signal.sigwait(signals)), daemon=True).start()
 
 
 def show(msg: zmesh.Message) -> None:
@@ -41,6 +47,9 @@ def main() -> None:
     parser.add_argument("--no-mdns", action="store_true")
     parser.add_argument("--data-dir", default="var/pager")
     args = parser.parse_args()
+    stopped: list[int] = []  # the signal that stopped it
+    done = threading.Event()
+    on_stop_signal(lambda signum: (stopped.append(signum), done.set()))
     with zmesh.Node(
         "pager",
         mesh=args.mesh,
@@ -51,12 +60,11 @@ def main() -> None:
     ) as node:
         node.subscribe("alerts", group="pager", handler=show)
         print(f"pager up: control {node.control_address}", flush=True)
-        signal.pause()  # until SIGTERM or Ctrl-C
+        done.wait()  # until SIGTERM or Ctrl-C
+    raise Stopped(stopped[0])
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
     try:
         main()
     except Stopped as exc:

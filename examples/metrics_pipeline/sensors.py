@@ -16,7 +16,9 @@ import json
 import math
 import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import zmesh
@@ -48,12 +50,17 @@ def heartbeat(sensor: int, readings: int) -> dict:
 
 
 class Stopped(Exception):
-    """SIGINT (Ctrl-C) or SIGTERM: raised in the main thread, it unwinds main(), which
-    closes the nodes (what they did not send yet stays in their outboxes)."""
+    """SIGINT (Ctrl-C) or SIGTERM came: main() closed the nodes (what they did not send
+    yet stays in their outboxes)."""
 
 
-def stop(signum: int, _frame: object) -> None:
-    raise Stopped(signum)
+def on_stop_signal(then: Callable[[int], None]) -> None:
+    """Call ``then(signum)`` on a thread of its own when SIGINT or SIGTERM comes. The
+    signals are blocked in every thread (zmesh's too, started after this) and waited for
+    there: no call is interrupted halfway, as an exception raised by a handler would."""
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    threading.Thread(target=lambda: then(signal.sigwait(signals)), daemon=True).start()
 
 
 def main() -> None:
@@ -67,9 +74,16 @@ def main() -> None:
     parser.add_argument("--data-dir", default="var/sensors")
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args()
+    stopped: list[int] = []  # the signal that stopped it
+    done = threading.Event()  # every reading acked (or the wait failed), or a signal
+    on_stop_signal(lambda signum: (stopped.append(signum), done.set()))
+    failed: list[Exception] = []  # what publishing or waiting raised, for main() to raise
+
     with contextlib.ExitStack() as nodes:
-        receipts = []
+        batches: list[tuple[zmesh.Node, str, list[dict]]] = []  # (node, its name, payloads)
         for sensor in range(1, args.sensors + 1):
+            if done.is_set():
+                break  # (a signal came while the nodes started)
             name = f"sensor-{sensor}"
             node = nodes.enter_context(
                 zmesh.Node(
@@ -84,18 +98,40 @@ def main() -> None:
             node.topic("metrics", groups=["spark"])  # the bridge's group gets every reading
             payloads = [reading(sensor, i) for i in range(args.readings)]
             payloads.append(heartbeat(sensor, args.readings))
-            receipts += [node.publish("metrics", json.dumps(p), key=name) for p in payloads]
-        deadline = time.monotonic() + args.timeout
-        for receipt in receipts:
-            receipt.wait_acked(timeout=max(0.0, deadline - time.monotonic()))
+            batches.append((node, name, payloads))
+
+        # On a thread of its own: at a signal, main() leaves the `with` without waiting for
+        # it, and the nodes' close wakes its waits (a publish() waiting for room,
+        # wait_acked) with NodeClosedError.
+        def publish() -> None:
+            try:
+                receipts = [
+                    node.publish("metrics", json.dumps(p), key=name)
+                    for node, name, payloads in batches
+                    for p in payloads
+                ]
+                deadline = time.monotonic() + args.timeout
+                for receipt in receipts:
+                    receipt.wait_acked(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                failed.append(exc)
+            finally:
+                done.set()
+
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        done.wait()
+    publisher.join()
+    if stopped:
+        raise Stopped(stopped[0])
+    if failed:
+        raise failed[0]
     print(
         f"sensors: {args.sensors} x {args.readings} readings acknowledged by the mesh", flush=True
     )
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
     try:
         main()
     except Stopped as exc:
