@@ -13,6 +13,7 @@ import pytest
 from tests.unit import stored
 from tests.unit.engine_parts import A, Producer, one_group, opened, owes, reopened
 from zmesh._engine.lane.delivery import DELAYED, IN_FLIGHT, READY
+from zmesh._engine.limits import LATEST_KEYS_PRUNE
 from zmesh._engine.outbox.deadletters import PARKED
 from zmesh._engine.outbox.outcomes import Outcome
 from zmesh._store.store import Store, pack
@@ -239,3 +240,25 @@ def test_latest_wins_supersedes_an_unsent_message_with_the_same_key(store: Store
     again.commit(last)
     assert owes(again.outbox.lanes.all[("t", "g")]) == [other.seq, new.seq, last.seq]
     assert again.outbox.lanes.all[("t", "g")].state(last.seq) == READY
+
+
+def test_latest_wins_forgets_the_keys_of_messages_no_longer_owed(store: Store) -> None:
+    """A key per device or session comes and goes: the key index keeps the keys of owed
+    messages, not every key the topic ever saw."""
+    producer, lane = one_group(store, partitions=1, latest_wins=True)
+    keys = producer.outbox.settler._latest
+    for burst in range(6):
+        pubs = [producer.publish("t", b"v", f"k-{burst}-{i}") for i in range(LATEST_KEYS_PRUNE)]
+        producer.commit(*pubs)
+        while sent := _sent(producer):  # (member A's credit at a time)
+            producer.ack("t", "g", sent)
+    assert owes(lane) == []
+    assert len(keys[("t", "g")]) <= 2 * LATEST_KEYS_PRUNE
+    # An owed message's key still supersedes.
+    old = producer.publish("t", b"old", "kept")
+    producer.commit(old)
+    for i in range(2 * LATEST_KEYS_PRUNE):
+        producer.commit(producer.publish("t", b"v", f"more-{i}"))
+    new = producer.publish("t", b"new", "kept")
+    producer.commit(new)
+    assert producer.outcome(old.seq) == Outcome.SUPERSEDED and lane.state(new.seq) == READY

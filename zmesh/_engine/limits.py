@@ -62,3 +62,7 @@ REFUSAL_LOG_INTERVAL_S = 60.0
 # (at the mean size of the batch that arrives): a subscriber that does not keep up
 # misses the rest (at most once), where its queue would grow without bound.
 EPHEMERAL_QUEUE_BYTES = 16 << 20
+# The keys a latest_wins lane's index holds before those whose message the lane no longer
+# owes are dropped (then again once it has doubled): a topic whose keys come and go (one
+# per device, per session) would otherwise keep every key it ever saw.
+LATEST_KEYS_PRUNE = 1024

@@ -14,6 +14,7 @@ from itertools import repeat
 from ..._store.store import WriteBatch, pack, pend_key
 from ..lane.delivery import IN_FLIGHT, Entry
 from ..lane.lane import Lane
+from ..limits import LATEST_KEYS_PRUNE
 from .deadletters import DeadLetters
 from .lanes import Lanes
 from .outcomes import Outcome, Outcomes
@@ -39,6 +40,7 @@ class Settler:
         self.dead = dead
         self.outcomes = outcomes
         self._latest: dict[tuple[str, str], dict[str, int]] = {}  # latest_wins: key -> seq
+        self._prune_latest_at: dict[tuple[str, str], int] = {}
 
     def settled(
         self, lane: Lane, seqs: Iterable[int], batch: WriteBatch, outcome: Outcome | None = None
@@ -153,7 +155,10 @@ class Settler:
 
     def supersede(self, lane: Lane, key: str, seq: int, batch: WriteBatch) -> None:
         """latest_wins: ``seq`` replaces the lane's unsent message with the same key."""
-        keys = self._latest.setdefault((lane.topic, lane.name), {})
+        where = (lane.topic, lane.name)
+        keys = self._latest.setdefault(where, {})
+        if len(keys) >= self._prune_latest_at.get(where, LATEST_KEYS_PRUNE):
+            self._prune_latest(lane, keys)
         old = keys.get(key)
         keys[key] = seq
         if old is None or old == seq:
@@ -163,6 +168,14 @@ class Settler:
             lane.ack([old])
             self.settled(lane, [old], batch, Outcome.SUPERSEDED)
             self.lanes.count(lane, "superseded", 1)
+
+    def _prune_latest(self, lane: Lane, keys: dict[str, int]) -> None:
+        """Drop the keys whose message ``lane`` no longer owes (it supersedes nothing), so
+        keys that come and go do not pile up; the next prune waits until the index has
+        doubled, so each key costs one look on average."""
+        for key in [key for key, seq in keys.items() if lane.state(seq) is None]:
+            del keys[key]
+        self._prune_latest_at[(lane.topic, lane.name)] = max(LATEST_KEYS_PRUNE, 2 * len(keys))
 
     def index_latest(self, topic: str) -> None:
         """Rebuild the key index of a latest_wins topic from its stored messages."""
@@ -181,6 +194,7 @@ class Settler:
 
     def forget_lane(self, lane: Lane) -> None:
         self._latest.pop((lane.topic, lane.name), None)
+        self._prune_latest_at.pop((lane.topic, lane.name), None)
 
     # -- time -----------------------------------------------------------------------------
 
