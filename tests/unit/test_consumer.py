@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from zmesh._engine.engine import Engine
+from zmesh._engine.inbox import consumer as consumer_module
 from zmesh._engine.inbox.origin import Origin
 from zmesh._protocol.frames import Ack, Batch, Nack
 from zmesh._store.store import WriteBatch
@@ -34,12 +35,12 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     eng.close()
 
 
-def _batch(seqs: Sequence[int], attempt: int = 1) -> Batch:
+def _batch(seqs: Sequence[int], attempt: int = 1, topic: str = "t") -> Batch:
     n = len(seqs)
     return Batch(
         PRODUCER,
         1,
-        "t",
+        topic,
         "g",
         0,
         seqs,
@@ -105,6 +106,29 @@ def test_a_redelivery_mixing_held_acked_and_new_messages(engine: Engine) -> None
     assert sorted(s for a in sent if isinstance(a, Ack) for s in a.seqs) == [13, 14, 15]
     assert [list(n.seqs) for n in sent if isinstance(n, Nack)] == [[12]]
     assert not any(engine.consumer._holding.values())  # nothing held any more
+
+
+def test_topics_that_come_and_go_leave_nothing_behind(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pattern subscription meets a topic per device, each published a few messages
+    then never again: once they are settled the consumer holds no entry of theirs, and
+    the subscriptions it found per topic are a bounded cache."""
+    monkeypatch.setattr(consumer_module, "RECEIVERS_KEPT", 16)
+    sub = Subscription(engine.queue, "dev.*", SubscriptionConfig(group="g"))
+    engine.consumer.add(sub)
+    for i in range(100):
+        seqs = range(3 * i, 3 * i + 3)
+        _loop(engine, _batch(seqs, topic=f"dev.{i}"))
+        got = sub.fetch(3, 0)
+        assert [m.id.seq for m in got] == list(seqs)
+        sub.ack_many(got)
+        _loop(engine)
+        # A batch sent again after its ack (lost) is acked again, leaving nothing held.
+        _loop(engine, _batch(seqs, topic=f"dev.{i}"))
+    assert engine.counters.snapshot()["duplicates_dropped"] == 300
+    assert engine.consumer._holding == {}
+    assert 0 < len(engine.consumer._receivers) <= 16
 
 
 def test_a_message_sent_again_after_its_ack_timeout_reaches_the_application_again(

@@ -66,3 +66,6 @@ EPHEMERAL_QUEUE_BYTES = 16 << 20
 # owes are dropped (then again once it has doubled): a topic whose keys come and go (one
 # per device, per session) would otherwise keep every key it ever saw.
 LATEST_KEYS_PRUNE = 1024
+# The (topic, lane) pairs whose subscriptions a consumer keeps found (a cache, emptied
+# when full): a pattern subscription meets topics that come and go.
+RECEIVERS_KEPT = 4096

@@ -31,6 +31,7 @@ from ..._store.store import Store, WriteBatch
 from ..._store.unwritten import UnwrittenAcks
 from ..._subjects import SubjectTrie, is_pattern
 from ...subscription import Message
+from ..limits import RECEIVERS_KEPT
 from ..stats import Counters
 from .origin import RELEASED, Origin, Queue
 
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 PRUNE_INTERVAL_S = 1.0
 _origin_of, _place_of = attrgetter("_origin"), attrgetter("_i")
 _NONE: frozenset[int] = frozenset()
+_NOTHING_HELD: dict[Origin, None] = {}  # (read only: a source holding none)
 
 
 class Consumer:
@@ -59,7 +61,8 @@ class Consumer:
         self._receivers: dict[tuple[str, str], list[Subscription]] = {}
         self._rr: dict[tuple[str, str], int] = defaultdict(int)
         # The origins of batches local subscriptions hold messages of, per (producer,
-        # topic, lane): those with a message the IO thread has not seen settled.
+        # topic, lane): those with a message the IO thread has not seen settled (a source
+        # holding none has no entry: topics and producers come and go).
         self._holding: dict[tuple[bytes, str, str], dict[Origin, None]] = {}
         self._floors: dict[tuple[bytes, str], int] = {}
         self._pruned: dict[tuple[bytes, str], tuple[int, float]] = {}
@@ -99,7 +102,7 @@ class Consumer:
         if not subs:
             self.subs.pop(key, None)
         released = 0
-        for source, holding in self._holding.items():
+        for source, holding in list(self._holding.items()):
             for origin in [o for o in holding if o.sub is sub]:
                 places = origin.unsettled()
                 for i in places:
@@ -107,7 +110,7 @@ class Consumer:
                 seqs = _pick(origin.seqs, places)
                 origin.settled_apart(seqs)
                 if origin.left <= 0:
-                    del holding[origin]
+                    self._unhold(source, origin)
                 if seqs:
                     released += len(seqs)
                     self._outgoing.append(
@@ -141,6 +144,9 @@ class Consumer:
             if trie is not None:
                 subs.extend(trie.match(topic))
             if subs:  # (none: not kept, whatever topics strangers send)
+                if len(self._receivers) >= RECEIVERS_KEPT:  # (topics come and go)
+                    self._receivers.clear()
+                    self._rr.clear()
                 self._receivers[(topic, lane)] = subs
         return subs
 
@@ -187,9 +193,7 @@ class Consumer:
             seen = _with_acked(seen, acked_now, first, last)
         if self.unwritten.count and first <= top:
             seen = self.unwritten.seen(producer, lane, seqs, top) | seen
-        holding = self._holding.get(source)
-        if holding is None:
-            holding = self._holding[source] = {}
+        holding = self._holding.get(source, _NOTHING_HELD)
         # What local subscriptions hold of this lane: sequence -> (origin, place).
         held: dict[int, tuple[Origin, int]] = {}
         for o in holding:
@@ -265,6 +269,8 @@ class Consumer:
             self.counters.add("duplicates_dropped", len(reack))
             self._outgoing.append((producer, Ack(self.node_id, topic, lane, tuple(reack))))
         if origin is not None:
+            if holding is _NOTHING_HELD:
+                holding = self._holding[source] = {}
             holding[origin] = None
             self.counters.add("received", len(payloads))
             if len(subs) == 1:
@@ -309,7 +315,7 @@ class Consumer:
         ``take_acks`` returned)."""
         source = origin.source
         if origin.left <= 0:
-            self._holding.get(source, {}).pop(origin, None)
+            self._unhold(source, origin)
         if not seqs:
             return
         wb.seen_put.append((source[0], source[2].encode(), seqs))
@@ -319,6 +325,14 @@ class Consumer:
         else:
             acks.append(seqs)
 
+    def _unhold(self, source: tuple[bytes, str, str], origin: Origin) -> None:
+        """``origin`` holds nothing any more; its source's entry goes with its last."""
+        holding = self._holding.get(source)
+        if holding is not None:
+            holding.pop(origin, None)
+            if not holding:
+                del self._holding[source]
+
     def settle(self, msg: Message, how: str, arg: object) -> None:
         """A message nacked or failed: sent to its producer after the loop's commit."""
         origin = msg._origin
@@ -326,7 +340,7 @@ class Consumer:
         producer, _topic, lane = source = origin.source
         origin.settled_apart((seq,))
         if origin.left <= 0:
-            self._holding.get(source, {}).pop(origin, None)
+            self._unhold(source, origin)
         if how == "nacked":
             delay = -1.0 if arg is None else float(arg)  # type: ignore[arg-type]
             self._outgoing.append((producer, Nack(self.node_id, msg.topic, lane, (seq,), delay)))
