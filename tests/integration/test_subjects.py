@@ -13,7 +13,9 @@ import pytest
 
 import zmesh
 from tests.conftest import LOOPBACK, wait_until
+from tests.integration.test_delivery import drain
 from tests.integration.workers import Worker
+from zmesh._engine.outbox import groups as groups_module
 
 PRODUCERS = ("p1", "p2", "p3")
 PER_TOPIC = 12  # messages each producer publishes to each topic
@@ -132,3 +134,30 @@ def test_a_wildcard_group_across_producers_and_topics_gets_each_message_once(
     assert Counter(arch.payloads.values()) == expected(first + later + offline)
     assert set(arch.times.values()) == {1}
     assert not any(t.endswith(".humidity") for t in agg.topics.values())
+
+
+def test_quiet_lanes_of_a_pattern_group_go_and_come_back_with_the_next_publish(
+    make_node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Topics that come and go (one per device): a producer forgets a topic's lane of a
+    group subscribed by pattern once it has been quiet, so its lanes do not grow with
+    every topic it ever published, and the topic's next message still reaches the
+    group."""
+    monkeypatch.setattr(groups_module, "QUIET_LANE_FORGET_S", 0.3)
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("dev.*", group="agg")
+    topics = [f"dev.{i}" for i in range(20)]
+
+    def lanes() -> list[str]:
+        return [lane["topic"] for lane in prod.status()["lanes"] if lane["group"] == "agg"]
+
+    wait_until(lambda: prod.status()["pattern_groups"], what="the pattern group at the producer")
+    for rounds in (1, 2):
+        for topic in topics:
+            prod.publish(topic, topic.encode(), key="k")
+        got = drain(sub, len(topics))
+        assert sorted(m.payload.decode() for m in got) == sorted(topics)
+        wait_until(lambda: not lanes(), what="the quiet lanes to be forgotten")
+        assert prod.stats()["lanes_forgotten"] == rounds * len(topics)
+    assert prod.status()["outbox"] == 0 and "lanes_retired" not in prod.stats()

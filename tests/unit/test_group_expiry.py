@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from zmesh._engine.limits import QUIET_LANE_FORGET_S
 from zmesh._engine.outbox.outbox import Outbox
 from zmesh._engine.outbox.outcomes import Outcomes
 from zmesh._engine.stats import Counters
@@ -109,3 +110,47 @@ def test_the_idle_clock_is_kept_across_a_restart(tmp_path: Path) -> None:
         assert _stored_lanes(store) == {"g": 100.0}
     finally:
         store.close()
+
+
+def test_a_quiet_lane_of_a_pattern_group_is_forgotten_and_made_again(store: Store) -> None:
+    """A topic per device: its lane of a group subscribed by pattern goes once it owed
+    nothing, and was owed nothing new, for QUIET_LANE_FORGET_S; the group (and the lanes
+    that owe, or that a group has by name) stay, and the topic's next publish makes the
+    lane again."""
+    producer = _producer(store, **{"dev.9": TopicConfig(groups=("g",))})  # declared
+    patterns = producer.groups.patterns
+    wb = WriteBatch()
+    patterns.remember([("dev.*", "g", "g", "shared", None)], wb, 0.0)
+    for topic in ("dev.1", "dev.2", "dev.3"):
+        patterns.new_topic(topic, wb, 0.0)
+    producer.lanes.get("dev.1", "g").set_member(MEMBER, 100, 10)  # (members or not)
+    producer.lanes.get("dev.2", "g").add(7, 0, now=0.0)  # it owes a message
+    producer.groups.ensure("other", "g", "g", "shared", wb, 0.0)  # a group by name
+    producer.set_topic("dev.9", producer.lanes.topics["dev.9"], wb, 0.0)
+    store.commit(wb)
+    quiet = QUIET_LANE_FORGET_S
+    _expire(producer, 1000.0)  # quiet from now
+    dev3 = producer.lanes.get("dev.3", "g")
+    dev3.add(8, 0, now=0.0)
+    dev3.ack([8])  # a message came and went: quiet from the next look
+    _expire(producer, 1001.0)
+    assert _expire(producer, 1000.0 + quiet - 1) == 0 and len(producer.lanes.all) == 5
+    _expire(producer, 1000.0 + quiet)
+    assert sorted(producer.lanes.all) == [
+        ("dev.2", "g"),
+        ("dev.3", "g"),
+        ("dev.9", "g"),
+        ("other", "g"),
+    ]
+    _expire(producer, 1001.0 + quiet)
+    assert sorted(producer.lanes.all) == [("dev.2", "g"), ("dev.9", "g"), ("other", "g")]
+    assert producer.lanes.counters.get("lanes_forgotten") == 2
+    assert "lanes_retired" not in producer.lanes.counters.snapshot()
+    stored = {(topic, name) for topic, name, *_rest in store.iter_lanes()}
+    assert stored == {("dev.*", "g"), ("dev.9", "g"), ("dev.2", "g"), ("other", "g")}
+    # The topic's next publish makes its lane again (Staging.prepare_lanes: not checked).
+    assert "dev.1" not in patterns.checked
+    wb = WriteBatch()
+    assert patterns.new_topic("dev.1", wb, 2.0)
+    store.commit(wb)
+    assert producer.lanes.get("dev.1", "g") is not None

@@ -1,7 +1,9 @@
 """The lifecycle of a producer's lanes (IO thread only): a lane is made when its group is
 first learned (taking the messages published before any group was known), retired when
 an operator deletes its group or when it had no member for its topic's
-``group_inactive_expiry_s``, and listed for operators.
+``group_inactive_expiry_s``, forgotten when a pattern group makes it again at its
+topic's next publish and it has been quiet (owed nothing, and nothing new) for
+``QUIET_LANE_FORGET_S``, and listed for operators.
 
 Retiring settles what the lane owes as ``group_deleted`` (a message no other lane owes
 leaves the outbox) and deletes the lane's entries and dead letters with it: nothing is
@@ -17,6 +19,7 @@ from typing import Any
 from ..._store.store import WriteBatch, pack, pend_key
 from ..._subjects import is_pattern, matcher
 from ..lane.lane import Lane
+from ..limits import QUIET_LANE_FORGET_S
 from ..stats import Counters
 from .deadletters import DeadLetters
 from .kept import Kept
@@ -50,6 +53,9 @@ class Groups:
         self.counters = counters
         self.kept = kept
         self.patterns = PatternGroups(lanes, self, counters)
+        # Lanes that owe nothing: their floor (the sequence past the last they were owed)
+        # and the wall-clock time it was first seen so.
+        self._quiet: dict[tuple[str, str], tuple[int, float]] = {}
 
     # -- making ---------------------------------------------------------------------------
 
@@ -123,10 +129,7 @@ class Groups:
             settled = lane.ack(sorted(owed))
             self.settler.settled(lane, settled, batch, Outcome.GROUP_DELETED)
             self.counters.add("dropped_group_deleted", len(settled))
-        self.lanes.remove(lane, batch)
-        # (its next publish makes the lanes of the pattern groups still remembered again)
-        self.patterns.checked.discard(lane.topic)
-        self.settler.forget_lane(lane)
+        self._drop(lane, batch)
         parked = self.dead.forget_lane(lane)
         if parked:
             self.counters.add("dead_letters_dropped", parked)
@@ -141,6 +144,45 @@ class Groups:
         )
         return len(owed)
 
+    def _drop(self, lane: Lane, batch: WriteBatch) -> None:
+        self.lanes.remove(lane, batch)
+        self._quiet.pop((lane.topic, lane.name), None)
+        # (its next publish makes the lanes of the pattern groups still remembered again)
+        self.patterns.checked.discard(lane.topic)
+        self.settler.forget_lane(lane)
+
+    def _quiet_long(self, key: tuple[str, str], lane: Lane, wall: float) -> bool:
+        """Whether ``lane`` owed nothing, and was owed nothing new, for
+        ``QUIET_LANE_FORGET_S`` (noting when it is first seen owing nothing, and again
+        when it is found so: a lane kept is looked at again a period later)."""
+        if len(lane):
+            self._quiet.pop(key, None)
+            return False
+        floor = lane.floor()
+        noted = self._quiet.get(key)
+        if noted is None or noted[0] != floor or wall - noted[1] >= QUIET_LANE_FORGET_S:
+            self._quiet[key] = (floor, wall)
+            return noted is not None and noted[0] == floor
+        return False
+
+    def _forget_quiet(self, lane: Lane, batch: WriteBatch) -> bool:
+        """Forget a quiet lane that a pattern group makes again at its topic's next
+        publish (none of its members has it by name, its group is not declared on the
+        topic, no dead letter is parked in it); returns whether it was."""
+        declared = self.lanes.topics.get(lane.topic)
+        if (declared is not None and lane.group in declared.groups) or self.dead.parked(lane):
+            return False
+        if not self.patterns.remade(lane):
+            return False
+        self._drop(lane, batch)
+        self.patterns.lane_forgotten(lane)
+        self.dead.forget_lane(lane)
+        self.counters.add("lanes_forgotten", 1)
+        log.debug(
+            "lane %s/%s forgotten (quiet; its pattern group makes it again)", lane.topic, lane.name
+        )
+        return True
+
     def delete(self, topic: str, group: str, batch: WriteBatch) -> int:
         """Retire every lane of ``group`` on ``topic`` (the shared one and broadcast
         members' own; a pattern: the pattern group, and its lanes of every topic it
@@ -154,11 +196,14 @@ class Groups:
         """Note which lanes have members (``Lanes.idle_since``, kept in their ``lanes``
         entries) and (``retire``) retire those that had none for their topic's
         ``group_inactive_expiry_s`` (0: never; groups declared on the topic never
-        expire). ``wall``: the wall clock now. Returns how many were retired."""
+        expire), and forget the quiet lanes of pattern groups. ``wall``: the wall clock
+        now. Returns how many were retired."""
         retired = 0
         idle_since = self.lanes.idle_since
         for key, lane in list(self.lanes.all.items()):
             if lane.name == UNCLAIMED:
+                continue
+            if retire and self._quiet_long(key, lane, wall) and self._forget_quiet(lane, batch):
                 continue
             idle = idle_since.get(key)
             if lane.members:

@@ -31,6 +31,7 @@ from ..stats import Counters
 from .lanes import Lanes
 
 if TYPE_CHECKING:
+    from ..lane.lane import Lane
     from ..peers import Peer
     from .groups import Groups
 
@@ -176,6 +177,22 @@ class PatternGroups:
         return True
 
     # -- lifecycle ------------------------------------------------------------------------
+
+    def remade(self, lane: Lane) -> bool:
+        """Whether ``lane`` is the lane of a pattern group here that no live member has by
+        name: its topic's next publish makes it again, with its members (``new_topic``)."""
+        if not any(pg.name == lane.name for pg in self._trie.match(lane.topic)):
+            return False
+        key = (lane.topic, lane.name)
+        return not any(
+            (s := peer.lanes.get(key)) and not is_pattern(s.topic) for peer in self.peers()
+        )
+
+    def lane_forgotten(self, lane: Lane) -> None:
+        """``lane`` (``remade``) was forgotten: no live member counts it among its own."""
+        key = (lane.topic, lane.name)
+        for peer in self.peers():
+            peer.lanes.pop(key, None)
 
     def forget(self, pg: PatternGroup, batch: WriteBatch, why: str) -> None:
         """Drop a pattern group (its topics' lanes are retired on their own)."""
