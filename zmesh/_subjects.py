@@ -12,7 +12,9 @@ that is published is never a pattern.
 Matching many patterns against a topic walks a token trie (``SubjectTrie``): the cost
 depends on the topic's tokens and on the wildcards met on the way, not on how many
 patterns are held. ``SubjectMap`` adds names without wildcards (a dict) and a cache of
-the answers per topic, so a topic asked about again costs one dict lookup.
+the answers per topic, so a topic asked about again costs one dict lookup. Caches per
+topic hold ``CACHED_TOPICS`` topics at most, emptied when full: topics come and go (one
+per device), and a cache of every topic ever asked about would grow without bound.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ T = TypeVar("T")
 MAX_SUBJECT_CHARS = 128
 ONE = "*"  # matches exactly one token
 REST = ">"  # matches one or more tokens, as a pattern's last token
+CACHED_TOPICS = 4096
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]+\Z")
 _FIRST_RE = re.compile(r"^[A-Za-z0-9*>]")
 
@@ -186,6 +189,8 @@ class SubjectMap(Generic[T]):
     def match(self, topic: str) -> tuple[T, ...]:
         found = self._cache.get(topic)
         if found is None:
+            if len(self._cache) >= CACHED_TOPICS:
+                self._cache.clear()
             found = self._cache[topic] = (*self._exact.get(topic, ()), *self._trie.match(topic))
         return found
 
@@ -231,6 +236,8 @@ class TopicConfigs(Mapping[str, "TopicConfig"]):
             found = self._patterns.match(topic)
             if found:
                 cfg = self._set[max(found, key=specificity)]
+        if len(self._resolved) >= CACHED_TOPICS:
+            self._resolved.clear()
         self._resolved[topic] = cfg
         return cfg
 

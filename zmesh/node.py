@@ -35,7 +35,7 @@ from ._requests import (
 from ._roles import Roles, resolve
 from ._seeds import unresolved
 from ._store.snapshot import check_path
-from ._subjects import TopicConfigs, check_subject, is_pattern
+from ._subjects import CACHED_TOPICS, TopicConfigs, check_subject, is_pattern
 from ._waits import check_timeout
 from .config import (
     MAX_SCHEDULE_AHEAD_S,
@@ -147,7 +147,8 @@ class Node:
         self._topics = TopicConfigs(config.topics)  # (by topic name or by pattern)
         self._known_topics: set[str] = set()  # names that passed check_name
         # Of those, the partition count of each whose publishes may be plain (0: its
-        # configuration sets a ttl); forgotten when the topic is configured again.
+        # configuration sets a ttl); forgotten when the topic is configured again. Both
+        # are caches of CACHED_TOPICS topics at most (topics come and go).
         self._plain_partitions: dict[str, int] = {}
         self._max_bytes = config.max_message_bytes
         self._metrics: Any = None
@@ -372,6 +373,9 @@ class Node:
         plain, 0 when its configuration sets a ttl."""
         if topic not in self._known_topics:
             check_name("topic", topic)
+            if len(self._known_topics) >= CACHED_TOPICS:
+                self._known_topics.clear()
+                self._plain_partitions.clear()
             self._known_topics.add(topic)
         tcfg = self._topics.of(topic)
         partitions = (

@@ -15,6 +15,8 @@ import zmesh
 from tests.conftest import LOOPBACK, wait_until
 from tests.integration.test_delivery import drain
 from tests.integration.workers import Worker
+from zmesh import _subjects as subjects_module
+from zmesh import node as node_module
 from zmesh._engine.outbox import groups as groups_module
 
 PRODUCERS = ("p1", "p2", "p3")
@@ -161,3 +163,24 @@ def test_quiet_lanes_of_a_pattern_group_go_and_come_back_with_the_next_publish(
         wait_until(lambda: not lanes(), what="the quiet lanes to be forgotten")
         assert prod.stats()["lanes_forgotten"] == rounds * len(topics)
     assert prod.status()["outbox"] == 0 and "lanes_retired" not in prod.stats()
+
+
+def test_a_node_publishing_to_topics_that_come_and_go_keeps_bounded_caches(
+    make_node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a node caches per topic name (checked names, partitions, settings, ephemeral
+    subscribers) stays within CACHED_TOPICS however many topics it publishes to."""
+    for module in (node_module, subjects_module):
+        monkeypatch.setattr(module, "CACHED_TOPICS", 16)
+    prod = make_node("prod", topics={"dev.5": zmesh.TopicConfig(partitions=4)})
+    receipts = [prod.publish(f"dev.{i}", b"x") for i in range(100)]
+    for r in receipts:
+        r.wait_stored(5)
+    engine = prod._engine
+    assert len(prod._known_topics) <= 16 and len(prod._plain_partitions) <= 16
+    assert len(prod._topics._resolved) <= 16
+    assert len(engine.outbox.lanes.topics._resolved) <= 16
+    prod.publish("dev.5", b"y").wait_stored(5)
+    assert prod.status()["outbox"] == 101
+    [lane] = [lane for lane in prod.status()["lanes"] if lane["topic"] == "dev.5"]
+    assert lane["pending"] == 2

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from zmesh import ConfigError, SubscriptionConfig, TopicConfig
 from zmesh._subjects import (
+    CACHED_TOPICS,
     MAX_SUBJECT_CHARS,
     SubjectMap,
     SubjectTrie,
@@ -227,3 +228,18 @@ def test_a_pattern_set_later_applies_to_topics_asked_about_before() -> None:
     assert configs.of("plant.line4.temp") is narrow
     assert configs.of("plant.line4.pressure") is wide
     assert sorted(configs) == ["plant.*.temp", "plant.>"]
+
+
+def test_caches_per_topic_are_bounded_and_answer_the_same() -> None:
+    """Topics come and go (one per device): what is cached per topic stays within
+    CACHED_TOPICS, and a topic asked about again after its entry went is answered the
+    same."""
+    m: SubjectMap[int] = SubjectMap([("dev.*", 1), ("dev.7", 2)])
+    own, wide = TopicConfig(partitions=3), TopicConfig(partitions=5)
+    configs = TopicConfigs({"dev.>": wide, "dev.7": own})
+    for i in range(3 * CACHED_TOPICS):
+        topic = f"dev.{i}"
+        assert m.match(topic) == ((2, 1) if i == 7 else (1,))
+        assert configs.of(topic) is (own if i == 7 else wide)
+    assert len(m._cache) <= CACHED_TOPICS and len(configs._resolved) <= CACHED_TOPICS
+    assert m.match("dev.7") == (2, 1) and configs.of("dev.7") is own
