@@ -154,3 +154,20 @@ def test_a_quiet_lane_of_a_pattern_group_is_forgotten_and_made_again(store: Stor
     assert patterns.new_topic("dev.1", wb, 2.0)
     store.commit(wb)
     assert producer.lanes.get("dev.1", "g") is not None
+
+
+def test_a_group_expires_after_the_idle_time_the_node_observed(store: Store) -> None:
+    producer = _producer(store, t=TopicConfig(group_inactive_expiry_s=7 * DAY))
+    clock = producer.clock
+    clock.start(None, 1000.0, 0.0, "boot", 0)
+    wb = WriteBatch()
+    producer.groups.ensure("t", "g", "g", "shared", wb, 0.0)
+    store.commit(wb)
+    assert _expire(producer, clock.observed(1000.0)) == 0  # idle from now
+    clock.beat(2000.0 + 30 * DAY, 1000.0, 0)  # NTP: a month forward
+    assert _expire(producer, clock.observed(2000.0 + 30 * DAY)) == 0
+    assert producer.groups.listing("t", 0.0)[0]["last_seen"] == 1000.0 + 30 * DAY
+    clock.beat(3000.0 + 30 * DAY - 3650 * DAY, 2000.0, 0)  # and ten years back
+    assert _expire(producer, clock.observed(3000.0 + 30 * DAY - 3650 * DAY)) == 0
+    later = 1000.0 + 7 * DAY + 30 * DAY - 3650 * DAY  # (7 days observed idle)
+    assert _expire(producer, clock.observed(later)) == 1  # not held back ten years

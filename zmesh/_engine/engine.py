@@ -54,6 +54,7 @@ from .outbox.outcomes import Outcomes
 from .outbox.publishes import AnyPublish
 from .outbox.record import Columns
 from .outbox.retention import RECLAIM_BUSY_S, RECLAIM_INTERVAL_S
+from .outbox.wallclock import boot_id
 from .replica.replication import Replication
 from .stats import Counters
 from .status import node_status
@@ -105,6 +106,7 @@ class Engine:
         own(config.data_dir, self.store.snapshot)  # (zmesh.snapshot of it, in this process)
         try:
             self.node_id, self.incarnation, next_seq, next_lane = self.store.open_identity()
+            clock_state = self.store.meta_value(b"wall_clock")  # (outbox/wallclock.py)
         except Exception:
             self.store.close()
             raise
@@ -123,6 +125,10 @@ class Engine:
             outcomes,
         )
         self.held = Held()  # publishes a full map holds back
+        # (a step of the wall clock since the node last ran)
+        mono, wall = time.monotonic(), time.time()
+        if self.outbox.clock.start(clock_state, wall, mono, boot_id(), next_seq):
+            self.counters.add("clock_steps", 1)
         self.queue = Submitter(
             config,
             self.node_id,
@@ -408,8 +414,13 @@ class Engine:
             self.mesh.liveness.tick(now, wb)  # probes, suspicions, gossip (membership.py)
         if now >= self._next_beat:
             self._next_beat = now + self.config.heartbeat_interval_s
-            wall = time.time()
-            wb.ids_prune_before = wall - self.config.dedupe_window_s
+            clock = self.outbox.clock
+            mono, wall = time.monotonic(), time.time()  # (adjacent: what a step is seen by)
+            if clock.beat(wall, mono, self.queue.next_seq()):
+                self.counters.add("clock_steps", 1)
+            wb.meta_put[b"wall_clock"] = clock.packed()
+            observed = clock.observed(wall)
+            wb.ids_prune_before = observed - self.config.dedupe_window_s
             assert self.mesh is not None
             self.mesh.beat(now, wb)
             self.replication.beat(now)
@@ -417,9 +428,9 @@ class Engine:
                 discovery.beat()
             self.commits.check_store(self.outbox.depth)  # (its data dir still there?)
             # (none retired before the members had time to say hello again)
-            self.outbox.groups.expire_idle(wall, wb, retire=now >= self._expire_from)
+            self.outbox.groups.expire_idle(observed, wb, retire=now >= self._expire_from)
         if now >= self._next_reclaim:
-            more = self.outbox.retained.reclaim(wb, time.time())
+            more = self.outbox.retained.reclaim(wb, time.time(), self.outbox.clock.stepped_since)
             self._next_reclaim = now + (RECLAIM_BUSY_S if more else RECLAIM_INTERVAL_S)
 
     # -- sending -------------------------------------------------------------------------

@@ -73,3 +73,9 @@ RECEIVERS_KEPT = 4096
 # new for this long is forgotten: the topic's next publish makes it again (a topic per
 # device, published a while and then never again, would otherwise keep its lane for good).
 QUIET_LANE_FORGET_S = 600.0
+
+# -- the wall clock (outbox/wallclock.py) ------------------------------------------------------
+# A heartbeat that finds the wall clock moved this much more (or less) than the monotonic
+# clock since the last one sees a step (NTP slews a clock by 0.5 ms a second at most).
+CLOCK_STEP_TOLERANCE_S = 1.0
+CLOCK_STEPS_KEPT = 256  # steps remembered for retention (the oldest forgotten first)

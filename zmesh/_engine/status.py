@@ -72,7 +72,10 @@ def node_status(engine: Engine) -> dict[str, Any]:
             "lost": engine.store.place.lost,  # (what happened to its files: place.py)
         },
         "lanes": lanes,
-        "pattern_groups": outbox.groups.patterns.listing(),
+        "pattern_groups": [  # (idle since: on the wall clock as it is now)
+            {**pg, "idle_since": pg["idle_since"] and outbox.clock.to_wall(pg["idle_since"])}
+            for pg in outbox.groups.patterns.listing()
+        ],
         "subscriptions": [
             {
                 "topic": s.topic,

@@ -127,6 +127,10 @@ class Submitter:
         self._announced_bytes = 0
         self._ephemeral = 0  # ephemeral subscriptions named so far
 
+    def next_seq(self) -> int:
+        """The sequence the next publish gets (a read of one int: no lock)."""
+        return self._next_seq
+
     def subscriptions(self) -> list[Subscription]:
         """This node's open subscriptions."""
         with self._subs_lock:

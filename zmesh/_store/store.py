@@ -31,7 +31,8 @@ Databases (keys are big-endian so LMDB's order is numeric order):
 - ``peers``: node id(16) -> "endpoint[ key]": peers this node knew, contacted again after
   a restart so a node whose ports changed is found without mDNS or seeds.
 - ``ids``:   caller-chosen msg_id -> seq(8) + published_at(8): the producer's idempotency
-  window; ``ids_t``: published_at(8) + msg_id -> b"", the same in time order for pruning.
+  window; ``ids_t``: stored_at(8) + msg_id -> b"", the same in time order for pruning
+  (stored_at the node's observed time, outbox/wallclock.py).
 - ``rlog``:  topic + NUL + partition(2) + index(8) -> seq(8) + published_at(8): the
   index of every message of a topic per partition, what replay reads (_engine/retention.py).
 - ``rtime``: topic + NUL + seq(8) -> partition(2) + index(8) + size(4) + published_at(8):
@@ -592,6 +593,12 @@ class Store(LogIndex, AckedWindow):
             return bytes(k), (ep, key.encode())
 
         return dict(self._scan(self.peers, "peers", decode))
+
+    def meta_value(self, key: bytes) -> bytes | None:
+        """A value of ``meta`` (None: absent)."""
+        with self.health.reading("the meta database", "meta"), self.env.begin(db=self.meta) as txn:
+            value = txn.get(key)
+        return None if value is None else bytes(value)
 
     def lookup_ids(self, msg_ids: list[bytes]) -> dict[bytes, int]:
         """Sequences of msg_ids already published within the idempotency window."""

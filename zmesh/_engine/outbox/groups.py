@@ -28,6 +28,7 @@ from .outcomes import Outcome, Outcomes
 from .patterns import PatternGroups
 from .records import Records
 from .settle import Settler
+from .wallclock import WallClock
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class Groups:
         outcomes: Outcomes,
         counters: Counters,
         kept: Kept,
+        clock: WallClock,
     ) -> None:
         self.lanes = lanes
         self.records = records
@@ -52,9 +54,10 @@ class Groups:
         self.outcomes = outcomes
         self.counters = counters
         self.kept = kept
+        self.clock = clock
         self.patterns = PatternGroups(lanes, self, counters)
         # Lanes that owe nothing: their floor (the sequence past the last they were owed)
-        # and the wall-clock time it was first seen so.
+        # and the observed time (wallclock.py) it was first seen so.
         self._quiet: dict[tuple[str, str], tuple[int, float]] = {}
 
     # -- making ---------------------------------------------------------------------------
@@ -196,8 +199,9 @@ class Groups:
         """Note which lanes have members (``Lanes.idle_since``, kept in their ``lanes``
         entries) and (``retire``) retire those that had none for their topic's
         ``group_inactive_expiry_s`` (0: never; groups declared on the topic never
-        expire), and forget the quiet lanes of pattern groups. ``wall``: the wall clock
-        now. Returns how many were retired."""
+        expire), and forget the quiet lanes of pattern groups. ``wall``: the time now on
+        the node's observed clock (wallclock.py: steps of the wall clock left out, so a
+        step never expires a group, nor keeps one). Returns how many were retired."""
         retired = 0
         idle_since = self.lanes.idle_since
         for key, lane in list(self.lanes.all.items()):
@@ -227,6 +231,11 @@ class Groups:
             retired += 1
         return retired + self.patterns.expire_idle(wall, batch, retire)
 
+    def _seen(self, key: tuple[str, str]) -> float | None:
+        """When a lane without members last had one, on the wall clock as it is now."""
+        idle = self.lanes.idle_since.get(key)
+        return None if idle is None else self.clock.to_wall(idle)
+
     def _declared(self, lane: Lane) -> bool:
         return lane.mode == "shared" and lane.group in self.lanes.config(lane.topic).groups
 
@@ -252,7 +261,7 @@ class Groups:
                     "pending": pending,
                     "in_flight": lane.in_flight_count(),
                     "members": [m.hex() for m in lane.members],
-                    "last_seen": wall if lane.members else self.lanes.idle_since.get(key),
+                    "last_seen": wall if lane.members else self._seen(key),
                     "oldest_age_s": None if oldest is None else max(0.0, wall - oldest),
                     "declared": self._declared(lane),
                     "expires_after_s": cfg.group_inactive_expiry_s or None,

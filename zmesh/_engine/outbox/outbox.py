@@ -32,6 +32,7 @@ from .retained import Retained
 from .retention import Indexes
 from .settle import Settler
 from .staging import Staging
+from .wallclock import WallClock
 
 
 class Outbox:
@@ -50,6 +51,7 @@ class Outbox:
         outcomes: Outcomes,
     ) -> None:
         self.store = store
+        self.clock = WallClock()  # (taken up by the engine from the store at its start)
         self.lanes = Lanes(node_id, topics, next_lane, counters)
         self.records = Records(store, counters, max_message_bytes)
         self.receipts = Receipts()
@@ -59,7 +61,14 @@ class Outbox:
         self.retained = Retained(store, self.lanes, self.records, self.indexes, counters)
         self.kept = self.retained.kept
         self.groups = Groups(
-            self.lanes, self.records, self.settler, self.dead, outcomes, counters, self.kept
+            self.lanes,
+            self.records,
+            self.settler,
+            self.dead,
+            outcomes,
+            counters,
+            self.kept,
+            self.clock,
         )
         self.staging = Staging(
             store,
@@ -73,6 +82,7 @@ class Outbox:
             next_seq,
             memory_budget_bytes,
             self.groups.patterns,
+            self.clock,
         )
         self.dispatcher = Dispatcher(self.lanes, self.records, self.settler, counters)
 

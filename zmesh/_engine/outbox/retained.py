@@ -10,6 +10,7 @@ keeps.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from ..._store.store import Store, WriteBatch, u64
@@ -68,9 +69,12 @@ class Retained:
             totals[1] -= size
         self.staged.clear()
 
-    def reclaim(self, batch: WriteBatch, wall: float) -> bool:
-        """One bounded pass of retention over every topic with index entries; True when a
-        topic has more to reclaim at once (call again soon)."""
+    def reclaim(
+        self, batch: WriteBatch, wall: float, stepped: Callable[[int], float] = lambda _s: 0.0
+    ) -> bool:
+        """One bounded pass of retention over every topic with index entries (``stepped``:
+        how far the wall clock stepped since a sequence was published); True when a topic
+        has more to reclaim at once (call again soon)."""
         more = False
         for topic, totals in self.totals.items():
             if not totals[0]:
@@ -91,6 +95,7 @@ class Retained:
                 cfg=cfg,
                 retained_bytes=totals[1],
                 owed=functools.partial(self.lanes.owed, topic),
+                stepped=stepped,
             )
             if not n:
                 continue

@@ -120,6 +120,7 @@ def reclaimable(
     cfg: TopicConfig,
     retained_bytes: int,
     owed: Callable[[int], bool],
+    stepped: Callable[[int], float] = lambda _seq: 0.0,
 ) -> int:
     """How many of ``heads`` (a topic's oldest entries, in publish order) may go now.
 
@@ -127,6 +128,8 @@ def reclaimable(
     still in the outbox) or that retention still keeps: younger than ``retention_s``, and
     not pushed out by ``retention_bytes``. Without retention a settled message goes at once.
     (A topic that keeps values per key passes only the values no longer kept.)
+    A message's age is the time the wall clock moved since its publish less how far it
+    stepped since (``stepped(seq)``, wallclock.py): a step never ages it.
     """
     keep_all = retains_by_age(cfg)
     n = 0
@@ -134,7 +137,8 @@ def reclaimable(
         if owed(head.seq):
             break
         if keep_all:
-            expired = cfg.retention_s > 0 and wall - head.published_at >= cfg.retention_s
+            age = wall - head.published_at - stepped(head.seq)
+            expired = cfg.retention_s > 0 and age >= cfg.retention_s
             over = cfg.retention_bytes > 0 and retained_bytes > cfg.retention_bytes
             if not (expired or over):
                 break

@@ -11,6 +11,7 @@ fails, must be read together.
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_right
 from collections.abc import Iterable
 from itertools import accumulate
@@ -43,6 +44,7 @@ from .runs import (
 )
 from .settle import Settler
 from .spill import Spill
+from .wallclock import WallClock
 
 if TYPE_CHECKING:
     from .patterns import PatternGroups
@@ -68,8 +70,10 @@ class Staging:
         next_seq: int,
         memory_budget_bytes: int,
         patterns: PatternGroups,
+        clock: WallClock,
     ) -> None:
         self.store = store
+        self.clock = clock
         self.lanes = lanes
         self.patterns = patterns
         self.records = records
@@ -142,6 +146,7 @@ class Staging:
             # and a publish is stored rather than refused for it.
             known = {}
         fresh = []
+        stored_at = self.clock.observed(time.time())  # (the window counts observed time)
         for p in pubs:
             if p.msg_id is None:
                 fresh.append(p)
@@ -150,7 +155,7 @@ class Staging:
             original = known.get(mid)
             if original is None:
                 known[mid] = p.seq
-                batch.ids_put.append((mid, p.seq, p.published_at))
+                batch.ids_put.append((mid, p.seq, stored_at))
                 fresh.append(p)
                 continue
             self.counters.add("duplicates_suppressed", 1)
