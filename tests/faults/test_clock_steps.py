@@ -13,9 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import libfaketime  # (the dev extra installs it)
 import pytest
-
-libfaketime = pytest.importorskip("libfaketime", reason="the dev extra installs libfaketime")
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "faults" / "clock_worker.py"

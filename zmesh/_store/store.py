@@ -30,7 +30,7 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   record]: parked messages of a lane (see _engine/deadletters.py).
 - ``peers``: node id(16) -> "endpoint[ key]": peers this node knew, contacted again after
   a restart so a node whose ports changed is found without mDNS or seeds.
-- ``ids``:   caller-chosen msg_id -> seq(8) + published_at(8): the producer's idempotency
+- ``ids``:   caller-chosen msg_id -> seq(8) + stored_at(8): the producer's idempotency
   window; ``ids_t``: stored_at(8) + msg_id -> b"", the same in time order for pruning
   (stored_at the node's observed time, outbox/wallclock.py).
 - ``rlog``:  topic + NUL + partition(2) + index(8) -> seq(8) + published_at(8): the
