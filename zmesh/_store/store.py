@@ -3,7 +3,7 @@
 Databases (keys are big-endian so LMDB's order is numeric order):
 
 - ``meta``:  node identity and counters (``node_id``, ``incarnation``, ``next_seq``,
-  ``next_lane``).
+  ``next_lane``) and the store's ``format`` (format.py: a later one is refused at open).
 - ``msgs``:  seq(8) -> msgpack [topic, partition, key, headers, priority, published_at,
   expires_at, deliver_at, payload, index]: the outbox; immutable once written.
 - ``pend``:  lane_id(4) + seq(8) -> msgpack [partition, priority, attempt, expires_at,
@@ -80,6 +80,8 @@ from .damage import (
     run_offsets,
 )
 from .disk import NEW_STORE_MIN_BYTES, Disk
+from .format import FORMAT, check_format
+from .format import KEY as FORMAT_KEY
 from .health import DAMAGE_ERRORS, Health, lmdb_error
 from .keys import pend_key as pend_key
 from .keys import u32 as u32
@@ -228,6 +230,8 @@ class Store(LogIndex, AckedWindow):
         )
         self._psize = self.env.stat()["psize"]
         self._overflow = self._psize // 2 - 32  # larger values go to overflow pages
+        with self.env.begin(db=self.meta) as txn:
+            check_format(txn.get(FORMAT_KEY), self.path)  # (before anything is written)
         self.pages = MappedPages(os.path.join(self.path, "data.mdb"))
         self.room = FileRoom(self.env, self._dbs, os.path.join(self.path, "data.mdb"), self._psize)
         # A map grown before (or used past map_size_bytes) reopens at its real size.
@@ -431,6 +435,7 @@ class Store(LogIndex, AckedWindow):
                 int.from_bytes(txn.get(b"incarnation", b"\0" * 8, db=self.meta), "big") + 1
             )
             txn.put(b"incarnation", u64(incarnation), db=self.meta)
+            txn.put(FORMAT_KEY, u32(FORMAT), db=self.meta)  # (a later one was refused)
             next_seq = int.from_bytes(txn.get(b"next_seq", b"\0" * 8, db=self.meta), "big")
             # Sequences allocated but never committed before a crash are skipped: resume
             # past the highest one stored, whatever the counter says.
