@@ -71,7 +71,7 @@ Examples:
   zmesh node run nodes/aggregator.toml       # a node from its definition
   zmesh context add plant --mesh plant --seed 10.0.0.5:41000 --select
   zmesh sub readings --group ops --json      # one JSON object per message
-  zmesh pub readings '{"n": {{Count}}}' --count 10 --key line-4
+  zmesh pub readings '{"sensor": "line-4", "temp_c": {{Count}}}' --count 10 --key line-4
   zmesh status                               # the context's seed node: lanes, peers
   ZMESH_LOG_FORMAT=json zmesh node run nodes/sensor.toml 2>>sensor.log
 """
