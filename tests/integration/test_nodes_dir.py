@@ -89,3 +89,33 @@ def test_the_reference_roles_work_together(tmp_path, mesh_name):
     finally:
         for runner in reversed(started):
             runner.close()
+
+
+def test_the_aggregator_dead_letters_what_is_not_a_reading(tmp_path, mesh_name):
+    """A payload the aggregator cannot read would fail the same way at every delivery:
+    it is parked with the reason, and the readings after it are aggregated."""
+    aggregator = local(NODES / "aggregator.toml", tmp_path, mesh_name, mdns=False).start()
+    assert isinstance(aggregator, zmesh.Node)
+    try:
+        with zmesh.Node(
+            "pub",
+            mesh=mesh_name,
+            data_dir=str(tmp_path / "pub"),
+            interfaces=["127.0.0.1"],
+            mdns=False,
+            seeds=[aggregator.control_address],
+            heartbeat_interval_s=0.2,
+        ) as producer:
+            producer.topic("readings", groups=["aggregators"])
+            before = roles.snapshot().get("dl-1", {}).get("count", 0)
+            bad = [b"not json", b'{"temp_c": 1}', b'{"sensor": "dl-1", "temp_c": "warm"}']
+            receipts = [producer.publish("readings", p, key="dl-1") for p in bad]
+            good = producer.publish("readings", b'{"sensor": "dl-1", "temp_c": 21.5}', key="dl-1")
+            for receipt in [*receipts, good]:
+                receipt.wait_acked(timeout=30)
+            parked = producer.dead_letters("readings", "aggregators")
+            assert sorted(d.payload for d in parked) == sorted(bad)
+            assert all(d.reason.startswith("not a reading (") for d in parked), parked
+            assert roles.snapshot()["dl-1"]["count"] == before + 1
+    finally:
+        aggregator.close()

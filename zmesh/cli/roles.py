@@ -31,9 +31,17 @@ def sensor_reading() -> tuple[str, dict[str, Any]]:
 
 
 def aggregate(msg: Any) -> None:
-    """Keep count, mean, min and max per sensor; log a summary every 100 readings."""
-    reading = json.loads(msg.payload)
-    sensor, value = reading["sensor"], float(reading["temp_c"])
+    """Keep count, mean, min and max per sensor; log a summary every 100 readings. A
+    payload that is not a reading (JSON with ``sensor`` and a numeric ``temp_c``) is
+    dead-lettered with the reason: delivered again, it would fail the same way forever."""
+    try:
+        reading = json.loads(msg.payload)
+        sensor, value = str(reading["sensor"]), float(reading["temp_c"])
+    except (ValueError, TypeError, KeyError) as exc:
+        reason = f"not a reading ({type(exc).__name__}: {exc})"
+        log.warning("%s of %s: %s; dead-lettered", msg.id, msg.topic, reason)
+        msg.fail(reason)
+        return
     with _lock:
         s = _stats[sensor]
         s[0] += 1
