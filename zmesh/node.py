@@ -49,7 +49,7 @@ from .config import (
     int_in,
 )
 from .deadletters import DeadLetter
-from .errors import ArgumentError, ConfigError
+from .errors import ArgumentError, ConfigError, NodeStateError
 from .replay import ReplayReader
 from .subscription import Message, Subscription
 from .transaction import Transaction
@@ -266,7 +266,13 @@ class Node:
 
     @property
     def control_address(self) -> str:
-        """``host:port`` of the control socket, usable as another node's seed."""
+        """``host:port`` of the control socket, usable as another node's seed; known once
+        the node has started (NodeStateError before: its port is not bound yet)."""
+        if not self._engine.ctrl_port:
+            raise NodeStateError(
+                f"node {self.name!r} has not started: its control address is known once it "
+                "has (start(), or `with zmesh.Node(...)`)"
+            )
         host = next((i for i in self.config.interfaces if i not in ("*", "0.0.0.0")), "127.0.0.1")
         return f"{host}:{self._engine.ctrl_port}"
 

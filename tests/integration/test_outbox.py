@@ -314,6 +314,8 @@ def test_bad_names_and_closed_nodes_give_clear_errors(make_node, tmp_path):
     node = zmesh.Node("n", data_dir=str(tmp_path / "n"), mdns=False)
     with pytest.raises(zmesh.NodeStateError, match="start"):
         node.publish("t", b"x")
+    with pytest.raises(zmesh.NodeStateError, match="has not started"):
+        node.control_address  # noqa: B018  (port 0 would be refused as a seed)
     node.close()
     with pytest.raises(zmesh.ConfigError, match="broadcast subscription needs a group"):
         make_node("c").subscribe("t", mode="broadcast")
