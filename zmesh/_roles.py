@@ -130,6 +130,8 @@ class Roles:
                 continue
             try:
                 out = msg.payload if transform is None else transform(msg)
+                if msg.settled:  # (the transform settled it: msg.fail parks what it cannot read)
+                    continue
                 with node.transaction() as tx:
                     if out is not None:
                         tx.publish(r.to_topic, _payload(out), key=msg.key, headers=msg.headers)

@@ -91,11 +91,14 @@ def test_the_reference_roles_work_together(tmp_path, mesh_name):
             runner.close()
 
 
-def test_the_aggregator_dead_letters_what_is_not_a_reading(tmp_path, mesh_name):
-    """A payload the aggregator cannot read would fail the same way at every delivery:
-    it is parked with the reason, and the readings after it are aggregated."""
-    aggregator = local(NODES / "aggregator.toml", tmp_path, mesh_name, mdns=False).start()
-    assert isinstance(aggregator, zmesh.Node)
+@pytest.mark.parametrize("role", ["aggregator", "relay"])
+def test_the_reference_roles_dead_letter_what_is_not_a_reading(tmp_path, mesh_name, role):
+    """A payload the aggregator (a handler) or the relay (a transform) cannot read would
+    fail the same way at every delivery: it is parked with the reason, and the readings
+    after it go on (aggregated; relayed, cleaned, to readings.clean)."""
+    group = "aggregators" if role == "aggregator" else "relay"
+    node = local(NODES / f"{role}.toml", tmp_path, mesh_name, mdns=False).start()
+    assert isinstance(node, zmesh.Node)
     try:
         with zmesh.Node(
             "pub",
@@ -103,19 +106,28 @@ def test_the_aggregator_dead_letters_what_is_not_a_reading(tmp_path, mesh_name):
             data_dir=str(tmp_path / "pub"),
             interfaces=["127.0.0.1"],
             mdns=False,
-            seeds=[aggregator.control_address],
+            seeds=[node.control_address],
             heartbeat_interval_s=0.2,
         ) as producer:
-            producer.topic("readings", groups=["aggregators"])
+            producer.topic("readings", groups=[group])
             before = roles.snapshot().get("dl-1", {}).get("count", 0)
-            bad = [b"not json", b'{"temp_c": 1}', b'{"sensor": "dl-1", "temp_c": "warm"}']
+            bad = [b"not json", b"[1]", b'{"sensor": "dl-1", "temp_c": "warm"}']
+            if role == "aggregator":
+                bad.append(b'{"temp_c": 1}')
             receipts = [producer.publish("readings", p, key="dl-1") for p in bad]
-            good = producer.publish("readings", b'{"sensor": "dl-1", "temp_c": 21.5}', key="dl-1")
-            for receipt in [*receipts, good]:
+            good = b'{"sensor": "dl-1", "temp_c": 21.5}'
+            receipts.append(producer.publish("readings", good, key="dl-1"))
+            for receipt in receipts:
                 receipt.wait_acked(timeout=30)
-            parked = producer.dead_letters("readings", "aggregators")
+            parked = producer.dead_letters("readings", group)
             assert sorted(d.payload for d in parked) == sorted(bad)
             assert all(d.reason.startswith("not a reading (") for d in parked), parked
-            assert roles.snapshot()["dl-1"]["count"] == before + 1
+            if role == "aggregator":
+                assert roles.snapshot()["dl-1"]["count"] == before + 1
+            else:
+                with producer.subscribe("readings.clean", group="spark") as sub:
+                    msg = sub.get(timeout=30)
+                    assert msg is not None and json.loads(msg.payload)["temp_k"] == 294.65
+                    msg.ack()
     finally:
-        aggregator.close()
+        node.close()

@@ -31,16 +31,13 @@ def sensor_reading() -> tuple[str, dict[str, Any]]:
 
 
 def aggregate(msg: Any) -> None:
-    """Keep count, mean, min and max per sensor; log a summary every 100 readings. A
-    payload that is not a reading (JSON with ``sensor`` and a numeric ``temp_c``) is
-    dead-lettered with the reason: delivered again, it would fail the same way forever."""
+    """Keep count, mean, min and max per sensor; log a summary every 100 readings;
+    dead-letter what is not a reading (JSON with ``sensor`` and a numeric ``temp_c``)."""
     try:
         reading = json.loads(msg.payload)
         sensor, value = str(reading["sensor"]), float(reading["temp_c"])
     except (ValueError, TypeError, KeyError) as exc:
-        reason = f"not a reading ({type(exc).__name__}: {exc})"
-        log.warning("%s of %s: %s; dead-lettered", msg.id, msg.topic, reason)
-        msg.fail(reason)
+        _not_a_reading(msg, exc)
         return
     with _lock:
         s = _stats[sensor]
@@ -50,6 +47,13 @@ def aggregate(msg: Any) -> None:
         s[3] = max(s[3], value)
         if s[0] % 100 == 0:
             log.info("%s: n=%d mean=%.2f min=%.2f max=%.2f", sensor, s[0], s[1] / s[0], s[2], s[3])
+
+
+def _not_a_reading(msg: Any, exc: Exception) -> None:
+    """Dead-letter ``msg`` with the reason: delivered again, it would fail the same way."""
+    reason = f"not a reading ({type(exc).__name__}: {exc})"
+    log.warning("%s of %s: %s; dead-lettered", msg.id, msg.topic, reason)
+    msg.fail(reason)
 
 
 def snapshot() -> dict[str, dict[str, float]]:
@@ -63,9 +67,14 @@ def snapshot() -> dict[str, dict[str, float]]:
 
 
 def clean(msg: Any) -> dict[str, Any] | None:
-    """Relay transform: drop implausible readings, convert to Kelvin."""
-    reading = json.loads(msg.payload)
-    temp = float(reading.get("temp_c", "nan"))
+    """Relay transform: drop implausible readings, convert to Kelvin; dead-letter what is
+    not a reading (a JSON object with a numeric ``temp_c``)."""
+    try:
+        reading = json.loads(msg.payload)
+        temp = float(reading.get("temp_c", "nan"))
+    except (ValueError, TypeError, AttributeError) as exc:
+        _not_a_reading(msg, exc)
+        return None
     if not -60.0 <= temp <= 90.0:
         return None
     return {**reading, "temp_k": round(temp + 273.15, 2)}
