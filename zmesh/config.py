@@ -373,7 +373,8 @@ class ProducerConfig:
 class RelayConfig:
     """Consume ``from_topic`` as a member of ``group`` and publish each message (or what
     ``transform`` makes of it; None drops it) to ``to_topic``, in one transaction with its
-    ack."""
+    ack. A transform that settles the message itself (``msg.fail``: dead-lettered) is
+    done with it; one that raises has it nacked."""
 
     from_topic: str
     to_topic: str
