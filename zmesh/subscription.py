@@ -261,6 +261,8 @@ class _Subscriber(Queue, Protocol):
 
     def unsubscribe(self, sub: Subscription, wait: bool = True) -> None: ...
 
+    def ended(self, detail: str) -> NodeStateError: ...
+
 
 class Subscription:
     """Messages of one topic for one group, in arrival order.
@@ -269,7 +271,8 @@ class Subscription:
     be settled with ack, nack or fail; the number of unsettled messages is bounded by
     ``max_in_flight`` per producer. Once the subscription is closed (``close()``), ``get``
     returns None, ``fetch`` an empty list and iteration ends; once its node closes,
-    each of them (waiting or called later) raises NodeClosedError.
+    each of them (waiting or called later) raises NodeClosedError (NodeStateError in a
+    process forked from the node's, which gets none of its messages).
     """
 
     # The queue holds delivered batches, each as an iterator that makes the batch's
@@ -442,9 +445,8 @@ class Subscription:
                 if self._closed:
                     if self._own_close:
                         return None
-                    raise NodeClosedError(
-                        self._submitter.config.name,
-                        f"subscription {self.topic}/{self.group} ended with it",
+                    raise self._submitter.ended(
+                        f"subscription {self.topic}/{self.group} ended with it"
                     )
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -544,6 +546,16 @@ class Subscription:
 
     def _add_listener(self, fn: Callable[[], None]) -> None:
         self._listeners.append(fn)
+
+    def _forked(self) -> None:
+        """In a process forked from its node's (``Submitter.forked``): ended, holding
+        nothing (the node's process delivers what it held), with a lock of its own (the
+        one copied may have been held by a thread that did not come along)."""
+        self._cond = threading.Condition()
+        self._queue.clear()
+        self._fetched = None
+        self._closed = True
+        self._workers = []
 
     def _drain_unsettled(self) -> None:
         """Closed: nothing more is taken (the IO thread releases what was not settled)."""

@@ -176,7 +176,7 @@ class Engine:
         queue = self.queue
         if queue.state != "new":
             raise NodeStateError(f"node {self.config.name!r} was already started")
-        queue.state = "running"
+        queue.run()
         self._thread = threading.Thread(
             target=self._run, daemon=True, name=f"zmesh-io-{self.config.name}"
         )

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from itertools import repeat
@@ -89,7 +91,10 @@ class Submitter:
     ) -> None:
         self.config = config
         self.node_id = node_id
-        self.state = "new"  # new -> running -> closing -> closed (the engine moves it)
+        # new -> running -> closing -> closed (the engine moves it); "forked" in a process
+        # forked from this one while it ran (``_after_fork_in_child``)
+        self.state = "new"
+        self._pid = 0  # the process it runs in
         self.failure: BaseException | None = None  # why the IO thread stopped, if it did
         self._room = room
         self.cond = Signal()  # (receipts, room in the outbox, and the node's close)
@@ -143,8 +148,42 @@ class Submitter:
             self.state = "closing"
             self._credit = self._credit_bytes = 0
 
+    def run(self) -> None:
+        """The IO thread runs: calls are taken from now on (in this process only)."""
+        self.state = "running"
+        self._pid = os.getpid()
+        _RUNNING.add(self)
+
+    def forked(self) -> None:
+        """This is a process forked from the one the node runs in (``_after_fork_in_child``):
+        its IO thread and sockets stayed there, so calls are refused here, where nothing
+        would take what they queue, and what its subscriptions held is not delivered twice."""
+        if self.state not in ("running", "closing"):
+            return
+        self.state = "forked"
+        self._credit = self._credit_bytes = 0  # (every publish checks the state)
+        for subs in list(self._announced.values()):  # (no lock: this process's only thread)
+            for sub in list(subs):
+                sub._forked()
+
+    def ended(self, detail: str) -> NodeStateError:
+        """What a wait that ended with the node raises: NodeClosedError, or in a forked
+        process the error that says so."""
+        if self.state == "forked":
+            return self._forked_error()
+        return NodeClosedError(self.config.name, detail)
+
+    def _forked_error(self) -> NodeStateError:
+        return NodeStateError(
+            f"node {self.config.name!r} runs in process {self._pid}, and this process was "
+            "forked from it: its IO thread and sockets stay there. Start a Node of its own "
+            "in this process (on a data dir of its own), or fork before starting nodes"
+        )
+
     def check_running(self) -> None:
         if self.state != "running":
+            if self.state == "forked":
+                raise self._forked_error()
             if self.failure is not None:
                 raise NodeClosedError(
                     self.config.name, f"it stopped after an internal error: {self.failure!r}"
@@ -591,3 +630,16 @@ class Submitter:
         with self.cond:
             self.cond.closed = closed
             self.cond.notify_all()
+
+
+# Nodes running in this process: a child forked from it gets them in the "forked" state.
+_RUNNING: weakref.WeakSet[Submitter] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for submitter in list(_RUNNING):
+        submitter.forked()
+    _RUNNING.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
