@@ -72,6 +72,15 @@ class Liveness:
         """``peer`` said hello (mesh.on_hello made or kept its peer)."""
         self._apply(self.membership.add(peer.node_id, peer.incarnation, now), wb, now, "")
 
+    def met(self, peer: Peer) -> None:
+        """``peer``, known until now from membership frames alone, said hello. Rumors name
+        only nodes that said hello (``rumors``), so the news of it taken for frames while
+        it was on trial went on none: it is told again now. A node's joining reaches the
+        mesh through those who heard of it by rumor; untold, it would reach only the
+        members its first teller picks, and one that missed it would never say hello to
+        it."""
+        self.membership.retell(peer.node_id)
+
     def on_frame(
         self, msg: Frame, addr: str | None, key: bytes, wb: WriteBatch, now: float
     ) -> bytes | None:

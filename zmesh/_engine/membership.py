@@ -185,6 +185,13 @@ class Membership:
             self._tell(member, now)  # (it cannot be taken back from here: it refutes)
         return []
 
+    def retell(self, node_id: bytes) -> None:
+        """Spread what is known of ``node_id`` anew: the news of it was taken for frames
+        that could not name it yet (the mesh names only nodes that said hello to it)."""
+        member = self.members.get(node_id)
+        if member is not None:
+            self._spread(member.fact())
+
     def heard(self, fact: Fact, now: float) -> list[Change]:
         """A frame came from ``fact.node_id`` itself, with its own state."""
         changes = self.learn(fact, now)

@@ -297,6 +297,7 @@ class Mesh:
         elif not peer.met:  # (known from membership frames until now)
             peer.met = True
             _remember(peer, wb)
+            self.liveness.met(peer)
         peer.last_seen = now
         self.liveness.hello(peer, wb, now)
         peer.replica_host, peer.copies = hello.replica_host, hello.copies
