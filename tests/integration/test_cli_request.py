@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import zmesh
+from tests.conftest import wait_until
 from tests.integration.test_cli import ADDRESS_RE, LOOP, Proc, hub_toml, run_cli
 
 
@@ -53,6 +54,27 @@ def test_request_many_gathers_every_broadcast_member(
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.split()) == ["r1", "r2"]
     assert "2 replies" in done.stderr
+
+
+def test_request_many_without_count_asks_every_member_it_finds(
+    tmp_path: Path, node: list[str], procs: list[Proc]
+) -> None:
+    # The responders are found through the hub, one after the other: every one is asked.
+    names = ("r1", "r2", "r3")
+    for name in names:
+        replier(tmp_path, procs, node, name, "--mode", "broadcast", "--data", name)
+    hub = node[node.index("--seed") + 1]
+
+    def hub_knows_them() -> bool:  # (what a request can learn through the hub)
+        done = run_cli(["status", hub, "--json"])
+        peers = json.loads(done.stdout)["peers"] if done.returncode == 0 else []
+        return sum(1 for p in peers if p["alive"] and p["subscriptions"]) == len(names)
+
+    wait_until(hub_knows_them, 30, what="the hub meeting every responder")
+    for _ in range(3):
+        done = run_cli(["request", "calib.x", "?", *node, "--many", "--timeout", "10"])
+        assert done.returncode == 0, done.stderr
+        assert sorted(done.stdout.split()) == list(names), done.stderr
 
 
 def test_request_many_says_which_responder_failed(

@@ -204,6 +204,32 @@ def test_a_node_learns_the_whole_mesh_from_one_seed_by_gossip() -> None:
     assert net.alive_everywhere()
 
 
+def test_a_fact_goes_to_each_member_once_and_not_to_the_node_it_says_is_alive() -> None:
+    """Counted whoever got them, frames to random members would leave a member of a small
+    mesh untold now and then: a node's joining, which each member must hear of to say
+    hello to it. None is spent on a member told already, or on the node itself (that it
+    is alive is no news to it); the fact is done once every live member was told. What
+    is said against a node still goes on every frame to it."""
+    net = Net(4)
+    net.introduce_all()
+    net.run(5.0)  # (their meeting told everywhere: no news left)
+    m, new = net.members[node(0)], node(9)
+    m.learn(Fact(new, 1, 0, ALIVE), net.now)
+
+    def carries(to: bytes) -> bool:
+        return new in {f.node_id for f in m.rumors(RUMORS_PER_FRAME, to)}
+
+    assert not carries(new)
+    assert carries(node(1)) and not carries(node(1))
+    assert not carries(new) and carries(node(2))
+    assert carries(node(3))
+    assert not any(carries(to) for to in (node(1), node(2), node(3), new))
+    m.learn(Fact(new, 1, 0, SUSPECT, node(1)), net.now)  # (news to it: it refutes)
+    sent = [rumors for *_, to, _kind, _me, rumors, _args in net.queue if to == new]
+    assert any(f.node_id == new and f.state == SUSPECT for rumors in sent for f in rumors)
+    assert carries(new) and carries(new)  # (named in every frame to it)
+
+
 # -- failures ---------------------------------------------------------------------------------
 
 

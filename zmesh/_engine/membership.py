@@ -171,8 +171,11 @@ class Membership:
         return wake
 
     def rumors(self, limit: int, about: bytes | None = None) -> list[Fact]:
-        """News to put on a frame (to ``about``: what is said of it first)."""
-        return self._news.take(limit, about, len(self.members))
+        """News to put on a frame (to ``about``: what is said of it first, and nothing
+        it was told already)."""
+        if not self._news:
+            return []
+        return self._news.take(limit, about, len(self.members), set(self.live()))
 
     # -- what arrives ---------------------------------------------------------------------
 

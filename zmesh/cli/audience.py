@@ -87,8 +87,9 @@ def not_served(status: dict[str, Any], topic: str, wanted: int, waited_s: float)
 
 def wait_settled(node: Node, wait_s: float, signals: StopSignals) -> None:
     """Wait until the live peers the node knows, and their subscriptions, stayed the same
-    for two heartbeats (up to ``wait_s``): peers tell each other of the peers they know
-    once a heartbeat, so the members found by then are all there is to ask."""
+    for two heartbeats (up to ``wait_s``): the members hear of this node by gossip, in
+    rounds a fraction of a heartbeat apart, and each says hello to it once it does, so
+    the members found by then are all there is to ask."""
     quiet_s = 2 * node.config.heartbeat_interval_s
     deadline = time.monotonic() + wait_s
     view, since = None, time.monotonic()
