@@ -55,7 +55,7 @@ class News:
         """Up to ``limit`` facts for one frame: what is said of ``about`` (the frame's
         target) first, every time, so it can refute it (that it is alive, no news to it,
         never), then those told least often that it was not told yet. A fact is done
-        once told to as many members as it goes to, or to every ``live`` one."""
+        once told to as many members as it goes to, or to every ``live`` one (when any)."""
         items = self._items
         if not items:
             return []
@@ -74,6 +74,6 @@ class News:
             if about is not None:
                 item[2].add(about)
         for node_id, item in list(items.items()):
-            if item[1] >= times or live <= item[2]:
+            if item[1] >= times or (live and live <= item[2]):
                 del items[node_id]
         return [item[0] for item in picked]
