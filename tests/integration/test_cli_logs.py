@@ -56,8 +56,11 @@ def test_plain_lines_off_a_terminal_and_json_lines(tmp_path: Path, mesh_name: st
 def test_a_traceback_stays_on_its_record_s_line(
     tmp_path: Path, mesh_name: str, procs: list[Proc]
 ) -> None:
-    # The aggregator's handler parses JSON: "not json" makes it raise, and the node logs
-    # the exception (with its traceback) each time before it nacks the message.
+    # The handler parses JSON: "not json" makes it raise, and the node logs the exception
+    # (with its traceback) each time before it nacks the message.
+    (tmp_path / "parsing.py").write_text(
+        "import json\n\ndef handle(msg):\n    json.loads(msg.payload)\n"
+    )
     path = node_file(
         tmp_path,
         mesh_name,
@@ -65,10 +68,11 @@ def test_a_traceback_stays_on_its_record_s_line(
 [subscriptions.readings]
 topic = "readings"
 group = "aggregators"
-handler = "zmesh.cli.roles:aggregate"
+handler = "parsing:handle"
 """,
     )
-    agg = Proc(tmp_path, "agg", ["node", "run", str(path)])
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    agg = Proc(tmp_path, "agg", ["node", "run", str(path)], env=env)
     procs.append(agg)
     seed = agg.wait_for(ADDRESS_RE).group(1)
     run_cli(

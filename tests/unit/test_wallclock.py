@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from zmesh._engine.limits import CLOCK_SAVE_S
 from zmesh._engine.outbox.retention import Head, reclaimable
 from zmesh._engine.outbox.wallclock import WallClock, step_between
 from zmesh.config import TopicConfig
@@ -79,7 +80,7 @@ def test_retention_takes_the_steps_after_a_publish_off_its_age() -> None:
 def test_a_start_on_the_same_boot_sees_a_step_while_the_node_was_stopped() -> None:
     clock = started()
     clock.beat(1010.0, 60.0, 4)
-    stored = clock.packed()
+    stored = clock.changed()
     again = WallClock()  # stopped 100 s, and the clock stepped a month meanwhile
     assert again.start(stored, 1110.0 + 30 * DAY, 160.0, BOOT, 4) == 30 * DAY
     assert again.observed(1110.0 + 30 * DAY) == 1110.0
@@ -92,7 +93,7 @@ def test_a_start_on_the_same_boot_sees_a_step_while_the_node_was_stopped() -> No
 def test_after_a_reboot_the_time_the_node_was_down_is_not_counted() -> None:
     clock = started()
     clock.beat(1010.0, 60.0, 4)
-    stored = clock.packed()
+    stored = clock.changed()
     forward = WallClock()  # (not a step it can tell: not counted as one)
     assert forward.start(stored, 1010.0 + 30 * DAY, 5.0, "another", 4) == 0.0
     assert forward.observed(1010.0 + 30 * DAY) == 1010.0
@@ -105,3 +106,15 @@ def test_an_unreadable_stored_clock_starts_anew() -> None:
     clock = WallClock()
     assert clock.start(b"\xc1", 1000.0, 5.0, BOOT, 0) == 0.0
     assert clock.observed(1000.0) == 1000.0
+
+
+def test_the_clock_is_saved_after_its_start_and_each_step_and_now_and_then() -> None:
+    clock = started()
+    assert clock.changed() is not None  # (the start)
+    clock.beat(1001.0, 51.0, 0)
+    assert clock.changed() is None  # (no write a beat: a full disk's room is kept)
+    clock.beat(1002.0 + DAY, 52.0, 0)
+    saved = clock.changed()
+    assert saved is not None and WallClock().start(saved, 1003.0 + DAY, 53.0, BOOT, 0) == 0.0
+    clock.beat(1002.0 + DAY + CLOCK_SAVE_S, 52.0 + CLOCK_SAVE_S, 0)
+    assert clock.changed() is not None

@@ -418,7 +418,8 @@ class Engine:
             mono, wall = time.monotonic(), time.time()  # (adjacent: what a step is seen by)
             if clock.beat(wall, mono, self.queue.next_seq()):
                 self.counters.add("clock_steps", 1)
-            wb.meta_put[b"wall_clock"] = clock.packed()
+            if not self.store.disk.full and (saved := clock.changed()) is not None:
+                wb.meta_put[b"wall_clock"] = saved
             observed = clock.observed(wall)
             wb.ids_prune_before = observed - self.config.dedupe_window_s
             assert self.mesh is not None

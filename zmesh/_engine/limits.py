@@ -79,3 +79,6 @@ QUIET_LANE_FORGET_S = 600.0
 # clock since the last one sees a step (NTP slews a clock by 0.5 ms a second at most).
 CLOCK_STEP_TOLERANCE_S = 1.0
 CLOCK_STEPS_KEPT = 256  # steps remembered for retention (the oldest forgotten first)
+# How often the clock's state is saved without a step: after a reboot, the time since the
+# last save is not counted as observed time (groups' idle time, retention).
+CLOCK_SAVE_S = 60.0

@@ -12,10 +12,11 @@ times. Retained messages keep the wall time they were published at (readers see 
 the steps are also kept with the first sequence published after each: retention takes
 off a message's age the steps after it (``stepped_since``).
 
-A start reads what the last beat of the node before it stored (``meta["wall_clock"]``):
-on the same boot the monotonic clock went on meanwhile, and what the wall clock moved
-beyond it is a step; after a reboot the time the node was down is not known, and is not
-counted (the whole move of the wall clock since its last beat is taken as a step).
+A start reads what the node before it last saved (``meta["wall_clock"]``: after its
+start, after each step, and every ``CLOCK_SAVE_S``): on the same boot the monotonic clock
+went on meanwhile, and what the wall clock moved beyond it is a step; after a reboot the
+time the node was down is not known, and is not counted (the whole move of the wall
+clock since the save is taken as a step).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 
 from ..._store.store import pack, unpackb
-from ..limits import CLOCK_STEP_TOLERANCE_S, CLOCK_STEPS_KEPT
+from ..limits import CLOCK_SAVE_S, CLOCK_STEP_TOLERANCE_S, CLOCK_STEPS_KEPT
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ class WallClock:
         self._mono = 0.0
         self._seq = 0
         self._boot = ""
+        self._unsaved = True  # (changed since ``changed`` last gave it)
+        self._saved_mono = 0.0  # the monotonic clock when it last did
 
     def observed(self, wall: float) -> float:
         """``wall`` (a reading of the wall clock now) on the observed clock."""
@@ -70,7 +73,7 @@ class WallClock:
         return sum(step for first, step in self.steps if first > seq)
 
     def start(self, stored: bytes | None, wall: float, mono: float, boot: str, seq: int) -> float:
-        """Take up the clock from what the node's last beat stored, with adjacent
+        """Take up the clock from what the node before last saved, with adjacent
         readings of both clocks and the next sequence; returns the step found (0.0: none,
         or a move of the wall clock across a reboot, not counted as one)."""
         self._boot = boot
@@ -115,8 +118,17 @@ class WallClock:
         self._mark(wall, mono, seq)
         return step
 
-    def packed(self) -> bytes:
-        """What a start takes the clock up from (kept in ``meta["wall_clock"]``)."""
+    def changed(self) -> bytes | None:
+        """What a start takes the clock up from (kept in ``meta["wall_clock"]``), when it
+        is to be saved: after the start, after a step, and ``CLOCK_SAVE_S`` after the last
+        save. Readings from any time after the last step tell a start on the same boot
+        the steps made since; after a reboot, the time since the last save is not
+        counted, so it is saved now and then, not at every beat (a write a beat would
+        also take, on a full disk, the room kept for settlements)."""
+        if not self._unsaved and self._mono - self._saved_mono < CLOCK_SAVE_S:
+            return None
+        self._unsaved = False
+        self._saved_mono = self._mono
         return pack([self.skew, self._wall, self._mono, self._boot, self.steps])
 
     def _stepped(self, step: float, seq: int, when: str) -> None:
@@ -130,6 +142,7 @@ class WallClock:
         )
 
     def _add(self, step: float, seq: int) -> None:
+        self._unsaved = True
         self.skew += step
         self.steps.append((seq, step))
         del self.steps[:-CLOCK_STEPS_KEPT]
