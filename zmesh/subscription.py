@@ -9,10 +9,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, groupby, islice, repeat
@@ -311,7 +309,6 @@ class Subscription:
         self._listeners: list[Callable[[], None]] = []
         self._handler = handler
         self._workers: list[threading.Thread] = []
-        _MADE.add(self)
         self.delivered = 0
         self.handled = 0
         self.handler_errors = 0
@@ -551,7 +548,7 @@ class Subscription:
         self._listeners.append(fn)
 
     def _forked(self) -> None:
-        """In a process forked from its node's (``_after_fork_in_child``): ended, holding
+        """In a process forked from its node's (``Submitter.forked``): ended, holding
         nothing (the node's process delivers what it held), with a lock of its own (the
         one copied may have been held by a thread that did not come along)."""
         self._cond = threading.Condition()
@@ -641,17 +638,3 @@ def _fetched_runs(
         else:
             runs.append((origin, range(lo, hi + 1), True))
     return runs if len({id(run[0]) for run in runs}) == len(runs) else None
-
-
-# Subscriptions made in this process: a child forked from it gets them ended and empty
-# (their node refuses calls there: Submitter.forked).
-_MADE: weakref.WeakSet[Subscription] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for sub in list(_MADE):
-        sub._forked()
-    _MADE.clear()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

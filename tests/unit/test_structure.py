@@ -22,6 +22,7 @@ ALLOWED = {
     ("zmesh/_engine/inbox/consumer.py", "_deliver"),
     ("zmesh/_engine/engine.py", "_drain_unsettled"),
     ("zmesh/_engine/submit.py", "_drain_unsettled"),
+    ("zmesh/_engine/submit.py", "_forked"),
     ("zmesh/_engine/status.py", "_queued"),
     ("zmesh/node.py", "_start_handlers"),
     ("zmesh/node.py", "_end"),

@@ -431,7 +431,7 @@ class Engine:
             # (none retired before the members had time to say hello again)
             self.outbox.groups.expire_idle(observed, wb, retire=now >= self._expire_from)
         if now >= self._next_reclaim:
-            more = self.outbox.retained.reclaim(wb, time.time(), self.outbox.clock.stepped_since)
+            more = self.outbox.retained.reclaim(wb, time.time())
             self._next_reclaim = now + (RECLAIM_BUSY_S if more else RECLAIM_INTERVAL_S)
 
     # -- sending -------------------------------------------------------------------------

@@ -157,11 +157,14 @@ class Submitter:
     def forked(self) -> None:
         """This is a process forked from the one the node runs in (``_after_fork_in_child``):
         its IO thread and sockets stayed there, so calls are refused here, where nothing
-        would take what they queue (its subscriptions end here too: subscription.py)."""
+        would take what they queue, and its subscriptions end here holding nothing."""
         if self.state not in ("running", "closing"):
             return
         self.state = "forked"
         self._credit = self._credit_bytes = 0  # (every publish checks the state)
+        for subs in list(self._announced.values()):  # (no lock: this process's only thread)
+            for sub in list(subs):
+                sub._forked()
 
     def ended(self, detail: str) -> NodeStateError:
         """What a wait that ended with the node raises: NodeClosedError, or in a forked

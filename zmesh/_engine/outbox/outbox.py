@@ -58,7 +58,9 @@ class Outbox:
         self.indexes = Indexes(store.next_indexes())
         self.dead = DeadLetters(store, self.lanes, self.records, node_id)
         self.settler = Settler(self.lanes, self.records, self.receipts, self.dead, outcomes)
-        self.retained = Retained(store, self.lanes, self.records, self.indexes, counters)
+        self.retained = Retained(
+            store, self.lanes, self.records, self.indexes, counters, self.clock
+        )
         self.kept = self.retained.kept
         self.groups = Groups(
             self.lanes,

@@ -10,7 +10,6 @@ keeps.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 from ..._store.store import Store, WriteBatch, u64
@@ -28,6 +27,7 @@ from .retention import (
     retains,
     topic_prefix,
 )
+from .wallclock import WallClock
 
 # A stored message as a reader gets it, a FetchItem's fields: (partition, index, seq, key,
 # headers, published_at, payload).
@@ -38,9 +38,16 @@ class Retained:
     """The retained messages of one producer: what they weigh, reclaiming, reading them."""
 
     def __init__(
-        self, store: Store, lanes: Lanes, records: Records, indexes: Indexes, counters: Counters
+        self,
+        store: Store,
+        lanes: Lanes,
+        records: Records,
+        indexes: Indexes,
+        counters: Counters,
+        clock: WallClock,
     ) -> None:
         self.store = store
+        self.clock = clock  # (a message's age leaves out the wall clock's steps since)
         self.lanes = lanes
         self.records = records
         self.indexes = indexes
@@ -69,12 +76,9 @@ class Retained:
             totals[1] -= size
         self.staged.clear()
 
-    def reclaim(
-        self, batch: WriteBatch, wall: float, stepped: Callable[[int], float] = lambda _s: 0.0
-    ) -> bool:
-        """One bounded pass of retention over every topic with index entries (``stepped``:
-        how far the wall clock stepped since a sequence was published); True when a topic
-        has more to reclaim at once (call again soon)."""
+    def reclaim(self, batch: WriteBatch, wall: float) -> bool:
+        """One bounded pass of retention over every topic with index entries; True when a
+        topic has more to reclaim at once (call again soon)."""
         more = False
         for topic, totals in self.totals.items():
             if not totals[0]:
@@ -95,7 +99,7 @@ class Retained:
                 cfg=cfg,
                 retained_bytes=totals[1],
                 owed=functools.partial(self.lanes.owed, topic),
-                stepped=stepped,
+                stepped=self.clock.stepped_since,
             )
             if not n:
                 continue
