@@ -428,6 +428,8 @@ class NodeConfig:
     topics (TopicConfig.replicas), each in a store of its own under the data dir, and to
     take over the lanes of one that is dead for takeover_after_s (None: three times
     dead_after_s). The command line's temporary nodes never are.
+    dedupe_window_s: how long a publish's ``msg_id`` is remembered, and how long a
+    consumer keeps the dedupe window of a producer that sends it nothing.
     """
 
     name: str

@@ -570,3 +570,28 @@ def test_a_new_message_in_a_batch_with_a_resend_keeps_its_own_fields(make_node, 
     wait_until(lambda: prod.status()["outbox"] == 0, what="the resend acked")
     assert cons.stats().get("duplicates_dropped") == 1
     assert sub.get(timeout=0.3) is None
+
+
+def test_a_consumer_forgets_the_window_of_producers_gone_for_good(make_node, tmp_path):
+    """Workers that each run once, with a data dir (so a node id) of their own, leave
+    nothing in a long-lived consumer's dedupe window once silent for dedupe_window_s
+    (tests/unit/test_consumer.py: one that keeps publishing keeps its part)."""
+    from zmesh._store.store import Store
+
+    cons = make_node("cons", dedupe_window_s=1.0)
+    sub = cons.subscribe("jobs", group="g")
+    for i in range(3):
+        worker = make_node(f"run{i}", seeds=[cons.control_address])
+        wait_members(worker, "jobs", "g", 1)
+        receipts = [worker.publish("jobs", f"{i}-{n}".encode()) for n in range(20)]
+        drain(sub, 20)
+        for r in receipts:
+            r.wait_acked(timeout=10)
+        worker.close()
+    wait_until(lambda: cons.stats().get("producers_forgotten") == 3, what="3 producers forgotten")
+    cons.close()
+    store = Store(str(tmp_path / "cons"), 1 << 24)
+    try:
+        assert store.window_state() == ({}, {})
+    finally:
+        store.close()

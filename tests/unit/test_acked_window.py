@@ -73,7 +73,7 @@ def test_window_answers_like_a_set_of_acks(tmp_path_factory, steps) -> None:
             if reopen:
                 store.close()
                 store = Store(str(path), 1 << 26)
-            tops = store.seen_tops()
+            tops = store.window_state().tops
             for (producer, lane), seqs in ever.items():
                 found = store.seen_filter(producer, lane, sorted(seqs | {s + 1 for s in seqs}))
                 assert kept[(producer, lane)] <= found <= seqs
@@ -102,7 +102,7 @@ def test_a_store_with_one_entry_per_ack_is_migrated_at_open(tmp_path: Path) -> N
         assert store.seen_filter(P1, b"g", [4, 5, 6, CHUNK + 7, 9]) == {5, CHUNK + 7}
         assert store.seen_filter(P1, b"gg", [5, 9]) == {9}
         assert store.seen_filter(P2, b"gg", [3, 5]) == {3}
-        assert store.seen_tops() == {(P1, "g"): CHUNK + 7, (P1, "gg"): 9, (P2, "gg"): 3}
+        assert store.window_state().tops == {(P1, "g"): CHUNK + 7, (P1, "gg"): 9, (P2, "gg"): 3}
         with store.env.begin() as txn:
             assert txn.get(b"seen") is None  # the main db no longer names it
     finally:

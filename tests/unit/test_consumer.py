@@ -344,3 +344,60 @@ def test_the_bits_kept_for_a_full_store_go_once_the_producer_s_floor_passes_them
     wb = WriteBatch()
     engine.consumer.on_batch(later, wb, 5.0)
     assert engine.consumer.unwritten.count == 0
+
+
+def _beat(engine: Engine, observed: float, window_s: float = 86_400.0) -> None:
+    """A heartbeat's sweep of the producers heard, committed."""
+    wb = WriteBatch()
+    engine.consumer.forget_silent(observed, window_s, wb)
+    engine.store.commit(wb)
+
+
+def test_a_producer_silent_for_the_dedupe_window_is_forgotten(engine: Engine) -> None:
+    """A producer that sent nothing for ``dedupe_window_s`` (gone for good: a worker's
+    node id of one run) leaves nothing of its window behind, in memory or in the store;
+    one that keeps sending is kept, and until its window passes its redeliveries are
+    still dropped."""
+    sub = Subscription(engine.queue, "t", SubscriptionConfig(group="g"))
+    engine.consumer.add(sub)
+    _loop(engine, _batch(range(10, 15)))
+    sub.ack_many(sub.fetch(5, 0))
+    _loop(engine)
+    _beat(engine, 1_000.0)
+    assert engine.store.window_state() == ({(PRODUCER, "g"): 14}, {PRODUCER: 1_000.0})
+    _beat(engine, 1_000.0 + 86_400.0)  # (a day: not more)
+    sent = _loop(engine, _batch(range(10, 15), attempt=2))  # an ack it never received
+    assert [list(a.seqs) for a in sent if isinstance(a, Ack)] == [[10, 11, 12, 13, 14]]
+    assert sub.fetch(5, 0) == []  # dropped, acked again
+    assert "producers_forgotten" not in engine.counters.snapshot()
+
+    _beat(engine, 1_000.0 + 2 * 86_400.0)  # heard at the last beat: its day starts again
+    assert engine.store.window_state().heard == {PRODUCER: 1_000.0 + 2 * 86_400.0}
+    _beat(engine, 1_001.0 + 3 * 86_400.0)  # silent since
+    assert engine.store.window_state() == ({}, {})
+    assert engine.consumer._tops == {} and engine.consumer._pruned == {}
+    assert engine.counters.snapshot()["producers_forgotten"] == 1
+    _loop(engine, _batch(range(10, 15), attempt=3))
+    assert len(sub.fetch(5, 0)) == 5  # (nothing left to drop it by)
+
+
+def test_when_a_producer_was_heard_from_survives_a_restart(tmp_path: Path) -> None:
+    """The time saved is read again at start, and a store that holds a producer's chunks
+    with no time (written before times were kept) counts it heard at the first beat."""
+    config = NodeConfig(name="c", mesh="unit", data_dir=str(tmp_path / "c"), mdns=False)
+    other = os.urandom(16)
+    eng = Engine(config)
+    try:
+        wb = WriteBatch(seen_put=[(PRODUCER, b"g", [3]), (other, b"g", [7])])
+        wb.seen_heard[PRODUCER] = 500.0
+        eng.store.commit(wb)
+    finally:
+        eng.close()
+    eng = Engine(config)
+    try:
+        assert eng.store.window_state().heard == {PRODUCER: 500.0}
+        _beat(eng, 900.0, window_s=300.0)  # PRODUCER silent for 400 s; the other heard now
+        assert eng.store.window_state() == ({(other, "g"): 7}, {other: 900.0})
+        assert eng.counters.snapshot()["producers_forgotten"] == 1
+    finally:
+        eng.close()

@@ -422,6 +422,8 @@ class Engine:
                 wb.meta_put[b"wall_clock"] = saved
             observed = clock.observed(wall)
             wb.ids_prune_before = observed - self.config.dedupe_window_s
+            if not self.store.disk.full:
+                self.consumer.forget_silent(observed, self.config.dedupe_window_s, wb)
             assert self.mesh is not None
             self.mesh.beat(now, wb)
             self.replication.beat(now)

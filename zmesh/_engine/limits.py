@@ -69,6 +69,9 @@ LATEST_KEYS_PRUNE = 1024
 # The (topic, lane) pairs whose subscriptions a consumer keeps found (a cache, emptied
 # when full): a pattern subscription meets topics that come and go.
 RECEIVERS_KEPT = 4096
+# How often a consumer saves when a producer that keeps sending was last heard from
+# (inbox/heard.py): a restart counts a producer silent since its last save.
+HEARD_SAVE_S = 60.0
 # A topic's lane of a group subscribed by pattern that owed nothing and was owed nothing
 # new for this long is forgotten: the topic's next publish makes it again (a topic per
 # device, published a while and then never again, would otherwise keep its lane for good).

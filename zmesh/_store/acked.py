@@ -8,6 +8,13 @@ floor deletes whole chunks. Sequences are the producer's, shared by all its topi
 lane that gets a small share of them costs up to ``CHUNK // 8`` bytes per acked message;
 a busy lane costs about one bit.
 
+A producer's part of the window also holds when it was last heard from: key producer(16)
++ ``HEARD`` (no lane: lanes are never empty), value the clock's observed time (a double).
+It sorts after every chunk of the producer, so no prune below a floor reaches it. A
+producer that sent nothing for ``dedupe_window_s`` has its part forgotten whole
+(``seen_forget``): one gone for good (a worker with a data dir of its own for each run)
+would otherwise keep its last chunks here for good (_engine/inbox/consumer.py).
+
 Stores written before the window was kept as bitmaps had one empty ``seen`` entry per
 acked message (producer(16) + seq(8) + lane); ``migrate_seen`` turns them into bitmaps
 once, at open. A part of ``Store``, kept apart because only the consumer uses it.
@@ -15,8 +22,9 @@ once, at open. A part of ``Store``, kept apart because only the consumer uses it
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import lmdb
 
@@ -25,12 +33,15 @@ from .batch import WriteBatch
 from .chunks import CHUNK as CHUNK  # (re-exported: the Spark bridge's window uses it)
 from .chunks import SHIFT, chunk_masks
 from .damage import read_failed
+from .deletes import delete_prefix
 from .health import Health
 from .keys import u64
 
 _SHIFT = SHIFT
 _BYTES = CHUNK // 8
 _masks = chunk_masks  # (the name the Spark bridge's window imports)
+HEARD = b"\xff" * 8  # (in place of a chunk: above any, seq >> SHIFT < 2**54)
+_STAMP = struct.Struct(">d")
 
 
 def _key(producer: bytes, chunk: int, lane: bytes) -> bytes:
@@ -52,6 +63,11 @@ def _add_masks(txn: Any, db: Any, producer: bytes, lane: bytes, masks: dict[int,
         if old:
             mask |= int.from_bytes(old, "little")
         txn.put(key, mask.to_bytes(_BYTES, "little").rstrip(b"\0"), db=db)
+
+
+class WindowState(NamedTuple):
+    tops: dict[tuple[bytes, str], int]  # the highest sequence acked per (producer, lane)
+    heard: dict[bytes, float]  # when each producer was last heard from, as saved
 
 
 class AckedWindow:
@@ -87,12 +103,17 @@ class AckedWindow:
             pass  # (said by health.py)
         return out
 
-    def seen_tops(self) -> dict[tuple[bytes, str], int]:
-        """The highest sequence acked per (producer, lane) (read at start)."""
-        out: dict[tuple[bytes, str], int] = {}
+    def window_state(self) -> WindowState:
+        """What the consumer keeps of the window in memory (read at start)."""
+        tops: dict[tuple[bytes, str], int] = {}
+        heard: dict[bytes, float] = {}
         try:
             with self.env.begin(db=self.acked) as txn:
                 for k, v in txn.cursor():
+                    if len(k) == 24:  # (a producer's last-heard time: no lane)
+                        if len(v) == _STAMP.size:
+                            heard[bytes(k[:16])] = _STAMP.unpack(v)[0]
+                        continue
                     bits = bytes(v).rstrip(b"\0")
                     if not bits:
                         continue
@@ -103,13 +124,18 @@ class AckedWindow:
                         - 1
                     )
                     key = (bytes(k[:16]), bytes(k[24:]).decode(errors="replace"))
-                    out[key] = max(seq, out.get(key, -1))
+                    tops[key] = max(seq, tops.get(key, -1))
         except lmdb.Error as exc:
             raise read_failed(exc, self.path, "the acked database") from exc
-        return out
+        return WindowState(tops, heard)
 
     def _apply_acked(self, txn: Any, b: WriteBatch) -> None:
         db = self.acked
+        for producer, at in b.seen_heard.items():
+            txn.put(producer + HEARD, _STAMP.pack(at), db=db)
+        if b.seen_forget and self.health.deletes("acked"):
+            for producer in b.seen_forget:
+                delete_prefix(txn, db, producer)
         for producer, lane, seqs in b.seen_put:
             _add(txn, db, producer, lane, seqs)
         for producer, lane, masks in b.seen_masks:

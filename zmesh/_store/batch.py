@@ -34,6 +34,10 @@ class WriteBatch:
     # acks sent while a full disk kept them out of the window (written when it has room)
     seen_masks: list[tuple[bytes, bytes, dict[int, int]]] = field(default_factory=list)
     seen_prune: list[tuple[bytes, int, bytes]] = field(default_factory=list)
+    # producers' last-heard times (the clock's observed time), and producers whose part of
+    # the window is forgotten whole (acked.py)
+    seen_heard: dict[bytes, float] = field(default_factory=dict)
+    seen_forget: list[bytes] = field(default_factory=list)
     lanes_put: list[tuple[bytes, bytes]] = field(default_factory=list)
     # Lanes retired (a group deleted or expired): (lanes key, lane id), with every
     # pending entry, run entry and dead letter of theirs.
@@ -72,6 +76,8 @@ class WriteBatch:
             or self.seen_put
             or self.seen_masks
             or self.seen_prune
+            or self.seen_heard
+            or self.seen_forget
             or self.lanes_put
             or self.lanes_del
             or self.dead_put
@@ -102,6 +108,7 @@ class WriteBatch:
             or self.pend_del
             or self.dead_del
             or self.seen_prune
+            or self.seen_forget
             or self.log_del
             or self.runs_del
             or self.lanes_del
@@ -142,6 +149,7 @@ class WriteBatch:
             seen_put=self.seen_put,
             seen_masks=self.seen_masks,
             seen_prune=self.seen_prune,
+            seen_forget=self.seen_forget,
             meta_put=self.meta_put,
             ids_prune_before=self.ids_prune_before,
             quarantine=self.quarantine,

@@ -79,6 +79,7 @@ from .damage import (
     remedy,
     run_offsets,
 )
+from .deletes import delete_each, delete_prefix
 from .disk import NEW_STORE_MIN_BYTES, Disk
 from .format import FORMAT, check_format
 from .format import KEY as FORMAT_KEY
@@ -792,7 +793,7 @@ class Store(LogIndex, AckedWindow):
                 txn.delete(key, db=self.lanes)
             for name in ("pend", "pruns", "dead"):
                 if deletes(name):
-                    _delete_prefix(txn, getattr(self, name), u32(lane_id))
+                    delete_prefix(txn, getattr(self, name), u32(lane_id))
         if b.dead_put:
             txn.cursor(db=self.dead).putmulti(b.dead_put)
         for mid, seq, at in b.ids_put:
@@ -813,29 +814,8 @@ class Store(LogIndex, AckedWindow):
             ("dead", b.dead_del),
         ):
             if keys and deletes(name):
-                _delete_each(txn, getattr(self, name), keys)
+                delete_each(txn, getattr(self, name), keys)
         if b.log_put or b.log_next or b.log_del:
             self._apply_log(txn, b)
-        if b.seen_put or b.seen_masks or b.seen_prune:
+        if b.seen_put or b.seen_masks or b.seen_prune or b.seen_heard or b.seen_forget:
             self._apply_acked(txn, b)
-
-
-def _delete_each(txn: Any, db: Any, keys: list[bytes]) -> None:
-    """Delete ``keys`` (those absent are skipped) through one cursor: a cursor positioned
-    near the next key finds it without a search from the root, and its bound methods save
-    ``txn.delete``'s argument parsing; about 40 % less per key than ``txn.delete``."""
-    cursor = txn.cursor(db=db)
-    find, delete = cursor.set_key, cursor.delete
-    for key in keys:
-        if find(key):
-            delete()
-
-
-def _delete_prefix(txn: Any, db: Any, prefix: bytes) -> None:
-    """Delete every key of ``db`` that starts with ``prefix``."""
-    cursor = txn.cursor(db=db)
-    if not cursor.set_range(prefix):
-        return
-    while cursor.key().startswith(prefix):
-        if not cursor.delete():  # (False at the end of the database)
-            return

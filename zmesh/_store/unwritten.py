@@ -73,6 +73,11 @@ class UnwrittenAcks:
         if not kept:
             del self._bits[(producer, lane)]
 
+    def forget(self, producer: bytes) -> None:
+        """``producer``'s part of the window is forgotten (its bits with it)."""
+        for key in [k for k in self._bits if k[0] == producer]:
+            self.count -= sum(bits.bit_count() for bits in self._bits.pop(key).values())
+
     def write(self, commit: Callable[[WriteBatch], None], now: float) -> int | None:
         """When a try is due, commit the bits kept, in pieces, each committed one let go
         of; returns how many acks were let go once all are written, None otherwise (a

@@ -33,6 +33,7 @@ from ..._subjects import SubjectTrie, is_pattern
 from ...subscription import Message
 from ..limits import RECEIVERS_KEPT
 from ..stats import Counters
+from .heard import ProducersHeard
 from .origin import RELEASED, Origin, Queue
 
 if TYPE_CHECKING:
@@ -64,7 +65,6 @@ class Consumer:
         # topic, lane): those with a message the IO thread has not seen settled (a source
         # holding none has no entry: topics and producers come and go).
         self._holding: dict[tuple[bytes, str, str], dict[Origin, None]] = {}
-        self._floors: dict[tuple[bytes, str], int] = {}
         self._pruned: dict[tuple[bytes, str], tuple[int, float]] = {}
         # Acked in this loop iteration, per (producer, topic, lane), as taken (mostly a
         # range per batch); each is in the write batch too (its ``seen_put``), and goes to
@@ -74,7 +74,9 @@ class Consumer:
         self.unwritten = UnwrittenAcks()  # acks sent that a full store has no bits of
         # The highest sequence this node acked per (producer, lane): every dedupe key in
         # the store is at or below it, so a message above it needs no lookup.
-        self._tops = store.seen_tops()
+        window = store.window_state()
+        self._tops = window.tops
+        self.producers = ProducersHeard(window.heard, (p for p, _lane in self._tops))
         self._nacks: list[Nack] = []
         self._fails: list[Fail] = []
         self._outgoing: list[tuple[bytes, Ack | Nack | Fail | Touch]] = []
@@ -182,6 +184,7 @@ class Consumer:
                 self.counters.add("ephemeral_dropped", len(seqs))
             return
         self._note_floor(producer, lane, batch.floor, wb, now)
+        self.producers.heard(producer)
         first, last = span(seqs)
         top = self._tops.get((producer, lane), -1)
         seen: AbstractSet[int] = _NONE  # (new messages are above it: no lookup)
@@ -297,6 +300,25 @@ class Consumer:
                     self.unwritten.forget_below(producer, lane.encode(), floor)
             self._pruned[key] = (floor, now)
 
+    def forget_silent(self, observed: float, window_s: float, wb: WriteBatch) -> None:
+        """Forget the dedupe window of every producer not heard from for ``window_s``
+        (inbox/heard.py says why)."""
+        gone = self.producers.sweep(observed, window_s, wb)
+        if not gone:
+            return
+        forgotten = set(gone)
+        self._tops = {k: v for k, v in self._tops.items() if k[0] not in forgotten}
+        self._pruned = {k: v for k, v in self._pruned.items() if k[0] not in forgotten}
+        for producer in gone:
+            self.unwritten.forget(producer)
+        self.counters.add("producers_forgotten", len(gone))
+        log.info(
+            "dedupe window of %d producer(s) silent for %.0fs forgotten: %s",
+            len(gone),
+            window_s,
+            ", ".join(p.hex()[:12] for p in gone[:8]) + (" ..." if len(gone) > 8 else ""),
+        )
+
     # -- settling -------------------------------------------------------------------------
 
     def acked(self, msgs: list[Message], wb: WriteBatch) -> None:
@@ -377,7 +399,9 @@ class Consumer:
         # Counted before they are sent: a producer that settles them (and a caller woken
         # by that) finds them counted here.
         self.counters.add("acked_local", sum(len(seqs) for _k, runs in joined for seqs in runs))
+        heard = self.producers.heard  # (an ack of a message held longer than the window)
         for (producer, topic, lane), runs in joined:
+            heard(producer)
             for seqs in runs:
                 top = seqs[-1] if type(seqs) is range else max(seqs)
                 if top > tops.get((producer, lane), -1):
