@@ -184,3 +184,58 @@ def test_a_seed_that_cannot_work_is_said_at_warning(make_node, mesh_name, caplog
         ),
         what="the other mesh's node saying it",
     )
+
+
+def test_nodes_that_die_by_the_dozen_do_not_lock_out_new_ones(
+    make_node, monkeypatch, mesh_name, tmp_path
+):
+    """A node keeps a peer that died without a goodbye (killed, crashed) for a while, in
+    case it comes back. A worker that crash-loops with a new data dir each time (a new
+    node id) once filled the table with the dead and locked out every new peer, its
+    messages waiting; now the one dead the longest makes room (a table of 3 here, not
+    256)."""
+    from zmesh._engine import mesh as mesh_module
+
+    monkeypatch.setattr(mesh_module, "MAX_PEERS", 3)
+    hub = make_node("hub")
+    sub = hub.subscribe("jobs", group="g")
+    for i in range(5):
+        name = f"run{i}"
+        worker = spawn(
+            [
+                "-m",
+                "tests.integration.mesh_worker",
+                "--mesh",
+                mesh_name,
+                "--name",
+                name,
+                "--data-dir",
+                str(tmp_path / name),
+                "--seed",
+                hub.control_address,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert str(read_line(worker)).startswith("addr ")
+            wait_until(lambda n=name: n in peer_names(hub), what=f"{name} at the hub")
+            worker.stdin.write("pub jobs 1\n")
+            worker.stdin.flush()
+            assert str(read_line(worker)).strip() == "published"
+            got = sub.fetch(1, timeout=10)
+            assert [m.payload for m in got] == [f"{name}:jobs:0".encode()]
+            got[0].ack()
+            worker.kill()  # (no goodbye)
+            worker.wait(10)
+        finally:
+            reap(worker)
+        wait_until(
+            lambda n=name: any(p["name"] == n and p["state"] == "dead" for p in hub.peers()),
+            what=f"{name} dead at the hub",
+        )
+    stats = hub.stats()
+    assert "peers_refused" not in stats
+    assert stats["dead_peers_forgotten_for_room"] == 2
+    assert sorted(p["name"] for p in hub.peers()) == ["run2", "run3", "run4"]

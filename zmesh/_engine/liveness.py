@@ -153,7 +153,7 @@ class Liveness:
             return None
         host, port = split_endpoint(rumor.ctrl_endpoint)
         host = addr or host
-        if host in _ANY_HOST or not mesh.room_for(rumor.node_id, False, now):
+        if host in _ANY_HOST or not mesh.room_for(rumor.node_id, False, now, wb):
             return None
         new = mesh.make_peer(
             rumor.node_id,

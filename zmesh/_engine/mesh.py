@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import random
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import zmq
@@ -58,6 +59,7 @@ CTRL_BACKLOG_MAX = 10_000
 CTRL_BACKLOG_PEERS_MAX = 256  # distinct nodes with waiting settlements
 CTRL_BACKLOG_UNKNOWN_MAX = 1000  # frames waiting for a node not (yet) known
 _SETTLEMENTS = (Ack, Nack, Fail, Touch)
+_dead_since = attrgetter("dead_since")
 
 
 class Mesh:
@@ -167,12 +169,23 @@ class Mesh:
         self.say_hello(peer)
         return peer
 
-    def room_for(self, node_id: bytes, met: bool, now: float) -> bool:
+    def room_for(self, node_id: bytes, met: bool, now: float, wb: WriteBatch) -> bool:
         """Whether a new peer (``met``: it said hello) fits within ``MAX_PEERS`` and,
-        unmet, ``MAX_UNMET_PEERS``; a refusal is counted and logged now and then."""
+        unmet, ``MAX_UNMET_PEERS``, the peer dead the longest forgotten to make room (a
+        dead peer is kept only in case it comes back: nodes that come and go, each run
+        of a worker or of the command line a node of its own, would otherwise fill the
+        table with the dead and lock out the living); a refusal is counted and logged
+        now and then."""
         peers = self.peers
         if node_id in peers:  # (a new life of a known node takes its place)
             return True
+        if len(peers) >= MAX_PEERS:
+            dead = [p for p in peers.values() if not p.alive]
+            if dead:
+                oldest = min(dead, key=_dead_since)
+                self.forget(oldest, now, "dead the longest, to make room for a new peer")
+                wb.peers_del.append(oldest.node_id)
+                self.counters.add("dead_peers_forgotten_for_room", 1)
         if len(peers) < MAX_PEERS and (
             met or sum(not p.met for p in peers.values()) < MAX_UNMET_PEERS
         ):
@@ -286,7 +299,7 @@ class Mesh:
         if peer is not None and hello.incarnation < peer.incarnation:
             return  # a late hello of an earlier life
         if peer is None or hello.incarnation > peer.incarnation:
-            if not self.room_for(hello.node_id, True, now):
+            if not self.room_for(hello.node_id, True, now, wb):
                 return
             ctrl_ep, data_ep = endpoint(host, hello.ctrl_port), endpoint(host, hello.data_port)
             new = self.make_peer(
