@@ -376,3 +376,29 @@ def test_strangers_by_the_thousand_open_no_unbounded_sockets_and_are_not_remembe
         assert again.status()["node"]["name"] == "p"
     finally:
         again.close()
+
+
+def test_connections_that_each_send_a_bad_frame_and_leave_are_not_remembered_for_good(
+    make_node, monkeypatch
+):
+    # Each connection's bad frames are counted until it has sent drop_after_bad_frames;
+    # one that sent fewer and went away stayed counted for good, so a sender opening a
+    # new connection per bad frame grew the node's memory without bound. At most
+    # CONNS_KEPT are counted (20 here, not 10,000), the oldest forgotten first.
+    from zmesh._engine import bans
+
+    monkeypatch.setattr(bans, "CONNS_KEPT", 20)
+    node = make_node("victim")
+    ctx = zmq.Context()
+    try:
+        for _ in range(60):
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.LINGER, 1000)
+            dealer.connect("tcp://" + node.control_address)
+            dealer.send(b"\xc1 not msgpack")
+            dealer.close()
+        wait_until(lambda: node.stats().get("decode_errors", 0) == 60, what="60 bad frames counted")
+    finally:
+        ctx.term()
+    assert len(node._engine.listener.bans._bad) == 20
+    assert "connections_dropped" not in node.stats()  # (one bad frame each: none dropped)

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 BAN_WINDOW_S = 600.0  # dropped connections counted towards a ban within this long
 DROPPED_KEPT = 4096  # connections remembered as dropped (their queued frames skipped)
-CONNS_KEPT = 10_000  # control connections whose identity is remembered
+CONNS_KEPT = 10_000  # connections whose identity, or count of bad frames, is remembered
 RECENT_DROP_S = 2.0  # after a drop, data frames are looked at for their connection
 _VERSION_ERROR = "unsupported protocol version"
 
@@ -200,6 +200,8 @@ class Bans:
         if not limit or not conn.conn or conn.conn in self._dropped:
             return
         n = self._bad[conn.conn] = self._bad.get(conn.conn, 0) + 1
+        if len(self._bad) > CONNS_KEPT:  # (connections that sent a few and went away)
+            del self._bad[next(iter(self._bad))]
         if n >= limit:
             self._drop(frame, conn, n, error, now)
 
@@ -213,9 +215,12 @@ class Bans:
         self._last_drop = now
         self.counters.add("connections_dropped", 1)
         who = conn.key or conn.address
+        since = now - BAN_WINDOW_S
+        for other in [w for w, t in self._drops.items() if t[-1] < since]:
+            del self._drops[other]  # (addresses that stopped: nothing left to count)
         times = self._drops.setdefault(who, deque())
         times.append(now)
-        while times and times[0] < now - BAN_WINDOW_S:
+        while times and times[0] < since:
             times.popleft()
         log.warning(
             "dropped a connection from %s%s: %d frames that are not zmesh wire "
