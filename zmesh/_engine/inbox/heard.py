@@ -4,9 +4,10 @@ The window (_store/acked.py) keeps a few chunks of bits per (producer, lane) unt
 producer's floor passes them; a producer that never sends again never moves its floor,
 so a consumer whose producers come and go (a worker with a new data dir, and so a new
 node id, for each run) would keep their chunks, and its own entries of them, for good.
-A producer that sent this node nothing for ``dedupe_window_s`` is forgotten: what it
-may still send again (a message whose ack it never received) would have come within
-its ack timeout, long before. Time is the wall clock's observed time (wallclock.py), so
+A producer that sent this node nothing for ``dedupe_window_s`` is forgotten: running,
+it would have sent again what it never received the ack of within its ack timeout,
+long before; one back after longer (its data dir kept) may deliver once more what was
+acked just before it went silent. Time is the wall clock's observed time (wallclock.py), so
 a clock step forgets no one, and the last-heard times are saved (every HEARD_SAVE_S
 while a producer sends) so that a restart forgets no one early.
 """
@@ -28,9 +29,6 @@ class ProducersHeard:
         self._at = dict(saved)  # (the clock's observed time)
         self._saved = dict(saved)
         self._fresh: set[bytes] = {p for p in unsaved if p not in saved}
-
-    def __len__(self) -> int:
-        return len(self._at.keys() | self._fresh)
 
     def heard(self, producer: bytes) -> None:
         """A batch of ``producer``'s arrived (or this node acked one)."""
