@@ -293,6 +293,18 @@ def test_messages_published_before_any_group_is_known_are_kept(make_node):
     sub = cons.subscribe("early", group="late-joiners")
     got = drain(sub, 50)
     assert sorted(int(m.payload) for m in got) == list(range(50))
+    # The lane that held them until a group was known is gone once claimed (a topic per
+    # device, first published before its groups said hello, kept one for good).
+    wait_until(
+        lambda: (
+            [(ln["topic"], ln["lane"]) for ln in prod.status()["lanes"]]
+            == [("early", "late-joiners")]
+        ),
+        what="the unclaimed lane gone",
+    )
+    receipt = prod.publish("early", b"later")
+    assert drain(sub, 1)[0].payload == b"later"
+    receipt.wait_acked(timeout=10)
 
 
 def test_a_message_not_settled_within_its_ack_timeout_reaches_the_application_again(make_node):

@@ -199,13 +199,16 @@ class Groups:
         """Note which lanes have members (``Lanes.idle_since``, kept in their ``lanes``
         entries) and (``retire``) retire those that had none for their topic's
         ``group_inactive_expiry_s`` (0: never; groups declared on the topic never
-        expire), and forget the quiet lanes of pattern groups. ``wall``: the time now on
+        expire), and forget the quiet lanes of pattern groups and the unclaimed lanes
+        that owe nothing (the first groups claimed what they held). ``wall``: the time now on
         the node's observed clock (wallclock.py: steps of the wall clock left out, so a
         step never expires a group, nor keeps one). Returns how many were retired."""
         retired = 0
         idle_since = self.lanes.idle_since
         for key, lane in list(self.lanes.all.items()):
             if lane.name == UNCLAIMED:
+                if not len(lane):  # (claimed, or expired: made again by the next publish)
+                    self._drop(lane, batch)
                 continue
             if retire and self._quiet_long(key, lane, wall) and self._forget_quiet(lane, batch):
                 continue
