@@ -64,3 +64,31 @@ def test_the_acks_dedupe_bits_go_last_in_pieces_of_chunks() -> None:
         (b"Q" * 16, 1, 1 << (2000 - 1024)),
     ]
     assert [len(p.seen_put) for p in [wb.without_growth()]] == [2]  # (kept with the deletes)
+
+
+def test_a_lane_retired_and_made_again_in_one_batch_keeps_its_new_entry(tmp_path):
+    """A batch may retire a lane and make its (topic, name) again (an emptied unclaimed
+    lane dropped at a heartbeat, a publish in the same iteration): the deletion takes
+    only the entry of the id it retires, whichever order the two were added in; a lane
+    rewritten and retired in one batch is gone."""
+    from zmesh._store.store import Store, pack, pend_key
+
+    store = Store(str(tmp_path), 1 << 24)
+    try:
+        key = pack(["t", ""])
+        store.commit(WriteBatch(lanes_put=[(key, pack([3, "", "unclaimed", None]))]))
+        store.commit(
+            WriteBatch(
+                lanes_put=[(key, pack([7, "", "unclaimed", None]))],
+                lanes_del=[(key, 3)],
+                pend_put=[(pend_key(7, 1), pack([0, 0, 0, None, None]))],
+            )
+        )
+        assert [lane[2] for lane in store.iter_lanes()] == [7]  # (topic, name, id, ...)
+        store.commit(
+            WriteBatch(lanes_put=[(key, pack([7, "", "unclaimed", 5.0]))], lanes_del=[(key, 7)])
+        )
+        assert list(store.iter_lanes()) == []
+        assert list(store.iter_pending()) == []
+    finally:
+        store.close()

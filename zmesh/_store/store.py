@@ -789,7 +789,8 @@ class Store(LogIndex, AckedWindow):
         if b.lanes_put:
             txn.cursor(db=self.lanes).putmulti(b.lanes_put)
         for key, lane_id in b.lanes_del:
-            if deletes("lanes"):
+            if deletes("lanes") and _lane_id(txn.get(key, db=self.lanes)) in (lane_id, None):
+                # (not a lane made again under its key, in this batch: a new id)
                 txn.delete(key, db=self.lanes)
             for name in ("pend", "pruns", "dead"):
                 if deletes(name):
@@ -819,3 +820,14 @@ class Store(LogIndex, AckedWindow):
             self._apply_log(txn, b)
         if b.seen_put or b.seen_masks or b.seen_prune or b.seen_heard or b.seen_forget:
             self._apply_acked(txn, b)
+
+
+def _lane_id(value: bytes | None) -> int | None:
+    """The id a ``lanes`` entry holds (None: no entry, or one that cannot be read)."""
+    if value is None:
+        return None
+    try:
+        fields = unpackb(value)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return None
+    return fields[0] if isinstance(fields, list) and fields and type(fields[0]) is int else None
