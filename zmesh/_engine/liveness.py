@@ -115,11 +115,13 @@ class Liveness:
 
     def left(self, node_id: bytes, incarnation: int, wb: WriteBatch, now: float) -> None:
         """``node_id`` said goodbye: dead at once (news that others learn fast), and its
-        peer forgotten (membership keeps its death, so no late rumor brings it back)."""
+        peer forgotten (membership keeps its death, so no late rumor brings it back),
+        its address in the store once it has been gone as long as a dead peer is kept."""
         peer = self.mesh.peers.get(node_id)
         self._apply(self.membership.left(node_id, incarnation, now), wb, now, "said bye")
         if peer is not None and peer.incarnation == incarnation:
             self.mesh.drop(peer, now, "said bye")
+            self.mesh.left(node_id, now)
 
     def forget(self, node_id: bytes) -> None:
         self.membership.forget(node_id)

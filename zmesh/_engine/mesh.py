@@ -97,6 +97,10 @@ class Mesh:
         self._contacts = Contacts(ctx, counters)
         self._at: dict[str, bytes] = {}  # control endpoint -> the peer there
         self.ctrl_backlog: dict[bytes, list[bytes]] = {}
+        # Nodes with a backlog that are not peers (not met yet, or gone), since when.
+        self._unknown_since: dict[bytes, float] = {}
+        # Nodes that said bye, when (the oldest first), their addresses still in the store.
+        self._left: dict[bytes, float] = {}
         # Live peers' ephemeral subscriptions by topic or pattern (rebuilt when one
         # changes), found by the topics they match.
         self.ephemeral: SubjectMap[tuple[Peer, SubInfo]] = SubjectMap()
@@ -162,6 +166,7 @@ class Mesh:
             self.drop(old, now, "restarted")
         self._contacts.met(ctrl_ep)
         self.peers[node_id] = peer
+        self._left.pop(node_id, None)
         self._at[ctrl_ep] = node_id
         if peer.met:
             _remember(peer, wb)
@@ -515,6 +520,14 @@ class Mesh:
             del self._at[peer.ctrl_ep]
         peer.close()
 
+    def left(self, node_id: bytes, now: float) -> None:
+        """``node_id`` said bye and its peer is dropped: its address is deleted from the
+        store once it has been gone FORGET_DEAD_AFTER_S, as a dead peer's is (unless it
+        says hello again), not kept for good: producers that come and go, each run a
+        node of its own, would fill the store, and the contacts of the next start."""
+        self._left.pop(node_id, None)
+        self._left[node_id] = now
+
     def forget(self, peer: Peer, now: float, why: str) -> None:
         """Forget ``peer`` altogether (its key revoked, dead too long)."""
         self.liveness.forget(peer.node_id)
@@ -527,6 +540,15 @@ class Mesh:
             if not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
                 self.forget(peer, now, "dead too long")
                 wb.peers_del.append(peer.node_id)
+        left = self._left
+        while left:
+            node_id, at = next(iter(left.items()))
+            if now - at <= FORGET_DEAD_AFTER_S:
+                break
+            del left[node_id]
+            wb.peers_del.append(node_id)
+        if self.ctrl_backlog or self._unknown_since:
+            self._expire_backlogs(now)
         if self._contacts:
             self._contacts.beat(encode_control(self.hello()))
         self._beats += 1
@@ -534,6 +556,23 @@ class Mesh:
         if live and self._beats % SYNC_BEATS == 0:
             to = random.choice(live)
             self.send_raw(to.dealer, encode_control(self.hello(live)))
+
+    def _expire_backlogs(self, now: float) -> None:
+        """Frames held for a node that is not a peer wait ``dead_after_s`` for it to be
+        one (a producer whose data overtook its hello says it within a moment), then are
+        dropped, counted: a producer that said bye, or was forgotten, before the acks of
+        what this node held of it were sent never takes them, and a backlog per producer
+        gone would be kept for good (and, CTRL_BACKLOG_PEERS_MAX of them, leave no room
+        for a live peer's)."""
+        since = self._unknown_since
+        for node_id, backlog in list(self.ctrl_backlog.items()):
+            if node_id == self.node_id or node_id in self.peers:
+                since.pop(node_id, None)
+            elif now - since.setdefault(node_id, now) >= self.config.dead_after_s:
+                del self.ctrl_backlog[node_id], since[node_id]
+                self.counters.add("control_dropped", len(backlog))
+        for node_id in [n for n in since if n not in self.ctrl_backlog]:
+            del since[node_id]
 
     # -- sending -------------------------------------------------------------------------
 
@@ -626,5 +665,8 @@ def _members(
 
 
 def _remember(peer: Peer, wb: WriteBatch) -> None:
-    """Keep ``peer``'s address in the store: contacted again at the next start."""
+    """Keep ``peer``'s address in the store: contacted again at the next start (a
+    deletion of it earlier in the iteration, its last life's, is undone)."""
+    if peer.node_id in wb.peers_del:
+        wb.peers_del[:] = [n for n in wb.peers_del if n != peer.node_id]
     wb.peers_put[peer.node_id] = f"{peer.ctrl_ep} {peer.public_key.decode()}".strip().encode()
