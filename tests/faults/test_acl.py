@@ -204,6 +204,10 @@ def test_a_key_revoked_at_run_time_can_no_longer_publish_or_subscribe(
         what="cons revoked at the producer",
     )
     took = time.monotonic() - start
+    wait_until(  # (not contacted again at its next start)
+        lambda: cons.id not in {k.hex() for k in prod._engine.store.known_peers()},
+        what="cons gone from the producer's store",
+    )
     for i in range(10):
         prod.publish("t", b"after %d" % i)
         cons.publish("u", b"after %d" % i)

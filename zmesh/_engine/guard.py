@@ -109,7 +109,7 @@ class Guard:
         assert mesh is not None
         for peer in list(mesh.peers.values()):
             if peer.public_key in self.revoked:
-                mesh.forget(peer, now, "its key was revoked")
+                mesh.forget(peer, now, "its key was revoked", wb)
             elif acl is not None and peer.alive:
                 # (from what it announced: a permission given back restores what it took)
                 allowed = self.subs(peer.public_key, peer.announced)

@@ -179,7 +179,7 @@ class Liveness:
                 if peer.alive:
                     mesh.mark_dead(peer, now, why or "dead")
                 if not peer.met:  # (never a member of this mesh here: nothing to keep)
-                    mesh.forget(peer, now, "dead before it said hello")
+                    mesh.forget(peer, now, "dead before it said hello", wb)
             elif not peer.alive:
                 mesh.revive(peer, wb, now)
 

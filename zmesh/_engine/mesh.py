@@ -188,8 +188,7 @@ class Mesh:
             dead = [p for p in peers.values() if not p.alive]
             if dead:
                 oldest = min(dead, key=_dead_since)
-                self.forget(oldest, now, "dead the longest, to make room for a new peer")
-                wb.peers_del.append(oldest.node_id)
+                self.forget(oldest, now, "dead the longest, to make room for a new peer", wb)
                 self.counters.add("dead_peers_forgotten_for_room", 1)
         if len(peers) < MAX_PEERS and (
             met or sum(not p.met for p in peers.values()) < MAX_UNMET_PEERS
@@ -528,18 +527,19 @@ class Mesh:
         self._left.pop(node_id, None)
         self._left[node_id] = now
 
-    def forget(self, peer: Peer, now: float, why: str) -> None:
-        """Forget ``peer`` altogether (its key revoked, dead too long)."""
+    def forget(self, peer: Peer, now: float, why: str, wb: WriteBatch) -> None:
+        """Forget ``peer`` altogether (its key revoked, dead too long), in the store too."""
         self.liveness.forget(peer.node_id)
         self.drop(peer, now, why)
+        self._left.pop(peer.node_id, None)
+        wb.peers_del.append(peer.node_id)
 
     def beat(self, now: float, wb: WriteBatch) -> None:
         """Heartbeat: hellos to contacts, now and then every live peer named to one of
         them; peers dead too long are forgotten."""
         for peer in list(self.peers.values()):
             if not peer.alive and now - peer.dead_since > FORGET_DEAD_AFTER_S:
-                self.forget(peer, now, "dead too long")
-                wb.peers_del.append(peer.node_id)
+                self.forget(peer, now, "dead too long", wb)
         left = self._left
         while left:
             node_id, at = next(iter(left.items()))
