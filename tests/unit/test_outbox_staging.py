@@ -298,3 +298,19 @@ def test_a_duplicate_msg_id_is_not_stored_and_follows_its_original(store: Store)
     late = producer.publish("t", b"3", msg_id="order-7")
     producer.commit(late)
     assert late.receipt in receipts.acked  # its original is settled: acked at once
+
+
+def test_claims_are_kept_for_the_newest_topics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Topics come and go (one per device, each first published before its groups said
+    hello): the claims of the topics claimed least recently are forgotten past
+    MAX_CLAIM_TOPICS (4,096; 3 here), where each topic kept its claims for good."""
+    from zmesh._engine.outbox import outcomes as outcomes_module
+
+    monkeypatch.setattr(outcomes_module, "MAX_CLAIM_TOPICS", 3)
+    table = outcomes_module.Outcomes()
+    for i in range(5):
+        table.claim(f"t{i}", [10 * i], ["g"])
+    table.claim("t2", [99], ["h"])  # (claimed again: the newest)
+    assert [table.claimed(f"t{i}", 10 * i) for i in range(5)] == [(), (), ("g",), ("g",), ("g",)]
+    table.claim("t5", [50], ["g"])
+    assert table.claimed("t3", 30) == () and table.claimed("t2", 99) == ("h",)

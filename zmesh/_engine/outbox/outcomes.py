@@ -26,6 +26,9 @@ __all__ = ["Outcome", "Outcomes"]
 
 MAX_RANGES = 100_000  # ranges of sequences kept, over every lane and outcome
 MAX_CLAIMS = 10_000  # claims of messages stored before any group was known, kept
+# Topics whose claims are kept (the oldest topic's forgotten first: topics come and go,
+# one per device, each first published before its groups said hello).
+MAX_CLAIM_TOPICS = 4096
 
 
 class Outcome(StrEnum):
@@ -149,7 +152,10 @@ class Outcomes:
         if not seqs:
             return
         with self._lock:
-            claims = self._claims.setdefault(topic, [])
+            claims = self._claims.pop(topic, [])  # (last in the dict's order: the newest)
+            self._claims[topic] = claims
+            if len(self._claims) > MAX_CLAIM_TOPICS:
+                del self._claims[next(iter(self._claims))]
             claims.append((min(seqs), max(seqs) + 1, tuple(lanes)))
             if len(claims) > MAX_CLAIMS:
                 del claims[0]
