@@ -314,3 +314,21 @@ def test_claims_are_kept_for_the_newest_topics(monkeypatch: pytest.MonkeyPatch) 
     assert [table.claimed(f"t{i}", 10 * i) for i in range(5)] == [(), (), ("g",), ("g",), ("g",)]
     table.claim("t5", [50], ["g"])
     assert table.claimed("t3", 30) == () and table.claimed("t2", 99) == ("h",)
+
+
+def test_the_outcomes_of_the_oldest_messages_are_forgotten_past_the_table_s_bound() -> None:
+    """Past ``max_ranges`` a tenth of the table goes at once, the lowest sequences first,
+    over every lane; a receipt of a message at or below them reports ``unknown``."""
+    from zmesh._engine.outbox.outcomes import Outcome, Outcomes
+
+    table = Outcomes(max_ranges=100)
+    for i in range(100):  # 100 ranges, two lanes in turn (as groups come and go)
+        table.record(f"g{i % 2}", Outcome.EXPIRED, [10 * i])
+    assert table.of(0, 1, ["g0"], True) == {"g0": Outcome.EXPIRED}
+    table.record("g9", Outcome.GROUP_DELETED, [5000])
+    assert table._count == 90  # (the 11 lowest forgotten)
+    assert table.horizon == 101
+    assert table.of(0, 1, ["g0"], True) == {"g0": Outcome.UNKNOWN}
+    assert table.of(100, 1, ["g0"], True) == {"g0": Outcome.UNKNOWN}
+    assert table.of(110, 1, ["g1"], True) == {"g1": Outcome.EXPIRED}
+    assert table.of(5000, 1, ["g9"], True) == {"g9": Outcome.GROUP_DELETED}

@@ -9,8 +9,8 @@ pending, or a backlog that expired in order, is a few ranges; receipts read them
 application threads (``Receipt.outcomes``), under the table's lock.
 
 The table is bounded (``MAX_RANGES``): past it the ranges of the oldest sequences are
-forgotten, and a receipt of a message at or below what was forgotten reports ``unknown``
-for a lane it has no record of, rather than a guess.
+forgotten (a tenth of the table at once), and a receipt of a message at or below what
+was forgotten reports ``unknown`` for a lane it has no record of, rather than a guess.
 """
 
 from __future__ import annotations
@@ -73,10 +73,13 @@ class _Ranges:
         i = bisect_right(self.ends, lo)
         return i < len(self.starts) and self.starts[i] < hi
 
-    def drop_first(self) -> int:
-        """Forget the lowest range; returns its end."""
-        del self.starts[0]
-        return self.ends.pop(0)
+    def drop_through(self, start: int) -> tuple[int, int]:
+        """Forget the ranges that start at or below ``start``; returns how many, and the
+        end of the last one (0: none)."""
+        k = bisect_right(self.starts, start)
+        end = self.ends[k - 1] if k else 0
+        del self.starts[:k], self.ends[:k]
+        return k, end
 
 
 def seq_runs(seqs: Iterable[int]) -> list[tuple[int, int]]:
@@ -124,18 +127,21 @@ class Outcomes:
                 ranges = self._ranges[(lane, outcome)] = _Ranges()
             for lo, hi in runs:
                 self._count += ranges.add(lo, hi)
-            while self._count > self._max:
+            if self._count > self._max:
                 self._forget_oldest()
 
     def _forget_oldest(self) -> None:
-        key = min(
-            (k for k, r in self._ranges.items() if r), key=lambda k: self._ranges[k].starts[0]
-        )
-        ranges = self._ranges[key]
-        self.horizon = max(self.horizon, ranges.drop_first())
-        self._count -= 1
-        if not ranges:
-            del self._ranges[key]
+        """Forget the ranges of the lowest sequences, a tenth of the table at once: one
+        pass over every lane's ranges for thousands of them, where one range at a time
+        looked at every (lane, outcome) each time (thousands of groups come and gone)."""
+        starts = sorted(s for r in self._ranges.values() for s in r.starts)
+        through = starts[self._count - (self._max - self._max // 10) - 1]
+        for key, ranges in list(self._ranges.items()):
+            dropped, end = ranges.drop_through(through)
+            self._count -= dropped
+            self.horizon = max(self.horizon, end)
+            if not ranges:
+                del self._ranges[key]
 
     def of_lane(self, lane: str) -> dict[Outcome, list[tuple[int, int]]]:
         """The ranges ``[lo, hi)`` of ``lane``'s sequences settled otherwise than acked,
