@@ -171,3 +171,27 @@ def test_a_group_expires_after_the_idle_time_the_node_observed(store: Store) -> 
     assert _expire(producer, clock.observed(3000.0 + 30 * DAY - 3650 * DAY)) == 0
     later = 1000.0 + 7 * DAY + 30 * DAY - 3650 * DAY  # (7 days observed idle)
     assert _expire(producer, clock.observed(later)) == 1  # not held back ten years
+
+
+def test_a_retired_lane_with_a_timer_far_off_is_not_kept_until_then(store: Store) -> None:
+    """A group deleted while it owes a message scheduled a year ahead: its lane is let go
+    at once (the producer's timers name lanes by key), where it was kept, with all it
+    held, until the year was up."""
+    import gc
+    import weakref
+
+    producer = _producer(store)
+    wb = WriteBatch()
+    lane = producer.groups.ensure("t", "g", "g", "shared", wb, 0.0)
+    lane.set_member(MEMBER, 100, 10)
+    lane.add(1, 0, now=0.0, not_before=365 * DAY)
+    store.commit(wb)
+    assert producer.lanes.next_wakeup() == 365 * DAY
+    wb = WriteBatch()
+    assert producer.groups.delete("t", "g", wb) == 1
+    store.commit(wb)
+    gone = weakref.ref(lane)
+    del lane
+    gc.collect()
+    assert gone() is None
+    assert list(producer.lanes.due(365 * DAY)) == []

@@ -55,9 +55,10 @@ class Lanes:
         self._recorded: dict[Lane, int] = {}  # the assignment version each lane's entry has
         # The lanes with work: those that got ready messages (dispatch drops those with
         # none left, or no member; an ordered set), and each lane's timers as (at, serial,
-        # lane), the earliest first.
+        # (topic, name)), the earliest first: by key, not the lane, so a lane retired
+        # with a timer far off (a schedule a year ahead) is not kept until then.
         self.ready: dict[Lane, None] = {}
-        self._wakeups: list[tuple[float, int, Lane]] = []
+        self._wakeups: list[tuple[float, int, tuple[str, str]]] = []
         self._serial = 0
 
     # -- topics -------------------------------------------------------------------------
@@ -226,15 +227,16 @@ class Lanes:
 
     def _on_timer(self, lane: Lane, at: float) -> None:
         self._serial += 1
-        heapq.heappush(self._wakeups, (at, self._serial, lane))
+        heapq.heappush(self._wakeups, (at, self._serial, (lane.topic, lane.name)))
 
     def due(self, now: float) -> Iterable[Lane]:
-        """The lanes (still here) with a timer due at ``now``, each once."""
-        wakeups = self._wakeups
+        """The lanes (still here) with a timer due at ``now``, each once (a lane made
+        again under a retired one's key may be woken for nothing: its tick finds none)."""
+        wakeups, lanes = self._wakeups, self.all
         due: dict[Lane, None] = {}
         while wakeups and wakeups[0][0] <= now:
-            lane = heapq.heappop(wakeups)[2]
-            if self.live(lane):
+            lane = lanes.get(heapq.heappop(wakeups)[2])
+            if lane is not None:
                 due[lane] = None
         return due
 
