@@ -5,6 +5,9 @@ hosts of their own)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -12,8 +15,12 @@ from pathlib import Path
 import pytest
 
 import zmesh
-from tests.conftest import wait_members, wait_until
+from tests.conftest import fetched, wait_members, wait_until
 from tests.integration.test_cli import LOOP, Proc, run_cli
+from zmesh._engine.replica import replication as replication_module
+from zmesh._engine.replica import streams as streams_module
+from zmesh._engine.replica.writes import SyncReader
+from zmesh.errors import StoreError
 
 TAKEOVER = {"takeover_after_s": 2.0}  # (dead_after_s is 1.5 in these tests)
 
@@ -171,3 +178,124 @@ def test_status_shows_replicas_and_cli_nodes_host_none(
     finally:
         sub.popen.terminate()
         sub.popen.wait(30)
+
+
+def _open_under(path: Path) -> list[str]:
+    """The files under ``path`` this process holds open (LMDB's data and lock files)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(str(path)):
+                out.append(target)
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_a_taker_forgets_producers_gone_for_good(
+    make_node: Callable[..., zmesh.Node], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica host whose producers each run once (a new data dir, so a new node id)
+    takes over each one's lanes when it goes, owing something or not. A taker whose
+    lanes have owed nothing for FORGET_DEAD_AFTER_S (600 s; 1 s here) lets go and
+    deletes its copy; one holding a dead letter keeps it. Each producer gone used to
+    leave its copy for good: a directory of MiBs, an open LMDB store (4 fds, a map of
+    map_size_bytes) and a taker, so that at 1024 fds a host could hold no new copy. A
+    producer back after all, on its data dir, sends again what the taker settled, and
+    its consumer drops it by its dedupe window."""
+    monkeypatch.setattr(replication_module, "FORGET_DEAD_AFTER_S", 1.0)
+    r = make_node("r", **TAKEOVER)
+    c = make_node("c", seeds=[r.control_address], replica_host=False, **TAKEOVER)
+    sub = c.subscribe("t", group="g", max_in_flight=100, batch_size=50)
+    copies_dir = tmp_path / "r" / "replicas"
+    seen: Counter[bytes] = Counter()
+    ids = []
+    for name, owed in (("p1", True), ("p2", False)):
+        p = make_node(name, seeds=[r.control_address], replica_host=False, **TAKEOVER)
+        p.topic("t", replicas=2, groups=["g"])
+        wait_members(p, "t", "g", 1)
+        sent = p.publish_many("t", [b"%s-%d" % (name.encode(), i) for i in range(400)])
+        sent.wait_stored(timeout=10)
+        _drain(sub, seen, len(seen) + (100 if owed else 400), 10)
+        if not owed:
+            sent.wait_acked(timeout=10)
+        ids.append(p.id)
+        p.close()  # (gone for good, owing some messages or none)
+    _drain(sub, seen, 800, 30)  # (the taker delivers what p1 owed)
+    assert max(seen.values()) == 1
+    wait_until(lambda: r.stats().get("takeovers", 0) == 2, 10, what="both taken over")
+
+    def forgotten() -> bool:
+        rep = _replicas(r)
+        return not rep["copies"] and not rep["serving"]
+
+    wait_until(forgotten, 15, what="the copies of producers gone for good forgotten")
+    assert r.stats()["replica_copies_forgotten"] == 2
+    assert not list(copies_dir.iterdir())
+    assert not _open_under(copies_dir)
+    assert not r._engine.replication.taken
+    # A producer that parked a dead letter: its copy, with the dead letter, stays.
+    p3 = make_node("p3", seeds=[r.control_address], replica_host=False, **TAKEOVER)
+    p3.topic("t", replicas=2, groups=["g"])
+    wait_members(p3, "t", "g", 1)
+    p3.publish_many("t", [b"bad", b"good"]).wait_stored(timeout=10)
+    for msg in fetched(sub, 2):
+        if msg.payload == b"bad":
+            msg.fail("unreadable")
+        else:
+            msg.ack()
+    wait_until(lambda: p3.status()["outbox"] == 0, 10, what="p3 settled")
+    p3.close()
+    wait_until(lambda: bool(_replicas(r)["serving"]), 10, what="p3 taken over")
+    time.sleep(2.0)  # (twice FORGET_DEAD_AFTER_S here)
+    assert [cp["producer"] for cp in _replicas(r)["copies"]] == [p3.id]
+    assert r.stats()["replica_copies_forgotten"] == 2
+    # p1 back on its data dir after its copy was forgotten: nothing to hand back, so it
+    # sends what it owed when it left; the consumer acked those (from the taker) and
+    # drops them.
+    received, dropped = c.stats()["received"], c.stats().get("duplicates_dropped", 0)
+    p1 = make_node(
+        "p1",
+        seeds=[r.control_address],
+        replica_host=False,
+        data_dir=str(tmp_path / "p1"),
+        **TAKEOVER,
+    )
+    assert p1.id == ids[0]
+    wait_until(lambda: p1.status()["outbox"] == 0, 15, what="p1's outbox settled")
+    assert not sub.fetch(100, timeout=0.5)
+    assert c.stats()["received"] == received
+    assert c.stats()["duplicates_dropped"] > dropped  # (it did send them again)
+
+
+def test_a_copy_whose_producer_left_during_its_sync_is_forgotten(
+    make_node: Callable[..., zmesh.Node], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy whose producer went away before its sync ended (here: its store could not
+    be read) is never whole, and so never taken over: once the producer has been silent
+    for FORGET_DEAD_AFTER_S (1 s here) it is deleted; it stayed, its store open, until
+    the host restarted."""
+    monkeypatch.setattr(replication_module, "FORGET_DEAD_AFTER_S", 1.0)
+
+    class Damaged(SyncReader):  # (the producer's store refuses the sync's reads)
+        def part(self) -> None:
+            raise StoreError("damaged")
+
+    monkeypatch.setattr(streams_module, "SyncReader", Damaged)
+    r = make_node("r", **TAKEOVER)
+    p = make_node("p", seeds=[r.control_address], replica_host=False, **TAKEOVER)
+    p.topic("t", replicas=2, groups=["g"])
+    p.publish("t", b"one")
+    wait_until(
+        lambda: [cp["state"] for cp in _replicas(r)["copies"]] == ["syncing"],
+        10,
+        what="a copy being made",
+    )
+    assert p.stats()["replica_syncs_failed"] >= 1
+    time.sleep(1.5)  # (kept while its producer lives)
+    assert [cp["state"] for cp in _replicas(r)["copies"]] == ["syncing"]
+    p.close()
+    wait_until(lambda: not _replicas(r)["copies"], 10, what="the copy being made forgotten")
+    assert r.stats()["replica_copies_forgotten"] == 1
+    assert not list((tmp_path / "r" / "replicas").iterdir())
+    assert not r.stats().get("takeovers")

@@ -301,13 +301,19 @@ class Copies:
         """The producer no longer counts on this node's copies of it."""
         if producer in self.serving:
             return
-        for table in (self.making, self.held):
-            copy = table.pop(producer, None)
-            if copy is not None:
-                copy.store.close()
-                _remove(copy.path)
-                self.counters.add("replica_copies_dropped", 1)
-                log.info("copy of producer %s's outbox dropped", producer.hex()[:12])
+        for _copy in self.forget(producer, (self.making, self.held)):
+            self.counters.add("replica_copies_dropped", 1)
+            log.info("copy of producer %s's outbox dropped", producer.hex()[:12])
+
+    def forget(self, producer: bytes, tables: tuple[dict[bytes, Copy], ...]) -> list[Copy]:
+        """Delete the producer's copies in ``tables`` (``making``, ``held``): their stores
+        closed, their directories removed. Returns them."""
+        self._asked.pop(producer, None)
+        gone = [copy for table in tables if (copy := table.pop(producer, None)) is not None]
+        for copy in gone:
+            copy.store.close()
+            _remove(copy.path)
+        return gone
 
     def status(self) -> list[dict[str, Any]]:
         out = []

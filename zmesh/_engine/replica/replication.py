@@ -3,8 +3,10 @@
 - as a producer: its replica set and streams (streams.py), its receipts gated and floors
   held back by them, hand-backs applied from a node that served its lanes;
 - as a replica host: the copies it holds (copies.py), the lanes it takes over from a
-  producer silent for ``takeover_after_s`` (ranking.py, takeover.py), and handing them
-  back when the producer returns.
+  producer silent for ``takeover_after_s`` (ranking.py, takeover.py), handing them
+  back when the producer returns, and forgetting the copy of one that does not: once
+  the taken lanes owed nothing for FORGET_DEAD_AFTER_S (a producer per run, each with
+  a new node id, would otherwise leave a copy, its open store and a taker for good).
 
 The engine calls ``committed`` for every commit, ``after_store`` once a loop iteration
 has committed, ``beat`` every heartbeat, ``dispatch`` after its own dispatch, and
@@ -34,6 +36,7 @@ from ..._store.store import Store, WriteBatch
 from ...config import NodeConfig
 from ...errors import StoreError
 from ..lane.lane import Lane
+from ..limits import FORGET_DEAD_AFTER_S
 from ..outbox.dispatch import Send
 from ..outbox.outbox import Outbox
 from ..stats import Counters
@@ -161,6 +164,8 @@ class Replication:
                 mesh.send_ctrl(peer.node_id, ReplDrop(self.node_id, self.producer.incarnation))
         if self.copies.held:
             self._take_overs(now, mesh)
+        if self.copies.making:
+            self._abandoned(now, mesh)
 
     def _take_overs(self, now: float, mesh: Mesh) -> None:
         me = self.node_id
@@ -189,6 +194,8 @@ class Replication:
                         producer.hex()[:12],
                     )
                     self._let_go(producer)
+                elif self._done_with(taken, now):
+                    self._forget(producer)
                 continue
             if takes_over(
                 now,
@@ -200,6 +207,29 @@ class Replication:
                 bool(servers),
             ):
                 self._take_over(producer, now, mesh)
+
+    def _abandoned(self, now: float, mesh: Mesh) -> None:
+        """Copies being made of a producer silent for FORGET_DEAD_AFTER_S are deleted: a
+        copy is whole only once its stream ends, and a producer that speaks again begins
+        a new one (a copy held before, if any, stays)."""
+        for producer in list(self.copies.making):
+            peer = mesh.peers.get(producer)
+            if peer is not None and peer.alive:
+                if producer not in self.copies.held:
+                    self._absent.pop(producer, None)
+                continue
+            since = peer.last_seen if peer is not None else self._absent.setdefault(producer, now)
+            if now - since < FORGET_DEAD_AFTER_S:
+                continue
+            self.copies.forget(producer, (self.copies.making,))
+            if producer not in self.copies.held:
+                self._absent.pop(producer, None)
+            self.counters.add("replica_copies_forgotten", 1)
+            log.info(
+                "producer %s has been silent for %.0fs: the copy of it being made is deleted",
+                producer.hex()[:12],
+                FORGET_DEAD_AFTER_S,
+            )
 
     def _take_over(self, producer: bytes, now: float, mesh: Mesh) -> None:
         copy = self.copies.held[producer]
@@ -246,6 +276,33 @@ class Replication:
         taken.sent_at = now
         for part in taken.handback(self.node_id):
             mesh.send_ctrl(taken.producer, part)
+
+    def _done_with(self, taken: Taken, now: float) -> bool:
+        """``taken``'s producer, silent, is owed nothing more: its lanes have owed nothing
+        for FORGET_DEAD_AFTER_S (nothing pending, nothing in flight) and its copy holds no
+        dead letter (the producer's, handed back if it returns)."""
+        if taken.depth or taken.back_since:
+            taken.idle_since = 0.0
+            return False
+        if not taken.idle_since:
+            taken.idle_since = now
+        return now - taken.idle_since >= FORGET_DEAD_AFTER_S and not taken.holds_dead_letters()
+
+    def _forget(self, producer: bytes) -> None:
+        """Let go of a producer gone for good and delete its copy. Should it come back
+        after all (its data dir kept), it sends again what this node settled, with the
+        same ids: its consumers drop it by their dedupe window (this node's batches
+        carried floor 0, so they forgot nothing of the producer's)."""
+        self._let_go(producer)
+        copies = self.copies
+        copies.forget(producer, (copies.making, copies.held))
+        self._absent.pop(producer, None)
+        self.counters.add("replica_copies_forgotten", 1)
+        log.info(
+            "producer %s has been silent and owed nothing for %.0fs: its copy is deleted",
+            producer.hex()[:12],
+            FORGET_DEAD_AFTER_S,
+        )
 
     def _let_go(self, producer: bytes) -> None:
         taken = self.taken.pop(producer)

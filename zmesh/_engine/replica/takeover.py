@@ -98,6 +98,7 @@ class Taken:
         self.token = 0  # the hand-back under way (0: none)
         self.back_since = 0.0  # when the producer was seen back
         self.sent_at = 0.0  # when the hand-back was last sent
+        self.idle_since = 0.0  # since when its lanes owe nothing (0: they owe some)
 
     # -- serving --------------------------------------------------------------------------
 
@@ -140,6 +141,17 @@ class Taken:
             log.error("the copy of %s could not commit: %s", self.producer.hex()[:12], exc)
 
     # -- handing back ----------------------------------------------------------------------
+
+    def holds_dead_letters(self) -> bool:
+        """The copy holds dead letters (or cannot tell: its store cannot be read)."""
+        try:
+            with (
+                self.store.health.reading("the dead database", "dead"),
+                self.store.env.begin(db=self.store.dead) as txn,
+            ):
+                return bool(txn.stat(self.store.dead)["entries"])
+        except StoreError:
+            return True
 
     def in_flight(self) -> int:
         return sum(lane.in_flight_count() for lane in self.outbox.lanes.all.values())
