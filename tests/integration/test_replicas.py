@@ -17,6 +17,7 @@ import pytest
 import zmesh
 from tests.conftest import fetched, wait_members, wait_until
 from tests.integration.test_cli import LOOP, Proc, run_cli
+from zmesh._engine.replica import copies as copies_module
 from zmesh._engine.replica import replication as replication_module
 from zmesh._engine.replica import streams as streams_module
 from zmesh._engine.replica.writes import SyncReader
@@ -299,3 +300,28 @@ def test_a_copy_whose_producer_left_during_its_sync_is_forgotten(
     assert r.stats()["replica_copies_forgotten"] == 1
     assert not list((tmp_path / "r" / "replicas").iterdir())
     assert not r.stats().get("takeovers")
+
+
+def test_a_copy_whose_store_cannot_be_opened_is_asked_for_again_later(
+    make_node: Callable[..., zmesh.Node], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica host that cannot open a new copy's store (no file descriptor left, a full
+    disk) asks for a new copy again once RESYNC_ASK_AGAIN_S (30 s) has passed, its
+    directory removed. The next frame asked for one at once, each sync begun left a
+    directory behind: thousands a second, for as long as the store could not be opened."""
+
+    def refused(data_dir: str, _map_size: int) -> None:
+        Path(data_dir).mkdir(parents=True)  # (a Store makes its dir before LMDB refuses)
+        raise StoreError("Too many open files", data_dir)
+
+    monkeypatch.setattr(copies_module, "Store", refused)
+    r = make_node("r", **TAKEOVER)
+    p = make_node("p", seeds=[r.control_address], replica_host=False, **TAKEOVER)
+    p.topic("t", replicas=2, groups=["g"])
+    receipt = p.publish("t", b"one")
+    wait_until(lambda: p.stats().get("replica_syncs_begun"), 10, what="a copy begun")
+    time.sleep(1.5)
+    assert p.stats()["replica_syncs_begun"] == 1
+    assert not list((tmp_path / "r" / "replicas").iterdir())
+    assert r.stats()["replica_commit_errors"] == 1
+    assert not receipt.stored

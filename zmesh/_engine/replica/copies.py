@@ -217,8 +217,18 @@ class Copies:
         if msg.sync == SYNC_BEGIN:
             held = self.held.get(producer)
             if held is None or held.incarnation <= msg.incarnation:  # (not an earlier life's)
-                self._asked.pop(producer, None)
-                self._begin(msg)
+                try:
+                    self._begin(msg)
+                except StoreError as exc:
+                    # (the frames that follow ask for a new copy, once RESYNC_ASK_AGAIN_S
+                    # has passed: not at once, each time leaving a directory behind)
+                    self._asked[producer] = now
+                    self.counters.add("replica_commit_errors", 1)
+                    log.error(
+                        "a copy of producer %s's outbox cannot begin: %s", producer.hex()[:12], exc
+                    )
+                else:
+                    self._asked.pop(producer, None)
             return None
         copy = self.making.get(producer) or self.held.get(producer)
         if copy is None or copy.incarnation != msg.incarnation or copy.last_op != msg.prev:
@@ -244,7 +254,11 @@ class Copies:
             if p.name.partition("-")[2].isdigit()
         ]
         path = self.root / f"{producer.hex()}-{max(numbers, default=0) + 1}"
-        store = Store(str(path), self.map_size_bytes)
+        try:
+            store = Store(str(path), self.map_size_bytes)
+        except StoreError:
+            _remove(path)
+            raise
         copy = Copy(producer, path, store, msg.incarnation)
         copy.topics = dict(msg.topics)
         copy.batches.append(WriteBatch(meta_put={b"node_id": producer}))
