@@ -40,7 +40,7 @@ from ..limits import FORGET_DEAD_AFTER_S
 from ..outbox.dispatch import Send
 from ..outbox.outbox import Outbox
 from ..stats import Counters
-from .copies import Copies
+from .copies import Copies, Copy
 from .ranking import Holder, outranks, takes_over
 from .streams import Replicator
 from .takeover import TAKEN_INCARNATION, Settlement, Taken, apply_handback
@@ -219,17 +219,8 @@ class Replication:
                     self._absent.pop(producer, None)
                 continue
             since = peer.last_seen if peer is not None else self._absent.setdefault(producer, now)
-            if now - since < FORGET_DEAD_AFTER_S:
-                continue
-            self.copies.forget(producer, (self.copies.making,))
-            if producer not in self.copies.held:
-                self._absent.pop(producer, None)
-            self.counters.add("replica_copies_forgotten", 1)
-            log.info(
-                "producer %s has been silent for %.0fs: the copy of it being made is deleted",
-                producer.hex()[:12],
-                FORGET_DEAD_AFTER_S,
-            )
+            if now - since >= FORGET_DEAD_AFTER_S:
+                self._forget_copies(producer, (self.copies.making,), "the copy being made")
 
     def _take_over(self, producer: bytes, now: float, mesh: Mesh) -> None:
         copy = self.copies.held[producer]
@@ -295,13 +286,21 @@ class Replication:
         carried floor 0, so they forgot nothing of the producer's)."""
         self._let_go(producer)
         copies = self.copies
-        copies.forget(producer, (copies.making, copies.held))
-        self._absent.pop(producer, None)
+        self._forget_copies(producer, (copies.making, copies.held), "its copy (owing nothing)")
+
+    def _forget_copies(
+        self, producer: bytes, tables: tuple[dict[bytes, Copy], ...], what: str
+    ) -> None:
+        """Delete a silent producer's copies in ``tables`` (counted, logged)."""
+        self.copies.forget(producer, tables)
+        if producer not in self.copies.held:
+            self._absent.pop(producer, None)
         self.counters.add("replica_copies_forgotten", 1)
         log.info(
-            "producer %s has been silent and owed nothing for %.0fs: its copy is deleted",
+            "producer %s has been silent for %.0fs: %s is deleted",
             producer.hex()[:12],
             FORGET_DEAD_AFTER_S,
+            what,
         )
 
     def _let_go(self, producer: bytes) -> None:
