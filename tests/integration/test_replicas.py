@@ -156,6 +156,35 @@ def test_lanes_taken_over_then_handed_back(make_node: Callable[..., zmesh.Node],
     assert c.status()["counters"].get("received", 0) == n
 
 
+def test_a_producer_gone_again_before_its_hand_back_leaves_the_taker_serving(
+    make_node: Callable[..., zmesh.Node], tmp_path: Path
+) -> None:
+    """A producer back on its data dir stops its taker, which hands its lanes back once
+    nothing it sent is in flight. Gone again before that (a crash loop), its taker sends
+    again what the lanes owe; it stayed stopped, and they waited for a producer that
+    might never return."""
+    p = make_node("p", replica_host=False, **TAKEOVER)
+    r = make_node("r", seeds=[p.control_address], **TAKEOVER)
+    c = make_node("c", seeds=[p.control_address], replica_host=False, **TAKEOVER)
+    p.topic("t", replicas=2, groups=["g"], ack_timeout_s=30.0)
+    wait_until(lambda: {x["name"] for x in c.peers()} == {"p", "r"}, what="c meets r")
+    n = 200
+    p.publish_many("t", [b"%d" % i for i in range(n)]).wait_stored(timeout=10)
+    p.close()
+    sub = c.subscribe("t", group="g", max_in_flight=20, batch_size=10)
+    held = fetched(sub, 5)  # (from the taker, held unacked: the hand-back must wait)
+    assert [s["producer"] for s in _replicas(r)["serving"]] == [held[0].id.producer]
+    back = make_node("p", replica_host=False, data_dir=str(tmp_path / "p"), **TAKEOVER)
+    wait_until(lambda: _replicas(r)["serving"][0]["handing_back"], 10, what="the taker stopped")
+    back.close()  # (gone again before the hand-back)
+    seen: Counter[bytes] = Counter()
+    for msg in held:
+        seen[msg.payload] += 1
+        msg.ack()
+    _drain(sub, seen, n, 30)
+    assert r.status()["counters"].get("handbacks", 0) == 0
+
+
 def test_status_shows_replicas_and_cli_nodes_host_none(
     make_node: Callable[..., zmesh.Node], mesh_name: str, tmp_path: Path
 ) -> None:

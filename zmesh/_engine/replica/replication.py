@@ -255,6 +255,14 @@ class Replication:
         assert mesh is not None
         peer = mesh.peers.get(taken.producer)
         if peer is None or not peer.alive:
+            if taken.back_since:  # (gone again before the hand-back: serve its lanes on)
+                taken.back_since = taken.sent_at = 0.0
+                taken.token = 0
+                log.warning(
+                    "producer %s is gone again before its lanes were handed back: this "
+                    "node serves them on",
+                    taken.producer.hex()[:12],
+                )
             return
         if not taken.back_since:
             taken.back_since = now
