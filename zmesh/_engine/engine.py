@@ -418,11 +418,11 @@ class Engine:
             mono, wall = time.monotonic(), time.time()  # (adjacent: what a step is seen by)
             if clock.beat(wall, mono, self.queue.next_seq()):
                 self.counters.add("clock_steps", 1)
-            if not self.store.disk.full and (saved := clock.changed()) is not None:
-                wb.meta_put[b"wall_clock"] = saved
             observed = clock.observed(wall)
             wb.ids_prune_before = observed - self.config.dedupe_window_s
-            if not self.store.disk.full:
+            if not self.store.disk.full:  # (what a beat writes waits for room)
+                if (saved := clock.changed()) is not None:
+                    wb.meta_put[b"wall_clock"] = saved
                 self.consumer.forget_silent(observed, self.config.dedupe_window_s, wb)
             assert self.mesh is not None
             self.mesh.beat(now, wb)

@@ -170,13 +170,9 @@ class Replication:
     def _take_overs(self, now: float, mesh: Mesh) -> None:
         me = self.node_id
         for producer, copy in list(self.copies.held.items()):
-            peer = mesh.peers.get(producer)
-            if peer is not None and peer.alive:
-                self._absent.pop(producer, None)
+            silent_since = self._silent_since(producer, mesh, now)
+            if silent_since is None:
                 continue
-            silent_since = (
-                peer.last_seen if peer is not None else self._absent.setdefault(producer, now)
-            )
             holders = [Holder(me, copy.incarnation, copy.version)]
             for p in peers_alive(mesh):
                 holders += [
@@ -208,18 +204,22 @@ class Replication:
             ):
                 self._take_over(producer, now, mesh)
 
+    def _silent_since(self, producer: bytes, mesh: Mesh, now: float) -> float | None:
+        """Since when ``producer`` has been silent: when last heard from, or first found
+        absent (not a peer); None while it is alive."""
+        peer = mesh.peers.get(producer)
+        if peer is not None and peer.alive:
+            self._absent.pop(producer, None)
+            return None
+        return peer.last_seen if peer is not None else self._absent.setdefault(producer, now)
+
     def _abandoned(self, now: float, mesh: Mesh) -> None:
         """Copies being made of a producer silent for FORGET_DEAD_AFTER_S are deleted: a
         copy is whole only once its stream ends, and a producer that speaks again begins
         a new one (a copy held before, if any, stays)."""
         for producer in list(self.copies.making):
-            peer = mesh.peers.get(producer)
-            if peer is not None and peer.alive:
-                if producer not in self.copies.held:
-                    self._absent.pop(producer, None)
-                continue
-            since = peer.last_seen if peer is not None else self._absent.setdefault(producer, now)
-            if now - since >= FORGET_DEAD_AFTER_S:
+            since = self._silent_since(producer, mesh, now)
+            if since is not None and now - since >= FORGET_DEAD_AFTER_S:
                 self._forget_copies(producer, (self.copies.making,), "the copy being made")
 
     def _take_over(self, producer: bytes, now: float, mesh: Mesh) -> None:
