@@ -6,6 +6,7 @@ hosts of their own)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections import Counter
@@ -17,6 +18,7 @@ import pytest
 import zmesh
 from tests.conftest import fetched, wait_members, wait_until
 from tests.integration.test_cli import LOOP, Proc, run_cli
+from tests.web.conftest import get_json, post_json
 from zmesh._engine.replica import copies as copies_module
 from zmesh._engine.replica import replication as replication_module
 from zmesh._engine.replica import streams as streams_module
@@ -362,3 +364,95 @@ def test_a_copy_whose_store_cannot_be_opened_is_asked_for_again_later(
     assert not list((tmp_path / "r" / "replicas").iterdir())
     assert r.stats()["replica_commit_errors"] == 1
     assert not receipt.stored
+
+
+def test_a_takers_dead_letters_are_listed_replayed_and_purged_at_the_replica_host(
+    make_node: Callable[..., zmesh.Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dead letters of a producer gone for good stay in its copy at the replica host
+    that serves its lanes: `zmesh dlq --producer` asks that host for them, and a node's
+    HTTP API lists and acts on them there. Replayed, they reach the group again from the
+    taker; purged, the copy holds none and is forgotten like any other
+    (FORGET_DEAD_AFTER_S, 1 s here). No command reached them before: the copy stayed for
+    good."""
+    monkeypatch.setattr(replication_module, "FORGET_DEAD_AFTER_S", 1.0)
+    r = make_node("r", **TAKEOVER)
+    c = make_node(
+        "c",
+        seeds=[r.control_address],
+        replica_host=False,
+        http_address="127.0.0.1:0",
+        http_admin=True,
+        **TAKEOVER,
+    )
+    sub = c.subscribe("t", group="g")
+    p = make_node("p", seeds=[r.control_address], replica_host=False, **TAKEOVER)
+    p.topic("t", replicas=2, groups=["g"])
+    wait_members(p, "t", "g", 1)
+    p.publish_many("t", [b"bad-1", b"good", b"bad-2", b"bad-3"]).wait_stored(timeout=10)
+    for msg in fetched(sub, 4):
+        if msg.payload.startswith(b"bad"):
+            msg.fail("unreadable")
+        else:
+            msg.ack()
+    wait_until(lambda: p.status()["outbox"] == 0, 10, what="p settled")
+    where = ["--topic", "t", "--group", "g"]
+    # While the producer is alive, its dead letters are its own to handle.
+    alive = run_cli(["dlq", "list", r.control_address, *where, "--producer", p.id])
+    assert alive.returncode == 1 and "its dead letters are at the producer" in alive.stderr
+    p_id = p.id
+    p.close()
+    wait_until(lambda: bool(_replicas(r)["serving"]), 10, what="p taken over")
+    (copy,) = _replicas(r)["copies"]
+    assert copy["dead_letters"] == 3
+    # At the replica host its own dead letters are asked for by default (none), the
+    # producer's by its id or the first digits of it.
+    own = run_cli(["dlq", "list", r.control_address, *where])
+    assert own.returncode == 0 and "no dead letters" in own.stdout, own.stderr
+    listed = run_cli(["dlq", "list", r.control_address, *where, "--producer", p_id[:8], "--json"])
+    assert listed.returncode == 0, listed.stderr
+    letters = json.loads(listed.stdout)
+    assert [(d["payload_text"], d["reason"]) for d in letters] == [
+        ("bad-1", "unreadable"),
+        ("bad-2", "unreadable"),
+        ("bad-3", "unreadable"),
+    ]
+    assert all(d["id"].startswith(p_id + ":") for d in letters)
+    # An id names its producer: no --producer needed.
+    replayed = run_cli(["dlq", "replay", r.control_address, *where, "--id", letters[0]["id"]])
+    assert replayed.returncode == 0 and "replayed 1 dead letter" in replayed.stdout
+    (again,) = fetched(sub, 1)
+    assert again.payload == b"bad-1" and again.id.producer == p_id
+    again.ack()
+    # Another node's HTTP API lists them with the node that holds them, and acts there
+    # when asked to act at the producer.
+    base = f"http://{c.http_address}/api/dead-letters"
+    code, found = get_json(f"{base}?topic=t&group=g")
+    assert code == 200 and not found["errors"], found
+    assert [(d["payload_text"], d["node"], d["serving"]) for d in found["letters"]] == [
+        ("bad-2", "r", p_id),
+        ("bad-3", "r", p_id),
+    ]
+    body = {"node": p_id, "topic": "t", "group": "g", "seqs": [found["letters"][0]["seq"]]}
+    code, done = post_json(f"{base}/replay", body)
+    assert code == 200 and (done["name"], done["replayed"], done["producer"]) == ("r", 1, p_id)
+    (again,) = fetched(sub, 1)
+    assert again.payload == b"bad-2"
+    again.ack()
+    purged = run_cli(
+        ["dlq", "purge", r.control_address, *where, "--producer", p_id, "--id", "0", "--yes"]
+    )
+    assert purged.returncode == 0 and "purged 0 dead letter" in purged.stdout  # (seq 0: acked)
+    purged = run_cli(["dlq", "purge", r.control_address, *where, "--producer", p_id, "--yes"])
+    assert purged.returncode == 0 and "purged 1 dead letter" in purged.stdout, purged.stderr
+    for command, bad, said in (
+        ("list", ["--producer", "ffffffff"], "holds no copy of producer ffffffff"),
+        ("list", ["--producer", "p"], "is not a node id"),
+        ("replay", ["--id", f"{p_id}:1", "--id", "abcd:2"], "the ids name more than one producer"),
+    ):
+        refused = run_cli(["dlq", command, r.control_address, *where, *bad])
+        assert refused.returncode in (1, 2) and said in refused.stderr, refused.stderr
+    # Owing nothing and holding no dead letter, the copy is forgotten.
+    wait_until(lambda: not _replicas(r)["copies"], 15, what="the copy forgotten")
+    assert r.stats()["replica_copies_forgotten"] == 1
+    assert not sub.fetch(10, timeout=0.3)

@@ -337,6 +337,42 @@ def test_lanes_of_a_silent_producer_are_marked_and_keep_their_names(
         reap(far)
 
 
+def test_a_dead_letter_a_taker_holds_is_shown_and_replayed_there(
+    tmp_path: Path, make_node: Callable[..., zmesh.Node], procs: list[Proc], browser: Any
+) -> None:
+    """A producer gone for good leaves its dead letters in the copy of the replica host
+    that serves its lanes: the page lists them as held there, and replays them there."""
+    from playwright.sync_api import expect
+
+    takeover = {"takeover_after_s": 2.0}
+    r = make_node("r", **takeover)
+    c = make_node("c", seeds=[r.control_address], replica_host=False, **takeover)
+    sub = c.subscribe("t", group="g")
+    p = make_node("p", seeds=[r.control_address], replica_host=False, **takeover)
+    p.topic("t", replicas=2, groups=["g"])
+    wait_members(p, "t", "g", 1)
+    p.publish("t", b"bad").wait_stored(10)
+    [msg] = fetched(sub, 1)
+    msg.fail("bad record")
+    wait_until(lambda: p.status()["outbox"] == 0, what="p settled")
+    p_id = p.id
+    p.close()
+    wait_until(lambda: bool(r.status()["replicas"]["serving"]), what="p taken over")
+    url = start_web(tmp_path, r, procs, "--admin")
+    page = browser.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(url + "#/dead/t/g")
+    row = page.locator("table[data-testid=dead-letters] tbody tr")
+    expect(row).to_have_count(1, timeout=SEEN_S)
+    expect(row.locator("td").first).to_have_text(f"r (serving {p_id[:12]})")
+    row.locator("button[data-action=replay]").click()
+    expect(page.locator("#action-result")).to_have_text("replayed 1 at r")
+    [again] = fetched(sub, 1)
+    assert again.payload == b"bad" and again.id.producer == p_id
+    again.ack()
+    expect(page.get_by_test_id("no-dead-letters")).to_be_visible()
+
+
 def test_a_mesh_with_no_node_found_says_so(
     tmp_path: Path, mesh_name: str, procs: list[Proc], browser: Any
 ) -> None:

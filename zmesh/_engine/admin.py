@@ -1,5 +1,6 @@
 """Operators' requests over the control socket: dead letters and groups of a running
-node."""
+node. Dead letters are this node's own, or (``producer``) those of a producer whose lanes
+this node serves from its replica copy (replica/takeover.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ from .._protocol.frames import AdminReply, AdminRequest
 from .._store.store import WriteBatch
 from .._subjects import check_subject
 from ..config import check_name
+from .outbox.deadletters import DeadLetters
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .replica.replication import Replication
+    from .replica.takeover import Taken
+
+MIN_ID_PREFIX = 4  # hex digits that name a producer this node serves
 
 
 def _seqs(args: dict[str, Any]) -> set[int] | None:
@@ -36,12 +42,55 @@ def _str_arg(args: dict[str, Any], name: str, patterns: bool = False) -> str:
     return check_name(name, value)
 
 
+def _dead_letters(
+    engine: Engine, args: dict[str, Any], wb: WriteBatch
+) -> tuple[DeadLetters, WriteBatch]:
+    """The dead letters a request is about, and the batch that writes to their store."""
+    producer = args.get("producer")
+    if producer is None:
+        return engine.outbox.dead, wb
+    if not isinstance(producer, str):
+        raise ValueError("producer must be a node id (hex)")
+    taken = _served(engine.replication, producer)
+    return (engine.outbox.dead, wb) if taken is None else (taken.outbox.dead, taken.wb)
+
+
+def _served(replication: Replication, producer: str) -> Taken | None:
+    """The taker of the producer whose node id is or starts with ``producer`` (hex); None
+    when that is this node's own id; ValueError, saying why, when this node serves no such
+    producer's lanes."""
+    want = producer.lower()
+    if len(want) < MIN_ID_PREFIX or any(c not in "0123456789abcdef" for c in want):
+        raise ValueError(
+            f"producer {producer!r} is not a node id (hex, {MIN_ID_PREFIX} digits or more)"
+        )
+    if replication.node_id.hex().startswith(want):
+        return None
+    taken = [t for p, t in replication.taken.items() if p.hex().startswith(want)]
+    if len(taken) == 1:
+        return taken[0]
+    if taken:
+        raise ValueError(f"producer {producer!r} names {len(taken)} producers served here")
+    copies = replication.copies
+    if any(p.hex().startswith(want) for p in (*copies.held, *copies.making)):
+        raise ValueError(
+            f"this node holds a copy of producer {producer}'s outbox but does not serve its "
+            "lanes (the producer is alive, or not silent for takeover_after_s yet): its dead "
+            "letters are at the producer"
+        )
+    served = ", ".join(p.hex()[:12] for p in replication.taken) or "none"
+    raise ValueError(
+        f"this node holds no copy of producer {producer} (producers it serves: {served})"
+    )
+
+
 def admin(engine: Engine, req: AdminRequest, wb: WriteBatch, now: float) -> AdminReply:
     """Run one request on the IO thread; errors come back in the reply."""
-    dead = engine.outbox.dead
     args = req.args
     try:
         result: Any
+        if req.op in ("dead_letters", "replay", "purge"):
+            dead, wb = _dead_letters(engine, args, wb)
         if req.op == "dead_letters":
             limit = args.get("limit", 1000)
             letters = dead.list(

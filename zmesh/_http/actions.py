@@ -69,11 +69,12 @@ def payload_json(payload: bytes) -> dict[str, str | None]:
     return {"payload_b64": base64.b64encode(payload).decode(), "payload_text": text}
 
 
-def dead_letter_json(d: dict[str, Any], node: str) -> dict[str, Any]:
-    """A dead letter as an admin reply holds it, in JSON, the producer's name beside its
-    id."""
+def dead_letter_json(d: dict[str, Any], node: str, serving: str | None) -> dict[str, Any]:
+    """A dead letter as an admin reply holds it, in JSON, the name of the node that holds
+    it beside its id (``serving``: the producer, gone, whose lanes that node serves)."""
     out = {k: v for k, v in d.items() if k != "payload"}
-    return {**out, "id": str(d["id"]), "node": node, **payload_json(bytes(d["payload"]))}
+    held = {"node": node, **({"serving": serving} if serving else {})}
+    return {**out, "id": str(d["id"]), **held, **payload_json(bytes(d["payload"]))}
 
 
 def dead_letters(
@@ -83,7 +84,8 @@ def dead_letters(
     timeout_s: float = MESH_TIMEOUT_S,
 ) -> dict[str, Any]:
     """The parked messages of ``query``'s topic and group at every node this one knows (or
-    at ``node``, an id or a name), with the nodes that could not say."""
+    at ``node``, an id or a name), with the nodes that could not say. A node that serves
+    the lanes of a producer gone is asked for that producer's too (its copy holds them)."""
     args: dict[str, Any] = {"topic": name_arg(query, "topic"), "group": name_arg(query, "group")}
     given = str(query.get("limit", "1000"))
     limit = count(given)
@@ -98,9 +100,13 @@ def dead_letters(
         targets = [t for t in targets if node in (t.node_id, t.name)]
         if not targets:
             raise HttpError(HTTPStatus.NOT_FOUND, f"node {node!r} is not known to this node")
+    requests = [(t, args) for t in targets]
+    requests += [(t, {**args, "producer": p}) for t in targets for p in t.serving]
     letters: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
-    for a in run_admin(engine, ctx, targets, "dead_letters", args, timeout_s):
+    for a, (_t, asked) in zip(
+        run_admin(engine, ctx, requests, "dead_letters", timeout_s), requests, strict=True
+    ):
         reply = a.reply
         if not isinstance(reply, AdminReply) or not reply.ok:
             error = reply.error if isinstance(reply, AdminReply) else a.error
@@ -108,7 +114,8 @@ def dead_letters(
             continue
         result = reply.result
         assert isinstance(result, list)
-        letters += [dead_letter_json(d, a.target.name) for d in result]
+        serving = asked.get("producer")
+        letters += [dead_letter_json(d, a.target.name, serving) for d in result]
     return {**args, "letters": letters, "errors": errors}
 
 
@@ -124,8 +131,8 @@ def remove_group(
     me, *peers = all_targets(engine)
     # (each peer drops its own lanes and counts them; told first, it has nothing left to
     # drop when this node's word comes)
-    answers = run_admin(engine, ctx, peers, "group_rm", {**args, "announce": False})
-    [here] = run_admin(engine, ctx, [me], "group_rm", args)
+    answers = run_admin(engine, ctx, [(p, {**args, "announce": False}) for p in peers], "group_rm")
+    [here] = run_admin(engine, ctx, [(me, args)], "group_rm")
     reply = here.reply
     assert isinstance(reply, AdminReply)  # (this node's own: always answered)
     if not reply.ok:
@@ -158,7 +165,8 @@ def act(
     engine: Engine, ctx: zmq.Context[zmq.Socket[bytes]], op: str, body: dict[str, Any]
 ) -> dict[str, Any]:
     """Replay or purge (``op``) dead letters of ``body``'s topic and group at its node
-    (an id or a name): every one, or those whose sequences ``seqs`` lists."""
+    (an id or a name): every one, or those whose sequences ``seqs`` lists. A producer
+    that is not alive, whose lanes another node serves, is acted on at that node."""
     if op not in ADMIN_OPS:
         raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {op}")
     node = arg(body, "node")
@@ -168,10 +176,16 @@ def act(
         if not isinstance(seqs, list) or not all(int_in(s, 0, MAX_SEQ) for s in seqs):
             raise HttpError(HTTPStatus.BAD_REQUEST, "seqs must be a list of ints in 0..2**64-1")
         args["seqs"] = seqs
-    target = [t for t in all_targets(engine) if node in (t.node_id, t.name)]
-    if not target:
+    targets = all_targets(engine)
+    named = [t for t in targets if node in (t.node_id, t.name)]
+    if not named or named[0].alive is False:
+        producer = named[0].node_id if named else node
+        servers = [t for t in targets if t.alive and producer in t.serving]
+        if servers:
+            named, args["producer"] = servers, producer
+    if not named:
         raise HttpError(HTTPStatus.NOT_FOUND, f"node {node!r} is not known to this node")
-    [answer] = run_admin(engine, ctx, target[:1], op, args)
+    [answer] = run_admin(engine, ctx, [(named[0], args)], op)
     reply = answer.reply
     if not isinstance(reply, AdminReply):
         raise HttpError(HTTPStatus.GATEWAY_TIMEOUT, f"{answer.target.name}: {answer.error}")

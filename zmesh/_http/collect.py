@@ -50,6 +50,9 @@ class Target:
     control: str  # tcp://host:port
     public_key: bytes = b""
     alive: bool | None = None  # as the asking node sees it (None: not its peer)
+    # Producers (hex ids) whose lanes it serves from its replica copies: it holds their
+    # dead letters (admin ops with ``producer``).
+    serving: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,7 @@ class Answer:
 
 
 def _self_target(engine: Engine) -> Target:
+    """This node as a target (IO thread: the producers it serves)."""
     host = next((i for i in engine.config.interfaces if i not in ("*", "0.0.0.0")), "127.0.0.1")
     return Target(
         engine.node_id.hex(),
@@ -70,6 +74,7 @@ def _self_target(engine: Engine) -> Target:
         endpoint(host, engine.ctrl_port),
         engine.keys.public if engine.keys is not None else b"",
         True,
+        tuple(p.hex() for p in engine.replication.taken),
     )
 
 
@@ -80,7 +85,14 @@ def _peers(engine: Engine) -> list[Target]:
         []
         if mesh is None
         else [
-            Target(p.node_id.hex(), p.name, p.ctrl_ep, p.public_key, p.alive)
+            Target(
+                p.node_id.hex(),
+                p.name,
+                p.ctrl_ep,
+                p.public_key,
+                p.alive,
+                tuple(s.hex() for s in p.serving),
+            )
             for p in mesh.peers.values()
             if not p.is_self
         ]
@@ -94,7 +106,7 @@ def known(engine: Engine) -> tuple[dict[str, Any], list[Target]]:
 
 def all_targets(engine: Engine) -> list[Target]:
     """This node and every peer it knows, alive or not."""
-    return [_self_target(engine), *engine.queue.call(lambda _wb, _now: _peers(engine))]
+    return engine.queue.call(lambda _wb, _now: [_self_target(engine), *_peers(engine)])
 
 
 def ask(
@@ -242,28 +254,26 @@ def collect_mesh(
 def run_admin(
     engine: Engine,
     ctx: zmq.Context[zmq.Socket[bytes]],
-    targets: Sequence[Target],
+    requests: Sequence[tuple[Target, dict[str, Any]]],
     op: str,
-    args: dict[str, Any],
     timeout_s: float = MESH_TIMEOUT_S,
 ) -> list[Answer]:
-    """Run the admin operation ``op`` (dead_letters, replay, purge) at each target: this
-    node's own on its IO thread, the others over their control sockets."""
+    """Run the admin operation ``op`` (dead_letters, replay, purge, group_rm) at each
+    target with its arguments: this node's own on its IO thread, the others over their
+    control sockets (answers in the order asked)."""
     me = engine.node_id.hex()
-    local = [t for t in targets if t.node_id == me]
-    remote = [t for t in targets if t.node_id != me]
-    answers = (
-        ask(
-            ctx,
-            [(t, AdminRequest(random_token(), op, args)) for t in remote],
-            engine.keys,
-            timeout_s,
-        )
-        if remote
-        else []
-    )
-    if local:
-        req = AdminRequest(0, op, args)
-        reply = engine.queue.call(lambda wb, now: admin(engine, req, wb, now))
-        answers.insert(0, Answer(local[0], reply, 0.0, None))
-    return answers
+    remote = [(i, t, args) for i, (t, args) in enumerate(requests) if t.node_id != me]
+    answers: list[Answer | None] = [None] * len(requests)
+    if remote:
+        asked = [(t, AdminRequest(random_token(), op, args)) for _i, t, args in remote]
+        got = ask(ctx, asked, engine.keys, timeout_s)
+        for (i, _t, _args), answer in zip(remote, got, strict=True):
+            answers[i] = answer
+    for i, (t, args) in enumerate(requests):
+        if t.node_id == me:
+            answers[i] = Answer(t, _admin_here(engine, AdminRequest(0, op, args)), 0.0, None)
+    return [a for a in answers if a is not None]
+
+
+def _admin_here(engine: Engine, req: AdminRequest) -> AdminReply:
+    return engine.queue.call(lambda wb, now: admin(engine, req, wb, now))

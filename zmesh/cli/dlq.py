@@ -1,9 +1,11 @@
 """``zmesh dlq list|replay|purge``: a producer's dead letters, over its control socket.
 
 Dead letters live at the producer that published the messages: ADDRESS is that node's
-control address (default: the first seed of ZMESH_SEED or of the context in use). The
-node answers AdminRequests (ops ``dead_letters``, ``replay``, ``purge``); an error it
-reports is printed and exits 1.
+control address (default: the first seed of ZMESH_SEED or of the context in use). A
+replica host that serves the lanes of a producer gone (docs/replicas.md) holds that
+producer's dead letters in its copy: ``--producer ID`` asks it for those. The node
+answers AdminRequests (ops ``dead_letters``, ``replay``, ``purge``); an error it reports
+is printed and exits 1.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ def _where(fn: Any) -> Any:
             "--group", required=True, callback=group_name, help="Consumer group that failed them."
         ),
         click.option(
+            "--producer",
+            metavar="ID",
+            help="The dead letters of this producer (node id, or its first 4+ hex digits), "
+            "held by the replica host at ADDRESS that serves its lanes (default: the node's "
+            "own, or the producer an --id names).",
+        ),
+        click.option(
             "--timeout",
             type=click.FloatRange(min=0.1),
             default=5.0,
@@ -56,6 +65,29 @@ def _seq(value: str) -> int:
             f"{value!r} is not a message id (SEQ or PRODUCER:SEQ)", param_hint="--id"
         )
     return int(raw)
+
+
+def _args(
+    topic: str, group: str, producer: str | None, ids: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A request's arguments: the producer is ``--producer``, or the one the ids name
+    (PRODUCER:SEQ); ids naming another are refused."""
+    named = {i.rpartition(":")[0].lower() for i in ids} - {""}
+    if producer is None and len(named) == 1:
+        producer = named.pop()
+    if named and (producer is None or named != {producer.lower()}):
+        raise click.BadParameter(
+            "the ids name more than one producer"
+            if producer is None
+            else f"the ids name producers other than {producer}: {', '.join(sorted(named))}",
+            param_hint="--id",
+        )
+    args: dict[str, Any] = {"topic": topic, "group": group}
+    if producer is not None:
+        args["producer"] = producer
+    if ids:
+        args["seqs"] = sorted({_seq(i) for i in ids})
+    return args
 
 
 _ids = click.option(
@@ -139,12 +171,19 @@ def dlq() -> None:
     is_flag=True,
     help="Print them as JSON (payload as payload_b64, and payload_text when UTF-8).",
 )
-def list_(address: str, topic: str, group: str, timeout: float, limit: int, as_json: bool) -> None:
+def list_(
+    address: str,
+    topic: str,
+    group: str,
+    producer: str | None,
+    timeout: float,
+    limit: int,
+    as_json: bool,
+) -> None:
     """List the messages GROUP failed (or that ran out of attempts), oldest first."""
     address = target(address)
-    letters = request_admin(
-        address, "dead_letters", {"topic": topic, "group": group, "limit": limit}, timeout
-    )
+    args = {**_args(topic, group, producer), "limit": limit}
+    letters = request_admin(address, "dead_letters", args, timeout)
     if not isinstance(letters, list):
         raise CliError(f"{address} answered dead_letters with {type(letters).__name__}")
     if as_json:
@@ -158,9 +197,10 @@ def list_(address: str, topic: str, group: str, timeout: float, limit: int, as_j
         click.echo(f"no dead letters of {topic} / {group} at {address}")
         return
     console.print(letters_table(letters, topic, group))
+    of = f" --producer {producer}" if producer else ""
     note(
         f"{len(letters)} dead letter(s); deliver again with `zmesh dlq replay {address} "
-        f"--topic {topic} --group {group} [--id SEQ]`, drop with `zmesh dlq purge ...`"
+        f"--topic {topic} --group {group}{of} [--id SEQ]`, drop with `zmesh dlq purge ...`"
     )
 
 
@@ -181,12 +221,17 @@ def _missing(ids: tuple[str, ...], done: int) -> None:
 @dlq.command()
 @_where
 @_ids
-def replay(address: str, topic: str, group: str, timeout: float, ids: tuple[str, ...]) -> None:
+def replay(
+    address: str,
+    topic: str,
+    group: str,
+    producer: str | None,
+    timeout: float,
+    ids: tuple[str, ...],
+) -> None:
     """Deliver parked messages to GROUP again (every one of topic/group without --id)."""
     address = target(address)
-    args: dict[str, Any] = {"topic": topic, "group": group}
-    if ids:
-        args["seqs"] = sorted({_seq(i) for i in ids})
+    args = _args(topic, group, producer, ids)
     done = _count(request_admin(address, "replay", args, timeout), address, "replay")
     click.echo(f"replayed {done} dead letter(s) of {topic} / {group}")
     _missing(ids, done)
@@ -197,18 +242,24 @@ def replay(address: str, topic: str, group: str, timeout: float, ids: tuple[str,
 @_ids
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 def purge(
-    address: str, topic: str, group: str, timeout: float, ids: tuple[str, ...], yes: bool
+    address: str,
+    topic: str,
+    group: str,
+    producer: str | None,
+    timeout: float,
+    ids: tuple[str, ...],
+    yes: bool,
 ) -> None:
     """Delete parked messages for good (every one of topic/group without --id)."""
     address = target(address)
-    args: dict[str, Any] = {"topic": topic, "group": group}
-    if ids:
-        args["seqs"] = sorted({_seq(i) for i in ids})
+    args = _args(topic, group, producer, ids)
     if not yes:
         what = f"dead letters {', '.join(map(str, args['seqs']))}" if ids else "ALL dead letters"
         try:
             ok = click.confirm(
-                f"Purge {what} of {topic} / {group} at {address}? They cannot be recovered",
+                f"Purge {what} of {topic} / {group} at {address}"
+                + (f" (producer {args['producer']})" if "producer" in args else "")
+                + "? They cannot be recovered",
                 default=False,
                 err=True,
             )

@@ -336,9 +336,11 @@ class Copies:
                 store = copy.store
                 records: int | None = None  # (None: its store cannot be read)
                 owed: int | None = None
+                dead: int | None = None
                 with contextlib.suppress(lmdb.Error), store.env.begin() as txn:
                     records = sum(txn.stat(db)["entries"] for db in (store.msgs, store.runs))
                     owed = sum(txn.stat(db)["entries"] for db in (store.pend, store.pruns))
+                    dead = txn.stat(store.dead)["entries"]
                 out.append(
                     {
                         "producer": producer.hex(),
@@ -349,6 +351,8 @@ class Copies:
                         "topics": sorted(copy.topics),
                         "records": records,  # (a run's messages are one record)
                         "owed_entries": owed,
+                        # (parked, or replayed by a taker and not settled again yet)
+                        "dead_letters": dead,
                     }
                 )
         return out

@@ -138,6 +138,9 @@ class Replication:
 
     def dispatch(self, now: float, send_as: SendAs) -> None:
         for producer, taken in self.taken.items():
+            # (what a taker sends is committed to its copy first: a dead letter replayed
+            # here owes its record again, put by the same batch)
+            taken.commit()
             taken.dispatch(now, send_as(producer, TAKEN_INCARNATION, 0, taken.outbox))
             taken.commit()
 

@@ -379,15 +379,15 @@ async function loadDead(topic, group) {
   }
   const admin = state.snap && state.snap.admin;
   const rows = data.letters.map((d) => el("tr", { "data-id": d.id },
-    el("td", {}, d.node), el("td", {}, String(d.seq)), el("td", {}, d.key ?? "-"),
+    el("td", {}, heldAt(d)), el("td", {}, String(d.seq)), el("td", {}, d.key ?? "-"),
     el("td", { "data-col": "reason" }, d.reason), el("td", { class: "num" }, String(d.attempts)),
     el("td", {}, new Date(d.failed_at * 1000).toLocaleString()),
     el("td", {}, el("pre", { class: "payload" }, d.payload_text ?? `(binary, ${atob(d.payload_b64).length} bytes)`)),
     admin ? el("td", {},
-      el("button", { "data-action": "replay", onclick: () => act("replay", topic, group, producerOf(d), [d.seq], `dead letter ${d.seq} from ${d.node}`) }, "Replay"), " ",
-      el("button", { class: "danger", "data-action": "purge", onclick: () => act("purge", topic, group, producerOf(d), [d.seq], `dead letter ${d.seq} from ${d.node}`) }, "Purge"))
+      el("button", { "data-action": "replay", onclick: () => act("replay", topic, group, producerOf(d), [d.seq], `dead letter ${d.seq} from ${heldAt(d)}`) }, "Replay"), " ",
+      el("button", { class: "danger", "data-action": "purge", onclick: () => act("purge", topic, group, producerOf(d), [d.seq], `dead letter ${d.seq} from ${heldAt(d)}`) }, "Purge"))
       : null));
-  const producers = [...new Map(data.letters.map((d) => [producerOf(d), d.node]))];
+  const producers = [...new Map(data.letters.map((d) => [producerOf(d), heldAt(d)]))];
   list.replaceChildren(...[
     data.letters.length ? el("table", { "data-testid": "dead-letters" },
       el("thead", {}, el("tr", {}, ["Producer", "Seq", "Key", "Reason", "Attempts", "Failed at", "Payload", admin ? "" : null].filter((h) => h !== null).map((h) => el("th", {}, h)))),
@@ -401,6 +401,8 @@ async function loadDead(topic, group) {
 
 // (a dead letter's id is "producer id:sequence")
 const producerOf = (d) => d.id.split(":")[0];
+// The node that holds a dead letter: its producer, or the node serving a producer gone.
+const heldAt = (d) => d.serving ? `${d.node} (serving ${d.serving.slice(0, 12)})` : d.node;
 
 function deadPage(snap, root, topic, group) {
   root.append(el("h2", { "data-testid": "dead-title" }, `Dead letters of ${topic} / ${group}`),
