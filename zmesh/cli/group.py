@@ -3,8 +3,9 @@
 Each producer keeps a lane per group of each topic it publishes, with what it still owes
 that group. ``ls`` asks a node (``--address``, default: the first seed of ZMESH_SEED or
 of the context in use) and every live peer it knows (ops ``groups`` over their control
-sockets) and adds their lanes up per topic and group; ``rm`` asks the node to delete a
-group (op ``group_rm``): it drops its lanes and tells every live peer to do the same.
+sockets) and adds their lanes up per topic and group; ``rm`` asks each live peer to
+delete a group (op ``group_rm``), then the node, which tells every live peer to do the
+same (a peer that did not answer too), and counts what each dropped.
 """
 
 from __future__ import annotations
@@ -24,16 +25,22 @@ from .output import CliError, console, note
 from .settings import target
 
 
-def gather(
-    address: str, topic: str | None, timeout: float
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every producer's lanes (of ``topic``), each with its producer's name and address;
-    and the nodes that did not answer."""
+def _nodes(address: str, timeout: float) -> list[tuple[str, str]]:
+    """(name, address) of the node at ``address`` and of every live peer it knows."""
     status = request_status(address, timeout)
     nodes = [(status["node"]["name"], address)]
     nodes += [
         (p["name"], p["control"].removeprefix("tcp://")) for p in status["peers"] if p["alive"]
     ]
+    return nodes
+
+
+def gather(
+    address: str, topic: str | None, timeout: float
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every producer's lanes (of ``topic``), each with its producer's name and address;
+    and the nodes that did not answer."""
+    nodes = _nodes(address, timeout)
     lanes: list[dict[str, Any]] = []
     unreachable: list[str] = []
     args: dict[str, Any] = {} if topic is None else {"topic": topic}
@@ -193,17 +200,39 @@ def rm(topic: str, name: str, address: str | None, timeout: float, yes: bool) ->
             ok = False
         if not ok:
             raise CliError("not confirmed; nothing deleted (pass --yes to skip the question)")
-    result = request_admin(address, "group_rm", {"topic": topic, "group": name}, timeout)
-    if not isinstance(result, dict):
-        raise CliError(f"{address} answered group_rm with {result!r}")
+    (me, _), *peers = _nodes(address, timeout)
+    args = {"topic": topic, "group": name}
+    # (each peer drops its own lanes and counts them; told first, it has nothing left to
+    # drop when the node's word comes)
+    dropped_at: list[tuple[str, int]] = []
+    unreachable: list[str] = []
+    for peer, at in peers:
+        try:
+            got = request_admin(at, "group_rm", {**args, "announce": False}, timeout)
+        except CliError:
+            unreachable.append(f"{peer} ({at})")
+            continue
+        dropped_at.append((peer, _dropped(got, at)))
+    result = request_admin(address, "group_rm", args, timeout)
+    dropped_at.insert(0, (me, _dropped(result, address)))
+    total = sum(n for _, n in dropped_at)
+    each = ", ".join(f"{peer} {n:,}" for peer, n in dropped_at)
     click.echo(
-        f"deleted group {name} of {topic} at {address}: {result['dropped']:,} pending "
-        f"message(s) dropped there; {result['peers_told']} peer(s) told to do the same"
+        f"deleted group {name} of {topic}: {total:,} pending message(s) dropped ({each}); "
+        f"{result['peers_told']} peer(s) told"
     )
+    if unreachable:
+        note(f"no answer from {', '.join(unreachable)}: told by {me}, their drops not counted")
     note(
         f"producers offline now keep it until their group_inactive_expiry_s passes; "
         f"check with `zmesh group ls {escape(topic)} --address {address}`"
     )
+
+
+def _dropped(result: Any, address: str) -> int:
+    if not isinstance(result, dict) or type(result.get("dropped")) is not int:
+        raise CliError(f"{address} answered group_rm with {result!r}")
+    return result["dropped"]
 
 
 for _cmd in (ls, rm):
