@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -141,6 +142,8 @@ def test_rows_without_a_payload_become_json_as_spark_to_json_writes_it(
         "array(1.5D, cast('Infinity' as double), cast('-Infinity' as double)) as inf, "
         "timestamp'2024-05-01 10:00:00.123456' as ts, date'2024-05-01' as d, "
         "cast(1.50 as decimal(10, 2)) as dec, X'00ff' as bin, cast(null as string) as none, "
+        "cast(0.1 as float) as f32, cast(12345678901234567.123456789 as decimal(38, 9)) as big, "
+        "cast(0.0000001 as decimal(10, 9)) as tiny, array(cast(2.25 as decimal(5, 2))) as decs, "
         "named_struct('x', 1, 'y', cast(null as int), 'z', map('a', cast('NaN' as double))) "
         "as st"
     )
@@ -153,4 +156,9 @@ def test_rows_without_a_payload_become_json_as_spark_to_json_writes_it(
     def strict(constant: str) -> None:
         raise AssertionError(f"{constant} is not JSON")
 
-    assert json.loads(out.messages[0].payload, parse_constant=strict) == json.loads(spark_json)
+    # Numbers compared as written (a float would hide the digits): a 4-byte float with
+    # its own digits, not the double it reads as; a decimal with all of its digits.
+    payload = out.messages[0].payload.decode()
+    exact = {"parse_float": decimal.Decimal}
+    assert json.loads(payload, parse_constant=strict, **exact) == json.loads(spark_json, **exact)
+    assert '"f32":0.1,' in payload and '"big":12345678901234567.123456789,' in payload

@@ -15,6 +15,7 @@ import decimal
 import hashlib
 import json
 import math
+import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from ._options import SinkOptions
 
 SPECIAL = ("topic", "key", "headers", "payload")
 MAX_REQUEST_BYTES = 8 << 20
+_F32 = struct.Struct("<f")
 
 
 def _jsonable(v: Any) -> Any:
@@ -55,6 +57,18 @@ def _float(v: float) -> float | str:
     return "NaN" if v != v else "Infinity" if v > 0 else "-Infinity"
 
 
+def _float32(v: float) -> float | str:
+    """A 4-byte float as Java writes it: the fewest digits that read back as the same
+    float (0.1, where the double it is read as has 0.10000000149011612)."""
+    if not math.isfinite(v):
+        return _float(v)
+    for digits in range(6, 10):  # (9 always do)
+        short = float(f"{v:.{digits}g}")
+        if _F32.unpack(_F32.pack(short))[0] == v:
+            return short
+    return v
+
+
 def _timestamp(v: dt.datetime) -> str:
     text = v.isoformat(timespec="milliseconds")
     return text[:-6] + "Z" if text.endswith("+00:00") else text
@@ -64,7 +78,8 @@ def _spark_json(typ: pa.DataType) -> Callable[[Any], Any] | None:
     """How Spark's to_json writes a value of ``typ``, as a function of its Python value
     (not None), or None when json.dumps writes that value so already: a struct without
     its null fields, a map as an object, a float that is not finite as "NaN", "Infinity"
-    or "-Infinity", a timestamp to the millisecond with its offset, binary as base64."""
+    or "-Infinity" (a 4-byte one with its own digits), a timestamp to the millisecond
+    with its offset, binary as base64. A decimal is kept for ``_exact``."""
     if pa.types.is_struct(typ):
         return _object(typ)
     if pa.types.is_map(typ):
@@ -77,13 +92,13 @@ def _spark_json(typ: pa.DataType) -> Callable[[Any], Any] | None:
         item = _spark_json(typ.value_type)
         return None if item is None else lambda v: [x if x is None else item(x) for x in v]
     if pa.types.is_floating(typ):
-        return _float
+        return _float32 if pa.types.is_float32(typ) else _float
     if pa.types.is_timestamp(typ):
         return _timestamp
     if pa.types.is_date(typ):
         return dt.date.isoformat
     if pa.types.is_decimal(typ):
-        return float  # a JSON number, as Spark's to_json writes it
+        return None  # (kept: _exact writes its digits as a JSON number, as Spark does)
     if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
         return lambda v: base64.b64encode(v).decode()
     return None
@@ -105,8 +120,37 @@ def encode_rows(batch: pa.RecordBatch, fmt: str) -> list[bytes]:
         pack = msgpack.Packer(default=_msgpackable, use_bin_type=True).pack
         return [pack(row) for row in rows]
     to = _object(pa.struct(list(batch.schema)))
-    dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-    return [dumps(to(row)).encode() for row in rows]
+    if any(map(_has_decimal, batch.schema.types)):
+        return [_exact(to(row)).encode() for row in rows]
+    return [_dumps(to(row)).encode() for row in rows]
+
+
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def _exact(v: Any) -> str:
+    """JSON text of ``v`` with each decimal's own digits (``str`` of a Decimal is Java's
+    BigDecimal.toString: 1.10, 1E-7), where json would take it as a float first."""
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, dict):  # (a key that is not a string as its JSON text, as json does)
+        pairs = ((k if isinstance(k, str) else _exact(k), x) for k, x in v.items())
+        return "{" + ",".join(f"{_dumps(k)}:{_exact(x)}" for k, x in pairs) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(map(_exact, v)) + "]"
+    return _dumps(v)
+
+
+def _has_decimal(typ: pa.DataType) -> bool:
+    if pa.types.is_decimal(typ):
+        return True
+    if pa.types.is_struct(typ):
+        return any(_has_decimal(f.type) for f in typ)
+    if pa.types.is_map(typ):
+        return _has_decimal(typ.key_type) or _has_decimal(typ.item_type)
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        return _has_decimal(typ.value_type)
+    return False
 
 
 def content_id(prefix: str, row: dict[str, Any], id_columns: tuple[str, ...]) -> str:
