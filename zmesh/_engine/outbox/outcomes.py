@@ -108,7 +108,8 @@ class Outcomes:
 
     def __init__(self, max_ranges: int = MAX_RANGES) -> None:
         self._lock = threading.Lock()
-        self._ranges: dict[tuple[str, Outcome], _Ranges] = {}
+        # lane name -> outcome -> its ranges (in the order each outcome was first met)
+        self._ranges: dict[str, dict[Outcome, _Ranges]] = {}
         self._count = 0
         self._max = max_ranges
         self.horizon = 0  # sequences below it may have had a record forgotten
@@ -122,9 +123,10 @@ class Outcomes:
         if not runs:
             return
         with self._lock:
-            ranges = self._ranges.get((lane, outcome))
+            of_lane = self._ranges.setdefault(lane, {})
+            ranges = of_lane.get(outcome)
             if ranges is None:
-                ranges = self._ranges[(lane, outcome)] = _Ranges()
+                ranges = of_lane[outcome] = _Ranges()
             for lo, hi in runs:
                 self._count += ranges.add(lo, hi)
             if self._count > self._max:
@@ -134,14 +136,19 @@ class Outcomes:
         """Forget the ranges of the lowest sequences, a tenth of the table at once: one
         pass over every lane's ranges for thousands of them, where one range at a time
         looked at every (lane, outcome) each time (thousands of groups come and gone)."""
-        starts = sorted(s for r in self._ranges.values() for s in r.starts)
+        starts = sorted(
+            s for lane in self._ranges.values() for r in lane.values() for s in r.starts
+        )
         through = starts[self._count - (self._max - self._max // 10) - 1]
-        for key, ranges in list(self._ranges.items()):
-            dropped, end = ranges.drop_through(through)
-            self._count -= dropped
-            self.horizon = max(self.horizon, end)
-            if not ranges:
-                del self._ranges[key]
+        for name, of_lane in list(self._ranges.items()):
+            for outcome, ranges in list(of_lane.items()):
+                dropped, end = ranges.drop_through(through)
+                self._count -= dropped
+                self.horizon = max(self.horizon, end)
+                if not ranges:
+                    del of_lane[outcome]
+            if not of_lane:
+                del self._ranges[name]
 
     def of_lane(self, lane: str) -> dict[Outcome, list[tuple[int, int]]]:
         """The ranges ``[lo, hi)`` of ``lane``'s sequences settled otherwise than acked,
@@ -149,8 +156,7 @@ class Outcomes:
         with self._lock:
             return {
                 outcome: list(zip(r.starts, r.ends, strict=True))
-                for (name, outcome), r in self._ranges.items()
-                if name == lane
+                for outcome, r in self._ranges.get(lane, {}).items()
             }
 
     def claim(self, topic: str, seqs: Sequence[int], lanes: Sequence[str]) -> None:
@@ -187,8 +193,8 @@ class Outcomes:
                 found = next(
                     (
                         outcome
-                        for (name, outcome), ranges in self._ranges.items()
-                        if name == lane and ranges.overlaps(first, hi)
+                        for outcome, ranges in self._ranges.get(lane, {}).items()
+                        if ranges.overlaps(first, hi)
                     ),
                     None,
                 )
