@@ -29,9 +29,13 @@ def test_kept_records_stay_under_the_limit_and_the_oldest_go_first() -> None:
 
 
 def test_packed_columns_stay_under_the_limit_and_the_newest_stay() -> None:
-    packed = Packed(limit=1000)
-    for first in range(0, 50, 10):  # 300 bytes each
+    packed = Packed(limit=2000)
+    for first in range(0, 50, 10):  # 300 bytes each, and 400 of their keys
         packed.keep(tuple(range(first, first + 10)), (bytes(100), (bytes(150),), [bytes(50)]))
-    # Past the limit, the oldest go until half of it is left.
-    assert [key[0] for key in packed.columns] == [30, 40] and packed.bytes == 600
-    assert packed.columns[tuple(range(40, 50))][1] == (bytes(150),)
+    # Past the limit, the oldest go until half of it is left (their keys counted: a
+    # tuple of sequences took about half as much again as the columns of small messages).
+    assert [key[0] for key in packed.columns] == [40] and packed.bytes == 700
+    got = packed.get(tuple(range(40, 50)))
+    assert got is not None and got[1] == (bytes(150),)
+    packed.keep(range(50, 60), (bytes(100), (bytes(150),), [bytes(50)]))  # (a range: no key)
+    assert packed.bytes == 1000 and packed.get(range(0, 10)) is None

@@ -502,7 +502,7 @@ class Engine:
         whole = start == 0 and end == len(out.seqs)  # (the columns as they are, no copies)
         seqs = out.seqs if whole else out.seqs[start:end]
         key = seqs if type(seqs) is range else tuple(seqs)  # (a range's slice is a range)
-        done = packed.columns.get(key) if packed is not None else None
+        done = packed.get(key) if packed is not None else None
         if done is None:
             cut: Callable[[Sequence[Any]], Sequence[Any]] = (
                 _as_is if whole else itemgetter(slice(start, end))

@@ -15,9 +15,11 @@ from .record import Record
 DECODED_KEPT_BYTES = 32 << 20  # what the records kept decoded may take (two windows)
 PACKED_KEPT_BYTES = 4 << 20  # what the batch columns kept packed may take
 _ENTRY_BYTES = 440  # a record's decoded fields and its map entry, besides the payload
+_SEQ_KEY_BYTES = 40  # a sequence in a tuple: its pointer and its int object
 
 _payload: Callable[[Record], bytes] = attrgetter("payload")
 _run_size: Callable[[tuple[list[Any], int]], int] = itemgetter(1)  # a kept run's bytes as counted
+_kept_size: Callable[[tuple[PackedColumns, int]], int] = itemgetter(1)  # packed columns' too
 
 K = TypeVar("K")  # a map's keys (sequences, mostly)
 F = TypeVar("F")  # what it keeps per key
@@ -93,23 +95,36 @@ def _packed_size(columns: PackedColumns) -> int:
     return len(before) + sum(map(len, after)) + sum(map(len, extra))
 
 
+def _key_size(seqs: tuple[int, ...] | range) -> int:
+    """What a batch's sequences take as its key: a tuple holds a pointer and an int
+    object per sequence (about half of a 100-byte message's packed columns)."""
+    return 0 if type(seqs) is range else _SEQ_KEY_BYTES * len(seqs)
+
+
 class Packed:
     """Batch columns packed for one lane of a topic with several groups, by their
     sequences: the other lanes send the same messages, mostly in the same batches, in
-    the same dispatch or a later one. The newest are kept, up to ``limit`` bytes."""
+    the same dispatch or a later one. The newest are kept, up to ``limit`` bytes, their
+    keys counted."""
 
     __slots__ = ("columns", "bytes", "limit")
 
     def __init__(self, limit: int = PACKED_KEPT_BYTES) -> None:
-        self.columns: dict[tuple[int, ...] | range, PackedColumns] = {}
+        # sequences -> (their packed columns, bytes as counted)
+        self.columns: dict[tuple[int, ...] | range, tuple[PackedColumns, int]] = {}
         self.bytes = 0
         self.limit = limit
 
+    def get(self, seqs: tuple[int, ...] | range) -> PackedColumns | None:
+        kept = self.columns.get(seqs)
+        return None if kept is None else kept[0]
+
     def keep(self, seqs: tuple[int, ...] | range, columns: PackedColumns) -> None:
-        self.columns[seqs] = columns
-        self.bytes += _packed_size(columns)
+        size = _packed_size(columns) + _key_size(seqs)
+        self.columns[seqs] = (columns, size)
+        self.bytes += size
         if self.bytes > self.limit:
-            drop, freed = oldest(self.columns, self.bytes - self.limit // 2, _packed_size)
+            drop, freed = oldest(self.columns, self.bytes - self.limit // 2, _kept_size)
             for key in drop:
                 del self.columns[key]
             self.bytes -= freed
