@@ -33,7 +33,7 @@ def test_packed_columns_stay_under_the_limit_and_the_newest_stay() -> None:
     for first in range(0, 50, 10):  # 300 bytes each, and 400 of their keys
         packed.keep(tuple(range(first, first + 10)), (bytes(100), (bytes(150),), [bytes(50)]))
     # Past the limit, the oldest go until half of it is left (their keys counted: a
-    # tuple of sequences took about half as much again as the columns of small messages).
+    # tuple of sequences takes about a third as much again as the columns of small messages).
     assert [key[0] for key in packed.columns] == [40] and packed.bytes == 700
     got = packed.get(tuple(range(40, 50)))
     assert got is not None and got[1] == (bytes(150),)

@@ -97,7 +97,7 @@ def _packed_size(columns: PackedColumns) -> int:
 
 def _key_size(seqs: tuple[int, ...] | range) -> int:
     """What a batch's sequences take as its key: a tuple holds a pointer and an int
-    object per sequence (about half of a 100-byte message's packed columns)."""
+    object per sequence (about a third of what a 100-byte message packs to)."""
     return 0 if type(seqs) is range else _SEQ_KEY_BYTES * len(seqs)
 
 
