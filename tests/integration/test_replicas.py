@@ -456,3 +456,37 @@ def test_a_takers_dead_letters_are_listed_replayed_and_purged_at_the_replica_hos
     wait_until(lambda: not _replicas(r)["copies"], 15, what="the copy forgotten")
     assert r.stats()["replica_copies_forgotten"] == 1
     assert not sub.fetch(10, timeout=0.3)
+
+
+def test_the_other_holders_drop_their_copies_when_the_taker_forgets_a_producer(
+    make_node: Callable[..., zmesh.Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With 3 replicas a producer gone for good leaves a copy at two hosts; one takes over
+    and delivers what the producer owed. Once its lanes owe nothing for
+    FORGET_DEAD_AFTER_S (1 s here) it deletes its copy, and tells the other host to drop
+    its own, which still owes what the taker settled: the other host took over in turn,
+    sent it all again (the consumer dropped it as duplicates) and kept it another 600 s."""
+    monkeypatch.setattr(replication_module, "FORGET_DEAD_AFTER_S", 1.0)
+    r1 = make_node("r1", **TAKEOVER)
+    r2 = make_node("r2", seeds=[r1.control_address], **TAKEOVER)
+    c = make_node("c", seeds=[r1.control_address], replica_host=False, **TAKEOVER)
+    sub = c.subscribe("t", group="g", max_in_flight=100, batch_size=50)
+    p = make_node("p", seeds=[r1.control_address], replica_host=False, **TAKEOVER)
+    p.topic("t", replicas=3, groups=["g"])
+    wait_members(p, "t", "g", 1)
+    n = 400
+    p.publish_many("t", [b"%d" % i for i in range(n)]).wait_stored(timeout=10)
+    seen: Counter[bytes] = Counter()
+    _drain(sub, seen, n // 2, 10)
+    p.close()
+    _drain(sub, seen, n, 20)  # (the rest from the taker)
+    hosts = (r1, r2)
+
+    def total(counter: str) -> int:
+        return sum(r.stats().get(counter, 0) for r in hosts)
+
+    wait_until(lambda: not any(_replicas(r)["copies"] for r in hosts), 15, what="both copies gone")
+    assert (total("takeovers"), total("replica_copies_forgotten")) == (1, 1)
+    assert total("replica_copies_dropped") == 1  # (no copy is left to take over from)
+    assert not sub.fetch(100, timeout=0.2)
+    assert max(seen.values()) == 1

@@ -50,7 +50,8 @@ from ..errors import DecodeError, ZMeshError
 from .admin import admin
 from .bans import Bans, Conn, meta, shut_down
 from .guard import Guard
-from .replica.replication import REPLICATION_FRAMES, is_settlement
+from .replica.replication import REPLICATION_FRAMES
+from .replica.takeover import is_settlement
 
 if TYPE_CHECKING:
     from .._store.store import WriteBatch

@@ -21,16 +21,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..._protocol.frames import (
-    Ack,
     CopyRef,
-    Fail,
     Handback,
     HandbackAck,
-    Nack,
     ReplAck,
     ReplDrop,
     ReplOps,
-    Touch,
 )
 from ..._store.store import Store, WriteBatch
 from ...config import NodeConfig
@@ -138,9 +134,7 @@ class Replication:
 
     def dispatch(self, now: float, send_as: SendAs) -> None:
         for producer, taken in self.taken.items():
-            # (what a taker sends is committed to its copy first: a dead letter replayed
-            # here owes its record again, put by the same batch)
-            taken.commit()
+            taken.commit()  # (first: a dead letter replayed puts its record in that batch)
             taken.dispatch(now, send_as(producer, TAKEN_INCARNATION, 0, taken.outbox))
             taken.commit()
 
@@ -291,10 +285,17 @@ class Replication:
         return now - taken.idle_since >= FORGET_DEAD_AFTER_S and not taken.holds_dead_letters()
 
     def _forget(self, producer: bytes) -> None:
-        """Let go of a producer gone for good and delete its copy. Should it come back
-        after all (its data dir kept), it sends again what this node settled, with the
-        same ids: its consumers drop it by their dedupe window (this node's batches
-        carried floor 0, so they forgot nothing of the producer's)."""
+        """Let go of a producer gone for good and delete its copy; the other holders drop
+        theirs first (told before the hello saying nobody serves it): theirs still owe
+        what this node settled, and one would take over to send it all again. Back after
+        all (its data dir kept), the producer sends again what this node settled, with
+        the same ids: its consumers drop it by their dedupe window (floor 0 kept it)."""
+        mesh = self.mesh
+        assert mesh is not None
+        drop = ReplDrop(producer, self.copies.held[producer].incarnation)
+        for peer in peers_alive(mesh):
+            if any(c.producer == producer for c in peer.copies):
+                mesh.send_ctrl(peer.node_id, drop)
         self._let_go(producer)
         copies = self.copies
         self._forget_copies(producer, (copies.making, copies.held), "its copy (owing nothing)")
@@ -391,8 +392,3 @@ class Replication:
 
 def peers_alive(mesh: Mesh) -> list[Any]:
     return [p for p in mesh.peers.values() if p.alive]
-
-
-def is_settlement(msg: object, me: bytes) -> bool:
-    """A settlement relayed for another producer's lanes."""
-    return isinstance(msg, Ack | Nack | Fail | Touch) and bool(msg.producer) and msg.producer != me

@@ -52,6 +52,11 @@ _TAKEN_META = b"taken"  # the copy's meta: what each lane owed when it was taken
 Settlement = Ack | Nack | Fail | Touch
 
 
+def is_settlement(msg: object, me: bytes) -> bool:
+    """A settlement relayed for another producer's lanes."""
+    return isinstance(msg, Ack | Nack | Fail | Touch) and bool(msg.producer) and msg.producer != me
+
+
 class Taken:
     """One producer's lanes served by this node from its copy."""
 
