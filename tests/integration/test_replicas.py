@@ -433,6 +433,9 @@ def test_a_takers_dead_letters_are_listed_replayed_and_purged_at_the_replica_hos
         ("bad-2", "r", p_id),
         ("bad-3", "r", p_id),
     ]
+    for node in (p_id, "r"):  # (the producer's, or those the node holds)
+        code, one = get_json(f"{base}?topic=t&group=g&node={node}")
+        assert code == 200 and one["letters"] == found["letters"], one
     body = {"node": p_id, "topic": "t", "group": "g", "seqs": [found["letters"][0]["seq"]]}
     code, done = post_json(f"{base}/replay", body)
     assert code == 200 and (done["name"], done["replayed"], done["producer"]) == ("r", 1, p_id)
@@ -443,12 +446,13 @@ def test_a_takers_dead_letters_are_listed_replayed_and_purged_at_the_replica_hos
         ["dlq", "purge", r.control_address, *where, "--producer", p_id, "--id", "0", "--yes"]
     )
     assert purged.returncode == 0 and "purged 0 dead letter" in purged.stdout  # (seq 0: acked)
-    purged = run_cli(["dlq", "purge", r.control_address, *where, "--producer", p_id, "--yes"])
+    purged = run_cli(["dlq", "purge", r.control_address, *where, "--producer", p_id[:6], "--yes"])
     assert purged.returncode == 0 and "purged 1 dead letter" in purged.stdout, purged.stderr
     for command, bad, said in (
         ("list", ["--producer", "ffffffff"], "holds no copy of producer ffffffff"),
         ("list", ["--producer", "p"], "is not a node id"),
         ("replay", ["--id", f"{p_id}:1", "--id", "abcd:2"], "the ids name more than one producer"),
+        ("replay", ["--producer", "ffff", "--id", f"{p_id}:1"], f"name producer {p_id}, not ffff"),
     ):
         refused = run_cli(["dlq", command, r.control_address, *where, *bad])
         assert refused.returncode in (1, 2) and said in refused.stderr, refused.stderr

@@ -85,7 +85,8 @@ def dead_letters(
 ) -> dict[str, Any]:
     """The parked messages of ``query``'s topic and group at every node this one knows (or
     at ``node``, an id or a name), with the nodes that could not say. A node that serves
-    the lanes of a producer gone is asked for that producer's too (its copy holds them)."""
+    the lanes of a producer gone is asked for that producer's too (its copy holds them):
+    ``node`` names the one or the other."""
     args: dict[str, Any] = {"topic": name_arg(query, "topic"), "group": name_arg(query, "group")}
     given = str(query.get("limit", "1000"))
     limit = count(given)
@@ -95,16 +96,23 @@ def dead_letters(
         )
     args["limit"] = limit
     targets = all_targets(engine)
+    asked = targets
     node = query.get("node")
     if node:
-        targets = [t for t in targets if node in (t.node_id, t.name)]
-        if not targets:
-            raise HttpError(HTTPStatus.NOT_FOUND, f"node {node!r} is not known to this node")
-    requests = [(t, args) for t in targets]
-    requests += [(t, {**args, "producer": p}) for t in targets for p in t.serving]
+        asked = [t for t in targets if node in (t.node_id, t.name)]
+    producers = {t.node_id for t in asked} | ({node} if node and not asked else set())
+    requests = [(t, args) for t in asked]
+    requests += [
+        (t, {**args, "producer": p})
+        for t in targets
+        for p in t.serving
+        if not node or t in asked or p in producers
+    ]
+    if not requests:
+        raise HttpError(HTTPStatus.NOT_FOUND, f"node {node!r} is not known to this node")
     letters: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
-    for a, (_t, asked) in zip(
+    for a, (_t, sent) in zip(
         run_admin(engine, ctx, requests, "dead_letters", timeout_s), requests, strict=True
     ):
         reply = a.reply
@@ -114,7 +122,7 @@ def dead_letters(
             continue
         result = reply.result
         assert isinstance(result, list)
-        serving = asked.get("producer")
+        serving = sent.get("producer")
         letters += [dead_letter_json(d, a.target.name, serving) for d in result]
     return {**args, "letters": letters, "errors": errors}
 

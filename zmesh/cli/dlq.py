@@ -73,15 +73,16 @@ def _args(
     """A request's arguments: the producer is ``--producer``, or the one the ids name
     (PRODUCER:SEQ); ids naming another are refused."""
     named = {i.rpartition(":")[0].lower() for i in ids} - {""}
-    if producer is None and len(named) == 1:
-        producer = named.pop()
-    if named and (producer is None or named != {producer.lower()}):
-        raise click.BadParameter(
-            "the ids name more than one producer"
-            if producer is None
-            else f"the ids name producers other than {producer}: {', '.join(sorted(named))}",
-            param_hint="--id",
-        )
+    if len(named) > 1:
+        raise click.BadParameter("the ids name more than one producer", param_hint="--id")
+    if named:
+        (of,) = named
+        given = (producer or of).lower()  # (either may be the first digits of the other)
+        if not (of.startswith(given) or given.startswith(of)):
+            raise click.BadParameter(
+                f"the ids name producer {of}, not {producer}", param_hint="--id"
+            )
+        producer = producer or of
     args: dict[str, Any] = {"topic": topic, "group": group}
     if producer is not None:
         args["producer"] = producer
