@@ -491,7 +491,8 @@ class ReplAck:
 
 @dataclass(frozen=True, slots=True)
 class ReplDrop:
-    """The producer no longer counts on the receiver's copy of its outbox: drop it."""
+    """Drop your copy of ``producer``'s outbox: the producer no longer counts on it, or
+    (sent by the node that served its lanes) it is gone for good and owed nothing more."""
 
     producer: bytes
     incarnation: int
