@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -82,7 +83,13 @@ class Driver:
             )
 
     def output(self) -> str:
-        return (self.tmp_path / f"driver-{self.runs}.log").read_text(errors="replace")[-3000:]
+        """The driver's log: from its first error on (a Java trace names the cause at its
+        top), and its end."""
+        text = (self.tmp_path / f"driver-{self.runs}.log").read_text(errors="replace")
+        first = re.search(r"^.*(Exception|Error)\b", text, re.MULTILINE)
+        if first is None or len(text) <= 4000:
+            return text[-4000:]
+        return f"{text[first.start() : first.start() + 2000]}\n[...]\n{text[-2000:]}"
 
     def kill_mid_batch(
         self, checkpoint: Path, progress: Callable[[], int], before_retry: Callable[[], None]

@@ -12,6 +12,8 @@ from typing import Any
 import msgpack
 import pytest
 
+import zmesh.spark
+
 from .conftest import Bridged, Pair, needs_spark, run_to_end
 
 pytestmark = needs_spark
@@ -306,3 +308,42 @@ def test_a_topic_added_to_a_query_is_read_from_its_first_retained_offset(
         *(("a", i) for i in range(30)),
         *(("b", i) for i in range(30, 50)),
     ]
+
+
+def registered_environment(spark: Any) -> dict[str, str]:
+    """The environment map of the Python function Spark holds for the ``zmesh`` format."""
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    env = manager.lookupDataSource("zmesh").dataSourceCls().envVars()
+    return {str(k): str(env.get(k)) for k in env.keySet().toArray()}
+
+
+def test_streaming_queries_only_replace_the_registered_sources_environment(
+    spark: Any, bridged: Callable[..., Bridged], tmp_path: Path
+) -> None:
+    """Each streaming query's source runner puts its variables into the one environment
+    map of the registered format, unsynchronized; queries starting together could corrupt
+    it if those puts inserted keys. register() puts them there first, with the values the
+    runner puts, so a query leaves the map as it was."""
+    zmesh.spark.register(spark)  # (a fresh map: earlier tests' queries filled the old one)
+    before = registered_environment(spark)
+    assert {"SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE"} <= set(before)
+    b = bridged()
+    b.publish("readings", 10)
+    query = (
+        spark.readStream.format("zmesh")
+        .option("endpoint", b.endpoint)
+        .option("reader", "environment")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    run_to_end(query)
+    assert sum(p["numInputRows"] for p in query.recentProgress) == 10
+    after = registered_environment(spark)
+    assert set(after) == set(before), "the runner inserted keys"
+    assert after["SPARK_LOCAL_DIRS"], "(the one value the runner sets that register() cannot)"
+    after["SPARK_LOCAL_DIRS"] = before["SPARK_LOCAL_DIRS"]
+    assert after == before, "the runner's values"
+    assert "SPARK_LOCAL_DIRS" not in spark.sparkContext.environment, "only the source's map"

@@ -54,16 +54,48 @@ def register(spark: Any) -> None:
     ``minPartitions``, so that every core reads a share of each micro-batch."""
     source = _data_source()
     try:
-        parallelism = int(spark.sparkContext.defaultParallelism)
-    except Exception:  # a Spark Connect session has no SparkContext: keep the default
-        parallelism = 0
+        context = spark.sparkContext
+    except Exception:  # a Spark Connect session has no SparkContext: keep the defaults
+        spark.dataSource.register(source)
+        return
+    parallelism = int(context.defaultParallelism)
     if parallelism > 0:
         # A subclass made here is pickled with its value (it is no module's attribute),
         # which is how the planner, in a Python worker of its own, learns it.
         source = type(
             source.__name__, (source,), {"parallelism": parallelism, "__doc__": source.__doc__}
         )
-    spark.dataSource.register(source)
+    environment = context.environment
+    saved = dict(environment)
+    environment.update(_runner_environment(context))
+    try:
+        spark.dataSource.register(source)
+    finally:
+        environment.clear()
+        environment.update(saved)
+
+
+def _runner_environment(context: Any) -> dict[str, str]:
+    """The variables Spark's streaming source runner puts into the registered source's
+    environment map.
+
+    That map is one ``java.util.HashMap`` shared by every query on the format, and each
+    query's runner puts into it, unsynchronized, from the query's own thread. Two queries
+    that start together can each insert the same key and leave the map's size one more
+    than its entries; every task serialized with it afterwards fails to deserialize
+    (``java.io.OptionalDataException``) until the driver restarts. Registered with the
+    keys already in it, the runners' puts only replace values. The values are the
+    runner's, but for the block manager's directories, which every runner of Python code
+    sets itself before it starts a worker."""
+    conf = context._jsc.sc().conf()
+    return {
+        "SPARK_LOCAL_DIRS": "",
+        "SPARK_AUTH_SOCKET_TIMEOUT": str(
+            conf.getTimeAsSeconds("spark.python.authenticate.socketTimeout", "15s")
+        ),
+        "SPARK_BUFFER_SIZE": str(conf.getInt("spark.buffer.size", 65536)),
+        "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",
+    }
 
 
 def __getattr__(name: str) -> Any:
