@@ -4,6 +4,7 @@ payloads decoded by Arrow's JSON reader or, when it cannot, one at a time."""
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import subprocess
 
@@ -166,4 +167,28 @@ def test_msgpack_payloads_are_decoded_one_at_a_time() -> None:
         (1, 0.25),
         (2, 0.5),
         (None, None),
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["json", "msgpack"])
+def test_a_decimal_field_is_read_from_its_digits_or_a_number(fmt: str) -> None:
+    """Rounded half up to the column's scale; null when not a number or too large."""
+    dec = pa.decimal128(6, 2)
+    conv = RecordConverter(schema(("d", dec)), fmt)
+    values: list = ["1.50", "1.505", 2.25, 3, "nope", "NaN", "123456.7", None]
+    if fmt == "json":
+        bodies = [json.dumps({"d": v}).encode() for v in values]
+    else:
+        bodies = [msgpack.packb({"d": v}) for v in values]
+    conv.add("t/0", 0, columns(record(bodies)), 0, len(bodies))
+    D = decimal.Decimal
+    assert [r["d"] for r in conv.batch().to_pylist()] == [
+        D("1.50"),
+        D("1.51"),
+        D("2.25"),
+        D("3.00"),
+        None,
+        None,
+        None,
+        None,
     ]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 import zmesh
@@ -130,6 +131,42 @@ def test_columns_every_task_would_fail_on_are_refused_when_the_writer_is_made(
         with pytest.raises(Exception, match=f"(?s)data source writer.*{refusal}"):
             writer.format("zmesh").mode("append").option("endpoint", b.endpoint).save()
     assert b.bridge.stats().get("published", 0) == 0
+
+
+def test_msgpack_rows_keep_every_digit_of_a_decimal_and_read_back_as_written(
+    spark: Any, bridged: Callable[..., Bridged], collect: Callable[..., Collector]
+) -> None:
+    """msgpack has no decimal: the sink writes its digits as a string, and the source
+    reads such a string (or a number) into a decimal column of ``payloadSchema``."""
+    b = bridged(topics=("readings", "out"))
+    out = collect(b, "out")
+    df = spark.sql(
+        "select 7 as i, cast(1.50 as decimal(10, 2)) as dec, "
+        "cast(12345678901234567.123456789 as decimal(38, 9)) as big, "
+        "cast(null as decimal(5, 1)) as none"
+    )
+    df.write.format("zmesh").mode("append").option("endpoint", b.endpoint).option(
+        "topic", "out"
+    ).option("payloadFormat", "msgpack").save()
+    wait_until(lambda: len(out) == 1 and b.logged("out") == 1, 30, what="the row handled")
+    assert msgpack.unpackb(out.messages[0].payload) == {
+        "i": 7,
+        "dec": "1.50",
+        "big": "12345678901234567.123456789",
+        "none": None,
+    }
+    back = (
+        spark.read.format("zmesh")
+        .option("endpoint", b.endpoint)
+        .option("topics", "out")
+        .option("payloadFormat", "msgpack")
+        .option(
+            "payloadSchema", "i int, dec decimal(10, 2), big decimal(38, 9), none decimal(5, 1)"
+        )
+        .load()
+        .select("i", "dec", "big", "none")
+    )
+    assert [tuple(r) for r in back.collect()] == [tuple(df.first())]
 
 
 def test_rows_without_a_payload_become_json_as_spark_to_json_writes_it(

@@ -13,6 +13,7 @@ failing the query.
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 from array import array
 from collections.abc import Callable
@@ -79,9 +80,35 @@ def _to_time(v: Any) -> Any:
     return v
 
 
+_DECIMALS = decimal.Context(prec=80)  # (room for decimal256's 76 digits)
+
+
+def _to_decimal(typ: pa.Decimal128Type | pa.Decimal256Type) -> Callable[[Any], Any]:
+    """A decimal column's value from a number or its digits as a string (as zmesh's sink
+    writes one in msgpack), rounded half up to the column's scale as Spark rounds; None
+    for what is not a number or needs more digits than the column holds."""
+    step = decimal.Decimal(1).scaleb(-typ.scale)
+    limit = decimal.Decimal(10) ** (typ.precision - typ.scale)
+
+    def to(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int | float | str | decimal.Decimal):
+            return None
+        try:
+            d = decimal.Decimal(repr(v) if isinstance(v, float) else v)
+            d = d.quantize(step, decimal.ROUND_HALF_UP, _DECIMALS)
+        except (decimal.InvalidOperation, ValueError):
+            return None
+        return d if d.is_finite() and abs(d) < limit else None
+
+    return to
+
+
 def _column(values: list[Any], typ: pa.DataType) -> pa.Array:
     if pa.types.is_timestamp(typ):
         values = [_to_time(v) for v in values]
+    elif pa.types.is_decimal(typ):
+        to = _to_decimal(typ)
+        values = [None if v is None else to(v) for v in values]
     try:
         return pa.array(values, type=typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):

@@ -47,7 +47,7 @@ def _msgpackable(v: Any) -> Any:
     if isinstance(v, dt.datetime | dt.date):
         return v.isoformat()
     if isinstance(v, decimal.Decimal):
-        return float(v)
+        return format(v, "f")  # (all of its digits: msgpack has no decimal, a float has 16)
     return v
 
 
