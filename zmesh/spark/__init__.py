@@ -67,7 +67,7 @@ def register(spark: Any) -> None:
         )
     environment = context.environment
     saved = dict(environment)
-    environment.update(_runner_environment(context))
+    environment.update(_RUNNER_ENVIRONMENT)
     try:
         spark.dataSource.register(source)
     finally:
@@ -75,27 +75,21 @@ def register(spark: Any) -> None:
         environment.update(saved)
 
 
-def _runner_environment(context: Any) -> dict[str, str]:
-    """The variables Spark's streaming source runner puts into the registered source's
-    environment map.
-
-    That map is one ``java.util.HashMap`` shared by every query on the format, and each
-    query's runner puts into it, unsynchronized, from the query's own thread. Two queries
-    that start together can each insert the same key and leave the map's size one more
-    than its entries; every task serialized with it afterwards fails to deserialize
-    (``java.io.OptionalDataException``) until the driver restarts. Registered with the
-    keys already in it, the runners' puts only replace values. The values are the
-    runner's, but for the block manager's directories, which every runner of Python code
-    sets itself before it starts a worker."""
-    conf = context._jsc.sc().conf()
-    return {
-        "SPARK_LOCAL_DIRS": "",
-        "SPARK_AUTH_SOCKET_TIMEOUT": str(
-            conf.getTimeAsSeconds("spark.python.authenticate.socketTimeout", "15s")
-        ),
-        "SPARK_BUFFER_SIZE": str(conf.getInt("spark.buffer.size", 65536)),
-        "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",
-    }
+# The variables Spark's streaming source runner puts into the registered format's
+# environment map. That map is one ``java.util.HashMap`` shared by every query on the
+# format, and each query's runner puts into it, unsynchronized, from the query's own
+# thread: two queries that start together can each insert the same key and leave the
+# map's size one more than its entries, and every task serialized with it afterwards fails
+# to deserialize (``java.io.OptionalDataException``) until the driver restarts. Registered
+# with the keys already in it, the runners' puts only replace values. Every runner of
+# Python code sets the first three itself before it starts a worker; the last is the
+# runner's constant.
+_RUNNER_ENVIRONMENT = {
+    "SPARK_LOCAL_DIRS": "",
+    "SPARK_AUTH_SOCKET_TIMEOUT": "",
+    "SPARK_BUFFER_SIZE": "",
+    "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",
+}
 
 
 def __getattr__(name: str) -> Any:
