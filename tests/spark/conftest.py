@@ -38,6 +38,24 @@ def sensor_key(i: int) -> str:
     return f"sensor-{i % 5}"
 
 
+def stream_to_end(
+    spark: Any,
+    source: dict[str, Any],
+    sink: str,
+    *,
+    columns: tuple[str, ...] = (),
+    name: str | None = None,
+    **sink_options: Any,
+) -> Any:
+    """Run an available-now query from the zmesh source (``source``: its options) into
+    ``sink`` to its end (``columns``: only those; ``name``: a memory sink's table)."""
+    df = spark.readStream.format("zmesh").options(**source).load()
+    writer = (df.select(*columns) if columns else df).writeStream.format(sink)
+    if name is not None:
+        writer = writer.queryName(name)
+    return run_to_end(writer.options(**sink_options).trigger(availableNow=True).start())
+
+
 @dataclass
 class Bridged:
     """A bridge node with its Bridge, and a producer node seeded to it."""

@@ -14,7 +14,7 @@ import pytest
 import zmesh
 from tests.conftest import wait_members, wait_until
 
-from .conftest import Bridged, Collector, needs_spark, run_to_end
+from .conftest import Bridged, Collector, needs_spark, stream_to_end
 
 pytestmark = needs_spark
 
@@ -90,21 +90,15 @@ def test_stream_write_from_the_zmesh_source(
     b = bridged()
     out = collect(b, "copies")
     b.publish("readings", 500)
-    query = (
-        spark.readStream.format("zmesh")
-        .option("endpoint", b.endpoint)
-        .option("reader", "copier")
-        .option("maxRecordsPerBatch", 200)
-        .load()
-        .selectExpr("key", "payload")
-        .writeStream.format("zmesh")
-        .option("endpoint", b.endpoint)
-        .option("topic", "copies")
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
+    stream_to_end(
+        spark,
+        {"endpoint": b.endpoint, "reader": "copier", "maxRecordsPerBatch": 200},
+        "zmesh",
+        columns=("key", "payload"),
+        endpoint=b.endpoint,
+        topic="copies",
+        checkpointLocation=str(tmp_path / "ck"),
     )
-    run_to_end(query)
     wait_until(lambda: len(out) >= 500, 30, what="500 copies handled")
     settled(b)
     assert len(out) == 500

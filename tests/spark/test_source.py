@@ -14,7 +14,7 @@ import pytest
 
 import zmesh.spark
 
-from .conftest import Bridged, Pair, needs_spark, run_to_end
+from .conftest import Bridged, Pair, needs_spark, stream_to_end
 
 pytestmark = needs_spark
 
@@ -86,20 +86,13 @@ def test_stream_with_read_limit_and_available_now(
 ) -> None:
     b = bridged()
     b.publish("readings", 1000)
-    query = (
-        spark.readStream.format("zmesh")
-        .option("endpoint", b.endpoint)
-        .option("reader", "limits")
-        .option("maxRecordsPerBatch", 300)
-        .option("minPartitions", 3)
-        .load()
-        .writeStream.format("parquet")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
+    query = stream_to_end(
+        spark,
+        {"endpoint": b.endpoint, "reader": "limits", "maxRecordsPerBatch": 300, "minPartitions": 3},
+        "parquet",
+        path=str(tmp_path / "out"),
+        checkpointLocation=str(tmp_path / "ck"),
     )
-    run_to_end(query)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [300, 300, 300, 100]
     out = spark.read.parquet(str(tmp_path / "out"))
@@ -113,18 +106,13 @@ def test_stream_with_read_limit_and_available_now(
     assert marks == {s: end for s, (_h, end) in b.bridge.streams().items()}
     # nothing new: a second run reads nothing; new messages: it reads just those
     b.publish("readings", 50, start=1000)
-    query = (
-        spark.readStream.format("zmesh")
-        .option("endpoint", b.endpoint)
-        .option("reader", "limits")
-        .load()
-        .writeStream.format("parquet")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
+    query = stream_to_end(
+        spark,
+        {"endpoint": b.endpoint, "reader": "limits"},
+        "parquet",
+        path=str(tmp_path / "out"),
+        checkpointLocation=str(tmp_path / "ck"),
     )
-    run_to_end(query)
     assert spark.read.parquet(str(tmp_path / "out")).count() == 1050
 
 
@@ -140,20 +128,18 @@ def test_stream_decodes_json_and_msgpack_payloads(
     schema = "sensor string, value double, i long"
     got = {}
     for topic, fmt in (("readings", "json"), ("packed", "msgpack")):
-        query = (
-            spark.readStream.format("zmesh")
-            .option("endpoint", b.endpoint)
-            .option("reader", f"decode-{topic}")
-            .option("topics", topic)
-            .option("payloadFormat", fmt)
-            .option("payloadSchema", schema)
-            .load()
-            .writeStream.format("memory")
-            .queryName(f"decoded_{topic}")
-            .trigger(availableNow=True)
-            .start()
+        stream_to_end(
+            spark,
+            {
+                "endpoint": b.endpoint,
+                "reader": f"decode-{topic}",
+                "topics": topic,
+                "payloadFormat": fmt,
+                "payloadSchema": schema,
+            },
+            "memory",
+            name=f"decoded_{topic}",
         )
-        run_to_end(query)
         got[topic] = spark.sql(f"select * from decoded_{topic}").collect()
     assert sorted((r.i, r.sensor, r.value) for r in got["readings"]) == [
         (i, f"sensor-{i % 5}", float(i % 97)) for i in range(20)
@@ -184,19 +170,13 @@ def test_two_bridges_of_one_group_read_as_one_stream(
     ids = {pair.first.bridge.log_id, pair.second.bridge.log_id}
     rows = spark.read.format("zmesh").option("endpoint", pair.endpoints).load().collect()
     assert sorted(json.loads(r.payload)["i"] for r in rows) == list(range(600))
-    query = (
-        spark.readStream.format("zmesh")
-        .option("endpoint", pair.endpoints)
-        .option("reader", "both")
-        .option("maxRecordsPerTrigger", 250)
-        .load()
-        .writeStream.format("parquet")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
+    query = stream_to_end(
+        spark,
+        {"endpoint": pair.endpoints, "reader": "both", "maxRecordsPerTrigger": 250},
+        "parquet",
+        path=str(tmp_path / "out"),
+        checkpointLocation=str(tmp_path / "ck"),
     )
-    run_to_end(query)
     assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [250, 250, 100]
     out = spark.read.parquet(str(tmp_path / "out")).collect()
     assert sorted(json.loads(r.payload)["i"] for r in out) == list(range(600))
@@ -259,18 +239,12 @@ def test_what_the_source_cannot_read_is_refused_before_its_reader_is_registered(
         ("endingOffsets", "latest", "option endingOffsets is for batch reads"),
     ]:
         with pytest.raises(Exception, match=re.escape(refusal)):
-            query = (
-                spark.readStream.format("zmesh")
-                .option("endpoint", b.endpoint)
-                .option("reader", "mistaken")
-                .option(option, value)
-                .load()
-                .writeStream.format("noop")
-                .option("checkpointLocation", str(tmp_path / option))
-                .trigger(availableNow=True)
-                .start()
+            stream_to_end(
+                spark,
+                {"endpoint": b.endpoint, "reader": "mistaken", option: value},
+                "noop",
+                checkpointLocation=str(tmp_path / option),
             )
-            run_to_end(query)
     assert b.bridge.readers() == {}
 
 
@@ -283,19 +257,13 @@ def test_a_topic_added_to_a_query_is_read_from_its_first_retained_offset(
     b.publish("b", 30)
 
     def run(topics: str) -> None:
-        query = (
-            spark.readStream.format("zmesh")
-            .option("endpoint", b.endpoint)
-            .option("reader", "growing")
-            .option("topics", topics)
-            .load()
-            .writeStream.format("parquet")
-            .option("path", str(tmp_path / "out"))
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(availableNow=True)
-            .start()
+        stream_to_end(
+            spark,
+            {"endpoint": b.endpoint, "reader": "growing", "topics": topics},
+            "parquet",
+            path=str(tmp_path / "out"),
+            checkpointLocation=str(tmp_path / "ck"),
         )
-        run_to_end(query)
 
     run("a")
     b.bridge.prune()  # b, which no query reads, goes
@@ -329,17 +297,12 @@ def test_streaming_queries_only_replace_the_registered_sources_environment(
     assert {"SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE"} <= set(before)
     b = bridged()
     b.publish("readings", 10)
-    query = (
-        spark.readStream.format("zmesh")
-        .option("endpoint", b.endpoint)
-        .option("reader", "environment")
-        .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
+    query = stream_to_end(
+        spark,
+        {"endpoint": b.endpoint, "reader": "environment"},
+        "noop",
+        checkpointLocation=str(tmp_path / "ck"),
     )
-    run_to_end(query)
     assert sum(p["numInputRows"] for p in query.recentProgress) == 10
     after = registered_environment(spark)
     assert set(after) == set(before), "the runner inserted keys"
