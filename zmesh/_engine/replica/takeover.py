@@ -54,7 +54,7 @@ Settlement = Ack | Nack | Fail | Touch
 
 def is_settlement(msg: object, me: bytes) -> bool:
     """A settlement relayed for another producer's lanes."""
-    return isinstance(msg, Ack | Nack | Fail | Touch) and bool(msg.producer) and msg.producer != me
+    return isinstance(msg, Settlement) and bool(msg.producer) and msg.producer != me
 
 
 class Taken:
@@ -136,9 +136,9 @@ class Taken:
             self.outbox.dispatcher.dispatch(now, send, self.wb)
 
     def commit(self) -> None:
-        wb, self.wb = self.wb, WriteBatch()
-        if not wb:
+        if not self.wb:
             return
+        wb, self.wb = self.wb, WriteBatch()
         try:
             self.store.commit(wb)
         except StoreError as exc:
