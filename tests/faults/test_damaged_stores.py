@@ -15,7 +15,9 @@ import os
 import random
 import re
 import signal
+import struct
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -74,6 +76,29 @@ def overwrite(data_dir: Path, pgno: int) -> None:
     with open(data_dir / "store" / "data.mdb", "r+b") as f:
         f.seek(pgno * 4096)
         f.write(random.Random(pgno).randbytes(4096))
+
+
+P_LEAF, F_BIGDATA = 0x02, 0x01  # (LMDB's page flag and node flag)
+
+
+def lose_overflow(data_dir: Path, pgno: int) -> None:
+    """Make leaf page ``pgno`` hold only its first record, pointing past the end of the
+    file for its value (an overflow page number rotted): every read of that value, and
+    a cursor stepping onto the page, is refused by LMDB with an error, whatever the
+    page's place in its tree (random bytes over a leaf fail an assertion in LMDB
+    instead, or not, by the bytes and by how the page is reached)."""
+    with open(data_dir / "store" / "data.mdb", "r+b") as f:
+        f.seek(pgno * 4096)
+        page = bytearray(f.read(4096))
+        (first,) = struct.unpack_from("<H", page, 16)  # (where the first node is)
+        (ksize,) = struct.unpack_from("<H", page, first + 6)
+        key = bytes(page[first + 8 : first + 8 + ksize])
+        node = struct.pack("<HHHH", 5000, 0, F_BIGDATA, ksize) + key + struct.pack("<Q", 1 << 40)
+        at = 4096 - len(node)
+        struct.pack_into("<HHHH", page, 10, P_LEAF, 18, at, at)  # (flags, lower, upper, ptr)
+        page[at:] = node
+        f.seek(pgno * 4096)
+        f.write(page)
 
 
 def older_meta(data_dir: Path) -> int:
@@ -225,14 +250,17 @@ def test_store_check_reports_a_sound_store(tmp_path, mesh_name):
     assert code == 1 and "does not exist" in out, out
 
 
-def overwrite_in_place(data_dir: Path, pages: list[int]) -> os.stat_result:
-    """Random bytes over ``pages`` of the data file, written in place with its times put
-    back (``dd conv=notrunc`` then ``touch -r``, or ``rsync --inplace -t``): the file
-    keeps its size, modification time and inode. Returns its stat from before."""
+def overwrite_in_place(
+    data_dir: Path, pages: list[int], damage: Callable[[Path, int], None] = overwrite
+) -> os.stat_result:
+    """Random bytes (or ``damage``) over ``pages`` of the data file, written in place
+    with its times put back (``dd conv=notrunc`` then ``touch -r``, or ``rsync --inplace
+    -t``): the file keeps its size, modification time and inode. Returns its stat from
+    before."""
     data = data_dir / "store" / "data.mdb"
     ref = data.stat()
     for pgno in pages:
-        overwrite(data_dir, pgno)
+        damage(data_dir, pgno)
     os.utime(data, ns=(ref.st_atime_ns, ref.st_mtime_ns))
     now = data.stat()
     assert (now.st_size, now.st_mtime_ns, now.st_ino) == (ref.st_size, ref.st_mtime_ns, ref.st_ino)
@@ -327,7 +355,7 @@ def test_a_producer_whose_store_is_damaged_leaves_its_replicas_copy_unfinished_a
     data_dir = tmp_path / "p"
     build(data_dir, mesh_name, kill=False)
     leaves = pages_of(data_dir)["main/msgs"]["leaf"]
-    overwrite_in_place(data_dir, [leaves[len(leaves) // 2]])
+    overwrite_in_place(data_dir, [leaves[len(leaves) // 2]], lose_overflow)
     data = data_dir / "store" / "data.mdb"
     (data_dir / "LOCK").write_text(f"clean {' '.join(stamp(data.stat()))}\n")  # (bit rot)
 
