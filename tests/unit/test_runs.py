@@ -17,6 +17,7 @@ from zmesh._engine.lane.lane import Lane
 from zmesh._engine.lane.plain import PlainRun
 from zmesh._engine.outbox.records import run_message
 from zmesh._engine.outbox.runs import (
+    JOINED_MAX_MESSAGES,
     RUN_MAX_BYTES,
     Run,
     Runs,
@@ -24,6 +25,7 @@ from zmesh._engine.outbox.runs import (
     run_entry,
     run_record,
 )
+from zmesh._numbers import le_bytes
 from zmesh._protocol.codec import LARGE_PAYLOAD_BYTES, pack_columns
 from zmesh._store.damage import decode_run, run_offsets
 from zmesh._store.store import Store, WriteBatch, pack, pend_key, unpackb
@@ -97,6 +99,44 @@ def test_gone_deletes_a_run_with_its_last_message_and_forgets_it():
     runs.by_first[20].left = 1  # a run loaded at restart: its bytes are not known
     runs.gone([22], batch)
     assert batch.del_bytes == 1234 + RUN_MAX_BYTES
+
+
+@given(
+    sizes=st.lists(
+        st.sampled_from([0, 1, 255, 256, 65535, LARGE_PAYLOAD_BYTES, 300_000]),
+        min_size=1,
+        max_size=JOINED_MAX_MESSAGES + 1,
+    ),
+    keys=st.booleans(),
+    each_time=st.booleans(),
+)
+def test_a_run_record_with_large_payloads_is_the_bytes_msgpack_packs(sizes, keys, each_time):
+    # Large payloads are joined into the record after their bin headers: the same bytes.
+    n = len(sizes)
+    payloads = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    fields = [
+        "t",
+        array("H", [300] * n),
+        [f"k{i}" for i in range(n)] if keys else None,
+        {"h": 1},
+        array("d", [5.0] * n) if each_time else 5.0,
+        payloads,
+        array("I", range(n)),
+    ]
+    record = run_record(fields)
+    assert record == pack(
+        [
+            "t",
+            le_bytes(fields[1]),
+            fields[2],
+            {"h": 1},
+            5.0 if not each_time else le_bytes(fields[4]),
+            payloads,
+            le_bytes(fields[6]),
+        ]
+    )
+    decoded = decode_run(record)
+    assert decoded is not None and decoded[5] == payloads
 
 
 def test_a_run_record_decodes_to_each_messages_fields():

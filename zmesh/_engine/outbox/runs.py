@@ -21,13 +21,17 @@ decoded record, never packed) and written as a record and its entries if they sp
 
 from __future__ import annotations
 
+import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
 from ..._numbers import le_bytes
+from ..._protocol.codec import LARGE_PAYLOAD_BYTES
 from ..._store.store import WriteBatch, pack, pend_key, u64
 from ..lane.blocks import block_parts, one_block
 
@@ -40,6 +44,13 @@ RUN_ENTRY_BYTES = 100  # what a run's decoded record holds per message besides i
 # entry, a step per message of the run: the cost of a run grows with it, its gain does not.)
 RUN_MAX_BYTES = 256 << 10
 RUN_MAX_MESSAGES = 512
+# A run of at most this many messages with a large payload (LARGE_PAYLOAD_BYTES, the size
+# that also travels as a frame of its own) is joined from its pieces (run_record): below
+# it, msgpack's two copies of a payload cost less than a Python step for it.
+JOINED_MAX_MESSAGES = 64
+_RECORD_HEADER = b"\x97"  # a msgpack array of a record's 7 fields
+_BIN32 = struct.Struct(">BI")  # msgpack's bin 32 header: 0xc6, then the length
+_array_header = msgpack.Packer(use_bin_type=True).pack_array_header
 
 
 @dataclass(slots=True)
@@ -71,19 +82,29 @@ def run_record(fields: list[Any]) -> bytes:
     headers, published_at, payloads, indexes]`` (``keys`` None when no message has one;
     ``published_at`` one time for the whole run, or an array of doubles, one per message;
     ``partitions`` and ``indexes`` arrays too: each array stored as its bytes, packed with
-    no step per message; see ``staging._allocate``)."""
+    no step per message; see ``staging._allocate``).
+
+    A run with a payload of ``LARGE_PAYLOAD_BYTES`` or more is the same bytes, joined
+    from its pieces: each such payload copied once, straight into the record, where
+    msgpack copies it into its buffer and out of that again."""
     topic, partitions, keys, headers, published_at, payloads, indexes = fields
-    return pack(
-        [
-            topic,
-            le_bytes(partitions),
-            keys,
-            headers,
-            published_at if type(published_at) is float else le_bytes(published_at),
-            payloads,
-            le_bytes(indexes),
-        ]
-    )
+    head = [
+        topic,
+        le_bytes(partitions),
+        keys,
+        headers,
+        published_at if type(published_at) is float else le_bytes(published_at),
+    ]
+    if len(payloads) > JOINED_MAX_MESSAGES or max(map(len, payloads)) < LARGE_PAYLOAD_BYTES:
+        return pack([*head, payloads, le_bytes(indexes)])
+    pieces = [_RECORD_HEADER, *map(pack, head), _array_header(len(payloads))]
+    for payload in payloads:
+        if len(payload) < LARGE_PAYLOAD_BYTES:
+            pieces.append(pack(payload))
+        else:
+            pieces += (_BIN32.pack(0xC6, len(payload)), payload)
+    pieces.append(pack(le_bytes(indexes)))
+    return b"".join(pieces)
 
 
 def run_entry(
