@@ -219,6 +219,36 @@ def test_a_key_revoked_at_run_time_can_no_longer_publish_or_subscribe(
     record_summary(f"revoked key: no longer a member {took:.2f}s after its .pub was removed")
 
 
+def test_a_nodes_own_key_pair_changed_at_run_time_is_kept_until_it_restarts(
+    make_node, keys, tmp_path, caplog
+):
+    caplog.set_level(logging.WARNING, logger="zmesh._engine.guard")
+    own = tmp_path / "own"
+    own.mkdir()
+    key_file = own / "prod.key"
+    key_file.write_text((keys / "prod.key").read_text())
+    prod = make_node("prod", secret_key_file=str(key_file), trusted_keys_dir=str(keys))
+    public = prod._engine.keys.public
+    # Another pair in its file (not trusted by anyone): its sockets were bound with the
+    # first, so it keeps that one, rather than being one node to some peers and another
+    # to the next.
+    generate_keypair(tmp_path / "other", "prod")
+    write(key_file, (tmp_path / "other" / "prod.key").read_text())
+    wait_until(
+        lambda: "keeps the one it started with until it restarts" in caplog.text,
+        what="the changed key file noticed",
+    )
+    assert prod._engine.keys.public == public and public not in prod._engine.listener.guard.revoked
+    # A node that meets it only now (new connections both ways) is still let in.
+    cons = make_node("cons", seeds=[prod.control_address], **node_kw(keys, "cons"))
+    sub = cons.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    for i in range(10):
+        prod.publish("t", b"%d" % i)
+    got: list[bytes] = []
+    wait_until(lambda: take(sub, got) >= 10, what="the messages at the new node")
+
+
 def test_a_permission_taken_away_ends_within_2_s(make_node, keys, tmp_path):
     acl = write(tmp_path / "acl.toml", '[[allow]]\nwho = ["cons"]\nsubscribe = ["t"]\n')
     prod = make_node("prod", **node_kw(keys, "prod", acl))

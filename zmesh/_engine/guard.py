@@ -102,6 +102,15 @@ class Guard:
             log.error("not reloaded, the keys and permissions in force stay: %s", exc)
             return
         assert keys is not None
+        if keys.public != old.public:
+            # Its sockets are bound with the pair it started with: a new one would make it
+            # one node to some peers and another to the rest.
+            log.warning(
+                "secret_key_file %s holds another key pair now: the node keeps the one it "
+                "started with until it restarts",
+                cfg.secret_key_file,
+            )
+            keys = Keys(old.public, old.secret, keys.trusted | {old.public})
         revoked = old.trusted - keys.trusted
         self._apply(keys, acl)
         self.revoked = (self.revoked | revoked) - keys.trusted
