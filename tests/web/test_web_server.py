@@ -59,8 +59,16 @@ LANE_POINT_KEYS = {
 }
 
 
-def start(tmp_path: Path, procs: list[Proc], args: list[str], name: str = "web") -> str:
-    web = Proc(tmp_path, name, ["web", "--listen", "127.0.0.1:0", "--interval", "0.2", *args])
+def start(
+    tmp_path: Path,
+    procs: list[Proc],
+    args: list[str],
+    name: str = "web",
+    env: dict[str, str] | None = None,
+) -> str:
+    web = Proc(
+        tmp_path, name, ["web", "--listen", "127.0.0.1:0", "--interval", "0.2", *args], env=env
+    )
     procs.append(web)
     return web.wait_for(URL_RE).group(1)
 
@@ -152,6 +160,11 @@ def test_web_from_a_nodes_http_api(
     body = {"node": "prod", "topic": "orders", "group": "billing"}
     code, answer = post_json(url + "api/dead-letters/replay", body)
     assert code == 403 and "http_admin" in answer["error"]
+    # Without --api, ZMESH_HTTP_ADDRESS (HOST:PORT, as a node's http_address) names it.
+    env = {**os.environ, "ZMESH_HTTP_ADDRESS": scene.hub.http_address}
+    url = start(tmp_path, procs, [], name="web-env", env=env)
+    code, snap = get_json(url + "api/snapshot")
+    assert code == 200 and snap["source"] == f"the HTTP API at http://{scene.hub.http_address}"
 
 
 def test_a_failing_source_is_told_to_the_pages(

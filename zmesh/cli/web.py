@@ -15,6 +15,7 @@ from ..config import parse_seed
 from ..errors import ConfigError
 from .clientnode import NodeArgs, cli_node, node_options, settle_peers
 from .output import note
+from .settings import http_address
 
 DISCOVERY_WAIT_S = 3.0
 
@@ -35,14 +36,23 @@ def _source(api: str | None, timeout: float, node_args: NodeArgs) -> Iterator[ob
             source.close()
 
 
+def _api_url(api: str | None) -> str | None:
+    """The HTTP API to read: --api, else ZMESH_HTTP_ADDRESS or the context's
+    http_address (None: none, join the mesh); HOST:PORT is taken as http://HOST:PORT."""
+    given = api or http_address()
+    if not given:
+        return None
+    return given if "://" in given else f"http://{given}"
+
+
 @click.command(short_help="Serve a live web page of the mesh.")
 @node_options
 @click.option(
     "--api",
     metavar="URL",
     help="Read a running node's HTTP API (its http_address, e.g. "
-    "http://127.0.0.1:8222) instead of joining the mesh with a node of its "
-    "own.",
+    "http://127.0.0.1:8222 or 127.0.0.1:8222) instead of joining the mesh with a node "
+    "of its own [default: ZMESH_HTTP_ADDRESS, or the context's http_address].",
 )
 @click.option(
     "--listen",
@@ -54,7 +64,8 @@ def _source(api: str | None, timeout: float, node_args: NodeArgs) -> Iterator[ob
 @click.option(
     "--admin",
     is_flag=True,
-    help="Offer dead-letter replay and purge on the page (off: they are refused).",
+    help="Offer dead-letter replay and purge and group removal on the page (off: they "
+    "are refused).",
 )
 @click.option(
     "--interval",
@@ -78,7 +89,8 @@ def web(
     and per group's dead letters.
 
     By default a node of its own joins the mesh (by mDNS, or from --seed) and asks every
-    node over its control socket; with --api it reads a running node's HTTP API instead.
+    node over its control socket; with --api (or an HTTP address set in ZMESH_HTTP_ADDRESS
+    or the context) it reads a running node's HTTP API instead.
     On a secured mesh its node joins with --secret-key-file, and --admin actions go to the
     producers over their control sockets with that key (one they admit as an admin's).
     The page's address is printed on stdout. Needs `pip install 'zmesh[web]'`.
@@ -110,6 +122,6 @@ def web(
             ready=ready,
         )
 
-    with _source(api, timeout, node) as source:
+    with _source(_api_url(api), timeout, node) as source:
         asyncio.run(run())
     note("zmesh web: stopped")
