@@ -1,7 +1,7 @@
 """A node's HTTP API: its own state, the mesh's, and Prometheus metrics, on one port.
 
 The standard library's ThreadingHTTPServer on a thread of its own, so the API needs no
-extra installed. Handlers read the node through its IO thread (``engine.call``) and ask
+extra installed. Handlers read the node through its IO thread (``Submitter.call``) and ask
 other nodes over their control sockets with sockets of their own (collect.py); they never
 touch the IO thread's sockets. Admin actions (POST) are served only when the node's
 ``http_admin`` is set, only with a JSON body (a browser sends a cross-origin JSON POST

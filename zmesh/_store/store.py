@@ -12,7 +12,7 @@ Databases (keys are big-endian so LMDB's order is numeric order):
   payloads, indexes]: a batch of plain messages stored as one record (one element per
   message in each column, partitions, indexes and publish times (one for the whole run,
   or one each) as little-endian bytes, lists in records written before; keys nil when
-  none has one; see _engine/runs.py and damage.decode_run).
+  none has one; see _engine/outbox/runs.py and damage.decode_run).
 - ``pruns``: lane_id(4) + first seq(8) -> msgpack [partitions, offsets, attempts]: what a
   lane still owes of a run (partitions a bin of a byte each, or a list past 255; offsets
   nil: all of it, an int: from that one to the end, else a list; attempts nil: none
@@ -27,14 +27,14 @@ Databases (keys are big-endian so LMDB's order is numeric order):
 - ``acked``: producer(16) + chunk(8) + lane -> bitmap: the consumer's dedupe window of
   acked messages, pruned below each producer's announced floor (see acked.py).
 - ``dead``:  lane_id(4) + seq(8) -> msgpack [state, reason, attempts, failed_at, history,
-  record]: parked messages of a lane (see _engine/deadletters.py).
+  record]: parked messages of a lane (see _engine/outbox/deadletters.py).
 - ``peers``: node id(16) -> "endpoint[ key]": peers this node knew, contacted again after
   a restart so a node whose ports changed is found without mDNS or seeds.
 - ``ids``:   caller-chosen msg_id -> seq(8) + stored_at(8): the producer's idempotency
   window; ``ids_t``: stored_at(8) + msg_id -> b"", the same in time order for pruning
   (stored_at the node's observed time, outbox/wallclock.py).
 - ``rlog``:  topic + NUL + partition(2) + index(8) -> seq(8) + published_at(8): the
-  index of every message of a topic per partition, what replay reads (_engine/retention.py).
+  index of every message of a topic per partition, what replay reads (_engine/outbox/retention.py).
 - ``rtime``: topic + NUL + seq(8) -> partition(2) + index(8) + size(4) + published_at(8):
   the same entries in publish order, what retention reclaims from the oldest.
 - ``rnext``: topic + NUL + partition(2) -> next index(8), so indexes are never reused even
