@@ -154,7 +154,7 @@ class Subscription:
         await self._wakes.until(ready, check_timeout(timeout))
         return got[0] if got else []
 
-    def ack_many(self, messages: list[Message]) -> None:
+    def ack_many(self, messages: Iterable[Message]) -> None:
         """Like ``zmesh.Subscription.ack_many`` (it never waits)."""
         self._sub.ack_many(messages)
 

@@ -19,7 +19,7 @@ from threading import TIMEOUT_MAX
 from typing import Any, Protocol
 
 from ._engine.commands import Extend, Respond, Settle
-from ._engine.inbox.origin import STATES, Origin, Queue
+from ._engine.inbox.origin import STATES, Origin, Queue, settled_error
 from ._engine.limits import EPHEMERAL_QUEUE_BYTES
 from ._receipt import MessageId
 from ._requests import DELIVERY_HEADER, REPLY_MAX_HEADER
@@ -48,6 +48,7 @@ _origin_of, _place_of = attrgetter("_origin"), attrgetter("_i")
 # How a message was settled, as its origin's ``state`` keeps it: one byte per message.
 _CODES = {how: code for code, how in enumerate(STATES)}
 _ACKED = _CODES["acked"]
+_OPEN = (0, _CODES["transacted"])
 _ACKED_RUN = bytes((_ACKED,))
 
 
@@ -64,9 +65,7 @@ def _check_each(messages: list[Message]) -> None:
 
 
 def _settled_already(msg: Message) -> MessageStateError:
-    how = msg._settled
-    why = " when its subscription closed" if how == "released" else ""
-    return MessageStateError(f"message {msg.id} was already {how}{why}")
+    return settled_error(msg.id, msg._settled)
 
 
 # MessageId's own __new__ is a Python function; the tuple constructor builds the same value.
@@ -185,14 +184,19 @@ class Message:
     def fail(self, reason: str = "") -> None:
         """Park it in the group's dead letters at the producer; no redelivery until replayed.
 
-        The dead letter keeps the first 4,096 characters of ``reason``."""
-        self._settle("failed", str(reason))
+        The dead letter keeps the first 4,096 characters of ``reason``; a character UTF-8
+        cannot carry (a lone surrogate, as ``os.fsdecode`` makes of a bad file name) is
+        kept as its escape."""
+        reason = str(reason)
+        if not reason.isascii():
+            reason = reason.encode("utf-8", "backslashreplace").decode("utf-8")
+        self._settle("failed", reason)
 
     def in_progress(self) -> None:
         """Still working on it: its ack deadline (the topic's ``ack_timeout_s``) starts
         again at the producer, so it is not delivered again meanwhile. Call it from a
         handler that may take longer than the ack timeout, well within each timeout."""
-        if self._settled is not None:
+        if self._settled not in (None, "transacted"):
             raise _settled_already(self)
         queue = self._origin.queue
         if queue is not None:
@@ -200,7 +204,8 @@ class Message:
 
     @property
     def settled(self) -> bool:
-        return self._origin.state[self._i] != 0
+        """Acked, nacked, failed or released (not: held by a transaction not committed)."""
+        return self._origin.state[self._i] not in _OPEN
 
     def reply(
         self,
@@ -480,11 +485,13 @@ class Subscription:
         self._fetched = None if runs is None else (out[:], runs)
         return out
 
-    def ack_many(self, messages: list[Message]) -> None:
+    def ack_many(self, messages: Iterable[Message]) -> None:
         """Ack a batch of messages with one command to the IO thread per batch of theirs
         (one in all, mostly). Either all are acked or, if one was settled already (or is
         in ``messages`` twice), none is and MessageStateError says which."""
         runs: list[tuple[Origin, Sequence[int], bool]]
+        if type(messages) is not list:
+            messages = list(messages)  # (a generator is gone once grouped)
         fetched = self._fetched
         if fetched is not None and messages == fetched[0]:
             # The list ``fetch`` returned last, as it was (the usual batch loop): known by
@@ -492,6 +499,9 @@ class Subscription:
             self._fetched = None
             runs = fetched[1]
         else:  # each batch's messages and their places in it, at C speed
+            if not set(map(type, messages)) <= {Message}:
+                bad = next(m for m in messages if type(m) is not Message)
+                raise ArgumentError(f"ack_many takes messages, got a {type(bad).__name__}")
             runs = [
                 (origin, places, consecutive(places))
                 for origin, places in (
@@ -499,6 +509,14 @@ class Subscription:
                     for origin, group in groupby(messages, _origin_of)
                 )
             ]
+        submitter = self._submitter
+        for origin, places, _ in runs:
+            if origin.queue is not submitter and origin.queue is not None:
+                seq = origin.seqs[places[0]]
+                raise ArgumentError(
+                    f"message {_message_id(MessageId, (origin.producer, seq))} was not "
+                    "received by this subscription's node: ack it with its own"
+                )
         # The usual case is checked with no Python step per message: each batch's messages
         # consecutive (a message is the only one of its place), none of them settled, and
         # no batch in two runs.
@@ -507,8 +525,11 @@ class Subscription:
             for origin, places, in_order in runs
         ) or len({id(run[0]) for run in runs}) < len(runs):
             _check_each(messages)  # (raises, or marks each acked)
-        submitter = self._submitter
         for origin, places, in_order in runs:
+            if origin.queue is None:  # (an ephemeral or a replay reader's: nothing to send)
+                if in_order:
+                    origin.state[places[0] : places[0] + len(places)] = _ACKED_RUN * len(places)
+                continue
             if in_order:
                 first, n = places[0], len(places)
                 origin.state[first : first + n] = _ACKED_RUN * n

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from ._engine.inbox.origin import settled_error
 from ._receipt import Receipt
-from .errors import ArgumentError, MessageStateError, NodeStateError
+from .errors import ArgumentError, NodeStateError
 from .subscription import Message
 
 if TYPE_CHECKING:
@@ -48,12 +49,15 @@ class Transaction:
         return pub.receipt
 
     def ack(self, msg: Message) -> None:
-        """Ack ``msg`` when the transaction commits."""
+        """Ack ``msg`` when the transaction commits. Until it commits or aborts, the
+        message cannot be settled otherwise (MessageStateError); if its subscription
+        closes first, it is released and the commit fails."""
         self._check_open()
         if msg._origin.queue is not self._queue:
             raise ArgumentError(f"message {msg.id} was not received by this node")
-        if msg.settled or msg in self._acks:
-            raise MessageStateError(f"message {msg.id} was already {msg._settled or 'added'}")
+        if msg._settled is not None:
+            raise settled_error(msg.id, msg._settled)
+        msg._settled = "transacted"
         self._acks.append(msg)
 
     def _check_open(self) -> None:
@@ -66,13 +70,10 @@ class Transaction:
         self._done = True
         if not self._pubs and not self._acks:
             return
-        for msg in self._acks:
-            msg._settled = "acked"
         try:
             self._queue.transact(self._pubs, self._acks, self._timeout_s)
         except BaseException:
-            for msg in self._acks:
-                msg._settled = None
+            self._give_back()
             raise
 
     def abort(self) -> None:
@@ -86,6 +87,13 @@ class Transaction:
             self._fail_receipts()
             queue.cond.notify_all()
         self._pubs.clear()
+        self._give_back()
+
+    def _give_back(self) -> None:
+        """Its messages, not acked by it, unsettled again (but those released meanwhile)."""
+        for msg in self._acks:
+            if msg._settled in ("transacted", "acked"):  # (acked: a commit rolled back)
+                msg._settled = None
         self._acks.clear()
 
     def _fail_receipts(self) -> None:
@@ -97,7 +105,10 @@ class Transaction:
         # Dropped without commit or abort (used without ``with``): its publishes hold
         # outbox room until given back. This runs wherever the last reference goes, maybe
         # inside a lock of the node's own, so it only queues that for the IO thread.
-        if not self._done and self._pubs:
+        if self._done:
+            return
+        self._give_back()
+        if self._pubs:
             self._fail_receipts()
             self._queue.abandon_dropped(len(self._pubs), sum(len(p.payload) for p in self._pubs))
 

@@ -121,7 +121,10 @@ def test_calls_and_transactions_after_close_say_the_node_is_closed(make_node):
     cons.close()
     with pytest.raises(zmesh.NodeClosedError):
         tx.commit()
-    assert not msg.settled  # (the failed commit leaves it as it was)
+    # (released when its node closed, with its subscription: the failed commit left it so)
+    assert msg.settled
+    with pytest.raises(zmesh.MessageStateError, match="released when its subscription closed"):
+        msg.ack()
     with pytest.raises(zmesh.NodeClosedError, match="'cons' is closed"):
         cons.status()
     with pytest.raises(zmesh.NodeClosedError):

@@ -607,3 +607,44 @@ def test_a_consumer_forgets_the_window_of_producers_gone_for_good(make_node, tmp
         assert store.window_state() == ({}, {})
     finally:
         store.close()
+
+
+def test_ack_many_takes_any_iterable_of_this_nodes_messages_and_refuses_the_rest(make_node):
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    other = make_node("other", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    elsewhere = other.subscribe("u", group="h")
+    wait_members(prod, "t", "g", 1)
+    wait_members(prod, "u", "h", 1)
+    prod.publish_many("t", [b"%d" % i for i in range(4)])
+    prod.publish("u", b"there")
+    msgs = sorted(fetched(sub, 4), key=lambda m: m.payload)
+    msgs[1].nack(0)
+    with pytest.raises(zmesh.MessageStateError, match="already nacked"):
+        sub.ack_many(m for m in msgs[:2])  # (a generator is checked like a list)
+    assert not msgs[0].settled
+    [theirs] = fetched(elsewhere, 1)
+    with pytest.raises(zmesh.ArgumentError, match="not received by this subscription's node"):
+        sub.ack_many([msgs[0], theirs])
+    with pytest.raises(zmesh.ArgumentError, match="takes messages, got a NoneType"):
+        sub.ack_many([None])
+    sub.ack_many(m for m in [msgs[0], msgs[2], msgs[3]])
+    theirs.ack()
+    wait_until(lambda: prod.status()["outbox"] == 1, what="all but the nacked one acked")
+
+
+def test_a_fail_reason_utf8_cannot_carry_is_kept_as_its_escape(make_node):
+    # A lone surrogate (os.fsdecode of a bad file name) could not be packed: the
+    # consumer's IO thread stopped on it.
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    prod.publish("t", b"x")
+    [msg] = fetched(sub, 1)
+    msg.fail(b"bad \xff.csv".decode("utf-8", "surrogateescape"))
+    letters = wait_until(lambda: prod.dead_letters("t", "g"), what="the dead letter")
+    assert letters[0].reason == "bad \\udcff.csv"
+    prod.publish("t", b"after")  # (its IO thread goes on)
+    assert [m.payload for m in fetched(sub, 1)] == [b"after"]

@@ -161,3 +161,42 @@ def test_a_transaction_of_publishes_alone_and_an_empty_ack_many(make_node):
     assert sorted(m.payload for m in got) == [b"one", b"two"]
     assert all(m.settled for m in got)
     wait_until(lambda: src.status()["outbox"] == 0, what="both acked")
+
+
+def test_a_message_a_transaction_acks_is_its_own_until_it_commits_or_aborts(make_node):
+    # Settled some other way before the commit, it would be acked by the commit as well,
+    # or handed to another member while the commit stores what was made of it.
+    src = make_node("src")
+    xf = make_node(
+        "xf", seeds=[src.control_address], topics={"b": zmesh.TopicConfig(groups=("sink",))}
+    )
+    sub = xf.subscribe("a", group="xf")
+    wait_members(src, "a", "xf", 1)
+    for i in range(3):
+        src.publish("a", b"%d" % i)
+    first, second, third = (sub.get(timeout=10) for _ in range(3))
+    assert first is not None and second is not None and third is not None
+    tx = xf.transaction()
+    tx.publish("b", b"out")
+    tx.ack(first)
+    assert not first.settled
+    for settle in (first.ack, first.nack, first.fail, lambda: sub.ack_many([first])):
+        with pytest.raises(zmesh.MessageStateError, match="transaction that has not committed"):
+            settle()
+    with pytest.raises(zmesh.MessageStateError, match="transaction"):
+        xf.transaction().ack(first)
+    first.in_progress()  # (still being worked on: its lease may be extended)
+    tx.abort()
+    first.ack()  # the application's to settle again
+    # Its subscription closed before the commit: released to other members, so the
+    # commit fails and stores nothing.
+    tx = xf.transaction()
+    receipt = tx.publish("b", b"out")
+    tx.ack(second)
+    sub.close()
+    with pytest.raises(zmesh.MessageStateError, match="released when its subscription closed"):
+        tx.commit()
+    with pytest.raises(zmesh.MessageStateError, match="nothing of it was stored"):
+        receipt.wait_stored(5)
+    assert second.settled and third.settled  # (released, both)
+    assert xf.status()["outbox"] == 0

@@ -198,7 +198,10 @@ def test_a_failed_transaction_s_acks_are_rolled_back_with_it(node: Node) -> None
     mine = _acked_origin(node, 2, first=10)
     wb = WriteBatch()
     node.consumer.acked_seqs(other, other.take_acks(), wb)
-    node.consumer.acked([Message(mine, 0, None, b""), Message(mine, 1, None, b"")], wb)
+    taken = [Message(mine, 0, None, b""), Message(mine, 1, None, b"")]
+    for msg in taken:
+        msg._settled = "transacted"  # (as Transaction.ack leaves it)
+    assert node.consumer.acked(taken, wb) is None
     sent = _fail_a_transaction(node, wb)
     assert sent == [Ack(node.consumer.node_id, "t", "g", range(1, 4))]
     assert node.producer.counters.get("acks_rolled_back") == 2

@@ -269,8 +269,11 @@ def test_messages_acked_in_a_transaction_are_settled_on_their_origin(inbox: Inbo
     inbox.loop(_batch(range(1, 4)))
     msgs: list[Message] = sub.fetch(10, 0)
     wb = WriteBatch()
-    inbox.consumer.acked([msgs[2], msgs[0]], wb)
+    for msg in (msgs[2], msgs[0]):
+        msg._settled = "transacted"  # (as Transaction.ack leaves it)
+    assert inbox.consumer.acked([msgs[2], msgs[0]], wb) is None
     assert wb.seen_put == [(P, b"g", [3, 1])]
+    assert (msgs[2]._settled, msgs[0]._settled) == ("acked", "acked")
     inbox.store.commit(wb)
     msgs[1].ack()
     assert sorted(map(sorted, _acks(inbox.loop()))) == [[1, 3], [2]]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ..errors import MessageStateError
 from .commands import (
     Abandon,
     Call,
@@ -115,10 +116,20 @@ class Commands:
             self.consumer.remove(cmd.sub)
 
     def _tx(self, cmd: Tx, wb: WriteBatch, pubs: list[AnyPublish], calls: list[Call]) -> int:
-        self.consumer.acked(cmd.acks, wb)
+        released = self.consumer.acked(cmd.acks, wb)
+        calls.append(cmd.done)
+        if released is not None:  # (nothing of it happens: as a withdrawn one)
+            error = MessageStateError(
+                f"message {released.id} was released when its subscription closed, before "
+                "the transaction committed: nothing of it was stored or settled"
+            )
+            cmd.done.error = error
+            for pub in cmd.pubs:
+                pub.stage.error = error
+            self.queue.abandon(len(cmd.pubs), sum(len(p.payload) for p in cmd.pubs))
+            return 0
         pubs.extend(cmd.pubs)
         self.commits.tx_pubs.update(id(p) for p in cmd.pubs)
-        calls.append(cmd.done)
         return len(cmd.pubs)
 
     @staticmethod

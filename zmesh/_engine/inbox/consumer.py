@@ -34,7 +34,7 @@ from ...subscription import Message
 from ..limits import RECEIVERS_KEPT
 from ..stats import Counters
 from .heard import ProducersHeard
-from .origin import RELEASED, Origin, Queue
+from .origin import ACKED, RELEASED, TRANSACTED, Origin, Queue
 
 if TYPE_CHECKING:
     from ...subscription import Subscription
@@ -321,16 +321,24 @@ class Consumer:
 
     # -- settling -------------------------------------------------------------------------
 
-    def acked(self, msgs: list[Message], wb: WriteBatch) -> None:
-        """Messages acked in a transaction: written to the dedupe window in ``wb``, sent to
-        their producers after its commit."""
+    def acked(self, msgs: list[Message], wb: WriteBatch) -> Message | None:
+        """Messages acked in a transaction: marked acked, written to the dedupe window in
+        ``wb``, sent to their producers after its commit. If one was released meanwhile
+        (its subscription closed: it went back to its producer for other members), nothing
+        is done and that message is returned."""
+        places = list(zip(map(_origin_of, msgs), map(_place_of, msgs), strict=True))
+        for n, (origin, i) in enumerate(places):
+            if origin.state[i] != TRANSACTED:
+                return msgs[n]
         by_origin: dict[Origin, list[int]] = {}
-        for origin, i in zip(map(_origin_of, msgs), map(_place_of, msgs), strict=True):
+        for origin, i in places:
+            origin.state[i] = ACKED
             by_origin.setdefault(origin, []).append(origin.seqs[i])
         for origin, seqs in by_origin.items():
             origin.settled_apart(seqs)
             self.acked_seqs(origin, seqs, wb)
             self._tx_acks.append(seqs)
+        return None
 
     def acked_seqs(self, origin: Origin, seqs: Sequence[int], wb: WriteBatch) -> None:
         """``acked`` for sequences of one origin, settled on it already (what its

@@ -13,10 +13,27 @@ from operator import length_hint
 from typing import Any, Protocol
 
 from ..._seqs import span
+from ...errors import MessageStateError
 
 # How a message was settled, as its origin's ``state`` keeps it: one byte per message.
-STATES: tuple[str | None, ...] = (None, "acked", "nacked", "failed", "released")
+STATES: tuple[str | None, ...] = (None, "acked", "nacked", "failed", "released", "transacted")
+ACKED = STATES.index("acked")
 RELEASED = STATES.index("released")  # (set by the IO thread when its subscription closed)
+# Taken by an open transaction's ``ack``: acked by its commit (on the IO thread), back to
+# None if it aborts; released, like one not settled, when its subscription closes first.
+TRANSACTED = STATES.index("transacted")
+_OPEN = (0, TRANSACTED)
+
+
+def settled_error(msg_id: object, how: str | None) -> MessageStateError:
+    """The error for settling message ``msg_id`` again, ``how`` (a ``STATES`` name) it was
+    settled, or while a transaction holds it."""
+    if how == "transacted":
+        return MessageStateError(
+            f"message {msg_id} is acked by a transaction that has not committed or aborted"
+        )
+    why = " when its subscription closed" if how == "released" else ""
+    return MessageStateError(f"message {msg_id} was already {how}{why}")
 
 
 class Queue(Protocol):
@@ -163,4 +180,6 @@ class Origin:
         """The places of messages the application has not settled (IO thread; read from
         ``state``, which application threads write)."""
         apart, seqs, state = self.apart, self.seqs, self.state
-        return [i for i in range(self.taken, len(seqs)) if not state[i] and seqs[i] not in apart]
+        return [
+            i for i in range(self.taken, len(seqs)) if state[i] in _OPEN and seqs[i] not in apart
+        ]
