@@ -71,7 +71,7 @@ def test_a_request_too_slow_is_cut_off(
         assert raw_request(address, b"GET /metrics HTTP/1.0\r\n\r\n")[0] == 200
 
 
-@pytest.mark.parametrize("length", ["abc", "-1", "1e3", "+2"])
+@pytest.mark.parametrize("length", ["abc", "-1", "1e3", "+2", "9" * 5000])
 def test_a_bad_content_length_is_refused(make_node: Callable[..., zmesh.Node], length: str) -> None:
     node = make_node("n", http_address="127.0.0.1:0", http_admin=True)
     assert node.http_address is not None
@@ -91,6 +91,8 @@ def test_a_bad_content_length_is_refused(make_node: Callable[..., zmesh.Node], l
     [
         ("limit=%C2%B2", "limit must be an int in 1..100000, got '\u00b2'"),
         (f"limit={2**64}", f"limit must be an int in 1..100000, got '{2**64}'"),
+        ("limit=" + "9" * 5000, "limit must be an int in 1..100000, got '999"),  # (int(): 4300)
+        ("timeout=1_0", "timeout must be seconds in (0, 30], got '1_0'"),
         ("limit=0", "limit must be an int in 1..100000, got '0'"),
         ("topic=a*b", "topic name 'a*b' is invalid"),
         ("group=a%20b", "group name 'a b' is invalid"),
@@ -131,6 +133,29 @@ def test_bad_actions_are_400(
     )
     code, answer = post_json(url, {"node": "peer", "topic": "t", "group": "g", **body})
     assert code == 400 and answer["error"].startswith(error)
+
+
+def test_bad_targets_and_bodies_are_refused_with_what_is_wrong(
+    make_node: Callable[..., zmesh.Node],
+) -> None:
+    node = make_node("n", http_address="127.0.0.1:0", http_admin=True)
+    assert node.http_address is not None
+    post = b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+    for request in (
+        b"GET http://[/api/node HTTP/1.0\r\n\r\n",
+        b"POST http://[/x HTTP/1.0\r\n" + post,
+    ):
+        code, _headers, body = raw_request(node.http_address, request)
+        assert code == 400 and json.loads(body)["error"].startswith("bad request target")
+    # (an action's name alone is no path to it)
+    code, _headers, body = raw_request(node.http_address, b"POST purge HTTP/1.0\r\n" + post)
+    assert code == 404 and json.loads(body) == {"error": "no such action: purge"}
+    code, _headers, body = raw_request(
+        node.http_address,
+        b"POST /api/groups/rm HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+    )
+    assert code == 411 and "Content-Length" in json.loads(body)["error"]
 
 
 def test_a_body_nested_too_deep_is_400(make_node: Callable[..., zmesh.Node]) -> None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 ADMIN_OPS = {"replay": "replayed", "purge": "purged"}  # op -> the count's name in answers
 GROUP_RM = "/api/groups/rm"
+DEAD_LETTER_ACTIONS = "/api/dead-letters/"  # + an ADMIN_OPS name
 MAX_LIMIT = 100_000  # dead letters listed in one answer, at most
 MAX_SEQ = 2**64 - 1
 
@@ -34,10 +35,16 @@ class HttpError(Exception):
         self.status = status
 
 
+# Digits a count may have: more than any limit it meets (and than int() takes, 4,300).
+MAX_COUNT_DIGITS = 18
+
+
 def count(raw: str) -> int | None:
     """``raw`` as an int when it is decimal digits alone (ASCII: ``"²"`` is a digit to
-    ``str.isdigit``, not to ``int``); None otherwise."""
-    return int(raw) if raw.isascii() and raw.isdigit() else None
+    ``str.isdigit``, not to ``int``), at most MAX_COUNT_DIGITS of them; None otherwise."""
+    if raw.isascii() and raw.isdigit() and len(raw) <= MAX_COUNT_DIGITS:
+        return int(raw)
+    return None
 
 
 def arg(source: Mapping[str, Any], name: str) -> str:

@@ -23,14 +23,23 @@ from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 import zmq
 
 from ..config import parse_seed
 from ..errors import NodeClosedError, NodeStateError, ZMeshError
 from . import views
-from .actions import ADMIN_OPS, GROUP_RM, HttpError, act, count, dead_letters, remove_group
+from .actions import (
+    ADMIN_OPS,
+    DEAD_LETTER_ACTIONS,
+    GROUP_RM,
+    HttpError,
+    act,
+    count,
+    dead_letters,
+    remove_group,
+)
 from .collect import MESH_TIMEOUT_S, collect_mesh
 from .origin import check_origin
 from .prometheus import CONTENT_TYPE, render
@@ -174,8 +183,10 @@ class HttpApi:
         return "application/json", _json(GETS[path](self, query))
 
     def post(self, path: str, body: dict[str, Any], host: str | None, origin: str | None) -> bytes:
-        op = path.removeprefix("/api/dead-letters/")
-        if self.metrics_only or (path != GROUP_RM and op not in ADMIN_OPS):
+        op = path.removeprefix(DEAD_LETTER_ACTIONS)
+        if self.metrics_only or (
+            path != GROUP_RM and (op == path or op not in ADMIN_OPS)  # (op == path: no prefix)
+        ):
             raise HttpError(HTTPStatus.NOT_FOUND, f"no such action: {path}")
         if not self.admin:
             raise HttpError(
@@ -229,12 +240,20 @@ GETS: dict[str, Callable[[HttpApi, dict[str, str]], dict[str, Any]]] = {
 }
 
 
+def _target(path: str) -> SplitResult:
+    """The request's target, split; 400 when it cannot be (``http://[/x``)."""
+    try:
+        return urlsplit(path)
+    except ValueError as exc:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"bad request target: {exc}") from None
+
+
 def _timeout(query: dict[str, str]) -> float:
     raw = query.get("timeout")
     if raw is None:
         return MESH_TIMEOUT_S
-    try:
-        value = float(raw)
+    try:  # (plain ASCII decimals: float() also takes "1_0" and other scripts' digits)
+        value = float(raw) if raw.isascii() and "_" not in raw else -1.0
     except ValueError:
         value = -1.0
     if not 0 < value <= MAX_MESH_TIMEOUT_S:
@@ -265,9 +284,12 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
     def do_GET(self) -> None:  # noqa: N802
-        url = urlsplit(self.path)
-        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        self._answer(lambda: self.server.api.get(url.path, query))
+        def get() -> tuple[str, bytes]:
+            url = _target(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            return self.server.api.get(url.path, query)
+
+        self._answer(get)
 
     def do_HEAD(self) -> None:  # noqa: N802
         self.do_GET()  # (_send leaves the body out)
@@ -291,7 +313,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {exc}") from None
             if not isinstance(body, dict):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
-            path = urlsplit(self.path).path
+            path = _target(self.path).path
             host, origin = self.headers.get("Host"), self.headers.get("Origin")
             return "application/json", self.server.api.post(path, body, host, origin)
 
@@ -319,6 +341,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, "application/json", _json({"error": message or HTTPStatus(code).phrase}))
 
     def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding"):
+            raise HttpError(
+                HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length, not chunked"
+            )
         given = self.headers.get("Content-Length", "0")
         length = count(given)
         if length is None:
