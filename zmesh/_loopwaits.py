@@ -103,5 +103,7 @@ async def with_room(
     exc = full[0]
     waited = float("inf") if wait is None else wait
     if isinstance(exc, StoreFullError):
-        raise StoreFullError(exc.path or "", exc.map_size_bytes, waited) from None
+        raise StoreFullError(
+            exc.path or "", exc.map_size_bytes, waited, disk=exc.disk, free_bytes=exc.free_bytes
+        ) from None
     raise OutboxFullError(exc.depth, exc.limit, waited) from None

@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Unpack
 
 from ._aioreplay import ReplayReader
-from ._handlers import awaits
+from ._handlers import awaits, serving
 from ._loopwaits import Wakes, forwarded, with_room
 from ._receipt import MessageId
 from ._receipt import Receipt as _SyncReceipt
@@ -238,13 +239,15 @@ def _on_loop(
     def call(msg: Message) -> Any:
         result = handler(msg)
         if result is not None and inspect.isawaitable(result):
-            return asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+            served = _awaited(result, threading.current_thread())
+            return asyncio.run_coroutine_threadsafe(served, loop).result()
         return result
 
     return call
 
 
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
+async def _awaited(awaitable: Awaitable[Any], thread: threading.Thread) -> Any:
+    serving.set(thread)  # (a close it makes does not wait for that thread: _handlers.py)
     return await awaitable
 
 
@@ -346,6 +349,11 @@ class Node:
         timeout: float | None = None,
     ) -> Receipt:
         """Like ``zmesh.Node.publish_many``; a full outbox is waited for on the loop."""
+        # (tried again after each refusal: an iterator would be used up by the first)
+        if isinstance(payloads, Iterator):
+            payloads = list(payloads)
+        if isinstance(keys, Iterator):
+            keys = list(keys)
         receipt = await with_room(
             self._wakes,
             functools.partial(

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from ._engine.commands import Extend, Respond, Settle
 from ._engine.inbox.origin import STATES, Origin, Queue, settled_error
 from ._engine.limits import EPHEMERAL_QUEUE_BYTES
+from ._handlers import serving
 from ._receipt import MessageId
 from ._requests import DELIVERY_HEADER, REPLY_MAX_HEADER
 from ._seqs import consecutive
@@ -615,8 +616,9 @@ class Subscription:
         # Nothing more is taken; the handler calls running end and settle theirs; then
         # the IO thread releases what is left unsettled (by the time this returns).
         self._drain_unsettled()
+        waiting = (threading.current_thread(), serving.get())  # (for this call to end)
         for t in self._workers:
-            if t is not threading.current_thread():
+            if t not in waiting:
                 t.join()
         # (NodeStateError: the node closed, its IO thread released what it held as it ended)
         with contextlib.suppress(NodeStateError):

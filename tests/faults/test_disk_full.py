@@ -4,6 +4,7 @@ after kill -9 and a restart on the still-full disk. The disk is a real tmpfs of 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import logging
@@ -184,6 +185,28 @@ def test_a_disk_filled_by_another_gives_its_reserve_to_settlements(small_disk, m
         lambda: prod.status()["store"]["disk_reserve_held"], 15, what="the reserve made again"
     )
     assert (data_dir / RESERVE_FILE).stat().st_blocks * 512 >= RESERVE_BYTES
+
+
+def test_an_async_publish_on_a_full_disk_says_the_disk_is_full(small_disk, mesh_name):
+    async def main() -> zmesh.StoreFullError:
+        async with zmesh.aio.Node(
+            "p",
+            mesh=mesh_name,
+            data_dir=str(small_disk / "p"),
+            mdns=False,
+            interfaces=["127.0.0.1"],
+            topics={"t": zmesh.TopicConfig(groups=("g",))},
+        ) as node:
+            await (await node.publish("t", payload(0, 1000))).wait_stored(10)
+            fill_up(small_disk / "filler")
+            with pytest.raises(zmesh.StoreFullError) as err:
+                for i in range(5000):  # (up to 2,000 are taken at once, and held)
+                    await node.publish("t", payload(i + 1, 1000), timeout=0.5)
+            return err.value
+
+    error = asyncio.run(main())
+    assert error.disk is not None and str(small_disk) in error.disk
+    assert error.waited_s == 0.5 and "the disk" in str(error)
 
 
 class LookCounting(Disk):

@@ -163,7 +163,17 @@ def test_a_full_outbox_is_waited_for_on_the_loop(tmp_path, mesh_name):
             second = await asyncio.wait_for(waiting, 10)
             msg = await sub.get(timeout=10)
             assert msg is not None and msg.payload == b"two"
+            # A batch given as a generator waits too: tried again, it is still whole.
+            many = asyncio.create_task(
+                prod.publish_many("t", (b"gen%d" % i for i in range(2)), timeout=30)
+            )
+            await asyncio.sleep(0.1)  # (refused once at least: the outbox holds "two")
+            assert not many.done()
             msg.ack()
+            await (await asyncio.wait_for(many, 10)).wait_stored(10)
+            got = [await sub.get(timeout=10) for _ in range(2)]
+            assert [m.payload for m in got if m is not None] == [b"gen0", b"gen1"]
+            sub.ack_many(m for m in got if m is not None)
             await second.wait_acked(10)
 
     run(main())
@@ -469,3 +479,38 @@ def test_handlers_that_return_awaitables_are_awaited_on_the_loop(tmp_path, mesh_
 
     run(main())
     assert sorted(seen) == [b"a", b"b"]
+
+
+def test_a_coroutine_handler_may_close_its_subscription_or_its_node(tmp_path, mesh_name):
+    # Its handler thread waits for the coroutine, and close() waits for handler threads:
+    # not for the one its own call is made for (as a plain handler's close does not).
+    async def main() -> list[bytes]:
+        seen: list[bytes] = []
+        async with pair(tmp_path, mesh_name) as (prod, cons):
+            holder: dict[str, zmesh.aio.Subscription] = {}
+            done = asyncio.Event()
+
+            async def close_sub(m: zmesh.Message) -> None:
+                seen.append(m.payload)
+                await holder["sub"].close()
+                done.set()
+
+            holder["sub"] = cons.subscribe("a", group="g", handler=close_sub)
+            await members(prod, "a", "g")
+            await prod.publish("a", b"sub")
+            await asyncio.wait_for(done.wait(), 10)
+            assert holder["sub"].closed
+            done.clear()
+
+            async def close_node(m: zmesh.Message) -> None:
+                seen.append(m.payload)
+                await cons.close()
+                done.set()
+
+            cons.subscribe("b", group="g", handler=close_node)
+            await members(prod, "b", "g")
+            await prod.publish("b", b"node")
+            await asyncio.wait_for(done.wait(), 10)
+        return seen
+
+    assert run(main()) == [b"sub", b"node"]
