@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ._protocol.codec import MAX_BATCH_ITEMS, MAX_IN_FLIGHT, check_headers
-from ._subjects import check_subject
+from ._protocol.codec import MAX_BATCH_ITEMS, MAX_IN_FLIGHT, MAX_KEY_CHARS, check_headers
+from ._subjects import check_subject, is_pattern
 from .errors import ArgumentError, ConfigError
 
 __all__ = ["NodeConfig", "ProducerConfig", "RelayConfig", "SubscriptionConfig", "TopicConfig"]
@@ -30,6 +30,11 @@ Deliver = Literal["last_per_key"]
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}\Z")
 _HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 MIN_MAP_SIZE_BYTES = 1 << 20
+MAX_MAP_SIZE_BYTES = 1 << 60  # (past any disk; LMDB takes a size_t, Python's int is larger)
+# Liveness: probes more often than this only burn CPU; a death noticed after more than a
+# day is none (and TCP's retransmission bound, set from it in ms, takes an int32).
+MIN_HEARTBEAT_S = 0.01
+MAX_DEAD_AFTER_S = 86_400.0
 # A message may take at most this share of the LMDB map: one larger could be held for good
 # (and every publish after it) waiting for room the map never has.
 MAP_SHARE_OF_ONE_MESSAGE = 8
@@ -156,6 +161,8 @@ def _path(owner: str, name: str, value: object, *, empty: bool = True) -> str:
     path = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(path, str) or not (path or empty):
         raise ConfigError(f"{owner}.{name} must be a path (a str or os.PathLike), got {value!r}")
+    if "\0" in path:
+        raise ConfigError(f"{owner}.{name} must be a path, with no NUL character: {value!r}")
     return path
 
 
@@ -317,6 +324,11 @@ class SubscriptionConfig:
                     "get a copy); without one a subscription is ephemeral, and "
                     "gets every message anyway"
                 )
+            if self.mode not in ("shared", "ephemeral"):  # (shared: the default)
+                raise ConfigError(
+                    f"subscription mode must be 'shared' or 'broadcast', got {self.mode!r} "
+                    "(a subscription without a group is ephemeral)"
+                )
             object.__setattr__(self, "mode", "ephemeral")
         else:
             check_name("group", self.group)
@@ -365,6 +377,13 @@ class ProducerConfig:
         if not _HANDLER_RE.match(str(self.source)):
             raise ConfigError(f"source {self.source!r} must be 'package.module:function'")
         _positive("ProducerConfig", "interval_s", self.interval_s, finite=True)
+        if self.key is not None and not (
+            isinstance(self.key, str) and len(self.key) <= MAX_KEY_CHARS and _utf8(self.key)
+        ):
+            raise ConfigError(
+                f"ProducerConfig.key must be None or text of at most {MAX_KEY_CHARS} "
+                f"characters, got {self.key!r:.80}"
+            )
         if self.count is not None:
             _integer("ProducerConfig", "count", self.count, 0, " (or None: no bound)")
 
@@ -502,8 +521,13 @@ class NodeConfig:
         for seed in self.seeds:
             parse_seed(seed)
         _positive("NodeConfig", "heartbeat_interval_s", self.heartbeat_interval_s)
-        # (finite: the IO thread sizes TCP's retransmission bound in ms from it)
         _positive("NodeConfig", "dead_after_s", self.dead_after_s, finite=True)
+        if self.heartbeat_interval_s < MIN_HEARTBEAT_S or self.dead_after_s > MAX_DEAD_AFTER_S:
+            raise ConfigError(
+                f"NodeConfig.heartbeat_interval_s must be at least {MIN_HEARTBEAT_S:g} s and "
+                f"dead_after_s at most {MAX_DEAD_AFTER_S:,.0f} s (a day), got "
+                f"{self.heartbeat_interval_s!r} and {self.dead_after_s!r}"
+            )
         if self.dead_after_s <= self.heartbeat_interval_s:
             raise ConfigError(
                 "NodeConfig.dead_after_s must be longer than heartbeat_interval_s "
@@ -543,6 +567,11 @@ class NodeConfig:
             _integer("NodeConfig", name, getattr(self, name), 1)
         grow = self.max_map_size_bytes
         _integer("NodeConfig", "max_map_size_bytes", grow, 0, " (0: never grow the map)")
+        if max(self.map_size_bytes, grow) > MAX_MAP_SIZE_BYTES:
+            raise ConfigError(
+                f"NodeConfig.map_size_bytes and max_map_size_bytes must be at most "
+                f"{MAX_MAP_SIZE_BYTES} (1 EiB), got {self.map_size_bytes} and {grow}"
+            )
         if 0 < grow < self.map_size_bytes:
             raise ConfigError(
                 f"NodeConfig.max_map_size_bytes ({grow}) must be 0 or at least "
@@ -572,6 +601,7 @@ class NodeConfig:
             check_subject("topic", topic, wildcards=True)
             if not isinstance(cfg, TopicConfig):
                 raise ConfigError(f"NodeConfig.topics[{topic!r}] must be a TopicConfig")
+            check_topic_config(topic, cfg)
         object.__setattr__(self, "topics", dict(self.topics))
         subs = _listed("NodeConfig", "subscriptions", self.subscriptions, "SubscriptionConfig")
         for sub in subs:
@@ -586,6 +616,7 @@ class NodeConfig:
             if not all(isinstance(i, kind) for i in items):
                 raise ConfigError(f"NodeConfig.{name} holds {kind.__name__} objects")
             object.__setattr__(self, name, items)
+        _check_relay_cycles(self.relays)
         for name in ("metrics_address", "http_address"):
             if getattr(self, name) is not None:
                 parse_seed(getattr(self, name), what=name, allow_port_zero=True)
@@ -721,6 +752,41 @@ def build_config(cls: Any, opts: Mapping[str, Any], where: str) -> Any:
         raise ConfigError(f"{where}: {exc}") from exc
     except TypeError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
+
+
+def check_topic_config(name: str, cfg: TopicConfig) -> None:
+    """What a topic's settings may not be for ``name`` (a topic, or a pattern of them)."""
+    if cfg.replicas > 1 and is_pattern(name):
+        raise ConfigError(
+            f"replicas is set per topic, not for the pattern {name!r}: set it for each "
+            "replicated topic"
+        )
+
+
+def _check_relay_cycles(relays: tuple[RelayConfig, ...]) -> None:
+    """Relays with no transform that lead back to a topic they consume would republish
+    each message for good (one with a transform may be a filter: its cycle may end)."""
+    leads = {r.from_topic: r.to_topic for r in relays if r.transform is None}
+    for start in leads:
+        path, topic = [start], leads[start]
+        while topic in leads and topic not in path:
+            path.append(topic)
+            topic = leads[topic]
+        if topic == start:
+            cycle = " -> ".join([*path, start])
+            raise ConfigError(
+                f"relays {cycle} republish each message for good: break the cycle, or give "
+                "one of them a transform that ends it"
+            )
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (not: lone surrogates)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_interfaces(interfaces: tuple[str, ...]) -> None:

@@ -45,6 +45,7 @@ from .config import (
     check_delay,
     check_fields,
     check_name,
+    check_topic_config,
     checked_headers,
     int_in,
 )
@@ -300,11 +301,7 @@ class Node:
             raise ConfigError("pass either a TopicConfig or keyword options, not both")
         else:
             cfg = config
-        if cfg.replicas > 1 and is_pattern(name):
-            raise ConfigError(
-                f"replicas is set per topic, not for the pattern {name!r}: set it with "
-                "node.topic() of each replicated topic"
-            )
+        check_topic_config(name, cfg)
         self._queue.submit(SetTopic(name, cfg))
         self._topics[name] = cfg
         if is_pattern(name):

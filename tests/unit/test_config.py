@@ -236,6 +236,8 @@ def test_topic_config_rejects_nan(field: str) -> None:
         ("group", 5, "group name"),
         ("mode", "fanout", "mode"),
         ("max_in_flight", 0, "SubscriptionConfig.max_in_flight"),
+        # (without a group: ephemeral, but a misspelt mode is still refused)
+        ("group", None, "subscription mode must be 'shared' or 'broadcast', got 'braodcast'"),
         ("max_in_flight", True, "SubscriptionConfig.max_in_flight"),
         ("max_in_flight", 2.0, "SubscriptionConfig.max_in_flight"),
         ("batch_size", 0, "SubscriptionConfig.batch_size"),
@@ -252,6 +254,8 @@ def test_topic_config_rejects_nan(field: str) -> None:
 )
 def test_subscription_config_rejects(field: str, value: object, named: str) -> None:
     kw: dict[str, Any] = {"group": "agg", field: value}
+    if field == "group" and value is None:
+        kw["mode"] = "braodcast"
     with pytest.raises(ConfigError) as info:
         SubscriptionConfig(**kw)
     assert named in str(info.value)
@@ -350,12 +354,32 @@ def test_subscription_config_rejects(field: str, value: object, named: str) -> N
         ("producers", 5, "NodeConfig.producers must be a list of ProducerConfig objects"),
         ("relays", None, "NodeConfig.relays must be a list of RelayConfig objects, got None"),
         ("dedupe_window_s", 0, "NodeConfig.dedupe_window_s"),
+        ("data_dir", "/tmp/x\0y", "NodeConfig.data_dir must be a path, with no NUL"),
+        ("acl_file", "a\0", "NodeConfig.acl_file must be a path, with no NUL"),
+        # (TCP's retransmission bound is set from it in ms, an int32: it stopped the IO
+        # thread at the first peer)
+        ("dead_after_s", 3e6, "dead_after_s at most 86,400 s"),
+        ("heartbeat_interval_s", 1e-6, "heartbeat_interval_s must be at least 0.01 s"),
+        ("map_size_bytes", 10**30, "must be at most 1152921504606846976 (1 EiB)"),
+        ("max_map_size_bytes", 2**70, "must be at most 1152921504606846976 (1 EiB)"),
+        # (the pattern's replicas were dropped: node.topic() refuses the same)
+        ("topics", {"plant.*": TopicConfig(replicas=2)}, "not for the pattern 'plant.*'"),
+        (
+            "relays",
+            [
+                RelayConfig(from_topic="a", to_topic="b", group="g1"),
+                RelayConfig(from_topic="b", to_topic="a", group="g2"),
+            ],
+            "relays a -> b -> a republish each message for good",
+        ),
         ("topics", {"bad name": TopicConfig()}, "topic name"),
         ("topics", {"metrics": {"partitions": 4}}, "NodeConfig.topics['metrics']"),
     ],
 )
 def test_node_config_rejects(field: str, value: object, named: str) -> None:
     kw: dict[str, Any] = {"heartbeat_interval_s": 1.0, field: value}
+    if field == "acl_file" and "\0" in str(value):
+        kw["secret_key_file"] = "k.key"
     with pytest.raises(ConfigError) as info:
         node(**kw)
     assert named in str(info.value)
@@ -670,6 +694,10 @@ def test_a_relay_to_its_own_topic_is_refused() -> None:
         ("interval_s", math.inf, "ProducerConfig.interval_s must be a finite"),
         ("count", 1.5, "ProducerConfig.count must be an int >= 0"),
         ("count", True, "ProducerConfig.count must be an int >= 0"),
+        # (it was taken, and each publish refused it, every interval, for good)
+        ("key", 17, "ProducerConfig.key must be None or text"),
+        ("key", "k" * 4097, "ProducerConfig.key must be None or text of at most 4096"),
+        ("key", "\udcff", "ProducerConfig.key must be None or text"),
     ],
 )
 def test_producer_config_rejects(field: str, value: object, named: str) -> None:

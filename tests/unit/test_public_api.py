@@ -35,6 +35,7 @@ INTERNAL_HELPERS = {
     "zmesh.config.check_fields",
     "zmesh.config.build_config",
     "zmesh.config.int_in",
+    "zmesh.config.check_topic_config",
     "zmesh._receipt.Stage",
     "zmesh._receipt.Publisher",
     "zmesh._receipt.Signal",
