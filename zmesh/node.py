@@ -22,6 +22,7 @@ from ._engine.engine import Engine
 from ._engine.outbox.publishes import AnyPublish, Publish
 from ._handlers import awaits
 from ._last import last_values
+from ._protocol.checks import U63
 from ._protocol.codec import MAX_KEY_CHARS, MAX_MSG_ID_CHARS
 from ._receipt import MessageId, Receipt
 from ._requests import (
@@ -334,7 +335,7 @@ class Node:
         ``key`` has at most 4,096 characters; ``headers`` has str keys and values msgpack
         packs (str keys in nested maps too), at most 64 KiB packed. ArgumentError otherwise.
         """
-        partitions = self._plain_partitions.get(topic)
+        partitions = self._plain_partitions.get(topic) if type(topic) is str else None
         if partitions is None:
             partitions = self._learn_topic(topic)
         if (
@@ -374,7 +375,7 @@ class Node:
     def _learn_topic(self, topic: str) -> int:
         """Check a topic's name (once); its partition count when its publishes may be
         plain, 0 when its configuration sets a ttl."""
-        if topic not in self._known_topics:
+        if type(topic) is not str or topic not in self._known_topics:
             check_name("topic", topic)
             if len(self._known_topics) >= CACHED_TOPICS:
                 self._known_topics.clear()
@@ -458,7 +459,7 @@ class Node:
     ) -> list[AnyPublish]:
         """Validate publishes and allocate their sequences (shared with transactions,
         which are not ``paced``: see Engine.prepare)."""
-        if topic not in self._plain_partitions:
+        if type(topic) is not str or topic not in self._plain_partitions:
             self._learn_topic(topic)  # (its name checked once)
         limit = self.config.max_message_bytes
         # (all bytes within the limit, the usual batch: checked with no Python step each;
@@ -498,6 +499,10 @@ class Node:
             if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
                 # (nan is not > 0; a bool would be taken for 1 s)
                 raise ArgumentError(f"ttl must be a positive number of seconds, got {ttl!r}")
+            try:
+                ttl = float(ttl)
+            except OverflowError:  # (an int past any float: as long as infinity)
+                ttl = math.inf
             if ttl == math.inf:
                 ttl = None  # never expires
             else:
@@ -773,22 +778,20 @@ class Node:
         close the reader (or use it in ``with``) when done.
         """
         check_name("topic", topic)
-        if not int_in(from_index, 0):
-            raise ArgumentError(f"from_index must be an int >= 0, got {from_index!r}")
+        if not int_in(from_index, 0, U63):
+            raise ArgumentError(f"from_index must be an int 0..2**63-1, got {from_index!r}")
         if not int_in(batch_size, 1, 10_000):
             raise ArgumentError(f"batch_size must be an int 1..10000, got {batch_size!r}")
         parts = None
         if partitions is not None:
-            parts = list(partitions)
+            parts = list(_listed("partitions", partitions))
             if not all(
                 isinstance(p, int) and not isinstance(p, bool) and 0 <= p < 4096 for p in parts
             ):
                 raise ArgumentError(f"partitions must be ints 0..4095, got {parts!r}")
         names = None
         if producers is not None:
-            if isinstance(producers, str):
-                raise ArgumentError("producers must be a list of node ids or names")
-            names = [str(p) for p in producers]
+            names = [str(p) for p in _listed("producers", producers)]
         reader = ReplayReader(
             self._engine,
             topic,
@@ -904,11 +907,19 @@ def _check_lane(topic: str, group: str) -> None:
     check_name("group", group)
 
 
+def _listed(what: str, values: object) -> Iterable[Any]:
+    """``values`` when it is a list of them (any iterable but a str, bytes or mapping);
+    ArgumentError naming ``what`` otherwise."""
+    if not isinstance(values, Iterable) or isinstance(values, str | bytes | Mapping):
+        raise ArgumentError(f"{what} must be a list, got {values!r:.80}")
+    return values
+
+
 def _seqs(ids: Iterable[MessageId | int] | None, producer: str) -> set[int] | None:
     if ids is None:
         return None
     out = set()
-    for i in ids:
+    for i in _listed("ids", ids):
         if isinstance(i, MessageId):
             if i.producer != producer:
                 raise ArgumentError(f"message {i} was not published by this node")
@@ -927,18 +938,19 @@ def _deliver_at(deliver_at: float | _dt.datetime | None, delay: float | None) ->
     now = time.time()
     if delay is not None:
         return now + check_delay("delay", delay)
-    if isinstance(deliver_at, _dt.datetime):
-        due = deliver_at.timestamp()
-    elif (
-        isinstance(deliver_at, bool)
-        or not isinstance(deliver_at, int | float)
-        or not math.isfinite(deliver_at)
-    ):
+    try:
+        if isinstance(deliver_at, _dt.datetime):
+            due = deliver_at.timestamp()
+        elif isinstance(deliver_at, bool) or not isinstance(deliver_at, int | float):
+            due = math.nan
+        else:
+            due = float(deliver_at)
+    except (OverflowError, ValueError, OSError):  # (datetime.min, 10**400)
+        due = math.nan
+    if not math.isfinite(due):
         raise ArgumentError(
-            f"deliver_at must be a datetime or a UNIX timestamp, got {deliver_at!r}"
+            f"deliver_at must be a datetime or a UNIX timestamp, got {deliver_at!r:.80}"
         )
-    else:
-        due = float(deliver_at)
     if due - now > MAX_SCHEDULE_AHEAD_S:
         raise ArgumentError(
             f"deliver_at={deliver_at!r} is more than ten years ahead: a "

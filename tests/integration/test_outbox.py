@@ -208,6 +208,10 @@ def test_a_data_dir_serves_one_node_at_a_time(make_node, tmp_path):
         ({"delay": 1e12}, "delay=1000000000000.0 is more than ten years ahead"),
         ({"deliver_at": 1e300}, "deliver_at=1e.300 is more than ten years ahead"),
         ({"deliver_at": datetime.datetime.max.replace(tzinfo=datetime.UTC)}, "ten years ahead"),
+        # (past what a float or a datetime's timestamp holds: a raw OverflowError or
+        # ValueError)
+        ({"deliver_at": 10**400}, "deliver_at must be a datetime or a UNIX timestamp"),
+        ({"deliver_at": datetime.datetime.min}, "deliver_at must be a datetime or a UNIX"),
     ],
 )
 @pytest.mark.parametrize("first", [True, False], ids=["first publish", "topic published"])
@@ -224,6 +228,27 @@ def test_bad_publish_arguments_raise_at_the_call(make_node, kwargs, match, first
     prod.publish("t", b"after").wait_stored(5)
     assert prod.status()["outbox"] == (1 if first else 2)
     assert prod._engine.queue._submitted == prod._engine.queue._done
+
+
+def test_arguments_of_other_types_are_refused_with_what_they_should_be(make_node):
+    # (each escaped as a raw TypeError, OverflowError or ValueError)
+    prod = make_node("prod")
+    with pytest.raises(zmesh.ConfigError, match="topic name"):
+        prod.publish([], b"x")  # type: ignore[arg-type]
+    with pytest.raises(zmesh.ConfigError, match="topic name"):
+        prod.publish_many(["t"], [b"a"])  # type: ignore[arg-type]
+    with pytest.raises(zmesh.ArgumentError, match=r"from_index must be an int 0..2\*\*63-1"):
+        prod.replay("t", 2**64)
+    for call, what in (
+        (lambda: prod.replay_dead_letters("t", "g", 5), "ids"),  # type: ignore[arg-type]
+        (lambda: prod.purge_dead_letters("t", "g", 5), "ids"),  # type: ignore[arg-type]
+        (lambda: prod.replay("t", partitions=5), "partitions"),  # type: ignore[arg-type]
+        (lambda: prod.replay("t", producers="p"), "producers"),
+    ):
+        with pytest.raises(zmesh.ArgumentError, match=f"{what} must be a list"):
+            call()
+    # A ttl past any float is as long as infinity: it never expires.
+    prod.publish("t", b"lasting", ttl=10**400).wait_stored(5)
 
 
 def test_publish_options_are_keywords_it_knows(make_node):

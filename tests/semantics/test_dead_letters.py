@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import zmesh
 from tests.conftest import fetched, wait_members, wait_until
+from tests.waiting import pause
 from zmesh._protocol.codec import MAX_REASON_CHARS
 
 
@@ -187,3 +190,30 @@ def test_a_payload_stored_under_a_larger_limit_is_parked_for_a_consumer_after_re
     [dead] = prod.dead_letters("t", "g")
     assert dead.id == large.id and "(131072)" in dead.reason
     assert cons.stats().get("decode_errors", 0) == 0
+
+
+def test_a_replayed_dead_letter_keeps_its_ttl_and_its_receipt_follows_it_again(make_node):
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    wait_members(prod, "t", "g", 1)
+    lasting = prod.publish("t", b"lasting")
+    short = prod.publish("t", b"short-lived", ttl=1.0)
+    ends = time.monotonic() + 1.0
+    for msg in fetched(sub, 2):
+        msg.fail("bad")
+    wait_until(lambda: len(prod.dead_letters("t", "g")) == 2, what="both parked")
+    assert lasting.outcomes == {"g": zmesh.Outcome.DEAD_LETTERED}
+    pause(ends - time.monotonic() + 0.1)  # (the short one's ttl over)
+    assert prod.replay_dead_letters("t", "g") == 2
+    # Owed again: its receipt no longer says dead-lettered (it said so after the replayed
+    # message was acked too); the one whose ttl ended expires (as its pending entry says
+    # at a restart) and is not delivered.
+    [again] = fetched(sub, 1)
+    assert again.payload == b"lasting"
+    again.ack()
+    wait_until(lambda: prod.status()["outbox"] == 0, what="both settled")
+    assert lasting.outcomes == {"g": zmesh.Outcome.ACKED}
+    lasting.wait_delivered(10)
+    assert short.outcomes == {"g": zmesh.Outcome.EXPIRED}
+    assert sub.get(timeout=0.3) is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import zmesh
-from tests.conftest import wait_until
+from tests.conftest import fetched, wait_members, wait_until
 from tests.faults.test_store_faults import GROUPS, SMALL, fill, payload
 from tests.integration.test_delivery import drain
 
@@ -81,3 +81,24 @@ def test_the_receipt_of_a_transaction_the_full_map_refused_raises_its_error(make
     assert not receipt.acked and not receipt.stored
     with pytest.raises(zmesh.StoreFullError):
         receipt.wait_acked(timeout=5)
+
+
+def test_a_msg_id_repeated_on_another_topic_follows_the_first_message(make_node):
+    # A msg_id names one message: the repeat's receipt is the first's, owed where the
+    # first is (it was settled at once, for the repeat's topic, as if delivered).
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub_a = cons.subscribe("a", group="ga")
+    sub_b = cons.subscribe("b", group="gb")
+    wait_members(prod, "a", "ga", 1)
+    wait_members(prod, "b", "gb", 1)
+    first = prod.publish("a", b"on a", msg_id="dup-1")
+    again = prod.publish("b", b"on b", msg_id="dup-1")
+    again.wait_stored(10)
+    assert again.id == first.id and again.topic == "a"
+    assert again.outcomes == {"ga": zmesh.Outcome.PENDING}
+    assert not again.acked
+    [msg] = fetched(sub_a, 1)
+    msg.ack()
+    again.wait_delivered(10)
+    assert sub_b.get(timeout=0.3) is None  # (the repeat was never published)

@@ -20,6 +20,8 @@ from ...errors import StoreError
 from ..lane.delivery import Entry
 from ..lane.lane import Lane
 from .lanes import UNCLAIMED, Lanes
+from .outcomes import Outcomes
+from .owing import mono_at, mono_offset
 from .records import Records
 
 log = logging.getLogger(__name__)
@@ -31,10 +33,13 @@ REPLAYED = 1
 class DeadLetters:
     """The dead-letter store of one producer."""
 
-    def __init__(self, store: Store, lanes: Lanes, records: Records, node_id: bytes) -> None:
+    def __init__(
+        self, store: Store, lanes: Lanes, records: Records, outcomes: Outcomes, node_id: bytes
+    ) -> None:
         self.store = store
         self.lanes = lanes
         self.records = records
+        self.outcomes = outcomes
         self.producer = node_id.hex()
         self.replayed: set[tuple[int, int]] = set()  # (lane id, seq)
 
@@ -145,6 +150,7 @@ class DeadLetters:
         """Make parked messages owed to their lane again; returns how many."""
         count = 0
         records = self.records
+        offset = mono_offset()
         for lane, seq, value in self._select(topic, group, seqs):
             _state, reason, attempts, failed_at, history, record = value
             if record is None:
@@ -155,7 +161,8 @@ class DeadLetters:
             in_outbox = self.lanes.owed(topic, seq)
             if not in_outbox:
                 records.depth += 1
-            lane.add(seq, partition, priority, 0, now=now)
+            # (its ttl still holds, as the pend entry below keeps it for a restart)
+            lane.add(seq, partition, priority, 0, now=now, expires_at=mono_at(expires_at, offset))
             batch.dead_put.append(
                 (
                     pend_key(lane.id, seq),
@@ -170,6 +177,7 @@ class DeadLetters:
                     (pend_key(lane.id, seq), pack([partition, priority, 0, expires_at, None]))
                 )
             self.replayed.add((lane.id, seq))
+            self.outcomes.forget(lane.name, (seq,))  # (pending again, not dead-lettered)
             self.lanes.count(lane, "dead_replayed", 1)
             count += 1
         return count

@@ -56,7 +56,7 @@ class Outbox:
         self.records = Records(store, counters, max_message_bytes)
         self.receipts = Receipts()
         self.indexes = Indexes(store.next_indexes())
-        self.dead = DeadLetters(store, self.lanes, self.records, node_id)
+        self.dead = DeadLetters(store, self.lanes, self.records, outcomes, node_id)
         self.settler = Settler(self.lanes, self.records, self.receipts, self.dead, outcomes)
         self.retained = Retained(
             store, self.lanes, self.records, self.indexes, counters, self.clock

@@ -16,7 +16,7 @@ was forgotten reports ``unknown`` for a lane it has no record of, rather than a 
 from __future__ import annotations
 
 import threading
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
@@ -67,6 +67,19 @@ class _Ranges:
         starts[i:j] = [lo]
         ends[i:j] = [hi]
         return 1 - (j - i)
+
+    def remove(self, lo: int, hi: int) -> int:
+        """Take ``[lo, hi)`` out (a range it falls inside is split); returns the change in
+        the number of ranges."""
+        starts, ends = self.starts, self.ends
+        i = bisect_right(ends, lo)  # the first range that ends past lo
+        j = bisect_left(starts, hi)  # past the last range that starts before hi
+        if i >= j:
+            return 0
+        kept = [(s, e) for s, e in ((starts[i], lo), (hi, ends[j - 1])) if s < e]
+        starts[i:j] = [s for s, _ in kept]
+        ends[i:j] = [e for _, e in kept]
+        return len(kept) - (j - i)
 
     def overlaps(self, lo: int, hi: int) -> bool:
         """Whether a sequence of ``[lo, hi)`` is in a range."""
@@ -131,6 +144,13 @@ class Outcomes:
                 self._count += ranges.add(lo, hi)
             if self._count > self._max:
                 self._forget_oldest()
+
+    def forget(self, lane: str, seqs: Iterable[int]) -> None:
+        """``lane`` owes ``seqs`` again (dead letters replayed): no outcome of theirs yet."""
+        with self._lock:
+            for ranges in self._ranges.get(lane, {}).values():
+                for lo, hi in seq_runs(seqs):
+                    self._count += ranges.remove(lo, hi)
 
     def _forget_oldest(self) -> None:
         """Forget the ranges of the lowest sequences, a tenth of the table at once: one

@@ -511,6 +511,11 @@ class Staging:
         for topic, original, dup in self.duplicates:
             receipt = dup.receipt
             if receipt is not None:
+                # (the original's topic: a msg_id names one message, whatever topic a
+                # duplicate of it gives; one settled and gone is acked, as below)
+                record = self.records.get(original)
+                if record is not None:
+                    topic = receipt.topic = record.topic
                 names = _lane_names(self.lanes.of_topic(topic))
                 self.receipts.follow(original, receipt, self.lanes.owed(topic, original), names)
         self.duplicates.clear()
