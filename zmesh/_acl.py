@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._security import _check_key
+from ._security import _check_key, read_key
 from .errors import ConfigError
 
 ADMIN_RIGHTS = frozenset({"status", "dlq", "group"})
@@ -92,8 +92,9 @@ class Acl:
         """Read the ACL file; ConfigError naming the file and what is wrong in it."""
         try:
             data = tomllib.loads(Path(path).read_text())
-        except OSError as exc:
-            raise ConfigError(f"acl_file {path}: cannot read it: {exc.strerror}") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ConfigError(f"acl_file {path}: cannot read it: {why}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"acl_file {path}: invalid TOML: {exc}") from exc
         unknown = set(data) - {"groups", "allow"}
@@ -155,7 +156,7 @@ class _Names:
                 )
             elif self.dir is not None and (self.dir / f"{name}.pub").is_file():
                 pub = self.dir / f"{name}.pub"
-                out.add(_check_key(pub.read_text(), str(pub)))
+                out.add(read_key(pub))
             elif len(name.strip()) == 40:
                 out.add(_check_key(name, where))
             else:

@@ -36,6 +36,18 @@ DATA_DOMAIN = b"zmesh-data"
 KEY_LEN = 40
 
 
+def read_key(path: Path, what: str = "") -> bytes:
+    """The key in the file ``path`` (``what``: the setting that names it, said first);
+    ConfigError when it cannot be read (a directory, gone, not text) or holds none."""
+    where = f"{what} {_shown(path)}" if what else str(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{where}: cannot read it ({why})") from exc
+    return _check_key(text, where)
+
+
 def _check_key(text: str, where: str) -> bytes:
     key = text.strip().encode()
     if len(key) != KEY_LEN:
@@ -73,12 +85,7 @@ def load_keys(
         raise ConfigError(
             f"secret_key_file {path} is a public key (NAME.pub): give the secret one, NAME.key"
         )
-    try:
-        secret = _check_key(path.read_text(), str(path))
-    except OSError as exc:
-        raise ConfigError(
-            f"secret_key_file {_shown(path)}: cannot read it ({exc.strerror or exc})"
-        ) from exc
+    secret = read_key(path, "secret_key_file")
     public = zmq.curve_public(secret)
     trusted = {public}
     for i, text in enumerate(trusted_keys):
@@ -88,7 +95,7 @@ def load_keys(
         if not tdir.is_dir():
             raise ConfigError(f"trusted_keys_dir {_shown(tdir)} is not a directory")
         for pub in sorted(tdir.glob("*.pub")):
-            trusted.add(_check_key(pub.read_text(), str(pub)))
+            trusted.add(read_key(pub))
     return Keys(public, secret, frozenset(trusted))
 
 

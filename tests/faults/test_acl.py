@@ -296,3 +296,21 @@ def test_sighup_reloads_a_running_node(tmp_path, keys, mesh_name):
         reap(proc)
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+def test_a_key_file_that_cannot_be_read_is_refused_and_a_running_node_keeps_its_keys(
+    make_node, keys, tmp_path, caplog
+):
+    caplog.set_level(logging.ERROR, logger="zmesh._engine.guard")
+    prod = make_node("prod", **node_kw(keys, "prod"))
+    # A directory (or a file that is not text) named like a key: the reload that met it
+    # stopped the node's IO thread.
+    (keys / "new.pub").mkdir()
+    wait_until(lambda: "new.pub: cannot read it" in caplog.text, what="the bad key file seen")
+    prod.publish("t", b"still running").wait_stored(5)
+    with pytest.raises(zmesh.ConfigError, match=r"new.pub: cannot read it"):
+        make_node("cons", **node_kw(keys, "cons"))
+    (keys / "new.pub").rmdir()
+    (keys / "bin.pub").write_bytes(b"\xff\xfe" * 20)
+    with pytest.raises(zmesh.ConfigError, match=r"bin.pub: cannot read it"):
+        make_node("cons", **node_kw(keys, "cons"))
