@@ -414,3 +414,26 @@ def test_a_data_dir_deleted_under_a_running_node_is_found_and_publishes_refused(
     cons = make_node("cons", seeds=[again.control_address])
     got = drain(cons.subscribe("t", group="g"), 101, timeout=30)
     assert sorted(index(m) for m in got) == list(range(101))
+
+
+def test_a_store_gone_from_under_its_lock_file_is_refused_until_the_lock_file_goes(
+    make_node, tmp_path
+):
+    # (an empty store was made in its place: the node started with a new id, its
+    # backlog gone, and nothing said so)
+    data_dir = tmp_path / "prod"
+    prod = make_node("prod", topics=GROUPS)
+    prod.publish("t", payload(0)).wait_stored(5)
+    first_id = prod.id
+    prod.close()
+    closed = (data_dir / "LOCK").read_text()
+    assert closed.startswith("clean ")
+    shutil.rmtree(data_dir / "store")
+    with pytest.raises(zmesh.StoreError, match="is gone, where the data dir's LOCK says its"):
+        make_node("prod", data_dir=str(data_dir), topics=GROUPS)
+    # A start that failed before it opened the store leaves the lock file as it found it
+    # (it said the pid of that start: the next start walked the whole store for damage).
+    assert (data_dir / "LOCK").read_text() == closed
+    (data_dir / "LOCK").unlink()  # what the message says to start afresh
+    again = make_node("prod", data_dir=str(data_dir), topics=GROUPS)
+    assert again.id != first_id and again.status()["outbox"] == 0

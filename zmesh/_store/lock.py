@@ -81,6 +81,26 @@ class LockedDir:
         return None
 
 
+    def lost(self) -> str | None:
+        """Why the store is gone: its data file is missing where the lock file says a
+        node had one (None: a new data dir, or the file is there)."""
+        word = (self.previous.split() or [""])[0]
+        if word.isdigit():
+            how = f"had it open (pid {word})"
+        elif word in (_CLEAN, _DAMAGED):
+            how = "closed it cleanly" if word == _CLEAN else "found it damaged"
+        else:
+            return None
+        if self.data_file.exists() or self.data_file.is_symlink():
+            return None
+        return (
+            f"{self.data_file} is gone, where the data dir's {LOCK_FILE} says its last node "
+            f"{how}: restore the store from a snapshot (zmesh snapshot, Node.snapshot), or "
+            f"delete {LOCK_FILE} to start this node afresh with an empty store (what it "
+            "had not delivered would be lost)"
+        )
+
+
 def stamp(st: os.stat_result) -> list[str]:
     """What a clean close records of the data file: size, mtime, inode, ctime."""
     return [str(st.st_size), str(st.st_mtime_ns), str(st.st_ino), str(st.st_ctime_ns)]
@@ -100,6 +120,9 @@ def let_go(held: LockedDir, *, sync: bool, damaged: bool = False) -> None:
             held.env.close()
             if sync:
                 _mark_closed(held, damaged)
+        else:  # never opened here (a start that failed): the store is as it was found
+            with contextlib.suppress(OSError):
+                _write(held.lock_fd, f"{held.previous}\n" if held.previous else "")
     finally:
         os.close(held.lock_fd)
 
@@ -110,10 +133,15 @@ def _mark_closed(held: LockedDir, damaged: bool) -> None:
             text = f"{_DAMAGED}\n".encode()
         else:
             text = f"{_CLEAN} {' '.join(stamp(held.data_file.stat()))}\n".encode()
-        os.ftruncate(held.lock_fd, 0)
-        os.pwrite(held.lock_fd, text, 0)
+        _write(held.lock_fd, text.decode())
     except OSError as exc:  # (a full disk: the next start checks the store, no harm)
         log.info("cannot record the clean close of %s: %s", held.data_file, exc)
+
+
+def _write(lock_fd: int, text: str) -> None:
+    """Replace what the lock file says."""
+    os.ftruncate(lock_fd, 0)
+    os.pwrite(lock_fd, text.encode(), 0)
 
 
 def collected(held: LockedDir, data_dir: str) -> None:
@@ -170,8 +198,7 @@ def take_lock(data_dir: Path, data_file: Path) -> LockedDir:
     # Only what DataDirLockedError tells a node that finds the lock taken (and what says
     # the store was not closed cleanly): no harm if not written (a full disk).
     with contextlib.suppress(OSError):
-        os.ftruncate(lock_fd, 0)
-        os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+        _write(lock_fd, f"{os.getpid()}\n")
     held = LockedDir(lock_fd, data_file, previous, os.path.realpath(data_dir))
     with _held_lock:
         _held[held.key] = held

@@ -146,6 +146,9 @@ class Store(LogIndex, AckedWindow):
         self._release.atexit = False
         self.disk = Disk(self.data_dir)
         try:
+            lost = held.lost()
+            if lost is not None:
+                raise StoreError(lost, self.path)
             check_store_files(Path(self.path))
             self._check_if_unclean(held)
             self._check_room_for_new()
