@@ -19,6 +19,7 @@ import lmdb
 import pytest
 
 import zmesh
+import zmesh.aio
 from tests.conftest import read_line, reap, spawn, wait_until
 from tests.faults.disk_worker import payload
 from zmesh._store import disk as disk_module
@@ -431,3 +432,27 @@ def test_the_reserve_is_made_again_with_the_room_inside_the_store(small_disk, ma
     assert (data_dir / RESERVE_FILE).stat().st_blocks * 512 >= RESERVE_BYTES
     # New messages go on in the room inside the file.
     prod.publish("t", payload(count + 1, 1000), timeout=5).wait_stored(10)
+
+
+def test_a_reserve_deleted_under_a_running_node_is_noticed_and_made_again(
+    make_node, tmp_path, caplog
+):
+    # Held by its cached flag, it was never made again: a disk that filled up then had
+    # nothing to give the settlements, which were not written (and sent again after a
+    # restart).
+    data_dir = tmp_path / "p"
+    prod = make_node("p", data_dir=str(data_dir), topics={"t": zmesh.TopicConfig(groups=("g",))})
+    reserve = data_dir / RESERVE_FILE
+    assert reserve.is_file() and prod.status()["store"]["disk_reserve_held"]
+    caplog.set_level(logging.INFO, logger="zmesh._store.disk")
+    reserve.unlink()
+    wait_until(lambda: f"the disk reserve {reserve} is gone" in caplog.text, what="it noticed")
+
+    def made_again() -> bool:
+        prod.publish("t", b"x").wait_stored(5)  # (a commit: where the reserve is made)
+        return reserve.is_file()
+
+    wait_until(made_again, what="the reserve made again")
+    assert f"disk reserve {reserve} of {RESERVE_BYTES} bytes made" in caplog.text
+    assert reserve.stat().st_blocks * 512 >= RESERVE_BYTES
+    assert prod.status()["store"]["disk_reserve_held"]

@@ -193,8 +193,23 @@ class Disk:
         log.info("disk reserve %s of %d bytes made", self.reserve_path, RESERVE_BYTES)
         return True
 
+    def check_reserve(self) -> None:
+        """A reserve held whose file is gone (deleted, or replaced by something else) is
+        held no more: said once, and made again when the disk has room for it. Until
+        then the store keeps the larger margin (``kept_free``)."""
+        if self.reserve_held and not self.reserve_path.is_file():
+            self.reserve_held = False
+            log.warning(
+                "the disk reserve %s is gone: the store keeps %d bytes of the disk free "
+                "instead until it is made again",
+                self.reserve_path,
+                MARGIN_BYTES + RESERVE_BYTES,
+            )
+
     def release_reserve(self) -> bool:
         """Delete the reserve file, giving its room to the store; True when there was one."""
+        if not self.reserve_held:  # (none, or gone: check_reserve said so)
+            return False
         self.reserve_held = False
         try:
             self.reserve_path.unlink()

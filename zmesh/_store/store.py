@@ -291,6 +291,7 @@ class Store(LogIndex, AckedWindow):
         (place.py); else the StoreError that refuses new publishes (``lost_error``)."""
         first = self.place.lost is None
         if self.place.check() is None:
+            self.disk.check_reserve()
             return None
         if first:
             self.disk.reserve_held = False  # (gone with the data dir, or not this store's)
