@@ -835,7 +835,9 @@ def parse_seed(seed: str, *, what: str = "seed", allow_port_zero: bool = False) 
     text = str(seed)
     host, sep, port = text.removeprefix("tcp://").rpartition(":")
     low = 0 if allow_port_zero else 1
-    if not sep or not host or "/" in host or not port.isdigit() or not low <= int(port) < 65536:
+    if not (sep and host and "/" not in host and port.isascii() and port.isdigit()) or not (
+        low <= int(port) < 65536
+    ):
         raise ConfigError(f"{what} {seed!r} must be 'host:port' with a port in {low}..65535")
     if _ipv6(host):
         if what == "seed":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import spawn, wait_until
+from tests.conftest import reap, spawn, wait_until
 from zmesh._security import generate_keypair
 from zmesh.spark._client import BridgeClient
 
@@ -353,6 +353,84 @@ def test_a_bad_address_is_a_usage_error(command: str, address: str) -> None:
     assert done.returncode == 2, done.stderr
     assert f"address {address!r}" in done.stderr and "seed" not in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        # NaN passes every bound: a wait of NaN waited for good, or a traceback
+        (["status", "127.0.0.1:1", "--timeout", "nan"], "'--timeout': 'nan' is not a number"),
+        (["top", "127.0.0.1:1", "--interval", "nan"], "'--interval': 'nan' is not a number"),
+        (["pub", "t", "x", *LOOP, "--timeout", "nan"], "'--timeout': 'nan' is not a number"),
+        (["ls", "nodes", *LOOP, "--timeout", "nan"], "'--timeout': 'nan' is not a number"),
+        # a digit to str.isdigit, not to int()
+        (["status", "a:\u00b2"], "address 'a:\u00b2' must be 'host:port'"),
+        (
+            ["dlq", "replay", "127.0.0.1:1", "--topic", "t", "--group", "g", "--id", "9" * 30],
+            "is not a message id",
+        ),
+        (
+            ["dlq", "list", "127.0.0.1:1", "--topic", "t", "--group", "g", "--limit", "9" * 20],
+            "--limit",
+        ),
+        # an argument that is no text (bytes argv decodes with surrogates)
+        (["pub", "t", "\udcff", *LOOP, "--timeout", "1"], "not valid text"),
+    ],
+)
+def test_values_no_command_can_use_are_usage_errors(args: list[str], named: str) -> None:
+    done = run_cli(args, timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_table_whose_reader_went_away_ends_with_141(hub: tuple[Proc, str]) -> None:
+    # (rich ended it with 1, a failed run, where a command writing itself gives 141)
+    _proc, address = hub
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=root, COLUMNS="120")
+    done = subprocess.run(
+        f"{sys.executable} -m zmesh.cli status {address} | head -c 1 > /dev/null; "
+        'echo "${PIPESTATUS[0]}"',
+        shell=True,
+        executable="/bin/bash",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "141", done.stderr
+
+
+def test_a_stop_signal_a_command_does_not_handle_removes_its_temporary_data_dir(
+    tmp_path: Path, mesh_name: str
+) -> None:
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    err = tmp_path / "ls.err"
+    with err.open("wb") as stderr:
+        ls = spawn(
+            [
+                *CLI,
+                "ls",
+                "nodes",
+                "--mesh",
+                mesh_name,
+                *LOOP,
+                "--seed",
+                "127.0.0.1:1",
+                "--wait",
+                "30",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+        )
+    try:
+        wait_until(lambda: list(tmp_path.glob("zmesh-ls-*/LOCK")), 30, what="its node's data dir")
+        ls.send_signal(signal.SIGTERM)
+        assert ls.wait(30) == 143
+    finally:
+        reap(ls)
+    assert not list(tmp_path.glob("zmesh-ls-*")), err.read_text()
 
 
 def test_a_bad_log_level_names_where_it_came_from() -> None:

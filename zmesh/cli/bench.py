@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from .output import CliError, console, err_console
+from .settings import Number
 
 STARTUP_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
@@ -242,14 +243,14 @@ def run_suite(args: tuple[str, ...]) -> None:
 )
 @click.option(
     "--rate",
-    type=click.FloatRange(min=1),
+    type=Number(min=1),
     default=1000.0,
     show_default=True,
     help="Messages per second of the latency run.",
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=Number(min=1),
     default=300.0,
     show_default=True,
     help="Seconds before the run is abandoned.",

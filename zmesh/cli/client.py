@@ -244,8 +244,12 @@ class Interrupted(Exception):
     """A stop signal came while a ``StopSignals.interruptible()`` block was blocked."""
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class StopSignals:
-    """SIGINT and SIGTERM set a flag (``StopFlag``) instead of raising, while installed.
+    """SIGINT, SIGTERM and SIGHUP (a closed terminal) set a flag (``StopFlag``) instead of
+    raising, while installed.
 
     A command that runs until stopped waits on ``stop`` and then closes its node cleanly.
     A read that would not return until data comes (stdin) runs in ``interruptible()``:
@@ -268,7 +272,8 @@ class StopSignals:
 
     @property
     def exit_code(self) -> int:
-        """A run a signal stopped exits 128 + its number: 130 (SIGINT), 143 (SIGTERM)."""
+        """A run a signal stopped exits 128 + its number: 130 (SIGINT), 143 (SIGTERM), 129
+        (SIGHUP)."""
         return 128 + (self.signum or signal.SIGINT)
 
     @contextlib.contextmanager
@@ -284,7 +289,7 @@ class StopSignals:
             self._raising = False
 
     def __enter__(self) -> StopSignals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             self._old[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ import click
 
 from ..config import NodeConfig
 from ..node import Node
+from .client import STOP_SIGNALS
 from .logs import quiet_open_mesh
 from .settings import common
 
@@ -87,6 +89,13 @@ def cli_node(role: str, args: NodeArgs) -> Iterator[Node]:
     data_dir = args.data_dir
     if data_dir is None:
         tmp = data_dir = tempfile.mkdtemp(prefix=f"zmesh-{role}-")
+    # A stop signal a command does not handle itself (it would end the process at once)
+    # exits as it would, through the removal of the temporary data dir below.
+    defaults = {
+        sig: signal.signal(sig, _exit_as_signalled)
+        for sig in STOP_SIGNALS[1:]
+        if signal.getsignal(sig) is signal.SIG_DFL
+    }
     try:
         with quiet_open_mesh():
             node = Node(
@@ -104,8 +113,14 @@ def cli_node(role: str, args: NodeArgs) -> Iterator[Node]:
             with node:
                 yield node
     finally:
+        for sig in defaults:
+            signal.signal(sig, signal.SIG_DFL)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _exit_as_signalled(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 DISCOVERY_STABLE_S = 0.5

@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from .demo_fleet import Fleet
 from .demo_report import DemoResult, read_group, result_notes, result_table
 from .output import CliError, console
+from .settings import Number
 
 STARTUP_TIMEOUT_S = 30.0
 STOP_GRACE_S = 20.0
@@ -263,7 +264,7 @@ class Demo:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=Number(min=1),
     default=120.0,
     show_default=True,
     help="Seconds allowed for every message to be acked once published.",

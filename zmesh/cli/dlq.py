@@ -20,10 +20,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from .._http.actions import payload_json
+from .._protocol.checks import U63
 from .client import add_curve_options, request_admin
 from .names import group_name, topic_name
 from .output import CliError, console, note
-from .settings import target
+from .settings import Number, target
 
 PREVIEW_BYTES = 40
 
@@ -46,7 +47,7 @@ def _where(fn: Any) -> Any:
         ),
         click.option(
             "--timeout",
-            type=click.FloatRange(min=0.1),
+            type=Number(min=0.1),
             default=5.0,
             show_default=True,
             help="Seconds to wait for the node's reply.",
@@ -60,7 +61,7 @@ def _where(fn: Any) -> Any:
 def _seq(value: str) -> int:
     """A dead letter's id: SEQ, or PRODUCER:SEQ as `dlq list` and message ids print it."""
     raw = value.rpartition(":")[2]
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit() and len(raw) < 20 and int(raw) <= U63):
         raise click.BadParameter(
             f"{value!r} is not a message id (SEQ or PRODUCER:SEQ)", param_hint="--id"
         )
@@ -161,7 +162,7 @@ def dlq() -> None:
 @_where
 @click.option(
     "--limit",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=U63),
     default=1000,
     show_default=True,
     help="At most this many dead letters.",

@@ -19,7 +19,7 @@ from .._protocol.frames import PROTOCOL_VERSION
 from ..config import parse_seed
 from .client import CurveKeys, read_key, request_status
 from .output import CliError, console
-from .settings import ENV, common, env_help, from_context
+from .settings import ENV, Number, common, env_help, from_context
 
 RESOLVE_TIMEOUT_MS = 1500
 STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "N/A": "dim"}
@@ -344,7 +344,7 @@ def probe(
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=Number(min=0.1),
     default=3.0,
     show_default=True,
     help="Seconds to browse for nodes (and to wait for each probe).",

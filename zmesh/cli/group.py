@@ -22,7 +22,7 @@ from .client import add_curve_options, request_admin, request_status
 from .ls import age
 from .names import group_name, topic_or_pattern
 from .output import CliError, console, note
-from .settings import target
+from .settings import Number, target
 
 
 def _nodes(address: str, timeout: float) -> list[tuple[str, str]]:
@@ -113,7 +113,7 @@ _address = click.option(
 @_address
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=Number(min=0.1),
     default=5.0,
     show_default=True,
     help="Seconds to wait for each node's reply.",
@@ -176,7 +176,7 @@ def ls(topic: str | None, address: str | None, timeout: float, as_json: bool) ->
 @_address
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=Number(min=0.1),
     default=5.0,
     show_default=True,
     help="Seconds to wait for the node's reply.",

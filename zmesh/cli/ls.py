@@ -21,6 +21,7 @@ from .._http.collect import MESH_TIMEOUT_S, collect_mesh
 from .._http.views import drop_observer, groups_view, nodes_view, topics_view
 from .clientnode import NodeArgs, cli_node, node_options, settle_peers
 from .output import CliError, console, note, short
+from .settings import Number
 
 KINDS = ("nodes", "topics", "groups")
 
@@ -140,14 +141,14 @@ VIEWS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Table]]] = {
 @click.option(
     "--wait",
     "wait_s",
-    type=click.FloatRange(min=0),
+    type=Number(min=0),
     default=3.0,
     show_default=True,
     help="Seconds at most to let discovery settle.",
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1, max=30),
+    type=Number(min=0.1, max=30),
     default=MESH_TIMEOUT_S,
     show_default=True,
     help="Seconds to wait for each node's reply (all at once).",

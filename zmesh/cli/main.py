@@ -20,6 +20,7 @@ Exit codes, the same for every command:
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -138,6 +139,8 @@ for _command in (
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return its exit code (errors become one line, no traceback)."""
+    if sys.stdin is None:  # (started with stdin closed, `0<&-`: as if it were empty)
+        sys.stdin = open(os.devnull)  # noqa: SIM115 - the process's own, for its life
     try:
         rv = cli.main(
             args=list(argv) if argv is not None else None, prog_name="zmesh", standalone_mode=False
@@ -158,6 +161,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print_error(f"{exc.strerror or exc}{where}")
         return 1
+    except UnicodeError as exc:  # (bad input too: an argument or a file that is no text)
+        print_error(f"not valid text: {exc}")
+        return 2
     except KeyboardInterrupt:
         print_error("interrupted")
         return 130

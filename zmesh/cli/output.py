@@ -15,12 +15,21 @@ PIPE_WIDTH = 10_000  # columns of a console that is not a terminal: no row is ev
 READER_GONE = 141  # the exit code of a command whose stdout's reader went away (as SIGPIPE's)
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # (rich exits 1: a command whose reader went away exits as SIGPIPE's, like the
+        # commands that write to stdout themselves, main.py)
+        self.quiet = True
+        drop_stdout()
+        raise SystemExit(READER_GONE)
+
+
 def _console(stderr: bool = False) -> Console:
     """A console on stdout (or stderr): a terminal's width on a terminal; on a file or a
     pipe, wide enough that every table row stays one line (for grep and awk) whatever
     COLUMNS says."""
-    out = Console(stderr=stderr, highlight=False)
-    return out if out.is_terminal else Console(stderr=stderr, highlight=False, width=PIPE_WIDTH)
+    out = _Console(stderr=stderr, highlight=False)
+    return out if out.is_terminal else _Console(stderr=stderr, highlight=False, width=PIPE_WIDTH)
 
 
 console = _console()

@@ -20,7 +20,7 @@ from .client import Interrupted, StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, note
 from .pub_report import report, report_ephemeral, settle
-from .settings import source
+from .settings import Number, source
 
 # {{Count}} and friends in DATA, --key, --header values and --msg-id (as `nats pub`).
 _TEMPLATE_RE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
@@ -121,13 +121,13 @@ def _payloads(
 )
 @click.option(
     "--ttl",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Number(min=0, min_open=True),
     metavar="SECONDS",
     help="Expire the message this long after publishing.",
 )
 @click.option(
     "--delay",
-    type=click.FloatRange(min=0),
+    type=Number(min=0),
     metavar="SECONDS",
     help="Deliver the message this long from now.",
 )
@@ -148,14 +148,14 @@ def _payloads(
 @node_options
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=Number(min=0),
     default=30.0,
     show_default=True,
     help="Seconds to wait for every group's acks.",
 )
 @click.option(
     "--discovery-wait",
-    type=click.FloatRange(min=0),
+    type=Number(min=0),
     default=3.0,
     show_default=True,
     help="Seconds at most to wait for peers that consume TOPIC (a group's member, or an "

@@ -16,12 +16,13 @@ from .. import Message, Reply
 from .._requests import Delivery
 from .._subjects import check_subject
 from ..config import check_name
-from ..errors import NoRespondersError, ReplyError, ZMeshError
+from ..errors import ArgumentError, ConfigError, NoRespondersError, ReplyError, ZMeshError
 from .audience import wait_serving, wait_settled
 from .client import StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
-from .output import CliError, note
+from .output import READER_GONE, CliError, drop_stdout, note
 from .pub import parse_headers
+from .settings import Number
 from .shell import run_shell
 from .stopflag import StopFlag
 from .sub import payload_json
@@ -86,14 +87,14 @@ def _print(reply: Reply, as_json: bool) -> None:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.001),
+    type=Number(min=0.001),
     default=5.0,
     show_default=True,
     help="Seconds to wait for the reply (with --many: for the replies).",
 )
 @click.option(
     "--discovery-wait",
-    type=click.FloatRange(min=0),
+    type=Number(min=0),
     default=5.0,
     show_default=True,
     help="Seconds at most to wait for a responder to be found before giving up.",
@@ -176,6 +177,8 @@ def request(
                 signals.stop.wait(RETRY_S)
             except ReplyError as exc:
                 raise CliError(str(exc), exit_code=FAILED) from exc
+            except (ArgumentError, ConfigError):
+                raise  # (bad usage: exit 2, main.run)
             except ZMeshError as exc:
                 raise CliError(str(exc)) from exc
         if replies is None:
@@ -237,7 +240,7 @@ def _exec_reply(cmd: str, msg: Message, timeout: float, stop: StopFlag) -> bytes
     "is replied as an error.",
 )
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many requests.")
-@click.option("--timeout", type=click.FloatRange(min=0), help="Stop after this many seconds.")
+@click.option("--timeout", type=Number(min=0), help="Stop after this many seconds.")
 @node_options
 def reply(
     topic: str,
@@ -265,6 +268,7 @@ def reply(
     handled = 0
     lock = threading.Lock()
     enough = threading.Event()
+    reader_gone = threading.Event()  # (stdout's reader went away: `| head -1`)
     signals = StopSignals()
 
     def answer(msg: Message) -> bytes:
@@ -275,11 +279,16 @@ def reply(
             return msg.payload if data is None else data.encode()
         finally:
             with lock:
-                sys.stdout.buffer.write(msg.payload + b"\n")
-                sys.stdout.buffer.flush()
                 handled += 1
                 if count is not None and handled >= count:
                     enough.set()
+                if not reader_gone.is_set():
+                    try:
+                        sys.stdout.buffer.write(msg.payload + b"\n")
+                        sys.stdout.buffer.flush()
+                    except BrokenPipeError:  # (this request is still answered)
+                        reader_gone.set()
+                        enough.set()
 
     with signals, cli_node("reply", node) as n:
         serving = n.serve(topic, group, answer, mode=mode)
@@ -293,6 +302,9 @@ def reply(
                 break
             signals.stop.wait(0.05)
         serving.close()
+    if reader_gone.is_set():
+        drop_stdout()
+        raise click.exceptions.Exit(READER_GONE)
     if signals.signum is not None:
         raise CliError(f"interrupted after {handled} requests", exit_code=128 + signals.signum)
     if count is not None and handled < count:

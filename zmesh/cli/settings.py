@@ -10,6 +10,7 @@ environment variable, the same for every subcommand (``ENV``).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable
@@ -97,6 +98,17 @@ if TYPE_CHECKING:
 else:
     StrParamType = click.ParamType
     StrChoice = click.Choice
+
+
+class Number(click.FloatRange):
+    """``click.FloatRange`` that also refuses NaN, which passes every bound (a timeout
+    of NaN waited for good)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
 
 
 class _Addresses(StrParamType):

@@ -8,12 +8,12 @@ import click
 
 from .client import request_status
 from .output import console, peers_table, render_status
-from .settings import target
+from .settings import Number, target
 
 _address = click.argument("address", metavar="[HOST:PORT]", required=False)
 _timeout = click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=Number(min=0.1),
     default=5.0,
     show_default=True,
     help="Seconds to wait for the reply.",

@@ -18,6 +18,7 @@ from ..config import SubscriptionConfig, check_name
 from .client import StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
 from .output import CliError, note
+from .settings import Number
 from .shell import run_shell
 from .stopflag import StopFlag
 
@@ -134,7 +135,7 @@ def _run_exec(cmd: str, msg: Message, timeout: float, stop: StopFlag) -> bool:
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many messages.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=Number(min=0),
     help="Stop after this many seconds (with --count: fail if not all came).",
 )
 @click.option(
@@ -145,7 +146,7 @@ def _run_exec(cmd: str, msg: Message, timeout: float, stop: StopFlag) -> bool:
 )
 @click.option(
     "--exec-timeout",
-    type=click.FloatRange(min=0.1),
+    type=Number(min=0.1),
     default=60.0,
     show_default=True,
     help="Seconds before a --exec command counts as failed: it is killed, with "

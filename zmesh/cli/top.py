@@ -15,7 +15,7 @@ from rich.text import Text
 
 from .client import add_curve_options, request_status
 from .output import CliError, console, lanes_table, peers_table, subscriptions_table
-from .settings import target
+from .settings import Number, target
 
 # (label, counters summed): every redelivery starts as an ack timeout, a nack, or a member
 # that died or left with messages in flight.
@@ -87,7 +87,7 @@ def frame(
 @click.argument("address", metavar="[HOST:PORT]", required=False)
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=Number(min=0.1),
     default=1.0,
     show_default=True,
     help="Seconds between refreshes.",
@@ -99,7 +99,7 @@ def frame(
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=Number(min=0.1),
     default=5.0,
     show_default=True,
     help="Seconds to wait for each status reply.",

@@ -15,7 +15,7 @@ from ..config import parse_seed
 from ..errors import ConfigError
 from .clientnode import NodeArgs, cli_node, node_options, settle_peers
 from .output import note
-from .settings import http_address
+from .settings import Number, http_address
 
 DISCOVERY_WAIT_S = 3.0
 
@@ -69,14 +69,14 @@ def _api_url(api: str | None) -> str | None:
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=Number(min=0.1),
     default=1.0,
     show_default=True,
     help="Seconds between two looks at the mesh.",
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1, max=30),
+    type=Number(min=0.1, max=30),
     default=MESH_TIMEOUT_S,
     show_default=True,
     help="Seconds to wait for each node's reply.",
