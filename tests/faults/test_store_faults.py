@@ -437,3 +437,27 @@ def test_a_store_gone_from_under_its_lock_file_is_refused_until_the_lock_file_go
     (data_dir / "LOCK").unlink()  # what the message says to start afresh
     again = make_node("prod", data_dir=str(data_dir), topics=GROUPS)
     assert again.id != first_id and again.status()["outbox"] == 0
+
+
+def test_a_store_that_is_no_directory_or_truncated_is_refused_and_snapshotting_it_too(
+    make_node, tmp_path
+):
+    data_dir = tmp_path / "prod"
+    data_dir.mkdir()
+    (data_dir / "store").write_text("not a directory")
+    with pytest.raises(zmesh.StoreError, match="store is not a directory, where the store's"):
+        make_node("prod", topics=GROUPS)
+    (data_dir / "store").unlink()
+    prod = make_node("prod", topics=GROUPS)
+    for i in range(200):
+        prod.publish("t", payload(i) * 50)
+    prod.publish("t", payload(200)).wait_stored(5)
+    prod.close()
+    data = data_dir / "store" / "data.mdb"
+    os.truncate(data, data.stat().st_size // 2)
+    # (LMDB maps a truncated file as it is: reading past its end was a SIGBUS, the
+    # snapshot's whole process gone, an empty copy left behind)
+    dest = tmp_path / "copy"
+    with pytest.raises(zmesh.StoreError, match="it was truncated"):
+        zmesh.snapshot(str(data_dir), str(dest))
+    assert not dest.exists() or not any(dest.iterdir())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 from collections import Counter
@@ -363,6 +364,24 @@ def test_a_copy_whose_store_cannot_be_opened_is_asked_for_again_later(
     assert p.stats()["replica_syncs_begun"] == 1
     assert not list((tmp_path / "r" / "replicas").iterdir())
     assert r.stats()["replica_commit_errors"] == 1
+    assert not receipt.stored
+
+
+def test_a_replicas_directory_that_is_no_directory_is_said_and_counted(
+    make_node: Callable[..., zmesh.Node], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # (each sync begun raised a FileExistsError the host logged as a traceback, and its
+    # back-off and count did not apply)
+    caplog.set_level(logging.WARNING, logger="zmesh._engine.replica.copies")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "replicas").write_text("not a directory")
+    r = make_node("r", **TAKEOVER)
+    assert "replicas is not a directory" in caplog.text
+    p = make_node("p", seeds=[r.control_address], replica_host=False, **TAKEOVER)
+    p.topic("t", replicas=2, groups=["g"])
+    receipt = p.publish("t", b"one")
+    wait_until(lambda: r.stats().get("replica_commit_errors"), 10, what="the copy refused")
+    assert "cannot make the replicas' directory" in caplog.text
     assert not receipt.stored
 
 

@@ -61,6 +61,8 @@ class Corrupt(NamedTuple):
 
 def check_store_files(path: Path) -> None:
     """Refuse a store directory that has lost or truncated its data file."""
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"{path} is not a directory, where the store's files go", str(path))
     data = path / "data.mdb"
     if data.exists():
         size = data.stat().st_size

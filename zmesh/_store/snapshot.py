@@ -11,6 +11,7 @@ import lmdb
 
 from .._dirs import make_dir
 from ..errors import ArgumentError, StoreError
+from .damage import check_store_files, remedy
 from .lock import held_here
 
 
@@ -77,13 +78,24 @@ def snapshot_data_dir(data_dir: str, dest: str) -> None:
             raise StoreError("the store is open in this process, but not by a node", str(path))
         copy(dest)
         return
-    if not (path / "data.mdb").exists():
+    data = path / "data.mdb"
+    if not data.exists():
         raise StoreError("no zmesh store here", str(path))
+    check_store_files(path)
     try:
         env = lmdb.open(str(path), readonly=True, max_dbs=16, subdir=True)
     except lmdb.Error as exc:
         raise StoreError(f"cannot open the store to snapshot it: {exc}", str(path)) from exc
     try:
+        # (a page past the file's end is a SIGBUS, not an error: no node checked this one)
+        used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+        size = data.stat().st_size
+        if size < used:
+            raise StoreError(
+                f"{data} is {size} bytes where its store uses {used} (it was truncated?); "
+                f"{remedy(path)}",
+                str(path),
+            )
         copy_env(env, dest)
     finally:
         env.close()

@@ -34,7 +34,7 @@ from ..._protocol.frames import (
 )
 from ..._store.health import at_start
 from ..._store.store import Store, WriteBatch
-from ...errors import StoreError
+from ...errors import DataDirLockedError, StoreError
 from ..stats import Counters
 from .writes import deletes_only, into_batch
 
@@ -133,6 +133,11 @@ class Copies:
         """Open the whole copies the data dir holds (the newest of each producer); delete
         the others (a copy whose sync never ended, or one a newer copy replaced)."""
         if not self.root.is_dir():
+            if self.root.exists() or self.root.is_symlink():
+                log.warning(
+                    "%s is not a directory: this node holds no copies until it is one",
+                    self.root,
+                )
             return
         found: dict[bytes, list[tuple[int, Path]]] = {}
         for path in self.root.iterdir():
@@ -146,7 +151,11 @@ class Copies:
         for producer, paths in found.items():
             for _n, path in sorted(paths, reverse=True):
                 if producer not in self.held:
-                    copy = self._open(producer, path)
+                    try:
+                        copy = self._open(producer, path)
+                    except DataDirLockedError as exc:  # (another process has it)
+                        log.error("the copy %s is left alone: %s", path, exc)
+                        continue
                     if copy is not None and copy.synced:
                         self.held[producer] = copy
                         continue
@@ -247,7 +256,13 @@ class Copies:
         if old is not None:
             old.store.close()
             _remove(old.path)
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # (a file where the directory goes, a full disk)
+            raise StoreError(
+                f"cannot make the replicas' directory {self.root}: {exc.strerror or exc}",
+                str(self.root),
+            ) from exc
         numbers = [
             int(p.name.partition("-")[2])
             for p in self.root.glob(f"{producer.hex()}-*")
