@@ -59,16 +59,17 @@ class Corrupt(NamedTuple):
     reason: str
 
 
-def check_store_files(path: Path) -> None:
-    """Refuse a store directory that has lost or truncated its data file."""
+def check_store_files(path: Path, used_bytes: int = MIN_DATA_BYTES) -> None:
+    """Refuse a store directory that has lost or truncated its data file: one shorter than
+    ``used_bytes``, the least an LMDB store has (or what its meta says it uses)."""
     if path.exists() and not path.is_dir():
         raise StoreError(f"{path} is not a directory, where the store's files go", str(path))
     data = path / "data.mdb"
     if data.exists():
         size = data.stat().st_size
-        if size < MIN_DATA_BYTES:
+        if size < used_bytes:
             raise StoreError(
-                f"{data} is {size} bytes, too short to be an LMDB store (it was "
+                f"{data} is {size} bytes, where its store needs {used_bytes} (it was "
                 f"truncated?); {remedy(path)}",
                 str(path),
             )

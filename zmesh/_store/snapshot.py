@@ -11,7 +11,7 @@ import lmdb
 
 from .._dirs import make_dir
 from ..errors import ArgumentError, StoreError
-from .damage import check_store_files, remedy
+from .damage import check_store_files
 from .lock import held_here
 
 
@@ -88,14 +88,7 @@ def snapshot_data_dir(data_dir: str, dest: str) -> None:
         raise StoreError(f"cannot open the store to snapshot it: {exc}", str(path)) from exc
     try:
         # (a page past the file's end is a SIGBUS, not an error: no node checked this one)
-        used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-        size = data.stat().st_size
-        if size < used:
-            raise StoreError(
-                f"{data} is {size} bytes where its store uses {used} (it was truncated?); "
-                f"{remedy(path)}",
-                str(path),
-            )
+        check_store_files(path, (env.info()["last_pgno"] + 1) * env.stat()["psize"])
         copy_env(env, dest)
     finally:
         env.close()
