@@ -4,10 +4,12 @@ follow the scene's mesh, it refuses admin actions unless started with --admin, a
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import socket
+import threading
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -165,6 +167,51 @@ def test_web_from_a_nodes_http_api(
     url = start(tmp_path, procs, [], name="web-env", env=env)
     code, snap = get_json(url + "api/snapshot")
     assert code == 200 and snap["source"] == f"the HTTP API at http://{scene.hub.http_address}"
+
+
+def test_an_api_that_answers_no_mesh_is_a_failure_and_looks_go_on(
+    tmp_path: Path, procs: list[Proc]
+) -> None:
+    # An HTTP server that is no node's API (200, but no mesh in it): the sampler died on
+    # it, unsaid, and the page froze with its last snapshot.
+    class NoMesh(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NoMesh)
+    served = threading.Thread(target=server.serve_forever, daemon=True)
+    served.start()
+    try:
+        api = f"http://127.0.0.1:{server.server_address[1]}"
+        url = start(tmp_path, procs, ["--api", api])
+        for _ in range(2):  # (told at each look: the sampler goes on)
+            event, data = first_event(url)
+            assert event == "failure" and "cannot read the mesh" in data["error"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        served.join(10)
+
+
+def test_admin_bodies_too_large_or_undecodable_are_refused_as_such(
+    tmp_path: Path, scene: Scene, procs: list[Proc]
+) -> None:
+    url = start(tmp_path, procs, ["--api", f"http://{scene.hub.http_address}", "--admin"])
+    action = url + "api/dead-letters/replay"
+    big = {"node": "prod", "topic": "orders", "group": "billing", "pad": "x" * (2 << 20)}
+    assert post_json(action, big)[0] == 413
+    code, answer = post_json(
+        action, {"node": "prod"}, content_type="application/json; charset=bogus"
+    )
+    assert code == 400 and "body is not JSON" in answer["error"]
 
 
 def test_a_failing_source_is_told_to_the_pages(

@@ -218,6 +218,10 @@ def collect_mesh(
         found: dict[str, Target] = {}
         for a in answers:
             status = a.reply.status if isinstance(a.reply, StatusReply) else None
+            error = a.error
+            if status is not None and "refused" in status:  # (a key it does not admit)
+                error = f"refused the status request: {status['refused']}"
+                status = None
             read_at = None if status is None or a.rtt_ms is None else asked_at + a.rtt_ms / 1000
             nodes.append(
                 _entry(
@@ -226,7 +230,7 @@ def collect_mesh(
                     status=status,
                     read_at=read_at,
                     rtt_ms=a.rtt_ms,
-                    error=a.error,
+                    error=error,
                 )
             )
             for p in (status or {}).get("peers", []):

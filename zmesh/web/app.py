@@ -118,8 +118,18 @@ class WebApp:
             started = loop.time()
             try:
                 mesh = await loop.run_in_executor(None, self.source.mesh)
+                at = time.time()
+                # (a mesh that is not one, from an --api that is no node's: a failure too)
+                lanes = self.history.add(mesh, at)
+                latest = snapshot(
+                    mesh,
+                    lanes,
+                    source=self.source.description,
+                    admin=self.admin,
+                    interval_s=self.interval_s,
+                )
             except Exception as exc:  # (a source's failure is shown, and tried again)
-                error = f"cannot read the mesh from {self.source.description}: {exc}"
+                error = f"cannot read the mesh from {self.source.description}: {exc!r}"
                 if error != self.error:
                     log.warning("%s", error)
                 self.error = error
@@ -127,15 +137,7 @@ class WebApp:
                 if self.error is not None:
                     log.info("reading the mesh from %s again", self.source.description)
                 self.error = None
-                self.latest_at = time.time()
-                lanes = self.history.add(mesh, self.latest_at)
-                self.latest = snapshot(
-                    mesh,
-                    lanes,
-                    source=self.source.description,
-                    admin=self.admin,
-                    interval_s=self.interval_s,
-                )
+                self.latest_at, self.latest = at, latest
             self._looked.set()
             self._tell(self._told())
             await asyncio.sleep(max(0.0, self.interval_s - (loop.time() - started)))
@@ -194,10 +196,10 @@ class WebApp:
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
         )
-        await resp.prepare(request)
         queue: asyncio.Queue[bytes] = asyncio.Queue(CLIENT_QUEUE)
         self._pages.add(queue)
         try:
+            await resp.prepare(request)
             if self._looked.is_set():
                 await resp.write(self._told())
             while told := await queue.get():
@@ -253,7 +255,10 @@ class WebApp:
                 raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "actions take a JSON body")
             try:
                 body = await request.json()
-            except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep)
+            except web.HTTPRequestEntityTooLarge:
+                raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large") from None
+            except (ValueError, RecursionError, LookupError) as exc:  # (nested too deep; a
+                # charset Python does not know)
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {exc}") from None
             if not isinstance(body, dict):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
