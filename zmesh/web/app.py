@@ -129,7 +129,12 @@ class WebApp:
                     interval_s=self.interval_s,
                 )
             except Exception as exc:  # (a source's failure is shown, and tried again)
-                error = f"cannot read the mesh from {self.source.description}: {exc!r}"
+                why = (  # (what is no mesh fails as a lookup in it: say what it missed)
+                    f"no mesh in its answer ({exc!r})"
+                    if isinstance(exc, LookupError | TypeError | AttributeError)
+                    else str(exc)
+                )
+                error = f"cannot read the mesh from {self.source.description}: {why}"
                 if error != self.error:
                     log.warning("%s", error)
                 self.error = error
