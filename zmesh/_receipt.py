@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from ._engine.outbox.outcomes import Outcome, Outcomes
 from ._waits import check_timeout
-from .errors import NodeClosedError, NotDeliveredError, TimeoutError, ZMeshError
+from .errors import NodeClosedError, NodeStateError, NotDeliveredError, TimeoutError, ZMeshError
 
 __all__ = ["MessageId", "Receipt"]
 
@@ -52,7 +52,8 @@ class Signal(threading.Condition):
 
     def __init__(self) -> None:
         super().__init__()
-        self.closed: NodeClosedError | None = None
+        self.closed: NodeStateError | None = None  # (NodeClosedError; in a forked process,
+        # the error that says so)
         self.wakers: tuple[Callable[[], None], ...] = ()  # (replaced, never changed in place)
 
     def notify_all(self) -> None:
@@ -154,6 +155,8 @@ class Receipt:
             raise stage.error
         closed = self._publisher.cond.closed
         if closed is not None:
+            if not isinstance(closed, NodeClosedError):
+                raise closed
             what = "acknowledged" if acked else "stored"
             raise NodeClosedError(closed.node, f"message {self.id} was not {what}")
         return False

@@ -11,6 +11,7 @@ import datetime as _dt
 import logging
 import math
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -157,6 +158,9 @@ class Node:
         self._http: Any = None
         self._roles: Roles | None = None
         self._readers: weakref.WeakSet[ReplayReader] = weakref.WeakSet()
+        self._closer: threading.Thread | None = None  # (the thread closing it: close())
+        self._close_lock = threading.Lock()
+        self._closed = threading.Event()
         self._engine = Engine(config)
         self._queue = self._engine.queue  # (what application threads talk to)
         # What start() makes of a handler named in the config (zmesh.aio: one whose
@@ -234,7 +238,23 @@ class Node:
 
     def close(self) -> None:
         """Stop subscriptions (waiting for running handler calls to return), flush acks,
-        say bye to peers, close sockets and the store."""
+        say bye to peers, close sockets and the store.
+
+        Called while another thread closes the node, it waits for that close to end; from
+        a handler thread of the node, which that close waits for, it returns at once."""
+        me = threading.current_thread()
+        with self._close_lock:
+            closer = self._closer = self._closer or me
+        if closer is not me:
+            if not any(sub._handles_on(me) for sub in self._queue.subscriptions()):
+                self._closed.wait()
+            return
+        try:
+            self._close()
+        finally:
+            self._closed.set()
+
+    def _close(self) -> None:
         if self._roles is not None:
             self._roles.close()
             self._roles = None

@@ -608,6 +608,10 @@ class Subscription:
         self._own_close = True
         self._end()
 
+    def _handles_on(self, thread: threading.Thread) -> bool:
+        """Whether ``thread`` is one of its handler threads (which its close joins)."""
+        return thread in self._workers
+
     def _end(self, wait: bool = True) -> None:
         """``close()``, as its node's close does it (waiters get NodeClosedError; no
         ``wait`` for the IO thread's release: the node's close releases all at once)."""

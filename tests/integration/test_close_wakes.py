@@ -149,3 +149,26 @@ def test_close_ends_iteration_at_once_and_what_it_held_is_released(make_node):
     assert list(it) == []
     wait_until(lambda: prod.stats().get("acked", 0) >= 1, what="the ack at the producer")
     assert cons.stats()["released_on_close"] == 99
+
+
+def test_two_handler_threads_closing_their_node_at_once_both_end(make_node):
+    # Each close joined the handler threads of the subscriptions it ended: the other
+    # handler, itself in close() and joining the first: both waited for good.
+    prod = make_node("prod")
+    cons = make_node("cons", seeds=[prod.control_address])
+    both = threading.Barrier(2, timeout=10)
+    returned: list[str] = []
+
+    def closing(m: zmesh.Message) -> None:
+        both.wait()
+        cons.close()
+        returned.append(m.topic)
+
+    for topic in ("a", "b"):
+        cons.subscribe(topic, group="g", handler=closing)
+        wait_members(prod, topic, "g", 1)
+    prod.publish("a", b"x")
+    prod.publish("b", b"y")
+    wait_until(lambda: len(returned) == 2, what="both closes returned")
+    with pytest.raises(zmesh.NodeClosedError):
+        cons.status()

@@ -25,9 +25,13 @@ def tried(call: Callable[[], object]) -> str:
         return f"{type(exc).__name__}: {exc}"
 
 
-def in_child(producer: zmesh.Node, consumer: zmesh.Node, sub: zmesh.Subscription) -> dict:
+def in_child(
+    producer: zmesh.Node, consumer: zmesh.Node, sub: zmesh.Subscription, unacked: zmesh.Receipt
+) -> dict:
     """What each call does in the forked child."""
     found = {
+        # (a receipt of the parent's waited for good: nothing here tells it)
+        "wait_acked": tried(lambda: unacked.wait_acked(CHILD_TIMEOUT_S)),
         "publish": tried(lambda: producer.publish("t", b"from the child")),
         "status": tried(producer.status),
         "get": tried(lambda: sub.get(timeout=0)),
@@ -43,7 +47,8 @@ def test_a_forked_child_refuses_its_parents_nodes(make_node) -> None:
     producer = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
     consumer = make_node("cons", seeds=[producer.control_address])
     sub = consumer.subscribe("t", group="g")
-    producer.publish("t", b"held").wait_stored(5)
+    unacked = producer.publish("t", b"held")
+    unacked.wait_stored(5)
     wait_until(lambda: sub.delivered >= 1, what="the message delivered to the subscription")
     rx, tx = os.pipe()
     pid = os.fork()
@@ -51,7 +56,7 @@ def test_a_forked_child_refuses_its_parents_nodes(make_node) -> None:
         code = 1
         try:
             os.close(rx)
-            found = in_child(producer, consumer, sub)
+            found = in_child(producer, consumer, sub, unacked)
             os.write(tx, json.dumps(found).encode())
             code = 0
         finally:
@@ -68,6 +73,7 @@ def test_a_forked_child_refuses_its_parents_nodes(make_node) -> None:
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, found
     for call, node in (
+        ("wait_acked", "prod"),
         ("publish", "prod"),
         ("status", "prod"),
         ("get", "cons"),

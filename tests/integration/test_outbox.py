@@ -615,3 +615,23 @@ def test_a_payload_past_max_message_bytes_is_refused_alone_or_in_a_batch(make_no
             node.publish_many("t", batch)
     node.publish_many("t", [b"c" * 1000, "é" * 500]).wait_stored(5)
     assert node.stats()["published"] == 4
+
+
+def test_an_interrupt_inside_publish_leaves_the_node_working(make_node, monkeypatch):
+    # A KeyboardInterrupt (a signal's handler runs between any two bytecodes) raised
+    # while publish() held the allocation lock left it held: the next publish, close(),
+    # and the IO thread waited for good.
+    from zmesh._engine import submit as submit_module
+
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    prod.publish("t", b"first", key="k").wait_stored(5)
+
+    def interrupted(*_args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(submit_module, "partition_for", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        prod.publish("t", b"cut short", key="k")
+    monkeypatch.undo()
+    prod.publish("t", b"after", key="k").wait_stored(5)
+    assert prod.status()["outbox"] == 2

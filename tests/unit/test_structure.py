@@ -26,6 +26,7 @@ ALLOWED = {
     ("zmesh/_engine/status.py", "_queued"),
     ("zmesh/node.py", "_start_handlers"),
     ("zmesh/node.py", "_end"),
+    ("zmesh/node.py", "_handles_on"),
     ("zmesh/aio.py", "_add_listener"),
     ("zmesh/spark/_bridge.py", "_add_listener"),
     # A receipt's state, which the IO thread resolves (and the aio twin waits on).

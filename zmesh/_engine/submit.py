@@ -162,6 +162,13 @@ class Submitter:
             return
         self.state = "forked"
         self._credit = self._credit_bytes = 0  # (every publish checks the state)
+        # Locks a thread of the parent held at the fork stay held here, by nobody: new
+        # ones, and the condition's waits end with the error that says why.
+        self._alloc = threading.Lock()
+        self._subs_lock = threading.Lock()
+        self._wake_lock = threading.Lock()
+        Signal.__init__(self.cond)
+        self.cond.closed = self._forked_error()
         for subs in list(self._announced.values()):  # (no lock: this process's only thread)
             for sub in list(subs):
                 sub._forked()
@@ -337,42 +344,58 @@ class Submitter:
         nbytes = len(payload)
         alloc = self._alloc
         alloc.acquire()
-        if self._credit > 0 and self._credit_bytes >= nbytes:
-            self._credit -= 1
-            self._credit_bytes -= nbytes
-            first = self._next_seq
-            self._next_seq = first + 1
-            self._submitted += 1
-            self._submitted_bytes += nbytes
-        else:
-            alloc.release()
-            first = self._reserve(
-                1, nbytes, self.config.publish_timeout_s if timeout_s is None else timeout_s, True
-            )
-            alloc.acquire()  # (to join a stretch: the open one, if it ends just before)
-            if self.state != "running":  # closed while it waited: never queued after that
+        held = True  # (released whatever raises in between: a signal's KeyboardInterrupt)
+        first = -1
+        queued = False
+        stretch: Stretch | None = None
+        try:
+            if self._credit > 0 and self._credit_bytes >= nbytes:
+                self._credit -= 1
+                self._credit_bytes -= nbytes
+                first = self._next_seq
+                self._next_seq = first + 1
+                self._submitted += 1
+                self._submitted_bytes += nbytes
+            else:
                 alloc.release()
-                self.check_running()
-        stretch = self._open
-        keyless = 0 if key is not None else partitions
-        if (
-            stretch is None
-            or stretch.next != first
-            or stretch.topic != topic
-            or stretch.keyless != keyless
-        ):
-            stretch = self._open = Stretch(first, topic, keyless)
-            self._cmds.append(stretch)  # (in the queue before any later publish)
-            new = True
-        else:
-            new = False
-        if key is not None:
-            stretch.partitions.append(partition_for(key, partitions, first))
-            stretch.keys.append(key)
-        stretch.next = first + 1
-        stretch.nbytes += nbytes
-        stretch.payloads.append(payload)
-        alloc.release()
+                held = False
+                timeout = self.config.publish_timeout_s if timeout_s is None else timeout_s
+                first = self._reserve(1, nbytes, timeout, True)
+                alloc.acquire()  # (to join a stretch: the open one, if it ends just before)
+                held = True
+                if self.state != "running":  # closed while it waited: never queued after that
+                    self.check_running()
+            part = 0 if key is None else partition_for(key, partitions, first)
+            stretch = self._open
+            keyless = 0 if key is not None else partitions
+            if (
+                stretch is None
+                or stretch.next != first
+                or stretch.topic != topic
+                or stretch.keyless != keyless
+            ):
+                stretch = Stretch(first, topic, keyless)
+                self._cmds.append(stretch)  # (in the queue before any later publish)
+                self._open = stretch
+                new = True
+            else:
+                new = False
+            if key is not None:
+                stretch.partitions.append(part)
+                stretch.keys.append(key)
+            stretch.payloads.append(payload)
+            queued = True
+            stretch.next = first + 1
+            stretch.nbytes += nbytes
+        finally:
+            if first >= 0 and not queued and held:  # (its room given back: never stored)
+                self._submitted -= 1
+                self._submitted_bytes -= nbytes
+                if stretch is not None:  # (what it appended before the payload goes too)
+                    del stretch.keys[len(stretch.payloads) :]
+                    del stretch.partitions[len(stretch.payloads) :]
+            if held:
+                alloc.release()
         if new:
             self._wake_once()
         return Receipt(self.publisher, first, stretch, 1, topic)

@@ -80,7 +80,6 @@ class LockedDir:
             return "its data file changed after its node closed it"
         return None
 
-
     def lost(self) -> str | None:
         """Why the store is gone: its data file is missing where the lock file says a
         node had one (None: a new data dir, or the file is there)."""
