@@ -14,9 +14,11 @@ import zmesh.spark
 import zmesh.spark._errors
 from zmesh.errors import ArgumentError, ConfigError, DecodeError
 from zmesh.spark import BridgeConfig, BridgeError
+from zmesh.spark._ddl import payload_ddl
 from zmesh.spark._offsets import (
     advance,
     cap,
+    check_order,
     check_spec,
     count,
     parse_spec,
@@ -96,9 +98,30 @@ def test_select_and_resolve() -> None:
 def test_parse_spec() -> None:
     assert parse_spec(" LATEST ", "x") == "latest"
     assert parse_spec('{"a/0": 4}', "x") == {"a/0": 4}
-    for bad in ("soon", '{"a": 1}', '{"a/0": -1}', "[1]"):
-        with pytest.raises(ArgumentError):
+    with pytest.raises(ArgumentError, match="must be 'earliest', 'latest' or a JSON object"):
+        parse_spec("soon", "startingOffsets")
+    # (a JSON true is no offset 1, though Python's bool is an int)
+    for bad in (
+        '{"a": 1}',
+        '{"a/0": -1}',
+        '{"a/0": 1.5}',
+        "[1]",
+        '{"a/0": true}',
+        '{"a/0": false}',
+    ):
+        with pytest.raises(ArgumentError, match="to offsets >= 0"):
             parse_spec(bad, "startingOffsets")
+
+
+def test_check_order_refuses_a_start_after_the_end() -> None:
+    check_order({"L:a/0": 3, "L:a/1": 5}, {"L:a/0": 3, "L:a/1": 9})
+    with pytest.raises(
+        ArgumentError,
+        match=re.escape(
+            "start L:a/1 at 5 (by startingOffsets), after where endingOffsets ends it (4)"
+        ),
+    ):
+        check_order({"L:a/0": 3, "L:a/1": 5}, {"L:a/0": 3, "L:a/1": 4})
 
 
 def test_check_spec_names_only_the_sources_streams_within_their_logs() -> None:
@@ -234,6 +257,61 @@ def test_source_options() -> None:
     with pytest.raises(ArgumentError, match="one limit"):
         SourceOptions.parse(
             {"endpoint": "tcp://h:1", "maxRecordsPerTrigger": "5", "maxRecordsPerBatch": "6"}
+        )
+
+
+@pytest.mark.parametrize(
+    ("option", "maximum"),
+    [
+        ("requestTimeoutMs", 86_400_000),
+        ("fetchMaxRecords", 1_000_000),
+        ("minPartitions", 100_000),
+        ("maxRecordsPerTrigger", 2**63 - 1),
+        ("maxRecordsPerBatch", 2**63 - 1),
+        ("maxBytesPerTrigger", 2**63 - 1),
+        ("maxRecordsPerPartition", 2**63 - 1),
+        ("batchRows", 1_000_000),
+    ],
+)
+def test_numeric_options_have_a_maximum(option: str, maximum: int) -> None:
+    """A value past what its use can take (a JVM long, a poll's wait, what a bridge sends
+    in a fetch) is refused naming the option, not met later as an OverflowError."""
+    parse = SinkOptions.parse if option == "batchRows" else SourceOptions.parse
+    parse({"endpoint": "tcp://h:1", option.lower(): str(maximum)})
+    for bad in (maximum + 1, 10**30):
+        with pytest.raises(ArgumentError, match=f"option {option} must be an integer from 1 to"):
+            parse({"endpoint": "tcp://h:1", option.lower(): str(bad)})
+
+
+def test_payload_schema_is_checked_on_its_own() -> None:
+    assert payload_ddl("sensor STRING, n long, `a``b` decimal, s struct<d: date> comment 'x'") == (
+        "`sensor` string, `n` bigint, `a``b` decimal(10,0), `s` struct<`d`: date> COMMENT 'x'"
+    )
+    assert payload_ddl("m map<string, array<timestamp_ntz>>, b binary") == (
+        "`m` map<string,array<timestamp_ntz>>, `b` binary"
+    )
+    for ddl, refusal in [
+        ("x intt", "field x has type 'intt', which payloadSchema does not take: boolean,"),
+        ("x decimal(50,2)", "decimal(50,2) of field x: the precision must be 1 to 38"),
+        ("x decimal(5,6)", "decimal(5,6) of field x: the precision must be 1 to 38"),
+        ("x int not null", "field x is NOT NULL, but a payload may lack it"),
+        ("s struct<a: int NOT NULL>", "field s.a is NOT NULL"),
+        ("x variant", "field x has type 'variant'"),
+        ("x interval day to second", "field x has type 'interval'"),
+        ("x array<void>", "field x has type 'void'"),
+        ("x char(3)", "field x has type 'char'"),
+        ("x map<int,string>", "map<int,...> of field x: a map's keys must be strings"),
+        ("x array<int", "expected '>' after array<int in field x, found the end"),
+        ("x int,", "expected a field name, found the end"),
+        ("x int y", "expected ',' after field x, found 'y'"),
+    ]:
+        with pytest.raises(
+            ArgumentError, match=re.escape(f"option payloadSchema {ddl!r}: {refusal}")
+        ):
+            payload_ddl(ddl)
+    with pytest.raises(ArgumentError, match="option payloadSchema 'x intt'"):
+        SourceOptions.parse(
+            {"endpoint": "tcp://h:1", "payloadformat": "json", "payloadschema": "x intt"}
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,25 @@ def test_columns_every_task_would_fail_on_are_refused_when_the_writer_is_made(
             df.selectExpr("sensor as payload").write.option("topic", "out"),
             "column payload must be binary or string, got int",
         ),
+        (
+            df.selectExpr("'x' as payload", "'n=1' as headers").write.option("topic", "out"),
+            "column headers must be a map of string keys to strings, binary, booleans or "
+            r"numbers \(not decimals\), as map<string,string>, got string",
+        ),
+        (
+            df.selectExpr("'x' as payload", "map(1, 'x') as headers").write.option("topic", "out"),
+            "column headers must be a map .* got map<int,string>",
+        ),
+        (
+            df.selectExpr("'x' as payload", "map('t', now()) as headers").write.option(
+                "topic", "o"
+            ),
+            "column headers must be a map .* got map<string,timestamp>",
+        ),
+        (
+            df.selectExpr("'x' as payload", "sensor as key").write.option("topic", "out"),
+            r"column key must be string or binary \(UTF-8 text\), got int",
+        ),
     ]
     for writer, refusal in cases:
         with pytest.raises(Exception, match=f"(?s)data source writer.*{refusal}"):
@@ -193,3 +213,62 @@ def test_rows_without_a_payload_become_json_as_spark_to_json_writes_it(
     exact = {"parse_float": decimal.Decimal}
     assert json.loads(payload, parse_constant=strict, **exact) == json.loads(spark_json, **exact)
     assert '"f32":0.1,' in payload and '"big":12345678901234567.123456789,' in payload
+
+
+@pytest.mark.parametrize("fmt", ["json", "msgpack"])
+def test_dates_bytes_and_times_read_back_as_written(
+    spark: Any, bridged: Callable[..., Bridged], fmt: str
+) -> None:
+    """A date (ISO text), bytes (base64 in JSON, bin in msgpack) and times, at the top and
+    inside an array or a struct, read back by payloadSchema as the sink wrote them; a
+    time no timestamp holds (1e20 seconds, from another producer) is null, not a failed
+    task."""
+    b = bridged(topics=("readings", "out"))
+    df = spark.sql(
+        "select 7 as i, timestamp'2024-05-01 10:00:00.123' as ts, date'2024-05-01' as d, "
+        "X'00ff' as bin, array(timestamp'1999-12-31 23:59:59', cast(null as timestamp)) "
+        "as times, named_struct('d', date'1970-01-02', 'b', X'01') as s"
+    )
+    df.write.format("zmesh").mode("append").option("endpoint", b.endpoint).option(
+        "topic", "out"
+    ).option("payloadFormat", fmt).save()
+    pack = msgpack.packb if fmt == "msgpack" else lambda v: json.dumps(v).encode()
+    b.producer.publish("out", pack({"i": 8, "ts": 1e20, "times": [1e20]})).wait_acked(30)
+    wait_until(lambda: b.logged("out") == 2, 30, what="both rows logged")
+    back = (
+        spark.read.format("zmesh")
+        .option("endpoint", b.endpoint)
+        .option("topics", "out")
+        .option("payloadFormat", fmt)
+        .option(
+            "payloadSchema",
+            "i int, ts timestamp, d date, bin binary, times array<timestamp>, "
+            "s struct<d: date, b: binary>",
+        )
+        .load()
+        .select(*df.columns)
+        .orderBy("i")
+    )
+    assert [tuple(r) for r in back.collect()] == [
+        tuple(df.first()),
+        (8, None, None, None, [None], None),
+    ]
+
+
+def test_a_binary_key_is_taken_as_utf8_text(
+    spark: Any, bridged: Callable[..., Bridged], collect: Callable[..., Collector]
+) -> None:
+    b = bridged()
+    out = collect(b, "out")
+
+    def write(key: str) -> None:
+        spark.sql(f"select 'x' as payload, {key} as key").write.format("zmesh").mode(
+            "append"
+        ).option("endpoint", b.endpoint).option("topic", "out").save()
+
+    write("X'6b31'")
+    wait_until(lambda: len(out) == 1, 30, what="the row handled")
+    assert out.messages[0].key == "k1"
+    refusal = "column key is binary and holds b'\\xff', which is not UTF-8 text"
+    with pytest.raises(Exception, match=re.escape(refusal)):
+        write("X'ff'")

@@ -221,6 +221,13 @@ def test_what_the_source_cannot_read_is_refused_before_its_reader_is_registered(
         ("startingOffsets", json.dumps({f"0badc0de:{stream}": 1}), "of log 0badc0de"),
         ("topics", *typo),
         ("payloadSchema", "i int, `Offset` int", "payloadSchema repeats the column(s) ['offset']"),
+        # payloadSchema checked on its own: not a PARSE_SYNTAX_ERROR at the source's columns,
+        # nor a NOT NULL field failing in the JVM, nor a type decoded as nulls
+        ("payloadSchema", "i intt", "option payloadSchema 'i intt': field i has type 'intt'"),
+        ("payloadSchema", "i decimal(50,2)", "decimal(50,2) of field i: the precision must be"),
+        ("payloadSchema", "i int not null", "option payloadSchema 'i int not null': field i is"),
+        ("payloadSchema", "i interval day to second", "field i has type 'interval', which"),
+        ("startingOffsets", json.dumps({stream: True}), "to offsets >= 0"),
     ]
     for option, value, refusal in cases:
         with pytest.raises(Exception, match=re.escape(refusal)):
@@ -233,6 +240,16 @@ def test_what_the_source_cannot_read_is_refused_before_its_reader_is_registered(
                 .load()
                 .collect()
             )
+    # a batch read whose start is after its end, as Kafka's source refuses it (not 0 rows)
+    with pytest.raises(Exception, match=re.escape(f"start {b.bridge.log_id}:{stream} at {end} ")):
+        (
+            spark.read.format("zmesh")
+            .option("endpoint", b.endpoint)
+            .option("startingOffsets", json.dumps({stream: end}))
+            .option("endingOffsets", json.dumps({stream: end - 1}))
+            .load()
+            .collect()
+        )
     for option, value, refusal in [
         ("startingOffsets", *beyond),
         ("topics", *typo),

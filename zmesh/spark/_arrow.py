@@ -3,15 +3,17 @@
 The source schema is fixed (``_options.BASE_DDL``); ``payloadFormat``/``payloadSchema`` append
 columns decoded from each JSON or msgpack payload. A run's payloads and publish times are
 wrapped as Arrow buffers as they are stored (``_runs.py``); the runs of a batch are joined
-by Arrow. JSON payloads are parsed by Arrow's JSON reader into the typed columns; when
-that fails for a batch (a payload that is not one JSON object, a value of the wrong type),
-the batch is decoded a payload at a time, and a payload that does not decode (or is not
-exactly one JSON value), or a value that does not fit its column, becomes null rather than
-failing the query.
+by Arrow. JSON payloads are parsed by Arrow's JSON reader into the typed columns (when
+each column is of a type it reads as the source does); when that fails for a batch (a
+payload that is not one JSON object, a value of the wrong type), the batch is decoded a
+payload at a time, and a payload that does not decode (or is not exactly one JSON value),
+or a value that does not fit its column, becomes null rather than failing the query.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import decimal
 import json
@@ -46,7 +48,17 @@ def _repeat(value: pa.Array, n: int) -> pa.Array:
     return value.take(pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bytes(4 * n))]))
 
 
-_MICROS = pa.Array.from_buffers(pa.float64(), 1, [None, pa.py_buffer(array("d", [1e6]))])[0]
+def _floats(*values: float) -> pa.Array:
+    return pa.Array.from_buffers(
+        pa.float64(), len(values), [None, pa.py_buffer(array("d", values))]
+    )
+
+
+# Seconds since the epoch that a timestamp holds: years 1 to 9999, as Python's datetime.
+_FIRST_S = dt.datetime.min.replace(tzinfo=UTC).timestamp()
+_END_S = dt.datetime.max.replace(tzinfo=UTC).timestamp()  # (a float: 10000-01-01)
+_MICROS, _FIRST, _END = _floats(1e6, _FIRST_S, _END_S)
+_NO_SECONDS = pa.nulls(1, pa.float64())[0]
 # Each payload p becomes the line {"v":p}, so that a line is one object, whatever p holds.
 _OPEN, _CLOSE, _EMPTY = (
     pa.BinaryArray.from_buffers(
@@ -69,15 +81,45 @@ def _decoder(fmt: str | None) -> Callable[[bytes], Any]:
 
 
 def _to_time(v: Any) -> Any:
+    """A time from seconds since the epoch or ISO 8601 text (UTC unless it says); None
+    for anything else, or seconds outside the years 1 to 9999 (NaN too)."""
     if isinstance(v, int | float) and not isinstance(v, bool):
-        return dt.datetime.fromtimestamp(v, UTC)
+        if not _FIRST_S <= v < _END_S:
+            return None
+        try:
+            return dt.datetime.fromtimestamp(v, UTC)
+        except (OverflowError, ValueError, OSError):  # (a float rounded into year 10000)
+            return None
     if isinstance(v, str):
         try:
             t = dt.datetime.fromisoformat(v)
         except ValueError:
             return None
         return t if t.tzinfo else t.replace(tzinfo=UTC)
-    return v
+    return None
+
+
+def _to_date(v: Any) -> Any:
+    """A date from ISO 8601 text (``2024-05-01``, as the sink writes one); else None."""
+    try:
+        return dt.date.fromisoformat(v) if isinstance(v, str) else None
+    except ValueError:
+        return None
+
+
+def _to_bytes(v: Any) -> Any:
+    """Bytes as they are (msgpack's bin), or from base64 text (as the sink writes bytes
+    in JSON, and Spark's to_json); else None."""
+    if isinstance(v, bytes):
+        return v
+    try:
+        return base64.b64decode(v, validate=True) if isinstance(v, str) else None
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _to_float(v: Any) -> Any:
+    return None if isinstance(v, bool) else v  # (pyarrow takes True as 1.0)
 
 
 _DECIMALS = decimal.Context(prec=80)  # (room for decimal256's 76 digits)
@@ -103,12 +145,64 @@ def _to_decimal(typ: pa.Decimal128Type | pa.Decimal256Type) -> Callable[[Any], A
     return to
 
 
-def _column(values: list[Any], typ: pa.DataType) -> pa.Array:
+def _converter(typ: pa.DataType) -> Callable[[Any], Any] | None:
+    """How a decoded value (not None) becomes one that ``pa.array`` takes as ``typ``, or
+    None when it takes the value as it is; each gives None for a value that does not fit
+    (a string for a list, where pyarrow would take its characters)."""
     if pa.types.is_timestamp(typ):
-        values = [_to_time(v) for v in values]
-    elif pa.types.is_decimal(typ):
-        to = _to_decimal(typ)
-        values = [None if v is None else to(v) for v in values]
+        return _to_time
+    if pa.types.is_date(typ):
+        return _to_date
+    if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
+        return _to_bytes
+    if pa.types.is_decimal(typ):
+        return _to_decimal(typ)
+    if pa.types.is_floating(typ):
+        return _to_float
+    if pa.types.is_struct(typ):
+        fields = [(f.name, _converter(f.type)) for f in typ]
+        return lambda v: (
+            {n: _convert(to, v.get(n)) for n, to in fields} if isinstance(v, dict) else None
+        )
+    if pa.types.is_map(typ):
+        item = _converter(typ.item_type)
+        return lambda v: (
+            [(k, _convert(item, x)) for k, x in v.items()]
+            if isinstance(v, dict) and all(isinstance(k, str) for k in v)
+            else None
+        )
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        item = _converter(typ.value_type)
+        return lambda v: [_convert(item, x) for x in v] if isinstance(v, list) else None
+    return None
+
+
+def _convert(to: Callable[[Any], Any] | None, v: Any) -> Any:
+    return v if to is None or v is None else to(v)
+
+
+def _reads_as_source(typ: pa.DataType) -> bool:
+    """Whether Arrow's JSON reader reads JSON into ``typ`` as the source does a payload
+    at a time: not a date (it takes a number as days), nor binary (it keeps base64 text
+    as it is), nor a map (it cannot), nor a time inside another type (it takes no number
+    there, and a time at the top is read as seconds and converted)."""
+    if pa.types.is_struct(typ):
+        return all(_reads_as_source(f.type) for f in typ)
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        return _reads_as_source(typ.value_type)
+    return not (
+        pa.types.is_date(typ)
+        or pa.types.is_binary(typ)
+        or pa.types.is_large_binary(typ)
+        or pa.types.is_map(typ)
+        or pa.types.is_timestamp(typ)
+    )
+
+
+def _column(values: list[Any], typ: pa.DataType) -> pa.Array:
+    to = _converter(typ)
+    if to is not None:
+        values = [_convert(to, v) for v in values]
     try:
         return pa.array(values, type=typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
@@ -123,7 +217,10 @@ def _column(values: list[Any], typ: pa.DataType) -> pa.Array:
 
 
 def _seconds_to(typ: pa.DataType, seconds: pa.Array) -> pa.Array:
-    """Float seconds since the epoch as a timestamp column of ``typ``."""
+    """Float seconds since the epoch as a timestamp column of ``typ``: null where they
+    are outside the years 1 to 9999 (NaN too), as in ``_to_time``, not wrapped around."""
+    fits = pc.and_(pc.greater_equal(seconds, _FIRST), pc.less(seconds, _END))
+    seconds = pc.if_else(fits, seconds, _NO_SECONDS)
     micros = pc.cast(pc.multiply(seconds, _MICROS), pa.int64(), safe=False)
     return micros.cast(typ)
 
@@ -173,12 +270,14 @@ class RecordConverter:
         self._time_type = arrow_schema.field("timestamp").type
         self._pending = _Pending()
         # Arrow's JSON reader parses timestamps from strings only: it reads those
-        # columns as numbers of seconds, which are then converted.
+        # columns as numbers of seconds, which are then converted. A column of a type it
+        # does not read as the source does leaves every batch to the slow path.
         fields = [
             pa.field(f.name, pa.float64() if pa.types.is_timestamp(f.type) else f.type)
             for f in self.extra
         ]
-        self._json_schema = pa.schema([pa.field("v", pa.struct(fields))])
+        fast = all(pa.types.is_timestamp(f.type) or _reads_as_source(f.type) for f in self.extra)
+        self._json_schema = pa.schema([pa.field("v", pa.struct(fields))]) if fast else None
 
     @property
     def rows(self) -> int:
@@ -267,7 +366,7 @@ class RecordConverter:
         is: one that is not one JSON value (none, or two) fails the read or gives a line
         two rows, and the counts differ."""
         n = len(payloads)
-        if n == 0:
+        if n == 0 or self._json_schema is None:
             return None
         lines = pc.binary_join_element_wise(_OPEN, payloads, _CLOSE, _EMPTY)
         _validity, ends, data = lines.buffers()

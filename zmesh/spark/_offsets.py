@@ -74,7 +74,7 @@ def parse_spec(value: str, what: str) -> str | dict[str, int]:
             f'{{"metrics/0": 42}}, got {value!r}'
         ) from exc
     if not isinstance(data, dict) or not all(
-        isinstance(k, str) and "/" in k and isinstance(v, int) and v >= 0 for k, v in data.items()
+        isinstance(k, str) and "/" in k and type(v) is int and v >= 0 for k, v in data.items()
     ):
         raise ArgumentError(
             f'{what} must map "topic/partition" (or, of several bridges, '
@@ -110,6 +110,17 @@ def check_spec(
         if offset > end and not past_end:
             raise ArgumentError(
                 f"{what} puts {stream} at {offset}, beyond the end of its log ({end})"
+            )
+
+
+def check_order(start: Mapping[str, int], end: Mapping[str, int]) -> None:
+    """ArgumentError when a batch read's startingOffsets put a stream past its
+    endingOffsets (as Kafka's source refuses it), rather than reading nothing there."""
+    for stream, offset in sorted(start.items()):
+        if stream in end and offset > end[stream]:
+            raise ArgumentError(
+                f"a batch read would start {stream} at {offset} (by startingOffsets), after "
+                f"where endingOffsets ends it ({end[stream]}): the start must not be after the end"
             )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..config import check_name
 from ..errors import ArgumentError
+from ._ddl import payload_ddl
 from ._errors import BridgeError
 from ._offsets import parse_spec
 
@@ -43,6 +44,14 @@ SINK_OPTIONS = (
     "requestTimeoutMs",
 )
 DEFAULT_PARTITIONS = 2
+# Largest values of the numeric options: counts of records or bytes as the JVM's long
+# holds them; partitions a query's driver can schedule; records per fetch as a bridge
+# serves them (it sends no more); a day's wait for a request.
+MAX_COUNT = (1 << 63) - 1
+MAX_PARTITIONS = 100_000
+MAX_FETCH_RECORDS = 1_000_000
+MAX_BATCH_ROWS = 1_000_000
+MAX_TIMEOUT_MS = 86_400_000
 # The source's columns; payloadSchema adds decoded ones after them.
 BASE_COLUMNS = (
     ("topic", "string"),
@@ -64,7 +73,8 @@ def check_endpoint(endpoint: object) -> str:
 
 
 def source_ddl(payload_schema: str | None) -> str:
-    return BASE_DDL if not payload_schema else f"{BASE_DDL}, {payload_schema}"
+    """The source's schema: its columns, then payloadSchema's (checked on its own)."""
+    return BASE_DDL if not payload_schema else f"{BASE_DDL}, {payload_ddl(payload_schema)}"
 
 
 PAYLOAD_FORMATS = ("json", "msgpack")
@@ -80,16 +90,18 @@ def _lower(options: Mapping[str, Any], known: tuple[str, ...], what: str) -> dic
     return opts
 
 
-def _int(opts: dict[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
+def _int(
+    opts: dict[str, str], name: str, default: int | None, maximum: int = MAX_COUNT
+) -> int | None:
     raw = opts.get(name.lower())
     if raw is None:
         return default
     try:
         value = int(raw)
     except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise ArgumentError(f"option {name} must be an integer >= {minimum}, got {raw!r}")
+        value = 0
+    if not 1 <= value <= maximum:
+        raise ArgumentError(f"option {name} must be an integer from 1 to {maximum:,}, got {raw!r}")
     return value
 
 
@@ -110,7 +122,7 @@ def _format(opts: dict[str, str]) -> str | None:
 
 
 def _timeout(opts: dict[str, str]) -> float:
-    return (_int(opts, "requestTimeoutMs", 30_000) or 30_000) / 1000.0
+    return (_int(opts, "requestTimeoutMs", 30_000, MAX_TIMEOUT_MS) or 30_000) / 1000.0
 
 
 def _endpoints(opts: dict[str, str], what: str) -> tuple[str, ...]:
@@ -188,13 +200,14 @@ class SourceOptions:
             ending=None if ending is None else parse_spec(ending, "endingOffsets"),
             max_records_per_batch=_max_rows(opts),
             max_bytes_per_batch=_int(opts, "maxBytesPerTrigger", None),
-            min_partitions=_int(opts, "minPartitions", default_partitions) or default_partitions,
+            min_partitions=_int(opts, "minPartitions", default_partitions, MAX_PARTITIONS)
+            or default_partitions,
             max_records_per_partition=_int(opts, "maxRecordsPerPartition", 1_000_000) or 1_000_000,
             fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             payload_format=fmt,
-            payload_schema=schema,
+            payload_schema=payload_ddl(schema) if schema else schema,
             timeout_s=_timeout(opts),
-            fetch_max_records=_int(opts, "fetchMaxRecords", 10_000) or 10_000,
+            fetch_max_records=_int(opts, "fetchMaxRecords", 10_000, MAX_FETCH_RECORDS) or 10_000,
         )
 
     def require_reader(self) -> str:
@@ -233,6 +246,6 @@ class SinkOptions:
             payload_format=_format(opts) or "json",
             id_columns=ids,
             write_id=opts.get("writeid") or None,
-            batch_rows=_int(opts, "batchRows", 10_000) or 10_000,
+            batch_rows=_int(opts, "batchRows", 10_000, MAX_BATCH_ROWS) or 10_000,
             timeout_s=_timeout(opts),
         )

@@ -186,8 +186,21 @@ def _strings(col: pa.Array | None, what: str) -> list[Any] | None:
         try:
             col = col.cast(pa.string())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+                bad = next(v for v in col.to_pylist() if v is not None and not _utf8(v))
+                raise ArgumentError(
+                    f"column {what} is binary and holds {bad[:32]!r}, which is not UTF-8 text"
+                ) from exc
             raise ArgumentError(f"column {what} must be a string, got {col.type}") from exc
     return col.to_pylist()
+
+
+def _utf8(b: bytes) -> bool:
+    try:
+        b.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _payloads(batch: pa.RecordBatch, opts: SinkOptions) -> list[bytes]:

@@ -15,13 +15,13 @@ from .._engine.stats import Counters
 from ..errors import DecodeError, ZMeshError
 from ..node import Node
 from ._log import BridgeLog
+from ._options import MAX_FETCH_RECORDS
 from ._publisher import SinkPublisher
 from ._wire import Reply, Request, decode_request, encode_reply
 
 log = logging.getLogger(__name__)
 
 RECV_BURST = 64
-FETCH_MAX_RECORDS = 1_000_000
 _ERRORS = (ZMeshError, ValueError, TypeError, KeyError)
 
 
@@ -87,7 +87,7 @@ class Service:
         args = req.args
         if req.kind == "fetch":
             stream, start, end = str(args["stream"]), int(args["start"]), int(args["end"])
-            limit = max(1, min(int(args.get("max", FETCH_MAX_RECORDS)), FETCH_MAX_RECORDS))
+            limit = max(1, min(int(args.get("max", MAX_FETCH_RECORDS)), MAX_FETCH_RECORDS))
             first, runs = self.log.read(stream, start, end, limit)
             self.counters.add("fetches", 1)
             self.counters.add("runs_served", len(runs))

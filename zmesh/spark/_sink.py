@@ -9,8 +9,9 @@ returns only after the bridge has stored its rows.
 
 Columns: ``payload`` (binary or string) is the message body; without one, the row's other
 columns become a JSON object as Spark's ``to_json`` writes it (or a msgpack one). ``key``
-(string) and ``headers`` (map<string,string>) are used when present; ``topic`` picks the
-topic per row when the ``topic`` option is not set.
+(string, or binary holding UTF-8 text) and ``headers`` (a map of string keys, as
+map<string,string>) are used when present; ``topic`` picks the topic per row when the
+``topic`` option is not set.
 """
 
 from __future__ import annotations
@@ -26,7 +27,19 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import BinaryType, StringType, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+)
 
 from ..errors import ArgumentError
 from ._client import BridgeClient
@@ -39,6 +52,18 @@ __all__ = ["ZMeshBatchWriter", "ZMeshStreamWriter"]
 log = logging.getLogger(__name__)
 
 WINDOW = 2  # chunks a task has sent and not seen stored: it reads the next meanwhile
+# Types of header values that a message's headers carry as they are (msgpack packs them).
+HEADER_VALUES = (
+    StringType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    ShortType,
+    IntegerType,
+    LongType,
+    FloatType,
+    DoubleType,
+)
 
 
 class SinkCommit(WriterCommitMessage):
@@ -66,6 +91,21 @@ def check_columns(opts: SinkOptions, schema: StructType) -> None:
     if payload is not None and not isinstance(payload, BinaryType | StringType):
         raise ArgumentError(
             f"column payload must be binary or string, got {payload.simpleString()}"
+        )
+    key = types.get("key")
+    if key is not None and not isinstance(key, StringType | BinaryType):
+        raise ArgumentError(
+            f"column key must be string or binary (UTF-8 text), got {key.simpleString()}"
+        )
+    headers = types.get("headers")
+    if headers is not None and not (
+        isinstance(headers, MapType)
+        and isinstance(headers.keyType, StringType)
+        and isinstance(headers.valueType, HEADER_VALUES)
+    ):
+        raise ArgumentError(
+            "column headers must be a map of string keys to strings, binary, booleans or "
+            f"numbers (not decimals), as map<string,string>, got {headers.simpleString()}"
         )
     unknown = [c for c in opts.id_columns if c not in types]
     if unknown:

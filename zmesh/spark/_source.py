@@ -41,6 +41,7 @@ from ._log import BridgeLog
 from ._offsets import (
     Range,
     advance,
+    check_order,
     check_spec,
     count,
     plan,
@@ -353,6 +354,7 @@ class ZMeshBatchReader(_Planner, DataSourceReader):
             end = self._resolve(
                 self.opts.ending or "latest", sizes, "endingOffsets", "latest", past_end=True
             )
+            check_order(start, end)
             return self._plan(start, {s: min(e, sizes[s][1]) for s, e in end.items()})
         finally:
             self._close()
