@@ -632,6 +632,11 @@ def test_an_interrupt_inside_publish_leaves_the_node_working(make_node, monkeypa
     monkeypatch.setattr(submit_module, "partition_for", interrupted)
     with pytest.raises(KeyboardInterrupt):
         prod.publish("t", b"cut short", key="k")
+    # A batch's sequences taken, then interrupted: their room was never given back (the
+    # node counted them as waiting for its IO thread for good).
+    with pytest.raises(KeyboardInterrupt):
+        prod.publish_many("t", [b"a", b"b"], keys=["k", "k"])
     monkeypatch.undo()
     prod.publish("t", b"after", key="k").wait_stored(5)
     assert prod.status()["outbox"] == 2
+    assert prod._engine.queue._submitted == prod._engine.queue._done

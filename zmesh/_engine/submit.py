@@ -261,73 +261,77 @@ class Submitter:
         if nbytes is None:
             nbytes = sum(map(len, payloads)) if n > 1 else len(payloads[0])
         first = self._reserve(n, nbytes, timeout_s, paced)
-        stage = Stage()
-        receipt = Receipt(self.publisher, first, stage, n, topic)
-        now = time.time()
-        if n == 1:  # publish(): no comprehension to set up for one message
-            key = keys[0]
-            return [
-                Publish(
-                    first,
-                    topic,
-                    partition_for(key, partitions, first),
-                    key,
-                    headers,
-                    payloads[0],
-                    priority,
-                    now,
-                    expires_at,
-                    deliver_at,
-                    receipt,
-                    stage,
-                    msg_id,
-                )
-            ]
-        seqs = range(first, first + n)
-        if priority or expires_at is not None or deliver_at is not None or msg_id is not None:
-            return [
-                Publish(
-                    seq,
-                    topic,
-                    partition_for(key, partitions, seq),
-                    key,
-                    headers,
-                    payload,
-                    priority,
-                    now,
-                    expires_at,
-                    deliver_at,
-                    receipt,
-                    stage,
-                    msg_id,
-                )
-                for seq, payload, key in zip(seqs, payloads, keys, strict=True)
-            ]
-        # Plain messages: one object for the batch, no Python step per message but the
-        # partition of a key.
-        if keys.count(None) < n:
-            parts = list(map(partition_for, keys, repeat(partitions), seqs))
+        try:  # (a signal's KeyboardInterrupt from here on: their room is given back)
+            stage = Stage()
+            receipt = Receipt(self.publisher, first, stage, n, topic)
+            now = time.time()
+            if n == 1:  # publish(): no comprehension to set up for one message
+                key = keys[0]
+                return [
+                    Publish(
+                        first,
+                        topic,
+                        partition_for(key, partitions, first),
+                        key,
+                        headers,
+                        payloads[0],
+                        priority,
+                        now,
+                        expires_at,
+                        deliver_at,
+                        receipt,
+                        stage,
+                        msg_id,
+                    )
+                ]
+            seqs = range(first, first + n)
+            if priority or expires_at is not None or deliver_at is not None or msg_id is not None:
+                return [
+                    Publish(
+                        seq,
+                        topic,
+                        partition_for(key, partitions, seq),
+                        key,
+                        headers,
+                        payload,
+                        priority,
+                        now,
+                        expires_at,
+                        deliver_at,
+                        receipt,
+                        stage,
+                        msg_id,
+                    )
+                    for seq, payload, key in zip(seqs, payloads, keys, strict=True)
+                ]
+            # Plain messages: one object for the batch, no Python step per message but the
+            # partition of a key.
+            if keys.count(None) < n:
+                parts = list(map(partition_for, keys, repeat(partitions), seqs))
+                return [
+                    PublishMany(
+                        first, topic, parts, keys, headers, payloads, now, receipt, stage, n, nbytes
+                    )
+                ]
             return [
                 PublishMany(
-                    first, topic, parts, keys, headers, payloads, now, receipt, stage, n, nbytes
+                    first,
+                    topic,
+                    [],  # (one partition for all, picked when staged)
+                    None,
+                    headers,
+                    payloads,
+                    now,
+                    receipt,
+                    stage,
+                    n,
+                    nbytes,
+                    partitions,
                 )
             ]
-        return [
-            PublishMany(
-                first,
-                topic,
-                [],  # (one partition for all, picked when staged)
-                None,
-                headers,
-                payloads,
-                now,
-                receipt,
-                stage,
-                n,
-                nbytes,
-                partitions,
-            )
-        ]
+        except BaseException:
+            self.abandon(n, nbytes)
+            raise
 
     def publish_one(
         self,
