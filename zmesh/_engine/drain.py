@@ -74,8 +74,6 @@ class Commands:
         while count < max_pubs and (cmd := take()) is not None:
             kind = type(cmd)
             if kind is Stretch:  # plain publish() calls
-                if not cmd.payloads:  # type: ignore[union-attr]
-                    continue  # (opened by a publish interrupted before its payload joined)
                 staged = cmd.staged()  # type: ignore[union-attr]
                 pubs.append(staged)
                 count += staged.count

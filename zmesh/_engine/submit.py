@@ -379,8 +379,6 @@ class Submitter:
                 or stretch.keyless != keyless
             ):
                 stretch = Stretch(first, topic, keyless)
-                self._cmds.append(stretch)  # (in the queue before any later publish)
-                self._open = stretch
                 new = True
             else:
                 new = False
@@ -388,6 +386,9 @@ class Submitter:
                 stretch.partitions.append(part)
                 stretch.keys.append(key)
             stretch.payloads.append(payload)
+            if new:  # (queued with its first payload, before any later publish)
+                self._cmds.append(stretch)
+                self._open = stretch
             queued = True
             stretch.next = first + 1
             stretch.nbytes += nbytes

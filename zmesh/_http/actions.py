@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
+from .._protocol.checks import U63
 from .._protocol.frames import AdminReply
 from .._subjects import check_subject
 from ..config import check_name, int_in
@@ -35,15 +36,12 @@ class HttpError(Exception):
         self.status = status
 
 
-# Digits a count may have: more than any limit it meets (and than int() takes, 4,300).
-MAX_COUNT_DIGITS = 18
-
-
 def count(raw: str) -> int | None:
     """``raw`` as an int when it is decimal digits alone (ASCII: ``"²"`` is a digit to
-    ``str.isdigit``, not to ``int``), at most MAX_COUNT_DIGITS of them; None otherwise."""
-    if raw.isascii() and raw.isdigit() and len(raw) <= MAX_COUNT_DIGITS:
-        return int(raw)
+    ``str.isdigit``, not to ``int``) of at most 2**63-1, what the wire carries (a digit
+    string past 4,300 digits int() refuses); None otherwise."""
+    if raw.isascii() and raw.isdigit() and len(raw) < 20 and (value := int(raw)) <= U63:
+        return value
     return None
 
 

@@ -19,7 +19,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .._http.actions import payload_json
+from .._http.actions import count, payload_json
 from .._protocol.checks import U63
 from .client import add_curve_options, request_admin
 from .names import group_name, topic_name
@@ -60,12 +60,12 @@ def _where(fn: Any) -> Any:
 
 def _seq(value: str) -> int:
     """A dead letter's id: SEQ, or PRODUCER:SEQ as `dlq list` and message ids print it."""
-    raw = value.rpartition(":")[2]
-    if not (raw.isascii() and raw.isdigit() and len(raw) < 20 and int(raw) <= U63):
+    seq = count(value.rpartition(":")[2])
+    if seq is None:
         raise click.BadParameter(
             f"{value!r} is not a message id (SEQ or PRODUCER:SEQ)", param_hint="--id"
         )
-    return int(raw)
+    return seq
 
 
 def _args(
