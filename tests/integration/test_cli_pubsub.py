@@ -81,8 +81,15 @@ def test_each_pub_option_is_received_as_sent(
     assert len({m["id"] for m in got}) == 3 and len({m["partition"] for m in got}) == 1
 
     # One --msg-id for every message: the producer stores one, whose receipt they follow.
+    # The output says so, and counts that one message once per group.
     same = run_cli(["pub", "t", "once", *node, "--count", "3", "--msg-id", "the-one"])
-    assert same.returncode == 0 and "acknowledged 3" in same.stdout, same.stderr
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.splitlines() == [
+        "published 3, acknowledged 3 (topic t)",
+        "  2 repeated a msg_id published before: not stored again, each has that message's "
+        "outcome",
+        "  g: 1 acked",
+    ]
     # Lines of stdin, and a file as one binary message.
     piped = run_cli(["pub", "t", *node], stdin_data=b"first line\nsecond line\n")
     assert piped.returncode == 0, piped.stderr

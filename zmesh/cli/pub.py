@@ -231,6 +231,7 @@ def pub(
         # (the ephemeral subscribers it publishes for: a later look may miss one a moment)
         audience = 0 if groups else ephemeral_subscribers(n.peers(), topic)
         receipts = []
+        repeated_before = n.stats().get("duplicates_suppressed", 0)
         for i, payload in enumerate(_payloads(data, file, count, signals), start=1):
             if signals.stop.is_set():
                 break
@@ -255,4 +256,7 @@ def pub(
             # (a delayed message is for groups only)
             report_ephemeral(len(receipts), topic, audience, node.data_dir)
             return
-        report(settle(topic, receipts, timeout, signals), n, node.data_dir)
+        outcome = settle(topic, receipts, timeout, signals)
+        # (each repeat was counted as it was stored, before its receipt could settle)
+        outcome.repeats = n.stats().get("duplicates_suppressed", 0) - repeated_before
+        report(outcome, n, node.data_dir)

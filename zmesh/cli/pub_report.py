@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from .. import Node, Receipt
+from .. import MessageId, Node, Receipt
 from ..errors import TimeoutError
 from .client import StopSignals
 from .output import CliError, err_console, note
@@ -35,6 +35,9 @@ class Outcome:
     by_group: dict[str, Counter[str]] = field(default_factory=dict)
 
     delivered: int = 0  # acked by every group it was owed to
+    # Publishes whose msg_id was published before (the ``duplicates_suppressed`` counter):
+    # the message it names is their outcome, counted once in ``by_group``.
+    repeats: int = 0
 
     def exit_code(self) -> int:
         """0: every message acked by every group; 130/143: stopped by SIGINT/SIGTERM;
@@ -90,11 +93,15 @@ def settle(topic: str, receipts: list[Receipt], timeout_s: float, signals: StopS
             progress.update(task, completed=n + 1)
     by_group: dict[str, Counter[str]] = {}
     settled = delivered = 0
+    counted: set[MessageId] = set()  # (a repeated msg_id's receipt is its first's message)
     for r in receipts:
         if r.acked:
             settled += 1
             outcomes = r.outcomes
             delivered += all(o == "acked" for o in outcomes.values())
+            if r.id in counted:
+                continue
+            counted.add(r.id)
             for group, outcome in outcomes.items():
                 by_group.setdefault(group, Counter())[str(outcome)] += r.count
     return Outcome(topic, len(receipts), settled, timeout_s, signals.signum, by_group, delivered)
@@ -125,6 +132,11 @@ def report(outcome: Outcome, node: Node, data_dir: str | None) -> None:
     click.echo(
         f"published {outcome.published}, acknowledged {outcome.delivered} (topic {outcome.topic})"
     )
+    if outcome.repeats:
+        click.echo(
+            f"  {outcome.repeats} repeated a msg_id published before: not stored again, "
+            "each has that message's outcome"
+        )
     for group, counts in sorted(outcome.by_group.items()):
         click.echo(
             f"  {group}: "
