@@ -86,8 +86,7 @@ def test_each_pub_option_is_received_as_sent(
     assert same.returncode == 0, same.stderr
     assert same.stdout.splitlines() == [
         "published 3, acknowledged 3 (topic t)",
-        "  2 repeated a msg_id published before: not stored again, each has that message's "
-        "outcome",
+        "  2 repeated a msg_id published before: not stored again, each has that message's outcome",
         "  g: 1 acked",
     ]
     # Lines of stdin, and a file as one binary message.
