@@ -144,24 +144,49 @@ def test_a_disk_filled_by_another_gives_its_reserve_to_settlements(small_disk, m
     data_dir = small_disk / "p"
     prod = make_node("p", data_dir=str(data_dir), topics={"t": zmesh.TopicConfig(groups=("g",))})
     assert (data_dir / RESERVE_FILE).stat().st_blocks * 512 >= RESERVE_BYTES
-    # Messages stored alone (a priority): acking them changes a leaf per few messages,
-    # each copied to a fresh page before the old one is freed.
-    count = 4000
-    for i in range(count):
-        prod.publish("t", payload(i, 1000), priority=1)
-    prod.publish("t", payload(count, 1000), priority=1).wait_stored(10)
-    fill_up(small_disk / "filler")
-    status = prod.status()["store"]
-    assert status["disk_full"] and status["disk_free_bytes"] < 64 << 10
-    held = count + 1  # the index of the next publish
-    with pytest.raises(zmesh.StoreFullError) as err:
-        for _ in range(5000):  # (up to 2,000 are taken at once, and held: see commands.py)
-            prod.publish("t", payload(held, 1000), timeout=0.5)
-            held += 1
-    assert err.value.disk is not None and str(small_disk) in err.value.disk
-    assert err.value.waited_s == 0.5
-    # The consumer's acks delete records: commits LMDB can only make with fresh pages.
-    # Once they freed pages in the store, the held publishes are stored and sent too.
+    # The reserve goes only to a commit the full disk refuses (disk.py). The pages the
+    # backlog's own commits free (some 20) may hold the first commit after the fill, and the
+    # acks' commits free hundreds for the next ones: then no commit needs the reserve, and
+    # it is rightly kept. A reader from before the backlog (a snapshot being copied) holds
+    # every page freed since: no commit after the fill finds one.
+    reader = spawn(
+        ["-c", HOLD_READER, str(data_dir / "store")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert read_line(reader, 30).strip() == b"reading"
+        # Messages stored alone (a priority): acking them changes a leaf per few messages,
+        # each copied to a fresh page before the old one is freed.
+        count = 4000
+        for i in range(count):
+            prod.publish("t", payload(i, 1000), priority=1)
+        prod.publish("t", payload(count, 1000), priority=1).wait_stored(10)
+        fill_up(small_disk / "filler")
+        status = prod.status()["store"]
+        assert status["disk_full"] and status["disk_free_bytes"] < 64 << 10
+        held = count + 1  # the index of the next publish
+        with pytest.raises(zmesh.StoreFullError) as err:
+            for _ in range(5000):  # (up to 2,000 are taken at once, and held: commands.py)
+                prod.publish("t", payload(held, 1000), timeout=0.5)
+                held += 1
+        assert err.value.disk is not None and str(small_disk) in err.value.disk
+        assert err.value.waited_s == 0.5
+        # The commit after the refused publishes (the rest of their batch) needs a fresh
+        # page: the reserve is released for it.
+        wait_until(
+            lambda: not prod.status()["store"]["disk_reserve_held"], 10, what="the reserve given"
+        )
+        # The reader ends its transaction itself: killed, it would leave its slot in LMDB's
+        # reader table, holding those pages until the node restarts.
+        assert reader.stdin is not None
+        reader.stdin.close()
+        assert reader.wait(10) == 0
+    finally:
+        reap(reader)
+    # The consumer's acks delete records: commits LMDB can only make with fresh pages (the
+    # reserve's room) or pages freed before. Once they freed pages in the store, the held
+    # publishes are stored and sent too.
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="g")
     got = set()
@@ -456,3 +481,36 @@ def test_a_reserve_deleted_under_a_running_node_is_noticed_and_made_again(
     assert f"disk reserve {reserve} of {RESERVE_BYTES} bytes made" in caplog.text
     assert reserve.stat().st_blocks * 512 >= RESERVE_BYTES
     assert prod.status()["store"]["disk_reserve_held"]
+
+
+def test_a_reader_killed_mid_read_no_longer_holds_the_stores_pages(make_node, tmp_path):
+    """A process killed inside a read transaction of a node's store (a copier, say)
+    leaves its slot in LMDB's reader table: no page freed after its snapshot was reused,
+    and every commit grew the file, until the node restarted. The node frees such slots
+    each heartbeat, says so, and the file stops growing."""
+    data_dir = tmp_path / "p"
+    prod = make_node("p", data_dir=str(data_dir), topics={"t": zmesh.TopicConfig(groups=("g",))})
+    cons = make_node("cons", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+    reader = spawn(["-c", HOLD_READER, str(data_dir / "store")], stdout=subprocess.PIPE)
+    try:
+        assert read_line(reader, 30).strip() == b"reading"
+        os.kill(reader.pid, signal.SIGKILL)
+        assert reader.wait(10) == -signal.SIGKILL
+    finally:
+        reap(reader)
+    wait_until(lambda: prod.stats().get("stale_readers_cleared") == 1, 10, what="the slot freed")
+    # The same backlog, sent and acked over and over, now fits in pages freed before it.
+    data = data_dir / "store" / "data.mdb"
+    sizes = []
+    for round_ in range(6):
+        receipts = [prod.publish("t", payload(round_ * 500 + i, 2000)) for i in range(500)]
+        got = 0
+        while got < 500:
+            for msg in sub.fetch(100, timeout=10):
+                msg.ack()
+                got += 1
+        for receipt in receipts:
+            receipt.wait_acked(10)
+        sizes.append(data.stat().st_size)
+    assert sizes[-1] == sizes[2], sizes

@@ -286,6 +286,16 @@ class Store(LogIndex, AckedWindow):
             return False
         return self.disk.make_reserve(self.room.inside_bytes)
 
+    def clear_stale_readers(self) -> int:
+        """(IO thread, each heartbeat.) Free the reader slots of processes that ended
+        inside a read transaction of this store (a copier killed mid-copy); how many. LMDB
+        reuses no page freed since such a slot's snapshot while it stays: every commit
+        would grow the file instead, until the node restarts."""
+        try:
+            return int(self.env.reader_check())
+        except lmdb.Error:
+            return 0
+
     def lost(self) -> StoreError | None:
         """(IO thread.) None while the store's files are those the node opened
         (place.py); else the StoreError that refuses new publishes (``lost_error``)."""
