@@ -388,8 +388,8 @@ class Node:
             options.get("delay"),
             options.get("msg_id"),
             timeout,
-        )  # (positional: the cheaper call)
-        self._queue.submit(cast(Publish, pub))  # (queued alone: the list is not kept)
+            submit=True,
+        )
         return pub.receipt  # type: ignore[return-value]
 
     def _learn_topic(self, topic: str) -> int:
@@ -458,8 +458,9 @@ class Node:
             key_list = list(keys)
             if len(key_list) != len(payloads):
                 raise ArgumentError(f"{len(key_list)} keys for {len(payloads)} payloads")
-        pubs = self._prepare(topic, payloads, key_list, headers, priority, ttl, timeout=timeout)
-        self._queue.submit(pubs)
+        pubs = self._prepare(
+            topic, payloads, key_list, headers, priority, ttl, timeout=timeout, submit=True
+        )
         assert pubs[0].receipt is not None
         return pubs[0].receipt
 
@@ -476,9 +477,10 @@ class Node:
         msg_id: str | None = None,
         timeout: float | None = None,
         paced: bool = True,
+        submit: bool = False,
     ) -> list[AnyPublish]:
         """Validate publishes and allocate their sequences (shared with transactions,
-        which are not ``paced``: see Engine.prepare)."""
+        which are not ``paced``: see Submitter.prepare); ``submit``: queue them too."""
         if type(topic) is not str or topic not in self._plain_partitions:
             self._learn_topic(topic)  # (its name checked once)
         limit = self.config.max_message_bytes
@@ -555,6 +557,7 @@ class Node:
             msg_id,
             paced,
             nbytes if plain else None,
+            submit,
         )
 
     def _timeout(self, timeout: float | None) -> float:

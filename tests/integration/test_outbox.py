@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import dis
 import gc
 import inspect
 import math
@@ -10,7 +11,9 @@ import os
 import sys
 import threading
 import time
+import types
 import zlib
+from typing import Any
 
 import pytest
 
@@ -640,3 +643,101 @@ def test_an_interrupt_inside_publish_leaves_the_node_working(make_node, monkeypa
     prod.publish("t", b"after", key="k").wait_stored(5)
     assert prod.status()["outbox"] == 2
     assert prod._engine.queue._submitted == prod._engine.queue._done
+
+
+def _signal_points(code: types.CodeType, known: dict[types.CodeType, set[int]]) -> set[int]:
+    """Where CPython 3.11 runs a signal's handler in ``code``: after each call returns
+    (a builtin's, or a function's entry), and at each loop's jump back."""
+    points = known.get(code)
+    if points is None:
+        points = known[code] = set()
+        before = None
+        for ins in dis.get_instructions(code):
+            if before is not None and before.opname in ("CALL", "RESUME"):
+                points.add(ins.offset)
+            if ins.opname == "JUMP_BACKWARD":
+                points.add(ins.offset)
+            before = ins
+    return points
+
+
+def _interrupting(at: int, under: str, known: dict[types.CodeType, set[int]]) -> Any:
+    """A trace function that raises KeyboardInterrupt at the ``at``-th point where a
+    signal's handler could run (``_signal_points``) in code under the directory ``under``."""
+    seen = 0
+
+    def tracer(frame: types.FrameType, event: str, _arg: object) -> Any:
+        nonlocal seen
+        if event == "call":
+            if not frame.f_code.co_filename.startswith(under):
+                return None
+            frame.f_trace_lines = False
+            frame.f_trace_opcodes = True
+        elif event == "opcode" and frame.f_lasti in _signal_points(frame.f_code, known):
+            seen += 1
+            if seen == at:
+                raise KeyboardInterrupt
+        return tracer
+
+    return tracer
+
+
+def _free(lock: Any) -> bool:
+    """Whether another thread can take ``lock`` (within 5 s)."""
+    took: list[bool] = []
+
+    def take() -> None:
+        took.append(lock.acquire(timeout=5))
+        if took[0]:
+            lock.release()
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    thread.join()
+    return took == [True]
+
+
+def test_a_signal_at_any_point_of_a_publish_gives_its_room_back(make_node, monkeypatch):
+    # A signal's handler (KeyboardInterrupt) runs where CPython checks for one: raised
+    # at each such point of zmesh's code on publish()'s and publish_many()'s path in
+    # turn, every publish is either queued (and stored) or its room is given back, never
+    # kept counted as waiting for the IO thread (a batch's room so kept refused larger
+    # batches for good), the allocation lock is let go of (a publish cut just after it
+    # took it held it for good) and the IO thread is woken by the next publish.
+    zmesh_dir = os.path.dirname(zmesh.__file__)
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    queue = prod._engine.queue
+    known: dict[types.CodeType, set[int]] = {}
+    calls = {
+        "publish_many": lambda: prod.publish_many("t", [b"a", b"b"], keys=["k", "k"]),
+        "publish with options": lambda: prod.publish("t", b"x", priority=1),
+        "publish": lambda: prod.publish("t", b"x", key="k"),
+        "publish, its room waited for": lambda: prod.publish("t", b"x"),
+    }
+    for name, call in calls.items():
+        if name == "publish, its room waited for":  # (no room taken at once: _reserve's)
+            monkeypatch.setattr(queue, "_refill", lambda: None)
+            with queue._alloc:
+                queue._credit = queue._credit_bytes = 0
+        at = 0
+        while True:
+            at += 1
+            tracer = _interrupting(at, zmesh_dir, known)
+            sys.settrace(tracer)
+            try:
+                call()
+                finished = True
+            except KeyboardInterrupt:
+                finished = False
+            finally:
+                sys.settrace(None)
+            assert _free(queue._alloc), f"{name} kept its lock, cut at its point {at}"
+            wait_until(  # (and no wake-up counted as sent that was not: later ones skipped)
+                lambda: queue._submitted == queue._done and not queue._wake_pending,
+                10,
+                what=f"{name} interrupted at its point {at}: its room given back or stored",
+            )
+            if finished:
+                break
+        assert at > 10  # (every point of the path was tried)
+    prod.publish_many("t", [b"y"] * 2000, timeout=5).wait_stored(10)  # (a full batch's room)

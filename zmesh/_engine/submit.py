@@ -101,7 +101,10 @@ class Submitter:
         self._next_seq = next_seq
         self.publisher = Publisher(node_id.hex(), self.cond, self.watch, outcomes)
         self._told = 0  # notifications that told stages they are stored (Stage.stored)
-        self._alloc = threading.Lock()  # sequence allocation (application threads)
+        # Sequence allocation (application threads). Reentrant only for ``_is_owned``: a
+        # signal's handler runs after any call, acquire() too, so a thread interrupted
+        # there holds it with no flag of its own to say so (``publish_one``).
+        self._alloc = threading.RLock()
         # The stretch plain publish() calls join (under _alloc) until the IO thread takes
         # it: see publishes.Stretch.
         self._open: Stretch | None = None
@@ -164,7 +167,7 @@ class Submitter:
         self._credit = self._credit_bytes = 0  # (every publish checks the state)
         # Locks a thread of the parent held at the fork stay held here, by nobody: new
         # ones, and the condition's waits end with the error that says why.
-        self._alloc = threading.Lock()
+        self._alloc = threading.RLock()
         self._subs_lock = threading.Lock()
         self._wake_lock = threading.Lock()
         Signal.__init__(self.cond)
@@ -213,16 +216,18 @@ class Submitter:
         if self.state != "running":
             self.check_running()
         self._cmds.append(cmd)
-        if not self._wake_pending:  # (``_wake_once``, inline)
-            self._wake_pending = True
-            if not self._wake():
-                self.check_running()
+        self._wake_once()
 
     def _wake_once(self) -> None:
         """Wake the IO thread unless a wake-up is pending already."""
         if not self._wake_pending:
             self._wake_pending = True
-            if not self._wake():
+            try:
+                woke = self._wake()
+            except BaseException:  # (a signal's: the next command sends the wake-up)
+                self._wake_pending = False
+                raise
+            if not woke:
                 self.check_running()  # the IO thread stopped meanwhile: say why
 
     def _wake(self) -> bool:
@@ -248,10 +253,12 @@ class Submitter:
         msg_id: str | None = None,
         paced: bool = True,
         nbytes: int | None = None,
+        submit: bool = False,
     ) -> list[AnyPublish]:
         """Allocate consecutive sequences and one receipt for ``payloads``, waiting up to
-        ``timeout_s`` for outbox room. The caller must submit them (or ``abandon`` them):
-        a ``Publish`` each, or one ``PublishMany`` for several plain messages.
+        ``timeout_s`` for outbox room: a ``Publish`` each, or one ``PublishMany`` for
+        several plain messages. ``submit``: queue them for the IO thread too (one
+        command); else the caller must submit them (or ``abandon`` them).
 
         ``paced``: also wait while MAX_AHEAD_MSGS publishes wait for the IO thread (not for
         a transaction, whose publishes are submitted only when it commits). ``nbytes``:
@@ -260,78 +267,120 @@ class Submitter:
         n = len(payloads)
         if nbytes is None:
             nbytes = sum(map(len, payloads)) if n > 1 else len(payloads[0])
-        first = self._reserve(n, nbytes, timeout_s, paced)
-        try:  # (a signal's KeyboardInterrupt from here on: their room is given back)
-            stage = Stage()
-            receipt = Receipt(self.publisher, first, stage, n, topic)
-            now = time.time()
-            if n == 1:  # publish(): no comprehension to set up for one message
-                key = keys[0]
-                return [
-                    Publish(
-                        first,
-                        topic,
-                        partition_for(key, partitions, first),
-                        key,
-                        headers,
-                        payloads[0],
-                        priority,
-                        now,
-                        expires_at,
-                        deliver_at,
-                        receipt,
-                        stage,
-                        msg_id,
-                    )
-                ]
-            seqs = range(first, first + n)
-            if priority or expires_at is not None or deliver_at is not None or msg_id is not None:
-                return [
-                    Publish(
-                        seq,
-                        topic,
-                        partition_for(key, partitions, seq),
-                        key,
-                        headers,
-                        payload,
-                        priority,
-                        now,
-                        expires_at,
-                        deliver_at,
-                        receipt,
-                        stage,
-                        msg_id,
-                    )
-                    for seq, payload, key in zip(seqs, payloads, keys, strict=True)
-                ]
-            # Plain messages: one object for the batch, no Python step per message but the
-            # partition of a key.
-            if keys.count(None) < n:
-                parts = list(map(partition_for, keys, repeat(partitions), seqs))
-                return [
-                    PublishMany(
-                        first, topic, parts, keys, headers, payloads, now, receipt, stage, n, nbytes
-                    )
-                ]
+        taken: list[int] = []
+        queued = False
+        try:  # (a signal's KeyboardInterrupt once room is taken: it is given back)
+            self._reserve(n, nbytes, timeout_s, paced, taken)
+            pubs = self._publishes(
+                taken[0],
+                topic,
+                payloads,
+                keys,
+                headers,
+                priority,
+                expires_at,
+                deliver_at,
+                partitions,
+                msg_id,
+                nbytes,
+            )
+            if submit:
+                if self.state != "running":
+                    self.check_running()
+                # Set first: no signal is handled between it and the append (a C call).
+                queued = True
+                self._cmds.append(pubs[0] if n == 1 else pubs)
+        except BaseException:
+            if taken and not queued:
+                self.abandon(n, nbytes)
+            raise
+        if submit:
+            self._wake_once()
+        return pubs
+
+    def _publishes(
+        self,
+        first: int,
+        topic: str,
+        payloads: list[bytes],
+        keys: list[str | None],
+        headers: dict[str, Any] | None,
+        priority: int,
+        expires_at: float | None,
+        deliver_at: float | None,
+        partitions: int,
+        msg_id: str | None,
+        nbytes: int,
+    ) -> list[AnyPublish]:
+        """``prepare``'s publishes, from the first of their sequences."""
+        n = len(payloads)
+        stage = Stage()
+        receipt = Receipt(self.publisher, first, stage, n, topic)
+        now = time.time()
+        if n == 1:  # publish(): no comprehension to set up for one message
+            key = keys[0]
             return [
-                PublishMany(
+                Publish(
                     first,
                     topic,
-                    [],  # (one partition for all, picked when staged)
-                    None,
+                    partition_for(key, partitions, first),
+                    key,
                     headers,
-                    payloads,
+                    payloads[0],
+                    priority,
                     now,
+                    expires_at,
+                    deliver_at,
                     receipt,
                     stage,
-                    n,
-                    nbytes,
-                    partitions,
+                    msg_id,
                 )
             ]
-        except BaseException:
-            self.abandon(n, nbytes)
-            raise
+        seqs = range(first, first + n)
+        if priority or expires_at is not None or deliver_at is not None or msg_id is not None:
+            return [
+                Publish(
+                    seq,
+                    topic,
+                    partition_for(key, partitions, seq),
+                    key,
+                    headers,
+                    payload,
+                    priority,
+                    now,
+                    expires_at,
+                    deliver_at,
+                    receipt,
+                    stage,
+                    msg_id,
+                )
+                for seq, payload, key in zip(seqs, payloads, keys, strict=True)
+            ]
+        # Plain messages: one object for the batch, no Python step per message but the
+        # partition of a key.
+        if keys.count(None) < n:
+            parts = list(map(partition_for, keys, repeat(partitions), seqs))
+            return [
+                PublishMany(
+                    first, topic, parts, keys, headers, payloads, now, receipt, stage, n, nbytes
+                )
+            ]
+        return [
+            PublishMany(
+                first,
+                topic,
+                [],  # (one partition for all, picked when staged)
+                None,
+                headers,
+                payloads,
+                now,
+                receipt,
+                stage,
+                n,
+                nbytes,
+                partitions,
+            )
+        ]
 
     def publish_one(
         self,
@@ -347,12 +396,12 @@ class Submitter:
         inline: the node running and room at once (``_fits`` for one message)."""
         nbytes = len(payload)
         alloc = self._alloc
-        alloc.acquire()
-        held = True  # (released whatever raises in between: a signal's KeyboardInterrupt)
+        taken: list[int] | None = None  # (the slow path's sequence, as _reserve took it)
         first = -1
         queued = False
         stretch: Stretch | None = None
-        try:
+        try:  # (from acquire() on: see _alloc)
+            alloc.acquire()
             if self._credit > 0 and self._credit_bytes >= nbytes:
                 self._credit -= 1
                 self._credit_bytes -= nbytes
@@ -362,11 +411,11 @@ class Submitter:
                 self._submitted_bytes += nbytes
             else:
                 alloc.release()
-                held = False
                 timeout = self.config.publish_timeout_s if timeout_s is None else timeout_s
-                first = self._reserve(1, nbytes, timeout, True)
+                taken = []
+                self._reserve(1, nbytes, timeout, True, taken)
+                first = taken[0]
                 alloc.acquire()  # (to join a stretch: the open one, if it ends just before)
-                held = True
                 if self.state != "running":  # closed while it waited: never queued after that
                     self.check_running()
             part = 0 if key is None else partition_for(key, partitions, first)
@@ -385,28 +434,43 @@ class Submitter:
             if key is not None:
                 stretch.partitions.append(part)
                 stretch.keys.append(key)
-            stretch.payloads.append(payload)
-            if new:  # (queued with its first payload, before any later publish)
-                self._cmds.append(stretch)
-                self._open = stretch
-            queued = True
+            # Queued from the payload's append to a stretch queued already, or a new one's
+            # own queueing (with its first payload, before any later publish). A signal's
+            # handler runs only after a call: ``queued`` is set just before the one that
+            # queues it, and nothing above it here has changed a queued stretch.
             stretch.next = first + 1
             stretch.nbytes += nbytes
-        finally:
-            if first >= 0 and not queued and held:  # (its room given back: never stored)
-                self._submitted -= 1
-                self._submitted_bytes -= nbytes
-                if stretch is not None:  # (what it appended before the payload goes too)
-                    del stretch.keys[len(stretch.payloads) :]
-                    del stretch.partitions[len(stretch.payloads) :]
-            if held:
+            if new:
+                stretch.payloads.append(payload)
+                queued = True
+                self._cmds.append(stretch)
+                self._open = stretch
+            else:
+                queued = True
+                stretch.payloads.append(payload)
+            alloc.release()
+        except BaseException:
+            if alloc._is_owned():  # type: ignore[attr-defined]  # (see _alloc)
+                if first >= 0 and not queued:  # (its room given back: never stored)
+                    self._submitted -= 1
+                    self._submitted_bytes -= nbytes
+                    if stretch is not None:  # (what it appended before the payload goes too)
+                        del stretch.keys[len(stretch.payloads) :]
+                        del stretch.partitions[len(stretch.payloads) :]
                 alloc.release()
+            elif taken and not queued:  # (taken by _reserve, the lock let go of since)
+                self.abandon(1, nbytes)
+            raise
         if new:
             self._wake_once()
         return Receipt(self.publisher, first, stretch, 1, topic)
 
-    def _reserve(self, n: int, nbytes: int, timeout_s: float, paced: bool) -> int:
-        """The first of ``n`` sequences, once the outbox has room for them."""
+    def _reserve(
+        self, n: int, nbytes: int, timeout_s: float, paced: bool, taken: list[int]
+    ) -> None:
+        """Take ``n`` sequences once the outbox has room for them: the first is appended
+        to ``taken`` as they are taken (a signal after that, even as this returns, finds
+        it there: the caller gives their room back)."""
         if self.state != "running":
             self.check_running()
         refused = self._room.refusal(n)
@@ -415,8 +479,7 @@ class Submitter:
         deadline = 0.0
         alloc = self._alloc
         while True:
-            alloc.acquire()  # (half the cost of ``with`` here)
-            try:
+            with alloc:
                 if self._fits(n, nbytes, paced):
                     first = self._next_seq
                     self._next_seq = first + n
@@ -424,9 +487,8 @@ class Submitter:
                     self._submitted_bytes += nbytes
                     self._credit -= n  # (the short path's room is taken too)
                     self._credit_bytes -= nbytes
-                    return first
-            finally:
-                alloc.release()
+                    taken.append(first)
+                    return
             # Full: wait for acks (or stores) to make room, up to the timeout.
             deadline = deadline or time.monotonic() + timeout_s
             remaining = deadline - time.monotonic()
