@@ -289,7 +289,10 @@ class Copies:
         for copy in [*self.making.values(), *self.held.values()]:
             if copy.batches:
                 puts, copy.puts = copy.puts, False
-                if not self.commit_one(copy) or not (puts or now - copy.told_at >= LAZY_ACK_S):
+                if not self.commit_one(copy):
+                    self._refused(copy, now)
+                    continue
+                if not (puts or now - copy.told_at >= LAZY_ACK_S):
                     continue
             elif copy.told == copy.acked or now - copy.told_at < LAZY_ACK_S:
                 continue
@@ -313,6 +316,22 @@ class Copies:
             copy.ends_sync = False
             self._whole(copy)
         return True
+
+    def _refused(self, copy: Copy, now: float) -> None:
+        """``copy`` could not commit (a full disk or map): its producer is asked for a new
+        copy RESYNC_ASK_AGAIN_S later, not at its next frame (each ask is a new sync of
+        its whole outbox, which a full disk refuses again: hundreds a second while a
+        publisher went on); a copy being made is deleted, giving back the room it took."""
+        producer = copy.producer
+        if self.making.get(producer) is copy:
+            self.forget(producer, (self.making,))
+            log.warning(
+                "the copy of producer %s's outbox being made is deleted; a new one is asked "
+                "for in %.0fs",
+                producer.hex()[:12],
+                RESYNC_ASK_AGAIN_S,
+            )
+        self._asked[producer] = now
 
     def _whole(self, copy: Copy) -> None:
         """A new copy is whole: it replaces the one held before."""

@@ -154,6 +154,8 @@ class Replication:
         peers = list(mesh.peers.values())
         serving_me = mesh.served.get(self.node_id, set())
         stale = self.producer.upkeep(peers, serving_me)
+        if now - self.started >= self.config.dead_after_s:  # (peers said hello by then)
+            self.producer.say_short()
         # A node that replicates nothing (yet) tells others to drop their copies of it
         # only after a while: a restarted producer configures its topics when it can.
         if stale and (self.producer.wanted or now - self.started >= self.config.takeover_delay_s):

@@ -118,6 +118,7 @@ class Replicator:
         self.floors: deque[tuple[int, dict[int, int]]] = deque()
         self.confirmed: dict[int, int] = {}  # lane id -> floor every replica knows
         self._commits: list[WriteBatch] = []  # committed, copied after the loop's sends
+        self._short: tuple[int, int] | None = None  # (replicas kept, wanted) said last
 
     # -- what to copy ---------------------------------------------------------------------
 
@@ -223,12 +224,16 @@ class Replicator:
             self.release()
 
     def release(self) -> None:
-        """Stages whose op enough whole replicas acked are stored (in op order)."""
+        """Stages whose op enough whole replicas acked are stored (in op order). A stage
+        needs no more replicas than the producer keeps now: a topic's ``replicas`` lowered
+        since applies to the stages waiting too (they would wait for good, and every one
+        after them)."""
         pending = self.pending
+        wanted = self.wanted
         while pending:
             op, stages = pending[0]
             have = sum(1 for s in self.streams if s.whole and s.acked >= op)
-            if any(need > have for need, _stage, _n in stages):
+            if any(min(need, wanted) > have for need, _stage, _n in stages):
                 return
             pending.popleft()
             self.receipts.stored.extend(stage for _need, stage, _n in stages)
@@ -331,7 +336,7 @@ class Replicator:
             if kept:  # (every replica learns the set; a copy of an older one is stale)
                 self.op += 1
                 self._queue_all(_EMPTY, False)
-            self.release()
+        self.release()  # (also after a topic's replicas were lowered: fewer are needed)
         if len(self.streams) < wanted or not all(s.whole for s in self.streams):
             return []  # (an older copy elsewhere may be all there is until then)
         counted = {s.node_id for s in self.streams}
@@ -342,6 +347,27 @@ class Replicator:
             and p.node_id not in serving_me
             and any(c.producer == self.node_id for c in p.copies)
         ]
+
+    def say_short(self) -> None:
+        """Said once each time it changes: fewer live replica hosts than the replicated
+        topics ask for, so their receipts wait (a topic's replicas larger than the mesh's
+        hosts, or a host lost); the status shows it too (``set``, ``lag``)."""
+        have, wanted = len(self.streams), self.wanted
+        short = (have, wanted) if have < wanted else None
+        if short == self._short:
+            return
+        if short is not None:
+            log.warning(
+                "this producer finds %d of the %d replica hosts its replicated topics ask "
+                "for (replicas = %d): their receipts wait until more replica hosts are "
+                "live, or their replicas are lowered",
+                have,
+                wanted,
+                wanted + 1,
+            )
+        else:
+            log.info("this producer has the %d replica hosts it needs again", wanted)
+        self._short = short
 
     # -- sending ----------------------------------------------------------------------------
 
