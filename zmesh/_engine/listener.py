@@ -65,7 +65,7 @@ RECV_BURST = 512  # control frames handled per loop iteration
 # of the iteration) flow back while the producer still has credit to send more.
 RECV_DATA_MSGS = 200
 # A data frame a consumer cannot decode is dropped, never acked: its producer sends it again
-# after the ack timeout. Said at warning level at most this often.
+# after the ack timeout. Said at warning level at most this often (control frames too).
 DATA_WARNING_INTERVAL_S = 60.0
 FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one message)
 LAST_REPLY_BYTES = 1 << 20  # payload bytes per reply of kept values (at least one)
@@ -86,7 +86,7 @@ class Listener:
         self.consumer = engine.consumer
         self.bans = Bans(self.config, self.counters)
         self.guard = Guard(engine)
-        self._next_data_warning = 0.0
+        self._next_warning: dict[str, float] = {}  # socket ("data", "control") -> when
         # ROUTER connections that carried a peer's membership frames: descriptor -> peer
         # (its closing is news: membership suspects the peer at once)
         self._members_at: dict[int, bytes] = {}
@@ -186,17 +186,7 @@ class Listener:
                 batch = decode_batch([parts[0].buffer, *[f.bytes for f in parts[1:]]], limit)
             except DecodeError as exc:
                 self.bans.bad_frame(parts[0], exc, now)
-                self.counters.add("decode_errors", 1)
-                if now >= self._next_data_warning:  # (at most one a minute: flood-proof)
-                    self._next_data_warning = now + DATA_WARNING_INTERVAL_S
-                    log.warning(
-                        "dropped a data frame that cannot be decoded (%s); %d so far, "
-                        "see the decode_errors counter",
-                        exc,
-                        self.counters.get("decode_errors"),
-                    )
-                else:
-                    log.debug("dropped a bad data frame: %s", exc)
+                self._undecodable("data", exc, now)
                 continue
             admitted = True if mesh is None else mesh.admits(batch.node_id, batch.incarnation)
             if admitted is None:
@@ -224,6 +214,22 @@ class Listener:
                 continue
             received += len(batch.seqs)
             self.consumer.on_batch(batch, wb, now)
+
+    def _undecodable(self, kind: str, exc: DecodeError, now: float) -> None:
+        """A frame that cannot be decoded was dropped: counted, and said at warning level
+        at most once a minute for each socket (a flood of them is one line a minute)."""
+        self.counters.add("decode_errors", 1)
+        if now >= self._next_warning.get(kind, 0.0):
+            self._next_warning[kind] = now + DATA_WARNING_INTERVAL_S
+            log.warning(
+                "dropped a %s frame that cannot be decoded (%s); %d so far, "
+                "see the decode_errors counter",
+                kind,
+                exc,
+                self.counters.get("decode_errors"),
+            )
+        else:
+            log.debug("dropped a bad %s frame: %s", kind, exc)
 
     def _on_monitor(self, mon: zmq.Socket[bytes], wb: WriteBatch, now: float) -> None:
         while True:
@@ -276,8 +282,7 @@ class Listener:
                     frames[1].bytes, self._max_control, max_repl_bytes=self._max_repl_bytes
                 )
             except DecodeError as exc:
-                self.counters.add("decode_errors", 1)
-                log.debug("dropped a bad control frame: %s", exc)
+                self._undecodable("control", exc, now)
                 self.bans.bad_frame(frames[-1], exc, now, conn)
                 continue
             if conn.ban:

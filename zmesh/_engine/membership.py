@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from .._protocol.checks import U63
 from .limits import (
     DEAD_PROBE_PERIODS,
     FORGET_DEAD_AFTER_S,
@@ -434,8 +435,8 @@ class Membership:
         return [Change(member.node_id, old, SUSPECT)]
 
     def _confirm(self, member: Member, by: bytes, now: float) -> None:
-        if not by or by in member.suspectors:
-            return
+        if not by or by in member.suspectors or len(member.suspectors) > member.expected:
+            return  # (past the confirmations expected the deadline is the shortest already)
         member.suspectors.add(by)
         member.deadline = member.suspected_at + self._suspicion_s(member)
         self._spread(Fact(member.node_id, member.incarnation, member.refuted, SUSPECT, by))
@@ -466,9 +467,11 @@ class Membership:
         state of it) is refuted at once."""
         if fact.state == ALIVE or fact.incarnation != self.incarnation:
             return
-        if fact.refuted < self.refuted:
+        if fact.refuted < self.refuted or self.refuted == U63:
             return
-        self.refuted = fact.refuted + 1
+        # (no further than the wire carries: one forged suspicion at the largest count
+        # would make every frame of ours undecodable, and its peers drop our connections)
+        self.refuted = min(fact.refuted + 1, U63)
         self._count("refuted")
         self._spread(self.me())
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import re
 from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -28,8 +29,9 @@ from .._protocol.codec import encode_control
 from .._protocol.frames import Ack, Control, Fail, GroupDel, Hello, Nack, PeerRef, SubInfo, Touch
 from .._security import Keys, client_options
 from .._store.store import WriteBatch
-from .._subjects import SubjectMap
-from ..config import NodeConfig
+from .._subjects import SubjectMap, subject_error
+from ..config import NodeConfig, check_name
+from ..errors import ConfigError
 from .contacts import Contacts
 from .limits import (
     FORGET_DEAD_AFTER_S,
@@ -59,6 +61,7 @@ CTRL_BACKLOG_MAX = 10_000
 CTRL_BACKLOG_PEERS_MAX = 256  # distinct nodes with waiting settlements
 CTRL_BACKLOG_UNKNOWN_MAX = 1000  # frames waiting for a node not (yet) known
 _SETTLEMENTS = (Ack, Nack, Fail, Touch)
+_EPHEMERAL_NAME = re.compile(r"^~[0-9]{1,19}\Z")  # an ephemeral subscription's (submit.py)
 _dead_since = attrgetter("dead_since")
 
 
@@ -109,6 +112,7 @@ class Mesh:
         self.unready: set[bytes] = set()
         self._foreign_logged: set[bytes] = set()
         self._refusal_logged_at = -REFUSAL_LOG_INTERVAL_S
+        self._bad_subs_logged_at = -REFUSAL_LOG_INTERVAL_S
         self._beats = 0
         self.ctrl_port = 0
         self.data_port = 0
@@ -147,8 +151,12 @@ class Mesh:
             sock.setsockopt(zmq.LINGER, DEALER_LINGER_MS)
         sock.setsockopt(zmq.TCP_MAXRT, self._maxrt_ms)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, self._redial_max_ms)
-        client_options(sock, self.keys, peer.public_key)
-        sock.connect(peer.data_ep if kind == zmq.PUSH else peer.ctrl_ep)
+        try:
+            client_options(sock, self.keys, peer.public_key)
+            sock.connect(peer.data_ep if kind == zmq.PUSH else peer.ctrl_ep)
+        except zmq.ZMQError:
+            sock.close(linger=0)  # (left open, it would hang the context's term at close)
+            raise
         return sock
 
     def join(self, peer: Peer, wb: WriteBatch, now: float) -> Peer:
@@ -295,6 +303,8 @@ class Mesh:
             return
         if hello.node_id == self.node_id:
             return
+        if not all(map(_valid_sub, hello.subs)):
+            hello, announced = self._refuse_subs(hello, announced, now)
         host = addr or next((h for h in hello.hosts if h not in ("*", "0.0.0.0")), None)
         if host is None:
             self.counters.add("hello_without_address", 1)
@@ -339,6 +349,29 @@ class Mesh:
         for ref in hello.peers:
             if ref.node_id != self.node_id and ref.node_id not in self.peers:
                 self.contact(ref.ctrl_endpoint, key=ref.public_key.encode())
+
+    def _refuse_subs(
+        self, hello: Hello, announced: tuple[SubInfo, ...] | None, now: float
+    ) -> tuple[Hello, tuple[SubInfo, ...] | None]:
+        """``hello`` without its subscriptions that no node's ``subscribe()`` makes (a
+        topic that is not a subject, a group that is not a name: as lanes, keys longer
+        than the store takes, which failed the loop's whole transaction), counted, said
+        now and then."""
+        kept = tuple(filter(_valid_sub, hello.subs))
+        self.counters.add("subscriptions_refused", len(hello.subs) - len(kept))
+        if now - self._bad_subs_logged_at >= REFUSAL_LOG_INTERVAL_S:
+            self._bad_subs_logged_at = now
+            bad = next(s for s in hello.subs if not _valid_sub(s))
+            log.warning(
+                "ignoring subscriptions of node %s that are not valid (topic %.64r, group "
+                "%.64r); see the subscriptions_refused counter",
+                hello.name,
+                bad.topic,
+                bad.group,
+            )
+        if announced is not None:
+            announced = tuple(filter(_valid_sub, announced))
+        return dataclasses.replace(hello, subs=kept), announced
 
     def apply_subs(self, peer: Peer, subs: tuple[SubInfo, ...], wb: WriteBatch, now: float) -> None:
         # (a pattern's lanes: one per known topic it matches; patterns.py)
@@ -662,6 +695,20 @@ def _members(
             continue
         lane = groups.ensure(topic, name, s.group, s.mode, wb, now, s.deliver)
         lane.set_member(member, s.max_in_flight, s.batch_size, s.max_message_bytes)
+
+
+def _valid_sub(s: SubInfo) -> bool:
+    """Whether a hello's subscription is one ``subscribe()`` makes: a topic or pattern by
+    the subject rules, a group by the name rules (an ephemeral one's own name, ``~N``)."""
+    if subject_error("topic", s.topic, True) is not None:
+        return False
+    if s.mode == "ephemeral":
+        return _EPHEMERAL_NAME.match(s.group) is not None
+    try:
+        check_name("group", s.group)
+    except ConfigError:
+        return False
+    return True
 
 
 def _remember(peer: Peer, wb: WriteBatch) -> None:

@@ -12,7 +12,11 @@ from ..errors import DecodeError
 NODE_ID_BYTES = 16
 U63 = (1 << 63) - 1
 _INT: frozenset[type] = frozenset({int})
-_ENDPOINT = re.compile(r"^tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+):(\d{1,5})\Z")
+# What ZeroMQ's connect takes (it refuses a host that does not start with a letter or a
+# digit, such as "-" or "[.]", whose brackets go when its peer's endpoint is made again).
+_ENDPOINT = re.compile(
+    r"^tcp://(\[[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*\]|[A-Za-z0-9][A-Za-z0-9.\-]*):([0-9]{1,5})\Z"
+)
 
 
 def check(cond: bool, what: str) -> None:
