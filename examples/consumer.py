@@ -11,6 +11,7 @@ prints what comes until --timeout.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import tempfile
@@ -23,6 +24,22 @@ import zmesh
 class Stopped(Exception):
     """SIGINT (Ctrl-C) or SIGTERM came: main() closed the node and removed the temporary
     data dir."""
+
+
+def count(text: str) -> int:
+    """--count: an int >= 0 (argparse says why not)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """--timeout: a finite number of seconds > 0 (argparse says why not)."""
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
 
 
 def on_stop_signal(then: Callable[[int], None]) -> None:
@@ -58,9 +75,9 @@ def main() -> None:
     )
     parser.add_argument("--no-mdns", action="store_true", help="use --seed only")
     parser.add_argument(
-        "--count", type=int, default=10, help="stop after this many (0: at --timeout)"
+        "--count", type=count, default=10, help="stop after this many (0: at --timeout)"
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="give up after seconds")
+    parser.add_argument("--timeout", type=seconds, default=60.0, help="give up after seconds")
     parser.add_argument("--topic", default="readings")
     parser.add_argument("--group", default="printers")
     parser.add_argument(
@@ -85,6 +102,7 @@ def main() -> None:
     ):
         print(f"consumer up: control {node.control_address}", flush=True)
         received = 0
+        wait_s = min(args.timeout, threading.TIMEOUT_MAX)  # (a longer wait is an OverflowError)
 
         if args.handler:
             # Handlers run on worker threads: the message is acked when handle() returns
@@ -97,11 +115,11 @@ def main() -> None:
                     done.set()
 
             node.subscribe(args.topic, group=args.group, handler=handle)
-            done.wait(args.timeout)
+            done.wait(wait_s)
         else:
             sub = node.subscribe(args.topic, group=args.group)
             # Iteration ends when the subscription closes: at --timeout, or at a signal.
-            closer = threading.Thread(target=lambda: (done.wait(args.timeout), sub.close()))
+            closer = threading.Thread(target=lambda: (done.wait(wait_s), sub.close()))
             closer.start()
             try:
                 for msg in sub:

@@ -9,6 +9,7 @@ every group of the topic acked it: start examples/consumer.py before or after th
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import tempfile
@@ -22,6 +23,22 @@ import zmesh
 class Stopped(Exception):
     """SIGINT (Ctrl-C) or SIGTERM came: main() closed the node and removed the temporary
     data dir."""
+
+
+def count(text: str) -> int:
+    """--count: an int >= 0 (argparse says why not)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """--timeout: a finite number of seconds > 0 (argparse says why not)."""
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
 
 
 def on_stop_signal(then: Callable[[int], None]) -> None:
@@ -51,8 +68,8 @@ def main() -> None:
         help="where to bind and speak mDNS (default: all interfaces)",
     )
     parser.add_argument("--no-mdns", action="store_true", help="use --seed only")
-    parser.add_argument("--count", type=int, default=10, help="messages to publish")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for acks")
+    parser.add_argument("--count", type=count, default=10, help="messages to publish")
+    parser.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait for acks")
     parser.add_argument("--topic", default="readings")
     parser.add_argument(
         "--group",

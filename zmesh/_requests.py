@@ -268,7 +268,7 @@ def serving(fn: Callable[[Message], Any], counters: Counters) -> Callable[[Messa
             return
         try:
             result = fn(msg)
-        except Exception as exc:
+        except BaseException as exc:  # (SystemExit too: its requester hears it, not a timeout)
             _failed(msg, exc)
             return
         try:
@@ -279,7 +279,7 @@ def serving(fn: Callable[[Message], Any], counters: Counters) -> Callable[[Messa
     return handle
 
 
-def _failed(msg: Message, exc: Exception) -> None:
+def _failed(msg: Message, exc: BaseException) -> None:
     """A request ``serve``'s function failed on (it raised, or returned what no reply can
     be): replied as an error."""
     log.warning("request %s on %s failed: %r; replied as an error", msg.id, msg.topic, exc)

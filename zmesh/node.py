@@ -753,6 +753,8 @@ class Node:
         A request delivered again is dropped unless it was sent ``at_least_once``; one its
         requester no longer waits for is dropped. ``mode`` ``"broadcast"``: every member
         answers (``request_many``). Returns the subscription (close it to stop serving)."""
+        if group is None:  # (an ephemeral subscription: requests go to groups, never to it)
+            raise ArgumentError("serve needs a group: requests are answered by groups' members")
         if not callable(fn):
             raise ArgumentError("serve needs a function: fn(msg) -> bytes | str | None")
         if awaits(fn):

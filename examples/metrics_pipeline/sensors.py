@@ -54,6 +54,22 @@ class Stopped(Exception):
     yet stays in their outboxes)."""
 
 
+def count(text: str) -> int:
+    """--sensors, --readings: an int >= 1 (argparse says why not)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """--timeout: a finite number of seconds > 0 (argparse says why not)."""
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
 def on_stop_signal(then: Callable[[int], None]) -> None:
     """Call ``then(signum)`` on a thread of its own when SIGINT or SIGTERM comes. The
     signals are blocked in every thread (zmesh's too, started after this) and waited for
@@ -69,10 +85,10 @@ def main() -> None:
     parser.add_argument("--seed", action="append", default=[], metavar="HOST:PORT")
     parser.add_argument("--interface", action="append", default=[], metavar="IP")
     parser.add_argument("--no-mdns", action="store_true")
-    parser.add_argument("--sensors", type=int, default=3)
-    parser.add_argument("--readings", type=int, default=60)
+    parser.add_argument("--sensors", type=count, default=3)
+    parser.add_argument("--readings", type=count, default=60)
     parser.add_argument("--data-dir", default="var/sensors")
-    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--timeout", type=seconds, default=120.0)
     args = parser.parse_args()
     stopped: list[int] = []  # the signal that stopped it
     done = threading.Event()  # every reading acked (or the wait failed), or a signal

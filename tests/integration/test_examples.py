@@ -212,6 +212,62 @@ def test_a_bad_option_is_one_line(
     assert script.stderr().splitlines()[-1].startswith(f"{name}: error: "), script.report()
 
 
+@pytest.mark.parametrize(
+    ("name", "args", "why"),
+    [
+        ("producer", ["--count", "-1"], "argument --count: must be 0 or more, got -1"),
+        ("consumer", ["--count", "-1"], "argument --count: must be 0 or more, got -1"),
+        ("consumer", ["--count", "x"], "argument --count: invalid count value: 'x'"),
+        (
+            "metrics_pipeline/sensors",
+            ["--sensors", "-1"],
+            "argument --sensors: must be 1 or more, got -1",
+        ),
+        *[
+            (name, ["--timeout", value], f"argument --timeout: {why}")
+            for name in ("producer", "consumer")
+            for value, why in [
+                ("0", "must be a finite number of seconds > 0, got 0"),
+                ("-5", "must be a finite number of seconds > 0, got -5"),
+                ("nan", "must be a finite number of seconds > 0, got nan"),
+                ("inf", "must be a finite number of seconds > 0, got inf"),
+            ]
+        ],
+    ],
+)
+def test_a_count_or_timeout_out_of_range_is_refused(
+    tmp_path: Path, mesh_name: str, procs: list[Script], name: str, args: list[str], why: str
+) -> None:
+    # (they were taken: a producer "done: -1 messages acknowledged", a consumer waiting
+    # for ever, or one whose --timeout inf broke its closing thread and outlived SIGTERM)
+    common = ["--mesh", mesh_name, "--interface", "127.0.0.1", "--no-mdns"]
+    script = Script(tmp_path, name, [*common, *args])
+    procs.append(script)
+    assert script.popen.wait(timeout=60) == 2, script.report()
+    prog = f"{Path(name).name}.py"
+    assert script.stderr().splitlines()[-1] == f"{prog}: error: {why}", script.report()
+    assert script.stdout() == ""
+
+
+@pytest.mark.parametrize("args", [[], ["--handler"]])
+def test_a_consumer_with_a_timeout_past_what_one_wait_takes_stops_at_a_signal(
+    tmp_path: Path, mesh_name: str, procs: list[Script], args: list[str]
+) -> None:
+    # (a wait past threading.TIMEOUT_MAX is an OverflowError: it broke the thread that
+    # ends the iteration, and SIGTERM no longer stopped the consumer)
+    temp = tmp_path / "temp"  # (the script's TemporaryDirectory is made in here)
+    temp.mkdir()
+    common = ["--mesh", mesh_name, "--interface", "127.0.0.1", "--no-mdns"]
+    env = {**os.environ, "TMPDIR": str(temp)}
+    script = Script(tmp_path, "consumer", [*common, "--timeout", "1e300", *args], env=env)
+    procs.append(script)
+    script.wait_for(ADDRESS_RE)
+    script.popen.send_signal(signal.SIGTERM)
+    assert script.popen.wait(timeout=30) == 143, script.report()
+    assert "Traceback" not in script.stderr(), script.report()
+    assert list(temp.iterdir()) == []
+
+
 @pytest.mark.parametrize("args", [[], ["--handler"]])
 def test_a_payload_that_is_not_utf8_is_printed(
     tmp_path: Path,

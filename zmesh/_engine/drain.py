@@ -96,6 +96,10 @@ class Commands:
             elif kind is Call:
                 self._call(cmd, wb, now, calls)  # type: ignore[arg-type]
             elif kind is Request:
+                if subs_changed:  # (a serve() queued before it: its lanes' member first)
+                    assert self.mesh is not None
+                    self.mesh.subs_changed(wb, now)
+                    subs_changed = False
                 if accept(cmd, self.outbox, self.queue, wb, now):  # type: ignore[arg-type]
                     pubs.append(cmd.pub)  # type: ignore[union-attr]
                     count += 1
