@@ -6,8 +6,10 @@ import datetime
 import dis
 import gc
 import inspect
+import logging
 import math
 import os
+import shutil
 import sys
 import threading
 import time
@@ -741,3 +743,49 @@ def test_a_signal_at_any_point_of_a_publish_gives_its_room_back(make_node, monke
                 break
         assert at > 10  # (every point of the path was tried)
     prod.publish_many("t", [b"y"] * 2000, timeout=5).wait_stored(10)  # (a full batch's room)
+
+
+def test_a_node_restored_from_a_snapshot_does_not_reuse_its_later_lifes_ids(
+    make_node, tmp_path, caplog
+):
+    # A snapshot put back after its node went on (the documented restore) resumed the
+    # sequences from the snapshot: the messages it published next had the ids of those
+    # its later life had published, which the consumers had acked, so they were dropped as
+    # duplicates while their receipts said acked. Its incarnation was that later life's
+    # too (or older, which its peers ignore).
+    topics = {"t": zmesh.TopicConfig(groups=("g",))}
+    data_dir = tmp_path / "p"
+    prod = make_node("p", data_dir=str(data_dir), topics=topics)
+    cons = make_node("c", seeds=[prod.control_address])
+    sub = cons.subscribe("t", group="g")
+
+    def publish_and_take(node: zmesh.Node, tag: str) -> list[bytes]:
+        receipts = [node.publish("t", f"{tag}{i}".encode()) for i in range(5)]
+        got = []
+        while len(got) < 5:
+            batch = sub.fetch(5, timeout=10)
+            assert batch, f"{tag}: {got} only"
+            sub.ack_many(batch)
+            got += [m.payload for m in batch]
+        for receipt in receipts:
+            receipt.wait_delivered(10)
+        return got
+
+    assert publish_and_take(prod, "a") == [b"a0", b"a1", b"a2", b"a3", b"a4"]
+    prod.snapshot(tmp_path / "snap")
+    life = prod.status()["node"]["incarnation"]
+    assert publish_and_take(prod, "b") == [b"b0", b"b1", b"b2", b"b3", b"b4"]
+    prod.close()
+    shutil.rmtree(data_dir)
+    shutil.copytree(tmp_path / "snap", data_dir)
+    caplog.set_level(logging.WARNING, logger="zmesh._store.store")
+    prod = make_node("p", data_dir=str(data_dir), topics=topics)
+    assert "holds an earlier state than its node left" in caplog.text
+    assert prod.status()["node"]["incarnation"] > life + 1
+    assert publish_and_take(prod, "c") == [b"c0", b"c1", b"c2", b"c3", b"c4"]
+    assert cons.stats().get("duplicates_dropped", 0) == 0
+    # A plain restart is no restore: its sequences go on as they were.
+    seq = prod.publish("t", b"d").id.seq
+    prod.close()
+    prod = make_node("p", data_dir=str(data_dir), topics=topics)
+    assert prod.publish("t", b"e").id.seq == seq + 1

@@ -80,6 +80,15 @@ class LockedDir:
             return "its data file changed after its node closed it"
         return None
 
+    def replaced(self) -> bool:
+        """Whether the data file may hold an earlier state than its last node left (a
+        snapshot restored, a copy): nothing says how that node left it, or it changed after
+        a clean close. Not a crash (a pid): that node's last commit is in it."""
+        word = (self.previous.split() or [""])[0]
+        return self.data_file.exists() and not word.isdigit() and word != _DAMAGED and (
+            word != _CLEAN or self.unclean() is not None
+        )
+
     def lost(self) -> str | None:
         """Why the store is gone: its data file is missing where the lock file says a
         node had one (None: a new data dir, or the file is there)."""

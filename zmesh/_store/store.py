@@ -56,6 +56,7 @@ import logging
 import os
 import struct
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -150,6 +151,8 @@ class Store(LogIndex, AckedWindow):
             if lost is not None:
                 raise StoreError(lost, self.path)
             check_store_files(Path(self.path))
+            # (read before the store is opened: opening it writes the data file)
+            self._replaced = held.replaced()
             self._check_if_unclean(held)
             self._check_room_for_new()
             try:
@@ -443,12 +446,21 @@ class Store(LogIndex, AckedWindow):
     def _open_identity(self) -> tuple[bytes, int, int, int]:
         with self._write() as txn:
             node_id = txn.get(b"node_id", db=self.meta)
+            known = node_id is not None
             if node_id is None:
                 node_id = os.urandom(16)
                 txn.put(b"node_id", node_id, db=self.meta)
             incarnation = (
                 int.from_bytes(txn.get(b"incarnation", b"\0" * 8, db=self.meta), "big") + 1
             )
+            # A store put back from a snapshot (or a copy) of a node that went on after it:
+            # that node's later life used incarnations and sequences this store never saw,
+            # and its peers and consumers remember them (a later life's hellos win, and a
+            # sequence they acked is dropped as a duplicate: new messages lost, their
+            # receipts acked). Past them by the clock: a later life never reaches it.
+            restored = self._replaced and known
+            if restored:
+                incarnation = max(incarnation, time.time_ns() // 1_000_000)
             txn.put(b"incarnation", u64(incarnation), db=self.meta)
             txn.put(FORMAT_KEY, u32(FORMAT), db=self.meta)  # (a later one was refused)
             next_seq = int.from_bytes(txn.get(b"next_seq", b"\0" * 8, db=self.meta), "big")
@@ -462,6 +474,17 @@ class Store(LogIndex, AckedWindow):
                 run = decode_run(cur.value())
                 first = int.from_bytes(cur.key(), "big")
                 next_seq = max(next_seq, first + (len(run[1]) if run is not None else 1))
+            if restored:
+                next_seq = max(next_seq, time.time_ns() // RESTORED_SEQ_NS)
+                txn.put(b"next_seq", u64(next_seq), db=self.meta)
+                log.warning(
+                    "%s holds an earlier state than its node left (a snapshot put back, a "
+                    "copy): its sequences go on from %d and its incarnation from %d, past any "
+                    "its later life used",
+                    self.path,
+                    next_seq,
+                    incarnation,
+                )
             next_lane = int.from_bytes(txn.get(b"next_lane", u32(1), db=self.meta), "big")
         self.env.sync(True)
         return node_id, incarnation, max(next_seq, 1), next_lane
@@ -834,6 +857,12 @@ class Store(LogIndex, AckedWindow):
             self._apply_log(txn, b)
         if b.seen_put or b.seen_masks or b.seen_prune or b.seen_heard or b.seen_forget:
             self._apply_acked(txn, b)
+
+
+# A restored store's sequences go on from the clock in these units: a node's later life,
+# started after the snapshot, stays below it unless it published more than 10 million
+# messages a second on average since it started (and stays below 2**63 for 29,000 years).
+RESTORED_SEQ_NS = 100
 
 
 def _lane_id(value: bytes | None) -> int | None:
