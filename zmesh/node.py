@@ -949,8 +949,10 @@ def _seqs(ids: Iterable[MessageId | int] | None, producer: str) -> set[int] | No
             if i.producer != producer:
                 raise ArgumentError(f"message {i} was not published by this node")
             out.add(i.seq)
-        elif isinstance(i, int) and not isinstance(i, bool):
+        elif int_in(i, 1, U63):
             out.add(i)
+        elif isinstance(i, int) and not isinstance(i, bool):
+            raise ArgumentError(f"a message's sequence is 1..2**63-1, got {i}")
         else:
             raise ArgumentError(f"ids must be MessageId or int sequences, got {i!r}")
     return out

@@ -107,6 +107,11 @@ def test_dead_letter_calls_refuse_bad_names_and_limits(make_node):
             call("bad topic", "g")
         with pytest.raises(zmesh.ConfigError, match="group name"):
             call("t", 5)
+    # A sequence no message has (they are 1..2**63-1) was taken, and matched nothing.
+    for call in calls[1:]:
+        for seq in (0, -1, 1 << 63, 1 << 64):
+            with pytest.raises(zmesh.ArgumentError, match=r"sequence is 1\.\.2\*\*63-1"):
+                call("t", "g", ids=[seq])
     assert prod.purge_dead_letters("t", "g") == 3  # the node goes on
 
 
