@@ -130,3 +130,21 @@ def test_undecodable_control_frames_are_counted_and_said_once_a_minute(make_node
     wait_until(lambda: victim.stats().get("decode_errors", 0) == 20, what="the frames counted")
     said = [r for r in caplog.records if "control frame that cannot be decoded" in r.getMessage()]
     assert len(said) == 1 and said[0].levelname == "WARNING"
+
+
+def test_an_internal_error_is_said_once_a_minute_not_per_frame(make_node, raw, caplog, monkeypatch):
+    # A control message that met a bug in its handling logged a whole traceback each
+    # time: a peer sending it again and again flooded the log.
+    from zmesh._engine import listener as listener_module
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("a bug")
+
+    victim = make_node("victim")
+    monkeypatch.setattr(listener_module.Listener, "_on_control", broken)
+    sock = raw(victim)
+    for _ in range(20):
+        sock.send(encode_control(Gossip(fake_rumor(), ())))
+    wait_until(lambda: victim.stats().get("internal_errors", 0) == 20, what="the errors counted")
+    said = [r for r in caplog.records if "error while handling a Gossip" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "ERROR" and said[0].exc_info is not None

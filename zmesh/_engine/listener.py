@@ -86,7 +86,9 @@ class Listener:
         self.consumer = engine.consumer
         self.bans = Bans(self.config, self.counters)
         self.guard = Guard(engine)
-        self._next_warning: dict[str, float] = {}  # socket ("data", "control") -> when
+        # When a warning may be said again, per kind: a socket's frames that cannot be
+        # decoded ("data", "control"), a message's class that met an internal error.
+        self._next_warning: dict[str, float] = {}
         # ROUTER connections that carried a peer's membership frames: descriptor -> peer
         # (its closing is news: membership suspects the peer at once)
         self._members_at: dict[int, bytes] = {}
@@ -294,8 +296,19 @@ class Listener:
                 self._on_control(msg, frames, conn, mesh, wb, now)
             except Exception:
                 # Input must never stop the IO thread; this is a bug to report, not a crash.
+                # Its traceback at most once a minute per kind of message: a peer sending
+                # what meets it again and again does not flood the log.
                 self.counters.add("internal_errors", 1)
-                log.exception("error while handling a %s; the node goes on", type(msg).__name__)
+                kind = type(msg).__name__
+                if now >= self._next_warning.get(kind, 0.0):
+                    self._next_warning[kind] = now + DATA_WARNING_INTERVAL_S
+                    log.exception(
+                        "error while handling a %s; the node goes on (said at most once a "
+                        "minute: see the internal_errors counter)",
+                        kind,
+                    )
+                else:
+                    log.debug("error while handling a %s", kind, exc_info=True)
 
     def _on_control(
         self,
