@@ -25,7 +25,7 @@ from zmesh._engine.replica.writes import Scope, cut, into_batch, select
 from zmesh._engine.routing import assign
 from zmesh._engine.stats import Counters
 from zmesh._protocol.codec import decode_control, encode_control
-from zmesh._protocol.frames import Ack, Fail, ReplOps
+from zmesh._protocol.frames import Ack, Fail, Handback, HandbackLane, ReplOps
 from zmesh._receipt import Stage
 from zmesh._store.store import Store, WriteBatch, pend_key
 from zmesh.config import NodeConfig, TopicConfig
@@ -489,3 +489,18 @@ def test_a_replica_acks_what_stores_at_once_and_settlements_lazily(rig: Rig) -> 
     [ack] = rig.copies.commit(rig.clock)  # (nothing new to commit: the ack it owed)
     rig.replicator.on_ack(ack)
     assert stream.acked == stream.prev
+
+
+def test_a_hand_back_naming_more_sequences_than_a_lane_owes_settles_only_those(
+    rig: Rig,
+) -> None:
+    # A hand-back's ranges were walked sequence by sequence: [1, 2**62) made the IO
+    # thread build arrays of 2**62 slots (a frame from any peer that may send one).
+    seqs = rig.publish(20)
+    lane = rig.outbox.lanes.get(TOPIC, "g1")
+    assert lane is not None and set(lane.seqs()) >= set(seqs)
+    part = HandbackLane(TOPIC, "g1", Outcome.ACKED.value, (seqs[5], 1 << 62))
+    wb = WriteBatch()
+    apply_handback(rig.outbox, Handback(R, rig.node_id, 1, (part,), True), wb)
+    rig.commit(wb)
+    assert set(lane.seqs()) & set(seqs) == set(seqs[:5])

@@ -33,6 +33,7 @@ from ..._protocol.replication import MAX_HANDBACK_INTS
 from ..._store.store import WriteBatch, pack, pend_key
 from ...config import NodeConfig, TopicConfig
 from ...errors import ConfigError, StoreError
+from ..lane.lane import Lane
 from ..outbox.dispatch import Send
 from ..outbox.outbox import Outbox
 from ..outbox.outcomes import Outcome, Outcomes, seq_runs
@@ -291,12 +292,7 @@ def apply_handback(outbox: Outbox, msg: Handback, wb: WriteBatch) -> int:
             )
             seqs: list[int] = sorted(owed)
         else:
-            bounds = part.ranges
-            seqs = [
-                s
-                for i in range(0, len(bounds), 2)
-                for s in lane.owed_among(range(bounds[i], bounds[i + 1]))
-            ]
+            seqs = _owed_in_ranges(lane, part.ranges)
         if not seqs:
             continue
         settled = lane.ack(seqs)
@@ -304,3 +300,17 @@ def apply_handback(outbox: Outbox, msg: Handback, wb: WriteBatch) -> int:
         outbox.lanes.count(lane, "handed_back", len(settled))
         settled_total += len(settled)
     return settled_total
+
+
+def _owed_in_ranges(lane: Lane, bounds: tuple[int, ...]) -> list[int]:
+    """What ``lane`` owes of the ``[lo, hi)`` ranges ``bounds`` (flat pairs). A range
+    longer than what the lane owes is not walked (a frame may name 2**63 sequences): the
+    lane's own sequences are looked at instead."""
+    seqs: list[int] = []
+    for i in range(0, len(bounds), 2):
+        lo, hi = bounds[i], bounds[i + 1]
+        if hi - lo > 2 * len(lane):
+            seqs += sorted(s for s in lane.seqs() if lo <= s < hi)
+        else:
+            seqs += lane.owed_among(range(lo, hi))
+    return seqs
