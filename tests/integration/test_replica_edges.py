@@ -87,3 +87,19 @@ def test_a_copy_that_cannot_commit_is_asked_for_again_later_not_at_every_frame(
     assert not list((tmp_path / "r" / "replicas").iterdir())
     assert "a new one is asked for in 3600s" in caplog.text
     assert not backlog.stored
+
+
+def test_a_replica_host_restarted_as_none_says_its_copies_are_not_served(
+    make_node: Callable[..., zmesh.Node], caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """A node that held copies and is started again with replica_host false neither
+    serves nor deletes them: what only they hold (a producer lost for good) would wait
+    there, unseen. It said nothing."""
+    p = make_node("p", replica_host=False)
+    r = make_node("r", seeds=[p.control_address], data_dir=str(tmp_path / "r"))
+    p.topic("t", replicas=2)
+    p.publish("t", b"kept").wait_stored(timeout=10)  # (stored: r's copy holds it)
+    r.close()
+    caplog.set_level(logging.WARNING, logger="zmesh._engine.replica.replication")
+    make_node("r", data_dir=str(tmp_path / "r"), replica_host=False)
+    assert "copies kept, not served (replica_host is false)" in caplog.text

@@ -85,8 +85,11 @@ class LockedDir:
         snapshot restored, a copy): nothing says how that node left it, or it changed after
         a clean close. Not a crash (a pid): that node's last commit is in it."""
         word = (self.previous.split() or [""])[0]
-        return self.data_file.exists() and not word.isdigit() and word != _DAMAGED and (
-            word != _CLEAN or self.unclean() is not None
+        return (
+            self.data_file.exists()
+            and not word.isdigit()
+            and word != _DAMAGED
+            and (word != _CLEAN or self.unclean() is not None)
         )
 
     def lost(self) -> str | None:

@@ -88,6 +88,8 @@ class Replication:
         self.started = now
         if self.config.replica_host:
             self.copies.load()
+        elif any(self.copies.root.glob("*")):  # (a host's before: what only they hold waits)
+            log.warning("%s: copies kept, not served (replica_host is false)", self.copies.root)
         self._announced = self.copies.refs()  # (the first hellos name them)
         for producer in self.copies.held:
             self._absent[producer] = now
