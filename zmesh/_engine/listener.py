@@ -217,12 +217,18 @@ class Listener:
             received += len(batch.seqs)
             self.consumer.on_batch(batch, wb, now)
 
+    def _warn_now(self, kind: str, now: float) -> bool:
+        """Whether a warning of ``kind`` may be said now: at most once a minute each."""
+        if now < self._next_warning.get(kind, 0.0):
+            return False
+        self._next_warning[kind] = now + DATA_WARNING_INTERVAL_S
+        return True
+
     def _undecodable(self, kind: str, exc: DecodeError, now: float) -> None:
         """A frame that cannot be decoded was dropped: counted, and said at warning level
         at most once a minute for each socket (a flood of them is one line a minute)."""
         self.counters.add("decode_errors", 1)
-        if now >= self._next_warning.get(kind, 0.0):
-            self._next_warning[kind] = now + DATA_WARNING_INTERVAL_S
+        if self._warn_now(kind, now):
             log.warning(
                 "dropped a %s frame that cannot be decoded (%s); %d so far, "
                 "see the decode_errors counter",
@@ -300,8 +306,7 @@ class Listener:
                 # what meets it again and again does not flood the log.
                 self.counters.add("internal_errors", 1)
                 kind = type(msg).__name__
-                if now >= self._next_warning.get(kind, 0.0):
-                    self._next_warning[kind] = now + DATA_WARNING_INTERVAL_S
+                if self._warn_now(kind, now):
                     log.exception(
                         "error while handling a %s; the node goes on (said at most once a "
                         "minute: see the internal_errors counter)",
