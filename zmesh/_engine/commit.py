@@ -336,18 +336,11 @@ class Committer:
     def check_store(self, depth: int) -> None:
         """(Each heartbeat.) Whether the store's files are still those the node opened
         (_store/place.py); once they are not, said at ERROR, counted (``store_lost``) and
-        shown in status, and publishes are refused from then on (``_refuse``). Also
-        frees the reader slots other processes left in it (``clear_stale_readers``)."""
+        shown in status, and publishes are refused from then on; frees stale reader slots."""
         if self.lost is not None:
             return
-        cleared = self.store.clear_stale_readers()
-        if cleared:
+        if cleared := self.store.clear_stale_readers():  # (said in the log there)
             self.counters.add("stale_readers_cleared", cleared)
-            log.warning(
-                "freed %d reader slot(s) of the store that ended processes left (killed "
-                "while reading it): LMDB reused none of the pages freed since they began",
-                cleared,
-            )
         lost = self.store.lost()
         if lost is None:
             return

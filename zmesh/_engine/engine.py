@@ -123,6 +123,7 @@ class Engine:
             config.max_message_bytes,
             self.counters,
             outcomes,
+            config.dedupe_window_s,
         )
         self.held = Held()  # publishes a full map holds back
         # (a step of the wall clock since the node last ran)

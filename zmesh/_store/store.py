@@ -295,9 +295,17 @@ class Store(LogIndex, AckedWindow):
         reuses no page freed since such a slot's snapshot while it stays: every commit
         would grow the file instead, until the node restarts."""
         try:
-            return int(self.env.reader_check())
+            cleared = int(self.env.reader_check())
         except lmdb.Error:
             return 0
+        if cleared:
+            log.warning(
+                "freed %d reader slot(s) of %s that ended processes left (killed while "
+                "reading it): LMDB reused none of the pages freed since they began",
+                cleared,
+                self.path,
+            )
+        return cleared
 
     def lost(self) -> StoreError | None:
         """(IO thread.) None while the store's files are those the node opened
@@ -643,13 +651,14 @@ class Store(LogIndex, AckedWindow):
             value = txn.get(key)
         return None if value is None else bytes(value)
 
-    def lookup_ids(self, msg_ids: list[bytes]) -> dict[bytes, int]:
-        """Sequences of msg_ids already published within the idempotency window."""
+    def lookup_ids(self, msg_ids: list[bytes], since: float) -> dict[bytes, int]:
+        """Sequences of msg_ids already published within the idempotency window: stored
+        at ``since`` or later (the heartbeats' pruning of older ones may lag behind)."""
         out = {}
         with self.health.reading("the ids database", "ids"), self.env.begin(db=self.ids) as txn:
             for mid in msg_ids:
                 v = txn.get(mid)
-                if v is not None:
+                if v is not None and (len(v) < 16 or struct.unpack(">d", v[8:16])[0] >= since):
                     out[mid] = int.from_bytes(v[:8], "big")
         return out
 
@@ -791,7 +800,9 @@ class Store(LogIndex, AckedWindow):
             k = cur.key()
             if not k or struct.unpack(">d", k[:8])[0] >= before:
                 return
-            txn.delete(k[8:], db=self.ids)
+            v = txn.get(k[8:], db=self.ids)
+            if v is not None and v[8:16] == k[:8]:  # (not an id published again since)
+                txn.delete(k[8:], db=self.ids)
             if not cur.delete():
                 return
 

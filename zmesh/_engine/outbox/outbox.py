@@ -16,6 +16,8 @@ only, but for ``Outcomes``, which receipts read).
 
 from __future__ import annotations
 
+import math
+
 from ..._store.store import Store, WriteBatch
 from ..._subjects import is_pattern
 from ...config import TopicConfig
@@ -49,6 +51,7 @@ class Outbox:
         max_message_bytes: int,
         counters: Counters,
         outcomes: Outcomes,
+        dedupe_window_s: float = math.inf,
     ) -> None:
         self.store = store
         self.clock = WallClock()  # (taken up by the engine from the store at its start)
@@ -85,6 +88,7 @@ class Outbox:
             memory_budget_bytes,
             self.groups.patterns,
             self.clock,
+            dedupe_window_s,
         )
         self.dispatcher = Dispatcher(self.lanes, self.records, self.settler, counters)
 
@@ -108,7 +112,7 @@ class Outbox:
         (set per topic: ``Node.topic`` refuses replicas for a pattern)."""
         for topic in self.lanes.configure(configs):
             if self.lanes.config(topic).latest_wins:
-                self.settler.index_latest(topic)
+                self.settler.index_latest(topic, batch)
         declared = []
         for name, cfg in configs:
             if not is_pattern(name):

@@ -177,10 +177,14 @@ class Settler:
             del keys[key]
         self._prune_latest_at[(lane.topic, lane.name)] = max(LATEST_KEYS_PRUNE, 2 * len(keys))
 
-    def index_latest(self, topic: str) -> None:
-        """Rebuild the key index of a latest_wins topic from its stored messages."""
+    def index_latest(self, topic: str, batch: WriteBatch) -> None:
+        """Rebuild the key index of a latest_wins topic from its stored messages, in
+        sequence order, as their publishes would: an older message of a key that a lane
+        still owes beside a newer one is superseded (a kill can come between the commit of
+        a publish and the next one, which deletes what it superseded)."""
         wanted: dict[int, list[Lane]] = {}
         for lane in self.lanes.of_topic(topic, unclaimed=True):
+            self._latest.pop((topic, lane.name), None)  # (made again in sequence order)
             for seq in lane.seqs():
                 wanted.setdefault(seq, []).append(lane)
         records = self.records
@@ -190,7 +194,7 @@ class Settler:
             record = records.mem.get(seq) or in_runs.get(seq) or stored.get(seq)
             if record is not None and record.key is not None:
                 for lane in wanted[seq]:
-                    self._latest.setdefault((topic, lane.name), {})[record.key] = seq
+                    self.supersede(lane, record.key, seq, batch)
 
     def forget_lane(self, lane: Lane) -> None:
         self._latest.pop((lane.topic, lane.name), None)

@@ -11,6 +11,7 @@ fails, must be read together.
 
 from __future__ import annotations
 
+import math
 import time
 from bisect import bisect_right
 from collections.abc import Iterable
@@ -71,8 +72,10 @@ class Staging:
         memory_budget_bytes: int,
         patterns: PatternGroups,
         clock: WallClock,
+        dedupe_window_s: float = math.inf,
     ) -> None:
         self.store = store
+        self.dedupe_window_s = dedupe_window_s  # (how long a msg_id is remembered)
         self.clock = clock
         self.lanes = lanes
         self.patterns = patterns
@@ -139,14 +142,14 @@ class Staging:
         ids = [p.msg_id.encode() for p in pubs if p.msg_id is not None]
         if not ids:
             return pubs
+        stored_at = self.clock.observed(time.time())  # (the window counts observed time)
         try:
-            known = self.store.lookup_ids(ids)
+            known = self.store.lookup_ids(ids, stored_at - self.dedupe_window_s)
         except StoreError:
             # A damaged store (said by its health, in status): the window cannot be read,
             # and a publish is stored rather than refused for it.
             known = {}
         fresh = []
-        stored_at = self.clock.observed(time.time())  # (the window counts observed time)
         for p in pubs:
             if p.msg_id is None:
                 fresh.append(p)
