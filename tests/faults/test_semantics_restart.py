@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import zmesh
-from tests.conftest import LOOPBACK, kill_9_when, spawn, wait_until
+from tests.conftest import kill_9_when, spawn, wait_until
 
 # The child: argv mesh, data dir, topic config (JSON), node options (JSON), publishes
 # (JSON: [payload, options] each; a ``ttl_at``/``deliver_in`` is made relative to now).
@@ -65,32 +65,6 @@ def publish_then_kill_9(
     return time.time()
 
 
-def reopen(tmp_path: Path, mesh: str, **kw: object) -> zmesh.Node:
-    kw.setdefault("heartbeat_interval_s", 0.2)
-    kw.setdefault("dead_after_s", 1.5)
-    return zmesh.Node(
-        "prod",
-        mesh=mesh,
-        data_dir=str(tmp_path / "prod"),
-        mdns=False,
-        interfaces=LOOPBACK,
-        **kw,  # type: ignore[arg-type]
-    ).start()
-
-
-def consumer(tmp_path: Path, mesh: str, prod: zmesh.Node) -> zmesh.Node:
-    return zmesh.Node(
-        "cons",
-        mesh=mesh,
-        data_dir=str(tmp_path / "cons"),
-        mdns=False,
-        interfaces=LOOPBACK,
-        seeds=[prod.control_address],
-        heartbeat_interval_s=0.2,
-        dead_after_s=1.5,
-    ).start()
-
-
 def receive_until_drained(prod: zmesh.Node, sub: zmesh.Subscription) -> list[bytes]:
     """Every payload ``sub`` gets (acked) until the producer's outbox is empty."""
     got: list[bytes] = []
@@ -110,7 +84,9 @@ def lane_count(prod: zmesh.Node, event: str) -> int:
     return sum(ln[event] for ln in prod.status()["lanes"] if ln["lane"] == GROUP)
 
 
-def test_a_ttl_run_out_and_a_schedule_come_due_while_the_producer_was_down(tmp_path, mesh_name):
+def test_a_ttl_run_out_and_a_schedule_come_due_while_the_producer_was_down(
+    tmp_path, mesh_name, make_node
+):
     # Edge values: a TTL that ends while the producer is down, one that ends long after,
     # a schedule due while it is down, one due after its restart, and plain messages.
     killed = publish_then_kill_9(
@@ -128,9 +104,9 @@ def test_a_ttl_run_out_and_a_schedule_come_due_while_the_producer_was_down(tmp_p
     )
     # The TTLs end (and the first schedule comes due) while nothing runs.
     wait_until(lambda: time.time() > killed + 1.2, 5, what="the TTLs to run out")
-    prod = reopen(tmp_path, mesh_name)
+    prod = make_node("prod")
     try:
-        cons = consumer(tmp_path, mesh_name, prod)
+        cons = make_node("cons", seeds=[prod.control_address])
         try:
             sub = cons.subscribe(TOPIC, group=GROUP)
             got = receive_until_drained(prod, sub)
@@ -143,7 +119,7 @@ def test_a_ttl_run_out_and_a_schedule_come_due_while_the_producer_was_down(tmp_p
         prod.close()
 
 
-def test_latest_wins_supersedes_a_value_published_before_the_kill(tmp_path, mesh_name):
+def test_latest_wins_supersedes_a_value_published_before_the_kill(tmp_path, mesh_name, make_node):
     topic = {"groups": [GROUP], "latest_wins": True}
     publish_then_kill_9(
         tmp_path,
@@ -154,14 +130,12 @@ def test_latest_wins_supersedes_a_value_published_before_the_kill(tmp_path, mesh
         # it is written in the commit after k1-mid's)
         {"heartbeat_interval_s": 30.0, "dead_after_s": 90.0},
     )
-    prod = reopen(
-        tmp_path, mesh_name, topics={TOPIC: zmesh.TopicConfig(groups=(GROUP,), latest_wins=True)}
-    )
+    prod = make_node("prod", topics={TOPIC: zmesh.TopicConfig(groups=(GROUP,), latest_wins=True)})
     try:
         assert prod.status()["outbox"] == 2  # (k1-old superseded, before the kill or at the start)
         prod.publish(TOPIC, b"k1-new", key="k1").wait_stored(5)
         assert prod.status()["outbox"] == 2
-        cons = consumer(tmp_path, mesh_name, prod)
+        cons = make_node("cons", seeds=[prod.control_address])
         try:
             sub = cons.subscribe(TOPIC, group=GROUP)
             assert sorted(receive_until_drained(prod, sub)) == [b"k1-new", b"k2-only"]
@@ -172,13 +146,15 @@ def test_latest_wins_supersedes_a_value_published_before_the_kill(tmp_path, mesh
         prod.close()
 
 
-def test_a_msg_id_repeated_after_the_kill_within_its_window_is_a_duplicate(tmp_path, mesh_name):
+def test_a_msg_id_repeated_after_the_kill_within_its_window_is_a_duplicate(
+    tmp_path, mesh_name, make_node
+):
     # (a window far longer than a restart: whatever the machine's load, still in it)
     node_kw = {"dedupe_window_s": 600.0, "heartbeat_interval_s": 30.0, "dead_after_s": 90.0}
     publish_then_kill_9(
         tmp_path, mesh_name, {"groups": [GROUP]}, [["first", {"msg_id": "order-1"}]], node_kw
     )
-    prod = reopen(tmp_path, mesh_name, **node_kw)
+    prod = make_node("prod", **node_kw)
     try:
         prod.publish(TOPIC, b"again", msg_id="order-1").wait_stored(5)
         assert prod.stats()["duplicates_suppressed"] == 1
@@ -187,7 +163,9 @@ def test_a_msg_id_repeated_after_the_kill_within_its_window_is_a_duplicate(tmp_p
         prod.close()
 
 
-def test_a_msg_id_repeated_after_the_kill_past_its_window_is_a_new_message(tmp_path, mesh_name):
+def test_a_msg_id_repeated_after_the_kill_past_its_window_is_a_new_message(
+    tmp_path, mesh_name, make_node
+):
     window_s = 10.0
     # A long heartbeat: the window's pruning (each heartbeat) must not be what decides
     # whether an id is still in its window.
@@ -195,7 +173,7 @@ def test_a_msg_id_repeated_after_the_kill_past_its_window_is_a_new_message(tmp_p
     killed = publish_then_kill_9(
         tmp_path, mesh_name, {"groups": [GROUP]}, [["first", {"msg_id": "order-1"}]], node_kw
     )
-    prod = reopen(tmp_path, mesh_name, **node_kw)
+    prod = make_node("prod", **node_kw)
     try:
         # Past the window (it was stored before the child's kill): a new message.
         wait_until(lambda: time.time() > killed + window_s + 0.1, 30, what="the window's end")
