@@ -271,19 +271,76 @@ class Submitter:
         queued = False
         try:  # (a signal's KeyboardInterrupt once room is taken: it is given back)
             self._reserve(n, nbytes, timeout_s, paced, taken)
-            pubs = self._publishes(
-                taken[0],
-                topic,
-                payloads,
-                keys,
-                headers,
-                priority,
-                expires_at,
-                deliver_at,
-                partitions,
-                msg_id,
-                nbytes,
-            )
+            first = taken[0]
+            stage = Stage()
+            receipt = Receipt(self.publisher, first, stage, n, topic)
+            now = time.time()
+            seqs = range(first, first + n)
+            pubs: list[AnyPublish]
+            if n == 1:  # publish(): no comprehension to set up for one message
+                key = keys[0]
+                pubs = [
+                    Publish(
+                        first,
+                        topic,
+                        partition_for(key, partitions, first),
+                        key,
+                        headers,
+                        payloads[0],
+                        priority,
+                        now,
+                        expires_at,
+                        deliver_at,
+                        receipt,
+                        stage,
+                        msg_id,
+                    )
+                ]
+            elif priority or expires_at is not None or deliver_at is not None or msg_id is not None:
+                pubs = [
+                    Publish(
+                        seq,
+                        topic,
+                        partition_for(key, partitions, seq),
+                        key,
+                        headers,
+                        payload,
+                        priority,
+                        now,
+                        expires_at,
+                        deliver_at,
+                        receipt,
+                        stage,
+                        msg_id,
+                    )
+                    for seq, payload, key in zip(seqs, payloads, keys, strict=True)
+                ]
+            # Plain messages: one object for the batch, no Python step per message but the
+            # partition of a key.
+            elif keys.count(None) < n:
+                parts = list(map(partition_for, keys, repeat(partitions), seqs))
+                pubs = [
+                    PublishMany(
+                        first, topic, parts, keys, headers, payloads, now, receipt, stage, n, nbytes
+                    )
+                ]
+            else:
+                pubs = [
+                    PublishMany(
+                        first,
+                        topic,
+                        [],  # (one partition for all, picked when staged)
+                        None,
+                        headers,
+                        payloads,
+                        now,
+                        receipt,
+                        stage,
+                        n,
+                        nbytes,
+                        partitions,
+                    )
+                ]
             if submit:
                 if self.state != "running":
                     self.check_running()
@@ -297,90 +354,6 @@ class Submitter:
         if submit:
             self._wake_once()
         return pubs
-
-    def _publishes(
-        self,
-        first: int,
-        topic: str,
-        payloads: list[bytes],
-        keys: list[str | None],
-        headers: dict[str, Any] | None,
-        priority: int,
-        expires_at: float | None,
-        deliver_at: float | None,
-        partitions: int,
-        msg_id: str | None,
-        nbytes: int,
-    ) -> list[AnyPublish]:
-        """``prepare``'s publishes, from the first of their sequences."""
-        n = len(payloads)
-        stage = Stage()
-        receipt = Receipt(self.publisher, first, stage, n, topic)
-        now = time.time()
-        if n == 1:  # publish(): no comprehension to set up for one message
-            key = keys[0]
-            return [
-                Publish(
-                    first,
-                    topic,
-                    partition_for(key, partitions, first),
-                    key,
-                    headers,
-                    payloads[0],
-                    priority,
-                    now,
-                    expires_at,
-                    deliver_at,
-                    receipt,
-                    stage,
-                    msg_id,
-                )
-            ]
-        seqs = range(first, first + n)
-        if priority or expires_at is not None or deliver_at is not None or msg_id is not None:
-            return [
-                Publish(
-                    seq,
-                    topic,
-                    partition_for(key, partitions, seq),
-                    key,
-                    headers,
-                    payload,
-                    priority,
-                    now,
-                    expires_at,
-                    deliver_at,
-                    receipt,
-                    stage,
-                    msg_id,
-                )
-                for seq, payload, key in zip(seqs, payloads, keys, strict=True)
-            ]
-        # Plain messages: one object for the batch, no Python step per message but the
-        # partition of a key.
-        if keys.count(None) < n:
-            parts = list(map(partition_for, keys, repeat(partitions), seqs))
-            return [
-                PublishMany(
-                    first, topic, parts, keys, headers, payloads, now, receipt, stage, n, nbytes
-                )
-            ]
-        return [
-            PublishMany(
-                first,
-                topic,
-                [],  # (one partition for all, picked when staged)
-                None,
-                headers,
-                payloads,
-                now,
-                receipt,
-                stage,
-                n,
-                nbytes,
-                partitions,
-            )
-        ]
 
     def publish_one(
         self,
