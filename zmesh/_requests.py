@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ._receipt import MessageId
 from .config import checked_headers
-from .errors import ArgumentError, NodeClosedError, ReplyError, TimeoutError
+from .errors import ArgumentError, MessageStateError, NodeClosedError, ReplyError, TimeoutError
 
 if TYPE_CHECKING:
     from ._engine.stats import Counters
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 DELIVERY_HEADER = "zmesh-request"  # "at_most_once" | "at_least_once"
 REPLY_BY_HEADER = "zmesh-reply-by"  # wall-clock time its requester stops waiting
 REPLY_MAX_HEADER = "zmesh-reply-max"  # the largest reply its requester takes (bytes)
+MAX_REASON_BYTES = 4096  # an error reply's text at most (what the function raised)
 Delivery = Literal["at_most_once", "at_least_once"]
 DELIVERIES = ("at_most_once", "at_least_once")
 
@@ -70,6 +71,16 @@ class Ask:
     headers: dict[str, Any]
     timeout_s: float
     count: int | None
+    started: float = field(default_factory=time.monotonic)
+
+    def room_s(self, publish_timeout_s: float) -> float:
+        """How long the request may wait for room in the outbox: the node's
+        publish_timeout_s, never past its own timeout."""
+        return min(self.timeout_s, publish_timeout_s)
+
+    def left_s(self) -> float:
+        """What is left of its timeout (the wait for room in the outbox took the rest)."""
+        return self.timeout_s - (time.monotonic() - self.started)
 
     @classmethod
     def of(
@@ -113,13 +124,14 @@ class Ask:
 
 def check_timeout_s(timeout: object) -> float:
     """A request's timeout: a finite number of seconds > 0."""
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not 0 < timeout < float("inf")
-    ):
-        raise ArgumentError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
-    return float(timeout)
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        try:
+            seconds = float(timeout)
+        except OverflowError:  # (an int past any float)
+            seconds = float("inf")
+        if 0 < seconds < float("inf"):
+            return seconds
+    raise ArgumentError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
 
 
 def check_count(count: object) -> int | None:
@@ -275,12 +287,51 @@ def serving(fn: Callable[[Message], Any], counters: Counters) -> Callable[[Messa
             msg.reply(b"" if result is None else result)
         except ArgumentError as exc:  # (no reply can carry it: its requester hears why)
             _failed(msg, exc)
+        except MessageStateError:  # (fn answered with msg.reply: that reply stands)
+            if result is not None:
+                log.warning(
+                    "request %s on %s: the function replied with msg.reply and returned "
+                    "a reply too; only the first was sent",
+                    msg.id,
+                    msg.topic,
+                )
 
     return handle
 
 
 def _failed(msg: Message, exc: BaseException) -> None:
     """A request ``serve``'s function failed on (it raised, or returned what no reply can
-    be): replied as an error."""
-    log.warning("request %s on %s failed: %r; replied as an error", msg.id, msg.topic, exc)
-    msg.reply(f"{type(exc).__name__}: {exc}", ok=False)
+    be): replied as an error, unless it replied already."""
+    name = type(exc).__name__
+    try:
+        text = f"{name}: {exc}"
+    except Exception:  # (its __str__ raised)
+        text = name
+    reason = text.encode(errors="backslashreplace")
+    if len(reason) > MAX_REASON_BYTES:  # (a payload quoted in it: the log has it whole)
+        reason = reason[: MAX_REASON_BYTES - 3] + b"..."
+    try:
+        try:
+            msg.reply(reason, ok=False)
+        except ArgumentError:  # (past a max_message_bytes smaller still)
+            msg.reply(b"", ok=False)
+    except MessageStateError:  # (it replied before it raised: that reply stands)
+        log.warning("request %s on %s failed after its reply: %r", msg.id, msg.topic, exc)
+        return
+    log.warning("request %s on %s failed: %s; replied as an error", msg.id, msg.topic, text)
+
+
+def reply_bytes(payload: object) -> bytes:
+    """A reply's payload as bytes (str as UTF-8); ArgumentError when it cannot be one."""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, bytearray | memoryview):
+        return bytes(payload)
+    if isinstance(payload, str):
+        try:
+            return payload.encode()
+        except UnicodeEncodeError as exc:  # (lone surrogates)
+            raise ArgumentError(
+                f"a reply is not valid text: {exc.reason} at character {exc.start}"
+            ) from None
+    raise ArgumentError(f"a reply is bytes or str, got {type(payload).__name__}")

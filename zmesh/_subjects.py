@@ -1,7 +1,7 @@
 """Subjects: topic names as dot-separated tokens, and patterns that match many of them.
 
 A topic name is tokens joined by ``.`` (``plant.line4.temp``): each token one or more
-letters, digits, ``_`` or ``-``, the first token starting with a letter or a digit, at
+ASCII letters, digits, ``_`` or ``-``, the first token starting with a letter or a digit, at
 most 128 characters in all. A *pattern* (what a subscription, a topic setting or
 ``Node.last`` may name) may also hold ``*``, which matches exactly one token, and, as its
 last token only, ``>``, which matches one or more: NATS's rules. ``plant.*.temp``
@@ -50,7 +50,7 @@ def subject_error(kind: str, value: object, wildcards: bool) -> str | None:
     if len(value) > MAX_SUBJECT_CHARS:
         return f"it has {len(value)} characters, more than {MAX_SUBJECT_CHARS}"
     if not _FIRST_RE.match(value):
-        return "it must start with a letter or a digit"
+        return "it must start with a letter or a digit (ASCII)"
     tokens = value.split(".")
     for i, token in enumerate(tokens):
         if token in (ONE, REST):
@@ -61,7 +61,9 @@ def subject_error(kind: str, value: object, wildcards: bool) -> str | None:
         elif not token:
             return "it has an empty token (two dots in a row, or a dot at an end)"
         elif not _TOKEN_RE.match(token):
-            return f"token {token!r} holds a character other than letters, digits, '_' and '-'"
+            return (
+                f"token {token!r} holds a character other than ASCII letters, digits, '_' and '-'"
+            )
     return None
 
 
@@ -72,7 +74,7 @@ def check_subject(kind: str, value: object, *, wildcards: bool = False) -> str:
     if why is not None:
         allowed = " ('*' for one token, '>' for the rest)" if wildcards else ""
         raise ConfigError(
-            f"{kind} name {value!r} is invalid: {why}. Use tokens of letters, digits, '_' "
+            f"{kind} name {value!r} is invalid: {why}. Use tokens of ASCII letters, digits, '_' "
             f"and '-' joined by '.'{allowed}, at most {MAX_SUBJECT_CHARS} characters, "
             "starting with a letter or a digit"
         )

@@ -426,13 +426,13 @@ class Node:
         pending = await with_room(
             self._wakes,
             functools.partial(node._send_request, ask, 0),
-            None,
+            ask.room_s(self.config.publish_timeout_s),
             self.config.publish_timeout_s,
         )
         wakes = Wakes()
         pending.listeners.append(wakes.wake)
         try:
-            await wakes.until(functools.partial(pending.done, ask.count), ask.timeout_s)
+            await wakes.until(functools.partial(pending.done, ask.count), ask.left_s())
             return pending.outcome(ask.count)
         finally:
             pending.close()

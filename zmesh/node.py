@@ -714,9 +714,9 @@ class Node:
         return self._ask(Ask.of(topic, payload, key, headers, delivery, timeout, limit, count))
 
     def _ask(self, ask: Ask) -> list[Reply]:
-        pending = self._send_request(ask)
+        pending = self._send_request(ask, ask.room_s(self.config.publish_timeout_s))
         try:
-            return pending.wait(ask.count, ask.timeout_s)
+            return pending.wait(ask.count, ask.left_s())
         finally:
             pending.close()
 

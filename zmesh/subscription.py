@@ -23,7 +23,7 @@ from ._engine.inbox.origin import STATES, Origin, Queue, settled_error
 from ._engine.limits import EPHEMERAL_QUEUE_BYTES
 from ._handlers import serving
 from ._receipt import MessageId
-from ._requests import DELIVERY_HEADER, REPLY_MAX_HEADER
+from ._requests import DELIVERY_HEADER, REPLY_MAX_HEADER, reply_bytes
 from ._seqs import consecutive
 from ._waits import check_timeout
 from .config import (
@@ -225,12 +225,7 @@ class Message:
         submitter = sub._submitter if isinstance(sub, Subscription) else None
         if submitter is None or DELIVERY_HEADER not in self.headers:
             raise MessageStateError(f"message {self.id} is no request: nothing waits for a reply")
-        if isinstance(payload, str):
-            payload = payload.encode()
-        elif isinstance(payload, bytearray | memoryview):
-            payload = bytes(payload)
-        if not isinstance(payload, bytes):
-            raise ArgumentError(f"a reply is bytes or str, got {type(payload).__name__}")
+        payload = reply_bytes(payload)
         limit, whose = submitter.config.max_message_bytes, ""
         theirs = self.headers.get(REPLY_MAX_HEADER)
         if type(theirs) is int and 0 < theirs < limit:

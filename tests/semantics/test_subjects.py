@@ -50,6 +50,19 @@ def test_names_with_wildcards_are_refused_where_one_topic_is_meant(make_node) ->
     node.subscribe("a.*.c", "g")  # (patterns are for subscriptions)
 
 
+@pytest.mark.parametrize("name", ["plant.température", "été.temp"])
+def test_a_name_with_letters_past_ascii_is_refused_saying_so(make_node, name) -> None:
+    # "é" is a letter: "holds a character other than letters" sent users looking for
+    # another character; the rule is ASCII letters.
+    node = make_node("n")
+    for call in (node.publish, node.request):
+        with pytest.raises(zmesh.ConfigError, match="ASCII letter") as info:
+            call(name, b"x")
+        assert "other than letters" not in str(info.value)
+    with pytest.raises(zmesh.ConfigError, match="ASCII letter"):
+        node.subscribe(name.replace("temp", "*"), "g")
+
+
 def test_broadcast_and_ephemeral_patterns(make_node) -> None:
     prod = make_node("prod")
     c1 = make_node("c1", seeds=[prod.control_address])

@@ -24,8 +24,11 @@ def accept(cmd: Request, outbox: Outbox, queue: Submitter, batch: WriteBatch, no
     the request fails with NoRespondersError and is not stored."""
     topic = cmd.pub.topic
     lanes = outbox.lanes
-    if topic not in outbox.groups.patterns.checked:
-        outbox.groups.patterns.new_topic(topic, batch, now)
+    patterns = outbox.groups.patterns
+    if topic not in patterns.checked and not patterns.new_topic(topic, batch, now):
+        # (no pattern group has it: a topic only asked for is not remembered, or a
+        # pattern group learned later would get a lane of every topic ever asked)
+        patterns.checked.discard(topic)
     live = sum(1 for lane in lanes.of_topic(topic) if lane.members)
     if not live:
         queue.abandon(1, len(cmd.pub.payload))
