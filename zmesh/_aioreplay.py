@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections import deque
 
@@ -45,10 +44,11 @@ class ReplayReader:
     unreachable = forwarded("unreachable")
     closed = forwarded("closed")
 
-    def _fetch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The reader's thread: a batch each time the loop asks, until the end."""
+    def _fetch(self) -> None:
+        """The reader's thread: a batch each time the loop asks, until the end. It hands
+        them over through the buffer and ``Wakes``, which wakes whichever loop awaits the
+        reader then (one ``asyncio.run`` after another, each its own)."""
         reader, want = self._reader, self._want
-        error: BaseException | None = None
         try:
             while not reader.closed or want.is_set():  # (closed by its node: nobody asks)
                 if not want.wait(1.0):
@@ -57,17 +57,11 @@ class ReplayReader:
                 msgs = reader.read(REPLAY_BATCH)
                 if not msgs:
                     break
-                loop.call_soon_threadsafe(self._arrived, msgs, None)
+                self._buffer.extend(msgs)
+                self._wakes.wake()
         except BaseException as exc:
-            error = exc
-        with contextlib.suppress(RuntimeError):  # (its loop is closed: nobody reads on)
-            loop.call_soon_threadsafe(self._arrived, [], error)
-
-    def _arrived(self, msgs: list[Message], error: BaseException | None) -> None:
-        if msgs:
-            self._buffer.extend(msgs)
-        else:
-            self._ended, self._error = True, error
+            self._error = exc
+        self._ended = True
         self._wakes.wake()
 
     def _ready(self) -> bool:
@@ -80,7 +74,6 @@ class ReplayReader:
         if self._thread is None:
             self._thread = threading.Thread(
                 target=self._fetch,
-                args=(asyncio.get_running_loop(),),
                 daemon=True,
                 name=f"zmesh-aio-replay-{self._reader.topic}",
             )

@@ -5,6 +5,8 @@ schedule one callback on the loop while something awaits them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -26,12 +28,17 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 
 class Wakes:
     """Awaits on an event loop for what another thread notifies (``wake``): each pending
-    await asks its condition again after every notification, with no thread of its own."""
+    await asks its condition again after every notification (those with a ``ready``
+    question once it says yes), with no thread of its own."""
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: set[asyncio.Future[None]] = set()
+        # Each pending await's future, with what ``_fire`` asks before it wakes it.
+        self._waiting: dict[asyncio.Future[None], Callable[[], bool] | None] = {}
         self._scheduled = False  # a callback is on its way to the loop
+        # Publishes waiting for outbox room, in order (with_room): each a future that
+        # the one before it resolves as it leaves, when it is this one's turn.
+        self.line: deque[asyncio.Future[None]] = deque()
 
     def wake(self) -> None:
         """From any thread: wake the pending awaits (one callback until they ran)."""
@@ -44,12 +51,21 @@ class Wakes:
 
     def _fire(self) -> None:
         self._scheduled = False  # (first: a notification from now on schedules again)
-        for fut in self._waiting:
-            _resolve(fut)
+        for fut, ready in self._waiting.items():
+            if ready is None or _says_yes(ready):
+                _resolve(fut)
 
-    async def until(self, done: Callable[[], bool], timeout: float | None) -> bool:
+    async def until(
+        self,
+        done: Callable[[], bool],
+        timeout: float | None,
+        ready: Callable[[], bool] | None = None,
+    ) -> bool:
         """Await ``done()`` (asked on the loop, after each notification): True once it is,
-        False when ``timeout`` seconds (None: no end) pass first."""
+        False when ``timeout`` seconds (None: no end) pass first. ``ready``, a question
+        with no side effect, is asked first on each notification (by ``_fire``): the
+        await is resumed only when it says yes (or raises). Receipts' waits, thousands
+        at once, each woken for every notification would cost the loop a step each."""
         if done():
             return True
         loop = asyncio.get_running_loop()
@@ -62,7 +78,7 @@ class Wakes:
             # Registered before ``done()`` is asked: a notification after the question
             # wakes this future (the callback runs on this loop, after this step).
             fut = loop.create_future()
-            self._waiting.add(fut)
+            self._waiting[fut] = ready
             try:
                 if done():
                     return True
@@ -77,15 +93,50 @@ class Wakes:
                 finally:
                     timer.cancel()
             finally:
-                self._waiting.discard(fut)
+                del self._waiting[fut]
+
+
+def _says_yes(ready: Callable[[], bool]) -> bool:
+    try:
+        return ready()
+    except Exception:  # (its await asks ``done``, which raises it)
+        return True
+
+
+async def made_in_thread(make: Callable[[], T], close: Callable[[T], object]) -> T:
+    """``make()`` on a thread (as ``asyncio.to_thread`` runs it). Cancelled while it
+    runs, what it goes on to make is closed (``close``, on a thread too) before the
+    cancellation goes on: its caller never gets it to close (a cancelled ``async with``
+    calls no ``__aexit__``)."""
+    made = asyncio.ensure_future(asyncio.to_thread(make))
+    try:
+        return await asyncio.shield(made)
+    except asyncio.CancelledError:
+        closing = asyncio.ensure_future(_closed(made, close))
+        while not closing.done():  # (cancelled again meanwhile: it is cancelled already)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([closing])
+        closing.result()
+        raise
+
+
+async def _closed(made: asyncio.Future[T], close: Callable[[T], object]) -> None:
+    try:
+        thing = await made
+    except Exception:  # (nothing made: what failed closed what it had made)
+        return
+    await asyncio.to_thread(close, thing)
 
 
 async def with_room(
     wakes: Wakes, publish: Callable[[], T], timeout: float | None, default_s: float
 ) -> T:
     """``publish()`` (which waits for nothing: made with timeout=0) once the outbox has
-    room for it, tried again after each notification up to ``timeout`` (None:
-    ``default_s``, the node's publish_timeout_s); then the last refusal, with the wait."""
+    room for it, up to ``timeout`` (None: ``default_s``, the node's publish_timeout_s);
+    then the last refusal, with the wait. Publishes that find others waiting for room
+    queue behind them (``Wakes.line``) and are tried in turn, the first after each
+    notification: all of them tried after each would cost the loop a refusal per
+    waiter per notification, and let them in in any order."""
     done: list[T] = []
     full: list[OutboxFullError | StoreFullError] = []
 
@@ -98,8 +149,29 @@ async def with_room(
         return True
 
     wait = check_timeout(default_s if timeout is None else timeout)
-    if await wakes.until(attempt, wait):
+    line = wakes.line
+    if not line and attempt():  # (nobody waits for room: the usual publish)
         return done[0]
+    loop = asyncio.get_running_loop()
+    if line and line[0].get_loop() is not loop:
+        raise ZMeshError("a zmesh.aio object is awaited from two event loops at once")
+    deadline = None if wait is None else loop.time() + wait
+    turn: asyncio.Future[None] = loop.create_future()  # (resolved by the one before it)
+    line.append(turn)
+    try:
+        if line[0] is not turn:
+            await asyncio.wait([turn], timeout=None if deadline is None else deadline - loop.time())
+        if line[0] is turn:
+            left = None if deadline is None else deadline - loop.time()
+            if await wakes.until(attempt, left):
+                return done[0]
+        elif attempt():  # (out of time in the line: a last try, to say why if refused)
+            return done[0]
+    finally:
+        first = line[0] is turn
+        line.remove(turn)
+        if first and line:
+            _resolve(line[0])  # the next one's turn
     exc = full[0]
     waited = float("inf") if wait is None else wait
     if isinstance(exc, StoreFullError):

@@ -7,10 +7,12 @@ batch delivered, the node closed) each schedule one callback on the event loop
 them, and every pending await looks again. So an await holds no thread, cancelling it
 leaves nothing behind, and a message is taken from a subscription only in the step that
 returns it. Calls that end on their own within milliseconds (start, close, status, dead
-letters, a transaction's commit, a snapshot) run on the loop's default executor. A
-replay reader fetches on a thread of its own, from its first ``async for`` step until it
-(or its node) closes. As in the sync API, every wait ends with NodeClosedError once the
-node closes (a subscription closed on its own ends with None instead).
+letters, a transaction's commit, a snapshot) run on the loop's default executor; a start
+or a replay cancelled meanwhile closes what it made. Publishes waiting for outbox room
+queue, and are tried one at a time in their order. A replay reader fetches on a thread
+of its own, from its first ``async for`` step until it (or its node) closes. As in the
+sync API, every wait ends with NodeClosedError once the node closes (a subscription
+closed on its own ends with None instead).
 
 This module is long because it mirrors the whole public API, one awaitable per method,
 each documented by the method it mirrors.
@@ -29,7 +31,7 @@ from typing import Any, Unpack
 
 from ._aioreplay import ReplayReader
 from ._handlers import awaits, serving
-from ._loopwaits import Wakes, forwarded, with_room
+from ._loopwaits import Wakes, forwarded, made_in_thread, with_room
 from ._receipt import MessageId
 from ._receipt import Receipt as _SyncReceipt
 from ._requests import Ask, Delivery, Reply
@@ -39,6 +41,7 @@ from .deadletters import DeadLetter
 from .errors import ArgumentError
 from .node import Node as _SyncNode
 from .node import PublishOptions
+from .replay import ReplayReader as _SyncReplayReader
 from .subscription import Message
 from .subscription import Subscription as _SyncSubscription
 from .transaction import Transaction as _SyncTransaction
@@ -91,7 +94,8 @@ class Receipt:
 
     async def _wait(self, acked: bool, left: float | None, timeout: float | None) -> None:
         receipt = self._receipt
-        if not await self._wakes.until(functools.partial(receipt._done, acked), left):
+        done = functools.partial(receipt._done, acked)  # (asks, changes nothing)
+        if not await self._wakes.until(done, left, ready=done):
             raise receipt._late(acked, timeout)
 
     def __repr__(self) -> str:
@@ -295,7 +299,7 @@ class Node:
     async def start(self) -> Node:
         # (handlers named in the config: what they return, if awaitable, runs on this loop)
         self._node._wrap_handler = functools.partial(_on_loop, loop=asyncio.get_running_loop())
-        await asyncio.to_thread(self._node.start)
+        await made_in_thread(self._node.start, _SyncNode.close)  # (cancelled: closed again)
         return self
 
     async def close(self) -> None:
@@ -457,7 +461,10 @@ class Node:
     async def replay(self, topic: str, from_index: int = 0, **options: Any) -> ReplayReader:
         """Like ``zmesh.Node.replay``; iterate the reader with ``async for``."""
         reader = ReplayReader(
-            await asyncio.to_thread(self._node.replay, topic, from_index, **options)
+            await made_in_thread(
+                functools.partial(self._node.replay, topic, from_index, **options),
+                _SyncReplayReader.close,
+            )
         )
         self._readers.add(reader)
         return reader
