@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import threading
 from pathlib import Path
@@ -16,9 +17,12 @@ from .. import snapshot as snapshot_data_dir
 from .._security import generate_keypair
 from ..config import check_name
 from ..errors import ConfigError
+from .client import STOP_SIGNALS, StopSignals
 from .output import CliError, console, err_console
+from .partial import NewStore
 
 PROGRESS_INTERVAL_S = 0.2  # how often a snapshot's progress is redrawn
+OPEN_POLL_S = 0.01  # a stopped snapshot looks this often whether its copy opened its file
 
 
 def _default_name() -> str:
@@ -115,10 +119,15 @@ def _describe(store: Path) -> dict[str, object]:
 
 def _copy_with_progress(data_dir: str, dest: str, written: Path, source: Path) -> None:
     """``snapshot_data_dir`` on a thread, with the bytes written so far shown on stderr
-    (against the source's file, which the compacted copy does not exceed)."""
+    (against the source's file, which the compacted copy does not exceed). A stop signal
+    ends the command with the copy removed."""
     failure: list[BaseException] = []
+    new = NewStore(dest)
 
     def copy() -> None:
+        # (a stop signal goes to the main thread, which then wakes at once: one this
+        # thread took would be handled there only when its wait next ended)
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             snapshot_data_dir(data_dir, dest)
         except BaseException as exc:
@@ -126,18 +135,32 @@ def _copy_with_progress(data_dir: str, dest: str, written: Path, source: Path) -
 
     worker = threading.Thread(target=copy, name="zmesh-snapshot", daemon=True)
     total = source.stat().st_size if source.is_file() else None
-    with Progress(
-        TextColumn("copying the store"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    ) as progress:
+    with (
+        StopSignals() as signals,
+        Progress(
+            TextColumn("copying the store"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        ) as progress,
+    ):
         task = progress.add_task("copy", total=total)
         worker.start()
         while worker.is_alive():
-            worker.join(PROGRESS_INTERVAL_S)
+            if signals.stop.wait(PROGRESS_INTERVAL_S) and worker.is_alive():
+                # LMDB cannot stop a copy: its file is removed once the copy opened it
+                # (at its start), and it writes into a file unlinked until this process
+                # ends, moments later.
+                while worker.is_alive() and not written.exists():
+                    worker.join(OPEN_POLL_S)
+                removed = new.remove()
+                raise CliError(
+                    f"interrupted: the copy into {dest} was "
+                    + ("removed" if removed else "not finished"),
+                    exit_code=signals.exit_code,
+                )
             with contextlib.suppress(OSError):
                 progress.update(task, completed=written.stat().st_size)
     if failure:

@@ -141,6 +141,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return its exit code (errors become one line, no traceback)."""
     if sys.stdin is None:  # (started with stdin closed, `0<&-`: as if it were empty)
         sys.stdin = open(os.devnull)  # noqa: SIM115 - the process's own, for its life
+    if sys.stdout is None:  # (stdout closed, `1>&-`, as a supervisor may: as /dev/null)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the process's own, for its life
     try:
         rv = cli.main(
             args=list(argv) if argv is not None else None, prog_name="zmesh", standalone_mode=False

@@ -15,6 +15,7 @@ import click
 from click.core import ParameterSource
 
 from ..config import check_name
+from ..errors import ArgumentError, ConfigError, ZMeshError
 from .audience import ephemeral_subscribers, not_served, owed_to_no_group, wait_serving
 from .client import Interrupted, StopSignals
 from .clientnode import NodeArgs, cli_node, node_options
@@ -231,19 +232,31 @@ def pub(
         # (the ephemeral subscribers it publishes for: a later look may miss one a moment)
         audience = 0 if groups else ephemeral_subscribers(n.peers(), topic)
         receipts = []
+        refused: ZMeshError | None = None  # (the message the node would not take)
         repeated_before = n.stats().get("duplicates_suppressed", 0)
-        for i, payload in enumerate(_payloads(data, file, count, signals), start=1):
-            if signals.stop.is_set():
-                break
-            receipts.append(
-                n.publish(
-                    topic,
-                    payload,
-                    key=key and _fill(key, i),
-                    msg_id=msg_id and _fill(msg_id, i),
-                    headers={k: _fill(v, i) for k, v in header_map.items()} or None,
-                    **options,
+        try:
+            for i, payload in enumerate(_payloads(data, file, count, signals), start=1):
+                if signals.stop.is_set():
+                    break
+                receipts.append(
+                    n.publish(
+                        topic,
+                        payload,
+                        key=key and _fill(key, i),
+                        msg_id=msg_id and _fill(msg_id, i),
+                        headers={k: _fill(v, i) for k, v in header_map.items()} or None,
+                        **options,
+                    )
                 )
+        except ZMeshError as exc:
+            if not receipts:
+                raise
+            # (the ones published before it are settled and reported as any run's are:
+            # dropped with the temporary data dir unsaid, a group's copy could be lost)
+            refused = exc
+            note(
+                f"message {len(receipts) + 1} was not published: {exc}; nothing after it "
+                f"is; waiting for the acks of the {len(receipts)} published before it"
             )
         if not receipts:
             if signals.signum is not None:
@@ -255,8 +268,13 @@ def pub(
         if audience and not delay and owed_to_no_group(receipts, signals):
             # (a delayed message is for groups only)
             report_ephemeral(len(receipts), topic, audience, node.data_dir)
-            return
-        outcome = settle(topic, receipts, timeout, signals)
-        # (each repeat was counted as it was stored, before its receipt could settle)
-        outcome.repeats = n.stats().get("duplicates_suppressed", 0) - repeated_before
-        report(outcome, n, node.data_dir)
+        else:
+            outcome = settle(topic, receipts, timeout, signals)
+            # (each repeat was counted as it was stored, before its receipt could settle)
+            outcome.repeats = n.stats().get("duplicates_suppressed", 0) - repeated_before
+            report(outcome, n, node.data_dir)
+    if refused is not None:
+        raise CliError(
+            f"message {len(receipts) + 1} was not published: {refused}",
+            exit_code=2 if isinstance(refused, (ArgumentError, ConfigError)) else 1,
+        )

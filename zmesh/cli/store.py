@@ -12,7 +12,9 @@ from rich.table import Table
 from .._store.check import check_store
 from .._store.damage import remedy
 from .._store.salvage import salvage as salvage_store
+from .client import Interrupted, StopSignals
 from .output import CliError, console, err_console
+from .partial import NewStore
 
 SHOWN_PROBLEMS = 20  # problems printed by check (the rest counted)
 
@@ -73,8 +75,23 @@ def salvage(data_dir: str, dest: str) -> None:
     lost_records at its start).
     """
     _store_dir(data_dir)
-    with err_console.status(f"copying what can be read of {escape(data_dir)}"):
-        report = salvage_store(data_dir, dest)
+    new = NewStore(dest)
+    with StopSignals() as signals:
+        try:
+            with (
+                signals.interruptible(),
+                err_console.status(f"copying what can be read of {escape(data_dir)}"),
+            ):
+                report = salvage_store(data_dir, dest)
+        except Interrupted:
+            # (left, the store would be sound but hold part of the records: a node run
+            # on it, as advised below, would take them for all there is)
+            removed = new.remove()
+            raise CliError(
+                f"interrupted: the salvage into {dest} was "
+                + ("removed" if removed else "not finished"),
+                exit_code=signals.exit_code,
+            ) from None
     table = Table(title=f"salvage of {escape(report.source)}", title_justify="left")
     for name in ("database", "records", "copied", "lost"):
         table.add_column(name, justify="left" if name == "database" else "right")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -106,7 +107,8 @@ def frame(
 )
 def top(address: str, interval: float, iterations: int | None, timeout: float) -> None:
     """Watch a node: rates (published/s, acked/s, redelivered/s, ...), lanes and peers,
-    refreshed every --interval seconds until Ctrl-C or --iterations.
+    refreshed every --interval seconds until Ctrl-C or --iterations (off a terminal, each
+    refresh is printed after the one before).
 
     redelivered/s counts ack timeouts, nacks and in-flight messages of members that left.
     Without HOST:PORT: the first seed of ZMESH_SEED or of the context in use.
@@ -118,12 +120,14 @@ def top(address: str, interval: float, iterations: int | None, timeout: float) -
     refreshes = 1
     error: str | None = None
     next_at = sample.at + interval
+    shown = frame(address, status, sample, None, None, refreshes)
+    # A live display draws on a terminal only (elsewhere it prints its last frame when
+    # it ends): on a file or a pipe each frame is printed as it is made, for `| grep`.
+    live = Live(shown, console=console, auto_refresh=False) if console.is_terminal else None
     try:
-        with Live(
-            frame(address, status, sample, None, None, refreshes),
-            console=console,
-            auto_refresh=False,
-        ) as live:
+        with live or contextlib.nullcontext():
+            if live is None:
+                console.print(shown)
             while iterations is None or refreshes < iterations:
                 wait = next_at - time.monotonic()
                 if wait > 0:
@@ -139,11 +143,13 @@ def top(address: str, interval: float, iterations: int | None, timeout: float) -
                 except CliError as exc:
                     error = exc.format_message()
                 refreshes += 1
-                live.update(frame(address, status, sample, before, error, refreshes), refresh=True)
+                shown = frame(address, status, sample, before, error, refreshes)
+                if live is None:
+                    console.print(shown)
+                else:
+                    live.update(shown, refresh=True)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how top ends
-    if not console.is_terminal:
-        console.line()  # Live leaves its last frame without a newline on files and pipes
 
 
 add_curve_options(top)
