@@ -227,6 +227,8 @@ class Transaction:
         return self
 
     async def __aexit__(self, exc_type: object, *rest: object) -> None:
+        if self._tx._done:  # (committed or aborted inside the block)
+            return
         if exc_type is None:
             await self.commit()
         else:

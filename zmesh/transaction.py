@@ -25,7 +25,8 @@ class Transaction:
     publishes and settles the acks in one LMDB transaction.
 
     Leaving the block with an exception, or calling ``abort``, discards everything: the
-    messages to ack stay unsettled (nack them or let them be redelivered).
+    messages to ack stay unsettled (nack them or let them be redelivered). A block that
+    called ``commit`` or ``abort`` itself ends with nothing more done.
     """
 
     def __init__(self, prepare: Prepare, queue: Submitter, timeout_s: float) -> None:
@@ -34,6 +35,7 @@ class Transaction:
         self._timeout_s = timeout_s
         self._pubs: list[Publish] = []
         self._acks: list[Message] = []
+        self._unsettling: list[Message] = []  # acked, but nothing settles them
         self._done = False
 
     def publish(self, topic: str, payload: bytes | str, **kwargs: Any) -> Receipt:
@@ -51,14 +53,17 @@ class Transaction:
     def ack(self, msg: Message) -> None:
         """Ack ``msg`` when the transaction commits. Until it commits or aborts, the
         message cannot be settled otherwise (MessageStateError); if its subscription
-        closes first, it is released and the commit fails."""
+        closes first, it is released and the commit fails. A message nothing settles (an
+        ephemeral subscription's, a replay reader's) is marked acked at the commit, as
+        ``msg.ack()`` marks it."""
         self._check_open()
-        if msg._origin.queue is not self._queue:
+        queue = msg._origin.queue
+        if queue is not None and queue is not self._queue:
             raise ArgumentError(f"message {msg.id} was not received by this node")
         if msg._settled is not None:
             raise settled_error(msg.id, msg._settled)
         msg._settled = "transacted"
-        self._acks.append(msg)
+        (self._acks if queue is not None else self._unsettling).append(msg)
 
     def _check_open(self) -> None:
         if self._done:
@@ -68,13 +73,14 @@ class Transaction:
         """Store and settle everything at once; raises (and nothing happened) on failure."""
         self._check_open()
         self._done = True
-        if not self._pubs and not self._acks:
-            return
-        try:
-            self._queue.transact(self._pubs, self._acks, self._timeout_s)
-        except BaseException:
-            self._give_back()
-            raise
+        if self._pubs or self._acks:
+            try:
+                self._queue.transact(self._pubs, self._acks, self._timeout_s)
+            except BaseException:
+                self._give_back()
+                raise
+        for msg in self._unsettling:
+            msg._settled = "acked"
 
     def abort(self) -> None:
         """Discard the publishes; leave the messages unsettled."""
@@ -91,10 +97,11 @@ class Transaction:
 
     def _give_back(self) -> None:
         """Its messages, not acked by it, unsettled again (but those released meanwhile)."""
-        for msg in self._acks:
+        for msg in (*self._acks, *self._unsettling):
             if msg._settled in ("transacted", "acked"):  # (acked: a commit rolled back)
                 msg._settled = None
         self._acks.clear()
+        self._unsettling.clear()
 
     def _fail_receipts(self) -> None:
         error = NodeStateError("the transaction was aborted: its publishes were not stored")
@@ -116,6 +123,8 @@ class Transaction:
         return self
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
+        if self._done:  # (committed or aborted inside the block: nothing is left to do)
+            return
         if exc_type is None:
             self.commit()
         else:

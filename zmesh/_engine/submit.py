@@ -260,8 +260,9 @@ class Submitter:
         several plain messages. ``submit``: queue them for the IO thread too (one
         command); else the caller must submit them (or ``abandon`` them).
 
-        ``paced``: also wait while MAX_AHEAD_MSGS publishes wait for the IO thread (not for
-        a transaction, whose publishes are submitted only when it commits). ``nbytes``:
+        ``paced``: also wait while MAX_AHEAD_MSGS publishes (or MAX_AHEAD_BYTES of them)
+        wait for the IO thread (not for a transaction, whose publishes are submitted only
+        when it commits). ``nbytes``:
         the payloads' bytes, when the caller counted them.
         """
         n = len(payloads)
@@ -481,7 +482,8 @@ class Submitter:
 
     def _fits(self, n: int, nbytes: int, paced: bool) -> bool:
         """There is room for ``n`` more publishes of ``nbytes``: in the outbox, in the LMDB
-        map, and (``paced``) among the publishes waiting for the IO thread."""
+        map, and (``paced``) among the publishes waiting for the IO thread (a transaction's
+        wait in it until it commits: room they hold would never come back before)."""
         waiting = self._submitted - self._done
         if paced and waiting and waiting + n > MAX_AHEAD_MSGS:
             return False  # (the wait a fast publisher meets most)
@@ -490,7 +492,7 @@ class Submitter:
         return (
             (depth + n <= self.config.max_outbox_messages or depth == 0)
             and not self._room.full
-            and (ahead + nbytes <= self._ahead_limit or ahead == 0)
+            and (not paced or ahead + nbytes <= self._ahead_limit or ahead == 0)
         )
 
     def abandon(self, count: int, nbytes: int) -> None:

@@ -23,6 +23,8 @@ from .lanes import UNCLAIMED, Lanes
 from .outcomes import Outcomes
 from .owing import mono_at, mono_offset
 from .records import Records
+from .retained import Retained
+from .retention import retains
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +36,18 @@ class DeadLetters:
     """The dead-letter store of one producer."""
 
     def __init__(
-        self, store: Store, lanes: Lanes, records: Records, outcomes: Outcomes, node_id: bytes
+        self,
+        store: Store,
+        lanes: Lanes,
+        records: Records,
+        retained: Retained,
+        outcomes: Outcomes,
+        node_id: bytes,
     ) -> None:
         self.store = store
         self.lanes = lanes
         self.records = records
+        self.retained = retained
         self.outcomes = outcomes
         self.producer = node_id.hex()
         self.replayed: set[tuple[int, int]] = set()  # (lane id, seq)
@@ -137,11 +146,18 @@ class DeadLetters:
         return out
 
     def _select(
-        self, topic: str, group: str, seqs: Collection[int] | None
+        self, topic: str, group: str, seqs: Collection[int] | None, batch: WriteBatch
     ) -> Iterator[tuple[Lane, int, Any]]:
+        # A replay or purge taken earlier in this iteration wrote to ``batch``, not yet to
+        # the store: what it replayed or purged is no longer parked.
+        written = {key for key, _value in batch.dead_put}.union(batch.dead_del)
         for lane in self._lanes(topic, group):
             for seq, value in list(self.store.iter_dead(lane.id)):
-                if value[0] == PARKED and (seqs is None or seq in seqs):
+                if (
+                    value[0] == PARKED
+                    and (seqs is None or seq in seqs)
+                    and pend_key(lane.id, seq) not in written
+                ):
                     yield lane, seq, value
 
     def replay(
@@ -151,7 +167,7 @@ class DeadLetters:
         count = 0
         records = self.records
         offset = mono_offset()
-        for lane, seq, value in self._select(topic, group, seqs):
+        for lane, seq, value in self._select(topic, group, seqs, batch):
             _state, reason, attempts, failed_at, history, record = value
             if record is None:
                 log.error("dead letter %d of %s/%s has no record; purge it", seq, topic, lane.name)
@@ -171,6 +187,8 @@ class DeadLetters:
             )
             if not records.runs.owe_again(lane, lane.id, seq, in_outbox, batch):
                 if not in_outbox:  # (a run still stored holds its record)
+                    if retains(self.lanes.config(topic)) and not self._stored(seq):
+                        self.retained.index_again(topic, seq, fields, len(record), batch)
                     batch.msgs_put.append((u64(seq), record))
                     batch.msgs_bytes += len(record)
                 batch.pend_put.append(
@@ -182,10 +200,15 @@ class DeadLetters:
             count += 1
         return count
 
+    def _stored(self, seq: int) -> bool:
+        """Whether the record of ``seq`` is still stored: a settled message of a topic
+        that retains keeps it until retention reclaims it, with its index entry."""
+        return seq in self.records.mem or bool(self.store.get_messages([seq]))
+
     def purge(self, topic: str, group: str, seqs: Collection[int] | None, batch: WriteBatch) -> int:
         """Delete parked messages for good; returns how many (counted as purged)."""
         count = 0
-        for lane, seq, _value in self._select(topic, group, seqs):
+        for lane, seq, _value in self._select(topic, group, seqs, batch):
             batch.dead_del.append(pend_key(lane.id, seq))
             count += 1
         self.lanes.counters.add("dead_purged", count)

@@ -59,11 +59,11 @@ class Outbox:
         self.records = Records(store, counters, max_message_bytes)
         self.receipts = Receipts()
         self.indexes = Indexes(store.next_indexes())
-        self.dead = DeadLetters(store, self.lanes, self.records, outcomes, node_id)
-        self.settler = Settler(self.lanes, self.records, self.receipts, self.dead, outcomes)
         self.retained = Retained(
             store, self.lanes, self.records, self.indexes, counters, self.clock
         )
+        self.dead = DeadLetters(store, self.lanes, self.records, self.retained, outcomes, node_id)
+        self.settler = Settler(self.lanes, self.records, self.receipts, self.dead, outcomes)
         self.kept = self.retained.kept
         self.groups = Groups(
             self.lanes,

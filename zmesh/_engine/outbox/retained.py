@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..._store.store import Store, WriteBatch, u64
+from ..._store.store import Store, WriteBatch, pack, u64
 from ...errors import StoreError
 from ..stats import Counters
 from .kept import Kept
@@ -22,6 +22,7 @@ from .retention import (
     RECLAIM_CHUNK,
     Head,
     Indexes,
+    log_entry,
     partition_prefix,
     reclaimable,
     retains,
@@ -75,6 +76,24 @@ class Retained:
             totals[0] -= n
             totals[1] -= size
         self.staged.clear()
+
+    def index_again(
+        self, topic: str, seq: int, fields: list[Any], size: int, batch: WriteBatch
+    ) -> None:
+        """A dead letter replayed after retention reclaimed its index entry and record
+        (its record is stored again): indexed again as it was, so that retention reclaims
+        it again once it is settled; nothing else would delete its record."""
+        partition, published_at = fields[1], fields[5]
+        index = fields[9] if len(fields) > 9 else None
+        if index is None:  # (stored before messages had indexes: no entry to make)
+            return
+        batch.log_put.append(log_entry(topic, partition, index, seq, published_at, size))
+        totals = self.totals.setdefault(topic, [0, 0])
+        totals[0] += 1
+        totals[1] += size
+        values = self.kept.of(topic)
+        if values is not None:  # (reclaimed, it was a value no longer kept)
+            values.evicted[seq] = Head(seq, partition, index, size, published_at)
 
     def reclaim(self, batch: WriteBatch, wall: float) -> bool:
         """One bounded pass of retention over every topic with index entries; True when a
@@ -183,7 +202,10 @@ class Retained:
                             record.payload,
                         )
                     )
-                    size += len(record.payload)
+                    # (a reply is bounded by all it carries: headers too, up to 64 KiB each)
+                    size += len(record.payload) + len(record.key or "")
+                    if record.headers:
+                        size += len(pack(record.headers))
                 if not stopped and len(entries) < budget:
                     scanned = max(scanned, nxt)  # the whole partition was read
             heads.append((partition, nxt if oldest is None else oldest, nxt, scanned))
