@@ -96,3 +96,21 @@ def test_a_group_learned_later_gets_only_the_kept_values(make_node) -> None:
     [live] = fetched(board, 1)
     assert live.payload == b"s0:4"
     assert board.get(timeout=0.3) is None  # nothing more: no value twice
+
+
+def test_a_page_of_values_counts_keys_and_headers_against_what_the_asker_takes(make_node) -> None:
+    # A page was cut at 1 MiB of payloads only: 1,000 values with the largest keys and
+    # headers a message may have made a reply past the 64 MiB the asker's socket takes,
+    # dropped, and that producer's values were all left out.
+    prod = make_node("prod", topics={"big.>": zmesh.TopicConfig(keep_last=1)})
+    cons = make_node("cons", seeds=[prod.control_address])
+    wait_until(lambda: cons.peers(), what="the producer known")
+    headers = {"h": "x" * ((64 << 10) - 16)}
+    receipts = [
+        prod.publish("big.a", b"%d" % i, key=f"{i:04d}" + "k" * 4092, headers=headers)
+        for i in range(1000)
+    ]
+    for r in receipts:
+        r.wait_stored(30)
+    got = cons.last("big.>", timeout=30)
+    assert sorted(m.payload for m in got) == sorted(b"%d" % i for i in range(1000))

@@ -67,8 +67,10 @@ RECV_DATA_MSGS = 200
 # A data frame a consumer cannot decode is dropped, never acked: its producer sends it again
 # after the ack timeout. Said at warning level at most this often (control frames too).
 DATA_WARNING_INTERVAL_S = 60.0
-FETCH_REPLY_BYTES = 1 << 20  # payload bytes per fetch reply (at least one message)
-LAST_REPLY_BYTES = 1 << 20  # payload bytes per reply of kept values (at least one)
+# A fetch reply, and a reply of kept values, end past this many bytes of payloads, keys
+# and headers (record.carried_bytes), at least one message each.
+FETCH_REPLY_BYTES = 1 << 20
+LAST_REPLY_BYTES = 1 << 20
 
 # Plain ints: pyzmq's Flag enums cost an enum operation per use on the data path.
 _NOBLOCK = int(zmq.NOBLOCK)

@@ -30,7 +30,7 @@ from ..lane.lane import Lane
 from ..stats import Counters
 from .lanes import Lanes
 from .owing import mono_offset, owe_record
-from .record import Record
+from .record import Record, carried_bytes
 from .records import Records
 from .retention import Head, topic_prefix
 
@@ -205,5 +205,5 @@ class Kept:
                     self.counters.add("refused_oversized", 1)
                     continue
                 items.append((topic, r.partition, r.part_index, seq, r))
-                size += len(r.payload)
+                size += carried_bytes(r)
         return items, False

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from ..._store.store import pack
+
 
 class Record(NamedTuple):
     """One message as the outbox stores it (the ``msgs`` db's value, in this order)."""
@@ -24,6 +26,14 @@ class Record(NamedTuple):
     deliver_at: float | None
     payload: bytes
     part_index: int | None  # its index in its partition (``msg.index``)
+
+
+def carried_bytes(record: Record) -> int:
+    """About what a reply carrying ``record`` holds of it (a fetch's or a page of kept
+    values, cut at a number of these): its payload, key and packed headers, which may be
+    64 KiB where the payload is a few bytes."""
+    size = len(record.payload) + len(record.key or "")
+    return size + len(pack(record.headers)) if record.headers else size
 
 
 def as_record(fields: Sequence[Any]) -> Record:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..._store.store import Store, WriteBatch, pack, u64
+from ..._store.store import Store, WriteBatch, u64
 from ...errors import StoreError
 from ..stats import Counters
 from .kept import Kept
 from .lanes import Lanes
+from .record import carried_bytes
 from .records import Records
 from .retention import (
     RECLAIM_CHUNK,
@@ -202,10 +203,7 @@ class Retained:
                             record.payload,
                         )
                     )
-                    # (a reply is bounded by all it carries: headers too, up to 64 KiB each)
-                    size += len(record.payload) + len(record.key or "")
-                    if record.headers:
-                        size += len(pack(record.headers))
+                    size += carried_bytes(record)
                 if not stopped and len(entries) < budget:
                     scanned = max(scanned, nxt)  # the whole partition was read
             heads.append((partition, nxt if oldest is None else oldest, nxt, scanned))
