@@ -183,7 +183,8 @@ def test_two_bridges_of_one_group_read_as_one_stream(
     # its offsets name each stream by its bridge's log; each bridge knows the query's marks
     offsets = query.lastProgress["sources"][0]["endOffset"]
     ends = json.loads(offsets) if isinstance(offsets, str) else offsets
-    assert {s.split(":")[0] for s in ends} == ids
+    assert {s.split(":")[0] for s in ends if s != "partitions"} == ids
+    assert ends["partitions"] >= 1, "the last batch's partition count, for its replay"
     for b in (pair.first, pair.second):
         marks = b.bridge.readers()["both"]["wm"]
         assert marks == {s: end for s, (_h, end) in b.bridge.streams().items()}

@@ -8,6 +8,9 @@ each column is of a type it reads as the source does); when that fails for a bat
 payload that is not one JSON object, a value of the wrong type), the batch is decoded a
 payload at a time, and a payload that does not decode (or is not exactly one JSON value),
 or a value that does not fit its column, becomes null rather than failing the query.
+
+This module is long because both ways of decoding must give a payload the same values
+(whichever way its batch took), so the converters of each type sit beside the reader.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import binascii
 import datetime as dt
 import decimal
 import json
+import math
 from array import array
 from collections.abc import Callable
 from itertools import accumulate
@@ -71,7 +75,12 @@ _OPEN, _CLOSE, _EMPTY = (
 
 
 def _header_value(v: Any) -> str:
-    return v if isinstance(v, str) else json.dumps(v, default=str)
+    return v if isinstance(v, str) else json.dumps(v, default=_header_json)
+
+
+def _header_json(v: Any) -> Any:
+    """Bytes in a header value as base64 text (as Spark's to_json writes binary)."""
+    return base64.b64encode(v).decode() if isinstance(v, bytes | bytearray) else str(v)
 
 
 def _decoder(fmt: str | None) -> Callable[[bytes], Any]:
@@ -119,7 +128,17 @@ def _to_bytes(v: Any) -> Any:
 
 
 def _to_float(v: Any) -> Any:
-    return None if isinstance(v, bool) else v  # (pyarrow takes True as 1.0)
+    """A float column's value: an integer as the nearest float, as Arrow's JSON reader
+    takes it (pyarrow refuses one a float does not hold exactly); not a bool (pyarrow
+    takes True as 1.0)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        try:
+            return float(v)
+        except OverflowError:
+            return math.inf if v > 0 else -math.inf
+    return v
 
 
 _DECIMALS = decimal.Context(prec=80)  # (room for decimal256's 76 digits)
@@ -197,6 +216,14 @@ def _reads_as_source(typ: pa.DataType) -> bool:
         or pa.types.is_map(typ)
         or pa.types.is_timestamp(typ)
     )
+
+
+def _holds_decimal(typ: pa.DataType) -> bool:
+    if pa.types.is_struct(typ):
+        return any(_holds_decimal(f.type) for f in typ)
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        return _holds_decimal(typ.value_type)
+    return pa.types.is_decimal(typ)
 
 
 def _column(values: list[Any], typ: pa.DataType) -> pa.Array:
@@ -386,6 +413,12 @@ class RecordConverter:
         if table.num_rows != n:
             return None
         columns = table.column("v").combine_chunks().flatten()  # (a null v: nulls)
+        try:  # (the reader keeps a decimal with more digits than its column holds)
+            for f, col in zip(self.extra, columns, strict=True):
+                if _holds_decimal(f.type):
+                    col.validate(full=True)
+        except pa.ArrowInvalid:
+            return None
         return [
             _seconds_to(f.type, col) if pa.types.is_timestamp(f.type) else col
             for f, col in zip(self.extra, columns, strict=True)

@@ -184,9 +184,21 @@ class BridgeClient:
         self, task: str, chunks: Iterable[Chunk], topic: str | None, window: int = 1
     ) -> Iterator[dict[str, int]]:
         """Publish chunks of the sink task ``task``'s rows, up to ``window`` of them
-        unanswered; yields each one's counts once its rows are stored."""
+        unanswered; yields each one's counts once its rows are stored. The bridge waits
+        for room in its node's outbox at most half this client's timeout (``wait``), so
+        that its answer, an error if no room came, arrives in time."""
+        wait = self.timeout_s / 2
         requests = (
-            ({"task": task, "first": c.first, "n": len(c.payloads), "topic": topic}, c.frames())
+            (
+                {
+                    "task": task,
+                    "first": c.first,
+                    "n": len(c.payloads),
+                    "topic": topic,
+                    "wait": wait,
+                },
+                c.frames(),
+            )
             for c in chunks
         )
         for rep in self.calls("publish", requests, window):

@@ -30,7 +30,8 @@ class BridgeConfig:
     to prune); when it is reached the bridge stops acking and producers hold the rest.
     sink_window_s: how long published sink row ids are remembered for dedupe.
     publish_timeout_s: how long a sink publish waits for room in the node's outbox (the
-    bridge thread waits, serving nothing else), then for its rows to be stored.
+    bridge thread waits, serving nothing else), then for its rows to be stored; at most
+    half the writer's request timeout, so that its error reaches the writer.
     """
 
     topics: tuple[str, ...]

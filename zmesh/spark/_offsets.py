@@ -205,17 +205,22 @@ def plan(
     *,
     min_partitions: int = 1,
     max_per_partition: int = 1_000_000,
+    cut_into: int | None = None,
 ) -> list[tuple[Range, ...]]:
     """Cut [start, end) into Spark partitions of about equal size; each partition is one
     or more ranges, in stream order, so a plan is the same every time it is made. More
     than ``min_partitions`` partitions (the cores the query has) are a multiple of it, so
-    no core idles through a last, partial wave of tasks."""
+    no core idles through a last, partial wave of tasks. ``cut_into``: that many
+    partitions instead (a replayed batch's, as it was first planned)."""
     ranges = [(s, start.get(s, 0), e) for s, e in sorted(end.items()) if e > start.get(s, 0)]
     total = sum(e - b for _s, b, e in ranges)
     if total == 0:
         return []
-    k = max(min_partitions, math.ceil(total / max_per_partition))
-    k = min(total, math.ceil(k / min_partitions) * min_partitions)
+    if cut_into is not None:
+        k = min(total, max(1, cut_into))
+    else:
+        k = max(min_partitions, math.ceil(total / max_per_partition))
+        k = min(total, math.ceil(k / min_partitions) * min_partitions)
     sizes = [total // k + (i < total % k) for i in range(k)]  # (differing by one at most)
     parts: list[tuple[Range, ...]] = []
     cur: list[Range] = []

@@ -52,6 +52,7 @@ MAX_PARTITIONS = 100_000
 MAX_FETCH_RECORDS = 1_000_000
 MAX_BATCH_ROWS = 1_000_000
 MAX_TIMEOUT_MS = 86_400_000
+MAX_WRITE_ID_BYTES = 200  # (a row's id adds a hash of 33 characters: a msg_id holds 256)
 # The source's columns; payloadSchema adds decoded ones after them.
 BASE_COLUMNS = (
     ("topic", "string"),
@@ -184,7 +185,7 @@ class SourceOptions:
         reader = opts.get("reader")
         if reader is not None:
             check_name("reader", reader)
-        fmt, schema = _format(opts), opts.get("payloadschema")
+        fmt, schema = _format(opts), opts.get("payloadschema") or None
         ending = opts.get("endingoffsets")
         if (fmt is None) != (schema is None):
             raise ArgumentError(
@@ -240,12 +241,18 @@ class SinkOptions:
         if topic is not None:
             check_name("topic", topic)
         ids = tuple(c.strip() for c in opts.get("idcolumns", "").split(",") if c.strip())
+        write_id = opts.get("writeid") or None
+        if write_id is not None and len(write_id.encode()) > MAX_WRITE_ID_BYTES:
+            raise ArgumentError(
+                f"option writeId must be at most {MAX_WRITE_ID_BYTES} bytes (UTF-8): it names "
+                f"every row the bridge remembers; got {len(write_id.encode())}"
+            )
         return cls(
             endpoints=endpoints,
             topic=topic,
             payload_format=_format(opts) or "json",
             id_columns=ids,
-            write_id=opts.get("writeid") or None,
+            write_id=write_id,
             batch_rows=_int(opts, "batchRows", 10_000, MAX_BATCH_ROWS) or 10_000,
             timeout_s=_timeout(opts),
         )

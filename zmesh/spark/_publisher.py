@@ -19,6 +19,7 @@ in between publishes them again when Spark retries the task.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -28,7 +29,7 @@ from typing import Any
 import msgpack
 
 from .._engine.stats import Counters
-from .._protocol.codec import MAX_KEY_CHARS, MAX_MSG_ID_CHARS
+from .._protocol.codec import MAX_KEY_CHARS, MAX_MSG_ID_BYTES
 from .._receipt import Receipt
 from ..config import check_name, checked_headers
 from ..errors import ArgumentError, ZMeshError
@@ -37,6 +38,8 @@ from ..node import Node
 from . import _sinkrows
 from ._log import BridgeLog
 from ._wire import Reply, Request
+
+log = logging.getLogger(__name__)
 
 PUBLISH_FRAMES = 5  # payloads, topics, keys, headers, ids (see _rows.Chunk)
 
@@ -125,9 +128,9 @@ def refusal(rows: _Rows, ids: list[Any] | None, max_bytes: int) -> tuple[int, st
     if max((len(k) for k in keys if k is not None), default=0) > MAX_KEY_CHARS:
         i = _first(keys, lambda k: k is not None and len(k) > MAX_KEY_CHARS)
         return i, f"key of {len(keys[i])} characters exceeds {MAX_KEY_CHARS}"
-    if ids is not None and not all(type(r) is str and 0 < len(r) <= MAX_MSG_ID_CHARS for r in ids):
-        i = _first(ids, lambda r: not (isinstance(r, str) and 0 < len(r) <= MAX_MSG_ID_CHARS))
-        return i, f"msg_id must be a non-empty str of at most {MAX_MSG_ID_CHARS} characters"
+    if ids is not None and not all(map(_msg_id, ids)):
+        i = _first(ids, lambda r: not _msg_id(r))
+        return i, f"msg_id must be a non-empty str of at most {MAX_MSG_ID_BYTES} bytes in UTF-8"
     for i, headers in enumerate(rows.headers or ()):
         if headers:
             try:
@@ -154,6 +157,11 @@ class Publishing:
     done: bool = field(default=False)
 
 
+def _msg_id(row_id: Any) -> bool:
+    """Whether ``row_id`` is a msg_id ``Node.publish`` takes."""
+    return type(row_id) is str and 0 < len(row_id.encode(errors="replace")) <= MAX_MSG_ID_BYTES
+
+
 def _decode(req: Request) -> tuple[bytes, int, _Rows, list[str] | None]:
     """(task, first row, rows, ids) of a publish request; ArgumentError if malformed."""
     if len(req.parts) != PUBLISH_FRAMES:
@@ -163,7 +171,12 @@ def _decode(req: Request) -> tuple[bytes, int, _Rows, list[str] | None]:
     except Exception as exc:  # msgpack raises several unrelated types
         raise ArgumentError(f"a publish's rows do not decode: {exc}") from exc
     args = req.args
-    n, topic = int(args["n"]), args.get("topic")
+    n, topic, task = int(args["n"]), args.get("topic"), str(args["task"]).encode()
+    if len(task) > _sinkrows.MAX_TASK_BYTES:
+        raise ArgumentError(
+            f"sink task name of {len(task)} bytes exceeds the {_sinkrows.MAX_TASK_BYTES} "
+            "the bridge remembers published rows under (a writeId that long?)"
+        )
     if len(payloads) != n or any(
         col is not None and len(col) != n for col in (topics, keys, headers, ids)
     ):
@@ -171,7 +184,7 @@ def _decode(req: Request) -> tuple[bytes, int, _Rows, list[str] | None]:
     if topic is None and topics is None:
         raise ArgumentError("a publish needs a topic, or one per row")
     return (
-        str(args["task"]).encode(),
+        task,
         int(args["first"]),
         _Rows(topic, payloads, topics, keys, headers),
         ids,
@@ -214,6 +227,8 @@ class SinkPublisher:
         refuse: then none is published), or None (it is under way, or waits for another
         publishing some of its rows)."""
         task, first, rows, ids = _decode(req)
+        # (at most the wait the writer asks for: beyond it, it would not see the answer)
+        timeout_s = max(0.0, min(self.timeout_s, float(req.args.get("wait") or self.timeout_s)))
         refused = refusal(rows, ids, self.node.config.max_message_bytes)
         if refused is not None:
             raise ArgumentError(f"row {first + refused[0]} of {task.decode()}: {refused[1]}")
@@ -235,7 +250,7 @@ class SinkPublisher:
                             msg_id=ids[i],
                             key=rows.key(i),
                             headers=rows.headers_of(i),
-                            timeout=self.timeout_s,
+                            timeout=timeout_s,
                         )
                         p.ids.append((rid, receipt))
             else:
@@ -246,10 +261,10 @@ class SinkPublisher:
                 covered = self.log.sink_covered(task, first, first + n)
                 for a, b in gaps(first, first + n, covered):
                     for i, j in rows.segments(a - first, b - first):
-                        p.ranges.append((first + i, first + j, self._send(rows, i, j)))
+                        p.ranges.append((first + i, first + j, self._send(rows, i, j, timeout_s)))
         except ZMeshError as exc:  # (the rows sent before it are remembered once stored)
             p.error = str(exc)
-        p.deadline = time.monotonic() + self.timeout_s
+        p.deadline = time.monotonic() + timeout_s
         p.receipts = [r for _a, _b, r in p.ranges] + [r for _rid, r in p.ids]
         self._ids.update(rid for rid, _r in p.ids)
         if p.ranges:
@@ -264,7 +279,7 @@ class SinkPublisher:
         self.counters.add("publishes_waited", 1)
         self._deferred.append((route, req))
 
-    def _send(self, rows: _Rows, i: int, j: int) -> Receipt:
+    def _send(self, rows: _Rows, i: int, j: int, timeout_s: float) -> Receipt:
         """Publish rows i..j-1, of one topic and none with headers but a first alone."""
         if j - i == 1 or rows.headers_of(i):
             return self.node.publish(
@@ -272,11 +287,11 @@ class SinkPublisher:
                 rows.payloads[i],
                 key=rows.key(i),
                 headers=rows.headers_of(i),
-                timeout=self.timeout_s,
+                timeout=timeout_s,
             )
         keys = None if rows.keys is None else rows.keys[i:j]
         return self.node.publish_many(
-            rows.topic_of(i), rows.payloads[i:j], keys=keys, timeout=self.timeout_s
+            rows.topic_of(i), rows.payloads[i:j], keys=keys, timeout=timeout_s
         )
 
     def finished(self, now: float) -> list[tuple[bytes, Reply]]:
@@ -290,7 +305,9 @@ class SinkPublisher:
                 and now > p.deadline
                 and not all(r.stored for r in p.receipts)
             ):
-                p.error = f"rows not stored within {self.timeout_s:g}s"
+                p.error = (
+                    "rows not stored in time (publish_timeout_s, or half the writer's timeout)"
+                )
         ended = [p for p in self._publishing if p.done]
         if not ended:
             return []
@@ -303,7 +320,12 @@ class SinkPublisher:
                 [(rid, r.id.producer, r.id.seq) for rid, r in p.ids if r.stored], stamp
             )
         if entries:
-            self.log.sink_write(entries, stamp)
+            try:
+                self.log.sink_write(entries, stamp)
+            except ZMeshError as exc:  # (published, but a retry will publish them again)
+                log.error("sink rows published but not remembered: %s", exc)
+                for p in ended:
+                    p.error = p.error or f"rows published but not remembered: {exc}"
         out = []
         for p in ended:
             self._forget(p)

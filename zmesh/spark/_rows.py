@@ -171,6 +171,23 @@ class Chunk:
     headers: list[dict[str, Any] | None] | None  # None: no row has headers
     ids: list[str] | None  # with idColumns: each row's id
 
+    def only(self, places: list[int]) -> Chunk:
+        """A chunk of the rows at ``places`` only (rows with ids, which need not be
+        consecutive); it is named by the first of them."""
+
+        def pick(col: list[Any] | None) -> list[Any] | None:
+            return None if col is None else [col[i] for i in places]
+
+        payloads = [self.payloads[i] for i in places]
+        return Chunk(
+            self.first + places[0],
+            payloads,
+            pick(self.topics),
+            pick(self.keys),
+            pick(self.headers),
+            pick(self.ids),
+        )
+
     def frames(self) -> tuple[bytes, ...]:
         pack = msgpack.Packer(use_bin_type=True).pack
         return tuple(

@@ -87,6 +87,11 @@ def check_columns(opts: SinkOptions, schema: StructType) -> None:
     types = {f.name: f.dataType for f in schema.fields}
     if opts.topic is None and "topic" not in types:
         raise ArgumentError("the zmesh sink needs option topic, or a 'topic' column")
+    topic = types.get("topic")
+    if opts.topic is None and topic is not None and not isinstance(topic, StringType | BinaryType):
+        raise ArgumentError(
+            f"column topic must be string or binary (UTF-8 text), got {topic.simpleString()}"
+        )
     payload = types.get("payload")
     if payload is not None and not isinstance(payload, BinaryType | StringType):
         raise ArgumentError(
@@ -118,7 +123,10 @@ def publish_partition(
     opts: SinkOptions, batches: Iterator[pa.RecordBatch], prefix: str, partition: int
 ) -> SinkCommit:
     """Send one task's rows to its bridge in bounded requests (executor side). With
-    several bridges, a task's partition picks one, the same every time it runs."""
+    several bridges, a task's partition picks one, the same every time it runs; with
+    idColumns, each row's id does (see ``_publish_by_id``)."""
+    if opts.id_columns and len(opts.endpoints) > 1:
+        return _publish_by_id(opts, batches, prefix, partition)
     published = dups = 0
     endpoint = opts.endpoints[partition % len(opts.endpoints)]
     task = f"{prefix}:{partition}"
@@ -126,6 +134,37 @@ def publish_partition(
         for res in client.publish(task, chunks(batches, opts, prefix), opts.topic, window=WINDOW):
             published += res.get("published", 0)
             dups += res.get("duplicates", 0)
+    return SinkCommit(partition, published, dups)
+
+
+def _publish_by_id(
+    opts: SinkOptions, batches: Iterator[pa.RecordBatch], prefix: str, partition: int
+) -> SinkCommit:
+    """Send each row with an id to the bridge its id picks: a bridge remembers only the
+    ids it published, so rows of one id (in several partitions, or in another partition
+    when a plan that is not deterministic runs again) must all meet at one bridge."""
+    published = dups = 0
+    task = f"{prefix}:{partition}"
+    n = len(opts.endpoints)
+    clients: dict[int, BridgeClient] = {}
+    try:
+        for chunk in chunks(batches, opts, prefix):
+            places: dict[int, list[int]] = {}
+            for i, row_id in enumerate(chunk.ids or ()):
+                # (an id ends with hex digits of a hash of its columns' values)
+                places.setdefault(int(row_id[-8:], 16) % n, []).append(i)
+            for bridge, rows in sorted(places.items()):
+                client = clients.get(bridge)
+                if client is None:
+                    client = clients[bridge] = BridgeClient(
+                        opts.endpoints[bridge], timeout_s=opts.timeout_s
+                    )
+                for res in client.publish(task, [chunk.only(rows)], opts.topic):
+                    published += res.get("published", 0)
+                    dups += res.get("duplicates", 0)
+    finally:
+        for client in clients.values():
+            client.close()
     return SinkCommit(partition, published, dups)
 
 

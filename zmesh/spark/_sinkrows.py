@@ -15,6 +15,9 @@ import msgpack
 
 _pack = msgpack.Packer(use_bin_type=True).pack
 Entry = tuple[bytes, list[Any]]
+# LMDB keys hold 511 bytes at most; the longest here is ``sink_t``'s, a time and a key.
+MAX_ID_BYTES = 511 - 8
+MAX_TASK_BYTES = MAX_ID_BYTES - 9  # (task + NUL + last row)
 
 
 def _u64(n: int) -> bytes:

@@ -14,6 +14,7 @@ what they hand to executors (``read_ranges``) reads what that planner cut.
 from __future__ import annotations
 
 import os
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -62,6 +63,8 @@ if TYPE_CHECKING:
 __all__ = ["ZMeshDataSource"]
 
 BATCH_ROWS = 1 << 16  # rows per Arrow record batch handed to Spark, about
+# Payload bytes per record batch, about: a binary column's int32 offsets end at 2 GiB.
+BATCH_BYTES = 64 << 20
 Sizes = dict[str, tuple[int, int, int]]
 
 
@@ -161,6 +164,7 @@ def read_ranges(
 
     conv = RecordConverter(to_arrow_schema(schema, timezone="UTC"), opts.payload_format)
     fetchers = _Fetchers(opts, endpoints)
+    size = 0  # payload bytes added since the last batch
     try:
         for stream, start, end in ranges:
             log_id, name = split(stream)
@@ -188,10 +192,22 @@ def read_ranges(
                             f"{run_first}..{run_first + c.count - 1} for "
                             f"offset {pos}"
                         )
-                    conv.add(name, pos, c, lo, hi)
+                    ends = memoryview(c.offsets).cast("i")
+                    while lo < hi:
+                        # the messages from lo whose payloads fit in the batch's room
+                        cut = bisect_right(ends, ends[lo] + BATCH_BYTES - size, lo, hi + 1) - 1
+                        if cut == lo and conv.rows:
+                            yield conv.batch()  # (the next message fills a batch of its own)
+                            size = 0
+                            continue
+                        cut = max(cut, lo + 1)
+                        conv.add(name, run_first + lo, c, lo, cut)
+                        size += ends[cut] - ends[lo]
+                        lo = cut
+                        if conv.rows >= BATCH_ROWS or size >= BATCH_BYTES:
+                            yield conv.batch()
+                            size = 0
                     pos = run_first + hi
-                    if conv.rows >= BATCH_ROWS:
-                        yield conv.batch()
         if conv.rows:
             yield conv.batch()
     finally:
@@ -317,17 +333,20 @@ class _Planner:
             check_spec(spec, bounds, self._log_ids.values(), what, past_end=past_end)
         return resolve(spec, bounds, missing)
 
-    def _plan(self, start: dict[str, int], end: dict[str, int]) -> list[RangePartition]:
+    def _plan(
+        self, start: dict[str, int], end: dict[str, int], cut_into: int | None = None
+    ) -> list[tuple[Range, ...]]:
+        return plan(
+            start,
+            end,
+            min_partitions=self.opts.min_partitions,
+            max_per_partition=self.opts.max_records_per_partition,
+            cut_into=cut_into,
+        )
+
+    def _partitions(self, ranges: list[tuple[Range, ...]]) -> list[RangePartition]:
         endpoints = self._endpoints()
-        return [
-            RangePartition(r, endpoints)
-            for r in plan(
-                start,
-                end,
-                min_partitions=self.opts.min_partitions,
-                max_per_partition=self.opts.max_records_per_partition,
-            )
-        ]
+        return [RangePartition(r, endpoints) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # An empty plan still gets one task, with a partition that is not ours: read nothing.
@@ -338,9 +357,16 @@ class _Planner:
         )
 
 
+# A micro-batch's end offset also holds the number of Spark partitions it was cut into
+# when it was first planned: the sink names rows by their partition and place, so a batch
+# replayed after a restart with other parallelism must be cut the same way.
+PARTS = "partitions"
+
+
 def _ints(offsets: dict[str, Any]) -> dict[str, int]:
-    """Offsets as Spark hands them back (read from its offset log's JSON), as ints."""
-    return {str(s): int(o) for s, o in offsets.items()}
+    """Offsets as Spark hands them back (read from its offset log's JSON), as ints,
+    without the batch's partition count."""
+    return {str(s): int(o) for s, o in offsets.items() if s != PARTS}
 
 
 class ZMeshBatchReader(_Planner, DataSourceReader):
@@ -355,7 +381,9 @@ class ZMeshBatchReader(_Planner, DataSourceReader):
                 self.opts.ending or "latest", sizes, "endingOffsets", "latest", past_end=True
             )
             check_order(start, end)
-            return self._plan(start, {s: min(e, sizes[s][1]) for s, e in end.items()})
+            return self._partitions(
+                self._plan(start, {s: min(e, sizes[s][1]) for s, e in end.items()})
+            )
         finally:
             self._close()
 
@@ -396,7 +424,7 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         self._target = {s: end for s, (_h, end, _b) in self._sizes().items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
-        start = self._qualified(_ints(start))
+        given, start = start, self._qualified(_ints(start))
         sizes = self._sizes(self.reader_name, watermark=start)
         self._latest = {s: end for s, (_h, end, _b) in sizes.items()}
         # A stream new to the query (a partition that appeared, a topic or a bridge added
@@ -408,20 +436,25 @@ class ZMeshStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailab
         if self._target is not None:
             ends = {s: min(e, self._target.get(s, start.get(s, 0))) for s, e in ends.items()}
         if isinstance(limit, ReadMinRows) and count(start, ends) < limit.min_rows:
-            return start
+            return given
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if self.opts.max_bytes_per_batch is not None:
             by_bytes = rows_for_bytes(self.opts.max_bytes_per_batch, start, sizes)
             max_rows = by_bytes if max_rows is None else min(max_rows, by_bytes)
-        return {**advance(start, ends, max_rows), **fresh}
+        end = {**advance(start, ends, max_rows), **fresh}
+        if end == start:
+            return given  # (no new batch: the offset Spark has, as it has it)
+        return {**end, PARTS: len(self._plan({**end, **start}, end))}
 
     def reportLatestOffset(self) -> dict[str, int] | None:
         return self._latest
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        parts = end.get(PARTS)  # (none in a batch planned by an older zmesh)
         end = self._qualified(_ints(end))
         # (a stream new in this batch's end offset is read from the next batch on)
-        return self._plan({**end, **self._qualified(_ints(start))}, end)
+        start = {**end, **self._qualified(_ints(start))}
+        return self._partitions(self._plan(start, end, None if parts is None else int(parts)))
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: retention follows latestOffset, which always comes."""
