@@ -3,8 +3,8 @@
 
 Like a replay reader, the asking thread uses sockets of its own in a context of its own;
 every live producer (this node included) is asked at once, a page of up to 1,000 values
-(1 MiB of payloads, keys and headers) at a time, each page after the last value of the one before, until
-each says none is left or the timeout passes.
+(1 MiB of payloads, keys and headers) at a time, each page after the last value of the
+one before, until each says none is left or the timeout passes.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from ._engine.outbox.publishes import AnyPublish, Publish
 from ._handlers import awaits
 from ._last import last_values
 from ._protocol.checks import U63
-from ._protocol.codec import MAX_KEY_CHARS, MAX_MSG_ID_CHARS
+from ._protocol.codec import MAX_KEY_CHARS, MAX_MSG_ID_BYTES
 from ._receipt import MessageId, Receipt
 from ._requests import (
     Ask,
@@ -538,12 +538,12 @@ class Node:
                     "from now): it would expire undelivered; give a longer ttl or an "
                     "earlier time"
                 )
-        if msg_id is not None:
-            if not isinstance(msg_id, str) or not 0 < len(msg_id) <= MAX_MSG_ID_CHARS:
-                raise ArgumentError(
-                    f"msg_id must be a non-empty str of at most {MAX_MSG_ID_CHARS} characters"
-                )
-            _utf8(msg_id, "msg_id")
+        if msg_id is not None and (
+            not isinstance(msg_id, str) or not 0 < len(_utf8(msg_id, "msg_id")) <= MAX_MSG_ID_BYTES
+        ):
+            raise ArgumentError(
+                f"msg_id must be a non-empty str of at most {MAX_MSG_ID_BYTES} bytes in UTF-8"
+            )
         return self._queue.prepare(
             topic,
             payloads,

@@ -372,6 +372,20 @@ def test_msg_id_makes_publish_idempotent_across_restarts(make_node, tmp_path):
     assert prod.stats()["duplicates_suppressed"] == 1
 
 
+def test_a_msg_id_is_bounded_in_bytes_and_its_refusal_spares_the_loops_other_work(make_node):
+    # 200 characters of three bytes each passed the limit of 256 characters; the store's
+    # key of it did not fit LMDB's, and the loop's whole transaction failed with a raw
+    # MDB_BAD_VALSIZE: the publishes stored beside it failed too.
+    prod = make_node("prod", topics={"t": zmesh.TopicConfig(groups=("g",))})
+    with pytest.raises(zmesh.ArgumentError, match="at most 256 bytes"):
+        prod.publish("t", b"x", msg_id="\u5199" * 200)
+    longest = prod.publish("t", b"y", msg_id="\u5199" * 85 + "x")  # (256 bytes)
+    plain = prod.publish("t", b"z")
+    longest.wait_stored(5)
+    plain.wait_stored(5)
+    assert "store_errors" not in prod.stats()
+
+
 def test_every_receipt_of_one_msg_id_is_acked_whichever_is_asked_first(make_node):
     # Asking a duplicate's receipt after the original's took the original's place among
     # the receipts waiting: the original was never told it was acked.

@@ -85,7 +85,7 @@ MAX_BATCH_ITEMS = 10_000
 MAX_IN_FLIGHT = 1 << 24  # a member's credit, as a hello carries it
 MAX_PARTITIONS = 4096
 MAX_KEY_CHARS = 4096
-MAX_MSG_ID_CHARS = 256  # an idempotency id (Node.publish's msg_id)
+MAX_MSG_ID_BYTES = 256  # an idempotency id (Node.publish's msg_id), in UTF-8 (a key in LMDB)
 MAX_HEADERS_BYTES = 64 << 10  # one message's headers, packed
 MAX_REASON_CHARS = 4096  # a failed message's reason, as a FAIL carries it
 # What one hello announces: subscriptions, and bytes of them (see ``announced_bytes``), so
