@@ -12,8 +12,11 @@ status request gets a reply saying why before the connection is shut down.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import stat
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +37,7 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 CONTROL_DOMAIN = b"zmesh-control"  # the ZAP domain of the ROUTER; the PULL's:
 DATA_DOMAIN = b"zmesh-data"
 KEY_LEN = 40
+_Z85_CHARS = frozenset(z85.Z85CHARS.decode())
 
 
 def read_key(path: Path, what: str = "") -> bytes:
@@ -49,13 +53,17 @@ def read_key(path: Path, what: str = "") -> bytes:
 
 
 def _check_key(text: str, where: str) -> bytes:
-    key = text.strip().encode()
-    if len(key) != KEY_LEN:
-        raise ConfigError(f"{where}: not a CurveZMQ key (want 40 Z85 characters, got {len(key)})")
+    text = text.strip().lstrip("\ufeff")  # (a byte-order mark some editors write first)
+    if len(text) != KEY_LEN:
+        raise ConfigError(f"{where}: not a CurveZMQ key (want 40 Z85 characters, got {len(text)})")
+    bad = next((c for c in text if c not in _Z85_CHARS), None)
+    if bad is not None:
+        raise ConfigError(f"{where}: not a Z85 key ({bad!r} is not a Z85 character)")
+    key = text.encode()
     try:
         z85.decode(key)
-    except (ValueError, KeyError) as exc:
-        raise ConfigError(f"{where}: not a Z85 key: {exc}") from exc
+    except struct.error as exc:  # (five characters past 2**32)
+        raise ConfigError(f"{where}: not a Z85 key (it decodes to no 32-byte key)") from exc
     return key
 
 
@@ -96,7 +104,38 @@ def load_keys(
             raise ConfigError(f"trusted_keys_dir {_shown(tdir)} is not a directory")
         for pub in sorted(tdir.glob("*.pub")):
             trusted.add(read_key(pub))
+    _check_pair(path, secret, public, trusted)
     return Keys(public, secret, frozenset(trusted))
+
+
+def _check_pair(path: Path, secret: bytes, public: bytes, trusted: set[bytes]) -> None:
+    """ConfigError when ``path`` holds a public key (one the node trusts, or not the pair
+    of the NAME.pub beside it): the node would run under a key no peer trusts. A warning
+    when others than its owner may read it."""
+    pub = path.with_suffix(".pub")
+    if secret in trusted - {public}:
+        raise ConfigError(
+            f"secret_key_file {_shown(path)} holds a key the node trusts as a public "
+            "key: give the secret one (NAME.key), or take this secret key out of the "
+            "trusted keys"
+        )
+    try:
+        beside: bytes | None = _check_key(pub.read_text(), str(pub))
+    except (OSError, UnicodeDecodeError, ConfigError):
+        beside = None  # (no NAME.pub beside it, or none that is a key: nothing to compare)
+    if beside is not None and beside != public:
+        raise ConfigError(
+            f"secret_key_file {_shown(path)} is not the secret key of {pub.name} beside "
+            f"it (its public key is {public.decode()}): a public key in a .key file, or "
+            "a pair mixed up"
+        )
+    with contextlib.suppress(OSError):
+        if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            log.warning(
+                "secret_key_file %s may be read by others than its owner (mode %o): chmod 600 it",
+                path,
+                stat.S_IMODE(path.stat().st_mode),
+            )
 
 
 def _shown(path: Path) -> str:

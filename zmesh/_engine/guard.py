@@ -97,10 +97,17 @@ class Guard:
             return
         try:
             keys = load_keys(cfg.secret_key_file, cfg.trusted_keys_dir, cfg.trusted_keys)
-            acl = Acl.load(cfg.acl_file, cfg.trusted_keys_dir) if cfg.acl_file else None
         except ConfigError as exc:
             log.error("not reloaded, the keys and permissions in force stay: %s", exc)
             return
+        try:
+            acl = Acl.load(cfg.acl_file, cfg.trusted_keys_dir) if cfg.acl_file else None
+            kept = ""
+        except ConfigError as exc:
+            # The keys still apply: a key's .pub taken out revokes it even while the ACL
+            # names it (and so no longer loads) until the ACL is edited too.
+            log.error("the ACL file in force stays: %s", exc)
+            acl, kept = self.acl, " (kept: the file has an error)"
         assert keys is not None
         if keys.public != old.public:
             # Its sockets are bound with the pair it started with: a new one would make it
@@ -119,16 +126,21 @@ class Guard:
         for peer in list(mesh.peers.values()):
             if peer.public_key in self.revoked:
                 mesh.forget(peer, now, "its key was revoked", wb)
-            elif acl is not None and peer.alive:
+            elif acl is not None:
                 # (from what it announced: a permission given back restores what it took)
                 allowed = self.subs(peer.public_key, peer.announced)
-                if allowed != peer.subs:
+                if allowed == peer.subs:
+                    continue
+                if peer.alive:
                     mesh.apply_subs(peer, allowed, wb, now)
+                else:
+                    peer.subs = allowed  # (a dead one's: applied when it is back)
         log.warning(
-            "reloaded the trusted keys (%d, %d revoked) and %s",
+            "reloaded the trusted keys (%d, %d revoked) and %s%s",
             len(keys.trusted),
             len(revoked),
             f"the ACL file {acl.path}" if acl else "no ACL file",
+            kept,
         )
 
     def _apply(self, keys: Keys, acl: Acl | None) -> None:

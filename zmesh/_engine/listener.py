@@ -414,6 +414,8 @@ class Listener:
             return False
         if isinstance(msg, Ack | Nack):
             return guard.allowed(key, "subscribe", msg.topic)
+        if isinstance(msg, GroupDel):  # (a peer's group deletion: what it owes is dropped)
+            return guard.allowed(key, "admin", "group")
         if isinstance(msg, Fail):
             return guard.allowed(key, "subscribe", msg.topic)
         if isinstance(msg, FetchRequest) and not guard.allowed(key, "subscribe", msg.topic):

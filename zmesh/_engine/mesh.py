@@ -325,6 +325,12 @@ class Mesh:
             peer.met = True
             _remember(peer, wb)
             self.liveness.met(peer)
+        elif not peer.alive:
+            # A hello of a peer we hold dead: our sockets to it may have been refused for
+            # good (its node revoked our key, then trusted it again: ZeroMQ does not
+            # connect again after a refusal), so they are opened anew at their next use
+            # (what the old control socket holds still goes, if it can).
+            peer.close(DEALER_LINGER_MS)
         peer.last_seen = now
         self.liveness.hello(peer, wb, now)
         peer.replica_host, peer.copies = hello.replica_host, hello.copies
