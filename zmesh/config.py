@@ -856,4 +856,9 @@ def parse_seed(seed: str, *, what: str = "seed", allow_port_zero: bool = False) 
             ipaddress.IPv4Address(host)
         except ValueError:
             raise ConfigError(f"{what} {seed!r}: {host!r} is not an IPv4 address") from None
+    elif len(host) > 253 or not all(0 < len(x) < 64 for x in host.removesuffix(".").split(".")):
+        raise ConfigError(  # (DNS's limits: such a name never resolves)
+            f"{what} {seed!r}: {host!r} is not a host name (labels of 1..63 characters "
+            "between the dots, 253 in all)"
+        )
     return host, int(port)

@@ -486,3 +486,30 @@ def test_a_member_that_left_is_forgotten_after_a_while() -> None:
     assert m.learn(Fact(node(2), 1, 0, ALIVE), net.now) == []
     net.run(20.0)
     assert m.state(node(2)) is None
+
+
+def test_a_member_back_in_a_new_life_after_its_goodbye_is_not_forgotten() -> None:
+    """Restarted after a goodbye (a clean restart), its new life was still marked as one
+    that left, and dropped from membership FORGET_DEAD_AFTER_S after the goodbye, alive or
+    not: a death about then was never declared (the mesh kept the peer alive for good)."""
+    net = Net(3)
+    net.introduce_all()
+    net.run(2.0)
+    leaver = node(2)
+    for o in (node(0), node(1)):
+        net.note(o, net.members[o].left(leaver, 1, net.now))
+    net.down.add(leaver)
+    net.run(2.0)
+    net.down.discard(leaver)
+    del net.members[leaver]
+    net.add(leaver, 2, 99)
+    for o in (node(0), node(1)):  # its hellos at start, and theirs
+        net.note(o, net.members[o].add(leaver, 2, net.now))
+        net.note(leaver, net.members[leaver].add(o, 1, net.now))
+    net.run(FORGET_DEAD_AFTER_S - 6.0)
+    assert net.states_of(leaver) == Counter({ALIVE: 2})
+    net.down.add(leaver)  # (killed: no goodbye this time)
+    killed = net.now
+    net.run(30.0)
+    assert net.states_of(leaver) == Counter({DEAD: 2})
+    assert len(net.went(leaver, DEAD, killed)) == 2

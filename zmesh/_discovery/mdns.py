@@ -15,12 +15,17 @@ from zeroconf import IPVersion, ServiceBrowser, ServiceInfo, ServiceStateChange,
 
 from .._protocol.addresses import endpoint
 from .._protocol.frames import PROTOCOL_VERSION
+from ..errors import ZMeshError
 from .base import Found, Report
 
 log = logging.getLogger(__name__)
 
 SERVICE_TYPE = "_zmesh._tcp.local."
 LOOKUP_TIMEOUT_MS = 3000
+# An instance name is one DNS label (63 bytes): the node's name, cut to this, "-" and 12
+# hex digits of its id.
+MAX_NAME_IN_LABEL = 50
+_EVERY = ("0.0.0.0", "*")  # an interface that binds them all
 
 
 def _txt(props: dict[bytes, bytes | None], key: bytes) -> str:
@@ -29,9 +34,11 @@ def _txt(props: dict[bytes, bytes | None], key: bytes) -> str:
 
 
 def local_addresses(interfaces: Sequence[str]) -> list[str]:
-    """The IPv4 addresses to announce: the bound interfaces, or every local one."""
-    if interfaces:
-        return [a for a in interfaces if a not in ("0.0.0.0", "*")] or ["127.0.0.1"]
+    """The IPv4 addresses to announce: the bound interfaces, or every local one (none
+    named, or "0.0.0.0": every interface is bound)."""
+    named = [a for a in interfaces if a not in _EVERY]
+    if named:
+        return named
     import ifaddr  # a zeroconf dependency
 
     addrs = [
@@ -60,12 +67,13 @@ class MdnsDiscovery:
         self.mesh = mesh
         self.node_id = node_id
         self._report: Report | None = None
-        self._interfaces = list(interfaces)
+        # ("0.0.0.0" binds every interface: mDNS speaks on every one too)
+        self._interfaces = [a for a in interfaces if a not in _EVERY]
         self._closed = threading.Event()
         addrs = local_addresses(self._interfaces)
         self.info = ServiceInfo(
             SERVICE_TYPE,
-            f"{name}-{node_id.hex()[:12]}.{SERVICE_TYPE}",
+            f"{name[:MAX_NAME_IN_LABEL]}-{node_id.hex()[:12]}.{SERVICE_TYPE}",
             addresses=[socket.inet_aton(a) for a in addrs],
             port=ctrl_port,
             properties={
@@ -115,21 +123,28 @@ class MdnsDiscovery:
         if info is None:
             return
         props = info.properties
-        if _txt(props, b"mesh") != self.mesh or _txt(props, b"v") != str(PROTOCOL_VERSION):
-            return
+        # (anyone on the LAN may announce this service: an exception here would end
+        # zeroconf's browser thread, and this node's mDNS discovery with it)
         try:
+            if _txt(props, b"mesh") != self.mesh or _txt(props, b"v") != str(PROTOCOL_VERSION):
+                return
             peer_id = bytes.fromhex(_txt(props, b"id"))
             ctrl = int(_txt(props, b"ctrl"))
-        except ValueError:
+            key = _txt(props, b"pk").encode()
+            if not 0 < ctrl < 65536:
+                raise ValueError(ctrl)
+        except ValueError:  # (a TXT value that is not UTF-8 too)
             log.debug("ignoring malformed mDNS record %s", name)
             return
         if peer_id == self.node_id or len(peer_id) != 16:
             return
-        key = _txt(props, b"pk").encode()
         report = self._report
-        for addr in info.parsed_addresses(IPVersion.V4Only):
-            if report is not None:
-                report(Found(endpoint(addr, ctrl), peer_id, key))
+        try:
+            for addr in info.parsed_addresses(IPVersion.V4Only):
+                if report is not None:
+                    report(Found(endpoint(addr, ctrl), peer_id, key))
+        except ZMeshError:
+            pass  # (the node closed meanwhile)
 
     def beat(self) -> None:
         pass  # (zeroconf reports as it learns)

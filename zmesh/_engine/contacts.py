@@ -6,7 +6,8 @@ is closed) or, unless it is a seed, for ``CONTACT_EXPIRY_BEATS`` heartbeats.
 A seed's DEALER is opened anew after each ``CONTACT_EXPIRY_BEATS`` heartbeats without an
 answer: ZeroMQ connects again by itself after a connection fails, but not after the node
 there refused its CURVE key, and that node may trust the key later (a .pub copied into
-its trusted_keys_dir is read at run time)."""
+its trusted_keys_dir is read at run time). It is let go instead when the seed was not
+named again meanwhile (an address its host name no longer resolves to)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class Contacts:
         self._keys: Keys | None = None  # this node's, as the last ``add`` was given them
         # (endpoint, server key) -> (socket, heartbeats without answer, is a seed)
         self._open: dict[tuple[str, bytes], tuple[zmq.Socket[bytes], int, bool]] = {}
+        self._named: set[tuple[str, bytes]] = set()  # seeds named again since renewed
 
     def __bool__(self) -> bool:
         return bool(self._open)
@@ -44,6 +46,8 @@ class Contacts:
         candidates = [key] if key or keys is None else sorted(keys.trusted)
         for k in candidates:
             if (ep, k) in self._open:
+                if seed:
+                    self._named.add((ep, k))
                 continue
             if not seed and len(self._open) >= MAX_CONTACTS:
                 self.counters.add("contacts_refused", 1)  # (named again later, or never)
@@ -80,14 +84,16 @@ class Contacts:
         hellos only)."""
         for ck in [ck for ck in self._open if ck[0] == ep]:
             self._open.pop(ck)[0].close(linger=0)
+            self._named.discard(ck)
 
     def beat(self, hello: bytes) -> None:
         for ck, (sock, beats, seed) in list(self._open.items()):
             if beats >= CONTACT_EXPIRY_BEATS:
-                if not seed:
+                if not seed or ck not in self._named:
                     sock.close(linger=0)
                     del self._open[ck]
                     continue
+                self._named.discard(ck)
                 # A seed's socket anew (see above); the old one stays when it cannot be made.
                 again = self._connect(*ck)
                 if again is not None:
@@ -101,6 +107,7 @@ class Contacts:
         for sock, _beats, _seed in self._open.values():
             sock.close(linger=0)
         self._open.clear()
+        self._named.clear()
 
 
 def _send(sock: zmq.Socket[bytes], frame: bytes, counters: Counters) -> None:

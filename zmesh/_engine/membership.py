@@ -226,6 +226,8 @@ class Membership:
         if key < member.key:
             return []
         life = fact.incarnation > member.incarnation
+        if life:
+            member.left = False  # (a goodbye is of the life that said it)
         old = member.state
         if fact.state == ALIVE:
             if key == member.key:
