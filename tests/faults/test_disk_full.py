@@ -513,4 +513,7 @@ def test_a_reader_killed_mid_read_no_longer_holds_the_stores_pages(make_node, tm
         for receipt in receipts:
             receipt.wait_acked(10)
         sizes.append(data.stat().st_size)
-    assert sizes[-1] == sizes[2], sizes
+    # Held, the slot kept every round's pages (about 1 MB a round) from being reused. The
+    # pages in use at once vary with how far acks lag publishes (a loaded machine: more),
+    # so the file may still grow a little past its size after the first rounds.
+    assert sizes[-1] - sizes[2] < 500 * 2000 // 2, sizes
