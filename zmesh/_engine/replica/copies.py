@@ -10,6 +10,10 @@ not follow the last one applied (a lost frame, a reconnection) is not applied, a
 producer is asked for a new copy. What a loop iteration applied is committed at its end,
 frame by frame in order (frames are joined only where the order of puts and deletions
 cannot matter), then acked to the producer with the last op applied.
+
+This module is long because where a copy's stream stands, what it committed and when its
+producer may be asked for a new one (a gap, a full disk, a frame refused again) are one
+state that every frame reads or changes.
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ from .writes import deletes_only, into_batch
 log = logging.getLogger(__name__)
 
 COPIES_DIR = "replicas"  # under the data dir
-# A producer asked for a new copy is not asked again until its sync begins (frames sent
-# before it still arrive meanwhile), or this long after (the ask was lost).
+# A producer asked for a new copy is not asked again this long after (frames sent before
+# its sync still arrive meanwhile; the ask may be lost; the copy it begins may lose a
+# frame again), until a copy of it is whole.
 RESYNC_ASK_AGAIN_S = 30.0
 # Frames that only delete (settlements) are acked at most this often: their acks tell the
 # producer's floors, told consumers once a heartbeat; what a frame stores is acked at once
@@ -126,6 +131,7 @@ class Copies:
         self.making: dict[bytes, Copy] = {}  # copies a stream is making (from SYNC_BEGIN)
         self.serving: set[bytes] = set()  # producers whose copy is taken over (takeover.py)
         self._asked: dict[bytes, float] = {}  # when each producer was last asked to resync
+        self._answered: set[bytes] = set()  # producers making a copy this node asked for
 
     # -- start and close ------------------------------------------------------------------
 
@@ -237,12 +243,25 @@ class Copies:
                         "a copy of producer %s's outbox cannot begin: %s", producer.hex()[:12], exc
                     )
                 else:
-                    self._asked.pop(producer, None)
+                    # (the ask is kept until the copy is whole: one that loses a frame
+                    # again is asked for RESYNC_ASK_AGAIN_S after it, not at once)
+                    if producer in self._asked:
+                        self._answered.add(producer)
             return None
         copy = self.making.get(producer) or self.held.get(producer)
         if copy is None or copy.incarnation != msg.incarnation or copy.last_op != msg.prev:
             self.counters.add("replica_stream_gaps", 1)
-            if now - self._asked.get(producer, -1e9) < RESYNC_ASK_AGAIN_S:
+            asked = self._asked.get(producer, -1e9)
+            if producer in self._answered and copy is self.making.get(producer):
+                self._answered.discard(producer)
+                log.warning(
+                    "the new copy of producer %s's outbox lost a frame again (one cause: a "
+                    "record larger than this node's max_message_bytes and a MiB, which its "
+                    "socket refuses: give it the producer's); another is asked for in %.0fs",
+                    producer.hex()[:12],
+                    max(0.0, asked + RESYNC_ASK_AGAIN_S - now),
+                )
+            if now - asked < RESYNC_ASK_AGAIN_S:
                 return None
             self._asked[producer] = now
             return ReplAck(self.me, producer, msg.incarnation, msg.op, True)  # (the op refused)
@@ -338,6 +357,8 @@ class Copies:
         producer = copy.producer
         if self.making.get(producer) is copy:
             del self.making[producer]
+        self._asked.pop(producer, None)
+        self._answered.discard(producer)
         old = self.held.get(producer)
         self.held[producer] = copy
         if old is not None and old is not copy:
@@ -357,6 +378,7 @@ class Copies:
         """Delete the producer's copies in ``tables`` (``making``, ``held``): their stores
         closed, their directories removed. Returns them."""
         self._asked.pop(producer, None)
+        self._answered.discard(producer)
         gone = [copy for table in tables if (copy := table.pop(producer, None)) is not None]
         for copy in gone:
             copy.store.close()

@@ -11,6 +11,9 @@
 The engine calls ``committed`` for every commit, ``after_store`` once a loop iteration
 has committed, ``beat`` every heartbeat, ``dispatch`` after its own dispatch, and
 ``on_control`` for the frames of replication; the mesh asks it what a hello announces.
+
+This module is long because the take-over decisions (who takes over, who gives way, when
+a silent producer's copy is forgotten) read both roles' state at every heartbeat.
 """
 
 from __future__ import annotations
@@ -172,7 +175,10 @@ class Replication:
         me = self.node_id
         for producer, copy in list(self.copies.held.items()):
             silent_since = self._silent_since(producer, mesh, now)
+            taken = self.taken.get(producer)
             if silent_since is None:
+                if taken is not None:
+                    taken.fresher_since = 0.0
                 continue
             holders = [Holder(me, copy.incarnation, copy.version)]
             for p in peers_alive(mesh):
@@ -182,12 +188,19 @@ class Replication:
                     if c.producer == producer
                 ]
             servers = mesh.served.get(producer, set()) - {me}
-            taken = self.taken.get(producer)
             if taken is not None:
-                if any(outranks(h, holders[0], producer) for h in holders if h.node_id in servers):
+                mine = holders[0]
+                if any(outranks(h, mine, producer) for h in holders if h.node_id in servers):
                     log.warning(
                         "another node serves producer %s's lanes too, before this one: "
                         "this one gives way",
+                        producer.hex()[:12],
+                    )
+                    self._let_go(producer)
+                elif self._fresher_held(taken, mine, holders, now):
+                    log.warning(
+                        "a copy of a later life of producer %s is held by another node, and "
+                        "the producer is still silent: this one gives way to it",
                         producer.hex()[:12],
                     )
                     self._let_go(producer)
@@ -204,6 +217,19 @@ class Replication:
                 bool(servers),
             ):
                 self._take_over(producer, now, mesh)
+
+    def _fresher_held(self, taken: Taken, mine: Holder, holders: list[Holder], now: float) -> bool:
+        """A live holder's copy is of a later life of the producer than the one ``taken``
+        serves from, and the producer stayed silent ``takeover_delay_s`` since this node
+        saw it: the producer, back meanwhile, synced that holder and stored there what
+        this copy lacks (it takes over, or that is never sent). The delay lets a producer
+        that is back, and that this node has not heard yet, get its hand-back."""
+        if not any(h.incarnation > mine.incarnation for h in holders):
+            taken.fresher_since = 0.0
+            return False
+        if not taken.fresher_since:
+            taken.fresher_since = now
+        return now - taken.fresher_since >= self.config.takeover_delay_s
 
     def _silent_since(self, producer: bytes, mesh: Mesh, now: float) -> float | None:
         """Since when ``producer`` has been silent: when last heard from, or first found

@@ -132,7 +132,12 @@ class Replicator:
         seen = (tuple(replicated), len(self.outbox.lanes.all))
         if seen != self._scope_seen or (wb is not None and (wb.lanes_put or wb.lanes_del)):
             self._scope_seen = seen
+            gone = self.scope.topics.difference(replicated)
             self.scope.update(replicated, self.outbox.lanes.all.values())
+            if gone and self.scope.topics:  # (none of their commits is sent: copies anew)
+                for stream in self.streams:
+                    if stream.prev:
+                        self._begin(stream)
 
     def committed(self, wb: WriteBatch) -> None:
         """A batch was committed: its replicated part goes to every replica, once the

@@ -30,6 +30,7 @@ import msgpack
 
 from ..._protocol.frames import Ack, Fail, Handback, HandbackLane, Nack, Touch, random_token
 from ..._protocol.replication import MAX_HANDBACK_INTS
+from ..._store.keys import u32
 from ..._store.store import WriteBatch, pack, pend_key
 from ...config import NodeConfig, TopicConfig
 from ...errors import ConfigError, StoreError
@@ -105,6 +106,7 @@ class Taken:
         self.back_since = 0.0  # when the producer was seen back
         self.sent_at = 0.0  # when the hand-back was last sent
         self.idle_since = 0.0  # since when its lanes owe nothing (0: they owe some)
+        self.fresher_since = 0.0  # since when a holder has a later life's copy (0: none)
 
     # -- serving --------------------------------------------------------------------------
 
@@ -185,18 +187,24 @@ class Taken:
             settled = sorted(s for lo, hi in owed_then for s in range(lo, hi) if s not in now_owed)
             if not settled:
                 continue
-            acked = set(settled)
+            # The dead letters the copy holds are told by their records, not by the
+            # outcomes in memory: those of a taker restarted since are gone.
+            dead = self._dead(lane.id, settled)
+            acked = set(settled).difference(seq for seq, _v in dead)
             for outcome, ranges in self.outcomes.of_lane(lane.name).items():
                 seqs = [
                     s
                     for lo, hi in ranges
                     for s in settled[bisect_left(settled, lo) : bisect_left(settled, hi)]
+                    if s in acked
                 ]
                 if not seqs:
                     continue
                 acked.difference_update(seqs)
-                dead = self._dead(lane.id, seqs) if outcome == Outcome.DEAD_LETTERED else []
-                parts += _parts(lane.topic, lane.name, outcome, seqs, dead)
+                parts += _parts(lane.topic, lane.name, outcome, seqs, [])
+            if dead:
+                seqs = [seq for seq, _v in dead]
+                parts += _parts(lane.topic, lane.name, Outcome.DEAD_LETTERED, seqs, dead)
             parts += _parts(lane.topic, lane.name, Outcome.ACKED, sorted(acked), [])
         if not parts:
             return [Handback(me, self.producer, self.token, (), True)]
@@ -206,18 +214,23 @@ class Taken:
         ]
 
     def _dead(self, lane_id: int, seqs: list[int]) -> list[tuple[int, bytes]]:
-        """The dead letters of ``seqs`` this copy holds (those it cannot read, in a
-        damaged store, are handed back as dead-lettered without their record)."""
+        """The dead letters of ``seqs`` (ascending) this copy holds, ascending (those it
+        cannot read, in a damaged store, are handed back by the outcomes in memory)."""
         out = []
+        wanted = set(seqs)
+        prefix = u32(lane_id)
         try:
             with (
                 self.store.health.reading("the dead database", "dead"),
                 self.store.env.begin(db=self.store.dead) as txn,
             ):
-                for seq in seqs:
-                    value = txn.get(pend_key(lane_id, seq))
-                    if value is not None:
-                        out.append((seq, bytes(value)))
+                cur = txn.cursor()
+                more = cur.set_range(prefix)
+                while more and cur.key()[:4] == prefix:
+                    seq = int.from_bytes(cur.key()[4:12], "big")
+                    if seq in wanted:
+                        out.append((seq, bytes(cur.value())))
+                    more = cur.next()
         except StoreError as exc:
             log.error(
                 "dead letters of %s's lane %d are handed back without their records: %s",
