@@ -109,7 +109,10 @@ class Retries:
     def backoff(self, attempt: int) -> float:
         """Exponential backoff with jitter (0.5x to 1.5x) for a retry after ``attempt``."""
         t = self.timing
-        base = min(t.max_retry_backoff_s, t.retry_backoff_s * (2 ** max(0, attempt - 1)))
+        # (a float doubling: 2 ** 1024 as an int is past a float, and an attempt may
+        # get there; past 2 ** 1023 the product is inf, which the cap takes)
+        doubling = 2.0 ** min(max(0, attempt - 1), 1023)
+        base = min(t.max_retry_backoff_s, t.retry_backoff_s * doubling)
         return base * (0.5 + self._rng())
 
     def tick(self, now: float) -> TickResult:
