@@ -492,7 +492,9 @@ def test_a_reader_killed_mid_read_no_longer_holds_the_stores_pages(make_node, tm
     prod = make_node("p", data_dir=str(data_dir), topics={"t": zmesh.TopicConfig(groups=("g",))})
     cons = make_node("cons", seeds=[prod.control_address])
     sub = cons.subscribe("t", group="g")
-    reader = spawn(["-c", HOLD_READER, str(data_dir / "store")], stdout=subprocess.PIPE)
+    reader = spawn(
+        ["-c", HOLD_READER, str(data_dir / "store")], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )  # (its stdin a pipe of its own: one at its end, /dev/null, would end it at once)
     try:
         assert read_line(reader, 30).strip() == b"reading"
         os.kill(reader.pid, signal.SIGKILL)
