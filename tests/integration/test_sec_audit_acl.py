@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import read_line, reap, spawn, wait_members, wait_until
+from tests.faults.test_acl import node_kw as secured
 from tests.waiting import pause
 from zmesh._security import generate_keypair
 
@@ -24,13 +25,6 @@ def keys(tmp_path: Path) -> Path:
     for name in ("prod", "cons", "ops"):
         generate_keypair(d, name)
     return d
-
-
-def secured(keys: Path, name: str, acl: Path | None = None) -> dict:
-    kw: dict = dict(secret_key_file=str(keys / f"{name}.key"), trusted_keys_dir=str(keys))
-    if acl is not None:
-        kw["acl_file"] = str(acl)
-    return kw
 
 
 def test_a_peer_without_the_group_right_cannot_delete_a_group(make_node, keys, tmp_path, caplog):
