@@ -319,19 +319,3 @@ def _failed(msg: Message, exc: BaseException) -> None:
         log.warning("request %s on %s failed after its reply: %r", msg.id, msg.topic, exc)
         return
     log.warning("request %s on %s failed: %s; replied as an error", msg.id, msg.topic, text)
-
-
-def reply_bytes(payload: object) -> bytes:
-    """A reply's payload as bytes (str as UTF-8); ArgumentError when it cannot be one."""
-    if isinstance(payload, bytes):
-        return payload
-    if isinstance(payload, bytearray | memoryview):
-        return bytes(payload)
-    if isinstance(payload, str):
-        try:
-            return payload.encode()
-        except UnicodeEncodeError as exc:  # (lone surrogates)
-            raise ArgumentError(
-                f"a reply is not valid text: {exc.reason} at character {exc.start}"
-            ) from None
-    raise ArgumentError(f"a reply is bytes or str, got {type(payload).__name__}")

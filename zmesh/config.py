@@ -97,6 +97,26 @@ def check_max_messages(max_messages: object) -> None:
         raise ArgumentError(f"max_messages must be an int >= 1, got {max_messages!r}")
 
 
+def payload_bytes(payload: Any, what: str = "payload") -> bytes:
+    """A payload (a publish's, a reply's) that is not ``bytes`` as bytes (str as UTF-8);
+    ArgumentError otherwise."""
+    if isinstance(payload, str):
+        return utf8(payload, what)
+    if isinstance(payload, bytes | bytearray | memoryview):
+        return bytes(payload)
+    raise ArgumentError(f"{what} must be bytes or str, got {type(payload).__name__}")
+
+
+def utf8(text: str, what: str) -> bytes:
+    """``text`` encoded as UTF-8; ArgumentError when it cannot be (lone surrogates)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise ArgumentError(
+            f"{what} is not valid text: {exc.reason} at character {exc.start}"
+        ) from None
+
+
 def checked_headers(headers: object) -> dict[str, Any]:
     """A publish's or a request's ``headers`` as a dict: a mapping with str keys whose
     values every consumer can decode (``codec.check_headers``); ArgumentError otherwise."""

@@ -50,6 +50,8 @@ from .config import (
     check_topic_config,
     checked_headers,
     int_in,
+    payload_bytes,
+    utf8,
 )
 from .deadletters import DeadLetter
 from .errors import ArgumentError, ConfigError, NodeStateError
@@ -365,7 +367,7 @@ class Node:
         ):
             # No option but key and timeout (the usual call): a place in a stretch.
             if type(payload) is not bytes:
-                payload = _payload_bytes(payload)
+                payload = payload_bytes(payload)
             if len(payload) <= self._max_bytes:  # (else _prepare says why)
                 return self._queue.publish_one(
                     topic,
@@ -490,7 +492,7 @@ class Node:
         plain = nbytes >= 0 and (nbytes <= limit or max(map(len, payloads)) <= limit)
         for i, payload in enumerate(() if plain else payloads):
             if type(payload) is not bytes:
-                payloads[i] = payload = _payload_bytes(payload)
+                payloads[i] = payload = payload_bytes(payload)
             if len(payload) > limit:
                 raise ArgumentError(
                     f"payload of {len(payload)} bytes exceeds max_message_bytes {limit}"
@@ -503,7 +505,7 @@ class Node:
             if len(key) > MAX_KEY_CHARS:
                 raise ArgumentError(f"key of {len(key)} characters exceeds {MAX_KEY_CHARS}")
             if not key.isascii():
-                _utf8(key, "key")
+                utf8(key, "key")
         if headers is not None:
             headers = checked_headers(headers)
         if (
@@ -539,7 +541,7 @@ class Node:
                     "earlier time"
                 )
         if msg_id is not None and (
-            not isinstance(msg_id, str) or not 0 < len(_utf8(msg_id, "msg_id")) <= MAX_MSG_ID_BYTES
+            not isinstance(msg_id, str) or not 0 < len(utf8(msg_id, "msg_id")) <= MAX_MSG_ID_BYTES
         ):
             raise ArgumentError(
                 f"msg_id must be a non-empty str of at most {MAX_MSG_ID_BYTES} bytes in UTF-8"
@@ -985,22 +987,3 @@ def _deliver_at(deliver_at: float | _dt.datetime | None, delay: float | None) ->
             "from now"
         )
     return due
-
-
-def _payload_bytes(payload: Any) -> bytes:
-    """A payload that is not ``bytes`` as bytes (str as UTF-8); ArgumentError otherwise."""
-    if isinstance(payload, str):
-        return _utf8(payload, "payload")
-    if isinstance(payload, bytes | bytearray | memoryview):
-        return bytes(payload)
-    raise ArgumentError(f"payload must be bytes or str, got {type(payload).__name__}")
-
-
-def _utf8(text: str, what: str) -> bytes:
-    """``text`` encoded as UTF-8; ArgumentError when it cannot be (lone surrogates)."""
-    try:
-        return text.encode()
-    except UnicodeEncodeError as exc:
-        raise ArgumentError(
-            f"{what} is not valid text: {exc.reason} at character {exc.start}"
-        ) from None

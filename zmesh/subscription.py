@@ -23,7 +23,7 @@ from ._engine.inbox.origin import STATES, Origin, Queue, settled_error
 from ._engine.limits import EPHEMERAL_QUEUE_BYTES
 from ._handlers import serving
 from ._receipt import MessageId
-from ._requests import DELIVERY_HEADER, REPLY_MAX_HEADER, reply_bytes
+from ._requests import DELIVERY_HEADER, REPLY_MAX_HEADER
 from ._seqs import consecutive
 from ._waits import check_timeout
 from .config import (
@@ -32,6 +32,7 @@ from .config import (
     check_delay,
     check_max_messages,
     checked_headers,
+    payload_bytes,
 )
 from .errors import (
     ArgumentError,
@@ -225,7 +226,7 @@ class Message:
         submitter = sub._submitter if isinstance(sub, Subscription) else None
         if submitter is None or DELIVERY_HEADER not in self.headers:
             raise MessageStateError(f"message {self.id} is no request: nothing waits for a reply")
-        payload = reply_bytes(payload)
+        payload = payload_bytes(payload, "a reply")
         limit, whose = submitter.config.max_message_bytes, ""
         theirs = self.headers.get(REPLY_MAX_HEADER)
         if type(theirs) is int and 0 < theirs < limit:

@@ -31,6 +31,8 @@ INTERNAL_HELPERS = {
     "zmesh.config.parse_seed",
     "zmesh.config.check_delay",
     "zmesh.config.checked_headers",
+    "zmesh.config.payload_bytes",
+    "zmesh.config.utf8",
     "zmesh.config.check_max_messages",
     "zmesh.config.check_fields",
     "zmesh.config.build_config",
