@@ -15,9 +15,9 @@ import msgpack
 
 _pack = msgpack.Packer(use_bin_type=True).pack
 Entry = tuple[bytes, list[Any]]
-# LMDB keys hold 511 bytes at most; the longest here is ``sink_t``'s, a time and a key.
-MAX_ID_BYTES = 511 - 8
-MAX_TASK_BYTES = MAX_ID_BYTES - 9  # (task + NUL + last row)
+# LMDB keys hold 511 bytes at most; the longest here is ``sink_t``'s, a time and a sink
+# key (a row id, at most a msg_id's 256 bytes; or a task, a NUL and its last row).
+MAX_TASK_BYTES = 511 - 8 - 9
 
 
 def _u64(n: int) -> bytes:
